@@ -1,0 +1,199 @@
+//! The facade over the lalrpop-generated parser: text in, tree and diagnostics out.
+//! Nothing outside this module sees lalrpop's types.
+
+use crate::ast::*;
+use crate::lexer::{self, LexError, LexErrorKind, Tok};
+use amp_diagnostics::{Code, Diagnostic, FileId};
+use lalrpop_util::{ErrorRecovery, ParseError};
+
+#[allow(clippy::all, unused_parens, unused_imports, dead_code)]
+mod generated {
+    lalrpop_util::lalrpop_mod!(pub amp);
+}
+
+/// A parsed file: always a tree, plus the lexing and syntax errors found on the way.
+#[derive(Clone, Debug)]
+pub struct Parsed {
+    pub ast: SourceFileAst,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Parses a whole file. Never fails and never panics: bad input yields `Error` nodes and
+/// diagnostics.
+pub fn parse(file: FileId, text: &str) -> Parsed {
+    let lexed = lexer::lex(text);
+    let mut diagnostics: Vec<Diagnostic> = lexed.errors.iter().map(|e| lex_diagnostic(file, e)).collect();
+    let mut recovered = Vec::new();
+    let tokens = lexed.tokens.iter().map(|&t| Ok::<_, LexError>(t));
+    let result = generated::amp::FileParser::new().parse(file, &mut recovered, tokens);
+    for ErrorRecovery { error, .. } in recovered {
+        diagnostics.push(syntax_diagnostic(file, text, error));
+    }
+    let mut ast = match result {
+        Ok(ast) => ast,
+        Err(error) => {
+            diagnostics.push(syntax_diagnostic(file, text, error));
+            SourceFileAst { items: Vec::new() }
+        }
+    };
+    attach_docs(&mut ast, text, &lexed.docs);
+    // Recovery can report the same place twice; keep the first.
+    diagnostics.dedup_by(|a, b| a.code == b.code && a.span == b.span);
+    Parsed { ast, diagnostics }
+}
+
+pub(crate) fn sp(file: FileId, l: usize, r: usize) -> Span {
+    Span::new(file, l, r)
+}
+
+/// A trailing block-like statement (`if`, `match`, `{}`) without `;` is the block's value.
+pub(crate) fn finish_block(mut stmts: Vec<Stmt>, tail: Option<Expr>, span: Span) -> Block {
+    let tail = match tail {
+        Some(t) => Some(Box::new(t)),
+        None => match stmts.last() {
+            Some(Stmt { kind: StmtKind::Expr(e), .. }) if is_block_like(e) => match stmts.pop() {
+                Some(Stmt { kind: StmtKind::Expr(e), .. }) => Some(Box::new(e)),
+                _ => None,
+            },
+            _ => None,
+        },
+    };
+    Block { stmts, tail, span }
+}
+
+fn is_block_like(e: &Expr) -> bool {
+    matches!(e.kind, ExprKind::If(..) | ExprKind::Match(..) | ExprKind::Block(_))
+}
+
+type UseSeg = Result<Ident, (Vec<Ident>, Span)>;
+
+pub(crate) fn use_item(file: FileId, segs: Vec<UseSeg>) -> UseItem {
+    let count = segs.len();
+    let mut path = Vec::new();
+    let mut names = Vec::new();
+    let mut malformed = None;
+    for (i, seg) in segs.into_iter().enumerate() {
+        let last = i + 1 == count;
+        match seg {
+            Ok(ident) if last => names.push(ident),
+            Ok(ident) => path.push(ident),
+            Err((group, _)) if last => names.extend(group),
+            Err((_, span)) => malformed = Some(span),
+        }
+    }
+    if path.is_empty() && malformed.is_none() {
+        malformed = names.first().map(|n| n.span).or(Some(Span::new(file, 0, 0)));
+    }
+    UseItem { path, names, malformed }
+}
+
+pub(crate) fn net_stmt(
+    keyword: Ident,
+    name: Ident,
+    ty: Option<TypeExpr>,
+    layer: Option<Expr>,
+    sources: Vec<Ident>,
+    span: Span,
+) -> Result<NetStmt, Ident> {
+    let kind = match (keyword.name.as_str(), &ty) {
+        ("input", Some(_)) => NetStmtKind::Input,
+        ("node", None) => NetStmtKind::Node,
+        ("output", None) => NetStmtKind::Output,
+        _ => return Err(keyword),
+    };
+    Ok(NetStmt { kind, keyword, name, ty, layer, sources, span })
+}
+
+fn lex_diagnostic(file: FileId, e: &LexError) -> Diagnostic {
+    let span = Span::new(file, e.start, e.end);
+    match e.kind {
+        LexErrorKind::UnexpectedCharacter => Diagnostic::new(Code::UnexpectedCharacter, span, "unexpected character")
+            .with_primary("not part of any token")
+            .with_help("remove it; Amp source uses ASCII punctuation"),
+        LexErrorKind::UnterminatedComment => {
+            Diagnostic::new(Code::UnterminatedComment, Span::new(file, e.start, e.start + 2), "unterminated block comment")
+                .with_primary("this comment is never closed")
+                .with_help("add `*/` (block comments nest: every `/*` needs its own `*/`)")
+        }
+        LexErrorKind::UnterminatedString => Diagnostic::new(Code::UnterminatedString, span, "unterminated string literal")
+            .with_primary("this string has no closing `\"` on its line"),
+        LexErrorKind::InvalidNumber => Diagnostic::new(Code::InvalidNumber, span, "invalid number literal")
+            .with_primary("out of range")
+            .with_note("integers are 64-bit signed; numbers must be finite f64 values"),
+    }
+}
+
+fn describe_expected(expected: &[String]) -> String {
+    let names: Vec<String> = expected
+        .iter()
+        .map(|e| {
+            let e = e.trim_matches('"');
+            match e {
+                "identifier" | "integer" | "number" | "string" => format!("{e}"),
+                other => format!("`{}`", other.replace("\\\"", "\"")),
+            }
+        })
+        .collect();
+    match names.len() {
+        0 => String::new(),
+        1 => format!("expected {}", names[0]),
+        n if n <= 8 => format!("expected one of {}", names.join(", ")),
+        _ => format!("expected one of {}, …", names[..8].join(", ")),
+    }
+}
+
+fn syntax_diagnostic(file: FileId, text: &str, error: ParseError<usize, Tok<'_>, LexError>) -> Diagnostic {
+    match error {
+        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => {
+            let expected = describe_expected(&expected);
+            let message = if expected.is_empty() { format!("unexpected {tok}") } else { format!("{expected}, found {tok}") };
+            Diagnostic::new(Code::UnexpectedToken, Span::new(file, l, r), message).with_primary("unexpected here")
+        }
+        ParseError::ExtraToken { token: (l, tok, r) } => {
+            Diagnostic::new(Code::UnexpectedToken, Span::new(file, l, r), format!("unexpected {tok}"))
+                .with_primary("unexpected here")
+        }
+        ParseError::UnrecognizedEof { location, expected } => {
+            let end = text.len();
+            let at = location.min(end);
+            let expected = describe_expected(&expected);
+            let message =
+                if expected.is_empty() { "unexpected end of file".to_string() } else { format!("unexpected end of file: {expected}") };
+            Diagnostic::new(Code::UnexpectedEof, Span::new(file, at, end), message)
+                .with_primary("the file ends here")
+                .with_help("is a closing `}` or `)` missing?")
+        }
+        ParseError::InvalidToken { location } => {
+            Diagnostic::new(Code::UnexpectedCharacter, Span::new(file, location, location + 1), "invalid token")
+        }
+        ParseError::User { error } => lex_diagnostic(file, &error),
+    }
+}
+
+/// Attaches `///` lines that directly precede an item or member (only whitespace between).
+fn attach_docs(ast: &mut SourceFileAst, text: &str, docs: &[(usize, usize, &str)]) {
+    if docs.is_empty() {
+        return;
+    }
+    let doc_before = |start: usize| -> Option<String> {
+        let mut lines = Vec::new();
+        let mut cursor = start;
+        for &(s, e, doc) in docs.iter().rev().filter(|d| d.1 <= start) {
+            if !text.get(e..cursor).is_some_and(|gap| gap.trim().is_empty()) {
+                break;
+            }
+            lines.push(doc.strip_prefix(' ').unwrap_or(doc));
+            cursor = s;
+        }
+        lines.reverse();
+        (!lines.is_empty()).then(|| lines.join("\n"))
+    };
+    for item in &mut ast.items {
+        item.doc = doc_before(item.span.start as usize);
+        if let ItemKind::Component(c) = &mut item.kind {
+            for member in &mut c.members {
+                member.doc = doc_before(member.span.start as usize);
+            }
+        }
+    }
+}
