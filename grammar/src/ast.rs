@@ -113,7 +113,10 @@ pub struct Member {
 #[derive(Clone, Debug, PartialEq)]
 pub enum MemberKind {
     /// `param cell = Linear(2 * hidden, hidden);`
-    Param { name: Ident, init: Expr },
+    Param {
+        name: Ident,
+        init: Expr,
+    },
     Const(ConstItem),
     Fn(FnDecl),
     Error,
@@ -225,7 +228,10 @@ impl BinOp {
     }
 
     pub fn is_comparison(self) -> bool {
-        matches!(self, BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge)
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
     }
 
     pub fn is_logical(self) -> bool {
@@ -324,5 +330,9 @@ pub enum PatternKind {
     /// `[a, b, c]`, for the parts of `split`.
     Array(Vec<Pattern>),
     /// `Leaf { word, .. }`
-    Variant { name: Ident, fields: Vec<FieldPattern>, rest: bool },
+    Variant {
+        name: Ident,
+        fields: Vec<FieldPattern>,
+        rest: bool,
+    },
 }

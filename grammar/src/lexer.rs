@@ -55,7 +55,10 @@ fn block_comment<'s>(lex: &mut logos::Lexer<'s, Tok<'s>>) -> FilterResult<(), Le
 }
 
 fn int_literal<'s>(lex: &mut logos::Lexer<'s, Tok<'s>>) -> Result<i64, LexErrorKind> {
-    lex.slice().replace('_', "").parse::<i64>().map_err(|_| LexErrorKind::InvalidNumber)
+    lex.slice()
+        .replace('_', "")
+        .parse::<i64>()
+        .map_err(|_| LexErrorKind::InvalidNumber)
 }
 
 fn float_literal<'s>(lex: &mut logos::Lexer<'s, Tok<'s>>) -> Result<f64, LexErrorKind> {
@@ -276,22 +279,37 @@ pub struct Lexed<'input> {
 
 /// Lexes all of `text`. Never fails; errors are collected in [`Lexed::errors`].
 pub fn lex(text: &str) -> Lexed<'_> {
-    let mut lexed = Lexed { tokens: Vec::new(), docs: Vec::new(), errors: Vec::new() };
+    let mut lexed = Lexed {
+        tokens: Vec::new(),
+        docs: Vec::new(),
+        errors: Vec::new(),
+    };
     let mut lexer = Tok::lexer(text);
     while let Some(result) = lexer.next() {
         let span = lexer.span();
         match result {
-            Ok(Tok::DocComment(doc)) => lexed.docs.push((span.start, span.end, doc.trim_start_matches('/'))),
+            Ok(Tok::DocComment(doc)) => {
+                lexed
+                    .docs
+                    .push((span.start, span.end, doc.trim_start_matches('/')))
+            }
             Ok(tok) => lexed.tokens.push((span.start, tok, span.end)),
             Err(kind) => {
                 // Consecutive unexpected characters are one error, not one per byte.
                 if let Some(last) = lexed.errors.last_mut() {
-                    if kind == LexErrorKind::UnexpectedCharacter && last.kind == kind && last.end == span.start {
+                    if kind == LexErrorKind::UnexpectedCharacter
+                        && last.kind == kind
+                        && last.end == span.start
+                    {
                         last.end = span.end;
                         continue;
                     }
                 }
-                lexed.errors.push(LexError { kind, start: span.start, end: span.end });
+                lexed.errors.push(LexError {
+                    kind,
+                    start: span.start,
+                    end: span.end,
+                });
             }
         }
     }
@@ -311,19 +329,44 @@ mod tests {
         assert_eq!(
             kinds("let h: f32[hidden] = x.y..z; // c\n a->b => c"),
             vec![
-                Tok::Let, Tok::Ident("h"), Tok::Colon, Tok::Ident("f32"), Tok::LBracket, Tok::Ident("hidden"),
-                Tok::RBracket, Tok::Assign, Tok::Ident("x"), Tok::Dot, Tok::Ident("y"), Tok::DotDot, Tok::Ident("z"),
-                Tok::Semi, Tok::Ident("a"), Tok::Arrow, Tok::Ident("b"), Tok::FatArrow, Tok::Ident("c"),
+                Tok::Let,
+                Tok::Ident("h"),
+                Tok::Colon,
+                Tok::Ident("f32"),
+                Tok::LBracket,
+                Tok::Ident("hidden"),
+                Tok::RBracket,
+                Tok::Assign,
+                Tok::Ident("x"),
+                Tok::Dot,
+                Tok::Ident("y"),
+                Tok::DotDot,
+                Tok::Ident("z"),
+                Tok::Semi,
+                Tok::Ident("a"),
+                Tok::Arrow,
+                Tok::Ident("b"),
+                Tok::FatArrow,
+                Tok::Ident("c"),
             ]
         );
     }
 
     #[test]
     fn numbers_ranges_and_underscores() {
-        assert_eq!(kinds("0..n 1.5 2e3 1_000 _ _x"), vec![
-            Tok::Int(0), Tok::DotDot, Tok::Ident("n"), Tok::Float(1.5), Tok::Float(2000.0), Tok::Int(1000),
-            Tok::Underscore, Tok::Ident("_x"),
-        ]);
+        assert_eq!(
+            kinds("0..n 1.5 2e3 1_000 _ _x"),
+            vec![
+                Tok::Int(0),
+                Tok::DotDot,
+                Tok::Ident("n"),
+                Tok::Float(1.5),
+                Tok::Float(2000.0),
+                Tok::Int(1000),
+                Tok::Underscore,
+                Tok::Ident("_x"),
+            ]
+        );
     }
 
     #[test]
@@ -338,12 +381,18 @@ mod tests {
     fn errors_are_collected_and_lexing_goes_on() {
         let lexed = lex("a $$ b \"open\n c 99999999999999999999 /* never closed");
         let errs: Vec<_> = lexed.errors.iter().map(|e| e.kind).collect();
-        assert_eq!(errs, vec![
-            LexErrorKind::UnexpectedCharacter,
-            LexErrorKind::UnterminatedString,
-            LexErrorKind::InvalidNumber,
-            LexErrorKind::UnterminatedComment,
-        ]);
-        assert_eq!(lexed.tokens.iter().map(|t| t.1).collect::<Vec<_>>(), vec![Tok::Ident("a"), Tok::Ident("b"), Tok::Ident("c")]);
+        assert_eq!(
+            errs,
+            vec![
+                LexErrorKind::UnexpectedCharacter,
+                LexErrorKind::UnterminatedString,
+                LexErrorKind::InvalidNumber,
+                LexErrorKind::UnterminatedComment,
+            ]
+        );
+        assert_eq!(
+            lexed.tokens.iter().map(|t| t.1).collect::<Vec<_>>(),
+            vec![Tok::Ident("a"), Tok::Ident("b"), Tok::Ident("c")]
+        );
     }
 }

@@ -22,7 +22,11 @@ pub struct Parsed {
 /// diagnostics.
 pub fn parse(file: FileId, text: &str) -> Parsed {
     let lexed = lexer::lex(text);
-    let mut diagnostics: Vec<Diagnostic> = lexed.errors.iter().map(|e| lex_diagnostic(file, e)).collect();
+    let mut diagnostics: Vec<Diagnostic> = lexed
+        .errors
+        .iter()
+        .map(|e| lex_diagnostic(file, e))
+        .collect();
     let mut recovered = Vec::new();
     let tokens = lexed.tokens.iter().map(|&t| Ok::<_, LexError>(t));
     let result = generated::amp::FileParser::new().parse(file, &mut recovered, tokens);
@@ -51,8 +55,14 @@ pub(crate) fn finish_block(mut stmts: Vec<Stmt>, tail: Option<Expr>, span: Span)
     let tail = match tail {
         Some(t) => Some(Box::new(t)),
         None => match stmts.last() {
-            Some(Stmt { kind: StmtKind::Expr(e), .. }) if is_block_like(e) => match stmts.pop() {
-                Some(Stmt { kind: StmtKind::Expr(e), .. }) => Some(Box::new(e)),
+            Some(Stmt {
+                kind: StmtKind::Expr(e),
+                ..
+            }) if is_block_like(e) => match stmts.pop() {
+                Some(Stmt {
+                    kind: StmtKind::Expr(e),
+                    ..
+                }) => Some(Box::new(e)),
                 _ => None,
             },
             _ => None,
@@ -62,7 +72,10 @@ pub(crate) fn finish_block(mut stmts: Vec<Stmt>, tail: Option<Expr>, span: Span)
 }
 
 fn is_block_like(e: &Expr) -> bool {
-    matches!(e.kind, ExprKind::If(..) | ExprKind::Match(..) | ExprKind::Block(_))
+    matches!(
+        e.kind,
+        ExprKind::If(..) | ExprKind::Match(..) | ExprKind::Block(_)
+    )
 }
 
 type UseSeg = Result<Ident, (Vec<Ident>, Span)>;
@@ -82,9 +95,16 @@ pub(crate) fn use_item(file: FileId, segs: Vec<UseSeg>) -> UseItem {
         }
     }
     if path.is_empty() && malformed.is_none() {
-        malformed = names.first().map(|n| n.span).or(Some(Span::new(file, 0, 0)));
+        malformed = names
+            .first()
+            .map(|n| n.span)
+            .or(Some(Span::new(file, 0, 0)));
     }
-    UseItem { path, names, malformed }
+    UseItem {
+        path,
+        names,
+        malformed,
+    }
 }
 
 pub(crate) fn net_stmt(
@@ -101,25 +121,43 @@ pub(crate) fn net_stmt(
         ("output", None) => NetStmtKind::Output,
         _ => return Err(keyword),
     };
-    Ok(NetStmt { kind, keyword, name, ty, layer, sources, span })
+    Ok(NetStmt {
+        kind,
+        keyword,
+        name,
+        ty,
+        layer,
+        sources,
+        span,
+    })
 }
 
 fn lex_diagnostic(file: FileId, e: &LexError) -> Diagnostic {
     let span = Span::new(file, e.start, e.end);
     match e.kind {
-        LexErrorKind::UnexpectedCharacter => Diagnostic::new(Code::UnexpectedCharacter, span, "unexpected character")
-            .with_primary("not part of any token")
-            .with_help("remove it; Amp source uses ASCII punctuation"),
-        LexErrorKind::UnterminatedComment => {
-            Diagnostic::new(Code::UnterminatedComment, Span::new(file, e.start, e.start + 2), "unterminated block comment")
-                .with_primary("this comment is never closed")
-                .with_help("add `*/` (block comments nest: every `/*` needs its own `*/`)")
+        LexErrorKind::UnexpectedCharacter => {
+            Diagnostic::new(Code::UnexpectedCharacter, span, "unexpected character")
+                .with_primary("not part of any token")
+                .with_help("remove it; Amp source uses ASCII punctuation")
         }
-        LexErrorKind::UnterminatedString => Diagnostic::new(Code::UnterminatedString, span, "unterminated string literal")
-            .with_primary("this string has no closing `\"` on its line"),
-        LexErrorKind::InvalidNumber => Diagnostic::new(Code::InvalidNumber, span, "invalid number literal")
-            .with_primary("out of range")
-            .with_note("integers are 64-bit signed; numbers must be finite f64 values"),
+        LexErrorKind::UnterminatedComment => Diagnostic::new(
+            Code::UnterminatedComment,
+            Span::new(file, e.start, e.start + 2),
+            "unterminated block comment",
+        )
+        .with_primary("this comment is never closed")
+        .with_help("add `*/` (block comments nest: every `/*` needs its own `*/`)"),
+        LexErrorKind::UnterminatedString => Diagnostic::new(
+            Code::UnterminatedString,
+            span,
+            "unterminated string literal",
+        )
+        .with_primary("this string has no closing `\"` on its line"),
+        LexErrorKind::InvalidNumber => {
+            Diagnostic::new(Code::InvalidNumber, span, "invalid number literal")
+                .with_primary("out of range")
+                .with_note("integers are 64-bit signed; numbers must be finite f64 values")
+        }
     }
 }
 
@@ -142,30 +180,49 @@ fn describe_expected(expected: &[String]) -> String {
     }
 }
 
-fn syntax_diagnostic(file: FileId, text: &str, error: ParseError<usize, Tok<'_>, LexError>) -> Diagnostic {
+fn syntax_diagnostic(
+    file: FileId,
+    text: &str,
+    error: ParseError<usize, Tok<'_>, LexError>,
+) -> Diagnostic {
     match error {
-        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => {
+        ParseError::UnrecognizedToken {
+            token: (l, tok, r),
+            expected,
+        } => {
             let expected = describe_expected(&expected);
-            let message = if expected.is_empty() { format!("unexpected {tok}") } else { format!("{expected}, found {tok}") };
-            Diagnostic::new(Code::UnexpectedToken, Span::new(file, l, r), message).with_primary("unexpected here")
-        }
-        ParseError::ExtraToken { token: (l, tok, r) } => {
-            Diagnostic::new(Code::UnexpectedToken, Span::new(file, l, r), format!("unexpected {tok}"))
+            let message = if expected.is_empty() {
+                format!("unexpected {tok}")
+            } else {
+                format!("{expected}, found {tok}")
+            };
+            Diagnostic::new(Code::UnexpectedToken, Span::new(file, l, r), message)
                 .with_primary("unexpected here")
         }
+        ParseError::ExtraToken { token: (l, tok, r) } => Diagnostic::new(
+            Code::UnexpectedToken,
+            Span::new(file, l, r),
+            format!("unexpected {tok}"),
+        )
+        .with_primary("unexpected here"),
         ParseError::UnrecognizedEof { location, expected } => {
             let end = text.len();
             let at = location.min(end);
             let expected = describe_expected(&expected);
-            let message =
-                if expected.is_empty() { "unexpected end of file".to_string() } else { format!("unexpected end of file: {expected}") };
+            let message = if expected.is_empty() {
+                "unexpected end of file".to_string()
+            } else {
+                format!("unexpected end of file: {expected}")
+            };
             Diagnostic::new(Code::UnexpectedEof, Span::new(file, at, end), message)
                 .with_primary("the file ends here")
                 .with_help("is a closing `}` or `)` missing?")
         }
-        ParseError::InvalidToken { location } => {
-            Diagnostic::new(Code::UnexpectedCharacter, Span::new(file, location, location + 1), "invalid token")
-        }
+        ParseError::InvalidToken { location } => Diagnostic::new(
+            Code::UnexpectedCharacter,
+            Span::new(file, location, location + 1),
+            "invalid token",
+        ),
         ParseError::User { error } => lex_diagnostic(file, &error),
     }
 }

@@ -11,22 +11,36 @@ pub fn render_human(map: &SourceMap, diagnostics: &[Diagnostic], color: bool) ->
     let cache = ariadne::sources(map.files().map(|(_, f)| (f.name.clone(), f.text.clone())));
     let mut cache = cache;
     for diag in diagnostics {
-        let Some(file) = map.get(diag.span.file) else { continue };
+        let Some(file) = map.get(diag.span.file) else {
+            continue;
+        };
         let kind = match diag.severity() {
             crate::Severity::Error => ReportKind::Error,
             crate::Severity::Warning => ReportKind::Warning,
         };
         let id = |span: Span| {
-            let name = map.get(span.file).map_or_else(|| file.name.clone(), |f| f.name.clone());
+            let name = map
+                .get(span.file)
+                .map_or_else(|| file.name.clone(), |f| f.name.clone());
             (name, span.range())
         };
-        let primary_color = if diag.severity() == crate::Severity::Error { Color::Red } else { Color::Yellow };
-        let mut primary = Label::new(id(diag.span)).with_color(primary_color).with_order(0);
+        let primary_color = if diag.severity() == crate::Severity::Error {
+            Color::Red
+        } else {
+            Color::Yellow
+        };
+        let mut primary = Label::new(id(diag.span))
+            .with_color(primary_color)
+            .with_order(0);
         if !diag.primary_label.is_empty() {
             primary = primary.with_message(&diag.primary_label);
         }
         let mut report = Report::build(kind, id(diag.span))
-            .with_config(Config::default().with_color(color).with_index_type(IndexType::Byte))
+            .with_config(
+                Config::default()
+                    .with_color(color)
+                    .with_index_type(IndexType::Byte),
+            )
             .with_code(diag.code)
             .with_message(&diag.message)
             .with_label(primary);
@@ -88,11 +102,32 @@ fn json_label(map: &SourceMap, span: Span, message: &str) -> JsonLabel {
         Some(f) => {
             let (sl, sc) = f.line_col(span.start as usize);
             let (el, ec) = f.line_col(span.end as usize);
-            (f.name.clone(), Position { line: sl + 1, column: sc + 1 }, Position { line: el + 1, column: ec + 1 })
+            (
+                f.name.clone(),
+                Position {
+                    line: sl + 1,
+                    column: sc + 1,
+                },
+                Position {
+                    line: el + 1,
+                    column: ec + 1,
+                },
+            )
         }
-        None => (String::new(), Position { line: 0, column: 0 }, Position { line: 0, column: 0 }),
+        None => (
+            String::new(),
+            Position { line: 0, column: 0 },
+            Position { line: 0, column: 0 },
+        ),
     };
-    JsonLabel { file, byte_start: span.start as usize, byte_end: span.end as usize, start, end, message: message.to_string() }
+    JsonLabel {
+        file,
+        byte_start: span.start as usize,
+        byte_end: span.end as usize,
+        start,
+        end,
+        message: message.to_string(),
+    }
 }
 
 impl JsonDiagnostic {
@@ -108,7 +143,11 @@ impl JsonDiagnostic {
             start: primary.start,
             end: primary.end,
             labels: std::iter::once(json_label(map, diag.span, &diag.primary_label))
-                .chain(diag.labels.iter().map(|l| json_label(map, l.span, &l.message)))
+                .chain(
+                    diag.labels
+                        .iter()
+                        .map(|l| json_label(map, l.span, &l.message)),
+                )
                 .collect(),
             notes: diag.notes.clone(),
             help: diag.help.clone(),

@@ -1,0 +1,1 @@
+//! Benchmarks of Amp; run with `cargo bench -p amp-benches`.

@@ -1,0 +1,79 @@
+//! Compile-time integer expressions: hyperparameter defaults, `const` values, tensor
+//! dimensions and the constant arguments of built-ins (`split(v, 3)`, `top_k(v, k)`).
+
+use crate::shape::{Dim, Symbol};
+use amp_diagnostics::{Code, Diagnostic};
+use amp_grammar::ast::{BinOp, Expr, ExprKind, Ident, UnOp};
+
+/// Where constant expressions find their names.
+pub(crate) trait DimScope {
+    /// The dimension a name stands for, or the diagnostic explaining why it cannot.
+    fn lookup_dim(&mut self, name: &Ident) -> Result<Dim, Diagnostic>;
+    /// A fresh opaque symbol for a term the algebra cannot normalise (`a / b`).
+    fn fresh_symbol(&mut self, name: String) -> Symbol;
+}
+
+pub(crate) fn eval_dim(expr: &Expr, scope: &mut dyn DimScope) -> Result<Dim, Diagnostic> {
+    match &expr.kind {
+        ExprKind::Int(v) => Ok(Dim::constant(*v)),
+        ExprKind::Paren(inner) => eval_dim(inner, scope),
+        ExprKind::Name(name) => scope.lookup_dim(name),
+        ExprKind::Unary(UnOp::Neg, inner) => Ok(Dim::constant(0).sub(&eval_dim(inner, scope)?)),
+        ExprKind::Binary(op, a, b) => {
+            let x = eval_dim(a, scope)?;
+            let y = eval_dim(b, scope)?;
+            let overflow = || {
+                Diagnostic::new(Code::ConstEvalError, expr.span, "constant arithmetic overflows")
+                    .with_primary("this overflows a 64-bit integer")
+            };
+            let result = match op {
+                BinOp::Add => x.add(&y),
+                BinOp::Sub => x.sub(&y),
+                BinOp::Mul => x.mul(&y),
+                BinOp::Div | BinOp::Rem => {
+                    if y.value == Some(0) {
+                        return Err(Diagnostic::new(Code::ConstEvalError, b.span, "division by zero in a constant expression")
+                            .with_primary("this is zero"));
+                    }
+                    match (x.value, y.value) {
+                        (Some(a), Some(b)) => {
+                            let v = if *op == BinOp::Div { a.checked_div(b) } else { a.checked_rem(b) };
+                            let v = v.ok_or_else(overflow)?;
+                            let poly_const = x.poly.as_constant().is_some() && y.poly.as_constant().is_some();
+                            if poly_const {
+                                Dim::constant(v)
+                            } else {
+                                let sym = scope.fresh_symbol(format!("({} {} {})", x, op.symbol(), y));
+                                Dim::symbol(sym, Some(v))
+                            }
+                        }
+                        _ => Dim::symbol(scope.fresh_symbol(format!("({} {} {})", x, op.symbol(), y)), None),
+                    }
+                }
+                _ => {
+                    return Err(Diagnostic::new(
+                        Code::NotConstant,
+                        expr.span,
+                        format!("`{}` is not allowed in a constant expression", op.symbol()),
+                    )
+                    .with_primary("not an integer operation")
+                    .with_note("dimensions and hyperparameters are built from integers with `+ - * / %`"))
+                }
+            };
+            // Values of known operands overflowed if the result lost its value.
+            if x.value.is_some() && y.value.is_some() && result.value.is_none() {
+                return Err(overflow());
+            }
+            Ok(result)
+        }
+        ExprKind::Error => Err(Diagnostic::new(Code::NotConstant, expr.span, "").with_primary("")),
+        _ => Err(Diagnostic::new(Code::NotConstant, expr.span, "expression is not a compile-time constant")
+            .with_primary("not known at compile time")
+            .with_note("dimensions, hyperparameter defaults and constants are integer expressions over hyperparameters and `const`s")),
+    }
+}
+
+/// An empty message marks "already reported by the parser": callers drop it.
+pub(crate) fn is_silent(diag: &Diagnostic) -> bool {
+    diag.message.is_empty()
+}

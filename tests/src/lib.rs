@@ -1,0 +1,1 @@
+//! Amp end-to-end test suites live in `tests/` of this crate.
