@@ -1,0 +1,1 @@
+//! The Amp language server (work in progress).
