@@ -27,6 +27,10 @@ pub fn parse(file: FileId, text: &str) -> Parsed {
         .iter()
         .map(|e| lex_diagnostic(file, e))
         .collect();
+    if let Some(too_deep) = nesting_guard(file, &lexed.tokens) {
+        diagnostics.push(too_deep);
+        return Parsed { ast: SourceFileAst { items: Vec::new() }, diagnostics };
+    }
     let mut recovered = Vec::new();
     let tokens = lexed.tokens.iter().map(|&t| Ok::<_, LexError>(t));
     let result = generated::amp::FileParser::new().parse(file, &mut recovered, tokens);
@@ -46,27 +50,70 @@ pub fn parse(file: FileId, text: &str) -> Parsed {
     Parsed { ast, diagnostics }
 }
 
+/// Brackets nested deeper than this are refused.
+pub const MAX_BRACKET_DEPTH: usize = 64;
+/// Operators (prefix, infix and postfix) in one statement beyond this are refused.
+pub const MAX_OPERATORS_PER_STATEMENT: usize = 256;
+
+/// Every later stage walks the tree recursively, so a tree's depth must be bounded for any
+/// input. Depth comes from brackets and from operator chains (`a + a + ...` nests to the
+/// left), so both are bounded here, on tokens, before a deep tree can exist. Real models
+/// stay far below both limits.
+fn nesting_guard(file: FileId, tokens: &[(usize, Tok<'_>, usize)]) -> Option<Diagnostic> {
+    let mut depth = 0usize;
+    let mut operators = 0usize;
+    for &(l, tok, r) in tokens {
+        match tok {
+            Tok::LParen | Tok::LBracket | Tok::LBrace => {
+                depth += 1;
+                if depth > MAX_BRACKET_DEPTH {
+                    return Some(
+                        Diagnostic::new(Code::NestingTooDeep, Span::new(file, l, r), format!("brackets nested more than {MAX_BRACKET_DEPTH} deep"))
+                            .with_primary("too deep")
+                            .with_note("the file was not analysed; split the expression with `let` bindings"),
+                    );
+                }
+            }
+            Tok::RParen | Tok::RBracket | Tok::RBrace => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        match tok {
+            Tok::Semi | Tok::LBrace | Tok::RBrace => operators = 0,
+            Tok::Plus | Tok::Minus | Tok::Star | Tok::Slash | Tok::Percent | Tok::EqEq | Tok::NotEq | Tok::Lt | Tok::Le
+            | Tok::Gt | Tok::Ge | Tok::AndAnd | Tok::OrOr | Tok::Bang | Tok::Dot | Tok::DotDot | Tok::LParen
+            | Tok::LBracket | Tok::Pipe => {
+                operators += 1;
+                if operators > MAX_OPERATORS_PER_STATEMENT {
+                    return Some(
+                        Diagnostic::new(Code::NestingTooDeep, Span::new(file, l, r), format!("more than {MAX_OPERATORS_PER_STATEMENT} operators in one statement"))
+                            .with_primary("expression too long")
+                            .with_note("the file was not analysed; split the expression with `let` bindings"),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 pub(crate) fn sp(file: FileId, l: usize, r: usize) -> Span {
     Span::new(file, l, r)
 }
 
 /// A trailing block-like statement (`if`, `match`, `{}`) without `;` is the block's value.
 pub(crate) fn finish_block(mut stmts: Vec<Stmt>, tail: Option<Expr>, span: Span) -> Block {
-    let tail = match tail {
-        Some(t) => Some(Box::new(t)),
-        None => match stmts.last() {
-            Some(Stmt {
-                kind: StmtKind::Expr(e),
-                ..
-            }) if is_block_like(e) => match stmts.pop() {
-                Some(Stmt {
-                    kind: StmtKind::Expr(e),
-                    ..
-                }) => Some(Box::new(e)),
-                _ => None,
-            },
+    // A trailing block-like statement without `;` (its span ends where the expression
+    // ends) is the block's value, as in Rust.
+    let promote = tail.is_none()
+        && matches!(stmts.last(), Some(Stmt { kind: StmtKind::Expr(e), span }) if is_block_like(e) && span.end == e.span.end);
+    let tail = match (tail, promote) {
+        (Some(t), _) => Some(Box::new(t)),
+        (None, true) => match stmts.pop() {
+            Some(Stmt { kind: StmtKind::Expr(e), .. }) => Some(Box::new(e)),
             _ => None,
         },
+        (None, false) => None,
     };
     Block { stmts, tail, span }
 }

@@ -44,6 +44,7 @@ codes! {
     UnexpectedEof = "E0011", Error, "unexpected end of file";
     InvalidAssignTarget = "E0012", Error, "invalid assignment target";
     StringNotAValue = "E0013", Error, "string literals are not values";
+    NestingTooDeep = "E0014", Error, "source nested too deeply";
     // Names.
     UnknownName = "E0100", Error, "unknown name";
     UnknownType = "E0101", Error, "unknown type";

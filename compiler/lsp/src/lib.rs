@@ -1,1 +1,30 @@
-//! The Amp language server (work in progress).
+//! The Amp language server, `ampc lsp`: the third printer of Amp's diagnostics, plus hover,
+//! go-to-definition, document symbols and completion.
+//!
+//! In: JSON-RPC messages on stdin (LSP over `lsp-server`), the documents' text with full or
+//! incremental sync. Out: `publishDiagnostics` notifications and answers to requests on
+//! stdout. Every change re-checks the whole document with [`amp_sema::check_program`]
+//! (milliseconds on the canonical examples) and the result is cached per document for the
+//! requests that follow; nothing is computed lazily or in the background.
+//!
+//! Depends on `amp-sema` (the checker: diagnostics, `references`, `expr_types`,
+//! `symbols`), `amp-diagnostics` (spans, UTF-16 positions) and `amp-stdlib` (whose sources
+//! are written once to a cache folder so that definitions in `std::nn` have a file URI).
+//! Only this crate knows LSP types; the compiler crates stay pure and never see them.
+//!
+//! Layout: [`server`] runs the loop and dispatches messages; `documents` keeps the open
+//! files and their last analysis; `convert` turns spans, positions and diagnostics into
+//! their LSP forms; `stdlib_files` materialises the standard library; `handlers` answers
+//! hover, definition, symbols and completion from a cached analysis.
+//!
+//! Robustness: no request a client can send makes the server panic; a request whose
+//! parameters do not deserialize gets an `InvalidParams` error response, an unknown one
+//! `MethodNotFound`.
+
+mod convert;
+mod documents;
+mod handlers;
+pub mod server;
+mod stdlib_files;
+
+pub use server::{run_stdio, ServerError};

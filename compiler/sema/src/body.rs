@@ -620,6 +620,9 @@ impl FnChecker<'_, '_> {
     }
 
     fn check_name(&mut self, name: &ast::Ident, span: Span) -> Expr {
+        if self.lookup_local(&name.name).is_none() && self.ck.components[self.comp.0 as usize].failed_params.contains(&name.name) {
+            return err_expr(span); // its declaration is already reported
+        }
         if let Some(id) = self.lookup_local(&name.name) {
             self.used[id.0 as usize] = true;
             let local = &self.locals[id.0 as usize];
@@ -1072,6 +1075,7 @@ impl FnChecker<'_, '_> {
             self.push_scope();
             let (variant, bindings) = match enum_id {
                 Some(_) => self.check_arm_pattern(
+                    &scrut.ty.clone(),
                     &arm.pattern,
                     &variants,
                     &enum_name,
@@ -1079,7 +1083,10 @@ impl FnChecker<'_, '_> {
                     &mut covered,
                     &mut all_covered,
                 ),
-                None => (None, Vec::new()),
+                None => {
+                    self.bind_error_pattern(&arm.pattern);
+                    (None, Vec::new())
+                }
             };
             let body = self.check_expr(&arm.body, expected.or(result_ty.as_ref().map(|r| &r.0)));
             self.pop_scope();
@@ -1133,6 +1140,7 @@ impl FnChecker<'_, '_> {
     #[allow(clippy::too_many_arguments)]
     fn check_arm_pattern(
         &mut self,
+        scrut_ty: &Ty,
         pat: &ast::Pattern,
         variants: &[VariantDef],
         enum_name: &str,
@@ -1147,8 +1155,7 @@ impl FnChecker<'_, '_> {
             }
             ast::PatternKind::Bind(name) if !variants.iter().any(|v| v.name == name.name) => {
                 *all_covered = true;
-                let scrut_ty = Ty::Error;
-                let _ = self.declare_local(name, scrut_ty, false);
+                let _ = self.declare_local(name, scrut_ty.clone(), false);
                 return (None, Vec::new());
             }
             ast::PatternKind::Bind(name) => (name, &[][..], true),
@@ -1359,9 +1366,7 @@ impl FnChecker<'_, '_> {
                             name.name
                         )),
                     );
-                    for a in args {
-                        self.check_expr(a, None);
-                    }
+                    self.check_discarded(args);
                     return err_expr(span);
                 }
             }
@@ -1374,9 +1379,7 @@ impl FnChecker<'_, '_> {
         match f.ty.clone() {
             Ty::Instance(inst) => self.call_instance(f, &inst, None, args, span),
             Ty::Error => {
-                for a in args {
-                    self.check_expr(a, None);
-                }
+                self.check_discarded(args);
                 err_expr(span)
             }
             other => {
@@ -1389,9 +1392,7 @@ impl FnChecker<'_, '_> {
                     )
                     .with_primary(format!("this is `{shown}`")),
                 );
-                for a in args {
-                    self.check_expr(a, None);
-                }
+                self.check_discarded(args);
                 err_expr(span)
             }
         }
@@ -1447,9 +1448,7 @@ impl FnChecker<'_, '_> {
                 self.call_instance(obj, &inst, Some(method), args, span)
             }
             Ty::Error => {
-                for a in args {
-                    self.check_expr(a, None);
-                }
+                self.check_discarded(args);
                 err_expr(span)
             }
             other => {
@@ -1467,9 +1466,7 @@ impl FnChecker<'_, '_> {
                     .with_primary("unknown method")
                     .with_help(help),
                 );
-                for a in args {
-                    self.check_expr(a, None);
-                }
+                self.check_discarded(args);
                 err_expr(span)
             }
         }
@@ -1666,9 +1663,7 @@ impl FnChecker<'_, '_> {
                         .with_note(format!("its functions are: {}", fns.join(", "))),
                     };
                     self.ck.error(d);
-                    for a in args {
-                        self.check_expr(a, None);
-                    }
+                    self.check_discarded(args);
                     return err_expr(span);
                 };
                 let f = &layer_def.fns[fi];
@@ -1722,10 +1717,50 @@ impl FnChecker<'_, '_> {
                     .with_primary("index it first")
                     .with_help("call one element: `experts[i](x)`"),
                 );
-                for a in args {
+                self.check_discarded(args);
+                err_expr(span)
+            }
+        }
+    }
+
+    /// Checks arguments of a call that already failed, for hover and nested errors only.
+    /// Closures get their parameters bound to the unknown type, so their bodies are
+    /// checked without claiming the closure itself is misplaced.
+    fn check_discarded(&mut self, args: &[ast::Expr]) {
+        for a in args {
+            match &a.kind {
+                ast::ExprKind::Closure(params, body) => {
+                    self.push_scope();
+                    for p in params {
+                        self.bind_pattern(p, &Ty::Error, false);
+                    }
+                    self.check_expr(body, None);
+                    self.pop_scope();
+                }
+                _ => {
                     self.check_expr(a, None);
                 }
-                err_expr(span)
+            }
+        }
+    }
+
+    /// Binds the names of a match arm whose scrutinee is not an enum, as unknown.
+    fn bind_error_pattern(&mut self, pat: &ast::Pattern) {
+        match &pat.kind {
+            ast::PatternKind::Variant { fields, .. } => {
+                for f in fields {
+                    match &f.pattern {
+                        None => {
+                            self.declare_local(&f.field, Ty::Error, false);
+                        }
+                        Some(p) => {
+                            self.bind_pattern(p, &Ty::Error, false);
+                        }
+                    }
+                }
+            }
+            _ => {
+                self.bind_pattern(pat, &Ty::Error, false);
             }
         }
     }
@@ -1739,9 +1774,7 @@ impl FnChecker<'_, '_> {
             )
             .with_primary("wrong number of arguments"),
         );
-        for a in args {
-            self.check_expr(a, None);
-        }
+        self.check_discarded(args);
         err_expr(span)
     }
 }

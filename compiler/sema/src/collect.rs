@@ -50,6 +50,8 @@ pub(crate) struct ComponentInfo {
     pub consts: HashMap<String, (Dim, Span)>,
     pub fns: HashMap<String, u32>,
     pub params_used: Vec<bool>,
+    /// `param`s whose declaration had an error: uses of them are not reported again.
+    pub failed_params: std::collections::HashSet<String>,
 }
 
 pub(crate) struct Checker<'m> {
@@ -161,6 +163,7 @@ impl<'m> Checker<'m> {
         Symbol {
             id: self.next_symbol,
             name: name.into(),
+            opaque: None,
         }
     }
 
@@ -243,6 +246,7 @@ impl<'m> Checker<'m> {
                         consts: HashMap::new(),
                         fns: HashMap::new(),
                         params_used: Vec::new(),
+                        failed_params: Default::default(),
                     });
                     if c.kind == ComponentKind::Model && self.modules[module].is_main {
                         self.program.models.push(id);
@@ -801,6 +805,7 @@ impl<'m> Checker<'m> {
                 continue;
             };
             let Some(instance) = self.eval_instance(module, Some(id), init) else {
+                self.components[id.0 as usize].failed_params.insert(name.name.clone());
                 continue;
             };
             if let Some(prev) = self.member_name_span(id, &name.name) {
@@ -1551,10 +1556,6 @@ impl DimScope for ComponentScope<'_, '_> {
                 Err(d)
             }
         }
-    }
-
-    fn fresh_symbol(&mut self, name: String) -> Symbol {
-        self.ck.fresh_symbol(name)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Compile-time integer expressions: hyperparameter defaults, `const` values, tensor
 //! dimensions and the constant arguments of built-ins (`split(v, 3)`, `top_k(v, k)`).
 
-use crate::shape::{Dim, Symbol};
+use crate::shape::{divide_dims, Dim};
 use amp_diagnostics::{Code, Diagnostic};
 use amp_grammar::ast::{BinOp, Expr, ExprKind, Ident, UnOp};
 
@@ -9,8 +9,6 @@ use amp_grammar::ast::{BinOp, Expr, ExprKind, Ident, UnOp};
 pub(crate) trait DimScope {
     /// The dimension a name stands for, or the diagnostic explaining why it cannot.
     fn lookup_dim(&mut self, name: &Ident) -> Result<Dim, Diagnostic>;
-    /// A fresh opaque symbol for a term the algebra cannot normalise (`a / b`).
-    fn fresh_symbol(&mut self, name: String) -> Symbol;
 }
 
 pub(crate) fn eval_dim(expr: &Expr, scope: &mut dyn DimScope) -> Result<Dim, Diagnostic> {
@@ -35,20 +33,7 @@ pub(crate) fn eval_dim(expr: &Expr, scope: &mut dyn DimScope) -> Result<Dim, Dia
                         return Err(Diagnostic::new(Code::ConstEvalError, b.span, "division by zero in a constant expression")
                             .with_primary("this is zero"));
                     }
-                    match (x.value, y.value) {
-                        (Some(a), Some(b)) => {
-                            let v = if *op == BinOp::Div { a.checked_div(b) } else { a.checked_rem(b) };
-                            let v = v.ok_or_else(overflow)?;
-                            let poly_const = x.poly.as_constant().is_some() && y.poly.as_constant().is_some();
-                            if poly_const {
-                                Dim::constant(v)
-                            } else {
-                                let sym = scope.fresh_symbol(format!("({} {} {})", x, op.symbol(), y));
-                                Dim::symbol(sym, Some(v))
-                            }
-                        }
-                        _ => Dim::symbol(scope.fresh_symbol(format!("({} {} {})", x, op.symbol(), y)), None),
-                    }
+                    divide_dims(if *op == BinOp::Div { '/' } else { '%' }, &x, &y)
                 }
                 _ => {
                     return Err(Diagnostic::new(

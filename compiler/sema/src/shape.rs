@@ -10,16 +10,38 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-/// A hyperparameter, a constant, or an opaque term such as `(a / b)`.
+/// A hyperparameter or constant (identified by `id`), or an opaque term such as
+/// `(d / heads)` that the polynomial algebra cannot normalise (identified by its
+/// operation and operands, so that the same term written twice is the same symbol).
 #[derive(Clone, Debug)]
 pub struct Symbol {
     pub id: u32,
     pub name: Arc<str>,
+    pub opaque: Option<Arc<Opaque>>,
+}
+
+/// `lhs / rhs` or `lhs % rhs` with symbolic operands.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Opaque {
+    pub op: char,
+    pub lhs: Poly,
+    pub rhs: Poly,
+}
+
+impl Symbol {
+    /// An opaque `lhs op rhs` term (`op` is `/` or `%`).
+    pub fn opaque(op: char, lhs: Poly, rhs: Poly) -> Symbol {
+        Symbol { id: u32::MAX, name: format!("({lhs} {op} {rhs})").into(), opaque: Some(Arc::new(Opaque { op, lhs, rhs })) }
+    }
+
+    fn key(&self) -> (u32, Option<&Opaque>) {
+        (self.id, self.opaque.as_deref())
+    }
 }
 
 impl PartialEq for Symbol {
     fn eq(&self, other: &Self) -> bool {
-        self.id == other.id
+        self.key() == other.key()
     }
 }
 impl Eq for Symbol {}
@@ -30,18 +52,30 @@ impl PartialOrd for Symbol {
 }
 impl Ord for Symbol {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.id.cmp(&other.id)
+        self.key().cmp(&other.key())
     }
 }
 impl std::hash::Hash for Symbol {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.id.hash(state)
+        self.key().hash(state)
+    }
+}
+
+/// Integer division or remainder of two dimensions, exact when both are known.
+pub fn divide_dims(op: char, x: &Dim, y: &Dim) -> Dim {
+    let value = match (x.value, y.value) {
+        (Some(a), Some(b)) if b != 0 => if op == '/' { a.checked_div(b) } else { a.checked_rem(b) },
+        _ => None,
+    };
+    match (x.poly.as_constant(), y.poly.as_constant(), value) {
+        (Some(_), Some(_), Some(v)) => Dim::constant(v),
+        _ => Dim { poly: Poly::symbol(Symbol::opaque(op, x.poly.clone(), y.poly.clone())), value },
     }
 }
 
 /// A normalised polynomial: monomial (sorted symbols, with repetition) -> coefficient;
 /// the empty monomial is the constant term. No zero coefficients are stored.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Poly {
     terms: BTreeMap<Vec<Symbol>, i64>,
 }
@@ -116,7 +150,11 @@ impl Poly {
         for (mono, coeff) in &self.terms {
             let mut term = Dim::constant(*coeff);
             for s in mono {
-                let d = map(s).unwrap_or_else(|| Dim::symbol(s.clone(), None));
+                let d = match (&s.opaque, map(s)) {
+                    (_, Some(d)) => d,
+                    (Some(o), None) => divide_dims(o.op, &o.lhs.substitute(map), &o.rhs.substitute(map)),
+                    (None, None) => Dim::symbol(s.clone(), None),
+                };
                 term = term.mul(&d);
             }
             total = total.add(&term);
@@ -271,10 +309,23 @@ mod tests {
     use super::*;
 
     fn sym(id: u32, name: &str) -> Symbol {
-        Symbol {
-            id,
-            name: name.into(),
-        }
+        Symbol { id, name: name.into(), opaque: None }
+    }
+
+    #[test]
+    fn opaque_division_is_equal_to_itself_and_substitutes() {
+        let d = sym(1, "d");
+        let heads = sym(2, "heads");
+        let a = divide_dims('/', &Dim::symbol(d.clone(), None), &Dim::symbol(heads.clone(), None));
+        let b = divide_dims('/', &Dim::symbol(d.clone(), None), &Dim::symbol(heads.clone(), None));
+        assert_eq!(a, b);
+        assert_eq!(a.to_string(), "(d / heads)");
+        let out = a.substitute(&|s| match &*s.name {
+            "d" => Some(Dim::constant(256)),
+            "heads" => Some(Dim::constant(4)),
+            _ => None,
+        });
+        assert_eq!(out.value, Some(64));
     }
 
     #[test]

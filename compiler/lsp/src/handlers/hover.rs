@@ -1,0 +1,120 @@
+//! Hover: the type and shape of the name or expression under the cursor.
+//!
+//! A name (a use or a binding) shows the checker's hover text, e.g.
+//! `var h: f32[hidden] (= f32[128])`, and the doc comment of what it names; elsewhere the
+//! innermost typed expression shows `expression: type`.
+
+use super::{doc_at, expr_type_at, final_definition, reference_at};
+use crate::convert::{offset_of, range_of};
+use crate::documents::Analysis;
+use lsp_types::{Hover, HoverContents, MarkupContent, MarkupKind, Position};
+
+/// Expressions longer than this are not repeated in the hover, only their type is shown.
+const MAX_SHOWN_EXPRESSION: usize = 40;
+
+pub fn hover(analysis: &Analysis, position: Position) -> Option<Hover> {
+    let file = analysis.main_file()?;
+    let offset = offset_of(file, position);
+    if let Some(reference) = reference_at(analysis, offset) {
+        let mut value = code_block(&reference.hover);
+        let definition = final_definition(analysis.program(), reference);
+        if let Some(doc) = doc_at(analysis.program(), definition) {
+            value.push_str("\n\n---\n\n");
+            value.push_str(doc.trim());
+        }
+        return Some(markdown(value, Some(range_of(file, reference.use_span))));
+    }
+    let (span, ty) = expr_type_at(analysis, offset)?;
+    let expression = file.slice(span);
+    let shown = if expression.len() <= MAX_SHOWN_EXPRESSION && !expression.contains('\n') {
+        format!("{expression}: {ty}")
+    } else {
+        ty.to_string()
+    };
+    Some(markdown(code_block(&shown), Some(range_of(file, span))))
+}
+
+fn code_block(text: &str) -> String {
+    format!("```amp\n{text}\n```")
+}
+
+fn markdown(value: String, range: Option<lsp_types::Range>) -> Hover {
+    Hover {
+        contents: HoverContents::Markup(MarkupContent {
+            kind: MarkupKind::Markdown,
+            value,
+        }),
+        range,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handlers::test_support::{example, position_at};
+
+    fn hover_text(analysis: &Analysis, position: Position) -> String {
+        match hover(analysis, position).map(|h| h.contents) {
+            Some(HoverContents::Markup(markup)) => markup.value,
+            other => panic!("expected markdown, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_local_shows_its_symbolic_and_concrete_shape() {
+        let analysis = example("list_reduce.amp");
+        let at_h = position_at(&analysis, "head(h)", 0, 5);
+        let text = hover_text(&analysis, at_h);
+        assert!(text.contains("h: f32[hidden] (= f32[128])"), "{text}");
+        // The binding itself hovers too.
+        let at_binding = position_at(&analysis, "var h", 0, 4);
+        assert!(hover_text(&analysis, at_binding).contains("f32[hidden]"));
+    }
+
+    #[test]
+    fn an_expression_without_a_name_shows_its_type() {
+        let analysis = example("list_reduce.amp");
+        // On the `(` of `embed(tok)`: the call, not a name.
+        let at_call = position_at(&analysis, "embed(tok)", 0, 5);
+        let text = hover_text(&analysis, at_call);
+        assert!(text.contains("embed(tok): f32[hidden] (= f32[128])"), "{text}");
+    }
+
+    #[test]
+    fn a_stdlib_layer_shows_its_doc_comment() {
+        let analysis = example("ggsnn.amp");
+        let at_layer = position_at(&analysis, "GruCell(hidden", 0, 2);
+        let text = hover_text(&analysis, at_layer);
+        assert!(text.contains("layer GruCell"), "{text}");
+        assert!(text.contains("gated recurrent unit"), "{text}");
+    }
+
+    #[test]
+    fn positions_after_non_ascii_comments_count_utf16_units() {
+        let text = "model M(n: int = 3) {\n    param l = Linear(n, n);\n    \
+                    fn forward(x: f32[n]) -> f32[n] { /* é𝄞 */ l(x) }\n    \
+                    fn loss(x: f32[n]) -> f32 { sum(forward(x)) }\n}\n";
+        let analysis = Analysis::of("utf16.amp", text);
+        let line = text.lines().nth(2).expect("line 2");
+        let byte_column = line.find("l(x)").expect("the call") + 2;
+        // `é` is 2 bytes but 1 unit, `𝄞` 4 bytes but 2 units.
+        let column = u32::try_from(byte_column - 3).expect("small");
+        let hovered = hover_text(&analysis, Position::new(2, column));
+        assert!(hovered.contains("x: f32[n]"), "{hovered}");
+        let range = hover(&analysis, Position::new(2, column)).and_then(|h| h.range);
+        assert_eq!(
+            range,
+            Some(lsp_types::Range::new(
+                Position::new(2, column),
+                Position::new(2, column + 1)
+            ))
+        );
+    }
+
+    #[test]
+    fn nothing_to_show_outside_any_expression() {
+        let analysis = example("list_reduce.amp");
+        assert!(hover(&analysis, Position::new(0, 0)).is_none());
+        assert!(hover(&analysis, Position::new(999, 999)).is_none());
+    }
+}
