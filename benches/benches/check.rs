@@ -1,1 +1,64 @@
-fn main() {}
+//! `ampc check` speed on the canonical examples.
+//!
+//! For each example it times, in one run: lexing alone (the baseline), parsing (lexer +
+//! parser), and the whole check (parse + imports + names, types, shapes). It prints the
+//! median of many repetitions, the ratio of the check to the lexing baseline measured in
+//! the same run, and the share of the 50 ms interactive budget the check uses.
+//!
+//! Run: `cargo bench -p amp-benches --bench check`
+
+use amp_diagnostics::FileId;
+use amp_sema::{check_source, Options};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const EXAMPLES: &[(&str, &str)] = &[
+    ("list_reduce", include_str!("../../examples/list_reduce.amp")),
+    ("tree_lstm", include_str!("../../examples/tree_lstm.amp")),
+    ("ggsnn", include_str!("../../examples/ggsnn.amp")),
+    ("moe", include_str!("../../examples/moe.amp")),
+    ("mlp", include_str!("../../examples/mlp.amp")),
+];
+
+const BUDGET: Duration = Duration::from_millis(50);
+
+/// Median wall time of `f` over enough repetitions to fill ~200 ms.
+fn median(mut f: impl FnMut()) -> Duration {
+    let start = Instant::now();
+    f();
+    let once = start.elapsed().max(Duration::from_nanos(100));
+    let reps = (Duration::from_millis(200).as_nanos() / once.as_nanos()).clamp(11, 20_001) as usize;
+    let mut times: Vec<Duration> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn main() {
+    println!("{:<12} {:>10} {:>10} {:>10} {:>12} {:>12}", "example", "lex", "parse", "check", "check/lex", "of 50 ms");
+    for (name, text) in EXAMPLES {
+        let lex = median(|| {
+            black_box(amp_grammar::lexer::lex(black_box(text)));
+        });
+        let parse = median(|| {
+            black_box(amp_grammar::parse(FileId(0), black_box(text)));
+        });
+        let check = median(|| {
+            black_box(check_source("bench.amp", black_box(text), &Options::default()));
+        });
+        println!(
+            "{:<12} {:>8.1}µs {:>8.1}µs {:>8.1}µs {:>11.1}x {:>11.3}%",
+            name,
+            lex.as_secs_f64() * 1e6,
+            parse.as_secs_f64() * 1e6,
+            check.as_secs_f64() * 1e6,
+            check.as_secs_f64() / lex.as_secs_f64(),
+            100.0 * check.as_secs_f64() / BUDGET.as_secs_f64(),
+        );
+    }
+}

@@ -207,6 +207,7 @@ pub(crate) fn check_builtin(
             if args.is_empty() {
                 return match expected {
                     Some(t @ Ty::Tensor(_)) => result(Vec::new(), t.clone()),
+                    Some(Ty::Error) => result(Vec::new(), Ty::Error),
                     _ => {
                         fc.error(
                             Diagnostic::new(Code::CannotInferShape, span, format!("cannot infer the shape of `{}()`", b.name()))

@@ -1,0 +1,112 @@
+//! `ampc check` as a user runs it: exit statuses, JSON output, `-D` overrides.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ampc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ampc")).args(args).output().expect("ampc runs")
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ampc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write temp file");
+    path
+}
+
+fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect()
+}
+
+#[test]
+fn clean_examples_exit_zero_and_print_nothing() {
+    let files: Vec<String> = ["list_reduce.amp", "tree_lstm.amp", "ggsnn.amp", "moe.amp", "mlp.amp"].iter().map(|f| example(f)).collect();
+    let mut args = vec!["check"];
+    args.extend(files.iter().map(String::as_str));
+    let out = ampc(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty() && out.stdout.is_empty());
+}
+
+#[test]
+fn errors_exit_one_with_json_diagnostics() {
+    let path = temp_file("bad.amp", "record R { x: f32[4] }\nmodel M {\n    param l = Linear(3, 2);\n    fn forward(r: R) -> f32[2] { l(r.x) }\n    fn loss(r: R) -> f32 { sum(forward(r)) }\n}\n");
+    let out = ampc(&["check", "--message-format", "json", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1));
+    let diags = json_lines(&out);
+    assert_eq!(diags.len(), 1);
+    let d = &diags[0];
+    assert_eq!(d["code"], "E0301");
+    assert_eq!(d["severity"], "error");
+    assert_eq!(d["start"]["line"], 4);
+    assert_eq!(d["start"]["column"], 36);
+    assert_eq!(d["end"]["column"], 39);
+    assert_eq!(d["byte_end"].as_u64().unwrap() - d["byte_start"].as_u64().unwrap(), 3);
+    assert!(d["file"].as_str().unwrap().ends_with("bad.amp"));
+    let labels = d["labels"].as_array().expect("labels");
+    assert!(labels.iter().any(|l| l["message"].as_str().unwrap().contains("declared as `Linear(3, 2)`")));
+    assert!(d["message"].as_str().unwrap().contains("f32[4]"));
+}
+
+#[test]
+fn human_output_goes_to_stderr_with_a_summary() {
+    let path = temp_file("warn.amp", "record R { x: f32[4], label: int }\nmodel M {\n    param l = Linear(4, 2);\n    fn forward(r: R) -> f32[2] { let unused = 1; l(r.x) }\n    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }\n}\n");
+    let out = ampc(&["check", "--color", "never", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(0), "warnings alone do not fail the check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("[W0001] Warning: unused variable `unused`"), "{stderr}");
+    assert!(stderr.contains("0 errors, 1 warning"), "{stderr}");
+}
+
+#[test]
+fn overrides_reach_the_shapes() {
+    let out = ampc(&["check", "--message-format", "json", "-D", "hidden=0", &example("list_reduce.amp")]);
+    assert_eq!(out.status.code(), Some(1));
+    let codes: Vec<String> = json_lines(&out).iter().map(|d| d["code"].as_str().unwrap().to_string()).collect();
+    assert!(!codes.is_empty() && codes.iter().all(|c| c == "E0307"), "{codes:?}");
+
+    let out = ampc(&["check", "--message-format", "json", "-D", "hiden=64", &example("list_reduce.amp")]);
+    assert_eq!(out.status.code(), Some(1));
+    let diags = json_lines(&out);
+    assert_eq!(diags[0]["code"], "E0108");
+    assert_eq!(diags[0]["help"], "did you mean `hidden`?");
+
+    let out = ampc(&["check", "-D", "hidden=256", "-D", "vocab=20", &example("list_reduce.amp")]);
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn usage_errors_exit_two() {
+    assert_eq!(ampc(&["check"]).status.code(), Some(2));
+    assert_eq!(ampc(&["check", "/nonexistent/model.amp"]).status.code(), Some(2));
+    assert_eq!(ampc(&["check", "-D", "hidden", &example("mlp.amp")]).status.code(), Some(2));
+    assert_eq!(ampc(&["check", "-D", "hidden=big", &example("mlp.amp")]).status.code(), Some(2));
+    assert_eq!(ampc(&["frobnicate"]).status.code(), Some(2));
+}
+
+#[test]
+fn help_describes_the_commands() {
+    let out = ampc(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("check"), "{text}");
+    let out = ampc(&["check", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--message-format") && text.contains("NAME=VALUE"), "{text}");
+}
+
+#[test]
+fn invalid_utf8_is_read_lossily_and_reported() {
+    let path = temp_file("bytes.amp", "model M { \u{FFFD} }");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[0xff, 0xfe, b'\n']);
+    std::fs::write(&path, bytes).unwrap();
+    let out = ampc(&["check", "--message-format", "json", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(json_lines(&out).iter().any(|d| d["code"] == "E0001"));
+}
