@@ -163,6 +163,7 @@ impl<'m> Checker<'m> {
         Symbol {
             id: self.next_symbol,
             name: name.into(),
+            value: None,
             opaque: None,
         }
     }
@@ -658,7 +659,8 @@ impl<'m> Checker<'m> {
             Some(v) => Some(v),
             None => self.eval_dim_in(module, comp, &c.value)?.value,
         };
-        let symbol = self.fresh_symbol(c.name.name.as_str());
+        let mut symbol = self.fresh_symbol(c.name.name.as_str());
+        symbol.value = value;
         Some(Dim::symbol(symbol, value))
     }
 
@@ -735,7 +737,8 @@ impl<'m> Checker<'m> {
             } else {
                 None
             };
-            let symbol = self.fresh_symbol(hp.name.name.as_str());
+            let mut symbol = self.fresh_symbol(hp.name.name.as_str());
+            symbol.value = value;
             let comp = &mut self.components[id.0 as usize];
             comp.hyperparams
                 .insert(hp.name.name.clone(), comp.defaults.len());

@@ -15,10 +15,12 @@ mod collect;
 mod consts;
 mod display;
 mod network;
+mod params;
 mod recursion;
 pub mod shape;
 pub mod typed;
 
+pub use params::ParamTensor;
 pub use shape::{Dim, Poly, Shape, Symbol};
 pub use typed::*;
 

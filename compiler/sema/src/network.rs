@@ -49,7 +49,8 @@ impl Checker<'_> {
                     .with_primary("no default and no override"),
                 );
             }
-            let symbol: Symbol = self.fresh_symbol(hp.name.name.as_str());
+            let mut symbol: Symbol = self.fresh_symbol(hp.name.name.as_str());
+            symbol.value = value;
             self.network_scope.push((
                 hp.name.name.clone(),
                 Dim::symbol(symbol.clone(), value),

@@ -17,6 +17,10 @@ use std::sync::Arc;
 pub struct Symbol {
     pub id: u32,
     pub name: Arc<str>,
+    /// The value this compilation gives the symbol: a model hyperparameter's default or
+    /// override, a constant's value; `None` for a layer's hyperparameters. Not part of
+    /// the symbol's identity.
+    pub value: Option<i64>,
     pub opaque: Option<Arc<Opaque>>,
 }
 
@@ -30,8 +34,13 @@ pub struct Opaque {
 
 impl Symbol {
     /// An opaque `lhs op rhs` term (`op` is `/` or `%`).
-    pub fn opaque(op: char, lhs: Poly, rhs: Poly) -> Symbol {
-        Symbol { id: u32::MAX, name: format!("({lhs} {op} {rhs})").into(), opaque: Some(Arc::new(Opaque { op, lhs, rhs })) }
+    pub fn opaque(op: char, lhs: Poly, rhs: Poly, value: Option<i64>) -> Symbol {
+        Symbol {
+            id: u32::MAX,
+            name: format!("({lhs} {op} {rhs})").into(),
+            value,
+            opaque: Some(Arc::new(Opaque { op, lhs, rhs })),
+        }
     }
 
     fn key(&self) -> (u32, Option<&Opaque>) {
@@ -69,7 +78,7 @@ pub fn divide_dims(op: char, x: &Dim, y: &Dim) -> Dim {
     };
     match (x.poly.as_constant(), y.poly.as_constant(), value) {
         (Some(_), Some(_), Some(v)) => Dim::constant(v),
-        _ => Dim { poly: Poly::symbol(Symbol::opaque(op, x.poly.clone(), y.poly.clone())), value },
+        _ => Dim { poly: Poly::symbol(Symbol::opaque(op, x.poly.clone(), y.poly.clone(), value)), value },
     }
 }
 
@@ -153,7 +162,7 @@ impl Poly {
                 let d = match (&s.opaque, map(s)) {
                     (_, Some(d)) => d,
                     (Some(o), None) => divide_dims(o.op, &o.lhs.substitute(map), &o.rhs.substitute(map)),
-                    (None, None) => Dim::symbol(s.clone(), None),
+                    (None, None) => Dim::symbol(s.clone(), s.value),
                 };
                 term = term.mul(&d);
             }
@@ -309,7 +318,14 @@ mod tests {
     use super::*;
 
     fn sym(id: u32, name: &str) -> Symbol {
-        Symbol { id, name: name.into(), opaque: None }
+        Symbol { id, name: name.into(), value: None, opaque: None }
+    }
+
+    #[test]
+    fn substitution_keeps_the_values_of_untouched_symbols() {
+        let hidden = Symbol { id: 7, name: "hidden".into(), value: Some(128), opaque: None };
+        let d = Dim::constant(2).mul(&Dim::symbol(hidden.clone(), hidden.value));
+        assert_eq!(d.substitute(&|_| None).value, Some(256));
     }
 
     #[test]

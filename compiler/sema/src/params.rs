@@ -1,0 +1,65 @@
+//! The parameter tensors of a model, flattened with PyTorch `state_dict`-style names
+//! (`cell.weight`, `expert.3.l1.bias`) and concrete shapes: what checkpoints hold.
+
+use crate::shape::{Dim, Symbol};
+use crate::typed::{ComponentId, Instance, Program};
+
+/// One parameter tensor of a model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamTensor {
+    pub name: String,
+    pub shape: Vec<i64>,
+}
+
+impl Program {
+    /// Every parameter tensor of `model`, in declaration order. `None` when some
+    /// dimension has no value (the model has errors).
+    pub fn parameter_tensors(&self, model: ComponentId) -> Option<Vec<ParamTensor>> {
+        let def = self.components.get(model.0 as usize)?;
+        let mut out = Vec::new();
+        for p in &def.params {
+            self.expand(&p.name, &p.instance, &|_| None, &mut out, 0)?;
+        }
+        Some(out)
+    }
+
+    fn expand(
+        &self,
+        prefix: &str,
+        instance: &Instance,
+        env: &dyn Fn(&Symbol) -> Option<Dim>,
+        out: &mut Vec<ParamTensor>,
+        depth: usize,
+    ) -> Option<()> {
+        // Layers cannot contain themselves in a checked program; the bound keeps a
+        // program with errors from recursing forever.
+        if depth > 64 {
+            return None;
+        }
+        let value = |d: &Dim| d.substitute(env).value;
+        match instance {
+            Instance::Linear { input, output } => {
+                let (i, o) = (value(input)?, value(output)?);
+                out.push(ParamTensor { name: format!("{prefix}.weight"), shape: vec![o, i] });
+                out.push(ParamTensor { name: format!("{prefix}.bias"), shape: vec![o] });
+            }
+            Instance::Embedding { count, dim } => {
+                out.push(ParamTensor { name: format!("{prefix}.weight"), shape: vec![value(count)?, value(dim)?] });
+            }
+            Instance::Array { elem, len } => {
+                for i in 0..value(len)? {
+                    self.expand(&format!("{prefix}.{i}"), elem, env, out, depth + 1)?;
+                }
+            }
+            Instance::Layer { layer, args } => {
+                let def = self.components.get(layer.0 as usize)?;
+                let args: Vec<Dim> = args.iter().map(|a| a.substitute(env)).collect();
+                let inner = |s: &Symbol| def.hyperparams.iter().position(|h| h.symbol == *s).and_then(|i| args.get(i).cloned());
+                for p in &def.params {
+                    self.expand(&format!("{prefix}.{}", p.name), &p.instance, &inner, out, depth + 1)?;
+                }
+            }
+        }
+        Some(())
+    }
+}
