@@ -2,7 +2,8 @@
 //! It reads files, parses `-D` overrides and prints diagnostics; it decides nothing else.
 //!
 //! Exit status: 0 when no errors (warnings allowed), 1 when any file has errors, 2 on a
-//! usage error (bad flags, unreadable file).
+//! usage error (bad flags, unreadable file). `ampc lsp` exits with 0 after `shutdown` and
+//! `exit`, 1 otherwise, as the protocol asks.
 
 use amp_diagnostics::{render_human, render_json, SourceMap};
 use amp_sema::{check_program, Options};
@@ -54,6 +55,9 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
     },
+    /// Run the language server on stdio, for editors (LSP: diagnostics, hover,
+    /// go-to-definition, document symbols, completion).
+    Lsp,
 }
 
 fn parse_define(text: &str) -> Result<(String, i64), String> {
@@ -80,6 +84,13 @@ fn main() -> ExitCode {
             message_format,
             color,
         } => check(&files, define, message_format, color),
+        Command::Lsp => match amp_lsp::run_stdio() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ampc lsp: {e}");
+                ExitCode::from(1)
+            }
+        },
     }
 }
 

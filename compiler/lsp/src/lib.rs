@@ -12,7 +12,7 @@
 //! are written once to a cache folder so that definitions in `std::nn` have a file URI).
 //! Only this crate knows LSP types; the compiler crates stay pure and never see them.
 //!
-//! Layout: [`server`] runs the loop and dispatches messages; `documents` keeps the open
+//! Layout: `server` runs the loop and dispatches messages; `documents` keeps the open
 //! files and their last analysis; `convert` turns spans, positions and diagnostics into
 //! their LSP forms; `stdlib_files` materialises the standard library; `handlers` answers
 //! hover, definition, symbols and completion from a cached analysis.
@@ -24,7 +24,7 @@
 mod convert;
 mod documents;
 mod handlers;
-pub mod server;
+mod server;
 mod stdlib_files;
 
 pub use server::{run_stdio, ServerError};

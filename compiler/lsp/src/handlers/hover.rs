@@ -74,10 +74,10 @@ mod tests {
     #[test]
     fn an_expression_without_a_name_shows_its_type() {
         let analysis = example("list_reduce.amp");
-        // On the `(` of `embed(tok)`: the call, not a name.
-        let at_call = position_at(&analysis, "embed(tok)", 0, 5);
+        // On the space after the comma of `concat(embed(tok), h)`: the call, no name.
+        let at_call = position_at(&analysis, "concat(embed(tok), h)", 0, 18);
         let text = hover_text(&analysis, at_call);
-        assert!(text.contains("embed(tok): f32[hidden] (= f32[128])"), "{text}");
+        assert!(text.contains("concat(embed(tok), h): f32[2 * hidden]"), "{text}");
     }
 
     #[test]
