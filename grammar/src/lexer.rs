@@ -94,6 +94,10 @@ pub enum Tok<'input> {
     Str(&'input str),
     #[regex(r#""([^"\\\n]|\\.)*"#, unterminated_string)]
     UnterminatedStr,
+    /// Stands in for a literal that failed to lex (an out-of-range number, an unterminated
+    /// string), so the parser sees an operand there and reports nothing more: the lexing
+    /// error already explains the problem. Never produced by logos itself.
+    InvalidLiteral,
 
     #[token("use")]
     Use,
@@ -207,6 +211,7 @@ impl fmt::Display for Tok<'_> {
             Tok::Str(s) => write!(f, "string {s}"),
             Tok::DocComment(_) => f.write_str("doc comment"),
             Tok::Comment | Tok::UnterminatedStr => f.write_str("comment"),
+            Tok::InvalidLiteral => f.write_str("invalid literal"),
             other => write!(f, "`{}`", punctuation(other)),
         }
     }
@@ -295,6 +300,14 @@ pub fn lex(text: &str) -> Lexed<'_> {
             }
             Ok(tok) => lexed.tokens.push((span.start, tok, span.end)),
             Err(kind) => {
+                if matches!(
+                    kind,
+                    LexErrorKind::InvalidNumber | LexErrorKind::UnterminatedString
+                ) {
+                    lexed
+                        .tokens
+                        .push((span.start, Tok::InvalidLiteral, span.end));
+                }
                 // Consecutive unexpected characters are one error, not one per byte.
                 if let Some(last) = lexed.errors.last_mut() {
                     if kind == LexErrorKind::UnexpectedCharacter
@@ -392,7 +405,13 @@ mod tests {
         );
         assert_eq!(
             lexed.tokens.iter().map(|t| t.1).collect::<Vec<_>>(),
-            vec![Tok::Ident("a"), Tok::Ident("b"), Tok::Ident("c")]
+            vec![
+                Tok::Ident("a"),
+                Tok::Ident("b"),
+                Tok::InvalidLiteral,
+                Tok::Ident("c"),
+                Tok::InvalidLiteral,
+            ]
         );
     }
 }

@@ -47,7 +47,53 @@ pub fn parse(file: FileId, text: &str) -> Parsed {
     attach_docs(&mut ast, text, &lexed.docs);
     // Recovery can report the same place twice; keep the first.
     diagnostics.dedup_by(|a, b| a.code == b.code && a.span == b.span);
+    drop_cascading_syntax_errors(&mut diagnostics, &ast, &lexed);
     Parsed { ast, diagnostics }
+}
+
+/// Removes syntax errors that are most likely consequences of an earlier error rather than
+/// mistakes of their own, so that each mistake is reported once:
+/// - an error at the first token after a lexing error (the dropped character or the
+///   rejected literal is the cause: `@inline` reports the `@` only), or at the end of a
+///   file whose last lexing error comes after the last token (an unclosed comment);
+/// - any error after the first one inside the same member (or item, outside members):
+///   after recovery skips tokens, the parser's view of the rest of that member is
+///   unreliable. Errors in different items and members are all reported.
+fn drop_cascading_syntax_errors(diagnostics: &mut Vec<Diagnostic>, ast: &SourceFileAst, lexed: &lexer::Lexed<'_>) {
+    let is_syntax = |d: &Diagnostic| matches!(d.code, Code::UnexpectedToken | Code::UnexpectedEof);
+    let after_lex_error = |d: &Diagnostic| -> bool {
+        let at = d.span.start as usize;
+        let index = lexed.tokens.partition_point(|t| t.0 < at);
+        let previous = if index == 0 { 0 } else { lexed.tokens[index - 1].0 };
+        let next = lexed.tokens.get(index).map_or(usize::MAX, |t| t.0);
+        lexed.errors.iter().any(|e| e.start >= previous && e.start < next.max(at + 1))
+    };
+    // The innermost member or item that contains an offset.
+    let container = |at: usize| -> Option<(usize, usize)> {
+        let inside = |span: &Span| (span.start as usize) <= at && at < span.end as usize;
+        let item = ast.items.iter().find(|i| inside(&i.span))?;
+        if let ItemKind::Component(c) = &item.kind {
+            if let Some(m) = c.members.iter().find(|m| inside(&m.span)) {
+                return Some((m.span.start as usize, m.span.end as usize));
+            }
+        }
+        Some((item.span.start as usize, item.span.end as usize))
+    };
+    let mut seen: Vec<(usize, usize)> = Vec::new();
+    diagnostics.retain(|d| {
+        if !is_syntax(d) {
+            return true;
+        }
+        // The first error of a member counts even when it is dropped for following a
+        // lexing error: what comes after it in that member is a cascade either way.
+        if let Some(c) = container(d.span.start as usize) {
+            if seen.contains(&c) {
+                return false;
+            }
+            seen.push(c);
+        }
+        !after_lex_error(d)
+    });
 }
 
 /// Brackets nested deeper than this are refused.
@@ -211,10 +257,12 @@ fn lex_diagnostic(file: FileId, e: &LexError) -> Diagnostic {
 fn describe_expected(expected: &[String]) -> String {
     let names: Vec<String> = expected
         .iter()
+        // The lexer's stand-in for a rejected literal is never what a user should write.
+        .filter(|e| e.trim_matches('"') != "invalid literal")
         .map(|e| {
             let e = e.trim_matches('"');
             match e {
-                "identifier" | "integer" | "number" | "string" => format!("{e}"),
+                "identifier" | "integer" | "number" | "string" => e.to_string(),
                 other => format!("`{}`", other.replace("\\\"", "\"")),
             }
         })

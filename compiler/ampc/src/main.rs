@@ -55,8 +55,7 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
     },
-    /// Run the language server on stdio, for editors (LSP: diagnostics, hover,
-    /// go-to-definition, document symbols, completion).
+    /// Run the language server on stdio, for editors (see docs/editors.md).
     Lsp,
 }
 

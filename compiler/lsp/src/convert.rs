@@ -194,7 +194,10 @@ mod tests {
         let column = u32::try_from(byte_column - 3).expect("small");
         assert_eq!(
             converted.range,
-            lsp::Range::new(lsp::Position::new(1, column), lsp::Position::new(1, column + 3))
+            lsp::Range::new(
+                lsp::Position::new(1, column),
+                lsp::Position::new(1, column + 3)
+            )
         );
         assert_eq!(
             converted.code,
@@ -224,7 +227,9 @@ mod tests {
             "input shape does not fit\nthis is `f32[5]`\nnote: a note\nhelp: a help"
         );
         assert_eq!(
-            converted.code_description.map(|c| c.href.as_str().to_string()),
+            converted
+                .code_description
+                .map(|c| c.href.as_str().to_string()),
             Some("https://github.com/amp-lang/amp/blob/main/docs/errors/E0301.md".to_string())
         );
         let related = converted.related_information.expect("one label has a URI");
@@ -278,7 +283,10 @@ mod tests {
             ..Diagnostic::new(Code::UnknownName, Span::new(id, 0, 1), "unknown")
         };
         let converted = to_lsp_diagnostic(&diagnostic, &map, &|_| None);
-        assert!(converted.is_some(), "the primary file is known even without a URI for labels");
+        assert!(
+            converted.is_some(),
+            "the primary file is known even without a URI for labels"
+        );
         let missing = Diagnostic::new(Code::UnknownName, Span::new(FileId(5), 0, 1), "x");
         assert!(to_lsp_diagnostic(&missing, &map, &|_| None).is_none());
     }

@@ -26,9 +26,11 @@ impl StdlibFiles {
 
     /// The cache folder for this build's standard library.
     pub fn default_dir() -> PathBuf {
-        std::env::temp_dir()
-            .join("amp-stdlib")
-            .join(format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), sources_hash()))
+        std::env::temp_dir().join("amp-stdlib").join(format!(
+            "{}-{:016x}",
+            env!("CARGO_PKG_VERSION"),
+            sources_hash()
+        ))
     }
 
     /// Writes every standard module under `dir` (unless an identical copy is already
@@ -93,11 +95,16 @@ mod tests {
     fn materialises_each_module_once_and_maps_its_name() {
         let dir = std::env::temp_dir().join(format!("amp-lsp-test-{}", std::process::id()));
         let files = StdlibFiles::materialise(&dir).expect("temp dir is writable");
-        let uri = files.uri_of("<std>/nn.amp").expect("nn is a standard module");
+        let uri = files
+            .uri_of("<std>/nn.amp")
+            .expect("nn is a standard module");
         assert!(uri.as_str().starts_with("file:///"));
         assert!(uri.as_str().ends_with("/nn.amp"));
         let written = std::fs::read_to_string(dir.join("nn.amp")).expect("written");
-        assert_eq!(Some(written.as_str()), amp_stdlib::module(&["nn"]).map(|m| m.source));
+        assert_eq!(
+            Some(written.as_str()),
+            amp_stdlib::module(&["nn"]).map(|m| m.source)
+        );
         // A second start finds the file in place and leaves it alone.
         let again = StdlibFiles::materialise(&dir).expect("still writable");
         assert_eq!(again.uri_of("<std>/nn.amp"), Some(uri));

@@ -682,6 +682,8 @@ impl FnChecker<'_, '_> {
                     .reference(name.span, def, const_hover(&name.name, &dim));
                 mk(ExprKind::Hyper(dim), Ty::Int, span)
             }
+            // Its definition failed and was reported there.
+            Some((Global::Failed, _)) => err_expr(span),
             Some((_, def)) => {
                 self.ck.error(
                     Diagnostic::new(

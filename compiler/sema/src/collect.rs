@@ -24,6 +24,10 @@ pub(crate) enum Global {
     Const(Dim, Span),
     /// An imported name: the target and the index of the import (to mark it used).
     Imported(Box<Global>, usize),
+    /// A name whose definition failed and was reported (an unknown import, a constant
+    /// that could not be evaluated). Uses resolve silently to an error, so the one
+    /// mistake is not reported again at every use.
+    Failed,
 }
 
 pub(crate) struct Import {
@@ -96,6 +100,13 @@ impl<'m> Checker<'m> {
     pub(crate) fn run(map: &'m mut SourceMap, main: FileId, options: &Options) -> Checked {
         let text = map.get(main).map(|f| f.text.clone()).unwrap_or_default();
         let parsed = amp_grammar::parse(main, &text);
+        let parse_errors: Vec<Span> = parsed
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity() == amp_diagnostics::Severity::Error)
+            .map(|d| d.span)
+            .collect();
+        let parse_count = parsed.diagnostics.len();
         let mut ck = Checker {
             map,
             diags: parsed.diagnostics,
@@ -145,11 +156,55 @@ impl<'m> Checker<'m> {
         ck.check_entry_points();
         ck.warn_unused();
         ck.report_unknown_overrides(main);
+        ck.drop_cascades_of_parse_errors(parse_count, &parse_errors);
         ck.collect_symbols();
         Checked {
             program: ck.program,
             diagnostics: ck.diags,
         }
+    }
+
+    /// A lexing or syntax error leaves a partial tree (recovery replaced what it could not
+    /// read with `Error` nodes and dropped tokens), so some findings of the checker are
+    /// artefacts of the recovery, not mistakes of the user: a call that seems to lack an
+    /// argument, a variable whose only use was skipped, an import whose use was. Those are
+    /// dropped: every unused-name warning, and every other finding of the checker inside a
+    /// member (or item, outside members) that holds a lexing or syntax error.
+    fn drop_cascades_of_parse_errors(&mut self, parse_count: usize, parse_errors: &[Span]) {
+        if parse_errors.is_empty() {
+            return;
+        }
+        let Some(main) = self.modules.iter().find(|m| m.is_main) else {
+            return;
+        };
+        let ast = main.ast.clone();
+        let inside = |outer: &Span, at: &Span| {
+            outer.file == at.file && outer.start <= at.start && at.start < outer.end
+        };
+        let mut damaged: Vec<Span> = Vec::new();
+        for error in parse_errors {
+            let Some(item) = ast.items.iter().find(|i| inside(&i.span, error)) else {
+                continue;
+            };
+            let member = match &item.kind {
+                ItemKind::Component(c) => c.members.iter().find(|m| inside(&m.span, error)),
+                _ => None,
+            };
+            damaged.push(member.map_or(item.span, |m| m.span));
+        }
+        // The parser's own diagnostics come first in `diags` and all stay.
+        let mut index = 0;
+        self.diags.retain(|d| {
+            index += 1;
+            if index <= parse_count {
+                return true;
+            }
+            match d.code {
+                Code::UnusedVariable | Code::UnusedParam | Code::UnusedImport => false,
+                Code::UnknownOverride => true,
+                _ => !damaged.iter().any(|m| inside(m, &d.span)),
+            }
+        });
     }
 
     pub(crate) fn error(&mut self, diag: Diagnostic) {
@@ -305,6 +360,9 @@ impl<'m> Checker<'m> {
                     .with_primary("unknown module")
                     .with_note(format!("the standard modules are: {}", known.join(", "))),
                 );
+                for name in &u.names {
+                    self.define_failed(module, name);
+                }
                 continue;
             };
             let target = self.load_std_module(std_module);
@@ -338,9 +396,20 @@ impl<'m> Checker<'m> {
                             d = d.with_help(format!("did you mean `{s}`?"));
                         }
                         self.error(d);
+                        self.define_failed(module, name);
                     }
                 }
             }
+        }
+    }
+
+    /// Declares a name whose definition failed (already reported), unless the name is
+    /// taken: later uses then resolve to an error silently.
+    fn define_failed(&mut self, module: usize, name: &ast::Ident) {
+        if !self.modules[module].scope.contains_key(&name.name) {
+            self.modules[module]
+                .scope
+                .insert(name.name.clone(), (Global::Failed, name.span));
         }
     }
 
@@ -404,6 +473,7 @@ impl<'m> Checker<'m> {
                         self.reference(name.span, def, format!("enum {other}"));
                         Ty::Enum(id)
                     }
+                    Some((Global::Failed, _)) => Ty::Error,
                     Some((_, def)) => {
                         self.error(
                             Diagnostic::new(
@@ -443,7 +513,7 @@ impl<'m> Checker<'m> {
                             format!("`{}` cannot have dimensions", name.name),
                         )
                         .with_primary("only `f32` tensors have shapes")
-                        .with_help(format!("write `f32[...]`")),
+                        .with_help("write `f32[...]`"),
                     );
                     return Ty::Error;
                 }
@@ -524,7 +594,7 @@ impl<'m> Checker<'m> {
         match eval_dim(expr, &mut scope) {
             Ok(d) => Some(d),
             Err(diag) => {
-                self.error(diag);
+                self.error(*diag);
                 None
             }
         }
@@ -624,8 +694,9 @@ impl<'m> Checker<'m> {
             let ItemKind::Const(c) = &item.kind else {
                 continue;
             };
-            if let Some(dim) = self.eval_const(module, None, c) {
-                self.define_global(module, &c.name, Global::Const(dim, c.name.span));
+            match self.eval_const(module, None, c) {
+                Some(dim) => self.define_global(module, &c.name, Global::Const(dim, c.name.span)),
+                None => self.define_failed(module, &c.name),
             }
         }
     }
@@ -905,6 +976,7 @@ impl<'m> Checker<'m> {
                             self.reference(name.span, def, format!("layer {other}"));
                             self.instantiate_layer(comp, layer, dims, init.span)
                         }
+                        Some((Global::Failed, _)) => None,
                         Some((_, def)) => {
                             self.error(
                                 Diagnostic::new(Code::InvalidParam, name.span, format!("`{other}` is not a layer"))
@@ -1480,7 +1552,7 @@ pub(crate) struct ComponentScope<'c, 'm> {
 }
 
 impl DimScope for ComponentScope<'_, '_> {
-    fn lookup_dim(&mut self, name: &ast::Ident) -> Result<Dim, Diagnostic> {
+    fn lookup_dim(&mut self, name: &ast::Ident) -> Result<Dim, Box<Diagnostic>> {
         if let Some((n, dim, def)) = self
             .ck
             .network_scope
@@ -1514,12 +1586,12 @@ impl DimScope for ComponentScope<'_, '_> {
                 return Ok(dim);
             }
             if info.params.contains_key(&name.name) || info.fns.contains_key(&name.name) {
-                return Err(Diagnostic::new(
+                return Err(Box::new(Diagnostic::new(
                     Code::NotConstant,
                     name.span,
                     format!("`{}` is not a compile-time integer", name.name),
                 )
-                .with_primary("not a hyperparameter or constant"));
+                .with_primary("not a hyperparameter or constant")));
             }
         }
         match self.ck.lookup_global(self.module, &name.name) {
@@ -1528,13 +1600,17 @@ impl DimScope for ComponentScope<'_, '_> {
                     .reference(name.span, def, const_hover(&name.name, &dim));
                 Ok(dim)
             }
-            Some((_, def)) => Err(Diagnostic::new(
+            // Already reported where it was defined; an empty message is dropped.
+            Some((Global::Failed, _)) => {
+                Err(Box::new(Diagnostic::new(Code::NotConstant, name.span, "")))
+            }
+            Some((_, def)) => Err(Box::new(Diagnostic::new(
                 Code::NotConstant,
                 name.span,
                 format!("`{}` is not a compile-time integer", name.name),
             )
             .with_primary("not a hyperparameter or constant")
-            .with_label(def, "defined here")),
+            .with_label(def, "defined here"))),
             None => {
                 let mut candidates: Vec<String> =
                     self.ck.modules[self.module].scope.keys().cloned().collect();
@@ -1556,7 +1632,7 @@ impl DimScope for ComponentScope<'_, '_> {
                 if let Some(s) = suggest(&name.name, candidates.iter().map(String::as_str)) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
-                Err(d)
+                Err(Box::new(d))
             }
         }
     }

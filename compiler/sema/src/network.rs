@@ -165,8 +165,8 @@ impl Checker<'_> {
             if let Some(total) = total {
                 if total != input && !nodes[i].sources.is_empty() {
                     let (want, got) = (
-                        shape_with_values(&[input.clone()]),
-                        shape_with_values(&[total.clone()]),
+                        shape_with_values(std::slice::from_ref(&input)),
+                        shape_with_values(std::slice::from_ref(&total)),
                     );
                     let names: Vec<&str> = nodes[i]
                         .sources

@@ -21,12 +21,11 @@ pub(crate) fn check_recursion(ck: &mut Checker, comp: ComponentId, calls: &[Call
         }
     }
     for k in 0..n {
-        for i in 0..n {
-            if reach[i][k] {
-                for j in 0..n {
-                    if reach[k][j] {
-                        reach[i][j] = true;
-                    }
+        let via = reach[k].clone();
+        for row in reach.iter_mut() {
+            if row[k] {
+                for (target, reachable) in row.iter_mut().zip(&via) {
+                    *target |= *reachable;
                 }
             }
         }

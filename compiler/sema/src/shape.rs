@@ -213,8 +213,9 @@ impl fmt::Display for Poly {
     }
 }
 
-/// One dimension of a tensor shape.
-#[derive(Clone, Debug, Eq, Hash)]
+/// One dimension of a tensor shape. Deliberately not `Hash`: equality is by value when
+/// known, which no hash of the polynomial could respect.
+#[derive(Clone, Debug, Eq)]
 pub struct Dim {
     pub poly: Poly,
     /// Known when every symbol of `poly` has a value (always, inside a model).

@@ -25,7 +25,7 @@ pub struct FnId {
 }
 
 /// What a `param` declaration creates, with dimensions in its component's symbols.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Instance {
     /// weight `[output, input]`, bias `[output]`.
     Linear { input: Dim, output: Dim },
@@ -37,7 +37,7 @@ pub enum Instance {
     Array { elem: Arc<Instance>, len: Dim },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ty {
     Int,
     Bool,

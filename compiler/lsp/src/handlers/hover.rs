@@ -77,7 +77,10 @@ mod tests {
         // On the space after the comma of `concat(embed(tok), h)`: the call, no name.
         let at_call = position_at(&analysis, "concat(embed(tok), h)", 0, 18);
         let text = hover_text(&analysis, at_call);
-        assert!(text.contains("concat(embed(tok), h): f32[2 * hidden]"), "{text}");
+        assert!(
+            text.contains("concat(embed(tok), h): f32[2 * hidden]"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,0 +1,391 @@
+//! `ampc lsp` as an editor runs it: the real binary, JSON-RPC with Content-Length framing
+//! over its stdin and stdout. Every read is bounded (a reader thread and a channel with a
+//! timeout), so a broken server fails the test instead of hanging it.
+
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running `ampc lsp` and the messages it sent that no one has asked for yet.
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    incoming: Receiver<Value>,
+    unclaimed: VecDeque<Value>,
+    next_id: i64,
+}
+
+/// Reads one framed message; `None` at end of stream or on a malformed frame.
+fn read_message(reader: &mut impl BufRead) -> Option<Value> {
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some(value) = line.strip_prefix("Content-Length:") {
+            length = value.trim().parse::<usize>().ok();
+        }
+    }
+    let mut body = vec![0; length?];
+    reader.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+impl Session {
+    fn start() -> Session {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ampc"))
+            .arg("lsp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("ampc lsp starts");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, incoming) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            while let Some(message) = read_message(&mut reader) {
+                if sender.send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut session = Session {
+            child,
+            stdin,
+            incoming,
+            unclaimed: VecDeque::new(),
+            next_id: 1,
+        };
+        let init = session.request(
+            "initialize",
+            json!({ "processId": null, "rootUri": null, "capabilities": {} }),
+        );
+        let capabilities = &init["result"]["capabilities"];
+        assert_eq!(capabilities["hoverProvider"], json!(true), "{init}");
+        assert_eq!(capabilities["definitionProvider"], json!(true));
+        assert_eq!(capabilities["documentSymbolProvider"], json!(true));
+        session.notify("initialized", json!({}));
+        session
+    }
+
+    fn send(&mut self, message: Value) {
+        let body = message.to_string();
+        let framed = format!("Content-Length: {}\r\n\r\n{body}", body.len());
+        self.stdin
+            .write_all(framed.as_bytes())
+            .expect("server reads stdin");
+        self.stdin.flush().expect("flush");
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
+    }
+
+    /// Sends a request and waits for its response (the whole message, with `result` or
+    /// `error`), keeping the notifications that arrive meanwhile.
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        self.wait_for(|m| m["id"] == json!(id) && m.get("method").is_none())
+    }
+
+    /// The next `publishDiagnostics` for `uri`.
+    fn diagnostics_for(&mut self, uri: &str) -> Vec<Value> {
+        let message = self.wait_for(|m| {
+            m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri
+        });
+        message["params"]["diagnostics"]
+            .as_array()
+            .cloned()
+            .expect("a list of diagnostics")
+    }
+
+    fn wait_for(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        if let Some(i) = self.unclaimed.iter().position(&wanted) {
+            return self.unclaimed.remove(i).expect("index just found");
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.incoming.recv_timeout(left) {
+                Ok(message) if wanted(&message) => return message,
+                Ok(message) => self.unclaimed.push_back(message),
+                Err(e) => panic!(
+                    "no awaited message from ampc lsp within {TIMEOUT:?}: {e}; got {:?}",
+                    self.unclaimed
+                ),
+            }
+        }
+    }
+
+    fn open(&mut self, uri: &str, text: &str) {
+        self.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": text } }),
+        );
+    }
+
+    /// Sends `shutdown` and `exit` and returns the exit status.
+    fn shut_down(mut self) -> Option<i32> {
+        let response = self.request("shutdown", Value::Null);
+        assert_eq!(response["result"], Value::Null, "{response}");
+        assert!(response.get("error").is_none());
+        self.notify("exit", Value::Null);
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            match self.child.try_wait().expect("status readable") {
+                Some(status) => return status.code(),
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                None => {
+                    let _ = self.child.kill();
+                    panic!("ampc lsp did not exit within {TIMEOUT:?} of `exit`");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // A failed test must not leave a server behind.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
+    std::fs::read_to_string(path).expect("the example exists")
+}
+
+/// The LSP position (line, UTF-16 column) of byte `offset` of `text`.
+fn position(text: &str, offset: usize) -> Value {
+    let before = &text[..offset];
+    let line = before.matches('\n').count();
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let character = before[line_start..].encode_utf16().count();
+    json!({ "line": line, "character": character })
+}
+
+/// The position `delta` bytes into the first occurrence of `needle`.
+fn position_of(text: &str, needle: &str, delta: usize) -> Value {
+    let offset = text
+        .find(needle)
+        .unwrap_or_else(|| panic!("`{needle}` in the text"));
+    position(text, offset + delta)
+}
+
+fn at(uri: &str, position: Value) -> Value {
+    json!({ "textDocument": { "uri": uri }, "position": position })
+}
+
+const BROKEN: &str = "model M(n: int = 4) {
+    param l = Linear(n, 3);
+    fn forward(x: f32[5]) -> f32[3] { l(x) }
+    fn loss(x: f32[5]) -> f32 { /* é𝄞 */ sum(forward(x)) + foo }
+}
+";
+
+const FIXED: &str = "model M(n: int = 4) {
+    param l = Linear(n, 3);
+    fn forward(x: f32[4]) -> f32[3] { l(x) }
+    fn loss(x: f32[4]) -> f32 { /* é𝄞 */ sum(forward(x)) }
+}
+";
+
+#[test]
+fn diagnostics_are_published_on_open_and_cleared_once_fixed() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/broken.amp";
+    session.open(uri, BROKEN);
+    let diagnostics = session.diagnostics_for(uri);
+    let codes: Vec<&str> = diagnostics
+        .iter()
+        .filter_map(|d| d["code"].as_str())
+        .collect();
+    assert_eq!(codes, ["E0301", "E0100"], "{diagnostics:#?}");
+
+    // E0301 on the argument of `l(x)`, with the `param` declaration as related information.
+    let shape = &diagnostics[0];
+    let x = BROKEN.find("l(x)").expect("the call") + 2;
+    assert_eq!(
+        shape["range"],
+        json!({ "start": position(BROKEN, x), "end": position(BROKEN, x + 1) })
+    );
+    assert_eq!(shape["severity"], json!(1));
+    assert_eq!(
+        shape["codeDescription"]["href"],
+        "https://github.com/amp-lang/amp/blob/main/docs/errors/E0301.md"
+    );
+    let related = &shape["relatedInformation"][0];
+    assert_eq!(related["location"]["uri"], uri);
+    assert_eq!(
+        related["location"]["range"]["start"],
+        position_of(BROKEN, "l = Linear", 0)
+    );
+
+    // E0100 after `/* é𝄞 */`: the column counts UTF-16 units (𝄞 is two), not bytes.
+    let unknown = &diagnostics[1];
+    let foo = BROKEN.find("foo").expect("foo");
+    assert_eq!(unknown["range"]["start"], position(BROKEN, foo));
+    let line = BROKEN.lines().nth(3).expect("line 3");
+    let bytes_before = line.find("foo").expect("foo on line 3");
+    assert_eq!(
+        unknown["range"]["start"]["character"],
+        json!(bytes_before - 3)
+    );
+
+    // An incremental edit (`f32[5]` -> `f32[4]` in `forward`) fixes the shape error only.
+    let five = position_of(BROKEN, "5]) -> f32[3]", 0);
+    let after_five = position_of(BROKEN, "5]) -> f32[3]", 1);
+    session.notify(
+        "textDocument/didChange",
+        json!({
+            "textDocument": { "uri": uri, "version": 2 },
+            "contentChanges": [{ "range": { "start": five, "end": after_five }, "text": "4" }],
+        }),
+    );
+    let remaining = session.diagnostics_for(uri);
+    let codes: Vec<&str> = remaining
+        .iter()
+        .filter_map(|d| d["code"].as_str())
+        .collect();
+    assert!(
+        !codes.contains(&"E0301") && codes.contains(&"E0100"),
+        "{remaining:#?}"
+    );
+    // A full replacement with the fixed text clears them all.
+    session.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 3 }, "contentChanges": [{ "text": FIXED }] }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+
+    // Saving republishes (still nothing).
+    session.notify(
+        "textDocument/didSave",
+        json!({ "textDocument": { "uri": uri } }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn hover_definition_and_symbols_on_the_examples() {
+    let mut session = Session::start();
+    let list_reduce = example("list_reduce.amp");
+    let uri = "file:///tmp/amp-lsp-test/list_reduce.amp";
+    session.open(uri, &list_reduce);
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+
+    // Hover on `h` in `head(h)` shows its symbolic shape.
+    let on_h = position_of(&list_reduce, "head(h)", 5);
+    let hover = session.request("textDocument/hover", at(uri, on_h.clone()));
+    let text = hover["result"]["contents"]["value"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("f32[hidden]"), "{hover}");
+
+    // Definition of that local: its `var h` binding.
+    let definition = session.request("textDocument/definition", at(uri, on_h));
+    assert_eq!(definition["result"]["uri"], uri);
+    assert_eq!(
+        definition["result"]["range"]["start"],
+        position_of(&list_reduce, "var h", 4)
+    );
+
+    // The model and its functions, nested.
+    let symbols = session.request(
+        "textDocument/documentSymbol",
+        json!({ "textDocument": { "uri": uri } }),
+    );
+    let roots = symbols["result"].as_array().cloned().unwrap_or_default();
+    let model = roots
+        .iter()
+        .find(|s| s["name"] == "ListReduce")
+        .expect("the model is listed");
+    let children: Vec<&str> = model["children"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|s| s["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        children.contains(&"forward") && children.contains(&"loss"),
+        "{children:?}"
+    );
+    assert!(
+        children.contains(&"embed"),
+        "params are children too: {children:?}"
+    );
+
+    // A standard-library layer resolves to the materialised `nn.amp`.
+    let ggsnn = example("ggsnn.amp");
+    let ggsnn_uri = "file:///tmp/amp-lsp-test/ggsnn.amp";
+    session.open(ggsnn_uri, &ggsnn);
+    assert_eq!(session.diagnostics_for(ggsnn_uri), Vec::<Value>::new());
+    let on_layer = position_of(&ggsnn, "GruCell(hidden", 3);
+    let definition = session.request("textDocument/definition", at(ggsnn_uri, on_layer));
+    let target = definition["result"]["uri"].as_str().unwrap_or_default();
+    assert!(
+        target.starts_with("file://") && target.ends_with("/nn.amp"),
+        "{definition}"
+    );
+    let line = definition["result"]["range"]["start"]["line"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
+    let path = target.trim_start_matches("file://");
+    let stdlib = std::fs::read_to_string(path).expect("the materialised standard library");
+    let declared = stdlib
+        .lines()
+        .nth(usize::try_from(line).unwrap_or(usize::MAX));
+    assert!(
+        declared.is_some_and(|l| l.contains("layer GruCell")),
+        "{declared:?}"
+    );
+
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn malformed_requests_get_error_responses_and_the_server_keeps_going() {
+    let mut session = Session::start();
+    let bad = session.request("textDocument/hover", json!({ "position": "nowhere" }));
+    assert_eq!(bad["error"]["code"], json!(-32602), "{bad}");
+    let unknown = session.request("amp/unknown", json!({}));
+    assert_eq!(unknown["error"]["code"], json!(-32601), "{unknown}");
+    // Half-typed code: the parser never fails, the server answers.
+    let uri = "file:///tmp/amp-lsp-test/half.amp";
+    session.open(
+        uri,
+        "model M(n: int = 2) {\n    fn forward(x: f32[n]) -> f32[n] { let y = x.",
+    );
+    assert!(!session.diagnostics_for(uri).is_empty());
+    let completion = session.request(
+        "textDocument/completion",
+        at(uri, json!({ "line": 1, "character": 44 })),
+    );
+    assert!(completion.get("error").is_none(), "{completion}");
+    let hover = session.request(
+        "textDocument/hover",
+        at(uri, json!({ "line": 99, "character": 99 })),
+    );
+    assert!(hover.get("error").is_none(), "{hover}");
+    assert_eq!(session.shut_down(), Some(0));
+}

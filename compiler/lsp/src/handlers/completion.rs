@@ -1,0 +1,359 @@
+//! Completion of the names in scope at the cursor, or of members after a `.`.
+//!
+//! In scope: the locals bound before the cursor in the enclosing function (from the
+//! checker's binding references), the enclosing component's hyperparameters, `param`s and
+//! functions, the file's top-level definitions, enum variants and imports, the built-in
+//! functions, the parameterized primitives, the scalar types and the keywords. After a
+//! `.`: the fields of a record, `map` on a sequence, the functions of a layer instance.
+//! The client filters by what has been typed; this only ranks (locals first).
+
+use crate::convert::offset_of;
+use crate::documents::Analysis;
+use amp_diagnostics::Span;
+use amp_sema::{Builtin, SymbolInfo, SymbolKind};
+use lsp_types::{CompletionItem, CompletionItemKind, Position};
+use std::collections::HashSet;
+
+const KEYWORDS: &[&str] = &[
+    "use", "const", "record", "enum", "layer", "model", "network", "param", "fn", "let", "var",
+    "if", "else", "for", "in", "while", "match", "true", "false",
+];
+const TYPES: &[&str] = &["int", "bool", "f32"];
+/// Parameterized primitives: `param l = Linear(4, 8)`.
+const PRIMITIVES: &[&str] = &["Linear", "Embedding"];
+
+/// Ranks of the groups, as `sort_text` prefixes: nearer names first.
+const RANK_LOCAL: char = '0';
+const RANK_MEMBER: char = '1';
+const RANK_FILE: char = '2';
+const RANK_BUILTIN: char = '3';
+const RANK_KEYWORD: char = '4';
+
+pub fn completion(analysis: &Analysis, position: Position) -> Vec<CompletionItem> {
+    let Some(file) = analysis.main_file() else {
+        return Vec::new();
+    };
+    let offset = offset_of(file, position);
+    let before = &file.text[..offset];
+    let word_start = before
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| c.is_ascii_alphanumeric() || *c == '_')
+        .last()
+        .map_or(offset, |(i, _)| i);
+    let mut items = Items::default();
+    if before[..word_start].ends_with('.') {
+        members(analysis, word_start - 1, &mut items);
+    } else {
+        in_scope(analysis, offset, word_start, &mut items);
+    }
+    items.list
+}
+
+/// Items without duplicate labels: the first (best ranked) of a name wins.
+#[derive(Default)]
+struct Items {
+    list: Vec<CompletionItem>,
+    seen: HashSet<String>,
+}
+
+impl Items {
+    fn add(&mut self, label: &str, kind: CompletionItemKind, detail: Option<&str>, rank: char) {
+        if label.is_empty() || !self.seen.insert(label.to_string()) {
+            return;
+        }
+        self.list.push(CompletionItem {
+            label: label.to_string(),
+            kind: Some(kind),
+            detail: detail.map(str::to_string),
+            sort_text: Some(format!("{rank}{label}")),
+            ..CompletionItem::default()
+        });
+    }
+}
+
+fn in_scope(analysis: &Analysis, offset: usize, word_start: usize, items: &mut Items) {
+    let Some(file) = analysis.main_file() else {
+        return;
+    };
+    let program = analysis.program();
+    let symbols: Vec<&SymbolInfo> = program
+        .symbols
+        .iter()
+        .filter(|s| s.span.file == analysis.main)
+        .collect();
+    let innermost = |kinds: &[SymbolKind]| {
+        symbols
+            .iter()
+            .filter(|s| kinds.contains(&s.kind) && s.span.contains(offset))
+            .min_by_key(|s| s.span.len())
+            .copied()
+    };
+
+    // Locals bound before the word in the enclosing function, latest binding first so it
+    // shadows earlier ones of the same name.
+    if let Some(function) = innermost(&[SymbolKind::Function]) {
+        let mut bindings: Vec<_> = program
+            .references
+            .iter()
+            .filter(|r| r.use_span == r.def_span && r.def_span.file == analysis.main)
+            .filter(|r| within(function.span, r.def_span) && r.def_span.end as usize <= word_start)
+            .collect();
+        bindings.sort_by_key(|r| std::cmp::Reverse(r.def_span.start));
+        for binding in bindings {
+            let name = file.slice(binding.def_span);
+            items.add(
+                name,
+                CompletionItemKind::VARIABLE,
+                Some(&binding.hover),
+                RANK_LOCAL,
+            );
+        }
+    }
+
+    let component = innermost(&[SymbolKind::Model, SymbolKind::Layer, SymbolKind::Network]);
+    let detail_of = |symbol: &SymbolInfo| {
+        program
+            .references
+            .iter()
+            .find(|r| r.def_span == symbol.name_span)
+            .map(|r| r.hover.as_str())
+    };
+    for symbol in &symbols {
+        let member = component.is_some_and(|c| {
+            symbol.container.as_deref() == Some(c.name.as_str()) && within(c.span, symbol.span)
+        });
+        let rank = match symbol.kind {
+            SymbolKind::HyperParam | SymbolKind::Param | SymbolKind::Function if member => {
+                RANK_MEMBER
+            }
+            SymbolKind::Variant => RANK_FILE,
+            _ if symbol.container.is_none() => RANK_FILE,
+            _ => continue,
+        };
+        items.add(
+            &symbol.name,
+            completion_kind(symbol.kind),
+            detail_of(symbol),
+            rank,
+        );
+    }
+    // Names imported with `use std::...` (their definitions are in the library).
+    for import in program.references.iter().filter(|r| {
+        r.use_span.file == analysis.main
+            && r.def_span.file != analysis.main
+            && r.hover.starts_with("use ")
+    }) {
+        let name = file.slice(import.use_span);
+        items.add(
+            name,
+            CompletionItemKind::CLASS,
+            Some(&import.hover),
+            RANK_FILE,
+        );
+    }
+
+    for builtin in Builtin::ALL {
+        items.add(
+            builtin.name(),
+            CompletionItemKind::FUNCTION,
+            Some("built-in"),
+            RANK_BUILTIN,
+        );
+    }
+    for primitive in PRIMITIVES {
+        items.add(
+            primitive,
+            CompletionItemKind::CLASS,
+            Some("parameterized primitive"),
+            RANK_BUILTIN,
+        );
+    }
+    for ty in TYPES {
+        items.add(ty, CompletionItemKind::STRUCT, Some("type"), RANK_BUILTIN);
+    }
+    for keyword in KEYWORDS {
+        items.add(keyword, CompletionItemKind::KEYWORD, None, RANK_KEYWORD);
+    }
+}
+
+/// Members of the expression that ends at the `.` at `dot`.
+fn members(analysis: &Analysis, dot: usize, items: &mut Items) {
+    let program = analysis.program();
+    let Some(ty) = receiver_type(analysis, dot) else {
+        return;
+    };
+    if ty.starts_with('[') && !ty.contains(';') {
+        items.add(
+            "map",
+            CompletionItemKind::METHOD,
+            Some("xs.map(|x| ...)"),
+            RANK_MEMBER,
+        );
+        return;
+    }
+    if let Some(record) = program.records.iter().find(|r| r.name == ty) {
+        for field in &record.fields {
+            let shown = amp_sema::type_to_string(program, &field.ty);
+            items.add(
+                &field.name,
+                CompletionItemKind::FIELD,
+                Some(&shown),
+                RANK_MEMBER,
+            );
+        }
+        return;
+    }
+    // A layer instance such as `TreeCell(embed, hidden)` exposes its functions.
+    let layer = ty.split('(').next().unwrap_or_default();
+    if let Some(component) = program.components.iter().find(|c| c.name == layer) {
+        for function in &component.fns {
+            items.add(
+                &function.name,
+                CompletionItemKind::METHOD,
+                None,
+                RANK_MEMBER,
+            );
+        }
+    }
+}
+
+/// The type of the receiver of a `.` at `dot`: the longest typed expression ending there,
+/// or, when the half-typed line did not check, the type of another use of the name
+/// before the dot.
+fn receiver_type(analysis: &Analysis, dot: usize) -> Option<String> {
+    let file = analysis.main_file()?;
+    let program = analysis.program();
+    let end = file.text[..dot].trim_end().len();
+    let typed = program
+        .expr_types
+        .iter()
+        .filter(|(span, _)| span.file == analysis.main && span.end as usize == end)
+        .max_by_key(|(span, _)| span.len());
+    if let Some((_, ty)) = typed {
+        return Some(without_value(ty));
+    }
+    let name_start = file.text[..end]
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| c.is_ascii_alphanumeric() || *c == '_')
+        .last()
+        .map(|(i, _)| i)?;
+    let name = &file.text[name_start..end];
+    // The binding of that name nearest before the dot, and any typed use of it.
+    let binding = program
+        .references
+        .iter()
+        .filter(|r| r.use_span == r.def_span && r.def_span.file == analysis.main)
+        .filter(|r| (r.def_span.end as usize) <= name_start && file.slice(r.def_span) == name)
+        .max_by_key(|r| r.def_span.start)?;
+    program
+        .references
+        .iter()
+        .filter(|r| r.def_span == binding.def_span)
+        .find_map(|r| {
+            program
+                .expr_types
+                .iter()
+                .find(|(span, _)| *span == r.use_span)
+        })
+        .map(|(_, ty)| without_value(ty))
+}
+
+/// `f32[hidden] (= f32[128])` without its ` (= ...)` suffix.
+fn without_value(ty: &str) -> String {
+    ty.split(" (= ").next().unwrap_or(ty).to_string()
+}
+
+fn within(outer: Span, inner: Span) -> bool {
+    outer.file == inner.file && outer.start <= inner.start && inner.end <= outer.end
+}
+
+fn completion_kind(kind: SymbolKind) -> CompletionItemKind {
+    match kind {
+        SymbolKind::Record => CompletionItemKind::STRUCT,
+        SymbolKind::Enum => CompletionItemKind::ENUM,
+        SymbolKind::Variant => CompletionItemKind::ENUM_MEMBER,
+        SymbolKind::Field => CompletionItemKind::FIELD,
+        SymbolKind::Layer | SymbolKind::Model | SymbolKind::Network => CompletionItemKind::CLASS,
+        SymbolKind::Function => CompletionItemKind::FUNCTION,
+        SymbolKind::Param => CompletionItemKind::PROPERTY,
+        SymbolKind::HyperParam | SymbolKind::Const => CompletionItemKind::CONSTANT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handlers::test_support::{example, position_at};
+
+    fn labels(items: &[CompletionItem]) -> Vec<&str> {
+        items.iter().map(|i| i.label.as_str()).collect()
+    }
+
+    #[test]
+    fn in_a_function_locals_members_builtins_and_keywords_are_offered() {
+        let analysis = example("list_reduce.amp");
+        // Just before `head(h)`: `h` and `x` are bound.
+        let items = completion(&analysis, position_at(&analysis, "head(h)", 0, 0));
+        let names = labels(&items);
+        for expected in [
+            "h", "x", "head", "embed", "hidden", "forward", "Example", "relu", "f32", "let",
+        ] {
+            assert!(
+                names.contains(&expected),
+                "{expected} missing from {names:?}"
+            );
+        }
+        // Locals rank first.
+        let h = items
+            .iter()
+            .find(|i| i.label == "h")
+            .and_then(|i| i.sort_text.clone());
+        let relu = items
+            .iter()
+            .find(|i| i.label == "relu")
+            .and_then(|i| i.sort_text.clone());
+        assert!(h < relu);
+        // Bindings after the cursor are not offered.
+        let at_start = completion(&analysis, position_at(&analysis, "var h", 0, 0));
+        assert!(!labels(&at_start).contains(&"h"));
+    }
+
+    #[test]
+    fn after_a_dot_the_fields_of_a_record_are_offered() {
+        let analysis = example("list_reduce.amp");
+        let items = completion(&analysis, position_at(&analysis, "x.label", 0, 2));
+        assert_eq!(labels(&items), ["tokens", "label"]);
+        assert_eq!(items[0].detail.as_deref(), Some("[int]"));
+    }
+
+    #[test]
+    fn after_a_dot_on_half_typed_code_the_receiver_is_found_by_name() {
+        let text = "record P { a: int, b: int }\n\
+                    model M(n: int = 2) {\n    param l = Linear(n, n);\n    \
+                    fn forward(p: P) -> f32[n] { let k = p.a; p.\n    }\n}\n";
+        let analysis = Analysis::of("half.amp", text);
+        let dot = text.rfind("p.").expect("the half-typed member access") + 2;
+        let file = analysis.main_file().expect("main");
+        let items = completion(&analysis, crate::convert::position_of(file, dot));
+        assert_eq!(labels(&items), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_sequence_offers_map() {
+        let analysis = example("ggsnn.amp");
+        let items = completion(&analysis, position_at(&analysis, "g.edges.map", 0, 8));
+        assert_eq!(labels(&items), ["map"]);
+    }
+
+    #[test]
+    fn imports_and_variants_are_in_scope() {
+        let ggsnn = example("ggsnn.amp");
+        let items = completion(&ggsnn, position_at(&ggsnn, "head(sum(h))", 0, 0));
+        assert!(labels(&items).contains(&"GruCell"));
+        let tree = example("tree_lstm.amp");
+        let items = completion(&tree, position_at(&tree, "Node {", 1, 0));
+        assert!(labels(&items).contains(&"Leaf"));
+    }
+}

@@ -1,0 +1,482 @@
+//! The server loop: the LSP handshake, then one message at a time until `exit`.
+//!
+//! Notifications about documents update the [`Document`] map (URI -> text and last
+//! analysis) and publish that document's diagnostics; requests are answered from the
+//! cached analysis by the handlers. All on one thread: an edit is checked before the next
+//! message is read, so answers always describe the latest text.
+
+use crate::documents::Document;
+use crate::handlers;
+use crate::stdlib_files::StdlibFiles;
+use lsp_server::{
+    Connection, ErrorCode, Message, Notification, ProtocolError, Request, RequestId, Response,
+};
+use lsp_types as lsp;
+use lsp_types::notification::{self as note, Notification as _};
+use lsp_types::request::{self as req, Request as _};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fmt;
+
+/// Why the server stopped other than by `shutdown` followed by `exit`.
+#[derive(Debug)]
+pub enum ServerError {
+    /// The handshake or the transport broke the protocol.
+    Protocol(ProtocolError),
+    /// Reading stdin or writing stdout failed.
+    Io(std::io::Error),
+    /// A message could not be serialized.
+    Json(serde_json::Error),
+    /// The client went away without `exit`.
+    Disconnected,
+    /// `exit` came before `shutdown`; the protocol asks for exit status 1.
+    ExitWithoutShutdown,
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerError::Protocol(e) => write!(f, "protocol error: {e}"),
+            ServerError::Io(e) => write!(f, "i/o error: {e}"),
+            ServerError::Json(e) => write!(f, "cannot serialize a message: {e}"),
+            ServerError::Disconnected => {
+                f.write_str("the client closed the connection without `exit`")
+            }
+            ServerError::ExitWithoutShutdown => f.write_str("`exit` without `shutdown`"),
+        }
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+impl From<ProtocolError> for ServerError {
+    fn from(e: ProtocolError) -> Self {
+        ServerError::Protocol(e)
+    }
+}
+
+impl From<serde_json::Error> for ServerError {
+    fn from(e: serde_json::Error) -> Self {
+        ServerError::Json(e)
+    }
+}
+
+/// Runs the language server on stdin/stdout until the client says `exit`.
+pub fn run_stdio() -> Result<(), ServerError> {
+    let stdlib = match StdlibFiles::materialise(&StdlibFiles::default_dir()) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("ampc lsp: cannot write the standard library for go-to-definition: {e}");
+            StdlibFiles::none()
+        }
+    };
+    let (connection, io_threads) = Connection::stdio();
+    serve(&connection, stdlib)?;
+    // Dropping the connection closes the writer; the reader stopped at `exit`.
+    drop(connection);
+    io_threads.join().map_err(ServerError::Io)
+}
+
+/// What the server announces in its `initialize` answer.
+pub(crate) fn capabilities() -> lsp::ServerCapabilities {
+    lsp::ServerCapabilities {
+        position_encoding: Some(lsp::PositionEncodingKind::UTF16),
+        text_document_sync: Some(lsp::TextDocumentSyncCapability::Options(
+            lsp::TextDocumentSyncOptions {
+                open_close: Some(true),
+                change: Some(lsp::TextDocumentSyncKind::INCREMENTAL),
+                save: Some(lsp::TextDocumentSyncSaveOptions::SaveOptions(
+                    lsp::SaveOptions {
+                        include_text: Some(true),
+                    },
+                )),
+                ..lsp::TextDocumentSyncOptions::default()
+            },
+        )),
+        hover_provider: Some(lsp::HoverProviderCapability::Simple(true)),
+        definition_provider: Some(lsp::OneOf::Left(true)),
+        document_symbol_provider: Some(lsp::OneOf::Left(true)),
+        completion_provider: Some(lsp::CompletionOptions {
+            trigger_characters: Some(vec![".".to_string()]),
+            ..lsp::CompletionOptions::default()
+        }),
+        ..lsp::ServerCapabilities::default()
+    }
+}
+
+/// Serves one client on `connection`: the handshake, then messages until `exit`.
+pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), ServerError> {
+    let (id, _client_capabilities) = connection.initialize_start()?;
+    let answer = lsp::InitializeResult {
+        capabilities: capabilities(),
+        server_info: Some(lsp::ServerInfo {
+            name: "ampc lsp".to_string(),
+            version: Some(env!("CARGO_PKG_VERSION").to_string()),
+        }),
+    };
+    connection.initialize_finish(id, serde_json::to_value(answer)?)?;
+    let mut server = Server {
+        connection,
+        stdlib,
+        documents: HashMap::new(),
+        shutdown_requested: false,
+    };
+    for message in &connection.receiver {
+        match message {
+            Message::Request(request) => {
+                let response = server.answer(request);
+                server.send(response.into())?;
+            }
+            Message::Notification(notification) if notification.method == note::Exit::METHOD => {
+                if server.shutdown_requested {
+                    return Ok(());
+                }
+                return Err(ServerError::ExitWithoutShutdown);
+            }
+            Message::Notification(notification) => server.notice(notification)?,
+            // The server sends no requests, so no response is awaited.
+            Message::Response(_) => {}
+        }
+    }
+    Err(ServerError::Disconnected)
+}
+
+struct Server<'c> {
+    connection: &'c Connection,
+    stdlib: StdlibFiles,
+    documents: HashMap<lsp::Uri, Document>,
+    shutdown_requested: bool,
+}
+
+impl Server<'_> {
+    fn send(&self, message: Message) -> Result<(), ServerError> {
+        self.connection
+            .sender
+            .send(message)
+            .map_err(|_| ServerError::Disconnected)
+    }
+
+    fn answer(&mut self, request: Request) -> Response {
+        let Request { id, method, params } = request;
+        if self.shutdown_requested {
+            return error(
+                id,
+                ErrorCode::InvalidRequest,
+                "the server is shutting down".into(),
+            );
+        }
+        match method.as_str() {
+            req::Shutdown::METHOD => {
+                self.shutdown_requested = true;
+                success(id, Value::Null)
+            }
+            req::HoverRequest::METHOD => self.handle::<req::HoverRequest>(id, params, |s, p| {
+                let at = p.text_document_position_params;
+                let document = s.documents.get(&at.text_document.uri)?;
+                handlers::hover(&document.analysis, at.position)
+            }),
+            req::GotoDefinition::METHOD => {
+                self.handle::<req::GotoDefinition>(id, params, |s, p| {
+                    let at = p.text_document_position_params;
+                    let document = s.documents.get(&at.text_document.uri)?;
+                    handlers::definition(document, &s.stdlib, at.position)
+                        .map(lsp::GotoDefinitionResponse::Scalar)
+                })
+            }
+            req::DocumentSymbolRequest::METHOD => {
+                self.handle::<req::DocumentSymbolRequest>(id, params, |s, p| {
+                    let document = s.documents.get(&p.text_document.uri)?;
+                    let symbols = handlers::document_symbols(&document.analysis);
+                    Some(lsp::DocumentSymbolResponse::Nested(symbols))
+                })
+            }
+            req::Completion::METHOD => self.handle::<req::Completion>(id, params, |s, p| {
+                let at = p.text_document_position;
+                let document = s.documents.get(&at.text_document.uri)?;
+                let items = handlers::completion(&document.analysis, at.position);
+                Some(lsp::CompletionResponse::Array(items))
+            }),
+            _ => error(
+                id,
+                ErrorCode::MethodNotFound,
+                format!("unsupported request `{method}`"),
+            ),
+        }
+    }
+
+    /// Deserializes the parameters of `R`, runs `handler` and serializes its answer; bad
+    /// parameters get an `InvalidParams` error rather than a panic.
+    fn handle<R: lsp::request::Request>(
+        &self,
+        id: RequestId,
+        params: Value,
+        handler: impl FnOnce(&Self, R::Params) -> R::Result,
+    ) -> Response {
+        let params = match serde_json::from_value::<R::Params>(params) {
+            Ok(params) => params,
+            Err(e) => {
+                let message = format!("invalid parameters for `{}`: {e}", R::METHOD);
+                return error(id, ErrorCode::InvalidParams, message);
+            }
+        };
+        match serde_json::to_value(handler(self, params)) {
+            Ok(result) => success(id, result),
+            Err(e) => error(id, ErrorCode::InternalError, e.to_string()),
+        }
+    }
+
+    /// Handles a notification. Malformed ones are logged and dropped: a notification has
+    /// no response to carry an error.
+    fn notice(&mut self, notification: Notification) -> Result<(), ServerError> {
+        let Notification { method, params } = notification;
+        let uri = match method.as_str() {
+            note::DidOpenTextDocument::METHOD => {
+                let Some(p) = parse::<note::DidOpenTextDocument>(params) else {
+                    return Ok(());
+                };
+                let doc = p.text_document;
+                let document = Document::open(doc.uri.clone(), doc.version, doc.text);
+                self.documents.insert(doc.uri.clone(), document);
+                doc.uri
+            }
+            note::DidChangeTextDocument::METHOD => {
+                let Some(p) = parse::<note::DidChangeTextDocument>(params) else {
+                    return Ok(());
+                };
+                let Some(document) = self.documents.get_mut(&p.text_document.uri) else {
+                    eprintln!(
+                        "ampc lsp: change to a document that is not open: {}",
+                        p.text_document.uri.as_str()
+                    );
+                    return Ok(());
+                };
+                document.change(p.text_document.version, p.content_changes);
+                p.text_document.uri
+            }
+            note::DidSaveTextDocument::METHOD => {
+                let Some(p) = parse::<note::DidSaveTextDocument>(params) else {
+                    return Ok(());
+                };
+                let Some(document) = self.documents.get_mut(&p.text_document.uri) else {
+                    return Ok(());
+                };
+                if let Some(text) = p.text.filter(|text| *text != document.text) {
+                    document.replace_text(text);
+                }
+                p.text_document.uri
+            }
+            note::DidCloseTextDocument::METHOD => {
+                let Some(p) = parse::<note::DidCloseTextDocument>(params) else {
+                    return Ok(());
+                };
+                // A closed document's diagnostics go away with it.
+                self.documents.remove(&p.text_document.uri);
+                return self.publish(p.text_document.uri, Vec::new(), None);
+            }
+            // `initialized` came with the handshake; `$/cancelRequest` and the rest need
+            // nothing: every request is answered before the next message is read.
+            _ => return Ok(()),
+        };
+        match self.documents.get(&uri) {
+            Some(document) => {
+                let diagnostics = document.diagnostics(&self.stdlib);
+                let version = document.version;
+                self.publish(uri, diagnostics, Some(version))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Publishes the full list of `uri`'s diagnostics; an empty list clears them.
+    fn publish(
+        &self,
+        uri: lsp::Uri,
+        diagnostics: Vec<lsp::Diagnostic>,
+        version: Option<i32>,
+    ) -> Result<(), ServerError> {
+        let params = lsp::PublishDiagnosticsParams {
+            uri,
+            diagnostics,
+            version,
+        };
+        let notification = Notification {
+            method: note::PublishDiagnostics::METHOD.to_string(),
+            params: serde_json::to_value(params)?,
+        };
+        self.send(notification.into())
+    }
+}
+
+fn parse<N: lsp::notification::Notification>(params: Value) -> Option<N::Params> {
+    match serde_json::from_value(params) {
+        Ok(params) => Some(params),
+        Err(e) => {
+            eprintln!(
+                "ampc lsp: ignoring `{}` with invalid parameters: {e}",
+                N::METHOD
+            );
+            None
+        }
+    }
+}
+
+fn success(id: RequestId, result: Value) -> Response {
+    Response {
+        id,
+        response_result: Ok(result),
+    }
+}
+
+fn error(id: RequestId, code: ErrorCode, message: String) -> Response {
+    Response {
+        id,
+        response_result: Err(lsp_server::ResponseError {
+            code: code as i32,
+            message,
+            data: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    /// The client side of an in-memory connection to a server running on a thread.
+    struct Client {
+        connection: Connection,
+        server: std::thread::JoinHandle<Result<(), ServerError>>,
+    }
+
+    impl Client {
+        fn start() -> Client {
+            let (server_side, connection) = Connection::memory();
+            let server = std::thread::spawn(move || serve(&server_side, StdlibFiles::none()));
+            let client = Client { connection, server };
+            let init = client.request(1, "initialize", json!({ "capabilities": {} }));
+            assert!(init.response_result.is_ok(), "{init:?}");
+            client.notify("initialized", json!({}));
+            client
+        }
+
+        fn receive(&self) -> Message {
+            match self
+                .connection
+                .receiver
+                .recv_timeout(Duration::from_secs(10))
+            {
+                Ok(message) => message,
+                Err(e) => panic!("no message from the server: {e}"),
+            }
+        }
+
+        fn request(&self, id: i32, method: &str, params: Value) -> Response {
+            let request = Request {
+                id: id.into(),
+                method: method.into(),
+                params,
+            };
+            self.connection
+                .sender
+                .send(request.into())
+                .expect("server alive");
+            loop {
+                if let Message::Response(response) = self.receive() {
+                    return response;
+                }
+            }
+        }
+
+        fn notify(&self, method: &str, params: Value) {
+            let notification = Notification {
+                method: method.into(),
+                params,
+            };
+            self.connection
+                .sender
+                .send(notification.into())
+                .expect("server alive");
+        }
+
+        fn stop(self) -> Result<(), ServerError> {
+            let Client { connection, server } = self;
+            let _ = connection.sender.send(
+                Notification {
+                    method: "exit".into(),
+                    params: Value::Null,
+                }
+                .into(),
+            );
+            server.join().expect("the server thread does not panic")
+        }
+    }
+
+    fn error_code(response: &Response) -> Option<i32> {
+        response.response_result.as_ref().err().map(|e| e.code)
+    }
+
+    #[test]
+    fn malformed_and_unknown_requests_get_errors_not_panics() {
+        let client = Client::start();
+        let bad = client.request(2, "textDocument/hover", json!({ "textDocument": 5 }));
+        assert_eq!(error_code(&bad), Some(ErrorCode::InvalidParams as i32));
+        let unknown = client.request(3, "textDocument/frobnicate", json!({}));
+        assert_eq!(error_code(&unknown), Some(ErrorCode::MethodNotFound as i32));
+        // A malformed notification is dropped; the server still answers.
+        client.notify("textDocument/didOpen", json!({ "textDocument": "nope" }));
+        let closed = client.request(
+            4,
+            "textDocument/hover",
+            json!({ "textDocument": { "uri": "file:///never-opened.amp" }, "position": { "line": 0, "character": 0 } }),
+        );
+        assert_eq!(closed.response_result.ok(), Some(Value::Null));
+        let shutdown = client.request(5, "shutdown", Value::Null);
+        assert_eq!(shutdown.response_result.ok(), Some(Value::Null));
+        let late = client.request(6, "textDocument/hover", json!({}));
+        assert_eq!(error_code(&late), Some(ErrorCode::InvalidRequest as i32));
+        assert!(client.stop().is_ok());
+    }
+
+    #[test]
+    fn exit_without_shutdown_is_an_error() {
+        let client = Client::start();
+        assert!(matches!(
+            client.stop(),
+            Err(ServerError::ExitWithoutShutdown)
+        ));
+    }
+
+    #[test]
+    fn open_publishes_diagnostics_and_close_clears_them() {
+        let client = Client::start();
+        let uri = "file:///broken.amp";
+        client.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": "model M() { fn forward(x: f32) -> f32 { foo } }" } }),
+        );
+        let published = loop {
+            if let Message::Notification(n) = client.receive() {
+                break n;
+            }
+        };
+        assert_eq!(published.method, "textDocument/publishDiagnostics");
+        let codes: Vec<&str> = published.params["diagnostics"]
+            .as_array()
+            .map(|list| list.iter().filter_map(|d| d["code"].as_str()).collect())
+            .unwrap_or_default();
+        assert!(codes.contains(&"E0100"), "{codes:?}");
+        client.notify(
+            "textDocument/didClose",
+            json!({ "textDocument": { "uri": uri } }),
+        );
+        let cleared = client.receive();
+        let Message::Notification(cleared) = cleared else {
+            panic!("expected a notification, got {cleared:?}");
+        };
+        assert_eq!(cleared.params["diagnostics"], json!([]));
+        client.request(2, "shutdown", Value::Null);
+        assert!(client.stop().is_ok());
+    }
+}
