@@ -32,6 +32,10 @@ pub enum ItemKind {
     Enum(EnumItem),
     Component(ComponentItem),
     Network(NetworkItem),
+    /// A record, enum, layer, model or network whose name was read but whose rest could
+    /// not be (the syntax error is reported): the name is kept so that its uses are not
+    /// reported again as unknown.
+    Broken(Ident),
     Error,
 }
 

@@ -59,14 +59,25 @@ pub fn parse(file: FileId, text: &str) -> Parsed {
 /// - any error after the first one inside the same member (or item, outside members):
 ///   after recovery skips tokens, the parser's view of the rest of that member is
 ///   unreliable. Errors in different items and members are all reported.
-fn drop_cascading_syntax_errors(diagnostics: &mut Vec<Diagnostic>, ast: &SourceFileAst, lexed: &lexer::Lexed<'_>) {
+fn drop_cascading_syntax_errors(
+    diagnostics: &mut Vec<Diagnostic>,
+    ast: &SourceFileAst,
+    lexed: &lexer::Lexed<'_>,
+) {
     let is_syntax = |d: &Diagnostic| matches!(d.code, Code::UnexpectedToken | Code::UnexpectedEof);
     let after_lex_error = |d: &Diagnostic| -> bool {
         let at = d.span.start as usize;
         let index = lexed.tokens.partition_point(|t| t.0 < at);
-        let previous = if index == 0 { 0 } else { lexed.tokens[index - 1].0 };
+        let previous = if index == 0 {
+            0
+        } else {
+            lexed.tokens[index - 1].0
+        };
         let next = lexed.tokens.get(index).map_or(usize::MAX, |t| t.0);
-        lexed.errors.iter().any(|e| e.start >= previous && e.start < next.max(at + 1))
+        lexed
+            .errors
+            .iter()
+            .any(|e| e.start >= previous && e.start < next.max(at + 1))
     };
     // The innermost member or item that contains an offset.
     let container = |at: usize| -> Option<(usize, usize)> {
@@ -207,14 +218,17 @@ pub(crate) fn net_stmt(
     layer: Option<Expr>,
     sources: Vec<Ident>,
     span: Span,
-) -> Result<NetStmt, Ident> {
-    let kind = match (keyword.name.as_str(), &ty) {
-        ("input", Some(_)) => NetStmtKind::Input,
-        ("node", None) => NetStmtKind::Node,
-        ("output", None) => NetStmtKind::Output,
-        _ => return Err(keyword),
+) -> (Option<NetStmt>, Option<Ident>) {
+    let (kind, bad) = match (keyword.name.as_str(), &ty) {
+        ("input", Some(_)) => (NetStmtKind::Input, None),
+        ("node", None) => (NetStmtKind::Node, None),
+        ("output", None) => (NetStmtKind::Output, None),
+        // A wrong leading word is reported by the checker; the line is kept, with the kind
+        // its shape implies, so that its name stays a known source for the other lines.
+        (_, Some(_)) => (NetStmtKind::Input, Some(keyword.clone())),
+        (_, None) => (NetStmtKind::Node, Some(keyword.clone())),
     };
-    Ok(NetStmt {
+    let stmt = NetStmt {
         kind,
         keyword,
         name,
@@ -222,7 +236,8 @@ pub(crate) fn net_stmt(
         layer,
         sources,
         span,
-    })
+    };
+    (Some(stmt), bad)
 }
 
 fn lex_diagnostic(file: FileId, e: &LexError) -> Diagnostic {

@@ -25,10 +25,22 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
     };
     let mut calls = Vec::new();
     let mut seen = HashSet::new();
-    for member in &c.members {
-        let MemberKind::Fn(f) = &member.kind else {
-            continue;
-        };
+    let fns: Vec<&ast::FnDecl> = c
+        .members
+        .iter()
+        .filter_map(|m| match &m.kind {
+            MemberKind::Fn(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    // Functions without `-> T` first: when one turns out to return a value (E0508), its
+    // result type becomes unknown before its callers are checked, so that they do not
+    // report the same mistake again as a type mismatch.
+    let order = fns
+        .iter()
+        .filter(|f| f.ret.is_none())
+        .chain(fns.iter().filter(|f| f.ret.is_some()));
+    for f in order {
         let Some(&fn_index) = ck.components[comp.0 as usize].fns.get(&f.name.name) else {
             continue;
         };
@@ -63,7 +75,8 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
         }
         let body = fc.check_block(&f.body, Some(&def.ret));
         let body_ty = body.tail.as_ref().map_or(Ty::unit(), |t| t.ty.clone());
-        if f.ret.is_none() && !body_ty.fits(&Ty::unit()) {
+        let returns_undeclared = f.ret.is_none() && !body_ty.fits(&Ty::unit());
+        if returns_undeclared {
             let shown = fc.ck.ty_str(&body_ty);
             let span = body.tail.as_ref().map_or(f.body.span, |t| t.span);
             fc.ck.error(
@@ -97,6 +110,9 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
         let target = &mut ck.program.components[comp.0 as usize].fns[fn_index as usize];
         target.body = body;
         target.locals = locals;
+        if returns_undeclared {
+            target.ret = Ty::Error;
+        }
     }
     calls
 }
@@ -224,6 +240,32 @@ impl FnChecker<'_, '_> {
         }
     }
 
+    /// Runs `f` with this function's variables visible to constant evaluation, so that a
+    /// dimension naming a variable is reported as not constant (E0209) rather than as an
+    /// unknown name, and the variable counts as used.
+    fn with_locals_visible<T>(&mut self, f: impl FnOnce(&mut Checker) -> T) -> T {
+        self.ck.body_locals = self
+            .scopes
+            .iter()
+            .flatten()
+            .map(|(n, _)| n.clone())
+            .collect();
+        let out = f(&mut *self.ck);
+        self.ck.body_locals.clear();
+        for name in std::mem::take(&mut self.ck.body_locals_named) {
+            if let Some(id) = self.lookup_local(&name) {
+                self.used[id.0 as usize] = true;
+            }
+        }
+        out
+    }
+
+    /// A type written inside a function body (a `let` or `var` annotation).
+    fn resolve_local_type(&mut self, t: &ast::TypeExpr) -> Ty {
+        let (module, comp) = (self.module, self.comp);
+        self.with_locals_visible(|ck| ck.resolve_type(module, Some(comp), t))
+    }
+
     fn block_ty(block: &Block) -> Ty {
         block.tail.as_ref().map_or(Ty::unit(), |t| t.ty.clone())
     }
@@ -231,12 +273,7 @@ impl FnChecker<'_, '_> {
     fn check_stmt(&mut self, stmt: &ast::Stmt) -> Option<Stmt> {
         match &stmt.kind {
             ast::StmtKind::Let(pat, ty, value) => {
-                let annotated = ty.as_ref().map(|t| {
-                    (
-                        self.ck.resolve_type(self.module, Some(self.comp), t),
-                        t.span,
-                    )
-                });
+                let annotated = ty.as_ref().map(|t| (self.resolve_local_type(t), t.span));
                 let value = self.check_expr(value, annotated.as_ref().map(|a| &a.0));
                 let ty = match annotated {
                     Some((t, span)) => {
@@ -248,8 +285,12 @@ impl FnChecker<'_, '_> {
                                 "the value does not fit the annotation",
                             );
                             self.ck.error(d.with_label(span, "annotation here"));
+                            // Either side may be the mistake: the binding's type is
+                            // unknown, so its uses do not repeat the error.
+                            Ty::Error
+                        } else {
+                            t
                         }
-                        t
                     }
                     None => value.ty.clone(),
                 };
@@ -257,12 +298,7 @@ impl FnChecker<'_, '_> {
                 Some(Stmt::Let(pattern, value))
             }
             ast::StmtKind::Var(name, ty, value) => {
-                let annotated = ty.as_ref().map(|t| {
-                    (
-                        self.ck.resolve_type(self.module, Some(self.comp), t),
-                        t.span,
-                    )
-                });
+                let annotated = ty.as_ref().map(|t| (self.resolve_local_type(t), t.span));
                 let value = self.check_expr(value, annotated.as_ref().map(|a| &a.0));
                 let ty = match annotated {
                     Some((t, span)) => {
@@ -576,6 +612,9 @@ impl FnChecker<'_, '_> {
                         .with_primary("closure here")
                         .with_note("Amp has no function values; a closure is the body of a collection operation"),
                 );
+                // Its body is still checked: its own mistakes are reported, and what it
+                // uses is not reported as unused.
+                self.check_discarded(std::slice::from_ref(e));
                 err_expr(span)
             }
             ast::ExprKind::If(cond, then, els) => {
@@ -614,6 +653,13 @@ impl FnChecker<'_, '_> {
         )
         .with_primary("not found in this scope");
         if let Some(s) = suggest(&name.name, candidates.iter().map(String::as_str)) {
+            // The suggested variable or parameter was most likely meant to be used here:
+            // count it as used rather than also warn that it is unused.
+            if let Some(id) = self.lookup_local(&s) {
+                self.used[id.0 as usize] = true;
+            } else if let Some(&p) = self.ck.components[self.comp.0 as usize].params.get(&s) {
+                self.ck.components[self.comp.0 as usize].params_used[p as usize] = true;
+            }
             d = d.with_help(format!("did you mean `{s}`?"));
         }
         self.ck.error(d);
@@ -1116,7 +1162,13 @@ impl FnChecker<'_, '_> {
                 span: arm.span,
             });
         }
-        if enum_id.is_some() && !all_covered {
+        // An arm naming an unknown variant was probably meant for a missing one (already
+        // reported), so coverage is not judged.
+        let unknown_variant = arms.iter().any(|a| {
+            matches!(&a.pattern.kind, ast::PatternKind::Variant { name, .. }
+                if !variants.iter().any(|v| v.name == name.name))
+        });
+        if enum_id.is_some() && !all_covered && !unknown_variant {
             let missing: Vec<String> = variants
                 .iter()
                 .zip(&covered)
@@ -1187,10 +1239,14 @@ impl FnChecker<'_, '_> {
                 d = d.with_help(format!("did you mean `{s}`?"));
             }
             self.ck.error(d);
+            // Its bindings exist, with unknown types, so the arm's body is still checked
+            // without reporting them as unknown names.
+            self.bind_error_pattern(pat);
             return (None, Vec::new());
         };
         let variant = &variants[vi];
-        if covered[vi] {
+        // After a catch-all, the caller already reported this arm as unreachable.
+        if covered[vi] && !*all_covered {
             self.ck.error(
                 Diagnostic::new(
                     Code::UnreachableArm,
@@ -1211,6 +1267,7 @@ impl FnChecker<'_, '_> {
         );
         let mut bindings = Vec::new();
         let mut mentioned = vec![false; variant.fields.len()];
+        let mut unknown_field = false;
         for fp in fields {
             let Some(fi) = variant.fields.iter().position(|f| f.name == fp.field.name) else {
                 let names: Vec<&str> = variant.fields.iter().map(|f| f.name.as_str()).collect();
@@ -1228,6 +1285,16 @@ impl FnChecker<'_, '_> {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
                 self.ck.error(d);
+                // Bind it anyway (type unknown) so its uses are not unknown names too.
+                match &fp.pattern {
+                    None => {
+                        self.declare_local(&fp.field, Ty::Error, false);
+                    }
+                    Some(p) => {
+                        self.bind_pattern(p, &Ty::Error, false);
+                    }
+                }
+                unknown_field = true;
                 continue;
             };
             mentioned[fi] = true;
@@ -1241,7 +1308,8 @@ impl FnChecker<'_, '_> {
             }
             bindings.push((fi as u32, pattern));
         }
-        if !rest && mentioned.iter().any(|m| !m) {
+        // With a misspelt field, the missing one is most likely that field: one error.
+        if !rest && !unknown_field && mentioned.iter().any(|m| !m) {
             let missing: Vec<String> = variant
                 .fields
                 .iter()
@@ -1417,7 +1485,8 @@ impl FnChecker<'_, '_> {
         );
         self.ck.reference(name.span, def_span, hover);
         let args = self.check_args(args, &params, &name.name, span, Some(def_span));
-        let structural = args.iter().any(|a| self.is_smaller(a));
+        // An argument of unknown type (a mistake already reported) cannot be judged.
+        let structural = args.iter().any(|a| self.is_smaller(a) || a.ty.is_error());
         self.calls.push(Call {
             caller: self.fn_index,
             callee: f,
@@ -1486,6 +1555,8 @@ impl FnChecker<'_, '_> {
                     )
                     .with_primary("expected `xs.map(|x| ...)`"),
                 );
+                // Still checked, so that what they use is not reported as unused.
+                self.check_discarded(args);
                 return err_expr(span);
             }
         };
@@ -1512,6 +1583,7 @@ impl FnChecker<'_, '_> {
                 .with_primary("expected `|x| ...`")
                 .with_help("destructure pairs with `|(a, b)| ...`"),
             );
+            self.check_discarded(args);
             return err_expr(span);
         }
         self.push_scope();
@@ -1819,7 +1891,8 @@ impl BodyChecker for FnChecker<'_, '_> {
         self.ck.ty_str(ty)
     }
     fn const_dim(&mut self, e: &ast::Expr) -> Option<crate::shape::Dim> {
-        self.ck.eval_dim_in(self.module, Some(self.comp), e)
+        let (module, comp) = (self.module, self.comp);
+        self.with_locals_visible(|ck| ck.eval_dim_in(module, Some(comp), e))
     }
     fn check_positive(&mut self, dim: &crate::shape::Dim, span: Span, what: &str) -> bool {
         self.ck.check_positive(dim, span, what)

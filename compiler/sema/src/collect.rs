@@ -68,19 +68,34 @@ pub(crate) struct Checker<'m> {
     pub overrides: Vec<(String, i64, bool)>,
     /// The hyperparameters of the `network` being checked, if any.
     pub network_scope: Vec<(String, Dim, Span)>,
+    /// The variables in scope while a constant inside a function body is evaluated (a
+    /// type annotation, `split(v, n)`): naming one is "not a constant", not "unknown".
+    pub body_locals: Vec<String>,
+    /// The variables of `body_locals` that a constant named, so they count as used.
+    pub body_locals_named: Vec<String>,
 }
 
-/// Levenshtein distance, for "did you mean" hints.
+/// Edit distance with adjacent transpositions (optimal string alignment), for "did you
+/// mean" hints: a swapped pair (`Inptu` for `Input`) is one typo, not two.
 pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
+    // Three rows: two back (for transpositions), one back, and the current one.
+    let mut before: Vec<usize> = Vec::new();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
+    for i in 0..a.len() {
         let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        for j in 0..b.len() {
+            let cost = usize::from(a[i] != b[j]);
+            let mut d = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+            if i > 0 && j > 0 && a[i] == b[j - 1] && a[i - 1] == b[j] {
+                if let Some(t) = before.get(j - 1) {
+                    d = d.min(t + 1);
+                }
+            }
+            cur.push(d);
         }
-        prev = cur;
+        before = std::mem::replace(&mut prev, cur);
     }
     prev[b.len()]
 }
@@ -91,7 +106,8 @@ pub(crate) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>)
     candidates
         .filter(|c| *c != name && !c.is_empty())
         .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, _)| *d <= limit)
+        // Replacing every character is no likeness (`z` and `n`), whatever the limit.
+        .filter(|(d, c)| *d <= limit && *d < name.chars().count().max(c.chars().count()))
         .min()
         .map(|(_, c)| c.to_string())
 }
@@ -120,6 +136,8 @@ impl<'m> Checker<'m> {
                 .map(|(k, v)| (k.clone(), *v, false))
                 .collect(),
             network_scope: Vec::new(),
+            body_locals: Vec::new(),
+            body_locals_named: Vec::new(),
         };
         ck.modules.push(Module {
             file: main,
@@ -186,11 +204,18 @@ impl<'m> Checker<'m> {
             let Some(item) = ast.items.iter().find(|i| inside(&i.span, error)) else {
                 continue;
             };
-            let member = match &item.kind {
-                ItemKind::Component(c) => c.members.iter().find(|m| inside(&m.span, error)),
-                _ => None,
+            let span = match &item.kind {
+                ItemKind::Component(c) => match c.members.iter().find(|m| inside(&m.span, error)) {
+                    Some(m) => m.span,
+                    // An error in the header: only the header is damaged, not the members.
+                    None => {
+                        let end = c.members.first().map_or(item.span.end, |m| m.span.start);
+                        Span { end, ..item.span }
+                    }
+                },
+                _ => item.span,
             };
-            damaged.push(member.map_or(item.span, |m| m.span));
+            damaged.push(span);
         }
         // The parser's own diagnostics come first in `diags` and all stay.
         let mut index = 0;
@@ -319,6 +344,8 @@ impl<'m> Checker<'m> {
                     });
                     self.define_global(module, &n.name, Global::Network(index));
                 }
+                // Its syntax error is reported; its uses resolve silently.
+                ItemKind::Broken(name) => self.define_failed(module, name),
                 ItemKind::Const(_) | ItemKind::Use(_) | ItemKind::Error => {}
             }
         }
@@ -383,18 +410,32 @@ impl<'m> Checker<'m> {
                         self.define_global(module, name, Global::Imported(Box::new(global), index));
                     }
                     None => {
-                        let candidates: Vec<String> =
+                        let mut candidates: Vec<String> =
                             self.modules[target].scope.keys().cloned().collect();
+                        candidates.sort();
                         let mut d = Diagnostic::new(
                             Code::UnknownImport,
                             name.span,
                             format!("`{}` is not in `{}`", name.name, path.join("::")),
                         )
                         .with_primary("not found in this module");
-                        if let Some(s) = suggest(&name.name, candidates.iter().map(String::as_str))
-                        {
+                        // A typo, or an abbreviation of a longer name (`Gru` for `GruCell`).
+                        let lower = name.name.to_lowercase();
+                        let hint = suggest(&name.name, candidates.iter().map(String::as_str))
+                            .or_else(|| {
+                                candidates
+                                    .iter()
+                                    .find(|c| c.to_lowercase().starts_with(&lower))
+                                    .cloned()
+                            });
+                        if let Some(s) = hint {
                             d = d.with_help(format!("did you mean `{s}`?"));
                         }
+                        d = d.with_note(format!(
+                            "`{}` provides: {}",
+                            path.join("::"),
+                            candidates.join(", ")
+                        ));
                         self.error(d);
                         self.define_failed(module, name);
                     }
@@ -605,20 +646,28 @@ impl<'m> Checker<'m> {
         for item in &ast.items {
             match &item.kind {
                 ItemKind::Record(r) => {
-                    let Some((Global::Record(id), _)) =
+                    let fields = self.resolve_fields(module, &r.fields);
+                    // A second item of the same name (reported as a duplicate) must not
+                    // replace the fields of the first, which is the one names resolve to.
+                    let Some((Global::Record(id), def)) =
                         self.modules[module].scope.get(&r.name.name).cloned()
                     else {
                         continue;
                     };
-                    let fields = self.resolve_fields(module, &r.fields);
-                    self.program.records[id.0 as usize].fields = fields;
+                    if def == r.name.span {
+                        self.program.records[id.0 as usize].fields = fields;
+                    }
                 }
                 ItemKind::Enum(e) => {
-                    let Some((Global::Enum(id), _)) =
+                    let Some((Global::Enum(id), def)) =
                         self.modules[module].scope.get(&e.name.name).cloned()
                     else {
                         continue;
                     };
+                    // Only the first of duplicate enums is resolved (see records above).
+                    if def != e.name.span {
+                        continue;
+                    }
                     let mut variants: Vec<VariantDef> = Vec::new();
                     for v in &e.variants {
                         if let Some(prev) = variants.iter().find(|p| p.name == v.name.name) {
@@ -925,6 +974,22 @@ impl<'m> Checker<'m> {
                 let ast::ExprKind::Name(name) = &callee.kind else {
                     return self.invalid_param(init.span);
                 };
+                // A built-in function computes values; it declares no parameters. Said
+                // before its arguments are evaluated, which need not be constants.
+                if Builtin::from_name(&name.name).is_some()
+                    && !self.modules[module].scope.contains_key(&name.name)
+                {
+                    self.error(
+                        Diagnostic::new(
+                            Code::InvalidParam,
+                            init.span,
+                            format!("`{}` is a built-in function, not a layer", name.name),
+                        )
+                        .with_primary("declares no parameters")
+                        .with_help("declare a `Linear`, `Embedding` or layer here and apply the function in `fn` bodies"),
+                    );
+                    return None;
+                }
                 let mut dims = Vec::new();
                 for a in args {
                     dims.push((self.eval_dim_in(module, comp, a)?, a.span));
@@ -1164,11 +1229,15 @@ impl<'m> Checker<'m> {
             let mut params = Vec::new();
             for p in &f.params {
                 let ty = self.resolve_type(module, Some(id), &p.ty);
+                let mut name = p.name.name.clone();
                 if let Some(prev) = locals
                     .iter()
                     .find(|l| l.name == p.name.name && l.name != "_")
                 {
                     let prev = prev.span;
+                    // The body's uses resolve to the first declaration; the duplicate is
+                    // kept for the arity but nameless, so neither is reported unused.
+                    name = "_".to_string();
                     self.error(
                         Diagnostic::new(
                             Code::DuplicateDefinition,
@@ -1181,7 +1250,7 @@ impl<'m> Checker<'m> {
                 }
                 params.push(LocalId(locals.len() as u32));
                 locals.push(LocalDef {
-                    name: p.name.name.clone(),
+                    name,
                     ty,
                     span: p.name.span,
                     mutable: false,
@@ -1474,7 +1543,7 @@ impl<'m> Checker<'m> {
                         }
                     }
                 }
-                ItemKind::Use(_) | ItemKind::Error => {}
+                ItemKind::Use(_) | ItemKind::Broken(_) | ItemKind::Error => {}
             }
         }
         self.program.symbols = out;
@@ -1594,7 +1663,20 @@ impl DimScope for ComponentScope<'_, '_> {
                 .with_primary("not a hyperparameter or constant")));
             }
         }
-        match self.ck.lookup_global(self.module, &name.name) {
+        let global = self.ck.lookup_global(self.module, &name.name);
+        if global.is_none() && self.ck.body_locals.contains(&name.name) {
+            self.ck.body_locals_named.push(name.name.clone());
+            return Err(Box::new(
+                Diagnostic::new(
+                    Code::NotConstant,
+                    name.span,
+                    format!("`{}` is a run-time value, not a compile-time constant", name.name),
+                )
+                .with_primary("a variable")
+                .with_note("dimensions and the counts of `split` and `top_k` are built from integer literals, hyperparameters and `const`s"),
+            ));
+        }
+        match global {
             Some((Global::Const(dim, def), _)) => {
                 self.ck
                     .reference(name.span, def, const_hover(&name.name, &dim));

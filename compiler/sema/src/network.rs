@@ -88,7 +88,10 @@ impl Checker<'_> {
             names.push((s.name.name.clone(), s.name.span));
         }
         let mut nodes: Vec<NetworkNode> = Vec::new();
+        // Nodes with an unknown source (reported): their widths cannot be judged.
+        let mut incomplete: Vec<bool> = Vec::new();
         for s in &n.stmts {
+            let mut unknown_source = false;
             let mut node = NetworkNode {
                 name: s.name.name.clone(),
                 kind: s.kind,
@@ -130,14 +133,17 @@ impl Checker<'_> {
                                 self.reference(src.span, def, format!("network node {}", src.name));
                                 node.sources.push(i);
                             }
-                            None => self.error(
-                                Diagnostic::new(
-                                    Code::NetworkError,
-                                    src.span,
-                                    format!("`{}` is not a node of this network", src.name),
-                                )
-                                .with_primary("unknown source"),
-                            ),
+                            None => {
+                                unknown_source = true;
+                                self.error(
+                                    Diagnostic::new(
+                                        Code::NetworkError,
+                                        src.span,
+                                        format!("`{}` is not a node of this network", src.name),
+                                    )
+                                    .with_primary("unknown source"),
+                                );
+                            }
                         }
                     }
                     if let Some(layer) = &s.layer {
@@ -146,9 +152,13 @@ impl Checker<'_> {
                 }
             }
             nodes.push(node);
+            incomplete.push(unknown_source);
         }
         // Widths: a node's input width is the sum of its sources' output widths.
         for i in 0..nodes.len() {
+            if incomplete[i] {
+                continue;
+            }
             let Some(inst) = nodes[i].instance.clone() else {
                 continue;
             };
