@@ -1,8 +1,4 @@
 fn main() {
     // Generates the parser from src/amp.lalrpop into OUT_DIR.
-    lalrpop::Configuration::new()
-        .use_cargo_dir_conventions()
-        .emit_rerun_directives(true)
-        .process()
-        .unwrap();
+    lalrpop::Configuration::new().use_cargo_dir_conventions().emit_rerun_directives(true).process().unwrap();
 }

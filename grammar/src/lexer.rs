@@ -55,10 +55,7 @@ fn block_comment<'s>(lex: &mut logos::Lexer<'s, Tok<'s>>) -> FilterResult<(), Le
 }
 
 fn int_literal<'s>(lex: &mut logos::Lexer<'s, Tok<'s>>) -> Result<i64, LexErrorKind> {
-    lex.slice()
-        .replace('_', "")
-        .parse::<i64>()
-        .map_err(|_| LexErrorKind::InvalidNumber)
+    lex.slice().replace('_', "").parse::<i64>().map_err(|_| LexErrorKind::InvalidNumber)
 }
 
 fn float_literal<'s>(lex: &mut logos::Lexer<'s, Tok<'s>>) -> Result<f64, LexErrorKind> {
@@ -284,45 +281,25 @@ pub struct Lexed<'input> {
 
 /// Lexes all of `text`. Never fails; errors are collected in [`Lexed::errors`].
 pub fn lex(text: &str) -> Lexed<'_> {
-    let mut lexed = Lexed {
-        tokens: Vec::new(),
-        docs: Vec::new(),
-        errors: Vec::new(),
-    };
+    let mut lexed = Lexed { tokens: Vec::new(), docs: Vec::new(), errors: Vec::new() };
     let mut lexer = Tok::lexer(text);
     while let Some(result) = lexer.next() {
         let span = lexer.span();
         match result {
-            Ok(Tok::DocComment(doc)) => {
-                lexed
-                    .docs
-                    .push((span.start, span.end, doc.trim_start_matches('/')))
-            }
+            Ok(Tok::DocComment(doc)) => lexed.docs.push((span.start, span.end, doc.trim_start_matches('/'))),
             Ok(tok) => lexed.tokens.push((span.start, tok, span.end)),
             Err(kind) => {
-                if matches!(
-                    kind,
-                    LexErrorKind::InvalidNumber | LexErrorKind::UnterminatedString
-                ) {
-                    lexed
-                        .tokens
-                        .push((span.start, Tok::InvalidLiteral, span.end));
+                if matches!(kind, LexErrorKind::InvalidNumber | LexErrorKind::UnterminatedString) {
+                    lexed.tokens.push((span.start, Tok::InvalidLiteral, span.end));
                 }
                 // Consecutive unexpected characters are one error, not one per byte.
                 if let Some(last) = lexed.errors.last_mut() {
-                    if kind == LexErrorKind::UnexpectedCharacter
-                        && last.kind == kind
-                        && last.end == span.start
-                    {
+                    if kind == LexErrorKind::UnexpectedCharacter && last.kind == kind && last.end == span.start {
                         last.end = span.end;
                         continue;
                     }
                 }
-                lexed.errors.push(LexError {
-                    kind,
-                    start: span.start,
-                    end: span.end,
-                });
+                lexed.errors.push(LexError { kind, start: span.start, end: span.end });
             }
         }
     }
@@ -405,13 +382,7 @@ mod tests {
         );
         assert_eq!(
             lexed.tokens.iter().map(|t| t.1).collect::<Vec<_>>(),
-            vec![
-                Tok::Ident("a"),
-                Tok::Ident("b"),
-                Tok::InvalidLiteral,
-                Tok::Ident("c"),
-                Tok::InvalidLiteral,
-            ]
+            vec![Tok::Ident("a"), Tok::Ident("b"), Tok::InvalidLiteral, Tok::Ident("c"), Tok::InvalidLiteral,]
         );
     }
 }

@@ -22,11 +22,7 @@ pub struct Parsed {
 /// diagnostics.
 pub fn parse(file: FileId, text: &str) -> Parsed {
     let lexed = lexer::lex(text);
-    let mut diagnostics: Vec<Diagnostic> = lexed
-        .errors
-        .iter()
-        .map(|e| lex_diagnostic(file, e))
-        .collect();
+    let mut diagnostics: Vec<Diagnostic> = lexed.errors.iter().map(|e| lex_diagnostic(file, e)).collect();
     if let Some(too_deep) = nesting_guard(file, &lexed.tokens) {
         diagnostics.push(too_deep);
         return Parsed { ast: SourceFileAst { items: Vec::new() }, diagnostics };
@@ -59,25 +55,14 @@ pub fn parse(file: FileId, text: &str) -> Parsed {
 /// - any error after the first one inside the same member (or item, outside members):
 ///   after recovery skips tokens, the parser's view of the rest of that member is
 ///   unreliable. Errors in different items and members are all reported.
-fn drop_cascading_syntax_errors(
-    diagnostics: &mut Vec<Diagnostic>,
-    ast: &SourceFileAst,
-    lexed: &lexer::Lexed<'_>,
-) {
+fn drop_cascading_syntax_errors(diagnostics: &mut Vec<Diagnostic>, ast: &SourceFileAst, lexed: &lexer::Lexed<'_>) {
     let is_syntax = |d: &Diagnostic| matches!(d.code, Code::UnexpectedToken | Code::UnexpectedEof);
     let after_lex_error = |d: &Diagnostic| -> bool {
         let at = d.span.start as usize;
         let index = lexed.tokens.partition_point(|t| t.0 < at);
-        let previous = if index == 0 {
-            0
-        } else {
-            lexed.tokens[index - 1].0
-        };
+        let previous = if index == 0 { 0 } else { lexed.tokens[index - 1].0 };
         let next = lexed.tokens.get(index).map_or(usize::MAX, |t| t.0);
-        lexed
-            .errors
-            .iter()
-            .any(|e| e.start >= previous && e.start < next.max(at + 1))
+        lexed.errors.iter().any(|e| e.start >= previous && e.start < next.max(at + 1))
     };
     // The innermost member or item that contains an offset.
     let container = |at: usize| -> Option<(usize, usize)> {
@@ -125,9 +110,13 @@ fn nesting_guard(file: FileId, tokens: &[(usize, Tok<'_>, usize)]) -> Option<Dia
                 depth += 1;
                 if depth > MAX_BRACKET_DEPTH {
                     return Some(
-                        Diagnostic::new(Code::NestingTooDeep, Span::new(file, l, r), format!("brackets nested more than {MAX_BRACKET_DEPTH} deep"))
-                            .with_primary("too deep")
-                            .with_note("the file was not analysed; split the expression with `let` bindings"),
+                        Diagnostic::new(
+                            Code::NestingTooDeep,
+                            Span::new(file, l, r),
+                            format!("brackets nested more than {MAX_BRACKET_DEPTH} deep"),
+                        )
+                        .with_primary("too deep")
+                        .with_note("the file was not analysed; split the expression with `let` bindings"),
                     );
                 }
             }
@@ -136,15 +125,35 @@ fn nesting_guard(file: FileId, tokens: &[(usize, Tok<'_>, usize)]) -> Option<Dia
         }
         match tok {
             Tok::Semi | Tok::LBrace | Tok::RBrace => operators = 0,
-            Tok::Plus | Tok::Minus | Tok::Star | Tok::Slash | Tok::Percent | Tok::EqEq | Tok::NotEq | Tok::Lt | Tok::Le
-            | Tok::Gt | Tok::Ge | Tok::AndAnd | Tok::OrOr | Tok::Bang | Tok::Dot | Tok::DotDot | Tok::LParen
-            | Tok::LBracket | Tok::Pipe => {
+            Tok::Plus
+            | Tok::Minus
+            | Tok::Star
+            | Tok::Slash
+            | Tok::Percent
+            | Tok::EqEq
+            | Tok::NotEq
+            | Tok::Lt
+            | Tok::Le
+            | Tok::Gt
+            | Tok::Ge
+            | Tok::AndAnd
+            | Tok::OrOr
+            | Tok::Bang
+            | Tok::Dot
+            | Tok::DotDot
+            | Tok::LParen
+            | Tok::LBracket
+            | Tok::Pipe => {
                 operators += 1;
                 if operators > MAX_OPERATORS_PER_STATEMENT {
                     return Some(
-                        Diagnostic::new(Code::NestingTooDeep, Span::new(file, l, r), format!("more than {MAX_OPERATORS_PER_STATEMENT} operators in one statement"))
-                            .with_primary("expression too long")
-                            .with_note("the file was not analysed; split the expression with `let` bindings"),
+                        Diagnostic::new(
+                            Code::NestingTooDeep,
+                            Span::new(file, l, r),
+                            format!("more than {MAX_OPERATORS_PER_STATEMENT} operators in one statement"),
+                        )
+                        .with_primary("expression too long")
+                        .with_note("the file was not analysed; split the expression with `let` bindings"),
                     );
                 }
             }
@@ -176,10 +185,7 @@ pub(crate) fn finish_block(mut stmts: Vec<Stmt>, tail: Option<Expr>, span: Span)
 }
 
 fn is_block_like(e: &Expr) -> bool {
-    matches!(
-        e.kind,
-        ExprKind::If(..) | ExprKind::Match(..) | ExprKind::Block(_)
-    )
+    matches!(e.kind, ExprKind::If(..) | ExprKind::Match(..) | ExprKind::Block(_))
 }
 
 type UseSeg = Result<Ident, (Vec<Ident>, Span)>;
@@ -199,16 +205,9 @@ pub(crate) fn use_item(file: FileId, segs: Vec<UseSeg>) -> UseItem {
         }
     }
     if path.is_empty() && malformed.is_none() {
-        malformed = names
-            .first()
-            .map(|n| n.span)
-            .or(Some(Span::new(file, 0, 0)));
+        malformed = names.first().map(|n| n.span).or(Some(Span::new(file, 0, 0)));
     }
-    UseItem {
-        path,
-        names,
-        malformed,
-    }
+    UseItem { path, names, malformed }
 }
 
 pub(crate) fn net_stmt(
@@ -228,26 +227,16 @@ pub(crate) fn net_stmt(
         (_, Some(_)) => (NetStmtKind::Input, Some(keyword.clone())),
         (_, None) => (NetStmtKind::Node, Some(keyword.clone())),
     };
-    let stmt = NetStmt {
-        kind,
-        keyword,
-        name,
-        ty,
-        layer,
-        sources,
-        span,
-    };
+    let stmt = NetStmt { kind, keyword, name, ty, layer, sources, span };
     (Some(stmt), bad)
 }
 
 fn lex_diagnostic(file: FileId, e: &LexError) -> Diagnostic {
     let span = Span::new(file, e.start, e.end);
     match e.kind {
-        LexErrorKind::UnexpectedCharacter => {
-            Diagnostic::new(Code::UnexpectedCharacter, span, "unexpected character")
-                .with_primary("not part of any token")
-                .with_help("remove it; Amp source uses ASCII punctuation")
-        }
+        LexErrorKind::UnexpectedCharacter => Diagnostic::new(Code::UnexpectedCharacter, span, "unexpected character")
+            .with_primary("not part of any token")
+            .with_help("remove it; Amp source uses ASCII punctuation"),
         LexErrorKind::UnterminatedComment => Diagnostic::new(
             Code::UnterminatedComment,
             Span::new(file, e.start, e.start + 2),
@@ -255,17 +244,13 @@ fn lex_diagnostic(file: FileId, e: &LexError) -> Diagnostic {
         )
         .with_primary("this comment is never closed")
         .with_help("add `*/` (block comments nest: every `/*` needs its own `*/`)"),
-        LexErrorKind::UnterminatedString => Diagnostic::new(
-            Code::UnterminatedString,
-            span,
-            "unterminated string literal",
-        )
-        .with_primary("this string has no closing `\"` on its line"),
-        LexErrorKind::InvalidNumber => {
-            Diagnostic::new(Code::InvalidNumber, span, "invalid number literal")
-                .with_primary("out of range")
-                .with_note("integers are 64-bit signed; numbers must be finite f64 values")
+        LexErrorKind::UnterminatedString => {
+            Diagnostic::new(Code::UnterminatedString, span, "unterminated string literal")
+                .with_primary("this string has no closing `\"` on its line")
         }
+        LexErrorKind::InvalidNumber => Diagnostic::new(Code::InvalidNumber, span, "invalid number literal")
+            .with_primary("out of range")
+            .with_note("integers are 64-bit signed; numbers must be finite f64 values"),
     }
 }
 
@@ -290,31 +275,18 @@ fn describe_expected(expected: &[String]) -> String {
     }
 }
 
-fn syntax_diagnostic(
-    file: FileId,
-    text: &str,
-    error: ParseError<usize, Tok<'_>, LexError>,
-) -> Diagnostic {
+fn syntax_diagnostic(file: FileId, text: &str, error: ParseError<usize, Tok<'_>, LexError>) -> Diagnostic {
     match error {
-        ParseError::UnrecognizedToken {
-            token: (l, tok, r),
-            expected,
-        } => {
+        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => {
             let expected = describe_expected(&expected);
-            let message = if expected.is_empty() {
-                format!("unexpected {tok}")
-            } else {
-                format!("{expected}, found {tok}")
-            };
-            Diagnostic::new(Code::UnexpectedToken, Span::new(file, l, r), message)
+            let message =
+                if expected.is_empty() { format!("unexpected {tok}") } else { format!("{expected}, found {tok}") };
+            Diagnostic::new(Code::UnexpectedToken, Span::new(file, l, r), message).with_primary("unexpected here")
+        }
+        ParseError::ExtraToken { token: (l, tok, r) } => {
+            Diagnostic::new(Code::UnexpectedToken, Span::new(file, l, r), format!("unexpected {tok}"))
                 .with_primary("unexpected here")
         }
-        ParseError::ExtraToken { token: (l, tok, r) } => Diagnostic::new(
-            Code::UnexpectedToken,
-            Span::new(file, l, r),
-            format!("unexpected {tok}"),
-        )
-        .with_primary("unexpected here"),
         ParseError::UnrecognizedEof { location, expected } => {
             let end = text.len();
             let at = location.min(end);
@@ -328,11 +300,9 @@ fn syntax_diagnostic(
                 .with_primary("the file ends here")
                 .with_help("is a closing `}` or `)` missing?")
         }
-        ParseError::InvalidToken { location } => Diagnostic::new(
-            Code::UnexpectedCharacter,
-            Span::new(file, location, location + 1),
-            "invalid token",
-        ),
+        ParseError::InvalidToken { location } => {
+            Diagnostic::new(Code::UnexpectedCharacter, Span::new(file, location, location + 1), "invalid token")
+        }
         ParseError::User { error } => lex_diagnostic(file, &error),
     }
 }

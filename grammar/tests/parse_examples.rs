@@ -11,12 +11,7 @@ fn canonical_examples_parse_cleanly() {
         if path.extension().is_some_and(|e| e == "amp") {
             let text = std::fs::read_to_string(&path).unwrap();
             let parsed = parse(FileId(0), &text);
-            assert!(
-                parsed.diagnostics.is_empty(),
-                "{}: {:#?}",
-                path.display(),
-                parsed.diagnostics
-            );
+            assert!(parsed.diagnostics.is_empty(), "{}: {:#?}", path.display(), parsed.diagnostics);
             assert!(!parsed.ast.items.is_empty());
             seen += 1;
         }

@@ -15,11 +15,8 @@ pub struct Module {
 }
 
 /// Every standard module.
-pub const MODULES: &[Module] = &[Module {
-    path: &["nn"],
-    file_name: "<std>/nn.amp",
-    source: include_str!("../std/nn.amp"),
-}];
+pub const MODULES: &[Module] =
+    &[Module { path: &["nn"], file_name: "<std>/nn.amp", source: include_str!("../std/nn.amp") }];
 
 /// The module `std::<path>`, if there is one.
 pub fn module(path: &[&str]) -> Option<&'static Module> {

@@ -15,10 +15,54 @@ const EXAMPLES: &[(&str, &str)] = &[
 
 /// Fragments that stress the grammar's recovery and the checker's error paths.
 const SPLICES: &[&str] = &[
-    "{", "}", "(", ")", "[", "]", ";", ",", "..", "=>", "->", "|", "||", "=", "::", "/*", "*/", "\"", "///",
-    "if", "else", "match", "for", "in", "while", "let", "var", "fn", "param", "model", "layer", "enum", "record",
-    "use std::nn::Mlp;", "0", "-1", "99999999999999999999", "1e999", "f32[0]", "split(", "top_k(", "zeros()", "_",
-    "encode(t)", "x.label", "é", "𝄞", "\u{0}",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    ";",
+    ",",
+    "..",
+    "=>",
+    "->",
+    "|",
+    "||",
+    "=",
+    "::",
+    "/*",
+    "*/",
+    "\"",
+    "///",
+    "if",
+    "else",
+    "match",
+    "for",
+    "in",
+    "while",
+    "let",
+    "var",
+    "fn",
+    "param",
+    "model",
+    "layer",
+    "enum",
+    "record",
+    "use std::nn::Mlp;",
+    "0",
+    "-1",
+    "99999999999999999999",
+    "1e999",
+    "f32[0]",
+    "split(",
+    "top_k(",
+    "zeros()",
+    "_",
+    "encode(t)",
+    "x.label",
+    "é",
+    "𝄞",
+    "\u{0}",
 ];
 
 #[derive(Clone, Debug)]
@@ -133,9 +177,13 @@ fn nesting_at_the_limits_is_analysed_on_a_small_stack() {
     // every stage must stay well inside its stack.
     let depth = amp_grammar::MAX_BRACKET_DEPTH - 4;
     let parens = format!("model M {{ fn forward(x: int) -> int {{ {}x{} }} }}", "(".repeat(depth), ")".repeat(depth));
-    let ops = format!("model M {{ fn forward(x: int) -> int {{ {}x }} }}", "x + -".repeat(amp_grammar::MAX_OPERATORS_PER_STATEMENT / 2 - 2));
+    let ops = format!(
+        "model M {{ fn forward(x: int) -> int {{ {}x }} }}",
+        "x + -".repeat(amp_grammar::MAX_OPERATORS_PER_STATEMENT / 2 - 2)
+    );
     for text in [parens, ops] {
-        let handle = std::thread::Builder::new().stack_size(1 << 20).spawn(move || check_everything(&text)).expect("spawn");
+        let handle =
+            std::thread::Builder::new().stack_size(1 << 20).spawn(move || check_everything(&text)).expect("spawn");
         handle.join().expect("analysed without overflowing the stack");
     }
 }
@@ -144,7 +192,11 @@ fn nesting_at_the_limits_is_analysed_on_a_small_stack() {
 fn canonical_examples_and_stdlib_check_cleanly() {
     for (name, text) in EXAMPLES {
         let (map, checked) = check_source(name, text, &Options::default());
-        assert!(checked.diagnostics.is_empty(), "{name}:\n{}", amp_diagnostics::render_human(&map, &checked.diagnostics, false));
+        assert!(
+            checked.diagnostics.is_empty(),
+            "{name}:\n{}",
+            amp_diagnostics::render_human(&map, &checked.diagnostics, false)
+        );
         assert_eq!(checked.program.models.len(), 1, "{name} has one model");
     }
     for module in amp_stdlib::MODULES {

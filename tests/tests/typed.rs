@@ -23,13 +23,16 @@ fn params(name: &str, defines: &[(&str, i64)]) -> Vec<(String, Vec<i64>)> {
 #[test]
 fn parameter_names_and_shapes_follow_pytorch() {
     let lr = params("list_reduce", &[]);
-    assert_eq!(lr, vec![
-        ("embed.weight".into(), vec![14, 128]),
-        ("cell.weight".into(), vec![128, 256]),
-        ("cell.bias".into(), vec![128]),
-        ("head.weight".into(), vec![10, 128]),
-        ("head.bias".into(), vec![10]),
-    ]);
+    assert_eq!(
+        lr,
+        vec![
+            ("embed.weight".into(), vec![14, 128]),
+            ("cell.weight".into(), vec![128, 256]),
+            ("cell.bias".into(), vec![128]),
+            ("head.weight".into(), vec![10, 128]),
+            ("head.bias".into(), vec![10]),
+        ]
+    );
     let g = params("ggsnn", &[("hidden", 16)]);
     assert!(g.contains(&("msg.1.weight".into(), vec![16, 16])));
     assert!(g.contains(&("gru.ih.weight".into(), vec![48, 16])));

@@ -24,11 +24,14 @@ fn parse_header(path: &Path, text: &str) -> Case {
     for line in text.lines() {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("// expect:") {
-            let (code, at) = rest.split_once('@').unwrap_or_else(|| panic!("{}: bad expect line `{line}`", path.display()));
-            let at: usize = at.trim().parse().unwrap_or_else(|_| panic!("{}: bad line number in `{line}`", path.display()));
+            let (code, at) =
+                rest.split_once('@').unwrap_or_else(|| panic!("{}: bad expect line `{line}`", path.display()));
+            let at: usize =
+                at.trim().parse().unwrap_or_else(|_| panic!("{}: bad line number in `{line}`", path.display()));
             case.expected.push((code.trim().to_string(), at));
         } else if let Some(rest) = line.strip_prefix("// define:") {
-            let (k, v) = rest.trim().split_once('=').unwrap_or_else(|| panic!("{}: bad define `{line}`", path.display()));
+            let (k, v) =
+                rest.trim().split_once('=').unwrap_or_else(|| panic!("{}: bad define `{line}`", path.display()));
             case.defines.push((k.trim().to_string(), v.trim().parse().expect("define value is an integer")));
         }
     }

@@ -13,11 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "ampc",
-    version,
-    about = "The Amp compiler for dynamic neural networks"
-)]
+#[command(name = "ampc", version, about = "The Amp compiler for dynamic neural networks")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,29 +56,19 @@ enum Command {
 }
 
 fn parse_define(text: &str) -> Result<(String, i64), String> {
-    let (name, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("expected NAME=VALUE, got `{text}`"))?;
+    let (name, value) = text.split_once('=').ok_or_else(|| format!("expected NAME=VALUE, got `{text}`"))?;
     let name = name.trim();
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(format!("`{name}` is not a hyperparameter name"));
     }
-    let value = value
-        .trim()
-        .parse::<i64>()
-        .map_err(|_| format!("`{value}` is not an integer"))?;
+    let value = value.trim().parse::<i64>().map_err(|_| format!("`{value}` is not an integer"))?;
     Ok((name.to_string(), value))
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check {
-            files,
-            define,
-            message_format,
-            color,
-        } => check(&files, define, message_format, color),
+        Command::Check { files, define, message_format, color } => check(&files, define, message_format, color),
         Command::Lsp => match amp_lsp::run_stdio() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -93,19 +79,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(
-    files: &[PathBuf],
-    defines: Vec<(String, i64)>,
-    format: MessageFormat,
-    color: ColorChoice,
-) -> ExitCode {
+fn check(files: &[PathBuf], defines: Vec<(String, i64)>, format: MessageFormat, color: ColorChoice) -> ExitCode {
     let options = Options { defines };
     let color = match color {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
-        ColorChoice::Auto => {
-            std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
-        }
+        ColorChoice::Auto => std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
     };
     let mut any_errors = false;
     let (mut errors, mut warnings) = (0usize, 0usize);

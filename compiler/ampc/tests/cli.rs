@@ -20,12 +20,16 @@ fn temp_file(name: &str, text: &str) -> PathBuf {
 }
 
 fn json_lines(out: &Output) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
 }
 
 #[test]
 fn clean_examples_exit_zero_and_print_nothing() {
-    let files: Vec<String> = ["list_reduce.amp", "tree_lstm.amp", "ggsnn.amp", "moe.amp", "mlp.amp"].iter().map(|f| example(f)).collect();
+    let files: Vec<String> =
+        ["list_reduce.amp", "tree_lstm.amp", "ggsnn.amp", "moe.amp", "mlp.amp"].iter().map(|f| example(f)).collect();
     let mut args = vec!["check"];
     args.extend(files.iter().map(String::as_str));
     let out = ampc(&args);

@@ -62,17 +62,8 @@ impl Session {
                 }
             }
         });
-        let mut session = Session {
-            child,
-            stdin,
-            incoming,
-            unclaimed: VecDeque::new(),
-            next_id: 1,
-        };
-        let init = session.request(
-            "initialize",
-            json!({ "processId": null, "rootUri": null, "capabilities": {} }),
-        );
+        let mut session = Session { child, stdin, incoming, unclaimed: VecDeque::new(), next_id: 1 };
+        let init = session.request("initialize", json!({ "processId": null, "rootUri": null, "capabilities": {} }));
         let capabilities = &init["result"]["capabilities"];
         assert_eq!(capabilities["hoverProvider"], json!(true), "{init}");
         assert_eq!(capabilities["definitionProvider"], json!(true));
@@ -84,9 +75,7 @@ impl Session {
     fn send(&mut self, message: Value) {
         let body = message.to_string();
         let framed = format!("Content-Length: {}\r\n\r\n{body}", body.len());
-        self.stdin
-            .write_all(framed.as_bytes())
-            .expect("server reads stdin");
+        self.stdin.write_all(framed.as_bytes()).expect("server reads stdin");
         self.stdin.flush().expect("flush");
     }
 
@@ -105,13 +94,8 @@ impl Session {
 
     /// The next `publishDiagnostics` for `uri`.
     fn diagnostics_for(&mut self, uri: &str) -> Vec<Value> {
-        let message = self.wait_for(|m| {
-            m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri
-        });
-        message["params"]["diagnostics"]
-            .as_array()
-            .cloned()
-            .expect("a list of diagnostics")
+        let message = self.wait_for(|m| m["method"] == "textDocument/publishDiagnostics" && m["params"]["uri"] == uri);
+        message["params"]["diagnostics"].as_array().cloned().expect("a list of diagnostics")
     }
 
     fn wait_for(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
@@ -124,10 +108,7 @@ impl Session {
             match self.incoming.recv_timeout(left) {
                 Ok(message) if wanted(&message) => return message,
                 Ok(message) => self.unclaimed.push_back(message),
-                Err(e) => panic!(
-                    "no awaited message from ampc lsp within {TIMEOUT:?}: {e}; got {:?}",
-                    self.unclaimed
-                ),
+                Err(e) => panic!("no awaited message from ampc lsp within {TIMEOUT:?}: {e}; got {:?}", self.unclaimed),
             }
         }
     }
@@ -170,9 +151,7 @@ impl Drop for Session {
 }
 
 fn example(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name);
     std::fs::read_to_string(path).expect("the example exists")
 }
 
@@ -187,9 +166,7 @@ fn position(text: &str, offset: usize) -> Value {
 
 /// The position `delta` bytes into the first occurrence of `needle`.
 fn position_of(text: &str, needle: &str, delta: usize) -> Value {
-    let offset = text
-        .find(needle)
-        .unwrap_or_else(|| panic!("`{needle}` in the text"));
+    let offset = text.find(needle).unwrap_or_else(|| panic!("`{needle}` in the text"));
     position(text, offset + delta)
 }
 
@@ -217,30 +194,18 @@ fn diagnostics_are_published_on_open_and_cleared_once_fixed() {
     let uri = "file:///tmp/amp-lsp-test/broken.amp";
     session.open(uri, BROKEN);
     let diagnostics = session.diagnostics_for(uri);
-    let codes: Vec<&str> = diagnostics
-        .iter()
-        .filter_map(|d| d["code"].as_str())
-        .collect();
+    let codes: Vec<&str> = diagnostics.iter().filter_map(|d| d["code"].as_str()).collect();
     assert_eq!(codes, ["E0301", "E0100"], "{diagnostics:#?}");
 
     // E0301 on the argument of `l(x)`, with the `param` declaration as related information.
     let shape = &diagnostics[0];
     let x = BROKEN.find("l(x)").expect("the call") + 2;
-    assert_eq!(
-        shape["range"],
-        json!({ "start": position(BROKEN, x), "end": position(BROKEN, x + 1) })
-    );
+    assert_eq!(shape["range"], json!({ "start": position(BROKEN, x), "end": position(BROKEN, x + 1) }));
     assert_eq!(shape["severity"], json!(1));
-    assert_eq!(
-        shape["codeDescription"]["href"],
-        "https://github.com/amp-lang/amp/blob/main/docs/errors/E0301.md"
-    );
+    assert_eq!(shape["codeDescription"]["href"], "https://github.com/amp-lang/amp/blob/main/docs/errors/E0301.md");
     let related = &shape["relatedInformation"][0];
     assert_eq!(related["location"]["uri"], uri);
-    assert_eq!(
-        related["location"]["range"]["start"],
-        position_of(BROKEN, "l = Linear", 0)
-    );
+    assert_eq!(related["location"]["range"]["start"], position_of(BROKEN, "l = Linear", 0));
 
     // E0100 after `/* é𝄞 */`: the column counts UTF-16 units (𝄞 is two), not bytes.
     let unknown = &diagnostics[1];
@@ -248,10 +213,7 @@ fn diagnostics_are_published_on_open_and_cleared_once_fixed() {
     assert_eq!(unknown["range"]["start"], position(BROKEN, foo));
     let line = BROKEN.lines().nth(3).expect("line 3");
     let bytes_before = line.find("foo").expect("foo on line 3");
-    assert_eq!(
-        unknown["range"]["start"]["character"],
-        json!(bytes_before - 3)
-    );
+    assert_eq!(unknown["range"]["start"]["character"], json!(bytes_before - 3));
 
     // An incremental edit (`f32[5]` -> `f32[4]` in `forward`) fixes the shape error only.
     let five = position_of(BROKEN, "5]) -> f32[3]", 0);
@@ -264,14 +226,8 @@ fn diagnostics_are_published_on_open_and_cleared_once_fixed() {
         }),
     );
     let remaining = session.diagnostics_for(uri);
-    let codes: Vec<&str> = remaining
-        .iter()
-        .filter_map(|d| d["code"].as_str())
-        .collect();
-    assert!(
-        !codes.contains(&"E0301") && codes.contains(&"E0100"),
-        "{remaining:#?}"
-    );
+    let codes: Vec<&str> = remaining.iter().filter_map(|d| d["code"].as_str()).collect();
+    assert!(!codes.contains(&"E0301") && codes.contains(&"E0100"), "{remaining:#?}");
     // A full replacement with the fixed text clears them all.
     session.notify(
         "textDocument/didChange",
@@ -280,10 +236,7 @@ fn diagnostics_are_published_on_open_and_cleared_once_fixed() {
     assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
 
     // Saving republishes (still nothing).
-    session.notify(
-        "textDocument/didSave",
-        json!({ "textDocument": { "uri": uri } }),
-    );
+    session.notify("textDocument/didSave", json!({ "textDocument": { "uri": uri } }));
     assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
     assert_eq!(session.shut_down(), Some(0));
 }
@@ -299,41 +252,22 @@ fn hover_definition_and_symbols_on_the_examples() {
     // Hover on `h` in `head(h)` shows its symbolic shape.
     let on_h = position_of(&list_reduce, "head(h)", 5);
     let hover = session.request("textDocument/hover", at(uri, on_h.clone()));
-    let text = hover["result"]["contents"]["value"]
-        .as_str()
-        .unwrap_or_default();
+    let text = hover["result"]["contents"]["value"].as_str().unwrap_or_default();
     assert!(text.contains("f32[hidden]"), "{hover}");
 
     // Definition of that local: its `var h` binding.
     let definition = session.request("textDocument/definition", at(uri, on_h));
     assert_eq!(definition["result"]["uri"], uri);
-    assert_eq!(
-        definition["result"]["range"]["start"],
-        position_of(&list_reduce, "var h", 4)
-    );
+    assert_eq!(definition["result"]["range"]["start"], position_of(&list_reduce, "var h", 4));
 
     // The model and its functions, nested.
-    let symbols = session.request(
-        "textDocument/documentSymbol",
-        json!({ "textDocument": { "uri": uri } }),
-    );
+    let symbols = session.request("textDocument/documentSymbol", json!({ "textDocument": { "uri": uri } }));
     let roots = symbols["result"].as_array().cloned().unwrap_or_default();
-    let model = roots
-        .iter()
-        .find(|s| s["name"] == "ListReduce")
-        .expect("the model is listed");
-    let children: Vec<&str> = model["children"]
-        .as_array()
-        .map(|c| c.iter().filter_map(|s| s["name"].as_str()).collect())
-        .unwrap_or_default();
-    assert!(
-        children.contains(&"forward") && children.contains(&"loss"),
-        "{children:?}"
-    );
-    assert!(
-        children.contains(&"embed"),
-        "params are children too: {children:?}"
-    );
+    let model = roots.iter().find(|s| s["name"] == "ListReduce").expect("the model is listed");
+    let children: Vec<&str> =
+        model["children"].as_array().map(|c| c.iter().filter_map(|s| s["name"].as_str()).collect()).unwrap_or_default();
+    assert!(children.contains(&"forward") && children.contains(&"loss"), "{children:?}");
+    assert!(children.contains(&"embed"), "params are children too: {children:?}");
 
     // A standard-library layer resolves to the materialised `nn.amp`.
     let ggsnn = example("ggsnn.amp");
@@ -343,22 +277,12 @@ fn hover_definition_and_symbols_on_the_examples() {
     let on_layer = position_of(&ggsnn, "GruCell(hidden", 3);
     let definition = session.request("textDocument/definition", at(ggsnn_uri, on_layer));
     let target = definition["result"]["uri"].as_str().unwrap_or_default();
-    assert!(
-        target.starts_with("file://") && target.ends_with("/nn.amp"),
-        "{definition}"
-    );
-    let line = definition["result"]["range"]["start"]["line"]
-        .as_u64()
-        .unwrap_or(u64::MAX);
+    assert!(target.starts_with("file://") && target.ends_with("/nn.amp"), "{definition}");
+    let line = definition["result"]["range"]["start"]["line"].as_u64().unwrap_or(u64::MAX);
     let path = target.trim_start_matches("file://");
     let stdlib = std::fs::read_to_string(path).expect("the materialised standard library");
-    let declared = stdlib
-        .lines()
-        .nth(usize::try_from(line).unwrap_or(usize::MAX));
-    assert!(
-        declared.is_some_and(|l| l.contains("layer GruCell")),
-        "{declared:?}"
-    );
+    let declared = stdlib.lines().nth(usize::try_from(line).unwrap_or(usize::MAX));
+    assert!(declared.is_some_and(|l| l.contains("layer GruCell")), "{declared:?}");
 
     assert_eq!(session.shut_down(), Some(0));
 }
@@ -372,20 +296,11 @@ fn malformed_requests_get_error_responses_and_the_server_keeps_going() {
     assert_eq!(unknown["error"]["code"], json!(-32601), "{unknown}");
     // Half-typed code: the parser never fails, the server answers.
     let uri = "file:///tmp/amp-lsp-test/half.amp";
-    session.open(
-        uri,
-        "model M(n: int = 2) {\n    fn forward(x: f32[n]) -> f32[n] { let y = x.",
-    );
+    session.open(uri, "model M(n: int = 2) {\n    fn forward(x: f32[n]) -> f32[n] { let y = x.");
     assert!(!session.diagnostics_for(uri).is_empty());
-    let completion = session.request(
-        "textDocument/completion",
-        at(uri, json!({ "line": 1, "character": 44 })),
-    );
+    let completion = session.request("textDocument/completion", at(uri, json!({ "line": 1, "character": 44 })));
     assert!(completion.get("error").is_none(), "{completion}");
-    let hover = session.request(
-        "textDocument/hover",
-        at(uri, json!({ "line": 99, "character": 99 })),
-    );
+    let hover = session.request("textDocument/hover", at(uri, json!({ "line": 99, "character": 99 })));
     assert!(hover.get("error").is_none(), "{hover}");
     assert_eq!(session.shut_down(), Some(0));
 }

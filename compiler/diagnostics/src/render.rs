@@ -19,28 +19,16 @@ pub fn render_human(map: &SourceMap, diagnostics: &[Diagnostic], color: bool) ->
             crate::Severity::Warning => ReportKind::Warning,
         };
         let id = |span: Span| {
-            let name = map
-                .get(span.file)
-                .map_or_else(|| file.name.clone(), |f| f.name.clone());
+            let name = map.get(span.file).map_or_else(|| file.name.clone(), |f| f.name.clone());
             (name, span.range())
         };
-        let primary_color = if diag.severity() == crate::Severity::Error {
-            Color::Red
-        } else {
-            Color::Yellow
-        };
-        let mut primary = Label::new(id(diag.span))
-            .with_color(primary_color)
-            .with_order(0);
+        let primary_color = if diag.severity() == crate::Severity::Error { Color::Red } else { Color::Yellow };
+        let mut primary = Label::new(id(diag.span)).with_color(primary_color).with_order(0);
         if !diag.primary_label.is_empty() {
             primary = primary.with_message(&diag.primary_label);
         }
         let mut report = Report::build(kind, id(diag.span))
-            .with_config(
-                Config::default()
-                    .with_color(color)
-                    .with_index_type(IndexType::Byte),
-            )
+            .with_config(Config::default().with_color(color).with_index_type(IndexType::Byte))
             .with_code(diag.code)
             .with_message(&diag.message)
             .with_label(primary);
@@ -102,23 +90,9 @@ fn json_label(map: &SourceMap, span: Span, message: &str) -> JsonLabel {
         Some(f) => {
             let (sl, sc) = f.line_col(span.start as usize);
             let (el, ec) = f.line_col(span.end as usize);
-            (
-                f.name.clone(),
-                Position {
-                    line: sl + 1,
-                    column: sc + 1,
-                },
-                Position {
-                    line: el + 1,
-                    column: ec + 1,
-                },
-            )
+            (f.name.clone(), Position { line: sl + 1, column: sc + 1 }, Position { line: el + 1, column: ec + 1 })
         }
-        None => (
-            String::new(),
-            Position { line: 0, column: 0 },
-            Position { line: 0, column: 0 },
-        ),
+        None => (String::new(), Position { line: 0, column: 0 }, Position { line: 0, column: 0 }),
     };
     JsonLabel {
         file,
@@ -143,11 +117,7 @@ impl JsonDiagnostic {
             start: primary.start,
             end: primary.end,
             labels: std::iter::once(json_label(map, diag.span, &diag.primary_label))
-                .chain(
-                    diag.labels
-                        .iter()
-                        .map(|l| json_label(map, l.span, &l.message)),
-                )
+                .chain(diag.labels.iter().map(|l| json_label(map, l.span, &l.message)))
                 .collect(),
             notes: diag.notes.clone(),
             help: diag.help.clone(),

@@ -16,20 +16,12 @@ pub struct Span {
 
 impl Span {
     pub fn new(file: FileId, start: usize, end: usize) -> Self {
-        Span {
-            file,
-            start: clamp_u32(start),
-            end: clamp_u32(end.max(start)),
-        }
+        Span { file, start: clamp_u32(start), end: clamp_u32(end.max(start)) }
     }
 
     /// The smallest span covering both (which must lie in the same file).
     pub fn to(self, other: Span) -> Span {
-        Span {
-            file: self.file,
-            start: self.start.min(other.start),
-            end: self.end.max(other.end),
-        }
+        Span { file: self.file, start: self.start.min(other.start), end: self.end.max(other.end) }
     }
 
     pub fn range(self) -> Range<usize> {
@@ -154,11 +146,7 @@ impl SourceMap {
     pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
         let text = text.into();
         let lines = LineIndex::new(&text);
-        self.files.push(SourceFile {
-            name: name.into(),
-            text,
-            lines,
-        });
+        self.files.push(SourceFile { name: name.into(), text, lines });
         FileId(clamp_u32(self.files.len() - 1))
     }
 
@@ -167,10 +155,7 @@ impl SourceMap {
     }
 
     pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
-        self.files
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (FileId(clamp_u32(i)), f))
+        self.files.iter().enumerate().map(|(i, f)| (FileId(clamp_u32(i)), f))
     }
 
     pub fn find(&self, name: &str) -> Option<FileId> {

@@ -29,10 +29,7 @@ pub fn position_of(file: &SourceFile, offset: usize) -> lsp::Position {
 }
 
 pub fn range_of(file: &SourceFile, span: Span) -> lsp::Range {
-    lsp::Range::new(
-        position_of(file, span.start as usize),
-        position_of(file, span.end as usize),
-    )
+    lsp::Range::new(position_of(file, span.start as usize), position_of(file, span.end as usize))
 }
 
 /// The byte offset of an LSP position; positions past a line's end or past the last line
@@ -81,11 +78,7 @@ fn tags_of(code: Code) -> Option<Vec<lsp::DiagnosticTag>> {
 }
 
 /// The location of `span`, if its file has a URI.
-pub fn location_of(
-    map: &SourceMap,
-    span: Span,
-    uri_of: &dyn Fn(FileId) -> Option<lsp::Uri>,
-) -> Option<lsp::Location> {
+pub fn location_of(map: &SourceMap, span: Span, uri_of: &dyn Fn(FileId) -> Option<lsp::Uri>) -> Option<lsp::Location> {
     let file = map.get(span.file)?;
     Some(lsp::Location::new(uri_of(span.file)?, range_of(file, span)))
 }
@@ -111,9 +104,7 @@ pub fn to_lsp_diagnostic(
     Some(lsp::Diagnostic {
         range: range_of(file, diagnostic.span),
         severity: Some(severity_of(diagnostic.severity())),
-        code: Some(lsp::NumberOrString::String(
-            diagnostic.code.as_str().to_string(),
-        )),
+        code: Some(lsp::NumberOrString::String(diagnostic.code.as_str().to_string())),
         code_description: error_page(diagnostic.code).map(|href| lsp::CodeDescription { href }),
         source: Some(SOURCE.to_string()),
         message: message_of(diagnostic),
@@ -180,65 +171,40 @@ mod tests {
     fn diagnostic_ranges_use_utf16_columns() {
         let text = "model M() {\n    fn forward(x: f32) -> f32 { /* é𝄞 */ foo }\n}\n";
         let (map, checked) = amp_sema::check_source("m.amp", text, &Default::default());
-        let unknown = checked
-            .diagnostics
-            .iter()
-            .find(|d| d.code == Code::UnknownName)
-            .expect("`foo` is unknown");
+        let unknown = checked.diagnostics.iter().find(|d| d.code == Code::UnknownName).expect("`foo` is unknown");
         let main_uri = uri("file:///m.amp");
-        let converted = to_lsp_diagnostic(unknown, &map, &|_| Some(main_uri.clone()))
-            .expect("the span's file is in the map");
+        let converted =
+            to_lsp_diagnostic(unknown, &map, &|_| Some(main_uri.clone())).expect("the span's file is in the map");
         let line = text.lines().nth(1).expect("two lines");
         let byte_column = line.find("foo").expect("foo on line 2");
         // `é` takes 2 bytes and 1 unit, `𝄞` 4 bytes and 2 units: 3 fewer units than bytes.
         let column = u32::try_from(byte_column - 3).expect("small");
-        assert_eq!(
-            converted.range,
-            lsp::Range::new(
-                lsp::Position::new(1, column),
-                lsp::Position::new(1, column + 3)
-            )
-        );
-        assert_eq!(
-            converted.code,
-            Some(lsp::NumberOrString::String("E0100".into()))
-        );
+        assert_eq!(converted.range, lsp::Range::new(lsp::Position::new(1, column), lsp::Position::new(1, column + 3)));
+        assert_eq!(converted.code, Some(lsp::NumberOrString::String("E0100".into())));
         assert_eq!(converted.severity, Some(lsp::DiagnosticSeverity::ERROR));
     }
 
     #[test]
     fn diagnostics_carry_code_page_notes_help_and_related_labels() {
         let (map, id) = one_file("let a = 1;\nlet b = a;\n");
-        let diagnostic = Diagnostic::new(
-            Code::LinearInputShape,
-            Span::new(id, 19, 20),
-            "input shape does not fit",
-        )
-        .with_primary("this is `f32[5]`")
-        .with_label(Span::new(id, 4, 5), "declared here")
-        .with_label(Span::new(FileId(7), 0, 1), "in a file without a URI")
-        .with_note("a note")
-        .with_help("a help");
+        let diagnostic = Diagnostic::new(Code::LinearInputShape, Span::new(id, 19, 20), "input shape does not fit")
+            .with_primary("this is `f32[5]`")
+            .with_label(Span::new(id, 4, 5), "declared here")
+            .with_label(Span::new(FileId(7), 0, 1), "in a file without a URI")
+            .with_note("a note")
+            .with_help("a help");
         let main_uri = uri("file:///a.amp");
         let uri_of = |file: FileId| (file == id).then(|| main_uri.clone());
         let converted = to_lsp_diagnostic(&diagnostic, &map, &uri_of).expect("known file");
+        assert_eq!(converted.message, "input shape does not fit\nthis is `f32[5]`\nnote: a note\nhelp: a help");
         assert_eq!(
-            converted.message,
-            "input shape does not fit\nthis is `f32[5]`\nnote: a note\nhelp: a help"
-        );
-        assert_eq!(
-            converted
-                .code_description
-                .map(|c| c.href.as_str().to_string()),
+            converted.code_description.map(|c| c.href.as_str().to_string()),
             Some("https://github.com/amp-lang/amp/blob/main/docs/errors/E0301.md".to_string())
         );
         let related = converted.related_information.expect("one label has a URI");
         assert_eq!(related.len(), 1);
         assert_eq!(related[0].message, "declared here");
-        assert_eq!(
-            related[0].location.range,
-            lsp::Range::new(lsp::Position::new(0, 4), lsp::Position::new(0, 5))
-        );
+        assert_eq!(related[0].location.range, lsp::Range::new(lsp::Position::new(0, 4), lsp::Position::new(0, 5)));
         assert_eq!(converted.range.start, lsp::Position::new(1, 8));
     }
 
@@ -247,8 +213,7 @@ mod tests {
         let (map, id) = one_file("let y = 1;");
         let warning = Diagnostic::new(Code::UnusedVariable, Span::new(id, 4, 5), "unused");
         let main_uri = uri("file:///a.amp");
-        let converted =
-            to_lsp_diagnostic(&warning, &map, &|_| Some(main_uri.clone())).expect("known file");
+        let converted = to_lsp_diagnostic(&warning, &map, &|_| Some(main_uri.clone())).expect("known file");
         assert_eq!(converted.severity, Some(lsp::DiagnosticSeverity::WARNING));
         assert_eq!(converted.tags, Some(vec![lsp::DiagnosticTag::UNNECESSARY]));
         assert_eq!(converted.related_information, None);
@@ -276,17 +241,11 @@ mod tests {
     fn labels_outside_the_map_are_dropped_not_panicking() {
         let (map, id) = one_file("x");
         let diagnostic = Diagnostic {
-            labels: vec![Label {
-                span: Span::new(FileId(3), 0, 1),
-                message: "elsewhere".into(),
-            }],
+            labels: vec![Label { span: Span::new(FileId(3), 0, 1), message: "elsewhere".into() }],
             ..Diagnostic::new(Code::UnknownName, Span::new(id, 0, 1), "unknown")
         };
         let converted = to_lsp_diagnostic(&diagnostic, &map, &|_| None);
-        assert!(
-            converted.is_some(),
-            "the primary file is known even without a URI for labels"
-        );
+        assert!(converted.is_some(), "the primary file is known even without a URI for labels");
         let missing = Diagnostic::new(Code::UnknownName, Span::new(FileId(5), 0, 1), "x");
         assert!(to_lsp_diagnostic(&missing, &map, &|_| None).is_none());
     }

@@ -50,12 +50,7 @@ pub struct Document {
 impl Document {
     pub fn open(uri: Uri, version: i32, text: String) -> Document {
         let analysis = Analysis::of(uri.as_str(), &text);
-        Document {
-            uri,
-            version,
-            text,
-            analysis,
-        }
+        Document { uri, version, text, analysis }
     }
 
     /// Applies the changes of one `didChange` in order and re-checks.
@@ -103,11 +98,7 @@ pub fn apply_change(text: String, change: TextDocumentContentChangeEvent) -> Str
     let Some(range) = change.range else {
         return change.text;
     };
-    let file = SourceFile {
-        name: String::new(),
-        lines: LineIndex::new(&text),
-        text,
-    };
+    let file = SourceFile { name: String::new(), lines: LineIndex::new(&text), text };
     let start = offset_of(&file, range.start);
     let end = offset_of(&file, range.end);
     let (start, end) = (start.min(end), start.max(end));
@@ -123,9 +114,7 @@ mod tests {
 
     fn edit(range: Option<((u32, u32), (u32, u32))>, text: &str) -> TextDocumentContentChangeEvent {
         TextDocumentContentChangeEvent {
-            range: range.map(|((l0, c0), (l1, c1))| {
-                Range::new(Position::new(l0, c0), Position::new(l1, c1))
-            }),
+            range: range.map(|((l0, c0), (l1, c1))| Range::new(Position::new(l0, c0), Position::new(l1, c1))),
             range_length: None,
             text: text.to_string(),
         }

@@ -8,9 +8,7 @@
 use crate::documents::Document;
 use crate::handlers;
 use crate::stdlib_files::StdlibFiles;
-use lsp_server::{
-    Connection, ErrorCode, Message, Notification, ProtocolError, Request, RequestId, Response,
-};
+use lsp_server::{Connection, ErrorCode, Message, Notification, ProtocolError, Request, RequestId, Response};
 use lsp_types as lsp;
 use lsp_types::notification::{self as note, Notification as _};
 use lsp_types::request::{self as req, Request as _};
@@ -39,9 +37,7 @@ impl fmt::Display for ServerError {
             ServerError::Protocol(e) => write!(f, "protocol error: {e}"),
             ServerError::Io(e) => write!(f, "i/o error: {e}"),
             ServerError::Json(e) => write!(f, "cannot serialize a message: {e}"),
-            ServerError::Disconnected => {
-                f.write_str("the client closed the connection without `exit`")
-            }
+            ServerError::Disconnected => f.write_str("the client closed the connection without `exit`"),
             ServerError::ExitWithoutShutdown => f.write_str("`exit` without `shutdown`"),
         }
     }
@@ -81,18 +77,12 @@ pub fn run_stdio() -> Result<(), ServerError> {
 pub(crate) fn capabilities() -> lsp::ServerCapabilities {
     lsp::ServerCapabilities {
         position_encoding: Some(lsp::PositionEncodingKind::UTF16),
-        text_document_sync: Some(lsp::TextDocumentSyncCapability::Options(
-            lsp::TextDocumentSyncOptions {
-                open_close: Some(true),
-                change: Some(lsp::TextDocumentSyncKind::INCREMENTAL),
-                save: Some(lsp::TextDocumentSyncSaveOptions::SaveOptions(
-                    lsp::SaveOptions {
-                        include_text: Some(true),
-                    },
-                )),
-                ..lsp::TextDocumentSyncOptions::default()
-            },
-        )),
+        text_document_sync: Some(lsp::TextDocumentSyncCapability::Options(lsp::TextDocumentSyncOptions {
+            open_close: Some(true),
+            change: Some(lsp::TextDocumentSyncKind::INCREMENTAL),
+            save: Some(lsp::TextDocumentSyncSaveOptions::SaveOptions(lsp::SaveOptions { include_text: Some(true) })),
+            ..lsp::TextDocumentSyncOptions::default()
+        })),
         hover_provider: Some(lsp::HoverProviderCapability::Simple(true)),
         definition_provider: Some(lsp::OneOf::Left(true)),
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
@@ -115,12 +105,7 @@ pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), 
         }),
     };
     connection.initialize_finish(id, serde_json::to_value(answer)?)?;
-    let mut server = Server {
-        connection,
-        stdlib,
-        documents: HashMap::new(),
-        shutdown_requested: false,
-    };
+    let mut server = Server { connection, stdlib, documents: HashMap::new(), shutdown_requested: false };
     for message in &connection.receiver {
         match message {
             Message::Request(request) => {
@@ -150,20 +135,13 @@ struct Server<'c> {
 
 impl Server<'_> {
     fn send(&self, message: Message) -> Result<(), ServerError> {
-        self.connection
-            .sender
-            .send(message)
-            .map_err(|_| ServerError::Disconnected)
+        self.connection.sender.send(message).map_err(|_| ServerError::Disconnected)
     }
 
     fn answer(&mut self, request: Request) -> Response {
         let Request { id, method, params } = request;
         if self.shutdown_requested {
-            return error(
-                id,
-                ErrorCode::InvalidRequest,
-                "the server is shutting down".into(),
-            );
+            return error(id, ErrorCode::InvalidRequest, "the server is shutting down".into());
         }
         match method.as_str() {
             req::Shutdown::METHOD => {
@@ -175,32 +153,23 @@ impl Server<'_> {
                 let document = s.documents.get(&at.text_document.uri)?;
                 handlers::hover(&document.analysis, at.position)
             }),
-            req::GotoDefinition::METHOD => {
-                self.handle::<req::GotoDefinition>(id, params, |s, p| {
-                    let at = p.text_document_position_params;
-                    let document = s.documents.get(&at.text_document.uri)?;
-                    handlers::definition(document, &s.stdlib, at.position)
-                        .map(lsp::GotoDefinitionResponse::Scalar)
-                })
-            }
-            req::DocumentSymbolRequest::METHOD => {
-                self.handle::<req::DocumentSymbolRequest>(id, params, |s, p| {
-                    let document = s.documents.get(&p.text_document.uri)?;
-                    let symbols = handlers::document_symbols(&document.analysis);
-                    Some(lsp::DocumentSymbolResponse::Nested(symbols))
-                })
-            }
+            req::GotoDefinition::METHOD => self.handle::<req::GotoDefinition>(id, params, |s, p| {
+                let at = p.text_document_position_params;
+                let document = s.documents.get(&at.text_document.uri)?;
+                handlers::definition(document, &s.stdlib, at.position).map(lsp::GotoDefinitionResponse::Scalar)
+            }),
+            req::DocumentSymbolRequest::METHOD => self.handle::<req::DocumentSymbolRequest>(id, params, |s, p| {
+                let document = s.documents.get(&p.text_document.uri)?;
+                let symbols = handlers::document_symbols(&document.analysis);
+                Some(lsp::DocumentSymbolResponse::Nested(symbols))
+            }),
             req::Completion::METHOD => self.handle::<req::Completion>(id, params, |s, p| {
                 let at = p.text_document_position;
                 let document = s.documents.get(&at.text_document.uri)?;
                 let items = handlers::completion(&document.analysis, at.position);
                 Some(lsp::CompletionResponse::Array(items))
             }),
-            _ => error(
-                id,
-                ErrorCode::MethodNotFound,
-                format!("unsupported request `{method}`"),
-            ),
+            _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }
     }
 
@@ -244,10 +213,7 @@ impl Server<'_> {
                     return Ok(());
                 };
                 let Some(document) = self.documents.get_mut(&p.text_document.uri) else {
-                    eprintln!(
-                        "ampc lsp: change to a document that is not open: {}",
-                        p.text_document.uri.as_str()
-                    );
+                    eprintln!("ampc lsp: change to a document that is not open: {}", p.text_document.uri.as_str());
                     return Ok(());
                 };
                 document.change(p.text_document.version, p.content_changes);
@@ -294,11 +260,7 @@ impl Server<'_> {
         diagnostics: Vec<lsp::Diagnostic>,
         version: Option<i32>,
     ) -> Result<(), ServerError> {
-        let params = lsp::PublishDiagnosticsParams {
-            uri,
-            diagnostics,
-            version,
-        };
+        let params = lsp::PublishDiagnosticsParams { uri, diagnostics, version };
         let notification = Notification {
             method: note::PublishDiagnostics::METHOD.to_string(),
             params: serde_json::to_value(params)?,
@@ -311,31 +273,18 @@ fn parse<N: lsp::notification::Notification>(params: Value) -> Option<N::Params>
     match serde_json::from_value(params) {
         Ok(params) => Some(params),
         Err(e) => {
-            eprintln!(
-                "ampc lsp: ignoring `{}` with invalid parameters: {e}",
-                N::METHOD
-            );
+            eprintln!("ampc lsp: ignoring `{}` with invalid parameters: {e}", N::METHOD);
             None
         }
     }
 }
 
 fn success(id: RequestId, result: Value) -> Response {
-    Response {
-        id,
-        response_result: Ok(result),
-    }
+    Response { id, response_result: Ok(result) }
 }
 
 fn error(id: RequestId, code: ErrorCode, message: String) -> Response {
-    Response {
-        id,
-        response_result: Err(lsp_server::ResponseError {
-            code: code as i32,
-            message,
-            data: None,
-        }),
-    }
+    Response { id, response_result: Err(lsp_server::ResponseError { code: code as i32, message, data: None }) }
 }
 
 #[cfg(test)]
@@ -362,26 +311,15 @@ mod tests {
         }
 
         fn receive(&self) -> Message {
-            match self
-                .connection
-                .receiver
-                .recv_timeout(Duration::from_secs(10))
-            {
+            match self.connection.receiver.recv_timeout(Duration::from_secs(10)) {
                 Ok(message) => message,
                 Err(e) => panic!("no message from the server: {e}"),
             }
         }
 
         fn request(&self, id: i32, method: &str, params: Value) -> Response {
-            let request = Request {
-                id: id.into(),
-                method: method.into(),
-                params,
-            };
-            self.connection
-                .sender
-                .send(request.into())
-                .expect("server alive");
+            let request = Request { id: id.into(), method: method.into(), params };
+            self.connection.sender.send(request.into()).expect("server alive");
             loop {
                 if let Message::Response(response) = self.receive() {
                     return response;
@@ -390,25 +328,13 @@ mod tests {
         }
 
         fn notify(&self, method: &str, params: Value) {
-            let notification = Notification {
-                method: method.into(),
-                params,
-            };
-            self.connection
-                .sender
-                .send(notification.into())
-                .expect("server alive");
+            let notification = Notification { method: method.into(), params };
+            self.connection.sender.send(notification.into()).expect("server alive");
         }
 
         fn stop(self) -> Result<(), ServerError> {
             let Client { connection, server } = self;
-            let _ = connection.sender.send(
-                Notification {
-                    method: "exit".into(),
-                    params: Value::Null,
-                }
-                .into(),
-            );
+            let _ = connection.sender.send(Notification { method: "exit".into(), params: Value::Null }.into());
             server.join().expect("the server thread does not panic")
         }
     }
@@ -442,10 +368,7 @@ mod tests {
     #[test]
     fn exit_without_shutdown_is_an_error() {
         let client = Client::start();
-        assert!(matches!(
-            client.stop(),
-            Err(ServerError::ExitWithoutShutdown)
-        ));
+        assert!(matches!(client.stop(), Err(ServerError::ExitWithoutShutdown)));
     }
 
     #[test]
@@ -467,10 +390,7 @@ mod tests {
             .map(|list| list.iter().filter_map(|d| d["code"].as_str()).collect())
             .unwrap_or_default();
         assert!(codes.contains(&"E0100"), "{codes:?}");
-        client.notify(
-            "textDocument/didClose",
-            json!({ "textDocument": { "uri": uri } }),
-        );
+        client.notify("textDocument/didClose", json!({ "textDocument": { "uri": uri } }));
         let cleared = client.receive();
         let Message::Notification(cleared) = cleared else {
             panic!("expected a notification, got {cleared:?}");

@@ -26,11 +26,7 @@ impl StdlibFiles {
 
     /// The cache folder for this build's standard library.
     pub fn default_dir() -> PathBuf {
-        std::env::temp_dir().join("amp-stdlib").join(format!(
-            "{}-{:016x}",
-            env!("CARGO_PKG_VERSION"),
-            sources_hash()
-        ))
+        std::env::temp_dir().join("amp-stdlib").join(format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), sources_hash()))
     }
 
     /// Writes every standard module under `dir` (unless an identical copy is already
@@ -53,10 +49,7 @@ impl StdlibFiles {
 
     /// The URI of the module the SourceMap calls `file_name` (e.g. `<std>/nn.amp`).
     pub fn uri_of(&self, file_name: &str) -> Option<Uri> {
-        self.uris
-            .iter()
-            .find(|(name, _)| *name == file_name)
-            .map(|(_, uri)| uri.clone())
+        self.uris.iter().find(|(name, _)| *name == file_name).map(|(_, uri)| uri.clone())
     }
 }
 
@@ -95,16 +88,11 @@ mod tests {
     fn materialises_each_module_once_and_maps_its_name() {
         let dir = std::env::temp_dir().join(format!("amp-lsp-test-{}", std::process::id()));
         let files = StdlibFiles::materialise(&dir).expect("temp dir is writable");
-        let uri = files
-            .uri_of("<std>/nn.amp")
-            .expect("nn is a standard module");
+        let uri = files.uri_of("<std>/nn.amp").expect("nn is a standard module");
         assert!(uri.as_str().starts_with("file:///"));
         assert!(uri.as_str().ends_with("/nn.amp"));
         let written = std::fs::read_to_string(dir.join("nn.amp")).expect("written");
-        assert_eq!(
-            Some(written.as_str()),
-            amp_stdlib::module(&["nn"]).map(|m| m.source)
-        );
+        assert_eq!(Some(written.as_str()), amp_stdlib::module(&["nn"]).map(|m| m.source));
         // A second start finds the file in place and leaves it alone.
         let again = StdlibFiles::materialise(&dir).expect("still writable");
         assert_eq!(again.uri_of("<std>/nn.amp"), Some(uri));

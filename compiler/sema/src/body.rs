@@ -36,10 +36,7 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
     // Functions without `-> T` first: when one turns out to return a value (E0508), its
     // result type becomes unknown before its callers are checked, so that they do not
     // report the same mistake again as a type mismatch.
-    let order = fns
-        .iter()
-        .filter(|f| f.ret.is_none())
-        .chain(fns.iter().filter(|f| f.ret.is_some()));
+    let order = fns.iter().filter(|f| f.ret.is_none()).chain(fns.iter().filter(|f| f.ret.is_some()));
     for f in order {
         let Some(&fn_index) = ck.components[comp.0 as usize].fns.get(&f.name.name) else {
             continue;
@@ -55,11 +52,7 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
             fn_index,
             used: vec![false; def.locals.len()],
             locals: def.locals.clone(),
-            scopes: vec![def
-                .params
-                .iter()
-                .map(|&p| (def.locals[p.0 as usize].name.clone(), p))
-                .collect()],
+            scopes: vec![def.params.iter().map(|&p| (def.locals[p.0 as usize].name.clone(), p)).collect()],
             roots: def.params.iter().copied().collect(),
             smaller: HashSet::new(),
             calls: Vec::new(),
@@ -67,11 +60,7 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
         for &p in &def.params {
             let local = &def.locals[p.0 as usize];
             let hover = format!("{}: {}", local.name, fc.ck.ty_str(&local.ty));
-            fc.ck.program.references.push(Reference {
-                use_span: local.span,
-                def_span: local.span,
-                hover,
-            });
+            fc.ck.program.references.push(Reference { use_span: local.span, def_span: local.span, hover });
         }
         let body = fc.check_block(&f.body, Some(&def.ret));
         let body_ty = body.tail.as_ref().map_or(Ty::unit(), |t| t.ty.clone());
@@ -83,10 +72,7 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
                 Diagnostic::new(
                     Code::MissingReturnType,
                     f.name.span,
-                    format!(
-                        "`{}` returns `{shown}` but declares no return type",
-                        f.name.name
-                    ),
+                    format!("`{}` returns `{shown}` but declares no return type", f.name.name),
                 )
                 .with_primary("no `-> T` here")
                 .with_label(span, format!("this is `{shown}`"))
@@ -95,14 +81,8 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
         } else if f.ret.is_some() && !body_ty.fits(&def.ret) {
             let span = body.tail.as_ref().map_or(f.body.span, |t| t.span);
             let ret_span = f.ret.as_ref().map_or(f.name.span, |r| r.span);
-            let d = fc.mismatch(
-                &def.ret,
-                &body_ty,
-                span,
-                "the function body has the wrong type",
-            );
-            fc.ck
-                .error(d.with_label(ret_span, "return type declared here"));
+            let d = fc.mismatch(&def.ret, &body_ty, span, "the function body has the wrong type");
+            fc.ck.error(d.with_label(ret_span, "return type declared here"));
         }
         fc.pop_scope_warn_unused(0);
         let locals = std::mem::take(&mut fc.locals);
@@ -159,19 +139,9 @@ impl FnChecker<'_, '_> {
 
     fn declare_local(&mut self, name: &ast::Ident, ty: Ty, mutable: bool) -> LocalId {
         let id = LocalId(self.locals.len() as u32);
-        let hover = format!(
-            "{}{}: {}",
-            if mutable { "var " } else { "" },
-            name.name,
-            self.ck.ty_str(&ty)
-        );
+        let hover = format!("{}{}: {}", if mutable { "var " } else { "" }, name.name, self.ck.ty_str(&ty));
         self.ck.reference(name.span, name.span, hover);
-        self.locals.push(LocalDef {
-            name: name.name.clone(),
-            ty,
-            span: name.span,
-            mutable,
-        });
+        self.locals.push(LocalDef { name: name.name.clone(), ty, span: name.span, mutable });
         self.used.push(false);
         if let Some(scope) = self.scopes.last_mut() {
             scope.push((name.name.clone(), id));
@@ -180,12 +150,7 @@ impl FnChecker<'_, '_> {
     }
 
     fn lookup_local(&self, name: &str) -> Option<LocalId> {
-        self.scopes
-            .iter()
-            .rev()
-            .flat_map(|s| s.iter().rev())
-            .find(|(n, _)| n == name)
-            .map(|(_, id)| *id)
+        self.scopes.iter().rev().flat_map(|s| s.iter().rev()).find(|(n, _)| n == name).map(|(_, id)| *id)
     }
 
     fn push_scope(&mut self) {
@@ -207,13 +172,9 @@ impl FnChecker<'_, '_> {
             if !self.used[id.0 as usize] && !name.starts_with('_') && is_main {
                 let span = self.locals[id.0 as usize].span;
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::UnusedVariable,
-                        span,
-                        format!("unused variable `{name}`"),
-                    )
-                    .with_primary("never read")
-                    .with_help(format!("if this is intentional, name it `_{name}`")),
+                    Diagnostic::new(Code::UnusedVariable, span, format!("unused variable `{name}`"))
+                        .with_primary("never read")
+                        .with_help(format!("if this is intentional, name it `_{name}`")),
                 );
             }
         }
@@ -223,33 +184,17 @@ impl FnChecker<'_, '_> {
 
     fn check_block(&mut self, block: &ast::Block, expected: Option<&Ty>) -> Block {
         self.push_scope();
-        let stmts = block
-            .stmts
-            .iter()
-            .filter_map(|s| self.check_stmt(s))
-            .collect();
-        let tail = block
-            .tail
-            .as_ref()
-            .map(|t| Box::new(self.check_expr(t, expected)));
+        let stmts = block.stmts.iter().filter_map(|s| self.check_stmt(s)).collect();
+        let tail = block.tail.as_ref().map(|t| Box::new(self.check_expr(t, expected)));
         self.pop_scope();
-        Block {
-            stmts,
-            tail,
-            span: block.span,
-        }
+        Block { stmts, tail, span: block.span }
     }
 
     /// Runs `f` with this function's variables visible to constant evaluation, so that a
     /// dimension naming a variable is reported as not constant (E0209) rather than as an
     /// unknown name, and the variable counts as used.
     fn with_locals_visible<T>(&mut self, f: impl FnOnce(&mut Checker) -> T) -> T {
-        self.ck.body_locals = self
-            .scopes
-            .iter()
-            .flatten()
-            .map(|(n, _)| n.clone())
-            .collect();
+        self.ck.body_locals = self.scopes.iter().flatten().map(|(n, _)| n.clone()).collect();
         let out = f(&mut *self.ck);
         self.ck.body_locals.clear();
         for name in std::mem::take(&mut self.ck.body_locals_named) {
@@ -278,12 +223,7 @@ impl FnChecker<'_, '_> {
                 let ty = match annotated {
                     Some((t, span)) => {
                         if !value.ty.fits(&t) {
-                            let d = self.mismatch(
-                                &t,
-                                &value.ty,
-                                value.span,
-                                "the value does not fit the annotation",
-                            );
+                            let d = self.mismatch(&t, &value.ty, value.span, "the value does not fit the annotation");
                             self.ck.error(d.with_label(span, "annotation here"));
                             // Either side may be the mistake: the binding's type is
                             // unknown, so its uses do not repeat the error.
@@ -303,12 +243,7 @@ impl FnChecker<'_, '_> {
                 let ty = match annotated {
                     Some((t, span)) => {
                         if !value.ty.fits(&t) {
-                            let d = self.mismatch(
-                                &t,
-                                &value.ty,
-                                value.span,
-                                "the value does not fit the annotation",
-                            );
+                            let d = self.mismatch(&t, &value.ty, value.span, "the value does not fit the annotation");
                             self.ck.error(d.with_label(span, "annotation here"));
                         }
                         t
@@ -358,25 +293,16 @@ impl FnChecker<'_, '_> {
             let value = self.check_expr(value, None);
             if !matches!(target.kind, ast::ExprKind::Error) {
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::InvalidAssignTarget,
-                        target.span,
-                        "only a `var` can be assigned",
-                    )
-                    .with_primary("not a variable name")
-                    .with_note(
-                        "tensors, fields and elements are immutable; build a new value instead",
-                    ),
+                    Diagnostic::new(Code::InvalidAssignTarget, target.span, "only a `var` can be assigned")
+                        .with_primary("not a variable name")
+                        .with_note("tensors, fields and elements are immutable; build a new value instead"),
                 );
             }
             return Some(Stmt::Expr(value));
         };
         let Some(id) = self.lookup_local(&name.name) else {
             let value = self.check_expr(value, None);
-            if self.ck.components[self.comp.0 as usize]
-                .params
-                .contains_key(&name.name)
-            {
+            if self.ck.components[self.comp.0 as usize].params.contains_key(&name.name) {
                 self.ck.error(
                     Diagnostic::new(
                         Code::ParamOutsideModel,
@@ -395,32 +321,27 @@ impl FnChecker<'_, '_> {
         let value = self.check_expr(value, Some(&local.ty));
         if !local.mutable {
             self.ck.error(
-                Diagnostic::new(
-                    Code::AssignToImmutable,
-                    name.span,
-                    format!("cannot assign twice to `{}`", name.name),
-                )
-                .with_primary("assigned here")
-                .with_label(local.span, "declared with `let` (or as a parameter) here")
-                .with_help(format!(
-                    "declare it with `var {}` to make it loop-carried",
-                    name.name
-                )),
+                Diagnostic::new(Code::AssignToImmutable, name.span, format!("cannot assign twice to `{}`", name.name))
+                    .with_primary("assigned here")
+                    .with_label(local.span, "declared with `let` (or as a parameter) here")
+                    .with_help(format!("declare it with `var {}` to make it loop-carried", name.name)),
             );
         } else if !value.ty.fits(&local.ty) {
             let (old, new) = (self.ck.ty_str(&local.ty), self.ck.ty_str(&value.ty));
             self.ck.error(
-                Diagnostic::new(Code::LoopCarriedTypeChange, value.span, format!("`{}` changes type from `{old}` to `{new}`", name.name))
-                    .with_primary(format!("this is `{new}`"))
-                    .with_label(local.span, format!("declared as `{old}` here"))
-                    .with_note("a `var` keeps one type: its value circulates around the loop as a message of a fixed shape"),
+                Diagnostic::new(
+                    Code::LoopCarriedTypeChange,
+                    value.span,
+                    format!("`{}` changes type from `{old}` to `{new}`", name.name),
+                )
+                .with_primary(format!("this is `{new}`"))
+                .with_label(local.span, format!("declared as `{old}` here"))
+                .with_note(
+                    "a `var` keeps one type: its value circulates around the loop as a message of a fixed shape",
+                ),
             );
         }
-        self.ck.reference(
-            name.span,
-            local.span,
-            format!("var {}: {}", local.name, self.ck.ty_str(&local.ty)),
-        );
+        self.ck.reference(name.span, local.span, format!("var {}: {}", local.name, self.ck.ty_str(&local.ty)));
         Some(Stmt::Assign(id, value))
     }
 
@@ -429,9 +350,7 @@ impl FnChecker<'_, '_> {
     /// Binds an irrefutable pattern (let, for, closure parameter) to a type.
     fn bind_pattern(&mut self, pat: &ast::Pattern, ty: &Ty, mutable: bool) -> Pattern {
         match &pat.kind {
-            ast::PatternKind::Bind(name) => {
-                Pattern::Bind(self.declare_local(name, ty.clone(), mutable))
-            }
+            ast::PatternKind::Bind(name) => Pattern::Bind(self.declare_local(name, ty.clone(), mutable)),
             ast::PatternKind::Wildcard => Pattern::Wildcard,
             ast::PatternKind::Tuple(ps) | ast::PatternKind::Array(ps) => {
                 let elems: Vec<Ty> = match ty {
@@ -447,21 +366,14 @@ impl FnChecker<'_, '_> {
                             Diagnostic::new(
                                 Code::PatternMismatch,
                                 pat.span,
-                                format!(
-                                    "this pattern takes {} parts but the value is {what}",
-                                    ps.len()
-                                ),
+                                format!("this pattern takes {} parts but the value is {what}", ps.len()),
                             )
                             .with_primary(format!("the value is `{shown}`")),
                         );
                         vec![Ty::Error; ps.len()]
                     }
                 };
-                let parts = ps
-                    .iter()
-                    .zip(&elems)
-                    .map(|(p, t)| self.bind_pattern(p, t, mutable))
-                    .collect();
+                let parts = ps.iter().zip(&elems).map(|(p, t)| self.bind_pattern(p, t, mutable)).collect();
                 Pattern::Tuple(parts)
             }
             ast::PatternKind::Variant { name, .. } => {
@@ -514,11 +426,7 @@ impl FnChecker<'_, '_> {
             ast::ExprKind::Range(a, b) => {
                 let a = self.expect_int(a, "a range bound");
                 let b = self.expect_int(b, "a range bound");
-                mk(
-                    ExprKind::Range(Box::new(a), Box::new(b)),
-                    Ty::Seq(Box::new(Ty::Int)),
-                    span,
-                )
+                mk(ExprKind::Range(Box::new(a), Box::new(b)), Ty::Seq(Box::new(Ty::Int)), span)
             }
             ast::ExprKind::Call(callee, args) => self.check_call(callee, args, span, expected),
             ast::ExprKind::Field(obj, field) => self.check_field(obj, field, span),
@@ -569,8 +477,7 @@ impl FnChecker<'_, '_> {
                     let c = self.check_expr(x, elem.as_ref());
                     match &elem {
                         Some(t) if !c.ty.fits(t) => {
-                            let d =
-                                self.mismatch(t, &c.ty, c.span, "list elements must have one type");
+                            let d = self.mismatch(t, &c.ty, c.span, "list elements must have one type");
                             self.ck.error(d);
                         }
                         Some(_) => {}
@@ -617,12 +524,8 @@ impl FnChecker<'_, '_> {
                 self.check_discarded(std::slice::from_ref(e));
                 err_expr(span)
             }
-            ast::ExprKind::If(cond, then, els) => {
-                self.check_if(cond, then, els.as_deref(), span, expected)
-            }
-            ast::ExprKind::Match(scrutinee, arms) => {
-                self.check_match(scrutinee, arms, span, expected)
-            }
+            ast::ExprKind::If(cond, then, els) => self.check_if(cond, then, els.as_deref(), span, expected),
+            ast::ExprKind::Match(scrutinee, arms) => self.check_match(scrutinee, arms, span, expected),
             ast::ExprKind::Block(b) => {
                 let block = self.check_block(b, expected);
                 let ty = Self::block_ty(&block);
@@ -633,12 +536,7 @@ impl FnChecker<'_, '_> {
     }
 
     fn unknown_name(&mut self, name: &ast::Ident) {
-        let mut candidates: Vec<String> = self
-            .scopes
-            .iter()
-            .flatten()
-            .map(|(n, _)| n.clone())
-            .collect();
+        let mut candidates: Vec<String> = self.scopes.iter().flatten().map(|(n, _)| n.clone()).collect();
         let info = &self.ck.components[self.comp.0 as usize];
         candidates.extend(info.params.keys().cloned());
         candidates.extend(info.hyperparams.keys().cloned());
@@ -646,12 +544,8 @@ impl FnChecker<'_, '_> {
         candidates.extend(info.fns.keys().cloned());
         candidates.extend(self.ck.modules[self.module].scope.keys().cloned());
         candidates.extend(Builtin::ALL.iter().map(|b| b.name().to_string()));
-        let mut d = Diagnostic::new(
-            Code::UnknownName,
-            name.span,
-            format!("unknown name `{}`", name.name),
-        )
-        .with_primary("not found in this scope");
+        let mut d = Diagnostic::new(Code::UnknownName, name.span, format!("unknown name `{}`", name.name))
+            .with_primary("not found in this scope");
         if let Some(s) = suggest(&name.name, candidates.iter().map(String::as_str)) {
             // The suggested variable or parameter was most likely meant to be used here:
             // count it as used rather than also warn that it is unused.
@@ -666,19 +560,16 @@ impl FnChecker<'_, '_> {
     }
 
     fn check_name(&mut self, name: &ast::Ident, span: Span) -> Expr {
-        if self.lookup_local(&name.name).is_none() && self.ck.components[self.comp.0 as usize].failed_params.contains(&name.name) {
+        if self.lookup_local(&name.name).is_none()
+            && self.ck.components[self.comp.0 as usize].failed_params.contains(&name.name)
+        {
             return err_expr(span); // its declaration is already reported
         }
         if let Some(id) = self.lookup_local(&name.name) {
             self.used[id.0 as usize] = true;
             let local = &self.locals[id.0 as usize];
             let (ty, def) = (local.ty.clone(), local.span);
-            let hover = format!(
-                "{}{}: {}",
-                if local.mutable { "var " } else { "" },
-                local.name,
-                self.ck.ty_str(&ty)
-            );
+            let hover = format!("{}{}: {}", if local.mutable { "var " } else { "" }, local.name, self.ck.ty_str(&ty));
             self.ck.reference(name.span, def, hover);
             return mk(ExprKind::Local(id), ty, span);
         }
@@ -705,48 +596,35 @@ impl FnChecker<'_, '_> {
             return mk(ExprKind::Hyper(dim), Ty::Int, span);
         }
         if let Some((dim, def)) = info.consts.get(&name.name).cloned() {
-            self.ck
-                .reference(name.span, def, const_hover(&name.name, &dim));
+            self.ck.reference(name.span, def, const_hover(&name.name, &dim));
             return mk(ExprKind::Hyper(dim), Ty::Int, span);
         }
         if let Some(&f) = info.fns.get(&name.name) {
             let def = self.component().fns[f as usize].span;
             self.ck.error(
-                Diagnostic::new(
-                    Code::NotCallable,
-                    name.span,
-                    format!("function `{}` is not a value", name.name),
-                )
-                .with_primary("call it instead")
-                .with_label(def, "defined here"),
+                Diagnostic::new(Code::NotCallable, name.span, format!("function `{}` is not a value", name.name))
+                    .with_primary("call it instead")
+                    .with_label(def, "defined here"),
             );
             return err_expr(span);
         }
         match self.ck.lookup_global(self.module, &name.name) {
             Some((Global::Const(dim, def), _)) => {
-                self.ck
-                    .reference(name.span, def, const_hover(&name.name, &dim));
+                self.ck.reference(name.span, def, const_hover(&name.name, &dim));
                 mk(ExprKind::Hyper(dim), Ty::Int, span)
             }
             // Its definition failed and was reported there.
             Some((Global::Failed, _)) => err_expr(span),
             Some((_, def)) => {
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::UnknownName,
-                        name.span,
-                        format!("`{}` is not a value", name.name),
-                    )
-                    .with_primary("a type or component, not a value")
-                    .with_label(def, "defined here"),
+                    Diagnostic::new(Code::UnknownName, name.span, format!("`{}` is not a value", name.name))
+                        .with_primary("a type or component, not a value")
+                        .with_label(def, "defined here"),
                 );
                 err_expr(span)
             }
             None => {
-                if Builtin::from_name(&name.name).is_some()
-                    || name.name == "Linear"
-                    || name.name == "Embedding"
-                {
+                if Builtin::from_name(&name.name).is_some() || name.name == "Linear" || name.name == "Embedding" {
                     self.ck.error(
                         Diagnostic::new(
                             Code::NotCallable,
@@ -818,12 +696,8 @@ impl FnChecker<'_, '_> {
                 let shown = self.ck.ty_str(other);
                 let sym = if op == UnOp::Neg { "-" } else { "!" };
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::InvalidOperands,
-                        span,
-                        format!("`{sym}` cannot be applied to `{shown}`"),
-                    )
-                    .with_primary(format!("operand is `{shown}`")),
+                    Diagnostic::new(Code::InvalidOperands, span, format!("`{sym}` cannot be applied to `{shown}`"))
+                        .with_primary(format!("operand is `{shown}`")),
                 );
                 Ty::Error
             }
@@ -908,17 +782,22 @@ impl FnChecker<'_, '_> {
                     Ty::Tensor(t.clone())
                 } else {
                     self.ck.error(
-                        Diagnostic::new(Code::BroadcastMismatch, span, format!("`{}` needs equal shapes or a scalar: `{xs}` vs `{ys}`", op.symbol()))
-                            .with_primary("shapes differ")
-                            .with_label(x.span, format!("this is `{xs}`"))
-                            .with_label(y.span, format!("this is `{ys}`")),
+                        Diagnostic::new(
+                            Code::BroadcastMismatch,
+                            span,
+                            format!("`{}` needs equal shapes or a scalar: `{xs}` vs `{ys}`", op.symbol()),
+                        )
+                        .with_primary("shapes differ")
+                        .with_label(x.span, format!("this is `{xs}`"))
+                        .with_label(y.span, format!("this is `{ys}`")),
                     );
                     Ty::Error
                 }
             }
-            (Ty::Int, Ty::Tensor(_)) | (Ty::Tensor(_), Ty::Int) => {
-                invalid(self.ck, Some("ints are data, not payloads; write a float literal such as `2.0` to scale a tensor"))
-            }
+            (Ty::Int, Ty::Tensor(_)) | (Ty::Tensor(_), Ty::Int) => invalid(
+                self.ck,
+                Some("ints are data, not payloads; write a float literal such as `2.0` to scale a tensor"),
+            ),
             _ => invalid(self.ck, None),
         }
     }
@@ -957,13 +836,10 @@ impl FnChecker<'_, '_> {
             Ty::Error => err_expr(span),
             other => {
                 let shown = self.ck.ty_str(other);
-                let mut d = Diagnostic::new(
-                    Code::UnknownField,
-                    field.span,
-                    format!("`{shown}` has no field `{}`", field.name),
-                )
-                .with_primary("no such field")
-                .with_label(obj.span, format!("this is `{shown}`"));
+                let mut d =
+                    Diagnostic::new(Code::UnknownField, field.span, format!("`{shown}` has no field `{}`", field.name))
+                        .with_primary("no such field")
+                        .with_label(obj.span, format!("this is `{shown}`"));
                 if let Ty::Enum(_) = other {
                     d = d.with_help("take an enum apart with `match`");
                 }
@@ -978,16 +854,11 @@ impl FnChecker<'_, '_> {
         let idx = self.check_expr(index, Some(&Ty::Int));
         if !idx.ty.fits(&Ty::Int) {
             let shown = self.ck.ty_str(&idx.ty);
-            let mut d = Diagnostic::new(
-                Code::NotIndexable,
-                idx.span,
-                format!("an index must be an `int`, found `{shown}`"),
-            )
-            .with_primary(format!("this is `{shown}`"));
+            let mut d =
+                Diagnostic::new(Code::NotIndexable, idx.span, format!("an index must be an `int`, found `{shown}`"))
+                    .with_primary(format!("this is `{shown}`"));
             if matches!(idx.ty, Ty::Tensor(_)) {
-                d = d.with_help(
-                    "payload values become ints only through `argmax(v)` or `top_k(v, k)`",
-                );
+                d = d.with_help("payload values become ints only through `argmax(v)` or `top_k(v, k)`");
             }
             self.ck.error(d);
         }
@@ -1001,12 +872,8 @@ impl FnChecker<'_, '_> {
             Ty::Error => Ty::Error,
             Ty::Tensor(_) => {
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::RankMismatch,
-                        obj.span,
-                        "a scalar `f32` cannot be indexed",
-                    )
-                    .with_primary("rank 0"),
+                    Diagnostic::new(Code::RankMismatch, obj.span, "a scalar `f32` cannot be indexed")
+                        .with_primary("rank 0"),
                 );
                 Ty::Error
             }
@@ -1018,13 +885,9 @@ impl FnChecker<'_, '_> {
     fn not_indexable(&mut self, obj: &Expr) -> Ty {
         let shown = self.ck.ty_str(&obj.ty);
         self.ck.error(
-            Diagnostic::new(
-                Code::NotIndexable,
-                obj.span,
-                format!("`{shown}` cannot be indexed"),
-            )
-            .with_primary(format!("this is `{shown}`"))
-            .with_note("sequences, tensors and parameter arrays can be indexed with an `int`"),
+            Diagnostic::new(Code::NotIndexable, obj.span, format!("`{shown}` cannot be indexed"))
+                .with_primary(format!("this is `{shown}`"))
+                .with_note("sequences, tensors and parameter arrays can be indexed with an `int`"),
         );
         Ty::Error
     }
@@ -1066,11 +929,7 @@ impl FnChecker<'_, '_> {
             );
             Ty::Error
         };
-        mk(
-            ExprKind::If(Box::new(cond), then_b, Some(Box::new(els_e))),
-            ty,
-            span,
-        )
+        mk(ExprKind::If(Box::new(cond), then_b, Some(Box::new(els_e))), ty, span)
     }
 
     fn check_match(
@@ -1099,12 +958,9 @@ impl FnChecker<'_, '_> {
                 None
             }
         };
-        let variants: Vec<VariantDef> = enum_id
-            .map(|id| self.ck.program.enums[id.0 as usize].variants.clone())
-            .unwrap_or_default();
-        let enum_name = enum_id
-            .map(|id| self.ck.program.enums[id.0 as usize].name.clone())
-            .unwrap_or_default();
+        let variants: Vec<VariantDef> =
+            enum_id.map(|id| self.ck.program.enums[id.0 as usize].variants.clone()).unwrap_or_default();
+        let enum_name = enum_id.map(|id| self.ck.program.enums[id.0 as usize].name.clone()).unwrap_or_default();
         let mut covered = vec![false; variants.len()];
         let mut all_covered = false;
         let mut out_arms = Vec::new();
@@ -1112,12 +968,8 @@ impl FnChecker<'_, '_> {
         for arm in arms {
             if all_covered && enum_id.is_some() {
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::UnreachableArm,
-                        arm.pattern.span,
-                        "unreachable match arm",
-                    )
-                    .with_primary("earlier arms already match every value"),
+                    Diagnostic::new(Code::UnreachableArm, arm.pattern.span, "unreachable match arm")
+                        .with_primary("earlier arms already match every value"),
                 );
             }
             self.push_scope();
@@ -1155,12 +1007,7 @@ impl FnChecker<'_, '_> {
                 Some((t, s)) if t.is_error() => result_ty = Some((body.ty.clone(), *s)),
                 Some(_) => {}
             }
-            out_arms.push(MatchArm {
-                variant,
-                bindings,
-                body,
-                span: arm.span,
-            });
+            out_arms.push(MatchArm { variant, bindings, body, span: arm.span });
         }
         // An arm naming an unknown variant was probably meant for a missing one (already
         // reported), so coverage is not judged.
@@ -1169,12 +1016,8 @@ impl FnChecker<'_, '_> {
                 if !variants.iter().any(|v| v.name == name.name))
         });
         if enum_id.is_some() && !all_covered && !unknown_variant {
-            let missing: Vec<String> = variants
-                .iter()
-                .zip(&covered)
-                .filter(|(_, c)| !**c)
-                .map(|(v, _)| format!("`{}`", v.name))
-                .collect();
+            let missing: Vec<String> =
+                variants.iter().zip(&covered).filter(|(_, c)| !**c).map(|(v, _)| format!("`{}`", v.name)).collect();
             if !missing.is_empty() {
                 self.ck.error(
                     Diagnostic::new(
@@ -1216,12 +1059,8 @@ impl FnChecker<'_, '_> {
             ast::PatternKind::Variant { name, fields, rest } => (name, &fields[..], *rest),
             _ => {
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::PatternMismatch,
-                        pat.span,
-                        format!("expected a variant of `{enum_name}`"),
-                    )
-                    .with_primary("not a variant pattern"),
+                    Diagnostic::new(Code::PatternMismatch, pat.span, format!("expected a variant of `{enum_name}`"))
+                        .with_primary("not a variant pattern"),
                 );
                 return (None, Vec::new());
             }
@@ -1248,23 +1087,15 @@ impl FnChecker<'_, '_> {
         // After a catch-all, the caller already reported this arm as unreachable.
         if covered[vi] && !*all_covered {
             self.ck.error(
-                Diagnostic::new(
-                    Code::UnreachableArm,
-                    pat.span,
-                    format!("variant `{}` is already matched", name.name),
-                )
-                .with_primary("unreachable arm"),
+                Diagnostic::new(Code::UnreachableArm, pat.span, format!("variant `{}` is already matched", name.name))
+                    .with_primary("unreachable arm"),
             );
         }
         covered[vi] = true;
         if covered.iter().all(|c| *c) {
             *all_covered = true;
         }
-        self.ck.reference(
-            name.span,
-            variant.span,
-            format!("{enum_name}::{}", variant.name),
-        );
+        self.ck.reference(name.span, variant.span, format!("{enum_name}::{}", variant.name));
         let mut bindings = Vec::new();
         let mut mentioned = vec![false; variant.fields.len()];
         let mut unknown_field = false;
@@ -1274,10 +1105,7 @@ impl FnChecker<'_, '_> {
                 let mut d = Diagnostic::new(
                     Code::UnknownField,
                     fp.field.span,
-                    format!(
-                        "variant `{}` has no field `{}`",
-                        variant.name, fp.field.name
-                    ),
+                    format!("variant `{}` has no field `{}`", variant.name, fp.field.name),
                 )
                 .with_primary("unknown field")
                 .with_label(variant.span, "variant defined here");
@@ -1380,12 +1208,7 @@ impl FnChecker<'_, '_> {
         for (a, p) in args.iter().zip(params) {
             let c = self.check_expr(a, Some(p));
             if !c.ty.fits(p) {
-                let mut d = self.mismatch(
-                    p,
-                    &c.ty,
-                    c.span,
-                    &format!("argument of `{callee}` has the wrong type"),
-                );
+                let mut d = self.mismatch(p, &c.ty, c.span, &format!("argument of `{callee}` has the wrong type"));
                 if let Some(def) = def {
                     d = d.with_label(def, "defined here");
                 }
@@ -1396,18 +1219,10 @@ impl FnChecker<'_, '_> {
         out
     }
 
-    fn check_call(
-        &mut self,
-        callee: &ast::Expr,
-        args: &[ast::Expr],
-        span: Span,
-        expected: Option<&Ty>,
-    ) -> Expr {
+    fn check_call(&mut self, callee: &ast::Expr, args: &[ast::Expr], span: Span, expected: Option<&Ty>) -> Expr {
         if let ast::ExprKind::Name(name) = &callee.kind {
             let is_value = self.lookup_local(&name.name).is_some()
-                || self.ck.components[self.comp.0 as usize]
-                    .params
-                    .contains_key(&name.name);
+                || self.ck.components[self.comp.0 as usize].params.contains_key(&name.name);
             if !is_value {
                 if let Some(&f) = self.ck.components[self.comp.0 as usize].fns.get(&name.name) {
                     return self.call_fn(f, name, args, span);
@@ -1425,16 +1240,10 @@ impl FnChecker<'_, '_> {
                         Diagnostic::new(
                             Code::InvalidParam,
                             span,
-                            format!(
-                                "`{}` creates parameters and must be declared with `param`",
-                                name.name
-                            ),
+                            format!("`{}` creates parameters and must be declared with `param`", name.name),
                         )
                         .with_primary("not callable here")
-                        .with_help(format!(
-                            "declare `param p = {}(...);` and call `p(x)`",
-                            name.name
-                        )),
+                        .with_help(format!("declare `param p = {}(...);` and call `p(x)`", name.name)),
                     );
                     self.check_discarded(args);
                     return err_expr(span);
@@ -1455,12 +1264,8 @@ impl FnChecker<'_, '_> {
             other => {
                 let shown = self.ck.ty_str(&other);
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::NotCallable,
-                        f.span,
-                        format!("`{shown}` is not callable"),
-                    )
-                    .with_primary(format!("this is `{shown}`")),
+                    Diagnostic::new(Code::NotCallable, f.span, format!("`{shown}` is not callable"))
+                        .with_primary(format!("this is `{shown}`")),
                 );
                 self.check_discarded(args);
                 err_expr(span)
@@ -1470,49 +1275,19 @@ impl FnChecker<'_, '_> {
 
     fn call_fn(&mut self, f: u32, name: &ast::Ident, args: &[ast::Expr], span: Span) -> Expr {
         let def = &self.component().fns[f as usize];
-        let params: Vec<Ty> = def
-            .params
-            .iter()
-            .map(|p| def.locals[p.0 as usize].ty.clone())
-            .collect();
+        let params: Vec<Ty> = def.params.iter().map(|p| def.locals[p.0 as usize].ty.clone()).collect();
         let (ret, def_span) = (def.ret.clone(), def.span);
         let sig: Vec<String> = params.iter().map(|t| self.ck.ty_str(t)).collect();
-        let hover = format!(
-            "fn {}({}) -> {}",
-            name.name,
-            sig.join(", "),
-            self.ck.ty_str(&ret)
-        );
+        let hover = format!("fn {}({}) -> {}", name.name, sig.join(", "), self.ck.ty_str(&ret));
         self.ck.reference(name.span, def_span, hover);
         let args = self.check_args(args, &params, &name.name, span, Some(def_span));
         // An argument of unknown type (a mistake already reported) cannot be judged.
         let structural = args.iter().any(|a| self.is_smaller(a) || a.ty.is_error());
-        self.calls.push(Call {
-            caller: self.fn_index,
-            callee: f,
-            span,
-            structural,
-        });
-        mk(
-            ExprKind::CallFn(
-                FnId {
-                    component: self.comp,
-                    index: f,
-                },
-                args,
-            ),
-            ret,
-            span,
-        )
+        self.calls.push(Call { caller: self.fn_index, callee: f, span, structural });
+        mk(ExprKind::CallFn(FnId { component: self.comp, index: f }, args), ret, span)
     }
 
-    fn call_method(
-        &mut self,
-        obj: Expr,
-        method: &ast::Ident,
-        args: &[ast::Expr],
-        span: Span,
-    ) -> Expr {
+    fn call_method(&mut self, obj: Expr, method: &ast::Ident, args: &[ast::Expr], span: Span) -> Expr {
         match obj.ty.clone() {
             Ty::Seq(elem) if method.name == "map" => self.check_map(obj, &elem, args, span),
             Ty::Instance(inst) if matches!(&*inst, Instance::Layer { .. }) => {
@@ -1575,10 +1350,7 @@ impl FnChecker<'_, '_> {
                 Diagnostic::new(
                     Code::ArityMismatch,
                     closure.span,
-                    format!(
-                        "the closure of `map` takes one parameter, {} given",
-                        params.len()
-                    ),
+                    format!("the closure of `map` takes one parameter, {} given", params.len()),
                 )
                 .with_primary("expected `|x| ...`")
                 .with_help("destructure pairs with `|(a, b)| ...`"),
@@ -1590,20 +1362,8 @@ impl FnChecker<'_, '_> {
         let param = self.bind_pattern(&params[0], elem, false);
         let body = self.check_expr(body, None);
         self.pop_scope();
-        let ty = if body.ty.is_error() {
-            Ty::Error
-        } else {
-            Ty::Seq(Box::new(body.ty.clone()))
-        };
-        mk(
-            ExprKind::Map {
-                seq: Box::new(seq),
-                param,
-                body: Box::new(body),
-            },
-            ty,
-            span,
-        )
+        let ty = if body.ty.is_error() { Ty::Error } else { Ty::Seq(Box::new(body.ty.clone())) };
+        mk(ExprKind::Map { seq: Box::new(seq), param, body: Box::new(body) }, ty, span)
     }
 
     /// The declaration site of the param behind an instance expression, for labels.
@@ -1657,11 +1417,7 @@ impl FnChecker<'_, '_> {
                     }
                 };
                 mk(
-                    ExprKind::CallInstance {
-                        callee: Box::new(callee),
-                        call: InstanceCall::Primitive,
-                        args: vec![x],
-                    },
+                    ExprKind::CallInstance { callee: Box::new(callee), call: InstanceCall::Primitive, args: vec![x] },
                     ty,
                     span,
                 )
@@ -1686,45 +1442,28 @@ impl FnChecker<'_, '_> {
                 }
                 let ty = Ty::Tensor(vec![dim.clone()]);
                 mk(
-                    ExprKind::CallInstance {
-                        callee: Box::new(callee),
-                        call: InstanceCall::Primitive,
-                        args: vec![x],
-                    },
+                    ExprKind::CallInstance { callee: Box::new(callee), call: InstanceCall::Primitive, args: vec![x] },
                     ty,
                     span,
                 )
             }
-            Instance::Layer {
-                layer,
-                args: layer_args,
-            } => {
+            Instance::Layer { layer, args: layer_args } => {
                 let layer_def = &self.ck.program.components[layer.0 as usize];
                 let fn_name = method.map_or("apply", |m| m.name.as_str());
                 let Some(fi) = layer_def.fn_named(fn_name) else {
                     let (lname, lspan) = (layer_def.name.clone(), layer_def.span);
-                    let fns: Vec<String> = layer_def
-                        .fns
-                        .iter()
-                        .map(|f| format!("`{}`", f.name))
-                        .collect();
+                    let fns: Vec<String> = layer_def.fns.iter().map(|f| format!("`{}`", f.name)).collect();
                     let d = match method {
                         None => Diagnostic::new(
                             Code::MissingApply,
                             callee.span,
-                            format!(
-                                "layer `{lname}` has no `apply`, so its instances cannot be called"
-                            ),
+                            format!("layer `{lname}` has no `apply`, so its instances cannot be called"),
                         )
                         .with_primary("called here")
                         .with_label(lspan, "layer defined here")
                         .with_note(format!(
                             "its functions are: {}",
-                            if fns.is_empty() {
-                                "none".into()
-                            } else {
-                                fns.join(", ")
-                            }
+                            if fns.is_empty() { "none".into() } else { fns.join(", ") }
                         ))
                         .with_help("call one of its functions, e.g. `cell.leaf(x)`"),
                         Some(m) => Diagnostic::new(
@@ -1741,55 +1480,30 @@ impl FnChecker<'_, '_> {
                     return err_expr(span);
                 };
                 let f = &layer_def.fns[fi];
-                let symbols: Vec<Symbol> = layer_def
-                    .hyperparams
-                    .iter()
-                    .map(|h| h.symbol.clone())
-                    .collect();
-                let map = |s: &Symbol| {
-                    symbols
-                        .iter()
-                        .position(|x| x == s)
-                        .and_then(|i| layer_args.get(i).cloned())
-                };
-                let params: Vec<Ty> = f
-                    .params
-                    .iter()
-                    .map(|p| substitute_ty(&f.locals[p.0 as usize].ty, &map))
-                    .collect();
+                let symbols: Vec<Symbol> = layer_def.hyperparams.iter().map(|h| h.symbol.clone()).collect();
+                let map = |s: &Symbol| symbols.iter().position(|x| x == s).and_then(|i| layer_args.get(i).cloned());
+                let params: Vec<Ty> =
+                    f.params.iter().map(|p| substitute_ty(&f.locals[p.0 as usize].ty, &map)).collect();
                 let ret = substitute_ty(&f.ret, &map);
                 let def_span = f.span;
                 if let Some(m) = method {
                     let sig: Vec<String> = params.iter().map(|t| self.ck.ty_str(t)).collect();
-                    let hover = format!(
-                        "fn {}({}) -> {}",
-                        m.name,
-                        sig.join(", "),
-                        self.ck.ty_str(&ret)
-                    );
+                    let hover = format!("fn {}({}) -> {}", m.name, sig.join(", "), self.ck.ty_str(&ret));
                     self.ck.reference(m.span, def_span, hover);
                 }
                 let label = format!("{inst_str}.{fn_name}");
                 let args = self.check_args(args, &params, &label, span, origin.or(Some(def_span)));
                 mk(
-                    ExprKind::CallInstance {
-                        callee: Box::new(callee),
-                        call: InstanceCall::LayerFn(fi as u32),
-                        args,
-                    },
+                    ExprKind::CallInstance { callee: Box::new(callee), call: InstanceCall::LayerFn(fi as u32), args },
                     ret,
                     span,
                 )
             }
             Instance::Array { .. } => {
                 self.ck.error(
-                    Diagnostic::new(
-                        Code::NotCallable,
-                        callee.span,
-                        format!("`{inst_str}` is an array of parameters"),
-                    )
-                    .with_primary("index it first")
-                    .with_help("call one element: `experts[i](x)`"),
+                    Diagnostic::new(Code::NotCallable, callee.span, format!("`{inst_str}` is an array of parameters"))
+                        .with_primary("index it first")
+                        .with_help("call one element: `experts[i](x)`"),
                 );
                 self.check_discarded(args);
                 err_expr(span)
@@ -1841,12 +1555,8 @@ impl FnChecker<'_, '_> {
 
     fn primitive_arity(&mut self, inst: &str, args: &[ast::Expr], span: Span) -> Expr {
         self.ck.error(
-            Diagnostic::new(
-                Code::ArityMismatch,
-                span,
-                format!("`{inst}` takes 1 argument, {} given", args.len()),
-            )
-            .with_primary("wrong number of arguments"),
+            Diagnostic::new(Code::ArityMismatch, span, format!("`{inst}` takes 1 argument, {} given", args.len()))
+                .with_primary("wrong number of arguments"),
         );
         self.check_discarded(args);
         err_expr(span)

@@ -15,9 +15,7 @@ fn arity(b: Builtin) -> (usize, usize) {
     match b {
         Builtin::Concat => (1, usize::MAX),
         Builtin::Zeros | Builtin::Ones => (0, 8),
-        Builtin::Split | Builtin::TopK | Builtin::CrossEntropy | Builtin::Mse | Builtin::Zip => {
-            (2, 2)
-        }
+        Builtin::Split | Builtin::TopK | Builtin::CrossEntropy | Builtin::Mse | Builtin::Zip => (2, 2),
         Builtin::ScatterSum => (3, 3),
         _ => (1, 1),
     }
@@ -25,9 +23,7 @@ fn arity(b: Builtin) -> (usize, usize) {
 
 fn signature(b: Builtin) -> &'static str {
     match b {
-        Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log => {
-            "(x: f32[...]) -> f32[...]"
-        }
+        Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log => "(x: f32[...]) -> f32[...]",
         Builtin::Softmax | Builtin::LogSoftmax => "(v: f32[n, ...]) -> f32[n, ...]",
         Builtin::Concat => "(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]",
         Builtin::Split => "(v: f32[n], parts) -> (f32[n / parts], ...)",
@@ -83,13 +79,9 @@ pub(crate) fn check_builtin(
     let wrong = |fc: &mut dyn BodyChecker, code: Code, e: &Expr, what: &str| {
         let shown = ty_str(fc, &e.ty);
         fc.error(
-            Diagnostic::new(
-                code,
-                e.span,
-                format!("`{}` {what}, found `{shown}`", b.name()),
-            )
-            .with_primary(format!("this is `{shown}`"))
-            .with_note(format!("`{}{}`", b.name(), signature(b))),
+            Diagnostic::new(code, e.span, format!("`{}` {what}, found `{shown}`", b.name()))
+                .with_primary(format!("this is `{shown}`"))
+                .with_note(format!("`{}{}`", b.name(), signature(b))),
         );
         Ty::Error
     };
@@ -114,12 +106,7 @@ pub(crate) fn check_builtin(
                         x.ty.clone()
                     }
                 }
-                Ty::Tensor(_) => wrong(
-                    fc,
-                    Code::RankMismatch,
-                    &x,
-                    "needs a tensor of rank 1 or more",
-                ),
+                Ty::Tensor(_) => wrong(fc, Code::RankMismatch, &x, "needs a tensor of rank 1 or more"),
                 Ty::Error => {
                     if b == Builtin::Argmax {
                         Ty::Int
@@ -157,12 +144,8 @@ pub(crate) fn check_builtin(
                 (Ty::Error, _) => Ty::Error,
                 (_, Some(n)) if !(1..=4096).contains(&n) => {
                     fc.error(
-                        Diagnostic::new(
-                            Code::SplitNotDivisible,
-                            args[1].span,
-                            format!("`split` into {n} parts"),
-                        )
-                        .with_primary("the number of parts must be between 1 and 4096"),
+                        Diagnostic::new(Code::SplitNotDivisible, args[1].span, format!("`split` into {n} parts"))
+                            .with_primary("the number of parts must be between 1 and 4096"),
                     );
                     Ty::Error
                 }
@@ -182,12 +165,9 @@ pub(crate) fn check_builtin(
                         Ty::Error
                     }
                 },
-                (Ty::Tensor(s), Some(_)) if s.len() != 1 => wrong(
-                    fc,
-                    Code::RankMismatch,
-                    &v,
-                    "splits a vector (rank-1 tensor)",
-                ),
+                (Ty::Tensor(s), Some(_)) if s.len() != 1 => {
+                    wrong(fc, Code::RankMismatch, &v, "splits a vector (rank-1 tensor)")
+                }
                 (Ty::Tensor(_), None) => {
                     fc.error(
                         Diagnostic::new(
@@ -210,9 +190,17 @@ pub(crate) fn check_builtin(
                     Some(Ty::Error) => result(Vec::new(), Ty::Error),
                     _ => {
                         fc.error(
-                            Diagnostic::new(Code::CannotInferShape, span, format!("cannot infer the shape of `{}()`", b.name()))
-                                .with_primary("shape unknown here")
-                                .with_help(format!("annotate the binding (`var h: f32[hidden] = {}();`) or give dims: `{}(hidden)`", b.name(), b.name())),
+                            Diagnostic::new(
+                                Code::CannotInferShape,
+                                span,
+                                format!("cannot infer the shape of `{}()`", b.name()),
+                            )
+                            .with_primary("shape unknown here")
+                            .with_help(format!(
+                                "annotate the binding (`var h: f32[hidden] = {}();`) or give dims: `{}(hidden)`",
+                                b.name(),
+                                b.name()
+                            )),
                         );
                         result(Vec::new(), Ty::Error)
                     }
@@ -269,18 +257,10 @@ pub(crate) fn check_builtin(
                         );
                         Ty::Error
                     } else {
-                        Ty::Tuple(vec![
-                            Ty::Seq(Box::new(Ty::Int)),
-                            Ty::Tensor(vec![k.clone()]),
-                        ])
+                        Ty::Tuple(vec![Ty::Seq(Box::new(Ty::Int)), Ty::Tensor(vec![k.clone()])])
                     }
                 }
-                Ty::Tensor(_) => wrong(
-                    fc,
-                    Code::RankMismatch,
-                    &v,
-                    "selects from a vector (rank-1 tensor)",
-                ),
+                Ty::Tensor(_) => wrong(fc, Code::RankMismatch, &v, "selects from a vector (rank-1 tensor)"),
                 _ => wrong(fc, Code::TypeMismatch, &v, "selects from an f32 vector"),
             };
             result(vec![v, k_expr], ty)
@@ -293,20 +273,10 @@ pub(crate) fn check_builtin(
                     Ty::Tensor(_) => (**e).clone(),
                     Ty::Int if b == Builtin::Sum => Ty::Int,
                     Ty::Error => Ty::Error,
-                    _ => wrong(
-                        fc,
-                        Code::CollectionOperand,
-                        &x,
-                        "reduces a sequence of tensors",
-                    ),
+                    _ => wrong(fc, Code::CollectionOperand, &x, "reduces a sequence of tensors"),
                 },
                 Ty::Tensor(_) => Ty::scalar(),
-                _ => wrong(
-                    fc,
-                    Code::CollectionOperand,
-                    &x,
-                    "reduces a tensor or a sequence of tensors",
-                ),
+                _ => wrong(fc, Code::CollectionOperand, &x, "reduces a tensor or a sequence of tensors"),
             };
             result(vec![x], ty)
         }
@@ -317,21 +287,11 @@ pub(crate) fn check_builtin(
                 Ty::Tensor(s) if s.len() == 1 => {}
                 Ty::Error => {}
                 _ => {
-                    wrong(
-                        fc,
-                        Code::LossOperands,
-                        &logits,
-                        "takes logits as a vector `f32[classes]`",
-                    );
+                    wrong(fc, Code::LossOperands, &logits, "takes logits as a vector `f32[classes]`");
                 }
             }
             if !label.ty.fits(&Ty::Int) {
-                wrong(
-                    fc,
-                    Code::LossOperands,
-                    &label,
-                    "takes the class label as an `int`",
-                );
+                wrong(fc, Code::LossOperands, &label, "takes the class label as an `int`");
             }
             result(vec![logits, label], Ty::scalar())
         }
@@ -366,12 +326,7 @@ pub(crate) fn check_builtin(
         Builtin::Len => {
             let x = fc.check(&args[0], None);
             if !matches!(x.ty, Ty::Seq(_) | Ty::Error) {
-                wrong(
-                    fc,
-                    Code::CollectionOperand,
-                    &x,
-                    "counts the elements of a sequence",
-                );
+                wrong(fc, Code::CollectionOperand, &x, "counts the elements of a sequence");
             }
             result(vec![x], Ty::Int)
         }
@@ -379,9 +334,7 @@ pub(crate) fn check_builtin(
             let a = fc.check(&args[0], None);
             let c = fc.check(&args[1], None);
             let ty = match (&a.ty, &c.ty) {
-                (Ty::Seq(x), Ty::Seq(y)) => {
-                    Ty::Seq(Box::new(Ty::Tuple(vec![(**x).clone(), (**y).clone()])))
-                }
+                (Ty::Seq(x), Ty::Seq(y)) => Ty::Seq(Box::new(Ty::Tuple(vec![(**x).clone(), (**y).clone()]))),
                 (Ty::Error, _) | (_, Ty::Error) => Ty::Error,
                 (Ty::Seq(_), _) => wrong(fc, Code::CollectionOperand, &c, "pairs two sequences"),
                 _ => wrong(fc, Code::CollectionOperand, &a, "pairs two sequences"),
@@ -402,28 +355,13 @@ pub(crate) fn check_builtin(
             let ty = match &values.ty {
                 Ty::Seq(e) if matches!(**e, Ty::Tensor(_)) => Ty::Seq(e.clone()),
                 Ty::Error => Ty::Error,
-                _ => wrong(
-                    fc,
-                    Code::CollectionOperand,
-                    &values,
-                    "adds up a sequence of tensors",
-                ),
+                _ => wrong(fc, Code::CollectionOperand, &values, "adds up a sequence of tensors"),
             };
             if !index.ty.fits(&Ty::Seq(Box::new(Ty::Int))) {
-                wrong(
-                    fc,
-                    Code::CollectionOperand,
-                    &index,
-                    "takes the destination of each value as `[int]`",
-                );
+                wrong(fc, Code::CollectionOperand, &index, "takes the destination of each value as `[int]`");
             }
             if !n.ty.fits(&Ty::Int) {
-                wrong(
-                    fc,
-                    Code::CollectionOperand,
-                    &n,
-                    "takes the number of destinations as an `int`",
-                );
+                wrong(fc, Code::CollectionOperand, &n, "takes the number of destinations as an `int`");
             }
             result(vec![values, index, n], ty)
         }
@@ -443,15 +381,9 @@ fn divide(d: &Dim, n: i64) -> Option<Dim> {
             }
             // Keep the symbolic form when it divides too: `3 * hidden / 3` is `hidden`.
             let poly = divide_poly(&d.poly, n).unwrap_or_else(|| Poly::constant(v / n));
-            Some(Dim {
-                poly,
-                value: Some(v / n),
-            })
+            Some(Dim { poly, value: Some(v / n) })
         }
-        None => divide_poly(&d.poly, n).map(|poly| Dim {
-            value: poly.as_constant(),
-            poly,
-        }),
+        None => divide_poly(&d.poly, n).map(|poly| Dim { value: poly.as_constant(), poly }),
     }
 }
 

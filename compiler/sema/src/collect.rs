@@ -130,11 +130,7 @@ impl<'m> Checker<'m> {
             next_symbol: 0,
             modules: Vec::new(),
             components: Vec::new(),
-            overrides: options
-                .defines
-                .iter()
-                .map(|(k, v)| (k.clone(), *v, false))
-                .collect(),
+            overrides: options.defines.iter().map(|(k, v)| (k.clone(), *v, false)).collect(),
             network_scope: Vec::new(),
             body_locals: Vec::new(),
             body_locals_named: Vec::new(),
@@ -176,10 +172,7 @@ impl<'m> Checker<'m> {
         ck.report_unknown_overrides(main);
         ck.drop_cascades_of_parse_errors(parse_count, &parse_errors);
         ck.collect_symbols();
-        Checked {
-            program: ck.program,
-            diagnostics: ck.diags,
-        }
+        Checked { program: ck.program, diagnostics: ck.diags }
     }
 
     /// A lexing or syntax error leaves a partial tree (recovery replaced what it could not
@@ -196,9 +189,7 @@ impl<'m> Checker<'m> {
             return;
         };
         let ast = main.ast.clone();
-        let inside = |outer: &Span, at: &Span| {
-            outer.file == at.file && outer.start <= at.start && at.start < outer.end
-        };
+        let inside = |outer: &Span, at: &Span| outer.file == at.file && outer.start <= at.start && at.start < outer.end;
         let mut damaged: Vec<Span> = Vec::new();
         for error in parse_errors {
             let Some(item) = ast.items.iter().find(|i| inside(&i.span, error)) else {
@@ -240,20 +231,11 @@ impl<'m> Checker<'m> {
 
     pub(crate) fn fresh_symbol(&mut self, name: impl Into<Arc<str>>) -> Symbol {
         self.next_symbol += 1;
-        Symbol {
-            id: self.next_symbol,
-            name: name.into(),
-            value: None,
-            opaque: None,
-        }
+        Symbol { id: self.next_symbol, name: name.into(), value: None, opaque: None }
     }
 
     pub(crate) fn reference(&mut self, use_span: Span, def_span: Span, hover: String) {
-        self.program.references.push(Reference {
-            use_span,
-            def_span,
-            hover,
-        });
+        self.program.references.push(Reference { use_span, def_span, hover });
     }
 
     pub(crate) fn ty_str(&self, ty: &Ty) -> String {
@@ -266,19 +248,13 @@ impl<'m> Checker<'m> {
         if let Some((_, previous)) = self.modules[module].scope.get(&name.name) {
             let previous = *previous;
             self.error(
-                Diagnostic::new(
-                    Code::DuplicateDefinition,
-                    name.span,
-                    format!("`{}` is defined twice", name.name),
-                )
-                .with_primary("redefined here")
-                .with_label(previous, "first defined here"),
+                Diagnostic::new(Code::DuplicateDefinition, name.span, format!("`{}` is defined twice", name.name))
+                    .with_primary("redefined here")
+                    .with_label(previous, "first defined here"),
             );
             return;
         }
-        self.modules[module]
-            .scope
-            .insert(name.name.clone(), (global, name.span));
+        self.modules[module].scope.insert(name.name.clone(), (global, name.span));
     }
 
     fn declare(&mut self, module: usize) {
@@ -359,33 +335,24 @@ impl<'m> Checker<'m> {
             };
             if let Some(span) = u.malformed {
                 self.error(
-                    Diagnostic::new(Code::UnknownImport, span, "malformed import").with_primary(
-                        "expected `use std::module::Name;` or `use std::module::{A, B};`",
-                    ),
+                    Diagnostic::new(Code::UnknownImport, span, "malformed import")
+                        .with_primary("expected `use std::module::Name;` or `use std::module::{A, B};`"),
                 );
                 continue;
             }
             let path: Vec<&str> = u.path.iter().map(|i| i.name.as_str()).collect();
-            let path_span = u.path.first().map_or(item.span, |f| {
-                f.span.to(u.path.last().map_or(f.span, |l| l.span))
-            });
+            let path_span = u.path.first().map_or(item.span, |f| f.span.to(u.path.last().map_or(f.span, |l| l.span)));
             let std_module = match path.split_first() {
                 Some((&"std", rest)) => amp_stdlib::module(rest),
                 _ => None,
             };
             let Some(std_module) = std_module else {
-                let known: Vec<String> = amp_stdlib::MODULES
-                    .iter()
-                    .map(|m| format!("std::{}", m.path.join("::")))
-                    .collect();
+                let known: Vec<String> =
+                    amp_stdlib::MODULES.iter().map(|m| format!("std::{}", m.path.join("::"))).collect();
                 self.error(
-                    Diagnostic::new(
-                        Code::UnknownImport,
-                        path_span,
-                        format!("no module `{}`", path.join("::")),
-                    )
-                    .with_primary("unknown module")
-                    .with_note(format!("the standard modules are: {}", known.join(", "))),
+                    Diagnostic::new(Code::UnknownImport, path_span, format!("no module `{}`", path.join("::")))
+                        .with_primary("unknown module")
+                        .with_note(format!("the standard modules are: {}", known.join(", "))),
                 );
                 for name in &u.names {
                     self.define_failed(module, name);
@@ -398,10 +365,7 @@ impl<'m> Checker<'m> {
                 match found {
                     Some((global, def_span)) => {
                         let index = self.modules[module].imports.len();
-                        self.modules[module].imports.push(Import {
-                            name: name.clone(),
-                            used: false,
-                        });
+                        self.modules[module].imports.push(Import { name: name.clone(), used: false });
                         self.reference(
                             name.span,
                             def_span,
@@ -410,8 +374,7 @@ impl<'m> Checker<'m> {
                         self.define_global(module, name, Global::Imported(Box::new(global), index));
                     }
                     None => {
-                        let mut candidates: Vec<String> =
-                            self.modules[target].scope.keys().cloned().collect();
+                        let mut candidates: Vec<String> = self.modules[target].scope.keys().cloned().collect();
                         candidates.sort();
                         let mut d = Diagnostic::new(
                             Code::UnknownImport,
@@ -422,20 +385,11 @@ impl<'m> Checker<'m> {
                         // A typo, or an abbreviation of a longer name (`Gru` for `GruCell`).
                         let lower = name.name.to_lowercase();
                         let hint = suggest(&name.name, candidates.iter().map(String::as_str))
-                            .or_else(|| {
-                                candidates
-                                    .iter()
-                                    .find(|c| c.to_lowercase().starts_with(&lower))
-                                    .cloned()
-                            });
+                            .or_else(|| candidates.iter().find(|c| c.to_lowercase().starts_with(&lower)).cloned());
                         if let Some(s) = hint {
                             d = d.with_help(format!("did you mean `{s}`?"));
                         }
-                        d = d.with_note(format!(
-                            "`{}` provides: {}",
-                            path.join("::"),
-                            candidates.join(", ")
-                        ));
+                        d = d.with_note(format!("`{}` provides: {}", path.join("::"), candidates.join(", ")));
                         self.error(d);
                         self.define_failed(module, name);
                     }
@@ -448,18 +402,14 @@ impl<'m> Checker<'m> {
     /// taken: later uses then resolve to an error silently.
     fn define_failed(&mut self, module: usize, name: &ast::Ident) {
         if !self.modules[module].scope.contains_key(&name.name) {
-            self.modules[module]
-                .scope
-                .insert(name.name.clone(), (Global::Failed, name.span));
+            self.modules[module].scope.insert(name.name.clone(), (Global::Failed, name.span));
         }
     }
 
     fn load_std_module(&mut self, module: &amp_stdlib::Module) -> usize {
-        if let Some(i) = self.modules.iter().position(|m| {
-            self.map
-                .get(m.file)
-                .is_some_and(|f| f.name == module.file_name)
-        }) {
+        if let Some(i) =
+            self.modules.iter().position(|m| self.map.get(m.file).is_some_and(|f| f.name == module.file_name))
+        {
             return i;
         }
         let file = self.map.add(module.file_name, module.source);
@@ -493,12 +443,7 @@ impl<'m> Checker<'m> {
     // ------------------------------------------------------------ types
 
     /// Resolves a written type. Dimensions are evaluated in `scope`.
-    pub(crate) fn resolve_type(
-        &mut self,
-        module: usize,
-        comp: Option<ComponentId>,
-        texpr: &TypeExpr,
-    ) -> Ty {
+    pub(crate) fn resolve_type(&mut self, module: usize, comp: Option<ComponentId>, texpr: &TypeExpr) -> Ty {
         match &texpr.kind {
             TypeExprKind::Error => Ty::Error,
             TypeExprKind::Named(name) => match name.name.as_str() {
@@ -517,26 +462,17 @@ impl<'m> Checker<'m> {
                     Some((Global::Failed, _)) => Ty::Error,
                     Some((_, def)) => {
                         self.error(
-                            Diagnostic::new(
-                                Code::UnknownType,
-                                name.span,
-                                format!("`{other}` is not a type"),
-                            )
-                            .with_primary("expected a type")
-                            .with_label(def, "defined here"),
+                            Diagnostic::new(Code::UnknownType, name.span, format!("`{other}` is not a type"))
+                                .with_primary("expected a type")
+                                .with_label(def, "defined here"),
                         );
                         Ty::Error
                     }
                     None => {
-                        let mut candidates: Vec<String> =
-                            vec!["int".into(), "bool".into(), "f32".into()];
+                        let mut candidates: Vec<String> = vec!["int".into(), "bool".into(), "f32".into()];
                         candidates.extend(self.modules[module].scope.keys().cloned());
-                        let mut d = Diagnostic::new(
-                            Code::UnknownType,
-                            name.span,
-                            format!("unknown type `{other}`"),
-                        )
-                        .with_primary("not a type in scope");
+                        let mut d = Diagnostic::new(Code::UnknownType, name.span, format!("unknown type `{other}`"))
+                            .with_primary("not a type in scope");
                         if let Some(s) = suggest(other, candidates.iter().map(String::as_str)) {
                             d = d.with_help(format!("did you mean `{s}`?"));
                         }
@@ -581,10 +517,7 @@ impl<'m> Checker<'m> {
                 }
             }
             TypeExprKind::Tuple(elems) => {
-                let ts: Vec<Ty> = elems
-                    .iter()
-                    .map(|e| self.resolve_type(module, comp, e))
-                    .collect();
+                let ts: Vec<Ty> = elems.iter().map(|e| self.resolve_type(module, comp, e)).collect();
                 Ty::Tuple(ts)
             }
         }
@@ -594,21 +527,14 @@ impl<'m> Checker<'m> {
     pub(crate) fn check_positive(&mut self, dim: &Dim, span: Span, what: &str) -> bool {
         match dim.value {
             Some(v) if v <= 0 => {
-                let mut d = Diagnostic::new(
-                    Code::NonPositiveDimension,
-                    span,
-                    format!("{what} `{dim}` is {v}"),
-                )
-                .with_primary(format!("evaluates to {v}"))
-                .with_note("every tensor dimension must be at least 1");
+                let mut d = Diagnostic::new(Code::NonPositiveDimension, span, format!("{what} `{dim}` is {v}"))
+                    .with_primary(format!("evaluates to {v}"))
+                    .with_note("every tensor dimension must be at least 1");
                 let set: Vec<String> = dim
                     .poly
                     .symbols()
                     .filter_map(|s| {
-                        self.overrides
-                            .iter()
-                            .find(|o| *o.0 == *s.name)
-                            .map(|o| format!("-D {}={}", o.0, o.1))
+                        self.overrides.iter().find(|o| *o.0 == *s.name).map(|o| format!("-D {}={}", o.0, o.1))
                     })
                     .collect();
                 if !set.is_empty() {
@@ -621,17 +547,8 @@ impl<'m> Checker<'m> {
         }
     }
 
-    pub(crate) fn eval_dim_in(
-        &mut self,
-        module: usize,
-        comp: Option<ComponentId>,
-        expr: &ast::Expr,
-    ) -> Option<Dim> {
-        let mut scope = ComponentScope {
-            ck: self,
-            module,
-            comp,
-        };
+    pub(crate) fn eval_dim_in(&mut self, module: usize, comp: Option<ComponentId>, expr: &ast::Expr) -> Option<Dim> {
+        let mut scope = ComponentScope { ck: self, module, comp };
         match eval_dim(expr, &mut scope) {
             Ok(d) => Some(d),
             Err(diag) => {
@@ -649,9 +566,7 @@ impl<'m> Checker<'m> {
                     let fields = self.resolve_fields(module, &r.fields);
                     // A second item of the same name (reported as a duplicate) must not
                     // replace the fields of the first, which is the one names resolve to.
-                    let Some((Global::Record(id), def)) =
-                        self.modules[module].scope.get(&r.name.name).cloned()
-                    else {
+                    let Some((Global::Record(id), def)) = self.modules[module].scope.get(&r.name.name).cloned() else {
                         continue;
                     };
                     if def == r.name.span {
@@ -659,9 +574,7 @@ impl<'m> Checker<'m> {
                     }
                 }
                 ItemKind::Enum(e) => {
-                    let Some((Global::Enum(id), def)) =
-                        self.modules[module].scope.get(&e.name.name).cloned()
-                    else {
+                    let Some((Global::Enum(id), def)) = self.modules[module].scope.get(&e.name.name).cloned() else {
                         continue;
                     };
                     // Only the first of duplicate enums is resolved (see records above).
@@ -684,15 +597,9 @@ impl<'m> Checker<'m> {
                             continue;
                         }
                         let fields = self.resolve_fields(module, &v.fields);
-                        variants.push(VariantDef {
-                            name: v.name.name.clone(),
-                            fields,
-                            span: v.name.span,
-                        });
+                        variants.push(VariantDef { name: v.name.name.clone(), fields, span: v.name.span });
                     }
-                    let recursive = variants
-                        .iter()
-                        .any(|v| v.fields.iter().any(|f| mentions_enum(&f.ty, id)));
+                    let recursive = variants.iter().any(|v| v.fields.iter().any(|f| mentions_enum(&f.ty, id)));
                     let def = &mut self.program.enums[id.0 as usize];
                     def.variants = variants;
                     def.recursive = recursive;
@@ -722,11 +629,7 @@ impl<'m> Checker<'m> {
             if let Ty::Instance(_) = ty {
                 continue;
             }
-            fields.push(FieldDef {
-                name: f.name.name.clone(),
-                ty,
-                span: f.name.span,
-            });
+            fields.push(FieldDef { name: f.name.name.clone(), ty, span: f.name.span });
         }
         fields
     }
@@ -751,30 +654,18 @@ impl<'m> Checker<'m> {
     }
 
     /// Evaluates `const NAME: int = value;` to a dimension named after the constant.
-    fn eval_const(
-        &mut self,
-        module: usize,
-        comp: Option<ComponentId>,
-        c: &ast::ConstItem,
-    ) -> Option<Dim> {
+    fn eval_const(&mut self, module: usize, comp: Option<ComponentId>, c: &ast::ConstItem) -> Option<Dim> {
         let ty = self.resolve_type(module, comp, &c.ty);
         if ty != Ty::Int && !ty.is_error() {
             let shown = self.ty_str(&ty);
             self.error(
-                Diagnostic::new(
-                    Code::InvalidTypeHere,
-                    c.ty.span,
-                    format!("constants must be `int`, not `{shown}`"),
-                )
-                .with_primary("not `int`"),
+                Diagnostic::new(Code::InvalidTypeHere, c.ty.span, format!("constants must be `int`, not `{shown}`"))
+                    .with_primary("not `int`"),
             );
             return None;
         }
-        let overridden = if self.modules[module].is_main && comp.is_none() {
-            self.take_override(&c.name.name)
-        } else {
-            None
-        };
+        let overridden =
+            if self.modules[module].is_main && comp.is_none() { self.take_override(&c.name.name) } else { None };
         let value = match overridden {
             Some(v) => Some(v),
             None => self.eval_dim_in(module, comp, &c.value)?.value,
@@ -794,10 +685,7 @@ impl<'m> Checker<'m> {
         };
         let is_model = c.kind == ComponentKind::Model && self.modules[module].is_main;
         for hp in &c.hyperparams {
-            if self.components[id.0 as usize]
-                .hyperparams
-                .contains_key(&hp.name.name)
-            {
+            if self.components[id.0 as usize].hyperparams.contains_key(&hp.name.name) {
                 let prev = self.program.components[id.0 as usize]
                     .hyperparams
                     .iter()
@@ -827,10 +715,7 @@ impl<'m> Checker<'m> {
                     .with_primary("not `int`"),
                 );
             }
-            let default = hp
-                .default
-                .as_ref()
-                .and_then(|d| self.eval_dim_in(module, Some(id), d));
+            let default = hp.default.as_ref().and_then(|d| self.eval_dim_in(module, Some(id), d));
             let value = if is_model {
                 match self.take_override(&hp.name.name) {
                     Some(v) => Some(v),
@@ -860,17 +745,14 @@ impl<'m> Checker<'m> {
             let mut symbol = self.fresh_symbol(hp.name.name.as_str());
             symbol.value = value;
             let comp = &mut self.components[id.0 as usize];
-            comp.hyperparams
-                .insert(hp.name.name.clone(), comp.defaults.len());
+            comp.hyperparams.insert(hp.name.name.clone(), comp.defaults.len());
             comp.defaults.push(default);
-            self.program.components[id.0 as usize]
-                .hyperparams
-                .push(HyperParamDef {
-                    name: hp.name.name.clone(),
-                    symbol,
-                    value,
-                    span: hp.name.span,
-                });
+            self.program.components[id.0 as usize].hyperparams.push(HyperParamDef {
+                name: hp.name.name.clone(),
+                symbol,
+                value,
+                span: hp.name.span,
+            });
         }
         for member in &c.members {
             if let MemberKind::Const(k) = &member.kind {
@@ -879,9 +761,7 @@ impl<'m> Checker<'m> {
                         self.duplicate_member(&k.name, prev);
                         continue;
                     }
-                    self.components[id.0 as usize]
-                        .consts
-                        .insert(k.name.name.clone(), (dim, k.name.span));
+                    self.components[id.0 as usize].consts.insert(k.name.name.clone(), (dim, k.name.span));
                 }
             }
         }
@@ -907,13 +787,9 @@ impl<'m> Checker<'m> {
 
     fn duplicate_member(&mut self, name: &ast::Ident, prev: Span) {
         self.error(
-            Diagnostic::new(
-                Code::DuplicateDefinition,
-                name.span,
-                format!("`{}` is defined twice", name.name),
-            )
-            .with_primary("redefined here")
-            .with_label(prev, "first defined here"),
+            Diagnostic::new(Code::DuplicateDefinition, name.span, format!("`{}` is defined twice", name.name))
+                .with_primary("redefined here")
+                .with_label(prev, "first defined here"),
         );
     }
 
@@ -936,17 +812,14 @@ impl<'m> Checker<'m> {
                 continue;
             }
             let comp = &mut self.components[id.0 as usize];
-            comp.params
-                .insert(name.name.clone(), comp.params_used.len() as u32);
+            comp.params.insert(name.name.clone(), comp.params_used.len() as u32);
             comp.params_used.push(false);
-            self.program.components[id.0 as usize]
-                .params
-                .push(ParamDef {
-                    name: name.name.clone(),
-                    instance: Arc::new(instance),
-                    span: name.span,
-                    doc: member.doc.clone(),
-                });
+            self.program.components[id.0 as usize].params.push(ParamDef {
+                name: name.name.clone(),
+                instance: Arc::new(instance),
+                span: name.span,
+                doc: member.doc.clone(),
+            });
         }
     }
 
@@ -965,10 +838,7 @@ impl<'m> Checker<'m> {
                 if !self.check_positive(&len_dim, len.span, "parameter array length") {
                     return None;
                 }
-                Some(Instance::Array {
-                    elem: Arc::new(elem),
-                    len: len_dim,
-                })
+                Some(Instance::Array { elem: Arc::new(elem), len: len_dim })
             }
             ast::ExprKind::Call(callee, args) => {
                 let ast::ExprKind::Name(name) = &callee.kind else {
@@ -976,9 +846,7 @@ impl<'m> Checker<'m> {
                 };
                 // A built-in function computes values; it declares no parameters. Said
                 // before its arguments are evaluated, which need not be constants.
-                if Builtin::from_name(&name.name).is_some()
-                    && !self.modules[module].scope.contains_key(&name.name)
-                {
+                if Builtin::from_name(&name.name).is_some() && !self.modules[module].scope.contains_key(&name.name) {
                     self.error(
                         Diagnostic::new(
                             Code::InvalidParam,
@@ -986,7 +854,9 @@ impl<'m> Checker<'m> {
                             format!("`{}` is a built-in function, not a layer", name.name),
                         )
                         .with_primary("declares no parameters")
-                        .with_help("declare a `Linear`, `Embedding` or layer here and apply the function in `fn` bodies"),
+                        .with_help(
+                            "declare a `Linear`, `Embedding` or layer here and apply the function in `fn` bodies",
+                        ),
                     );
                     return None;
                 }
@@ -997,20 +867,12 @@ impl<'m> Checker<'m> {
                 match name.name.as_str() {
                     "Linear" | "Embedding" => {
                         if dims.len() != 2 {
-                            let what = if name.name == "Linear" {
-                                "Linear(in, out)"
-                            } else {
-                                "Embedding(count, dim)"
-                            };
+                            let what = if name.name == "Linear" { "Linear(in, out)" } else { "Embedding(count, dim)" };
                             self.error(
                                 Diagnostic::new(
                                     Code::ArityMismatch,
                                     init.span,
-                                    format!(
-                                        "`{}` takes 2 arguments, {} given",
-                                        name.name,
-                                        dims.len()
-                                    ),
+                                    format!("`{}` takes 2 arguments, {} given", name.name, dims.len()),
                                 )
                                 .with_primary(format!("expected {what}")),
                             );
@@ -1025,18 +887,14 @@ impl<'m> Checker<'m> {
                         }
                         let (a, b) = (dims[0].0.clone(), dims[1].0.clone());
                         Some(if name.name == "Linear" {
-                            Instance::Linear {
-                                input: a,
-                                output: b,
-                            }
+                            Instance::Linear { input: a, output: b }
                         } else {
                             Instance::Embedding { count: a, dim: b }
                         })
                     }
                     other => match self.lookup_global(module, other) {
                         Some((Global::Component(layer), def))
-                            if self.program.components[layer.0 as usize].kind
-                                == ComponentKind::Layer =>
+                            if self.program.components[layer.0 as usize].kind == ComponentKind::Layer =>
                         {
                             self.reference(name.span, def, format!("layer {other}"));
                             self.instantiate_layer(comp, layer, dims, init.span)
@@ -1045,30 +903,24 @@ impl<'m> Checker<'m> {
                         Some((_, def)) => {
                             self.error(
                                 Diagnostic::new(Code::InvalidParam, name.span, format!("`{other}` is not a layer"))
-                                    .with_primary("parameters are `Linear`, `Embedding`, a `layer`, or an array of them")
+                                    .with_primary(
+                                        "parameters are `Linear`, `Embedding`, a `layer`, or an array of them",
+                                    )
                                     .with_label(def, "defined here"),
                             );
                             None
                         }
                         None => {
-                            let mut candidates: Vec<String> =
-                                vec!["Linear".into(), "Embedding".into()];
+                            let mut candidates: Vec<String> = vec!["Linear".into(), "Embedding".into()];
                             candidates.extend(self.modules[module].scope.keys().cloned());
-                            let mut d = Diagnostic::new(
-                                Code::UnknownName,
-                                name.span,
-                                format!("unknown layer `{other}`"),
-                            )
-                            .with_primary("not found in this scope");
+                            let mut d =
+                                Diagnostic::new(Code::UnknownName, name.span, format!("unknown layer `{other}`"))
+                                    .with_primary("not found in this scope");
                             match suggest(other, candidates.iter().map(String::as_str)) {
                                 Some(s) => d = d.with_help(format!("did you mean `{s}`?")),
                                 None => {
-                                    if ["Mlp", "GruCell", "LstmCell", "TreeLstmCell"]
-                                        .contains(&other)
-                                    {
-                                        d = d.with_help(format!(
-                                            "import it with `use std::nn::{other};`"
-                                        ));
+                                    if ["Mlp", "GruCell", "LstmCell", "TreeLstmCell"].contains(&other) {
+                                        d = d.with_help(format!("import it with `use std::nn::{other};`"));
                                     }
                                 }
                             }
@@ -1086,9 +938,7 @@ impl<'m> Checker<'m> {
     fn invalid_param(&mut self, span: Span) -> Option<Instance> {
         self.error(
             Diagnostic::new(Code::InvalidParam, span, "invalid parameter declaration")
-                .with_primary(
-                    "expected `Linear(in, out)`, `Embedding(n, d)`, a layer, or `[Layer(...); n]`",
-                ),
+                .with_primary("expected `Linear(in, out)`, `Embedding(n, d)`, a layer, or `[Layer(...); n]`"),
         );
         None
     }
@@ -1103,48 +953,28 @@ impl<'m> Checker<'m> {
         let name = self.program.components[layer.0 as usize].name.clone();
         let total = self.program.components[layer.0 as usize].hyperparams.len();
         let defaults = self.components[layer.0 as usize].defaults.clone();
-        let required = defaults
-            .iter()
-            .rposition(|d| d.is_none())
-            .map_or(0, |i| i + 1);
+        let required = defaults.iter().rposition(|d| d.is_none()).map_or(0, |i| i + 1);
         if given.len() > total || given.len() < required {
-            let expected = if required == total {
-                format!("{total}")
-            } else {
-                format!("{required} to {total}")
-            };
+            let expected = if required == total { format!("{total}") } else { format!("{required} to {total}") };
             self.error(
                 Diagnostic::new(
                     Code::ArityMismatch,
                     span,
-                    format!(
-                        "layer `{name}` takes {expected} arguments, {} given",
-                        given.len()
-                    ),
+                    format!("layer `{name}` takes {expected} arguments, {} given", given.len()),
                 )
                 .with_primary("wrong number of arguments")
-                .with_label(
-                    self.program.components[layer.0 as usize].span,
-                    "layer defined here",
-                ),
+                .with_label(self.program.components[layer.0 as usize].span, "layer defined here"),
             );
             return None;
         }
-        let symbols: Vec<Symbol> = self.program.components[layer.0 as usize]
-            .hyperparams
-            .iter()
-            .map(|h| h.symbol.clone())
-            .collect();
+        let symbols: Vec<Symbol> =
+            self.program.components[layer.0 as usize].hyperparams.iter().map(|h| h.symbol.clone()).collect();
         let mut args: Vec<Dim> = given.iter().map(|(d, _)| d.clone()).collect();
         for default in defaults.iter().skip(args.len()) {
             let Some(default) = default else { return None };
             let bound = args.clone();
-            let value = default.substitute(&|s| {
-                symbols
-                    .iter()
-                    .position(|x| x == s)
-                    .and_then(|i| bound.get(i).cloned())
-            });
+            let value =
+                default.substitute(&|s| symbols.iter().position(|x| x == s).and_then(|i| bound.get(i).cloned()));
             args.push(value);
         }
         let instance = Instance::Layer { layer, args };
@@ -1230,10 +1060,7 @@ impl<'m> Checker<'m> {
             for p in &f.params {
                 let ty = self.resolve_type(module, Some(id), &p.ty);
                 let mut name = p.name.name.clone();
-                if let Some(prev) = locals
-                    .iter()
-                    .find(|l| l.name == p.name.name && l.name != "_")
-                {
+                if let Some(prev) = locals.iter().find(|l| l.name == p.name.name && l.name != "_") {
                     let prev = prev.span;
                     // The body's uses resolve to the first declaration; the duplicate is
                     // kept for the arity but nameless, so neither is reported unused.
@@ -1249,31 +1076,19 @@ impl<'m> Checker<'m> {
                     );
                 }
                 params.push(LocalId(locals.len() as u32));
-                locals.push(LocalDef {
-                    name,
-                    ty,
-                    span: p.name.span,
-                    mutable: false,
-                });
+                locals.push(LocalDef { name, ty, span: p.name.span, mutable: false });
             }
             let ret = match &f.ret {
                 Some(t) => self.resolve_type(module, Some(id), t),
                 None => Ty::unit(),
             };
             let comp = &mut self.components[id.0 as usize];
-            comp.fns.insert(
-                f.name.name.clone(),
-                self.program.components[id.0 as usize].fns.len() as u32,
-            );
+            comp.fns.insert(f.name.name.clone(), self.program.components[id.0 as usize].fns.len() as u32);
             self.program.components[id.0 as usize].fns.push(FnDef {
                 name: f.name.name.clone(),
                 params,
                 ret,
-                body: Block {
-                    stmts: Vec::new(),
-                    tail: None,
-                    span: f.body.span,
-                },
+                body: Block { stmts: Vec::new(), tail: None, span: f.body.span },
                 locals,
                 span: f.name.span,
                 doc: member.doc.clone(),
@@ -1313,15 +1128,9 @@ impl<'m> Checker<'m> {
             }
             match &loss {
                 None => self.error(
-                    Diagnostic::new(
-                        Code::MissingLoss,
-                        name_span,
-                        format!("model `{name}` has no `loss` function"),
-                    )
-                    .with_primary("this model cannot be trained")
-                    .with_help(
-                        "add `fn loss(x: Input) -> f32 { cross_entropy(forward(x), x.label) }`",
-                    ),
+                    Diagnostic::new(Code::MissingLoss, name_span, format!("model `{name}` has no `loss` function"))
+                        .with_primary("this model cannot be trained")
+                        .with_help("add `fn loss(x: Input) -> f32 { cross_entropy(forward(x), x.label) }`"),
                 ),
                 Some(l) => {
                     if l.params.len() != 1 {
@@ -1371,23 +1180,14 @@ impl<'m> Checker<'m> {
             if !self.modules[self.components[c].module].is_main {
                 continue;
             }
-            for (i, used) in self.components[c]
-                .params_used
-                .clone()
-                .into_iter()
-                .enumerate()
-            {
+            for (i, used) in self.components[c].params_used.clone().into_iter().enumerate() {
                 let p = &self.program.components[c].params[i];
                 if !used && !p.name.starts_with('_') {
                     let (name, span) = (p.name.clone(), p.span);
                     self.error(
-                        Diagnostic::new(
-                            Code::UnusedParam,
-                            span,
-                            format!("parameter `{name}` is never used"),
-                        )
-                        .with_primary("never used by any function")
-                        .with_help("remove it, or prefix its name with `_` to keep it"),
+                        Diagnostic::new(Code::UnusedParam, span, format!("parameter `{name}` is never used"))
+                            .with_primary("never used by any function")
+                            .with_help("remove it, or prefix its name with `_` to keep it"),
                     );
                 }
             }
@@ -1396,41 +1196,23 @@ impl<'m> Checker<'m> {
             if !self.modules[m].is_main {
                 continue;
             }
-            let unused: Vec<ast::Ident> = self.modules[m]
-                .imports
-                .iter()
-                .filter(|i| !i.used)
-                .map(|i| i.name.clone())
-                .collect();
+            let unused: Vec<ast::Ident> =
+                self.modules[m].imports.iter().filter(|i| !i.used).map(|i| i.name.clone()).collect();
             for name in unused {
                 self.error(
-                    Diagnostic::new(
-                        Code::UnusedImport,
-                        name.span,
-                        format!("unused import `{}`", name.name),
-                    )
-                    .with_primary("never used"),
+                    Diagnostic::new(Code::UnusedImport, name.span, format!("unused import `{}`", name.name))
+                        .with_primary("never used"),
                 );
             }
         }
     }
 
     fn report_unknown_overrides(&mut self, main: FileId) {
-        let unknown: Vec<(String, i64)> = self
-            .overrides
-            .iter()
-            .filter(|o| !o.2)
-            .map(|o| (o.0.clone(), o.1))
-            .collect();
+        let unknown: Vec<(String, i64)> = self.overrides.iter().filter(|o| !o.2).map(|o| (o.0.clone(), o.1)).collect();
         for (name, value) in unknown {
             let mut candidates: Vec<String> = Vec::new();
             for &m in &self.program.models {
-                candidates.extend(
-                    self.program.components[m.0 as usize]
-                        .hyperparams
-                        .iter()
-                        .map(|h| h.name.clone()),
-                );
+                candidates.extend(self.program.components[m.0 as usize].hyperparams.iter().map(|h| h.name.clone()));
             }
             let mut d = Diagnostic::new(
                 Code::UnknownOverride,
@@ -1439,10 +1221,7 @@ impl<'m> Checker<'m> {
             )
             .with_primary("given on the command line");
             if !candidates.is_empty() {
-                d = d.with_note(format!(
-                    "the hyperparameters are: {}",
-                    candidates.join(", ")
-                ));
+                d = d.with_note(format!("the hyperparameters are: {}", candidates.join(", ")));
             }
             if let Some(s) = suggest(&name, candidates.iter().map(String::as_str)) {
                 d = d.with_help(format!("did you mean `{s}`?"));
@@ -1458,11 +1237,7 @@ impl<'m> Checker<'m> {
         let ast = self.modules[main].ast.clone();
         let mut out = Vec::new();
         for item in &ast.items {
-            let push = |out: &mut Vec<SymbolInfo>,
-                        name: &ast::Ident,
-                        kind,
-                        span,
-                        container: Option<&str>| {
+            let push = |out: &mut Vec<SymbolInfo>, name: &ast::Ident, kind, span, container: Option<&str>| {
                 out.push(SymbolInfo {
                     name: name.name.clone(),
                     kind,
@@ -1475,70 +1250,34 @@ impl<'m> Checker<'m> {
                 ItemKind::Record(r) => {
                     push(&mut out, &r.name, SymbolKind::Record, item.span, None);
                     for f in &r.fields {
-                        push(
-                            &mut out,
-                            &f.name,
-                            SymbolKind::Field,
-                            f.span,
-                            Some(&r.name.name),
-                        );
+                        push(&mut out, &f.name, SymbolKind::Field, f.span, Some(&r.name.name));
                     }
                 }
                 ItemKind::Enum(e) => {
                     push(&mut out, &e.name, SymbolKind::Enum, item.span, None);
                     for v in &e.variants {
-                        push(
-                            &mut out,
-                            &v.name,
-                            SymbolKind::Variant,
-                            v.span,
-                            Some(&e.name.name),
-                        );
+                        push(&mut out, &v.name, SymbolKind::Variant, v.span, Some(&e.name.name));
                     }
                 }
                 ItemKind::Const(c) => push(&mut out, &c.name, SymbolKind::Const, item.span, None),
-                ItemKind::Network(n) => {
-                    push(&mut out, &n.name, SymbolKind::Network, item.span, None)
-                }
+                ItemKind::Network(n) => push(&mut out, &n.name, SymbolKind::Network, item.span, None),
                 ItemKind::Component(c) => {
-                    let kind = if c.kind == ComponentKind::Model {
-                        SymbolKind::Model
-                    } else {
-                        SymbolKind::Layer
-                    };
+                    let kind = if c.kind == ComponentKind::Model { SymbolKind::Model } else { SymbolKind::Layer };
                     push(&mut out, &c.name, kind, item.span, None);
                     for hp in &c.hyperparams {
-                        push(
-                            &mut out,
-                            &hp.name,
-                            SymbolKind::HyperParam,
-                            hp.span,
-                            Some(&c.name.name),
-                        );
+                        push(&mut out, &hp.name, SymbolKind::HyperParam, hp.span, Some(&c.name.name));
                     }
                     for m in &c.members {
                         match &m.kind {
-                            MemberKind::Param { name, .. } => push(
-                                &mut out,
-                                name,
-                                SymbolKind::Param,
-                                m.span,
-                                Some(&c.name.name),
-                            ),
-                            MemberKind::Fn(f) => push(
-                                &mut out,
-                                &f.name,
-                                SymbolKind::Function,
-                                m.span,
-                                Some(&c.name.name),
-                            ),
-                            MemberKind::Const(k) => push(
-                                &mut out,
-                                &k.name,
-                                SymbolKind::Const,
-                                m.span,
-                                Some(&c.name.name),
-                            ),
+                            MemberKind::Param { name, .. } => {
+                                push(&mut out, name, SymbolKind::Param, m.span, Some(&c.name.name))
+                            }
+                            MemberKind::Fn(f) => {
+                                push(&mut out, &f.name, SymbolKind::Function, m.span, Some(&c.name.name))
+                            }
+                            MemberKind::Const(k) => {
+                                push(&mut out, &k.name, SymbolKind::Const, m.span, Some(&c.name.name))
+                            }
                             MemberKind::Error => {}
                         }
                     }
@@ -1564,41 +1303,25 @@ fn mentions_enum(ty: &Ty, id: EnumId) -> bool {
 }
 
 /// Rewrites a layer's instance (in the layer's symbols) for concrete arguments.
-pub(crate) fn substitute_instance(
-    instance: &Instance,
-    hyperparams: &[HyperParamDef],
-    args: &[Dim],
-) -> Instance {
-    let map = |s: &Symbol| {
-        hyperparams
-            .iter()
-            .position(|h| h.symbol == *s)
-            .and_then(|i| args.get(i).cloned())
-    };
+pub(crate) fn substitute_instance(instance: &Instance, hyperparams: &[HyperParamDef], args: &[Dim]) -> Instance {
+    let map = |s: &Symbol| hyperparams.iter().position(|h| h.symbol == *s).and_then(|i| args.get(i).cloned());
     substitute_instance_with(instance, &map)
 }
 
-pub(crate) fn substitute_instance_with(
-    instance: &Instance,
-    map: &dyn Fn(&Symbol) -> Option<Dim>,
-) -> Instance {
+pub(crate) fn substitute_instance_with(instance: &Instance, map: &dyn Fn(&Symbol) -> Option<Dim>) -> Instance {
     match instance {
-        Instance::Linear { input, output } => Instance::Linear {
-            input: input.substitute(map),
-            output: output.substitute(map),
-        },
-        Instance::Embedding { count, dim } => Instance::Embedding {
-            count: count.substitute(map),
-            dim: dim.substitute(map),
-        },
-        Instance::Layer { layer, args } => Instance::Layer {
-            layer: *layer,
-            args: args.iter().map(|a| a.substitute(map)).collect(),
-        },
-        Instance::Array { elem, len } => Instance::Array {
-            elem: Arc::new(substitute_instance_with(elem, map)),
-            len: len.substitute(map),
-        },
+        Instance::Linear { input, output } => {
+            Instance::Linear { input: input.substitute(map), output: output.substitute(map) }
+        }
+        Instance::Embedding { count, dim } => {
+            Instance::Embedding { count: count.substitute(map), dim: dim.substitute(map) }
+        }
+        Instance::Layer { layer, args } => {
+            Instance::Layer { layer: *layer, args: args.iter().map(|a| a.substitute(map)).collect() }
+        }
+        Instance::Array { elem, len } => {
+            Instance::Array { elem: Arc::new(substitute_instance_with(elem, map)), len: len.substitute(map) }
+        }
     }
 }
 
@@ -1622,13 +1345,7 @@ pub(crate) struct ComponentScope<'c, 'm> {
 
 impl DimScope for ComponentScope<'_, '_> {
     fn lookup_dim(&mut self, name: &ast::Ident) -> Result<Dim, Box<Diagnostic>> {
-        if let Some((n, dim, def)) = self
-            .ck
-            .network_scope
-            .iter()
-            .find(|(n, ..)| *n == name.name)
-            .cloned()
-        {
+        if let Some((n, dim, def)) = self.ck.network_scope.iter().find(|(n, ..)| *n == name.name).cloned() {
             let hover = match dim.value {
                 Some(v) => format!("{n}: int = {v}"),
                 None => format!("{n}: int"),
@@ -1650,17 +1367,18 @@ impl DimScope for ComponentScope<'_, '_> {
                 return Ok(dim);
             }
             if let Some((dim, def)) = info.consts.get(&name.name).cloned() {
-                self.ck
-                    .reference(name.span, def, const_hover(&name.name, &dim));
+                self.ck.reference(name.span, def, const_hover(&name.name, &dim));
                 return Ok(dim);
             }
             if info.params.contains_key(&name.name) || info.fns.contains_key(&name.name) {
-                return Err(Box::new(Diagnostic::new(
-                    Code::NotConstant,
-                    name.span,
-                    format!("`{}` is not a compile-time integer", name.name),
-                )
-                .with_primary("not a hyperparameter or constant")));
+                return Err(Box::new(
+                    Diagnostic::new(
+                        Code::NotConstant,
+                        name.span,
+                        format!("`{}` is not a compile-time integer", name.name),
+                    )
+                    .with_primary("not a hyperparameter or constant"),
+                ));
             }
         }
         let global = self.ck.lookup_global(self.module, &name.name);
@@ -1678,39 +1396,24 @@ impl DimScope for ComponentScope<'_, '_> {
         }
         match global {
             Some((Global::Const(dim, def), _)) => {
-                self.ck
-                    .reference(name.span, def, const_hover(&name.name, &dim));
+                self.ck.reference(name.span, def, const_hover(&name.name, &dim));
                 Ok(dim)
             }
             // Already reported where it was defined; an empty message is dropped.
-            Some((Global::Failed, _)) => {
-                Err(Box::new(Diagnostic::new(Code::NotConstant, name.span, "")))
-            }
-            Some((_, def)) => Err(Box::new(Diagnostic::new(
-                Code::NotConstant,
-                name.span,
-                format!("`{}` is not a compile-time integer", name.name),
-            )
-            .with_primary("not a hyperparameter or constant")
-            .with_label(def, "defined here"))),
+            Some((Global::Failed, _)) => Err(Box::new(Diagnostic::new(Code::NotConstant, name.span, ""))),
+            Some((_, def)) => Err(Box::new(
+                Diagnostic::new(Code::NotConstant, name.span, format!("`{}` is not a compile-time integer", name.name))
+                    .with_primary("not a hyperparameter or constant")
+                    .with_label(def, "defined here"),
+            )),
             None => {
-                let mut candidates: Vec<String> =
-                    self.ck.modules[self.module].scope.keys().cloned().collect();
+                let mut candidates: Vec<String> = self.ck.modules[self.module].scope.keys().cloned().collect();
                 if let Some(comp) = self.comp {
-                    candidates.extend(
-                        self.ck.components[comp.0 as usize]
-                            .hyperparams
-                            .keys()
-                            .cloned(),
-                    );
+                    candidates.extend(self.ck.components[comp.0 as usize].hyperparams.keys().cloned());
                     candidates.extend(self.ck.components[comp.0 as usize].consts.keys().cloned());
                 }
-                let mut d = Diagnostic::new(
-                    Code::UnknownName,
-                    name.span,
-                    format!("unknown name `{}`", name.name),
-                )
-                .with_primary("not a hyperparameter or constant in scope");
+                let mut d = Diagnostic::new(Code::UnknownName, name.span, format!("unknown name `{}`", name.name))
+                    .with_primary("not a hyperparameter or constant in scope");
                 if let Some(s) = suggest(&name.name, candidates.iter().map(String::as_str)) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }

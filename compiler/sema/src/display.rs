@@ -14,24 +14,15 @@ pub(crate) fn ty_to_string(program: &Program, ty: &Ty) -> String {
             let parts: Vec<String> = ts.iter().map(|t| ty_to_string(program, t)).collect();
             format!("({})", parts.join(", "))
         }
-        Ty::Record(id) => program
-            .records
-            .get(id.0 as usize)
-            .map_or("?".into(), |r| r.name.clone()),
-        Ty::Enum(id) => program
-            .enums
-            .get(id.0 as usize)
-            .map_or("?".into(), |e| e.name.clone()),
+        Ty::Record(id) => program.records.get(id.0 as usize).map_or("?".into(), |r| r.name.clone()),
+        Ty::Enum(id) => program.enums.get(id.0 as usize).map_or("?".into(), |e| e.name.clone()),
         Ty::Instance(inst) => instance_to_string(program, inst),
         Ty::Error => "{unknown}".into(),
     }
 }
 
 fn dims(ds: &[&Dim]) -> String {
-    ds.iter()
-        .map(|d| d.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    ds.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 pub(crate) fn instance_to_string(program: &Program, inst: &Instance) -> String {
@@ -39,10 +30,7 @@ pub(crate) fn instance_to_string(program: &Program, inst: &Instance) -> String {
         Instance::Linear { input, output } => format!("Linear({})", dims(&[input, output])),
         Instance::Embedding { count, dim } => format!("Embedding({})", dims(&[count, dim])),
         Instance::Layer { layer, args } => {
-            let name = program
-                .components
-                .get(layer.0 as usize)
-                .map_or("?", |c| c.name.as_str());
+            let name = program.components.get(layer.0 as usize).map_or("?", |c| c.name.as_str());
             format!("{name}({})", dims(&args.iter().collect::<Vec<_>>()))
         }
         Instance::Array { elem, len } => format!("[{}; {len}]", instance_to_string(program, elem)),

@@ -15,9 +15,7 @@ impl Checker<'_> {
             let ItemKind::Network(n) = &item.kind else {
                 continue;
             };
-            let Some((Global::Network(index), _)) =
-                self.modules[module].scope.get(&n.name.name).cloned()
-            else {
+            let Some((Global::Network(index), _)) = self.modules[module].scope.get(&n.name.name).cloned() else {
                 continue;
             };
             self.check_network(module, index, n);
@@ -29,16 +27,9 @@ impl Checker<'_> {
         let is_main = self.modules[module].is_main;
         let mut hyperparams = Vec::new();
         for hp in &n.hyperparams {
-            let default = hp
-                .default
-                .as_ref()
-                .and_then(|d| self.eval_dim_in(module, None, d));
-            let value = if is_main {
-                self.take_override(&hp.name.name)
-            } else {
-                None
-            }
-            .or(default.and_then(|d| d.value));
+            let default = hp.default.as_ref().and_then(|d| self.eval_dim_in(module, None, d));
+            let value =
+                if is_main { self.take_override(&hp.name.name) } else { None }.or(default.and_then(|d| d.value));
             if value.is_none() && hp.default.is_none() {
                 self.error(
                     Diagnostic::new(
@@ -51,17 +42,8 @@ impl Checker<'_> {
             }
             let mut symbol: Symbol = self.fresh_symbol(hp.name.name.as_str());
             symbol.value = value;
-            self.network_scope.push((
-                hp.name.name.clone(),
-                Dim::symbol(symbol.clone(), value),
-                hp.name.span,
-            ));
-            hyperparams.push(HyperParamDef {
-                name: hp.name.name.clone(),
-                symbol,
-                value,
-                span: hp.name.span,
-            });
+            self.network_scope.push((hp.name.name.clone(), Dim::symbol(symbol.clone(), value), hp.name.span));
+            hyperparams.push(HyperParamDef { name: hp.name.name.clone(), symbol, value, span: hp.name.span });
         }
         for kw in &n.bad_keywords {
             self.error(
@@ -103,13 +85,9 @@ impl Checker<'_> {
             };
             match s.kind {
                 NetStmtKind::Input => {
-                    let ty =
-                        s.ty.as_ref()
-                            .map_or(Ty::Error, |t| self.resolve_type(module, None, t));
+                    let ty = s.ty.as_ref().map_or(Ty::Error, |t| self.resolve_type(module, None, t));
                     match ty {
-                        Ty::Tensor(shape) if shape.len() == 1 => {
-                            node.width = Some(shape[0].clone())
-                        }
+                        Ty::Tensor(shape) if shape.len() == 1 => node.width = Some(shape[0].clone()),
                         Ty::Error => {}
                         other => {
                             let shown = self.ty_str(&other);
@@ -178,19 +156,12 @@ impl Checker<'_> {
                         shape_with_values(std::slice::from_ref(&input)),
                         shape_with_values(std::slice::from_ref(&total)),
                     );
-                    let names: Vec<&str> = nodes[i]
-                        .sources
-                        .iter()
-                        .map(|&s| nodes[s].name.as_str())
-                        .collect();
+                    let names: Vec<&str> = nodes[i].sources.iter().map(|&s| nodes[s].name.as_str()).collect();
                     self.error(
                         Diagnostic::new(
                             Code::NetworkError,
                             nodes[i].span,
-                            format!(
-                                "node `{}` takes `{want}` but its sources give `{got}`",
-                                nodes[i].name
-                            ),
+                            format!("node `{}` takes `{want}` but its sources give `{got}`", nodes[i].name),
                         )
                         .with_primary("widths do not add up")
                         .with_note(format!("the sources {} are concatenated", names.join(", "))),
@@ -200,12 +171,8 @@ impl Checker<'_> {
         }
         if !n.stmts.iter().any(|s| s.kind == NetStmtKind::Output) && !n.stmts.is_empty() {
             self.error(
-                Diagnostic::new(
-                    Code::NetworkError,
-                    n.name.span,
-                    format!("network `{}` has no `output`", n.name.name),
-                )
-                .with_primary("nothing to read out"),
+                Diagnostic::new(Code::NetworkError, n.name.span, format!("network `{}` has no `output`", n.name.name))
+                    .with_primary("nothing to read out"),
             );
         }
         let def = &mut self.program.networks[index];
@@ -234,15 +201,9 @@ impl Checker<'_> {
             None => {
                 let shown = self.instance_str(&inst);
                 self.error(
-                    Diagnostic::new(
-                        Code::NetworkError,
-                        ctor.span,
-                        format!("`{shown}` cannot be a network node"),
-                    )
-                    .with_primary("a node maps one vector to one vector")
-                    .with_note(
-                        "use `Linear(in, out)` or a layer whose `apply` takes and returns `f32[n]`",
-                    ),
+                    Diagnostic::new(Code::NetworkError, ctor.span, format!("`{shown}` cannot be a network node"))
+                        .with_primary("a node maps one vector to one vector")
+                        .with_note("use `Linear(in, out)` or a layer whose `apply` takes and returns `f32[n]`"),
                 );
             }
         }
@@ -256,12 +217,8 @@ impl Checker<'_> {
                 let def = &self.program.components[layer.0 as usize];
                 let f = &def.fns[def.fn_named("apply")?];
                 let [p] = &f.params[..] else { return None };
-                let map = |s: &Symbol| {
-                    def.hyperparams
-                        .iter()
-                        .position(|h| h.symbol == *s)
-                        .and_then(|i| args.get(i).cloned())
-                };
+                let map =
+                    |s: &Symbol| def.hyperparams.iter().position(|h| h.symbol == *s).and_then(|i| args.get(i).cloned());
                 let vector = |t: &Ty| match crate::collect::substitute_ty(t, &map) {
                     Ty::Tensor(s) if s.len() == 1 => Some(s[0].clone()),
                     _ => None,

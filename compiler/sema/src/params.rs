@@ -54,7 +54,8 @@ impl Program {
             Instance::Layer { layer, args } => {
                 let def = self.components.get(layer.0 as usize)?;
                 let args: Vec<Dim> = args.iter().map(|a| a.substitute(env)).collect();
-                let inner = |s: &Symbol| def.hyperparams.iter().position(|h| h.symbol == *s).and_then(|i| args.get(i).cloned());
+                let inner =
+                    |s: &Symbol| def.hyperparams.iter().position(|h| h.symbol == *s).and_then(|i| args.get(i).cloned());
                 for p in &def.params {
                     self.expand(&format!("{prefix}.{}", p.name), &p.instance, &inner, out, depth + 1)?;
                 }

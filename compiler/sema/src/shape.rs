@@ -73,7 +73,13 @@ impl std::hash::Hash for Symbol {
 /// Integer division or remainder of two dimensions, exact when both are known.
 pub fn divide_dims(op: char, x: &Dim, y: &Dim) -> Dim {
     let value = match (x.value, y.value) {
-        (Some(a), Some(b)) if b != 0 => if op == '/' { a.checked_div(b) } else { a.checked_rem(b) },
+        (Some(a), Some(b)) if b != 0 => {
+            if op == '/' {
+                a.checked_div(b)
+            } else {
+                a.checked_rem(b)
+            }
+        }
         _ => None,
     };
     match (x.poly.as_constant(), y.poly.as_constant(), value) {
@@ -128,13 +134,7 @@ impl Poly {
     }
 
     pub fn neg(&self) -> Poly {
-        Poly {
-            terms: self
-                .terms
-                .iter()
-                .map(|(m, c)| (m.clone(), c.wrapping_neg()))
-                .collect(),
-        }
+        Poly { terms: self.terms.iter().map(|(m, c)| (m.clone(), c.wrapping_neg())).collect() }
     }
 
     pub fn sub(&self, other: &Poly) -> Poly {
@@ -190,11 +190,7 @@ impl fmt::Display for Poly {
         let mut terms: Vec<_> = self.terms.iter().collect();
         terms.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
         for (i, (mono, coeff)) in terms.into_iter().enumerate() {
-            let (sign, mag) = if *coeff < 0 {
-                ("-", coeff.unsigned_abs())
-            } else {
-                ("+", coeff.unsigned_abs())
-            };
+            let (sign, mag) = if *coeff < 0 { ("-", coeff.unsigned_abs()) } else { ("+", coeff.unsigned_abs()) };
             if i == 0 {
                 if sign == "-" {
                     f.write_str("-")?;
@@ -233,17 +229,11 @@ impl PartialEq for Dim {
 
 impl Dim {
     pub fn constant(c: i64) -> Self {
-        Dim {
-            poly: Poly::constant(c),
-            value: Some(c),
-        }
+        Dim { poly: Poly::constant(c), value: Some(c) }
     }
 
     pub fn symbol(s: Symbol, value: Option<i64>) -> Self {
-        Dim {
-            poly: Poly::symbol(s),
-            value,
-        }
+        Dim { poly: Poly::symbol(s), value }
     }
 
     fn combine(&self, other: &Dim, poly: Poly, op: fn(i64, i64) -> Option<i64>) -> Dim {
@@ -270,12 +260,7 @@ impl Dim {
     /// Replaces symbols by dimensions (layer instantiation).
     pub fn substitute(&self, map: &dyn Fn(&Symbol) -> Option<Dim>) -> Dim {
         let d = self.poly.substitute(map);
-        Dim {
-            value: d
-                .value
-                .or(self.value.filter(|_| self.poly.symbols().next().is_none())),
-            poly: d.poly,
-        }
+        Dim { value: d.value.or(self.value.filter(|_| self.poly.symbols().next().is_none())), poly: d.poly }
     }
 }
 
@@ -304,10 +289,7 @@ pub fn shape_with_values(shape: &[Dim]) -> String {
     let any_symbolic = shape.iter().any(|d| d.poly.as_constant().is_none());
     let all_known = shape.iter().all(|d| d.value.is_some());
     if any_symbolic && all_known {
-        let values: Vec<String> = shape
-            .iter()
-            .map(|d| d.value.unwrap_or_default().to_string())
-            .collect();
+        let values: Vec<String> = shape.iter().map(|d| d.value.unwrap_or_default().to_string()).collect();
         format!("{symbolic} (= f32[{}])", values.join(", "))
     } else {
         symbolic

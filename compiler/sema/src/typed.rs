@@ -75,9 +75,7 @@ impl Ty {
             (Ty::Error, _) | (_, Ty::Error) => true,
             (Ty::Tensor(a), Ty::Tensor(b)) => a == b,
             (Ty::Seq(a), Ty::Seq(b)) => a.fits(b),
-            (Ty::Tuple(a), Ty::Tuple(b)) => {
-                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.fits(y))
-            }
+            (Ty::Tuple(a), Ty::Tuple(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.fits(y)),
             (a, b) => a == b,
         }
     }
@@ -284,10 +282,7 @@ impl Builtin {
 
     /// Elementwise functions that keep the shape.
     pub fn is_elementwise(self) -> bool {
-        matches!(
-            self,
-            Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log
-        )
+        matches!(self, Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log)
     }
 }
 

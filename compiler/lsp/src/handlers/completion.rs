@@ -15,8 +15,8 @@ use lsp_types::{CompletionItem, CompletionItemKind, Position};
 use std::collections::HashSet;
 
 const KEYWORDS: &[&str] = &[
-    "use", "const", "record", "enum", "layer", "model", "network", "param", "fn", "let", "var",
-    "if", "else", "for", "in", "while", "match", "true", "false",
+    "use", "const", "record", "enum", "layer", "model", "network", "param", "fn", "let", "var", "if", "else", "for",
+    "in", "while", "match", "true", "false",
 ];
 const TYPES: &[&str] = &["int", "bool", "f32"];
 /// Parameterized primitives: `param l = Linear(4, 8)`.
@@ -77,11 +77,7 @@ fn in_scope(analysis: &Analysis, offset: usize, word_start: usize, items: &mut I
         return;
     };
     let program = analysis.program();
-    let symbols: Vec<&SymbolInfo> = program
-        .symbols
-        .iter()
-        .filter(|s| s.span.file == analysis.main)
-        .collect();
+    let symbols: Vec<&SymbolInfo> = program.symbols.iter().filter(|s| s.span.file == analysis.main).collect();
     let innermost = |kinds: &[SymbolKind]| {
         symbols
             .iter()
@@ -102,72 +98,40 @@ fn in_scope(analysis: &Analysis, offset: usize, word_start: usize, items: &mut I
         bindings.sort_by_key(|r| std::cmp::Reverse(r.def_span.start));
         for binding in bindings {
             let name = file.slice(binding.def_span);
-            items.add(
-                name,
-                CompletionItemKind::VARIABLE,
-                Some(&binding.hover),
-                RANK_LOCAL,
-            );
+            items.add(name, CompletionItemKind::VARIABLE, Some(&binding.hover), RANK_LOCAL);
         }
     }
 
     let component = innermost(&[SymbolKind::Model, SymbolKind::Layer, SymbolKind::Network]);
     let detail_of = |symbol: &SymbolInfo| {
-        program
-            .references
-            .iter()
-            .find(|r| r.def_span == symbol.name_span)
-            .map(|r| r.hover.as_str())
+        program.references.iter().find(|r| r.def_span == symbol.name_span).map(|r| r.hover.as_str())
     };
     for symbol in &symbols {
-        let member = component.is_some_and(|c| {
-            symbol.container.as_deref() == Some(c.name.as_str()) && within(c.span, symbol.span)
-        });
+        let member = component
+            .is_some_and(|c| symbol.container.as_deref() == Some(c.name.as_str()) && within(c.span, symbol.span));
         let rank = match symbol.kind {
-            SymbolKind::HyperParam | SymbolKind::Param | SymbolKind::Function if member => {
-                RANK_MEMBER
-            }
+            SymbolKind::HyperParam | SymbolKind::Param | SymbolKind::Function if member => RANK_MEMBER,
             SymbolKind::Variant => RANK_FILE,
             _ if symbol.container.is_none() => RANK_FILE,
             _ => continue,
         };
-        items.add(
-            &symbol.name,
-            completion_kind(symbol.kind),
-            detail_of(symbol),
-            rank,
-        );
+        items.add(&symbol.name, completion_kind(symbol.kind), detail_of(symbol), rank);
     }
     // Names imported with `use std::...` (their definitions are in the library).
-    for import in program.references.iter().filter(|r| {
-        r.use_span.file == analysis.main
-            && r.def_span.file != analysis.main
-            && r.hover.starts_with("use ")
-    }) {
+    for import in program
+        .references
+        .iter()
+        .filter(|r| r.use_span.file == analysis.main && r.def_span.file != analysis.main && r.hover.starts_with("use "))
+    {
         let name = file.slice(import.use_span);
-        items.add(
-            name,
-            CompletionItemKind::CLASS,
-            Some(&import.hover),
-            RANK_FILE,
-        );
+        items.add(name, CompletionItemKind::CLASS, Some(&import.hover), RANK_FILE);
     }
 
     for builtin in Builtin::ALL {
-        items.add(
-            builtin.name(),
-            CompletionItemKind::FUNCTION,
-            Some("built-in"),
-            RANK_BUILTIN,
-        );
+        items.add(builtin.name(), CompletionItemKind::FUNCTION, Some("built-in"), RANK_BUILTIN);
     }
     for primitive in PRIMITIVES {
-        items.add(
-            primitive,
-            CompletionItemKind::CLASS,
-            Some("parameterized primitive"),
-            RANK_BUILTIN,
-        );
+        items.add(primitive, CompletionItemKind::CLASS, Some("parameterized primitive"), RANK_BUILTIN);
     }
     for ty in TYPES {
         items.add(ty, CompletionItemKind::STRUCT, Some("type"), RANK_BUILTIN);
@@ -184,23 +148,13 @@ fn members(analysis: &Analysis, dot: usize, items: &mut Items) {
         return;
     };
     if ty.starts_with('[') && !ty.contains(';') {
-        items.add(
-            "map",
-            CompletionItemKind::METHOD,
-            Some("xs.map(|x| ...)"),
-            RANK_MEMBER,
-        );
+        items.add("map", CompletionItemKind::METHOD, Some("xs.map(|x| ...)"), RANK_MEMBER);
         return;
     }
     if let Some(record) = program.records.iter().find(|r| r.name == ty) {
         for field in &record.fields {
             let shown = amp_sema::type_to_string(program, &field.ty);
-            items.add(
-                &field.name,
-                CompletionItemKind::FIELD,
-                Some(&shown),
-                RANK_MEMBER,
-            );
+            items.add(&field.name, CompletionItemKind::FIELD, Some(&shown), RANK_MEMBER);
         }
         return;
     }
@@ -208,12 +162,7 @@ fn members(analysis: &Analysis, dot: usize, items: &mut Items) {
     let layer = ty.split('(').next().unwrap_or_default();
     if let Some(component) = program.components.iter().find(|c| c.name == layer) {
         for function in &component.fns {
-            items.add(
-                &function.name,
-                CompletionItemKind::METHOD,
-                None,
-                RANK_MEMBER,
-            );
+            items.add(&function.name, CompletionItemKind::METHOD, None, RANK_MEMBER);
         }
     }
 }
@@ -251,12 +200,7 @@ fn receiver_type(analysis: &Analysis, dot: usize) -> Option<String> {
         .references
         .iter()
         .filter(|r| r.def_span == binding.def_span)
-        .find_map(|r| {
-            program
-                .expr_types
-                .iter()
-                .find(|(span, _)| *span == r.use_span)
-        })
+        .find_map(|r| program.expr_types.iter().find(|(span, _)| *span == r.use_span))
         .map(|(_, ty)| without_value(ty))
 }
 
@@ -297,23 +241,12 @@ mod tests {
         // Just before `head(h)`: `h` and `x` are bound.
         let items = completion(&analysis, position_at(&analysis, "head(h)", 0, 0));
         let names = labels(&items);
-        for expected in [
-            "h", "x", "head", "embed", "hidden", "forward", "Example", "relu", "f32", "let",
-        ] {
-            assert!(
-                names.contains(&expected),
-                "{expected} missing from {names:?}"
-            );
+        for expected in ["h", "x", "head", "embed", "hidden", "forward", "Example", "relu", "f32", "let"] {
+            assert!(names.contains(&expected), "{expected} missing from {names:?}");
         }
         // Locals rank first.
-        let h = items
-            .iter()
-            .find(|i| i.label == "h")
-            .and_then(|i| i.sort_text.clone());
-        let relu = items
-            .iter()
-            .find(|i| i.label == "relu")
-            .and_then(|i| i.sort_text.clone());
+        let h = items.iter().find(|i| i.label == "h").and_then(|i| i.sort_text.clone());
+        let relu = items.iter().find(|i| i.label == "relu").and_then(|i| i.sort_text.clone());
         assert!(h < relu);
         // Bindings after the cursor are not offered.
         let at_start = completion(&analysis, position_at(&analysis, "var h", 0, 0));

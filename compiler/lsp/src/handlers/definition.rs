@@ -9,11 +9,7 @@ use crate::stdlib_files::StdlibFiles;
 use amp_diagnostics::FileId;
 use lsp_types::{Location, Position};
 
-pub fn definition(
-    document: &Document,
-    stdlib: &StdlibFiles,
-    position: Position,
-) -> Option<Location> {
+pub fn definition(document: &Document, stdlib: &StdlibFiles, position: Position) -> Option<Location> {
     let analysis = &document.analysis;
     let offset = offset_of(analysis.main_file()?, position);
     let reference = reference_at(analysis, offset)?;
@@ -40,10 +36,7 @@ mod tests {
         let at_use = position_at(&doc.analysis, "head(h)", 0, 5);
         let location = definition(&doc, &StdlibFiles::none(), at_use).expect("h is bound");
         assert_eq!(location.uri, doc.uri);
-        assert_eq!(
-            location.range.start,
-            position_at(&doc.analysis, "var h", 0, 4)
-        );
+        assert_eq!(location.range.start, position_at(&doc.analysis, "var h", 0, 4));
     }
 
     #[test]
@@ -51,16 +44,10 @@ mod tests {
         let doc = open("tree_lstm.amp");
         let at_field = position_at(&doc.analysis, "s.label", 0, 2);
         let field = definition(&doc, &StdlibFiles::none(), at_field).expect("a field");
-        assert_eq!(
-            field.range.start,
-            position_at(&doc.analysis, "label: int }\n", 0, 0)
-        );
+        assert_eq!(field.range.start, position_at(&doc.analysis, "label: int }\n", 0, 0));
         let at_variant = position_at(&doc.analysis, "Leaf { word, .. }", 0, 1);
         let variant = definition(&doc, &StdlibFiles::none(), at_variant).expect("a variant");
-        assert_eq!(
-            variant.range.start,
-            position_at(&doc.analysis, "Leaf {", 0, 0)
-        );
+        assert_eq!(variant.range.start, position_at(&doc.analysis, "Leaf {", 0, 0));
     }
 
     #[test]
@@ -74,14 +61,9 @@ mod tests {
             let at = position_at(&doc.analysis, "GruCell", nth, 1);
             let location = definition(&doc, &stdlib, at).expect("resolved");
             assert_eq!(location.uri, nn);
-            let source = amp_stdlib::module(&["nn"])
-                .map(|m| m.source)
-                .unwrap_or_default();
+            let source = amp_stdlib::module(&["nn"]).map(|m| m.source).unwrap_or_default();
             let line = source.lines().nth(location.range.start.line as usize);
-            assert!(
-                line.is_some_and(|l| l.starts_with("layer GruCell")),
-                "{line:?}"
-            );
+            assert!(line.is_some_and(|l| l.starts_with("layer GruCell")), "{line:?}");
         }
         // Without a materialised library there is nowhere to go, and no panic.
         let at = position_at(&doc.analysis, "GruCell", 1, 1);

@@ -39,13 +39,7 @@ fn code_block(text: &str) -> String {
 }
 
 fn markdown(value: String, range: Option<lsp_types::Range>) -> Hover {
-    Hover {
-        contents: HoverContents::Markup(MarkupContent {
-            kind: MarkupKind::Markdown,
-            value,
-        }),
-        range,
-    }
+    Hover { contents: HoverContents::Markup(MarkupContent { kind: MarkupKind::Markdown, value }), range }
 }
 
 #[cfg(test)]
@@ -77,10 +71,7 @@ mod tests {
         // On the space after the comma of `concat(embed(tok), h)`: the call, no name.
         let at_call = position_at(&analysis, "concat(embed(tok), h)", 0, 18);
         let text = hover_text(&analysis, at_call);
-        assert!(
-            text.contains("concat(embed(tok), h): f32[2 * hidden]"),
-            "{text}"
-        );
+        assert!(text.contains("concat(embed(tok), h): f32[2 * hidden]"), "{text}");
     }
 
     #[test]
@@ -105,13 +96,7 @@ mod tests {
         let hovered = hover_text(&analysis, Position::new(2, column));
         assert!(hovered.contains("x: f32[n]"), "{hovered}");
         let range = hover(&analysis, Position::new(2, column)).and_then(|h| h.range);
-        assert_eq!(
-            range,
-            Some(lsp_types::Range::new(
-                Position::new(2, column),
-                Position::new(2, column + 1)
-            ))
-        );
+        assert_eq!(range, Some(lsp_types::Range::new(Position::new(2, column), Position::new(2, column + 1))));
     }
 
     #[test]

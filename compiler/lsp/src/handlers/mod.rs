@@ -19,8 +19,7 @@ use amp_sema::{Program, Reference};
 /// before spans that merely end at it (a cursor just after a name still hovers it), then
 /// the shortest (the innermost).
 fn closeness(span: Span, offset: usize) -> Option<(bool, usize)> {
-    span.contains(offset)
-        .then(|| (offset == span.end as usize && !span.is_empty(), span.len()))
+    span.contains(offset).then(|| (offset == span.end as usize && !span.is_empty(), span.len()))
 }
 
 /// The innermost reference of the document's own file at `offset`.
@@ -53,10 +52,7 @@ fn expr_type_at(analysis: &Analysis, offset: usize) -> Option<(Span, &str)> {
 fn final_definition(program: &Program, reference: &Reference) -> Span {
     let mut definition = reference.def_span;
     for _ in 0..8 {
-        let next = program
-            .references
-            .iter()
-            .find(|r| r.use_span == definition && r.def_span != definition);
+        let next = program.references.iter().find(|r| r.use_span == definition && r.def_span != definition);
         match next {
             Some(r) => definition = r.def_span,
             None => break,
@@ -93,12 +89,7 @@ pub(crate) mod test_support {
     /// text, plus `delta` bytes.
     pub fn position_at(analysis: &Analysis, needle: &str, nth: usize, delta: usize) -> Position {
         let file = analysis.main_file().expect("the main file");
-        let offset = file
-            .text
-            .match_indices(needle)
-            .nth(nth)
-            .map(|(i, _)| i)
-            .expect("the needle occurs often enough");
+        let offset = file.text.match_indices(needle).nth(nth).map(|(i, _)| i).expect("the needle occurs often enough");
         position_of(file, offset + delta)
     }
 

@@ -19,15 +19,9 @@ pub fn document_symbols(analysis: &Analysis) -> Vec<lsp::DocumentSymbol> {
     // What the checker says about a definition wherever it is used: the symbol's detail.
     let mut details: HashMap<Span, &str> = HashMap::new();
     for reference in &program.references {
-        details
-            .entry(reference.def_span)
-            .or_insert(&reference.hover);
+        details.entry(reference.def_span).or_insert(&reference.hover);
     }
-    let mut symbols: Vec<&SymbolInfo> = program
-        .symbols
-        .iter()
-        .filter(|s| s.span.file == analysis.main)
-        .collect();
+    let mut symbols: Vec<&SymbolInfo> = program.symbols.iter().filter(|s| s.span.file == analysis.main).collect();
     symbols.sort_by_key(|s| (s.span.start, std::cmp::Reverse(s.span.end)));
 
     let mut roots = Vec::new();
@@ -110,27 +104,15 @@ mod tests {
         assert_eq!(names(&symbols), ["Example", "ListReduce"]);
         let record = &symbols[0];
         assert_eq!(record.kind, lsp::SymbolKind::STRUCT);
-        assert_eq!(
-            names(record.children.as_deref().unwrap_or_default()),
-            ["tokens", "label"]
-        );
+        assert_eq!(names(record.children.as_deref().unwrap_or_default()), ["tokens", "label"]);
         let model = &symbols[1];
         assert_eq!(model.kind, lsp::SymbolKind::MODULE);
         let children = model.children.as_deref().unwrap_or_default();
-        assert_eq!(
-            names(children),
-            ["vocab", "hidden", "classes", "embed", "cell", "head", "forward", "loss"]
-        );
+        assert_eq!(names(children), ["vocab", "hidden", "classes", "embed", "cell", "head", "forward", "loss"]);
         let forward = &children[6];
         assert_eq!(forward.kind, lsp::SymbolKind::METHOD);
-        assert!(forward
-            .detail
-            .as_deref()
-            .is_some_and(|d| d.starts_with("fn forward(")));
-        assert_eq!(
-            children[4].detail.as_deref(),
-            Some("param cell: Linear(2 * hidden, hidden)")
-        );
+        assert!(forward.detail.as_deref().is_some_and(|d| d.starts_with("fn forward(")));
+        assert_eq!(children[4].detail.as_deref(), Some("param cell: Linear(2 * hidden, hidden)"));
         for child in children {
             let inside = |r: lsp::Range| model.range.start <= r.start && r.end <= model.range.end;
             assert!(inside(child.range) && inside(child.selection_range));
@@ -144,17 +126,12 @@ mod tests {
         assert_eq!(names(&symbols), ["Tree", "Sentence", "TreeLstm"]);
         let variants = symbols[0].children.as_deref().unwrap_or_default();
         assert_eq!(names(variants), ["Leaf", "Node"]);
-        assert!(variants
-            .iter()
-            .all(|v| v.kind == lsp::SymbolKind::ENUM_MEMBER));
+        assert!(variants.iter().all(|v| v.kind == lsp::SymbolKind::ENUM_MEMBER));
     }
 
     #[test]
     fn half_typed_code_still_lists_what_parsed() {
-        let analysis = Analysis::of(
-            "half.amp",
-            "record A { x: int }\nmodel M(n: int = 2) {\n    fn forward(",
-        );
+        let analysis = Analysis::of("half.amp", "record A { x: int }\nmodel M(n: int = 2) {\n    fn forward(");
         let symbols = document_symbols(&analysis);
         assert!(names(&symbols).contains(&"A"), "{:?}", names(&symbols));
     }
