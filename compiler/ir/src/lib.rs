@@ -1,0 +1,377 @@
+//! The AMP IR: a static dataflow graph whose nodes exchange forward and backward
+//! messages made of a payload tensor and an integer state (see `docs/IR.md`).
+//!
+//! In: nothing of Amp's (this crate is shared by the compiler, which builds graphs, and
+//! the runtime, which executes them; it depends on neither). Out: the graph types, the
+//! verifier, the stable text form (print and parse, round-tripping exactly), the `.ampg`
+//! file format, and Graphviz output. Invariant: the runtime executes only graphs the
+//! verifier accepted; a graph read from a file is untrusted input.
+
+pub mod ampg;
+pub mod dot;
+pub mod text;
+pub mod verify;
+
+use petgraph::stable_graph::{NodeIndex, StableGraph};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Index of a field of the message state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FieldId(pub u16);
+
+/// What a state field means; used for keys, documentation and the runtime's trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FieldRole {
+    /// Which instance a message belongs to; always field 0.
+    Instance,
+    /// A loop counter.
+    Counter,
+    /// An int read from the instance or computed from ints (a token, a label, a bound).
+    Data,
+    /// The index of a collection element.
+    Element,
+    /// The tree node inside structural recursion.
+    TreeNode,
+    /// The routing slot (expert choice).
+    Slot,
+}
+
+impl FieldRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FieldRole::Instance => "instance",
+            FieldRole::Counter => "counter",
+            FieldRole::Data => "data",
+            FieldRole::Element => "element",
+            FieldRole::TreeNode => "tree_node",
+            FieldRole::Slot => "slot",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FieldRole> {
+        [FieldRole::Instance, FieldRole::Counter, FieldRole::Data, FieldRole::Element, FieldRole::TreeNode, FieldRole::Slot]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+/// One field of the state schema. Its name is unique in the graph (`inst`, `t0`, `tok`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateField {
+    pub name: String,
+    pub role: FieldRole,
+}
+
+/// The payload type of a port: nothing (a control message) or an f32 tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PayloadTy {
+    Unit,
+    /// Concrete dimensions; `[]` is a scalar.
+    F32(Vec<u64>),
+}
+
+impl PayloadTy {
+    pub fn elements(&self) -> u64 {
+        match self {
+            PayloadTy::Unit => 0,
+            PayloadTy::F32(dims) => dims.iter().product(),
+        }
+    }
+}
+
+impl fmt::Display for PayloadTy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PayloadTy::Unit => f.write_str("unit"),
+            PayloadTy::F32(dims) if dims.is_empty() => f.write_str("f32"),
+            PayloadTy::F32(dims) => {
+                let parts: Vec<String> = dims.iter().map(u64::to_string).collect();
+                write!(f, "f32[{}]", parts.join(", "))
+            }
+        }
+    }
+}
+
+/// A parameter tensor, named as in PyTorch's `state_dict` (`cell.weight`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Param {
+    pub name: String,
+    pub shape: Vec<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnaryFn {
+    Relu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Log,
+    Neg,
+    Softmax,
+    LogSoftmax,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinaryFn {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// The value a `const` node fills its output with.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ConstValue {
+    Zeros,
+    Ones,
+    Scalar(f32),
+}
+
+/// Integer operations on state fields (predicates and state updates).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum IntOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl IntOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            IntOp::Add => "+",
+            IntOp::Sub => "-",
+            IntOp::Mul => "*",
+            IntOp::Div => "/",
+            IntOp::Rem => "%",
+            IntOp::Eq => "==",
+            IntOp::Ne => "!=",
+            IntOp::Lt => "<",
+            IntOp::Le => "<=",
+            IntOp::Gt => ">",
+            IntOp::Ge => ">=",
+            IntOp::And => "&&",
+            IntOp::Or => "||",
+        }
+    }
+}
+
+/// An integer expression over state fields. Booleans are 0 and 1.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StateExpr {
+    Field(FieldId),
+    Const(i64),
+    Not(Box<StateExpr>),
+    Bin(IntOp, Box<StateExpr>, Box<StateExpr>),
+}
+
+impl StateExpr {
+    pub fn bin(op: IntOp, a: StateExpr, b: StateExpr) -> StateExpr {
+        StateExpr::Bin(op, Box::new(a), Box::new(b))
+    }
+
+    /// Every field the expression reads.
+    pub fn fields(&self, out: &mut Vec<FieldId>) {
+        match self {
+            StateExpr::Field(f) => out.push(*f),
+            StateExpr::Const(_) => {}
+            StateExpr::Not(e) => e.fields(out),
+            StateExpr::Bin(_, a, b) => {
+                a.fields(out);
+                b.fields(out);
+            }
+        }
+    }
+
+    /// Evaluates on a state. Division by zero and overflow give `None`.
+    pub fn eval(&self, state: &[i64]) -> Option<i64> {
+        Some(match self {
+            StateExpr::Field(f) => *state.get(f.0 as usize)?,
+            StateExpr::Const(c) => *c,
+            StateExpr::Not(e) => i64::from(e.eval(state)? == 0),
+            StateExpr::Bin(op, a, b) => {
+                let (x, y) = (a.eval(state)?, b.eval(state)?);
+                match op {
+                    IntOp::Add => x.checked_add(y)?,
+                    IntOp::Sub => x.checked_sub(y)?,
+                    IntOp::Mul => x.checked_mul(y)?,
+                    IntOp::Div => x.checked_div(y)?,
+                    IntOp::Rem => x.checked_rem(y)?,
+                    IntOp::Eq => i64::from(x == y),
+                    IntOp::Ne => i64::from(x != y),
+                    IntOp::Lt => i64::from(x < y),
+                    IntOp::Le => i64::from(x <= y),
+                    IntOp::Gt => i64::from(x > y),
+                    IntOp::Ge => i64::from(x >= y),
+                    IntOp::And => i64::from(x != 0 && y != 0),
+                    IntOp::Or => i64::from(x != 0 || y != 0),
+                }
+            }
+        })
+    }
+}
+
+/// One step of a path into the instance's data.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DataStep {
+    /// A record field, by name.
+    Field(String),
+    /// A sequence element at the index held in a state field.
+    Index(FieldId),
+    /// The length of a sequence.
+    Len,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LossKind {
+    /// Cross-entropy of logits against the class held in a state field.
+    CrossEntropy { label: FieldId },
+    /// Mean squared error between the two inputs.
+    Mse,
+}
+
+/// What a node does. Ports and semantics per op are in `docs/IR.md`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    Source,
+    /// Reads instance data: an f32 leaf becomes the payload; an int leaf is written to
+    /// the state field `into`.
+    Read { path: Vec<DataStep>, into: Option<FieldId> },
+    Const { value: ConstValue },
+    /// A parameterized payload transform with `param.weight` `[out, in]` and `param.bias`.
+    Linear { param: String },
+    /// A lookup of row `state[index]` of `param.weight`.
+    Embedding { param: String, index: FieldId },
+    Unary(UnaryFn),
+    Binary(BinaryFn),
+    Concat,
+    Split { parts: u32 },
+    Forget,
+    /// Routes to output 0 when the predicate holds, else to output 1.
+    Cond { pred: StateExpr },
+    /// Routes to output `state[field]`.
+    Switch { field: FieldId, arms: u32 },
+    Phi { arms: u32 },
+    /// Writes `field := value`; backward restores it with `inverse` when given, else from
+    /// its cache.
+    Isu { field: FieldId, value: StateExpr, inverse: Option<StateExpr> },
+    Loss(LossKind),
+    /// The named result leaves the graph (inference output).
+    Sink { name: String },
+}
+
+impl Op {
+    /// The op's keyword in the text form.
+    pub fn keyword(&self) -> &'static str {
+        match self {
+            Op::Source => "source",
+            Op::Read { .. } => "read",
+            Op::Const { .. } => "const",
+            Op::Linear { .. } => "linear",
+            Op::Embedding { .. } => "embedding",
+            Op::Unary(_) => "unary",
+            Op::Binary(_) => "binary",
+            Op::Concat => "concat",
+            Op::Split { .. } => "split",
+            Op::Forget => "forget",
+            Op::Cond { .. } => "cond",
+            Op::Switch { .. } => "switch",
+            Op::Phi { .. } => "phi",
+            Op::Isu { .. } => "isu",
+            Op::Loss(_) => "loss",
+            Op::Sink { .. } => "sink",
+        }
+    }
+
+    /// Parameterized payload transforms (they own parameters and accumulate gradients).
+    pub fn is_ppt(&self) -> bool {
+        matches!(self, Op::Linear { .. } | Op::Embedding { .. })
+    }
+}
+
+/// Where a node came from in the source: file index into `Graph::files`, byte range and
+/// the 1-based line and column of its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Loc {
+    pub file: u32,
+    pub start: u32,
+    pub end: u32,
+    pub line: u32,
+    pub col: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub op: Op,
+    /// Payload type of each input port.
+    pub inputs: Vec<PayloadTy>,
+    /// Payload type of each output port.
+    pub outputs: Vec<PayloadTy>,
+    /// State fields the node reads and writes.
+    pub reads: Vec<FieldId>,
+    pub writes: Vec<FieldId>,
+    /// The keying function: the state fields under which the node caches what its
+    /// backward pass needs. Empty when it caches nothing.
+    pub key: Vec<FieldId>,
+    /// A short human name (`cell`, `h`), not necessarily unique.
+    pub label: String,
+    pub loc: Option<Loc>,
+    /// Fusion group assigned by the NPPT fusion pass (`None` when not fused).
+    pub fusion: Option<u32>,
+}
+
+/// An edge from output port `from_port` of its source to input port `to_port` of its
+/// target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Edge {
+    pub from_port: u16,
+    pub to_port: u16,
+}
+
+/// A whole model: state schema, parameters, and the node graph.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    /// The model's name.
+    pub name: String,
+    /// Source file names that `Loc::file` indexes.
+    pub files: Vec<String>,
+    pub state: Vec<StateField>,
+    pub params: Vec<Param>,
+    pub nodes: StableGraph<Node, Edge>,
+    /// Free-form facts: hyperparameter values, the input record's name.
+    pub meta: BTreeMap<String, String>,
+}
+
+impl Graph {
+    pub fn field(&self, id: FieldId) -> Option<&StateField> {
+        self.state.get(id.0 as usize)
+    }
+
+    pub fn field_named(&self, name: &str) -> Option<FieldId> {
+        self.state.iter().position(|f| f.name == name).map(|i| FieldId(i as u16))
+    }
+
+    pub fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// The edge feeding input port `port` of `node`, with its source node.
+    pub fn input_edge(&self, node: NodeIndex, port: u16) -> Option<(NodeIndex, Edge)> {
+        use petgraph::visit::EdgeRef;
+        self.nodes
+            .edges_directed(node, petgraph::Direction::Incoming)
+            .find(|e| e.weight().to_port == port)
+            .map(|e| (e.source(), *e.weight()))
+    }
+}

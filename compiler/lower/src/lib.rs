@@ -1,0 +1,1 @@
+//! Lowering (in progress).
