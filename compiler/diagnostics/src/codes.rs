@@ -98,6 +98,8 @@ codes! {
     ParamOutsideModel = "E0506", Error, "parameters are read-only";
     NetworkError = "E0507", Error, "invalid network";
     MissingReturnType = "E0508", Error, "function returns a value but declares no return type";
+    // Lowering.
+    NotLowered = "E0600", Error, "construct not yet lowered to the dataflow graph";
     // Warnings.
     UnusedVariable = "W0001", Warning, "unused variable";
     UnusedParam = "W0002", Warning, "unused parameter";

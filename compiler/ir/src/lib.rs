@@ -167,13 +167,35 @@ impl IntOp {
     }
 }
 
-/// An integer expression over state fields. Booleans are 0 and 1.
+/// An integer expression over state fields and the instance's data, evaluated where it
+/// is used (a predicate, an embedding index, a label). Ints are never payloads: they are
+/// either state fields (loop counters) or read from the instance on demand, so all
+/// messages of one dynamic context carry identical states. Booleans are 0 and 1.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum StateExpr {
     Field(FieldId),
     Const(i64),
+    /// An int leaf of the instance's data, e.g. `x.tokens[t]`.
+    Data(Vec<DataStep>),
+    /// The length of a sequence of the instance's data, e.g. `len(x.tokens)`.
+    Len(Vec<DataStep>),
     Not(Box<StateExpr>),
     Bin(IntOp, Box<StateExpr>, Box<StateExpr>),
+}
+
+/// Read access to the instance being processed, for evaluating [`StateExpr`]s.
+pub trait InstanceData {
+    /// The int at `path`, or `None` when the path does not lead to an int.
+    fn int_at(&self, path: &[ResolvedStep]) -> Option<i64>;
+    /// The length of the sequence at `path`.
+    fn len_at(&self, path: &[ResolvedStep]) -> Option<i64>;
+}
+
+/// A data step with its index evaluated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResolvedStep<'a> {
+    Field(&'a str),
+    Index(i64),
 }
 
 impl StateExpr {
@@ -181,11 +203,18 @@ impl StateExpr {
         StateExpr::Bin(op, Box::new(a), Box::new(b))
     }
 
-    /// Every field the expression reads.
+    /// Every state field the expression reads (data paths included).
     pub fn fields(&self, out: &mut Vec<FieldId>) {
         match self {
             StateExpr::Field(f) => out.push(*f),
             StateExpr::Const(_) => {}
+            StateExpr::Data(path) | StateExpr::Len(path) => {
+                for step in path {
+                    if let DataStep::Index(e) = step {
+                        e.fields(out);
+                    }
+                }
+            }
             StateExpr::Not(e) => e.fields(out),
             StateExpr::Bin(_, a, b) => {
                 a.fields(out);
@@ -194,14 +223,17 @@ impl StateExpr {
         }
     }
 
-    /// Evaluates on a state. Division by zero and overflow give `None`.
-    pub fn eval(&self, state: &[i64]) -> Option<i64> {
+    /// Evaluates on a state and the instance's data. A missing field or datum, division by
+    /// zero and overflow give `None`.
+    pub fn eval(&self, state: &[i64], data: &dyn InstanceData) -> Option<i64> {
         Some(match self {
             StateExpr::Field(f) => *state.get(f.0 as usize)?,
             StateExpr::Const(c) => *c,
-            StateExpr::Not(e) => i64::from(e.eval(state)? == 0),
+            StateExpr::Data(path) => data.int_at(&resolve_path(path, state, data)?)?,
+            StateExpr::Len(path) => data.len_at(&resolve_path(path, state, data)?)?,
+            StateExpr::Not(e) => i64::from(e.eval(state, data)? == 0),
             StateExpr::Bin(op, a, b) => {
-                let (x, y) = (a.eval(state)?, b.eval(state)?);
+                let (x, y) = (a.eval(state, data)?, b.eval(state, data)?);
                 match op {
                     IntOp::Add => x.checked_add(y)?,
                     IntOp::Sub => x.checked_sub(y)?,
@@ -222,21 +254,29 @@ impl StateExpr {
     }
 }
 
-/// One step of a path into the instance's data.
+/// Evaluates the indices of a data path.
+pub fn resolve_path<'a>(path: &'a [DataStep], state: &[i64], data: &dyn InstanceData) -> Option<Vec<ResolvedStep<'a>>> {
+    path.iter()
+        .map(|step| match step {
+            DataStep::Field(name) => Some(ResolvedStep::Field(name)),
+            DataStep::Index(e) => Some(ResolvedStep::Index(e.eval(state, data)?)),
+        })
+        .collect()
+}
+
+/// One step of a path into the instance's data, from the instance record.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DataStep {
     /// A record field, by name.
     Field(String),
-    /// A sequence element at the index held in a state field.
-    Index(FieldId),
-    /// The length of a sequence.
-    Len,
+    /// A sequence element at an index computed from the state (and data).
+    Index(Box<StateExpr>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum LossKind {
-    /// Cross-entropy of logits against the class held in a state field.
-    CrossEntropy { label: FieldId },
+    /// Cross-entropy of logits against the class the expression gives (e.g. `x.label`).
+    CrossEntropy { label: StateExpr },
     /// Mean squared error between the two inputs.
     Mse,
 }
@@ -245,14 +285,13 @@ pub enum LossKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
     Source,
-    /// Reads instance data: an f32 leaf becomes the payload; an int leaf is written to
-    /// the state field `into`.
-    Read { path: Vec<DataStep>, into: Option<FieldId> },
+    /// Reads an f32 leaf (a tensor or a scalar) of the instance's data into the payload.
+    Read { path: Vec<DataStep> },
     Const { value: ConstValue },
     /// A parameterized payload transform with `param.weight` `[out, in]` and `param.bias`.
     Linear { param: String },
-    /// A lookup of row `state[index]` of `param.weight`.
-    Embedding { param: String, index: FieldId },
+    /// A lookup of row `index` (evaluated on the state and data) of `param.weight`.
+    Embedding { param: String, index: StateExpr },
     Unary(UnaryFn),
     Binary(BinaryFn),
     Concat,
@@ -260,8 +299,9 @@ pub enum Op {
     Forget,
     /// Routes to output 0 when the predicate holds, else to output 1.
     Cond { pred: StateExpr },
-    /// Routes to output `state[field]`.
-    Switch { field: FieldId, arms: u32 },
+    /// Routes to output `index` (evaluated on the state and data), e.g. a variant tag or
+    /// the element of a parameter array.
+    Switch { index: StateExpr, arms: u32 },
     Phi { arms: u32 },
     /// Writes `field := value`; backward restores it with `inverse` when given, else from
     /// its cache.
