@@ -1,1 +1,30 @@
-//! Lowering (in progress).
+//! Lowering: a checked model (typed `Program`) to an AMP dataflow graph (`amp_ir::Graph`).
+//!
+//! In: the typed program from `amp-sema`, the source map (for node locations) and the
+//! model to lower. Out: a graph whose dynamic control flow lives in message states, with
+//! the state schema and every node's key derived here (see `docs/IR.md`), or E0600
+//! diagnostics naming constructs this lowering does not handle yet. Pure; depends on
+//! `amp-sema`, `amp-ir`, `amp-grammar` (operator enums) and `amp-diagnostics`.
+//!
+//! How: every function and layer call is inlined. Tensors become ports of nodes; ints and
+//! bools become `StateExpr`s over state fields and the instance's data; instance data
+//! (records, sequences) stays a path until a leaf is read. Each dynamic context (the
+//! function body, a loop body, an `if` branch) has a *control* port carrying unit
+//! messages, which triggers `read`, `const` and `embedding` nodes. Loops and branches
+//! route every value they use through `cond`/`phi`/`isu` nodes, so all messages of one
+//! context carry the same state.
+
+mod keys;
+pub mod passes;
+mod lowerer;
+mod value;
+
+use amp_diagnostics::{Diagnostic, SourceMap};
+use amp_ir::Graph;
+use amp_sema::{ComponentId, Program};
+
+/// Lowers `model` to a graph. The graph's keys are derived; it is not yet verified or
+/// optimised (run `amp_ir::verify::verify` and the passes after this).
+pub fn lower_model(program: &Program, map: &SourceMap, model: ComponentId) -> Result<Graph, Vec<Diagnostic>> {
+    lowerer::Lowerer::new(program, map, model).and_then(|l| l.run())
+}

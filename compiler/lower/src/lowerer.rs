@@ -1,0 +1,838 @@
+//! The lowering walk over the typed program.
+
+use crate::value::{ParamRef, Port, Value};
+use amp_diagnostics::{Code, Diagnostic, FileId, SourceMap, Span};
+use amp_grammar::ast::{BinOp, UnOp};
+use amp_ir::{
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, Loc, LossKind, Node, Op, Param, PayloadTy,
+    StateExpr, StateField, UnaryFn,
+};
+use amp_sema::{
+    Block, Builtin, ComponentId, Dim, Expr, ExprKind, FnId, Instance, InstanceCall, LocalId, Pattern, Program, Stmt,
+    Symbol, Ty,
+};
+use petgraph::stable_graph::NodeIndex;
+use std::collections::{BTreeSet, HashMap};
+
+/// Lowering stops at the first construct it cannot handle; the diagnostic is recorded.
+pub(crate) struct Unsupported;
+type R<T> = Result<T, Unsupported>;
+
+struct Frame {
+    comp: ComponentId,
+    locals: Vec<Option<Value>>,
+    /// Dotted parameter prefix of the layer instance being inlined (`""` for the model).
+    prefix: String,
+    /// Values of the layer's hyperparameter symbols for this instance.
+    subst: Vec<(Symbol, Dim)>,
+}
+
+pub(crate) struct Lowerer<'p> {
+    program: &'p Program,
+    map: &'p SourceMap,
+    model: ComponentId,
+    graph: Graph,
+    diags: Vec<Diagnostic>,
+    files: HashMap<FileId, u32>,
+    /// The state fields that identify the current dynamic context (instance, counters).
+    context: Vec<FieldId>,
+    /// The current context's control port (unit messages).
+    ctrl: Port,
+    frames: Vec<Frame>,
+    loops: u32,
+    forward_sunk: bool,
+    /// Each node's dynamic context, the key it gets if it needs one.
+    pub(crate) node_context: HashMap<NodeIndex, Vec<FieldId>>,
+}
+
+fn int_op(op: BinOp) -> IntOp {
+    match op {
+        BinOp::Add => IntOp::Add,
+        BinOp::Sub => IntOp::Sub,
+        BinOp::Mul => IntOp::Mul,
+        BinOp::Div => IntOp::Div,
+        BinOp::Rem => IntOp::Rem,
+        BinOp::Eq => IntOp::Eq,
+        BinOp::Ne => IntOp::Ne,
+        BinOp::Lt => IntOp::Lt,
+        BinOp::Le => IntOp::Le,
+        BinOp::Gt => IntOp::Gt,
+        BinOp::Ge => IntOp::Ge,
+        BinOp::And => IntOp::And,
+        BinOp::Or => IntOp::Or,
+    }
+}
+
+/// `c ? a : b` on ints, with `c` 0 or 1.
+fn select(c: &StateExpr, a: StateExpr, b: StateExpr) -> StateExpr {
+    if a == b {
+        return a;
+    }
+    let not_c = StateExpr::Not(Box::new(c.clone()));
+    StateExpr::bin(IntOp::Add, StateExpr::bin(IntOp::Mul, c.clone(), a), StateExpr::bin(IntOp::Mul, not_c, b))
+}
+
+impl<'p> Lowerer<'p> {
+    pub(crate) fn new(program: &'p Program, map: &'p SourceMap, model: ComponentId) -> Result<Self, Vec<Diagnostic>> {
+        let def = program.components.get(model.0 as usize).ok_or_else(Vec::new)?;
+        let tensors = program.parameter_tensors(model).ok_or_else(|| {
+            vec![Diagnostic::new(Code::NotLowered, def.span, "the model's parameter shapes are not all known")
+                .with_primary("check the model first")]
+        })?;
+        let mut graph = Graph { name: def.name.clone(), ..Graph::default() };
+        graph.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
+        graph.params = tensors
+            .into_iter()
+            .map(|t| Param { name: t.name, shape: t.shape.iter().map(|&d| d.max(0) as u64).collect() })
+            .collect();
+        for hp in &def.hyperparams {
+            if let Some(v) = hp.value {
+                graph.meta.insert(format!("hyper.{}", hp.name), v.to_string());
+            }
+        }
+        let source = graph.nodes.add_node(Node {
+            op: Op::Source,
+            inputs: Vec::new(),
+            outputs: vec![PayloadTy::Unit],
+            reads: Vec::new(),
+            writes: vec![FieldId(0)],
+            key: Vec::new(),
+            label: "instances".into(),
+            loc: None,
+            fusion: None,
+        });
+        Ok(Lowerer {
+            program,
+            map,
+            model,
+            graph,
+            diags: Vec::new(),
+            files: HashMap::new(),
+            context: vec![FieldId(0)],
+            ctrl: Port { node: source, port: 0, ty: PayloadTy::Unit },
+            frames: Vec::new(),
+            loops: 0,
+            forward_sunk: false,
+            node_context: HashMap::new(),
+        })
+    }
+
+    pub(crate) fn run(mut self) -> Result<Graph, Vec<Diagnostic>> {
+        let def = &self.program.components[self.model.0 as usize];
+        let (loss, forward) = (def.fn_named("loss"), def.fn_named("forward"));
+        let span = def.span;
+        if let (Some(loss), Some(forward)) = (loss, forward) {
+            let input = Value::Data(Vec::new());
+            let result = self.call_fn(FnId { component: self.model, index: loss as u32 }, vec![input.clone()], span, "", &[]);
+            if let Ok(value) = result {
+                if !matches!(value, Value::Loss) {
+                    self.unsupported(span, "a `loss` that does not end in `cross_entropy` or `mse`");
+                } else if !self.forward_sunk {
+                    let _ = self.call_fn(FnId { component: self.model, index: forward as u32 }, vec![input], span, "", &[]);
+                }
+            }
+        }
+        if !self.diags.is_empty() {
+            return Err(self.diags);
+        }
+        crate::keys::assign_keys(&mut self.graph, &self.node_context);
+        Ok(self.graph)
+    }
+
+    fn unsupported(&mut self, span: Span, what: &str) -> Unsupported {
+        if self.diags.is_empty() {
+            self.diags.push(
+                Diagnostic::new(Code::NotLowered, span, format!("{what} is not lowered to the dataflow graph yet"))
+                    .with_primary("not supported by `ampc compile` yet")
+                    .with_note("`ampc check` accepts it; see docs/IR.md for what the lowering handles today"),
+            );
+        }
+        Unsupported
+    }
+
+    fn frame(&self) -> &Frame {
+        // Lowering always runs inside a function frame.
+        &self.frames[self.frames.len() - 1]
+    }
+
+    fn frame_mut(&mut self) -> &mut Frame {
+        let last = self.frames.len() - 1;
+        &mut self.frames[last]
+    }
+
+    // ------------------------------------------------------------ graph building
+
+    fn loc(&mut self, span: Span) -> Option<Loc> {
+        let file = self.map.get(span.file)?;
+        let next = self.files.len() as u32;
+        let index = *self.files.entry(span.file).or_insert(next);
+        if index == next {
+            self.graph.files.push(file.name.clone());
+        }
+        let (line, col) = file.line_col(span.start as usize);
+        Some(Loc { file: index, start: span.start, end: span.end, line: line as u32 + 1, col: col as u32 + 1 })
+    }
+
+    /// Adds a node fed by `inputs` (in port order) and returns its index.
+    fn node(&mut self, op: Op, inputs: &[Port], outputs: Vec<PayloadTy>, label: &str, span: Span) -> NodeIndex {
+        let in_types = inputs.iter().map(|p| p.ty.clone()).collect();
+        let idx = self.raw_node(op, in_types, outputs, label, span);
+        for (i, p) in inputs.iter().enumerate() {
+            self.connect(p, idx, i as u16);
+        }
+        idx
+    }
+
+    fn raw_node(&mut self, op: Op, inputs: Vec<PayloadTy>, outputs: Vec<PayloadTy>, label: &str, span: Span) -> NodeIndex {
+        let (reads, writes) = op_fields(&op);
+        let loc = self.loc(span);
+        let idx = self.graph.nodes.add_node(Node {
+            op,
+            inputs,
+            outputs,
+            reads,
+            writes,
+            key: Vec::new(),
+            label: label.to_string(),
+            loc,
+            fusion: None,
+        });
+        self.node_context.insert(idx, self.context.clone());
+        idx
+    }
+
+    fn connect(&mut self, from: &Port, to: NodeIndex, to_port: u16) {
+        self.graph.nodes.add_edge(from.node, to, Edge { from_port: from.port, to_port });
+    }
+
+    fn out(node: NodeIndex, port: u16, ty: PayloadTy) -> Port {
+        Port { node, port, ty }
+    }
+
+    fn param_shape(&mut self, name: &str, span: Span) -> R<Vec<u64>> {
+        match self.graph.param(name) {
+            Some(p) => Ok(p.shape.clone()),
+            None => Err(self.unsupported(span, &format!("parameter `{name}` (internal: no such tensor)"))),
+        }
+    }
+
+    fn dim_value(&mut self, dim: &Dim, span: Span) -> R<u64> {
+        let subst = &self.frame().subst;
+        let v = dim.substitute(&|s| subst.iter().find(|(x, _)| x == s).map(|(_, d)| d.clone())).value;
+        match v {
+            Some(v) if v >= 0 => Ok(v as u64),
+            _ => Err(self.unsupported(span, "a dimension without a known value")),
+        }
+    }
+
+    fn shape_of(&mut self, ty: &Ty, span: Span) -> R<Vec<u64>> {
+        match ty {
+            Ty::Tensor(dims) => dims.iter().map(|d| self.dim_value(d, span)).collect(),
+            _ => Err(self.unsupported(span, "a non-tensor value where a tensor was expected")),
+        }
+    }
+
+    fn constant(&mut self, value: ConstValue, shape: Vec<u64>, span: Span) -> Value {
+        let ctrl = self.ctrl.clone();
+        let ty = PayloadTy::F32(shape);
+        let n = self.node(Op::Const { value }, &[ctrl], vec![ty.clone()], "const", span);
+        Value::Tensor(Self::out(n, 0, ty))
+    }
+
+    fn new_field(&mut self, name: String, role: FieldRole, span: Span) -> R<FieldId> {
+        if self.graph.state.len() >= u16::MAX as usize {
+            return Err(self.unsupported(span, "a model with more than 65535 state fields"));
+        }
+        self.graph.state.push(StateField { name, role });
+        Ok(FieldId(self.graph.state.len() as u16 - 1))
+    }
+
+    // ------------------------------------------------------------ functions and blocks
+
+    fn call_fn(&mut self, f: FnId, args: Vec<Value>, span: Span, prefix: &str, subst: &[(Symbol, Dim)]) -> R<Value> {
+        let def = &self.program.components[f.component.0 as usize].fns[f.index as usize];
+        if def.recursive {
+            return Err(self.unsupported(span, &format!("structural recursion (`{}`)", def.name)));
+        }
+        if self.frames.len() > 64 {
+            return Err(self.unsupported(span, "calls nested more than 64 deep"));
+        }
+        let mut locals = vec![None; def.locals.len()];
+        for (p, a) in def.params.iter().zip(args) {
+            if let Some(slot) = locals.get_mut(p.0 as usize) {
+                *slot = Some(a);
+            }
+        }
+        self.frames.push(Frame { comp: f.component, locals, prefix: prefix.to_string(), subst: subst.to_vec() });
+        let result = self.block(&def.body);
+        self.frames.pop();
+        let result = result?;
+        let is_forward = f.component == self.model && def.name == "forward";
+        if is_forward && !self.forward_sunk {
+            self.forward_sunk = true;
+            for port in result.ports() {
+                self.node(Op::Sink { name: "forward".into() }, &[port], Vec::new(), "forward", def.span);
+            }
+        }
+        Ok(result)
+    }
+
+    fn block(&mut self, block: &Block) -> R<Value> {
+        for stmt in &block.stmts {
+            self.stmt(stmt)?;
+        }
+        match &block.tail {
+            Some(e) => self.expr(e),
+            None => Ok(Value::Unit),
+        }
+    }
+
+    fn bind(&mut self, pattern: &Pattern, value: Value, span: Span) -> R<()> {
+        match (pattern, value) {
+            (Pattern::Bind(id), v) => {
+                if let Some(slot) = self.frame_mut().locals.get_mut(id.0 as usize) {
+                    *slot = Some(v);
+                }
+                Ok(())
+            }
+            (Pattern::Wildcard, _) => Ok(()),
+            (Pattern::Tuple(ps), Value::Tuple(vs)) if ps.len() == vs.len() => {
+                for (p, v) in ps.iter().zip(vs) {
+                    self.bind(p, v, span)?;
+                }
+                Ok(())
+            }
+            _ => Err(self.unsupported(span, "destructuring of this value")),
+        }
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) -> R<()> {
+        match stmt {
+            Stmt::Let(p, e) => {
+                let v = self.expr(e)?;
+                self.bind(p, v, e.span)
+            }
+            Stmt::Var(id, e) | Stmt::Assign(id, e) => {
+                let v = self.expr(e)?;
+                self.bind(&Pattern::Bind(*id), v, e.span)
+            }
+            Stmt::For(p, iter, body) => self.for_loop(p, iter, body),
+            Stmt::While(c, _) => Err(self.unsupported(c.span, "`while`")),
+            Stmt::Expr(e) => self.expr(e).map(|_| ()),
+        }
+    }
+
+    // ------------------------------------------------------------ expressions
+
+    fn expr(&mut self, e: &Expr) -> R<Value> {
+        let span = e.span;
+        match &e.kind {
+            ExprKind::Int(v) => Ok(Value::Int(StateExpr::Const(*v))),
+            ExprKind::Bool(b) => Ok(Value::Bool(StateExpr::Const(i64::from(*b)))),
+            ExprKind::Float(v) => Ok(self.constant(ConstValue::Scalar(*v as f32), Vec::new(), span)),
+            ExprKind::Local(id) => match self.frame().locals.get(id.0 as usize).cloned().flatten() {
+                Some(v) => Ok(v),
+                None => Err(self.unsupported(span, "a variable used before it has a value (internal)")),
+            },
+            ExprKind::Hyper(dim) => {
+                let v = self.dim_value(dim, span)?;
+                Ok(Value::Int(StateExpr::Const(v as i64)))
+            }
+            ExprKind::Param(p) => {
+                let frame = self.frame();
+                let param = &self.program.components[frame.comp.0 as usize].params[*p as usize];
+                let prefix = if frame.prefix.is_empty() { param.name.clone() } else { format!("{}.{}", frame.prefix, param.name) };
+                Ok(Value::Param(ParamRef { prefix, instance: param.instance.clone(), subst: frame.subst.clone() }))
+            }
+            ExprKind::Unary(op, x) => {
+                let x = self.expr(x)?;
+                match (op, x) {
+                    (UnOp::Neg, Value::Tensor(p)) => Ok(self.unary(UnaryFn::Neg, p, "neg", span)),
+                    (UnOp::Neg, Value::Int(x)) => Ok(Value::Int(StateExpr::bin(IntOp::Sub, StateExpr::Const(0), x))),
+                    (UnOp::Not, Value::Bool(x)) => Ok(Value::Bool(StateExpr::Not(Box::new(x)))),
+                    _ => Err(self.unsupported(span, "this unary operation")),
+                }
+            }
+            ExprKind::Binary(op, a, b) => {
+                let (x, y) = (self.expr(a)?, self.expr(b)?);
+                self.binary(*op, x, y, span)
+            }
+            ExprKind::Range(a, b) => match (self.expr(a)?, self.expr(b)?) {
+                (Value::Int(a), Value::Int(b)) => Ok(Value::Range(a, b)),
+                _ => Err(self.unsupported(span, "this range")),
+            },
+            ExprKind::Builtin(b, args) => self.builtin(*b, args, e),
+            ExprKind::CallFn(f, args) => {
+                let args = args.iter().map(|a| self.expr(a)).collect::<R<Vec<_>>>()?;
+                let (prefix, subst) = (self.frame().prefix.clone(), self.frame().subst.clone());
+                self.call_fn(*f, args, span, &prefix, &subst)
+            }
+            ExprKind::CallInstance { callee, call, args } => {
+                let Value::Param(param) = self.expr(callee)? else {
+                    return Err(self.unsupported(span, "a call of this value"));
+                };
+                let args = args.iter().map(|a| self.expr(a)).collect::<R<Vec<_>>>()?;
+                self.call_instance(param, call, args, span)
+            }
+            ExprKind::Field(obj, i) => {
+                let obj_value = self.expr(obj)?;
+                match (obj_value, &obj.ty) {
+                    (Value::Data(mut path), Ty::Record(r)) => {
+                        let field = &self.program.records[r.0 as usize].fields[*i as usize];
+                        path.push(DataStep::Field(field.name.clone()));
+                        self.data_leaf(path, &e.ty, span)
+                    }
+                    _ => Err(self.unsupported(span, "this field access")),
+                }
+            }
+            ExprKind::TupleField(obj, i) => match self.expr(obj)? {
+                Value::Tuple(mut vs) if (*i as usize) < vs.len() => Ok(vs.swap_remove(*i as usize)),
+                _ => Err(self.unsupported(span, "this tuple access")),
+            },
+            ExprKind::Index(obj, index) => {
+                let (o, i) = (self.expr(obj)?, self.expr(index)?);
+                match (o, i) {
+                    (Value::Data(mut path), Value::Int(i)) => {
+                        path.push(DataStep::Index(Box::new(i)));
+                        self.data_leaf(path, &e.ty, span)
+                    }
+                    (Value::Param(_), _) => Err(self.unsupported(span, "a parameter array indexed at run time")),
+                    _ => Err(self.unsupported(span, "indexing a computed tensor or sequence")),
+                }
+            }
+            ExprKind::Tuple(items) => Ok(Value::Tuple(items.iter().map(|x| self.expr(x)).collect::<R<Vec<_>>>()?)),
+            ExprKind::List(_) => Err(self.unsupported(span, "a list literal")),
+            ExprKind::Map { .. } => Err(self.unsupported(span, "`map` over a sequence")),
+            ExprKind::Match(..) => Err(self.unsupported(span, "`match`")),
+            ExprKind::If(c, then, els) => self.if_else(c, then, els.as_deref(), span),
+            ExprKind::Block(b) => self.block(b),
+            ExprKind::Error => Err(self.unsupported(span, "an expression with errors")),
+        }
+    }
+
+    /// A value of the instance's data at `path`, by its type.
+    fn data_leaf(&mut self, path: Vec<DataStep>, ty: &Ty, span: Span) -> R<Value> {
+        match ty {
+            Ty::Int => Ok(Value::Int(StateExpr::Data(path))),
+            Ty::Bool => Ok(Value::Bool(StateExpr::Data(path))),
+            Ty::Tensor(_) => {
+                let shape = self.shape_of(ty, span)?;
+                let ctrl = self.ctrl.clone();
+                let out = PayloadTy::F32(shape);
+                let n = self.node(Op::Read { path }, &[ctrl], vec![out.clone()], "read", span);
+                Ok(Value::Tensor(Self::out(n, 0, out)))
+            }
+            Ty::Seq(_) | Ty::Record(_) | Ty::Enum(_) => Ok(Value::Data(path)),
+            _ => Err(self.unsupported(span, "data of this type")),
+        }
+    }
+
+    fn unary(&mut self, f: UnaryFn, x: Port, label: &str, span: Span) -> Value {
+        let ty = x.ty.clone();
+        let n = self.node(Op::Unary(f), &[x], vec![ty.clone()], label, span);
+        Value::Tensor(Self::out(n, 0, ty))
+    }
+
+    fn binary(&mut self, op: BinOp, x: Value, y: Value, span: Span) -> R<Value> {
+        match (x, y) {
+            (Value::Tensor(a), Value::Tensor(b)) => {
+                let f = match op {
+                    BinOp::Add => BinaryFn::Add,
+                    BinOp::Sub => BinaryFn::Sub,
+                    BinOp::Mul => BinaryFn::Mul,
+                    BinOp::Div => BinaryFn::Div,
+                    _ => return Err(self.unsupported(span, "this operation on tensors")),
+                };
+                let ty = if a.ty == PayloadTy::F32(Vec::new()) { b.ty.clone() } else { a.ty.clone() };
+                let n = self.node(Op::Binary(f), &[a, b], vec![ty.clone()], op.symbol(), span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
+            (Value::Int(a), Value::Int(b)) => {
+                let e = StateExpr::bin(int_op(op), a, b);
+                Ok(if op.is_comparison() { Value::Bool(e) } else { Value::Int(e) })
+            }
+            (Value::Bool(a), Value::Bool(b)) if matches!(op, BinOp::And | BinOp::Or | BinOp::Eq | BinOp::Ne) => {
+                Ok(Value::Bool(StateExpr::bin(int_op(op), a, b)))
+            }
+            (Value::Loss, _) | (_, Value::Loss) => Err(self.unsupported(span, "a loss combined with other terms")),
+            _ => Err(self.unsupported(span, "this binary operation")),
+        }
+    }
+
+    fn tensor(&mut self, v: Value, span: Span) -> R<Port> {
+        match v {
+            Value::Tensor(p) => Ok(p),
+            _ => Err(self.unsupported(span, "a non-tensor argument where a tensor was expected")),
+        }
+    }
+
+    fn builtin(&mut self, b: Builtin, args: &[Expr], e: &Expr) -> R<Value> {
+        let span = e.span;
+        let unary = match b {
+            Builtin::Relu => Some(UnaryFn::Relu),
+            Builtin::Sigmoid => Some(UnaryFn::Sigmoid),
+            Builtin::Tanh => Some(UnaryFn::Tanh),
+            Builtin::Exp => Some(UnaryFn::Exp),
+            Builtin::Log => Some(UnaryFn::Log),
+            Builtin::Softmax => Some(UnaryFn::Softmax),
+            Builtin::LogSoftmax => Some(UnaryFn::LogSoftmax),
+            _ => None,
+        };
+        if let Some(f) = unary {
+            let x = self.expr(&args[0])?;
+            let x = self.tensor(x, span)?;
+            return Ok(self.unary(f, x, b.name(), span));
+        }
+        match b {
+            Builtin::Concat => {
+                let mut ports = Vec::new();
+                let mut total = 0u64;
+                for a in args {
+                    let v = self.expr(a)?;
+                    let p = self.tensor(v, a.span)?;
+                    if let PayloadTy::F32(d) = &p.ty {
+                        total += d.first().copied().unwrap_or(0);
+                    }
+                    ports.push(p);
+                }
+                let ty = PayloadTy::F32(vec![total]);
+                let n = self.node(Op::Concat, &ports, vec![ty.clone()], "concat", span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
+            Builtin::Split => {
+                let v = self.expr(&args[0])?;
+                let p = self.tensor(v, span)?;
+                let shape = match &e.ty {
+                    Ty::Tuple(parts) if !parts.is_empty() => self.shape_of(&parts[0], span)?,
+                    _ => return Err(self.unsupported(span, "this `split`")),
+                };
+                let parts = match &e.ty {
+                    Ty::Tuple(ps) => ps.len(),
+                    _ => 0,
+                };
+                let ty = PayloadTy::F32(shape);
+                let n = self.node(Op::Split { parts: parts as u32 }, &[p], vec![ty.clone(); parts], "split", span);
+                Ok(Value::Tuple((0..parts).map(|i| Value::Tensor(Self::out(n, i as u16, ty.clone()))).collect()))
+            }
+            Builtin::Zeros | Builtin::Ones => {
+                let shape = self.shape_of(&e.ty, span)?;
+                let value = if b == Builtin::Zeros { ConstValue::Zeros } else { ConstValue::Ones };
+                Ok(self.constant(value, shape, span))
+            }
+            Builtin::CrossEntropy => {
+                let logits = self.expr(&args[0])?;
+                let logits = self.tensor(logits, span)?;
+                let Value::Int(label) = self.expr(&args[1])? else {
+                    return Err(self.unsupported(span, "this label"));
+                };
+                self.node(Op::Loss(LossKind::CrossEntropy { label }), &[logits], Vec::new(), "loss", span);
+                Ok(Value::Loss)
+            }
+            Builtin::Mse => {
+                let (a, c) = (self.expr(&args[0])?, self.expr(&args[1])?);
+                let (a, c) = (self.tensor(a, span)?, self.tensor(c, span)?);
+                self.node(Op::Loss(LossKind::Mse), &[a, c], Vec::new(), "loss", span);
+                Ok(Value::Loss)
+            }
+            Builtin::Len => match self.expr(&args[0])? {
+                Value::Data(path) => Ok(Value::Int(StateExpr::Len(path))),
+                _ => Err(self.unsupported(span, "`len` of a computed sequence")),
+            },
+            Builtin::Range => match self.expr(&args[0])? {
+                Value::Int(n) => Ok(Value::Range(StateExpr::Const(0), n)),
+                _ => Err(self.unsupported(span, "this `range`")),
+            },
+            other => Err(self.unsupported(span, &format!("`{}`", other.name()))),
+        }
+    }
+
+    fn call_instance(&mut self, param: ParamRef, call: &InstanceCall, args: Vec<Value>, span: Span) -> R<Value> {
+        match (&*param.instance, call) {
+            (Instance::Linear { .. }, InstanceCall::Primitive) => {
+                let x = args.into_iter().next().ok_or(Unsupported)?;
+                let x = self.tensor(x, span)?;
+                let out = self.param_shape(&format!("{}.weight", param.prefix), span)?.first().copied().unwrap_or(0);
+                let mut dims = match &x.ty {
+                    PayloadTy::F32(d) => d.clone(),
+                    PayloadTy::Unit => Vec::new(),
+                };
+                if let Some(last) = dims.last_mut() {
+                    *last = out;
+                }
+                let ty = PayloadTy::F32(dims);
+                let label = param.prefix.clone();
+                let n = self.node(Op::Linear { param: param.prefix }, &[x], vec![ty.clone()], &label, span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
+            (Instance::Embedding { .. }, InstanceCall::Primitive) => {
+                let Some(Value::Int(index)) = args.into_iter().next() else {
+                    return Err(self.unsupported(span, "this embedding index"));
+                };
+                let d = self.param_shape(&format!("{}.weight", param.prefix), span)?.get(1).copied().unwrap_or(0);
+                let ty = PayloadTy::F32(vec![d]);
+                let ctrl = self.ctrl.clone();
+                let label = param.prefix.clone();
+                let n = self.node(Op::Embedding { param: param.prefix, index }, &[ctrl], vec![ty.clone()], &label, span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
+            (Instance::Layer { layer, args: dims }, InstanceCall::LayerFn(fi)) => {
+                let owner = &param.subst;
+                let lookup = |s: &Symbol| owner.iter().find(|(x, _)| x == s).map(|(_, d)| d.clone());
+                let hyper = &self.program.components[layer.0 as usize].hyperparams;
+                let subst: Vec<(Symbol, Dim)> =
+                    hyper.iter().zip(dims).map(|(h, d)| (h.symbol.clone(), d.substitute(&lookup))).collect();
+                self.call_fn(FnId { component: *layer, index: *fi }, args, span, &param.prefix, &subst)
+            }
+            _ => Err(self.unsupported(span, "a call of this parameter")),
+        }
+    }
+
+    // ------------------------------------------------------------ control flow
+
+    /// Locals of the current frame that a block reads or assigns.
+    fn used_locals(block: &Block) -> (BTreeSet<LocalId>, BTreeSet<LocalId>) {
+        let mut reads = BTreeSet::new();
+        let mut writes = BTreeSet::new();
+        crate::keys::walk_block(block, &mut reads, &mut writes);
+        (reads, writes)
+    }
+
+    /// The locals among `ids` whose current value holds tensor ports.
+    fn tensor_locals(&self, ids: &BTreeSet<LocalId>) -> Vec<LocalId> {
+        ids.iter()
+            .copied()
+            .filter(|id| self.frame().locals.get(id.0 as usize).cloned().flatten().is_some_and(|v| !v.ports().is_empty()))
+            .collect()
+    }
+
+    fn local(&self, id: LocalId) -> Option<Value> {
+        self.frame().locals.get(id.0 as usize).cloned().flatten()
+    }
+
+    fn set_local(&mut self, id: LocalId, v: Value) {
+        if let Some(slot) = self.frame_mut().locals.get_mut(id.0 as usize) {
+            *slot = Some(v);
+        }
+    }
+
+    fn if_else(&mut self, cond: &Expr, then: &Block, els: Option<&Expr>, span: Span) -> R<Value> {
+        let pred = match self.expr(cond)? {
+            Value::Bool(p) | Value::Int(p) => p,
+            _ => return Err(self.unsupported(cond.span, "this condition")),
+        };
+        let (mut reads, mut writes) = Self::used_locals(then);
+        if let Some(e) = els {
+            crate::keys::walk_expr(e, &mut reads, &mut writes);
+        }
+        let routed: Vec<LocalId> = self.tensor_locals(&reads.union(&writes).copied().collect());
+        let before: Vec<(LocalId, Option<Value>)> = writes.iter().chain(&routed).map(|&id| (id, self.local(id))).collect();
+        // One cond per routed port: output 0 feeds the then-branch, output 1 the else.
+        let mut sides: [Vec<(LocalId, Value)>; 2] = [Vec::new(), Vec::new()];
+        for &id in &routed {
+            let Some(v) = self.local(id) else { continue };
+            let mut outs = [Vec::new(), Vec::new()];
+            for p in v.ports() {
+                let n = self.node(Op::Cond { pred: pred.clone() }, &[p.clone()], vec![p.ty.clone(), p.ty.clone()], "if", span);
+                outs[0].push(Self::out(n, 0, p.ty.clone()));
+                outs[1].push(Self::out(n, 1, p.ty.clone()));
+            }
+            for side in 0..2 {
+                sides[side].push((id, v.with_ports(&mut outs[side].clone().into_iter())));
+            }
+        }
+        let ctrl_in = self.ctrl.clone();
+        let ctrl_cond = self.node(Op::Cond { pred: pred.clone() }, &[ctrl_in.clone()], vec![PayloadTy::Unit; 2], "if", span);
+        let mut results = Vec::new();
+        let mut ends = Vec::new();
+        for side in 0..2 {
+            for (id, v) in &before {
+                if let Some(v) = v {
+                    self.set_local(*id, v.clone());
+                }
+            }
+            for (id, v) in &sides[side] {
+                self.set_local(*id, v.clone());
+            }
+            self.ctrl = Self::out(ctrl_cond, side as u16, PayloadTy::Unit);
+            let result = match (side, els) {
+                (0, _) => self.block(then)?,
+                (_, Some(e)) => self.expr(e)?,
+                (_, None) => Value::Unit,
+            };
+            let end_locals: Vec<Option<Value>> = writes.iter().map(|&id| self.local(id)).collect();
+            results.push(result);
+            ends.push((end_locals, self.ctrl.clone()));
+        }
+        for (id, v) in &before {
+            if let Some(v) = v {
+                self.set_local(*id, v.clone());
+            }
+        }
+        let (else_end, then_end) = (ends.pop(), ends.pop());
+        let (Some((then_locals, then_ctrl)), Some((else_locals, else_ctrl))) = (then_end, else_end) else {
+            return Err(Unsupported);
+        };
+        for ((&id, t), e) in writes.iter().zip(then_locals).zip(else_locals) {
+            if let (Some(t), Some(e)) = (t, e) {
+                let merged = self.merge(&pred, t, e, span)?;
+                self.set_local(id, merged);
+            }
+        }
+        let ctrl = self.node(Op::Phi { arms: 2 }, &[then_ctrl, else_ctrl], vec![PayloadTy::Unit], "endif", span);
+        self.ctrl = Self::out(ctrl, 0, PayloadTy::Unit);
+        let else_result = results.pop().unwrap_or(Value::Unit);
+        let then_result = results.pop().unwrap_or(Value::Unit);
+        self.merge(&pred, then_result, else_result, span)
+    }
+
+    /// The value after an `if`: a phi per tensor port, a select for ints.
+    fn merge(&mut self, pred: &StateExpr, then: Value, els: Value, span: Span) -> R<Value> {
+        match (then, els) {
+            (Value::Tensor(a), Value::Tensor(b)) => {
+                if a == b {
+                    return Ok(Value::Tensor(a));
+                }
+                let ty = a.ty.clone();
+                let n = self.node(Op::Phi { arms: 2 }, &[a, b], vec![ty.clone()], "endif", span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
+            (Value::Int(a), Value::Int(b)) => Ok(Value::Int(select(pred, a, b))),
+            (Value::Bool(a), Value::Bool(b)) => Ok(Value::Bool(select(pred, a, b))),
+            (Value::Tuple(a), Value::Tuple(b)) if a.len() == b.len() => {
+                let parts = a.into_iter().zip(b).map(|(x, y)| self.merge(pred, x, y, span)).collect::<R<Vec<_>>>()?;
+                Ok(Value::Tuple(parts))
+            }
+            (Value::Unit, Value::Unit) => Ok(Value::Unit),
+            (a @ (Value::Data(_) | Value::Param(_) | Value::Range(..)), _) => Ok(a),
+            _ => Err(self.unsupported(span, "branches producing this kind of value")),
+        }
+    }
+
+    fn for_loop(&mut self, pattern: &Pattern, iter: &Expr, body: &Block) -> R<()> {
+        let span = iter.span;
+        let (init, bound, elem): (StateExpr, StateExpr, Option<(Vec<DataStep>, Ty)>) = match (self.expr(iter)?, &iter.ty) {
+            (Value::Data(path), Ty::Seq(elem)) => (StateExpr::Const(0), StateExpr::Len(path.clone()), Some((path, (**elem).clone()))),
+            (Value::Range(a, b), _) => (a, b, None),
+            _ => return Err(self.unsupported(span, "a loop over a computed sequence")),
+        };
+        let (reads, writes) = Self::used_locals(body);
+        for id in &writes {
+            if matches!(self.local(*id), Some(Value::Int(_) | Value::Bool(_))) {
+                return Err(self.unsupported(span, "an int or bool variable updated inside a loop"));
+            }
+        }
+        let carried = self.tensor_locals(&reads.union(&writes).copied().collect());
+        let k = self.loops;
+        self.loops += 1;
+        let t = self.new_field(format!("t{k}"), FieldRole::Counter, span)?;
+        let counter = StateExpr::Field(t);
+        // The counter's value at exit: the bound, or the start when the range is empty.
+        let exit_value = StateExpr::bin(
+            IntOp::Add,
+            bound.clone(),
+            StateExpr::bin(
+                IntOp::Mul,
+                StateExpr::bin(IntOp::Sub, init.clone(), bound.clone()),
+                StateExpr::bin(IntOp::Gt, init.clone(), bound.clone()),
+            ),
+        );
+        // Every carried port, then the control port, goes around the loop.
+        let mut ports: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
+        ports.push(self.ctrl.clone());
+        let mut phis = Vec::new();
+        let mut body_in = Vec::new();
+        let mut exits = Vec::new();
+        let outer = self.context.clone();
+        for p in &ports {
+            let entry = self.node(
+                Op::Isu { field: t, value: init.clone(), inverse: Some(StateExpr::Const(-1)) },
+                &[p.clone()],
+                vec![p.ty.clone()],
+                "loop entry",
+                span,
+            );
+            self.context.push(t);
+            let phi = self.raw_node(Op::Phi { arms: 2 }, vec![p.ty.clone(); 2], vec![p.ty.clone()], "loop", span);
+            self.connect(&Self::out(entry, 0, p.ty.clone()), phi, 0);
+            let pred = StateExpr::bin(IntOp::Lt, counter.clone(), bound.clone());
+            let cond = self.node(Op::Cond { pred }, &[Self::out(phi, 0, p.ty.clone())], vec![p.ty.clone(); 2], "loop test", span);
+            self.context = outer.clone();
+            let exit = self.node(
+                Op::Isu { field: t, value: StateExpr::Const(-1), inverse: Some(exit_value.clone()) },
+                &[Self::out(cond, 1, p.ty.clone())],
+                vec![p.ty.clone()],
+                "loop exit",
+                span,
+            );
+            phis.push(phi);
+            body_in.push(Self::out(cond, 0, p.ty.clone()));
+            exits.push(Self::out(exit, 0, p.ty.clone()));
+        }
+        // The body, in the loop's context.
+        self.context.push(t);
+        let mut inside = body_in.clone().into_iter();
+        for id in &carried {
+            if let Some(v) = self.local(*id) {
+                let routed = v.with_ports(&mut inside);
+                self.set_local(*id, routed);
+            }
+        }
+        self.ctrl = inside.next().ok_or(Unsupported)?;
+        let element = match elem {
+            Some((mut path, ty)) => {
+                path.push(DataStep::Index(Box::new(counter.clone())));
+                self.data_leaf(path, &ty, span)?
+            }
+            None => Value::Int(counter.clone()),
+        };
+        self.bind(pattern, element, span)?;
+        self.block(body)?;
+        let mut ends: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
+        ends.push(self.ctrl.clone());
+        if ends.len() != phis.len() {
+            return Err(self.unsupported(span, "a loop whose carried values change structure (internal)"));
+        }
+        for (end, &phi) in ends.iter().zip(&phis) {
+            let step = StateExpr::bin(IntOp::Add, counter.clone(), StateExpr::Const(1));
+            let back = StateExpr::bin(IntOp::Sub, counter.clone(), StateExpr::Const(1));
+            let isu = self.node(Op::Isu { field: t, value: step, inverse: Some(back) }, &[end.clone()], vec![end.ty.clone()], "loop step", span);
+            self.connect(&Self::out(isu, 0, end.ty.clone()), phi, 1);
+        }
+        self.context = outer;
+        // After the loop: the carried values as they leave it.
+        let mut after = exits.into_iter();
+        for id in &carried {
+            if let Some(v) = self.local(*id) {
+                let out = v.with_ports(&mut after);
+                self.set_local(*id, out);
+            }
+        }
+        self.ctrl = after.next().ok_or(Unsupported)?;
+        Ok(())
+    }
+}
+
+/// The state fields an op reads and writes through its own attributes.
+fn op_fields(op: &Op) -> (Vec<amp_ir::FieldId>, Vec<amp_ir::FieldId>) {
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    match op {
+        Op::Source => writes.push(FieldId(0)),
+        Op::Read { path } => StateExpr::Data(path.clone()).fields(&mut reads),
+        Op::Embedding { index, .. } => index.fields(&mut reads),
+        Op::Cond { pred } => pred.fields(&mut reads),
+        Op::Switch { index, .. } => index.fields(&mut reads),
+        Op::Isu { field, value, inverse } => {
+            value.fields(&mut reads);
+            if let Some(inv) = inverse {
+                inv.fields(&mut reads);
+            }
+            writes.push(*field);
+        }
+        Op::Loss(LossKind::CrossEntropy { label }) => label.fields(&mut reads),
+        _ => {}
+    }
+    reads.sort();
+    reads.dedup();
+    (reads, writes)
+}

@@ -1,0 +1,143 @@
+//! Lowering and passes on small programs and on the canonical examples.
+
+use amp_ir::{FieldRole, Graph, Op, PayloadTy, StateExpr};
+use amp_lower::passes::{self, PassReport};
+use amp_sema::{check_source, Options};
+
+fn lower(text: &str) -> Result<Graph, String> {
+    let (map, checked) = check_source("t.amp", text, &Options::default());
+    assert!(!checked.has_errors(), "{}", amp_diagnostics::render_human(&map, &checked.diagnostics, false));
+    amp_lower::lower_model(&checked.program, &map, checked.program.models[0]).map_err(|d| format!("{}: {}", d[0].code, d[0].message))
+}
+
+fn example(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/../../examples/{name}.amp", env!("CARGO_MANIFEST_DIR"))).expect("example")
+}
+
+fn count(g: &Graph, keyword: &str) -> usize {
+    g.nodes.node_weights().filter(|n| n.op.keyword() == keyword).count()
+}
+
+fn nodes<'g>(g: &'g Graph, keyword: &'g str) -> impl Iterator<Item = &'g amp_ir::Node> + 'g {
+    g.nodes.node_weights().filter(move |n| n.op.keyword() == keyword)
+}
+
+#[test]
+fn mlp_is_a_chain_keyed_by_instance() {
+    let g = lower(&example("mlp")).unwrap();
+    assert_eq!(g.state.len(), 1);
+    assert_eq!(count(&g, "linear"), 3);
+    assert_eq!(count(&g, "unary"), 2);
+    assert_eq!(count(&g, "read"), 1);
+    let params: Vec<&str> = g.params.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(params, ["l1.weight", "l1.bias", "l2.weight", "l2.bias", "out.weight", "out.bias"]);
+    for n in nodes(&g, "linear") {
+        assert_eq!(n.key, vec![amp_ir::FieldId(0)], "Ppts cache their input per instance");
+    }
+    let loss = nodes(&g, "loss").next().unwrap();
+    assert_eq!(loss.inputs, vec![PayloadTy::F32(vec![10])]);
+    assert!(matches!(&loss.op, Op::Loss(amp_ir::LossKind::CrossEntropy { label: StateExpr::Data(p) }) if p.len() == 1));
+    assert_eq!(count(&g, "sink"), 1);
+}
+
+#[test]
+fn list_reduce_keys_the_loop_body_by_instance_and_counter() {
+    let g = lower(&example("list_reduce")).unwrap();
+    assert_eq!(g.state.len(), 2);
+    assert_eq!(g.state[1].role, FieldRole::Counter);
+    let t = amp_ir::FieldId(1);
+    let cell = nodes(&g, "linear").find(|n| n.label == "cell").unwrap();
+    assert_eq!(cell.key, vec![amp_ir::FieldId(0), t], "the recurrent cell's activations are per (instance, t)");
+    let head = nodes(&g, "linear").find(|n| n.label == "head").unwrap();
+    assert_eq!(head.key, vec![amp_ir::FieldId(0)], "after the loop only the instance remains");
+    let embed = nodes(&g, "embedding").next().unwrap();
+    assert!(embed.reads.contains(&t), "the token index x.tokens[t] reads the counter");
+    // One entry isu, phi, cond, step and exit per carried value: h and the control.
+    assert_eq!(count(&g, "phi"), 2);
+    assert_eq!(count(&g, "cond"), 2);
+    assert_eq!(count(&g, "isu"), 6);
+    for phi in nodes(&g, "phi") {
+        assert_eq!(phi.key, vec![amp_ir::FieldId(0), t]);
+    }
+}
+
+#[test]
+fn unsupported_constructs_are_named() {
+    let tree = lower(&example("tree_lstm")).unwrap_err();
+    assert!(tree.starts_with("E0600") && tree.contains("recursion"), "{tree}");
+    let graph = lower(&example("ggsnn")).unwrap_err();
+    assert!(graph.contains("`map`"), "{graph}");
+    let moe = lower(&example("moe")).unwrap_err();
+    assert!(moe.contains("`top_k`"), "{moe}");
+}
+
+const LAYERED: &str = r#"
+use std::nn::{GruCell, Mlp};
+record R { xs: [int], x: f32[8], label: int, flag: int }
+model M(h: int = 8) {
+    param emb = Embedding(5, h);
+    param gru = GruCell(h, h);
+    param mlp = Mlp(h, 16, 3);
+    fn forward(r: R) -> f32[3] {
+        var s: f32[h] = r.x;
+        for i in 0..len(r.xs) {
+            s = gru(emb(r.xs[i]), s);
+        }
+        if r.flag > 0 { s = relu(s); } else { s = s * 0.5; }
+        mlp(s)
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+
+#[test]
+fn layers_are_inlined_with_pytorch_parameter_names() {
+    let g = lower(LAYERED).unwrap();
+    let linears: Vec<&str> = nodes(&g, "linear").map(|n| n.label.as_str()).collect();
+    assert_eq!(linears, ["gru.ih", "gru.hh", "mlp.l1", "mlp.l2"]);
+    assert!(g.param("gru.ih.weight").is_some_and(|p| p.shape == vec![24, 8]));
+    assert_eq!(count(&g, "split"), 2);
+    // The if: a cond per routed value plus the control; phis merge `s` and the control.
+    let conds_on_flag = nodes(&g, "cond").filter(|n| matches!(&n.op, Op::Cond { pred: StateExpr::Bin(amp_ir::IntOp::Gt, ..) })).count();
+    assert_eq!(conds_on_flag, 2);
+}
+
+#[test]
+fn passes_remove_dead_nodes_fold_constants_merge_duplicates_and_group_nppts() {
+    let text = r#"
+record R { x: f32[4], label: int }
+model M {
+    param l = Linear(4, 4);
+    fn forward(r: R) -> f32[4] {
+        let unused = relu(l(r.x));
+        let k = 2.0 * 3.0;
+        let a = tanh(l(r.x));
+        let b = tanh(l(r.x));
+        sigmoid(a * k) + b
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let mut g = lower(text).unwrap();
+    let before = g.nodes.node_count();
+    let reports = passes::optimize(&mut g);
+    let report = |name: &str| -> &PassReport { reports.iter().find(|r| r.pass == name).unwrap() };
+    assert_eq!(report("constant folding").changed, 1, "2.0 * 3.0 becomes one constant");
+    assert!(nodes(&g, "const").any(|n| n.op == Op::Const { value: amp_ir::ConstValue::Scalar(6.0) }));
+    assert!(report("common-subexpression elimination").changed >= 2, "the repeated l(r.x) and tanh merge");
+    assert_eq!(count(&g, "linear"), 1);
+    assert!(report("dead-node elimination").changed >= 1, "the unused relu goes");
+    assert!(g.nodes.node_count() < before);
+    assert_eq!(count(&g, "unary"), 2, "tanh and sigmoid remain");
+    let fused: Vec<Option<u32>> = g.nodes.node_weights().filter(|n| matches!(n.op, Op::Unary(_) | Op::Binary(_))).map(|n| n.fusion).collect();
+    assert!(fused.iter().all(|f| *f == Some(0)), "tanh, mul, sigmoid, add form one fusion group: {fused:?}");
+}
+
+#[test]
+fn optimized_examples_keep_their_structure() {
+    let mut g = lower(&example("list_reduce")).unwrap();
+    let reports = passes::optimize(&mut g);
+    let dce = reports.iter().find(|r| r.pass == "dead-node elimination").unwrap();
+    assert_eq!(dce.changed, 1, "only the control's loop exit is unused: {:?}", dce.details);
+    assert_eq!(count(&g, "linear"), 2);
+}
