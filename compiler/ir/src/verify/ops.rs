@@ -1,0 +1,494 @@
+//! Each node on its own: the op's arity, port types and parameter shapes (the table in
+//! `docs/IR.md`), the state fields it names, and whether its key holds the instance.
+
+use super::structure::Adjacency;
+use super::{Arity, Checker, FieldUse, KeyReason, ParamExpectation, PortDir, TypeExpectation, VerifyErrorKind};
+use crate::{DataStep, FieldId, LossKind, Node, Op, PayloadTy, StateExpr, UnaryFn};
+
+pub(super) fn check_nodes(cx: &mut Checker, adjacency: &Adjacency) {
+    for i in 0..cx.bound() {
+        let Some(node) = cx.node(i) else { continue };
+        check_op(cx, i, node);
+        check_fields(cx, i, node);
+        check_key_instance(cx, i, node, adjacency.fans_out(i));
+    }
+}
+
+// ------------------------------------------------------------------ ops and types
+
+fn check_op(cx: &mut Checker, i: usize, node: &Node) {
+    let graph = cx.graph;
+    let one = Arity::Exactly(1);
+    match &node.op {
+        Op::Source => {
+            if ports(cx, i, node, Arity::Exactly(0), one) {
+                expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::Unit);
+            }
+        }
+        Op::Read { .. } | Op::Const { .. } => {
+            if ports(cx, i, node, one, one) {
+                expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::Unit);
+                expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::AnyF32);
+            }
+        }
+        Op::Linear { param } => {
+            if ports(cx, i, node, one, one) {
+                check_linear(cx, i, param, &node.inputs[0], &node.outputs[0]);
+            }
+        }
+        Op::Embedding { param, .. } => {
+            if ports(cx, i, node, one, one) {
+                expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::Unit);
+                let weight = format!("{param}.weight");
+                if let Some([_, dim]) = matrix(cx, i, &weight, "[rows, dim]") {
+                    let expected = PayloadTy::F32(vec![dim]);
+                    if node.outputs[0] != expected {
+                        let shape = graph.param(&weight).map(|p| p.shape.clone()).unwrap_or_default();
+                        let found = node.outputs[0].clone();
+                        let kind = VerifyErrorKind::ParamMismatch {
+                            dir: PortDir::Output,
+                            found,
+                            param: weight,
+                            shape,
+                            expected,
+                        };
+                        cx.report(i, kind);
+                    }
+                } else {
+                    expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::F32Rank1);
+                }
+            }
+        }
+        Op::Unary(f) => {
+            if ports(cx, i, node, one, one) {
+                let needs_rank = matches!(f, UnaryFn::Softmax | UnaryFn::LogSoftmax);
+                let input = if needs_rank { TypeExpectation::F32Ranked } else { TypeExpectation::AnyF32 };
+                if expect(cx, i, PortDir::Input, 0, &node.inputs[0], &input) {
+                    same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+                }
+            }
+        }
+        Op::Binary(_) => {
+            if ports(cx, i, node, Arity::Exactly(2), one) {
+                let lhs_ok = expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyF32);
+                let rhs_ok = expect(cx, i, PortDir::Input, 1, &node.inputs[1], &TypeExpectation::AnyF32);
+                if lhs_ok && rhs_ok {
+                    check_binary(cx, i, &node.inputs[0], &node.inputs[1], &node.outputs[0]);
+                }
+            }
+        }
+        Op::Concat => {
+            if ports(cx, i, node, Arity::AtLeast(1), one) {
+                let mut width = Some(0u64);
+                for (port, ty) in node.inputs.iter().enumerate() {
+                    match ty {
+                        PayloadTy::F32(dims) if dims.len() == 1 => {
+                            width = width.and_then(|w| w.checked_add(dims[0]));
+                        }
+                        _ => {
+                            expect(cx, i, PortDir::Input, port, ty, &TypeExpectation::F32Rank1);
+                            width = None;
+                        }
+                    }
+                }
+                match width {
+                    Some(w) => {
+                        let expected = TypeExpectation::Exactly(PayloadTy::F32(vec![w]));
+                        expect(cx, i, PortDir::Output, 0, &node.outputs[0], &expected);
+                    }
+                    None if node.inputs.iter().all(|t| matches!(t, PayloadTy::F32(d) if d.len() == 1)) => {
+                        cx.report(i, VerifyErrorKind::ConcatTooLarge);
+                    }
+                    None => {}
+                }
+            }
+        }
+        Op::Split { parts } => {
+            if *parts == 0 {
+                cx.report(i, VerifyErrorKind::NoArms);
+            } else if ports(cx, i, node, one, Arity::Exactly(*parts as usize)) {
+                check_split(cx, i, *parts, &node.inputs[0], &node.outputs);
+            }
+        }
+        Op::Forget => {
+            if ports(cx, i, node, one, one) {
+                expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::Unit);
+            }
+        }
+        Op::Cond { .. } => {
+            if ports(cx, i, node, one, Arity::Exactly(2)) {
+                for (port, out) in node.outputs.iter().enumerate() {
+                    same_as_input(cx, i, port, out, &node.inputs[0]);
+                }
+            }
+        }
+        Op::Switch { arms, .. } => {
+            if *arms == 0 {
+                cx.report(i, VerifyErrorKind::NoArms);
+            } else if ports(cx, i, node, one, Arity::Exactly(*arms as usize)) {
+                for (port, out) in node.outputs.iter().enumerate() {
+                    same_as_input(cx, i, port, out, &node.inputs[0]);
+                }
+            }
+        }
+        Op::Phi { arms } => {
+            if *arms == 0 {
+                cx.report(i, VerifyErrorKind::NoArms);
+            } else if ports(cx, i, node, Arity::Exactly(*arms as usize), one) {
+                inputs_equal(cx, i, &node.inputs);
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+        }
+        Op::Isu { .. } => {
+            if ports(cx, i, node, one, one) {
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+        }
+        Op::Loss(LossKind::CrossEntropy { .. }) => {
+            if ports(cx, i, node, one, Arity::Exactly(0)) {
+                expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::F32Rank1);
+            }
+        }
+        Op::Loss(LossKind::Mse) => {
+            if ports(cx, i, node, Arity::Exactly(2), Arity::Exactly(0))
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyF32)
+            {
+                inputs_equal(cx, i, &node.inputs);
+            }
+        }
+        Op::Sink { .. } => {
+            ports(cx, i, node, one, Arity::Exactly(0));
+        }
+    }
+}
+
+/// Checks the port counts; the per-op checks index ports only after this says yes.
+fn ports(cx: &mut Checker, i: usize, node: &Node, inputs: Arity, outputs: Arity) -> bool {
+    let mut ok = true;
+    for (dir, expected, found) in
+        [(PortDir::Input, inputs, node.inputs.len()), (PortDir::Output, outputs, node.outputs.len())]
+    {
+        let fits = match expected {
+            Arity::Exactly(n) => found == n,
+            Arity::AtLeast(n) => found >= n,
+        };
+        if !fits {
+            cx.report(i, VerifyErrorKind::PortCount { dir, expected, found });
+            ok = false;
+        }
+    }
+    ok
+}
+
+fn expect(
+    cx: &mut Checker,
+    i: usize,
+    dir: PortDir,
+    port: usize,
+    found: &PayloadTy,
+    expected: &TypeExpectation,
+) -> bool {
+    let fits = match (expected, found) {
+        (TypeExpectation::Unit, PayloadTy::Unit) | (TypeExpectation::AnyF32, PayloadTy::F32(_)) => true,
+        (TypeExpectation::F32Ranked, PayloadTy::F32(dims)) => !dims.is_empty(),
+        (TypeExpectation::F32Rank1, PayloadTy::F32(dims)) => dims.len() == 1,
+        (TypeExpectation::Exactly(ty), found) => ty == found,
+        _ => false,
+    };
+    if !fits {
+        let kind = VerifyErrorKind::PortType { dir, port, found: found.clone(), expected: expected.clone() };
+        cx.report(i, kind);
+    }
+    fits
+}
+
+/// The output `port` carries what came in (cond, switch, phi, isu, unary).
+fn same_as_input(cx: &mut Checker, i: usize, port: usize, output: &PayloadTy, input: &PayloadTy) {
+    if output != input {
+        let kind = VerifyErrorKind::PortType {
+            dir: PortDir::Output,
+            port,
+            found: output.clone(),
+            expected: TypeExpectation::Exactly(input.clone()),
+        };
+        cx.report(i, kind);
+    }
+}
+
+fn inputs_equal(cx: &mut Checker, i: usize, inputs: &[PayloadTy]) {
+    let Some(first) = inputs.first() else { return };
+    for (port, ty) in inputs.iter().enumerate().skip(1) {
+        if ty != first {
+            cx.report(i, VerifyErrorKind::InputsDiffer { port, found: ty.clone(), first: first.clone() });
+        }
+    }
+}
+
+/// The shape `[a, b]` of a rank-2 parameter, reporting when it is missing or not a matrix.
+fn matrix(cx: &mut Checker, i: usize, name: &str, dims: &'static str) -> Option<[u64; 2]> {
+    let graph = cx.graph;
+    match graph.param(name) {
+        None => {
+            cx.report(i, VerifyErrorKind::MissingParam { name: name.to_string() });
+            None
+        }
+        Some(p) => match p.shape.as_slice() {
+            &[rows, cols] => Some([rows, cols]),
+            shape => {
+                let kind = VerifyErrorKind::ParamShape {
+                    name: name.to_string(),
+                    shape: shape.to_vec(),
+                    expected: ParamExpectation::Matrix(dims),
+                };
+                cx.report(i, kind);
+                None
+            }
+        },
+    }
+}
+
+/// `linear @p`: `p.weight [out, in]`, `p.bias [out]`, `f32[.., in] -> f32[.., out]`.
+fn check_linear(cx: &mut Checker, i: usize, param: &str, input: &PayloadTy, output: &PayloadTy) {
+    let graph = cx.graph;
+    let weight = format!("{param}.weight");
+    let bias = format!("{param}.bias");
+    let Some([out, inp]) = matrix(cx, i, &weight, "[out, in]") else {
+        if expect(cx, i, PortDir::Input, 0, input, &TypeExpectation::F32Ranked) {
+            expect(cx, i, PortDir::Output, 0, output, &TypeExpectation::F32Ranked);
+        }
+        if graph.param(&bias).is_none() {
+            cx.report(i, VerifyErrorKind::MissingParam { name: bias });
+        }
+        return;
+    };
+    let weight_shape = vec![out, inp];
+    match graph.param(&bias) {
+        None => cx.report(i, VerifyErrorKind::MissingParam { name: bias }),
+        Some(p) if p.shape != [out] => {
+            let kind = VerifyErrorKind::ParamShape {
+                name: bias,
+                shape: p.shape.clone(),
+                expected: ParamExpectation::Exactly(vec![out]),
+            };
+            cx.report(i, kind);
+        }
+        Some(_) => {}
+    }
+    // The leading dims pass through; the last is `in` on the way in and `out` on the way out.
+    let leading: &[u64] = match input {
+        PayloadTy::F32(dims) => dims.split_last().map_or(&[], |(_, lead)| lead),
+        PayloadTy::Unit => &[],
+    };
+    let with_last = |last: u64| PayloadTy::F32(leading.iter().copied().chain([last]).collect());
+    let input_ok = matches!(input, PayloadTy::F32(dims) if dims.last() == Some(&inp));
+    if !input_ok {
+        let kind = VerifyErrorKind::ParamMismatch {
+            dir: PortDir::Input,
+            found: input.clone(),
+            param: weight.clone(),
+            shape: weight_shape.clone(),
+            expected: with_last(inp),
+        };
+        cx.report(i, kind);
+    }
+    let expected = with_last(out);
+    if *output != expected {
+        let kind = VerifyErrorKind::ParamMismatch {
+            dir: PortDir::Output,
+            found: output.clone(),
+            param: weight,
+            shape: weight_shape,
+            expected,
+        };
+        cx.report(i, kind);
+    }
+}
+
+/// Equal shapes, or one side a scalar; the result has the other side's shape.
+fn check_binary(cx: &mut Checker, i: usize, lhs: &PayloadTy, rhs: &PayloadTy, output: &PayloadTy) {
+    let scalar = PayloadTy::F32(Vec::new());
+    let result = if lhs == rhs || *rhs == scalar {
+        lhs
+    } else if *lhs == scalar {
+        rhs
+    } else {
+        cx.report(i, VerifyErrorKind::BinaryShapes { lhs: lhs.clone(), rhs: rhs.clone() });
+        return;
+    };
+    expect(cx, i, PortDir::Output, 0, output, &TypeExpectation::Exactly(result.clone()));
+}
+
+/// `split n`: `f32[n * m] -> n x f32[m]`.
+fn check_split(cx: &mut Checker, i: usize, parts: u32, input: &PayloadTy, outputs: &[PayloadTy]) {
+    if !expect(cx, i, PortDir::Input, 0, input, &TypeExpectation::F32Rank1) {
+        return;
+    }
+    let width = match input {
+        PayloadTy::F32(dims) => dims.first().copied().unwrap_or(0),
+        PayloadTy::Unit => return,
+    };
+    if width % u64::from(parts) != 0 {
+        cx.report(i, VerifyErrorKind::SplitUneven { found: input.clone(), parts });
+        return;
+    }
+    let part = PayloadTy::F32(vec![width / u64::from(parts)]);
+    for (port, out) in outputs.iter().enumerate() {
+        expect(cx, i, PortDir::Output, port, out, &TypeExpectation::Exactly(part.clone()));
+    }
+}
+
+// ------------------------------------------------------------------ state fields
+
+/// Every state field the op's attributes read, with where.
+pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
+    fn add(exprs: &mut Vec<&StateExpr>, used_as: FieldUse, out: &mut Vec<(FieldId, FieldUse)>) {
+        let mut fields = Vec::new();
+        expr_fields(exprs, &mut fields);
+        out.extend(fields.into_iter().map(|f| (f, used_as)));
+    }
+    let mut out = Vec::new();
+    match op {
+        Op::Read { path } => {
+            let mut exprs = Vec::new();
+            push_path(path, &mut exprs);
+            add(&mut exprs, FieldUse::ReadPath, &mut out);
+        }
+        Op::Embedding { index, .. } => add(&mut vec![index], FieldUse::EmbeddingIndex, &mut out),
+        Op::Cond { pred } => add(&mut vec![pred], FieldUse::Predicate, &mut out),
+        Op::Switch { index, .. } => add(&mut vec![index], FieldUse::SwitchIndex, &mut out),
+        Op::Isu { value, inverse, .. } => {
+            add(&mut vec![value], FieldUse::IsuValue, &mut out);
+            if let Some(inverse) = inverse {
+                add(&mut vec![inverse], FieldUse::IsuInverse, &mut out);
+            }
+        }
+        Op::Loss(LossKind::CrossEntropy { label }) => add(&mut vec![label], FieldUse::LossLabel, &mut out),
+        _ => {}
+    }
+    out
+}
+
+/// The state field the op writes, with how.
+pub(super) fn attribute_write(op: &Op) -> Option<(FieldId, FieldUse)> {
+    match op {
+        Op::Source => Some((FieldId(0), FieldUse::SourceInstance)),
+        Op::Isu { field, .. } => Some((*field, FieldUse::IsuTarget)),
+        _ => None,
+    }
+}
+
+/// The fields of the expressions on `stack` (emptied), with an explicit stack: a hostile
+/// file may nest expressions deeper than the call stack.
+pub(super) fn expr_fields(stack: &mut Vec<&StateExpr>, out: &mut Vec<FieldId>) {
+    while let Some(expr) = stack.pop() {
+        match expr {
+            StateExpr::Field(f) => out.push(*f),
+            StateExpr::Const(_) => {}
+            StateExpr::Data(path) | StateExpr::Len(path) => push_path(path, stack),
+            StateExpr::Not(e) => stack.push(e),
+            StateExpr::Bin(_, a, b) => {
+                stack.push(b);
+                stack.push(a);
+            }
+        }
+    }
+}
+
+fn push_path<'e>(path: &'e [DataStep], stack: &mut Vec<&'e StateExpr>) {
+    for step in path.iter().rev() {
+        if let DataStep::Index(e) = step {
+            stack.push(e);
+        }
+    }
+}
+
+/// Field ids in range; `reads` lists what the attributes read, `writes` exactly what the
+/// op writes (the dataflow check trusts `reads` and the op, so the two must agree).
+fn check_fields(cx: &mut Checker, i: usize, node: &Node) {
+    let fields = cx.field_count();
+    let in_range = |f: FieldId| usize::from(f.0) < fields;
+    for (list, used_as) in
+        [(&node.reads, FieldUse::Reads), (&node.writes, FieldUse::Writes), (&node.key, FieldUse::Key)]
+    {
+        let mut bad: Vec<FieldId> = list.iter().copied().filter(|&f| !in_range(f)).collect();
+        bad.sort();
+        bad.dedup();
+        for field in bad {
+            cx.report(i, VerifyErrorKind::FieldOutOfRange { field, fields, used_as });
+        }
+    }
+
+    let mut declared: Vec<FieldId> = node.reads.clone();
+    declared.sort();
+    declared.dedup();
+    let mut used = attribute_reads(&node.op);
+    used.sort_by_key(|&(f, _)| f);
+    used.dedup_by_key(|&mut (f, _)| f);
+    for (field, used_as) in used {
+        if !in_range(field) {
+            cx.report(i, VerifyErrorKind::FieldOutOfRange { field, fields, used_as });
+        } else if declared.binary_search(&field).is_err() {
+            let field = cx.field_ref(field);
+            cx.report(i, VerifyErrorKind::ReadNotDeclared { field, used_as });
+        }
+    }
+
+    let written = attribute_write(&node.op);
+    if let Some((field, used_as)) = written {
+        if !in_range(field) {
+            cx.report(i, VerifyErrorKind::FieldOutOfRange { field, fields, used_as });
+        } else if !node.writes.contains(&field) {
+            let field = cx.field_ref(field);
+            cx.report(i, VerifyErrorKind::WriteNotDeclared { field, used_as });
+        }
+    }
+    let mut listed: Vec<FieldId> = node.writes.iter().copied().filter(|&f| in_range(f)).collect();
+    listed.sort();
+    listed.dedup();
+    for field in listed {
+        if written.map(|(w, _)| w) != Some(field) {
+            let field = cx.field_ref(field);
+            cx.report(i, VerifyErrorKind::UndueWrite { field });
+        }
+    }
+    if let (Op::Isu { .. }, Some((FieldId(0), _))) = (&node.op, written) {
+        let field = cx.field_ref(FieldId(0));
+        cx.report(i, VerifyErrorKind::WritesInstance { field });
+    }
+}
+
+// ------------------------------------------------------------------ keys
+
+/// Why the node keeps something under its key, if it does: it caches for its backward
+/// pass, joins inputs (forward) or gradients (backward) by key, or fans out (so it sums its
+/// consumers' gradients). The source is exempt: its backward pass only counts instances.
+/// This is the lowering's rule (`amp-lower`'s `keys.rs`): an `embedding` or a one-input
+/// `concat` keeps nothing, since the backward message's state recomputes the row index and
+/// the split widths are static.
+pub(super) fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
+    let caches = match &node.op {
+        Op::Linear { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
+        Op::Isu { inverse, .. } => inverse.is_none(),
+        _ => false,
+    };
+    if caches {
+        Some(KeyReason::Caches)
+    } else if node.inputs.len() >= 2 {
+        Some(KeyReason::JoinsInputs)
+    } else if matches!(node.op, Op::Split { .. }) && node.outputs.len() >= 2 {
+        Some(KeyReason::JoinsGradients)
+    } else if fans_out && !matches!(node.op, Op::Source) {
+        Some(KeyReason::FansOut)
+    } else {
+        None
+    }
+}
+
+fn check_key_instance(cx: &mut Checker, i: usize, node: &Node, fans_out: bool) {
+    let Some(reason) = key_reason(node, fans_out) else { return };
+    if !node.key.contains(&FieldId(0)) {
+        let key = node.key.iter().map(|&f| cx.field_ref(f)).collect();
+        let instance = cx.field_ref(FieldId(0));
+        cx.report(i, VerifyErrorKind::KeyMissingInstance { reason, key, instance });
+    }
+}

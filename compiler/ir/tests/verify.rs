@@ -1,0 +1,858 @@
+//! The verifier: hand-built correct graphs are accepted; each hand-broken variant is
+//! rejected with a specific message; random mutations never make it panic.
+
+use amp_ir::verify::{verify, verify_report};
+use amp_ir::{
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossKind, Node, Op, Param, PayloadTy,
+    StateExpr, StateField, UnaryFn,
+};
+use petgraph::stable_graph::{EdgeIndex, NodeIndex};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+use proptest::prelude::*;
+
+// ------------------------------------------------------------------ building graphs
+
+const INST: FieldId = FieldId(0);
+
+fn f32(dims: &[u64]) -> PayloadTy {
+    PayloadTy::F32(dims.to_vec())
+}
+
+fn field(f: FieldId) -> StateExpr {
+    StateExpr::Field(f)
+}
+
+fn int(c: i64) -> StateExpr {
+    StateExpr::Const(c)
+}
+
+fn data(path: &[&str]) -> Vec<DataStep> {
+    path.iter().map(|s| DataStep::Field(s.to_string())).collect()
+}
+
+/// Builds a graph node by node; `add` wires inputs from (node, output port) pairs and
+/// fills `reads`/`writes` from the op's attributes, as the lowering does.
+struct Builder {
+    graph: Graph,
+}
+
+impl Builder {
+    fn new(fields: &[(&str, FieldRole)]) -> Self {
+        let state = fields.iter().map(|(name, role)| StateField { name: name.to_string(), role: *role }).collect();
+        Builder { graph: Graph { name: "Test".into(), state, ..Graph::default() } }
+    }
+
+    fn linear_params(&mut self, name: &str, out: u64, inp: u64) {
+        self.graph.params.push(Param { name: format!("{name}.weight"), shape: vec![out, inp] });
+        self.graph.params.push(Param { name: format!("{name}.bias"), shape: vec![out] });
+    }
+
+    fn add(&mut self, op: Op, inputs: &[(NodeIndex, u16)], outputs: Vec<PayloadTy>, key: &[FieldId]) -> NodeIndex {
+        let in_types = inputs.iter().map(|&(n, p)| self.graph.nodes[n].outputs[p as usize].clone()).collect();
+        let (reads, writes) = op_fields(&op);
+        let label = op.keyword().to_string();
+        let idx = self.graph.nodes.add_node(Node {
+            op,
+            inputs: in_types,
+            outputs,
+            reads,
+            writes,
+            key: key.to_vec(),
+            label,
+            loc: None,
+            fusion: None,
+        });
+        for (port, &(from, from_port)) in inputs.iter().enumerate() {
+            self.connect(from, from_port, idx, port as u16);
+        }
+        idx
+    }
+
+    fn connect(&mut self, from: NodeIndex, from_port: u16, to: NodeIndex, to_port: u16) -> EdgeIndex {
+        self.graph.nodes.add_edge(from, to, Edge { from_port, to_port })
+    }
+
+    fn source(&mut self) -> NodeIndex {
+        self.add(Op::Source, &[], vec![PayloadTy::Unit], &[])
+    }
+}
+
+fn op_fields(op: &Op) -> (Vec<FieldId>, Vec<FieldId>) {
+    let mut reads = Vec::new();
+    let mut writes = Vec::new();
+    match op {
+        Op::Source => writes.push(INST),
+        Op::Read { path } => StateExpr::Data(path.clone()).fields(&mut reads),
+        Op::Embedding { index, .. } => index.fields(&mut reads),
+        Op::Cond { pred } => pred.fields(&mut reads),
+        Op::Switch { index, .. } => index.fields(&mut reads),
+        Op::Isu { field, value, inverse } => {
+            value.fields(&mut reads);
+            if let Some(inv) = inverse {
+                inv.fields(&mut reads);
+            }
+            writes.push(*field);
+        }
+        Op::Loss(LossKind::CrossEntropy { label }) => label.fields(&mut reads),
+        _ => {}
+    }
+    reads.sort();
+    reads.dedup();
+    (reads, writes)
+}
+
+fn label() -> Op {
+    Op::Loss(LossKind::CrossEntropy { label: StateExpr::Data(data(&["label"])) })
+}
+
+/// The nodes of the straight-line model, for tests that break one of them.
+struct Straight {
+    b: Builder,
+    source: NodeIndex,
+    read: NodeIndex,
+    l1: NodeIndex,
+    relu: NodeIndex,
+    l2: NodeIndex,
+    loss: NodeIndex,
+}
+
+/// source → read .x f32[8] → linear @l1 [16] → relu → linear @l2 [3] → cross-entropy
+/// against `x.label`.
+fn straight() -> Straight {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance)]);
+    b.linear_params("l1", 16, 8);
+    b.linear_params("l2", 3, 16);
+    let source = b.source();
+    let read = b.add(Op::Read { path: data(&["x"]) }, &[(source, 0)], vec![f32(&[8])], &[]);
+    let l1 = b.add(Op::Linear { param: "l1".into() }, &[(read, 0)], vec![f32(&[16])], &[INST]);
+    let relu = b.add(Op::Unary(UnaryFn::Relu), &[(l1, 0)], vec![f32(&[16])], &[INST]);
+    let l2 = b.add(Op::Linear { param: "l2".into() }, &[(relu, 0)], vec![f32(&[3])], &[INST]);
+    let loss = b.add(label(), &[(l2, 0)], vec![], &[INST]);
+    Straight { b, source, read, l1, relu, l2, loss }
+}
+
+struct Looped {
+    b: Builder,
+    t: FieldId,
+    entry: NodeIndex,
+    phi: NodeIndex,
+    cond: NodeIndex,
+    cell: NodeIndex,
+    step: NodeIndex,
+}
+
+/// `for t in 0..len(x.xs) { h = tanh(cell(h)) }; loss(out(h))` as the lowering builds it:
+/// `isu t := 0` on entry, a header phi, `cond t < len(x.xs)`, the body keyed by
+/// (inst, t), `isu t := t + 1` back to the phi, `isu t := -1` on exit.
+fn looped() -> Looped {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance), ("t", FieldRole::Counter)]);
+    let t = FieldId(1);
+    b.linear_params("cell", 4, 4);
+    b.linear_params("out", 3, 4);
+    let bound = StateExpr::Len(data(&["xs"]));
+    let source = b.source();
+    let h0 = b.add(Op::Const { value: ConstValue::Zeros }, &[(source, 0)], vec![f32(&[4])], &[]);
+    let entry = b.add(Op::Isu { field: t, value: int(0), inverse: Some(int(-1)) }, &[(h0, 0)], vec![f32(&[4])], &[]);
+    let phi = b.graph.nodes.add_node(Node {
+        op: Op::Phi { arms: 2 },
+        inputs: vec![f32(&[4]), f32(&[4])],
+        outputs: vec![f32(&[4])],
+        reads: vec![],
+        writes: vec![],
+        key: vec![INST, t],
+        label: "loop".into(),
+        loc: None,
+        fusion: None,
+    });
+    b.connect(entry, 0, phi, 0);
+    let pred = StateExpr::bin(IntOp::Lt, field(t), bound.clone());
+    let cond = b.add(Op::Cond { pred }, &[(phi, 0)], vec![f32(&[4]), f32(&[4])], &[]);
+    let cell = b.add(Op::Linear { param: "cell".into() }, &[(cond, 0)], vec![f32(&[4])], &[INST, t]);
+    let tanh = b.add(Op::Unary(UnaryFn::Tanh), &[(cell, 0)], vec![f32(&[4])], &[INST, t]);
+    let step = StateExpr::bin(IntOp::Add, field(t), int(1));
+    let back = StateExpr::bin(IntOp::Sub, field(t), int(1));
+    let step = b.add(Op::Isu { field: t, value: step, inverse: Some(back) }, &[(tanh, 0)], vec![f32(&[4])], &[]);
+    b.connect(step, 0, phi, 1);
+    let exit = b.add(Op::Isu { field: t, value: int(-1), inverse: Some(bound) }, &[(cond, 1)], vec![f32(&[4])], &[]);
+    let out = b.add(Op::Linear { param: "out".into() }, &[(exit, 0)], vec![f32(&[3])], &[INST]);
+    b.add(label(), &[(out, 0)], vec![], &[INST]);
+    Looped { b, t, entry, phi, cond, cell, step }
+}
+
+struct Nested {
+    b: Builder,
+    mid: NodeIndex,
+}
+
+/// Two nested loops: `for i in 0..3 { for j in 0..2 { h = cell(h) }; h = mid(h) }`.
+/// `mid` runs once per outer iteration, so it is keyed (inst, i) without j.
+fn nested() -> Nested {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance), ("i", FieldRole::Counter), ("j", FieldRole::Counter)]);
+    let (i, j) = (FieldId(1), FieldId(2));
+    b.linear_params("cell", 4, 4);
+    b.linear_params("mid", 4, 4);
+    b.linear_params("out", 3, 4);
+    let ty = || vec![f32(&[4])];
+    let phi = |b: &mut Builder, key: Vec<FieldId>| {
+        b.graph.nodes.add_node(Node {
+            op: Op::Phi { arms: 2 },
+            inputs: vec![f32(&[4]), f32(&[4])],
+            outputs: ty(),
+            reads: vec![],
+            writes: vec![],
+            key,
+            label: "loop".into(),
+            loc: None,
+            fusion: None,
+        })
+    };
+    let isu = |f: FieldId, value: StateExpr, inverse: StateExpr| Op::Isu { field: f, value, inverse: Some(inverse) };
+    let inc = |f: FieldId, d: i64| StateExpr::bin(IntOp::Add, field(f), int(d));
+    let lt = |f: FieldId, n: i64| Op::Cond { pred: StateExpr::bin(IntOp::Lt, field(f), int(n)) };
+
+    let source = b.source();
+    let h0 = b.add(Op::Const { value: ConstValue::Zeros }, &[(source, 0)], ty(), &[]);
+    let entry_i = b.add(isu(i, int(0), int(-1)), &[(h0, 0)], ty(), &[]);
+    let phi_i = phi(&mut b, vec![INST, i]);
+    b.connect(entry_i, 0, phi_i, 0);
+    let cond_i = b.add(lt(i, 3), &[(phi_i, 0)], vec![f32(&[4]); 2], &[]);
+    let entry_j = b.add(isu(j, int(0), int(-1)), &[(cond_i, 0)], ty(), &[]);
+    let phi_j = phi(&mut b, vec![INST, i, j]);
+    b.connect(entry_j, 0, phi_j, 0);
+    let cond_j = b.add(lt(j, 2), &[(phi_j, 0)], vec![f32(&[4]); 2], &[]);
+    let cell = b.add(Op::Linear { param: "cell".into() }, &[(cond_j, 0)], ty(), &[INST, i, j]);
+    let step_j = b.add(isu(j, inc(j, 1), inc(j, -1)), &[(cell, 0)], ty(), &[]);
+    b.connect(step_j, 0, phi_j, 1);
+    let exit_j = b.add(isu(j, int(-1), int(2)), &[(cond_j, 1)], ty(), &[]);
+    let mid = b.add(Op::Linear { param: "mid".into() }, &[(exit_j, 0)], ty(), &[INST, i]);
+    let step_i = b.add(isu(i, inc(i, 1), inc(i, -1)), &[(mid, 0)], ty(), &[]);
+    b.connect(step_i, 0, phi_i, 1);
+    let exit_i = b.add(isu(i, int(-1), int(3)), &[(cond_i, 1)], ty(), &[]);
+    let out = b.add(Op::Linear { param: "out".into() }, &[(exit_i, 0)], vec![f32(&[3])], &[INST]);
+    b.add(label(), &[(out, 0)], vec![], &[INST]);
+    Nested { b, mid }
+}
+
+fn node(g: &mut Graph, n: NodeIndex) -> &mut Node {
+    &mut g.nodes[n]
+}
+
+fn edge_into(g: &Graph, n: NodeIndex, port: u16) -> EdgeIndex {
+    g.nodes.edges_directed(n, Direction::Incoming).find(|e| e.weight().to_port == port).map(|e| e.id()).unwrap()
+}
+
+/// Asserts the graph is rejected with an error whose text contains every `parts`.
+#[track_caller]
+fn rejects(graph: &Graph, parts: &[&str]) {
+    let errors = verify(graph).expect_err("the graph should be rejected");
+    let texts: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert!(
+        texts.iter().any(|t| parts.iter().all(|p| t.contains(p))),
+        "no error contains all of {parts:?}; errors:\n{}",
+        texts.join("\n")
+    );
+}
+
+#[track_caller]
+fn accepts(graph: &Graph) {
+    if let Err(errors) = verify(graph) {
+        let texts: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        panic!("the graph should be accepted; errors:\n{}", texts.join("\n"));
+    }
+}
+
+// ------------------------------------------------------------------ accepted
+
+#[test]
+fn straight_line_model_is_accepted() {
+    accepts(&straight().b.graph);
+    assert_eq!(verify_report(&straight().b.graph), "ok\n");
+}
+
+#[test]
+fn loop_is_accepted() {
+    accepts(&looped().b.graph);
+}
+
+#[test]
+fn nested_loops_keyed_by_their_own_counters_are_accepted() {
+    accepts(&nested().b.graph);
+}
+
+#[test]
+fn binary_with_scalar_operand_is_accepted() {
+    let mut s = straight();
+    let scale = s.b.add(Op::Const { value: ConstValue::Scalar(0.5) }, &[(s.source, 0)], vec![f32(&[])], &[]);
+    let mul = s.b.add(Op::Binary(BinaryFn::Mul), &[(s.relu, 0), (scale, 0)], vec![f32(&[16])], &[INST]);
+    let e = edge_into(&s.b.graph, s.l2, 0);
+    s.b.graph.nodes.remove_edge(e);
+    s.b.connect(mul, 0, s.l2, 0);
+    accepts(&s.b.graph);
+}
+
+// ------------------------------------------------------------------ schema and ends
+
+#[test]
+fn missing_source() {
+    let mut s = straight();
+    s.b.graph.nodes.remove_node(s.source);
+    rejects(&s.b.graph, &["the graph has no `source` node"]);
+}
+
+#[test]
+fn two_sources() {
+    let mut s = straight();
+    s.b.source();
+    rejects(&s.b.graph, &["node %6 `source` (source): is a second `source` (the first is %0)"]);
+}
+
+#[test]
+fn no_loss_or_sink() {
+    let mut s = straight();
+    s.b.graph.nodes.remove_node(s.loss);
+    rejects(&s.b.graph, &["no `loss` and no `sink`"]);
+}
+
+#[test]
+fn state_field_zero_not_instance() {
+    let mut s = straight();
+    s.b.graph.state[0].role = FieldRole::Counter;
+    rejects(&s.b.graph, &["state field 0 `inst` has role counter; field 0 must have role instance"]);
+}
+
+#[test]
+fn duplicate_field_names() {
+    let mut l = looped();
+    l.b.graph.state[1].name = "inst".into();
+    rejects(&l.b.graph, &["state fields 0 and 1 are both named `inst`"]);
+}
+
+#[test]
+fn field_name_not_identifier() {
+    let mut l = looped();
+    l.b.graph.state[1].name = "t 1".into();
+    rejects(&l.b.graph, &["state field 1 is named \"t 1\", which is not an identifier"]);
+}
+
+// ------------------------------------------------------------------ ports
+
+#[test]
+fn unconnected_input() {
+    let mut s = straight();
+    let e = edge_into(&s.b.graph, s.relu, 0);
+    s.b.graph.nodes.remove_edge(e);
+    rejects(&s.b.graph, &["node %3 `unary` (unary relu): input 0 has no incoming edge"]);
+}
+
+#[test]
+fn two_edges_into_one_port() {
+    let mut s = straight();
+    s.b.connect(s.l1, 0, s.relu, 0);
+    rejects(&s.b.graph, &["(unary relu): input 0 has 2 incoming edges"]);
+}
+
+#[test]
+fn port_out_of_range() {
+    let mut s = straight();
+    let e = edge_into(&s.b.graph, s.relu, 0);
+    s.b.graph.nodes[e].from_port = 3;
+    rejects(&s.b.graph, &["node %2", "an edge to %3 leaves output port 3, but the node has 1 output"]);
+    s.b.graph.nodes[e] = Edge { from_port: 0, to_port: 5 };
+    rejects(&s.b.graph, &["node %3", "an edge from %2 enters input port 5, but the node has 1 input"]);
+}
+
+#[test]
+fn edge_payload_type_mismatch() {
+    let mut s = straight();
+    node(&mut s.b.graph, s.relu).inputs[0] = f32(&[17]);
+    rejects(&s.b.graph, &["input 0 has type f32[17] but its edge from %2#0 carries f32[16]"]);
+}
+
+#[test]
+fn self_loop() {
+    let mut s = straight();
+    s.b.connect(s.relu, 0, s.relu, 0);
+    rejects(&s.b.graph, &["(unary relu): has an edge from its own output 0 to its own input 0 (a self loop)"]);
+}
+
+// ------------------------------------------------------------------ ops and types
+
+#[test]
+fn linear_input_width_does_not_match_its_weight() {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance)]);
+    b.linear_params("cell", 128, 256);
+    let source = b.source();
+    let read = b.add(Op::Read { path: data(&["x"]) }, &[(source, 0)], vec![f32(&[200])], &[]);
+    let cell = b.add(Op::Linear { param: "cell".into() }, &[(read, 0)], vec![f32(&[128])], &[INST]);
+    node(&mut b.graph, cell).label = "cell".into();
+    b.add(Op::Sink { name: "y".into() }, &[(cell, 0)], vec![], &[]);
+    b.add(label(), &[(cell, 0)], vec![], &[INST]);
+    let errors = verify(&b.graph).unwrap_err();
+    let texts: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    assert!(
+        texts.contains(
+            &"node %2 `cell` (linear @cell): input f32[200] does not match cell.weight [128, 256] (expects f32[256])"
+                .to_string()
+        ),
+        "{texts:#?}"
+    );
+}
+
+#[test]
+fn linear_output_and_leading_dims() {
+    let mut s = straight();
+    node(&mut s.b.graph, s.l2).outputs[0] = f32(&[4]);
+    rejects(&s.b.graph, &["(linear @l2): output f32[4] does not match l2.weight [3, 16] (expects f32[3])"]);
+}
+
+#[test]
+fn linear_missing_param() {
+    let mut s = straight();
+    s.b.graph.params.retain(|p| p.name != "l2.bias");
+    rejects(&s.b.graph, &["node %4 `linear` (linear @l2): parameter `l2.bias` does not exist"]);
+}
+
+#[test]
+fn linear_bias_of_wrong_shape() {
+    let mut s = straight();
+    s.b.graph.params.iter_mut().filter(|p| p.name == "l1.bias").for_each(|p| p.shape = vec![15]);
+    rejects(&s.b.graph, &["parameter l1.bias has shape [15], expected [16]"]);
+}
+
+#[test]
+fn bad_split() {
+    let mut s = straight();
+    let split = s.b.add(Op::Split { parts: 3 }, &[(s.relu, 0)], vec![f32(&[5]); 3], &[INST]);
+    s.b.add(Op::Sink { name: "parts".into() }, &[(split, 0)], vec![], &[]);
+    rejects(&s.b.graph, &["(split 3): input f32[16] cannot be split into 3 equal parts"]);
+    node(&mut s.b.graph, split).op = Op::Split { parts: 2 };
+    rejects(&s.b.graph, &["(split 2): has 3 outputs, expected 2"]);
+}
+
+#[test]
+fn concat_of_a_matrix() {
+    let mut s = straight();
+    let wide = s.b.add(Op::Read { path: data(&["m"]) }, &[(s.source, 0)], vec![f32(&[2, 8])], &[]);
+    let cat = s.b.add(Op::Concat, &[(s.read, 0), (wide, 0)], vec![f32(&[24])], &[INST]);
+    s.b.add(Op::Sink { name: "cat".into() }, &[(cat, 0)], vec![], &[]);
+    rejects(&s.b.graph, &["(concat): input 1 has type f32[2, 8], expected an f32 vector (rank 1)"]);
+}
+
+#[test]
+fn binary_shape_mismatch() {
+    let mut s = straight();
+    let add = s.b.add(Op::Binary(BinaryFn::Add), &[(s.read, 0), (s.relu, 0)], vec![f32(&[16])], &[INST]);
+    s.b.add(Op::Sink { name: "sum".into() }, &[(add, 0)], vec![], &[]);
+    rejects(&s.b.graph, &["(binary add): inputs f32[8] and f32[16] differ in shape and neither is a scalar f32"]);
+}
+
+#[test]
+fn cond_with_one_output() {
+    let mut l = looped();
+    let g = &mut l.b.graph;
+    node(g, l.cond).outputs.pop();
+    rejects(g, &["node %4 `cond` (cond): has 1 output, expected 2"]);
+}
+
+#[test]
+fn phi_inputs_of_different_types() {
+    let mut l = looped();
+    node(&mut l.b.graph, l.phi).inputs[1] = f32(&[5]);
+    rejects(&l.b.graph, &["node %3 `loop` (phi 2): input 1 has type f32[5], which differs from input 0's f32[4]"]);
+}
+
+#[test]
+fn softmax_of_a_scalar() {
+    let mut s = straight();
+    let scalar = s.b.add(Op::Read { path: data(&["s"]) }, &[(s.source, 0)], vec![f32(&[])], &[]);
+    let soft = s.b.add(Op::Unary(UnaryFn::Softmax), &[(scalar, 0)], vec![f32(&[])], &[INST]);
+    s.b.add(Op::Sink { name: "p".into() }, &[(soft, 0)], vec![], &[]);
+    rejects(&s.b.graph, &["(unary softmax): input 0 has type f32, expected an f32 tensor of rank at least 1"]);
+}
+
+#[test]
+fn cross_entropy_of_a_matrix() {
+    let mut s = straight();
+    node(&mut s.b.graph, s.l2).outputs[0] = f32(&[1, 3]);
+    node(&mut s.b.graph, s.loss).inputs[0] = f32(&[1, 3]);
+    rejects(&s.b.graph, &["(loss cross_entropy): input 0 has type f32[1, 3], expected an f32 vector (rank 1)"]);
+}
+
+// ------------------------------------------------------------------ fields
+
+#[test]
+fn field_id_out_of_range() {
+    let mut l = looped();
+    node(&mut l.b.graph, l.cell).key = vec![INST, FieldId(9)];
+    rejects(&l.b.graph, &["(linear @cell): the key names field #9, but the state has 2 fields"]);
+    let mut l = looped();
+    node(&mut l.b.graph, l.step).op = Op::Isu { field: FieldId(7), value: int(0), inverse: None };
+    rejects(&l.b.graph, &["the isu target names field #7, but the state has 2 fields"]);
+}
+
+#[test]
+fn reads_missing_the_predicate_field() {
+    let mut l = looped();
+    node(&mut l.b.graph, l.cond).reads.clear();
+    rejects(&l.b.graph, &["node %4 `cond` (cond): the predicate reads %t, but the node's `reads` does not list it"]);
+}
+
+#[test]
+fn writes_missing_the_isu_target() {
+    let mut l = looped();
+    node(&mut l.b.graph, l.step).writes.clear();
+    rejects(&l.b.graph, &["(isu %t): the isu target writes %t, but the node's `writes` does not list it"]);
+}
+
+#[test]
+fn writes_a_field_the_op_does_not_write() {
+    let mut l = looped();
+    node(&mut l.b.graph, l.cell).writes.push(l.t);
+    rejects(&l.b.graph, &["(linear @cell): `writes` lists %t, which this op does not write"]);
+}
+
+// ------------------------------------------------------------------ keys
+
+#[test]
+fn key_without_instance() {
+    let mut s = straight();
+    node(&mut s.b.graph, s.l1).key.clear();
+    rejects(
+        &s.b.graph,
+        &["node %2 `linear` (linear @l1): caches for its backward pass, but its key () lacks the instance field %inst"],
+    );
+}
+
+#[test]
+fn fan_out_needs_a_key() {
+    let mut s = straight();
+    s.b.add(Op::Sink { name: "x".into() }, &[(s.read, 0)], vec![], &[]);
+    rejects(&s.b.graph, &["(read .x): fans out, so it sums its consumers' gradients by key, but its key ()"]);
+}
+
+#[test]
+fn loop_node_whose_key_misses_the_loop_counter() {
+    let mut l = looped();
+    node(&mut l.b.graph, l.cell).key = vec![INST];
+    rejects(
+        &l.b.graph,
+        &["node %5 `linear` (linear @cell): caches for its backward pass inside the loop counted by %t (stepped by \
+           %7), but its key (%inst) lacks %t"],
+    );
+}
+
+#[test]
+fn inner_loop_node_needs_both_counters() {
+    let mut n = nested();
+    let cell = n.b.graph.nodes.node_indices().find(|&i| n.b.graph.nodes[i].op == Op::Linear { param: "cell".into() });
+    node(&mut n.b.graph, cell.unwrap()).key = vec![INST, FieldId(2)];
+    rejects(&n.b.graph, &["(linear @cell): caches for its backward pass inside the loop counted by %i"]);
+}
+
+#[test]
+fn outer_loop_node_needs_the_outer_counter() {
+    let mut n = nested();
+    node(&mut n.b.graph, n.mid).key = vec![INST, FieldId(2)];
+    rejects(&n.b.graph, &["(linear @mid): caches for its backward pass inside the loop counted by %i", "lacks %i"]);
+}
+
+// ------------------------------------------------------------------ cycles
+
+#[test]
+fn cycle_without_phi_cond_or_isu() {
+    let mut s = straight();
+    // relu feeds back into a second linear that feeds relu's… own consumer chain: l1 ← l2.
+    let e = edge_into(&s.b.graph, s.l1, 0);
+    s.b.graph.nodes.remove_edge(e);
+    node(&mut s.b.graph, s.l1).inputs[0] = f32(&[16]);
+    s.b.graph.params.iter_mut().filter(|p| p.name == "l1.weight").for_each(|p| p.shape = vec![16, 16]);
+    let add = s.b.add(Op::Binary(BinaryFn::Add), &[(s.relu, 0), (s.relu, 0)], vec![f32(&[16])], &[INST]);
+    s.b.connect(add, 0, s.l1, 0);
+    rejects(&s.b.graph, &["node %2", "is in a cycle of 3 nodes (%2, %3, %6) without a phi (the loop header)"]);
+    rejects(&s.b.graph, &["without a cond or switch (the loop exit)"]);
+    rejects(&s.b.graph, &["without an isu (the loop step)"]);
+}
+
+#[test]
+fn loop_without_step() {
+    let mut l = looped();
+    node(&mut l.b.graph, l.step).op = Op::Forget;
+    node(&mut l.b.graph, l.step).outputs[0] = PayloadTy::Unit;
+    rejects(&l.b.graph, &["is in a cycle of 5 nodes", "without an isu (the loop step)"]);
+}
+
+// ------------------------------------------------------------------ reachability
+
+#[test]
+fn node_unreachable_from_source() {
+    let mut s = straight();
+    let orphan = s.b.add(Op::Const { value: ConstValue::Ones }, &[], vec![f32(&[16])], &[]);
+    node(&mut s.b.graph, orphan).inputs = vec![PayloadTy::Unit];
+    let add = s.b.add(Op::Binary(BinaryFn::Add), &[(s.relu, 0), (orphan, 0)], vec![f32(&[16])], &[INST]);
+    let e = edge_into(&s.b.graph, s.l2, 0);
+    s.b.graph.nodes.remove_edge(e);
+    s.b.connect(add, 0, s.l2, 0);
+    rejects(&s.b.graph, &["node %6 `const` (const ones): is not reachable from the source"]);
+}
+
+#[test]
+fn linear_that_never_reaches_a_loss() {
+    let mut s = straight();
+    s.b.linear_params("aux", 2, 16);
+    let aux = s.b.add(Op::Linear { param: "aux".into() }, &[(s.relu, 0)], vec![f32(&[2])], &[INST]);
+    node(&mut s.b.graph, s.relu).key = vec![INST];
+    s.b.add(Op::Sink { name: "aux".into() }, &[(aux, 0)], vec![], &[]);
+    rejects(&s.b.graph, &["node %6 `linear` (linear @aux): never reaches a loss"]);
+}
+
+#[test]
+fn dead_node() {
+    let mut s = straight();
+    s.b.add(Op::Unary(UnaryFn::Exp), &[(s.l2, 0)], vec![f32(&[3])], &[INST]);
+    rejects(
+        &s.b.graph,
+        &["node %6 `unary` (unary exp): reaches no loss or sink: dead node (run dead-node elimination)"],
+    );
+}
+
+// ------------------------------------------------------------------ defined before use
+
+#[test]
+fn field_read_before_any_write() {
+    let mut l = looped();
+    // Feed the phi's entry from the const directly: nothing writes %t before the loop.
+    let e = edge_into(&l.b.graph, l.phi, 0);
+    let h0 = l.b.graph.nodes.edge_endpoints(edge_into(&l.b.graph, l.entry, 0)).unwrap().0;
+    l.b.graph.nodes.remove_edge(e);
+    l.b.connect(h0, 0, l.phi, 0);
+    l.b.graph.nodes.remove_node(l.entry);
+    rejects(
+        &l.b.graph,
+        &["node %4 `cond` (cond): reads %t, which is not written on every path from the source (not on the path through \
+           %3)"],
+    );
+}
+
+#[test]
+fn field_written_on_one_branch_only() {
+    // source → cond on a data field → (true: isu t := 0) / (false: nothing) → phi → cond t.
+    let mut b = Builder::new(&[("inst", FieldRole::Instance), ("t", FieldRole::Counter)]);
+    let t = FieldId(1);
+    let source = b.source();
+    let pick = b.add(
+        Op::Cond { pred: StateExpr::bin(IntOp::Gt, StateExpr::Len(data(&["xs"])), int(0)) },
+        &[(source, 0)],
+        vec![PayloadTy::Unit; 2],
+        &[],
+    );
+    let set =
+        b.add(Op::Isu { field: t, value: int(0), inverse: Some(int(-1)) }, &[(pick, 0)], vec![PayloadTy::Unit], &[]);
+    let join = b.add(Op::Phi { arms: 2 }, &[(set, 0), (pick, 1)], vec![PayloadTy::Unit], &[INST]);
+    let test = b.add(
+        Op::Cond { pred: StateExpr::bin(IntOp::Eq, field(t), int(0)) },
+        &[(join, 0)],
+        vec![PayloadTy::Unit; 2],
+        &[INST],
+    );
+    b.add(Op::Sink { name: "a".into() }, &[(test, 0)], vec![], &[]);
+    b.add(Op::Sink { name: "b".into() }, &[(test, 1)], vec![], &[]);
+    rejects(&b.graph, &["node %4 `cond` (cond): reads %t, which is not written on every path from the source"]);
+    // Writing %t on the other branch too makes it definite.
+    let e = edge_into(&b.graph, join, 1);
+    b.graph.nodes.remove_edge(e);
+    let other =
+        b.add(Op::Isu { field: t, value: int(1), inverse: Some(int(-1)) }, &[(pick, 1)], vec![PayloadTy::Unit], &[]);
+    b.connect(other, 0, join, 1);
+    accepts(&b.graph);
+}
+
+// ------------------------------------------------------------------ report and scale
+
+#[test]
+fn report_lists_errors_one_per_line() {
+    let mut s = straight();
+    node(&mut s.b.graph, s.l1).key.clear();
+    node(&mut s.b.graph, s.l2).key.clear();
+    let report = verify_report(&s.b.graph);
+    assert_eq!(report.lines().count(), 2, "{report}");
+    assert!(report.lines().all(|l| l.starts_with("error: node %")), "{report}");
+}
+
+#[test]
+fn long_chain_verifies_without_deep_recursion() {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance)]);
+    let mut prev = b.source();
+    prev = b.add(Op::Read { path: data(&["x"]) }, &[(prev, 0)], vec![f32(&[4])], &[]);
+    for _ in 0..200_000 {
+        prev = b.add(Op::Unary(UnaryFn::Relu), &[(prev, 0)], vec![f32(&[4])], &[INST]);
+    }
+    b.add(Op::Sink { name: "y".into() }, &[(prev, 0)], vec![], &[]);
+    accepts(&b.graph);
+}
+
+#[test]
+fn deeply_nested_expression_does_not_overflow_the_stack() {
+    let mut l = looped();
+    let mut pred = field(l.t);
+    for _ in 0..100_000 {
+        pred = StateExpr::Not(Box::new(pred));
+    }
+    node(&mut l.b.graph, l.cond).op = Op::Cond { pred };
+    // `reads` still lists %t, so the graph stays valid.
+    let result = verify(&l.b.graph);
+    // Dropping the expression recursively would overflow; leak it instead.
+    std::mem::forget(l);
+    assert!(result.is_ok(), "{result:?}");
+}
+
+// ------------------------------------------------------------------ random mutations
+
+#[derive(Clone, Debug)]
+enum Mutation {
+    DeleteNode(usize),
+    DeleteEdge(usize),
+    AddEdge(usize, usize, u16, u16),
+    RetargetEdge(usize, u16, u16),
+    ClearKey(usize),
+    SetOutputType(usize, usize, Option<Vec<u64>>),
+    SetField(usize, usize, u16),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        any::<usize>().prop_map(Mutation::DeleteNode),
+        any::<usize>().prop_map(Mutation::DeleteEdge),
+        (any::<usize>(), any::<usize>(), 0u16..3, 0u16..3).prop_map(|(a, b, p, q)| Mutation::AddEdge(a, b, p, q)),
+        (any::<usize>(), prop_oneof![0u16..4, any::<u16>()], prop_oneof![0u16..4, any::<u16>()])
+            .prop_map(|(e, a, b)| Mutation::RetargetEdge(e, a, b)),
+        any::<usize>().prop_map(Mutation::ClearKey),
+        (any::<usize>(), any::<usize>(), proptest::option::of(proptest::collection::vec(0u64..300, 0..4)))
+            .prop_map(|(n, p, t)| Mutation::SetOutputType(n, p, t)),
+        (any::<usize>(), any::<usize>(), prop_oneof![0u16..5, any::<u16>()])
+            .prop_map(|(n, s, f)| Mutation::SetField(n, s, f)),
+    ]
+}
+
+fn pick<T: Copy>(items: &[T], k: usize) -> Option<T> {
+    if items.is_empty() {
+        None
+    } else {
+        Some(items[k % items.len()])
+    }
+}
+
+/// Every `FieldId` of a node: its lists and its op's attributes.
+fn field_slots(node: &mut Node) -> Vec<&mut FieldId> {
+    fn expr<'a>(e: &'a mut StateExpr, out: &mut Vec<&'a mut FieldId>) {
+        match e {
+            StateExpr::Field(f) => out.push(f),
+            StateExpr::Const(_) => {}
+            StateExpr::Data(path) | StateExpr::Len(path) => steps(path, out),
+            StateExpr::Not(e) => expr(e, out),
+            StateExpr::Bin(_, a, b) => {
+                expr(a, out);
+                expr(b, out);
+            }
+        }
+    }
+    fn steps<'a>(path: &'a mut [DataStep], out: &mut Vec<&'a mut FieldId>) {
+        for step in path {
+            if let DataStep::Index(e) = step {
+                expr(e, out);
+            }
+        }
+    }
+    let mut out: Vec<&mut FieldId> = Vec::new();
+    out.extend(node.reads.iter_mut());
+    out.extend(node.writes.iter_mut());
+    out.extend(node.key.iter_mut());
+    match &mut node.op {
+        Op::Read { path } => steps(path, &mut out),
+        Op::Embedding { index, .. } | Op::Switch { index, .. } => expr(index, &mut out),
+        Op::Cond { pred } => expr(pred, &mut out),
+        Op::Isu { field, value, inverse } => {
+            out.push(field);
+            expr(value, &mut out);
+            if let Some(inverse) = inverse {
+                expr(inverse, &mut out);
+            }
+        }
+        Op::Loss(LossKind::CrossEntropy { label }) => expr(label, &mut out),
+        _ => {}
+    }
+    out
+}
+
+fn apply(g: &mut Graph, m: &Mutation) {
+    let nodes: Vec<NodeIndex> = g.nodes.node_indices().collect();
+    let edges: Vec<EdgeIndex> = g.nodes.edge_indices().collect();
+    match *m {
+        Mutation::DeleteNode(k) => {
+            if let Some(n) = pick(&nodes, k) {
+                g.nodes.remove_node(n);
+            }
+        }
+        Mutation::DeleteEdge(k) => {
+            if let Some(e) = pick(&edges, k) {
+                g.nodes.remove_edge(e);
+            }
+        }
+        Mutation::AddEdge(a, b, from_port, to_port) => {
+            if let (Some(a), Some(b)) = (pick(&nodes, a), pick(&nodes, b)) {
+                g.nodes.add_edge(a, b, Edge { from_port, to_port });
+            }
+        }
+        Mutation::RetargetEdge(k, from_port, to_port) => {
+            if let Some(e) = pick(&edges, k) {
+                g.nodes[e] = Edge { from_port, to_port };
+            }
+        }
+        Mutation::ClearKey(k) => {
+            if let Some(n) = pick(&nodes, k) {
+                g.nodes[n].key.clear();
+            }
+        }
+        Mutation::SetOutputType(k, port, ref ty) => {
+            if let Some(n) = pick(&nodes, k) {
+                let outputs = &mut g.nodes[n].outputs;
+                if !outputs.is_empty() {
+                    let len = outputs.len();
+                    outputs[port % len] = ty.clone().map_or(PayloadTy::Unit, PayloadTy::F32);
+                }
+            }
+        }
+        Mutation::SetField(k, slot, value) => {
+            if let Some(n) = pick(&nodes, k) {
+                let mut slots = field_slots(&mut g.nodes[n]);
+                if !slots.is_empty() {
+                    let len = slots.len();
+                    *slots[slot % len] = FieldId(value);
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutations_never_panic(which in 0usize..3, mutations in proptest::collection::vec(mutation(), 1..6)) {
+        let mut g = match which {
+            0 => straight().b.graph,
+            1 => looped().b.graph,
+            _ => nested().b.graph,
+        };
+        for m in &mutations {
+            apply(&mut g, m);
+        }
+        // Ok or Err are both fine; every error must print.
+        if let Err(errors) = verify(&g) {
+            prop_assert!(!errors.is_empty());
+            for e in &errors {
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+}
