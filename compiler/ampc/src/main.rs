@@ -1,11 +1,14 @@
 //! `ampc`, the Amp compiler's command line: a thin shell over the pure compiler crates.
-//! It reads files, parses `-D` overrides and prints diagnostics; it decides nothing else.
+//! It reads and writes files, parses `-D` overrides and prints diagnostics; it decides
+//! nothing else.
 //!
 //! Exit status: 0 when no errors (warnings allowed), 1 when any file has errors, 2 on a
 //! usage error (bad flags, unreadable file). `ampc lsp` exits with 0 after `shutdown` and
 //! `exit`, 1 otherwise, as the protocol asks.
 
-use amp_diagnostics::{render_human, render_json, SourceMap};
+mod compile;
+
+use amp_diagnostics::{render_human, render_json, Diagnostic, SourceMap};
 use amp_sema::{check_program, Options};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{IsTerminal, Write};
@@ -20,7 +23,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
-enum MessageFormat {
+pub(crate) enum MessageFormat {
     /// Rendered for people, with source snippets.
     Human,
     /// One JSON object per diagnostic per line.
@@ -51,8 +54,56 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
     },
+    /// Compile a model to an AMP dataflow graph: `model.ampg`, or IR text, JSON or dot.
+    Compile {
+        file: PathBuf,
+        /// Where to write the `.ampg` file (default: FILE with the extension `.ampg`,
+        /// unless `--emit` prints the graph instead).
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        /// Print the graph to stdout in this form.
+        #[arg(long, value_enum)]
+        emit: Option<compile::Emit>,
+        /// Override a hyperparameter or constant: `-D hidden=256`.
+        #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
+        define: Vec<(String, i64)>,
+        /// The model to compile when the file defines several (default: the first).
+        #[arg(long)]
+        model: Option<String>,
+        /// Report what each pass changed.
+        #[arg(short, long)]
+        verbose: bool,
+        #[arg(long, value_enum, default_value = "human")]
+        message_format: MessageFormat,
+        #[arg(long, value_enum, default_value = "auto")]
+        color: ColorChoice,
+    },
     /// Run the language server on stdio, for editors (see docs/editors.md).
     Lsp,
+}
+
+/// Prints diagnostics in the chosen format: JSON lines on stdout, rendered text on stderr.
+pub(crate) struct Printer {
+    format: MessageFormat,
+    color: bool,
+}
+
+impl Printer {
+    fn new(format: MessageFormat, color: ColorChoice) -> Printer {
+        let color = match color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        };
+        Printer { format, color }
+    }
+
+    pub(crate) fn print(&self, map: &SourceMap, diagnostics: &[Diagnostic]) -> std::io::Result<()> {
+        match self.format {
+            MessageFormat::Json => std::io::stdout().write_all(render_json(map, diagnostics).as_bytes()),
+            MessageFormat::Human => std::io::stderr().write_all(render_human(map, diagnostics, self.color).as_bytes()),
+        }
+    }
 }
 
 fn parse_define(text: &str) -> Result<(String, i64), String> {
@@ -68,7 +119,13 @@ fn parse_define(text: &str) -> Result<(String, i64), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { files, define, message_format, color } => check(&files, define, message_format, color),
+        Command::Check { files, define, message_format, color } => {
+            check(&files, define, &Printer::new(message_format, color))
+        }
+        Command::Compile { file, output, emit, define, model, verbose, message_format, color } => compile::compile(
+            compile::CompileArgs { file, output, emit, defines: define, model, verbose },
+            &Printer::new(message_format, color),
+        ),
         Command::Lsp => match amp_lsp::run_stdio() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -79,13 +136,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(files: &[PathBuf], defines: Vec<(String, i64)>, format: MessageFormat, color: ColorChoice) -> ExitCode {
+fn check(files: &[PathBuf], defines: Vec<(String, i64)>, printer: &Printer) -> ExitCode {
     let options = Options { defines };
-    let color = match color {
-        ColorChoice::Always => true,
-        ColorChoice::Never => false,
-        ColorChoice::Auto => std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-    };
     let mut any_errors = false;
     let (mut errors, mut warnings) = (0usize, 0usize);
     for path in files {
@@ -106,20 +158,11 @@ fn check(files: &[PathBuf], defines: Vec<(String, i64)>, format: MessageFormat, 
                 amp_diagnostics::Severity::Warning => warnings += 1,
             }
         }
-        let out = match format {
-            MessageFormat::Human => render_human(&map, &checked.diagnostics, color),
-            MessageFormat::Json => render_json(&map, &checked.diagnostics),
-        };
-        // JSON goes to stdout for tools; rendered diagnostics to stderr, like rustc.
-        let result = match format {
-            MessageFormat::Json => std::io::stdout().write_all(out.as_bytes()),
-            MessageFormat::Human => std::io::stderr().write_all(out.as_bytes()),
-        };
-        if result.is_err() {
+        if printer.print(&map, &checked.diagnostics).is_err() {
             return ExitCode::from(2);
         }
     }
-    if format == MessageFormat::Human && (errors > 0 || warnings > 0) {
+    if printer.format == MessageFormat::Human && (errors > 0 || warnings > 0) {
         eprintln!(
             "{errors} error{}, {warnings} warning{}",
             if errors == 1 { "" } else { "s" },

@@ -51,9 +51,16 @@ impl FieldRole {
     }
 
     pub fn parse(s: &str) -> Option<FieldRole> {
-        [FieldRole::Instance, FieldRole::Counter, FieldRole::Data, FieldRole::Element, FieldRole::TreeNode, FieldRole::Slot]
-            .into_iter()
-            .find(|r| r.as_str() == s)
+        [
+            FieldRole::Instance,
+            FieldRole::Counter,
+            FieldRole::Data,
+            FieldRole::Element,
+            FieldRole::TreeNode,
+            FieldRole::Slot,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
     }
 }
 
@@ -286,29 +293,53 @@ pub enum LossKind {
 pub enum Op {
     Source,
     /// Reads an f32 leaf (a tensor or a scalar) of the instance's data into the payload.
-    Read { path: Vec<DataStep> },
-    Const { value: ConstValue },
+    Read {
+        path: Vec<DataStep>,
+    },
+    Const {
+        value: ConstValue,
+    },
     /// A parameterized payload transform with `param.weight` `[out, in]` and `param.bias`.
-    Linear { param: String },
+    Linear {
+        param: String,
+    },
     /// A lookup of row `index` (evaluated on the state and data) of `param.weight`.
-    Embedding { param: String, index: StateExpr },
+    Embedding {
+        param: String,
+        index: StateExpr,
+    },
     Unary(UnaryFn),
     Binary(BinaryFn),
     Concat,
-    Split { parts: u32 },
+    Split {
+        parts: u32,
+    },
     Forget,
     /// Routes to output 0 when the predicate holds, else to output 1.
-    Cond { pred: StateExpr },
+    Cond {
+        pred: StateExpr,
+    },
     /// Routes to output `index` (evaluated on the state and data), e.g. a variant tag or
     /// the element of a parameter array.
-    Switch { index: StateExpr, arms: u32 },
-    Phi { arms: u32 },
+    Switch {
+        index: StateExpr,
+        arms: u32,
+    },
+    Phi {
+        arms: u32,
+    },
     /// Writes `field := value`; backward restores it with `inverse` when given, else from
     /// its cache.
-    Isu { field: FieldId, value: StateExpr, inverse: Option<StateExpr> },
+    Isu {
+        field: FieldId,
+        value: StateExpr,
+        inverse: Option<StateExpr>,
+    },
     Loss(LossKind),
     /// The named result leaves the graph (inference output).
-    Sink { name: String },
+    Sink {
+        name: String,
+    },
 }
 
 impl Op {

@@ -99,6 +99,11 @@ pub(crate) fn walk_expr(e: &Expr, reads: &mut BTreeSet<LocalId>, writes: &mut BT
             arms.iter().for_each(|a| walk_expr(&a.body, reads, writes));
         }
         ExprKind::Block(b) => walk_block(b, reads, writes),
-        ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::Hyper(_) | ExprKind::Param(_) | ExprKind::Error => {}
+        ExprKind::Int(_)
+        | ExprKind::Float(_)
+        | ExprKind::Bool(_)
+        | ExprKind::Hyper(_)
+        | ExprKind::Param(_)
+        | ExprKind::Error => {}
     }
 }

@@ -15,8 +15,8 @@
 //! context carry the same state.
 
 mod keys;
-pub mod passes;
 mod lowerer;
+pub mod passes;
 mod value;
 
 use amp_diagnostics::{Diagnostic, SourceMap};

@@ -123,12 +123,14 @@ impl<'p> Lowerer<'p> {
         let span = def.span;
         if let (Some(loss), Some(forward)) = (loss, forward) {
             let input = Value::Data(Vec::new());
-            let result = self.call_fn(FnId { component: self.model, index: loss as u32 }, vec![input.clone()], span, "", &[]);
+            let result =
+                self.call_fn(FnId { component: self.model, index: loss as u32 }, vec![input.clone()], span, "", &[]);
             if let Ok(value) = result {
                 if !matches!(value, Value::Loss) {
                     self.unsupported(span, "a `loss` that does not end in `cross_entropy` or `mse`");
                 } else if !self.forward_sunk {
-                    let _ = self.call_fn(FnId { component: self.model, index: forward as u32 }, vec![input], span, "", &[]);
+                    let _ =
+                        self.call_fn(FnId { component: self.model, index: forward as u32 }, vec![input], span, "", &[]);
                 }
             }
         }
@@ -183,7 +185,14 @@ impl<'p> Lowerer<'p> {
         idx
     }
 
-    fn raw_node(&mut self, op: Op, inputs: Vec<PayloadTy>, outputs: Vec<PayloadTy>, label: &str, span: Span) -> NodeIndex {
+    fn raw_node(
+        &mut self,
+        op: Op,
+        inputs: Vec<PayloadTy>,
+        outputs: Vec<PayloadTy>,
+        label: &str,
+        span: Span,
+    ) -> NodeIndex {
         let (reads, writes) = op_fields(&op);
         let loc = self.loc(span);
         let idx = self.graph.nodes.add_node(Node {
@@ -341,7 +350,11 @@ impl<'p> Lowerer<'p> {
             ExprKind::Param(p) => {
                 let frame = self.frame();
                 let param = &self.program.components[frame.comp.0 as usize].params[*p as usize];
-                let prefix = if frame.prefix.is_empty() { param.name.clone() } else { format!("{}.{}", frame.prefix, param.name) };
+                let prefix = if frame.prefix.is_empty() {
+                    param.name.clone()
+                } else {
+                    format!("{}.{}", frame.prefix, param.name)
+                };
                 Ok(Value::Param(ParamRef { prefix, instance: param.instance.clone(), subst: frame.subst.clone() }))
             }
             ExprKind::Unary(op, x) => {
@@ -572,7 +585,8 @@ impl<'p> Lowerer<'p> {
                 let ty = PayloadTy::F32(vec![d]);
                 let ctrl = self.ctrl.clone();
                 let label = param.prefix.clone();
-                let n = self.node(Op::Embedding { param: param.prefix, index }, &[ctrl], vec![ty.clone()], &label, span);
+                let n =
+                    self.node(Op::Embedding { param: param.prefix, index }, &[ctrl], vec![ty.clone()], &label, span);
                 Ok(Value::Tensor(Self::out(n, 0, ty)))
             }
             (Instance::Layer { layer, args: dims }, InstanceCall::LayerFn(fi)) => {
@@ -601,7 +615,9 @@ impl<'p> Lowerer<'p> {
     fn tensor_locals(&self, ids: &BTreeSet<LocalId>) -> Vec<LocalId> {
         ids.iter()
             .copied()
-            .filter(|id| self.frame().locals.get(id.0 as usize).cloned().flatten().is_some_and(|v| !v.ports().is_empty()))
+            .filter(|id| {
+                self.frame().locals.get(id.0 as usize).cloned().flatten().is_some_and(|v| !v.ports().is_empty())
+            })
             .collect()
     }
 
@@ -625,14 +641,21 @@ impl<'p> Lowerer<'p> {
             crate::keys::walk_expr(e, &mut reads, &mut writes);
         }
         let routed: Vec<LocalId> = self.tensor_locals(&reads.union(&writes).copied().collect());
-        let before: Vec<(LocalId, Option<Value>)> = writes.iter().chain(&routed).map(|&id| (id, self.local(id))).collect();
+        let before: Vec<(LocalId, Option<Value>)> =
+            writes.iter().chain(&routed).map(|&id| (id, self.local(id))).collect();
         // One cond per routed port: output 0 feeds the then-branch, output 1 the else.
         let mut sides: [Vec<(LocalId, Value)>; 2] = [Vec::new(), Vec::new()];
         for &id in &routed {
             let Some(v) = self.local(id) else { continue };
             let mut outs = [Vec::new(), Vec::new()];
             for p in v.ports() {
-                let n = self.node(Op::Cond { pred: pred.clone() }, &[p.clone()], vec![p.ty.clone(), p.ty.clone()], "if", span);
+                let n = self.node(
+                    Op::Cond { pred: pred.clone() },
+                    &[p.clone()],
+                    vec![p.ty.clone(), p.ty.clone()],
+                    "if",
+                    span,
+                );
                 outs[0].push(Self::out(n, 0, p.ty.clone()));
                 outs[1].push(Self::out(n, 1, p.ty.clone()));
             }
@@ -641,7 +664,8 @@ impl<'p> Lowerer<'p> {
             }
         }
         let ctrl_in = self.ctrl.clone();
-        let ctrl_cond = self.node(Op::Cond { pred: pred.clone() }, &[ctrl_in.clone()], vec![PayloadTy::Unit; 2], "if", span);
+        let ctrl_cond =
+            self.node(Op::Cond { pred: pred.clone() }, &[ctrl_in.clone()], vec![PayloadTy::Unit; 2], "if", span);
         let mut results = Vec::new();
         let mut ends = Vec::new();
         for side in 0..2 {
@@ -710,11 +734,14 @@ impl<'p> Lowerer<'p> {
 
     fn for_loop(&mut self, pattern: &Pattern, iter: &Expr, body: &Block) -> R<()> {
         let span = iter.span;
-        let (init, bound, elem): (StateExpr, StateExpr, Option<(Vec<DataStep>, Ty)>) = match (self.expr(iter)?, &iter.ty) {
-            (Value::Data(path), Ty::Seq(elem)) => (StateExpr::Const(0), StateExpr::Len(path.clone()), Some((path, (**elem).clone()))),
-            (Value::Range(a, b), _) => (a, b, None),
-            _ => return Err(self.unsupported(span, "a loop over a computed sequence")),
-        };
+        let (init, bound, elem): (StateExpr, StateExpr, Option<(Vec<DataStep>, Ty)>) =
+            match (self.expr(iter)?, &iter.ty) {
+                (Value::Data(path), Ty::Seq(elem)) => {
+                    (StateExpr::Const(0), StateExpr::Len(path.clone()), Some((path, (**elem).clone())))
+                }
+                (Value::Range(a, b), _) => (a, b, None),
+                _ => return Err(self.unsupported(span, "a loop over a computed sequence")),
+            };
         let (reads, writes) = Self::used_locals(body);
         for id in &writes {
             if matches!(self.local(*id), Some(Value::Int(_) | Value::Bool(_))) {
@@ -726,16 +753,21 @@ impl<'p> Lowerer<'p> {
         self.loops += 1;
         let t = self.new_field(format!("t{k}"), FieldRole::Counter, span)?;
         let counter = StateExpr::Field(t);
-        // The counter's value at exit: the bound, or the start when the range is empty.
-        let exit_value = StateExpr::bin(
-            IntOp::Add,
-            bound.clone(),
+        // The counter's value at exit: the bound, or the start when the range is empty
+        // (a sequence's length is never below 0, so then it is simply the length).
+        let exit_value = if init == StateExpr::Const(0) && matches!(bound, StateExpr::Len(_)) {
+            bound.clone()
+        } else {
             StateExpr::bin(
-                IntOp::Mul,
-                StateExpr::bin(IntOp::Sub, init.clone(), bound.clone()),
-                StateExpr::bin(IntOp::Gt, init.clone(), bound.clone()),
-            ),
-        );
+                IntOp::Add,
+                bound.clone(),
+                StateExpr::bin(
+                    IntOp::Mul,
+                    StateExpr::bin(IntOp::Sub, init.clone(), bound.clone()),
+                    StateExpr::bin(IntOp::Gt, init.clone(), bound.clone()),
+                ),
+            )
+        };
         // Every carried port, then the control port, goes around the loop.
         let mut ports: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
         ports.push(self.ctrl.clone());
@@ -755,7 +787,13 @@ impl<'p> Lowerer<'p> {
             let phi = self.raw_node(Op::Phi { arms: 2 }, vec![p.ty.clone(); 2], vec![p.ty.clone()], "loop", span);
             self.connect(&Self::out(entry, 0, p.ty.clone()), phi, 0);
             let pred = StateExpr::bin(IntOp::Lt, counter.clone(), bound.clone());
-            let cond = self.node(Op::Cond { pred }, &[Self::out(phi, 0, p.ty.clone())], vec![p.ty.clone(); 2], "loop test", span);
+            let cond = self.node(
+                Op::Cond { pred },
+                &[Self::out(phi, 0, p.ty.clone())],
+                vec![p.ty.clone(); 2],
+                "loop test",
+                span,
+            );
             self.context = outer.clone();
             let exit = self.node(
                 Op::Isu { field: t, value: StateExpr::Const(-1), inverse: Some(exit_value.clone()) },
@@ -795,7 +833,13 @@ impl<'p> Lowerer<'p> {
         for (end, &phi) in ends.iter().zip(&phis) {
             let step = StateExpr::bin(IntOp::Add, counter.clone(), StateExpr::Const(1));
             let back = StateExpr::bin(IntOp::Sub, counter.clone(), StateExpr::Const(1));
-            let isu = self.node(Op::Isu { field: t, value: step, inverse: Some(back) }, &[end.clone()], vec![end.ty.clone()], "loop step", span);
+            let isu = self.node(
+                Op::Isu { field: t, value: step, inverse: Some(back) },
+                &[end.clone()],
+                vec![end.ty.clone()],
+                "loop step",
+                span,
+            );
             self.connect(&Self::out(isu, 0, end.ty.clone()), phi, 1);
         }
         self.context = outer;

@@ -34,9 +34,10 @@ pub fn optimize(graph: &mut Graph) -> Vec<PassReport> {
 }
 
 fn describe(graph: &Graph, idx: NodeIndex) -> String {
-    graph.nodes.node_weight(idx).map_or_else(|| format!("%{}", idx.index()), |n| {
-        format!("%{} {} `{}`", idx.index(), n.op.keyword(), n.label)
-    })
+    graph
+        .nodes
+        .node_weight(idx)
+        .map_or_else(|| format!("%{}", idx.index()), |n| format!("%{} {} `{}`", idx.index(), n.op.keyword(), n.label))
 }
 
 /// Removes nodes whose results reach no `loss` and no `sink`: nothing would ever consume
@@ -112,7 +113,8 @@ pub fn fold_constants(graph: &mut Graph) -> PassReport {
     let mut folds: Vec<(NodeIndex, ConstValue, NodeIndex, Edge)> = Vec::new();
     for idx in graph.nodes.node_indices() {
         let node = &graph.nodes[idx];
-        let inputs: Vec<NodeIndex> = (0..node.inputs.len() as u16).filter_map(|p| graph.input_edge(idx, p).map(|e| e.0)).collect();
+        let inputs: Vec<NodeIndex> =
+            (0..node.inputs.len() as u16).filter_map(|p| graph.input_edge(idx, p).map(|e| e.0)).collect();
         if inputs.len() != node.inputs.len() {
             continue;
         }
@@ -163,7 +165,8 @@ pub fn eliminate_common_subexpressions(graph: &mut Graph) -> PassReport {
             .map(|p| graph.input_edge(idx, p).map_or("_".into(), |(n, e)| format!("{}#{}", n.index(), e.from_port)))
             .collect();
         // Ops print their attributes fully in Debug form: equal text means equal work.
-        let signature = format!("{:?}|{:?}|{:?}|{:?}|{}", node.op, node.inputs, node.outputs, node.key, inputs.join(","));
+        let signature =
+            format!("{:?}|{:?}|{:?}|{:?}|{}", node.op, node.inputs, node.outputs, node.key, inputs.join(","));
         match seen.get(&signature) {
             Some(&original) => merges.push((idx, original)),
             None => {
@@ -174,7 +177,8 @@ pub fn eliminate_common_subexpressions(graph: &mut Graph) -> PassReport {
     let mut details = Vec::new();
     for (dup, original) in &merges {
         details.push(format!("{} = {}", describe(graph, *dup), describe(graph, *original)));
-        let outgoing: Vec<(NodeIndex, Edge)> = graph.nodes.edges_directed(*dup, Outgoing).map(|e| (e.target(), *e.weight())).collect();
+        let outgoing: Vec<(NodeIndex, Edge)> =
+            graph.nodes.edges_directed(*dup, Outgoing).map(|e| (e.target(), *e.weight())).collect();
         for (target, edge) in outgoing {
             graph.nodes.add_edge(*original, target, edge);
         }
@@ -208,7 +212,9 @@ pub fn group_fusable_nppts(graph: &mut Graph) -> PassReport {
         while let Some(n) = stack.pop() {
             let neighbours: Vec<NodeIndex> = graph.nodes.neighbors_undirected(n).collect();
             for m in neighbours {
-                let same_context = graph.nodes[m].key == graph.nodes[start].key || graph.nodes[m].key.is_empty() || graph.nodes[start].key.is_empty();
+                let same_context = graph.nodes[m].key == graph.nodes[start].key
+                    || graph.nodes[m].key.is_empty()
+                    || graph.nodes[start].key.is_empty();
                 if fusable(&graph.nodes[m].op) && same_context && !group_of.contains_key(&m) {
                     group_of.insert(m, id);
                     members.push(m);
@@ -237,5 +243,9 @@ pub fn group_fusable_nppts(graph: &mut Graph) -> PassReport {
         }
         next += 1;
     }
-    PassReport { pass: "NPPT fusion grouping", changed: groups.iter().filter(|m| m.len() >= 2).map(Vec::len).sum(), details }
+    PassReport {
+        pass: "NPPT fusion grouping",
+        changed: groups.iter().filter(|m| m.len() >= 2).map(Vec::len).sum(),
+        details,
+    }
 }

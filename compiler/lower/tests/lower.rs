@@ -7,7 +7,8 @@ use amp_sema::{check_source, Options};
 fn lower(text: &str) -> Result<Graph, String> {
     let (map, checked) = check_source("t.amp", text, &Options::default());
     assert!(!checked.has_errors(), "{}", amp_diagnostics::render_human(&map, &checked.diagnostics, false));
-    amp_lower::lower_model(&checked.program, &map, checked.program.models[0]).map_err(|d| format!("{}: {}", d[0].code, d[0].message))
+    amp_lower::lower_model(&checked.program, &map, checked.program.models[0])
+        .map_err(|d| format!("{}: {}", d[0].code, d[0].message))
 }
 
 fn example(name: &str) -> String {
@@ -98,7 +99,8 @@ fn layers_are_inlined_with_pytorch_parameter_names() {
     assert!(g.param("gru.ih.weight").is_some_and(|p| p.shape == vec![24, 8]));
     assert_eq!(count(&g, "split"), 2);
     // The if: a cond per routed value plus the control; phis merge `s` and the control.
-    let conds_on_flag = nodes(&g, "cond").filter(|n| matches!(&n.op, Op::Cond { pred: StateExpr::Bin(amp_ir::IntOp::Gt, ..) })).count();
+    let conds_on_flag =
+        nodes(&g, "cond").filter(|n| matches!(&n.op, Op::Cond { pred: StateExpr::Bin(amp_ir::IntOp::Gt, ..) })).count();
     assert_eq!(conds_on_flag, 2);
 }
 
@@ -129,7 +131,8 @@ model M {
     assert!(report("dead-node elimination").changed >= 1, "the unused relu goes");
     assert!(g.nodes.node_count() < before);
     assert_eq!(count(&g, "unary"), 2, "tanh and sigmoid remain");
-    let fused: Vec<Option<u32>> = g.nodes.node_weights().filter(|n| matches!(n.op, Op::Unary(_) | Op::Binary(_))).map(|n| n.fusion).collect();
+    let fused: Vec<Option<u32>> =
+        g.nodes.node_weights().filter(|n| matches!(n.op, Op::Unary(_) | Op::Binary(_))).map(|n| n.fusion).collect();
     assert!(fused.iter().all(|f| *f == Some(0)), "tanh, mul, sigmoid, add form one fusion group: {fused:?}");
 }
 

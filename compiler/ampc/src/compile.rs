@@ -1,0 +1,124 @@
+//! `ampc compile`: check, lower, optimise, verify, then write an `.ampg` file or print the
+//! graph as IR text, JSON or Graphviz.
+
+use crate::Printer;
+use amp_diagnostics::SourceMap;
+use amp_sema::{check_program, Options};
+use clap::ValueEnum;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub(crate) enum Emit {
+    /// The stable IR text form.
+    Ir,
+    /// The graph as JSON (the document inside an `.ampg` file).
+    IrJson,
+    /// A Graphviz picture: `ampc compile m.amp --emit dot | dot -Tsvg > m.svg`.
+    Dot,
+}
+
+pub(crate) struct CompileArgs {
+    pub file: PathBuf,
+    pub output: Option<PathBuf>,
+    pub emit: Option<Emit>,
+    pub defines: Vec<(String, i64)>,
+    pub model: Option<String>,
+    pub verbose: bool,
+}
+
+pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
+    let text = match std::fs::read(&args.file) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", args.file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let mut map = SourceMap::new();
+    let main = map.add(args.file.display().to_string(), text);
+    let checked = check_program(&mut map, main, &Options { defines: args.defines });
+    if printer.print(&map, &checked.diagnostics).is_err() {
+        return ExitCode::from(2);
+    }
+    if checked.has_errors() {
+        return ExitCode::from(1);
+    }
+    let program = &checked.program;
+    let model = match &args.model {
+        Some(name) => program.models.iter().copied().find(|&m| program.components[m.0 as usize].name == *name),
+        None => program.models.first().copied(),
+    };
+    let Some(model) = model else {
+        let names: Vec<&str> = program.models.iter().map(|m| program.components[m.0 as usize].name.as_str()).collect();
+        match &args.model {
+            Some(name) => {
+                eprintln!("error: no model `{name}` in `{}` (models: {})", args.file.display(), names.join(", "))
+            }
+            None => eprintln!("error: `{}` defines no model to compile", args.file.display()),
+        }
+        return ExitCode::from(2);
+    };
+    let mut graph = match amp_lower::lower_model(program, &map, model) {
+        Ok(graph) => graph,
+        Err(diagnostics) => {
+            let _ = printer.print(&map, &diagnostics);
+            return ExitCode::from(1);
+        }
+    };
+    let reports = amp_lower::passes::optimize(&mut graph);
+    if args.verbose {
+        for r in &reports {
+            eprintln!("pass {}: {} changed", r.pass, r.changed);
+            for d in &r.details {
+                eprintln!("    {d}");
+            }
+        }
+    }
+    if let Err(errors) = amp_ir::verify::verify(&graph) {
+        eprintln!("internal compiler error: the lowered graph of `{}` failed verification:", graph.name);
+        for e in errors {
+            eprintln!("  {e}");
+        }
+        return ExitCode::from(1);
+    }
+    let emitted = match args.emit {
+        Some(Emit::Ir) => Some(amp_ir::text::print(&graph)),
+        Some(Emit::IrJson) => Some(format!("{:#}\n", amp_ir::ampg::to_json(&graph, None))),
+        Some(Emit::Dot) => Some(amp_ir::dot::to_dot(&graph)),
+        None => None,
+    };
+    if let Some(text) = &emitted {
+        print!("{text}");
+    }
+    // With --emit the graph goes to stdout; a file is written when asked for with -o, or
+    // by default when nothing is emitted.
+    let output = match (&args.output, emitted.is_some()) {
+        (Some(path), _) => Some(path.clone()),
+        (None, false) => Some(args.file.with_extension("ampg")),
+        (None, true) => None,
+    };
+    if let Some(path) = output {
+        if let Err(e) = write_atomically(&path, &amp_ir::ampg::write(&graph, None)) {
+            eprintln!("error: cannot write `{}`: {e}", path.display());
+            return ExitCode::from(2);
+        }
+        if args.verbose {
+            eprintln!("wrote {} ({} nodes)", path.display(), graph.nodes.node_count());
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Writes to a temporary file beside `path`, then renames it over `path`: a reader never
+/// sees a half-written graph, and a crash leaves the previous file intact.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}

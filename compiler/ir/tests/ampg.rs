@@ -1,0 +1,214 @@
+//! The `.ampg` file: round trips (graph and plan), each structural error, and a loader
+//! that neither panics nor misbehaves on truncated, bit-flipped or random files.
+
+mod common;
+
+use amp_ir::ampg::{read, to_json, write, AmpgError, MAGIC, MAX_NODES, VERSION};
+use amp_ir::text::print;
+use amp_ir::Graph;
+use common::*;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+fn check_round_trip(graph: &Graph, plan: Option<&Value>) {
+    let bytes = write(graph, plan);
+    let (loaded, loaded_plan) = read(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    assert_same_graph(graph, &loaded);
+    assert_eq!(print(graph), print(&loaded));
+    assert_eq!(loaded_plan.as_ref(), plan);
+    // Writing the loaded graph gives the same bytes: the format is canonical.
+    assert_eq!(write(&loaded, plan), bytes);
+}
+
+#[test]
+fn fixtures_round_trip() {
+    let plan = json!({"workers": [[0, 1, 2], [3]], "note": "later"});
+    for (name, graph) in fixtures() {
+        eprintln!("fixture {name}");
+        check_round_trip(&graph, None);
+        check_round_trip(&graph, Some(&plan));
+    }
+}
+
+#[test]
+fn header_is_magic_then_little_endian_version() {
+    let bytes = write(&straight_line(), None);
+    assert_eq!(&bytes[..4], b"AMPG");
+    assert_eq!(&bytes[4..8], &1u32.to_le_bytes());
+    assert_eq!(bytes[8], b'{');
+}
+
+#[test]
+fn to_json_is_the_files_document() {
+    let plan = json!({"p": 1});
+    let graph = with_holes();
+    assert_eq!(
+        to_json(&graph, Some(&plan)),
+        serde_json::from_slice::<Value>(&write(&graph, Some(&plan))[8..]).unwrap()
+    );
+    assert_eq!(to_json(&graph, None)["nodes"][2], Value::Null, "a hole is null");
+}
+
+/// A valid file's JSON document, to damage in the tests below.
+fn document(graph: &Graph) -> Value {
+    serde_json::from_slice(&write(graph, None)[8..]).unwrap()
+}
+
+fn file_of(doc: &Value) -> Vec<u8> {
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&VERSION.to_le_bytes());
+    bytes.extend(serde_json::to_vec(doc).unwrap());
+    bytes
+}
+
+fn error_of(doc: &Value) -> AmpgError {
+    match read(&file_of(doc)) {
+        Ok(_) => panic!("expected an error for {doc}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn header_errors() {
+    assert_eq!(read(b"").unwrap_err(), AmpgError::Truncated);
+    assert_eq!(read(b"AMP").unwrap_err(), AmpgError::Truncated);
+    assert_eq!(read(b"AMPG\x01\0").unwrap_err(), AmpgError::Truncated);
+    assert_eq!(read(b"ELF\x7f....{}").unwrap_err(), AmpgError::BadMagic);
+    assert_eq!(read(b"X").unwrap_err(), AmpgError::BadMagic);
+    let err = read(b"AMPG\x02\0\0\0{}").unwrap_err();
+    assert_eq!(err, AmpgError::UnsupportedVersion { found: 2, supported: 1 });
+    assert!(err.to_string().contains("version 2"), "{err}");
+}
+
+#[test]
+fn malformed_json_reports_its_position() {
+    let err = read(b"AMPG\x01\0\0\0{\n  \"name\": @\n}").unwrap_err();
+    match &err {
+        AmpgError::Json { line, column, .. } => assert_eq!((*line, *column), (2, 11)),
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("line 2, column 11"), "{err}");
+    // Valid JSON of the wrong shape, and trailing bytes after the document.
+    assert!(matches!(read(b"AMPG\x01\0\0\0[1, 2]"), Err(AmpgError::Json { .. })));
+    let mut bytes = write(&straight_line(), None);
+    bytes.extend_from_slice(b" x");
+    assert!(matches!(read(&bytes), Err(AmpgError::Json { .. })));
+}
+
+#[test]
+fn structural_errors() {
+    let good = document(&list_reduce());
+
+    let mut doc = good.clone();
+    doc["edges"].as_array_mut().unwrap().push(json!([0, 0, 99, 0]));
+    assert!(matches!(error_of(&doc), AmpgError::MissingNode { node: 99, .. }));
+
+    let mut doc = document(&with_holes());
+    doc["edges"].as_array_mut().unwrap().push(json!([0, 0, 2, 0]));
+    assert!(matches!(error_of(&doc), AmpgError::MissingNode { node: 2, .. }), "an edge into a hole");
+
+    let mut doc = good.clone();
+    doc["edges"].as_array_mut().unwrap().push(json!([0, 3, 1, 0]));
+    assert!(matches!(error_of(&doc), AmpgError::MissingPort { node: 0, port: 3, output: true, .. }));
+
+    let mut doc = good.clone();
+    doc["edges"].as_array_mut().unwrap().push(json!([0, 0, 1, 7]));
+    assert!(matches!(error_of(&doc), AmpgError::MissingPort { node: 1, port: 7, output: false, .. }));
+
+    let mut doc = good.clone();
+    doc["nodes"][0]["outputs"] = Value::Array(vec![json!("Unit"); 65_536]);
+    assert!(matches!(error_of(&doc), AmpgError::TooManyPorts { node: 0, count: 65_536, .. }));
+
+    let mut doc = good.clone();
+    doc["nodes"] = Value::Array(vec![Value::Null; MAX_NODES + 1]);
+    doc["edges"] = json!([]);
+    assert!(matches!(error_of(&doc), AmpgError::TooManyNodes { .. }));
+
+    let mut doc = good.clone();
+    doc["nodes"][0]["loc"]["file"] = json!(5);
+    assert!(matches!(error_of(&doc), AmpgError::FileOutOfRange { node: 0, file: 5, files: 1 }));
+
+    let mut doc = good.clone();
+    doc["nodes"][3]["key"] = json!([0, 9]);
+    assert!(matches!(error_of(&doc), AmpgError::FieldOutOfRange { node: 3, field: 9, .. }));
+
+    let mut doc = good.clone();
+    doc["nodes"][4]["op"]["Cond"]["pred"]["Bin"][1] = json!({"Field": 40});
+    assert!(matches!(error_of(&doc), AmpgError::FieldOutOfRange { node: 4, field: 40, .. }));
+
+    let mut doc = good.clone();
+    doc["nodes"][1]["outputs"][0] = json!({"F32": [u64::MAX, 2]});
+    assert!(matches!(error_of(&doc), AmpgError::ShapeOverflow { .. }));
+
+    let mut doc = good.clone();
+    doc["params"][0]["shape"] = json!([u64::MAX, u64::MAX]);
+    assert!(matches!(error_of(&doc), AmpgError::ShapeOverflow { .. }));
+
+    let mut doc = good.clone();
+    doc["state"][1]["name"] = json!("inst");
+    assert!(matches!(error_of(&doc), AmpgError::DuplicateField { .. }));
+
+    let mut doc = good.clone();
+    doc["surprise"] = json!(1);
+    assert!(matches!(error_of(&doc), AmpgError::Json { .. }), "unknown fields are rejected");
+
+    // Every error names what is wrong.
+    let mut doc = good;
+    doc["edges"][0][0] = json!(1234);
+    assert_eq!(error_of(&doc).to_string(), "edge 0 connects node %1234, which does not exist");
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    // serde_json stops at depth 128, so a hostile expression cannot overflow the stack.
+    let mut doc = document(&list_reduce());
+    doc["nodes"][4]["op"]["Cond"]["pred"] = json!("PLACEHOLDER");
+    let deep = format!("{}{{\"Field\":1}}{}", "{\"Not\":".repeat(100_000), "}".repeat(100_000));
+    let text = serde_json::to_string(&doc).unwrap().replace("\"PLACEHOLDER\"", &deep);
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&VERSION.to_le_bytes());
+    bytes.extend(text.as_bytes());
+    assert!(matches!(read(&bytes), Err(AmpgError::Json { .. })));
+}
+
+#[test]
+fn truncation_at_every_length_is_an_error() {
+    let bytes = write(&list_reduce(), Some(&json!({"a": [1, 2, 3]})));
+    for len in 0..bytes.len() {
+        assert!(read(&bytes[..len]).is_err(), "truncated to {len} bytes");
+    }
+    assert!(read(&bytes).is_ok());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_graphs_round_trip(graph in any_graph()) {
+        check_round_trip(&graph, None);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = read(&bytes);
+        let mut with_header = MAGIC.to_vec();
+        with_header.extend_from_slice(&VERSION.to_le_bytes());
+        with_header.extend_from_slice(&bytes);
+        let _ = read(&with_header);
+    }
+
+    #[test]
+    fn bit_flips_never_panic(fixture in 0usize..4, flips in prop::collection::vec(any::<prop::sample::Index>(), 1..4), bits in prop::collection::vec(0u8..8, 4)) {
+        let mut bytes = write(&fixtures()[fixture].1, None);
+        for (flip, bit) in flips.iter().zip(&bits) {
+            let at = flip.index(bytes.len());
+            bytes[at] ^= 1 << bit;
+        }
+        // Whatever still loads is a graph the text form can print and parse back.
+        if let Ok((graph, _)) = read(&bytes) {
+            let text = print(&graph);
+            let parsed = amp_ir::text::parse(&text);
+            prop_assert!(parsed.is_ok(), "{:?}\n{}", parsed.err(), text);
+        }
+    }
+}

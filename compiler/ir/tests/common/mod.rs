@@ -1,0 +1,501 @@
+//! Shared fixtures for the IR's serialization tests: hand-built graphs covering each
+//! feature of the text and file forms, a structural equality check, and a proptest
+//! generator of arbitrary (not necessarily verifiable) graphs.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use amp_ir::*;
+use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::{EdgeRef, IntoEdgeReferences};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+pub fn f32ty(dims: &[u64]) -> PayloadTy {
+    PayloadTy::F32(dims.to_vec())
+}
+
+pub fn node(op: Op, inputs: Vec<PayloadTy>, outputs: Vec<PayloadTy>, label: &str) -> Node {
+    Node {
+        op,
+        inputs,
+        outputs,
+        reads: vec![],
+        writes: vec![],
+        key: vec![],
+        label: label.into(),
+        loc: None,
+        fusion: None,
+    }
+}
+
+pub fn field(i: u16) -> StateExpr {
+    StateExpr::Field(FieldId(i))
+}
+
+pub fn data(path: &[&str]) -> Vec<DataStep> {
+    path.iter().map(|s| DataStep::Field(s.to_string())).collect()
+}
+
+fn connect(g: &mut Graph, src: NodeIndex, from_port: u16, dst: NodeIndex, to_port: u16) {
+    g.nodes.add_edge(src, dst, Edge { from_port, to_port });
+}
+
+fn loc(line: u32) -> Option<Loc> {
+    Some(Loc { file: 0, start: line * 10, end: line * 10 + 7, line, col: 5 })
+}
+
+/// source → read → linear → log_softmax → loss, plus a sink: no control flow.
+pub fn straight_line() -> Graph {
+    let mut g = Graph { name: "Mlp".into(), files: vec!["examples/mlp.amp".into()], ..Graph::default() };
+    g.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
+    g.params.push(Param { name: "fc.weight".into(), shape: vec![10, 784] });
+    g.params.push(Param { name: "fc.bias".into(), shape: vec![10] });
+    g.meta.insert("hidden".into(), "10".into());
+    let src = g.nodes.add_node(Node { loc: loc(3), ..node(Op::Source, vec![], vec![PayloadTy::Unit], "d") });
+    let read = g.nodes.add_node(Node {
+        loc: loc(4),
+        ..node(Op::Read { path: data(&["pixels"]) }, vec![PayloadTy::Unit], vec![f32ty(&[784])], "d.pixels")
+    });
+    let fc = g.nodes.add_node(Node {
+        key: vec![FieldId(0)],
+        loc: loc(5),
+        ..node(Op::Linear { param: "fc".into() }, vec![f32ty(&[784])], vec![f32ty(&[10])], "fc")
+    });
+    let act = g.nodes.add_node(Node {
+        key: vec![FieldId(0)],
+        fusion: Some(0),
+        ..node(Op::Unary(UnaryFn::LogSoftmax), vec![f32ty(&[10])], vec![f32ty(&[10])], "")
+    });
+    let label = StateExpr::Data(data(&["label"]));
+    let loss = g.nodes.add_node(Node {
+        key: vec![FieldId(0)],
+        ..node(Op::Loss(LossKind::CrossEntropy { label }), vec![f32ty(&[10])], vec![PayloadTy::Unit], "loss")
+    });
+    let sink = g.nodes.add_node(node(Op::Sink { name: "logits".into() }, vec![f32ty(&[10])], vec![], "out"));
+    connect(&mut g, src, 0, read, 0);
+    connect(&mut g, read, 0, fc, 0);
+    connect(&mut g, fc, 0, act, 0);
+    connect(&mut g, act, 0, loss, 0);
+    connect(&mut g, act, 0, sink, 0);
+    g
+}
+
+/// A ListReduce-style loop: `h = zeros; for tok in x.tokens { h = tanh(cell([embed[tok], h])) }`.
+pub fn list_reduce() -> Graph {
+    let mut g = Graph { name: "ListReduce".into(), files: vec!["examples/list_reduce.amp".into()], ..Graph::default() };
+    g.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
+    g.state.push(StateField { name: "t0".into(), role: FieldRole::Counter });
+    g.params.push(Param { name: "embed.weight".into(), shape: vec![14, 128] });
+    g.params.push(Param { name: "cell.weight".into(), shape: vec![128, 256] });
+    g.params.push(Param { name: "cell.bias".into(), shape: vec![128] });
+    let (inst, t) = (FieldId(0), FieldId(1));
+    let h = f32ty(&[128]);
+    let src = g.nodes.add_node(Node { loc: loc(13), ..node(Op::Source, vec![], vec![PayloadTy::Unit], "x") });
+    let h0 =
+        g.nodes.add_node(node(Op::Const { value: ConstValue::Zeros }, vec![PayloadTy::Unit], vec![h.clone()], "h"));
+    let enter = g.nodes.add_node(Node {
+        writes: vec![t],
+        ..node(Op::Isu { field: t, value: StateExpr::Const(0), inverse: None }, vec![h.clone()], vec![h.clone()], "for")
+    });
+    let phi = g.nodes.add_node(Node {
+        key: vec![inst, t],
+        ..node(Op::Phi { arms: 2 }, vec![h.clone(), h.clone()], vec![h.clone()], "h")
+    });
+    let bound = StateExpr::Len(data(&["tokens"]));
+    let cond = g.nodes.add_node(Node {
+        reads: vec![t],
+        ..node(
+            Op::Cond { pred: StateExpr::bin(IntOp::Lt, field(1), bound) },
+            vec![h.clone()],
+            vec![h.clone(), h.clone()],
+            "",
+        )
+    });
+    let token = StateExpr::Data(vec![DataStep::Field("tokens".into()), DataStep::Index(Box::new(field(1)))]);
+    let embed = g.nodes.add_node(Node {
+        key: vec![inst, t],
+        reads: vec![t],
+        ..node(Op::Embedding { param: "embed".into(), index: token }, vec![PayloadTy::Unit], vec![h.clone()], "embed")
+    });
+    let forget = g.nodes.add_node(node(Op::Forget, vec![h.clone()], vec![PayloadTy::Unit], ""));
+    let cat = g
+        .nodes
+        .add_node(Node { key: vec![inst, t], ..node(Op::Concat, vec![h.clone(), h.clone()], vec![f32ty(&[256])], "") });
+    let cell = g.nodes.add_node(Node {
+        key: vec![inst, t],
+        loc: loc(15),
+        ..node(Op::Linear { param: "cell".into() }, vec![f32ty(&[256])], vec![h.clone()], "cell")
+    });
+    let tanh = g
+        .nodes
+        .add_node(Node { key: vec![inst, t], ..node(Op::Unary(UnaryFn::Tanh), vec![h.clone()], vec![h.clone()], "h") });
+    let step = g.nodes.add_node(Node {
+        reads: vec![t],
+        writes: vec![t],
+        ..node(
+            Op::Isu {
+                field: t,
+                value: StateExpr::bin(IntOp::Add, field(1), StateExpr::Const(1)),
+                inverse: Some(StateExpr::bin(IntOp::Sub, field(1), StateExpr::Const(1))),
+            },
+            vec![h.clone()],
+            vec![h.clone()],
+            "",
+        )
+    });
+    let exit = g.nodes.add_node(Node {
+        writes: vec![t],
+        key: vec![inst],
+        ..node(
+            Op::Isu { field: t, value: StateExpr::Const(-1), inverse: None },
+            vec![h.clone()],
+            vec![h.clone()],
+            "end for",
+        )
+    });
+    let sink = g.nodes.add_node(node(Op::Sink { name: "h".into() }, vec![h.clone()], vec![], ""));
+    connect(&mut g, src, 0, h0, 0);
+    connect(&mut g, h0, 0, enter, 0);
+    connect(&mut g, enter, 0, phi, 0);
+    connect(&mut g, step, 0, phi, 1);
+    connect(&mut g, phi, 0, cond, 0);
+    connect(&mut g, cond, 0, forget, 0);
+    connect(&mut g, forget, 0, embed, 0);
+    connect(&mut g, embed, 0, cat, 0);
+    connect(&mut g, cond, 0, cat, 1);
+    connect(&mut g, cat, 0, cell, 0);
+    connect(&mut g, cell, 0, tanh, 0);
+    connect(&mut g, tanh, 0, step, 0);
+    connect(&mut g, cond, 1, exit, 0);
+    connect(&mut g, exit, 0, sink, 0);
+    g
+}
+
+/// `list_reduce` with nodes removed in the middle and at the end, leaving holes.
+pub fn with_holes() -> Graph {
+    let mut g = list_reduce();
+    for index in [7, 2, 12, 11] {
+        g.nodes.remove_node(NodeIndex::new(index));
+    }
+    g
+}
+
+/// One node of every op (and every function, const kind and awkward name), unwired
+/// except for a few edges; an unconnected input prints as `_`.
+pub fn every_op() -> Graph {
+    let mut g =
+        Graph { name: "every op!".into(), files: vec!["a.amp".into(), "dir/b \"q\".amp".into()], ..Graph::default() };
+    g.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
+    g.state.push(StateField { name: "t".into(), role: FieldRole::Counter });
+    g.state.push(StateField { name: "odd name".into(), role: FieldRole::Element });
+    g.state.push(StateField { name: "n".into(), role: FieldRole::Data });
+    g.state.push(StateField { name: "tn".into(), role: FieldRole::TreeNode });
+    g.state.push(StateField { name: "s".into(), role: FieldRole::Slot });
+    g.params.push(Param { name: "layers.0.weight".into(), shape: vec![4, 4] });
+    g.params.push(Param { name: "scalar param".into(), shape: vec![] });
+    g.meta.insert("quote\"key".into(), "line\nbreak\tand \\ \u{7}".into());
+    g.meta.insert("empty".into(), String::new());
+    let u = PayloadTy::Unit;
+    let v = f32ty(&[4]);
+    let deep = StateExpr::bin(
+        IntOp::Or,
+        StateExpr::bin(IntOp::And, StateExpr::Not(Box::new(field(1))), StateExpr::bin(IntOp::Ge, field(2), field(3))),
+        StateExpr::bin(
+            IntOp::Eq,
+            StateExpr::bin(IntOp::Rem, StateExpr::bin(IntOp::Sub, field(1), StateExpr::Const(-3)), StateExpr::Const(2)),
+            StateExpr::bin(IntOp::Mul, StateExpr::Const(i64::MIN), StateExpr::bin(IntOp::Div, field(4), field(5))),
+        ),
+    );
+    let mut ops = vec![
+        (Op::Source, vec![], vec![u.clone()]),
+        (Op::Read { path: vec![] }, vec![u.clone()], vec![f32ty(&[])]),
+        (
+            Op::Read {
+                path: vec![
+                    DataStep::Field("seq".into()),
+                    DataStep::Index(Box::new(StateExpr::Len(data(&["len", "x y"])))),
+                    DataStep::Field("weird \"field\"".into()),
+                ],
+            },
+            vec![u.clone()],
+            vec![v.clone()],
+        ),
+        (Op::Const { value: ConstValue::Zeros }, vec![u.clone()], vec![v.clone()]),
+        (Op::Const { value: ConstValue::Ones }, vec![u.clone()], vec![v.clone()]),
+        (Op::Linear { param: "layers.0".into() }, vec![v.clone()], vec![v.clone()]),
+        (Op::Linear { param: "with space".into() }, vec![v.clone()], vec![v.clone()]),
+        (Op::Embedding { param: "e".into(), index: StateExpr::Data(vec![]) }, vec![u.clone()], vec![v.clone()]),
+        (Op::Concat, vec![v.clone(), v.clone(), v.clone()], vec![f32ty(&[12])]),
+        (Op::Split { parts: 3 }, vec![f32ty(&[12])], vec![v.clone(), v.clone(), v.clone()]),
+        (Op::Forget, vec![v.clone()], vec![u.clone()]),
+        (Op::Cond { pred: deep.clone() }, vec![v.clone()], vec![v.clone(), v.clone()]),
+        (Op::Switch { index: field(5), arms: 3 }, vec![v.clone()], vec![v.clone(), v.clone(), v.clone()]),
+        (Op::Phi { arms: 3 }, vec![v.clone(), v.clone(), v.clone()], vec![v.clone()]),
+        (Op::Isu { field: FieldId(2), value: deep, inverse: None }, vec![v.clone()], vec![v.clone()]),
+        (
+            Op::Isu {
+                field: FieldId(1),
+                value: StateExpr::Not(Box::new(StateExpr::Not(Box::new(StateExpr::Const(-1))))),
+                inverse: Some(StateExpr::bin(
+                    IntOp::Sub,
+                    field(1),
+                    StateExpr::bin(IntOp::Sub, StateExpr::Const(1), StateExpr::Const(-2)),
+                )),
+            },
+            vec![v.clone()],
+            vec![v.clone()],
+        ),
+        (Op::Loss(LossKind::CrossEntropy { label: field(3) }), vec![v.clone()], vec![u.clone()]),
+        (Op::Loss(LossKind::Mse), vec![v.clone(), v.clone()], vec![u.clone()]),
+        (Op::Sink { name: "out \"x\"\n".into() }, vec![v.clone()], vec![]),
+    ];
+    for bits in
+        [1.5f32.to_bits(), (-0.0f32).to_bits(), 0x7fc0_0001, 0xffc0_0000, f32::INFINITY.to_bits(), 1, 0x4b7f_ffff]
+    {
+        ops.push((Op::Const { value: ConstValue::Scalar(f32::from_bits(bits)) }, vec![u.clone()], vec![v.clone()]));
+    }
+    let unary = [UnaryFn::Relu, UnaryFn::Sigmoid, UnaryFn::Tanh, UnaryFn::Exp, UnaryFn::Log, UnaryFn::Neg];
+    for f in unary.into_iter().chain([UnaryFn::Softmax, UnaryFn::LogSoftmax]) {
+        ops.push((Op::Unary(f), vec![v.clone()], vec![v.clone()]));
+    }
+    for f in [BinaryFn::Add, BinaryFn::Sub, BinaryFn::Mul, BinaryFn::Div] {
+        ops.push((Op::Binary(f), vec![v.clone(), f32ty(&[])], vec![v.clone()]));
+    }
+    let mut indices = Vec::new();
+    for (i, (op, inputs, outputs)) in ops.into_iter().enumerate() {
+        let label = if i % 3 == 0 { format!("n{i} \"quoted\" \\ é ✓") } else { String::new() };
+        indices.push(g.nodes.add_node(Node {
+            reads: if i % 2 == 0 { vec![FieldId(1), FieldId(2)] } else { vec![] },
+            writes: if i % 5 == 0 { vec![FieldId(2)] } else { vec![] },
+            key: if i % 4 == 0 { vec![FieldId(0), FieldId(1)] } else { vec![] },
+            loc: (i % 2 == 1).then_some(Loc { file: (i % 2) as u32, start: 0, end: u32::MAX, line: 1, col: 1 }),
+            fusion: (i % 7 == 0).then_some(i as u32),
+            ..node(op, inputs, outputs, &label)
+        }));
+    }
+    // source → read; split's three outputs → phi; phi → forget.
+    connect(&mut g, indices[0], 0, indices[1], 0);
+    for port in 0..3 {
+        connect(&mut g, indices[9], port, indices[13], 2 - port);
+    }
+    connect(&mut g, indices[13], 0, indices[10], 0);
+    g
+}
+
+pub fn fixtures() -> Vec<(&'static str, Graph)> {
+    vec![
+        ("straight_line", straight_line()),
+        ("list_reduce", list_reduce()),
+        ("with_holes", with_holes()),
+        ("every_op", every_op()),
+        ("empty", Graph::default()),
+    ]
+}
+
+/// Node-for-node equality: same header tables, same indices (holes included), same node
+/// weights (const scalars compared by bits, so NaNs count), same edges.
+pub fn assert_same_graph(a: &Graph, b: &Graph) {
+    assert_eq!(a.name, b.name, "name");
+    assert_eq!(a.files, b.files, "files");
+    assert_eq!(a.state, b.state, "state");
+    assert_eq!(a.params, b.params, "params");
+    assert_eq!(a.meta, b.meta, "meta");
+    let indices = |g: &Graph| g.nodes.node_indices().collect::<Vec<_>>();
+    assert_eq!(indices(a), indices(b), "node indices");
+    for index in a.nodes.node_indices() {
+        let (x, y) = (comparable(&a.nodes[index]), comparable(&b.nodes[index]));
+        assert_eq!(x, y, "node %{}", index.index());
+    }
+    assert_eq!(edges(a), edges(b), "edges");
+}
+
+/// The node with a const scalar replaced by its bits (as a `Scalar` of a value that
+/// compares equal to itself), so that NaN payloads compare exactly.
+fn comparable(node: &Node) -> (Node, Option<u32>) {
+    match node.op {
+        Op::Const { value: ConstValue::Scalar(x) } => {
+            (Node { op: Op::Const { value: ConstValue::Zeros }, ..node.clone() }, Some(x.to_bits()))
+        }
+        _ => (node.clone(), None),
+    }
+}
+
+pub fn edges(g: &Graph) -> Vec<(usize, u16, usize, u16)> {
+    let mut out: Vec<_> = g
+        .nodes
+        .edge_references()
+        .map(|e| (e.source().index(), e.weight().from_port, e.target().index(), e.weight().to_port))
+        .collect();
+    out.sort();
+    out
+}
+
+// ---- arbitrary graphs -----------------------------------------------------------------
+
+fn any_name() -> impl Strategy<Value = String> {
+    prop_oneof![3 => "[a-z_][a-z0-9_.]{0,8}", 1 => any::<String>()]
+}
+
+fn any_ty() -> impl Strategy<Value = PayloadTy> {
+    prop_oneof![Just(PayloadTy::Unit), prop::collection::vec(0u64..100_000, 0..4).prop_map(PayloadTy::F32)]
+}
+
+fn any_expr(fields: u16) -> impl Strategy<Value = StateExpr> {
+    let leaf = prop_oneof![
+        (0..fields).prop_map(|f| StateExpr::Field(FieldId(f))),
+        any::<i64>().prop_map(StateExpr::Const),
+        prop::collection::vec(any_name(), 0..3)
+            .prop_map(|p| StateExpr::Len(p.into_iter().map(DataStep::Field).collect())),
+    ];
+    leaf.prop_recursive(5, 24, 2, |inner| {
+        prop_oneof![
+            inner.clone().prop_map(|e| StateExpr::Not(Box::new(e))),
+            (0usize..13, inner.clone(), inner.clone()).prop_map(|(op, a, b)| StateExpr::bin(INT_OPS[op], a, b)),
+            (any_name(), inner).prop_map(|(name, index)| StateExpr::Data(vec![
+                DataStep::Field(name),
+                DataStep::Index(Box::new(index))
+            ])),
+        ]
+    })
+}
+
+const INT_OPS: [IntOp; 13] = [
+    IntOp::Add,
+    IntOp::Sub,
+    IntOp::Mul,
+    IntOp::Div,
+    IntOp::Rem,
+    IntOp::Eq,
+    IntOp::Ne,
+    IntOp::Lt,
+    IntOp::Le,
+    IntOp::Gt,
+    IntOp::Ge,
+    IntOp::And,
+    IntOp::Or,
+];
+
+fn any_op(fields: u16) -> impl Strategy<Value = Op> {
+    let e = move || any_expr(fields);
+    prop_oneof![
+        Just(Op::Source),
+        prop::collection::vec(any_name(), 0..3)
+            .prop_map(|p| Op::Read { path: p.into_iter().map(DataStep::Field).collect() }),
+        any::<u32>().prop_map(|bits| Op::Const { value: ConstValue::Scalar(f32::from_bits(bits)) }),
+        Just(Op::Const { value: ConstValue::Ones }),
+        any_name().prop_map(|param| Op::Linear { param }),
+        (any_name(), e()).prop_map(|(param, index)| Op::Embedding { param, index }),
+        Just(Op::Unary(UnaryFn::Softmax)),
+        Just(Op::Binary(BinaryFn::Div)),
+        Just(Op::Concat),
+        any::<u32>().prop_map(|parts| Op::Split { parts }),
+        Just(Op::Forget),
+        e().prop_map(|pred| Op::Cond { pred }),
+        (e(), any::<u32>()).prop_map(|(index, arms)| Op::Switch { index, arms }),
+        any::<u32>().prop_map(|arms| Op::Phi { arms }),
+        (0..fields, e(), prop::option::of(e())).prop_map(|(f, value, inverse)| Op::Isu {
+            field: FieldId(f),
+            value,
+            inverse
+        }),
+        e().prop_map(|label| Op::Loss(LossKind::CrossEntropy { label })),
+        Just(Op::Loss(LossKind::Mse)),
+        any::<String>().prop_map(|name| Op::Sink { name }),
+    ]
+}
+
+fn any_node(fields: u16, files: u32) -> impl Strategy<Value = Node> {
+    let ids = move || prop::collection::vec((0..fields).prop_map(FieldId), 0..3);
+    let loc = (0..files.max(1), any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>())
+        .prop_map(|(file, start, end, line, col)| Loc { file, start, end, line, col });
+    (
+        any_op(fields),
+        prop::collection::vec(any_ty(), 0..4),
+        prop::collection::vec(any_ty(), 0..4),
+        (ids(), ids(), ids()),
+        any::<String>(),
+        prop::option::of(loc).prop_map(move |l| if files == 0 { None } else { l }),
+        prop::option::of(any::<u32>()),
+    )
+        .prop_map(|(op, inputs, outputs, (reads, writes, key), label, loc, fusion)| Node {
+            op,
+            inputs,
+            outputs,
+            reads,
+            writes,
+            key,
+            label,
+            loc,
+            fusion,
+        })
+}
+
+/// Arbitrary graphs that the text form can represent: unique field names, at most one
+/// edge per input port, edges between existing ports; holes removed in random order.
+pub fn any_graph() -> impl Strategy<Value = Graph> {
+    (
+        any_name(),
+        prop::collection::vec(any::<String>(), 0..3),
+        prop::collection::vec((any_name(), 0usize..6), 1..6),
+        prop::collection::vec((any_name(), prop::collection::vec(0u64..1000, 0..3)), 0..3),
+        prop::collection::btree_map(any::<String>(), any::<String>(), 0..3),
+    )
+        .prop_flat_map(|(name, files, fields, params, meta)| {
+            let roles = [
+                FieldRole::Instance,
+                FieldRole::Counter,
+                FieldRole::Data,
+                FieldRole::Element,
+                FieldRole::TreeNode,
+                FieldRole::Slot,
+            ];
+            let state: Vec<StateField> = fields
+                .into_iter()
+                .enumerate()
+                .map(|(i, (name, role))| StateField { name: format!("{name}{i}"), role: roles[role] })
+                .collect();
+            let params: Vec<Param> = params.into_iter().map(|(name, shape)| Param { name, shape }).collect();
+            let nfields = state.len() as u16;
+            let nfiles = files.len() as u32;
+            let base = Graph { name, files, state, params, meta, ..Graph::default() };
+            (
+                Just(base),
+                prop::collection::vec(prop::option::weighted(0.8, any_node(nfields, nfiles)), 0..10),
+                prop::collection::vec(any::<(u16, u16, u16)>(), 0..20),
+                any::<u64>(),
+            )
+        })
+        .prop_map(|(mut g, slots, wiring, order_seed)| {
+            let mut holes = Vec::new();
+            for slot in &slots {
+                let index = g.nodes.add_node(slot.clone().unwrap_or_else(|| node(Op::Source, vec![], vec![], "hole")));
+                if slot.is_none() {
+                    holes.push(index);
+                }
+            }
+            let real: Vec<NodeIndex> =
+                slots.iter().enumerate().filter(|(_, s)| s.is_some()).map(|(i, _)| NodeIndex::new(i)).collect();
+            let mut fed = BTreeMap::new();
+            for (a, b, port) in wiring {
+                if real.is_empty() {
+                    break;
+                }
+                let (src, dst) = (real[a as usize % real.len()], real[b as usize % real.len()]);
+                let (outs, ins) = (g.nodes[src].outputs.len(), g.nodes[dst].inputs.len());
+                if outs == 0 || ins == 0 {
+                    continue;
+                }
+                let to_port = (port as usize % ins) as u16;
+                if fed.insert((dst, to_port), ()).is_none() {
+                    let from_port = (port as usize % outs) as u16;
+                    g.nodes.add_edge(src, dst, Edge { from_port, to_port });
+                }
+            }
+            // Remove holes in a seed-dependent order: the text form must not care.
+            let rotate = if holes.is_empty() { 0 } else { order_seed as usize % holes.len() };
+            holes.rotate_left(rotate);
+            for hole in holes {
+                g.nodes.remove_node(hole);
+            }
+            g
+        })
+}
