@@ -1,47 +1,8 @@
-//! Key derivation, and the walk that finds which locals a block uses.
-//!
-//! A node's key is the list of state fields identifying its dynamic context (the
-//! instance, plus the counter of every enclosing loop), recorded while lowering. It is
-//! kept only for nodes that need one: nodes that cache activations for the backward pass,
-//! nodes that join several inputs (their messages are matched by key), and nodes whose
-//! output fans out (their backward pass joins the gradients of all consumers). Every
-//! other node gets an empty key: it remembers nothing. This is the minimal set that keeps
-//! the activations of different instances and iterations apart. See `docs/IR.md`.
+//! The walk that finds which locals a block reads and assigns (what a loop or a branch
+//! must route through its control nodes).
 
-use amp_ir::{FieldId, Graph, Op};
 use amp_sema::{Block, Expr, ExprKind, LocalId, Stmt};
-use petgraph::stable_graph::NodeIndex;
-use std::collections::{BTreeSet, HashMap};
-
-/// Whether the op keeps something under its key for the backward pass.
-fn caches(op: &Op) -> bool {
-    match op {
-        Op::Linear { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
-        Op::Isu { inverse, .. } => inverse.is_none(),
-        _ => false,
-    }
-}
-
-pub(crate) fn assign_keys(graph: &mut Graph, context: &HashMap<NodeIndex, Vec<FieldId>>) {
-    let indices: Vec<NodeIndex> = graph.nodes.node_indices().collect();
-    for idx in indices {
-        let Some(node) = graph.nodes.node_weight(idx) else { continue };
-        let joins = node.inputs.len() >= 2;
-        let fans_out = (0..node.outputs.len()).any(|port| {
-            graph
-                .nodes
-                .edges_directed(idx, petgraph::Direction::Outgoing)
-                .filter(|e| e.weight().from_port as usize == port)
-                .count()
-                >= 2
-        });
-        let needs_key = caches(&node.op) || joins || fans_out || matches!(node.op, Op::Split { .. });
-        let key = if needs_key { context.get(&idx).cloned().unwrap_or_default() } else { Vec::new() };
-        if let Some(node) = graph.nodes.node_weight_mut(idx) {
-            node.key = key;
-        }
-    }
-}
+use std::collections::BTreeSet;
 
 pub(crate) fn walk_block(block: &Block, reads: &mut BTreeSet<LocalId>, writes: &mut BTreeSet<LocalId>) {
     for stmt in &block.stmts {

@@ -41,8 +41,6 @@ pub(crate) struct Lowerer<'p> {
     frames: Vec<Frame>,
     loops: u32,
     forward_sunk: bool,
-    /// Each node's dynamic context, the key it gets if it needs one.
-    pub(crate) node_context: HashMap<NodeIndex, Vec<FieldId>>,
 }
 
 fn int_op(op: BinOp) -> IntOp {
@@ -113,7 +111,6 @@ impl<'p> Lowerer<'p> {
             frames: Vec::new(),
             loops: 0,
             forward_sunk: false,
-            node_context: HashMap::new(),
         })
     }
 
@@ -137,7 +134,6 @@ impl<'p> Lowerer<'p> {
         if !self.diags.is_empty() {
             return Err(self.diags);
         }
-        crate::keys::assign_keys(&mut self.graph, &self.node_context);
         Ok(self.graph)
     }
 
@@ -201,12 +197,12 @@ impl<'p> Lowerer<'p> {
             outputs,
             reads,
             writes,
-            key: Vec::new(),
+            // The full dynamic context; `passes::minimize_keys` keeps it only where needed.
+            key: self.context.clone(),
             label: label.to_string(),
             loc,
             fusion: None,
         });
-        self.node_context.insert(idx, self.context.clone());
         idx
     }
 

@@ -18,7 +18,8 @@ pub struct PassReport {
     pub details: Vec<String>,
 }
 
-/// Runs every pass to a fixpoint (at most a few rounds) and returns their reports.
+/// Runs every pass to a fixpoint (at most a few rounds) and returns their reports. Key
+/// minimisation runs last because the other passes change fan-out.
 pub fn optimize(graph: &mut Graph) -> Vec<PassReport> {
     let mut reports = Vec::new();
     for _ in 0..8 {
@@ -29,8 +30,51 @@ pub fn optimize(graph: &mut Graph) -> Vec<PassReport> {
             break;
         }
     }
+    reports.push(minimize_keys(graph));
     reports.push(group_fusable_nppts(graph));
     reports
+}
+
+/// Whether the op keeps something under its key for the backward pass.
+fn caches(op: &Op) -> bool {
+    match op {
+        Op::Linear { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
+        Op::Isu { inverse, .. } => inverse.is_none(),
+        _ => false,
+    }
+}
+
+/// Lowering gives every node its full dynamic context as key: the instance, plus the
+/// counter of every enclosing loop. This pass keeps it only on nodes that need a key:
+/// nodes that cache activations for the backward pass, nodes that join several inputs or
+/// split into several outputs (their messages are matched by key), and nodes whose output
+/// fans out (their backward pass sums the gradients of all consumers by key). Every other
+/// node gets an empty key: it remembers nothing. What remains is the minimal set of
+/// fields that keeps the activations of different instances and iterations apart (see
+/// `docs/IR.md`).
+pub fn minimize_keys(graph: &mut Graph) -> PassReport {
+    let indices: Vec<NodeIndex> = graph.nodes.node_indices().collect();
+    let mut cleared = Vec::new();
+    for idx in indices {
+        let node = &graph.nodes[idx];
+        let fans_out = (0..node.outputs.len()).any(|port| {
+            graph.nodes.edges_directed(idx, Outgoing).filter(|e| e.weight().from_port as usize == port).count() >= 2
+        });
+        let needs_key = caches(&node.op)
+            || node.inputs.len() >= 2
+            || node.outputs.len() >= 2 && !matches!(node.op, Op::Cond { .. } | Op::Switch { .. })
+            || fans_out;
+        if !needs_key && !node.key.is_empty() {
+            cleared.push(idx);
+        }
+    }
+    let details = cleared.iter().map(|&i| describe(graph, i)).collect();
+    for &i in &cleared {
+        if let Some(node) = graph.nodes.node_weight_mut(i) {
+            node.key.clear();
+        }
+    }
+    PassReport { pass: "key minimisation", changed: cleared.len(), details }
 }
 
 fn describe(graph: &Graph, idx: NodeIndex) -> String {

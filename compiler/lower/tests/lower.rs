@@ -144,3 +144,30 @@ fn optimized_examples_keep_their_structure() {
     assert_eq!(dce.changed, 1, "only the control's loop exit is unused: {:?}", dce.details);
     assert_eq!(count(&g, "linear"), 2);
 }
+
+/// Found by the random-program generator: two loop-carried variables holding the same
+/// tensor get identical loop-entry nodes; CSE merges them, and the merged node fans out,
+/// so it must keep its key. Keys are therefore minimised after the other passes.
+#[test]
+fn regression_merged_loop_entries_keep_their_key() {
+    let text = r#"
+record R { x: f32[4], xs: [int], label: int }
+model M {
+    param emb = Embedding(10, 4);
+    param cell = Linear(8, 4);
+    param head = Linear(4, 3);
+    fn forward(r: R) -> f32[3] {
+        let v0 = r.x;
+        var v1 = v0;
+        for tok in r.xs { v1 = tanh(cell(concat(v1 + v0, emb(tok)))); }
+        head(v1)
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let mut g = lower(text).unwrap();
+    passes::optimize(&mut g);
+    if let Err(errors) = amp_ir::verify::verify(&g) {
+        panic!("{}", errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"));
+    }
+}

@@ -1,0 +1,78 @@
+//! `ampc compile` as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ampc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ampc")).args(args).output().expect("ampc runs")
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
+}
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ampc-compile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn writes_a_loadable_verified_ampg() {
+    let out = temp_dir().join("lr.ampg");
+    let run = ampc(&["compile", &example("list_reduce.amp"), "-o", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let bytes = std::fs::read(&out).expect("the file was written");
+    assert!(bytes.starts_with(b"AMPG"));
+    let (graph, _) = amp_ir::ampg::read(&bytes).expect("it loads");
+    amp_ir::verify::verify(&graph).expect("it verifies");
+    assert_eq!(graph.name, "ListReduce");
+    assert_eq!(graph.meta.get("hyper.hidden").map(String::as_str), Some("128"));
+    let leftovers: Vec<_> = std::fs::read_dir(out.parent().unwrap()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+    assert!(leftovers.is_empty(), "no temporary file is left behind");
+}
+
+#[test]
+fn emits_ir_text_json_and_dot_with_overrides() {
+    let ir = ampc(&["compile", &example("mlp.amp"), "--emit", "ir", "-D", "hidden=32"]);
+    assert_eq!(ir.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&ir.stdout);
+    assert!(text.starts_with("amp.graph @Mlp3 {"), "{text}");
+    assert!(text.contains("param l1.weight: f32[32, 64]"), "{text}");
+    let parsed = amp_ir::text::parse(&text).expect("the printed IR parses");
+    assert_eq!(amp_ir::text::print(&parsed), text);
+
+    let json = ampc(&["compile", &example("mlp.amp"), "--emit", "ir-json"]);
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("valid JSON");
+    assert_eq!(value["name"], "Mlp3");
+
+    let dot = ampc(&["compile", &example("list_reduce.amp"), "--emit", "dot"]);
+    assert!(String::from_utf8_lossy(&dot.stdout).starts_with("digraph"));
+}
+
+#[test]
+fn verbose_reports_the_passes() {
+    let run = ampc(&["compile", &example("list_reduce.amp"), "--emit", "ir", "-v"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("pass dead-node elimination: 1 changed"), "{stderr}");
+    assert!(stderr.contains("pass key minimisation"), "{stderr}");
+}
+
+#[test]
+fn constructs_not_yet_lowered_are_errors_with_a_code() {
+    let run = ampc(&["compile", &example("tree_lstm.amp"), "--emit", "ir", "--message-format", "json"]);
+    assert_eq!(run.status.code(), Some(1));
+    let diag: serde_json::Value = serde_json::from_slice(run.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(diag["code"], "E0600");
+    assert!(diag["message"].as_str().unwrap().contains("recursion"));
+}
+
+#[test]
+fn check_errors_stop_compilation_and_bad_models_are_usage_errors() {
+    let dir = temp_dir();
+    let bad = dir.join("bad.amp");
+    std::fs::write(&bad, "model M { fn forward(x: int) -> int { y } }").unwrap();
+    assert_eq!(ampc(&["compile", bad.to_str().unwrap()]).status.code(), Some(1));
+    assert!(!dir.join("bad.ampg").exists());
+    assert_eq!(ampc(&["compile", &example("mlp.amp"), "--model", "Nope", "--emit", "ir"]).status.code(), Some(2));
+}

@@ -1,0 +1,165 @@
+//! The whole compile pipeline — check, lower, optimise, verify — on the examples and on
+//! randomly generated well-typed programs; the IR text form and `.ampg` files round-trip.
+
+use amp_ir::{ampg, text, verify, Graph};
+use amp_sema::{check_source, Options};
+use proptest::prelude::*;
+
+const COMPILABLE: &[(&str, &str)] =
+    &[("list_reduce", include_str!("../../examples/list_reduce.amp")), ("mlp", include_str!("../../examples/mlp.amp"))];
+
+/// Checks, lowers, optimises and verifies; panics with the reason when any step fails.
+fn compile(name: &str, source: &str) -> Graph {
+    let (map, checked) = check_source(&format!("{name}.amp"), source, &Options::default());
+    assert!(
+        !checked.has_errors(),
+        "{name}:\n{}\n{source}",
+        amp_diagnostics::render_human(&map, &checked.diagnostics, false)
+    );
+    let mut graph = match amp_lower::lower_model(&checked.program, &map, checked.program.models[0]) {
+        Ok(g) => g,
+        Err(d) => panic!("{name}: {}\n{source}", amp_diagnostics::render_human(&map, &d, false)),
+    };
+    amp_lower::passes::optimize(&mut graph);
+    if let Err(errors) = verify::verify(&graph) {
+        let list: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        panic!("{name}: lowered graph fails verification:\n{}\n{}\n{source}", list.join("\n"), text::print(&graph));
+    }
+    graph
+}
+
+fn assert_round_trips(graph: &Graph) {
+    let printed = text::print(graph);
+    let parsed = text::parse(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
+    assert_eq!(text::print(&parsed), printed, "text form round-trips exactly");
+    let (loaded, plan) = ampg::read(&ampg::write(graph, None)).expect("ampg loads");
+    assert!(plan.is_none());
+    assert_eq!(text::print(&loaded), printed, ".ampg round-trips");
+    verify::verify(&loaded).expect("a loaded graph verifies");
+}
+
+#[test]
+fn compilable_examples_verify_round_trip_and_match_their_snapshots() {
+    for (name, source) in COMPILABLE {
+        let graph = compile(name, source);
+        assert_round_trips(&graph);
+        insta::with_settings!({ snapshot_path => "snapshots/ir", prepend_module_to_snapshot => false, omit_expression => true }, {
+            insta::assert_snapshot!(format!("ir_{name}"), format!("{source}\n---- ir ----\n{}", text::print(&graph)));
+        });
+    }
+}
+
+#[test]
+fn dot_output_renders_when_graphviz_is_installed() {
+    let Ok(status) = std::process::Command::new("dot").arg("-V").output() else {
+        println!("skipped: the `dot` program (graphviz) is not installed");
+        return;
+    };
+    assert!(status.status.success());
+    for (name, source) in COMPILABLE {
+        let dot = amp_ir::dot::to_dot(&compile(name, source));
+        let mut child = std::process::Command::new("dot")
+            .arg("-Tsvg")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("dot starts");
+        use std::io::Write;
+        child.stdin.take().expect("stdin").write_all(dot.as_bytes()).expect("write dot");
+        let out = child.wait_with_output().expect("dot finishes");
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("<svg"), "{name}");
+    }
+}
+
+// ------------------------------------------------------------ random well-typed programs
+
+/// One statement of a generated `forward` body. Every tensor is `f32[D]` so that any
+/// operand fits any other; `v{i}` names the i-th value defined so far.
+#[derive(Clone, Debug)]
+enum Gen {
+    Unary(&'static str, usize),
+    Add(usize, usize),
+    Mul(usize, usize),
+    Scale(usize),
+    Cell(usize, usize),
+    Embed,
+    Loop { acc: usize, body_uses: usize },
+    Range { acc: usize },
+    If { then_from: usize, threshold: i64 },
+    Split(usize),
+}
+
+fn gen_stmt() -> impl Strategy<Value = Gen> {
+    prop_oneof![
+        (prop_oneof![Just("relu"), Just("tanh"), Just("sigmoid"), Just("exp")], any::<usize>())
+            .prop_map(|(f, a)| Gen::Unary(f, a)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Gen::Add(a, b)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Gen::Mul(a, b)),
+        any::<usize>().prop_map(Gen::Scale),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Gen::Cell(a, b)),
+        Just(Gen::Embed),
+        (any::<usize>(), any::<usize>()).prop_map(|(acc, body_uses)| Gen::Loop { acc, body_uses }),
+        any::<usize>().prop_map(|acc| Gen::Range { acc }),
+        (any::<usize>(), 0i64..10).prop_map(|(then_from, threshold)| Gen::If { then_from, threshold }),
+        any::<usize>().prop_map(Gen::Split),
+    ]
+}
+
+fn program(stmts: &[Gen]) -> String {
+    let mut body = String::from("        let v0 = r.x;\n");
+    let mut n = 1;
+    for s in stmts {
+        let pick = |i: usize| format!("v{}", i % n);
+        let line = match s {
+            Gen::Unary(f, a) => format!("let v{n} = {f}({});", pick(*a)),
+            Gen::Add(a, b) => format!("let v{n} = {} + {};", pick(*a), pick(*b)),
+            Gen::Mul(a, b) => format!("let v{n} = {} * {};", pick(*a), pick(*b)),
+            Gen::Scale(a) => format!("let v{n} = 0.5 * {} - 1.0;", pick(*a)),
+            Gen::Cell(a, b) => format!("let v{n} = cell(concat({}, {}));", pick(*a), pick(*b)),
+            Gen::Embed => format!("let v{n} = emb(r.label);"),
+            Gen::Loop { acc, body_uses } => format!(
+                "var v{n} = {};\n        for tok in r.xs {{ v{n} = tanh(cell(concat(v{n} + {}, emb(tok)))); }}",
+                pick(*acc),
+                pick(*body_uses)
+            ),
+            Gen::Range { acc } => format!(
+                "var v{n} = {};\n        for i in 0..len(r.xs) {{ if i > 1 {{ v{n} = relu(v{n}); }} }}",
+                pick(*acc)
+            ),
+            Gen::If { then_from, threshold } => format!(
+                "let v{n} = if r.label > {threshold} {{ sigmoid({}) }} else {{ {} }};",
+                pick(*then_from),
+                pick(then_from + 1)
+            ),
+            Gen::Split(a) => format!(
+                "let [p{n}, q{n}] = split(cell(concat({}, {})), 2);\n        let v{n} = concat(p{n}, q{n});",
+                pick(*a),
+                pick(a + 1)
+            ),
+        };
+        body.push_str("        ");
+        body.push_str(&line);
+        body.push('\n');
+        n += 1;
+    }
+    format!(
+        "record R {{ x: f32[4], xs: [int], label: int }}\n\
+         model Gen {{\n    param emb = Embedding(10, 4);\n    param cell = Linear(8, 4);\n    param head = Linear(4, 3);\n\
+         \n    fn forward(r: R) -> f32[3] {{\n{body}        head(v{last})\n    }}\n\
+         \n    fn loss(r: R) -> f32 {{ cross_entropy(forward(r), r.label) }}\n}}\n",
+        last = n - 1
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Every program of the generator checks without errors, lowers, and the optimised
+    /// graph verifies and round-trips.
+    #[test]
+    fn generated_programs_lower_to_verified_graphs(stmts in proptest::collection::vec(gen_stmt(), 0..8)) {
+        let source = program(&stmts);
+        let graph = compile("gen", &source);
+        assert_round_trips(&graph);
+    }
+}
