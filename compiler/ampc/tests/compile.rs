@@ -28,7 +28,11 @@ fn writes_a_loadable_verified_ampg() {
     amp_ir::verify::verify(&graph).expect("it verifies");
     assert_eq!(graph.name, "ListReduce");
     assert_eq!(graph.meta.get("hyper.hidden").map(String::as_str), Some("128"));
-    let leftovers: Vec<_> = std::fs::read_dir(out.parent().unwrap()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(out.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
     assert!(leftovers.is_empty(), "no temporary file is left behind");
 }
 

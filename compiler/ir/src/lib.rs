@@ -365,6 +365,31 @@ impl Op {
         }
     }
 
+    /// The state fields the op reads and writes through its own attributes (sorted,
+    /// without repeats): what a node's `reads` and `writes` must list.
+    pub fn state_fields(&self) -> (Vec<FieldId>, Vec<FieldId>) {
+        let mut reads = Vec::new();
+        let mut writes = Vec::new();
+        match self {
+            Op::Source => writes.push(FieldId(0)),
+            Op::Read { path } => StateExpr::Data(path.clone()).fields(&mut reads),
+            Op::Embedding { index, .. } | Op::Switch { index, .. } => index.fields(&mut reads),
+            Op::Cond { pred } => pred.fields(&mut reads),
+            Op::Isu { field, value, inverse } => {
+                value.fields(&mut reads);
+                if let Some(inverse) = inverse {
+                    inverse.fields(&mut reads);
+                }
+                writes.push(*field);
+            }
+            Op::Loss(LossKind::CrossEntropy { label }) => label.fields(&mut reads),
+            _ => {}
+        }
+        reads.sort();
+        reads.dedup();
+        (reads, writes)
+    }
+
     /// Parameterized payload transforms (they own parameters and accumulate gradients).
     pub fn is_ppt(&self) -> bool {
         matches!(self, Op::Linear { .. } | Op::Embedding { .. })

@@ -50,7 +50,7 @@ impl Builder {
 
     fn add(&mut self, op: Op, inputs: &[(NodeIndex, u16)], outputs: Vec<PayloadTy>, key: &[FieldId]) -> NodeIndex {
         let in_types = inputs.iter().map(|&(n, p)| self.graph.nodes[n].outputs[p as usize].clone()).collect();
-        let (reads, writes) = op_fields(&op);
+        let (reads, writes) = op.state_fields();
         let label = op.keyword().to_string();
         let idx = self.graph.nodes.add_node(Node {
             op,
@@ -76,30 +76,6 @@ impl Builder {
     fn source(&mut self) -> NodeIndex {
         self.add(Op::Source, &[], vec![PayloadTy::Unit], &[])
     }
-}
-
-fn op_fields(op: &Op) -> (Vec<FieldId>, Vec<FieldId>) {
-    let mut reads = Vec::new();
-    let mut writes = Vec::new();
-    match op {
-        Op::Source => writes.push(INST),
-        Op::Read { path } => StateExpr::Data(path.clone()).fields(&mut reads),
-        Op::Embedding { index, .. } => index.fields(&mut reads),
-        Op::Cond { pred } => pred.fields(&mut reads),
-        Op::Switch { index, .. } => index.fields(&mut reads),
-        Op::Isu { field, value, inverse } => {
-            value.fields(&mut reads);
-            if let Some(inv) = inverse {
-                inv.fields(&mut reads);
-            }
-            writes.push(*field);
-        }
-        Op::Loss(LossKind::CrossEntropy { label }) => label.fields(&mut reads),
-        _ => {}
-    }
-    reads.sort();
-    reads.dedup();
-    (reads, writes)
 }
 
 fn label() -> Op {

@@ -189,9 +189,9 @@ impl<'p> Lowerer<'p> {
         label: &str,
         span: Span,
     ) -> NodeIndex {
-        let (reads, writes) = op_fields(&op);
+        let (reads, writes) = op.state_fields();
         let loc = self.loc(span);
-        let idx = self.graph.nodes.add_node(Node {
+        self.graph.nodes.add_node(Node {
             op,
             inputs,
             outputs,
@@ -202,8 +202,7 @@ impl<'p> Lowerer<'p> {
             label: label.to_string(),
             loc,
             fusion: None,
-        });
-        idx
+        })
     }
 
     fn connect(&mut self, from: &Port, to: NodeIndex, to_port: u16) {
@@ -647,7 +646,7 @@ impl<'p> Lowerer<'p> {
             for p in v.ports() {
                 let n = self.node(
                     Op::Cond { pred: pred.clone() },
-                    &[p.clone()],
+                    std::slice::from_ref(&p),
                     vec![p.ty.clone(), p.ty.clone()],
                     "if",
                     span,
@@ -655,22 +654,27 @@ impl<'p> Lowerer<'p> {
                 outs[0].push(Self::out(n, 0, p.ty.clone()));
                 outs[1].push(Self::out(n, 1, p.ty.clone()));
             }
-            for side in 0..2 {
-                sides[side].push((id, v.with_ports(&mut outs[side].clone().into_iter())));
+            for (side, ports) in sides.iter_mut().zip(outs) {
+                side.push((id, v.with_ports(&mut ports.into_iter())));
             }
         }
         let ctrl_in = self.ctrl.clone();
-        let ctrl_cond =
-            self.node(Op::Cond { pred: pred.clone() }, &[ctrl_in.clone()], vec![PayloadTy::Unit; 2], "if", span);
+        let ctrl_cond = self.node(
+            Op::Cond { pred: pred.clone() },
+            std::slice::from_ref(&ctrl_in),
+            vec![PayloadTy::Unit; 2],
+            "if",
+            span,
+        );
         let mut results = Vec::new();
         let mut ends = Vec::new();
-        for side in 0..2 {
+        for (side, routed_values) in sides.iter().enumerate() {
             for (id, v) in &before {
                 if let Some(v) = v {
                     self.set_local(*id, v.clone());
                 }
             }
-            for (id, v) in &sides[side] {
+            for (id, v) in routed_values {
                 self.set_local(*id, v.clone());
             }
             self.ctrl = Self::out(ctrl_cond, side as u16, PayloadTy::Unit);
@@ -774,7 +778,7 @@ impl<'p> Lowerer<'p> {
         for p in &ports {
             let entry = self.node(
                 Op::Isu { field: t, value: init.clone(), inverse: Some(StateExpr::Const(-1)) },
-                &[p.clone()],
+                std::slice::from_ref(p),
                 vec![p.ty.clone()],
                 "loop entry",
                 span,
@@ -831,7 +835,7 @@ impl<'p> Lowerer<'p> {
             let back = StateExpr::bin(IntOp::Sub, counter.clone(), StateExpr::Const(1));
             let isu = self.node(
                 Op::Isu { field: t, value: step, inverse: Some(back) },
-                &[end.clone()],
+                std::slice::from_ref(end),
                 vec![end.ty.clone()],
                 "loop step",
                 span,
@@ -850,29 +854,4 @@ impl<'p> Lowerer<'p> {
         self.ctrl = after.next().ok_or(Unsupported)?;
         Ok(())
     }
-}
-
-/// The state fields an op reads and writes through its own attributes.
-fn op_fields(op: &Op) -> (Vec<amp_ir::FieldId>, Vec<amp_ir::FieldId>) {
-    let mut reads = Vec::new();
-    let mut writes = Vec::new();
-    match op {
-        Op::Source => writes.push(FieldId(0)),
-        Op::Read { path } => StateExpr::Data(path.clone()).fields(&mut reads),
-        Op::Embedding { index, .. } => index.fields(&mut reads),
-        Op::Cond { pred } => pred.fields(&mut reads),
-        Op::Switch { index, .. } => index.fields(&mut reads),
-        Op::Isu { field, value, inverse } => {
-            value.fields(&mut reads);
-            if let Some(inv) = inverse {
-                inv.fields(&mut reads);
-            }
-            writes.push(*field);
-        }
-        Op::Loss(LossKind::CrossEntropy { label }) => label.fields(&mut reads),
-        _ => {}
-    }
-    reads.sort();
-    reads.dedup();
-    (reads, writes)
 }

@@ -217,41 +217,43 @@ impl FnChecker<'_, '_> {
         block.tail.as_ref().map_or(Ty::unit(), |t| t.ty.clone())
     }
 
+    /// Checks a `let`/`var` initialiser against its optional annotation. On a mismatch the
+    /// binding keeps the annotation when `keep_annotation` (a `var`'s declared type is what
+    /// its loop is checked against), else gets the unknown type (either side may be the
+    /// mistake, and its uses do not repeat the error).
+    fn check_annotated(
+        &mut self,
+        annotation: Option<&ast::TypeExpr>,
+        value: &ast::Expr,
+        keep_annotation: bool,
+    ) -> (Expr, Ty) {
+        let annotated = annotation.map(|t| (self.resolve_local_type(t), t.span));
+        let value = self.check_expr(value, annotated.as_ref().map(|a| &a.0));
+        let ty = match annotated {
+            Some((t, span)) if !value.ty.fits(&t) => {
+                let d = self.mismatch(&t, &value.ty, value.span, "the value does not fit the annotation");
+                self.ck.error(d.with_label(span, "annotation here"));
+                if keep_annotation {
+                    t
+                } else {
+                    Ty::Error
+                }
+            }
+            Some((t, _)) => t,
+            None => value.ty.clone(),
+        };
+        (value, ty)
+    }
+
     fn check_stmt(&mut self, stmt: &ast::Stmt) -> Option<Stmt> {
         match &stmt.kind {
             ast::StmtKind::Let(pat, ty, value) => {
-                let annotated = ty.as_ref().map(|t| (self.resolve_local_type(t), t.span));
-                let value = self.check_expr(value, annotated.as_ref().map(|a| &a.0));
-                let ty = match annotated {
-                    Some((t, span)) => {
-                        if !value.ty.fits(&t) {
-                            let d = self.mismatch(&t, &value.ty, value.span, "the value does not fit the annotation");
-                            self.ck.error(d.with_label(span, "annotation here"));
-                            // Either side may be the mistake: the binding's type is
-                            // unknown, so its uses do not repeat the error.
-                            Ty::Error
-                        } else {
-                            t
-                        }
-                    }
-                    None => value.ty.clone(),
-                };
+                let (value, ty) = self.check_annotated(ty.as_ref(), value, false);
                 let pattern = self.bind_pattern(pat, &ty, false);
                 Some(Stmt::Let(pattern, value))
             }
             ast::StmtKind::Var(name, ty, value) => {
-                let annotated = ty.as_ref().map(|t| (self.resolve_local_type(t), t.span));
-                let value = self.check_expr(value, annotated.as_ref().map(|a| &a.0));
-                let ty = match annotated {
-                    Some((t, span)) => {
-                        if !value.ty.fits(&t) {
-                            let d = self.mismatch(&t, &value.ty, value.span, "the value does not fit the annotation");
-                            self.ck.error(d.with_label(span, "annotation here"));
-                        }
-                        t
-                    }
-                    None => value.ty.clone(),
-                };
+                let (value, ty) = self.check_annotated(ty.as_ref(), value, true);
                 let id = self.declare_local(name, ty, true);
                 Some(Stmt::Var(id, value))
             }
