@@ -9,16 +9,9 @@
 
 use amp_diagnostics::FileId;
 use amp_sema::{check_source, Options};
+use amp_tests::EXAMPLES;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-
-const EXAMPLES: &[(&str, &str)] = &[
-    ("list_reduce", include_str!("../../examples/list_reduce.amp")),
-    ("tree_lstm", include_str!("../../examples/tree_lstm.amp")),
-    ("ggsnn", include_str!("../../examples/ggsnn.amp")),
-    ("moe", include_str!("../../examples/moe.amp")),
-    ("mlp", include_str!("../../examples/mlp.amp")),
-];
 
 const BUDGET: Duration = Duration::from_millis(50);
 

@@ -1,1 +1,16 @@
-//! Amp end-to-end test suites live in `tests/` of this crate.
+//! Support for Amp's end-to-end test suites (in `tests/` of this crate) and benchmarks:
+//! the canonical example models, embedded once.
+
+/// The five canonical models of SPEC §2, by name, with their source.
+pub const EXAMPLES: &[(&str, &str)] = &[
+    ("list_reduce", include_str!("../../examples/list_reduce.amp")),
+    ("tree_lstm", include_str!("../../examples/tree_lstm.amp")),
+    ("ggsnn", include_str!("../../examples/ggsnn.amp")),
+    ("moe", include_str!("../../examples/moe.amp")),
+    ("mlp", include_str!("../../examples/mlp.amp")),
+];
+
+/// The source of the example `name`.
+pub fn example(name: &str) -> Option<&'static str> {
+    EXAMPLES.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
+}

@@ -5,8 +5,8 @@ use amp_ir::{ampg, text, verify, Graph};
 use amp_sema::{check_source, Options};
 use proptest::prelude::*;
 
-const COMPILABLE: &[(&str, &str)] =
-    &[("list_reduce", include_str!("../../examples/list_reduce.amp")), ("mlp", include_str!("../../examples/mlp.amp"))];
+/// The examples the lowering handles today.
+const COMPILABLE: &[&str] = &["list_reduce", "mlp"];
 
 /// Checks, lowers, optimises and verifies; panics with the reason when any step fails.
 fn compile(name: &str, source: &str) -> Graph {
@@ -40,7 +40,8 @@ fn assert_round_trips(graph: &Graph) {
 
 #[test]
 fn compilable_examples_verify_round_trip_and_match_their_snapshots() {
-    for (name, source) in COMPILABLE {
+    for name in COMPILABLE {
+        let source = amp_tests::example(name).expect("example");
         let graph = compile(name, source);
         assert_round_trips(&graph);
         insta::with_settings!({ snapshot_path => "snapshots/ir", prepend_module_to_snapshot => false, omit_expression => true }, {
@@ -56,8 +57,8 @@ fn dot_output_renders_when_graphviz_is_installed() {
         return;
     };
     assert!(status.status.success());
-    for (name, source) in COMPILABLE {
-        let dot = amp_ir::dot::to_dot(&compile(name, source));
+    for name in COMPILABLE {
+        let dot = amp_ir::dot::to_dot(&compile(name, amp_tests::example(name).expect("example")));
         let mut child = std::process::Command::new("dot")
             .arg("-Tsvg")
             .stdin(std::process::Stdio::piped())

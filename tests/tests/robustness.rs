@@ -3,15 +3,8 @@
 //! Each case runs under proptest's per-case timeout, which catches a hang.
 
 use amp_sema::{check_source, Options};
+use amp_tests::EXAMPLES;
 use proptest::prelude::*;
-
-const EXAMPLES: &[(&str, &str)] = &[
-    ("list_reduce.amp", include_str!("../../examples/list_reduce.amp")),
-    ("tree_lstm.amp", include_str!("../../examples/tree_lstm.amp")),
-    ("ggsnn.amp", include_str!("../../examples/ggsnn.amp")),
-    ("moe.amp", include_str!("../../examples/moe.amp")),
-    ("mlp.amp", include_str!("../../examples/mlp.amp")),
-];
 
 /// Fragments that stress the grammar's recovery and the checker's error paths.
 const SPLICES: &[&str] = &[

@@ -2,17 +2,10 @@
 //! with PyTorch-style names and concrete shapes, and the type of every binding.
 
 use amp_sema::{check_source, Options};
-
-const EXAMPLES: &[(&str, &str)] = &[
-    ("list_reduce", include_str!("../../examples/list_reduce.amp")),
-    ("tree_lstm", include_str!("../../examples/tree_lstm.amp")),
-    ("ggsnn", include_str!("../../examples/ggsnn.amp")),
-    ("moe", include_str!("../../examples/moe.amp")),
-    ("mlp", include_str!("../../examples/mlp.amp")),
-];
+use amp_tests::EXAMPLES;
 
 fn params(name: &str, defines: &[(&str, i64)]) -> Vec<(String, Vec<i64>)> {
-    let text = EXAMPLES.iter().find(|e| e.0 == name).expect("example").1;
+    let text = amp_tests::example(name).expect("example");
     let options = Options { defines: defines.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
     let (_, checked) = check_source(name, text, &options);
     assert!(!checked.has_errors());

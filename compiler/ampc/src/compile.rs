@@ -28,13 +28,7 @@ pub(crate) struct CompileArgs {
 }
 
 pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
-    let text = match std::fs::read(&args.file) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", args.file.display());
-            return ExitCode::from(2);
-        }
-    };
+    let Some(text) = crate::read_source(&args.file) else { return ExitCode::from(2) };
     let mut map = SourceMap::new();
     let main = map.add(args.file.display().to_string(), text);
     let checked = check_program(&mut map, main, &Options { defines: args.defines });

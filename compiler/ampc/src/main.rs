@@ -136,18 +136,24 @@ fn main() -> ExitCode {
     }
 }
 
+/// Reads a source file, invalid UTF-8 replaced (the lexer reports it); `None` after
+/// printing why the file cannot be read (a usage error).
+pub(crate) fn read_source(path: &std::path::Path) -> Option<String> {
+    match std::fs::read(path) {
+        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", path.display());
+            None
+        }
+    }
+}
+
 fn check(files: &[PathBuf], defines: Vec<(String, i64)>, printer: &Printer) -> ExitCode {
     let options = Options { defines };
     let mut any_errors = false;
     let (mut errors, mut warnings) = (0usize, 0usize);
     for path in files {
-        let text = match std::fs::read(path) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) => {
-                eprintln!("error: cannot read `{}`: {e}", path.display());
-                return ExitCode::from(2);
-            }
-        };
+        let Some(text) = read_source(path) else { return ExitCode::from(2) };
         let mut map = SourceMap::new();
         let main = map.add(path.display().to_string(), text);
         let checked = check_program(&mut map, main, &options);

@@ -14,9 +14,9 @@
 //! route every value they use through `cond`/`phi`/`isu` nodes, so all messages of one
 //! context carry the same state.
 
-mod keys;
 mod lowerer;
 pub mod passes;
+mod uses;
 mod value;
 
 use amp_diagnostics::{Diagnostic, SourceMap};

@@ -602,7 +602,7 @@ impl<'p> Lowerer<'p> {
     fn used_locals(block: &Block) -> (BTreeSet<LocalId>, BTreeSet<LocalId>) {
         let mut reads = BTreeSet::new();
         let mut writes = BTreeSet::new();
-        crate::keys::walk_block(block, &mut reads, &mut writes);
+        crate::uses::walk_block(block, &mut reads, &mut writes);
         (reads, writes)
     }
 
@@ -633,7 +633,7 @@ impl<'p> Lowerer<'p> {
         };
         let (mut reads, mut writes) = Self::used_locals(then);
         if let Some(e) = els {
-            crate::keys::walk_expr(e, &mut reads, &mut writes);
+            crate::uses::walk_expr(e, &mut reads, &mut writes);
         }
         let routed: Vec<LocalId> = self.tensor_locals(&reads.union(&writes).copied().collect());
         let before: Vec<(LocalId, Option<Value>)> =

@@ -1,6 +1,6 @@
 //! Expressions: names, operators, fields, indexing, `if`.
 
-use crate::collect::{const_hover, suggest, Checker, Global};
+use crate::collect::{const_hover, hyper_hover, suggest, Checker, Global};
 use crate::typed::*;
 use amp_diagnostics::{Code, Diagnostic, Span};
 use amp_grammar::ast::{self, BinOp, UnOp};
@@ -202,13 +202,7 @@ impl FnChecker<'_, '_> {
         if let Some(&h) = info.hyperparams.get(&name.name) {
             let hp = &self.component().hyperparams[h];
             let dim = crate::shape::Dim::symbol(hp.symbol.clone(), hp.value);
-            let (def, hover) = (
-                hp.span,
-                match hp.value {
-                    Some(v) => format!("{}: int = {v}", hp.name),
-                    None => format!("{}: int", hp.name),
-                },
-            );
+            let (def, hover) = (hp.span, hyper_hover(&hp.name, hp.value));
             self.ck.reference(name.span, def, hover);
             return mk(ExprKind::Hyper(dim), Ty::Int, span);
         }

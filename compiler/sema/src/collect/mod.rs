@@ -19,7 +19,7 @@ mod components;
 mod types;
 
 pub(crate) use components::substitute_ty;
-pub(crate) use types::const_hover;
+pub(crate) use types::{const_hover, hyper_hover};
 
 /// A top-level name of a module.
 #[derive(Clone, Debug)]

@@ -263,11 +263,7 @@ pub(crate) struct ComponentScope<'c, 'm> {
 impl DimScope for ComponentScope<'_, '_> {
     fn lookup_dim(&mut self, name: &ast::Ident) -> Result<Dim, Box<Diagnostic>> {
         if let Some((n, dim, def)) = self.ck.network_scope.iter().find(|(n, ..)| *n == name.name).cloned() {
-            let hover = match dim.value {
-                Some(v) => format!("{n}: int = {v}"),
-                None => format!("{n}: int"),
-            };
-            self.ck.reference(name.span, def, hover);
+            self.ck.reference(name.span, def, hyper_hover(&n, dim.value));
             return Ok(dim);
         }
         if let Some(comp) = self.comp {
@@ -275,11 +271,7 @@ impl DimScope for ComponentScope<'_, '_> {
             if let Some(&i) = info.hyperparams.get(&name.name) {
                 let hp = &self.ck.program.components[comp.0 as usize].hyperparams[i];
                 let dim = Dim::symbol(hp.symbol.clone(), hp.value);
-                let hover = match hp.value {
-                    Some(v) => format!("{}: int = {v}", hp.name),
-                    None => format!("{}: int", hp.name),
-                };
-                let def = hp.span;
+                let (def, hover) = (hp.span, hyper_hover(&hp.name, hp.value));
                 self.ck.reference(name.span, def, hover);
                 return Ok(dim);
             }
@@ -337,6 +329,14 @@ impl DimScope for ComponentScope<'_, '_> {
                 Err(Box::new(d))
             }
         }
+    }
+}
+
+/// What hover shows for a hyperparameter: `hidden: int = 128`.
+pub(crate) fn hyper_hover(name: &str, value: Option<i64>) -> String {
+    match value {
+        Some(v) => format!("{name}: int = {v}"),
+        None => format!("{name}: int"),
     }
 }
 
