@@ -462,7 +462,7 @@ fn check_fields(cx: &mut Checker, i: usize, node: &Node) {
 /// Why the node keeps something under its key, if it does: it caches for its backward
 /// pass, joins inputs (forward) or gradients (backward) by key, or fans out (so it sums its
 /// consumers' gradients). The source is exempt: its backward pass only counts instances.
-/// This is the lowering's rule (`amp-lower`'s `keys.rs`): an `embedding` or a one-input
+/// This is the lowering's rule (`amp-lower`'s `passes::minimize_keys`): an `embedding` or a one-input
 /// `concat` keeps nothing, since the backward message's state recomputes the row index and
 /// the split widths are static.
 pub(super) fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
