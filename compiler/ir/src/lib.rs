@@ -106,6 +106,25 @@ impl fmt::Display for PayloadTy {
 pub struct Param {
     pub name: String,
     pub shape: Vec<u64>,
+    pub init: ParamInit,
+}
+
+/// How a parameter is initialised (as PyTorch initialises `nn.Linear` and `nn.Embedding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ParamInit {
+    /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`.
+    Uniform { fan_in: u64 },
+    /// `N(0, 1)`.
+    Normal,
+}
+
+impl fmt::Display for ParamInit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamInit::Uniform { fan_in } => write!(f, "uniform({fan_in})"),
+            ParamInit::Normal => f.write_str("normal"),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

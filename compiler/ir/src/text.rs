@@ -12,7 +12,7 @@
 //!   file 0 "examples/list_reduce.amp"
 //!   meta "hidden" = "128"
 //!   state %inst: instance, %t0: counter
-//!   param embed.weight: f32[14, 128]
+//!   param embed.weight: f32[14, 128] normal
 //!   %0 = source() -> unit "x" loc(0:130..137 @13:5)
 //!   %3 = phi 2 (%2#0: f32[128], %10#0: f32[128]) -> f32[128] key(%inst, %t0) "h"
 //!   %4 = cond [%t0 < len($.tokens)] (%3#0: f32[128]) -> f32[128], f32[128] reads(%t0) ""
@@ -28,7 +28,7 @@
 //! - `file N "path"`, one per source file, `N` counting from 0 (what `loc` refers to).
 //! - `meta "key" = "value"`, in key order.
 //! - `state %name: role, ...` on one line (left out when the schema is empty).
-//! - `param NAME: f32[d, ...]`.
+//! - `param NAME: f32[d, ...] INIT` with INIT `uniform(FAN_IN)` or `normal`.
 //! - Nodes in index order: `%N = OP ATTRS (INPUTS) -> OUTPUTS [reads(..)] [writes(..)]
 //!   [key(..)] "label" [fusion(G)] [loc(FILE:START..END @LINE:COL)]`. A missing index is a
 //!   hole left by a removed node: parsing recreates it, so indices survive the round trip.
@@ -87,7 +87,7 @@ pub fn print(graph: &Graph) -> String {
         let _ = writeln!(out, "  state {}", fields.join(", "));
     }
     for param in &graph.params {
-        let _ = writeln!(out, "  param {}: {}", symbol(&param.name), PayloadTy::F32(param.shape.clone()));
+        let _ = writeln!(out, "  param {}: {} {}", symbol(&param.name), PayloadTy::F32(param.shape.clone()), param.init);
     }
     for index in graph.nodes.node_indices() {
         if let Some(node) = graph.nodes.node_weight(index) {

@@ -43,9 +43,9 @@ fn golden_list_reduce() {
     let expected = r#"amp.graph @ListReduce {
   file 0 "examples/list_reduce.amp"
   state %inst: instance, %t0: counter
-  param embed.weight: f32[14, 128]
-  param cell.weight: f32[128, 256]
-  param cell.bias: f32[128]
+  param embed.weight: f32[14, 128] normal
+  param cell.weight: f32[128, 256] uniform(256)
+  param cell.bias: f32[128] uniform(256)
   %0 = source() -> unit "x" loc(0:130..137 @13:5)
   %1 = const zeros (%0#0: unit) -> f32[128] "h"
   %2 = isu %t0 := 0 (%1#0: f32[128]) -> f32[128] writes(%t0) "for"

@@ -3,7 +3,7 @@
 
 use amp_ir::verify::{verify, verify_report};
 use amp_ir::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossKind, Node, Op, Param, PayloadTy,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossKind, Node, Op, Param, ParamInit, PayloadTy,
     StateExpr, StateField, UnaryFn,
 };
 use petgraph::stable_graph::{EdgeIndex, NodeIndex};
@@ -44,8 +44,8 @@ impl Builder {
     }
 
     fn linear_params(&mut self, name: &str, out: u64, inp: u64) {
-        self.graph.params.push(Param { name: format!("{name}.weight"), shape: vec![out, inp] });
-        self.graph.params.push(Param { name: format!("{name}.bias"), shape: vec![out] });
+        self.graph.params.push(Param { name: format!("{name}.weight"), shape: vec![out, inp], init: ParamInit::Uniform { fan_in: inp } });
+        self.graph.params.push(Param { name: format!("{name}.bias"), shape: vec![out], init: ParamInit::Uniform { fan_in: inp } });
     }
 
     fn add(&mut self, op: Op, inputs: &[(NodeIndex, u16)], outputs: Vec<PayloadTy>, key: &[FieldId]) -> NodeIndex {

@@ -4,7 +4,7 @@ use crate::value::{ParamRef, Port, Value};
 use amp_diagnostics::{Code, Diagnostic, FileId, SourceMap, Span};
 use amp_grammar::ast::{BinOp, UnOp};
 use amp_ir::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, Loc, LossKind, Node, Op, Param, PayloadTy,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, Loc, LossKind, Node, Op, Param, ParamInit, PayloadTy,
     StateExpr, StateField, UnaryFn,
 };
 use amp_sema::{
@@ -81,7 +81,14 @@ impl<'p> Lowerer<'p> {
         graph.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
         graph.params = tensors
             .into_iter()
-            .map(|t| Param { name: t.name, shape: t.shape.iter().map(|&d| d.max(0) as u64).collect() })
+            .map(|t| Param {
+                name: t.name,
+                shape: t.shape.iter().map(|&d| d.max(0) as u64).collect(),
+                init: match t.init {
+                    amp_sema::ParamInit::Uniform { fan_in } => ParamInit::Uniform { fan_in: fan_in.max(0) as u64 },
+                    amp_sema::ParamInit::Normal => ParamInit::Normal,
+                },
+            })
             .collect();
         for hp in &def.hyperparams {
             if let Some(v) = hp.value {

@@ -20,7 +20,7 @@ mod recursion;
 pub mod shape;
 pub mod typed;
 
-pub use params::ParamTensor;
+pub use params::{ParamInit, ParamTensor};
 pub use shape::{Dim, Poly, Shape, Symbol};
 pub use typed::*;
 

@@ -9,6 +9,16 @@ use crate::typed::{ComponentId, Instance, Program};
 pub struct ParamTensor {
     pub name: String,
     pub shape: Vec<i64>,
+    pub init: ParamInit,
+}
+
+/// How a parameter is initialised, as PyTorch initialises `nn.Linear` and `nn.Embedding`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamInit {
+    /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`: Linear weight and bias.
+    Uniform { fan_in: i64 },
+    /// `N(0, 1)`: Embedding weight.
+    Normal,
 }
 
 impl Program {
@@ -40,11 +50,16 @@ impl Program {
         match instance {
             Instance::Linear { input, output } => {
                 let (i, o) = (value(input)?, value(output)?);
-                out.push(ParamTensor { name: format!("{prefix}.weight"), shape: vec![o, i] });
-                out.push(ParamTensor { name: format!("{prefix}.bias"), shape: vec![o] });
+                let init = ParamInit::Uniform { fan_in: i };
+                out.push(ParamTensor { name: format!("{prefix}.weight"), shape: vec![o, i], init });
+                out.push(ParamTensor { name: format!("{prefix}.bias"), shape: vec![o], init });
             }
             Instance::Embedding { count, dim } => {
-                out.push(ParamTensor { name: format!("{prefix}.weight"), shape: vec![value(count)?, value(dim)?] });
+                out.push(ParamTensor {
+                    name: format!("{prefix}.weight"),
+                    shape: vec![value(count)?, value(dim)?],
+                    init: ParamInit::Normal,
+                });
             }
             Instance::Array { elem, len } => {
                 for i in 0..value(len)? {

@@ -11,7 +11,7 @@
 use super::cursor::{Cursor, PResult, ParseError};
 use super::{BINARY_NAMES, UNARY_NAMES};
 use crate::ampg::{graph_from_slots, MAX_NODES, MAX_PORTS};
-use crate::{ConstValue, FieldId, FieldRole, Graph, Loc, LossKind, Node, Op, Param, PayloadTy, StateField};
+use crate::{ConstValue, FieldId, FieldRole, Graph, Loc, LossKind, Node, Op, Param, ParamInit, PayloadTy, StateField};
 use std::collections::{BTreeMap, HashMap};
 
 /// Parses the text form (see the module docs of [`crate::text`]).
@@ -206,10 +206,21 @@ impl Parser {
         c.expect(":")?;
         c.skip_spaces();
         let at = c.pos();
-        match payload_ty(c)? {
-            PayloadTy::F32(shape) => self.graph.params.push(Param { name, shape }),
-            PayloadTy::Unit => return Err(c.error_at(at, "a parameter is an f32 tensor, not `unit`")),
-        }
+        let PayloadTy::F32(shape) = payload_ty(c)? else {
+            return Err(c.error_at(at, "a parameter is an f32 tensor, not `unit`"));
+        };
+        c.skip_spaces();
+        let init = if c.eat_word("normal") {
+            ParamInit::Normal
+        } else if c.eat_word("uniform") {
+            c.expect("(")?;
+            let fan_in = c.number("a fan-in")?;
+            c.expect(")")?;
+            ParamInit::Uniform { fan_in }
+        } else {
+            return Err(c.expected("an initialisation `uniform(FAN_IN)` or `normal`"));
+        };
+        self.graph.params.push(Param { name, shape, init });
         Ok(())
     }
 

@@ -47,8 +47,8 @@ fn loc(line: u32) -> Option<Loc> {
 pub fn straight_line() -> Graph {
     let mut g = Graph { name: "Mlp".into(), files: vec!["examples/mlp.amp".into()], ..Graph::default() };
     g.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
-    g.params.push(Param { name: "fc.weight".into(), shape: vec![10, 784] });
-    g.params.push(Param { name: "fc.bias".into(), shape: vec![10] });
+    g.params.push(Param { name: "fc.weight".into(), shape: vec![10, 784], init: ParamInit::Uniform { fan_in: 784 } });
+    g.params.push(Param { name: "fc.bias".into(), shape: vec![10], init: ParamInit::Uniform { fan_in: 784 } });
     g.meta.insert("hidden".into(), "10".into());
     let src = g.nodes.add_node(Node { loc: loc(3), ..node(Op::Source, vec![], vec![PayloadTy::Unit], "d") });
     let read = g.nodes.add_node(Node {
@@ -84,9 +84,9 @@ pub fn list_reduce() -> Graph {
     let mut g = Graph { name: "ListReduce".into(), files: vec!["examples/list_reduce.amp".into()], ..Graph::default() };
     g.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
     g.state.push(StateField { name: "t0".into(), role: FieldRole::Counter });
-    g.params.push(Param { name: "embed.weight".into(), shape: vec![14, 128] });
-    g.params.push(Param { name: "cell.weight".into(), shape: vec![128, 256] });
-    g.params.push(Param { name: "cell.bias".into(), shape: vec![128] });
+    g.params.push(Param { name: "embed.weight".into(), shape: vec![14, 128], init: ParamInit::Normal });
+    g.params.push(Param { name: "cell.weight".into(), shape: vec![128, 256], init: ParamInit::Uniform { fan_in: 256 } });
+    g.params.push(Param { name: "cell.bias".into(), shape: vec![128], init: ParamInit::Uniform { fan_in: 256 } });
     let (inst, t) = (FieldId(0), FieldId(1));
     let h = f32ty(&[128]);
     let src = g.nodes.add_node(Node { loc: loc(13), ..node(Op::Source, vec![], vec![PayloadTy::Unit], "x") });
@@ -190,8 +190,8 @@ pub fn every_op() -> Graph {
     g.state.push(StateField { name: "n".into(), role: FieldRole::Data });
     g.state.push(StateField { name: "tn".into(), role: FieldRole::TreeNode });
     g.state.push(StateField { name: "s".into(), role: FieldRole::Slot });
-    g.params.push(Param { name: "layers.0.weight".into(), shape: vec![4, 4] });
-    g.params.push(Param { name: "scalar param".into(), shape: vec![] });
+    g.params.push(Param { name: "layers.0.weight".into(), shape: vec![4, 4], init: ParamInit::Uniform { fan_in: 4 } });
+    g.params.push(Param { name: "scalar param".into(), shape: vec![], init: ParamInit::Normal });
     g.meta.insert("quote\"key".into(), "line\nbreak\tand \\ \u{7}".into());
     g.meta.insert("empty".into(), String::new());
     let u = PayloadTy::Unit;
@@ -453,7 +453,7 @@ pub fn any_graph() -> impl Strategy<Value = Graph> {
                 .enumerate()
                 .map(|(i, (name, role))| StateField { name: format!("{name}{i}"), role: roles[role] })
                 .collect();
-            let params: Vec<Param> = params.into_iter().map(|(name, shape)| Param { name, shape }).collect();
+            let params: Vec<Param> = params.into_iter().map(|(name, shape)| Param { name, shape, init: ParamInit::Normal }).collect();
             let nfields = state.len() as u16;
             let nfiles = files.len() as u32;
             let base = Graph { name, files, state, params, meta, ..Graph::default() };
