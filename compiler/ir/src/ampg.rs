@@ -4,7 +4,7 @@
 //! and plan back, or an [`AmpgError`]. Depends on the graph types and serde_json.
 //!
 //! Layout: the magic bytes `AMPG`, the format version as a little-endian u32 (now
-//! [`VERSION`]), then one JSON document: `name`, `files`, `state`, `params`, `nodes` (one
+//! [`VERSION`]), then one JSON document: `name`, `files`, `state`, `input` (the data schema), `params`, `nodes` (one
 //! entry per node index, `null` for a hole left by a removed node), `edges` as
 //! `[src, from_port, dst, to_port]`, `meta`, and `plan` (free-form until the planner
 //! exists; a `null` plan reads back as `None`). Const scalars are stored as their f32 bits,
@@ -18,7 +18,7 @@
 //! within u64. What the verifier checks (types, keys, op arity) is left to the verifier.
 
 use crate::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, Loc, LossKind, Node, Op, Param, PayloadTy, StateExpr,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, Loc, LossKind, Node, Op, Param, PayloadTy, Schema, StateExpr,
     StateField, UnaryFn,
 };
 use petgraph::stable_graph::{NodeIndex, StableGraph};
@@ -29,7 +29,7 @@ use std::fmt;
 /// The first four bytes of every `.ampg` file.
 pub const MAGIC: [u8; 4] = *b"AMPG";
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Most node slots (nodes and holes) a graph may have, in a file or in the text form.
 pub const MAX_NODES: usize = 200_000;
 /// Most input or output ports a node may have (port numbers are u16).
@@ -65,6 +65,10 @@ pub enum AmpgError {
     },
     DuplicateField {
         name: String,
+    },
+    /// The input schema refers to types that do not exist.
+    BadSchema {
+        message: String,
     },
     TooManyPorts {
         node: usize,
@@ -115,6 +119,7 @@ impl fmt::Display for AmpgError {
                 write!(f, "{count} state fields, over the limit of {limit}")
             }
             AmpgError::DuplicateField { name } => write!(f, "two state fields are named `{name}`"),
+            AmpgError::BadSchema { message } => write!(f, "bad input schema: {message}"),
             AmpgError::TooManyPorts { node, count, limit } => {
                 write!(f, "node %{node} has {count} ports on one side, over the limit of {limit}")
             }
@@ -178,9 +183,9 @@ pub fn read(bytes: &[u8]) -> Result<(Graph, Option<serde_json::Value>), AmpgErro
         AmpgError::Json { line: e.line(), column: e.column(), message }
     })?;
     doc.check()?;
-    let Document { name, files, state, params, nodes, edges, meta, plan } = doc;
+    let Document { name, files, state, input, params, nodes, edges, meta, plan } = doc;
     let slots = nodes.into_iter().map(|slot| slot.map(Node::from)).collect();
-    let graph = Graph { name, files, state, params, nodes: graph_from_slots(slots, &edges), meta };
+    let graph = Graph { name, files, state, input, params, nodes: graph_from_slots(slots, &edges), meta };
     Ok((graph, plan))
 }
 
@@ -234,6 +239,7 @@ struct Document {
     name: String,
     files: Vec<String>,
     state: Vec<StateField>,
+    input: Option<Schema>,
     params: Vec<Param>,
     nodes: Vec<Option<NodeDoc>>,
     edges: Vec<(u32, u16, u32, u16)>,
@@ -260,6 +266,7 @@ impl Document {
             name: graph.name.clone(),
             files: graph.files.clone(),
             state: graph.state.clone(),
+            input: graph.input.clone(),
             params: graph.params.clone(),
             nodes,
             edges,
@@ -281,6 +288,9 @@ impl Document {
             if !names.insert(field.name.as_str()) {
                 return Err(AmpgError::DuplicateField { name: field.name.clone() });
             }
+        }
+        if let Some(schema) = &self.input {
+            schema.check().map_err(|message| AmpgError::BadSchema { message })?;
         }
         for param in &self.params {
             if element_count(&param.shape).is_none() {

@@ -9,8 +9,11 @@
 
 pub mod ampg;
 pub mod dot;
+pub mod schema;
 pub mod text;
 pub mod verify;
+
+pub use schema::{DataTy, EnumSchema, FieldSchema, RecordSchema, Schema, VariantSchema};
 
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use serde::{Deserialize, Serialize};
@@ -462,6 +465,9 @@ pub struct Graph {
     /// Source file names that `Loc::file` indexes.
     pub files: Vec<String>,
     pub state: Vec<StateField>,
+    /// The type of an instance (what data paths walk); `None` for hand-built graphs that
+    /// read no data.
+    pub input: Option<Schema>,
     pub params: Vec<Param>,
     pub nodes: StableGraph<Node, Edge>,
     /// Free-form facts: hyperparameter values, the input record's name.

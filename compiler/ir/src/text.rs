@@ -28,6 +28,8 @@
 //! - `file N "path"`, one per source file, `N` counting from 0 (what `loc` refers to).
 //! - `meta "key" = "value"`, in key order.
 //! - `state %name: role, ...` on one line (left out when the schema is empty).
+//! - the input schema: `record NAME { field: TYPE, ... }`, `enum NAME { Variant { ... }, ... }`,
+//!   `input NAME` (see [`crate::schema`]).
 //! - `param NAME: f32[d, ...] INIT` with INIT `uniform(FAN_IN)` or `normal`.
 //! - Nodes in index order: `%N = OP ATTRS (INPUTS) -> OUTPUTS [reads(..)] [writes(..)]
 //!   [key(..)] "label" [fusion(G)] [loc(FILE:START..END @LINE:COL)]`. A missing index is a
@@ -61,6 +63,7 @@
 mod cursor;
 mod expr;
 mod parse;
+mod schema_text;
 
 pub use cursor::ParseError;
 pub use expr::MAX_EXPR_DEPTH;
@@ -86,8 +89,12 @@ pub fn print(graph: &Graph) -> String {
             graph.state.iter().map(|f| format!("%{}: {}", field_name(&f.name), f.role.as_str())).collect();
         let _ = writeln!(out, "  state {}", fields.join(", "));
     }
+    if let Some(schema) = &graph.input {
+        let _ = write!(out, "{schema}");
+    }
     for param in &graph.params {
-        let _ = writeln!(out, "  param {}: {} {}", symbol(&param.name), PayloadTy::F32(param.shape.clone()), param.init);
+        let _ =
+            writeln!(out, "  param {}: {} {}", symbol(&param.name), PayloadTy::F32(param.shape.clone()), param.init);
     }
     for index in graph.nodes.node_indices() {
         if let Some(node) = graph.nodes.node_weight(index) {

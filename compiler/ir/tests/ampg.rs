@@ -34,7 +34,7 @@ fn fixtures_round_trip() {
 fn header_is_magic_then_little_endian_version() {
     let bytes = write(&straight_line(), None);
     assert_eq!(&bytes[..4], b"AMPG");
-    assert_eq!(&bytes[4..8], &1u32.to_le_bytes());
+    assert_eq!(&bytes[4..8], &VERSION.to_le_bytes());
     assert_eq!(bytes[8], b'{');
 }
 
@@ -75,21 +75,21 @@ fn header_errors() {
     assert_eq!(read(b"AMPG\x01\0").unwrap_err(), AmpgError::Truncated);
     assert_eq!(read(b"ELF\x7f....{}").unwrap_err(), AmpgError::BadMagic);
     assert_eq!(read(b"X").unwrap_err(), AmpgError::BadMagic);
-    let err = read(b"AMPG\x02\0\0\0{}").unwrap_err();
-    assert_eq!(err, AmpgError::UnsupportedVersion { found: 2, supported: 1 });
-    assert!(err.to_string().contains("version 2"), "{err}");
+    let err = read(b"AMPG\x01\0\0\0{}").unwrap_err();
+    assert_eq!(err, AmpgError::UnsupportedVersion { found: 1, supported: VERSION });
+    assert!(err.to_string().contains("version 1"), "{err}");
 }
 
 #[test]
 fn malformed_json_reports_its_position() {
-    let err = read(b"AMPG\x01\0\0\0{\n  \"name\": @\n}").unwrap_err();
+    let err = read(b"AMPG\x02\0\0\0{\n  \"name\": @\n}").unwrap_err();
     match &err {
         AmpgError::Json { line, column, .. } => assert_eq!((*line, *column), (2, 11)),
         other => panic!("{other:?}"),
     }
     assert!(err.to_string().contains("line 2, column 11"), "{err}");
     // Valid JSON of the wrong shape, and trailing bytes after the document.
-    assert!(matches!(read(b"AMPG\x01\0\0\0[1, 2]"), Err(AmpgError::Json { .. })));
+    assert!(matches!(read(b"AMPG\x02\0\0\0[1, 2]"), Err(AmpgError::Json { .. })));
     let mut bytes = write(&straight_line(), None);
     bytes.extend_from_slice(b" x");
     assert!(matches!(read(&bytes), Err(AmpgError::Json { .. })));

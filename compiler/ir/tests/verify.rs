@@ -3,8 +3,8 @@
 
 use amp_ir::verify::{verify, verify_report};
 use amp_ir::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossKind, Node, Op, Param, ParamInit, PayloadTy,
-    StateExpr, StateField, UnaryFn,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossKind, Node, Op, Param, ParamInit,
+    PayloadTy, StateExpr, StateField, UnaryFn,
 };
 use petgraph::stable_graph::{EdgeIndex, NodeIndex};
 use petgraph::visit::EdgeRef;
@@ -44,8 +44,16 @@ impl Builder {
     }
 
     fn linear_params(&mut self, name: &str, out: u64, inp: u64) {
-        self.graph.params.push(Param { name: format!("{name}.weight"), shape: vec![out, inp], init: ParamInit::Uniform { fan_in: inp } });
-        self.graph.params.push(Param { name: format!("{name}.bias"), shape: vec![out], init: ParamInit::Uniform { fan_in: inp } });
+        self.graph.params.push(Param {
+            name: format!("{name}.weight"),
+            shape: vec![out, inp],
+            init: ParamInit::Uniform { fan_in: inp },
+        });
+        self.graph.params.push(Param {
+            name: format!("{name}.bias"),
+            shape: vec![out],
+            init: ParamInit::Uniform { fan_in: inp },
+        });
     }
 
     fn add(&mut self, op: Op, inputs: &[(NodeIndex, u16)], outputs: Vec<PayloadTy>, key: &[FieldId]) -> NodeIndex {

@@ -16,12 +16,15 @@
 
 mod lowerer;
 pub mod passes;
+mod schema;
 mod uses;
 mod value;
 
 use amp_diagnostics::{Diagnostic, SourceMap};
 use amp_ir::Graph;
 use amp_sema::{ComponentId, Program};
+
+pub use schema::input_schema;
 
 /// Lowers `model` to a graph. The graph's keys are derived; it is not yet verified or
 /// optimised (run `amp_ir::verify::verify` and the passes after this).

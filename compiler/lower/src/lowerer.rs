@@ -4,8 +4,8 @@ use crate::value::{ParamRef, Port, Value};
 use amp_diagnostics::{Code, Diagnostic, FileId, SourceMap, Span};
 use amp_grammar::ast::{BinOp, UnOp};
 use amp_ir::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, Loc, LossKind, Node, Op, Param, ParamInit, PayloadTy,
-    StateExpr, StateField, UnaryFn,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, Loc, LossKind, Node, Op, Param, ParamInit,
+    PayloadTy, StateExpr, StateField, UnaryFn,
 };
 use amp_sema::{
     Block, Builtin, ComponentId, Dim, Expr, ExprKind, FnId, Instance, InstanceCall, LocalId, Pattern, Program, Stmt,
@@ -126,6 +126,17 @@ impl<'p> Lowerer<'p> {
         let (loss, forward) = (def.fn_named("loss"), def.fn_named("forward"));
         let span = def.span;
         if let (Some(loss), Some(forward)) = (loss, forward) {
+            let loss_def = &def.fns[loss];
+            let record = loss_def.params.first().and_then(|p| match loss_def.locals.get(p.0 as usize).map(|l| &l.ty) {
+                Some(Ty::Record(r)) => Some(*r),
+                _ => None,
+            });
+            match record.and_then(|r| crate::schema::input_schema(self.program, r)) {
+                Some(schema) => self.graph.input = Some(schema),
+                None => {
+                    self.unsupported(span, "an entry point whose input is not a record of data");
+                }
+            }
             let input = Value::Data(Vec::new());
             let result =
                 self.call_fn(FnId { component: self.model, index: loss as u32 }, vec![input.clone()], span, "", &[]);

@@ -46,6 +46,11 @@ impl Cursor {
         self.pos
     }
 
+    /// Goes back to an earlier position of the same line.
+    pub(crate) fn reset(&mut self, pos: usize) {
+        self.pos = pos.min(self.chars.len());
+    }
+
     pub(crate) fn error_at(&self, pos: usize, message: impl Into<String>) -> ParseError {
         ParseError { line: self.line, col: pos + 1, message: message.into() }
     }

@@ -69,6 +69,7 @@ enum Section {
     File,
     Meta,
     State,
+    Types,
     Param,
     Nodes,
 }
@@ -78,6 +79,7 @@ impl Section {
         match self {
             Section::File => "`file`",
             Section::Meta => "`meta`",
+            Section::Types => "`record`, `enum` and `input`",
             Section::State => "`state`",
             Section::Param => "`param`",
             Section::Nodes => "node",
@@ -104,6 +106,7 @@ pub(super) struct Parser {
     field_ids: HashMap<String, FieldId>,
     nodes: BTreeMap<u32, Node>,
     edges: Vec<PendingEdge>,
+    types: super::schema_text::TypesParser,
 }
 
 impl Parser {
@@ -123,12 +126,17 @@ impl Parser {
             Section::Meta
         } else if c.eat_word("state") {
             Section::State
+        } else if c.eat_word("record") || c.eat_word("enum") || c.eat_word("input") {
+            c.reset(start);
+            Section::Types
         } else if c.eat_word("param") {
             Section::Param
         } else if c.peek() == Some('%') {
             Section::Nodes
         } else {
-            return Err(c.expected("`file`, `meta`, `state`, `param`, a node `%N = ...` or `}`"));
+            return Err(
+                c.expected("`file`, `meta`, `state`, `record`, `enum`, `input`, `param`, a node `%N = ...` or `}`")
+            );
         };
         if section < self.section {
             return Err(c.error_at(
@@ -141,6 +149,7 @@ impl Parser {
             Section::File => self.file_line(c),
             Section::Meta => self.meta_line(c),
             Section::State => self.state_line(c, start),
+            Section::Types => self.types.line(c),
             Section::Param => self.param_line(c),
             Section::Nodes => self.node_line(c),
         }?;
@@ -404,7 +413,8 @@ impl Parser {
 
     /// Checks the collected edges against the nodes and builds the graph, recreating holes.
     fn finish(self) -> PResult<Graph> {
-        let Parser { mut graph, nodes, edges, .. } = self;
+        let Parser { mut graph, nodes, edges, types, .. } = self;
+        graph.input = types.finish()?;
         let mut wired = Vec::with_capacity(edges.len());
         for edge in &edges {
             let fail = |message: String| ParseError { line: edge.line, col: edge.col, message };
@@ -478,7 +488,7 @@ fn const_value(c: &mut Cursor) -> PResult<ConstValue> {
 
 /// `unit`, `f32` or `f32[d, ...]`; rejects shapes whose element count overflows u64 (the
 /// rest of the compiler multiplies dimensions without checking).
-fn payload_ty(c: &mut Cursor) -> PResult<PayloadTy> {
+pub(super) fn payload_ty(c: &mut Cursor) -> PResult<PayloadTy> {
     c.skip_spaces();
     let at = c.pos();
     if c.eat_word("unit") {

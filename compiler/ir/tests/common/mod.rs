@@ -85,7 +85,11 @@ pub fn list_reduce() -> Graph {
     g.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
     g.state.push(StateField { name: "t0".into(), role: FieldRole::Counter });
     g.params.push(Param { name: "embed.weight".into(), shape: vec![14, 128], init: ParamInit::Normal });
-    g.params.push(Param { name: "cell.weight".into(), shape: vec![128, 256], init: ParamInit::Uniform { fan_in: 256 } });
+    g.params.push(Param {
+        name: "cell.weight".into(),
+        shape: vec![128, 256],
+        init: ParamInit::Uniform { fan_in: 256 },
+    });
     g.params.push(Param { name: "cell.bias".into(), shape: vec![128], init: ParamInit::Uniform { fan_in: 256 } });
     let (inst, t) = (FieldId(0), FieldId(1));
     let h = f32ty(&[128]);
@@ -453,7 +457,8 @@ pub fn any_graph() -> impl Strategy<Value = Graph> {
                 .enumerate()
                 .map(|(i, (name, role))| StateField { name: format!("{name}{i}"), role: roles[role] })
                 .collect();
-            let params: Vec<Param> = params.into_iter().map(|(name, shape)| Param { name, shape, init: ParamInit::Normal }).collect();
+            let params: Vec<Param> =
+                params.into_iter().map(|(name, shape)| Param { name, shape, init: ParamInit::Normal }).collect();
             let nfields = state.len() as u16;
             let nfiles = files.len() as u32;
             let base = Graph { name, files, state, params, meta, ..Graph::default() };
