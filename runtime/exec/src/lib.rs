@@ -1,0 +1,1 @@
+//! The AMP executor (being written).

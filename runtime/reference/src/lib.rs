@@ -1,0 +1,1 @@
+//! The eager reference evaluator (being written).
