@@ -18,8 +18,8 @@
 //! within u64. What the verifier checks (types, keys, op arity) is left to the verifier.
 
 use crate::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, Loc, LossKind, Node, Op, Param, PayloadTy, Schema, StateExpr,
-    StateField, UnaryFn,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, Loc, LossKind, Node, Op, Param, PayloadInt, PayloadTy,
+    ReduceFn, Schema, StateExpr, StateField, UnaryFn,
 };
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use serde::{Deserialize, Serialize};
@@ -322,7 +322,7 @@ impl Document {
                 return Err(AmpgError::TooManyPorts { node: index, count: ports.len(), limit: MAX_PORTS });
             }
             for (port, ty) in ports.iter().enumerate() {
-                if let PayloadTy::F32(dims) = ty {
+                if let PayloadTy::F32(dims) | PayloadTy::Batch(dims) = ty {
                     if element_count(dims).is_none() {
                         return Err(AmpgError::ShapeOverflow { what: format!("node %{index} {side} port {port}") });
                     }
@@ -385,6 +385,14 @@ enum OpDoc {
     Isu { field: FieldId, value: StateExpr, inverse: Option<StateExpr> },
     Loss(LossKind),
     Sink { name: String },
+    Flatmap { field: FieldId, count: StateExpr },
+    Group { field: FieldId, count: StateExpr },
+    Ungroup { field: FieldId },
+    Gather { index: StateExpr },
+    ScatterSum { field: FieldId, index: StateExpr, count: StateExpr },
+    Reduce(ReduceFn),
+    TopK { k: u32 },
+    StateFromPayload { field: FieldId, int: PayloadInt },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -411,6 +419,23 @@ impl OpDoc {
                 }
             }
             OpDoc::Loss(LossKind::CrossEntropy { label }) => label.fields(out),
+            OpDoc::Flatmap { field, count } | OpDoc::Group { field, count } => {
+                out.push(*field);
+                count.fields(out);
+            }
+            OpDoc::Ungroup { field } => out.push(*field),
+            OpDoc::Gather { index } => index.fields(out),
+            OpDoc::ScatterSum { field, index, count } => {
+                out.push(*field);
+                index.fields(out);
+                count.fields(out);
+            }
+            OpDoc::StateFromPayload { field, int } => {
+                out.push(*field);
+                if let PayloadInt::TopK { slot, .. } = int {
+                    slot.fields(out);
+                }
+            }
             _ => {}
         }
     }
@@ -464,6 +489,14 @@ impl From<&Op> for OpDoc {
             Op::Isu { field, value, inverse } => OpDoc::Isu { field, value, inverse },
             Op::Loss(kind) => OpDoc::Loss(kind),
             Op::Sink { name } => OpDoc::Sink { name },
+            Op::Flatmap { field, count } => OpDoc::Flatmap { field, count },
+            Op::Group { field, count } => OpDoc::Group { field, count },
+            Op::Ungroup { field } => OpDoc::Ungroup { field },
+            Op::Gather { index } => OpDoc::Gather { index },
+            Op::ScatterSum { field, index, count } => OpDoc::ScatterSum { field, index, count },
+            Op::Reduce(f) => OpDoc::Reduce(f),
+            Op::TopK { k } => OpDoc::TopK { k },
+            Op::StateFromPayload { field, int } => OpDoc::StateFromPayload { field, int },
         }
     }
 }
@@ -493,6 +526,14 @@ impl From<OpDoc> for Op {
             OpDoc::Isu { field, value, inverse } => Op::Isu { field, value, inverse },
             OpDoc::Loss(kind) => Op::Loss(kind),
             OpDoc::Sink { name } => Op::Sink { name },
+            OpDoc::Flatmap { field, count } => Op::Flatmap { field, count },
+            OpDoc::Group { field, count } => Op::Group { field, count },
+            OpDoc::Ungroup { field } => Op::Ungroup { field },
+            OpDoc::Gather { index } => Op::Gather { index },
+            OpDoc::ScatterSum { field, index, count } => Op::ScatterSum { field, index, count },
+            OpDoc::Reduce(f) => Op::Reduce(f),
+            OpDoc::TopK { k } => Op::TopK { k },
+            OpDoc::StateFromPayload { field, int } => Op::StateFromPayload { field, int },
         }
     }
 }

@@ -64,6 +64,12 @@ fn node_style(op: &Op) -> &'static str {
         Op::Isu { .. } => "shape=hexagon, style=filled, fillcolor=\"#e2d9f3\"",
         Op::Source | Op::Sink { .. } | Op::Loss(_) => "shape=doubleoctagon",
         Op::Read { .. } | Op::Const { .. } => "shape=note",
+        Op::Flatmap { .. } | Op::Ungroup { .. } => "shape=trapezium, style=filled, fillcolor=\"#d1e7dd\"",
+        Op::Group { .. } | Op::Reduce(_) | Op::ScatterSum { .. } => {
+            "shape=invtrapezium, style=filled, fillcolor=\"#d1e7dd\""
+        }
+        Op::Gather { .. } | Op::TopK { .. } => "shape=ellipse, style=dashed",
+        Op::StateFromPayload { .. } => "shape=hexagon, style=\"filled,dashed\", fillcolor=\"#e2d9f3\"",
     }
 }
 

@@ -80,13 +80,17 @@ pub enum PayloadTy {
     Unit,
     /// Concrete dimensions; `[]` is a scalar.
     F32(Vec<u64>),
+    /// A batch of a collection's elements: `f32[?, dims...]`, one row per element, the
+    /// number of rows known only at run time (from the instance's data).
+    Batch(Vec<u64>),
 }
 
 impl PayloadTy {
+    /// Elements of the payload; of one row for a batch.
     pub fn elements(&self) -> u64 {
         match self {
             PayloadTy::Unit => 0,
-            PayloadTy::F32(dims) => dims.iter().product(),
+            PayloadTy::F32(dims) | PayloadTy::Batch(dims) => dims.iter().product(),
         }
     }
 }
@@ -98,6 +102,11 @@ impl fmt::Display for PayloadTy {
             PayloadTy::F32(dims) if dims.is_empty() => f.write_str("f32"),
             PayloadTy::F32(dims) => {
                 let parts: Vec<String> = dims.iter().map(u64::to_string).collect();
+                write!(f, "f32[{}]", parts.join(", "))
+            }
+            PayloadTy::Batch(dims) => {
+                let parts: Vec<String> =
+                    std::iter::once("?".to_string()).chain(dims.iter().map(u64::to_string)).collect();
                 write!(f, "f32[{}]", parts.join(", "))
             }
         }
@@ -302,6 +311,24 @@ pub enum DataStep {
     Index(Box<StateExpr>),
 }
 
+/// How a reduction combines the rows of a batch (or the elements of a tensor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReduceFn {
+    Sum,
+    Mean,
+}
+
+/// An int computed from a payload (non-differentiable), written into the state by
+/// `state_from_payload`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PayloadInt {
+    /// The index of the largest element (the lowest index among ties).
+    Argmax,
+    /// The index of the `slot`-th largest element among the top `k` (ties: lower index
+    /// first), as `top_k` orders them.
+    TopK { k: u32, slot: StateExpr },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum LossKind {
     /// Cross-entropy of logits against the class the expression gives (e.g. `x.label`).
@@ -362,6 +389,46 @@ pub enum Op {
     Sink {
         name: String,
     },
+    /// One message in, `count` out with `field` = 0..count (an element context opens);
+    /// the payload is shared. Backward sums the `count` gradients.
+    Flatmap {
+        field: FieldId,
+        count: StateExpr,
+    },
+    /// Joins the `count` element messages of a context (input 0, ordered by `field`) into
+    /// one batch `f32[?, d]`; input 1 is the enclosing context's control message, so an
+    /// empty collection still gives a (zero-row) batch. The output has `field` unset.
+    Group {
+        field: FieldId,
+        count: StateExpr,
+    },
+    /// A batch in, one message per row out with `field` = the row.
+    Ungroup {
+        field: FieldId,
+    },
+    /// Row `index` of a batch or of a tensor's leading dimension.
+    Gather {
+        index: StateExpr,
+    },
+    /// `f32[?, d] -> f32[?, d]` with `count` rows: row `i` of the input (with `field` = i
+    /// while `index` is evaluated) is added into row `index`.
+    ScatterSum {
+        field: FieldId,
+        index: StateExpr,
+        count: StateExpr,
+    },
+    /// Sums or averages the rows of a batch, or the elements of a tensor.
+    Reduce(ReduceFn),
+    /// The `k` largest elements of a vector, largest first.
+    TopK {
+        k: u32,
+    },
+    /// Input 0 is a vector the int is computed from (it gets a zero gradient), input 1 the
+    /// value passed through with `field := int`.
+    StateFromPayload {
+        field: FieldId,
+        int: PayloadInt,
+    },
 }
 
 impl Op {
@@ -384,6 +451,14 @@ impl Op {
             Op::Isu { .. } => "isu",
             Op::Loss(_) => "loss",
             Op::Sink { .. } => "sink",
+            Op::Flatmap { .. } => "flatmap",
+            Op::Group { .. } => "group",
+            Op::Ungroup { .. } => "ungroup",
+            Op::Gather { .. } => "gather",
+            Op::ScatterSum { .. } => "scatter_sum",
+            Op::Reduce(_) => "reduce",
+            Op::TopK { .. } => "top_k",
+            Op::StateFromPayload { .. } => "state_from_payload",
         }
     }
 
@@ -405,6 +480,24 @@ impl Op {
                 writes.push(*field);
             }
             Op::Loss(LossKind::CrossEntropy { label }) => label.fields(&mut reads),
+            Op::Flatmap { field, count } | Op::Group { field, count } => {
+                count.fields(&mut reads);
+                writes.push(*field);
+            }
+            Op::Ungroup { field } => writes.push(*field),
+            Op::Gather { index } => index.fields(&mut reads),
+            Op::ScatterSum { field, index, count } => {
+                index.fields(&mut reads);
+                // The row field is bound by the op while `index` is evaluated, not read.
+                reads.retain(|f| f != field);
+                count.fields(&mut reads);
+            }
+            Op::StateFromPayload { field, int } => {
+                if let PayloadInt::TopK { slot, .. } = int {
+                    slot.fields(&mut reads);
+                }
+                writes.push(*field);
+            }
             _ => {}
         }
         reads.sort();

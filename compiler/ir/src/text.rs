@@ -69,7 +69,10 @@ pub use cursor::ParseError;
 pub use expr::MAX_EXPR_DEPTH;
 pub use parse::parse;
 
-use crate::{BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, LossKind, Node, Op, PayloadTy, StateExpr, UnaryFn};
+use crate::{
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, LossKind, Node, Op, PayloadInt, PayloadTy, ReduceFn,
+    StateExpr, UnaryFn,
+};
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use std::fmt::Write as _;
@@ -207,7 +210,27 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
         Op::Loss(LossKind::CrossEntropy { label }) => format!("cross_entropy [{}]", expr_text(graph, label)),
         Op::Loss(LossKind::Mse) => "mse".into(),
         Op::Sink { name } => quote(name),
+        Op::Flatmap { field: id, count } | Op::Group { field: id, count } => {
+            format!("{} [{}]", field(*id), expr_text(graph, count))
+        }
+        Op::Ungroup { field: id } => field(*id),
+        Op::Gather { index } => format!("[{}]", expr_text(graph, index)),
+        Op::ScatterSum { field: id, index, count } => {
+            format!("{} [{}] [{}]", field(*id), expr_text(graph, index), expr_text(graph, count))
+        }
+        Op::Reduce(f) => reduce_name(*f).into(),
+        Op::TopK { k } => k.to_string(),
+        Op::StateFromPayload { field: id, int } => match int {
+            PayloadInt::Argmax => format!("{} := argmax", field(*id)),
+            PayloadInt::TopK { k, slot } => format!("{} := top_k {k} [{}]", field(*id), expr_text(graph, slot)),
+        },
     }
+}
+
+pub(crate) const REDUCE_NAMES: [(ReduceFn, &str); 2] = [(ReduceFn::Sum, "sum"), (ReduceFn::Mean, "mean")];
+
+fn reduce_name(f: ReduceFn) -> &'static str {
+    REDUCE_NAMES.iter().find(|(g, _)| *g == f).map_or("?", |(_, name)| name)
 }
 
 pub(crate) const UNARY_NAMES: [(UnaryFn, &str); 8] = [

@@ -38,6 +38,7 @@ pub use error::{
     VerifyErrorKind,
 };
 pub use loops::MAX_LOOP_DEPTH;
+pub use ops::key_reason;
 
 use crate::{BinaryFn, ConstValue, DataStep, FieldId, FieldRole, Graph, LossKind, Node, Op, UnaryFn};
 use petgraph::stable_graph::NodeIndex;
@@ -148,6 +149,11 @@ impl<'g> Checker<'g> {
             Op::Loss(LossKind::CrossEntropy { .. }) => "loss cross_entropy".to_string(),
             Op::Loss(LossKind::Mse) => "loss mse".to_string(),
             Op::Sink { name } => format!("sink {name:?}"),
+            Op::Flatmap { field, .. } | Op::Group { field, .. } | Op::Ungroup { field } => {
+                format!("{keyword} {}", self.field_ref(*field))
+            }
+            Op::StateFromPayload { field, .. } => format!("{keyword} {}", self.field_ref(*field)),
+            Op::Reduce(_) | Op::TopK { .. } | Op::Gather { .. } | Op::ScatterSum { .. } => keyword.to_string(),
             Op::Source | Op::Concat | Op::Forget | Op::Cond { .. } => keyword.to_string(),
         }
     }

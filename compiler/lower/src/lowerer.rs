@@ -580,7 +580,9 @@ impl<'p> Lowerer<'p> {
                 let out = self.param_shape(&format!("{}.weight", param.prefix), span)?.first().copied().unwrap_or(0);
                 let mut dims = match &x.ty {
                     PayloadTy::F32(d) => d.clone(),
-                    PayloadTy::Unit => Vec::new(),
+                    PayloadTy::Unit | PayloadTy::Batch(_) => {
+                        return Err(self.unsupported(span, "a batch into `Linear`"))
+                    }
                 };
                 if let Some(last) = dims.last_mut() {
                     *last = out;

@@ -35,15 +35,6 @@ pub fn optimize(graph: &mut Graph) -> Vec<PassReport> {
     reports
 }
 
-/// Whether the op keeps something under its key for the backward pass.
-fn caches(op: &Op) -> bool {
-    match op {
-        Op::Linear { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
-        Op::Isu { inverse, .. } => inverse.is_none(),
-        _ => false,
-    }
-}
-
 /// Lowering gives every node its full dynamic context as key: the instance, plus the
 /// counter of every enclosing loop. This pass keeps it only on nodes that need a key:
 /// nodes that cache activations for the backward pass, nodes that join several inputs or
@@ -60,10 +51,7 @@ pub fn minimize_keys(graph: &mut Graph) -> PassReport {
         let fans_out = (0..node.outputs.len()).any(|port| {
             graph.nodes.edges_directed(idx, Outgoing).filter(|e| e.weight().from_port as usize == port).count() >= 2
         });
-        let needs_key = caches(&node.op)
-            || node.inputs.len() >= 2
-            || node.outputs.len() >= 2 && !matches!(node.op, Op::Cond { .. } | Op::Switch { .. })
-            || fans_out;
+        let needs_key = amp_ir::verify::key_reason(node, fans_out).is_some();
         if !needs_key && !node.key.is_empty() {
             cleared.push(idx);
         }

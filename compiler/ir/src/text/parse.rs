@@ -9,9 +9,11 @@
 //! (see `expr.rs`).
 
 use super::cursor::{Cursor, PResult, ParseError};
-use super::{BINARY_NAMES, UNARY_NAMES};
+use super::{BINARY_NAMES, REDUCE_NAMES, UNARY_NAMES};
 use crate::ampg::{graph_from_slots, MAX_NODES, MAX_PORTS};
-use crate::{ConstValue, FieldId, FieldRole, Graph, Loc, LossKind, Node, Op, Param, ParamInit, PayloadTy, StateField};
+use crate::{
+    ConstValue, FieldId, FieldRole, Graph, Loc, LossKind, Node, Op, Param, ParamInit, PayloadInt, PayloadTy, StateField,
+};
 use std::collections::{BTreeMap, HashMap};
 
 /// Parses the text form (see the module docs of [`crate::text`]).
@@ -361,6 +363,37 @@ impl Parser {
                 }
             }
             "sink" => Op::Sink { name: c.string()? },
+            "flatmap" | "group" => {
+                let field = self.field(c)?;
+                let count = self.bracketed_expr(c)?;
+                if keyword == "flatmap" {
+                    Op::Flatmap { field, count }
+                } else {
+                    Op::Group { field, count }
+                }
+            }
+            "ungroup" => Op::Ungroup { field: self.field(c)? },
+            "gather" => Op::Gather { index: self.bracketed_expr(c)? },
+            "scatter_sum" => {
+                let field = self.field(c)?;
+                let index = self.bracketed_expr(c)?;
+                Op::ScatterSum { field, index, count: self.bracketed_expr(c)? }
+            }
+            "reduce" => Op::Reduce(lookup(c, &REDUCE_NAMES, "`sum` or `mean`")?),
+            "top_k" => Op::TopK { k: c.number("k")? },
+            "state_from_payload" => {
+                let field = self.field(c)?;
+                c.expect(":=")?;
+                let int = if c.eat_word("argmax") {
+                    PayloadInt::Argmax
+                } else if c.eat_word("top_k") {
+                    let k = c.number("k")?;
+                    PayloadInt::TopK { k, slot: self.bracketed_expr(c)? }
+                } else {
+                    return Err(c.expected("`argmax` or `top_k`"));
+                };
+                Op::StateFromPayload { field, int }
+            }
             other => return Err(c.error_at(at, format!("unknown op `{other}`"))),
         })
     }
@@ -498,7 +531,15 @@ pub(super) fn payload_ty(c: &mut Cursor) -> PResult<PayloadTy> {
         return Err(c.expected("a type (`unit` or `f32[...]`)"));
     }
     let mut dims = Vec::new();
+    let mut batch = false;
     if c.eat("[") && !c.eat("]") {
+        if c.eat("?") {
+            batch = true;
+            if !c.eat(",") {
+                c.expect("]")?;
+                return Ok(PayloadTy::Batch(dims));
+            }
+        }
         loop {
             dims.push(c.number::<u64>("a dimension")?);
             if !c.eat(",") {
@@ -510,5 +551,5 @@ pub(super) fn payload_ty(c: &mut Cursor) -> PResult<PayloadTy> {
     if dims.iter().try_fold(1u64, |n, d| n.checked_mul(*d)).is_none() {
         return Err(c.error_at(at, "the shape has more elements than fit in 64 bits"));
     }
-    Ok(PayloadTy::F32(dims))
+    Ok(if batch { PayloadTy::Batch(dims) } else { PayloadTy::F32(dims) })
 }

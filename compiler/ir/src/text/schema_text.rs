@@ -181,7 +181,7 @@ fn written_ty(c: &mut Cursor, depth: usize) -> PResult<Written> {
         c.reset(at);
         return match super::parse::payload_ty(c)? {
             crate::PayloadTy::F32(dims) => Ok(Written::F32(dims)),
-            crate::PayloadTy::Unit => Err(c.error_at(at, "expected a data type")),
+            crate::PayloadTy::Unit | crate::PayloadTy::Batch(_) => Err(c.error_at(at, "expected a data type")),
         };
     }
     let name = c.name("a type")?;

@@ -52,6 +52,10 @@ pub enum TypeExpectation {
     F32Ranked,
     /// An f32 vector.
     F32Rank1,
+    /// A batch `f32[?, ...]`.
+    AnyBatch,
+    /// A batch or an f32 tensor of rank at least 1 (something with rows).
+    Rows,
     Exactly(PayloadTy),
 }
 
@@ -79,6 +83,14 @@ pub enum FieldUse {
     LossLabel,
     /// The field every instance starts with, written by the source.
     SourceInstance,
+    /// The element field a flatmap, group, ungroup or scatter_sum numbers rows with.
+    ElementField,
+    /// The count of a flatmap, group or scatter_sum.
+    Count,
+    /// The row index of a gather or scatter_sum.
+    RowIndex,
+    /// The field state_from_payload writes, or its slot expression.
+    PayloadInt,
 }
 
 /// Why a node must have a key.
@@ -213,6 +225,8 @@ impl fmt::Display for TypeExpectation {
             TypeExpectation::AnyF32 => f.write_str("an f32 tensor"),
             TypeExpectation::F32Ranked => f.write_str("an f32 tensor of rank at least 1"),
             TypeExpectation::F32Rank1 => f.write_str("an f32 vector (rank 1)"),
+            TypeExpectation::AnyBatch => f.write_str("a batch `f32[?, ...]`"),
+            TypeExpectation::Rows => f.write_str("a batch or an f32 tensor of rank at least 1"),
             TypeExpectation::Exactly(ty) => write!(f, "{ty}"),
         }
     }
@@ -241,6 +255,10 @@ impl fmt::Display for FieldUse {
             FieldUse::ReadPath => "the read path",
             FieldUse::EmbeddingIndex => "the embedding index",
             FieldUse::LossLabel => "the loss label",
+            FieldUse::ElementField => "the element field",
+            FieldUse::Count => "the element count",
+            FieldUse::RowIndex => "the row index",
+            FieldUse::PayloadInt => "the int from a payload",
             FieldUse::SourceInstance => "the source",
         })
     }

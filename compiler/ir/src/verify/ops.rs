@@ -3,7 +3,7 @@
 
 use super::structure::Adjacency;
 use super::{Arity, Checker, FieldUse, KeyReason, ParamExpectation, PortDir, TypeExpectation, VerifyErrorKind};
-use crate::{DataStep, FieldId, LossKind, Node, Op, PayloadTy, StateExpr, UnaryFn};
+use crate::{DataStep, FieldId, LossKind, Node, Op, PayloadInt, PayloadTy, StateExpr, UnaryFn};
 
 pub(super) fn check_nodes(cx: &mut Checker, adjacency: &Adjacency) {
     for i in 0..cx.bound() {
@@ -159,6 +159,91 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
         Op::Sink { .. } => {
             ports(cx, i, node, one, Arity::Exactly(0));
         }
+        Op::Flatmap { .. } => {
+            if ports(cx, i, node, one, one) {
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+        }
+        Op::Group { .. } => {
+            if ports(cx, i, node, Arity::Exactly(2), one) {
+                expect(cx, i, PortDir::Input, 1, &node.inputs[1], &TypeExpectation::Unit);
+                if let PayloadTy::F32(dims) = &node.inputs[0] {
+                    let expected = TypeExpectation::Exactly(PayloadTy::Batch(dims.clone()));
+                    expect(cx, i, PortDir::Output, 0, &node.outputs[0], &expected);
+                } else {
+                    expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyF32);
+                }
+            }
+        }
+        Op::Ungroup { .. } => {
+            if ports(cx, i, node, one, one) {
+                if let PayloadTy::Batch(dims) = &node.inputs[0] {
+                    let expected = TypeExpectation::Exactly(PayloadTy::F32(dims.clone()));
+                    expect(cx, i, PortDir::Output, 0, &node.outputs[0], &expected);
+                } else {
+                    expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch);
+                }
+            }
+        }
+        Op::Gather { .. } => {
+            if ports(cx, i, node, one, one) {
+                match &node.inputs[0] {
+                    PayloadTy::Batch(dims) => {
+                        let expected = TypeExpectation::Exactly(PayloadTy::F32(dims.clone()));
+                        expect(cx, i, PortDir::Output, 0, &node.outputs[0], &expected);
+                    }
+                    PayloadTy::F32(dims) if !dims.is_empty() => {
+                        let expected = TypeExpectation::Exactly(PayloadTy::F32(dims[1..].to_vec()));
+                        expect(cx, i, PortDir::Output, 0, &node.outputs[0], &expected);
+                    }
+                    other => {
+                        expect(cx, i, PortDir::Input, 0, other, &TypeExpectation::Rows);
+                    }
+                }
+            }
+        }
+        Op::ScatterSum { .. } => {
+            if ports(cx, i, node, one, one)
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch)
+            {
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+        }
+        Op::Reduce(_) => {
+            if ports(cx, i, node, one, one) {
+                let expected = match &node.inputs[0] {
+                    PayloadTy::Batch(dims) => Some(PayloadTy::F32(dims.clone())),
+                    PayloadTy::F32(_) => Some(PayloadTy::F32(Vec::new())),
+                    PayloadTy::Unit => None,
+                };
+                match expected {
+                    Some(ty) => {
+                        expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::Exactly(ty));
+                    }
+                    None => {
+                        expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::Rows);
+                    }
+                }
+            }
+        }
+        Op::TopK { k } => {
+            if ports(cx, i, node, one, one)
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::F32Rank1)
+            {
+                let n = match &node.inputs[0] {
+                    PayloadTy::F32(dims) => dims[0],
+                    _ => 0,
+                };
+                let expected = TypeExpectation::Exactly(PayloadTy::F32(vec![u64::from(*k).min(n)]));
+                expect(cx, i, PortDir::Output, 0, &node.outputs[0], &expected);
+            }
+        }
+        Op::StateFromPayload { .. } => {
+            if ports(cx, i, node, Arity::Exactly(2), one) {
+                expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::F32Rank1);
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[1]);
+            }
+        }
     }
 }
 
@@ -192,6 +277,8 @@ fn expect(
         (TypeExpectation::Unit, PayloadTy::Unit) | (TypeExpectation::AnyF32, PayloadTy::F32(_)) => true,
         (TypeExpectation::F32Ranked, PayloadTy::F32(dims)) => !dims.is_empty(),
         (TypeExpectation::F32Rank1, PayloadTy::F32(dims)) => dims.len() == 1,
+        (TypeExpectation::AnyBatch | TypeExpectation::Rows, PayloadTy::Batch(_)) => true,
+        (TypeExpectation::Rows, PayloadTy::F32(dims)) => !dims.is_empty(),
         (TypeExpectation::Exactly(ty), found) => ty == found,
         _ => false,
     };
@@ -277,7 +364,7 @@ fn check_linear(cx: &mut Checker, i: usize, param: &str, input: &PayloadTy, outp
     // The leading dims pass through; the last is `in` on the way in and `out` on the way out.
     let leading: &[u64] = match input {
         PayloadTy::F32(dims) => dims.split_last().map_or(&[], |(_, lead)| lead),
-        PayloadTy::Unit => &[],
+        PayloadTy::Unit | PayloadTy::Batch(_) => &[],
     };
     let with_last = |last: u64| PayloadTy::F32(leading.iter().copied().chain([last]).collect());
     let input_ok = matches!(input, PayloadTy::F32(dims) if dims.last() == Some(&inp));
@@ -325,7 +412,7 @@ fn check_split(cx: &mut Checker, i: usize, parts: u32, input: &PayloadTy, output
     }
     let width = match input {
         PayloadTy::F32(dims) => dims.first().copied().unwrap_or(0),
-        PayloadTy::Unit => return,
+        PayloadTy::Unit | PayloadTy::Batch(_) => return,
     };
     if width % u64::from(parts) != 0 {
         cx.report(i, VerifyErrorKind::SplitUneven { found: input.clone(), parts });
@@ -363,6 +450,17 @@ pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
             }
         }
         Op::Loss(LossKind::CrossEntropy { label }) => add(&mut vec![label], FieldUse::LossLabel, &mut out),
+        Op::Flatmap { count, .. } | Op::Group { count, .. } => add(&mut vec![count], FieldUse::Count, &mut out),
+        Op::Gather { index } => add(&mut vec![index], FieldUse::RowIndex, &mut out),
+        Op::ScatterSum { field, index, count } => {
+            let mut rows = Vec::new();
+            add(&mut vec![index], FieldUse::RowIndex, &mut rows);
+            out.extend(rows.into_iter().filter(|(f, _)| f != field));
+            add(&mut vec![count], FieldUse::Count, &mut out);
+        }
+        Op::StateFromPayload { int: PayloadInt::TopK { slot, .. }, .. } => {
+            add(&mut vec![slot], FieldUse::PayloadInt, &mut out)
+        }
         _ => {}
     }
     out
@@ -373,6 +471,10 @@ pub(super) fn attribute_write(op: &Op) -> Option<(FieldId, FieldUse)> {
     match op {
         Op::Source => Some((FieldId(0), FieldUse::SourceInstance)),
         Op::Isu { field, .. } => Some((*field, FieldUse::IsuTarget)),
+        Op::Flatmap { field, .. } | Op::Group { field, .. } | Op::Ungroup { field } => {
+            Some((*field, FieldUse::ElementField))
+        }
+        Op::StateFromPayload { field, .. } => Some((*field, FieldUse::PayloadInt)),
         _ => None,
     }
 }
@@ -465,9 +567,14 @@ fn check_fields(cx: &mut Checker, i: usize, node: &Node) {
 /// This is the lowering's rule (`amp-lower`'s `passes::minimize_keys`): an `embedding` or a one-input
 /// `concat` keeps nothing, since the backward message's state recomputes the row index and
 /// the split widths are static.
-pub(super) fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
+pub fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
     let caches = match &node.op {
         Op::Linear { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
+        // Row counts (gather, scatter_sum, reduce), the chosen indices (top_k), the field
+        // value the write replaced (state_from_payload).
+        Op::Gather { .. } | Op::ScatterSum { .. } | Op::Reduce(_) | Op::TopK { .. } | Op::StateFromPayload { .. } => {
+            true
+        }
         Op::Isu { inverse, .. } => inverse.is_none(),
         _ => false,
     };
@@ -476,6 +583,9 @@ pub(super) fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
     } else if node.inputs.len() >= 2 {
         Some(KeyReason::JoinsInputs)
     } else if matches!(node.op, Op::Split { .. }) && node.outputs.len() >= 2 {
+        Some(KeyReason::JoinsGradients)
+    } else if matches!(node.op, Op::Flatmap { .. } | Op::Ungroup { .. }) {
+        // The element messages' gradients are collected by the enclosing context's key.
         Some(KeyReason::JoinsGradients)
     } else if fans_out && !matches!(node.op, Op::Source) {
         Some(KeyReason::FansOut)
