@@ -1,5 +1,10 @@
 //! The lowering walk over the typed program.
 
+mod branch;
+mod collections;
+mod recursion;
+mod routing;
+
 use crate::value::{ParamRef, Port, Value};
 use amp_diagnostics::{Code, Diagnostic, FileId, SourceMap, Span};
 use amp_grammar::ast::{BinOp, UnOp};
@@ -11,6 +16,7 @@ use amp_sema::{
     Block, Builtin, ComponentId, Dim, Expr, ExprKind, FnId, Instance, InstanceCall, LocalId, Pattern, Program, Stmt,
     Symbol, Ty,
 };
+use branch::{Routed, Selector};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::{BTreeSet, HashMap};
 
@@ -40,7 +46,17 @@ pub(crate) struct Lowerer<'p> {
     ctrl: Port,
     frames: Vec<Frame>,
     loops: u32,
+    counters: Counters,
+    recursions: Vec<recursion::Recursion>,
     forward_sunk: bool,
+}
+
+/// How many fields of each kind exist, for their names (`e0`, `n0`, `slot0`).
+#[derive(Default)]
+struct Counters {
+    elements: u32,
+    trees: u32,
+    slots: u32,
 }
 
 fn int_op(op: BinOp) -> IntOp {
@@ -59,15 +75,6 @@ fn int_op(op: BinOp) -> IntOp {
         BinOp::And => IntOp::And,
         BinOp::Or => IntOp::Or,
     }
-}
-
-/// `c ? a : b` on ints, with `c` 0 or 1.
-fn select(c: &StateExpr, a: StateExpr, b: StateExpr) -> StateExpr {
-    if a == b {
-        return a;
-    }
-    let not_c = StateExpr::Not(Box::new(c.clone()));
-    StateExpr::bin(IntOp::Add, StateExpr::bin(IntOp::Mul, c.clone(), a), StateExpr::bin(IntOp::Mul, not_c, b))
 }
 
 impl<'p> Lowerer<'p> {
@@ -117,6 +124,8 @@ impl<'p> Lowerer<'p> {
             ctrl: Port { node: source, port: 0, ty: PayloadTy::Unit },
             frames: Vec::new(),
             loops: 0,
+            counters: Counters::default(),
+            recursions: Vec::new(),
             forward_sunk: false,
         })
     }
@@ -274,7 +283,7 @@ impl<'p> Lowerer<'p> {
     fn call_fn(&mut self, f: FnId, args: Vec<Value>, span: Span, prefix: &str, subst: &[(Symbol, Dim)]) -> R<Value> {
         let def = &self.program.components[f.component.0 as usize].fns[f.index as usize];
         if def.recursive {
-            return Err(self.unsupported(span, &format!("structural recursion (`{}`)", def.name)));
+            return self.recursive_call(f, args, span);
         }
         if self.frames.len() > 64 {
             return Err(self.unsupported(span, "calls nested more than 64 deep"));
@@ -394,11 +403,13 @@ impl<'p> Lowerer<'p> {
                 self.call_fn(*f, args, span, &prefix, &subst)
             }
             ExprKind::CallInstance { callee, call, args } => {
-                let Value::Param(param) = self.expr(callee)? else {
-                    return Err(self.unsupported(span, "a call of this value"));
-                };
+                let callee = self.expr(callee)?;
                 let args = args.iter().map(|a| self.expr(a)).collect::<R<Vec<_>>>()?;
-                self.call_instance(param, call, args, span)
+                match callee {
+                    Value::Param(param) => self.call_instance(param, call, args, span),
+                    Value::ParamElem(array, index) => self.call_element(array, *index, call, args, span),
+                    _ => Err(self.unsupported(span, "a call of this value")),
+                }
             }
             ExprKind::Field(obj, i) => {
                 let obj_value = self.expr(obj)?;
@@ -422,14 +433,14 @@ impl<'p> Lowerer<'p> {
                         path.push(DataStep::Index(Box::new(i)));
                         self.data_leaf(path, &e.ty, span)
                     }
-                    (Value::Param(_), _) => Err(self.unsupported(span, "a parameter array indexed at run time")),
-                    _ => Err(self.unsupported(span, "indexing a computed tensor or sequence")),
+                    (Value::Param(array), index) => self.param_element(array, index, span),
+                    (obj, index) => self.index_value(obj, index, span),
                 }
             }
             ExprKind::Tuple(items) => Ok(Value::Tuple(items.iter().map(|x| self.expr(x)).collect::<R<Vec<_>>>()?)),
             ExprKind::List(_) => Err(self.unsupported(span, "a list literal")),
-            ExprKind::Map { .. } => Err(self.unsupported(span, "`map` over a sequence")),
-            ExprKind::Match(..) => Err(self.unsupported(span, "`match`")),
+            ExprKind::Map { seq, param, body } => self.map_expr(seq, param, body, span),
+            ExprKind::Match(scrutinee, arms) => self.match_expr(scrutinee, arms, span),
             ExprKind::If(c, then, els) => self.if_else(c, then, els.as_deref(), span),
             ExprKind::Block(b) => self.block(b),
             ExprKind::Error => Err(self.unsupported(span, "an expression with errors")),
@@ -509,6 +520,9 @@ impl<'p> Lowerer<'p> {
             let x = self.tensor(x, span)?;
             return Ok(self.unary(f, x, b.name(), span));
         }
+        if let Some(result) = self.collection_builtin(b, args, e) {
+            return result;
+        }
         match b {
             Builtin::Concat => {
                 let mut ports = Vec::new();
@@ -560,10 +574,10 @@ impl<'p> Lowerer<'p> {
                 self.node(Op::Loss(LossKind::Mse), &[a, c], Vec::new(), "loss", span);
                 Ok(Value::Loss)
             }
-            Builtin::Len => match self.expr(&args[0])? {
-                Value::Data(path) => Ok(Value::Int(StateExpr::Len(path))),
-                _ => Err(self.unsupported(span, "`len` of a computed sequence")),
-            },
+            Builtin::Len => {
+                let v = self.expr(&args[0])?;
+                Ok(Value::Int(self.seq_len(&v, span)?))
+            }
             Builtin::Range => match self.expr(&args[0])? {
                 Value::Int(n) => Ok(Value::Range(StateExpr::Const(0), n)),
                 _ => Err(self.unsupported(span, "this `range`")),
@@ -655,101 +669,15 @@ impl<'p> Lowerer<'p> {
         if let Some(e) = els {
             crate::uses::walk_expr(e, &mut reads, &mut writes);
         }
-        let routed: Vec<LocalId> = self.tensor_locals(&reads.union(&writes).copied().collect());
-        let before: Vec<(LocalId, Option<Value>)> =
-            writes.iter().chain(&routed).map(|&id| (id, self.local(id))).collect();
-        // One cond per routed port: output 0 feeds the then-branch, output 1 the else.
-        let mut sides: [Vec<(LocalId, Value)>; 2] = [Vec::new(), Vec::new()];
-        for &id in &routed {
-            let Some(v) = self.local(id) else { continue };
-            let mut outs = [Vec::new(), Vec::new()];
-            for p in v.ports() {
-                let n = self.node(
-                    Op::Cond { pred: pred.clone() },
-                    std::slice::from_ref(&p),
-                    vec![p.ty.clone(), p.ty.clone()],
-                    "if",
-                    span,
-                );
-                outs[0].push(Self::out(n, 0, p.ty.clone()));
-                outs[1].push(Self::out(n, 1, p.ty.clone()));
-            }
-            for (side, ports) in sides.iter_mut().zip(outs) {
-                side.push((id, v.with_ports(&mut ports.into_iter())));
-            }
-        }
-        let ctrl_in = self.ctrl.clone();
-        let ctrl_cond = self.node(
-            Op::Cond { pred: pred.clone() },
-            std::slice::from_ref(&ctrl_in),
-            vec![PayloadTy::Unit; 2],
-            "if",
-            span,
-        );
-        let mut results = Vec::new();
-        let mut ends = Vec::new();
-        for (side, routed_values) in sides.iter().enumerate() {
-            for (id, v) in &before {
-                if let Some(v) = v {
-                    self.set_local(*id, v.clone());
-                }
-            }
-            for (id, v) in routed_values {
-                self.set_local(*id, v.clone());
-            }
-            self.ctrl = Self::out(ctrl_cond, side as u16, PayloadTy::Unit);
-            let result = match (side, els) {
-                (0, _) => self.block(then)?,
-                (_, Some(e)) => self.expr(e)?,
-                (_, None) => Value::Unit,
-            };
-            let end_locals: Vec<Option<Value>> = writes.iter().map(|&id| self.local(id)).collect();
-            results.push(result);
-            ends.push((end_locals, self.ctrl.clone()));
-        }
-        for (id, v) in &before {
-            if let Some(v) = v {
-                self.set_local(*id, v.clone());
-            }
-        }
-        let (else_end, then_end) = (ends.pop(), ends.pop());
-        let (Some((then_locals, then_ctrl)), Some((else_locals, else_ctrl))) = (then_end, else_end) else {
-            return Err(Unsupported);
-        };
-        for ((&id, t), e) in writes.iter().zip(then_locals).zip(else_locals) {
-            if let (Some(t), Some(e)) = (t, e) {
-                let merged = self.merge(&pred, t, e, span)?;
-                self.set_local(id, merged);
-            }
-        }
-        let ctrl = self.node(Op::Phi { arms: 2 }, &[then_ctrl, else_ctrl], vec![PayloadTy::Unit], "endif", span);
-        self.ctrl = Self::out(ctrl, 0, PayloadTy::Unit);
-        let else_result = results.pop().unwrap_or(Value::Unit);
-        let then_result = results.pop().unwrap_or(Value::Unit);
-        self.merge(&pred, then_result, else_result, span)
-    }
-
-    /// The value after an `if`: a phi per tensor port, a select for ints.
-    fn merge(&mut self, pred: &StateExpr, then: Value, els: Value, span: Span) -> R<Value> {
-        match (then, els) {
-            (Value::Tensor(a), Value::Tensor(b)) => {
-                if a == b {
-                    return Ok(Value::Tensor(a));
-                }
-                let ty = a.ty.clone();
-                let n = self.node(Op::Phi { arms: 2 }, &[a, b], vec![ty.clone()], "endif", span);
-                Ok(Value::Tensor(Self::out(n, 0, ty)))
-            }
-            (Value::Int(a), Value::Int(b)) => Ok(Value::Int(select(pred, a, b))),
-            (Value::Bool(a), Value::Bool(b)) => Ok(Value::Bool(select(pred, a, b))),
-            (Value::Tuple(a), Value::Tuple(b)) if a.len() == b.len() => {
-                let parts = a.into_iter().zip(b).map(|(x, y)| self.merge(pred, x, y, span)).collect::<R<Vec<_>>>()?;
-                Ok(Value::Tuple(parts))
-            }
-            (Value::Unit, Value::Unit) => Ok(Value::Unit),
-            (a @ (Value::Data(_) | Value::Param(_) | Value::Range(..)), _) => Ok(a),
-            _ => Err(self.unsupported(span, "branches producing this kind of value")),
-        }
+        let routed = self.tensor_locals(&reads.union(&writes).copied().collect());
+        let writes: Vec<LocalId> = writes.into_iter().collect();
+        let sel = Selector::Cond(pred);
+        let routing = Routed { locals: &routed, values: Vec::new(), writes: &writes };
+        self.branch(&sel, routing, span, "if", |this, arm, _| match (arm, els) {
+            (0, _) => this.block(then),
+            (_, Some(e)) => this.expr(e),
+            (_, None) => Ok(Value::Unit),
+        })
     }
 
     fn for_loop(&mut self, pattern: &Pattern, iter: &Expr, body: &Block) -> R<()> {

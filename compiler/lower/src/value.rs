@@ -1,6 +1,6 @@
 //! What an expression lowers to.
 
-use amp_ir::{DataStep, PayloadTy, StateExpr};
+use amp_ir::{DataStep, FieldId, PayloadInt, PayloadTy, StateExpr};
 use amp_sema::Instance;
 use petgraph::stable_graph::NodeIndex;
 use std::sync::Arc;
@@ -34,9 +34,41 @@ pub(crate) enum Value {
     Range(StateExpr, StateExpr),
     Tuple(Vec<Value>),
     Param(ParamRef),
+    /// An element of a parameter array chosen at run time (`expert[i]`), before the call.
+    ParamElem(ParamRef, Box<Value>),
     /// The value of a `loss` function: a loss node was created.
     Loss,
     Unit,
+    /// A computed sequence of tensors: one message holding a batch `f32[?, d]`, with its
+    /// length as an int expression.
+    Batch {
+        port: Port,
+        len: StateExpr,
+    },
+    /// A computed sequence of ints: element `i` is `elem` with `field` = i.
+    IntSeq {
+        len: StateExpr,
+        field: FieldId,
+        elem: StateExpr,
+    },
+    /// `zip(a, b, ..)` of sequences of one length.
+    Zip(Vec<Value>),
+    /// The indices `top_k` chose, still inside the payload `source` they come from.
+    TopKIdx {
+        source: Port,
+        k: u32,
+    },
+    /// An int computed from a payload (`argmax(v)`, `idx[j]` of `top_k`); it becomes a
+    /// state field where it routes messages.
+    PayloadInt {
+        source: Port,
+        int: PayloadInt,
+    },
+    /// Inside structural recursion: the subtree hanging from call site `site` of the
+    /// current tree node (a recursive-typed field bound by `match`).
+    Subtree {
+        site: u32,
+    },
 }
 
 impl Value {
@@ -49,8 +81,12 @@ impl Value {
 
     fn collect_ports(&self, out: &mut Vec<Port>) {
         match self {
-            Value::Tensor(p) => out.push(p.clone()),
-            Value::Tuple(vs) => vs.iter().for_each(|v| v.collect_ports(out)),
+            Value::Tensor(p)
+            | Value::Batch { port: p, .. }
+            | Value::TopKIdx { source: p, .. }
+            | Value::PayloadInt { source: p, .. } => out.push(p.clone()),
+            Value::Tuple(vs) | Value::Zip(vs) => vs.iter().for_each(|v| v.collect_ports(out)),
+            Value::ParamElem(_, index) => index.collect_ports(out),
             _ => {}
         }
     }
@@ -59,7 +95,18 @@ impl Value {
     pub fn with_ports(&self, ports: &mut impl Iterator<Item = Port>) -> Value {
         match self {
             Value::Tensor(p) => Value::Tensor(ports.next().unwrap_or_else(|| p.clone())),
+            Value::Batch { port, len } => {
+                Value::Batch { port: ports.next().unwrap_or_else(|| port.clone()), len: len.clone() }
+            }
+            Value::TopKIdx { source, k } => {
+                Value::TopKIdx { source: ports.next().unwrap_or_else(|| source.clone()), k: *k }
+            }
+            Value::PayloadInt { source, int } => {
+                Value::PayloadInt { source: ports.next().unwrap_or_else(|| source.clone()), int: int.clone() }
+            }
             Value::Tuple(vs) => Value::Tuple(vs.iter().map(|v| v.with_ports(ports)).collect()),
+            Value::Zip(vs) => Value::Zip(vs.iter().map(|v| v.with_ports(ports)).collect()),
+            Value::ParamElem(p, index) => Value::ParamElem(p.clone(), Box::new(index.with_ports(ports))),
             other => other.clone(),
         }
     }

@@ -1,0 +1,292 @@
+//! Collections: `map` over data sequences, ranges and computed sequences opens an
+//! *element context* (a new `element` field, one message per element); what comes out is
+//! grouped back into a batch `f32[?, d]` (or, for ints, kept as an expression of the
+//! element). `zip`, `sum`/`mean`, `len`, `scatter_sum`, gathers `xs[i]` and `top_k` work
+//! on these values. See `docs/IR.md`.
+
+use super::{Lowerer, R};
+use crate::value::{Port, Value};
+use amp_diagnostics::Span;
+use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, PayloadInt, PayloadTy, ReduceFn, StateExpr};
+use amp_sema::{Builtin, Expr, LocalId, Pattern, Ty};
+use std::collections::BTreeSet;
+
+/// Where the elements of a mapped sequence come from, once the element field exists.
+enum Elements {
+    /// `path[%e]` of the instance's data, of the given element type.
+    Data(Vec<DataStep>, Ty),
+    /// `start + %e`.
+    Range(StateExpr),
+    /// The rows of a batch, one message each (the output of an `ungroup`).
+    Rows(Port),
+    /// Ints: `elem` with `field` = `%e`.
+    Ints(FieldId, StateExpr),
+    /// The parts of a `zip`.
+    Zip(Vec<Elements>),
+}
+
+impl Lowerer<'_> {
+    /// The length of a sequence value.
+    pub(super) fn seq_len(&mut self, v: &Value, span: Span) -> R<StateExpr> {
+        Ok(match v {
+            Value::Data(path) => StateExpr::Len(path.clone()),
+            Value::Range(a, b) if *a == StateExpr::Const(0) => b.clone(),
+            Value::Range(a, b) => {
+                // max(b - a, 0)
+                let diff = StateExpr::bin(IntOp::Sub, b.clone(), a.clone());
+                let positive = StateExpr::bin(IntOp::Gt, diff.clone(), StateExpr::Const(0));
+                StateExpr::bin(IntOp::Mul, diff, positive)
+            }
+            Value::Batch { len, .. } | Value::IntSeq { len, .. } => len.clone(),
+            Value::TopKIdx { k, .. } => StateExpr::Const(i64::from(*k)),
+            Value::Zip(parts) => match parts.first() {
+                Some(first) => self.seq_len(first, span)?,
+                None => StateExpr::Const(0),
+            },
+            _ => return Err(self.unsupported(span, "the length of this value")),
+        })
+    }
+
+    fn new_element_field(&mut self, span: Span) -> R<FieldId> {
+        let k = self.counters.elements;
+        self.counters.elements += 1;
+        self.new_field(format!("e{k}"), FieldRole::Element, span)
+    }
+
+    /// `seq.map(|pattern| body)`.
+    pub(super) fn map_expr(&mut self, seq: &Expr, pattern: &Pattern, body: &Expr, span: Span) -> R<Value> {
+        let seq_value = self.expr(seq)?;
+        let count = self.seq_len(&seq_value, span)?;
+        let mut reads = BTreeSet::new();
+        let mut writes = BTreeSet::new();
+        crate::uses::walk_expr(body, &mut reads, &mut writes);
+        let mut bound = BTreeSet::new();
+        pattern_locals(pattern, &mut bound);
+        if !writes.is_empty() {
+            return Err(self.unsupported(span, "a `map` closure that assigns variables"));
+        }
+        let carried = self.tensor_locals(&reads.difference(&bound).copied().collect());
+        let e = self.new_element_field(span)?;
+        let elements = self.prepare_elements(seq_value, &seq.ty, e, span)?;
+        // Every tensor from outside that the body uses, and the control, enter the element
+        // context through a flatmap (in the enclosing context).
+        let outer_ctrl = self.ctrl.clone();
+        let saved: Vec<(LocalId, Option<Value>)> = carried.iter().map(|&id| (id, self.local(id))).collect();
+        for &id in &carried {
+            let Some(v) = self.local(id) else { continue };
+            let inside: Vec<Port> = v.ports().into_iter().map(|p| self.flatmap(p, e, &count, span)).collect();
+            self.set_local(id, v.with_ports(&mut inside.into_iter()));
+        }
+        let ctrl = self.flatmap(outer_ctrl.clone(), e, &count, span);
+        self.context.push(e);
+        self.ctrl = ctrl;
+        let result = self.element_value(elements, e, span).and_then(|element| {
+            self.bind(pattern, element, span)?;
+            self.expr(body)
+        });
+        self.context.pop();
+        self.ctrl = outer_ctrl.clone();
+        for (id, v) in saved {
+            if let Some(v) = v {
+                self.set_local(id, v);
+            }
+        }
+        match result? {
+            Value::Tensor(p) => {
+                let PayloadTy::F32(dims) = p.ty.clone() else {
+                    return Err(self.unsupported(span, "a `map` producing this kind of value"));
+                };
+                let ty = PayloadTy::Batch(dims);
+                let n = self.node(
+                    Op::Group { field: e, count: count.clone() },
+                    &[p, outer_ctrl],
+                    vec![ty.clone()],
+                    "group",
+                    span,
+                );
+                Ok(Value::Batch { port: Self::out(n, 0, ty), len: count })
+            }
+            Value::Int(elem) | Value::Bool(elem) => Ok(Value::IntSeq { len: count, field: e, elem }),
+            _ => Err(self.unsupported(span, "a `map` producing this kind of value")),
+        }
+    }
+
+    fn flatmap(&mut self, p: Port, e: FieldId, count: &StateExpr, span: Span) -> Port {
+        let ty = p.ty.clone();
+        let n = self.node(Op::Flatmap { field: e, count: count.clone() }, &[p], vec![ty.clone()], "flatmap", span);
+        Self::out(n, 0, ty)
+    }
+
+    /// Creates what must exist in the enclosing context (an `ungroup` per batch).
+    fn prepare_elements(&mut self, v: Value, ty: &Ty, e: FieldId, span: Span) -> R<Elements> {
+        Ok(match (v, ty) {
+            (Value::Data(path), Ty::Seq(elem)) => Elements::Data(path, (**elem).clone()),
+            (Value::Range(a, _), _) => Elements::Range(a),
+            (Value::Batch { port, .. }, _) => {
+                let PayloadTy::Batch(dims) = port.ty.clone() else {
+                    return Err(self.unsupported(span, "a batch of this type (internal)"));
+                };
+                let ty = PayloadTy::F32(dims);
+                let n = self.node(Op::Ungroup { field: e }, &[port], vec![ty.clone()], "ungroup", span);
+                Elements::Rows(Self::out(n, 0, ty))
+            }
+            (Value::IntSeq { field, elem, .. }, _) => Elements::Ints(field, elem),
+            (Value::Zip(parts), Ty::Seq(elem)) => {
+                let Ty::Tuple(tys) = &**elem else {
+                    return Err(self.unsupported(span, "this `zip` (internal: element type)"));
+                };
+                let mut out = Vec::with_capacity(parts.len());
+                for (part, part_ty) in parts.into_iter().zip(tys) {
+                    out.push(self.prepare_elements(part, &Ty::Seq(Box::new(part_ty.clone())), e, span)?);
+                }
+                Elements::Zip(out)
+            }
+            _ => return Err(self.unsupported(span, "`map` over this kind of sequence")),
+        })
+    }
+
+    /// The element value inside the element context.
+    fn element_value(&mut self, elements: Elements, e: FieldId, span: Span) -> R<Value> {
+        let index = StateExpr::Field(e);
+        Ok(match elements {
+            Elements::Data(mut path, ty) => {
+                path.push(DataStep::Index(Box::new(index)));
+                self.data_leaf(path, &ty, span)?
+            }
+            Elements::Range(start) if start == StateExpr::Const(0) => Value::Int(index),
+            Elements::Range(start) => Value::Int(StateExpr::bin(IntOp::Add, start, index)),
+            Elements::Rows(port) => Value::Tensor(port),
+            Elements::Ints(field, elem) => Value::Int(substitute(&elem, field, &index)),
+            Elements::Zip(parts) => {
+                Value::Tuple(parts.into_iter().map(|p| self.element_value(p, e, span)).collect::<R<Vec<_>>>()?)
+            }
+        })
+    }
+
+    /// `xs[i]` on a computed value: a row of a batch or tensor, an element of an int
+    /// sequence, the `i`-th index `top_k` chose.
+    pub(super) fn index_value(&mut self, obj: Value, index: Value, span: Span) -> R<Value> {
+        let i = match index {
+            Value::Int(i) => i,
+            _ => return Err(self.unsupported(span, "an index that is not an int of the state or data")),
+        };
+        match obj {
+            Value::Batch { port, .. } => {
+                let PayloadTy::Batch(dims) = port.ty.clone() else {
+                    return Err(self.unsupported(span, "a batch of this type (internal)"));
+                };
+                Ok(Value::Tensor(self.gather(port, i, PayloadTy::F32(dims), span)))
+            }
+            Value::Tensor(port) => match port.ty.clone() {
+                PayloadTy::F32(dims) if !dims.is_empty() => {
+                    Ok(Value::Tensor(self.gather(port, i, PayloadTy::F32(dims[1..].to_vec()), span)))
+                }
+                _ => Err(self.unsupported(span, "indexing a scalar")),
+            },
+            Value::IntSeq { field, elem, .. } => Ok(Value::Int(substitute(&elem, field, &i))),
+            Value::TopKIdx { source, k } => Ok(Value::PayloadInt { source, int: PayloadInt::TopK { k, slot: i } }),
+            _ => Err(self.unsupported(span, "indexing this kind of value")),
+        }
+    }
+
+    fn gather(&mut self, port: Port, index: StateExpr, ty: PayloadTy, span: Span) -> Port {
+        let n = self.node(Op::Gather { index }, &[port], vec![ty.clone()], "gather", span);
+        Self::out(n, 0, ty)
+    }
+
+    /// The built-ins over collections and payload ints; `None` when `b` is not one of them.
+    pub(super) fn collection_builtin(&mut self, b: Builtin, args: &[Expr], e: &Expr) -> Option<R<Value>> {
+        let span = e.span;
+        Some(match b {
+            Builtin::Zip => (|| Ok(Value::Zip(args.iter().map(|a| self.expr(a)).collect::<R<Vec<_>>>()?)))(),
+            Builtin::Sum | Builtin::Mean => {
+                let f = if b == Builtin::Sum { ReduceFn::Sum } else { ReduceFn::Mean };
+                (|| {
+                    let ty = match self.expr(&args[0])? {
+                        Value::Batch { port, .. } => match port.ty.clone() {
+                            PayloadTy::Batch(dims) => (port, PayloadTy::F32(dims)),
+                            _ => return Err(self.unsupported(span, "a batch of this type (internal)")),
+                        },
+                        Value::Tensor(port) => (port, PayloadTy::F32(Vec::new())),
+                        _ => return Err(self.unsupported(span, &format!("`{}` of this value", b.name()))),
+                    };
+                    let (port, out) = ty;
+                    let n = self.node(Op::Reduce(f), &[port], vec![out.clone()], b.name(), span);
+                    Ok(Value::Tensor(Self::out(n, 0, out)))
+                })()
+            }
+            Builtin::ScatterSum => (|| {
+                let values = self.expr(&args[0])?;
+                let index = self.expr(&args[1])?;
+                let count = match self.expr(&args[2])? {
+                    Value::Int(n) => n,
+                    _ => return Err(self.unsupported(span, "this `scatter_sum` count")),
+                };
+                let Value::Batch { port, .. } = values else {
+                    return Err(self.unsupported(span, "`scatter_sum` of this value"));
+                };
+                let (field, index) = match index {
+                    Value::IntSeq { field, elem, .. } => (field, elem),
+                    Value::Data(mut path) => {
+                        let field = self.new_element_field(span)?;
+                        path.push(DataStep::Index(Box::new(StateExpr::Field(field))));
+                        (field, StateExpr::Data(path))
+                    }
+                    _ => return Err(self.unsupported(span, "this `scatter_sum` index")),
+                };
+                let ty = port.ty.clone();
+                let op = Op::ScatterSum { field, index, count: count.clone() };
+                let n = self.node(op, &[port], vec![ty.clone()], "scatter_sum", span);
+                Ok(Value::Batch { port: Self::out(n, 0, ty), len: count })
+            })(),
+            Builtin::TopK => (|| {
+                let v = self.expr(&args[0])?;
+                let source = self.tensor(v, span)?;
+                let k = match self.expr(&args[1])? {
+                    Value::Int(StateExpr::Const(k)) if k >= 0 && k <= i64::from(u32::MAX) => k as u32,
+                    _ => return Err(self.unsupported(span, "`top_k` with a k that is not a constant")),
+                };
+                let width = match &source.ty {
+                    PayloadTy::F32(dims) if dims.len() == 1 => dims[0],
+                    _ => return Err(self.unsupported(span, "`top_k` of this value")),
+                };
+                let ty = PayloadTy::F32(vec![u64::from(k).min(width)]);
+                let n = self.node(Op::TopK { k }, std::slice::from_ref(&source), vec![ty.clone()], "top_k", span);
+                Ok(Value::Tuple(vec![Value::TopKIdx { source, k }, Value::Tensor(Self::out(n, 0, ty))]))
+            })(),
+            Builtin::Argmax => (|| {
+                let v = self.expr(&args[0])?;
+                let source = self.tensor(v, span)?;
+                Ok(Value::PayloadInt { source, int: PayloadInt::Argmax })
+            })(),
+            _ => return None,
+        })
+    }
+}
+
+/// The locals a pattern binds.
+fn pattern_locals(p: &Pattern, out: &mut BTreeSet<LocalId>) {
+    match p {
+        Pattern::Bind(id) => {
+            out.insert(*id);
+        }
+        Pattern::Wildcard => {}
+        Pattern::Tuple(ps) => ps.iter().for_each(|p| pattern_locals(p, out)),
+    }
+}
+
+/// `expr` with every use of `field` replaced by `value`.
+pub(super) fn substitute(expr: &StateExpr, field: FieldId, value: &StateExpr) -> StateExpr {
+    let step = |s: &DataStep| match s {
+        DataStep::Field(name) => DataStep::Field(name.clone()),
+        DataStep::Index(e) => DataStep::Index(Box::new(substitute(e, field, value))),
+    };
+    match expr {
+        StateExpr::Field(f) if *f == field => value.clone(),
+        StateExpr::Field(_) | StateExpr::Const(_) => expr.clone(),
+        StateExpr::Data(path) => StateExpr::Data(path.iter().map(step).collect()),
+        StateExpr::Len(path) => StateExpr::Len(path.iter().map(step).collect()),
+        StateExpr::Not(e) => StateExpr::Not(Box::new(substitute(e, field, value))),
+        StateExpr::Bin(op, a, b) => StateExpr::bin(*op, substitute(a, field, value), substitute(b, field, value)),
+    }
+}

@@ -1,0 +1,107 @@
+//! Routing into parameter arrays: `expert[i](x)` with `i` known only at run time becomes a
+//! `switch` on `i` to one inlined call per element and a `phi` per result. When `i` is
+//! computed from a payload (`top_k`, `argmax`), a `state_from_payload` node first writes it
+//! into a `slot` field of every routed message, and an `isu` clears it after the merge.
+
+use super::branch::{Routed, Selector};
+use super::{Lowerer, R};
+use crate::value::{ParamRef, Port, Value};
+use amp_diagnostics::Span;
+use amp_ir::{FieldRole, Op, StateExpr};
+use amp_sema::{Instance, InstanceCall};
+
+impl Lowerer<'_> {
+    /// `array[index]` before the call: an element known now, or a run-time choice.
+    pub(super) fn param_element(&mut self, array: ParamRef, index: Value, span: Span) -> R<Value> {
+        let Instance::Array { len, .. } = &*array.instance else {
+            return Err(self.unsupported(span, "indexing a parameter that is not an array"));
+        };
+        let n = self.array_len(&array, len, span)?;
+        match index {
+            Value::Int(StateExpr::Const(c)) if c >= 0 && (c as u64) < n => {
+                Ok(Value::Param(self.element(&array, c as u64)))
+            }
+            Value::Int(_) | Value::PayloadInt { .. } => Ok(Value::ParamElem(array, Box::new(index))),
+            _ => Err(self.unsupported(span, "this parameter array index")),
+        }
+    }
+
+    fn array_len(&mut self, array: &ParamRef, len: &amp_sema::Dim, span: Span) -> R<u64> {
+        let subst = &array.subst;
+        match len.substitute(&|s| subst.iter().find(|(x, _)| x == s).map(|(_, d)| d.clone())).value {
+            Some(v) if v > 0 => Ok(v as u64),
+            _ => Err(self.unsupported(span, "a parameter array without a known positive length")),
+        }
+    }
+
+    fn element(&self, array: &ParamRef, i: u64) -> ParamRef {
+        let elem = match &*array.instance {
+            Instance::Array { elem, .. } => elem.clone(),
+            _ => array.instance.clone(),
+        };
+        ParamRef { prefix: format!("{}.{i}", array.prefix), instance: elem, subst: array.subst.clone() }
+    }
+
+    /// Calls element `index` of `array` with `args`, routing by the index at run time.
+    pub(super) fn call_element(
+        &mut self,
+        array: ParamRef,
+        index: Value,
+        call: &InstanceCall,
+        args: Vec<Value>,
+        span: Span,
+    ) -> R<Value> {
+        let Instance::Array { len, .. } = &*array.instance else {
+            return Err(self.unsupported(span, "indexing a parameter that is not an array"));
+        };
+        let n = self.array_len(&array, len, span)?;
+        let outer_ctrl = self.ctrl.clone();
+        let (selector, args, slot) = match index {
+            Value::Int(i) => (i, args, None),
+            Value::PayloadInt { source, int } => {
+                let k = self.counters.slots;
+                self.counters.slots += 1;
+                let slot = self.new_field(format!("slot{k}"), FieldRole::Slot, span)?;
+                let op = Op::StateFromPayload { field: slot, int };
+                let write = |this: &mut Self, p: Port| {
+                    let ty = p.ty.clone();
+                    let node = this.node(op.clone(), &[source.clone(), p], vec![ty.clone()], "slot", span);
+                    Self::out(node, 0, ty)
+                };
+                let routed: Vec<Value> = args
+                    .iter()
+                    .map(|a| {
+                        let ports: Vec<Port> = a.ports().into_iter().map(|p| write(self, p)).collect();
+                        a.with_ports(&mut ports.into_iter())
+                    })
+                    .collect();
+                self.ctrl = write(self, outer_ctrl.clone());
+                (StateExpr::Field(slot), routed, Some(slot))
+            }
+            _ => return Err(self.unsupported(span, "this parameter array index")),
+        };
+        let sel = Selector::Switch(selector, n as usize);
+        let routing = Routed { locals: &[], values: args, writes: &[] };
+        let result = self.branch(&sel, routing, span, "route", |this, i, args| {
+            let element = this.element(&array, i as u64);
+            this.call_instance(element, call, args, span)
+        });
+        // The enclosing context's control is unchanged by the call.
+        self.ctrl = outer_ctrl;
+        let result = result?;
+        let Some(slot) = slot else { return Ok(result) };
+        // Clear the slot so the results carry the context's state again; the old value
+        // comes back from the cache on the way back.
+        let cleared: Vec<Port> = result
+            .ports()
+            .into_iter()
+            .map(|p| {
+                let ty = p.ty.clone();
+                let op = Op::Isu { field: slot, value: StateExpr::Const(-1), inverse: None };
+                let node = self.node(op, &[p], vec![ty.clone()], "end route", span);
+                Self::out(node, 0, ty)
+            })
+            .collect();
+        Ok(result.with_ports(&mut cleared.into_iter()))
+    }
+}
