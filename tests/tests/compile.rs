@@ -5,12 +5,23 @@ use amp_ir::{ampg, text, verify, Graph};
 use amp_sema::{check_source, Options};
 use proptest::prelude::*;
 
-/// The examples the lowering handles today.
-const COMPILABLE: &[&str] = &["list_reduce", "mlp"];
+/// The hyperparameter overrides each example's snapshot is taken with: the MoE's 64
+/// experts would repeat the same three nodes 64 times.
+fn defines(name: &str) -> Vec<(String, i64)> {
+    match name {
+        "moe" => vec![("experts".to_string(), 4)],
+        _ => Vec::new(),
+    }
+}
 
 /// Checks, lowers, optimises and verifies; panics with the reason when any step fails.
 fn compile(name: &str, source: &str) -> Graph {
-    let (map, checked) = check_source(&format!("{name}.amp"), source, &Options::default());
+    compile_with(name, source, Vec::new())
+}
+
+fn compile_with(name: &str, source: &str, defines: Vec<(String, i64)>) -> Graph {
+    let options = Options { defines, ..Options::default() };
+    let (map, checked) = check_source(&format!("{name}.amp"), source, &options);
     assert!(
         !checked.has_errors(),
         "{name}:\n{}\n{source}",
@@ -39,14 +50,25 @@ fn assert_round_trips(graph: &Graph) {
 }
 
 #[test]
-fn compilable_examples_verify_round_trip_and_match_their_snapshots() {
-    for name in COMPILABLE {
-        let source = amp_tests::example(name).expect("example");
-        let graph = compile(name, source);
+fn examples_verify_round_trip_and_match_their_snapshots() {
+    for (name, source) in amp_tests::EXAMPLES {
+        let defines = defines(name);
+        let flags: Vec<String> = defines.iter().map(|(k, v)| format!("-D {k}={v}")).collect();
+        let graph = compile_with(name, source, defines);
         assert_round_trips(&graph);
         insta::with_settings!({ snapshot_path => "snapshots/ir", prepend_module_to_snapshot => false, omit_expression => true }, {
-            insta::assert_snapshot!(format!("ir_{name}"), format!("{source}\n---- ir ----\n{}", text::print(&graph)));
+            insta::assert_snapshot!(
+                format!("ir_{name}"),
+                format!("{source}\n---- ir {} ----\n{}", flags.join(" "), text::print(&graph))
+            );
         });
+    }
+}
+
+#[test]
+fn examples_compile_with_their_default_hyperparameters() {
+    for (name, source) in amp_tests::EXAMPLES {
+        assert_round_trips(&compile(name, source));
     }
 }
 
@@ -57,8 +79,8 @@ fn dot_output_renders_when_graphviz_is_installed() {
         return;
     };
     assert!(status.status.success());
-    for name in COMPILABLE {
-        let dot = amp_ir::dot::to_dot(&compile(name, amp_tests::example(name).expect("example")));
+    for (name, source) in amp_tests::EXAMPLES {
+        let dot = amp_ir::dot::to_dot(&compile_with(name, source, defines(name)));
         let mut child = std::process::Command::new("dot")
             .arg("-Tsvg")
             .stdin(std::process::Stdio::piped())
@@ -84,10 +106,29 @@ enum Gen {
     Scale(usize),
     Cell(usize, usize),
     Embed,
-    Loop { acc: usize, body_uses: usize },
-    Range { acc: usize },
-    If { then_from: usize, threshold: i64 },
+    Loop {
+        acc: usize,
+        body_uses: usize,
+    },
+    Range {
+        acc: usize,
+    },
+    If {
+        then_from: usize,
+        threshold: i64,
+    },
     Split(usize),
+    /// `sum(r.xs.map(|k| ..))` of embeddings mixed with an outside value.
+    MapSum(usize),
+    /// A `while` with two int variables updated together.
+    While {
+        acc: usize,
+        limit: i64,
+    },
+    /// A call into a parameter array chosen by the data.
+    Route(usize),
+    /// A map over a computed sequence, then a gather from it.
+    Gather(usize),
 }
 
 fn gen_stmt() -> impl Strategy<Value = Gen> {
@@ -103,6 +144,10 @@ fn gen_stmt() -> impl Strategy<Value = Gen> {
         any::<usize>().prop_map(|acc| Gen::Range { acc }),
         (any::<usize>(), 0i64..10).prop_map(|(then_from, threshold)| Gen::If { then_from, threshold }),
         any::<usize>().prop_map(Gen::Split),
+        any::<usize>().prop_map(Gen::MapSum),
+        (any::<usize>(), 0i64..6).prop_map(|(acc, limit)| Gen::While { acc, limit }),
+        any::<usize>().prop_map(Gen::Route),
+        any::<usize>().prop_map(Gen::Gather),
     ]
 }
 
@@ -137,6 +182,18 @@ fn program(stmts: &[Gen]) -> String {
                 pick(*a),
                 pick(a + 1)
             ),
+            Gen::MapSum(a) => format!("let v{n} = sum(r.xs.map(|k| emb(k) * {}));", pick(*a)),
+            Gen::While { acc, limit } => format!(
+                "var v{n} = {};\n        var a{n} = 0;\n        var b{n} = 1;\n        \
+                 while a{n} < {limit} && a{n} < len(r.xs) {{ v{n} = relu(v{n}); a{n} = b{n}; b{n} = a{n} + b{n}; }}",
+                pick(*acc)
+            ),
+            Gen::Route(a) => format!("let v{n} = experts[r.label % 2]({});", pick(*a)),
+            Gen::Gather(a) => format!(
+                "let h{n} = r.xs.map(|k| tanh(emb(k) + {}));\n        let v{n} = if len(r.xs) > 0 {{ h{n}[0] }} else {{ {} }};",
+                pick(*a),
+                pick(*a)
+            ),
         };
         body.push_str("        ");
         body.push_str(&line);
@@ -146,6 +203,7 @@ fn program(stmts: &[Gen]) -> String {
     format!(
         "record R {{ x: f32[4], xs: [int], label: int }}\n\
          model Gen {{\n    param emb = Embedding(10, 4);\n    param cell = Linear(8, 4);\n    param head = Linear(4, 3);\n\
+         \n    param experts = [Linear(4, 4); 2];\n\
          \n    fn forward(r: R) -> f32[3] {{\n{body}        head(v{last})\n    }}\n\
          \n    fn loss(r: R) -> f32 {{ cross_entropy(forward(r), r.label) }}\n}}\n",
         last = n - 1

@@ -178,6 +178,16 @@ fn input_sources(graph: &Graph, index: NodeIndex, ports: usize) -> InputSources 
     (sources, extra)
 }
 
+/// The op as the text form prints it: its keyword and attributes (`switch [%site0] 5`).
+pub fn op_text(graph: &Graph, op: &Op) -> String {
+    let attrs = op_attributes(graph, op);
+    if attrs.is_empty() {
+        op.keyword().to_string()
+    } else {
+        format!("{} {attrs}", op.keyword())
+    }
+}
+
 /// The op's attributes as printed between its keyword and its inputs ("" when none).
 pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
     let field = |id: FieldId| format!("%{}", field_ref(graph, id));

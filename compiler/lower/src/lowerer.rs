@@ -2,6 +2,7 @@
 
 mod branch;
 mod collections;
+mod loops;
 mod recursion;
 mod routing;
 
@@ -347,8 +348,8 @@ impl<'p> Lowerer<'p> {
                 let v = self.expr(e)?;
                 self.bind(&Pattern::Bind(*id), v, e.span)
             }
-            Stmt::For(p, iter, body) => self.for_loop(p, iter, body),
-            Stmt::While(c, _) => Err(self.unsupported(c.span, "`while`")),
+            Stmt::For(p, iter, body) => self.lower_loop(loops::Loop::For(p, iter), body),
+            Stmt::While(c, body) => self.lower_loop(loops::Loop::While(c), body),
             Stmt::Expr(e) => self.expr(e).map(|_| ()),
         }
     }
@@ -362,6 +363,9 @@ impl<'p> Lowerer<'p> {
             ExprKind::Bool(b) => Ok(Value::Bool(StateExpr::Const(i64::from(*b)))),
             ExprKind::Float(v) => Ok(self.constant(ConstValue::Scalar(*v as f32), Vec::new(), span)),
             ExprKind::Local(id) => match self.frame().locals.get(id.0 as usize).cloned().flatten() {
+                Some(Value::LoopInt) => {
+                    Err(self.unsupported(span, "an int variable used after the loop that updates it"))
+                }
                 Some(v) => Ok(v),
                 None => Err(self.unsupported(span, "a variable used before it has a value (internal)")),
             },
@@ -678,128 +682,5 @@ impl<'p> Lowerer<'p> {
             (_, Some(e)) => this.expr(e),
             (_, None) => Ok(Value::Unit),
         })
-    }
-
-    fn for_loop(&mut self, pattern: &Pattern, iter: &Expr, body: &Block) -> R<()> {
-        let span = iter.span;
-        let (init, bound, elem): (StateExpr, StateExpr, Option<(Vec<DataStep>, Ty)>) =
-            match (self.expr(iter)?, &iter.ty) {
-                (Value::Data(path), Ty::Seq(elem)) => {
-                    (StateExpr::Const(0), StateExpr::Len(path.clone()), Some((path, (**elem).clone())))
-                }
-                (Value::Range(a, b), _) => (a, b, None),
-                _ => return Err(self.unsupported(span, "a loop over a computed sequence")),
-            };
-        let (reads, writes) = Self::used_locals(body);
-        for id in &writes {
-            if matches!(self.local(*id), Some(Value::Int(_) | Value::Bool(_))) {
-                return Err(self.unsupported(span, "an int or bool variable updated inside a loop"));
-            }
-        }
-        let carried = self.tensor_locals(&reads.union(&writes).copied().collect());
-        let k = self.loops;
-        self.loops += 1;
-        let t = self.new_field(format!("t{k}"), FieldRole::Counter, span)?;
-        let counter = StateExpr::Field(t);
-        // The counter's value at exit: the bound, or the start when the range is empty
-        // (a sequence's length is never below 0, so then it is simply the length).
-        let exit_value = if init == StateExpr::Const(0) && matches!(bound, StateExpr::Len(_)) {
-            bound.clone()
-        } else {
-            StateExpr::bin(
-                IntOp::Add,
-                bound.clone(),
-                StateExpr::bin(
-                    IntOp::Mul,
-                    StateExpr::bin(IntOp::Sub, init.clone(), bound.clone()),
-                    StateExpr::bin(IntOp::Gt, init.clone(), bound.clone()),
-                ),
-            )
-        };
-        // Every carried port, then the control port, goes around the loop.
-        let mut ports: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
-        ports.push(self.ctrl.clone());
-        let mut phis = Vec::new();
-        let mut body_in = Vec::new();
-        let mut exits = Vec::new();
-        let outer = self.context.clone();
-        for p in &ports {
-            let entry = self.node(
-                Op::Isu { field: t, value: init.clone(), inverse: Some(StateExpr::Const(-1)) },
-                std::slice::from_ref(p),
-                vec![p.ty.clone()],
-                "loop entry",
-                span,
-            );
-            self.context.push(t);
-            let phi = self.raw_node(Op::Phi { arms: 2 }, vec![p.ty.clone(); 2], vec![p.ty.clone()], "loop", span);
-            self.connect(&Self::out(entry, 0, p.ty.clone()), phi, 0);
-            let pred = StateExpr::bin(IntOp::Lt, counter.clone(), bound.clone());
-            let cond = self.node(
-                Op::Cond { pred },
-                &[Self::out(phi, 0, p.ty.clone())],
-                vec![p.ty.clone(); 2],
-                "loop test",
-                span,
-            );
-            self.context = outer.clone();
-            let exit = self.node(
-                Op::Isu { field: t, value: StateExpr::Const(-1), inverse: Some(exit_value.clone()) },
-                &[Self::out(cond, 1, p.ty.clone())],
-                vec![p.ty.clone()],
-                "loop exit",
-                span,
-            );
-            phis.push(phi);
-            body_in.push(Self::out(cond, 0, p.ty.clone()));
-            exits.push(Self::out(exit, 0, p.ty.clone()));
-        }
-        // The body, in the loop's context.
-        self.context.push(t);
-        let mut inside = body_in.clone().into_iter();
-        for id in &carried {
-            if let Some(v) = self.local(*id) {
-                let routed = v.with_ports(&mut inside);
-                self.set_local(*id, routed);
-            }
-        }
-        self.ctrl = inside.next().ok_or(Unsupported)?;
-        let element = match elem {
-            Some((mut path, ty)) => {
-                path.push(DataStep::Index(Box::new(counter.clone())));
-                self.data_leaf(path, &ty, span)?
-            }
-            None => Value::Int(counter.clone()),
-        };
-        self.bind(pattern, element, span)?;
-        self.block(body)?;
-        let mut ends: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
-        ends.push(self.ctrl.clone());
-        if ends.len() != phis.len() {
-            return Err(self.unsupported(span, "a loop whose carried values change structure (internal)"));
-        }
-        for (end, &phi) in ends.iter().zip(&phis) {
-            let step = StateExpr::bin(IntOp::Add, counter.clone(), StateExpr::Const(1));
-            let back = StateExpr::bin(IntOp::Sub, counter.clone(), StateExpr::Const(1));
-            let isu = self.node(
-                Op::Isu { field: t, value: step, inverse: Some(back) },
-                std::slice::from_ref(end),
-                vec![end.ty.clone()],
-                "loop step",
-                span,
-            );
-            self.connect(&Self::out(isu, 0, end.ty.clone()), phi, 1);
-        }
-        self.context = outer;
-        // After the loop: the carried values as they leave it.
-        let mut after = exits.into_iter();
-        for id in &carried {
-            if let Some(v) = self.local(*id) {
-                let out = v.with_ports(&mut after);
-                self.set_local(*id, out);
-            }
-        }
-        self.ctrl = after.next().ok_or(Unsupported)?;
-        Ok(())
     }
 }

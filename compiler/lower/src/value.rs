@@ -69,6 +69,9 @@ pub(crate) enum Value {
     Subtree {
         site: u32,
     },
+    /// An int variable a loop updated: its state field is cleared when the loop ends, so
+    /// it cannot be read after the loop.
+    LoopInt,
 }
 
 impl Value {

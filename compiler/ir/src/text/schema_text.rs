@@ -20,10 +20,13 @@ struct WrittenField {
     ty: Written,
 }
 
+/// A name with its fields as written: a record, or a variant of an enum.
+type WrittenFields = (String, Vec<WrittenField>);
+
 #[derive(Default)]
 pub(super) struct TypesParser {
-    records: Vec<(String, Vec<WrittenField>)>,
-    enums: Vec<(String, Vec<(String, Vec<WrittenField>)>)>,
+    records: Vec<WrittenFields>,
+    enums: Vec<(String, Vec<WrittenFields>)>,
     input: Option<(String, usize, usize)>,
     names: HashMap<String, DataTy>,
 }

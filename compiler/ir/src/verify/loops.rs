@@ -8,9 +8,11 @@
 //! Loops nest: the inner loop of `for i { for j { .. } }` lies inside the outer loop's
 //! component. To find it, remove the edges from inside the component into its headers
 //! (the phis entered from outside) and take the components of what remains (the loop
-//! nesting forest of Havlak and Ramalingam). Each loop has a *counter*: the field its
-//! own `isu`s write (not those of inner loops) that its exit tests; when no exit tests one
-//! of them, every field its own `isu`s write. A node that needs a key needs, besides the
+//! nesting forest of Havlak and Ramalingam). Each loop has a *counter*: among the fields
+//! its own `isu`s write (not those of inner loops), those with the `counter` role that an
+//! `isu` steps from their own value (`t := t + 1`: a `for` or `while` iteration count);
+//! when there are none (the traversal of a tree), those its exit tests; when no exit tests
+//! one of them, every field its own `isu`s write. A node that needs a key needs, besides the
 //! instance, the counter of its loop and of every loop around it. This differs on
 //! purpose from "every field an `isu` in the component writes": the outer body's nodes
 //! after an inner loop do not vary with the inner counter (the inner loop's entry and
@@ -19,7 +21,7 @@
 use super::ops::{expr_fields, key_reason};
 use super::structure::Adjacency;
 use super::{Checker, FieldRef, LoopPart, VerifyErrorKind};
-use crate::{FieldId, Op};
+use crate::{FieldId, FieldRole, Op};
 use petgraph::algo::kosaraju_scc;
 use petgraph::graph::{DiGraph, NodeIndex as LocalIndex};
 use petgraph::stable_graph::NodeIndex;
@@ -201,9 +203,31 @@ fn check_loop(cx: &mut Checker, adjacency: &Adjacency, marks: &mut Marks, lp: Lo
             _ => None,
         })
         .collect();
+    // Steps proper: isus whose new value reads the field they write (`t := t + 1`,
+    // `n := parent(n)`), not the entry and exit isus of inner loops (`t := 0`, `t := -1`).
+    let graph = cx.graph;
+    let stepping = |c: &Counter| match op_at(cx, c.step) {
+        Some(Op::Isu { value, .. }) => {
+            let mut read = Vec::new();
+            expr_fields(&mut vec![value], &mut read);
+            read.contains(&c.field)
+        }
+        _ => false,
+    };
+    let counting: Vec<Counter> = steps
+        .iter()
+        .copied()
+        .filter(|c| stepping(c) && graph.field(c.field).is_some_and(|f| f.role == FieldRole::Counter))
+        .collect();
     let tested: Vec<Counter> =
         steps.iter().copied().filter(|c| marks.exit_field.get(usize::from(c.field.0)) == Some(&stamp)).collect();
-    let own_counters = if tested.is_empty() { steps } else { tested };
+    let own_counters = if !counting.is_empty() {
+        counting
+    } else if tested.is_empty() {
+        steps
+    } else {
+        tested
+    };
     let mut counters = lp.outer_counters;
     for c in &counters {
         marks.counter_field[usize::from(c.field.0)] = stamp;

@@ -153,7 +153,7 @@ impl Lowerer<'_> {
                 path.push(DataStep::Index(Box::new(index)));
                 self.data_leaf(path, &ty, span)?
             }
-            Elements::Range(start) if start == StateExpr::Const(0) => Value::Int(index),
+            Elements::Range(StateExpr::Const(0)) => Value::Int(index),
             Elements::Range(start) => Value::Int(StateExpr::bin(IntOp::Add, start, index)),
             Elements::Rows(port) => Value::Tensor(port),
             Elements::Ints(field, elem) => Value::Int(substitute(&elem, field, &index)),

@@ -1,0 +1,244 @@
+//! Loops: `for x in xs`, `for i in a..b` and `while c`.
+//!
+//! A counter field `t` numbers the iterations: `isu t := start` on entry, a loop-header
+//! `phi 2` (entry, back edge) per circulating value, `cond` (true: body, false: exit),
+//! `isu t := t + 1` on the back edge, `isu t := -1` on exit (inverse: the count the loop
+//! ended at, when the data tells it; else the value comes back from the cache).
+//! Circulating values: every tensor the body reads or assigns, and the control. An int
+//! variable the body assigns becomes a state field, set on entry, updated on the back edge
+//! (all at once, through temporary fields, when several change, so that updates reading
+//! each other see the old values), and cleared on exit.
+
+use super::{Lowerer, Unsupported, R};
+use crate::value::{Port, Value};
+use amp_diagnostics::Span;
+use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, StateExpr};
+use amp_sema::{Block, Expr, LocalId, Pattern, Ty};
+
+/// A `for` loop's elements: the data path of the sequence and the element type.
+type Element = (Vec<DataStep>, Ty);
+
+#[derive(Clone, Copy)]
+pub(super) enum Loop<'a> {
+    For(&'a Pattern, &'a Expr),
+    While(&'a Expr),
+}
+
+/// An int variable the loop updates: its field and its value before the loop.
+struct IntVar {
+    local: LocalId,
+    field: FieldId,
+    init: StateExpr,
+}
+
+impl Lowerer<'_> {
+    pub(super) fn lower_loop(&mut self, kind: Loop<'_>, body: &Block) -> R<()> {
+        let span = match kind {
+            Loop::For(_, iter) => iter.span,
+            Loop::While(cond) => cond.span,
+        };
+        // What the loop iterates over (`for`), and the counter's start.
+        let (init, bound, elem): (StateExpr, Option<StateExpr>, Option<Element>) = match kind {
+            Loop::For(_, iter) => match (self.expr(iter)?, &iter.ty) {
+                (Value::Data(path), Ty::Seq(elem)) => {
+                    (StateExpr::Const(0), Some(StateExpr::Len(path.clone())), Some((path, (**elem).clone())))
+                }
+                (Value::Range(a, b), _) => (a, Some(b), None),
+                _ => return Err(self.unsupported(span, "a loop over a computed sequence")),
+            },
+            Loop::While(_) => (StateExpr::Const(0), None, None),
+        };
+        let (mut reads, writes) = Self::used_locals(body);
+        if let Loop::While(cond) = kind {
+            let mut cond_writes = Default::default();
+            crate::uses::walk_expr(cond, &mut reads, &mut cond_writes);
+        }
+        let mut ints = Vec::new();
+        for &id in &writes {
+            if let Some(Value::Int(init) | Value::Bool(init)) = self.local(id) {
+                let k = self.graph.state.len();
+                let field = self.new_field(format!("v{k}"), FieldRole::Data, span)?;
+                ints.push(IntVar { local: id, field, init });
+            }
+        }
+        let carried = self.tensor_locals(&reads.union(&writes).copied().collect());
+        let k = self.loops;
+        self.loops += 1;
+        let t = self.new_field(format!("t{k}"), FieldRole::Counter, span)?;
+        let counter = StateExpr::Field(t);
+        // The counter's value at exit, when the data tells it: the bound, or the start
+        // when the range is empty (a sequence's length is never below 0).
+        let exit_value = bound.as_ref().map(|bound| exit_count(&init, bound));
+
+        let mut ports: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
+        ports.push(self.ctrl.clone());
+        // Entry: the counter and the int variables get their first values.
+        let mut entries = Vec::with_capacity(ports.len());
+        for p in &ports {
+            let mut port = self.isu(p.clone(), t, init.clone(), Some(StateExpr::Const(-1)), "loop entry", span);
+            for v in &ints {
+                port = self.isu(port, v.field, v.init.clone(), Some(StateExpr::Const(-1)), "loop entry", span);
+            }
+            entries.push(port);
+        }
+        // Inside the loop, the int variables are their fields.
+        let outer_ints: Vec<(LocalId, Option<Value>)> = ints.iter().map(|v| (v.local, self.local(v.local))).collect();
+        for v in &ints {
+            self.set_local(v.local, Value::Int(StateExpr::Field(v.field)));
+        }
+        let pred = match (kind, &bound) {
+            (Loop::For(..), Some(bound)) => StateExpr::bin(IntOp::Lt, counter.clone(), bound.clone()),
+            (Loop::While(cond), _) => match self.expr(cond)? {
+                Value::Bool(p) | Value::Int(p) => p,
+                _ => return Err(self.unsupported(cond.span, "a `while` condition that is not an int or bool")),
+            },
+            _ => return Err(Unsupported),
+        };
+        let outer = self.context.clone();
+        let mut phis = Vec::new();
+        let mut body_in = Vec::new();
+        let mut exits = Vec::new();
+        for entry in entries {
+            let ty = entry.ty.clone();
+            self.context.push(t);
+            let phi = self.raw_node(Op::Phi { arms: 2 }, vec![ty.clone(); 2], vec![ty.clone()], "loop", span);
+            self.connect(&entry, phi, 0);
+            let test = Op::Cond { pred: pred.clone() };
+            let cond = self.node(test, &[Self::out(phi, 0, ty.clone())], vec![ty.clone(); 2], "loop test", span);
+            self.context = outer.clone();
+            let mut exit = self.isu(
+                Self::out(cond, 1, ty.clone()),
+                t,
+                StateExpr::Const(-1),
+                exit_value.clone(),
+                "loop exit",
+                span,
+            );
+            for v in &ints {
+                exit = self.isu(exit, v.field, StateExpr::Const(-1), None, "loop exit", span);
+            }
+            phis.push(phi);
+            body_in.push(Self::out(cond, 0, ty));
+            exits.push(exit);
+        }
+
+        // The body, in the loop's context.
+        self.context.push(t);
+        let mut inside = body_in.into_iter();
+        for id in &carried {
+            if let Some(v) = self.local(*id) {
+                let routed = v.with_ports(&mut inside);
+                self.set_local(*id, routed);
+            }
+        }
+        self.ctrl = inside.next().ok_or(Unsupported)?;
+        if let Loop::For(pattern, _) = kind {
+            let element = match elem {
+                Some((mut path, ty)) => {
+                    path.push(DataStep::Index(Box::new(counter.clone())));
+                    self.data_leaf(path, &ty, span)?
+                }
+                None => Value::Int(counter.clone()),
+            };
+            self.bind(pattern, element, span)?;
+        }
+        self.block(body)?;
+        let mut ends: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
+        ends.push(self.ctrl.clone());
+        if ends.len() != phis.len() {
+            return Err(self.unsupported(span, "a loop whose carried values change structure (internal)"));
+        }
+        // The back edge: the int variables' updates, then the counter's step.
+        let mut updates = Vec::new();
+        for v in &ints {
+            match self.local(v.local) {
+                Some(Value::Int(e) | Value::Bool(e)) if e == StateExpr::Field(v.field) => {}
+                Some(Value::Int(e) | Value::Bool(e)) => updates.push((v.field, e)),
+                _ => return Err(self.unsupported(span, "an int variable assigned a value that is not an int")),
+            }
+        }
+        let temps: Vec<FieldId> = if updates.len() > 1 {
+            let mut temps = Vec::with_capacity(updates.len());
+            for _ in &updates {
+                let k = self.graph.state.len();
+                temps.push(self.new_field(format!("v{k}"), FieldRole::Data, span)?);
+            }
+            temps
+        } else {
+            Vec::new()
+        };
+        for (end, &phi) in ends.iter().zip(&phis) {
+            let mut port = end.clone();
+            if temps.is_empty() {
+                for (field, value) in &updates {
+                    port = self.isu(port, *field, value.clone(), None, "loop update", span);
+                }
+            } else {
+                for ((_, value), &temp) in updates.iter().zip(&temps) {
+                    port = self.isu(port, temp, value.clone(), Some(StateExpr::Const(-1)), "loop update", span);
+                }
+                for ((field, _), &temp) in updates.iter().zip(&temps) {
+                    port = self.isu(port, *field, StateExpr::Field(temp), None, "loop update", span);
+                }
+                for ((field, _), &temp) in updates.iter().zip(&temps) {
+                    let restore = Some(StateExpr::Field(*field));
+                    port = self.isu(port, temp, StateExpr::Const(-1), restore, "loop update", span);
+                }
+            }
+            let step = StateExpr::bin(IntOp::Add, counter.clone(), StateExpr::Const(1));
+            let back = StateExpr::bin(IntOp::Sub, counter.clone(), StateExpr::Const(1));
+            port = self.isu(port, t, step, Some(back), "loop step", span);
+            self.connect(&port, phi, 1);
+        }
+        self.context = outer;
+        // After the loop: the carried values as they leave it; the int variables' fields
+        // are cleared, so they cannot be read any more.
+        let mut after = exits.into_iter();
+        for id in &carried {
+            if let Some(v) = self.local(*id) {
+                let out = v.with_ports(&mut after);
+                self.set_local(*id, out);
+            }
+        }
+        self.ctrl = after.next().ok_or(Unsupported)?;
+        for (id, before) in outer_ints {
+            if before.is_some() {
+                self.set_local(id, Value::LoopInt);
+            }
+        }
+        Ok(())
+    }
+
+    /// `isu field := value` on `port`.
+    fn isu(
+        &mut self,
+        port: Port,
+        field: FieldId,
+        value: StateExpr,
+        inverse: Option<StateExpr>,
+        label: &str,
+        span: Span,
+    ) -> Port {
+        let ty = port.ty.clone();
+        let n = self.node(Op::Isu { field, value, inverse }, &[port], vec![ty.clone()], label, span);
+        Self::out(n, 0, ty)
+    }
+}
+
+/// The counter's value when `for t in init..bound` ends: `bound`, or `init` when the range
+/// is empty.
+fn exit_count(init: &StateExpr, bound: &StateExpr) -> StateExpr {
+    match (init, bound) {
+        (StateExpr::Const(0), StateExpr::Len(_)) => bound.clone(),
+        (StateExpr::Const(a), StateExpr::Const(b)) => StateExpr::Const(*a.max(b)),
+        _ => StateExpr::bin(
+            IntOp::Add,
+            bound.clone(),
+            StateExpr::bin(
+                IntOp::Mul,
+                StateExpr::bin(IntOp::Sub, init.clone(), bound.clone()),
+                StateExpr::bin(IntOp::Gt, init.clone(), bound.clone()),
+            ),
+        ),
+    }
+}
