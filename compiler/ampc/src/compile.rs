@@ -53,14 +53,20 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         }
         return ExitCode::from(2);
     };
-    let mut graph = match amp_lower::lower_model(program, &map, model) {
-        Ok(graph) => graph,
-        Err(diagnostics) => {
+    let (graph, reports) = match amp_lower::compile_model(program, &map, model) {
+        Ok(compiled) => compiled,
+        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
             let _ = printer.print(&map, &diagnostics);
             return ExitCode::from(1);
         }
+        Err(amp_lower::CompileError::Verify(errors)) => {
+            eprintln!("internal compiler error: the lowered graph of `{}` failed verification:", args.file.display());
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            return ExitCode::from(1);
+        }
     };
-    let reports = amp_lower::passes::optimize(&mut graph);
     if args.verbose {
         for r in &reports {
             eprintln!("pass {}: {} changed", r.pass, r.changed);
@@ -68,13 +74,6 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
                 eprintln!("    {d}");
             }
         }
-    }
-    if let Err(errors) = amp_ir::verify::verify(&graph) {
-        eprintln!("internal compiler error: the lowered graph of `{}` failed verification:", graph.name);
-        for e in errors {
-            eprintln!("  {e}");
-        }
-        return ExitCode::from(1);
     }
     let emitted = match args.emit {
         Some(Emit::Ir) => Some(amp_ir::text::print(&graph)),

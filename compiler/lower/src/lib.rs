@@ -31,3 +31,26 @@ pub use schema::input_schema;
 pub fn lower_model(program: &Program, map: &SourceMap, model: ComponentId) -> Result<Graph, Vec<Diagnostic>> {
     lowerer::Lowerer::new(program, map, model).and_then(|l| l.run())
 }
+
+/// Why a model did not compile to a verified graph.
+#[derive(Debug)]
+pub enum CompileError {
+    /// The lowering refused a construct (E0600 diagnostics).
+    Lowering(Vec<Diagnostic>),
+    /// The lowered and optimised graph broke an invariant: a compiler bug.
+    Verify(Vec<amp_ir::verify::VerifyError>),
+}
+
+/// Lowers `model`, runs the passes (`passes::optimize`) and verifies the result: the whole
+/// middle end, as `ampc compile` and `amprun` run it. Returns the graph and what each pass
+/// changed.
+pub fn compile_model(
+    program: &Program,
+    map: &SourceMap,
+    model: ComponentId,
+) -> Result<(Graph, Vec<passes::PassReport>), CompileError> {
+    let mut graph = lower_model(program, map, model).map_err(CompileError::Lowering)?;
+    let reports = passes::optimize(&mut graph);
+    amp_ir::verify::verify(&graph).map_err(CompileError::Verify)?;
+    Ok((graph, reports))
+}
