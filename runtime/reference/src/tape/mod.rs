@@ -1,0 +1,537 @@
+//! The tape: every tensor operation of one evaluation, in the order it ran, with its
+//! inputs and its output value. [`Tape::backward`] walks it in reverse and accumulates
+//! gradients (`backward.rs`).
+//!
+//! Tensors are dense, row-major `f32` buffers; a scalar has shape `[]` and one element.
+//! Each constructor checks the shapes of its inputs and returns an [`ErrorKind`] instead
+//! of panicking, so ill-typed instance data cannot crash the evaluator. Parameters are not
+//! tape nodes: `Linear` and `Embedding` nodes name their parameter tensors by index into
+//! the [`ParamSet`] and accumulate into a gradient set of the same layout.
+//!
+//! Public so that kernel tests (JIT, fused chains) can compare against these plain loops.
+
+mod backward;
+
+pub use backward::Gradients;
+
+use crate::error::ErrorKind;
+use amp_params::ParamSet;
+use std::cmp::Ordering;
+
+/// The most elements one tensor may have (guards allocations sized by data or by `-D`).
+pub const MAX_ELEMENTS: usize = 1 << 28;
+
+/// A node of the tape (its output tensor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub usize);
+
+/// Elementwise functions of one tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryFn {
+    Relu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Log,
+    Neg,
+}
+
+impl UnaryFn {
+    pub const ALL: &'static [UnaryFn] =
+        &[UnaryFn::Relu, UnaryFn::Sigmoid, UnaryFn::Tanh, UnaryFn::Exp, UnaryFn::Log, UnaryFn::Neg];
+
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            UnaryFn::Relu => x.max(0.0),
+            UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryFn::Tanh => x.tanh(),
+            UnaryFn::Exp => x.exp(),
+            UnaryFn::Log => x.ln(),
+            UnaryFn::Neg => -x,
+        }
+    }
+
+    /// `dy/dx` from the input `x` and the output `y`.
+    fn derivative(self, x: f32, y: f32) -> f32 {
+        match self {
+            UnaryFn::Relu => {
+                if x > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            UnaryFn::Sigmoid => y * (1.0 - y),
+            UnaryFn::Tanh => 1.0 - y * y,
+            UnaryFn::Exp => y,
+            UnaryFn::Log => 1.0 / x,
+            UnaryFn::Neg => -1.0,
+        }
+    }
+}
+
+/// Elementwise arithmetic of two tensors of one shape, or of a tensor and a scalar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryFn {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinaryFn {
+    pub const ALL: &'static [BinaryFn] = &[BinaryFn::Add, BinaryFn::Sub, BinaryFn::Mul, BinaryFn::Div];
+
+    pub fn apply(self, a: f32, b: f32) -> f32 {
+        match self {
+            BinaryFn::Add => a + b,
+            BinaryFn::Sub => a - b,
+            BinaryFn::Mul => a * b,
+            BinaryFn::Div => a / b,
+        }
+    }
+
+    /// `(d/da, d/db)` at `(a, b)`.
+    fn partials(self, a: f32, b: f32) -> (f32, f32) {
+        match self {
+            BinaryFn::Add => (1.0, 1.0),
+            BinaryFn::Sub => (1.0, -1.0),
+            BinaryFn::Mul => (b, a),
+            BinaryFn::Div => (1.0 / b, -a / (b * b)),
+        }
+    }
+}
+
+/// What produced a node, with the inputs its backward step needs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// A constant: instance data, a literal, `zeros`/`ones`. No gradient flows out.
+    Leaf,
+    Unary(UnaryFn, NodeId),
+    /// Equal shapes, or one side a scalar (shape `[]`) broadcast over the other.
+    Binary(BinaryFn, NodeId, NodeId),
+    /// Over the last axis (the whole vector for rank 1), numerically stable.
+    Softmax(NodeId),
+    LogSoftmax(NodeId),
+    /// Vectors joined end to end.
+    Concat(Vec<NodeId>),
+    /// A contiguous part of the input starting at element `offset`, with the node's shape:
+    /// a part of `split`, a row `v[i]` of a matrix, an element `v[i]` of a vector.
+    Slice {
+        input: NodeId,
+        offset: usize,
+    },
+    /// The sum of all elements, a scalar.
+    SumAll(NodeId),
+    /// The mean of all elements, a scalar.
+    MeanAll(NodeId),
+    /// The elementwise sum of tensors of one shape (zeros when there are none).
+    AddN(Vec<NodeId>),
+    /// `factor * input`.
+    Scale(NodeId, f32),
+    /// The values at `indices` (the `k` largest, largest first).
+    TopK {
+        input: NodeId,
+        indices: Vec<usize>,
+    },
+    /// `-log_softmax(logits)[label]`, a scalar.
+    CrossEntropy {
+        logits: NodeId,
+        label: usize,
+    },
+    /// `mean((a - b)^2)`, a scalar.
+    Mse(NodeId, NodeId),
+    /// `W x + b` along the last axis of `x`; `weight` `[out, in]` and `bias` `[out]` are
+    /// indices into the parameter set.
+    Linear {
+        input: NodeId,
+        weight: usize,
+        bias: usize,
+    },
+    /// Row `row` of the parameter `weight` `[count, dim]`.
+    Embedding {
+        weight: usize,
+        row: usize,
+    },
+}
+
+/// One operation's output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub shape: Vec<usize>,
+    pub value: Vec<f32>,
+}
+
+/// The operations of one evaluation, in order; inputs always precede their users.
+#[derive(Clone, Debug, Default)]
+pub struct Tape {
+    nodes: Vec<Node>,
+}
+
+type R<T> = Result<T, ErrorKind>;
+
+fn shape_error(op: &'static str, detail: String) -> ErrorKind {
+    ErrorKind::Shape { op, detail }
+}
+
+/// The number of elements of `shape`, refusing more than [`MAX_ELEMENTS`].
+pub fn element_count(shape: &[usize]) -> R<usize> {
+    let mut count: u128 = 1;
+    for &d in shape {
+        count = count.saturating_mul(d as u128);
+    }
+    if count > MAX_ELEMENTS as u128 {
+        return Err(ErrorKind::TooLarge { what: "a tensor", count, limit: MAX_ELEMENTS as u128 });
+    }
+    Ok(count as usize)
+}
+
+/// Orders values largest first, NaN after every number; IEEE-equal values are equal, so
+/// a stable sort keeps the lower index first among ties.
+fn larger_first(a: f32, b: f32) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        (false, false) => b.partial_cmp(&a).unwrap_or(Ordering::Equal),
+    }
+}
+
+/// The index of the largest value, the lowest such index on ties; NaN never wins over a
+/// number. `None` for an empty slice.
+pub fn argmax(values: &[f32]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, &v) in values.iter().enumerate() {
+        match best {
+            Some(b) if larger_first(v, values[b]) != Ordering::Less => {}
+            _ => best = Some(i),
+        }
+    }
+    best
+}
+
+/// Softmax (or log-softmax) of each row of length `row`, subtracting the row's maximum.
+fn softmax_rows(x: &[f32], row: usize, log: bool) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for (xs, ys) in x.chunks(row.max(1)).zip(out.chunks_mut(row.max(1))) {
+        let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = xs.iter().map(|&v| (v - max).exp()).sum();
+        let log_sum = sum.ln();
+        for (y, &v) in ys.iter_mut().zip(xs) {
+            *y = if log { v - max - log_sum } else { (v - max).exp() / sum };
+        }
+    }
+    out
+}
+
+impl Tape {
+    pub fn new() -> Tape {
+        Tape::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The node `id`; ids come from this tape, so it exists.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0]
+    }
+
+    pub fn value(&self, id: NodeId) -> &[f32] {
+        &self.nodes[id.0].value
+    }
+
+    pub fn shape(&self, id: NodeId) -> &[usize] {
+        &self.nodes[id.0].shape
+    }
+
+    fn push(&mut self, op: Op, shape: Vec<usize>, value: Vec<f32>) -> NodeId {
+        debug_assert_eq!(shape.iter().product::<usize>(), value.len());
+        self.nodes.push(Node { op, shape, value });
+        NodeId(self.nodes.len() - 1)
+    }
+
+    /// A constant tensor; `data` must have as many elements as `shape` says.
+    pub fn leaf(&mut self, shape: Vec<usize>, data: Vec<f32>) -> R<NodeId> {
+        let count = element_count(&shape)?;
+        if count != data.len() {
+            return Err(shape_error("constant", format!("{} values for shape {shape:?}", data.len())));
+        }
+        Ok(self.push(Op::Leaf, shape, data))
+    }
+
+    /// A constant tensor with every element `value` (`zeros`, `ones`).
+    pub fn fill(&mut self, shape: Vec<usize>, value: f32) -> R<NodeId> {
+        let count = element_count(&shape)?;
+        Ok(self.push(Op::Leaf, shape, vec![value; count]))
+    }
+
+    pub fn scalar(&mut self, value: f32) -> NodeId {
+        self.push(Op::Leaf, Vec::new(), vec![value])
+    }
+
+    pub fn unary(&mut self, f: UnaryFn, x: NodeId) -> NodeId {
+        let node = self.node(x);
+        let value = node.value.iter().map(|&v| f.apply(v)).collect();
+        let shape = node.shape.clone();
+        self.push(Op::Unary(f, x), shape, value)
+    }
+
+    /// `a op b` elementwise; one side may be a scalar (shape `[]`).
+    pub fn binary(&mut self, f: BinaryFn, a: NodeId, b: NodeId) -> R<NodeId> {
+        let (na, nb) = (self.node(a), self.node(b));
+        let (shape, value): (Vec<usize>, Vec<f32>) = if na.shape == nb.shape {
+            (na.shape.clone(), na.value.iter().zip(&nb.value).map(|(&x, &y)| f.apply(x, y)).collect())
+        } else if nb.shape.is_empty() {
+            let y = nb.value[0];
+            (na.shape.clone(), na.value.iter().map(|&x| f.apply(x, y)).collect())
+        } else if na.shape.is_empty() {
+            let x = na.value[0];
+            (nb.shape.clone(), nb.value.iter().map(|&y| f.apply(x, y)).collect())
+        } else {
+            return Err(shape_error(
+                "arithmetic",
+                format!("shapes {:?} and {:?} are neither equal nor is one a scalar", na.shape, nb.shape),
+            ));
+        };
+        Ok(self.push(Op::Binary(f, a, b), shape, value))
+    }
+
+    /// Softmax (`log = false`) or log-softmax over the last axis.
+    pub fn softmax(&mut self, x: NodeId, log: bool) -> R<NodeId> {
+        let node = self.node(x);
+        let Some(&row) = node.shape.last() else {
+            return Err(shape_error(
+                if log { "log_softmax" } else { "softmax" },
+                "needs a tensor of rank 1 or more".into(),
+            ));
+        };
+        let value = softmax_rows(&node.value, row, log);
+        let shape = node.shape.clone();
+        let op = if log { Op::LogSoftmax(x) } else { Op::Softmax(x) };
+        Ok(self.push(op, shape, value))
+    }
+
+    /// Vectors (rank 1) joined end to end.
+    pub fn concat(&mut self, xs: &[NodeId]) -> R<NodeId> {
+        let mut value = Vec::new();
+        for &x in xs {
+            let node = self.node(x);
+            if node.shape.len() != 1 {
+                return Err(shape_error("concat", format!("joins vectors, found shape {:?}", node.shape)));
+            }
+            value.extend_from_slice(&node.value);
+        }
+        let shape = vec![value.len()];
+        Ok(self.push(Op::Concat(xs.to_vec()), shape, value))
+    }
+
+    /// The contiguous part of `x` that starts at element `offset` and has shape `shape`.
+    pub fn slice(&mut self, x: NodeId, offset: usize, shape: Vec<usize>) -> R<NodeId> {
+        let count = element_count(&shape)?;
+        let node = self.node(x);
+        let Some(part) = offset.checked_add(count).and_then(|end| node.value.get(offset..end)) else {
+            return Err(shape_error(
+                "slice",
+                format!("elements {offset}..{offset}+{count} of a tensor of {} elements", node.value.len()),
+            ));
+        };
+        let value = part.to_vec();
+        Ok(self.push(Op::Slice { input: x, offset }, shape, value))
+    }
+
+    /// `v` cut into `parts` equal vectors.
+    pub fn split(&mut self, x: NodeId, parts: usize) -> R<Vec<NodeId>> {
+        let shape = self.shape(x).to_vec();
+        let [n] = shape[..] else {
+            return Err(shape_error("split", format!("cuts a vector, found shape {shape:?}")));
+        };
+        if parts == 0 || n % parts != 0 {
+            return Err(shape_error("split", format!("cannot cut {n} elements into {parts} equal parts")));
+        }
+        let size = n / parts;
+        (0..parts).map(|i| self.slice(x, i * size, vec![size])).collect()
+    }
+
+    /// `v[i]`: element `i` of a vector (a scalar) or row `i` of a higher-rank tensor.
+    pub fn index(&mut self, x: NodeId, i: i64) -> R<NodeId> {
+        let shape = self.shape(x).to_vec();
+        let Some((&len, rest)) = shape.split_first() else {
+            return Err(shape_error("index", "a scalar cannot be indexed".into()));
+        };
+        let i = usize::try_from(i).ok().filter(|&i| i < len).ok_or(ErrorKind::IndexOutOfRange { index: i, len })?;
+        let row: usize = rest.iter().product();
+        self.slice(x, i * row, rest.to_vec())
+    }
+
+    pub fn sum_all(&mut self, x: NodeId) -> NodeId {
+        let total = self.value(x).iter().sum();
+        self.push(Op::SumAll(x), Vec::new(), vec![total])
+    }
+
+    pub fn mean_all(&mut self, x: NodeId) -> R<NodeId> {
+        let values = self.value(x);
+        if values.is_empty() {
+            return Err(ErrorKind::EmptyMean);
+        }
+        let mean = values.iter().sum::<f32>() / values.len() as f32;
+        Ok(self.push(Op::MeanAll(x), Vec::new(), vec![mean]))
+    }
+
+    /// The elementwise sum of `xs`, all of shape `shape` (zeros of that shape if empty).
+    pub fn add_n(&mut self, xs: &[NodeId], shape: Vec<usize>) -> R<NodeId> {
+        let mut value = vec![0.0; element_count(&shape)?];
+        for &x in xs {
+            let node = self.node(x);
+            if node.shape != shape {
+                return Err(shape_error("sum", format!("adds tensors of shape {shape:?}, found {:?}", node.shape)));
+            }
+            value.iter_mut().zip(&node.value).for_each(|(acc, &v)| *acc += v);
+        }
+        Ok(self.push(Op::AddN(xs.to_vec()), shape, value))
+    }
+
+    pub fn scale(&mut self, x: NodeId, factor: f32) -> NodeId {
+        let node = self.node(x);
+        let value = node.value.iter().map(|&v| factor * v).collect();
+        let shape = node.shape.clone();
+        self.push(Op::Scale(x, factor), shape, value)
+    }
+
+    /// The `k` largest elements of a vector, largest first (lower index first on ties),
+    /// and their indices.
+    pub fn top_k(&mut self, x: NodeId, k: i64) -> R<(Vec<usize>, NodeId)> {
+        let node = self.node(x);
+        let [n] = node.shape[..] else {
+            return Err(shape_error("top_k", format!("selects from a vector, found shape {:?}", node.shape)));
+        };
+        let k = usize::try_from(k)
+            .ok()
+            .filter(|&k| (1..=n).contains(&k))
+            .ok_or_else(|| shape_error("top_k", format!("k = {k} is not in 1..={n}")))?;
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| larger_first(node.value[a], node.value[b]).then(a.cmp(&b)));
+        order.truncate(k);
+        let value = order.iter().map(|&i| node.value[i]).collect();
+        let id = self.push(Op::TopK { input: x, indices: order.clone() }, vec![k], value);
+        Ok((order, id))
+    }
+
+    /// `-log_softmax(logits)[label]`.
+    pub fn cross_entropy(&mut self, logits: NodeId, label: i64) -> R<NodeId> {
+        let node = self.node(logits);
+        let [classes] = node.shape[..] else {
+            return Err(shape_error(
+                "cross_entropy",
+                format!("takes logits as a vector, found shape {:?}", node.shape),
+            ));
+        };
+        let label = usize::try_from(label)
+            .ok()
+            .filter(|&l| l < classes)
+            .ok_or(ErrorKind::LabelOutOfRange { label, classes })?;
+        let log_probs = softmax_rows(&node.value, classes, true);
+        let loss = -log_probs[label];
+        Ok(self.push(Op::CrossEntropy { logits, label }, Vec::new(), vec![loss]))
+    }
+
+    /// `mean((a - b)^2)` over tensors of one shape.
+    pub fn mse(&mut self, a: NodeId, b: NodeId) -> R<NodeId> {
+        let (na, nb) = (self.node(a), self.node(b));
+        if na.shape != nb.shape {
+            return Err(shape_error("mse", format!("compares equal shapes, found {:?} and {:?}", na.shape, nb.shape)));
+        }
+        if na.value.is_empty() {
+            return Err(ErrorKind::EmptyMean);
+        }
+        let sum: f32 = na.value.iter().zip(&nb.value).map(|(&x, &y)| (x - y) * (x - y)).sum();
+        let loss = sum / na.value.len() as f32;
+        Ok(self.push(Op::Mse(a, b), Vec::new(), vec![loss]))
+    }
+
+    /// `W x + b` along the last axis of `x`, with `W = params[weight]` (`[out, in]`) and
+    /// `b = params[bias]` (`[out]`).
+    pub fn linear(&mut self, params: &ParamSet, x: NodeId, weight: usize, bias: usize) -> R<NodeId> {
+        let (out_dim, in_dim) = linear_dims(params, weight, bias)?;
+        let node = self.node(x);
+        if node.shape.last() != Some(&in_dim) {
+            return Err(shape_error("Linear", format!("expects input [.., {in_dim}], found shape {:?}", node.shape)));
+        }
+        let (w, b) = (params.data(weight), params.data(bias));
+        let rows: usize = node.shape[..node.shape.len() - 1].iter().product();
+        let mut value = vec![0.0; rows * out_dim];
+        for r in 0..rows {
+            let xr = &node.value[r * in_dim..(r + 1) * in_dim];
+            for o in 0..out_dim {
+                let wo = &w[o * in_dim..(o + 1) * in_dim];
+                value[r * out_dim + o] = b[o] + wo.iter().zip(xr).map(|(&wi, &xi)| wi * xi).sum::<f32>();
+            }
+        }
+        let mut shape = node.shape.clone();
+        if let Some(last) = shape.last_mut() {
+            *last = out_dim;
+        }
+        Ok(self.push(Op::Linear { input: x, weight, bias }, shape, value))
+    }
+
+    /// Row `row` of `params[weight]` (`[count, dim]`).
+    pub fn embedding(&mut self, params: &ParamSet, weight: usize, row: i64) -> R<NodeId> {
+        let [count, dim] = param_shape(params, weight, "Embedding")?[..] else {
+            return Err(ErrorKind::ParamMismatch { detail: "an Embedding weight must have rank 2".into() });
+        };
+        let row = usize::try_from(row)
+            .ok()
+            .filter(|&r| r < count)
+            .ok_or(ErrorKind::EmbeddingOutOfRange { index: row, count })?;
+        let value = params.data(weight)[row * dim..(row + 1) * dim].to_vec();
+        Ok(self.push(Op::Embedding { weight, row }, vec![dim], value))
+    }
+}
+
+/// The shape of parameter `index`, checking that it exists and holds as many values.
+pub(super) fn param_shape(params: &ParamSet, index: usize, what: &str) -> R<Vec<usize>> {
+    if index >= params.len() {
+        return Err(ErrorKind::ParamMismatch { detail: format!("{what} parameter #{index} does not exist") });
+    }
+    let spec = params.spec(index);
+    if spec.elements() != params.data(index).len() {
+        return Err(ErrorKind::ParamMismatch { detail: format!("`{}` has the wrong number of values", spec.name) });
+    }
+    Ok(spec.shape.clone())
+}
+
+/// `(out, in)` of a Linear whose weight is `[out, in]` and bias `[out]`.
+pub(super) fn linear_dims(params: &ParamSet, weight: usize, bias: usize) -> R<(usize, usize)> {
+    let w = param_shape(params, weight, "Linear weight")?;
+    let b = param_shape(params, bias, "Linear bias")?;
+    match (&w[..], &b[..]) {
+        (&[o, i], &[ob]) if o == ob => Ok((o, i)),
+        _ => Err(ErrorKind::ParamMismatch { detail: format!("Linear weight {w:?} and bias {b:?} do not fit") }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn element_counts_refuse_huge_and_overflowing_shapes() {
+        assert_eq!(element_count(&[]), Ok(1));
+        assert_eq!(element_count(&[3, 0]), Ok(0));
+        assert!(matches!(element_count(&[usize::MAX, usize::MAX]), Err(ErrorKind::TooLarge { .. })));
+    }
+
+    #[test]
+    fn ordering_puts_larger_first_and_nan_last() {
+        assert_eq!(larger_first(2.0, 1.0), Ordering::Less);
+        assert_eq!(larger_first(f32::NAN, -1e30), Ordering::Greater);
+        assert_eq!(larger_first(-0.0, 0.0), Ordering::Equal);
+        assert_eq!(larger_first(f32::NAN, f32::NAN), Ordering::Equal);
+    }
+}
