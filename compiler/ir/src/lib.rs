@@ -69,6 +69,7 @@ impl FieldRole {
 
 /// One field of the state schema. Its name is unique in the graph (`inst`, `t0`, `tok`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StateField {
     pub name: String,
     pub role: FieldRole,
@@ -115,6 +116,7 @@ impl fmt::Display for PayloadTy {
 
 /// A parameter tensor, named as in PyTorch's `state_dict` (`cell.weight`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Param {
     pub name: String,
     pub shape: Vec<u64>,
@@ -514,6 +516,7 @@ impl Op {
 /// Where a node came from in the source: file index into `Graph::files`, byte range and
 /// the 1-based line and column of its start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Loc {
     pub file: u32,
     pub start: u32,

@@ -9,7 +9,9 @@
 //!   input Example
 //! ```
 
+use crate::text::field_name;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::fmt;
 
 /// The type of one piece of instance data.
@@ -28,24 +30,28 @@ pub enum DataTy {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FieldSchema {
     pub name: String,
     pub ty: DataTy,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RecordSchema {
     pub name: String,
     pub fields: Vec<FieldSchema>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct VariantSchema {
     pub name: String,
     pub fields: Vec<FieldSchema>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EnumSchema {
     pub name: String,
     pub variants: Vec<VariantSchema>,
@@ -53,6 +59,7 @@ pub struct EnumSchema {
 
 /// Every record and enum the input uses, and which record an instance is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Schema {
     pub records: Vec<RecordSchema>,
     pub enums: Vec<EnumSchema>,
@@ -70,6 +77,31 @@ impl Schema {
     pub fn check(&self) -> Result<(), String> {
         if self.input_record().is_none() {
             return Err(format!("input record #{} does not exist", self.input));
+        }
+        // Names as the text form needs them: types unique and not built-in, fields and
+        // variants unique within their record or enum.
+        let mut types = HashSet::new();
+        for name in self.records.iter().map(|r| &r.name).chain(self.enums.iter().map(|e| &e.name)) {
+            if ["int", "bool", "f32"].contains(&name.as_str()) || !types.insert(name.as_str()) {
+                return Err(format!("type `{name}` is declared twice or shadows a built-in type"));
+            }
+        }
+        let lists = self
+            .records
+            .iter()
+            .map(|r| (&r.name, &r.fields))
+            .chain(self.enums.iter().flat_map(|e| e.variants.iter().map(|v| (&v.name, &v.fields))));
+        for (owner, fields) in lists {
+            let mut seen = HashSet::new();
+            if let Some(f) = fields.iter().find(|f| !seen.insert(f.name.as_str())) {
+                return Err(format!("`{owner}` has two fields named `{}`", f.name));
+            }
+        }
+        for e in &self.enums {
+            let mut seen = HashSet::new();
+            if let Some(v) = e.variants.iter().find(|v| !seen.insert(v.name.as_str())) {
+                return Err(format!("enum `{}` has two variants named `{}`", e.name, v.name));
+            }
         }
         let fields = self
             .records
@@ -172,7 +204,8 @@ impl Schema {
     }
 
     fn fields_text(&self, fields: &[FieldSchema]) -> String {
-        let parts: Vec<String> = fields.iter().map(|f| format!("{}: {}", f.name, self.ty_name(&f.ty))).collect();
+        let parts: Vec<String> =
+            fields.iter().map(|f| format!("{}: {}", field_name(&f.name), self.ty_name(&f.ty))).collect();
         if parts.is_empty() {
             "{}".into()
         } else {
@@ -185,15 +218,15 @@ impl fmt::Display for Schema {
     /// The schema's lines in the text form, each indented by two spaces.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for r in &self.records {
-            writeln!(f, "  record {} {}", r.name, self.fields_text(&r.fields))?;
+            writeln!(f, "  record {} {}", field_name(&r.name), self.fields_text(&r.fields))?;
         }
         for e in &self.enums {
             let variants: Vec<String> =
-                e.variants.iter().map(|v| format!("{} {}", v.name, self.fields_text(&v.fields))).collect();
-            writeln!(f, "  enum {} {{ {} }}", e.name, variants.join(", "))?;
+                e.variants.iter().map(|v| format!("{} {}", field_name(&v.name), self.fields_text(&v.fields))).collect();
+            writeln!(f, "  enum {} {{ {} }}", field_name(&e.name), variants.join(", "))?;
         }
         if let Some(r) = self.input_record() {
-            writeln!(f, "  input {}", r.name)?;
+            writeln!(f, "  input {}", field_name(&r.name))?;
         }
         Ok(())
     }

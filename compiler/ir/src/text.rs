@@ -279,7 +279,7 @@ fn field_ref(graph: &Graph, id: FieldId) -> String {
     }
 }
 
-fn field_name(name: &str) -> String {
+pub(crate) fn field_name(name: &str) -> String {
     if is_identifier(name) {
         name.to_string()
     } else {

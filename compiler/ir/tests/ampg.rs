@@ -159,6 +159,115 @@ fn structural_errors() {
 }
 
 #[test]
+fn collection_ops_and_the_input_schema_round_trip() {
+    let graph = every_op();
+    let keywords: Vec<&str> = graph.nodes.node_weights().map(|n| n.op.keyword()).collect();
+    for op in ["flatmap", "group", "ungroup", "gather", "scatter_sum", "reduce", "top_k", "state_from_payload"] {
+        assert!(keywords.contains(&op), "the fixture lost its `{op}` node");
+    }
+    check_round_trip(&graph, None);
+    let (loaded, _) = read(&write(&graph, None)).unwrap();
+    let schema = loaded.input.expect("the schema is stored");
+    assert_eq!(schema, every_data_type());
+    assert_eq!(schema.input_record().map(|r| r.name.as_str()), Some("Example"));
+    assert!(schema.is_recursive(0), "Tree still contains itself");
+}
+
+/// The index of the first node whose op is `op` in a file's document.
+fn node_with_op(doc: &Value, op: &str) -> usize {
+    doc["nodes"].as_array().unwrap().iter().position(|n| n["op"].get(op).is_some()).unwrap()
+}
+
+#[test]
+fn schema_and_collection_op_errors() {
+    let good = document(&every_op());
+    let bad_schema = |doc: &Value| match error_of(doc) {
+        AmpgError::BadSchema { message } => message,
+        other => panic!("expected BadSchema, got {other:?}"),
+    };
+
+    let mut doc = good.clone();
+    doc["input"]["records"][1]["fields"][1]["ty"] = json!({"Seq": {"Record": 7}});
+    assert_eq!(bad_schema(&doc), "field `edges`: record #7 does not exist");
+    assert_eq!(error_of(&doc).to_string(), "bad input schema: field `edges`: record #7 does not exist");
+
+    let mut doc = good.clone();
+    doc["input"]["enums"][0]["variants"][1]["fields"][0]["ty"] = json!({"Enum": 2});
+    assert_eq!(bad_schema(&doc), "field `left`: enum #2 does not exist");
+
+    let mut doc = good.clone();
+    doc["input"]["records"][1]["fields"][3]["ty"] = json!({"Tuple": ["Int", {"Seq": {"Enum": 9}}]});
+    assert_eq!(bad_schema(&doc), "field `pair`: enum #9 does not exist");
+
+    let mut doc = good.clone();
+    doc["input"]["input"] = json!(2);
+    assert_eq!(bad_schema(&doc), "input record #2 does not exist");
+
+    let mut doc = good.clone();
+    doc["input"]["records"][1]["fields"][5]["ty"] = json!({"F32": [u64::MAX, 2]});
+    assert!(bad_schema(&doc).contains("more elements than fit in 64 bits"));
+
+    // A graph without a schema is fine (hand-built graphs read no data).
+    let mut doc = good.clone();
+    doc["input"] = Value::Null;
+    assert_eq!(read(&file_of(&doc)).unwrap().0.input, None);
+
+    // Batches are checked like tensors, and the fields the new ops name are range-checked.
+    let mut doc = good.clone();
+    let group = node_with_op(&doc, "Group");
+    doc["nodes"][group]["outputs"][0] = json!({"Batch": [u64::MAX, 2]});
+    assert!(matches!(error_of(&doc), AmpgError::ShapeOverflow { .. }));
+
+    let mut doc = good.clone();
+    let flatmap = node_with_op(&doc, "Flatmap");
+    doc["nodes"][flatmap]["op"]["Flatmap"]["field"] = json!(40);
+    assert!(matches!(error_of(&doc), AmpgError::FieldOutOfRange { field: 40, .. }));
+
+    let mut doc = good.clone();
+    let scatter = node_with_op(&doc, "ScatterSum");
+    doc["nodes"][scatter]["op"]["ScatterSum"]["count"] = json!({"Field": 41});
+    assert!(matches!(error_of(&doc), AmpgError::FieldOutOfRange { field: 41, .. }));
+
+    let mut doc = good;
+    let top_k = doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|n| n["op"]["StateFromPayload"]["int"].get("TopK").is_some())
+        .unwrap();
+    doc["nodes"][top_k]["op"]["StateFromPayload"]["int"]["TopK"]["slot"] = json!({"Field": 42});
+    assert!(matches!(error_of(&doc), AmpgError::FieldOutOfRange { field: 42, .. }));
+}
+
+/// What `read` accepts, `text::print` must write as text that `text::parse` reads back
+/// (the `bit_flips_never_panic` property); a schema with two types of one name breaks it.
+#[test]
+fn a_loaded_schema_prints_as_parseable_text() {
+    let mut doc = document(&every_op());
+    doc["input"]["records"][0]["name"] = json!("Example");
+    match read(&file_of(&doc)) {
+        Err(AmpgError::BadSchema { .. }) => {}
+        Err(other) => panic!("unexpected error {other:?}"),
+        Ok((graph, _)) => {
+            let text = print(&graph);
+            if let Err(e) = amp_ir::text::parse(&text) {
+                panic!("loaded, but its printout does not parse: {e}");
+            }
+        }
+    }
+}
+
+/// `docs/IR.md`: `read` rejects unknown keys. Only the top-level document and nodes deny
+/// them; the schema (like params, state fields and locations) ignores them.
+#[test]
+fn unknown_keys_in_the_schema_are_rejected() {
+    let mut doc = document(&every_op());
+    doc["input"]["records"][0]["fields"][0]["surprise"] = json!(1);
+    let result = read(&file_of(&doc)).map(|_| ());
+    assert!(matches!(result, Err(AmpgError::Json { .. })), "{result:?}");
+}
+
+#[test]
 fn deep_nesting_is_an_error_not_a_crash() {
     // serde_json stops at depth 128, so a hostile expression cannot overflow the stack.
     let mut doc = document(&list_reduce());

@@ -5,8 +5,12 @@
 mod common;
 
 use amp_ir::text::{parse, print, ParseError};
-use amp_ir::Graph;
+use amp_ir::{
+    DataTy, EnumSchema, FieldId, FieldSchema, Graph, Op, PayloadInt, RecordSchema, ReduceFn, Schema, StateExpr,
+    VariantSchema,
+};
 use common::*;
+use petgraph::stable_graph::NodeIndex;
 use proptest::prelude::*;
 
 /// print → parse gives the same graph, and printing that gives the same text.
@@ -81,6 +85,124 @@ fn expressions_print_with_minimal_parentheses() {
 }
 
 #[test]
+fn collection_ops_batches_and_schema_print_as_documented() {
+    let text = print(&every_op());
+    for line in [
+        "  record Edge { src: int, dst: int, owner: Example }\n",
+        "  record Example { xs: [int], edges: [Edge], tree: Tree, pair: (int, bool), nothing: (), grid: f32[2, 3], \
+         scale: f32, deep: [[f32[4]]] }\n",
+        "  enum Tree { Leaf { word: int }, Node { left: Tree, right: Tree }, Nil {} }\n",
+        "  enum Never {  }\n",
+        "  input Example\n  param layers.0.weight: f32[4, 4] uniform(4)\n",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from\n{text}");
+    }
+    for op in [
+        "flatmap %\"odd name\" [len($.xs)] (",
+        "group %\"odd name\" [%n] (_: f32[32], _: unit) -> f32[?, 32] ",
+        "ungroup %\"odd name\" (%",
+        "gather [$.edges[%\"odd name\"].src] (_: f32[?, 32]) -> f32[32] ",
+        "gather [0] (_: f32[4]) -> f32 ",
+        "scatter_sum %\"odd name\" [$.edges[%\"odd name\"].dst] [len($.xs)] (%",
+        "reduce sum (_: f32[?, 32]) -> f32[32] ",
+        "reduce mean (_: f32[?]) -> f32 ",
+        "top_k 2 (_: f32[4]) -> f32[2] ",
+        "state_from_payload %s := argmax (_: f32[4], _: unit) -> unit ",
+        "state_from_payload %s := top_k 2 [%\"odd name\"] (_: f32[4], _: f32[?, 32]) -> f32[?, 32] ",
+    ] {
+        assert!(text.contains(op), "{op:?} missing from\n{text}");
+    }
+}
+
+/// A hand-written graph with every collection op: parsing must give the ops the text
+/// names (a round trip alone would not notice a printer and a parser that swap two ops),
+/// and printing gives the text back.
+#[test]
+fn collection_ops_parse_to_what_they_name() {
+    let text = r#"amp.graph @Collections {
+  state %inst: instance, %e0: element, %e1: element, %slot0: slot
+  record Graph { nodes: [int], edges: [Edge], tree: Tree }
+  record Edge { src: int, dst: int }
+  enum Tree { Leaf { word: int }, Node { left: Tree, right: Tree } }
+  input Graph
+  param emb.weight: f32[5, 32] normal
+  %0 = source() -> unit writes(%inst) "x"
+  %1 = flatmap %e0 [len($.nodes)] (%0#0: unit) -> unit writes(%e0) key(%inst) "nodes"
+  %2 = embedding @emb[$.nodes[%e0]] (%1#0: unit) -> f32[32] reads(%e0) "emb"
+  %3 = group %e0 [len($.nodes)] (%2#0: f32[32], %0#0: unit) -> f32[?, 32] writes(%e0) key(%inst) "h"
+  %4 = flatmap %e1 [len($.edges)] (%3#0: f32[?, 32]) -> f32[?, 32] writes(%e1) key(%inst) "edges"
+  %5 = gather [$.edges[%e1].src] (%4#0: f32[?, 32]) -> f32[32] reads(%e1) key(%inst, %e1) "src"
+  %6 = group %e1 [len($.edges)] (%5#0: f32[32], %0#0: unit) -> f32[?, 32] writes(%e1) key(%inst) "m"
+  %7 = scatter_sum %e1 [$.edges[%e1].dst] [len($.nodes)] (%6#0: f32[?, 32]) -> f32[?, 32] key(%inst) "a"
+  %8 = ungroup %e0 (%7#0: f32[?, 32]) -> f32[32] writes(%e0) key(%inst) "rows"
+  %9 = top_k 2 (%8#0: f32[32]) -> f32[2] key(%inst, %e0) "top"
+  %10 = state_from_payload %slot0 := top_k 2 [%e0] (%8#0: f32[32], %9#0: f32[2]) -> f32[2] reads(%e0) writes(%slot0) key(%inst, %e0) "slot"
+  %11 = state_from_payload %slot0 := argmax (%8#0: f32[32], %10#0: f32[2]) -> f32[2] writes(%slot0) key(%inst, %e0) ""
+  %12 = reduce mean (%11#0: f32[2]) -> f32 key(%inst, %e0) "mean"
+  %13 = reduce sum (%7#0: f32[?, 32]) -> f32[32] key(%inst) "sum"
+  %14 = sink "h" (%13#0: f32[32]) -> () ""
+}
+"#;
+    let graph = parse(text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(print(&graph), text);
+    let (e0, e1, slot) = (FieldId(1), FieldId(2), FieldId(3));
+    let len = |seq: &str| StateExpr::Len(data(&[seq]));
+    let expected = [
+        (1, Op::Flatmap { field: e0, count: len("nodes") }),
+        (3, Op::Group { field: e0, count: len("nodes") }),
+        (4, Op::Flatmap { field: e1, count: len("edges") }),
+        (5, Op::Gather { index: element_of("edges", field(2), "src") }),
+        (6, Op::Group { field: e1, count: len("edges") }),
+        (7, Op::ScatterSum { field: e1, index: element_of("edges", field(2), "dst"), count: len("nodes") }),
+        (8, Op::Ungroup { field: e0 }),
+        (9, Op::TopK { k: 2 }),
+        (10, Op::StateFromPayload { field: slot, int: PayloadInt::TopK { k: 2, slot: field(1) } }),
+        (11, Op::StateFromPayload { field: slot, int: PayloadInt::Argmax }),
+        (12, Op::Reduce(ReduceFn::Mean)),
+        (13, Op::Reduce(ReduceFn::Sum)),
+    ];
+    for (index, op) in expected {
+        assert_eq!(graph.nodes[NodeIndex::new(index)].op, op, "%{index}");
+    }
+    assert_eq!(graph.nodes[NodeIndex::new(3)].outputs, vec![batch(&[32])]);
+    assert_eq!(graph.nodes[NodeIndex::new(12)].outputs, vec![f32ty(&[])]);
+    let schema = graph.input.expect("the schema lines give an input schema");
+    let named = |name: &str, ty: DataTy| FieldSchema { name: name.into(), ty };
+    let tree = DataTy::Enum(0);
+    assert_eq!(
+        schema,
+        Schema {
+            records: vec![
+                RecordSchema {
+                    name: "Graph".into(),
+                    fields: vec![
+                        named("nodes", DataTy::Seq(Box::new(DataTy::Int))),
+                        named("edges", DataTy::Seq(Box::new(DataTy::Record(1)))),
+                        named("tree", tree.clone()),
+                    ],
+                },
+                RecordSchema {
+                    name: "Edge".into(),
+                    fields: vec![named("src", DataTy::Int), named("dst", DataTy::Int)]
+                },
+            ],
+            enums: vec![EnumSchema {
+                name: "Tree".into(),
+                variants: vec![
+                    VariantSchema { name: "Leaf".into(), fields: vec![named("word", DataTy::Int)] },
+                    VariantSchema {
+                        name: "Node".into(),
+                        fields: vec![named("left", tree.clone()), named("right", tree)]
+                    },
+                ],
+            }],
+            input: 0,
+        }
+    );
+    assert!(schema.is_recursive(0), "Tree contains itself");
+}
+
+#[test]
 fn parse_accepts_hand_written_variations() {
     // Comments, blank lines, CRLF, extra spaces, nodes out of order, `f32[]`.
     let text = "// a comment\r\n\r\namp.graph   @g {\r\n  state %i : instance\r\n  %1 = unary relu ( %0 # 0 : f32[] ) -> f32 \"\"\r\n  // inside\r\n  %0 = source ( ) -> f32 \"\"\r\n}\r\n// after\r\n";
@@ -124,6 +246,61 @@ fn parse_errors_point_at_the_problem() {
     check_error("  state %j: data", 1, 3, "duplicate `state` line");
     let deep = format!("amp.graph @g {{\n  %0 = cond [{}1{}] () -> () \"\"\n}}", "(".repeat(5000), ")".repeat(5000));
     assert!(parse(&deep).unwrap_err().message.contains("nested too deeply"));
+}
+
+#[test]
+fn parse_errors_in_the_collection_and_schema_syntax() {
+    check_error("  %0 = state_from_payload %t := top_k x [0] () -> () \"\"", 1, 39, "expected k, found `x`");
+    check_error("  %0 = state_from_payload %t := top_k 2 () -> () \"\"", 1, 41, "expected `[`, found `(`");
+    check_error("  %0 = state_from_payload %x := argmax () -> () \"\"", 1, 27, "unknown state field `%x`");
+    check_error("  %0 = reduce max (_: f32[?, 2]) -> f32[2] \"\"", 1, 15, "`max`");
+    check_error("  %0 = source() -> f32[?", 1, 25, "expected `]`, found the end of the line");
+    check_error("  %0 = source() -> f32[?, 4", 1, 28, "expected `]`, found the end of the line");
+    check_error("  %0 = source() -> f32[3, ?]", 1, 27, "expected a dimension, found `?`");
+    check_error("  param p: f32[?, 3] normal", 1, 12, "a parameter is an f32 tensor");
+    check_error("  input Sample", 1, 9, "no record `Sample`");
+    check_error("  enum Tree { Leaf {} }\n  input Tree", 2, 9, "no record `Tree`");
+    check_error("  record R {}\n  input R\n  record S {}", 3, 3, "the schema ends with its `input` line");
+    check_error("  record R {}\n  input R\n  input R", 3, 3, "the schema ends with its `input` line");
+    check_error("  record R { t: Tree }\n  input R", 1, 17, "no type `Tree`");
+    check_error("  record R {}\n  enum R { A {} }\n  input R", 2, 8, "type `R` is declared twice");
+    check_error("  record R { x: f32[?, 2] }\n  input R", 1, 17, "expected a data type");
+    check_error("  record R { x: int,, }\n  input R", 1, 21, "expected a field name, found `,`");
+    check_error(
+        "  param p: f32[2] normal\n  record R {}\n  input R",
+        2,
+        3,
+        "`record`, `enum` and `input` lines must come before `param` lines",
+    );
+    // The schema is checked once the graph is read, so this error has no line of its own.
+    let err = parse("amp.graph @g {\n  record R {}\n}\n").unwrap_err();
+    assert!(err.message.contains("record `R` but no `input` line"), "{err}");
+}
+
+/// The keyword after `:=` is reported where it starts, like every other unexpected word.
+#[test]
+fn a_bad_payload_int_is_reported_at_the_word() {
+    check_error("  %0 = state_from_payload %t := max () -> () \"\"", 1, 33, "expected `argmax` or `top_k`, found `m`");
+}
+
+/// The parser reads quoted schema names (`record R { "x y": int }`), so the printer must
+/// write names that need quotes quoted, or a loaded graph cannot be printed and read back.
+#[test]
+fn schema_names_that_need_quotes_round_trip() {
+    let mut graph = Graph { name: "g".into(), ..Graph::default() };
+    let mut schema = every_data_type();
+    schema.records[1].fields[0].name = "x y".into();
+    schema.enums[0].variants[0].name = "the leaf".into();
+    graph.input = Some(schema);
+    check_round_trip(&graph);
+}
+
+/// `record` lines without an `input` line are an error; `enum` lines alone should be too,
+/// not a schema silently dropped.
+#[test]
+fn enum_lines_without_an_input_line_are_rejected() {
+    let result = parse("amp.graph @g {\n  enum Tree { Leaf {} }\n}\n");
+    assert!(result.is_err(), "parsed as {:?}", result.map(|g| g.input));
 }
 
 #[test]

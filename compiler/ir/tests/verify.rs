@@ -4,7 +4,7 @@
 use amp_ir::verify::{verify, verify_report};
 use amp_ir::{
     BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossKind, Node, Op, Param, ParamInit,
-    PayloadTy, StateExpr, StateField, UnaryFn,
+    PayloadInt, PayloadTy, ReduceFn, StateExpr, StateField, UnaryFn,
 };
 use petgraph::stable_graph::{EdgeIndex, NodeIndex};
 use petgraph::visit::EdgeRef;
@@ -17,6 +17,10 @@ const INST: FieldId = FieldId(0);
 
 fn f32(dims: &[u64]) -> PayloadTy {
     PayloadTy::F32(dims.to_vec())
+}
+
+fn batch(dims: &[u64]) -> PayloadTy {
+    PayloadTy::Batch(dims.to_vec())
 }
 
 fn field(f: FieldId) -> StateExpr {
@@ -218,6 +222,100 @@ fn nested() -> Nested {
     Nested { b, mid }
 }
 
+struct Mapped {
+    b: Builder,
+    e: FieldId,
+    source: NodeIndex,
+    flatmap: NodeIndex,
+    group: NodeIndex,
+}
+
+fn len(seq: &str) -> StateExpr {
+    StateExpr::Len(data(&[seq]))
+}
+
+/// `$.seq[index]`, or `$.seq[index].field`.
+fn element(seq: &str, index: StateExpr, field: Option<&str>) -> StateExpr {
+    let mut path = vec![DataStep::Field(seq.into()), DataStep::Index(Box::new(index))];
+    path.extend(field.map(|f| DataStep::Field(f.into())));
+    StateExpr::Data(path)
+}
+
+/// `x.tokens.map(|t| emb[t])` as the lowering builds it: `flatmap %e [len($.tokens)]` of
+/// the instance's control message, one embedding row per element (it caches nothing, so it
+/// has no key), and `group %e` gated by the instance's control, so that an empty sequence
+/// still gives a (zero-row) batch `f32[?, 8]`. Nothing consumes the batch yet.
+fn mapped() -> Mapped {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance), ("e", FieldRole::Element)]);
+    let e = FieldId(1);
+    b.graph.params.push(Param { name: "emb.weight".into(), shape: vec![10, 8], init: ParamInit::Normal });
+    let source = b.source();
+    let flatmap = b.add(Op::Flatmap { field: e, count: len("tokens") }, &[(source, 0)], vec![PayloadTy::Unit], &[INST]);
+    let row = element("tokens", field(e), None);
+    let embed = b.add(Op::Embedding { param: "emb".into(), index: row }, &[(flatmap, 0)], vec![f32(&[8])], &[]);
+    let inputs = [(embed, 0), (source, 0)];
+    let group = b.add(Op::Group { field: e, count: len("tokens") }, &inputs, vec![batch(&[8])], &[INST]);
+    Mapped { b, e, source, flatmap, group }
+}
+
+/// `loss(head(value))` for an `f32[8]` value.
+fn head(b: &mut Builder, value: NodeIndex) {
+    b.linear_params("head", 3, 8);
+    let head = b.add(Op::Linear { param: "head".into() }, &[(value, 0)], vec![f32(&[3])], &[INST]);
+    b.add(label(), &[(head, 0)], vec![], &[INST]);
+}
+
+/// `loss(head(sum(x.tokens.map(|t| emb[t]))))`; returns the `reduce sum` node too.
+fn summed() -> (Mapped, NodeIndex) {
+    let mut m = mapped();
+    let sum = m.b.add(Op::Reduce(ReduceFn::Sum), &[(m.group, 0)], vec![f32(&[8])], &[INST]);
+    head(&mut m.b, sum);
+    (m, sum)
+}
+
+struct Routed {
+    b: Builder,
+    source: NodeIndex,
+    pick: NodeIndex,
+    route: NodeIndex,
+}
+
+/// `head(expert[argmax(gate(x))](x))`: `state_from_payload %c := argmax` of the gate's
+/// logits passes `x` on with `%c` written, `switch [%c] 2` picks an expert, a `phi`
+/// merges the arms. With `route_first`, the switch comes before the argmax instead
+/// (reading `%c` before anything writes it).
+fn routed(route_first: bool) -> Routed {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance), ("c", FieldRole::Slot)]);
+    let c = FieldId(1);
+    b.linear_params("gate", 2, 4);
+    b.linear_params("x0", 4, 4);
+    b.linear_params("x1", 4, 4);
+    b.linear_params("out", 3, 4);
+    let source = b.source();
+    let read = b.add(Op::Read { path: data(&["x"]) }, &[(source, 0)], vec![f32(&[4])], &[INST]);
+    let gate = b.add(Op::Linear { param: "gate".into() }, &[(read, 0)], vec![f32(&[2])], &[INST]);
+    let argmax = Op::StateFromPayload { field: c, int: PayloadInt::Argmax };
+    // `switch [%c] 2` to the two experts and a phi after them; returns (switch, phi).
+    let experts = |b: &mut Builder, input: NodeIndex| {
+        let route = b.add(Op::Switch { index: field(c), arms: 2 }, &[(input, 0)], vec![f32(&[4]); 2], &[]);
+        let x0 = b.add(Op::Linear { param: "x0".into() }, &[(route, 0)], vec![f32(&[4])], &[INST]);
+        let x1 = b.add(Op::Linear { param: "x1".into() }, &[(route, 1)], vec![f32(&[4])], &[INST]);
+        (route, b.add(Op::Phi { arms: 2 }, &[(x0, 0), (x1, 0)], vec![f32(&[4])], &[INST]))
+    };
+    let (pick, route, merge) = if route_first {
+        let (route, phi) = experts(&mut b, read);
+        let pick = b.add(argmax, &[(gate, 0), (phi, 0)], vec![f32(&[4])], &[INST]);
+        (pick, route, pick)
+    } else {
+        let pick = b.add(argmax, &[(gate, 0), (read, 0)], vec![f32(&[4])], &[INST]);
+        let (route, phi) = experts(&mut b, pick);
+        (pick, route, phi)
+    };
+    let out = b.add(Op::Linear { param: "out".into() }, &[(merge, 0)], vec![f32(&[3])], &[INST]);
+    b.add(label(), &[(out, 0)], vec![], &[INST]);
+    Routed { b, source, pick, route }
+}
+
 fn node(g: &mut Graph, n: NodeIndex) -> &mut Node {
     &mut g.nodes[n]
 }
@@ -273,6 +371,87 @@ fn binary_with_scalar_operand_is_accepted() {
     s.b.graph.nodes.remove_edge(e);
     s.b.connect(mul, 0, s.l2, 0);
     accepts(&s.b.graph);
+}
+
+#[test]
+fn map_then_sum_is_accepted() {
+    accepts(&summed().0.b.graph);
+}
+
+#[test]
+fn ungroup_then_regroup_is_accepted() {
+    let mut m = mapped();
+    let rows = m.b.add(Op::Ungroup { field: m.e }, &[(m.group, 0)], vec![f32(&[8])], &[INST]);
+    let tanh = m.b.add(Op::Unary(UnaryFn::Tanh), &[(rows, 0)], vec![f32(&[8])], &[INST, m.e]);
+    let inputs = [(tanh, 0), (m.source, 0)];
+    let regroup = m.b.add(Op::Group { field: m.e, count: len("tokens") }, &inputs, vec![batch(&[8])], &[INST]);
+    let mean = m.b.add(Op::Reduce(ReduceFn::Mean), &[(regroup, 0)], vec![f32(&[8])], &[INST]);
+    head(&mut m.b, mean);
+    accepts(&m.b.graph);
+    node(&mut m.b.graph, rows).key.clear();
+    rejects(
+        &m.b.graph,
+        &[&format!(
+            "node %{} `ungroup` (ungroup %e): joins its outputs' gradients by key, but its key () lacks the instance \
+             field %inst",
+            rows.index()
+        )],
+    );
+}
+
+/// GGSNN's message step: per edge (a flatmap over `$.edges` sharing the nodes' batch), the
+/// row `$.edges[%f].src` of the batch, grouped per edge and summed.
+#[test]
+fn gather_of_a_batch_row_per_edge_is_accepted() {
+    let mut m = mapped();
+    m.b.graph.state.push(StateField { name: "f".into(), role: FieldRole::Element });
+    let f = FieldId(2);
+    let per_edge = m.b.add(Op::Flatmap { field: f, count: len("edges") }, &[(m.group, 0)], vec![batch(&[8])], &[INST]);
+    let src = element("edges", field(f), Some("src"));
+    let row = m.b.add(Op::Gather { index: src }, &[(per_edge, 0)], vec![f32(&[8])], &[INST, f]);
+    let inputs = [(row, 0), (m.source, 0)];
+    let messages = m.b.add(Op::Group { field: f, count: len("edges") }, &inputs, vec![batch(&[8])], &[INST]);
+    let sum = m.b.add(Op::Reduce(ReduceFn::Sum), &[(messages, 0)], vec![f32(&[8])], &[INST]);
+    head(&mut m.b, sum);
+    accepts(&m.b.graph);
+    node(&mut m.b.graph, row).reads.clear();
+    rejects(
+        &m.b.graph,
+        &[&format!(
+            "node %{} `gather` (gather): the row index reads %f, but the node's `reads` does not list it",
+            row.index()
+        )],
+    );
+}
+
+/// `scatter_sum(h, x.tokens.map(..), len(x.slots))` adds row `%r` of the batch into row
+/// `$.dst[%r]`. The op binds `%r` while it evaluates the index: nothing else writes `%r`,
+/// and `reads` does not list it, yet the graph is valid.
+#[test]
+fn scatter_sum_binding_its_own_row_field_is_accepted() {
+    let mut m = mapped();
+    m.b.graph.state.push(StateField { name: "r".into(), role: FieldRole::Element });
+    let r = FieldId(2);
+    let op = Op::ScatterSum { field: r, index: element("dst", field(r), None), count: len("slots") };
+    let scatter = m.b.add(op, &[(m.group, 0)], vec![batch(&[8])], &[INST]);
+    assert!(m.b.graph.nodes[scatter].reads.is_empty(), "the bound row field is not a read");
+    let sum = m.b.add(Op::Reduce(ReduceFn::Sum), &[(scatter, 0)], vec![f32(&[8])], &[INST]);
+    head(&mut m.b, sum);
+    accepts(&m.b.graph);
+    // Its output is the same batch type as its input.
+    node(&mut m.b.graph, scatter).outputs[0] = f32(&[8]);
+    rejects(
+        &m.b.graph,
+        &[&format!(
+            "node %{} `scatter_sum` (scatter_sum): output 0 has type f32[8], expected f32[?, 8]",
+            scatter.index()
+        )],
+    );
+}
+
+#[test]
+fn argmax_routing_is_accepted() {
+    accepts(&routed(false).b.graph);
 }
 
 // ------------------------------------------------------------------ schema and ends
@@ -463,6 +642,67 @@ fn cross_entropy_of_a_matrix() {
     rejects(&s.b.graph, &["(loss cross_entropy): input 0 has type f32[1, 3], expected an f32 vector (rank 1)"]);
 }
 
+#[test]
+fn group_gate_is_a_control_message() {
+    let (mut m, _) = summed();
+    let gate = m.b.add(Op::Read { path: data(&["g"]) }, &[(m.source, 0)], vec![f32(&[8])], &[]);
+    let e = edge_into(&m.b.graph, m.group, 1);
+    m.b.graph.nodes.remove_edge(e);
+    m.b.connect(gate, 0, m.group, 1);
+    node(&mut m.b.graph, m.group).inputs[1] = f32(&[8]);
+    rejects(&m.b.graph, &["node %3 `group` (group %e): input 1 has type f32[8], expected unit"]);
+}
+
+#[test]
+fn ungroup_of_a_tensor() {
+    let (mut m, sum) = summed();
+    let rows = m.b.add(Op::Ungroup { field: m.e }, &[(sum, 0)], vec![f32(&[8])], &[INST]);
+    m.b.add(Op::Sink { name: "rows".into() }, &[(rows, 0)], vec![], &[]);
+    rejects(&m.b.graph, &["`ungroup` (ungroup %e): input 0 has type f32[8], expected a batch `f32[?, ...]`"]);
+}
+
+#[test]
+fn gather_of_a_scalar() {
+    let mut s = straight();
+    let scalar = s.b.add(Op::Read { path: data(&["s"]) }, &[(s.source, 0)], vec![f32(&[])], &[]);
+    let row = s.b.add(Op::Gather { index: int(0) }, &[(scalar, 0)], vec![f32(&[])], &[INST]);
+    s.b.add(Op::Sink { name: "row".into() }, &[(row, 0)], vec![], &[]);
+    rejects(&s.b.graph, &["(gather): input 0 has type f32, expected a batch or an f32 tensor of rank at least 1"]);
+}
+
+#[test]
+fn top_k_output_has_k_elements() {
+    let mut s = straight();
+    let top = s.b.add(Op::TopK { k: 2 }, &[(s.l2, 0)], vec![f32(&[2])], &[INST]);
+    let sink = s.b.add(Op::Sink { name: "top".into() }, &[(top, 0)], vec![], &[]);
+    accepts(&s.b.graph);
+    node(&mut s.b.graph, top).outputs[0] = f32(&[3]);
+    node(&mut s.b.graph, sink).inputs[0] = f32(&[3]);
+    rejects(&s.b.graph, &["node %6 `top_k` (top_k): output 0 has type f32[3], expected f32[2]"]);
+}
+
+#[test]
+fn reduce_of_a_batch_gives_one_row() {
+    let (mut m, sum) = summed();
+    node(&mut m.b.graph, sum).outputs[0] = f32(&[]);
+    rejects(&m.b.graph, &["node %4 `reduce` (reduce): output 0 has type f32, expected f32[8]"]);
+}
+
+#[test]
+fn state_from_payload_selector_is_a_vector() {
+    let mut r = routed(false);
+    let matrix = r.b.add(Op::Read { path: data(&["m"]) }, &[(r.source, 0)], vec![f32(&[2, 2])], &[]);
+    let e = edge_into(&r.b.graph, r.pick, 0);
+    r.b.graph.nodes.remove_edge(e);
+    r.b.connect(matrix, 0, r.pick, 0);
+    node(&mut r.b.graph, r.pick).inputs[0] = f32(&[2, 2]);
+    rejects(
+        &r.b.graph,
+        &["node %3 `state_from_payload` (state_from_payload %c): input 0 has type f32[2, 2], expected an f32 vector \
+           (rank 1)"],
+    );
+}
+
 // ------------------------------------------------------------------ fields
 
 #[test]
@@ -539,6 +779,40 @@ fn outer_loop_node_needs_the_outer_counter() {
     let mut n = nested();
     node(&mut n.b.graph, n.mid).key = vec![INST, FieldId(2)];
     rejects(&n.b.graph, &["(linear @mid): caches for its backward pass inside the loop counted by %i", "lacks %i"]);
+}
+
+#[test]
+fn flatmap_key_needs_the_instance() {
+    let (mut m, _) = summed();
+    node(&mut m.b.graph, m.flatmap).key.clear();
+    rejects(
+        &m.b.graph,
+        &["node %1 `flatmap` (flatmap %e): joins its outputs' gradients by key, but its key () lacks the instance \
+           field %inst"],
+    );
+}
+
+/// A row of a table picked by the loop counter: each iteration caches its own row index.
+#[test]
+fn gather_in_a_loop_is_keyed_by_the_counter() {
+    let mut l = looped();
+    let e = edge_into(&l.b.graph, l.cell, 0);
+    l.b.graph.nodes.remove_edge(e);
+    let control = l.b.add(Op::Forget, &[(l.cond, 0)], vec![PayloadTy::Unit], &[]);
+    let table = l.b.add(Op::Read { path: data(&["table"]) }, &[(control, 0)], vec![f32(&[6, 4])], &[]);
+    let row = l.b.add(Op::Gather { index: field(l.t) }, &[(table, 0)], vec![f32(&[4])], &[INST, l.t]);
+    l.b.connect(row, 0, l.cell, 0);
+    accepts(&l.b.graph);
+    node(&mut l.b.graph, row).key = vec![INST];
+    rejects(
+        &l.b.graph,
+        &[&format!(
+            "node %{} `gather` (gather): caches for its backward pass inside the loop counted by %t (stepped by %{}), \
+             but its key (%inst) lacks %t",
+            row.index(),
+            l.step.index()
+        )],
+    );
 }
 
 // ------------------------------------------------------------------ cycles
@@ -651,6 +925,34 @@ fn field_written_on_one_branch_only() {
     accepts(&b.graph);
 }
 
+#[test]
+fn field_read_before_the_state_from_payload_that_writes_it() {
+    let r = routed(true);
+    rejects(
+        &r.b.graph,
+        &[&format!(
+            "node %{} `switch` (switch 2): reads %c, which is not written on every path from the source",
+            r.route.index()
+        )],
+    );
+}
+
+/// Only the source writes the instance field (`isu %inst := ..` is rejected); an element
+/// op or a `state_from_payload` that overwrote it would mix up instances just the same.
+#[test]
+fn element_ops_may_not_write_the_instance_field() {
+    let (mut m, _) = summed();
+    let flatmap = node(&mut m.b.graph, m.flatmap);
+    flatmap.op = Op::Flatmap { field: INST, count: len("tokens") };
+    flatmap.writes = vec![INST];
+    rejects(&m.b.graph, &["node %1 `flatmap` (flatmap %inst): writes the instance field %inst"]);
+    let mut r = routed(false);
+    let pick = node(&mut r.b.graph, r.pick);
+    pick.op = Op::StateFromPayload { field: INST, int: PayloadInt::Argmax };
+    pick.writes = vec![INST];
+    rejects(&r.b.graph, &["(state_from_payload %inst): writes the instance field %inst"]);
+}
+
 // ------------------------------------------------------------------ report and scale
 
 #[test]
@@ -699,7 +1001,8 @@ enum Mutation {
     AddEdge(usize, usize, u16, u16),
     RetargetEdge(usize, u16, u16),
     ClearKey(usize),
-    SetOutputType(usize, usize, Option<Vec<u64>>),
+    /// `None` is unit; `(true, dims)` a batch of rows of `dims`.
+    SetOutputType(usize, usize, Option<(bool, Vec<u64>)>),
     SetField(usize, usize, u16),
 }
 
@@ -711,7 +1014,11 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (any::<usize>(), prop_oneof![0u16..4, any::<u16>()], prop_oneof![0u16..4, any::<u16>()])
             .prop_map(|(e, a, b)| Mutation::RetargetEdge(e, a, b)),
         any::<usize>().prop_map(Mutation::ClearKey),
-        (any::<usize>(), any::<usize>(), proptest::option::of(proptest::collection::vec(0u64..300, 0..4)))
+        (
+            any::<usize>(),
+            any::<usize>(),
+            proptest::option::of((any::<bool>(), proptest::collection::vec(0u64..300, 0..4)))
+        )
             .prop_map(|(n, p, t)| Mutation::SetOutputType(n, p, t)),
         (any::<usize>(), any::<usize>(), prop_oneof![0u16..5, any::<u16>()])
             .prop_map(|(n, s, f)| Mutation::SetField(n, s, f)),
@@ -763,6 +1070,23 @@ fn field_slots(node: &mut Node) -> Vec<&mut FieldId> {
             }
         }
         Op::Loss(LossKind::CrossEntropy { label }) => expr(label, &mut out),
+        Op::Flatmap { field, count } | Op::Group { field, count } => {
+            out.push(field);
+            expr(count, &mut out);
+        }
+        Op::Ungroup { field } => out.push(field),
+        Op::Gather { index } => expr(index, &mut out),
+        Op::ScatterSum { field, index, count } => {
+            out.push(field);
+            expr(index, &mut out);
+            expr(count, &mut out);
+        }
+        Op::StateFromPayload { field, int } => {
+            out.push(field);
+            if let PayloadInt::TopK { slot, .. } = int {
+                expr(slot, &mut out);
+            }
+        }
         _ => {}
     }
     out
@@ -802,7 +1126,11 @@ fn apply(g: &mut Graph, m: &Mutation) {
                 let outputs = &mut g.nodes[n].outputs;
                 if !outputs.is_empty() {
                     let len = outputs.len();
-                    outputs[port % len] = ty.clone().map_or(PayloadTy::Unit, PayloadTy::F32);
+                    outputs[port % len] = match ty.clone() {
+                        None => PayloadTy::Unit,
+                        Some((true, dims)) => PayloadTy::Batch(dims),
+                        Some((false, dims)) => PayloadTy::F32(dims),
+                    };
                 }
             }
         }
@@ -822,11 +1150,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn mutations_never_panic(which in 0usize..3, mutations in proptest::collection::vec(mutation(), 1..6)) {
+    fn mutations_never_panic(which in 0usize..5, mutations in proptest::collection::vec(mutation(), 1..6)) {
         let mut g = match which {
             0 => straight().b.graph,
             1 => looped().b.graph,
-            _ => nested().b.graph,
+            2 => nested().b.graph,
+            3 => summed().0.b.graph,
+            _ => routed(false).b.graph,
         };
         for m in &mutations {
             apply(&mut g, m);

@@ -4,8 +4,31 @@
 //! In: a schema and data files. Out: [`Value`]s (one per instance, nested as the source
 //! types are: records, sequences, enum variants with their fields) and [`Instance`]s,
 //! the view the runtime evaluates `amp_ir::StateExpr` data paths on. Depends on `amp-ir`
-//! (schema and the `InstanceData` trait) and serde_json.
+//! (schema and the `InstanceData` trait), serde_json, and rand for the generators.
+//!
+//! Loaders, one module per format, each with a `parse` (bytes in memory, named as a file
+//! for errors) and a `load` (reads the file):
+//! - [`jsonl`]: JSON Lines matching the input record (and a writer);
+//! - [`ptb`]: PTB bracket trees (the SST format) with a [`Vocab`];
+//! - [`csv`]: fixed-size records, one row each;
+//! - [`sdf`]: SDF V2000 molecules as graphs;
+//! - [`generate`]: seeded synthetic tasks for the examples.
+//!
+//! Every loader checks what it builds against the schema, reports the first bad instance
+//! as a [`DataError`] naming file, line and field, or with `skip_bad` skips bad instances
+//! and counts them ([`Loaded::skipped`]). No input makes a loader panic.
 
+pub mod csv;
+pub mod error;
+pub mod generate;
+pub mod instance;
+pub mod jsonl;
+pub mod ptb;
+pub mod sdf;
 pub mod value;
+pub mod vocab;
 
+pub use error::{DataError, DataErrorKind, Loaded};
+pub use instance::{Instance, PreparedSchema};
 pub use value::{Tensor, Value};
+pub use vocab::{Vocab, VocabOptions, VocabOrder};

@@ -14,7 +14,16 @@ impl Tensor {
 
     /// A tensor of the given shape; `None` when `data` has the wrong length.
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Option<Tensor> {
-        (shape.iter().product::<usize>() == data.len()).then_some(Tensor { shape, data })
+        (Tensor::elements_of(&shape) == Some(data.len())).then_some(Tensor { shape, data })
+    }
+
+    /// The number of elements the shape calls for (`None` if it overflows).
+    pub fn elements(&self) -> Option<usize> {
+        Tensor::elements_of(&self.shape)
+    }
+
+    fn elements_of(shape: &[usize]) -> Option<usize> {
+        shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
     }
 }
 
@@ -29,5 +38,8 @@ pub enum Value {
     /// A record's fields in the schema's order.
     Record(Vec<Value>),
     /// An enum value: the variant's index in the schema and its fields in order.
-    Variant { tag: u32, fields: Vec<Value> },
+    Variant {
+        tag: u32,
+        fields: Vec<Value>,
+    },
 }

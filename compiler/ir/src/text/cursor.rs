@@ -114,6 +114,8 @@ impl Cursor {
 
     /// Consumes the keyword `word` when it comes next as a whole identifier.
     pub(crate) fn eat_word(&mut self, word: &str) -> bool {
+        // Spaces stay skipped when the word is not there, so an error points at what is.
+        self.skip_spaces();
         let start = self.pos;
         if self.eat(word) && !self.chars.get(self.pos).is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_') {
             return true;

@@ -218,7 +218,7 @@ impl Parser {
         c.skip_spaces();
         let at = c.pos();
         let PayloadTy::F32(shape) = payload_ty(c)? else {
-            return Err(c.error_at(at, "a parameter is an f32 tensor, not `unit`"));
+            return Err(c.error_at(at, "a parameter is an f32 tensor of fixed shape (not `unit`, not a batch)"));
         };
         c.skip_spaces();
         let init = if c.eat_word("normal") {

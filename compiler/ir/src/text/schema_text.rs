@@ -29,6 +29,8 @@ pub(super) struct TypesParser {
     enums: Vec<(String, Vec<WrittenFields>)>,
     input: Option<(String, usize, usize)>,
     names: HashMap<String, DataTy>,
+    /// Where the first schema line is, for an error about the schema as a whole.
+    first_line: Option<(usize, usize)>,
 }
 
 /// Deepest nesting of `[..]` and `(..)` in one type; deeper text is rejected, so that
@@ -37,7 +39,9 @@ const MAX_DEPTH: usize = 32;
 
 impl TypesParser {
     pub(super) fn line(&mut self, c: &mut Cursor) -> PResult<()> {
+        c.skip_spaces();
         let at = c.pos();
+        self.first_line.get_or_insert((c.line(), at + 1));
         if self.input.is_some() {
             return Err(c.error_at(at, "the schema ends with its `input` line"));
         }
@@ -86,8 +90,14 @@ impl TypesParser {
     /// The schema, or `None` when the text has no schema lines.
     pub(super) fn finish(self) -> PResult<Option<Schema>> {
         let Some((input, line, col)) = &self.input else {
-            if let Some((name, _)) = self.records.first() {
-                return Err(ParseError { line: 1, col: 1, message: format!("record `{name}` but no `input` line") });
+            let first = self
+                .records
+                .first()
+                .map(|(name, _)| ("record", name))
+                .or(self.enums.first().map(|(name, _)| ("enum", name)));
+            if let Some((kind, name)) = first {
+                let (line, col) = self.first_line.unwrap_or((1, 1));
+                return Err(ParseError { line, col, message: format!("{kind} `{name}` but no `input` line") });
             }
             return Ok(None);
         };

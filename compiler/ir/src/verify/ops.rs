@@ -553,7 +553,7 @@ fn check_fields(cx: &mut Checker, i: usize, node: &Node) {
             cx.report(i, VerifyErrorKind::UndueWrite { field });
         }
     }
-    if let (Op::Isu { .. }, Some((FieldId(0), _))) = (&node.op, written) {
+    if !matches!(node.op, Op::Source) && matches!(written, Some((FieldId(0), _))) {
         let field = cx.field_ref(FieldId(0));
         cx.report(i, VerifyErrorKind::WritesInstance { field });
     }

@@ -35,6 +35,15 @@ pub fn data(path: &[&str]) -> Vec<DataStep> {
     path.iter().map(|s| DataStep::Field(s.to_string())).collect()
 }
 
+pub fn batch(dims: &[u64]) -> PayloadTy {
+    PayloadTy::Batch(dims.to_vec())
+}
+
+/// `$.seq[INDEX].field`.
+pub fn element_of(seq: &str, index: StateExpr, field: &str) -> StateExpr {
+    StateExpr::Data(vec![DataStep::Field(seq.into()), DataStep::Index(Box::new(index)), DataStep::Field(field.into())])
+}
+
 fn connect(g: &mut Graph, src: NodeIndex, from_port: u16, dst: NodeIndex, to_port: u16) {
     g.nodes.add_edge(src, dst, Edge { from_port, to_port });
 }
@@ -183,8 +192,55 @@ pub fn with_holes() -> Graph {
     g
 }
 
+/// An input schema using every kind of data type: records referring to each other in both
+/// directions (`Edge` names `Example`, declared after it), a recursive enum, an enum without
+/// variants, a variant without fields, sequences (nested too), tuples (empty too), tensors
+/// and scalars; the input is the second record, so its index is not the default 0.
+pub fn every_data_type() -> Schema {
+    let named = |name: &str, ty: DataTy| FieldSchema { name: name.into(), ty };
+    let (example, edge, tree) = (DataTy::Record(1), DataTy::Record(0), DataTy::Enum(0));
+    let seq = |ty: DataTy| DataTy::Seq(Box::new(ty));
+    Schema {
+        records: vec![
+            RecordSchema {
+                name: "Edge".into(),
+                fields: vec![named("src", DataTy::Int), named("dst", DataTy::Int), named("owner", example)],
+            },
+            RecordSchema {
+                name: "Example".into(),
+                fields: vec![
+                    named("xs", seq(DataTy::Int)),
+                    named("edges", seq(edge)),
+                    named("tree", tree.clone()),
+                    named("pair", DataTy::Tuple(vec![DataTy::Int, DataTy::Bool])),
+                    named("nothing", DataTy::Tuple(vec![])),
+                    named("grid", DataTy::F32(vec![2, 3])),
+                    named("scale", DataTy::F32(vec![])),
+                    named("deep", seq(seq(DataTy::F32(vec![4])))),
+                ],
+            },
+        ],
+        enums: vec![
+            EnumSchema {
+                name: "Tree".into(),
+                variants: vec![
+                    VariantSchema { name: "Leaf".into(), fields: vec![named("word", DataTy::Int)] },
+                    VariantSchema {
+                        name: "Node".into(),
+                        fields: vec![named("left", tree.clone()), named("right", tree)],
+                    },
+                    VariantSchema { name: "Nil".into(), fields: vec![] },
+                ],
+            },
+            EnumSchema { name: "Never".into(), variants: vec![] },
+        ],
+        input: 1,
+    }
+}
+
 /// One node of every op (and every function, const kind and awkward name), unwired
-/// except for a few edges; an unconnected input prints as `_`.
+/// except for a few edges; an unconnected input prints as `_`. It carries the input
+/// schema of [`every_data_type`], and batches (`f32[?, 32]`, `f32[?]`) on a few ports.
 pub fn every_op() -> Graph {
     let mut g =
         Graph { name: "every op!".into(), files: vec!["a.amp".into(), "dir/b \"q\".amp".into()], ..Graph::default() };
@@ -264,6 +320,35 @@ pub fn every_op() -> Graph {
     for f in [BinaryFn::Add, BinaryFn::Sub, BinaryFn::Mul, BinaryFn::Div] {
         ops.push((Op::Binary(f), vec![v.clone(), f32ty(&[])], vec![v.clone()]));
     }
+    // The collection, routing and reduction ops; `%"odd name"` is the element field.
+    let (row, rows) = (f32ty(&[32]), batch(&[32]));
+    let len_xs = || StateExpr::Len(data(&["xs"]));
+    let first_new_op = ops.len();
+    ops.extend([
+        (Op::Flatmap { field: FieldId(2), count: len_xs() }, vec![u.clone()], vec![u.clone()]),
+        (Op::Group { field: FieldId(2), count: field(3) }, vec![row.clone(), u.clone()], vec![rows.clone()]),
+        (Op::Ungroup { field: FieldId(2) }, vec![rows.clone()], vec![row.clone()]),
+        (Op::Gather { index: element_of("edges", field(2), "src") }, vec![rows.clone()], vec![row.clone()]),
+        (Op::Gather { index: StateExpr::Const(0) }, vec![v.clone()], vec![f32ty(&[])]),
+        (
+            Op::ScatterSum { field: FieldId(2), index: element_of("edges", field(2), "dst"), count: len_xs() },
+            vec![rows.clone()],
+            vec![rows.clone()],
+        ),
+        (Op::Reduce(ReduceFn::Sum), vec![rows.clone()], vec![row.clone()]),
+        (Op::Reduce(ReduceFn::Mean), vec![batch(&[])], vec![f32ty(&[])]),
+        (Op::TopK { k: 2 }, vec![v.clone()], vec![f32ty(&[2])]),
+        (
+            Op::StateFromPayload { field: FieldId(5), int: PayloadInt::Argmax },
+            vec![v.clone(), u.clone()],
+            vec![u.clone()],
+        ),
+        (
+            Op::StateFromPayload { field: FieldId(5), int: PayloadInt::TopK { k: 2, slot: field(2) } },
+            vec![v.clone(), rows.clone()],
+            vec![rows.clone()],
+        ),
+    ]);
     let mut indices = Vec::new();
     for (i, (op, inputs, outputs)) in ops.into_iter().enumerate() {
         let label = if i % 3 == 0 { format!("n{i} \"quoted\" \\ é ✓") } else { String::new() };
@@ -282,6 +367,11 @@ pub fn every_op() -> Graph {
         connect(&mut g, indices[9], port, indices[13], 2 - port);
     }
     connect(&mut g, indices[13], 0, indices[10], 0);
+    // group → ungroup and group → scatter_sum: batches on edges.
+    let group = indices[first_new_op + 1];
+    connect(&mut g, group, 0, indices[first_new_op + 2], 0);
+    connect(&mut g, group, 0, indices[first_new_op + 5], 0);
+    g.input = Some(every_data_type());
     g
 }
 
@@ -303,6 +393,7 @@ pub fn assert_same_graph(a: &Graph, b: &Graph) {
     assert_eq!(a.state, b.state, "state");
     assert_eq!(a.params, b.params, "params");
     assert_eq!(a.meta, b.meta, "meta");
+    assert_eq!(a.input, b.input, "input schema");
     let indices = |g: &Graph| g.nodes.node_indices().collect::<Vec<_>>();
     assert_eq!(indices(a), indices(b), "node indices");
     for index in a.nodes.node_indices() {
@@ -340,7 +431,11 @@ fn any_name() -> impl Strategy<Value = String> {
 }
 
 fn any_ty() -> impl Strategy<Value = PayloadTy> {
-    prop_oneof![Just(PayloadTy::Unit), prop::collection::vec(0u64..100_000, 0..4).prop_map(PayloadTy::F32)]
+    prop_oneof![
+        Just(PayloadTy::Unit),
+        prop::collection::vec(0u64..100_000, 0..4).prop_map(PayloadTy::F32),
+        prop::collection::vec(0u64..100_000, 0..3).prop_map(PayloadTy::Batch),
+    ]
 }
 
 fn any_expr(fields: u16) -> impl Strategy<Value = StateExpr> {
@@ -404,6 +499,17 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
         e().prop_map(|label| Op::Loss(LossKind::CrossEntropy { label })),
         Just(Op::Loss(LossKind::Mse)),
         any::<String>().prop_map(|name| Op::Sink { name }),
+        (0..fields, e()).prop_map(|(f, count)| Op::Flatmap { field: FieldId(f), count }),
+        (0..fields, e()).prop_map(|(f, count)| Op::Group { field: FieldId(f), count }),
+        (0..fields).prop_map(|f| Op::Ungroup { field: FieldId(f) }),
+        e().prop_map(|index| Op::Gather { index }),
+        (0..fields, e(), e()).prop_map(|(f, index, count)| Op::ScatterSum { field: FieldId(f), index, count }),
+        prop_oneof![Just(ReduceFn::Sum), Just(ReduceFn::Mean)].prop_map(Op::Reduce),
+        any::<u32>().prop_map(|k| Op::TopK { k }),
+        (0..fields, prop::option::of((any::<u32>(), e()))).prop_map(|(f, top_k)| Op::StateFromPayload {
+            field: FieldId(f),
+            int: top_k.map_or(PayloadInt::Argmax, |(k, slot)| PayloadInt::TopK { k, slot }),
+        }),
     ]
 }
 

@@ -1,0 +1,156 @@
+//! Seeded synthetic tasks for the examples that must run without downloaded data. The same
+//! seed gives the same instances on every machine (ChaCha8, as `amp-params` uses).
+//!
+//! - **List reduction** (AMPNet's task, `examples/list_reduce.amp`, `record Example {
+//!   tokens: [int], label: int }`, vocabulary 14): `tokens[0]` names an operation, the rest
+//!   are digits 0–9, and the label is the result mod 10. Operations: 10 = sum, 11 = max,
+//!   12 = min, 13 = first digit minus last digit (taken mod 10 into 0–9).
+//! - **Routed prototypes** (`examples/moe.amp`, `record Sample { x: f32[256], label: int
+//!   }`, 10 classes): each instance comes from one of 8 *domains*; a domain has a centre,
+//!   and the 10 classes sit around 10 prototype offsets shared by all domains, but each
+//!   domain assigns the prototypes to the classes in its own permutation. So the label
+//!   depends on (domain, prototype): a gate can tell the domains apart (their centres are
+//!   far apart), an expert per domain can read the class off the prototype, and no single
+//!   linear classifier fits every domain's permutation. Coordinates are rounded to the
+//!   integers 0–9 (`4.5 + centre + prototype + noise`, clamped) to keep the files small.
+
+use crate::Value;
+use amp_ir::{DataTy, FieldSchema, RecordSchema, Schema};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+
+/// List reduction: the sum of the digits (the first operation token; digits are below it).
+pub const OP_SUM: i64 = 10;
+/// List reduction: the largest digit.
+pub const OP_MAX: i64 = 11;
+/// List reduction: the smallest digit.
+pub const OP_MIN: i64 = 12;
+/// List reduction: the first digit minus the last.
+pub const OP_FIRST_MINUS_LAST: i64 = 13;
+
+/// The data files of `examples/data/`: file name, schema and instances. Seeds: list
+/// reduction 1 (train) and 2 (valid), lengths 2–10; the routed-prototypes task 3, its
+/// samples 4 (train) and 5 (valid).
+pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
+    let moe = MoeTask::new(3);
+    vec![
+        ("list_reduce.train.jsonl", list_reduce_schema(), list_reduce(1, 4000, 10)),
+        ("list_reduce.valid.jsonl", list_reduce_schema(), list_reduce(2, 500, 10)),
+        ("moe.train.jsonl", moe_schema(), moe.samples(4, 2000)),
+        ("moe.valid.jsonl", moe_schema(), moe.samples(5, 500)),
+    ]
+}
+
+fn record(name: &str, fields: Vec<(&str, DataTy)>) -> Schema {
+    let fields = fields.into_iter().map(|(name, ty)| FieldSchema { name: name.into(), ty }).collect();
+    Schema { records: vec![RecordSchema { name: name.into(), fields }], enums: Vec::new(), input: 0 }
+}
+
+/// `record Example { tokens: [int], label: int }`, as in `examples/list_reduce.amp`.
+pub fn list_reduce_schema() -> Schema {
+    record("Example", vec![("tokens", DataTy::Seq(Box::new(DataTy::Int))), ("label", DataTy::Int)])
+}
+
+/// `record Sample { x: f32[256], label: int }`, as in `examples/moe.amp`.
+pub fn moe_schema() -> Schema {
+    record("Sample", vec![("x", DataTy::F32(vec![MoeTask::DIM as u64])), ("label", DataTy::Int)])
+}
+
+/// The label of a list-reduction instance: `None` unless `tokens` is an operation followed
+/// by at least one digit.
+pub fn list_reduce_label(tokens: &[i64]) -> Option<i64> {
+    let (&op, digits) = tokens.split_first()?;
+    let (&first, &last) = (digits.first()?, digits.last()?);
+    if !digits.iter().all(|d| (0..10).contains(d)) {
+        return None;
+    }
+    let result = match op {
+        OP_SUM => digits.iter().sum(),
+        OP_MAX => *digits.iter().max()?,
+        OP_MIN => *digits.iter().min()?,
+        OP_FIRST_MINUS_LAST => first - last,
+        _ => return None,
+    };
+    Some(result.rem_euclid(10))
+}
+
+/// `count` list-reduction instances of 2 to `max_len` tokens (lengths uniform).
+pub fn list_reduce(seed: u64, count: usize, max_len: usize) -> Vec<Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let max_len = max_len.max(2);
+    (0..count)
+        .map(|_| {
+            let len = rng.random_range(2..=max_len);
+            let mut tokens = vec![rng.random_range(OP_SUM..=OP_FIRST_MINUS_LAST)];
+            tokens.extend((1..len).map(|_| rng.random_range(0..10)));
+            let label = list_reduce_label(&tokens).unwrap_or(0);
+            Value::Record(vec![Value::Seq(tokens.into_iter().map(Value::Int).collect()), Value::Int(label)])
+        })
+        .collect()
+}
+
+/// The routed-prototypes task: its domains' centres, the shared prototypes and each
+/// domain's assignment of prototypes to classes. Draw train and validation samples from
+/// one task with different seeds.
+#[derive(Clone, Debug)]
+pub struct MoeTask {
+    centres: Vec<Vec<f32>>,
+    prototypes: Vec<Vec<f32>>,
+    /// `assignment[domain][class]`: the prototype of `class` in `domain`.
+    assignment: Vec<Vec<usize>>,
+}
+
+impl MoeTask {
+    /// The length of `x`.
+    pub const DIM: usize = 256;
+    /// The number of classes (labels `0..10`).
+    pub const CLASSES: usize = 10;
+    /// The number of domains (clusters a gate can route by).
+    pub const DOMAINS: usize = 8;
+    const CENTRE_STD: f32 = 1.5;
+    const PROTOTYPE_STD: f32 = 0.5;
+    const NOISE_STD: f32 = 1.0;
+
+    /// A task drawn from `seed`: centres, prototypes and assignments.
+    pub fn new(seed: u64) -> MoeTask {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut vectors = |count: usize, std: f32| -> Vec<Vec<f32>> {
+            (0..count).map(|_| (0..Self::DIM).map(|_| std * normal(&mut rng)).collect()).collect()
+        };
+        let centres = vectors(Self::DOMAINS, Self::CENTRE_STD);
+        let prototypes = vectors(Self::CLASSES, Self::PROTOTYPE_STD);
+        let assignment = (0..Self::DOMAINS)
+            .map(|_| {
+                let mut order: Vec<usize> = (0..Self::CLASSES).collect();
+                order.shuffle(&mut rng);
+                order
+            })
+            .collect();
+        MoeTask { centres, prototypes, assignment }
+    }
+
+    /// `count` samples (domains and classes uniform).
+    pub fn samples(&self, seed: u64, count: usize) -> Vec<Value> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..count)
+            .map(|_| {
+                let domain = rng.random_range(0..Self::DOMAINS);
+                let class = rng.random_range(0..Self::CLASSES);
+                let (centre, prototype) = (&self.centres[domain], &self.prototypes[self.assignment[domain][class]]);
+                let x: Vec<f32> = centre
+                    .iter()
+                    .zip(prototype)
+                    .map(|(c, p)| (4.5 + c + p + Self::NOISE_STD * normal(&mut rng)).round().clamp(0.0, 9.0))
+                    .collect();
+                let x = crate::Tensor { shape: vec![Self::DIM], data: x };
+                Value::Record(vec![Value::Tensor(x), Value::Int(class as i64)])
+            })
+            .collect()
+    }
+}
+
+fn normal(rng: &mut ChaCha8Rng) -> f32 {
+    StandardNormal.sample(rng)
+}

@@ -1,0 +1,500 @@
+//! One instance as the runtime sees it: a checked [`Value`] of the input record, with every
+//! tree flattened once so that the data paths of `amp_ir::StateExpr` evaluate in constant
+//! time per step, without allocating.
+//!
+//! Paths start at the instance record. `Field(name)` selects a record field (by the
+//! schema's name) or a field of an enum value's variant (`$tag` gives the variant index);
+//! `Index(i)` selects a sequence or tuple element. Ints are `Int`s and `Bool`s (0/1).
+//!
+//! **Trees.** A value of a recursive enum ([`Schema::is_recursive`]) is viewed flattened:
+//! its nodes are numbered in pre-order (the value itself is node 0, then the subtrees of
+//! its *recursive fields* — fields whose type is the enum itself — in field order, depth
+//! first). On the tree value, `Index(n)` selects node `n` and `len` is the node count;
+//! `Field` steps act on node 0. On a node:
+//!
+//! | step | gives |
+//! |---|---|
+//! | `$tag` | the variant index |
+//! | `$parent` | the parent's node number, `-1` at the root |
+//! | `$site` | `Schema::site(enum, parent variant, field)` of the field the node hangs from, `-1` at the root |
+//! | `$child` then `Index(s)` | the node hanging from global site `s`, `-1` if this node's variant has no such field |
+//! | a recursive field | the child's node number (further `Field` steps act on the child) |
+//! | another field of the node's variant | that field's value, as usual (`$.tree[%n].word`) |
+//!
+//! A tree reached through something other than a recursive field (e.g. a `[Tree]` field of
+//! a node) is a tree of its own with its own numbering. Evaluation never panics: a path
+//! that does not fit the value gives `None`.
+
+use crate::{DataError, DataErrorKind, Tensor, Value};
+use amp_ir::{DataTy, InstanceData, ResolvedStep, Schema};
+use std::sync::Arc;
+
+/// How deeply values may nest outside trees (records in sequences in variants...); trees
+/// themselves are walked without recursion and may be as deep as the loaders allow.
+pub const MAX_NESTING: usize = 256;
+
+/// A schema checked once and annotated for evaluation (which enums are trees, how many
+/// sites each has), shared by all instances of a data set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreparedSchema {
+    schema: Schema,
+    recursive: Vec<bool>,
+    sites: Vec<usize>,
+}
+
+impl PreparedSchema {
+    /// Checks the schema (every type reference in range) and annotates it.
+    pub fn new(schema: Schema) -> Result<PreparedSchema, DataError> {
+        schema.check().map_err(DataError::schema)?;
+        let enums = 0..schema.enums.len() as u32;
+        let recursive = enums.clone().map(|e| schema.is_recursive(e)).collect();
+        let sites = enums.map(|e| schema.site_count(e) as usize).collect();
+        Ok(PreparedSchema { schema, recursive, sites })
+    }
+
+    /// The schema as given.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// Whether values of enum `id` are trees (viewed flattened).
+    pub fn is_tree(&self, id: u32) -> bool {
+        self.recursive.get(id as usize).copied().unwrap_or(false)
+    }
+}
+
+/// One instance: its record (with each tree replaced by the index of its flattened form)
+/// and the flattened trees.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    schema: Arc<PreparedSchema>,
+    root_ty: DataTy,
+    record: Value,
+    trees: Vec<FlatTree>,
+}
+
+/// A tree's nodes in pre-order.
+#[derive(Clone, Debug)]
+struct FlatTree {
+    enumeration: u32,
+    /// Sites of the enum: the row length of `children`.
+    sites: usize,
+    nodes: Vec<FlatNode>,
+    /// `children[node * sites + site]`: the child hanging from `site`, or -1.
+    children: Vec<i64>,
+}
+
+#[derive(Clone, Debug)]
+struct FlatNode {
+    tag: u32,
+    parent: i64,
+    site: i64,
+    /// The variant's fields; a recursive field holds the child's node number as an `Int`.
+    fields: Vec<Value>,
+}
+
+/// Where a path has got to.
+enum Cursor<'a> {
+    Data(&'a Value, &'a DataTy),
+    Node { tree: &'a FlatTree, node: usize, whole: bool },
+    Children { tree: &'a FlatTree, node: usize },
+    Int(i64),
+}
+
+impl Instance {
+    /// Checks `value` against `schema` (an instance of its input record) and flattens its
+    /// trees. For many instances, prepare the schema once and use [`Instance::with_prepared`].
+    pub fn new(schema: &Schema, value: Value) -> Result<Instance, DataError> {
+        Instance::with_prepared(&Arc::new(PreparedSchema::new(schema.clone())?), value)
+    }
+
+    /// As [`Instance::new`], sharing a prepared schema.
+    pub fn with_prepared(schema: &Arc<PreparedSchema>, value: Value) -> Result<Instance, DataError> {
+        let root_ty = DataTy::Record(schema.schema.input);
+        let mut builder = Builder { schema, trees: Vec::new() };
+        let record = builder.value(value, &root_ty, &mut String::new(), 0)?;
+        Ok(Instance { schema: Arc::clone(schema), root_ty, record, trees: builder.trees })
+    }
+
+    /// The schema the instance was checked against.
+    pub fn schema(&self) -> &Schema {
+        &self.schema.schema
+    }
+
+    /// The instance as a plain value again (trees rebuilt from their flattened form).
+    pub fn to_value(&self) -> Value {
+        self.restore(&self.record, &self.root_ty, 0)
+    }
+
+    /// The f32 leaf at `path` (what a `read` node loads into its payload).
+    pub fn tensor_at(&self, path: &[ResolvedStep]) -> Option<&Tensor> {
+        match self.walk(path)? {
+            Cursor::Data(Value::Tensor(t), _) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn walk(&self, path: &[ResolvedStep]) -> Option<Cursor<'_>> {
+        let mut cursor = Cursor::Data(&self.record, &self.root_ty);
+        for step in path {
+            cursor = self.step(cursor, step)?;
+        }
+        Some(cursor)
+    }
+
+    /// Enters a value of type `ty`: a tree becomes its node 0, seen as the whole tree.
+    fn enter<'a>(&'a self, value: &'a Value, ty: &'a DataTy) -> Option<Cursor<'a>> {
+        match (ty, value) {
+            (DataTy::Enum(e), Value::Int(index)) if self.schema.is_tree(*e) => {
+                let tree = self.trees.get(usize::try_from(*index).ok()?)?;
+                Some(Cursor::Node { tree, node: 0, whole: true })
+            }
+            _ => Some(Cursor::Data(value, ty)),
+        }
+    }
+
+    fn step<'a>(&'a self, cursor: Cursor<'a>, step: &ResolvedStep) -> Option<Cursor<'a>> {
+        let schema = &self.schema.schema;
+        match (cursor, step) {
+            (Cursor::Data(Value::Record(values), DataTy::Record(r)), ResolvedStep::Field(name)) => {
+                let fields = &schema.records.get(*r as usize)?.fields;
+                let i = fields.iter().position(|f| f.name == *name)?;
+                self.enter(values.get(i)?, &fields[i].ty)
+            }
+            (Cursor::Data(Value::Variant { tag, .. }, DataTy::Enum(_)), ResolvedStep::Field("$tag")) => {
+                Some(Cursor::Int(i64::from(*tag)))
+            }
+            (Cursor::Data(Value::Variant { tag, fields: values }, DataTy::Enum(e)), ResolvedStep::Field(name)) => {
+                let fields = &schema.enums.get(*e as usize)?.variants.get(*tag as usize)?.fields;
+                let i = fields.iter().position(|f| f.name == *name)?;
+                self.enter(values.get(i)?, &fields[i].ty)
+            }
+            (Cursor::Data(Value::Seq(items), DataTy::Seq(ty)), ResolvedStep::Index(i)) => {
+                self.enter(items.get(usize::try_from(*i).ok()?)?, ty)
+            }
+            (Cursor::Data(Value::Tuple(items), DataTy::Tuple(tys)), ResolvedStep::Index(i)) => {
+                let i = usize::try_from(*i).ok()?;
+                self.enter(items.get(i)?, tys.get(i)?)
+            }
+            (Cursor::Node { tree, whole: true, .. }, ResolvedStep::Index(n)) => {
+                let node = usize::try_from(*n).ok().filter(|&n| n < tree.nodes.len())?;
+                Some(Cursor::Node { tree, node, whole: false })
+            }
+            (Cursor::Node { tree, node, .. }, ResolvedStep::Field(name)) => self.node_field(tree, node, name),
+            (Cursor::Children { tree, node }, ResolvedStep::Index(s)) => {
+                let site = usize::try_from(*s).ok().filter(|&s| s < tree.sites)?;
+                let child = *tree.children.get(node.checked_mul(tree.sites)?.checked_add(site)?)?;
+                Some(match usize::try_from(child) {
+                    Ok(child) => Cursor::Node { tree, node: child, whole: false },
+                    Err(_) => Cursor::Int(child),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn node_field<'a>(&'a self, tree: &'a FlatTree, node: usize, name: &str) -> Option<Cursor<'a>> {
+        let flat = tree.nodes.get(node)?;
+        match name {
+            "$tag" => return Some(Cursor::Int(i64::from(flat.tag))),
+            "$parent" => return Some(Cursor::Int(flat.parent)),
+            "$site" => return Some(Cursor::Int(flat.site)),
+            "$child" => return Some(Cursor::Children { tree, node }),
+            _ => {}
+        }
+        let variant = self.schema.schema.enums.get(tree.enumeration as usize)?.variants.get(flat.tag as usize)?;
+        let i = variant.fields.iter().position(|f| f.name == name)?;
+        let (value, ty) = (flat.fields.get(i)?, &variant.fields[i].ty);
+        if *ty == DataTy::Enum(tree.enumeration) {
+            let Value::Int(child) = value else { return None };
+            let node = usize::try_from(*child).ok().filter(|&c| c < tree.nodes.len())?;
+            return Some(Cursor::Node { tree, node, whole: false });
+        }
+        self.enter(value, ty)
+    }
+
+    fn restore(&self, value: &Value, ty: &DataTy, depth: usize) -> Value {
+        let schema = &self.schema.schema;
+        if depth > MAX_NESTING {
+            return value.clone(); // not reached: construction bounded the nesting
+        }
+        match (ty, value) {
+            (DataTy::Enum(e), Value::Int(index)) if self.schema.is_tree(*e) => {
+                match usize::try_from(*index).ok().and_then(|i| self.trees.get(i)) {
+                    Some(tree) => self.restore_tree(tree, depth),
+                    None => value.clone(),
+                }
+            }
+            (DataTy::Seq(ty), Value::Seq(items)) => {
+                Value::Seq(items.iter().map(|v| self.restore(v, ty, depth + 1)).collect())
+            }
+            (DataTy::Tuple(tys), Value::Tuple(items)) => {
+                Value::Tuple(items.iter().zip(tys).map(|(v, t)| self.restore(v, t, depth + 1)).collect())
+            }
+            (DataTy::Record(r), Value::Record(items)) => match schema.records.get(*r as usize) {
+                Some(record) => Value::Record(
+                    items.iter().zip(&record.fields).map(|(v, f)| self.restore(v, &f.ty, depth + 1)).collect(),
+                ),
+                None => value.clone(),
+            },
+            (DataTy::Enum(e), Value::Variant { tag, fields }) => {
+                match schema.enums.get(*e as usize).and_then(|e| e.variants.get(*tag as usize)) {
+                    Some(variant) => Value::Variant {
+                        tag: *tag,
+                        fields: fields
+                            .iter()
+                            .zip(&variant.fields)
+                            .map(|(v, f)| self.restore(v, &f.ty, depth + 1))
+                            .collect(),
+                    },
+                    None => value.clone(),
+                }
+            }
+            _ => value.clone(),
+        }
+    }
+
+    /// Rebuilds a tree bottom-up (children have larger numbers than their parents), so
+    /// deep trees need no recursion.
+    fn restore_tree(&self, tree: &FlatTree, depth: usize) -> Value {
+        let variants = self.schema.schema.enums.get(tree.enumeration as usize).map_or(&[][..], |e| &e.variants);
+        let mut built: Vec<Option<Value>> = vec![None; tree.nodes.len()];
+        for (n, node) in tree.nodes.iter().enumerate().rev() {
+            let types = variants.get(node.tag as usize).map_or(&[][..], |v| &v.fields);
+            let fields = node
+                .fields
+                .iter()
+                .zip(types)
+                .map(|(value, field)| match value {
+                    Value::Int(child) if field.ty == DataTy::Enum(tree.enumeration) => usize::try_from(*child)
+                        .ok()
+                        .and_then(|c| built.get_mut(c))
+                        .and_then(Option::take)
+                        .unwrap_or(Value::Int(*child)),
+                    _ => self.restore(value, &field.ty, depth + 1),
+                })
+                .collect();
+            if let Some(slot) = built.get_mut(n) {
+                *slot = Some(Value::Variant { tag: node.tag, fields });
+            }
+        }
+        built.first_mut().and_then(Option::take).unwrap_or(Value::Seq(Vec::new()))
+    }
+}
+
+impl InstanceData for Instance {
+    fn int_at(&self, path: &[ResolvedStep]) -> Option<i64> {
+        match self.walk(path)? {
+            Cursor::Data(Value::Int(i), _) => Some(*i),
+            Cursor::Data(Value::Bool(b), _) => Some(i64::from(*b)),
+            Cursor::Node { node, .. } => i64::try_from(node).ok(),
+            Cursor::Int(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    fn len_at(&self, path: &[ResolvedStep]) -> Option<i64> {
+        match self.walk(path)? {
+            Cursor::Data(Value::Seq(items), _) => i64::try_from(items.len()).ok(),
+            Cursor::Node { tree, whole: true, .. } => i64::try_from(tree.nodes.len()).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// Checks a value against the schema while moving it into the instance's form.
+struct Builder<'s> {
+    schema: &'s PreparedSchema,
+    trees: Vec<FlatTree>,
+}
+
+/// Appends `.name` (or `name` at the start) to a field path.
+pub(crate) fn push_field(path: &mut String, name: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    path.push_str(name);
+}
+
+/// Describes a value's kind for `found ...` in an error.
+pub(crate) fn describe(value: &Value) -> String {
+    match value {
+        Value::Int(i) => format!("the int {i}"),
+        Value::Bool(b) => format!("the bool {b}"),
+        Value::Tensor(t) => format!("a tensor of shape {:?}", t.shape),
+        Value::Seq(items) => format!("a sequence of {}", items.len()),
+        Value::Tuple(items) => format!("a tuple of {}", items.len()),
+        Value::Record(fields) => format!("a record of {} fields", fields.len()),
+        Value::Variant { tag, fields } => format!("variant #{tag} with {} fields", fields.len()),
+    }
+}
+
+/// `expected ...` for a type: `an int`, `a value of type [int]`.
+pub(crate) fn expected(schema: &Schema, ty: &DataTy) -> String {
+    match ty {
+        DataTy::Int => "an int".into(),
+        DataTy::Bool => "a bool".into(),
+        _ => format!("a value of type {}", schema.ty_name(ty)),
+    }
+}
+
+impl Builder<'_> {
+    fn value(&mut self, value: Value, ty: &DataTy, path: &mut String, depth: usize) -> Result<Value, DataError> {
+        if depth > MAX_NESTING {
+            return Err(DataError::new(DataErrorKind::TooDeep { limit: MAX_NESTING }).in_field(path.clone()));
+        }
+        let prepared = self.schema;
+        let schema = &prepared.schema;
+        let mismatch = |value: &Value, path: &String| {
+            Err(DataError::mismatch(expected(schema, ty), describe(value)).in_field(path.clone()))
+        };
+        let mark = path.len();
+        match (ty, value) {
+            (DataTy::Int, v @ Value::Int(_)) | (DataTy::Bool, v @ Value::Bool(_)) => Ok(v),
+            (DataTy::F32(dims), Value::Tensor(t)) => {
+                let fits = dims.len() == t.shape.len()
+                    && dims.iter().zip(&t.shape).all(|(&d, &s)| u64::try_from(s).is_ok_and(|s| s == d))
+                    && t.elements() == Some(t.data.len());
+                if fits {
+                    Ok(Value::Tensor(t))
+                } else {
+                    mismatch(&Value::Tensor(t), path)
+                }
+            }
+            (DataTy::Seq(item), Value::Seq(items)) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, v) in items.into_iter().enumerate() {
+                    path.push_str(&format!("[{i}]"));
+                    out.push(self.value(v, item, path, depth + 1)?);
+                    path.truncate(mark);
+                }
+                Ok(Value::Seq(out))
+            }
+            (DataTy::Tuple(tys), Value::Tuple(items)) if tys.len() == items.len() => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, (v, t)) in items.into_iter().zip(tys).enumerate() {
+                    path.push_str(&format!("[{i}]"));
+                    out.push(self.value(v, t, path, depth + 1)?);
+                    path.truncate(mark);
+                }
+                Ok(Value::Tuple(out))
+            }
+            (DataTy::Record(r), Value::Record(items)) => {
+                let Some(record) = schema.records.get(*r as usize) else {
+                    return mismatch(&Value::Record(items), path);
+                };
+                if record.fields.len() != items.len() {
+                    return mismatch(&Value::Record(items), path);
+                }
+                let mut out = Vec::with_capacity(items.len());
+                for (v, f) in items.into_iter().zip(&record.fields) {
+                    push_field(path, &f.name);
+                    out.push(self.value(v, &f.ty, path, depth + 1)?);
+                    path.truncate(mark);
+                }
+                Ok(Value::Record(out))
+            }
+            (DataTy::Enum(e), v @ Value::Variant { .. }) if prepared.is_tree(*e) => self.tree(v, *e, path, depth),
+            (DataTy::Enum(e), Value::Variant { tag, fields }) => {
+                let variant = schema.enums.get(*e as usize).and_then(|en| en.variants.get(tag as usize));
+                let Some(variant) = variant.filter(|v| v.fields.len() == fields.len()) else {
+                    return mismatch(&Value::Variant { tag, fields }, path);
+                };
+                let mut out = Vec::with_capacity(fields.len());
+                for (v, f) in fields.into_iter().zip(&variant.fields) {
+                    push_field(path, &f.name);
+                    out.push(self.value(v, &f.ty, path, depth + 1)?);
+                    path.truncate(mark);
+                }
+                Ok(Value::Variant { tag, fields: out })
+            }
+            (_, v) => mismatch(&v, path),
+        }
+    }
+
+    /// Flattens a tree in pre-order with an explicit stack; returns the marker that stands
+    /// for it in its parent value (the tree's index).
+    fn tree(&mut self, root: Value, id: u32, path: &str, depth: usize) -> Result<Value, DataError> {
+        let prepared = self.schema;
+        let schema = &prepared.schema;
+        let Some(enumeration) = schema.enums.get(id as usize) else {
+            return Err(DataError::mismatch(expected(schema, &DataTy::Enum(id)), describe(&root)).in_field(path));
+        };
+        let sites = prepared.sites.get(id as usize).copied().unwrap_or(0);
+        let index = self.trees.len();
+        // Reserve the slot first: trees nested in this one's fields take the next indices.
+        self.trees.push(FlatTree { enumeration: id, sites, nodes: Vec::new(), children: Vec::new() });
+        let mut nodes: Vec<FlatNode> = Vec::new();
+        let mut children: Vec<i64> = Vec::new();
+        // For error paths: each node's parent and the field index it hangs from.
+        let mut links: Vec<(i64, usize)> = Vec::new();
+        let mut stack = vec![(root, -1i64, 0usize, -1i64)];
+        while let Some((value, parent, field_in_parent, site)) = stack.pop() {
+            let number = nodes.len() as i64;
+            let node_path = |extra: Option<&str>| {
+                let mut names = Vec::new();
+                let (mut p, mut f) = (parent, field_in_parent);
+                while let Some(node) = usize::try_from(p).ok().and_then(|p| nodes.get(p)) {
+                    let name = enumeration.variants.get(node.tag as usize).and_then(|v| v.fields.get(f));
+                    names.push(name.map_or("?", |f| f.name.as_str()));
+                    (p, f) = links.get(p as usize).copied().unwrap_or((-1, 0));
+                }
+                let mut out = path.to_string();
+                for name in names.iter().rev().copied().chain(extra) {
+                    push_field(&mut out, name);
+                }
+                out
+            };
+            let found = match value {
+                Value::Variant { tag, fields } => {
+                    match enumeration.variants.get(tag as usize).filter(|v| v.fields.len() == fields.len()) {
+                        Some(variant) => Ok((tag, fields, variant)),
+                        None => Err(describe(&Value::Variant { tag, fields })),
+                    }
+                }
+                other => Err(describe(&other)),
+            };
+            let (tag, fields, variant) = match found {
+                Ok(found) => found,
+                Err(found) => {
+                    return Err(DataError::mismatch(format!("a value of type {}", enumeration.name), found)
+                        .in_field(node_path(None)))
+                }
+            };
+            let mut kept = Vec::with_capacity(fields.len());
+            let mut recursive = Vec::new();
+            for (i, (field_value, field)) in fields.into_iter().zip(&variant.fields).enumerate() {
+                if field.ty == DataTy::Enum(id) {
+                    kept.push(Value::Int(-1)); // set when the child gets its number
+                    let child_site = schema.site(id, tag, i as u32).map_or(-1, i64::from);
+                    recursive.push((field_value, number, i, child_site));
+                } else {
+                    // The path from the tree's root is built only for an error: building it
+                    // for every node would cost the tree's depth each time.
+                    let mut field_path = field.name.clone();
+                    match self.value(field_value, &field.ty, &mut field_path, depth + 1) {
+                        Ok(value) => kept.push(value),
+                        Err(error) => return Err(error.map_field(|inner| node_path(Some(inner)))),
+                    }
+                }
+            }
+            if let Ok(parent) = usize::try_from(parent) {
+                if let Some(slot) = nodes.get_mut(parent).and_then(|p| p.fields.get_mut(field_in_parent)) {
+                    *slot = Value::Int(number);
+                }
+                if let Some(slot) = usize::try_from(site).ok().and_then(|s| children.get_mut(parent * sites + s)) {
+                    *slot = number;
+                }
+            }
+            nodes.push(FlatNode { tag, parent, site, fields: kept });
+            links.push((parent, field_in_parent));
+            children.extend(std::iter::repeat_n(-1, sites));
+            stack.extend(recursive.into_iter().rev());
+        }
+        if let Some(slot) = self.trees.get_mut(index) {
+            slot.nodes = nodes;
+            slot.children = children;
+        }
+        Ok(Value::Int(index as i64))
+    }
+}

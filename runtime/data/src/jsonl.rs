@@ -1,0 +1,374 @@
+//! JSON Lines: one instance of the input record per line, as a JSON object with the
+//! schema's field names.
+//!
+//! | type | JSON |
+//! |---|---|
+//! | `int` | an integer (`3`; `3.0` is not an int) |
+//! | `bool` | `true` / `false` |
+//! | `f32` | a number |
+//! | `f32[a, b]` | nested arrays of numbers of exactly that shape |
+//! | `[T]` | an array |
+//! | `(T, U)` | an array of exactly that length |
+//! | a record | an object with exactly its fields (missing and unknown fields are errors) |
+//! | an enum | externally tagged: `{"Leaf": {"word": 3, "label": 2}}`; a variant without fields may also be `"Empty"` |
+//!
+//! Blank lines are skipped. serde_json refuses JSON nested deeper than 128 levels, so a tree
+//! read from JSON Lines can be about 60 levels deep (each level is two JSON objects); the
+//! PTB loader reads deeper trees. The writer ([`write_line`]) produces what [`parse`] reads.
+
+use crate::error::{excerpt, lines, read_file};
+use crate::instance::{describe, expected, push_field, MAX_NESTING};
+use crate::{DataError, DataErrorKind, Loaded, Tensor, Value};
+use amp_ir::{DataTy, Schema};
+use serde_json::Value as Json;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Options of the JSON Lines loader.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JsonlOptions {
+    /// Skip bad lines (and count them) instead of failing on the first one.
+    pub skip_bad: bool,
+}
+
+/// Reads the instances in `path`.
+pub fn load(schema: &Schema, path: &Path, options: &JsonlOptions) -> Result<Loaded, DataError> {
+    parse(schema, &read_file(path)?, &path.display().to_string(), options)
+}
+
+/// Reads the instances in `text`, naming `file` in errors.
+pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -> Result<Loaded, DataError> {
+    schema.check().map_err(|m| DataError::schema(m).in_file(file))?;
+    let mut loaded = Loaded::default();
+    for (number, line) in lines(text) {
+        let outcome = match line {
+            Ok(line) if line.trim().is_empty() => continue,
+            Ok(line) => parse_line(schema, line),
+            Err(e) => Err(e),
+        };
+        loaded.take(outcome.map_err(|e| e.at_line(number).in_file(file)), options.skip_bad)?;
+    }
+    Ok(loaded)
+}
+
+/// One instance from one line of JSON.
+pub fn parse_line(schema: &Schema, line: &str) -> Result<Value, DataError> {
+    let json: Json = serde_json::from_str(line).map_err(|e| DataError::syntax(format!("invalid JSON: {e}")))?;
+    Reader { schema }.value(&json, &DataTy::Record(schema.input), &mut String::new(), 0)
+}
+
+/// The JSON line of one instance (without the newline).
+pub fn write_line(schema: &Schema, value: &Value) -> Result<String, DataError> {
+    let mut out = String::new();
+    Writer { schema, out: &mut out }.value(value, &DataTy::Record(schema.input), &mut String::new(), 0)?;
+    Ok(out)
+}
+
+/// The JSON Lines text of several instances, each line ending in `\n`.
+pub fn write(schema: &Schema, values: &[Value]) -> Result<String, DataError> {
+    let mut out = String::new();
+    for value in values {
+        out.push_str(&write_line(schema, value)?);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Writes the instances to `path` (through a temporary file, so a reader never sees half).
+pub fn save(schema: &Schema, path: &Path, values: &[Value]) -> Result<(), DataError> {
+    let text = write(schema, values)?;
+    let name = path.display().to_string();
+    let temp = path.with_extension("jsonl.tmp");
+    std::fs::write(&temp, text).map_err(|e| DataError::io(&name, &e))?;
+    std::fs::rename(&temp, path).map_err(|e| DataError::io(&name, &e))
+}
+
+/// `found ...` for a JSON value: its text, shortened.
+fn found(json: &Json) -> String {
+    match json {
+        Json::Array(items) => format!("an array of {}", items.len()),
+        Json::Object(_) => "an object".into(),
+        other => excerpt(&other.to_string()),
+    }
+}
+
+struct Reader<'s> {
+    schema: &'s Schema,
+}
+
+impl Reader<'_> {
+    fn value(&self, json: &Json, ty: &DataTy, path: &mut String, depth: usize) -> Result<Value, DataError> {
+        if depth > MAX_NESTING {
+            return Err(DataError::new(DataErrorKind::TooDeep { limit: MAX_NESTING }).in_field(path.clone()));
+        }
+        let mismatch =
+            |path: &String| DataError::mismatch(expected(self.schema, ty), found(json)).in_field(path.clone());
+        let mark = path.len();
+        match ty {
+            DataTy::Int => json.as_i64().map(Value::Int).ok_or_else(|| mismatch(path)),
+            DataTy::Bool => json.as_bool().map(Value::Bool).ok_or_else(|| mismatch(path)),
+            DataTy::F32(dims) if dims.len() > MAX_NESTING => {
+                Err(DataError::new(DataErrorKind::TooDeep { limit: MAX_NESTING }).in_field(path.clone()))
+            }
+            DataTy::F32(dims) => {
+                let mut data = Vec::new();
+                self.tensor(json, dims, &mut data, path)?;
+                let shape = dims.iter().map(|&d| usize::try_from(d).unwrap_or(usize::MAX)).collect();
+                Tensor::new(shape, data).map(Value::Tensor).ok_or_else(|| mismatch(path))
+            }
+            DataTy::Seq(item) => {
+                let Json::Array(items) = json else { return Err(mismatch(path)) };
+                let mut out = Vec::with_capacity(items.len());
+                for (i, json) in items.iter().enumerate() {
+                    let _ = write!(path, "[{i}]");
+                    out.push(self.value(json, item, path, depth + 1)?);
+                    path.truncate(mark);
+                }
+                Ok(Value::Seq(out))
+            }
+            DataTy::Tuple(tys) => {
+                let Json::Array(items) = json else { return Err(mismatch(path)) };
+                if items.len() != tys.len() {
+                    return Err(mismatch(path));
+                }
+                let mut out = Vec::with_capacity(items.len());
+                for (i, (json, ty)) in items.iter().zip(tys).enumerate() {
+                    let _ = write!(path, "[{i}]");
+                    out.push(self.value(json, ty, path, depth + 1)?);
+                    path.truncate(mark);
+                }
+                Ok(Value::Tuple(out))
+            }
+            DataTy::Record(r) => {
+                let record = self.schema.records.get(*r as usize).ok_or_else(|| mismatch(path))?;
+                let fields = self.fields(json, &record.name, &record.fields, path, depth)?;
+                Ok(Value::Record(fields))
+            }
+            DataTy::Enum(e) => {
+                let enumeration = self.schema.enums.get(*e as usize).ok_or_else(|| mismatch(path))?;
+                let (name, body) = match json {
+                    Json::String(name) => (name.as_str(), None),
+                    Json::Object(map) if map.len() == 1 => match map.iter().next() {
+                        Some((name, body)) => (name.as_str(), Some(body)),
+                        None => return Err(mismatch(path)),
+                    },
+                    _ => {
+                        let expected = format!("an object with one key naming a variant of {}", enumeration.name);
+                        return Err(DataError::mismatch(expected, found(json)).in_field(path.clone()));
+                    }
+                };
+                let Some(tag) = enumeration.variants.iter().position(|v| v.name == name) else {
+                    let known = enumeration.variants.iter().map(|v| v.name.clone()).collect();
+                    let kind = DataErrorKind::UnknownVariant {
+                        enumeration: enumeration.name.clone(),
+                        name: excerpt(name),
+                        known,
+                    };
+                    return Err(DataError::new(kind).in_field(path.clone()));
+                };
+                let variant = &enumeration.variants[tag];
+                let fields = match body {
+                    None if variant.fields.is_empty() => Vec::new(),
+                    None => return Err(mismatch(path)),
+                    Some(body) => {
+                        let owner = format!("{}::{}", enumeration.name, variant.name);
+                        self.fields(body, &owner, &variant.fields, path, depth)?
+                    }
+                };
+                Ok(Value::Variant { tag: tag as u32, fields })
+            }
+        }
+    }
+
+    /// The fields of a record or variant from a JSON object: exactly the schema's fields.
+    fn fields(
+        &self,
+        json: &Json,
+        owner: &str,
+        fields: &[amp_ir::FieldSchema],
+        path: &mut String,
+        depth: usize,
+    ) -> Result<Vec<Value>, DataError> {
+        let Json::Object(map) = json else {
+            return Err(DataError::mismatch(format!("an object with the fields of {owner}"), found(json))
+                .in_field(path.clone()));
+        };
+        let mark = path.len();
+        if let Some(unknown) = map.keys().find(|k| !fields.iter().any(|f| f.name == **k)) {
+            let known = fields.iter().map(|f| f.name.clone()).collect();
+            push_field(path, &excerpt(unknown));
+            return Err(
+                DataError::new(DataErrorKind::UnknownField { owner: owner.to_string(), known }).in_field(path.clone())
+            );
+        }
+        let mut out = Vec::with_capacity(fields.len());
+        for field in fields {
+            push_field(path, &field.name);
+            let Some(json) = map.get(&field.name) else {
+                return Err(DataError::new(DataErrorKind::MissingField).in_field(path.clone()));
+            };
+            out.push(self.value(json, &field.ty, path, depth + 1)?);
+            path.truncate(mark);
+        }
+        Ok(out)
+    }
+
+    /// Appends the numbers of a tensor of shape `dims`, row-major.
+    fn tensor(&self, json: &Json, dims: &[u64], out: &mut Vec<f32>, path: &mut String) -> Result<(), DataError> {
+        let Some((&first, rest)) = dims.split_first() else {
+            let number = json.as_f64().map(|x| x as f32).filter(|x| x.is_finite());
+            let Some(number) = number else {
+                return Err(DataError::mismatch("a number in the f32 range", found(json)).in_field(path.clone()));
+            };
+            out.push(number);
+            return Ok(());
+        };
+        let items = match json {
+            Json::Array(items) if items.len() as u64 == first => items,
+            _ => {
+                let expected = format!("an array of {first}");
+                return Err(DataError::mismatch(expected, found(json)).in_field(path.clone()));
+            }
+        };
+        let mark = path.len();
+        for (i, json) in items.iter().enumerate() {
+            let _ = write!(path, "[{i}]");
+            self.tensor(json, rest, out, path)?;
+            path.truncate(mark);
+        }
+        Ok(())
+    }
+}
+
+struct Writer<'s, 'o> {
+    schema: &'s Schema,
+    out: &'o mut String,
+}
+
+impl Writer<'_, '_> {
+    fn value(&mut self, value: &Value, ty: &DataTy, path: &mut String, depth: usize) -> Result<(), DataError> {
+        if depth > MAX_NESTING {
+            return Err(DataError::new(DataErrorKind::TooDeep { limit: MAX_NESTING }).in_field(path.clone()));
+        }
+        let schema = self.schema;
+        let mismatch =
+            |path: &String| DataError::mismatch(expected(schema, ty), describe(value)).in_field(path.clone());
+        let mark = path.len();
+        match (ty, value) {
+            (DataTy::Int, Value::Int(i)) => {
+                let _ = write!(self.out, "{i}");
+            }
+            (DataTy::Bool, Value::Bool(b)) => {
+                let _ = write!(self.out, "{b}");
+            }
+            (DataTy::F32(dims), Value::Tensor(t)) => {
+                let fits = dims.len() == t.shape.len()
+                    && dims.len() <= MAX_NESTING
+                    && dims.iter().zip(&t.shape).all(|(&d, &s)| d == s as u64)
+                    && t.elements() == Some(t.data.len());
+                if !fits {
+                    return Err(mismatch(path));
+                }
+                let mut data = t.data.iter();
+                self.tensor(&t.shape, &mut data, path)?;
+            }
+            (DataTy::Seq(item), Value::Seq(items)) => {
+                self.out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(',');
+                    }
+                    let _ = write!(path, "[{i}]");
+                    self.value(v, item, path, depth + 1)?;
+                    path.truncate(mark);
+                }
+                self.out.push(']');
+            }
+            (DataTy::Tuple(tys), Value::Tuple(items)) if tys.len() == items.len() => {
+                self.out.push('[');
+                for (i, (v, t)) in items.iter().zip(tys).enumerate() {
+                    if i > 0 {
+                        self.out.push(',');
+                    }
+                    let _ = write!(path, "[{i}]");
+                    self.value(v, t, path, depth + 1)?;
+                    path.truncate(mark);
+                }
+                self.out.push(']');
+            }
+            (DataTy::Record(r), Value::Record(items)) => {
+                let record = schema.records.get(*r as usize).filter(|r| r.fields.len() == items.len());
+                let record = record.ok_or_else(|| mismatch(path))?;
+                self.fields(&record.fields, items, path, depth)?;
+            }
+            (DataTy::Enum(e), Value::Variant { tag, fields }) => {
+                let variant = schema.enums.get(*e as usize).and_then(|e| e.variants.get(*tag as usize));
+                let variant = variant.filter(|v| v.fields.len() == fields.len()).ok_or_else(|| mismatch(path))?;
+                self.out.push('{');
+                self.string(&variant.name);
+                self.out.push(':');
+                self.fields(&variant.fields, fields, path, depth)?;
+                self.out.push('}');
+            }
+            _ => return Err(mismatch(path)),
+        }
+        Ok(())
+    }
+
+    fn fields(
+        &mut self,
+        schema: &[amp_ir::FieldSchema],
+        values: &[Value],
+        path: &mut String,
+        depth: usize,
+    ) -> Result<(), DataError> {
+        let mark = path.len();
+        self.out.push('{');
+        for (i, (field, value)) in schema.iter().zip(values).enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            self.string(&field.name);
+            self.out.push(':');
+            push_field(path, &field.name);
+            self.value(value, &field.ty, path, depth + 1)?;
+            path.truncate(mark);
+        }
+        self.out.push('}');
+        Ok(())
+    }
+
+    fn string(&mut self, text: &str) {
+        // Serialising a string cannot fail; the fallback keeps the writer total anyway.
+        self.out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into()));
+    }
+
+    fn tensor(
+        &mut self,
+        shape: &[usize],
+        data: &mut std::slice::Iter<'_, f32>,
+        path: &mut String,
+    ) -> Result<(), DataError> {
+        let Some((&first, rest)) = shape.split_first() else {
+            let x = data.next().copied().unwrap_or(f32::NAN);
+            if !x.is_finite() {
+                return Err(DataError::mismatch("a finite number", format!("{x}")).in_field(path.clone()));
+            }
+            // Display is the shortest text that reads back as the same f32.
+            let _ = write!(self.out, "{x}");
+            return Ok(());
+        };
+        let mark = path.len();
+        self.out.push('[');
+        for i in 0..first {
+            if i > 0 {
+                self.out.push(',');
+            }
+            let _ = write!(path, "[{i}]");
+            self.tensor(rest, data, path)?;
+            path.truncate(mark);
+        }
+        self.out.push(']');
+        Ok(())
+    }
+}
