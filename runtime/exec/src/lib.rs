@@ -1,1 +1,51 @@
-//! The AMP executor (being written).
+//! The AMP executor: runs a verified IR graph on instances with asynchronous
+//! model-parallel workers, AMPNet style: nodes exchange forward and backward messages
+//! (payload + state), cache what their backward pass needs under their keys, and each Ppt
+//! accumulates gradients and updates its own parameters locally.
+//!
+//! In: an `amp_ir::Graph` (refused unless `amp_ir::verify::verify` accepts it), an
+//! `amp_params::ParamSet` with its parameters, an [`ExecConfig`], and instances
+//! ([`ExecInstance`], implemented by `amp_data::Instance`). Out: trained parameters and
+//! optimizer state, [`EpochStats`] / [`EvalStats`] (loss per instance, accuracy,
+//! throughput), inference outputs, single-instance gradients, trace events
+//! ([`trace::write_chrome_trace`]), and [`ExecError`]s that name the node and worker.
+//! Depends on `amp-ir`, `amp-params` (optimizers), `amp-data`, crossbeam-channel
+//! (queues between workers) and serde_json (trace output).
+//!
+//! Layout: [`message`] (payloads, states, keys), `ops/` (the forward and backward of each
+//! op family), `program` (the graph resolved for execution, parameter groups, placement),
+//! `worker` (a worker thread: queues, routing, fan-in of gradients, credit counting,
+//! local updates), `controller` (admission, synchronous update boundaries, watchdog),
+//! `train` (live parameter groups), [`trace`], `executor` (the API).
+//!
+//! Semantics worth knowing:
+//! - An instance is finished when none of its messages is in flight (credit counting);
+//!   in training that is when the source got the backward messages of all its consumers.
+//! - Ppt updates count *finished instances*: a group updates once `min_update_frequency`
+//!   instances finished since its last update, with the mean of the gradients
+//!   accumulated meanwhile (instances that did not use the group count as zero). With
+//!   `sync_updates`, admission never crosses an update boundary early, so training is
+//!   minibatch SGD whatever the workers; with one worker and `max_active_keys` 1 it is
+//!   also bit-for-bit deterministic.
+//! - A non-finite loss sends no gradient back; the run stops with
+//!   [`ExecError::NonFiniteLoss`] naming the instance, accumulators are cleared and the
+//!   parameters are those of the last update.
+
+pub mod config;
+mod controller;
+pub mod error;
+mod executor;
+pub mod instance;
+pub mod kernels;
+pub mod message;
+mod ops;
+mod program;
+pub mod trace;
+mod train;
+mod worker;
+
+pub use config::{ExecConfig, Fault, NodeSelector, Placement};
+pub use error::{ExecError, OpError, QueueReport};
+pub use executor::{EpochStats, EvalStats, Executor};
+pub use instance::ExecInstance;
+pub use trace::{write_chrome_trace, TraceEvent, TraceKind};

@@ -1,9 +1,24 @@
 //! Model parameters: a set of named f32 tensors (PyTorch `state_dict` names and shapes),
 //! initialised deterministically from a seed as PyTorch initialises `nn.Linear` and
-//! `nn.Embedding`.
+//! `nn.Embedding`, saved to and loaded from safetensors checkpoints, and updated by the
+//! optimizers (SGD, momentum, Adam) one tensor at a time.
 //!
-//! In: the parameter list of a graph (`amp_ir::Param`) or of a checked program. Out: a
-//! [`ParamSet`]; gradients use the same type (one tensor per parameter, same order).
+//! In: the parameter list of a graph (`amp_ir::Param`) or of a checked program; checkpoint
+//! files (untrusted: every malformed file is an error, never a panic). Out: a
+//! [`ParamSet`] (gradients use the same type: one tensor per parameter, same order),
+//! [`checkpoint::Checkpoint`]s and [`optim::OptimState`]s. Depends on `amp-ir` (parameter
+//! specs), `safetensors` (the file format) and `rand` (initialisation).
+//!
+//! Modules: [`checkpoint`] (safetensors files, atomic writes, optimizer state beside the
+//! parameters), [`optim`] (the update rules, PyTorch's semantics), [`error`].
+
+pub mod checkpoint;
+pub mod error;
+pub mod optim;
+
+pub use checkpoint::{load, load_checkpoint, save, save_checkpoint, Checkpoint};
+pub use error::{Mismatch, ParamsError, ShapeMismatch};
+pub use optim::{OptimConfig, OptimState, Optimizer, OptimizerKind, TensorState};
 
 use amp_ir::ParamInit;
 use rand::SeedableRng;
@@ -121,6 +136,18 @@ impl ParamSet {
     /// `(spec, values)` of every tensor, in order.
     pub fn iter(&self) -> impl Iterator<Item = (&ParamSpec, &[f32])> {
         self.specs.iter().zip(self.data.iter().map(Vec::as_slice))
+    }
+
+    /// `(spec, values)` of every tensor, in order, mutably: lets a caller hand disjoint
+    /// tensors to different owners (the executor's Ppt nodes) at once.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&ParamSpec, &mut [f32])> {
+        self.specs.iter().zip(self.data.iter_mut().map(Vec::as_mut_slice))
+    }
+
+    /// Whether both sets have the same names and shapes in the same order.
+    pub fn same_layout(&self, other: &ParamSet) -> bool {
+        self.specs.len() == other.specs.len()
+            && self.specs.iter().zip(&other.specs).all(|(a, b)| a.name == b.name && a.shape == b.shape)
     }
 
     /// Sets every value to zero (reusing a gradient accumulator).

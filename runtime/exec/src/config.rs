@@ -1,0 +1,128 @@
+//! How a run is set up: workers and placement, admission, update frequency, optimizer,
+//! tracing and the watchdog.
+
+use amp_params::OptimConfig;
+use std::time::Duration;
+
+/// A node named in the configuration: by its index (`%12`) or its label (`cell`; every
+/// node with that label).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeSelector {
+    Id(u32),
+    Label(String),
+}
+
+impl NodeSelector {
+    /// `%12` or `12` names an index, anything else a label.
+    pub fn parse(text: &str) -> NodeSelector {
+        let digits = text.strip_prefix('%').unwrap_or(text);
+        match digits.parse::<u32>() {
+            Ok(id) => NodeSelector::Id(id),
+            Err(_) => NodeSelector::Label(text.to_string()),
+        }
+    }
+}
+
+/// Which worker runs which node.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// Contiguous ranges of nodes in index order (the lowering's order is topological but
+    /// for back edges), balanced by an estimate of each node's work.
+    #[default]
+    Contiguous,
+    /// Node `i` (counting existing nodes in index order) on worker `i % workers`.
+    RoundRobin,
+    /// The worker of every node index (holes included), e.g. from a partition plan.
+    Explicit(Vec<usize>),
+}
+
+/// A fault to inject, to test that failures end runs with a clear error (never a hang).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Node `node` panics on its `after`-th message (counting from 0).
+    PanicAt { node: u32, after: u64 },
+    /// Node `node` sleeps this long before its `after`-th message (a straggler, or with a
+    /// delay past `stall_timeout`, a stall).
+    DelayAt { node: u32, after: u64, delay: Duration },
+}
+
+/// The executor's settings. `Default` is the deterministic setup: one worker, one
+/// instance in flight, synchronous updates after every instance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecConfig {
+    /// Worker threads (at least 1). The controller runs on the calling thread.
+    pub workers: usize,
+    pub placement: Placement,
+    /// At most this many instances in flight (at least 1).
+    pub max_active_keys: usize,
+    /// A Ppt updates its parameters once this many instances finished since its last
+    /// update, with the mean of the gradients accumulated meanwhile (at least 1).
+    pub min_update_frequency: u64,
+    /// Per-node overrides of `min_update_frequency` (a parameter used by several nodes
+    /// takes the smallest of theirs).
+    pub update_overrides: Vec<(NodeSelector, u64)>,
+    /// Synchronous updates: no instance is admitted past an update boundary until the
+    /// instances before it finished, so every update sees exactly the gradients of its
+    /// batch (minibatch SGD, whatever the workers and `max_active_keys`). When false,
+    /// instances keep flowing and updates apply to whatever has accumulated (AMPNet's
+    /// asynchronous mode).
+    pub sync_updates: bool,
+    /// At the end of `train_epoch`, update with what accumulated since the last update
+    /// (the last, smaller minibatch); otherwise it carries over to the next epoch.
+    pub flush_at_epoch_end: bool,
+    pub optimizer: OptimConfig,
+    /// Record a trace event per forward, backward and update.
+    pub trace: bool,
+    /// End the run with [`crate::ExecError::Stalled`] when no message was processed for
+    /// this long while instances are in flight.
+    pub stall_timeout: Duration,
+    pub fault: Option<Fault>,
+}
+
+impl Default for ExecConfig {
+    fn default() -> ExecConfig {
+        ExecConfig {
+            workers: 1,
+            placement: Placement::Contiguous,
+            max_active_keys: 1,
+            min_update_frequency: 1,
+            update_overrides: Vec::new(),
+            sync_updates: true,
+            flush_at_epoch_end: true,
+            optimizer: OptimConfig::sgd(0.01),
+            trace: false,
+            stall_timeout: Duration::from_secs(60),
+            fault: None,
+        }
+    }
+}
+
+impl ExecConfig {
+    /// Deterministic minibatch SGD: one worker, one instance in flight, an update every
+    /// `batch` instances with the mean gradient.
+    pub fn deterministic(batch: u64, optimizer: OptimConfig) -> ExecConfig {
+        ExecConfig { min_update_frequency: batch, optimizer, ..ExecConfig::default() }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.workers == 0 {
+            return Err("workers must be at least 1".into());
+        }
+        if self.workers > 1024 {
+            return Err(format!("{} workers is more than the 1024 supported", self.workers));
+        }
+        if self.max_active_keys == 0 {
+            return Err("max_active_keys must be at least 1".into());
+        }
+        if self.min_update_frequency == 0 || self.update_overrides.iter().any(|(_, k)| *k == 0) {
+            return Err("min_update_frequency must be at least 1".into());
+        }
+        if !(self.optimizer.lr.is_finite()) {
+            return Err("the learning rate must be finite".into());
+        }
+        if self.stall_timeout.is_zero() {
+            return Err("stall_timeout must be positive".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,273 @@
+//! The controller: runs on the calling thread, starts the workers, admits instances (at
+//! most `max_active_keys` in flight, and with synchronous updates never past an update
+//! boundary before the instances before it finished), tells the parameter owners about
+//! finished instances, collects losses and outputs, watches for stalls, and stops the
+//! workers at the end or at the first failure.
+
+use crate::config::ExecConfig;
+use crate::error::{ExecError, QueueReport};
+use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
+use crate::ops::{self, RunMode, RunShared};
+use crate::program::Program;
+use crate::trace::TraceEvent;
+use crate::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
+use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// What a run produced, per instance.
+pub(crate) struct RunOutput {
+    /// The sum of the instance's loss reports; `None` when it had none.
+    pub losses: Vec<Option<f32>>,
+    /// Whether the argmax of the logits hit the cross-entropy label.
+    pub correct: Vec<Option<bool>>,
+    /// The main sink's output.
+    pub outputs: Vec<Option<Vec<f32>>>,
+    pub trace: Vec<TraceEvent>,
+}
+
+/// Runs `n` instances (those of `shared`) through the program.
+pub(crate) fn run(
+    program: &Program,
+    shared: &RunShared,
+    config: &ExecConfig,
+    pending: &[u64],
+    origin: Instant,
+) -> Result<RunOutput, ExecError> {
+    let n = shared.instances.len();
+    let workers = program.workers;
+    let credits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+    let gauges: Vec<WorkerGauges> = (0..workers).map(|_| WorkerGauges::default()).collect();
+    let mut ops: Vec<Vec<(u32, Box<dyn ops::NodeOp>)>> = (0..workers).map(|_| Vec::new()).collect();
+    for node in program.nodes.iter().flatten() {
+        let op = ops::build(node, &shared.params).map_err(|error| ExecError::Node {
+            worker: node.worker,
+            node: node.index,
+            label: node.label.clone(),
+            op: node.op.keyword(),
+            instance: UNSET,
+            error,
+        })?;
+        if let Some(list) = ops.get_mut(node.worker) {
+            list.push((node.index, op));
+        }
+    }
+    let (senders, receivers): (Vec<Sender<ToWorker>>, Vec<Receiver<ToWorker>>) =
+        (0..workers).map(|_| unbounded()).unzip();
+    let (report_tx, report_rx) = unbounded::<Report>();
+    std::thread::scope(|scope| {
+        for (id, (inbox, ops)) in receivers.into_iter().zip(ops).enumerate() {
+            let setup = WorkerSetup {
+                id,
+                program,
+                shared,
+                inbox,
+                peers: senders.clone(),
+                reports: report_tx.clone(),
+                credits: &credits,
+                gauges: &gauges[id],
+                optimizer: config.optimizer,
+                origin,
+                trace: config.trace,
+                fault: config.fault.clone(),
+            };
+            std::thread::Builder::new()
+                .name(format!("amp-worker-{id}"))
+                .spawn_scoped(scope, move || run_worker(setup, ops))
+                .map_err(|e| ExecError::Config { message: format!("cannot start worker {id}: {e}") })?;
+        }
+        drop(report_tx);
+        let mut control = Controller {
+            program,
+            config,
+            mode: shared.mode,
+            senders: &senders,
+            reports: &report_rx,
+            credits: &credits,
+            gauges: &gauges,
+            pending: pending.to_vec(),
+            output: RunOutput {
+                losses: vec![None; n],
+                correct: vec![None; n],
+                outputs: vec![None; n],
+                trace: Vec::new(),
+            },
+            stopped: 0,
+            held: Vec::new(),
+        };
+        let result = control.admit_all(n);
+        let flush = result.is_ok() && shared.mode == RunMode::Train && config.flush_at_epoch_end;
+        control.stop(flush);
+        result?;
+        if let Some(&(node, held)) = control.held.first() {
+            let label = program.node(node).map(|n| n.label.clone()).unwrap_or_default();
+            return Err(ExecError::Leaked { node, label, held });
+        }
+        Ok(control.output)
+    })
+}
+
+struct Controller<'r> {
+    program: &'r Program,
+    config: &'r ExecConfig,
+    mode: RunMode,
+    senders: &'r [Sender<ToWorker>],
+    reports: &'r Receiver<Report>,
+    credits: &'r [AtomicU32],
+    gauges: &'r [WorkerGauges],
+    /// Instances each group counted since its last update (mirrors the owners' counts).
+    pending: Vec<u64>,
+    output: RunOutput,
+    stopped: usize,
+    held: Vec<(u32, usize)>,
+}
+
+impl Controller<'_> {
+    /// How many instances may have been admitted before the next update must happen.
+    fn boundary(&self, done: usize) -> usize {
+        if self.mode != RunMode::Train || !self.config.sync_updates {
+            return usize::MAX;
+        }
+        let groups = self.program.groups.iter().zip(&self.pending);
+        let room = groups.map(|(g, &p)| g.min_update_frequency.saturating_sub(p).max(1)).min();
+        room.map_or(usize::MAX, |r| done.saturating_add(usize::try_from(r).unwrap_or(usize::MAX)))
+    }
+
+    fn admit(&self, instance: usize) {
+        let mut state = vec![UNSET; self.program.state_len.max(1)];
+        state[0] = instance as i64;
+        if let Some(credit) = self.credits.get(instance) {
+            credit.store(1, Ordering::Release);
+        }
+        let msg = Msg::new(Payload::Unit, state.into_boxed_slice());
+        let env = Envelope { node: self.program.source, port: 0, dir: Dir::Forward, msg };
+        let worker = self.program.node(self.program.source).map_or(0, |n| n.worker);
+        if let Some(tx) = self.senders.get(worker) {
+            let _ = tx.send(ToWorker::Work(env));
+        }
+    }
+
+    fn admit_all(&mut self, n: usize) -> Result<(), ExecError> {
+        let mut admitted = 0;
+        let mut done = 0;
+        let mut in_flight: BTreeSet<usize> = BTreeSet::new();
+        let tick = self.config.stall_timeout.min(Duration::from_millis(100));
+        let mut last_progress = Instant::now();
+        let mut last_processed = 0u64;
+        while done < n {
+            let boundary = self.boundary(done);
+            while admitted < n && in_flight.len() < self.config.max_active_keys && admitted < boundary {
+                self.admit(admitted);
+                in_flight.insert(admitted);
+                admitted += 1;
+            }
+            match self.reports.recv_timeout(tick) {
+                Ok(Report::Done { instance }) => {
+                    last_progress = Instant::now();
+                    in_flight.remove(&instance);
+                    done += 1;
+                    self.instance_done();
+                }
+                Ok(Report::Loss { instance, node, value, correct }) => {
+                    last_progress = Instant::now();
+                    let Some(slot) = usize::try_from(instance).ok().filter(|&i| i < n) else { continue };
+                    if !value.is_finite() && self.mode.backward() {
+                        return Err(ExecError::NonFiniteLoss { instance: slot, loss: value, node });
+                    }
+                    let total = self.output.losses[slot].unwrap_or(0.0) + value;
+                    self.output.losses[slot] = Some(total);
+                    if correct.is_some() {
+                        self.output.correct[slot] = correct;
+                    }
+                }
+                Ok(Report::Output { instance, node, values }) => {
+                    last_progress = Instant::now();
+                    let slot = usize::try_from(instance).ok().filter(|&i| i < n);
+                    if let (Some(slot), true) = (slot, Some(node) == self.program.main_sink) {
+                        self.output.outputs[slot] = Some(values);
+                    }
+                }
+                Ok(Report::Failed(error)) => return Err(error),
+                Ok(Report::Stopped { worker, trace, held }) => {
+                    // A worker only stops unasked when it failed, and it reports that first.
+                    self.stopped += 1;
+                    self.output.trace.extend(trace);
+                    self.held.extend(held);
+                    let message = "the worker stopped unexpectedly".to_string();
+                    return Err(ExecError::WorkerPanic { worker, node: u32::MAX, label: String::new(), message });
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let processed: u64 = self.gauges.iter().map(|g| g.processed.load(Ordering::Relaxed)).sum();
+                    if processed != last_processed {
+                        last_processed = processed;
+                        last_progress = Instant::now();
+                    } else if !in_flight.is_empty() && last_progress.elapsed() >= self.config.stall_timeout {
+                        return Err(self.stalled(last_progress.elapsed(), &in_flight));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let message = "every worker is gone".to_string();
+                    return Err(ExecError::WorkerPanic { worker: 0, node: u32::MAX, label: String::new(), message });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the owners of parameter groups that one more instance finished (training).
+    fn instance_done(&mut self) {
+        if self.mode != RunMode::Train {
+            return;
+        }
+        let mut owners: Vec<usize> = self.program.groups.iter().map(|g| g.owner).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        for owner in owners {
+            if let Some(tx) = self.senders.get(owner) {
+                let _ = tx.send(ToWorker::InstanceDone);
+            }
+        }
+        for (p, g) in self.pending.iter_mut().zip(&self.program.groups) {
+            *p += 1;
+            if *p >= g.min_update_frequency {
+                *p = 0;
+            }
+        }
+    }
+
+    fn stalled(&self, idle: Duration, in_flight: &BTreeSet<usize>) -> ExecError {
+        let queues = self
+            .senders
+            .iter()
+            .zip(self.gauges)
+            .enumerate()
+            .map(|(worker, (tx, g))| QueueReport {
+                worker,
+                inbox: tx.len(),
+                local: g.local.load(Ordering::Relaxed),
+                processed: g.processed.load(Ordering::Relaxed),
+            })
+            .collect();
+        ExecError::Stalled { idle, in_flight: in_flight.iter().copied().collect(), queues }
+    }
+
+    /// Stops every worker and waits for each to report.
+    fn stop(&mut self, flush: bool) {
+        for tx in self.senders {
+            let _ = tx.send(ToWorker::Stop { flush });
+        }
+        while self.stopped < self.senders.len() {
+            match self.reports.recv() {
+                Ok(Report::Stopped { trace, held, .. }) => {
+                    self.stopped += 1;
+                    self.output.trace.extend(trace);
+                    self.held.extend(held);
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        self.held.sort_unstable();
+    }
+}

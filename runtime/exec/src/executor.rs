@@ -1,0 +1,265 @@
+//! The public face: an [`Executor`] owns a verified graph's executable form, the
+//! parameters, their gradient accumulators and optimizer state, and runs epochs,
+//! evaluations, inference and single-instance gradients through the workers.
+
+use crate::config::ExecConfig;
+use crate::controller::{self, RunOutput};
+use crate::error::ExecError;
+use crate::instance::ExecInstance;
+use crate::ops::{RunMode, RunShared};
+use crate::program::Program;
+use crate::trace::{write_chrome_trace, TraceEvent};
+use crate::train::{live_groups, ParamAccess};
+use amp_ir::Graph;
+use amp_params::{OptimConfig, OptimState, ParamSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What a training epoch did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpochStats {
+    pub instances: usize,
+    /// Mean loss over the instances.
+    pub loss: f32,
+    /// Each instance's loss, in input order.
+    pub losses: Vec<f32>,
+    /// Share of instances whose logits' argmax is the cross-entropy label, when the
+    /// model's loss is a cross-entropy.
+    pub accuracy: Option<f32>,
+    /// Parameter-group updates applied (one per group per update).
+    pub updates: u64,
+    pub elapsed: Duration,
+    pub instances_per_s: f64,
+}
+
+/// What an evaluation measured (forward only, parameters unchanged).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalStats {
+    pub instances: usize,
+    pub loss: f32,
+    pub losses: Vec<f32>,
+    pub accuracy: Option<f32>,
+    pub elapsed: Duration,
+    pub instances_per_s: f64,
+}
+
+/// Runs one graph: training (asynchronous model-parallel, AMPNet style), evaluation and
+/// inference. Parameters live here between runs; during a run they are split among the
+/// Ppt nodes' groups.
+pub struct Executor {
+    program: Program,
+    params: ParamSet,
+    /// Gradients accumulated since each group's last update (carried across epochs when
+    /// not flushed).
+    grads: ParamSet,
+    optim: OptimState,
+    /// Instances each group counted since its last update.
+    pending: Vec<u64>,
+    config: ExecConfig,
+    trace: Vec<TraceEvent>,
+    origin: Instant,
+}
+
+impl Executor {
+    /// Verifies `graph` (an unverified graph is refused), checks that `params` has its
+    /// parameters, names and shapes, and places the nodes on `config.workers` workers.
+    pub fn new(graph: &Graph, params: ParamSet, config: ExecConfig) -> Result<Executor, ExecError> {
+        let program = Program::new(graph, &params, &config)?;
+        let grads = params.zeros_like();
+        let optim = OptimState::new(&config.optimizer.kind, params.specs());
+        let pending = vec![0; program.groups.len()];
+        Ok(Executor { program, params, grads, optim, pending, config, trace: Vec::new(), origin: Instant::now() })
+    }
+
+    /// Continues from a saved optimizer state (`--resume`); it must be of the configured
+    /// optimizer and fit the parameters.
+    pub fn restore_optimizer(&mut self, state: OptimState) -> Result<(), ExecError> {
+        state
+            .check(&self.config.optimizer.kind, self.params.specs())
+            .map_err(|e| ExecError::Params { message: e.to_string() })?;
+        self.optim = state;
+        Ok(())
+    }
+
+    /// Changes the learning rate and other settings of the same optimizer kind (schedules).
+    pub fn set_optimizer(&mut self, optimizer: OptimConfig) -> Result<(), ExecError> {
+        if optimizer.kind.name() != self.config.optimizer.kind.name() {
+            let message = "the optimizer kind cannot change during training".to_string();
+            return Err(ExecError::Config { message });
+        }
+        self.config.optimizer = optimizer;
+        Ok(())
+    }
+
+    pub fn params(&self) -> &ParamSet {
+        &self.params
+    }
+
+    /// Replaces the parameters (same names and shapes, e.g. loaded from a checkpoint).
+    /// Gradients accumulated for the old ones are dropped.
+    pub fn set_params(&mut self, params: ParamSet) -> Result<(), ExecError> {
+        if !self.params.same_layout(&params) {
+            return Err(ExecError::Params { message: "the new set has other names or shapes".to_string() });
+        }
+        self.params = params;
+        self.grads.fill_zero();
+        self.pending.iter_mut().for_each(|p| *p = 0);
+        Ok(())
+    }
+
+    pub fn optimizer_state(&self) -> &OptimState {
+        &self.optim
+    }
+
+    pub fn config(&self) -> &ExecConfig {
+        &self.config
+    }
+
+    /// The worker of every node index (`None` for holes): the placement in use.
+    pub fn placement(&self) -> Vec<Option<usize>> {
+        self.program.nodes.iter().map(|n| n.as_ref().map(|n| n.worker)).collect()
+    }
+
+    /// `op label (%N)` of a node, for traces and reports.
+    pub fn node_name(&self, node: u32) -> String {
+        self.program.node_name(node)
+    }
+
+    /// The trace events recorded so far (with `config.trace`), emptied.
+    pub fn take_trace(&mut self) -> Vec<TraceEvent> {
+        std::mem::take(&mut self.trace)
+    }
+
+    /// Writes trace events as Chrome trace JSON with this graph's node names.
+    pub fn write_trace(&self, events: &[TraceEvent], out: &mut impl std::io::Write) -> std::io::Result<()> {
+        write_chrome_trace(events, |n| self.program.node_name(n), out)
+    }
+
+    /// One pass over `instances` (in order), updating parameters as configured. On a
+    /// non-finite loss ([`ExecError::NonFiniteLoss`]) or any other error, training stops:
+    /// the parameters are those of the last update, and the gradients accumulated since
+    /// are dropped, so [`Executor::params`] is a sound checkpoint.
+    pub fn train_epoch<I: ExecInstance + Sync>(&mut self, instances: &[I]) -> Result<EpochStats, ExecError> {
+        let start = Instant::now();
+        let list: Vec<&(dyn ExecInstance + Sync)> = instances.iter().map(|i| i as &(dyn ExecInstance + Sync)).collect();
+        let groups = live_groups(
+            &self.program.groups,
+            &mut self.params,
+            &mut self.grads,
+            &mut self.optim.tensors,
+            &self.pending,
+        );
+        let shared = RunShared {
+            instances: list,
+            params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
+            mode: RunMode::Train,
+        };
+        let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin);
+        let groups = shared.params.into_live_groups();
+        let updates = groups.iter().map(|g| g.updates).sum();
+        let pending: Vec<u64> = groups.iter().map(|g| g.pending).collect();
+        drop(groups);
+        let output = match result {
+            Ok(output) => output,
+            Err(e) => {
+                self.grads.fill_zero();
+                self.pending.iter_mut().for_each(|p| *p = 0);
+                return Err(e);
+            }
+        };
+        self.pending = pending;
+        let stats = self.summarize(output, start);
+        Ok(EpochStats {
+            instances: stats.instances,
+            loss: stats.loss,
+            losses: stats.losses,
+            accuracy: stats.accuracy,
+            updates,
+            elapsed: stats.elapsed,
+            instances_per_s: stats.instances_per_s,
+        })
+    }
+
+    /// Forward passes only: mean loss and accuracy; parameters unchanged.
+    pub fn evaluate<I: ExecInstance + Sync>(&self, instances: &[I]) -> Result<EvalStats, ExecError> {
+        let start = Instant::now();
+        let (output, _) = self.run_frozen(instances, RunMode::Eval)?;
+        Ok(self.summarize_eval(output, start))
+    }
+
+    /// Forward passes only: the main sink's output (the sink named `forward`, else the
+    /// first) of every instance, in input order (empty when it produced none).
+    pub fn infer<I: ExecInstance + Sync>(&self, instances: &[I]) -> Result<Vec<Vec<f32>>, ExecError> {
+        let (output, _) = self.run_frozen(instances, RunMode::Infer)?;
+        Ok(output.outputs.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// The loss of one instance and the gradient of every parameter (zero for unused
+    /// ones); nothing is updated and nothing accumulated for training.
+    pub fn grads<I: ExecInstance + Sync>(&mut self, instance: &I) -> Result<(f32, ParamSet), ExecError> {
+        let list: Vec<&(dyn ExecInstance + Sync)> = vec![instance as &(dyn ExecInstance + Sync)];
+        let mut grads = self.params.zeros_like();
+        let mut scratch = self.optim.clone();
+        let groups = live_groups(&self.program.groups, &mut self.params, &mut grads, &mut scratch.tensors, &[]);
+        let shared = RunShared {
+            instances: list,
+            params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
+            mode: RunMode::Grad,
+        };
+        let config = ExecConfig { max_active_keys: 1, ..self.config.clone() };
+        let result = controller::run(&self.program, &shared, &config, &[], self.origin);
+        drop(shared);
+        let output = result?;
+        let loss =
+            output.losses.first().copied().flatten().ok_or_else(|| ExecError::Config {
+                message: "the graph computed no loss for this instance".to_string(),
+            })?;
+        Ok((loss, grads))
+    }
+
+    fn run_frozen<I: ExecInstance + Sync>(
+        &self,
+        instances: &[I],
+        mode: RunMode,
+    ) -> Result<(RunOutput, Duration), ExecError> {
+        let start = Instant::now();
+        let list: Vec<&(dyn ExecInstance + Sync)> = instances.iter().map(|i| i as &(dyn ExecInstance + Sync)).collect();
+        let shared = RunShared {
+            instances: list,
+            params: ParamAccess::Frozen { params: &self.params, groups: &self.program.groups },
+            mode,
+        };
+        let output = controller::run(&self.program, &shared, &self.config, &[], self.origin)?;
+        Ok((output, start.elapsed()))
+    }
+
+    fn summarize(&mut self, output: RunOutput, start: Instant) -> EvalStats {
+        let RunOutput { losses, correct, trace, .. } = output;
+        if self.config.trace {
+            self.trace.extend(trace);
+        }
+        stats(losses, correct, start)
+    }
+
+    fn summarize_eval(&self, output: RunOutput, start: Instant) -> EvalStats {
+        stats(output.losses, output.correct, start)
+    }
+}
+
+fn stats(losses: Vec<Option<f32>>, correct: Vec<Option<bool>>, start: Instant) -> EvalStats {
+    let elapsed = start.elapsed();
+    let instances = losses.len();
+    let known: Vec<f32> = losses.iter().flatten().copied().collect();
+    let loss = if known.is_empty() { f32::NAN } else { known.iter().sum::<f32>() / known.len() as f32 };
+    let judged: Vec<bool> = correct.into_iter().flatten().collect();
+    let accuracy = (!judged.is_empty()).then(|| judged.iter().filter(|&&c| c).count() as f32 / judged.len() as f32);
+    let instances_per_s = instances as f64 / elapsed.as_secs_f64().max(1e-9);
+    EvalStats {
+        instances,
+        loss,
+        losses: losses.into_iter().map(|l| l.unwrap_or(f32::NAN)).collect(),
+        accuracy,
+        elapsed,
+        instances_per_s,
+    }
+}

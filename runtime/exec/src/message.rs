@@ -1,0 +1,93 @@
+//! Messages: a payload (nothing, or f32 values shared between consumers) and a state (one
+//! i64 per state field, `-1` for unset), and the envelopes that carry them between nodes.
+
+use amp_ir::FieldId;
+use std::sync::Arc;
+
+/// The value a state field holds when nothing has written it.
+pub const UNSET: i64 = -1;
+
+/// What a message carries: nothing (a control message, or the gradient of one) or f32
+/// values in row-major order. The values are shared: a node that fans out sends the same
+/// allocation to every consumer, and caches hold on to it without copying.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Payload {
+    Unit,
+    F32(Arc<Vec<f32>>),
+}
+
+impl Payload {
+    pub fn from_vec(values: Vec<f32>) -> Payload {
+        Payload::F32(Arc::new(values))
+    }
+
+    /// The values; empty for `Unit`.
+    pub fn values(&self) -> &[f32] {
+        match self {
+            Payload::Unit => &[],
+            Payload::F32(v) => v,
+        }
+    }
+
+    /// The values as an owned vector (copied only when shared).
+    pub fn into_vec(self) -> Vec<f32> {
+        match self {
+            Payload::Unit => Vec::new(),
+            Payload::F32(v) => Arc::unwrap_or_clone(v),
+        }
+    }
+
+    pub fn is_unit(&self) -> bool {
+        matches!(self, Payload::Unit)
+    }
+}
+
+/// One message: payload and state. A forward message and its backward message (the
+/// gradient) carry the same state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Msg {
+    pub payload: Payload,
+    pub state: Box<[i64]>,
+}
+
+impl Msg {
+    pub fn new(payload: Payload, state: Box<[i64]>) -> Msg {
+        Msg { payload, state }
+    }
+
+    /// The instance the message belongs to (state field 0).
+    pub fn instance(&self) -> i64 {
+        self.state.first().copied().unwrap_or(UNSET)
+    }
+
+    /// The same state with another payload.
+    pub fn with_payload(&self, payload: Payload) -> Msg {
+        Msg { payload, state: self.state.clone() }
+    }
+}
+
+/// The values of a node's key fields in a state: what its caches and joins are indexed by.
+pub type Key = Box<[i64]>;
+
+/// The key of `state` for the fields `fields` (a field beyond the state reads as unset;
+/// the verifier rules that out).
+pub fn key_of(fields: &[FieldId], state: &[i64]) -> Key {
+    fields.iter().map(|f| state.get(usize::from(f.0)).copied().unwrap_or(UNSET)).collect()
+}
+
+/// Which way a message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Forward,
+    Backward,
+}
+
+/// A message on its way to a node: forward messages name the node's input port,
+/// backward messages the node's output port they answer.
+#[derive(Clone, Debug)]
+pub(crate) struct Envelope {
+    pub node: u32,
+    pub port: u16,
+    pub dir: Dir,
+    pub msg: Msg,
+}

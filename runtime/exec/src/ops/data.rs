@@ -1,0 +1,151 @@
+//! Where messages come from and go: `source`, `read` (instance data), `const`, `forget`
+//! (drops a payload, keeping the control) and `sink` (the inference output).
+
+use super::{Emit, NodeCx, NodeOp};
+use crate::error::OpError;
+use crate::message::{Msg, Payload};
+use crate::program::NodeInfo;
+use amp_ir::{resolve_path, ConstValue, DataStep, PayloadTy};
+
+/// Emits the admitted instance's control message; its backward messages only count (the
+/// run tracks when an instance is finished).
+pub(crate) struct SourceOp;
+
+impl NodeOp for SourceOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        cx.forward(0, msg.with_payload(Payload::Unit));
+        Ok(())
+    }
+
+    fn backward(&mut self, _cx: &mut NodeCx, _port: u16, _grad: Msg) -> Result<(), OpError> {
+        Ok(())
+    }
+}
+
+/// Loads an f32 leaf of the instance.
+pub(crate) struct ReadOp {
+    path: Vec<DataStep>,
+    elements: usize,
+}
+
+impl ReadOp {
+    pub fn new(path: Vec<DataStep>, node: &NodeInfo) -> ReadOp {
+        let elements = node.outputs.first().map_or(0, |t| t.elements() as usize);
+        ReadOp { path, elements }
+    }
+
+    fn describe(&self) -> String {
+        let mut text = String::from("$");
+        for step in &self.path {
+            match step {
+                DataStep::Field(name) => {
+                    text.push('.');
+                    text.push_str(name);
+                }
+                DataStep::Index(_) => text.push_str("[..]"),
+            }
+        }
+        text
+    }
+}
+
+impl NodeOp for ReadOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let instance = cx.instance(&msg.state)?;
+        let missing = || OpError::MissingData { path: self.describe() };
+        let path = resolve_path(&self.path, &msg.state, instance).ok_or_else(missing)?;
+        let values = instance.f32_at(&path).ok_or_else(missing)?;
+        if values.len() != self.elements {
+            return Err(OpError::PayloadSize { expected: self.elements, found: values.len() });
+        }
+        cx.forward(0, msg.with_payload(Payload::from_vec(values.to_vec())));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        cx.backward(0, grad.with_payload(Payload::Unit));
+        Ok(())
+    }
+}
+
+/// Fills its output shape with a constant.
+pub(crate) struct ConstOp {
+    value: f32,
+    elements: usize,
+}
+
+impl ConstOp {
+    pub fn new(value: ConstValue, node: &NodeInfo) -> ConstOp {
+        let value = match value {
+            ConstValue::Zeros => 0.0,
+            ConstValue::Ones => 1.0,
+            ConstValue::Scalar(v) => v,
+        };
+        ConstOp { value, elements: node.outputs.first().map_or(0, |t| t.elements() as usize) }
+    }
+}
+
+impl NodeOp for ConstOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        cx.forward(0, msg.with_payload(Payload::from_vec(vec![self.value; self.elements])));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        cx.backward(0, grad.with_payload(Payload::Unit));
+        Ok(())
+    }
+}
+
+/// Drops the payload; backward, a zero gradient of the input's type.
+pub(crate) struct ForgetOp {
+    input_elements: Option<usize>,
+}
+
+impl ForgetOp {
+    pub fn new(node: &NodeInfo) -> ForgetOp {
+        let input_elements = match node.inputs.first() {
+            Some(PayloadTy::F32(dims)) => Some(dims.iter().product::<u64>() as usize),
+            _ => None,
+        };
+        ForgetOp { input_elements }
+    }
+}
+
+impl NodeOp for ForgetOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        cx.forward(0, msg.with_payload(Payload::Unit));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let payload = match self.input_elements {
+            Some(n) => Payload::from_vec(vec![0.0; n]),
+            // A batch's row count is not static; the executor rejects batches at forget
+            // until the collection ops land (see `ops::build`).
+            None => Payload::Unit,
+        };
+        cx.backward(0, grad.with_payload(payload));
+        Ok(())
+    }
+}
+
+/// The inference output leaves the graph; training sends back a zero gradient at once.
+pub(crate) struct SinkOp;
+
+impl NodeOp for SinkOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        if cx.mode() == super::RunMode::Infer {
+            cx.out.push(Emit::Output { instance: msg.instance(), values: msg.payload.values().to_vec() });
+        }
+        if cx.training() {
+            let zero = cx.zero_input_grad(0, &msg.payload);
+            cx.backward(0, msg.with_payload(zero));
+        }
+        Ok(())
+    }
+
+    fn backward(&mut self, _cx: &mut NodeCx, _port: u16, _grad: Msg) -> Result<(), OpError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,70 @@
+//! `loss`: cross-entropy of logits against a label expression, or the mean squared error
+//! of two inputs (joined by key). Ends the forward pass, reports the value, and starts the
+//! backward pass with gradient 1. A non-finite loss sends nothing back: the run stops
+//! before any of its gradient reaches a parameter.
+
+use super::{Emit, Join, NodeCx, NodeOp, RunMode};
+use crate::error::OpError;
+use crate::kernels;
+use crate::message::{Msg, Payload};
+use crate::program::NodeInfo;
+use amp_ir::LossKind;
+
+pub(crate) struct LossOp {
+    kind: LossKind,
+    join: Join,
+}
+
+impl LossOp {
+    pub fn new(kind: LossKind, node: &NodeInfo) -> LossOp {
+        LossOp { kind, join: Join::new(node.inputs.len().max(1)) }
+    }
+}
+
+impl NodeOp for LossOp {
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
+        if cx.mode() == RunMode::Infer {
+            return Ok(());
+        }
+        let key = cx.key(&msg.state);
+        let Some(inputs) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
+        match &self.kind {
+            LossKind::CrossEntropy { label } => {
+                let Some(msg) = inputs.first() else { return Ok(()) };
+                let logits = msg.payload.values();
+                let class = cx.eval_index(label, &msg.state, "label", logits.len())?;
+                let log_probs = kernels::log_softmax_rows(logits, logits.len());
+                let value = -log_probs[class];
+                let correct = kernels::argmax(logits).map(|best| best == class);
+                cx.out.push(Emit::Loss { instance: msg.instance(), value, correct });
+                if cx.training() && value.is_finite() {
+                    let mut grad: Vec<f32> = log_probs.iter().map(|l| l.exp()).collect();
+                    grad[class] -= 1.0;
+                    cx.backward(0, msg.with_payload(Payload::from_vec(grad)));
+                }
+            }
+            LossKind::Mse => {
+                let [a, b] = inputs.as_slice() else { return Ok(()) };
+                let (x, y) = (a.payload.values(), b.payload.values());
+                let n = x.len().min(y.len()).max(1) as f32;
+                let value = x.iter().zip(y).map(|(p, q)| (p - q) * (p - q)).sum::<f32>() / n;
+                cx.out.push(Emit::Loss { instance: a.instance(), value, correct: None });
+                if cx.training() && value.is_finite() {
+                    let da: Vec<f32> = x.iter().zip(y).map(|(p, q)| 2.0 * (p - q) / n).collect();
+                    let db: Vec<f32> = da.iter().map(|g| -g).collect();
+                    cx.backward(0, a.with_payload(Payload::from_vec(da)));
+                    cx.backward(1, b.with_payload(Payload::from_vec(db)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn backward(&mut self, _cx: &mut NodeCx, _port: u16, _grad: Msg) -> Result<(), OpError> {
+        Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.join.len()
+    }
+}

@@ -1,0 +1,266 @@
+//! Node ops: the forward and backward semantics of every op of `docs/IR.md`, one type per
+//! op family, behind one trait.
+//!
+//! A worker hands an op one message at a time through [`NodeOp::forward`] (on an input
+//! port) or [`NodeOp::backward`] (on an output port, with the gradients of all consumers
+//! of that port already summed by the worker); the op answers by emitting messages
+//! through its [`NodeCx`]. What the worker does around it, so the ops need not: checks
+//! every payload's size against the port's type before the op sees it; fans a forward
+//! message out to every consumer of the port; answers a forward message on a port with no
+//! consumer by an immediate zero gradient (training) or drops it (inference); routes
+//! backward messages to the producer of the input port.
+//!
+//! Adding an op: a type implementing [`NodeOp`] in the module of its family and an arm
+//! in [`build`]. Dynamic batching will add a `forward_batch` with a default that loops.
+
+mod data;
+mod loss;
+mod nppt;
+mod ppt;
+mod route;
+mod shape;
+
+use crate::error::OpError;
+use crate::instance::ExecInstance;
+use crate::message::{key_of, Key, Msg, Payload};
+use crate::program::NodeInfo;
+use crate::train::ParamAccess;
+use amp_ir::{Op, PayloadTy, StateExpr};
+use std::collections::HashMap;
+
+/// What a run is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunMode {
+    /// Forward and backward, gradients accumulated and applied.
+    Train,
+    /// Forward and backward, gradients accumulated but never applied.
+    Grad,
+    /// Forward only, losses (and accuracy) reported.
+    Eval,
+    /// Forward only, sink outputs reported; loss nodes do nothing (labels may be absent).
+    Infer,
+}
+
+impl RunMode {
+    pub fn backward(self) -> bool {
+        matches!(self, RunMode::Train | RunMode::Grad)
+    }
+}
+
+/// What an op produces while handling a message.
+#[derive(Debug)]
+pub(crate) enum Emit {
+    Forward { port: u16, msg: Msg },
+    Backward { port: u16, msg: Msg },
+    Loss { instance: i64, value: f32, correct: Option<bool> },
+    Output { instance: i64, values: Vec<f32> },
+}
+
+/// Everything a run shares between workers, read-only but for the parameters' locks.
+pub(crate) struct RunShared<'a> {
+    pub instances: Vec<&'a (dyn ExecInstance + Sync)>,
+    pub params: ParamAccess<'a>,
+    pub mode: RunMode,
+}
+
+/// An op's view of the run while it handles one message.
+pub(crate) struct NodeCx<'r, 'a> {
+    pub node: &'r NodeInfo,
+    pub shared: &'r RunShared<'a>,
+    pub out: &'r mut Vec<Emit>,
+}
+
+impl<'a> NodeCx<'_, 'a> {
+    pub fn forward(&mut self, port: u16, msg: Msg) {
+        self.out.push(Emit::Forward { port, msg });
+    }
+
+    pub fn backward(&mut self, port: u16, msg: Msg) {
+        self.out.push(Emit::Backward { port, msg });
+    }
+
+    /// Whether backward messages will come (so caches must be kept).
+    pub fn training(&self) -> bool {
+        self.shared.mode.backward()
+    }
+
+    pub fn mode(&self) -> RunMode {
+        self.shared.mode
+    }
+
+    pub fn params(&self) -> &ParamAccess<'a> {
+        &self.shared.params
+    }
+
+    /// The node's key in `state`.
+    pub fn key(&self, state: &[i64]) -> Key {
+        key_of(&self.node.key, state)
+    }
+
+    pub fn instance(&self, state: &[i64]) -> Result<&'a (dyn ExecInstance + Sync), OpError> {
+        let id = state.first().copied().unwrap_or(-1);
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.shared.instances.get(i).copied())
+            .ok_or(OpError::UnknownInstance { instance: id })
+    }
+
+    /// Evaluates a state expression on `state` and the message's instance.
+    pub fn eval(&self, expr: &StateExpr, state: &[i64], what: &'static str) -> Result<i64, OpError> {
+        let instance = self.instance(state)?;
+        expr.eval(state, instance).ok_or(OpError::Eval { what })
+    }
+
+    /// Evaluates an index and checks it against `len`.
+    pub fn eval_index(
+        &self,
+        expr: &StateExpr,
+        state: &[i64],
+        what: &'static str,
+        len: usize,
+    ) -> Result<usize, OpError> {
+        let index = self.eval(expr, state, what)?;
+        usize::try_from(index).ok().filter(|&i| i < len).ok_or(OpError::OutOfRange { what, index, len })
+    }
+
+    /// A zero gradient for input port `port` (unit for a unit port).
+    pub fn zero_input_grad(&self, port: usize, like: &Payload) -> Payload {
+        match self.node.inputs.get(port) {
+            Some(PayloadTy::Unit) | None => Payload::Unit,
+            Some(_) => Payload::from_vec(vec![0.0; like.values().len()]),
+        }
+    }
+}
+
+/// The semantics of one op: what a node does with a forward message and with the
+/// (summed) gradient of one of its outputs.
+pub(crate) trait NodeOp: Send {
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError>;
+    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError>;
+    /// Messages or activations held under keys (joins waiting, caches), for leak checks.
+    fn held(&self) -> usize {
+        0
+    }
+}
+
+/// Values kept under keys until the backward pass (or a join) takes them.
+pub(crate) struct Keyed<T> {
+    map: HashMap<Key, T>,
+}
+
+impl<T> Keyed<T> {
+    pub fn new() -> Keyed<T> {
+        Keyed { map: HashMap::new() }
+    }
+
+    /// Keeps `value` under `key`; a live entry with the same key is a keying error.
+    pub fn put(&mut self, key: Key, value: T) -> Result<(), OpError> {
+        match self.map.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => Err(OpError::DuplicateKey { key: e.key().to_vec() }),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(value);
+                Ok(())
+            }
+        }
+    }
+
+    pub fn take(&mut self, key: &Key) -> Result<T, OpError> {
+        self.map.remove(key).ok_or_else(|| OpError::MissingCache { key: key.to_vec() })
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Gathers one message per port under a key; yields them all, in port order, once the
+/// last arrived. Inputs arrive in any order.
+pub(crate) struct Join {
+    arity: usize,
+    pending: HashMap<Key, (Vec<Option<Msg>>, usize)>,
+}
+
+impl Join {
+    pub fn new(arity: usize) -> Join {
+        Join { arity, pending: HashMap::new() }
+    }
+
+    pub fn offer(&mut self, key: Key, port: usize, msg: Msg) -> Result<Option<Vec<Msg>>, OpError> {
+        if self.arity <= 1 {
+            return Ok(Some(vec![msg]));
+        }
+        let entry = self.pending.entry(key.clone()).or_insert_with(|| (vec![None; self.arity], 0));
+        let Some(slot) = entry.0.get_mut(port) else {
+            return Err(OpError::OutOfRange { what: "port", index: port as i64, len: self.arity });
+        };
+        if slot.is_some() {
+            return Err(OpError::DuplicateKey { key: key.to_vec() });
+        }
+        *slot = Some(msg);
+        entry.1 += 1;
+        if entry.1 < self.arity {
+            return Ok(None);
+        }
+        let (msgs, _) = self.pending.remove(&key).unwrap_or_default();
+        Ok(Some(msgs.into_iter().flatten().collect()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// The op of a node.
+pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn NodeOp>, OpError> {
+    // New ops land in amp-ir before the executor runs them: report them rather than fail
+    // to build, hence the catch-all arm.
+    #[allow(unreachable_patterns)]
+    Ok(match &node.op {
+        Op::Source => Box::new(data::SourceOp),
+        Op::Read { path } => Box::new(data::ReadOp::new(path.clone(), node)),
+        Op::Const { value } => Box::new(data::ConstOp::new(*value, node)),
+        Op::Forget => Box::new(data::ForgetOp::new(node)),
+        Op::Sink { .. } => Box::new(data::SinkOp),
+        Op::Linear { .. } => Box::new(ppt::LinearOp::new(node, access)?),
+        Op::Embedding { index, .. } => Box::new(ppt::EmbeddingOp::new(node, index.clone(), access)?),
+        Op::Unary(f) => Box::new(nppt::UnaryOp::new(*f, node)),
+        Op::Binary(f) => Box::new(nppt::BinaryOp::new(*f, node)),
+        Op::Concat => Box::new(shape::ConcatOp::new(node)),
+        Op::Split { parts } => Box::new(shape::SplitOp::new(*parts as usize, node)),
+        Op::Cond { pred } => Box::new(route::CondOp::new(route::Choice::Pred(pred.clone()))),
+        Op::Switch { index, arms } => Box::new(route::CondOp::new(route::Choice::Index(index.clone(), *arms as usize))),
+        Op::Phi { arms } => Box::new(route::PhiOp::new(*arms as usize)),
+        Op::Isu { field, value, inverse } => Box::new(route::IsuOp::new(*field, value.clone(), inverse.clone())),
+        Op::Loss(kind) => Box::new(loss::LossOp::new(kind.clone(), node)),
+        other => return Err(OpError::Unsupported { op: other.keyword() }),
+    })
+}
+
+/// Elements per row of a port's type (the whole tensor for `f32[..]`, one row for a
+/// batch), and whether its row count is dynamic.
+pub(crate) fn row_elements(ty: &PayloadTy) -> (usize, bool) {
+    match ty {
+        PayloadTy::Unit => (0, false),
+        PayloadTy::F32(dims) => (dims.iter().product::<u64>() as usize, false),
+        PayloadTy::Batch(dims) => (dims.iter().product::<u64>() as usize, true),
+    }
+}
+
+/// Whether a payload fits a port's type.
+pub(crate) fn payload_fits(ty: &PayloadTy, payload: &Payload) -> Result<(), OpError> {
+    let (row, dynamic) = row_elements(ty);
+    match (ty, payload) {
+        (PayloadTy::Unit, Payload::Unit) => Ok(()),
+        (PayloadTy::Unit, p) => Err(OpError::PayloadSize { expected: 0, found: p.values().len() }),
+        (_, Payload::Unit) => Err(OpError::PayloadSize { expected: row, found: 0 }),
+        (_, Payload::F32(v)) => {
+            let fits =
+                if dynamic { (row == 0 && v.is_empty()) || (row > 0 && v.len() % row == 0) } else { v.len() == row };
+            if fits {
+                Ok(())
+            } else {
+                Err(OpError::PayloadSize { expected: row, found: v.len() })
+            }
+        }
+    }
+}

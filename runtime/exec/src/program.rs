@@ -1,0 +1,265 @@
+//! The executable form of a verified graph: nodes in a dense table with their consumers
+//! and producers resolved, parameter groups (the tensors each Ppt owns), and the worker of
+//! every node.
+
+use crate::config::{ExecConfig, NodeSelector, Placement};
+use crate::error::ExecError;
+use amp_ir::{FieldId, Graph, Op, PayloadTy};
+use amp_params::ParamSet;
+use petgraph::visit::{EdgeRef, NodeIndexable};
+
+/// One node as the workers see it.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeInfo {
+    pub index: u32,
+    pub op: Op,
+    pub label: String,
+    pub inputs: Vec<PayloadTy>,
+    pub outputs: Vec<PayloadTy>,
+    pub key: Vec<FieldId>,
+    /// Per output port, the `(node, input port)` of every consumer edge.
+    pub consumers: Vec<Vec<(u32, u16)>>,
+    /// Per input port, the `(node, output port)` feeding it.
+    pub producers: Vec<(u32, u16)>,
+    /// The parameter group of a Ppt.
+    pub group: Option<usize>,
+    pub worker: usize,
+}
+
+/// The tensors a Ppt prefix names (`cell` → `cell.weight`, `cell.bias`), who updates them
+/// and how often.
+#[derive(Clone, Debug)]
+pub(crate) struct GroupInfo {
+    pub prefix: String,
+    /// Indices into the parameter set: the weight, then the bias when there is one.
+    pub tensors: Vec<usize>,
+    /// The nodes using the group, in index order.
+    pub nodes: Vec<u32>,
+    /// The worker that counts finished instances for the group and applies its updates.
+    pub owner: usize,
+    pub min_update_frequency: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Program {
+    pub nodes: Vec<Option<NodeInfo>>,
+    pub source: u32,
+    pub groups: Vec<GroupInfo>,
+    pub workers: usize,
+    pub state_len: usize,
+    /// The sink whose output `infer` returns: the one named `forward`, else the first.
+    pub main_sink: Option<u32>,
+}
+
+impl Program {
+    /// Verifies the graph, checks the parameters against it, and places its nodes.
+    pub fn new(graph: &Graph, params: &ParamSet, config: &ExecConfig) -> Result<Program, ExecError> {
+        if let Err(errors) = amp_ir::verify::verify(graph) {
+            return Err(ExecError::Unverified { errors: errors.iter().map(|e| e.to_string()).collect() });
+        }
+        config.check().map_err(|message| ExecError::Config { message })?;
+        check_params(graph, params)?;
+        let bound = graph.nodes.node_bound();
+        let mut nodes: Vec<Option<NodeInfo>> = vec![None; bound];
+        let mut source = None;
+        for index in graph.nodes.node_indices() {
+            let Some(node) = graph.nodes.node_weight(index) else { continue };
+            let i = index.index();
+            let mut consumers = vec![Vec::new(); node.outputs.len()];
+            for edge in graph.nodes.edges_directed(index, petgraph::Direction::Outgoing) {
+                if let Some(list) = consumers.get_mut(usize::from(edge.weight().from_port)) {
+                    list.push((edge.target().index() as u32, edge.weight().to_port));
+                }
+            }
+            consumers.iter_mut().for_each(|c| c.sort_unstable());
+            let mut producers = vec![(u32::MAX, 0u16); node.inputs.len()];
+            for edge in graph.nodes.edges_directed(index, petgraph::Direction::Incoming) {
+                if let Some(slot) = producers.get_mut(usize::from(edge.weight().to_port)) {
+                    *slot = (edge.source().index() as u32, edge.weight().from_port);
+                }
+            }
+            if matches!(node.op, Op::Source) {
+                source = Some(i as u32);
+            }
+            nodes[i] = Some(NodeInfo {
+                index: i as u32,
+                op: node.op.clone(),
+                label: node.label.clone(),
+                inputs: node.inputs.clone(),
+                outputs: node.outputs.clone(),
+                key: node.key.clone(),
+                consumers,
+                producers,
+                group: None,
+                worker: 0,
+            });
+        }
+        // The verifier guarantees exactly one source.
+        let source = source.ok_or_else(|| ExecError::Unverified { errors: vec!["no source".into()] })?;
+        place(&mut nodes, graph, config)?;
+        let groups = group_params(&mut nodes, params, config);
+        let sinks: Vec<(u32, &str)> = nodes
+            .iter()
+            .flatten()
+            .filter_map(|n| match &n.op {
+                Op::Sink { name } => Some((n.index, name.as_str())),
+                _ => None,
+            })
+            .collect();
+        let main_sink = sinks.iter().find(|(_, name)| *name == "forward").or(sinks.first()).map(|(i, _)| *i);
+        let program =
+            Program { nodes, source, groups, workers: config.workers, state_len: graph.state.len(), main_sink };
+        program.check_ops(params)?;
+        Ok(program)
+    }
+
+    /// Builds every node's op once, so that a graph with an op this executor cannot run
+    /// yet is refused here rather than in the middle of a run.
+    fn check_ops(&self, params: &ParamSet) -> Result<(), ExecError> {
+        let access = crate::train::ParamAccess::Frozen { params, groups: &self.groups };
+        for node in self.nodes.iter().flatten() {
+            crate::ops::build(node, &access).map_err(|error| ExecError::Node {
+                worker: node.worker,
+                node: node.index,
+                label: node.label.clone(),
+                op: node.op.keyword(),
+                instance: crate::message::UNSET,
+                error,
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn node(&self, index: u32) -> Option<&NodeInfo> {
+        self.nodes.get(index as usize).and_then(Option::as_ref)
+    }
+
+    /// `label (%N)`, for traces and messages.
+    pub fn node_name(&self, index: u32) -> String {
+        match self.node(index) {
+            Some(n) if !n.label.is_empty() => format!("{} {} (%{index})", n.op.keyword(), n.label),
+            Some(n) => format!("{} (%{index})", n.op.keyword()),
+            None => format!("%{index}"),
+        }
+    }
+}
+
+/// The graph's parameters and the set's must agree in names and shapes, in order.
+fn check_params(graph: &Graph, params: &ParamSet) -> Result<(), ExecError> {
+    let expected = amp_params::ParamSpec::of_graph(graph);
+    if expected.len() != params.len() {
+        let message = format!("the graph has {} parameter tensors, the set {}", expected.len(), params.len());
+        return Err(ExecError::Params { message });
+    }
+    for (e, (found, _)) in expected.iter().zip(params.iter()) {
+        if e.name != found.name || e.shape != found.shape {
+            let message =
+                format!("expected `{}` {:?} where the set has `{}` {:?}", e.name, e.shape, found.name, found.shape);
+            return Err(ExecError::Params { message });
+        }
+    }
+    Ok(())
+}
+
+/// A rough count of the work a node does per message, to balance contiguous ranges.
+fn cost(graph: &Graph, node: &NodeInfo) -> u64 {
+    let out: u64 = node.outputs.iter().map(PayloadTy::elements).sum();
+    match &node.op {
+        Op::Linear { param } => graph.param(&format!("{param}.weight")).map_or(1, |p| p.shape.iter().product()) * 2,
+        Op::Embedding { .. } => out * 2,
+        _ => out + node.inputs.iter().map(PayloadTy::elements).sum::<u64>() + 1,
+    }
+}
+
+fn place(nodes: &mut [Option<NodeInfo>], graph: &Graph, config: &ExecConfig) -> Result<(), ExecError> {
+    let workers = config.workers;
+    match &config.placement {
+        Placement::Explicit(map) => {
+            for node in nodes.iter_mut().flatten() {
+                match map.get(node.index as usize) {
+                    Some(&w) if w < workers => node.worker = w,
+                    Some(&w) => {
+                        let message = format!("node %{} is placed on worker {w} of {workers}", node.index);
+                        return Err(ExecError::Config { message });
+                    }
+                    None => {
+                        let message = format!("the placement has no worker for node %{}", node.index);
+                        return Err(ExecError::Config { message });
+                    }
+                }
+            }
+        }
+        Placement::RoundRobin => {
+            for (i, node) in nodes.iter_mut().flatten().enumerate() {
+                node.worker = i % workers;
+            }
+        }
+        Placement::Contiguous => {
+            let costs: Vec<u64> = nodes.iter().flatten().map(|n| cost(graph, n)).collect();
+            let total: u64 = costs.iter().sum::<u64>().max(1);
+            let mut before = 0u64;
+            for (node, c) in nodes.iter_mut().flatten().zip(costs) {
+                // The worker whose share contains the middle of this node's work.
+                let middle = before + c / 2;
+                node.worker = ((middle as u128 * workers as u128 / total as u128) as usize).min(workers - 1);
+                before += c;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One group per Ppt prefix, owned by the worker of its first node.
+fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &ExecConfig) -> Vec<GroupInfo> {
+    let mut groups: Vec<GroupInfo> = Vec::new();
+    let mut overrides: Vec<Option<u64>> = Vec::new();
+    for node in nodes.iter_mut().flatten() {
+        let (prefix, with_bias) = match &node.op {
+            Op::Linear { param } => (param, true),
+            Op::Embedding { param, .. } => (param, false),
+            _ => continue,
+        };
+        let overridden = config.update_overrides.iter().filter(|(sel, _)| match sel {
+            NodeSelector::Id(id) => *id == node.index,
+            NodeSelector::Label(label) => *label == node.label,
+        });
+        let k = overridden.map(|(_, k)| *k).min();
+        let g = match groups.iter().position(|g| g.prefix == *prefix) {
+            Some(g) => g,
+            None => {
+                groups.push(GroupInfo {
+                    prefix: prefix.clone(),
+                    tensors: Vec::new(),
+                    nodes: Vec::new(),
+                    owner: node.worker,
+                    min_update_frequency: config.min_update_frequency,
+                });
+                groups.len() - 1
+            }
+        };
+        let group = &mut groups[g];
+        let mut wanted = vec![format!("{prefix}.weight")];
+        if with_bias {
+            wanted.push(format!("{prefix}.bias"));
+        }
+        for name in wanted {
+            if let Some(i) = params.index(&name) {
+                if !group.tensors.contains(&i) {
+                    group.tensors.push(i);
+                }
+            }
+        }
+        group.nodes.push(node.index);
+        if let Some(k) = k {
+            overrides.resize(groups.len(), None);
+            overrides[g] = Some(overrides[g].map_or(k, |old: u64| old.min(k)));
+        }
+        node.group = Some(g);
+    }
+    for (group, k) in groups.iter_mut().zip(overrides) {
+        if let Some(k) = k {
+            group.min_update_frequency = k;
+        }
+    }
+    groups
+}

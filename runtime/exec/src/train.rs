@@ -1,0 +1,161 @@
+//! Parameters during a run: frozen (inference) or live (training), where each Ppt group
+//! holds its tensors, their gradient accumulators and optimizer states behind a lock, and
+//! its owner worker applies local updates.
+
+use crate::program::GroupInfo;
+use amp_params::optim::{clip_coefficient, global_norm, update_tensor};
+use amp_params::{OptimConfig, ParamSet, TensorState};
+use std::sync::{Mutex, MutexGuard};
+
+/// One tensor of a live group.
+pub(crate) struct LiveTensor<'a> {
+    pub value: &'a mut [f32],
+    pub grad: &'a mut [f32],
+    pub optim: &'a mut TensorState,
+}
+
+/// A Ppt group during training: its tensors in `GroupInfo::tensors` order and the number
+/// of instances finished since its last update.
+pub(crate) struct LiveGroup<'a> {
+    pub tensors: Vec<LiveTensor<'a>>,
+    pub pending: u64,
+    /// Updates applied in this run.
+    pub updates: u64,
+}
+
+impl LiveGroup<'_> {
+    /// Applies the mean of the accumulated gradients (clipped over the group when
+    /// configured) and clears the accumulators. Returns whether it updated.
+    pub fn update(&mut self, config: &OptimConfig) -> bool {
+        if self.pending == 0 {
+            return false;
+        }
+        let mut scale = 1.0 / self.pending as f32;
+        if let Some(max_norm) = config.clip_norm {
+            let norm = global_norm(self.tensors.iter().map(|t| &*t.grad), scale);
+            scale *= clip_coefficient(norm, max_norm);
+        }
+        for t in &mut self.tensors {
+            update_tensor(config, t.optim, t.value, t.grad, scale);
+            t.grad.iter_mut().for_each(|g| *g = 0.0);
+        }
+        self.pending = 0;
+        self.updates += 1;
+        true
+    }
+}
+
+/// `(weight, bias, weight gradient, bias gradient)`.
+pub(crate) type LinearParts<'v> = (&'v [f32], &'v [f32], &'v mut [f32], &'v mut [f32]);
+
+/// How ops reach parameters in a run.
+pub(crate) enum ParamAccess<'a> {
+    /// Read-only (evaluation and inference): no locks, no gradients.
+    Frozen { params: &'a ParamSet, groups: &'a [GroupInfo] },
+    /// Training: one lock per group.
+    Live { groups: Vec<Mutex<LiveGroup<'a>>> },
+}
+
+/// A group's tensors while an op uses them.
+pub(crate) enum GroupView<'g, 'a> {
+    Frozen(Vec<&'g [f32]>),
+    Live(MutexGuard<'g, LiveGroup<'a>>),
+}
+
+impl GroupView<'_, '_> {
+    /// Values of the group's `i`-th tensor (empty when there is none).
+    pub fn value(&self, i: usize) -> &[f32] {
+        match self {
+            GroupView::Frozen(values) => values.get(i).copied().unwrap_or(&[]),
+            GroupView::Live(g) => g.tensors.get(i).map_or(&[], |t| &*t.value),
+        }
+    }
+
+    /// The group's `i`-th tensor's values and gradient accumulator (training only).
+    pub fn value_and_grad(&mut self, i: usize) -> Option<(&[f32], &mut [f32])> {
+        match self {
+            GroupView::Frozen(_) => None,
+            GroupView::Live(g) => g.tensors.get_mut(i).map(|t| (&*t.value, &mut *t.grad)),
+        }
+    }
+
+    /// Weight and bias of a linear group: values of both, gradients of both.
+    pub fn linear_parts(&mut self) -> Option<LinearParts<'_>> {
+        match self {
+            GroupView::Frozen(_) => None,
+            GroupView::Live(g) => match g.tensors.as_mut_slice() {
+                [w, b, ..] => Some((&*w.value, &*b.value, &mut *w.grad, &mut *b.grad)),
+                _ => None,
+            },
+        }
+    }
+}
+
+impl<'a> ParamAccess<'a> {
+    /// Locks (when live) and returns group `g`'s tensors.
+    pub fn group(&self, g: usize) -> GroupView<'_, 'a> {
+        match self {
+            ParamAccess::Frozen { params, groups } => {
+                let values = groups.get(g).map_or_else(Vec::new, |info| {
+                    info.tensors.iter().map(|&i| if i < params.len() { params.data(i) } else { &[] }).collect()
+                });
+                GroupView::Frozen(values)
+            }
+            ParamAccess::Live { groups } => match groups.get(g) {
+                Some(lock) => GroupView::Live(lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())),
+                None => GroupView::Frozen(Vec::new()),
+            },
+        }
+    }
+
+    /// Locks a live group for its owner's bookkeeping.
+    pub fn live(&self, g: usize) -> Option<MutexGuard<'_, LiveGroup<'a>>> {
+        match self {
+            ParamAccess::Live { groups } => {
+                groups.get(g).map(|lock| lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+            }
+            ParamAccess::Frozen { .. } => None,
+        }
+    }
+
+    /// The live groups back, after the workers are gone.
+    pub fn into_live_groups(self) -> Vec<LiveGroup<'a>> {
+        match self {
+            ParamAccess::Live { groups } => {
+                groups.into_iter().map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner())).collect()
+            }
+            ParamAccess::Frozen { .. } => Vec::new(),
+        }
+    }
+}
+
+/// Splits parameters, accumulators and optimizer states into live groups (every tensor
+/// belongs to at most one group).
+pub(crate) fn live_groups<'a>(
+    groups: &[GroupInfo],
+    params: &'a mut ParamSet,
+    grads: &'a mut ParamSet,
+    optim: &'a mut [TensorState],
+    pending: &[u64],
+) -> Vec<LiveGroup<'a>> {
+    let mut values: Vec<Option<&'a mut [f32]>> = params.iter_mut().map(|(_, v)| Some(v)).collect();
+    let mut accs: Vec<Option<&'a mut [f32]>> = grads.iter_mut().map(|(_, v)| Some(v)).collect();
+    let mut states: Vec<Option<&'a mut TensorState>> = optim.iter_mut().map(Some).collect();
+    groups
+        .iter()
+        .enumerate()
+        .map(|(g, info)| {
+            let tensors = info
+                .tensors
+                .iter()
+                .filter_map(|&i| {
+                    let value = values.get_mut(i)?.take()?;
+                    let grad = accs.get_mut(i)?.take()?;
+                    let optim = states.get_mut(i)?.take()?;
+                    Some(LiveTensor { value, grad, optim })
+                })
+                .collect();
+            LiveGroup { tensors, pending: pending.get(g).copied().unwrap_or(0), updates: 0 }
+        })
+        .collect()
+}

@@ -1,0 +1,375 @@
+//! A worker thread: owns a set of nodes, takes messages from its channel and from its own
+//! local queue (messages between its own nodes), runs the ops, routes what they emit, sums
+//! fanned-out gradients, counts finished instances for the parameter groups it owns and
+//! applies their updates.
+//!
+//! Termination of an instance is detected by credit counting: every message in flight
+//! holds one credit of its instance; a worker adds the credits of what it emits before it
+//! gives back the credit of the message it consumed, so the count reaches zero exactly
+//! when nothing of the instance is left in flight, in training (the source got its last
+//! backward messages) as in inference (every forward message reached a sink, a loss or a
+//! dropped port).
+//!
+//! A failing or panicking op ends the worker's part of the run: it reports the node and
+//! itself to the controller, which stops every worker.
+
+use crate::config::Fault;
+use crate::error::{ExecError, OpError};
+use crate::message::{key_of, Dir, Envelope, Key, Msg, Payload};
+use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunShared};
+use crate::program::{NodeInfo, Program};
+use crate::trace::{TraceEvent, TraceKind};
+use amp_params::OptimConfig;
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+/// What the controller and other workers send a worker.
+pub(crate) enum ToWorker {
+    Work(Envelope),
+    /// One more instance finished: each group the worker owns counts it, and updates when
+    /// it reached its `min_update_frequency`.
+    InstanceDone,
+    /// Finish: with `flush`, update the owned groups with whatever accumulated.
+    Stop {
+        flush: bool,
+    },
+}
+
+/// What workers tell the controller.
+pub(crate) enum Report {
+    Loss { instance: i64, node: u32, value: f32, correct: Option<bool> },
+    Output { instance: i64, node: u32, values: Vec<f32> },
+    Done { instance: usize },
+    Failed(ExecError),
+    Stopped { worker: usize, trace: Vec<TraceEvent>, held: Vec<(u32, usize)> },
+}
+
+/// Counters the watchdog reads.
+#[derive(Default)]
+pub(crate) struct WorkerGauges {
+    pub processed: AtomicU64,
+    pub local: AtomicUsize,
+}
+
+/// Everything a worker works with.
+pub(crate) struct WorkerSetup<'s, 'a> {
+    pub id: usize,
+    pub program: &'s Program,
+    pub shared: &'s RunShared<'a>,
+    pub inbox: Receiver<ToWorker>,
+    pub peers: Vec<Sender<ToWorker>>,
+    pub reports: Sender<Report>,
+    pub credits: &'s [AtomicU32],
+    pub gauges: &'s WorkerGauges,
+    pub optimizer: OptimConfig,
+    pub origin: Instant,
+    pub trace: bool,
+    pub fault: Option<Fault>,
+}
+
+/// A node on this worker: its op, and the gradients of fanned-out ports being summed.
+struct Slot {
+    op: Box<dyn NodeOp>,
+    fan_in: HashMap<(u16, Key), (Payload, usize)>,
+    messages: u64,
+}
+
+struct Worker<'s, 'a> {
+    setup: WorkerSetup<'s, 'a>,
+    slots: Vec<Option<Slot>>,
+    local: VecDeque<Envelope>,
+    events: Vec<TraceEvent>,
+    emitted: Vec<Emit>,
+}
+
+/// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
+pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
+    let mut slots: Vec<Option<Slot>> = (0..setup.program.nodes.len()).map(|_| None).collect();
+    for (index, op) in ops {
+        if let Some(slot) = slots.get_mut(index as usize) {
+            *slot = Some(Slot { op, fan_in: HashMap::new(), messages: 0 });
+        }
+    }
+    let mut worker = Worker { setup, slots, local: VecDeque::new(), events: Vec::new(), emitted: Vec::new() };
+    // Node work is caught per message (naming the node); this catches the rest (updates),
+    // so that the controller always hears from every worker.
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| worker.run())) {
+        let error = ExecError::WorkerPanic {
+            worker: worker.setup.id,
+            node: u32::MAX,
+            label: "(parameter update)".to_string(),
+            message: panic_message(panic.as_ref()),
+        };
+        let _ = worker.setup.reports.send(Report::Failed(error));
+    }
+    let held = worker
+        .slots
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s.op.held() + s.fan_in.len())))
+        .filter(|(_, held)| *held > 0)
+        .collect();
+    let stopped = Report::Stopped { worker: worker.setup.id, trace: std::mem::take(&mut worker.events), held };
+    let _ = worker.setup.reports.send(stopped);
+}
+
+impl Worker<'_, '_> {
+    fn run(&mut self) {
+        loop {
+            let item = match self.local.pop_front() {
+                Some(env) => ToWorker::Work(env),
+                None => match self.setup.inbox.recv() {
+                    Ok(item) => item,
+                    Err(_) => return,
+                },
+            };
+            match item {
+                ToWorker::Work(env) => {
+                    let node = env.node;
+                    let outcome = catch_unwind(AssertUnwindSafe(|| self.handle(env)));
+                    self.setup.gauges.processed.fetch_add(1, Ordering::Relaxed);
+                    self.setup.gauges.local.store(self.local.len(), Ordering::Relaxed);
+                    let failure = match outcome {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e),
+                        Err(panic) => Some(ExecError::WorkerPanic {
+                            worker: self.setup.id,
+                            node,
+                            label: self.label(node),
+                            message: panic_message(panic.as_ref()),
+                        }),
+                    };
+                    if let Some(e) = failure {
+                        let _ = self.setup.reports.send(Report::Failed(e));
+                        return;
+                    }
+                }
+                ToWorker::InstanceDone => self.count_instance(),
+                ToWorker::Stop { flush } => {
+                    if flush {
+                        self.flush();
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn label(&self, node: u32) -> String {
+        self.setup.program.node(node).map(|n| n.label.clone()).unwrap_or_default()
+    }
+
+    fn node_error(&self, node: &NodeInfo, instance: i64, error: OpError) -> ExecError {
+        ExecError::Node {
+            worker: self.setup.id,
+            node: node.index,
+            label: node.label.clone(),
+            op: node.op.keyword(),
+            instance,
+            error,
+        }
+    }
+
+    /// Runs one message through its node and routes the results.
+    fn handle(&mut self, env: Envelope) -> Result<(), ExecError> {
+        let program = self.setup.program;
+        let Some(node) = program.node(env.node) else {
+            return Err(ExecError::Config { message: format!("message for missing node %{}", env.node) });
+        };
+        let instance = env.msg.instance();
+        let ty = match env.dir {
+            Dir::Forward => node.inputs.get(usize::from(env.port)),
+            Dir::Backward => node.outputs.get(usize::from(env.port)),
+        };
+        // The source's admission message arrives on a port it does not have.
+        if !matches!(node.op, amp_ir::Op::Source) {
+            let fits = ty.map_or(Err(OpError::Unsupported { op: "message on a missing port" }), |ty| {
+                payload_fits(ty, &env.msg.payload)
+            });
+            fits.map_err(|e| self.node_error(node, instance, e))?;
+        }
+        let start = self.setup.trace.then(Instant::now);
+        let result = self.dispatch(node, env.dir, env.port, env.msg);
+        if let Some(start) = start {
+            let kind = if env.dir == Dir::Forward { TraceKind::Forward } else { TraceKind::Backward };
+            self.record(node.index, kind, start);
+        }
+        result.map_err(|e| self.node_error(node, instance, e))?;
+        let emitted = std::mem::take(&mut self.emitted);
+        for emit in emitted {
+            self.route(node, emit);
+        }
+        self.release(instance);
+        Ok(())
+    }
+
+    /// Calls the op (after summing a fanned-out port's gradients).
+    fn dispatch(&mut self, node: &NodeInfo, dir: Dir, port: u16, msg: Msg) -> Result<(), OpError> {
+        let shared = self.setup.shared;
+        let fault = self.setup.fault.clone();
+        let Some(slot) = self.slots.get_mut(node.index as usize).and_then(Option::as_mut) else {
+            return Err(OpError::Unsupported { op: "message for a node of another worker" });
+        };
+        match fault {
+            Some(Fault::PanicAt { node: target, after }) if target == node.index && slot.messages == after => {
+                panic!("injected fault at node %{target}");
+            }
+            Some(Fault::DelayAt { node: target, after, delay }) if target == node.index && slot.messages == after => {
+                std::thread::sleep(delay);
+            }
+            _ => {}
+        }
+        slot.messages += 1;
+        let mut cx = NodeCx { node, shared, out: &mut self.emitted };
+        match dir {
+            Dir::Forward => slot.op.forward(&mut cx, port, msg),
+            Dir::Backward => {
+                let consumers = node.consumers.get(usize::from(port)).map_or(0, Vec::len);
+                if consumers < 2 {
+                    return slot.op.backward(&mut cx, port, msg);
+                }
+                let key = if node.key.is_empty() {
+                    key_of(&[amp_ir::FieldId(0)], &msg.state)
+                } else {
+                    key_of(&node.key, &msg.state)
+                };
+                let entry = slot.fan_in.entry((port, key.clone())).or_insert((Payload::Unit, 0));
+                entry.0 = add_payloads(std::mem::replace(&mut entry.0, Payload::Unit), msg.payload.clone(), entry.1);
+                entry.1 += 1;
+                if entry.1 < consumers {
+                    return Ok(());
+                }
+                let (sum, _) = slot.fan_in.remove(&(port, key)).unwrap_or((Payload::Unit, 0));
+                slot.op.backward(&mut cx, port, msg.with_payload(sum))
+            }
+        }
+    }
+
+    fn route(&mut self, node: &NodeInfo, emit: Emit) {
+        match emit {
+            Emit::Forward { port, msg } => {
+                let consumers = node.consumers.get(usize::from(port)).map(Vec::as_slice).unwrap_or(&[]);
+                if consumers.is_empty() {
+                    // A dropped port answers at once with a zero gradient.
+                    if self.setup.shared.mode.backward() {
+                        let zero = match &msg.payload {
+                            Payload::Unit => Payload::Unit,
+                            Payload::F32(v) => Payload::from_vec(vec![0.0; v.len()]),
+                        };
+                        let env = Envelope { node: node.index, port, dir: Dir::Backward, msg: msg.with_payload(zero) };
+                        self.send(env);
+                    }
+                    return;
+                }
+                for &(dest, to_port) in consumers {
+                    self.send(Envelope { node: dest, port: to_port, dir: Dir::Forward, msg: msg.clone() });
+                }
+            }
+            Emit::Backward { port, msg } => {
+                if let Some(&(src, from_port)) = node.producers.get(usize::from(port)) {
+                    self.send(Envelope { node: src, port: from_port, dir: Dir::Backward, msg });
+                }
+            }
+            Emit::Loss { instance, value, correct } => {
+                let _ = self.setup.reports.send(Report::Loss { instance, node: node.index, value, correct });
+            }
+            Emit::Output { instance, values } => {
+                let _ = self.setup.reports.send(Report::Output { instance, node: node.index, values });
+            }
+        }
+    }
+
+    /// Takes a credit for the message and delivers it locally or to its worker.
+    fn send(&mut self, env: Envelope) {
+        if let Some(credit) = usize::try_from(env.msg.instance()).ok().and_then(|i| self.setup.credits.get(i)) {
+            credit.fetch_add(1, Ordering::AcqRel);
+        }
+        let worker = self.setup.program.node(env.node).map_or(self.setup.id, |n| n.worker);
+        if worker == self.setup.id {
+            self.local.push_back(env);
+        } else if let Some(peer) = self.setup.peers.get(worker) {
+            // A peer that is gone has failed; the controller is already stopping the run.
+            let _ = peer.send(ToWorker::Work(env));
+        }
+    }
+
+    /// Gives back the consumed message's credit; the last one finishes the instance.
+    fn release(&mut self, instance: i64) {
+        let Some(i) = usize::try_from(instance).ok() else { return };
+        if let Some(credit) = self.setup.credits.get(i) {
+            if credit.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let _ = self.setup.reports.send(Report::Done { instance: i });
+            }
+        }
+    }
+
+    fn record(&mut self, node: u32, kind: TraceKind, start: Instant) {
+        let start_us = start.saturating_duration_since(self.setup.origin).as_micros() as u64;
+        let dur_us = start.elapsed().as_micros() as u64;
+        self.events.push(TraceEvent { worker: self.setup.id as u32, node, kind, start_us, dur_us });
+    }
+
+    /// The groups this worker owns count one more finished instance.
+    fn count_instance(&mut self) {
+        let program = self.setup.program;
+        for (g, info) in program.groups.iter().enumerate() {
+            if info.owner != self.setup.id {
+                continue;
+            }
+            let start = self.setup.trace.then(Instant::now);
+            let updated = match self.setup.shared.params.live(g) {
+                Some(mut group) => {
+                    group.pending += 1;
+                    group.pending >= info.min_update_frequency && group.update(&self.setup.optimizer)
+                }
+                None => false,
+            };
+            if let (true, Some(start)) = (updated, start) {
+                self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        let program = self.setup.program;
+        for (g, info) in program.groups.iter().enumerate() {
+            if info.owner != self.setup.id {
+                continue;
+            }
+            let start = self.setup.trace.then(Instant::now);
+            let updated = self.setup.shared.params.live(g).is_some_and(|mut group| group.update(&self.setup.optimizer));
+            if let (true, Some(start)) = (updated, start) {
+                self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start);
+            }
+        }
+    }
+}
+
+/// `acc + x`; `count` is how many payloads `acc` already holds (0: `acc` is a placeholder).
+fn add_payloads(acc: Payload, x: Payload, count: usize) -> Payload {
+    match (acc, x) {
+        (_, Payload::Unit) if count == 0 => Payload::Unit,
+        (_, x) if count == 0 => x,
+        (Payload::F32(a), Payload::F32(b)) => {
+            let mut sum = std::sync::Arc::unwrap_or_clone(a);
+            for (s, v) in sum.iter_mut().zip(b.iter()) {
+                *s += v;
+            }
+            Payload::F32(std::sync::Arc::new(sum))
+        }
+        (acc, _) => acc,
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_string()
+    }
+}

@@ -1,0 +1,156 @@
+//! Failures end runs with errors that name what failed, never a hang: an injected panic
+//! (node and worker), a non-finite loss (the instance; parameters stay those of the last
+//! update), bad data (an embedding index out of range), a stall (queue lengths), an
+//! unverified graph, parameters that do not fit, a bad configuration.
+
+mod common;
+
+use amp_data::{Tensor, Value};
+use amp_exec::{ExecConfig, ExecError, Executor, Fault, OpError};
+use amp_params::{OptimConfig, ParamSet, ParamSpec};
+use common::*;
+use std::time::Duration;
+
+#[test]
+fn a_panicking_node_ends_the_run_naming_node_and_worker() {
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let data = digits(&graph, 6, 1);
+    let l2 = graph.nodes.node_indices().find(|&i| graph.nodes[i].label == "l2").unwrap().index() as u32;
+    let config = ExecConfig {
+        workers: 3,
+        max_active_keys: 3,
+        fault: Some(Fault::PanicAt { node: l2, after: 4 }),
+        ..ExecConfig::default()
+    };
+    let mut ex = executor(&graph, 1, config.clone());
+    let expected_worker = ex.placement()[l2 as usize].unwrap();
+    let err = ex.train_epoch(&data).unwrap_err();
+    match &err {
+        ExecError::WorkerPanic { worker, node, label, message } => {
+            assert_eq!((*worker, *node, label.as_str()), (expected_worker, l2, "l2"));
+            assert!(message.contains("injected"), "{message}");
+        }
+        other => panic!("expected a worker panic, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains(&format!("worker {expected_worker}")) && text.contains("`l2`"), "{text}");
+    // The executor stays usable: inference has no fault before the 4th message.
+    assert_eq!(ex.infer(&data[..2]).unwrap().len(), 2);
+}
+
+#[test]
+fn a_nan_loss_stops_training_naming_the_instance() {
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let mut data = digits(&graph, 6, 2);
+    let mut pixels = vec![0.5f32; 64];
+    pixels[7] = f32::NAN;
+    let bad = Value::Record(vec![Value::Tensor(Tensor::new(vec![64], pixels).unwrap()), Value::Int(1)]);
+    data[3] = instance(&graph, bad);
+    let config = ExecConfig::deterministic(1, OptimConfig::sgd(0.1));
+    let mut ex = executor(&graph, 1, config.clone());
+    let err = ex.train_epoch(&data).unwrap_err();
+    assert!(matches!(err, ExecError::NonFiniteLoss { instance: 3, .. }), "{err}");
+    assert!(err.is_non_finite_loss());
+    // The parameters are those after instances 0..3: a sound checkpoint.
+    assert!(ex.params().iter().all(|(_, v)| v.iter().all(|x| x.is_finite())));
+    let mut clean = executor(&graph, 1, config);
+    clean.train_epoch(&data[..3]).unwrap();
+    assert_eq!(ex.params(), clean.params());
+    // Several workers and instances in flight: the same error, no hang.
+    let config = ExecConfig { workers: 2, max_active_keys: 4, ..ExecConfig::deterministic(2, OptimConfig::sgd(0.1)) };
+    let err = executor(&graph, 1, config).train_epoch(&data).unwrap_err();
+    assert!(matches!(err, ExecError::NonFiniteLoss { instance: 3, .. }), "{err}");
+}
+
+#[test]
+fn bad_data_names_node_worker_and_instance() {
+    let graph = compile_example("list_reduce", &[("hidden", 4)]);
+    let mut data = token_lists(&graph, &[2, 3, 1], 14, 1);
+    let bad = Value::Record(vec![Value::Seq(vec![Value::Int(2), Value::Int(99)]), Value::Int(1)]);
+    data.push(instance(&graph, bad));
+    let mut ex = executor(&graph, 1, ExecConfig { workers: 2, ..ExecConfig::default() });
+    let err = ex.train_epoch(&data).unwrap_err();
+    match &err {
+        ExecError::Node { node, op, instance, error, .. } => {
+            assert_eq!((*op, *instance), ("embedding", 3), "{err}");
+            assert_eq!(*error, OpError::OutOfRange { what: "embedding index", index: 99, len: 14 });
+            assert_eq!(graph.nodes[petgraph::stable_graph::NodeIndex::new(*node as usize)].label, "embed");
+        }
+        other => panic!("expected a node error, got {other}"),
+    }
+    assert!(ex.evaluate(&data).is_err());
+    assert!(ex.evaluate(&data[..3]).is_ok());
+}
+
+#[test]
+fn a_stall_is_reported_with_queue_lengths() {
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let data = digits(&graph, 4, 3);
+    let l1 = graph.nodes.node_indices().find(|&i| graph.nodes[i].label == "l1").unwrap().index() as u32;
+    let config = ExecConfig {
+        workers: 2,
+        max_active_keys: 4,
+        stall_timeout: Duration::from_millis(60),
+        fault: Some(Fault::DelayAt { node: l1, after: 1, delay: Duration::from_millis(400) }),
+        ..ExecConfig::default()
+    };
+    let err = executor(&graph, 1, config).train_epoch(&data).unwrap_err();
+    match &err {
+        ExecError::Stalled { in_flight, queues, .. } => {
+            assert!(!in_flight.is_empty());
+            assert_eq!(queues.len(), 2);
+        }
+        other => panic!("expected a stall, got {other}"),
+    }
+    assert!(err.to_string().contains("worker 1"), "{err}");
+}
+
+#[test]
+fn graphs_parameters_and_configurations_are_checked() {
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let params = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
+    // An edge removed: the verifier rejects the graph, so the executor does.
+    let mut broken = graph.clone();
+    let edge = broken.nodes.edge_indices().next().unwrap();
+    broken.nodes.remove_edge(edge);
+    let err = Executor::new(&broken, params.clone(), ExecConfig::default()).err().unwrap();
+    assert!(matches!(err, ExecError::Unverified { .. }), "{err}");
+    // Parameters of another model.
+    let other = compile_example("mlp", &[("hidden", 4)]);
+    let wrong = ParamSet::init(&ParamSpec::of_graph(&other), 0);
+    assert!(matches!(Executor::new(&graph, wrong, ExecConfig::default()), Err(ExecError::Params { .. })));
+    // Configurations out of range.
+    for config in [
+        ExecConfig { workers: 0, ..ExecConfig::default() },
+        ExecConfig { max_active_keys: 0, ..ExecConfig::default() },
+        ExecConfig { min_update_frequency: 0, ..ExecConfig::default() },
+        ExecConfig { placement: amp_exec::Placement::Explicit(vec![5; 20]), ..ExecConfig::default() },
+    ] {
+        assert!(matches!(Executor::new(&graph, params.clone(), config), Err(ExecError::Config { .. })));
+    }
+}
+
+#[test]
+fn ops_the_executor_cannot_run_yet_are_refused_up_front() {
+    let text = r#"amp.graph @T {
+  state %inst: instance
+  param l.weight: f32[2, 3] uniform(3)
+  param l.bias: f32[2] uniform(3)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = const ones (%0#0: unit) -> f32[3] "c"
+  %2 = linear @l (%1#0: f32[3]) -> f32[2] key(%inst) "l"
+  %3 = reduce sum (%2#0: f32[2]) -> f32 key(%inst) "r"
+  %4 = const zeros (%0#0: unit) -> f32 "z"
+  %5 = loss mse (%3#0: f32, %4#0: f32) -> () key(%inst) "loss"
+}
+"#;
+    let graph = amp_ir::text::parse(text).unwrap();
+    if let Err(errors) = amp_ir::verify::verify(&graph) {
+        panic!("{errors:?}");
+    }
+    let params = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
+    match Executor::new(&graph, params, ExecConfig::default()) {
+        Err(ExecError::Node { node: 3, error: OpError::Unsupported { op: "reduce" }, .. }) => {}
+        other => panic!("expected `reduce` to be refused, got {:?}", other.err()),
+    }
+}

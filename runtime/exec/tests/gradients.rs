@@ -1,0 +1,119 @@
+//! `Executor::grads` against central finite differences of the loss computed by
+//! forward-only runs, for every parameter: two random directions per tensor and a few
+//! coordinates, on mlp, list_reduce (several lengths, repeated tokens) and a model that
+//! uses every op the lowering emits today (split, the unary functions, broadcast
+//! arithmetic, if/else, loops, embedding, softmaxes, mse).
+
+mod common;
+
+use amp_data::{Instance, Tensor, Value};
+use amp_exec::{ExecConfig, Executor};
+use amp_ir::Graph;
+use amp_params::ParamSet;
+use common::*;
+
+const EPS: f32 = 5e-3;
+
+fn loss_at(ex: &mut Executor, params: &ParamSet, inst: &Instance) -> f32 {
+    ex.set_params(params.clone()).unwrap();
+    ex.evaluate(std::slice::from_ref(inst)).unwrap().loss
+}
+
+/// Checks the analytic gradient of every tensor along random directions and at random
+/// coordinates; returns how many checks ran.
+fn check_gradients(graph: &Graph, instances: &[Instance], seed: u64) -> usize {
+    let mut ex = executor(graph, seed, ExecConfig::default());
+    let base = ex.params().clone();
+    let mut rng = Lcg(seed ^ 0x5eed);
+    let mut checks = 0;
+    let mut kinks = 0;
+    for (n, inst) in instances.iter().enumerate() {
+        ex.set_params(base.clone()).unwrap();
+        let (loss, grads) = ex.grads(inst).unwrap();
+        let forward = loss_at(&mut ex, &base, inst);
+        assert!((loss - forward).abs() <= 1e-5 * (1.0 + loss.abs()), "grads' loss {loss} vs evaluate {forward}");
+        for (t, (spec, g)) in grads.iter().enumerate() {
+            let len = g.len();
+            let mut directions: Vec<Vec<f32>> = Vec::new();
+            for _ in 0..2 {
+                let d: Vec<f32> = (0..len).map(|_| rng.unit()).collect();
+                let norm = d.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                directions.push(d.iter().map(|x| x / norm).collect());
+            }
+            for _ in 0..3.min(len) {
+                let mut d = vec![0.0; len];
+                d[rng.below(len as u32) as usize] = 1.0;
+                directions.push(d);
+            }
+            for d in directions {
+                let analytic: f32 = g.iter().zip(&d).map(|(a, b)| a * b).sum();
+                let close =
+                    |numeric: f32| (numeric - analytic).abs() <= 2e-3 + 2e-2 * numeric.abs().max(analytic.abs());
+                let numeric = central_difference(&mut ex, &base, inst, t, &d, EPS);
+                if !close(numeric) {
+                    // A relu kink within EPS bends the difference quotient; a smaller
+                    // step must agree (it is noisier, hence counted and bounded below).
+                    let fine = central_difference(&mut ex, &base, inst, t, &d, EPS / 5.0);
+                    assert!(
+                        close(fine),
+                        "instance {n}, `{}`: finite differences {numeric}, {fine} vs gradient {analytic}",
+                        spec.name
+                    );
+                    kinks += 1;
+                }
+                checks += 1;
+            }
+        }
+    }
+    assert!(kinks * 10 <= checks, "{kinks} of {checks} checks needed the smaller step");
+    checks
+}
+
+fn central_difference(ex: &mut Executor, base: &ParamSet, inst: &Instance, t: usize, d: &[f32], eps: f32) -> f32 {
+    let mut plus = base.clone();
+    let mut minus = base.clone();
+    for ((p, m), dv) in plus.data_mut(t).iter_mut().zip(minus.data_mut(t).iter_mut()).zip(d) {
+        *p += eps * dv;
+        *m -= eps * dv;
+    }
+    (loss_at(ex, &plus, inst) - loss_at(ex, &minus, inst)) / (2.0 * eps)
+}
+
+#[test]
+fn mlp_gradients_match_finite_differences() {
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let data = digits(&graph, 3, 7);
+    assert!(check_gradients(&graph, &data, 3) >= 3 * 6 * 4);
+}
+
+#[test]
+fn list_reduce_gradients_match_finite_differences_for_several_lengths() {
+    let graph = compile_example("list_reduce", &[("hidden", 6)]);
+    let mut data = token_lists(&graph, &[0, 1, 2, 5], 14, 11);
+    // A repeated token: its embedding row gets two contributions.
+    let repeated = Value::Record(vec![Value::Seq(vec![Value::Int(3), Value::Int(9), Value::Int(3)]), Value::Int(4)]);
+    data.push(instance(&graph, repeated));
+    check_gradients(&graph, &data, 5);
+}
+
+#[test]
+fn every_lowered_op_has_the_right_gradient() {
+    let text = include_str!("ops.amp");
+    let graph = compile_source("ops.amp", text, &[("h", 5)]);
+    let mut rng = Lcg(21);
+    let data: Vec<Instance> = [0i64, 1, 2, 3]
+        .iter()
+        .map(|&n| {
+            let x: Vec<f32> = (0..4).map(|_| rng.unit()).collect();
+            let y: Vec<f32> = (0..3).map(|_| rng.unit()).collect();
+            let value = Value::Record(vec![
+                Value::Tensor(Tensor::new(vec![4], x).unwrap()),
+                Value::Tensor(Tensor::new(vec![3], y).unwrap()),
+                Value::Int(n),
+                Value::Int(n % 5),
+            ]);
+            instance(&graph, value)
+        })
+        .collect();
+    check_gradients(&graph, &data, 9);
+}

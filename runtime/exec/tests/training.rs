@@ -1,0 +1,259 @@
+//! Training: deterministic mode is minibatch SGD (and momentum, Adam) computed from
+//! `grads()`; multi-worker runs with synchronous updates agree with one worker; updates
+//! carry over epochs and resume exactly from a checkpoint; per-node update frequencies;
+//! a tiny model learns, synchronously and asynchronously; inference and evaluation agree
+//! with the gradients' forward pass; traces cover every worker.
+
+mod common;
+
+use amp_data::Instance;
+use amp_exec::{ExecConfig, Executor, NodeSelector, Placement, TraceKind};
+use amp_ir::Graph;
+use amp_params::checkpoint::{from_bytes, to_bytes};
+use amp_params::{OptimConfig, Optimizer, ParamSet, ParamSpec};
+use common::*;
+use std::collections::BTreeMap;
+
+fn list_reduce() -> (Graph, Vec<Instance>) {
+    let graph = compile_example("list_reduce", &[("hidden", 6)]);
+    let data = token_lists(&graph, &[3, 0, 1, 4, 2, 2, 5, 1, 3, 0, 2], 14, 3);
+    (graph, data)
+}
+
+/// Minibatch training computed from per-instance gradients: mean over each `batch`
+/// instances (the last batch may be smaller), one optimizer step per batch.
+fn reference_training(graph: &Graph, data: &[Instance], batch: usize, config: OptimConfig, epochs: usize) -> ParamSet {
+    let mut ex = executor(graph, 1, ExecConfig::default());
+    let mut params = ex.params().clone();
+    let mut opt = Optimizer::new(config, &ParamSpec::of_graph(graph));
+    for _ in 0..epochs {
+        for chunk in data.chunks(batch) {
+            let mut sum = params.zeros_like();
+            for inst in chunk {
+                ex.set_params(params.clone()).unwrap();
+                let (_, g) = ex.grads(inst).unwrap();
+                for (i, (_, values)) in g.iter().enumerate() {
+                    sum.data_mut(i).iter_mut().zip(values).for_each(|(s, v)| *s += v);
+                }
+            }
+            opt.step(&mut params, &sum, 1.0 / chunk.len() as f32);
+        }
+    }
+    params
+}
+
+#[test]
+fn deterministic_mode_is_minibatch_training() {
+    let (graph, data) = list_reduce();
+    let configs =
+        [OptimConfig::sgd(0.1), OptimConfig::momentum(0.05, 0.9).with_weight_decay(0.01), OptimConfig::adam(0.01)];
+    for config in configs {
+        let expected = reference_training(&graph, &data, 3, config, 2);
+        let mut ex = executor(&graph, 1, ExecConfig::deterministic(3, config));
+        for _ in 0..2 {
+            let stats = ex.train_epoch(&data).unwrap();
+            assert_eq!(stats.updates, 4 * 3, "4 batches of 11 instances, 3 parameter groups");
+        }
+        let diff = max_rel_diff(ex.params(), &expected);
+        assert!(diff < 1e-5, "{:?}: differs from minibatch training by {diff}", config.kind);
+        // And it is deterministic, bit for bit.
+        let mut again = executor(&graph, 1, ExecConfig::deterministic(3, config));
+        again.train_epoch(&data).unwrap();
+        again.train_epoch(&data).unwrap();
+        assert_eq!(again.params(), ex.params());
+    }
+}
+
+#[test]
+fn multi_worker_synchronous_training_matches_one_worker() {
+    for (graph, data) in [list_reduce(), {
+        let g = compile_example("mlp", &[("hidden", 8)]);
+        let d = digits(&g, 13, 4);
+        (g, d)
+    }] {
+        let optimizer = OptimConfig::adam(0.01);
+        let mut single = executor(&graph, 2, ExecConfig::deterministic(4, optimizer));
+        single.train_epoch(&data).unwrap();
+        single.train_epoch(&data).unwrap();
+        for (workers, placement) in [(2, Placement::Contiguous), (3, Placement::RoundRobin), (4, Placement::Contiguous)]
+        {
+            let config =
+                ExecConfig { workers, placement, max_active_keys: 4, ..ExecConfig::deterministic(4, optimizer) };
+            let mut multi = executor(&graph, 2, config);
+            let used: std::collections::BTreeSet<usize> = multi.placement().into_iter().flatten().collect();
+            assert!(used.len() > 1, "nodes spread over workers: {used:?}");
+            multi.train_epoch(&data).unwrap();
+            multi.train_epoch(&data).unwrap();
+            let diff = max_rel_diff(multi.params(), single.params());
+            assert!(diff < 1e-4, "{workers} workers differ by {diff}");
+        }
+    }
+}
+
+#[test]
+fn unflushed_gradients_carry_over_epochs() {
+    let (graph, data) = list_reduce();
+    let config = ExecConfig { flush_at_epoch_end: false, ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1)) };
+    let mut split = executor(&graph, 1, config.clone());
+    let first = split.train_epoch(&data[..6]).unwrap();
+    let second = split.train_epoch(&data[6..]).unwrap();
+    assert_eq!((first.updates, second.updates), (3, 3), "updates after instances 4 and 8 of 11");
+    let mut whole = executor(&graph, 1, config);
+    whole.train_epoch(&data).unwrap();
+    assert_eq!(split.params(), whole.params());
+}
+
+#[test]
+fn resuming_from_a_checkpoint_continues_exactly() {
+    let (graph, data) = list_reduce();
+    let config = ExecConfig::deterministic(3, OptimConfig::adam(0.02));
+    let mut continuous = executor(&graph, 1, config.clone());
+    continuous.train_epoch(&data).unwrap();
+    let bytes = to_bytes(continuous.params(), Some(continuous.optimizer_state()), &BTreeMap::new()).unwrap();
+    continuous.train_epoch(&data).unwrap();
+
+    let ckpt = from_bytes(&bytes, &ParamSpec::of_graph(&graph)).unwrap();
+    let mut resumed = Executor::new(&graph, ckpt.params, config).unwrap();
+    resumed.restore_optimizer(ckpt.optim.unwrap()).unwrap();
+    resumed.train_epoch(&data).unwrap();
+    assert_eq!(resumed.params(), continuous.params());
+}
+
+#[test]
+fn per_node_update_frequency_overrides() {
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let data = digits(&graph, 6, 2);
+    let config = ExecConfig {
+        update_overrides: vec![(NodeSelector::parse("out"), 3), (NodeSelector::parse("%2"), 2)],
+        ..ExecConfig::deterministic(1, OptimConfig::sgd(0.1))
+    };
+    let mut ex = executor(&graph, 1, config);
+    let stats = ex.train_epoch(&data).unwrap();
+    // l1 (node %2) every 2, l2 every instance, out every 3.
+    assert_eq!(stats.updates, 3 + 6 + 2);
+}
+
+fn learns(graph: &Graph, data: &[Instance], config: ExecConfig, epochs: usize) -> (f32, f32) {
+    let mut ex = executor(graph, 3, config);
+    let before = ex.evaluate(data).unwrap().loss;
+    for _ in 0..epochs {
+        ex.train_epoch(data).unwrap();
+    }
+    let after = ex.evaluate(data).unwrap();
+    (before, after.loss)
+}
+
+#[test]
+fn a_tiny_model_learns() {
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let lens: Vec<usize> = (0..40).map(|i| 1 + i % 4).collect();
+    let data = token_lists(&graph, &lens, 10, 8);
+    let (before, after) = learns(&graph, &data, ExecConfig::deterministic(4, OptimConfig::adam(0.02)), 12);
+    assert!(after < 0.5 * before, "loss {before} -> {after}");
+}
+
+#[test]
+fn asynchronous_training_learns_too() {
+    let graph = compile_example("mlp", &[("hidden", 16)]);
+    let data = digits(&graph, 48, 5);
+    let config = ExecConfig {
+        workers: 3,
+        max_active_keys: 8,
+        sync_updates: false,
+        ..ExecConfig::deterministic(4, OptimConfig::adam(0.01))
+    };
+    let (before, after) = learns(&graph, &data, config, 15);
+    assert!(after < 0.6 * before, "loss {before} -> {after}");
+}
+
+#[test]
+fn inference_and_evaluation_agree_with_a_hand_computed_forward_pass() {
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let data = digits(&graph, 5, 6);
+    let config = ExecConfig { workers: 2, max_active_keys: 3, ..ExecConfig::default() };
+    let mut ex = executor(&graph, 4, config);
+    let outputs = ex.infer(&data).unwrap();
+    let p = ex.params().clone();
+    let dense = |name: &str, x: &[f32], relu: bool| -> Vec<f32> {
+        let w = p.get(&format!("{name}.weight")).unwrap();
+        let b = p.get(&format!("{name}.bias")).unwrap();
+        let inp = x.len();
+        (0..b.len())
+            .map(|o| {
+                let y = b[o] + (0..inp).map(|i| w[o * inp + i] * x[i]).sum::<f32>();
+                if relu {
+                    y.max(0.0)
+                } else {
+                    y
+                }
+            })
+            .collect()
+    };
+    let eval = ex.evaluate(&data).unwrap();
+    for (n, (inst, out)) in data.iter().zip(&outputs).enumerate() {
+        let path = [amp_ir::ResolvedStep::Field("pixels")];
+        let x = amp_exec::ExecInstance::f32_at(inst, &path).unwrap();
+        let expected = dense("out", &dense("l2", &dense("l1", x, true), true), false);
+        assert_eq!(out.len(), 10);
+        for (a, b) in out.iter().zip(&expected) {
+            assert!((a - b).abs() < 1e-5, "instance {n}: {out:?} vs {expected:?}");
+        }
+        let (loss, _) = ex.grads(inst).unwrap();
+        assert!((loss - eval.losses[n]).abs() < 1e-6);
+    }
+    assert!(eval.accuracy.is_some());
+}
+
+#[test]
+fn traces_cover_forward_backward_and_updates_on_every_worker() {
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let data = digits(&graph, 4, 6);
+    let config = ExecConfig { workers: 2, trace: true, max_active_keys: 2, ..ExecConfig::default() };
+    let mut ex = executor(&graph, 4, config);
+    ex.train_epoch(&data).unwrap();
+    let events = ex.take_trace();
+    for kind in [TraceKind::Forward, TraceKind::Backward, TraceKind::Update] {
+        assert!(events.iter().any(|e| e.kind == kind), "{kind:?}");
+    }
+    let workers: std::collections::BTreeSet<u32> = events.iter().map(|e| e.worker).collect();
+    assert_eq!(workers.len(), 2);
+    let mut json = Vec::new();
+    ex.write_trace(&events, &mut json).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert!(doc["traceEvents"].as_array().unwrap().len() > events.len());
+    assert!(String::from_utf8(json).unwrap().contains("linear l1 (%2)"));
+}
+
+mod random_setups {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+        /// Any data, worker count, placement, admission width and batch size: synchronous
+        /// training equals the deterministic single-worker run.
+        #[test]
+        fn synchronous_training_is_independent_of_the_setup(
+            lens in prop::collection::vec(0usize..6, 1..9),
+            workers in 1usize..5,
+            keys in 1usize..7,
+            batch in 1u64..5,
+            round_robin in any::<bool>(),
+            seed in 0u64..1000,
+        ) {
+            let graph = compile_example("list_reduce", &[("hidden", 4)]);
+            let data = token_lists(&graph, &lens, 14, seed);
+            let optimizer = OptimConfig::momentum(0.05, 0.9);
+            let mut single = executor(&graph, seed, ExecConfig::deterministic(batch, optimizer));
+            let expected = single.train_epoch(&data).unwrap();
+            let placement = if round_robin { Placement::RoundRobin } else { Placement::Contiguous };
+            let config = ExecConfig { workers, placement, max_active_keys: keys, ..ExecConfig::deterministic(batch, optimizer) };
+            let mut multi = executor(&graph, seed, config);
+            let stats = multi.train_epoch(&data).unwrap();
+            prop_assert_eq!(stats.updates, expected.updates);
+            let diff = max_rel_diff(multi.params(), single.params());
+            prop_assert!(diff < 1e-4, "differs by {}", diff);
+        }
+    }
+}
