@@ -20,7 +20,7 @@ fn compile(name: &str, source: &str) -> Graph {
 }
 
 fn compile_with(name: &str, source: &str, defines: Vec<(String, i64)>) -> Graph {
-    let options = Options { defines, ..Options::default() };
+    let options = Options { defines };
     let (map, checked) = check_source(&format!("{name}.amp"), source, &options);
     assert!(
         !checked.has_errors(),
