@@ -24,6 +24,13 @@ pub enum OpError {
     MissingCache { key: Vec<i64> },
     /// The message's instance (state field 0) is not one of the run's.
     UnknownInstance { instance: i64 },
+    /// A count (of elements, of rows) evaluated to a negative number.
+    NegativeCount { what: &'static str, count: i64 },
+    /// A reduction that needs at least one value got none: `mean` of an empty batch or
+    /// tensor, `argmax` of an empty vector.
+    Empty { what: &'static str },
+    /// Two element messages with the same index reached a `group` for one context.
+    DuplicateElement { index: i64 },
     /// The op exists in the IR but this executor cannot run it yet.
     Unsupported { op: &'static str },
 }
@@ -40,6 +47,9 @@ impl fmt::Display for OpError {
             OpError::DuplicateKey { key } => write!(f, "two live messages with the same key {key:?}"),
             OpError::MissingCache { key } => write!(f, "nothing cached under key {key:?} for the backward pass"),
             OpError::UnknownInstance { instance } => write!(f, "message of unknown instance {instance}"),
+            OpError::NegativeCount { what, count } => write!(f, "the {what} is {count}, which is negative"),
+            OpError::Empty { what } => write!(f, "cannot take the {what} of an empty batch or tensor"),
+            OpError::DuplicateElement { index } => write!(f, "element {index} arrived twice"),
             OpError::Unsupported { op } => write!(f, "op `{op}` is not supported by the executor yet"),
         }
     }

@@ -1,6 +1,8 @@
 //! The dense math of the ops, on row-major slices. Plain loops the compiler vectorizes;
 //! the GEMM crate and the JIT replace them later behind the same signatures.
 
+use std::cmp::Ordering;
+
 /// `a · b` with eight partial sums (so the loop vectorizes without reassociation flags).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
@@ -115,6 +117,40 @@ pub fn argmax(x: &[f32]) -> Option<usize> {
     best.map(|(i, _)| i)
 }
 
+/// Orders values largest first, NaN after every number; IEEE-equal values (`-0.0` and
+/// `0.0`) compare equal. The order of `top_k` and `state_from_payload`, as the reference
+/// evaluator's.
+pub fn larger_first(a: f32, b: f32) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        (false, false) => b.partial_cmp(&a).unwrap_or(Ordering::Equal),
+    }
+}
+
+/// The indices of the `k` largest values (all of them when `k` exceeds the length),
+/// largest first, the lower index first among equals, NaN last.
+pub fn top_k_order(x: &[f32], k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    order.sort_unstable_by(|&a, &b| larger_first(x[a], x[b]).then(a.cmp(&b)));
+    order.truncate(k);
+    order
+}
+
+/// The index of the largest value in [`larger_first`] order, the lowest among equals:
+/// NaN never wins over a number, and an all-NaN vector gives 0. `None` when empty.
+pub fn argmax_nan_last(x: &[f32]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, &v) in x.iter().enumerate() {
+        match best {
+            Some(b) if larger_first(v, x[b]) != Ordering::Less => {}
+            _ => best = Some(i),
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +193,16 @@ mod tests {
         assert_eq!(argmax(&x), Some(1));
         assert_eq!(argmax(&[f32::NAN, 1.0]), Some(1));
         assert_eq!(argmax(&[]), None);
+    }
+
+    #[test]
+    fn selection_orders_ties_by_index_and_nan_last() {
+        let x = [1.0, f32::NAN, 3.0, 3.0, -0.0, 0.0];
+        assert_eq!(top_k_order(&x, 4), vec![2, 3, 0, 4]);
+        assert_eq!(top_k_order(&x, 9), vec![2, 3, 0, 4, 5, 1]);
+        assert_eq!(argmax_nan_last(&x), Some(2));
+        assert_eq!(argmax_nan_last(&[f32::NAN, -1.0]), Some(1));
+        assert_eq!(argmax_nan_last(&[f32::NAN, f32::NAN]), Some(0));
+        assert_eq!(argmax_nan_last(&[]), None);
     }
 }

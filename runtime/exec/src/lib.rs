@@ -27,6 +27,11 @@
 //!   `sync_updates`, admission never crosses an update boundary early, so training is
 //!   minibatch SGD whatever the workers; with one worker and `max_active_keys` 1 it is
 //!   also bit-for-bit deterministic.
+//! - Collections: a batch `f32[?, d]` is one message of `rows * d` values (a zero-row
+//!   batch is an empty payload); `flatmap` and `ungroup` open an element context (one
+//!   message per element) and collect its gradients under the enclosing context's key,
+//!   `group` closes one. Routing, selection and ordering of ties match the reference
+//!   evaluator (`amp-reference`), which the tests hold the executor's gradients to.
 //! - A non-finite loss sends no gradient back; the run stops with
 //!   [`ExecError::NonFiniteLoss`] naming the instance, accumulators are cleared and the
 //!   parameters are those of the last update.

@@ -17,6 +17,10 @@ pub(crate) struct NodeInfo {
     pub inputs: Vec<PayloadTy>,
     pub outputs: Vec<PayloadTy>,
     pub key: Vec<FieldId>,
+    /// What the gradients of a fanned-out port are summed under: the key and the fields
+    /// the node writes (so the element messages of a `flatmap` or `ungroup`, which share
+    /// the node's key, stay apart), or the instance when there are none.
+    pub fan_in_key: Vec<FieldId>,
     /// Per output port, the `(node, input port)` of every consumer edge.
     pub consumers: Vec<Vec<(u32, u16)>>,
     /// Per input port, the `(node, output port)` feeding it.
@@ -81,6 +85,12 @@ impl Program {
             if matches!(node.op, Op::Source) {
                 source = Some(i as u32);
             }
+            let mut fan_in_key: Vec<FieldId> = node.key.iter().chain(&node.writes).copied().collect();
+            if fan_in_key.is_empty() {
+                fan_in_key.push(FieldId(0));
+            }
+            fan_in_key.sort_unstable();
+            fan_in_key.dedup();
             nodes[i] = Some(NodeInfo {
                 index: i as u32,
                 op: node.op.clone(),
@@ -88,6 +98,7 @@ impl Program {
                 inputs: node.inputs.clone(),
                 outputs: node.outputs.clone(),
                 key: node.key.clone(),
+                fan_in_key,
                 consumers,
                 producers,
                 group: None,

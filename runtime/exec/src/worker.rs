@@ -231,11 +231,7 @@ impl Worker<'_, '_> {
                 if consumers < 2 {
                     return slot.op.backward(&mut cx, port, msg);
                 }
-                let key = if node.key.is_empty() {
-                    key_of(&[amp_ir::FieldId(0)], &msg.state)
-                } else {
-                    key_of(&node.key, &msg.state)
-                };
+                let key = key_of(&node.fan_in_key, &msg.state);
                 let entry = slot.fan_in.entry((port, key.clone())).or_insert((Payload::Unit, 0));
                 entry.0 = add_payloads(std::mem::replace(&mut entry.0, Payload::Unit), msg.payload.clone(), entry.1);
                 entry.1 += 1;

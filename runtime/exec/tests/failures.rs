@@ -129,28 +129,3 @@ fn graphs_parameters_and_configurations_are_checked() {
         assert!(matches!(Executor::new(&graph, params.clone(), config), Err(ExecError::Config { .. })));
     }
 }
-
-#[test]
-fn ops_the_executor_cannot_run_yet_are_refused_up_front() {
-    let text = r#"amp.graph @T {
-  state %inst: instance
-  param l.weight: f32[2, 3] uniform(3)
-  param l.bias: f32[2] uniform(3)
-  %0 = source() -> unit writes(%inst) "instances"
-  %1 = const ones (%0#0: unit) -> f32[3] "c"
-  %2 = linear @l (%1#0: f32[3]) -> f32[2] key(%inst) "l"
-  %3 = reduce sum (%2#0: f32[2]) -> f32 key(%inst) "r"
-  %4 = const zeros (%0#0: unit) -> f32 "z"
-  %5 = loss mse (%3#0: f32, %4#0: f32) -> () key(%inst) "loss"
-}
-"#;
-    let graph = amp_ir::text::parse(text).unwrap();
-    if let Err(errors) = amp_ir::verify::verify(&graph) {
-        panic!("{errors:?}");
-    }
-    let params = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
-    match Executor::new(&graph, params, ExecConfig::default()) {
-        Err(ExecError::Node { node: 3, error: OpError::Unsupported { op: "reduce" }, .. }) => {}
-        other => panic!("expected `reduce` to be refused, got {:?}", other.err()),
-    }
-}

@@ -1,8 +1,10 @@
 //! `Executor::grads` against central finite differences of the loss computed by
 //! forward-only runs, for every parameter: two random directions per tensor and a few
-//! coordinates, on mlp, list_reduce (several lengths, repeated tokens) and a model that
-//! uses every op the lowering emits today (split, the unary functions, broadcast
-//! arithmetic, if/else, loops, embedding, softmaxes, mse).
+//! coordinates, on mlp, list_reduce (several lengths, repeated tokens), a model that
+//! uses every straight-line op the lowering emits (split, the unary functions, broadcast
+//! arithmetic, if/else, loops, embedding, softmaxes, mse), and the collection models:
+//! tree_lstm (trees of 1, 2 and 5 leaves, unbalanced), ggsnn (no edges, a self-loop,
+//! parallel edges) and moe (random routing and tied gates).
 
 mod common;
 
@@ -22,8 +24,13 @@ fn loss_at(ex: &mut Executor, params: &ParamSet, inst: &Instance) -> f32 {
 /// Checks the analytic gradient of every tensor along random directions and at random
 /// coordinates; returns how many checks ran.
 fn check_gradients(graph: &Graph, instances: &[Instance], seed: u64) -> usize {
-    let mut ex = executor(graph, seed, ExecConfig::default());
-    let base = ex.params().clone();
+    let params = ParamSet::init(&amp_params::ParamSpec::of_graph(graph), seed);
+    check_gradients_at(graph, params, instances, seed)
+}
+
+/// [`check_gradients`] at the given parameters.
+fn check_gradients_at(graph: &Graph, base: ParamSet, instances: &[Instance], seed: u64) -> usize {
+    let mut ex = Executor::new(graph, base.clone(), ExecConfig::default()).unwrap();
     let mut rng = Lcg(seed ^ 0x5eed);
     let mut checks = 0;
     let mut kinks = 0;
@@ -116,4 +123,39 @@ fn every_lowered_op_has_the_right_gradient() {
         })
         .collect();
     check_gradients(&graph, &data, 9);
+}
+
+#[test]
+fn tree_lstm_gradients_match_finite_differences() {
+    let graph = compile_example("tree_lstm", &[("vocab", 20), ("embed", 6), ("hidden", 5)]);
+    let left_heavy = Shape::node(Shape::node(Shape::node(Shape::Leaf, Shape::Leaf), Shape::Leaf), Shape::Leaf);
+    let shapes = [Shape::Leaf, Shape::node(Shape::Leaf, Shape::Leaf), Shape::node(left_heavy, Shape::Leaf)];
+    let data = sentences(&graph, &shapes, 20, 31);
+    check_gradients(&graph, &data, 13);
+}
+
+#[test]
+fn ggsnn_gradients_match_finite_differences() {
+    let graph = compile_example("ggsnn", &[("hidden", 6), ("steps", 2)]);
+    let data = [
+        // No edges: every message context is empty.
+        ggsnn_graph(&graph, &[1, 4], &[], 0),
+        // A self-loop and parallel edges into one node.
+        ggsnn_graph(&graph, &[3, 0, 7], &[(1, 1, 0), (0, 2, 1), (1, 2, 1), (2, 0, 0)], 1),
+    ];
+    check_gradients(&graph, &data, 17);
+}
+
+#[test]
+fn moe_gradients_match_finite_differences() {
+    // One random sample (each costs a few hundred forward passes; the reference tests
+    // cover more routings).
+    let graph = compile_example("moe", &[("experts", 4)]);
+    check_gradients(&graph, &moe_samples(&graph, 1, 256, 41), 19);
+    // A tie between the two chosen experts (a zero input makes the gate's logits its
+    // biases): the loss does not depend on their order, so it is smooth there.
+    let mut params = ParamSet::init(&amp_params::ParamSpec::of_graph(&graph), 23);
+    let bias = params.index("gate.bias").unwrap();
+    params.data_mut(bias).copy_from_slice(&[0.5, 0.5, 0.1, 0.1]);
+    check_gradients_at(&graph, params, &[moe_sample(&graph, vec![0.0; 256], 4)], 23);
 }

@@ -6,6 +6,7 @@ use crate::error::OpError;
 use crate::message::{Msg, Payload};
 use crate::program::NodeInfo;
 use amp_ir::{resolve_path, ConstValue, DataStep, PayloadTy};
+use std::collections::HashMap;
 
 /// Emits the admitted instance's control message; its backward messages only count (the
 /// run tracks when an instance is finished).
@@ -97,36 +98,59 @@ impl NodeOp for ConstOp {
     }
 }
 
-/// Drops the payload; backward, a zero gradient of the input's type.
+/// Drops the payload; backward, a zero gradient of the input's type. A batch's row count
+/// is known only at run time: training remembers it under the message's whole state (a
+/// forget has no key; the whole state tells apart at least what a key would).
 pub(crate) struct ForgetOp {
-    input_elements: Option<usize>,
+    input: ForgetInput,
+    rows: HashMap<Box<[i64]>, usize>,
+}
+
+enum ForgetInput {
+    Unit,
+    Tensor(usize),
+    Batch(usize),
 }
 
 impl ForgetOp {
     pub fn new(node: &NodeInfo) -> ForgetOp {
-        let input_elements = match node.inputs.first() {
-            Some(PayloadTy::F32(dims)) => Some(dims.iter().product::<u64>() as usize),
-            _ => None,
+        let input = match node.inputs.first() {
+            Some(PayloadTy::F32(dims)) => ForgetInput::Tensor(dims.iter().product::<u64>() as usize),
+            Some(PayloadTy::Batch(dims)) => ForgetInput::Batch(dims.iter().product::<u64>() as usize),
+            _ => ForgetInput::Unit,
         };
-        ForgetOp { input_elements }
+        ForgetOp { input, rows: HashMap::new() }
     }
 }
 
 impl NodeOp for ForgetOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        if let (ForgetInput::Batch(row), true) = (&self.input, cx.training()) {
+            let rows = msg.payload.values().len().checked_div(*row).unwrap_or(0);
+            if self.rows.insert(msg.state.clone(), rows).is_some() {
+                return Err(OpError::DuplicateKey { key: msg.state.to_vec() });
+            }
+        }
         cx.forward(0, msg.with_payload(Payload::Unit));
         Ok(())
     }
 
     fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
-        let payload = match self.input_elements {
-            Some(n) => Payload::from_vec(vec![0.0; n]),
-            // A batch's row count is not static; the executor rejects batches at forget
-            // until the collection ops land (see `ops::build`).
-            None => Payload::Unit,
+        let payload = match self.input {
+            ForgetInput::Unit => Payload::Unit,
+            ForgetInput::Tensor(n) => Payload::from_vec(vec![0.0; n]),
+            ForgetInput::Batch(row) => {
+                let missing = || OpError::MissingCache { key: grad.state.to_vec() };
+                let rows = self.rows.remove(&grad.state).ok_or_else(missing)?;
+                Payload::from_vec(vec![0.0; rows * row])
+            }
         };
         cx.backward(0, grad.with_payload(payload));
         Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.rows.len()
     }
 }
 

@@ -3,21 +3,33 @@
 //!
 //! A worker hands an op one message at a time through [`NodeOp::forward`] (on an input
 //! port) or [`NodeOp::backward`] (on an output port, with the gradients of all consumers
-//! of that port already summed by the worker); the op answers by emitting messages
+//! of that port already summed by the worker, under the node's key and the fields it
+//! writes, so that the element messages of a `flatmap` stay apart); the op answers by emitting messages
 //! through its [`NodeCx`]. What the worker does around it, so the ops need not: checks
 //! every payload's size against the port's type before the op sees it; fans a forward
 //! message out to every consumer of the port; answers a forward message on a port with no
 //! consumer by an immediate zero gradient (training) or drops it (inference); routes
 //! backward messages to the producer of the input port.
 //!
+//! Batches (`f32[?, d..]`) are plain row-major payloads whose length is a multiple of the
+//! row size; a zero-row batch is an empty `F32` payload (never `Unit`). Ops that open or
+//! close an element context (`flatmap`, `ungroup`, `group`) count the messages of one
+//! context under the node's key, which excludes the element field. Families: `data`
+//! (source, read, const, forget, sink), `ppt`, `nppt`, `shape` (concat, split), `route`
+//! (cond, switch, phi, isu), `loss`, `elements` (flatmap, group, ungroup), `rows`
+//! (gather, scatter_sum, reduce), `select` (top_k, state_from_payload).
+//!
 //! Adding an op: a type implementing [`NodeOp`] in the module of its family and an arm
 //! in [`build`]. Dynamic batching will add a `forward_batch` with a default that loops.
 
 mod data;
+mod elements;
 mod loss;
 mod nppt;
 mod ppt;
 mod route;
+mod rows;
+mod select;
 mod shape;
 
 use crate::error::OpError;
@@ -111,6 +123,12 @@ impl<'a> NodeCx<'_, 'a> {
         expr.eval(state, instance).ok_or(OpError::Eval { what })
     }
 
+    /// Evaluates a count (of elements, of rows); a negative one is an error.
+    pub fn eval_count(&self, expr: &StateExpr, state: &[i64], what: &'static str) -> Result<usize, OpError> {
+        let count = self.eval(expr, state, what)?;
+        usize::try_from(count).map_err(|_| OpError::NegativeCount { what, count })
+    }
+
     /// Evaluates an index and checks it against `len`.
     pub fn eval_index(
         &self,
@@ -168,6 +186,11 @@ impl<T> Keyed<T> {
         self.map.remove(key).ok_or_else(|| OpError::MissingCache { key: key.to_vec() })
     }
 
+    /// The live entry under `key`, left in place.
+    pub fn get_mut(&mut self, key: &Key) -> Result<&mut T, OpError> {
+        self.map.get_mut(key).ok_or_else(|| OpError::MissingCache { key: key.to_vec() })
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -210,6 +233,14 @@ impl Join {
     }
 }
 
+/// Writes `value` into field `field` of `state` and returns the old value.
+pub(crate) fn set_field(state: &mut [i64], field: usize, value: i64) -> Result<i64, OpError> {
+    match state.get_mut(field) {
+        Some(slot) => Ok(std::mem::replace(slot, value)),
+        None => Err(OpError::OutOfRange { what: "state field", index: field as i64, len: state.len() }),
+    }
+}
+
 /// The op of a node.
 pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn NodeOp>, OpError> {
     // New ops land in amp-ir before the executor runs them: report them rather than fail
@@ -232,6 +263,16 @@ pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn Nod
         Op::Phi { arms } => Box::new(route::PhiOp::new(*arms as usize)),
         Op::Isu { field, value, inverse } => Box::new(route::IsuOp::new(*field, value.clone(), inverse.clone())),
         Op::Loss(kind) => Box::new(loss::LossOp::new(kind.clone(), node)),
+        Op::Flatmap { field, count } => Box::new(elements::FlatmapOp::new(*field, count.clone())),
+        Op::Group { field, count } => Box::new(elements::GroupOp::new(*field, count.clone(), node)),
+        Op::Ungroup { field } => Box::new(elements::UngroupOp::new(*field, node)),
+        Op::Gather { index } => Box::new(rows::GatherOp::new(index.clone(), node)),
+        Op::ScatterSum { field, index, count } => {
+            Box::new(rows::ScatterSumOp::new(*field, index.clone(), count.clone(), node))
+        }
+        Op::Reduce(f) => Box::new(rows::ReduceOp::new(*f, node)),
+        Op::TopK { k } => Box::new(select::TopKOp::new(*k as usize, node)),
+        Op::StateFromPayload { field, int } => Box::new(select::StateFromPayloadOp::new(*field, int.clone(), node)),
         other => return Err(OpError::Unsupported { op: other.keyword() }),
     })
 }

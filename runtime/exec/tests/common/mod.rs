@@ -6,10 +6,23 @@ use amp_data::{Instance, Tensor, Value};
 use amp_exec::{ExecConfig, Executor};
 use amp_ir::Graph;
 use amp_params::ParamSet;
+use amp_reference::Reference;
 use amp_sema::{check_source, Options};
+
+/// A compiled model with the checked program it came from (for the reference evaluator).
+pub struct Compiled {
+    pub graph: Graph,
+    pub program: amp_sema::Program,
+    pub model: amp_sema::ComponentId,
+}
 
 /// Checks, lowers, optimises and verifies an Amp program (as `ampc compile` does).
 pub fn compile_source(name: &str, text: &str, defines: &[(&str, i64)]) -> Graph {
+    compile_with_program(name, text, defines).graph
+}
+
+/// [`compile_source`], keeping the checked program.
+pub fn compile_with_program(name: &str, text: &str, defines: &[(&str, i64)]) -> Compiled {
     let options = Options { defines: defines.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
     let (map, checked) = check_source(name, text, &options);
     assert!(!checked.has_errors(), "{}", amp_diagnostics::render_human(&map, &checked.diagnostics, false));
@@ -22,14 +35,19 @@ pub fn compile_source(name: &str, text: &str, defines: &[(&str, i64)]) -> Graph 
     if let Err(e) = amp_ir::verify::verify(&graph) {
         panic!("{e:?}\n{}", amp_ir::text::print(&graph));
     }
-    graph
+    Compiled { graph, program: checked.program, model }
 }
 
 /// Compiles `examples/NAME.amp` with `-D` overrides.
 pub fn compile_example(name: &str, defines: &[(&str, i64)]) -> Graph {
+    compile_example_with_program(name, defines).graph
+}
+
+/// [`compile_example`], keeping the checked program.
+pub fn compile_example_with_program(name: &str, defines: &[(&str, i64)]) -> Compiled {
     let path = format!("{}/../../examples/{name}.amp", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    compile_source(&format!("{name}.amp"), &text, defines)
+    compile_with_program(&format!("{name}.amp"), &text, defines)
 }
 
 pub fn instance(graph: &Graph, value: Value) -> Instance {
@@ -97,4 +115,151 @@ pub fn max_rel_diff(a: &ParamSet, b: &ParamSet) -> f32 {
         .zip(b.iter())
         .flat_map(|((_, x), (_, y))| x.iter().zip(y).map(|(p, q)| (p - q).abs() / (1.0 + q.abs())))
         .fold(0.0, f32::max)
+}
+
+/// The shape of a binary tree for `Sentence` instances: a leaf, or a node of two subtrees.
+#[derive(Clone, Debug)]
+pub enum Shape {
+    Leaf,
+    Node(Box<Shape>, Box<Shape>),
+}
+
+impl Shape {
+    pub fn node(l: Shape, r: Shape) -> Shape {
+        Shape::Node(Box::new(l), Box::new(r))
+    }
+
+    /// A random tree of `leaves` leaves (at least 1), split at random points.
+    pub fn random(leaves: usize, rng: &mut Lcg) -> Shape {
+        if leaves <= 1 {
+            return Shape::Leaf;
+        }
+        let left = 1 + rng.below(leaves as u32 - 1) as usize;
+        Shape::node(Shape::random(left, rng), Shape::random(leaves - left, rng))
+    }
+
+    fn value(&self, rng: &mut Lcg, vocab: u32, classes: u32) -> Value {
+        let label = Value::Int(i64::from(rng.below(classes)));
+        match self {
+            Shape::Leaf => Value::Variant { tag: 0, fields: vec![Value::Int(i64::from(rng.below(vocab))), label] },
+            Shape::Node(l, r) => {
+                let (l, r) = (l.value(rng, vocab, classes), r.value(rng, vocab, classes));
+                Value::Variant { tag: 1, fields: vec![l, r, label] }
+            }
+        }
+    }
+}
+
+/// `Sentence { tree, label }` instances of tree_lstm, words below `vocab`, 5 classes.
+pub fn sentences(graph: &Graph, shapes: &[Shape], vocab: u32, seed: u64) -> Vec<Instance> {
+    let mut rng = Lcg(seed);
+    shapes
+        .iter()
+        .map(|shape| {
+            let tree = shape.value(&mut rng, vocab, 5);
+            let value = Value::Record(vec![tree, Value::Int(i64::from(rng.below(5)))]);
+            instance(graph, value)
+        })
+        .collect()
+}
+
+/// A ggsnn `Graph { nodes, edges: [Edge { src, dst, kind }], label }` instance.
+pub fn ggsnn_graph(graph: &Graph, nodes: &[i64], edges: &[(i64, i64, i64)], label: i64) -> Instance {
+    let nodes = Value::Seq(nodes.iter().map(|&k| Value::Int(k)).collect());
+    let edges = Value::Seq(
+        edges.iter().map(|&(s, d, k)| Value::Record(vec![Value::Int(s), Value::Int(d), Value::Int(k)])).collect(),
+    );
+    instance(graph, Value::Record(vec![nodes, edges, Value::Int(label)]))
+}
+
+/// Random ggsnn graphs of `sizes[i]` nodes (kinds below 8) and about 1.5 edges per node
+/// (kinds below 2), labels below 2.
+pub fn ggsnn_graphs(graph: &Graph, sizes: &[usize], seed: u64) -> Vec<Instance> {
+    let mut rng = Lcg(seed);
+    sizes
+        .iter()
+        .map(|&n| {
+            let nodes: Vec<i64> = (0..n).map(|_| i64::from(rng.below(8))).collect();
+            let m = if n == 0 { 0 } else { n + n / 2 };
+            let edges: Vec<(i64, i64, i64)> = (0..m)
+                .map(|_| {
+                    let s = i64::from(rng.below(n as u32));
+                    let d = i64::from(rng.below(n as u32));
+                    (s, d, i64::from(rng.below(2)))
+                })
+                .collect();
+            let label = i64::from(rng.below(2));
+            ggsnn_graph(graph, &nodes, &edges, label)
+        })
+        .collect()
+}
+
+/// A moe `Sample { x: f32[d], label }` instance.
+pub fn moe_sample(graph: &Graph, x: Vec<f32>, label: i64) -> Instance {
+    let d = x.len();
+    instance(graph, Value::Record(vec![Value::Tensor(Tensor::new(vec![d], x).unwrap()), Value::Int(label)]))
+}
+
+/// Random moe samples of `d` values, labels below 10.
+pub fn moe_samples(graph: &Graph, n: usize, d: usize, seed: u64) -> Vec<Instance> {
+    let mut rng = Lcg(seed);
+    (0..n)
+        .map(|_| {
+            let x: Vec<f32> = (0..d).map(|_| rng.unit()).collect();
+            moe_sample(graph, x, i64::from(rng.below(10)))
+        })
+        .collect()
+}
+
+fn norm(x: &[f32]) -> f64 {
+    x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt()
+}
+
+/// [`check_with_params`] at parameters initialised from `seed`.
+pub fn check_against_reference(compiled: &Compiled, instances: &[Instance], seed: u64) -> Vec<ParamSet> {
+    let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&compiled.graph), seed);
+    check_with_params(compiled, params, instances)
+}
+
+/// Compares the loss and the gradients of `Executor::grads` with the reference
+/// evaluator's on every instance: the losses to 1e-5 relative, each gradient tensor to
+/// 1e-5 of the reference's norm. Returns the executor's gradients.
+pub fn check_with_params(compiled: &Compiled, params: ParamSet, instances: &[Instance]) -> Vec<ParamSet> {
+    let mut ex = Executor::new(&compiled.graph, params.clone(), ExecConfig::default()).unwrap();
+    let reference = Reference::new(&compiled.program, compiled.model).expect("the reference accepts the model");
+    let names: Vec<&str> = reference.specs().iter().map(|s| s.name.as_str()).collect();
+    let ours: Vec<&str> = params.iter().map(|(s, _)| s.name.as_str()).collect();
+    assert_eq!(names, ours, "parameter layouts differ");
+    let mut all = Vec::new();
+    for (n, inst) in instances.iter().enumerate() {
+        let (loss, grads) = ex.grads(inst).unwrap_or_else(|e| panic!("instance {n}: {e}"));
+        let (ref_loss, ref_grads) =
+            reference.loss_and_grads(&params, &inst.to_value()).unwrap_or_else(|e| panic!("instance {n}: {e:?}"));
+        assert!(
+            (loss - ref_loss).abs() <= 1e-5 * (1.0 + ref_loss.abs()),
+            "instance {n}: loss {loss} vs reference {ref_loss}"
+        );
+        let total: f64 = ref_grads.iter().map(|(_, r)| norm(r)).sum();
+        assert!(total > 1e-3, "instance {n}: the gradient is (nearly) zero, which tests nothing");
+        for ((spec, g), (_, r)) in grads.iter().zip(ref_grads.iter()) {
+            let diff: Vec<f32> = g.iter().zip(r).map(|(a, b)| a - b).collect();
+            let (d, scale) = (norm(&diff), norm(r));
+            let name = &spec.name;
+            assert!(d <= 1e-5 * scale + 1e-7, "instance {n}, `{name}`: |difference| {d:e}, |reference| {scale:e}");
+        }
+        all.push(grads);
+    }
+    all
+}
+
+/// `Executor::infer` against the reference's `forward`, to 1e-5 relative per instance.
+pub fn check_inference_against_reference(compiled: &Compiled, ex: &Executor, instances: &[Instance]) {
+    let reference = Reference::new(&compiled.program, compiled.model).expect("the reference accepts the model");
+    let outputs = ex.infer(instances).unwrap();
+    for (n, (inst, out)) in instances.iter().zip(&outputs).enumerate() {
+        let expected = reference.forward(ex.params(), &inst.to_value()).unwrap();
+        assert_eq!(out.len(), expected.len(), "instance {n}");
+        let diff: Vec<f32> = out.iter().zip(&expected).map(|(a, b)| a - b).collect();
+        assert!(norm(&diff) <= 1e-5 * norm(&expected) + 1e-7, "instance {n}: {out:?} vs reference {expected:?}");
+    }
 }

@@ -1,0 +1,209 @@
+//! Row work on batches and tensors: `gather` (one row), `scatter_sum` (rows added into
+//! others) and `reduce` (sum or mean of the rows, or of every element). Their outputs'
+//! sizes depend on run-time row counts, which training caches under the key for the
+//! backward pass.
+
+use super::{row_elements, set_field, Keyed, NodeCx, NodeOp};
+use crate::error::OpError;
+use crate::kernels;
+use crate::message::{Msg, Payload};
+use crate::program::NodeInfo;
+use amp_ir::{FieldId, PayloadTy, ReduceFn, StateExpr};
+
+/// `gather [INDEX]`: row INDEX of a batch, or of a tensor's leading dimension; backward,
+/// zeros of the input's size with that row's gradient.
+pub(crate) struct GatherOp {
+    index: StateExpr,
+    /// Elements per row: the output's.
+    row: usize,
+    /// `(rows, index)` of each gather awaiting its gradient.
+    cache: Keyed<(usize, usize)>,
+}
+
+impl GatherOp {
+    pub fn new(index: StateExpr, node: &NodeInfo) -> GatherOp {
+        let row = node.outputs.first().map_or(0, |t| row_elements(t).0);
+        GatherOp { index, row, cache: Keyed::new() }
+    }
+}
+
+impl NodeOp for GatherOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let x = msg.payload.values();
+        let rows = x.len().checked_div(self.row).unwrap_or(0);
+        let i = cx.eval_index(&self.index, &msg.state, "gather index", rows)?;
+        let y = x[i * self.row..(i + 1) * self.row].to_vec();
+        if cx.training() {
+            self.cache.put(cx.key(&msg.state), (rows, i))?;
+        }
+        cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let (rows, i) = self.cache.take(&cx.key(&grad.state))?;
+        let mut dx = vec![0.0; rows * self.row];
+        dx[i * self.row..(i + 1) * self.row].copy_from_slice(grad.payload.values());
+        cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+        Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.cache.len()
+    }
+}
+
+/// `scatter_sum %r [INDEX] [COUNT]`: COUNT output rows, input row `i` added into row
+/// INDEX evaluated with `%r` = i (rows in input order, so sums match the reference's);
+/// backward, input row `i` gets its destination's gradient.
+pub(crate) struct ScatterSumOp {
+    field: usize,
+    index: StateExpr,
+    count: StateExpr,
+    row: usize,
+    /// The destination of every input row, and the output's row count.
+    cache: Keyed<(Vec<usize>, usize)>,
+}
+
+impl ScatterSumOp {
+    pub fn new(field: FieldId, index: StateExpr, count: StateExpr, node: &NodeInfo) -> ScatterSumOp {
+        let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
+        ScatterSumOp { field: usize::from(field.0), index, count, row, cache: Keyed::new() }
+    }
+}
+
+impl NodeOp for ScatterSumOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let x = msg.payload.values();
+        let rows = x.len().checked_div(self.row).unwrap_or(0);
+        let count = cx.eval_count(&self.count, &msg.state, "scatter_sum row count")?;
+        let mut y = vec![0.0; count * self.row];
+        let mut destinations = Vec::with_capacity(rows);
+        let mut state = msg.state.to_vec();
+        for i in 0..rows {
+            set_field(&mut state, self.field, i as i64)?;
+            let j = cx.eval_index(&self.index, &state, "scatter_sum index", count)?;
+            kernels::axpy(1.0, &x[i * self.row..(i + 1) * self.row], &mut y[j * self.row..(j + 1) * self.row]);
+            destinations.push(j);
+        }
+        if cx.training() {
+            self.cache.put(cx.key(&msg.state), (destinations, count))?;
+        }
+        cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let (destinations, count) = self.cache.take(&cx.key(&grad.state))?;
+        let dy = grad.payload.values();
+        if dy.len() != count * self.row {
+            return Err(OpError::PayloadSize { expected: count * self.row, found: dy.len() });
+        }
+        let mut dx = Vec::with_capacity(destinations.len() * self.row);
+        for j in destinations {
+            dx.extend_from_slice(&dy[j * self.row..(j + 1) * self.row]);
+        }
+        cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+        Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.cache.len()
+    }
+}
+
+/// `reduce sum|mean`: of a batch, the elementwise sum or mean of its rows (`f32[d]`); of
+/// a tensor, the sum or mean of all its elements (a scalar). As the reference evaluator:
+/// a batch's mean is its sum times `1 / rows`, a tensor's mean its sum divided by the
+/// count; the mean of nothing is an error, the sum of no rows zeros.
+pub(crate) struct ReduceOp {
+    f: ReduceFn,
+    /// Elements per row of a batch input; `None` for a tensor input.
+    batch_row: Option<usize>,
+    /// Rows of each batch reduced, awaiting its gradient.
+    rows: Keyed<usize>,
+}
+
+impl ReduceOp {
+    pub fn new(f: ReduceFn, node: &NodeInfo) -> ReduceOp {
+        let batch_row = match node.inputs.first() {
+            Some(ty @ PayloadTy::Batch(_)) => Some(row_elements(ty).0),
+            _ => None,
+        };
+        ReduceOp { f, batch_row, rows: Keyed::new() }
+    }
+
+    fn reduce_rows(&mut self, cx: &mut NodeCx, msg: Msg, row: usize) -> Result<(), OpError> {
+        let x = msg.payload.values();
+        let rows = x.len().checked_div(row).unwrap_or(0);
+        if self.f == ReduceFn::Mean && rows == 0 {
+            return Err(OpError::Empty { what: "mean" });
+        }
+        let mut y = vec![0.0; row];
+        for r in x.chunks_exact(row.max(1)).take(rows) {
+            kernels::axpy(1.0, r, &mut y);
+        }
+        if self.f == ReduceFn::Mean {
+            let factor = 1.0 / rows as f32;
+            y.iter_mut().for_each(|v| *v *= factor);
+        }
+        if cx.training() {
+            self.rows.put(cx.key(&msg.state), rows)?;
+        }
+        cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+        Ok(())
+    }
+
+    fn reduce_all(&mut self, cx: &mut NodeCx, msg: Msg) -> Result<(), OpError> {
+        let x = msg.payload.values();
+        let total: f32 = x.iter().sum();
+        let y = match self.f {
+            ReduceFn::Sum => total,
+            ReduceFn::Mean if x.is_empty() => return Err(OpError::Empty { what: "mean" }),
+            ReduceFn::Mean => total / x.len() as f32,
+        };
+        cx.forward(0, msg.with_payload(Payload::from_vec(vec![y])));
+        Ok(())
+    }
+}
+
+impl NodeOp for ReduceOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        match self.batch_row {
+            Some(row) => self.reduce_rows(cx, msg, row),
+            None => self.reduce_all(cx, msg),
+        }
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let dy = grad.payload.values();
+        let dx = match self.batch_row {
+            Some(_) => {
+                let rows = self.rows.take(&cx.key(&grad.state))?;
+                let share: Vec<f32> = match self.f {
+                    ReduceFn::Sum => dy.to_vec(),
+                    ReduceFn::Mean => {
+                        let factor = 1.0 / rows as f32;
+                        dy.iter().map(|g| factor * g).collect()
+                    }
+                };
+                share.repeat(rows)
+            }
+            None => {
+                let n = cx.node.inputs.first().map_or(0, |t| row_elements(t).0);
+                let g = dy.first().copied().unwrap_or(0.0);
+                let share = match self.f {
+                    ReduceFn::Sum => g,
+                    ReduceFn::Mean => g / n as f32,
+                };
+                vec![share; n]
+            }
+        };
+        cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+        Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.rows.len()
+    }
+}

@@ -1,0 +1,211 @@
+//! The oracle: for every canonical model, the compiled graph run by the executor gives the
+//! same loss and the same gradient of every parameter as the eager reference evaluator on
+//! the typed program, on random instances; and deterministic training (one worker, one
+//! instance in flight, an update every k instances) equals minibatch SGD computed from the
+//! reference's gradients.
+
+use amp_data::{Instance, Tensor, Value};
+use amp_exec::{ExecConfig, Executor};
+use amp_ir::Graph;
+use amp_params::{OptimConfig, ParamSet};
+use amp_reference::Reference;
+use amp_sema::{check_source, Options, Program};
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Small hyperparameters so that the suite stays fast; the structure is the model's.
+fn defines(name: &str) -> Vec<(String, i64)> {
+    let d = |pairs: &[(&str, i64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    match name {
+        "list_reduce" => d(&[("hidden", 8)]),
+        "tree_lstm" => d(&[("vocab", 20), ("embed", 6), ("hidden", 5)]),
+        "ggsnn" => d(&[("hidden", 6), ("steps", 2)]),
+        "moe" => d(&[("experts", 4)]),
+        "mlp" => d(&[("hidden", 8)]),
+        _ => Vec::new(),
+    }
+}
+
+struct Compiled {
+    program: Program,
+    graph: Graph,
+}
+
+fn compile(name: &str) -> Compiled {
+    let source = amp_tests::example(name).expect("example");
+    let options = Options { defines: defines(name) };
+    let (map, checked) = check_source(&format!("{name}.amp"), source, &options);
+    assert!(!checked.has_errors(), "{name} checks");
+    let model = checked.program.models[0];
+    let (graph, _) = amp_lower::compile_model(&checked.program, &map, model).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    Compiled { program: checked.program, graph }
+}
+
+/// A random instance of the example's input record, valid for its hyperparameters.
+fn instance(name: &str, rng: &mut ChaCha8Rng) -> Value {
+    match name {
+        "mlp" => {
+            let pixels: Vec<f32> = (0..64).map(|_| rng.random_range(0.0..1.0)).collect();
+            Value::Record(vec![Value::Tensor(Tensor::new(vec![64], pixels).unwrap()), Value::Int(rng.random_range(0..10))])
+        }
+        "list_reduce" => {
+            let len = rng.random_range(0..6);
+            let tokens = (0..len).map(|_| Value::Int(rng.random_range(0..14))).collect();
+            Value::Record(vec![Value::Seq(tokens), Value::Int(rng.random_range(0..10))])
+        }
+        "tree_lstm" => {
+            let leaves = rng.random_range(1..7);
+            let tree = random_tree(rng, leaves);
+            Value::Record(vec![tree, Value::Int(rng.random_range(0..5))])
+        }
+        "ggsnn" => {
+            let nodes = rng.random_range(1..6);
+            let kinds = (0..nodes).map(|_| Value::Int(rng.random_range(0..8))).collect();
+            let edges = (0..rng.random_range(0..8))
+                .map(|_| {
+                    Value::Record(vec![
+                        Value::Int(rng.random_range(0..nodes)),
+                        Value::Int(rng.random_range(0..nodes)),
+                        Value::Int(rng.random_range(0..2)),
+                    ])
+                })
+                .collect();
+            Value::Record(vec![Value::Seq(kinds), Value::Seq(edges), Value::Int(rng.random_range(0..2))])
+        }
+        "moe" => {
+            let x: Vec<f32> = (0..256).map(|_| rng.random_range(-1.0..1.0)).collect();
+            Value::Record(vec![Value::Tensor(Tensor::new(vec![256], x).unwrap()), Value::Int(rng.random_range(0..10))])
+        }
+        other => panic!("no generator for {other}"),
+    }
+}
+
+/// A random binary tree with `leaves` leaves (`Leaf { word, label }`, `Node { left, right, label }`).
+fn random_tree(rng: &mut ChaCha8Rng, leaves: i64) -> Value {
+    if leaves == 1 {
+        return Value::Variant { tag: 0, fields: vec![Value::Int(rng.random_range(0..20)), Value::Int(rng.random_range(0..5))] };
+    }
+    let left = rng.random_range(1..leaves);
+    Value::Variant {
+        tag: 1,
+        fields: vec![random_tree(rng, left), random_tree(rng, leaves - left), Value::Int(rng.random_range(0..5))],
+    }
+}
+
+/// `||a - b|| / max(||a||, ||b||)`, 0 when both are 0.
+fn relative_error(a: &[f32], b: &[f32]) -> f64 {
+    let diff: f64 = a.iter().zip(b).map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2)).sum::<f64>().sqrt();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let scale = norm(a).max(norm(b));
+    if scale == 0.0 {
+        0.0
+    } else {
+        diff / scale
+    }
+}
+
+fn assert_grads_match(name: &str, seed: u64, instances: usize) {
+    let c = compile(name);
+    let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
+    let specs = amp_params::ParamSpec::of_graph(&c.graph);
+    assert_eq!(specs, reference.specs(), "{name}: the graph and the program name the same parameters");
+    let params = ParamSet::init(&specs, seed);
+    let schema = c.graph.input.clone().expect("schema");
+    let mut executor = Executor::new(&c.graph, params.clone(), ExecConfig::default()).expect("executor");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for i in 0..instances {
+        let value = instance(name, &mut rng);
+        let (ref_loss, ref_grads) = reference.loss_and_grads(&params, &value).expect("reference runs");
+        let inst = Instance::new(&schema, value.clone()).expect("instance");
+        let (loss, grads) = executor.grads(&inst).unwrap_or_else(|e| panic!("{name} #{i}: {e}\n{value:?}"));
+        let loss_err = relative_error(&[loss], &[ref_loss]);
+        assert!(loss_err <= 1e-5, "{name} #{i}: loss {loss} vs reference {ref_loss}\n{value:?}");
+        for (spec, expected) in ref_grads.iter() {
+            let got = grads.get(&spec.name).expect("gradient");
+            let err = relative_error(got, expected);
+            assert!(err <= 1e-5, "{name} #{i}: gradient of `{}` differs by {err:e} (relative)\n{value:?}", spec.name);
+        }
+    }
+}
+
+#[test]
+fn mlp_matches_the_reference() {
+    assert_grads_match("mlp", 1, 8);
+}
+
+#[test]
+fn list_reduce_matches_the_reference() {
+    assert_grads_match("list_reduce", 2, 16);
+}
+
+#[test]
+fn tree_lstm_matches_the_reference() {
+    assert_grads_match("tree_lstm", 3, 12);
+}
+
+#[test]
+fn ggsnn_matches_the_reference() {
+    assert_grads_match("ggsnn", 4, 12);
+}
+
+#[test]
+fn moe_matches_the_reference() {
+    assert_grads_match("moe", 5, 8);
+}
+
+/// One worker, one instance in flight, an update every `k` instances: exactly minibatch
+/// SGD on the mean of the reference's gradients.
+fn assert_training_is_minibatch_sgd(name: &str, seed: u64, count: usize, k: usize) {
+    let c = compile(name);
+    let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
+    let specs = amp_params::ParamSpec::of_graph(&c.graph);
+    let initial = ParamSet::init(&specs, seed);
+    let schema = c.graph.input.clone().expect("schema");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let values: Vec<Value> = (0..count).map(|_| instance(name, &mut rng)).collect();
+    let lr = 0.1;
+    let mut expected = initial.clone();
+    for batch in values.chunks(k) {
+        let mut sum = expected.zeros_like();
+        for v in batch {
+            let (_, g) = reference.loss_and_grads(&expected, v).expect("reference runs");
+            for i in 0..sum.len() {
+                sum.data_mut(i).iter_mut().zip(g.data(i)).for_each(|(s, x)| *s += x);
+            }
+        }
+        for i in 0..expected.len() {
+            let n = batch.len() as f32;
+            let grad: Vec<f32> = sum.data(i).to_vec();
+            expected.data_mut(i).iter_mut().zip(grad).for_each(|(p, g)| *p -= lr * g / n);
+        }
+    }
+    let config = ExecConfig::deterministic(k as u64, OptimConfig::sgd(lr));
+    let mut executor = Executor::new(&c.graph, initial, config).expect("executor");
+    let instances: Vec<Instance> = values.into_iter().map(|v| Instance::new(&schema, v).expect("instance")).collect();
+    executor.train_epoch(&instances).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for (spec, want) in expected.iter() {
+        let got = executor.params().get(&spec.name).expect("parameter");
+        let err = relative_error(got, want);
+        assert!(err <= 1e-5, "{name}: parameter `{}` after training differs by {err:e} (relative)", spec.name);
+    }
+}
+
+#[test]
+fn deterministic_training_is_minibatch_sgd() {
+    for (name, count, k) in [("mlp", 12, 4), ("list_reduce", 12, 3), ("tree_lstm", 8, 4), ("ggsnn", 8, 4), ("moe", 8, 4)] {
+        assert_training_is_minibatch_sgd(name, 11, count, k);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// Random seeds: parameters and instances both vary.
+    #[test]
+    fn every_model_matches_the_reference_on_random_seeds(seed in any::<u64>()) {
+        for (name, _) in amp_tests::EXAMPLES {
+            assert_grads_match(name, seed, 1);
+        }
+    }
+}
