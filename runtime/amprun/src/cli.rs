@@ -1,0 +1,311 @@
+//! The command line: subcommands and their flags (clap derive). Parsing only; every check
+//! that needs the graph or the files happens in the commands.
+
+use amp_exec::{Fault, NodeSelector};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What `--help` says about exit codes (the crate header says the same).
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  bad input: the model does not compile, the graph file is rejected, a data line is
+     bad (file:line: field), a parameter file does not fit the model, an instance a node
+     cannot process, or an op the executor cannot run yet
+  2  usage: bad flags or values, a file that cannot be read or written
+  3  a non-finite (NaN/Inf) loss: training stopped; with --save the last good
+     parameters are in the checkpoint
+  4  the executor failed: a worker panicked or stalled (the message names node and worker)";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "amprun",
+    version,
+    about = "Train, evaluate, run and differentiate Amp models on asynchronous model-parallel workers",
+    after_help = EXIT_CODES
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train a model: shuffle, train and validate every epoch, checkpoint, report.
+    #[command(after_help = EXIT_CODES)]
+    Train(Box<TrainArgs>),
+    /// Evaluate saved parameters on a data set: loss, accuracy, instances/s.
+    #[command(after_help = EXIT_CODES)]
+    Eval(EvalArgs),
+    /// Run the forward pass: one JSON line per instance with the model's output.
+    #[command(after_help = EXIT_CODES)]
+    Infer(EvalArgs),
+    /// Write the mean gradient over a data set as safetensors (and print the mean loss).
+    #[command(after_help = EXIT_CODES)]
+    Grad(GradArgs),
+}
+
+/// Which model, and how to compile it.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The model: Amp source (`.amp`, compiled in-process) or a graph compiled by
+    /// `ampc compile` (`.ampg`).
+    #[arg(value_name = "MODEL")]
+    pub path: PathBuf,
+    /// Override a hyperparameter or constant of an `.amp` model: `-D hidden=16`.
+    #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
+    pub define: Vec<(String, i64)>,
+    /// The model to run when the source defines several (default: the first).
+    #[arg(long = "model", value_name = "NAME")]
+    pub model_name: Option<String>,
+}
+
+/// Data file formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// JSON Lines matching the model's input record.
+    Jsonl,
+    /// PTB bracket trees, one per line (SST), with a vocabulary.
+    Ptb,
+    /// CSV rows onto a fixed-size record.
+    Csv,
+    /// SDF (V2000) molecules as graphs.
+    Sdf,
+}
+
+/// How data files are read.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DataArgs {
+    /// The data format (default: from the extension: .jsonl/.json, .txt/.ptb, .csv, .sdf).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Skip bad instances (and report how many) instead of stopping at the first one.
+    #[arg(long)]
+    pub skip_bad_data: bool,
+    /// Use only the first N instances of each data file (for quick runs).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// CSV: multiply every f32 column by this (e.g. 0.0625 for 0-16 pixels).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f32,
+    /// PTB: the vocabulary file; read when it exists, else built from the training data
+    /// and written there.
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
+    /// PTB: the most words (with `<unk>`) when building a vocabulary (default: the
+    /// model's `vocab` hyperparameter).
+    #[arg(long, value_name = "N")]
+    pub vocab_size: Option<usize>,
+    /// PTB: lowercase words (building and looking up the vocabulary).
+    #[arg(long)]
+    pub lowercase: bool,
+    /// SDF: number of node kinds (default: the model's `kinds` hyperparameter, else 8).
+    #[arg(long, value_name = "N")]
+    pub node_kinds: Option<usize>,
+    /// SDF: number of edge kinds (default: the model's `edge_kinds` hyperparameter, else 3).
+    #[arg(long, value_name = "N")]
+    pub edge_kinds: Option<usize>,
+    /// SDF: the property holding the class label.
+    #[arg(long, value_name = "NAME", default_value = "SOL_classification")]
+    pub label_property: String,
+}
+
+/// How the executor runs (every subcommand).
+#[derive(Args, Debug, Clone)]
+pub struct ExecArgs {
+    /// Worker threads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: u16,
+    /// At most this many instances in flight.
+    #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_active_keys: u64,
+    /// End the run when no message was processed for this many seconds while instances
+    /// are in flight.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS", value_parser = parse_positive)]
+    pub stall_timeout: f64,
+    /// Inject a fault (testing): `panic:NODE:N` or `delay:NODE:N:MILLIS`.
+    #[arg(long, hide = true, value_parser = parse_fault)]
+    pub fault: Option<Fault>,
+}
+
+impl ExecArgs {
+    pub fn stall_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.stall_timeout)
+    }
+}
+
+/// Optimizers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerName {
+    Sgd,
+    Momentum,
+    Adam,
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The training data.
+    #[arg(long, value_name = "FILE")]
+    pub data: PathBuf,
+    /// Validation data, evaluated after every epoch.
+    #[arg(long, value_name = "FILE")]
+    pub valid: Option<PathBuf>,
+    #[command(flatten)]
+    pub data_args: DataArgs,
+    /// Epochs to have trained in total (a resumed run continues up to this many).
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+    /// A parameter updates after this many finished instances, with their mean gradient
+    /// (the minibatch size).
+    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_update_frequency: u64,
+    /// Per-node minibatch size: `--update-frequency cell=8` (a node label or `%index`).
+    #[arg(long, value_name = "NODE=M", value_parser = parse_update_frequency)]
+    pub update_frequency: Vec<(NodeSelector, u64)>,
+    /// Asynchronous updates (AMPNet): instances keep flowing past update boundaries.
+    #[arg(long = "async")]
+    pub asynchronous: bool,
+    #[arg(long, value_enum, default_value = "sgd")]
+    pub optimizer: OptimizerName,
+    /// Learning rate (default: 0.01 for sgd and momentum, 0.001 for adam).
+    #[arg(long, value_name = "X")]
+    pub lr: Option<f32>,
+    /// Momentum of `--optimizer momentum`.
+    #[arg(long, default_value_t = 0.9, value_name = "X")]
+    pub momentum: f32,
+    /// L2 penalty added to the gradient (PyTorch's weight_decay).
+    #[arg(long, default_value_t = 0.0, value_name = "X")]
+    pub weight_decay: f32,
+    /// Clip each parameter group's gradient norm to this before the update.
+    #[arg(long, value_name = "X")]
+    pub clip_norm: Option<f32>,
+    /// Seed of the initialisation and of the shuffles (default 0).
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+    /// Keep the data in file order (no shuffle per epoch).
+    #[arg(long)]
+    pub no_shuffle: bool,
+    /// Write a checkpoint here after every epoch (atomically): parameters, optimizer
+    /// state, and what resuming needs.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Continue from the `--save` checkpoint exactly (parameters, optimizer state, next
+    /// epoch).
+    #[arg(long, requires = "save", conflicts_with = "init")]
+    pub resume: bool,
+    /// Initial parameters from a safetensors file (e.g. written by PyTorch).
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
+    /// Write one JSON object per report (train and valid, every epoch) to this file
+    /// (appended to with --resume).
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace of every worker's forward, backward and update work.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The parameters (a checkpoint or any safetensors file with the model's tensors).
+    #[arg(long, value_name = "FILE")]
+    pub params: PathBuf,
+    /// The data.
+    #[arg(long, value_name = "FILE")]
+    pub data: PathBuf,
+    #[command(flatten)]
+    pub data_args: DataArgs,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct GradArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The parameters to differentiate at.
+    #[arg(long, value_name = "FILE")]
+    pub params: PathBuf,
+    /// The data; the gradient is the mean over its instances.
+    #[arg(long, value_name = "FILE")]
+    pub data: PathBuf,
+    /// Where to write the gradients (safetensors, one tensor per parameter).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub data_args: DataArgs,
+    #[command(flatten)]
+    pub exec: ExecArgs,
+}
+
+fn parse_define(text: &str) -> Result<(String, i64), String> {
+    let (name, value) = text.split_once('=').ok_or_else(|| format!("expected NAME=VALUE, got `{text}`"))?;
+    let name = name.trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("`{name}` is not a hyperparameter name"));
+    }
+    let value = value.trim().parse::<i64>().map_err(|_| format!("`{value}` is not an integer"))?;
+    Ok((name.to_string(), value))
+}
+
+fn parse_update_frequency(text: &str) -> Result<(NodeSelector, u64), String> {
+    let (node, value) = text.rsplit_once('=').ok_or_else(|| format!("expected NODE=M, got `{text}`"))?;
+    let node = node.trim();
+    if node.is_empty() {
+        return Err(format!("no node named in `{text}`"));
+    }
+    match value.trim().parse::<u64>() {
+        Ok(m) if m >= 1 => Ok((NodeSelector::parse(node), m)),
+        _ => Err(format!("`{value}` is not a positive integer")),
+    }
+}
+
+fn parse_positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x < 1e9 => Ok(x),
+        _ => Err(format!("`{text}` is not a positive number of seconds")),
+    }
+}
+
+fn parse_fault(text: &str) -> Result<Fault, String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    let number = |s: &str| s.trim_start_matches('%').parse::<u64>().map_err(|_| format!("`{s}` is not a number"));
+    let node = |s: &str| u32::try_from(number(s)?).map_err(|_| format!("node `{s}` is out of range"));
+    match parts.as_slice() {
+        ["panic", n, after] => Ok(Fault::PanicAt { node: node(n)?, after: number(after)? }),
+        ["delay", n, after, ms] => {
+            Ok(Fault::DelayAt { node: node(n)?, after: number(after)?, delay: Duration::from_millis(number(ms)?) })
+        }
+        _ => Err(format!("expected panic:NODE:N or delay:NODE:N:MILLIS, got `{text}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_parse() {
+        assert_eq!(parse_define("hidden=16"), Ok(("hidden".into(), 16)));
+        assert!(parse_define("hidden").is_err());
+        assert_eq!(parse_update_frequency("cell=8"), Ok((NodeSelector::Label("cell".into()), 8)));
+        assert_eq!(parse_update_frequency("%3=2"), Ok((NodeSelector::Id(3), 2)));
+        assert!(parse_update_frequency("cell=0").is_err());
+        assert_eq!(parse_fault("panic:%4:2"), Ok(Fault::PanicAt { node: 4, after: 2 }));
+        assert!(parse_fault("explode").is_err());
+        assert!(parse_positive("0").is_err());
+    }
+}

@@ -1,0 +1,134 @@
+//! `amprun eval`, `amprun infer` and `amprun grad`: saved parameters, one data set, one
+//! pass of the executor.
+
+use crate::cli::{EvalArgs, GradArgs};
+use crate::data::{DataSet, Loader};
+use crate::failure::Failure;
+use crate::model::{self, display_name};
+use crate::setup;
+use amp_exec::Executor;
+use amp_ir::Graph;
+use amp_params::{OptimConfig, ParamSet};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::Write;
+
+/// The model, its parameters, an executor and the data of a one-pass command.
+struct Session {
+    graph: Graph,
+    executor: Executor,
+    loader: Loader,
+    data: DataSet,
+}
+
+impl Session {
+    fn open(args: &EvalArgs) -> Result<Session, Failure> {
+        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec)
+    }
+
+    fn describe(&self, i: i64) -> String {
+        match usize::try_from(i) {
+            Ok(i) => self.loader.describe(&self.data, i),
+            Err(_) => format!("instance {i}"),
+        }
+    }
+}
+
+fn open(
+    model_args: &crate::cli::ModelArgs,
+    params: &std::path::Path,
+    data: &std::path::Path,
+    data_args: &crate::cli::DataArgs,
+    exec: &crate::cli::ExecArgs,
+) -> Result<Session, Failure> {
+    let graph = model::load(model_args)?;
+    let params = setup::load_params(params, &graph)?;
+    // Forward passes and single gradients never update: the optimizer is never used.
+    let executor = setup::start(&graph, params, setup::exec_config(exec, OptimConfig::sgd(0.0)))?;
+    let loader = Loader::new(&graph, data_args, &[data], None)?;
+    let data = loader.load(data)?;
+    Ok(Session { graph, executor, loader, data })
+}
+
+/// Prints loss, accuracy and throughput of the parameters on the data.
+pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
+    let session = Session::open(args)?;
+    let stats =
+        session.executor.evaluate(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
+    let accuracy = stats.accuracy.map(|a| format!("  accuracy {:.2}%", 100.0 * a)).unwrap_or_default();
+    println!(
+        "{}: loss {:.6}{accuracy}  instances {}  instances/s {:.1}  ({})",
+        display_name(&session.graph, &args.model.path),
+        stats.loss,
+        stats.instances,
+        stats.instances_per_s,
+        args.data.display()
+    );
+    Ok(())
+}
+
+/// Prints one JSON line per instance: `{"instance": i, "output": [...], "argmax": k}`.
+pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
+    let session = Session::open(args)?;
+    let outputs =
+        session.executor.infer(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for (i, output) in outputs.iter().enumerate() {
+        let mut line = json!({ "instance": i, "output": output });
+        if output.len() > 1 {
+            let best = output.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(k, _)| k);
+            line["argmax"] = json!(best);
+        }
+        if writeln!(out, "{line}").is_err() {
+            // stdout closed (e.g. piped into `head`): nothing more to say.
+            return Ok(());
+        }
+    }
+    let _ = out.flush();
+    Ok(())
+}
+
+/// Writes the mean gradient over the instances and prints the mean loss.
+pub fn grad(args: &GradArgs) -> Result<(), Failure> {
+    let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec)?;
+    let instances = session.data.all();
+    if instances.is_empty() {
+        return Err(Failure::bad_input(format!("`{}` has no instances", args.data.display())));
+    }
+    let mut sum: Option<ParamSet> = None;
+    let mut loss_sum = 0.0f64;
+    for (i, instance) in instances.iter().enumerate() {
+        let (loss, grads) =
+            session.executor.grads(instance).map_err(|e| Failure::exec(&e, &|_| session.describe(i as i64)))?;
+        loss_sum += f64::from(loss);
+        match &mut sum {
+            None => sum = Some(grads),
+            Some(total) => {
+                for t in 0..total.len() {
+                    total.data_mut(t).iter_mut().zip(grads.data(t)).for_each(|(a, g)| *a += g);
+                }
+            }
+        }
+    }
+    let n = instances.len();
+    let mut mean = sum.unwrap_or_else(|| session.executor.params().zeros_like());
+    let scale = 1.0 / n as f32;
+    for t in 0..mean.len() {
+        mean.data_mut(t).iter_mut().for_each(|g| *g *= scale);
+    }
+    let loss = loss_sum / n as f64;
+    let name = display_name(&session.graph, &args.model.path);
+    let metadata: BTreeMap<String, String> = [
+        ("model".to_string(), name.clone()),
+        ("instances".to_string(), n.to_string()),
+        ("mean_loss".to_string(), loss.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    amp_params::save(&mean, &args.out, &metadata)
+        .map_err(|e| Failure::params(&format!("cannot write `{}`", args.out.display()), &e))?;
+    println!("{name}: mean loss {loss:.6} over {n} instances");
+    println!("wrote the mean gradient of {} parameters to {}", mean.len(), args.out.display());
+    Ok(())
+}

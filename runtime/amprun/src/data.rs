@@ -1,0 +1,275 @@
+//! Data files to instances: the format from the extension or `--format`, the loader of
+//! `amp-data` with the graph's input schema, `--skip-bad-data`, `--limit`, the PTB
+//! vocabulary, and finding the file line of an instance again when a run fails on it.
+
+use crate::cli::{DataArgs, Format};
+use crate::failure::Failure;
+use crate::model::hyper;
+use amp_data::csv::CsvOptions;
+use amp_data::jsonl::JsonlOptions;
+use amp_data::ptb::PtbOptions;
+use amp_data::sdf::SdfOptions;
+use amp_data::{DataError, Instance, Loaded, PreparedSchema, Vocab, VocabOptions};
+use amp_exec::ExecInstance;
+use amp_ir::{Graph, InstanceData, ResolvedStep, Schema};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The instances of one data file.
+pub struct DataSet {
+    pub path: PathBuf,
+    pub format: Format,
+    pub instances: Vec<Instance>,
+    /// Bad instances skipped (`--skip-bad-data`).
+    pub skipped: usize,
+}
+
+impl DataSet {
+    pub fn len(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// The instances in `order` (indices into the set), borrowed.
+    pub fn view(&self, order: &[usize]) -> Vec<InstanceRef<'_>> {
+        order.iter().filter_map(|&i| self.instances.get(i)).map(InstanceRef).collect()
+    }
+
+    pub fn all(&self) -> Vec<InstanceRef<'_>> {
+        self.instances.iter().map(InstanceRef).collect()
+    }
+}
+
+/// An instance lent to the executor, so that a shuffled epoch costs a vector of
+/// references rather than a copy of the data.
+#[derive(Clone, Copy)]
+pub struct InstanceRef<'a>(pub &'a Instance);
+
+impl InstanceData for InstanceRef<'_> {
+    fn int_at(&self, path: &[ResolvedStep]) -> Option<i64> {
+        self.0.int_at(path)
+    }
+
+    fn len_at(&self, path: &[ResolvedStep]) -> Option<i64> {
+        self.0.len_at(path)
+    }
+}
+
+impl ExecInstance for InstanceRef<'_> {
+    fn f32_at(&self, path: &[ResolvedStep]) -> Option<&[f32]> {
+        self.0.f32_at(path)
+    }
+}
+
+/// Reads data files for one graph.
+pub struct Loader {
+    schema: Schema,
+    prepared: Arc<PreparedSchema>,
+    args: DataArgs,
+    vocab: Option<Vocab>,
+    node_kinds: usize,
+    edge_kinds: usize,
+}
+
+impl Loader {
+    /// A loader for the graph's input schema. `files` are the data files the command will
+    /// read; when one is PTB, the vocabulary is read from `--vocab` or built from
+    /// `training` (and written to `--vocab` when given).
+    pub fn new(graph: &Graph, args: &DataArgs, files: &[&Path], training: Option<&Path>) -> Result<Loader, Failure> {
+        let schema = graph.input.clone().ok_or_else(|| {
+            Failure::bad_input(format!("the graph of `{}` has no input schema, so it reads no data", graph.name))
+        })?;
+        let prepared = Arc::new(PreparedSchema::new(schema.clone()).map_err(|e| Failure::data(&e))?);
+        let mut needs_vocab = false;
+        for file in files {
+            needs_vocab |= format_of(file, args.format)? == Format::Ptb;
+        }
+        let vocab = if needs_vocab { Some(vocabulary(graph, args, training)?) } else { None };
+        let node_kinds = args.node_kinds.or_else(|| hyper(graph, "kinds")).unwrap_or(8);
+        let edge_kinds = args.edge_kinds.or_else(|| hyper(graph, "edge_kinds")).unwrap_or(3);
+        Ok(Loader { schema, prepared, args: args.clone(), vocab, node_kinds, edge_kinds })
+    }
+
+    /// Reads a data file: the first bad instance is an error naming file, line and field,
+    /// unless `--skip-bad-data` (then the count is reported on stderr).
+    pub fn load(&self, path: &Path) -> Result<DataSet, Failure> {
+        let format = format_of(path, self.args.format)?;
+        let loaded = self.parse_file(format, path).map_err(|e| Failure::data(&e))?;
+        let Loaded { mut instances, skipped, first_skipped } = loaded;
+        if skipped > 0 {
+            let first = first_skipped.map(|e| format!("; the first: {e}")).unwrap_or_default();
+            eprintln!("amprun: skipped {skipped} bad instance(s) in {}{first}", path.display());
+        }
+        if let Some(limit) = self.args.limit {
+            instances.truncate(limit);
+        }
+        let instances = instances
+            .into_iter()
+            .map(|value| Instance::with_prepared(&self.prepared, value))
+            .collect::<Result<Vec<_>, DataError>>()
+            .map_err(|e| Failure::data(&e.in_file(&path.display().to_string())))?;
+        Ok(DataSet { path: path.to_path_buf(), format, instances, skipped })
+    }
+
+    fn parse_file(&self, format: Format, path: &Path) -> Result<Loaded, DataError> {
+        let text = std::fs::read(path).map_err(|e| DataError::io(&path.display().to_string(), &e))?;
+        self.parse(format, &text, &path.display().to_string(), self.args.skip_bad_data)
+    }
+
+    fn parse(&self, format: Format, text: &[u8], file: &str, skip_bad: bool) -> Result<Loaded, DataError> {
+        let schema = &self.schema;
+        match format {
+            Format::Jsonl => amp_data::jsonl::parse(schema, text, file, &JsonlOptions { skip_bad }),
+            Format::Csv => {
+                let options = CsvOptions { skip_bad, scale: self.args.scale, ..CsvOptions::default() };
+                amp_data::csv::parse(schema, text, file, &options)
+            }
+            Format::Ptb => {
+                let options = PtbOptions { skip_bad, lowercase: self.args.lowercase };
+                let empty = Vocab::from_words([], &VocabOptions::default());
+                amp_data::ptb::parse(schema, text, file, self.vocab.as_ref().unwrap_or(&empty), &options)
+            }
+            Format::Sdf => {
+                let options = SdfOptions {
+                    skip_bad,
+                    node_kinds: self.node_kinds,
+                    edge_kinds: self.edge_kinds,
+                    label_property: self.args.label_property.clone(),
+                };
+                amp_data::sdf::parse(schema, text, file, &options)
+            }
+        }
+    }
+
+    /// The 1-based line where instance `index` of `set` starts, found by reading the file
+    /// again record by record (only done when a run fails on that instance).
+    pub fn line_of(&self, set: &DataSet, index: usize) -> Option<usize> {
+        let text = std::fs::read(&set.path).ok()?;
+        let mut seen = 0;
+        for (line, record) in records(set.format, &text) {
+            let count = self.parse(set.format, record, "", false).map_or(0, |l| l.instances.len());
+            if index < seen + count {
+                return Some(line);
+            }
+            seen += count;
+        }
+        None
+    }
+
+    /// `instance 17 (train.jsonl:18)`: an instance for messages.
+    pub fn describe(&self, set: &DataSet, index: usize) -> String {
+        match self.line_of(set, index) {
+            Some(line) => format!("instance {index} ({}:{line})", set.path.display()),
+            None => format!("instance {index} of {}", set.path.display()),
+        }
+    }
+}
+
+/// The format of a data file: `--format`, else its extension.
+pub fn format_of(path: &Path, explicit: Option<Format>) -> Result<Format, Failure> {
+    if let Some(format) = explicit {
+        return Ok(format);
+    }
+    let extension = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase());
+    match extension.as_deref() {
+        Some("jsonl" | "json" | "ndjson") => Ok(Format::Jsonl),
+        Some("txt" | "ptb") => Ok(Format::Ptb),
+        Some("csv") => Ok(Format::Csv),
+        Some("sdf") => Ok(Format::Sdf),
+        _ => Err(Failure::usage(format!(
+            "cannot tell the format of `{}` from its extension; use --format jsonl|ptb|csv|sdf",
+            path.display()
+        ))),
+    }
+}
+
+/// The PTB vocabulary: `--vocab` when the file exists, else built from the training file
+/// (cut to `--vocab-size`, default the model's `vocab`) and written to `--vocab`.
+fn vocabulary(graph: &Graph, args: &DataArgs, training: Option<&Path>) -> Result<Vocab, Failure> {
+    let model_size = hyper(graph, "vocab");
+    if let Some(path) = args.vocab.as_deref().filter(|p| p.exists()) {
+        let vocab = Vocab::load(path).map_err(|e| Failure::data(&e))?;
+        if let Some(size) = model_size.filter(|&s| vocab.len() > s) {
+            eprintln!(
+                "amprun: warning: the vocabulary `{}` has {} words but the model embeds {size}",
+                path.display(),
+                vocab.len()
+            );
+        }
+        return Ok(vocab);
+    }
+    let Some(training) = training.filter(|t| format_of(t, args.format).ok() == Some(Format::Ptb)) else {
+        return Err(Failure::usage(match &args.vocab {
+            Some(path) => {
+                format!("the vocabulary `{}` does not exist (`amprun train --vocab` writes it)", path.display())
+            }
+            None => "PTB data needs the training run's vocabulary: --vocab FILE (written by `amprun train --vocab`)"
+                .to_string(),
+        }));
+    };
+    let options = PtbOptions { skip_bad: args.skip_bad_data, lowercase: args.lowercase };
+    let vocab_options = VocabOptions { max_size: args.vocab_size.or(model_size), ..VocabOptions::default() };
+    let vocab = amp_data::ptb::build_vocab_file(training, &options, &vocab_options).map_err(|e| Failure::data(&e))?;
+    match &args.vocab {
+        Some(path) => {
+            vocab.save(path).map_err(|e| Failure::data(&e))?;
+            eprintln!("amprun: wrote a vocabulary of {} words to {}", vocab.len(), path.display());
+        }
+        None => eprintln!(
+            "amprun: built a vocabulary of {} words from {} (keep it with --vocab FILE for eval and infer)",
+            vocab.len(),
+            training.display()
+        ),
+    }
+    Ok(vocab)
+}
+
+/// The records of a file with the line each starts on: lines for the line formats,
+/// molecules (up to and including `$$$$`) for SDF.
+fn records(format: Format, text: &[u8]) -> Vec<(usize, &[u8])> {
+    let mut out = Vec::new();
+    let mut start: Option<(usize, usize)> = None;
+    let mut offset = 0;
+    for (i, line) in text.split_inclusive(|&b| b == b'\n').enumerate() {
+        let number = i + 1;
+        let content = line.strip_suffix(b"\n").unwrap_or(line);
+        let content = content.strip_suffix(b"\r").unwrap_or(content);
+        match format {
+            Format::Sdf => {
+                let (first, from) = *start.get_or_insert((number, offset));
+                if content.trim_ascii() == b"$$$$" {
+                    out.push((first, &text[from..offset + line.len()]));
+                    start = None;
+                }
+            }
+            _ if content.trim_ascii().is_empty() => {}
+            _ => out.push((number, content)),
+        }
+        offset += line.len();
+    }
+    if let Some((first, from)) = start {
+        out.push((first, &text[from..]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_lines_or_molecules() {
+        let lines = records(Format::Jsonl, b"{}\n\n{\"a\":1}\r\n");
+        assert_eq!(lines, vec![(1, &b"{}"[..]), (3, &b"{\"a\":1}"[..])]);
+        let sdf = records(Format::Sdf, b"m1\nx\n$$$$\nm2\n$$$$\n");
+        assert_eq!(sdf.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 4]);
+        assert_eq!(sdf[1].1, b"m2\n$$$$\n");
+    }
+
+    #[test]
+    fn formats_come_from_extensions() {
+        assert_eq!(format_of(Path::new("a/b.JSONL"), None).ok(), Some(Format::Jsonl));
+        assert_eq!(format_of(Path::new("train.txt"), None).ok(), Some(Format::Ptb));
+        assert_eq!(format_of(Path::new("x.bin"), Some(Format::Csv)).ok(), Some(Format::Csv));
+        assert!(format_of(Path::new("x.bin"), None).is_err());
+    }
+}

@@ -1,0 +1,125 @@
+//! `amprun`, the Amp runtime's command line: a thin shell (files, flags, terminal) over
+//! the compiler (`amp-sema`, `amp-lower`: an `.amp` model is compiled in-process, exactly
+//! as `ampc compile` does), the graph loader and verifier (`amp-ir`: `.ampg` files), the
+//! data loaders (`amp-data`), parameters and checkpoints (`amp-params`) and the
+//! asynchronous model-parallel executor (`amp-exec`). It decides nothing those crates
+//! decide; it reads, reports and writes.
+//!
+//! ```text
+//! amprun train MODEL.{amp,ampg} --data train.jsonl [--valid v.jsonl] [--epochs N]
+//!        [--workers N] [--max-active-keys K] [--min-update-frequency M]
+//!        [--update-frequency NODE=M ...] [--async] [--optimizer sgd|momentum|adam]
+//!        [--lr X] [--momentum X] [--weight-decay X] [--clip-norm X] [--seed S]
+//!        [--save ckpt.safetensors] [--resume] [--init p.safetensors] [--metrics m.jsonl]
+//!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
+//! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
+//! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
+//! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
+//! ```
+//!
+//! For example, from the repository root (a few seconds in release mode):
+//!
+//! ```sh
+//! cargo run --release -p amprun -- train examples/list_reduce.amp -D hidden=32 \
+//!     --data examples/data/list_reduce.train.jsonl --valid examples/data/list_reduce.valid.jsonl \
+//!     --epochs 10 --optimizer adam --lr 0.003 --min-update-frequency 8 \
+//!     --save list_reduce.safetensors --metrics list_reduce.metrics.jsonl
+//! cargo run --release -p amprun -- eval examples/list_reduce.amp -D hidden=32 \
+//!     --params list_reduce.safetensors --data examples/data/list_reduce.valid.jsonl
+//! ```
+//!
+//! **Data.** The format comes from the extension (`.jsonl`/`.json`, `.txt`/`.ptb`, `.csv`,
+//! `.sdf`) or `--format`; instances are checked against the graph's input schema. The
+//! first bad instance ends the run with `file:line: field ...: what` (exit 1, nothing
+//! written); `--skip-bad-data` skips bad ones and reports the count. `--limit N` keeps the
+//! first N instances of each file. CSV: `--scale` multiplies the f32 columns (0.0625 for
+//! the 0–16 digits). PTB: `--vocab FILE` is read when it exists, else built from the
+//! training file (`--vocab-size`, default the model's `vocab`) and written there; eval,
+//! infer and grad need it. SDF: `--node-kinds`/`--edge-kinds` default to the model's
+//! `kinds`/`edge_kinds`.
+//!
+//! **Training.** Parameters start from `--seed` (PyTorch's initialisations), from
+//! `--init FILE` (any safetensors file with the model's `state_dict` names, e.g. written by
+//! PyTorch), or with `--resume` from the `--save` checkpoint. Each epoch shuffles the
+//! training instances deterministically from (seed, epoch) (`--no-shuffle` keeps file
+//! order), trains, evaluates `--valid`, reports, and writes the checkpoint atomically:
+//! parameters, optimizer state and the metadata `model`, `epoch` (epochs finished), `seed`,
+//! `shuffle_epoch`, `data_position`, `instances`, `status`, `optimizer`. `--epochs N` is
+//! the total: a resumed run trains the epochs after the checkpoint's up to N, and ends
+//! with exactly the parameters an uninterrupted run would have. `--min-update-frequency M`
+//! is the minibatch size (updates with the mean gradient of M finished instances);
+//! `--async` lets instances flow past update boundaries (AMPNet's asynchronous mode;
+//! without it, training is minibatch SGD whatever the workers and `--max-active-keys`).
+//!
+//! **Reports.** On a terminal a progress bar (stderr) shows instances/s, loss and
+//! accuracy; otherwise one line per epoch. `--metrics FILE` gets one JSON object per
+//! report (appended to when resuming): `split` (`train`/`valid`), `epoch`, `instances`,
+//! `loss`, `accuracy` (when the model classifies), `instances_per_s`, `elapsed_s`, and
+//! `updates` for training. `--trace FILE` writes a Chrome/Perfetto trace of every
+//! worker's forward, backward and update work. A summary ends the run on stdout.
+//!
+//! **Exit codes.**
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | bad input: the model does not compile (diagnostics printed), the graph file is rejected by the loader or the verifier, a data instance is bad (`file:line: field ...`), a parameter file does not fit the model, a node cannot process an instance, or the model uses an op the executor cannot run yet |
+//! | 2 | usage: bad flags or values, a file that cannot be read or written |
+//! | 3 | a NaN/Inf loss: `loss of instance I (file:line) is NaN at node loss (%N); training stopped in epoch E`; with `--save`, the last good parameters (those of the last update, with the optimizer state and `status = stopped: ...`) are in the checkpoint |
+//! | 4 | the executor failed: a worker panicked, stalled (`--stall-timeout`) or left messages behind; the message names the node and the worker |
+//!
+//! Layout: `cli` (flags), `model` (compile or load, verify), `data` (loaders, instance
+//! lines), `setup` (executor and parameters), `start` (fresh, `--init` or resumed
+//! parameters; checkpoint metadata), `train`, `commands` (eval, infer, grad),
+//! `report` (progress, metrics, traces), `failure` (messages and exit codes).
+
+mod cli;
+mod commands;
+mod data;
+mod failure;
+mod model;
+mod report;
+mod setup;
+mod start;
+mod train;
+
+use clap::Parser;
+use cli::{Cli, Command};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    report_worker_panics_briefly();
+    let result = match &cli.command {
+        Command::Train(args) => train::run(args),
+        Command::Eval(args) => commands::eval(args),
+        Command::Infer(args) => commands::infer(args),
+        Command::Grad(args) => commands::grad(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            if !failure.message.is_empty() {
+                eprintln!("amprun: error: {failure}");
+            }
+            failure.exit.into()
+        }
+    }
+}
+
+/// A worker's panic ends the run with the executor's error, which names the node and the
+/// worker; the default hook would add a backtrace from inside the executor's catch. Keep
+/// one line with the location (for bug reports); other threads keep the default hook.
+fn report_worker_panics_briefly() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        match thread.name().filter(|n| n.starts_with("amp-worker-")) {
+            Some(name) => {
+                let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+                eprintln!("amprun: {name} panicked{at}");
+            }
+            None => default(info),
+        }
+    }));
+}

@@ -1,0 +1,113 @@
+//! Getting a verified graph: compile an `.amp` source in-process (checker, lowering,
+//! passes, verifier: what `ampc compile` runs) or load an `.ampg` file and verify it. The
+//! runtime only ever sees graphs the verifier accepted.
+
+use crate::cli::ModelArgs;
+use crate::failure::{Exit, Failure};
+use amp_diagnostics::{render_human, SourceMap};
+use amp_ir::Graph;
+use amp_sema::{check_program, Options};
+use std::io::IsTerminal;
+use std::path::Path;
+
+/// Compiles or loads the model named on the command line.
+pub fn load(args: &ModelArgs) -> Result<Graph, Failure> {
+    let is_graph_file = args.path.extension().is_some_and(|e| e.eq_ignore_ascii_case("ampg"));
+    if is_graph_file {
+        load_graph_file(args)
+    } else {
+        compile_source(args)
+    }
+}
+
+fn load_graph_file(args: &ModelArgs) -> Result<Graph, Failure> {
+    let path = &args.path;
+    if !args.define.is_empty() {
+        return Err(Failure::usage(format!(
+            "-D applies to `.amp` sources; `{}` is compiled already (recompile it with `ampc compile -D ...`)",
+            path.display()
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| Failure::io("read", path, &e))?;
+    let (graph, _plan) = amp_ir::ampg::read(&bytes)
+        .map_err(|e| Failure::bad_input(format!("`{}` is not a loadable graph file: {e}", path.display())))?;
+    if let Err(errors) = amp_ir::verify::verify(&graph) {
+        let mut message = format!("`{}` failed verification; amprun runs only verified graphs:", path.display());
+        for e in errors.iter().take(20) {
+            message.push_str(&format!("\n  {e}"));
+        }
+        if errors.len() > 20 {
+            message.push_str(&format!("\n  ... and {} more", errors.len() - 20));
+        }
+        return Err(Failure::bad_input(message));
+    }
+    if let Some(name) = &args.model_name {
+        if *name != graph.name {
+            let message = format!("`{}` holds model `{}`, not `{name}`", path.display(), graph.name);
+            return Err(Failure::usage(message));
+        }
+    }
+    Ok(graph)
+}
+
+fn compile_source(args: &ModelArgs) -> Result<Graph, Failure> {
+    let path = &args.path;
+    let bytes = std::fs::read(path).map_err(|e| Failure::io("read", path, &e))?;
+    let mut map = SourceMap::new();
+    let main = map.add(path.display().to_string(), String::from_utf8_lossy(&bytes).into_owned());
+    let checked = check_program(&mut map, main, &Options { defines: args.define.clone() });
+    print_diagnostics(&map, &checked.diagnostics);
+    if checked.has_errors() {
+        return Err(Failure::printed(Exit::BadInput));
+    }
+    let program = &checked.program;
+    let name_of = |m: &amp_sema::ComponentId| program.components[m.0 as usize].name.as_str();
+    let model = match &args.model_name {
+        Some(name) => program.models.iter().find(|m| name_of(m) == name),
+        None => program.models.first(),
+    };
+    let Some(&model) = model else {
+        let names: Vec<&str> = program.models.iter().map(name_of).collect();
+        return Err(Failure::usage(match &args.model_name {
+            Some(name) => format!("no model `{name}` in `{}` (models: {})", path.display(), names.join(", ")),
+            None => format!("`{}` defines no model to run", path.display()),
+        }));
+    };
+    match amp_lower::compile_model(program, &map, model) {
+        Ok((graph, _reports)) => Ok(graph),
+        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
+            print_diagnostics(&map, &diagnostics);
+            Err(Failure::printed(Exit::BadInput))
+        }
+        Err(amp_lower::CompileError::Verify(errors)) => {
+            let mut message =
+                format!("internal compiler error: the lowered graph of `{}` failed verification:", path.display());
+            for e in errors {
+                message.push_str(&format!("\n  {e}"));
+            }
+            Err(Failure::bad_input(message))
+        }
+    }
+}
+
+fn print_diagnostics(map: &SourceMap, diagnostics: &[amp_diagnostics::Diagnostic]) {
+    if diagnostics.is_empty() {
+        return;
+    }
+    let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    eprint!("{}", render_human(map, diagnostics, color));
+}
+
+/// A hyperparameter the compiler recorded in the graph (`hyper.NAME`).
+pub fn hyper(graph: &Graph, name: &str) -> Option<usize> {
+    graph.meta.get(&format!("hyper.{name}")).and_then(|v| v.parse().ok())
+}
+
+/// The model's name for reports: the graph's, else the file's stem.
+pub fn display_name(graph: &Graph, path: &Path) -> String {
+    if graph.name.is_empty() {
+        path.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+    } else {
+        graph.name.clone()
+    }
+}

@@ -1,0 +1,38 @@
+//! What every command does before running: the executor configuration from the flags,
+//! parameters from a file, and an executor that has shown it can run the graph.
+
+use crate::cli::ExecArgs;
+use crate::data::InstanceRef;
+use crate::failure::Failure;
+use amp_exec::{ExecConfig, Executor};
+use amp_ir::Graph;
+use amp_params::{OptimConfig, ParamSet, ParamSpec};
+use std::path::Path;
+
+/// The executor settings shared by every command (training adds its own on top).
+pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
+    ExecConfig {
+        workers: usize::from(args.workers),
+        max_active_keys: usize::try_from(args.max_active_keys).unwrap_or(usize::MAX),
+        optimizer,
+        stall_timeout: args.stall_timeout(),
+        fault: args.fault.clone(),
+        ..ExecConfig::default()
+    }
+}
+
+/// The model's parameters from a safetensors file (an amprun checkpoint, or a file
+/// written by PyTorch with the model's `state_dict` names and shapes).
+pub fn load_params(path: &Path, graph: &Graph) -> Result<ParamSet, Failure> {
+    amp_params::load(path, &ParamSpec::of_graph(graph))
+        .map_err(|e| Failure::params(&format!("cannot use `{}` as the parameters", path.display()), &e))
+}
+
+/// An executor for `graph`. Runs it on no instances once, so that a graph with an op the
+/// executor cannot run yet is refused before any data is read or any work done.
+pub fn start(graph: &Graph, params: ParamSet, config: ExecConfig) -> Result<Executor, Failure> {
+    let no_instance = |_| String::from("no instance");
+    let executor = Executor::new(graph, params, config).map_err(|e| Failure::exec(&e, &no_instance))?;
+    executor.evaluate::<InstanceRef>(&[]).map_err(|e| Failure::exec(&e, &no_instance))?;
+    Ok(executor)
+}

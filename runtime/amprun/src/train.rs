@@ -1,0 +1,451 @@
+//! `amprun train`: epochs of shuffled training with validation, checkpoints after every
+//! epoch, resume, metrics, traces, and a clean stop (with the last good parameters) on a
+//! non-finite loss.
+//!
+//! Determinism: the shuffle of epoch `e` depends on `(seed, e)` only, each epoch is fed
+//! to the executor in chunks whose size depends only on the data size and the update
+//! frequencies (a multiple of every minibatch size, so chunk ends are update boundaries
+//! and the chunking changes nothing in synchronous mode), and checkpoints are written at
+//! epoch ends, when no gradient is pending. So a resumed run computes exactly what an
+//! uninterrupted one does.
+
+use crate::cli::{OptimizerName, TrainArgs};
+use crate::data::{DataSet, Loader};
+use crate::failure::Failure;
+use crate::model::{self, display_name};
+use crate::report::{self, Metrics, Progress, Report};
+use crate::setup;
+use crate::start::{meta, starting_point};
+use amp_exec::{EpochStats, ExecConfig, ExecError, Executor, NodeSelector, TraceEvent};
+use amp_params::OptimConfig;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// Mean loss and accuracy over the chunks of an epoch.
+#[derive(Default)]
+struct Totals {
+    instances: usize,
+    loss_sum: f64,
+    loss_count: usize,
+    correct: f64,
+    judged: usize,
+    updates: u64,
+}
+
+impl Totals {
+    fn add(&mut self, stats: &EpochStats) {
+        self.instances += stats.instances;
+        for &loss in stats.losses.iter().filter(|l| l.is_finite()) {
+            self.loss_sum += f64::from(loss);
+            self.loss_count += 1;
+        }
+        if let Some(accuracy) = stats.accuracy {
+            self.correct += f64::from(accuracy) * stats.instances as f64;
+            self.judged += stats.instances;
+        }
+        self.updates += stats.updates;
+    }
+
+    fn loss(&self) -> f32 {
+        if self.loss_count == 0 {
+            f32::NAN
+        } else {
+            (self.loss_sum / self.loss_count as f64) as f32
+        }
+    }
+
+    fn accuracy(&self) -> Option<f32> {
+        (self.judged > 0).then(|| (self.correct / self.judged as f64) as f32)
+    }
+}
+
+pub fn run(args: &TrainArgs) -> Result<(), Failure> {
+    let started = Instant::now();
+    let graph = model::load(&args.model)?;
+    let name = display_name(&graph, &args.model.path);
+    let optimizer = optimizer(args)?;
+    check_update_overrides(&graph, &args.update_frequency)?;
+    let config = train_config(args, optimizer);
+    let start = starting_point(args, &graph, &name, &optimizer)?;
+    let mut executor = setup::start(&graph, start.params, config.clone())?;
+    if let Some(state) = start.optim {
+        executor.restore_optimizer(state).map_err(|e| Failure::exec(&e, &|_| String::new()))?;
+    }
+
+    let first = start.epochs_done + 1;
+    if first > args.epochs {
+        match start.epochs_done {
+            0 => println!("{name}: --epochs 0, nothing to train"),
+            done => {
+                println!("{name}: the checkpoint has {done} epoch(s); nothing to do for --epochs {}", args.epochs)
+            }
+        }
+        return Ok(());
+    }
+
+    let mut files = vec![args.data.as_path()];
+    files.extend(args.valid.as_deref());
+    let loader = Loader::new(&graph, &args.data_args, &files, Some(&args.data))?;
+    let train = loader.load(&args.data)?;
+    if train.len() == 0 {
+        return Err(Failure::bad_input(format!("`{}` has no instances to train on", args.data.display())));
+    }
+    let valid = args.valid.as_deref().map(|v| loader.load(v)).transpose()?;
+    if let Some(saved) = start.saved_instances.filter(|&s| s != train.len()) {
+        eprintln!(
+            "amprun: warning: the checkpoint was trained on {saved} instances per epoch, this run has {}: \
+             the epochs are not those of an uninterrupted run",
+            train.len()
+        );
+    }
+
+    let mut run = TrainRun {
+        args,
+        name,
+        loader: &loader,
+        executor: &mut executor,
+        train: &train,
+        valid: valid.as_ref(),
+        seed: start.seed,
+        metrics: Metrics::open(args.metrics.as_deref(), args.resume)?,
+        progress: Progress::new(),
+        trace: Vec::new(),
+        started,
+        chunk: chunk_size(train.len(), &config),
+        last: (None, None),
+    };
+    let result = (first..=args.epochs).try_for_each(|epoch| run.epoch(epoch));
+    run.progress.clear();
+    let traced = run.write_trace();
+    result?;
+    traced?;
+    run.summary(first);
+    Ok(())
+}
+
+struct TrainRun<'a> {
+    args: &'a TrainArgs,
+    name: String,
+    loader: &'a Loader,
+    executor: &'a mut Executor,
+    train: &'a DataSet,
+    valid: Option<&'a DataSet>,
+    seed: u64,
+    metrics: Metrics,
+    progress: Progress,
+    trace: Vec<TraceEvent>,
+    started: Instant,
+    chunk: usize,
+    /// The last train and valid reports, for the summary.
+    last: (Option<Report>, Option<Report>),
+}
+
+impl TrainRun<'_> {
+    fn epoch(&mut self, epoch: u64) -> Result<(), Failure> {
+        let n = self.train.len();
+        let order = if self.args.no_shuffle { (0..n).collect() } else { shuffled(n, self.seed, epoch) };
+        self.progress.start(format!("epoch {epoch}/{}", self.args.epochs), n);
+        let epoch_start = Instant::now();
+        let mut totals = Totals::default();
+        for (c, indices) in order.chunks(self.chunk).enumerate() {
+            let batch = self.train.view(indices);
+            let result = self.executor.train_epoch(&batch);
+            if self.args.trace.is_some() {
+                self.trace.extend(self.executor.take_trace());
+            }
+            match result {
+                Ok(stats) => totals.add(&stats),
+                Err(error) => return Err(self.stop(epoch, &order[c * self.chunk..], &error)),
+            }
+            let seconds = epoch_start.elapsed().as_secs_f64();
+            self.progress.update(totals.instances, seconds, totals.loss(), totals.accuracy());
+        }
+        let seconds = epoch_start.elapsed().as_secs_f64();
+        let report = Report {
+            split: "train",
+            epoch,
+            instances: n,
+            loss: totals.loss(),
+            accuracy: totals.accuracy(),
+            instances_per_s: n as f64 / seconds.max(1e-9),
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            updates: Some(totals.updates),
+        };
+        self.metrics.write(&report)?;
+        let mut line = format!(
+            "epoch {epoch}/{}: train {} ({n} instances, {:.0}/s)",
+            self.args.epochs,
+            report.scores(),
+            report.instances_per_s
+        );
+        self.last.0 = Some(report);
+        if let Some(valid) = self.valid {
+            let report = self.validate(epoch, valid)?;
+            line.push_str(&format!(", valid {}", report.scores()));
+            self.last.1 = Some(report);
+        }
+        line.push_str(&format!(" [{:.1}s]", self.started.elapsed().as_secs_f64()));
+        if let Some(path) = &self.args.save {
+            self.save(path, epoch, "complete")?;
+        }
+        self.progress.line(&line);
+        Ok(())
+    }
+
+    fn validate(&mut self, epoch: u64, valid: &DataSet) -> Result<Report, Failure> {
+        let stats = self
+            .executor
+            .evaluate(&valid.all())
+            .map_err(|e| Failure::exec(&e, &|i| describe(self.loader, valid, None, i)))?;
+        let report = Report {
+            split: "valid",
+            epoch,
+            instances: stats.instances,
+            loss: stats.loss,
+            accuracy: stats.accuracy,
+            instances_per_s: stats.instances_per_s,
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            updates: None,
+        };
+        self.metrics.write(&report)?;
+        Ok(report)
+    }
+
+    /// Saves the executor's parameters and optimizer state after `epochs_done` epochs.
+    fn save(&self, path: &Path, epochs_done: u64, status: &str) -> Result<(), Failure> {
+        let optim = self.executor.optimizer_state();
+        let metadata: BTreeMap<String, String> = [
+            (meta::MODEL, self.name.clone()),
+            (meta::EPOCH, epochs_done.to_string()),
+            (meta::SEED, self.seed.to_string()),
+            (meta::SHUFFLE_EPOCH, (epochs_done + 1).to_string()),
+            (meta::DATA_POSITION, "0".to_string()),
+            (meta::INSTANCES, self.train.len().to_string()),
+            (meta::STATUS, status.to_string()),
+            (meta::OPTIMIZER, optim.kind.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        amp_params::save_checkpoint(path, self.executor.params(), Some(optim), &metadata)
+            .map_err(|e| Failure::params(&format!("cannot write the checkpoint `{}`", path.display()), &e))
+    }
+
+    /// Ends training on an executor error in `epoch`, `rest` being the instances of the
+    /// failed chunk onwards (the error's instance index counts from the chunk's start).
+    /// On a non-finite loss the last good parameters are saved first.
+    fn stop(&mut self, epoch: u64, rest: &[usize], error: &ExecError) -> Failure {
+        self.progress.clear();
+        let locate = |i| describe(self.loader, self.train, Some(rest), i);
+        let mut failure = Failure::exec(error, &locate);
+        if let ExecError::NonFiniteLoss { instance, loss, node } = error {
+            failure.message = format!(
+                "loss of {} is {loss} at node {}; training stopped in epoch {epoch}",
+                locate(*instance as i64),
+                self.executor.node_name(*node)
+            );
+            let status = format!("stopped: non-finite loss in epoch {epoch}");
+            match &self.args.save {
+                Some(path) => match self.save(path, epoch - 1, &status) {
+                    Ok(()) => failure.message.push_str(&format!(
+                        "; the last good parameters (those of the last update) are in {}",
+                        path.display()
+                    )),
+                    Err(e) => failure.message.push_str(&format!("; and the checkpoint failed: {e}")),
+                },
+                None => failure.message.push_str("; no checkpoint written (no --save)"),
+            }
+        }
+        failure
+    }
+
+    fn write_trace(&mut self) -> Result<(), Failure> {
+        let Some(path) = &self.args.trace else { return Ok(()) };
+        let events = std::mem::take(&mut self.trace);
+        let executor = &*self.executor;
+        report::write_trace(path, |out| executor.write_trace(&events, out))
+    }
+
+    fn summary(&self, first: u64) {
+        let epochs = self.args.epochs + 1 - first;
+        let seconds = self.started.elapsed().as_secs_f64();
+        let instances = self.train.len() as u64 * epochs;
+        println!(
+            "{}: trained epochs {first}..{} ({epochs} this run) in {seconds:.2}s, {instances} instances, {:.0} instances/s",
+            self.name,
+            self.args.epochs,
+            instances as f64 / seconds.max(1e-9)
+        );
+        if let Some(report) = &self.last.0 {
+            println!("  train  {}", report.scores());
+        }
+        if let Some(report) = &self.last.1 {
+            println!("  valid  {}", report.scores());
+        }
+        for set in std::iter::once(self.train).chain(self.valid).filter(|s| s.skipped > 0) {
+            println!("  skipped     {} bad instance(s) in {}", set.skipped, set.path.display());
+        }
+        if let Some(path) = &self.args.save {
+            println!("  checkpoint  {}", path.display());
+        }
+        if let Some(path) = &self.args.metrics {
+            println!("  metrics     {}", path.display());
+        }
+        if let Some(path) = &self.args.trace {
+            println!("  trace       {}", path.display());
+        }
+    }
+}
+
+/// `instance 17 (train.jsonl:18)` for the `i`-th instance of a run over `order` (or over
+/// the whole set in file order).
+fn describe(loader: &Loader, set: &DataSet, order: Option<&[usize]>, i: i64) -> String {
+    let index = usize::try_from(i).ok().and_then(|i| match order {
+        Some(order) => order.get(i).copied(),
+        None => Some(i),
+    });
+    match index {
+        Some(index) => loader.describe(set, index),
+        None => format!("instance {i} of {}", set.path.display()),
+    }
+}
+
+fn optimizer(args: &TrainArgs) -> Result<OptimConfig, Failure> {
+    let default_lr = if args.optimizer == OptimizerName::Adam { 0.001 } else { 0.01 };
+    let lr = args.lr.unwrap_or(default_lr);
+    if !(lr.is_finite() && lr >= 0.0) {
+        return Err(Failure::usage(format!("--lr {lr} is not a finite, non-negative learning rate")));
+    }
+    let mut config = match args.optimizer {
+        OptimizerName::Sgd => OptimConfig::sgd(lr),
+        OptimizerName::Momentum => {
+            if !(0.0..1.0).contains(&args.momentum) {
+                return Err(Failure::usage(format!("--momentum {} is not in [0, 1)", args.momentum)));
+            }
+            OptimConfig::momentum(lr, args.momentum)
+        }
+        OptimizerName::Adam => OptimConfig::adam(lr),
+    };
+    if !(args.weight_decay.is_finite() && args.weight_decay >= 0.0) {
+        return Err(Failure::usage(format!("--weight-decay {} is not a non-negative number", args.weight_decay)));
+    }
+    config = config.with_weight_decay(args.weight_decay);
+    if let Some(max_norm) = args.clip_norm {
+        if !(max_norm.is_finite() && max_norm > 0.0) {
+            return Err(Failure::usage(format!("--clip-norm {max_norm} is not a positive number")));
+        }
+        config = config.with_clip_norm(max_norm);
+    }
+    Ok(config)
+}
+
+fn train_config(args: &TrainArgs, optimizer: OptimConfig) -> ExecConfig {
+    ExecConfig {
+        min_update_frequency: args.min_update_frequency,
+        update_overrides: args.update_frequency.clone(),
+        sync_updates: !args.asynchronous,
+        flush_at_epoch_end: true,
+        trace: args.trace.is_some(),
+        ..setup::exec_config(&args.exec, optimizer)
+    }
+}
+
+/// Every `--update-frequency NODE=M` must name a node with parameters (the executor would
+/// ignore one that does not, and the user would never know).
+fn check_update_overrides(graph: &amp_ir::Graph, overrides: &[(NodeSelector, u64)]) -> Result<(), Failure> {
+    let ppts: Vec<(u32, &str)> = graph
+        .nodes
+        .node_indices()
+        .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n)))
+        .filter(|(_, n)| matches!(n.op, amp_ir::Op::Linear { .. } | amp_ir::Op::Embedding { .. }))
+        .map(|(i, n)| (i, n.label.as_str()))
+        .collect();
+    for (selector, _) in overrides {
+        let found = ppts.iter().any(|&(i, label)| match selector {
+            NodeSelector::Id(id) => *id == i,
+            NodeSelector::Label(name) => name == label,
+        });
+        if !found {
+            let mut names: Vec<String> = ppts.iter().map(|(i, l)| format!("{l} (%{i})")).collect();
+            names.dedup();
+            let shown = match selector {
+                NodeSelector::Id(id) => format!("%{id}"),
+                NodeSelector::Label(name) => name.clone(),
+            };
+            return Err(Failure::usage(format!(
+                "--update-frequency: `{shown}` is not a node with parameters (those are: {})",
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The order of epoch `epoch`'s instances: a Fisher–Yates shuffle driven by SplitMix64
+/// seeded from `(seed, epoch)` only, so any epoch's order can be recomputed on resume.
+pub fn shuffled(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut state = seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5851_F42D_4C95_7F2D;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
+}
+
+/// Instances per `train_epoch` call: about a twentieth of the epoch (at least 64), rounded
+/// up to a multiple of every update frequency, so that each chunk ends on an update
+/// boundary of every parameter.
+pub fn chunk_size(n: usize, config: &ExecConfig) -> usize {
+    let period =
+        config.update_overrides.iter().try_fold(config.min_update_frequency.max(1), |l, (_, m)| lcm(l, (*m).max(1)));
+    let Some(period) = period else { return n.max(1) };
+    let target = n.div_ceil(20).max(64) as u64;
+    let chunk = target.div_ceil(period).checked_mul(period).and_then(|c| usize::try_from(c).ok());
+    chunk.unwrap_or(usize::MAX).max(1)
+}
+
+fn lcm(a: u64, b: u64) -> Option<u64> {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    (a / x).checked_mul(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shuffles_are_permutations_fixed_by_seed_and_epoch() {
+        let a = shuffled(100, 7, 1);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..100).collect::<Vec<_>>());
+        assert_eq!(a, shuffled(100, 7, 1));
+        assert_ne!(a, shuffled(100, 7, 2));
+        assert_ne!(a, shuffled(100, 8, 1));
+        assert!(shuffled(0, 1, 1).is_empty());
+    }
+
+    #[test]
+    fn chunks_end_on_update_boundaries() {
+        let mut config = ExecConfig { min_update_frequency: 6, ..ExecConfig::default() };
+        config.update_overrides.push((NodeSelector::Label("cell".into()), 4));
+        let chunk = chunk_size(10_000, &config);
+        assert_eq!(chunk % 12, 0);
+        assert!(chunk >= 500);
+        assert_eq!(chunk_size(10, &ExecConfig::default()), 64);
+        config.update_overrides.push((NodeSelector::Id(1), u64::MAX - 1));
+        assert_eq!(chunk_size(10, &config), 10);
+    }
+}

@@ -1,0 +1,83 @@
+//! Shared by the `amprun` tests: running the built binary, scratch folders, the examples,
+//! compiled graphs and checkpoint comparisons.
+#![allow(dead_code)]
+
+use amp_ir::Graph;
+use amp_params::checkpoint::Checkpoint;
+use amp_params::ParamSpec;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs `amprun` with `args` in `dir`.
+pub fn amprun(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_amprun"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("amprun runs")
+}
+
+/// Runs `amprun` and insists on exit code 0.
+pub fn amprun_ok(dir: &Path, args: &[&str]) -> Output {
+    let out = amprun(dir, args);
+    assert_eq!(out.status.code(), Some(0), "amprun {args:?}\nstdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    out
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A fresh scratch folder for one test.
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("amprun-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    dir
+}
+
+/// The path of `examples/NAME` (or `examples/data/NAME`) as a string.
+pub fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
+}
+
+/// `../shared/data/REL` when it exists; tests that need it skip (with a printed reason)
+/// when it does not.
+pub fn shared_data(rel: &str) -> Option<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data").join(rel);
+    if path.exists() {
+        Some(path.display().to_string())
+    } else {
+        eprintln!("skipped: {} is absent", path.display());
+        None
+    }
+}
+
+/// Compiles `examples/NAME.amp` with overrides, as `amprun` and `ampc compile` do.
+pub fn compile_example(name: &str, defines: &[(&str, i64)]) -> Graph {
+    let text = std::fs::read_to_string(example(&format!("{name}.amp"))).expect("example source");
+    let options = amp_sema::Options { defines: defines.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
+    let (map, checked) = amp_sema::check_source(&format!("{name}.amp"), &text, &options);
+    assert!(!checked.has_errors(), "{name}.amp has errors");
+    let model = checked.program.models[0];
+    match amp_lower::compile_model(&checked.program, &map, model) {
+        Ok((graph, _)) => graph,
+        Err(e) => panic!("{name}.amp does not compile: {e:?}"),
+    }
+}
+
+/// A checkpoint file with its parameters read against `graph`.
+pub fn checkpoint(path: &Path, graph: &Graph) -> Checkpoint {
+    amp_params::load_checkpoint(path, &ParamSpec::of_graph(graph))
+        .unwrap_or_else(|e| panic!("{} is not a checkpoint of the model: {e}", path.display()))
+}
+
+/// JSON objects, one per line.
+pub fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("`{l}` is not JSON: {e}"))).collect()
+}

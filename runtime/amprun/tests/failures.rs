@@ -1,0 +1,139 @@
+//! Bad input and faults: each ends with its documented exit code and a message that says
+//! what and where, and loses nothing (SPEC §7).
+
+mod common;
+
+use amp_params::{ParamSet, ParamSpec};
+use common::*;
+
+fn list_reduce_lines(n: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(example("data/list_reduce.train.jsonl")).expect("example data");
+    text.lines().take(n).map(String::from).collect()
+}
+
+#[test]
+fn a_bad_data_line_names_file_and_line_and_writes_nothing() {
+    let dir = scratch("bad-data");
+    let mut lines = list_reduce_lines(5);
+    lines.insert(3, r#"{"tokens":[1,"x"],"label":2}"#.to_string());
+    std::fs::write(dir.join("bad.jsonl"), lines.join("\n") + "\n").unwrap();
+    let model = example("list_reduce.amp");
+    let args =
+        ["train", &model, "-D", "hidden=8", "--data", "bad.jsonl", "--save", "c.safetensors", "--metrics", "m.jsonl"];
+    let out = amprun(&dir, &args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("bad.jsonl:4: field `tokens[1]`: expected an int"), "{err}");
+    assert!(!dir.join("c.safetensors").exists(), "no checkpoint after bad data");
+
+    let mut skipping = args.to_vec();
+    skipping.push("--skip-bad-data");
+    let out = amprun_ok(&dir, &skipping);
+    assert!(stderr(&out).contains("skipped 1 bad instance(s) in bad.jsonl"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("skipped     1 bad instance(s)"), "{}", stdout(&out));
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
+    assert_eq!(metrics[0]["instances"], 5);
+}
+
+/// Eight digit rows (a header first); row `huge` has pixels that overflow every sum.
+fn digits_csv(dir: &std::path::Path, huge: usize) -> String {
+    let mut text = (0..64).map(|i| format!("p{i}")).collect::<Vec<_>>().join(",") + ",label\n";
+    for row in 0..8 {
+        let pixel = if row == huge { "3e38".to_string() } else { ((row * 5) % 17).to_string() };
+        text += &(vec![pixel; 64].join(",") + &format!(",{}\n", row % 10));
+    }
+    let path = dir.join("digits.csv");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
+    let dir = scratch("nan");
+    let data = digits_csv(&dir, 3);
+    // All-ones weights: the huge row's logits overflow to infinity, its loss is NaN.
+    let graph = compile_example("mlp", &[("hidden", 4)]);
+    let mut ones = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
+    for t in 0..ones.len() {
+        ones.data_mut(t).iter_mut().for_each(|v| *v = 1.0);
+    }
+    amp_params::save(&ones, &dir.join("ones.safetensors"), &Default::default()).unwrap();
+    let model = example("mlp.amp");
+    let mut args = vec!["train", &model, "-D", "hidden=4", "--data", &data, "--init", "ones.safetensors"];
+    args.extend(["--no-shuffle", "--lr", "0.0001", "--save", "c.safetensors"]);
+    let out = amprun(&dir, &args);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("loss of instance 3 (") && err.contains("digits.csv:5)"), "{err}");
+    assert!(err.contains("is NaN") && err.contains("training stopped in epoch 1"), "{err}");
+    assert!(err.contains("last good parameters") && err.contains("c.safetensors"), "{err}");
+    // The checkpoint holds the parameters after the three good instances, which is what a
+    // run on those three alone ends with.
+    let stopped = checkpoint(&dir.join("c.safetensors"), &graph);
+    assert!(stopped.metadata["status"].starts_with("stopped: non-finite loss"));
+    assert_eq!(stopped.metadata["epoch"], "0");
+    args.extend(["--limit", "3"]);
+    let save = args.iter().position(|a| *a == "c.safetensors").unwrap();
+    args[save] = "three.safetensors";
+    amprun_ok(&dir, &args);
+    let three = checkpoint(&dir.join("three.safetensors"), &graph);
+    assert_eq!(stopped.params, three.params);
+}
+
+#[test]
+fn a_worker_panic_ends_the_run_naming_node_and_worker() {
+    let dir = scratch("panic");
+    let data = digits_csv(&dir, usize::MAX);
+    let out = amprun(&dir, &["train", &example("mlp.amp"), "-D", "hidden=4", "--data", &data, "--fault", "panic:3:2"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("worker 0 panicked in node %3"), "{err}");
+    assert!(!err.contains("stack backtrace"), "one line, not a backtrace: {err}");
+}
+
+#[test]
+fn a_stalled_worker_ends_the_run() {
+    let dir = scratch("stall");
+    let data = digits_csv(&dir, usize::MAX);
+    let model = example("mlp.amp");
+    let args =
+        ["train", &model, "-D", "hidden=4", "--data", &data, "--fault", "delay:3:1:1500", "--stall-timeout", "0.2"];
+    let out = amprun(&dir, &args);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no progress") && stderr(&out).contains("worker 0"), "{}", stderr(&out));
+}
+
+#[test]
+fn compile_errors_are_bad_input_with_diagnostics() {
+    let dir = scratch("compile");
+    let data = example("data/list_reduce.train.jsonl");
+    let out = amprun(&dir, &["train", &example("list_reduce.amp"), "-D", "hidden=0", "--data", &data]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("E0307"), "{}", stderr(&out));
+
+    std::fs::write(dir.join("broken.ampg"), b"AMPG\x02\x00\x00\x00{not json").unwrap();
+    let out = amprun(&dir, &["train", "broken.ampg", "--data", &data]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not a loadable graph file"), "{}", stderr(&out));
+}
+
+#[test]
+fn usage_errors_exit_two() {
+    let dir = scratch("usage");
+    let model = example("list_reduce.amp");
+    let data = example("data/list_reduce.train.jsonl");
+    let cases: [&[&str]; 6] = [
+        &["train", &model, "--data", &data, "--workers", "0"],
+        &["train", &model, "--data", &data, "--update-frequency", "nosuch=4"],
+        &["train", &model, "--data", &data, "--resume"],
+        &["train", &model, "--data", &data, "--save", "none.safetensors", "--resume"],
+        &["train", &model, "--data", "missing.jsonl"],
+        &["train", &model, "--data", "data.unknown"],
+    ];
+    for args in cases {
+        let out = amprun(&dir, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+    }
+    let help = amprun(&dir, &["train", "--help"]);
+    assert!(stdout(&help).contains("Exit codes:") && stdout(&help).contains("non-finite"));
+}

@@ -1,0 +1,217 @@
+//! `amprun train` end to end: metrics, learning, checkpoints, resume, `.ampg` input.
+
+mod common;
+
+use common::*;
+
+/// The metrics reports of one split.
+fn reports<'a>(metrics: &'a [serde_json::Value], split: &str) -> Vec<&'a serde_json::Value> {
+    metrics.iter().filter(|m| m["split"] == split).collect()
+}
+
+#[test]
+fn mlp_learns_digits_and_reports_metrics() {
+    let Some(digits) = shared_data("digits/digits.csv") else { return };
+    let dir = scratch("digits");
+    let out = amprun_ok(
+        &dir,
+        &[
+            "train",
+            &example("mlp.amp"),
+            "-D",
+            "hidden=16",
+            "--data",
+            &digits,
+            "--valid",
+            &digits,
+            "--scale",
+            "0.0625",
+            "--limit",
+            "200",
+            "--epochs",
+            "2",
+            "--lr",
+            "0.1",
+            "--min-update-frequency",
+            "4",
+            "--metrics",
+            "m.jsonl",
+        ],
+    );
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).expect("metrics file"));
+    assert_eq!(metrics.len(), 4, "train and valid, two epochs");
+    for m in &metrics {
+        for key in ["split", "epoch", "instances", "loss", "accuracy", "instances_per_s", "elapsed_s"] {
+            assert!(m.get(key).is_some(), "no `{key}` in {m}");
+        }
+        assert_eq!(m["instances"], 200);
+        assert!(m["instances_per_s"].as_f64().unwrap() > 0.0);
+        let accuracy = m["accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&accuracy));
+    }
+    let train = reports(&metrics, "train");
+    assert_eq!((train[0]["epoch"].as_u64(), train[1]["epoch"].as_u64()), (Some(1), Some(2)));
+    let (first, second) = (train[0]["loss"].as_f64().unwrap(), train[1]["loss"].as_f64().unwrap());
+    assert!(second < first, "the training loss decreases: {first} then {second}");
+    let valid = reports(&metrics, "valid");
+    assert!(valid[1]["loss"].as_f64().unwrap() < valid[0]["loss"].as_f64().unwrap());
+    assert!(train[1]["elapsed_s"].as_f64().unwrap() >= train[0]["elapsed_s"].as_f64().unwrap());
+    let summary = stdout(&out);
+    assert!(summary.contains("Mlp3: trained epochs 1..2") && summary.contains("valid  loss"), "{summary}");
+    // Not a terminal: one plain line per epoch on stderr.
+    assert_eq!(stderr(&out).lines().filter(|l| l.starts_with("epoch ")).count(), 2, "{}", stderr(&out));
+}
+
+#[test]
+fn list_reduce_trains_with_validation_checkpoint_and_trace() {
+    let dir = scratch("list-reduce");
+    let out = amprun_ok(
+        &dir,
+        &[
+            "train",
+            &example("list_reduce.amp"),
+            "-D",
+            "hidden=16",
+            "--data",
+            &example("data/list_reduce.train.jsonl"),
+            "--valid",
+            &example("data/list_reduce.valid.jsonl"),
+            "--limit",
+            "120",
+            "--epochs",
+            "2",
+            "--optimizer",
+            "adam",
+            "--workers",
+            "2",
+            "--max-active-keys",
+            "4",
+            "--min-update-frequency",
+            "4",
+            "--save",
+            "c.safetensors",
+            "--metrics",
+            "m.jsonl",
+            "--trace",
+            "t.json",
+        ],
+    );
+    assert!(stdout(&out).contains("checkpoint  c.safetensors"), "{}", stdout(&out));
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let saved = checkpoint(&dir.join("c.safetensors"), &graph);
+    assert_eq!(saved.metadata["epoch"], "2");
+    assert_eq!(saved.metadata["model"], "ListReduce");
+    assert_eq!(saved.metadata["seed"], "0");
+    assert_eq!(saved.metadata["instances"], "120");
+    assert_eq!(saved.optim.as_ref().map(|o| o.kind.as_str()), Some("adam"));
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).expect("metrics"));
+    assert_eq!(reports(&metrics, "valid").len(), 2);
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("t.json")).expect("trace")).expect("trace is JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["cat"].as_str()).collect();
+    for kind in ["forward", "backward", "update"] {
+        assert!(kinds.contains(&kind), "a {kind} event in the trace");
+    }
+    assert!(events.iter().any(|e| e["tid"] == 1), "work on the second worker");
+}
+
+/// Trains list_reduce into `dir/NAME` for `epochs` (total), optionally resuming.
+fn train_list_reduce(dir: &std::path::Path, model: &str, name: &str, epochs: &str, resume: bool) {
+    let data = example("data/list_reduce.train.jsonl");
+    let mut args = vec![
+        "train",
+        model,
+        "--data",
+        &data,
+        "--limit",
+        "48",
+        "--epochs",
+        epochs,
+        "--optimizer",
+        "adam",
+        "--min-update-frequency",
+        "4",
+        "--seed",
+        "7",
+        "--save",
+        name,
+        "--metrics",
+        "m.jsonl",
+    ];
+    let defines = ["-D", "hidden=8"];
+    if model.ends_with(".amp") {
+        args.extend(defines);
+    }
+    if resume {
+        args.push("--resume");
+    }
+    amprun_ok(dir, &args);
+}
+
+#[test]
+fn a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one() {
+    let dir = scratch("resume");
+    let model = example("list_reduce.amp");
+    train_list_reduce(&dir, &model, "whole.safetensors", "3", false);
+    train_list_reduce(&dir, &model, "parts.safetensors", "1", false);
+    train_list_reduce(&dir, &model, "parts.safetensors", "3", true);
+    let graph = compile_example("list_reduce", &[("hidden", 8)]);
+    let whole = checkpoint(&dir.join("whole.safetensors"), &graph);
+    let parts = checkpoint(&dir.join("parts.safetensors"), &graph);
+    assert_eq!(parts.metadata["epoch"], "3");
+    assert_eq!(whole.params, parts.params, "parameters equal bit for bit");
+    assert_eq!(whole.optim, parts.optim, "Adam's moments and step counts too");
+    let first = first_values(&whole.params);
+    let fresh = amp_params::ParamSet::init(&amp_params::ParamSpec::of_graph(&graph), 7);
+    assert_ne!(first, first_values(&fresh), "training changed the parameters");
+    // Metrics: the resumed run appended to the file both runs share.
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).expect("metrics"));
+    let epochs: Vec<u64> = metrics.iter().filter_map(|m| m["epoch"].as_u64()).collect();
+    assert_eq!(&epochs[epochs.len() - 3..], &[1, 2, 3]);
+    // Resuming past the last epoch does nothing.
+    let out = amprun_ok(
+        &dir,
+        &[
+            "train",
+            &model,
+            "-D",
+            "hidden=8",
+            "--data",
+            &example("data/list_reduce.train.jsonl"),
+            "--limit",
+            "48",
+            "--epochs",
+            "3",
+            "--optimizer",
+            "adam",
+            "--save",
+            "parts.safetensors",
+            "--resume",
+        ],
+    );
+    assert!(stdout(&out).contains("nothing to do"), "{}", stdout(&out));
+}
+
+fn first_values(params: &amp_params::ParamSet) -> Vec<f32> {
+    params.iter().map(|(_, v)| v.first().copied().unwrap_or(0.0)).collect()
+}
+
+#[test]
+fn a_compiled_ampg_graph_trains_like_its_source() {
+    let dir = scratch("ampg");
+    let graph = compile_example("list_reduce", &[("hidden", 8)]);
+    let ampg = dir.join("list_reduce.ampg");
+    std::fs::write(&ampg, amp_ir::ampg::write(&graph, None)).expect("write the graph");
+    train_list_reduce(&dir, &example("list_reduce.amp"), "from_source.safetensors", "1", false);
+    train_list_reduce(&dir, ampg.to_str().expect("utf-8 path"), "from_graph.safetensors", "1", false);
+    let a = checkpoint(&dir.join("from_source.safetensors"), &graph);
+    let b = checkpoint(&dir.join("from_graph.safetensors"), &graph);
+    assert_eq!(a.params, b.params);
+    // -D means nothing to a compiled graph: a usage error, not a silent surprise.
+    let out = amprun(
+        &dir,
+        &["train", ampg.to_str().unwrap(), "-D", "hidden=4", "--data", &example("data/list_reduce.train.jsonl")],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
