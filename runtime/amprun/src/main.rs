@@ -42,8 +42,10 @@
 //! `--init FILE` (any safetensors file with the model's `state_dict` names, e.g. written by
 //! PyTorch), or with `--resume` from the `--save` checkpoint. Each epoch shuffles the
 //! training instances deterministically from (seed, epoch) (`--no-shuffle` keeps file
-//! order), trains, evaluates `--valid`, reports, and writes the checkpoint atomically:
-//! parameters, optimizer state and the metadata `model`, `epoch` (epochs finished), `seed`,
+//! order), trains, reports, and writes the checkpoint atomically; the validation of
+//! `--valid` with that epoch's parameters then runs on its own thread (forward only,
+//! through the same graph) while the next epoch trains, and is reported when done. The
+//! checkpoint holds the parameters, optimizer state and the metadata `model`, `epoch` (epochs finished), `seed`,
 //! `shuffle_epoch`, `data_position`, `instances`, `status`, `optimizer`. `--epochs N` is
 //! the total: a resumed run trains the epochs after the checkpoint's up to N, and ends
 //! with exactly the parameters an uninterrupted run would have. `--min-update-frequency M`

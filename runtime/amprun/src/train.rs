@@ -1,4 +1,4 @@
-//! `amprun train`: epochs of shuffled training with validation, checkpoints after every
+//! `amprun train`: epochs of shuffled training with validation beside it, checkpoints after every
 //! epoch, resume, metrics, traces, and a clean stop (with the last good parameters) on a
 //! non-finite loss.
 //!
@@ -16,11 +16,50 @@ use crate::model::{self, display_name};
 use crate::report::{self, Metrics, Progress, Report};
 use crate::setup;
 use crate::start::{meta, starting_point};
-use amp_exec::{EpochStats, ExecConfig, ExecError, Executor, NodeSelector, TraceEvent};
+use amp_data::Instance;
+use amp_exec::{EpochStats, EvalStats, ExecConfig, ExecError, Executor, NodeSelector, TraceEvent};
+use amp_ir::Graph;
 use amp_params::OptimConfig;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
+
+/// Validation runs beside training: after epoch `e`, a thread evaluates a snapshot of the
+/// parameters on the validation set (forward only, through the same graph, on its own
+/// executor) while epoch `e + 1` trains; its report comes when it finishes.
+struct Validation {
+    graph: Arc<Graph>,
+    instances: Arc<Vec<Instance>>,
+    config: ExecConfig,
+    pending: Option<(u64, JoinHandle<Result<EvalStats, ExecError>>)>,
+}
+
+impl Validation {
+    fn start(&mut self, epoch: u64, params: amp_params::ParamSet) {
+        let (graph, instances, config) = (self.graph.clone(), self.instances.clone(), self.config.clone());
+        let job = std::thread::spawn(move || {
+            let executor = Executor::new(&graph, params, config)?;
+            executor.evaluate(&instances)
+        });
+        self.pending = Some((epoch, job));
+    }
+
+    /// Waits for the validation in flight, if any: its epoch and result.
+    fn finish(&mut self) -> Option<(u64, Result<EvalStats, ExecError>)> {
+        let (epoch, job) = self.pending.take()?;
+        let result = job.join().unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "validation panicked".into());
+            Err(ExecError::Config { message: format!("the validation thread panicked: {message}") })
+        });
+        Some((epoch, result))
+    }
+}
 
 /// Mean loss and accuracy over the chunks of an epoch.
 #[derive(Default)]
@@ -100,9 +139,17 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         );
     }
 
+    let validation = valid.as_ref().map(|v| Validation {
+        graph: Arc::new(graph.clone()),
+        instances: Arc::new(v.instances.clone()),
+        // One worker: the validation shares the machine with training.
+        config: ExecConfig { workers: 1, max_active_keys: config.max_active_keys, ..ExecConfig::default() },
+        pending: None,
+    });
     let mut run = TrainRun {
         args,
         name,
+        validation,
         loader: &loader,
         executor: &mut executor,
         train: &train,
@@ -115,7 +162,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         chunk: chunk_size(train.len(), &config),
         last: (None, None),
     };
-    let result = (first..=args.epochs).try_for_each(|epoch| run.epoch(epoch));
+    let result = (first..=args.epochs).try_for_each(|epoch| run.epoch(epoch)).and_then(|()| run.report_validation());
     run.progress.clear();
     let traced = run.write_trace();
     result?;
@@ -127,6 +174,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
 struct TrainRun<'a> {
     args: &'a TrainArgs,
     name: String,
+    validation: Option<Validation>,
     loader: &'a Loader,
     executor: &'a mut Executor,
     train: &'a DataSet,
@@ -180,24 +228,41 @@ impl TrainRun<'_> {
             report.instances_per_s
         );
         self.last.0 = Some(report);
-        if let Some(valid) = self.valid {
-            let report = self.validate(epoch, valid)?;
-            line.push_str(&format!(", valid {}", report.scores()));
-            self.last.1 = Some(report);
-        }
         line.push_str(&format!(" [{:.1}s]", self.started.elapsed().as_secs_f64()));
         if let Some(path) = &self.args.save {
             self.save(path, epoch, "complete")?;
         }
         self.progress.line(&line);
+        // The previous epoch's validation ran while this epoch trained.
+        self.report_validation()?;
+        let params = self.executor.params().clone();
+        if let Some(validation) = &mut self.validation {
+            validation.start(epoch, params);
+        }
         Ok(())
     }
 
-    fn validate(&mut self, epoch: u64, valid: &DataSet) -> Result<Report, Failure> {
-        let stats = self
-            .executor
-            .evaluate(&valid.all())
-            .map_err(|e| Failure::exec(&e, &|i| describe(self.loader, valid, None, i)))?;
+    /// Reports the validation in flight, once it finished.
+    fn report_validation(&mut self) -> Result<(), Failure> {
+        let (Some(finished), Some(valid)) = (self.validation.as_mut().and_then(Validation::finish), self.valid) else {
+            return Ok(());
+        };
+        let (epoch, result) = finished;
+        let stats = result.map_err(|e| Failure::exec(&e, &|i| describe(self.loader, valid, None, i)))?;
+        let report = self.valid_report(epoch, &stats)?;
+        self.progress.line(&format!(
+            "epoch {epoch}/{}: valid {} ({} instances, {:.0}/s) [{:.1}s]",
+            self.args.epochs,
+            report.scores(),
+            report.instances,
+            report.instances_per_s,
+            self.started.elapsed().as_secs_f64()
+        ));
+        self.last.1 = Some(report);
+        Ok(())
+    }
+
+    fn valid_report(&mut self, epoch: u64, stats: &EvalStats) -> Result<Report, Failure> {
         let report = Report {
             split: "valid",
             epoch,

@@ -58,8 +58,11 @@ fn mlp_learns_digits_and_reports_metrics() {
     assert!(train[1]["elapsed_s"].as_f64().unwrap() >= train[0]["elapsed_s"].as_f64().unwrap());
     let summary = stdout(&out);
     assert!(summary.contains("Mlp3: trained epochs 1..2") && summary.contains("valid  loss"), "{summary}");
-    // Not a terminal: one plain line per epoch on stderr.
-    assert_eq!(stderr(&out).lines().filter(|l| l.starts_with("epoch ")).count(), 2, "{}", stderr(&out));
+    // Not a terminal: plain lines on stderr, one per epoch for training and one for its
+    // validation (which runs while the next epoch trains).
+    let err = stderr(&out);
+    assert_eq!(err.lines().filter(|l| l.starts_with("epoch ") && l.contains(": train ")).count(), 2, "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("epoch ") && l.contains(": valid ")).count(), 2, "{err}");
 }
 
 #[test]
