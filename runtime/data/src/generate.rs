@@ -36,7 +36,7 @@ pub const OP_FIRST_MINUS_LAST: i64 = 13;
 pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
     let moe = MoeTask::new(3);
     vec![
-        ("list_reduce.train.jsonl", list_reduce_schema(), list_reduce(1, 4000, 10)),
+        ("list_reduce.train.jsonl", list_reduce_schema(), list_reduce(1, 20000, 10)),
         ("list_reduce.valid.jsonl", list_reduce_schema(), list_reduce(2, 500, 10)),
         ("moe.train.jsonl", moe_schema(), moe.samples(4, 2000)),
         ("moe.valid.jsonl", moe_schema(), moe.samples(5, 500)),
