@@ -12,7 +12,8 @@
 //!   depends on (domain, prototype): a gate can tell the domains apart (their centres are
 //!   far apart), an expert per domain can read the class off the prototype, and no single
 //!   linear classifier fits every domain's permutation. Coordinates are rounded to the
-//!   integers 0–9 (`4.5 + centre + prototype + noise`, clamped) to keep the files small.
+//!   integers -4..=4 (`centre + prototype + noise`, rounded and clamped: centred inputs of
+//!   about unit scale, as a real pipeline would normalise them) to keep the files small.
 
 use crate::Value;
 use amp_ir::{DataTy, FieldSchema, RecordSchema, Schema};
@@ -142,7 +143,7 @@ impl MoeTask {
                 let x: Vec<f32> = centre
                     .iter()
                     .zip(prototype)
-                    .map(|(c, p)| (4.5 + c + p + Self::NOISE_STD * normal(&mut rng)).round().clamp(0.0, 9.0))
+                    .map(|(c, p)| (c + p + Self::NOISE_STD * normal(&mut rng)).round().clamp(-4.0, 4.0))
                     .collect();
                 let x = crate::Tensor { shape: vec![Self::DIM], data: x };
                 Value::Record(vec![Value::Tensor(x), Value::Int(class as i64)])
