@@ -45,7 +45,7 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Override a hyperparameter or constant: `-D hidden=256`.
-        #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
+        #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = amp_sema::parse_define)]
         define: Vec<(String, i64)>,
         /// How to print diagnostics.
         #[arg(long, value_enum, default_value = "human")]
@@ -65,7 +65,7 @@ enum Command {
         #[arg(long, value_enum)]
         emit: Option<compile::Emit>,
         /// Override a hyperparameter or constant: `-D hidden=256`.
-        #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
+        #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = amp_sema::parse_define)]
         define: Vec<(String, i64)>,
         /// The model to compile when the file defines several (default: the first).
         #[arg(long)]
@@ -104,16 +104,6 @@ impl Printer {
             MessageFormat::Human => std::io::stderr().write_all(render_human(map, diagnostics, self.color).as_bytes()),
         }
     }
-}
-
-fn parse_define(text: &str) -> Result<(String, i64), String> {
-    let (name, value) = text.split_once('=').ok_or_else(|| format!("expected NAME=VALUE, got `{text}`"))?;
-    let name = name.trim();
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!("`{name}` is not a hyperparameter name"));
-    }
-    let value = value.trim().parse::<i64>().map_err(|_| format!("`{value}` is not an integer"))?;
-    Ok((name.to_string(), value))
 }
 
 fn main() -> ExitCode {

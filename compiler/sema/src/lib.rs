@@ -33,6 +33,17 @@ pub struct Options {
     pub defines: Vec<(String, i64)>,
 }
 
+/// Parses one `-D NAME=VALUE` override as the command lines take it.
+pub fn parse_define(text: &str) -> Result<(String, i64), String> {
+    let (name, value) = text.split_once('=').ok_or_else(|| format!("expected NAME=VALUE, got `{text}`"))?;
+    let name = name.trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("`{name}` is not a hyperparameter name"));
+    }
+    let value = value.trim().parse::<i64>().map_err(|_| format!("`{value}` is not an integer"))?;
+    Ok((name.to_string(), value))
+}
+
 /// The outcome of checking one program.
 #[derive(Clone, Debug)]
 pub struct Checked {

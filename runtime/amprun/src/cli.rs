@@ -54,7 +54,7 @@ pub struct ModelArgs {
     #[arg(value_name = "MODEL")]
     pub path: PathBuf,
     /// Override a hyperparameter or constant of an `.amp` model: `-D hidden=16`.
-    #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
+    #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = amp_sema::parse_define)]
     pub define: Vec<(String, i64)>,
     /// The model to run when the source defines several (default: the first).
     #[arg(long = "model", value_name = "NAME")]
@@ -245,16 +245,6 @@ pub struct GradArgs {
     pub exec: ExecArgs,
 }
 
-fn parse_define(text: &str) -> Result<(String, i64), String> {
-    let (name, value) = text.split_once('=').ok_or_else(|| format!("expected NAME=VALUE, got `{text}`"))?;
-    let name = name.trim();
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!("`{name}` is not a hyperparameter name"));
-    }
-    let value = value.trim().parse::<i64>().map_err(|_| format!("`{value}` is not an integer"))?;
-    Ok((name.to_string(), value))
-}
-
 fn parse_update_frequency(text: &str) -> Result<(NodeSelector, u64), String> {
     let (node, value) = text.rsplit_once('=').ok_or_else(|| format!("expected NODE=M, got `{text}`"))?;
     let node = node.trim();
@@ -299,8 +289,8 @@ mod tests {
 
     #[test]
     fn flags_parse() {
-        assert_eq!(parse_define("hidden=16"), Ok(("hidden".into(), 16)));
-        assert!(parse_define("hidden").is_err());
+        assert_eq!(amp_sema::parse_define("hidden=16"), Ok(("hidden".into(), 16)));
+        assert!(amp_sema::parse_define("hidden").is_err());
         assert_eq!(parse_update_frequency("cell=8"), Ok((NodeSelector::Label("cell".into()), 8)));
         assert_eq!(parse_update_frequency("%3=2"), Ok((NodeSelector::Id(3), 2)));
         assert!(parse_update_frequency("cell=0").is_err());
