@@ -1,0 +1,1 @@
+//! The Cranelift JIT for fusion groups (being written).
