@@ -198,69 +198,73 @@ impl Lowerer<'_> {
     pub(super) fn collection_builtin(&mut self, b: Builtin, args: &[Expr], e: &Expr) -> Option<R<Value>> {
         let span = e.span;
         Some(match b {
-            Builtin::Zip => (|| Ok(Value::Zip(args.iter().map(|a| self.expr(a)).collect::<R<Vec<_>>>()?)))(),
-            Builtin::Sum | Builtin::Mean => {
-                let f = if b == Builtin::Sum { ReduceFn::Sum } else { ReduceFn::Mean };
-                (|| {
-                    let ty = match self.expr(&args[0])? {
-                        Value::Batch { port, .. } => match port.ty.clone() {
-                            PayloadTy::Batch(dims) => (port, PayloadTy::F32(dims)),
-                            _ => return Err(self.unsupported(span, "a batch of this type (internal)")),
-                        },
-                        Value::Tensor(port) => (port, PayloadTy::F32(Vec::new())),
-                        _ => return Err(self.unsupported(span, &format!("`{}` of this value", b.name()))),
-                    };
-                    let (port, out) = ty;
-                    let n = self.node(Op::Reduce(f), &[port], vec![out.clone()], b.name(), span);
-                    Ok(Value::Tensor(Self::out(n, 0, out)))
-                })()
-            }
-            Builtin::ScatterSum => (|| {
-                let values = self.expr(&args[0])?;
-                let index = self.expr(&args[1])?;
-                let count = match self.expr(&args[2])? {
-                    Value::Int(n) => n,
-                    _ => return Err(self.unsupported(span, "this `scatter_sum` count")),
-                };
-                let Value::Batch { port, .. } = values else {
-                    return Err(self.unsupported(span, "`scatter_sum` of this value"));
-                };
-                let (field, index) = match index {
-                    Value::IntSeq { field, elem, .. } => (field, elem),
-                    Value::Data(mut path) => {
-                        let field = self.new_element_field(span)?;
-                        path.push(DataStep::Index(Box::new(StateExpr::Field(field))));
-                        (field, StateExpr::Data(path))
-                    }
-                    _ => return Err(self.unsupported(span, "this `scatter_sum` index")),
-                };
-                let ty = port.ty.clone();
-                let op = Op::ScatterSum { field, index, count: count.clone() };
-                let n = self.node(op, &[port], vec![ty.clone()], "scatter_sum", span);
-                Ok(Value::Batch { port: Self::out(n, 0, ty), len: count })
-            })(),
-            Builtin::TopK => (|| {
-                let v = self.expr(&args[0])?;
-                let source = self.tensor(v, span)?;
-                let k = match self.expr(&args[1])? {
-                    Value::Int(StateExpr::Const(k)) if k >= 0 && k <= i64::from(u32::MAX) => k as u32,
-                    _ => return Err(self.unsupported(span, "`top_k` with a k that is not a constant")),
-                };
-                let width = match &source.ty {
-                    PayloadTy::F32(dims) if dims.len() == 1 => dims[0],
-                    _ => return Err(self.unsupported(span, "`top_k` of this value")),
-                };
-                let ty = PayloadTy::F32(vec![u64::from(k).min(width)]);
-                let n = self.node(Op::TopK { k }, std::slice::from_ref(&source), vec![ty.clone()], "top_k", span);
-                Ok(Value::Tuple(vec![Value::TopKIdx { source, k }, Value::Tensor(Self::out(n, 0, ty))]))
-            })(),
-            Builtin::Argmax => (|| {
-                let v = self.expr(&args[0])?;
-                let source = self.tensor(v, span)?;
-                Ok(Value::PayloadInt { source, int: PayloadInt::Argmax })
-            })(),
+            Builtin::Zip => args.iter().map(|a| self.expr(a)).collect::<R<Vec<_>>>().map(Value::Zip),
+            Builtin::Sum => self.reduce(ReduceFn::Sum, b, &args[0], span),
+            Builtin::Mean => self.reduce(ReduceFn::Mean, b, &args[0], span),
+            Builtin::ScatterSum => self.scatter_sum(args, span),
+            Builtin::TopK => self.top_k(&args[0], &args[1], span),
+            Builtin::Argmax => self
+                .expr(&args[0])
+                .and_then(|v| self.tensor(v, span))
+                .map(|source| Value::PayloadInt { source, int: PayloadInt::Argmax }),
             _ => return None,
         })
+    }
+
+    /// `sum`/`mean` of a batch (over its rows) or of a tensor (over its elements).
+    fn reduce(&mut self, f: ReduceFn, b: Builtin, arg: &Expr, span: Span) -> R<Value> {
+        let (port, out) = match self.expr(arg)? {
+            Value::Batch { port, .. } => match port.ty.clone() {
+                PayloadTy::Batch(dims) => (port, PayloadTy::F32(dims)),
+                _ => return Err(self.unsupported(span, "a batch of this type (internal)")),
+            },
+            Value::Tensor(port) => (port, PayloadTy::F32(Vec::new())),
+            _ => return Err(self.unsupported(span, &format!("`{}` of this value", b.name()))),
+        };
+        let n = self.node(Op::Reduce(f), &[port], vec![out.clone()], b.name(), span);
+        Ok(Value::Tensor(Self::out(n, 0, out)))
+    }
+
+    /// `scatter_sum(values, index, n)`: the index is an int sequence (computed, or data).
+    fn scatter_sum(&mut self, args: &[Expr], span: Span) -> R<Value> {
+        let values = self.expr(&args[0])?;
+        let index = self.expr(&args[1])?;
+        let Value::Int(count) = self.expr(&args[2])? else {
+            return Err(self.unsupported(span, "this `scatter_sum` count"));
+        };
+        let Value::Batch { port, .. } = values else {
+            return Err(self.unsupported(span, "`scatter_sum` of this value"));
+        };
+        let (field, index) = match index {
+            Value::IntSeq { field, elem, .. } => (field, elem),
+            Value::Data(mut path) => {
+                let field = self.new_element_field(span)?;
+                path.push(DataStep::Index(Box::new(StateExpr::Field(field))));
+                (field, StateExpr::Data(path))
+            }
+            _ => return Err(self.unsupported(span, "this `scatter_sum` index")),
+        };
+        let ty = port.ty.clone();
+        let op = Op::ScatterSum { field, index, count: count.clone() };
+        let n = self.node(op, &[port], vec![ty.clone()], "scatter_sum", span);
+        Ok(Value::Batch { port: Self::out(n, 0, ty), len: count })
+    }
+
+    /// `top_k(v, k)`: the indices (still in the payload) and the values.
+    fn top_k(&mut self, v: &Expr, k: &Expr, span: Span) -> R<Value> {
+        let v = self.expr(v)?;
+        let source = self.tensor(v, span)?;
+        let k = match self.expr(k)? {
+            Value::Int(StateExpr::Const(k)) if k >= 0 && k <= i64::from(u32::MAX) => k as u32,
+            _ => return Err(self.unsupported(span, "`top_k` with a k that is not a constant")),
+        };
+        let width = match &source.ty {
+            PayloadTy::F32(dims) if dims.len() == 1 => dims[0],
+            _ => return Err(self.unsupported(span, "`top_k` of this value")),
+        };
+        let ty = PayloadTy::F32(vec![u64::from(k).min(width)]);
+        let n = self.node(Op::TopK { k }, std::slice::from_ref(&source), vec![ty.clone()], "top_k", span);
+        Ok(Value::Tuple(vec![Value::TopKIdx { source, k }, Value::Tensor(Self::out(n, 0, ty))]))
     }
 }
 
