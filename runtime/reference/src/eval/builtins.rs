@@ -127,7 +127,14 @@ impl<'r> Evaluator<'r> {
                 let a = self.arg(f, args, 0, e)?;
                 let c = self.arg(f, args, 1, e)?;
                 let (a, c) = (a.seq().at(span)?, c.seq().at(span)?);
-                // Like Rust's and Python's `zip`: as long as the shorter sequence.
+                // Sequences of one length, as the compiled graph requires (docs/language.md):
+                // its element context has one message per element of each sequence.
+                if a.len() != c.len() {
+                    return Err(RefError::new(
+                        span,
+                        ErrorKind::LengthMismatch { what: "`zip` operands", left: a.len(), right: c.len() },
+                    ));
+                }
                 let pairs: Vec<Val<'r>> =
                     a.iter().zip(c.iter()).map(|(x, y)| Val::Tuple(vec![x.clone(), y.clone()].into())).collect();
                 Ok(Val::Seq(pairs.into()))
