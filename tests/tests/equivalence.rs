@@ -34,7 +34,11 @@ struct Compiled {
 
 fn compile(name: &str) -> Compiled {
     let source = amp_tests::example(name).expect("example");
-    let options = Options { defines: defines(name) };
+    compile_source(name, source, defines(name))
+}
+
+fn compile_source(name: &str, source: &str, defines: Vec<(String, i64)>) -> Compiled {
+    let options = Options { defines };
     let (map, checked) = check_source(&format!("{name}.amp"), source, &options);
     assert!(!checked.has_errors(), "{name} checks");
     let model = checked.program.models[0];
@@ -125,6 +129,49 @@ fn assert_grads_match(name: &str, seed: u64, instances: usize) {
             let got = grads.get(&spec.name).expect("gradient");
             let err = relative_error(got, expected);
             assert!(err <= 1e-5, "{name} #{i}: gradient of `{}` differs by {err:e} (relative)\n{value:?}", spec.name);
+        }
+    }
+}
+
+/// `match` on a non-recursive enum field and an `if` on a bound int: the `$tag` path of
+/// plain enum values, not only tree nodes.
+#[test]
+fn match_on_a_plain_enum_matches_the_reference() {
+    let source = r#"
+enum Shape { Circle { r: int }, Square { side: int, flag: int } }
+record R { s: Shape, x: f32[4], label: int }
+model M {
+    param a = Linear(4, 3);
+    param b = Linear(4, 3);
+    fn forward(r: R) -> f32[3] {
+        match r.s {
+            Circle { r: radius } => if radius > 2 { a(r.x) } else { b(r.x) },
+            Square { side, .. } => b(relu(r.x)) * 0.5 + a(r.x),
+        }
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let c = compile_source("enum", source, Vec::new());
+    let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
+    let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 9);
+    let schema = c.graph.input.clone().expect("schema");
+    let mut executor = Executor::new(&c.graph, params.clone(), ExecConfig::default()).expect("executor");
+    let x = |v: [f32; 4]| Value::Tensor(Tensor::new(vec![4], v.to_vec()).unwrap());
+    let shapes = [
+        Value::Variant { tag: 0, fields: vec![Value::Int(3)] },
+        Value::Variant { tag: 0, fields: vec![Value::Int(1)] },
+        Value::Variant { tag: 1, fields: vec![Value::Int(2), Value::Int(0)] },
+    ];
+    for (i, shape) in shapes.into_iter().enumerate() {
+        let value = Value::Record(vec![shape, x([1.0, -2.0, 0.5, 3.0]), Value::Int(i as i64)]);
+        let (ref_loss, ref_grads) = reference.loss_and_grads(&params, &value).expect("reference runs");
+        let inst = Instance::new(&schema, value).expect("instance");
+        let (loss, grads) = executor.grads(&inst).expect("executor runs");
+        assert!(relative_error(&[loss], &[ref_loss]) <= 1e-5, "#{i}: {loss} vs {ref_loss}");
+        for (spec, expected) in ref_grads.iter() {
+            let err = relative_error(grads.get(&spec.name).expect("gradient"), expected);
+            assert!(err <= 1e-5, "#{i}: gradient of `{}` differs by {err:e}", spec.name);
         }
     }
 }
