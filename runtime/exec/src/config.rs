@@ -71,7 +71,14 @@ pub struct ExecConfig {
     /// (the last, smaller minibatch); otherwise it carries over to the next epoch.
     pub flush_at_epoch_end: bool,
     pub optimizer: OptimConfig,
-    /// Record a trace event per forward, backward and update.
+    /// Dynamic batching: a node whose op batches (`linear`) takes up to this many of the
+    /// messages waiting in its queue (consecutive, of one direction and port) as one
+    /// matrix, one GEMM for all; each message's result is that of processing it alone (to
+    /// rounding). 1 turns batching off. Batches form when several messages wait at once:
+    /// with several instances in flight (`max_active_keys`), or the element messages of
+    /// one instance (a tree's leaves).
+    pub max_batch: usize,
+    /// Record a trace event per forward, backward and update (one per batch).
     pub trace: bool,
     /// End the run with [`crate::ExecError::Stalled`] when no message was processed for
     /// this long while instances are in flight.
@@ -90,6 +97,7 @@ impl Default for ExecConfig {
             sync_updates: true,
             flush_at_epoch_end: true,
             optimizer: OptimConfig::sgd(0.01),
+            max_batch: 64,
             trace: false,
             stall_timeout: Duration::from_secs(60),
             fault: None,
@@ -113,6 +121,9 @@ impl ExecConfig {
         }
         if self.max_active_keys == 0 {
             return Err("max_active_keys must be at least 1".into());
+        }
+        if self.max_batch == 0 {
+            return Err("max_batch must be at least 1".into());
         }
         if self.min_update_frequency == 0 || self.update_overrides.iter().any(|(_, k)| *k == 0) {
             return Err("min_update_frequency must be at least 1".into());

@@ -70,6 +70,7 @@ pub(crate) fn run(
                 optimizer: config.optimizer,
                 origin,
                 trace: config.trace,
+                max_batch: config.max_batch,
                 fault: config.fault.clone(),
             };
             std::thread::Builder::new()

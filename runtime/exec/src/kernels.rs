@@ -1,6 +1,10 @@
-//! The dense math of the ops, on row-major slices. Plain loops the compiler vectorizes;
-//! the GEMM crate and the JIT replace them later behind the same signatures.
+//! The dense math of the ops, on row-major slices: the Linear products through the GEMM
+//! crate (`matmul`, the only `unsafe` of the executor), the rest plain loops the compiler
+//! vectorizes (the JIT replaces them later behind the same signatures).
 
+mod matmul;
+
+use matmul::{matmul, Mat};
 use std::cmp::Ordering;
 
 /// `a · b` with eight partial sums (so the loop vectorizes without reassociation flags).
@@ -26,17 +30,95 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// `y = x W^T + b` for `x: [rows, inp]`, `W: [out, inp]`, `b: [out]`.
-pub fn linear_forward(x: &[f32], w: &[f32], b: &[f32], inp: usize, out: usize) -> Vec<f32> {
+/// `y = x W^T + b` for `x: [rows, inp]`, `W: [out, inp]`, `b: [out]`, into `y: [rows, out]`
+/// (one GEMM, whatever the rows: several messages batched into one matrix are one call).
+///
+/// # Panics
+/// When the lengths do not fit `rows`, `inp` and `out`.
+pub fn linear_forward_into(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
     let rows = x.len().checked_div(inp).unwrap_or(0);
-    let mut y = Vec::with_capacity(rows * out);
-    for r in 0..rows {
-        let xr = &x[r * inp..(r + 1) * inp];
-        for o in 0..out {
-            y.push(b[o] + dot(&w[o * inp..(o + 1) * inp], xr));
+    assert_eq!(b.len(), out, "linear: the bias is not [{out}]");
+    for row in y.chunks_exact_mut(out.max(1)) {
+        row.copy_from_slice(b);
+    }
+    matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(w, out, inp).t(), true);
+}
+
+/// [`linear_forward_into`] with the weight given transposed, `wt = W^T: [inp, out]`
+/// (see [`transpose`]). On several rows the GEMM runs 1.3–10× faster this way than on a
+/// transposed view of `W`, which the crate packs again at every call (`cargo bench -p
+/// amp-benches --bench gemm`); on one row the view is as fast or faster.
+pub fn linear_forward_t_into(x: &[f32], wt: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
+    let rows = x.len().checked_div(inp).unwrap_or(0);
+    assert_eq!(b.len(), out, "linear: the bias is not [{out}]");
+    for row in y.chunks_exact_mut(out.max(1)) {
+        row.copy_from_slice(b);
+    }
+    matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(wt, inp, out), true);
+}
+
+/// Writes the transpose of the row-major `rows × cols` matrix `a` into `at` (`cols ×
+/// rows`), by 8 × 8 tiles.
+///
+/// # Panics
+/// When the lengths are not `rows * cols`.
+pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut [f32]) {
+    const TILE: usize = 8;
+    assert!(a.len() == rows * cols && at.len() == rows * cols, "transpose: the lengths are not {rows}×{cols}");
+    let (full_rows, full_cols) = (rows / TILE * TILE, cols / TILE * TILE);
+    for r0 in (0..full_rows).step_by(TILE) {
+        for c0 in (0..full_cols).step_by(TILE) {
+            let mut tile = [[0.0f32; TILE]; TILE];
+            for (i, line) in tile.iter_mut().enumerate() {
+                let start = (r0 + i) * cols + c0;
+                line.copy_from_slice(&a[start..start + TILE]);
+            }
+            for (j, column) in at[c0 * rows..(c0 + TILE) * rows].chunks_exact_mut(rows).enumerate() {
+                for (v, line) in column[r0..r0 + TILE].iter_mut().zip(&tile) {
+                    *v = line[j];
+                }
+            }
         }
     }
+    // The ragged right edge of the tiled rows, then the rows below the tiles.
+    for r in 0..rows {
+        let from = if r < full_rows { full_cols } else { 0 };
+        for c in from..cols {
+            at[c * rows + r] = a[r * cols + c];
+        }
+    }
+}
+
+/// [`linear_forward_into`] into a new vector.
+pub fn linear_forward(x: &[f32], w: &[f32], b: &[f32], inp: usize, out: usize) -> Vec<f32> {
+    let rows = x.len().checked_div(inp).unwrap_or(0);
+    let mut y = vec![0.0; rows * out];
+    linear_forward_into(x, w, b, &mut y, inp, out);
     y
+}
+
+/// The input gradient of a linear layer: `dx = dy W` for `dy: [rows, out]`, into
+/// `dx: [rows, inp]` (overwritten).
+pub fn linear_input_grad_into(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usize) {
+    let rows = dy.len().checked_div(out).unwrap_or(0);
+    matmul(dx, Mat::row_major(dy, rows, out), Mat::row_major(w, out, inp), false);
+}
+
+/// The weight gradient of a linear layer: adds `dy^T x` to `dw: [out, inp]`; the rows of
+/// `dy` and `x` are the batch.
+pub fn linear_weight_grad(dy: &[f32], x: &[f32], dw: &mut [f32], inp: usize, out: usize) {
+    let rows = dy.len().checked_div(out).unwrap_or(0);
+    matmul(dw, Mat::row_major(dy, rows, out).t(), Mat::row_major(x, rows, inp), true);
+}
+
+/// The bias gradient of a linear layer: adds the column sums of `dy: [rows, out]` to `db`.
+pub fn linear_bias_grad(dy: &[f32], db: &mut [f32]) {
+    if db.is_empty() {
+        return;
+    }
+    for row in dy.chunks_exact(db.len()) {
+        axpy(1.0, row, db);
+    }
 }
 
 /// The backward pass of [`linear_forward`]: returns `dx = dy W` and adds `dy^T x` to `dw`
@@ -52,19 +134,9 @@ pub fn linear_backward(
 ) -> Vec<f32> {
     let rows = dy.len().checked_div(out).unwrap_or(0);
     let mut dx = vec![0.0; rows * inp];
-    for r in 0..rows {
-        let xr = &x[r * inp..(r + 1) * inp];
-        let dyr = &dy[r * out..(r + 1) * out];
-        let dxr = &mut dx[r * inp..(r + 1) * inp];
-        for (o, &g) in dyr.iter().enumerate() {
-            if g == 0.0 {
-                continue;
-            }
-            axpy(g, &w[o * inp..(o + 1) * inp], dxr);
-            axpy(g, xr, &mut dw[o * inp..(o + 1) * inp]);
-            db[o] += g;
-        }
-    }
+    linear_input_grad_into(dy, w, &mut dx, inp, out);
+    linear_weight_grad(dy, x, dw, inp, out);
+    linear_bias_grad(dy, db);
     dx
 }
 
@@ -155,30 +227,135 @@ pub fn argmax_nan_last(x: &[f32]) -> Option<usize> {
 mod tests {
     use super::*;
 
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    fn assert_close(found: &[f32], expected: &[f32], what: &str) {
+        assert_eq!(found.len(), expected.len(), "{what}");
+        for (i, (a, b)) in found.iter().zip(expected).enumerate() {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{what}[{i}]: {a} vs {b}");
+        }
+    }
+
+    /// `found` against exact sums (`exact[i]` of terms whose magnitudes add up to
+    /// `scale[i]`): within 1e-5 in norm, and each element within the error of an f32 sum
+    /// (1e-6 of its terms' magnitude: a sum of hundreds of terms that nearly cancel has
+    /// few correct digits in any order of summation).
+    fn assert_sums(found: &[f32], exact: &[(f64, f64)], what: &str) {
+        assert_eq!(found.len(), exact.len(), "{what}");
+        let mut diff2 = 0.0;
+        let mut norm2 = 0.0;
+        for (i, (&a, &(e, scale))) in found.iter().zip(exact).enumerate() {
+            let d = (f64::from(a) - e).abs();
+            assert!(d <= 1e-5 * e.abs() + 1e-6 * scale + 1e-7, "{what}[{i}]: {a} vs {e} (terms {scale})");
+            diff2 += d * d;
+            norm2 += e * e;
+        }
+        assert!(diff2.sqrt() <= 1e-5 * norm2.sqrt() + 1e-7, "{what}: |difference| {}", diff2.sqrt());
+    }
+
+    /// The sum of `terms` and of their magnitudes, in f64.
+    fn exact(terms: impl Iterator<Item = f64>) -> (f64, f64) {
+        terms.fold((0.0, 0.0), |(s, m), t| (s + t, m + t.abs()))
+    }
+
+    /// Each product of a linear layer against the naive triple loop, at one row, odd
+    /// sizes, and the canonical models' shapes.
     #[test]
-    fn linear_matches_naive() {
-        let x = [1.0, 2.0, 3.0, -1.0, 0.5, 2.0];
-        let w: Vec<f32> = (0..12).map(|i| i as f32 * 0.1 - 0.5).collect();
-        let b = [0.1, 0.2, 0.3, 0.4];
-        let y = linear_forward(&x, &w, &b, 3, 4);
-        for r in 0..2 {
-            for o in 0..4 {
-                let expected: f32 = b[o] + (0..3).map(|i| w[o * 3 + i] * x[r * 3 + i]).sum::<f32>();
-                assert!((y[r * 4 + o] - expected).abs() < 1e-6);
+    fn linear_products_match_the_naive_loops() {
+        let shapes =
+            [(1, 3, 4), (2, 3, 4), (1, 1, 1), (1, 300, 750), (3, 17, 5), (7, 1, 9), (25, 300, 750), (33, 129, 65)];
+        for (rows, inp, out) in shapes {
+            let x = values(rows * inp, 1);
+            let w = values(out * inp, 2);
+            let b = values(out, 3);
+            let dy = values(rows * out, 4);
+            let what = format!("{rows}×{inp}→{out}");
+            // The naive loops in f64: the reference any f32 order of summation approaches.
+            let f = |v: f32| f64::from(v);
+            let mut y = Vec::new();
+            for r in 0..rows {
+                for o in 0..out {
+                    let terms = (0..inp).map(|i| f(w[o * inp + i]) * f(x[r * inp + i]));
+                    y.push(exact(std::iter::once(f(b[o])).chain(terms)));
+                }
             }
-        }
-        let dy: Vec<f32> = (0..8).map(|i| i as f32 - 3.0).collect();
-        let (mut dw, mut db) = (vec![0.0; 12], vec![0.0; 4]);
-        let dx = linear_backward(&x, &dy, &w, &mut dw, &mut db, 3, 4);
-        for r in 0..2 {
-            for i in 0..3 {
-                let expected: f32 = (0..4).map(|o| dy[r * 4 + o] * w[o * 3 + i]).sum();
-                assert!((dx[r * 3 + i] - expected).abs() < 1e-5);
+            assert_sums(&linear_forward(&x, &w, &b, inp, out), &y, &format!("forward {what}"));
+            let mut dx = Vec::new();
+            for r in 0..rows {
+                for i in 0..inp {
+                    dx.push(exact((0..out).map(|o| f(dy[r * out + o]) * f(w[o * inp + i]))));
+                }
             }
+            let mut found = vec![f32::NAN; rows * inp];
+            linear_input_grad_into(&dy, &w, &mut found, inp, out);
+            assert_sums(&found, &dx, &format!("input gradient {what}"));
+            // The weight gradient accumulates onto what is there.
+            let start = values(out * inp, 5);
+            let mut dw = Vec::new();
+            for o in 0..out {
+                for i in 0..inp {
+                    let terms = (0..rows).map(|r| f(dy[r * out + o]) * f(x[r * inp + i]));
+                    dw.push(exact(std::iter::once(f(start[o * inp + i])).chain(terms)));
+                }
+            }
+            let mut found = start;
+            linear_weight_grad(&dy, &x, &mut found, inp, out);
+            assert_sums(&found, &dw, &format!("weight gradient {what}"));
+            let db: Vec<f32> = (0..out).map(|o| 1.0 + (0..rows).map(|r| dy[r * out + o]).sum::<f32>()).collect();
+            let mut found = vec![1.0; out];
+            linear_bias_grad(&dy, &mut found);
+            assert_close(&found, &db, &format!("bias gradient {what}"));
+            // And all three together.
+            let (mut dw2, mut db2) = (values(out * inp, 5), vec![1.0; out]);
+            let dx2 = linear_backward(&x, &dy, &w, &mut dw2, &mut db2, inp, out);
+            assert_sums(&dx2, &dx, &format!("backward dx {what}"));
+            assert_sums(&dw2, &dw, &format!("backward dW {what}"));
+            assert_close(&db2, &db, &format!("backward db {what}"));
         }
-        let expected_dw: f32 = (0..2).map(|r| dy[r * 4 + 1] * x[r * 3 + 2]).sum();
-        assert!((dw[5] - expected_dw).abs() < 1e-5);
-        assert!((db[0] - (dy[0] + dy[4])).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_transposed_weight_gives_the_same_forward() {
+        for (rows, inp, out) in [(1, 1, 1), (2, 3, 4), (9, 17, 11), (25, 300, 750), (8, 256, 256)] {
+            let x = values(rows * inp, 6);
+            let w = values(out * inp, 7);
+            let b = values(out, 8);
+            let mut wt = vec![0.0; out * inp];
+            transpose(&w, out, inp, &mut wt);
+            for o in 0..out {
+                for i in 0..inp {
+                    assert_eq!(wt[i * out + o], w[o * inp + i]);
+                }
+            }
+            let mut y = vec![f32::NAN; rows * out];
+            linear_forward_t_into(&x, &wt, &b, &mut y, inp, out);
+            let f = |v: f32| f64::from(v);
+            let mut expected = Vec::new();
+            for r in 0..rows {
+                for o in 0..out {
+                    let terms = (0..inp).map(|i| f(w[o * inp + i]) * f(x[r * inp + i]));
+                    expected.push(exact(std::iter::once(f(b[o])).chain(terms)));
+                }
+            }
+            assert_sums(&y, &expected, &format!("{rows}×{inp}→{out}"));
+        }
+    }
+
+    #[test]
+    fn zero_rows_are_empty_products() {
+        assert!(linear_forward(&[], &[1.0; 6], &[0.0; 2], 3, 2).is_empty());
+        let (mut dw, mut db) = (vec![1.0; 6], vec![1.0; 2]);
+        assert!(linear_backward(&[], &[], &[1.0; 6], &mut dw, &mut db, 3, 2).is_empty());
+        assert_eq!((dw, db), (vec![1.0; 6], vec![1.0; 2]));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! throughput), inference outputs, single-instance gradients, trace events
 //! ([`trace::write_chrome_trace`]), and [`ExecError`]s that name the node and worker.
 //! Depends on `amp-ir`, `amp-params` (optimizers), `amp-data`, crossbeam-channel
-//! (queues between workers) and serde_json (trace output).
+//! (queues between workers), serde_json (trace output) and gemm (the Linear products;
+//! chosen over matrixmultiply by `cargo bench -p amp-benches --bench gemm`).
 //!
 //! Layout: [`message`] (payloads, states, keys), `ops/` (the forward and backward of each
 //! op family), `program` (the graph resolved for execution, parameter groups, placement),
@@ -27,6 +28,12 @@
 //!   `sync_updates`, admission never crosses an update boundary early, so training is
 //!   minibatch SGD whatever the workers; with one worker and `max_active_keys` 1 it is
 //!   also bit-for-bit deterministic.
+//! - Dynamic batching (`ExecConfig::max_batch`, 64 by default, 1 for none): a Linear
+//!   node takes the messages waiting in its queue (of one direction and port) together,
+//!   one GEMM for all, through `gemm` (the only `unsafe`, in `kernels`). Each message's
+//!   results are those of processing it alone to rounding (1e-5), so runs with and without
+//!   batching agree to rounding, not bit for bit; a given setup stays deterministic with
+//!   one worker and one instance in flight (a tree's leaves still batch together then).
 //! - Collections: a batch `f32[?, d]` is one message of `rows * d` values (a zero-row
 //!   batch is an empty payload); `flatmap` and `ungroup` open an element context (one
 //!   message per element) and collect its gradients under the enclosing context's key,

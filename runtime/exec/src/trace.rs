@@ -1,6 +1,7 @@
 //! Per-worker trace events (forward, backward and update work, with start and duration)
 //! and their Chrome / Perfetto trace JSON: `{"traceEvents": [{"name", "cat", "ph": "X",
-//! "ts", "dur", "pid", "tid"}]}`, one row (`tid`) per worker.
+//! "ts", "dur", "pid", "tid", "args": {"batch"}}]}`, one row (`tid`) per worker; `batch`
+//! is how many messages the work took at once (dynamic batching; 0 for an update).
 
 use serde_json::json;
 use std::io::Write;
@@ -32,6 +33,8 @@ pub struct TraceEvent {
     pub kind: TraceKind,
     pub start_us: u64,
     pub dur_us: u64,
+    /// Messages handled together (1 unbatched; 0 for an update).
+    pub batch: u32,
 }
 
 /// Writes events as Chrome trace JSON; `name` gives each node's display name.
@@ -63,6 +66,7 @@ pub fn write_chrome_trace(
             "dur": e.dur_us,
             "pid": 1,
             "tid": e.worker,
+            "args": {"batch": e.batch},
         });
         if !first {
             out.write_all(b",\n")?;
@@ -80,8 +84,8 @@ mod tests {
     #[test]
     fn chrome_trace_is_json_with_one_row_per_worker() {
         let events = vec![
-            TraceEvent { worker: 0, node: 3, kind: TraceKind::Forward, start_us: 5, dur_us: 2 },
-            TraceEvent { worker: 1, node: 4, kind: TraceKind::Update, start_us: 9, dur_us: 1 },
+            TraceEvent { worker: 0, node: 3, kind: TraceKind::Forward, start_us: 5, dur_us: 2, batch: 7 },
+            TraceEvent { worker: 1, node: 4, kind: TraceKind::Update, start_us: 9, dur_us: 1, batch: 0 },
         ];
         let mut out = Vec::new();
         write_chrome_trace(&events, |n| format!("node \"{n}\""), &mut out).unwrap();
@@ -92,5 +96,6 @@ mod tests {
         assert_eq!(list[3]["cat"], "update");
         assert_eq!(list[3]["tid"], 1);
         assert_eq!(list[2]["ph"], "X");
+        assert_eq!(list[2]["args"]["batch"], 7);
     }
 }

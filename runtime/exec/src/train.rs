@@ -4,7 +4,7 @@
 
 use crate::program::GroupInfo;
 use amp_params::optim::{clip_coefficient, global_norm, update_tensor};
-use amp_params::{OptimConfig, ParamSet, TensorState};
+use amp_params::{OptimConfig, OptimizerKind, ParamSet, TensorState};
 use std::sync::{Mutex, MutexGuard};
 
 /// One tensor of a live group.
@@ -21,14 +21,31 @@ pub(crate) struct LiveGroup<'a> {
     pub pending: u64,
     /// Updates applied in this run.
     pub updates: u64,
+    /// Whether a gradient may have been accumulated since the last update (true at the
+    /// start of a run: accumulators can carry over from the last epoch).
+    pub touched: bool,
+    /// Bumped whenever the values change (see [`GroupView::version`]).
+    pub version: u64,
 }
 
 impl LiveGroup<'_> {
     /// Applies the mean of the accumulated gradients (clipped over the group when
     /// configured) and clears the accumulators. Returns whether it updated.
+    ///
+    /// A group no instance used since its last update (an expert no instance was routed
+    /// to) has zero gradients; under plain SGD without weight decay its update changes
+    /// nothing, so only the optimizer's step count moves, and the pass over the tensors,
+    /// which dominated training of a 64-expert MoE, is skipped. Other optimizers still
+    /// take the step (momentum and Adam move parameters on a zero gradient).
     pub fn update(&mut self, config: &OptimConfig) -> bool {
         if self.pending == 0 {
             return false;
+        }
+        if !self.touched && config.kind == OptimizerKind::Sgd && config.weight_decay == 0.0 {
+            self.tensors.iter_mut().for_each(|t| t.optim.step += 1);
+            self.pending = 0;
+            self.updates += 1;
+            return true;
         }
         let mut scale = 1.0 / self.pending as f32;
         if let Some(max_norm) = config.clip_norm {
@@ -41,6 +58,8 @@ impl LiveGroup<'_> {
         }
         self.pending = 0;
         self.updates += 1;
+        self.touched = false;
+        self.version += 1;
         true
     }
 }
@@ -71,11 +90,24 @@ impl GroupView<'_, '_> {
         }
     }
 
+    /// Changes whenever the group's values do (counting in this run; the op that reads it
+    /// is built anew for every run): ops that keep something derived from the values,
+    /// such as a transposed weight, make it again when the version moved.
+    pub fn version(&self) -> u64 {
+        match self {
+            GroupView::Frozen(_) => 0,
+            GroupView::Live(g) => g.version,
+        }
+    }
+
     /// The group's `i`-th tensor's values and gradient accumulator (training only).
     pub fn value_and_grad(&mut self, i: usize) -> Option<(&[f32], &mut [f32])> {
         match self {
             GroupView::Frozen(_) => None,
-            GroupView::Live(g) => g.tensors.get_mut(i).map(|t| (&*t.value, &mut *t.grad)),
+            GroupView::Live(g) => {
+                g.touched = true;
+                g.tensors.get_mut(i).map(|t| (&*t.value, &mut *t.grad))
+            }
         }
     }
 
@@ -83,10 +115,13 @@ impl GroupView<'_, '_> {
     pub fn linear_parts(&mut self) -> Option<LinearParts<'_>> {
         match self {
             GroupView::Frozen(_) => None,
-            GroupView::Live(g) => match g.tensors.as_mut_slice() {
-                [w, b, ..] => Some((&*w.value, &*b.value, &mut *w.grad, &mut *b.grad)),
-                _ => None,
-            },
+            GroupView::Live(g) => {
+                g.touched = true;
+                match g.tensors.as_mut_slice() {
+                    [w, b, ..] => Some((&*w.value, &*b.value, &mut *w.grad, &mut *b.grad)),
+                    _ => None,
+                }
+            }
         }
     }
 }
@@ -155,7 +190,7 @@ pub(crate) fn live_groups<'a>(
                     Some(LiveTensor { value, grad, optim })
                 })
                 .collect();
-            LiveGroup { tensors, pending: pending.get(g).copied().unwrap_or(0), updates: 0 }
+            LiveGroup { tensors, pending: pending.get(g).copied().unwrap_or(0), updates: 0, touched: true, version: 0 }
         })
         .collect()
 }

@@ -1,7 +1,7 @@
 //! Node ops: the forward and backward semantics of every op of `docs/IR.md`, one type per
 //! op family, behind one trait.
 //!
-//! A worker hands an op one message at a time through [`NodeOp::forward`] (on an input
+//! A worker hands an op a message through [`NodeOp::forward`] (on an input
 //! port) or [`NodeOp::backward`] (on an output port, with the gradients of all consumers
 //! of that port already summed by the worker, under the node's key and the fields it
 //! writes, so that the element messages of a `flatmap` stay apart); the op answers by emitting messages
@@ -20,7 +20,13 @@
 //! (gather, scatter_sum, reduce), `select` (top_k, state_from_payload).
 //!
 //! Adding an op: a type implementing [`NodeOp`] in the module of its family and an arm
-//! in [`build`]. Dynamic batching will add a `forward_batch` with a default that loops.
+//! in [`build`].
+//!
+//! Dynamic batching: an op whose [`NodeOp::batches`] is true gets, when several messages
+//! of one direction and port wait in its node's queue, up to `ExecConfig::max_batch` of
+//! them at once (a batch of messages, not to be confused with a batch payload above) through [`NodeOp::forward_batch`] / [`NodeOp::backward_batch`] (in queue
+//! order, keys untouched). The defaults loop over `forward` / `backward`, so other ops
+//! need not know; `linear` overrides them with one GEMM over the stacked rows.
 
 mod data;
 mod elements;
@@ -155,6 +161,22 @@ impl<'a> NodeCx<'_, 'a> {
 pub(crate) trait NodeOp: Send {
     fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError>;
     fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError>;
+    /// Whether the op does its work on several messages at once better than one by one
+    /// (a matrix product with one row per message): the worker then hands it up to
+    /// `max_batch` pending messages together through the two methods below.
+    fn batches(&self) -> bool {
+        false
+    }
+    /// Several forward messages on one port, in queue order (dynamic batching). Each
+    /// message's results, and what it caches, must be those of [`NodeOp::forward`] on it
+    /// alone, emitted in the same order; the default does exactly that.
+    fn forward_batch(&mut self, cx: &mut NodeCx, port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        msgs.into_iter().try_for_each(|msg| self.forward(cx, port, msg))
+    }
+    /// Several (summed) gradients of one output port, in queue order; as `forward_batch`.
+    fn backward_batch(&mut self, cx: &mut NodeCx, port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        grads.into_iter().try_for_each(|grad| self.backward(cx, port, grad))
+    }
     /// Messages or activations held under keys (joins waiting, caches), for leak checks.
     fn held(&self) -> usize {
         0

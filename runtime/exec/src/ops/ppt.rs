@@ -9,6 +9,7 @@ use crate::message::{Msg, Payload};
 use crate::program::NodeInfo;
 use crate::train::ParamAccess;
 use amp_ir::{PayloadTy, StateExpr};
+use std::borrow::Cow;
 
 fn last_dim(ty: Option<&PayloadTy>) -> usize {
     match ty {
@@ -17,12 +18,21 @@ fn last_dim(ty: Option<&PayloadTy>) -> usize {
     }
 }
 
+/// The rows from which a forward batch makes a stale `W^T` again rather than taking its
+/// rows one at a time: transposing costs about what 7 one-row products do (`cargo bench
+/// -p amp-benches --bench gemm` prints both).
+const TRANSPOSE_FROM_ROWS: usize = 8;
+
 /// `y = x W^T + b` over the last dimension; caches `x` under the key for the backward.
+/// Batches: the rows of several messages go through one GEMM.
 pub(crate) struct LinearOp {
     group: usize,
     inp: usize,
     out: usize,
     cache: Keyed<Payload>,
+    /// `W^T` and the group version it was made from, for the forward GEMM of several rows
+    /// (`kernels::linear_forward_t_into`); made again after each update that a batch sees.
+    weight_t: Option<(u64, Vec<f32>)>,
 }
 
 impl LinearOp {
@@ -35,39 +45,118 @@ impl LinearOp {
         if view.value(0).len() != inp * out || view.value(1).len() != out {
             return Err(OpError::PayloadSize { expected: inp * out, found: view.value(0).len() });
         }
-        Ok(LinearOp { group, inp, out, cache: Keyed::new() })
+        Ok(LinearOp { group, inp, out, cache: Keyed::new(), weight_t: None })
     }
 }
 
-impl NodeOp for LinearOp {
-    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        let y = {
-            let view = cx.params().group(self.group);
-            kernels::linear_forward(msg.payload.values(), view.value(0), view.value(1), self.inp, self.out)
-        };
-        if cx.training() {
-            self.cache.put(cx.key(&msg.state), msg.payload.clone())?;
+impl LinearOp {
+    /// Rows of each payload (`f32[in]` is one row, a batch `f32[?, in]` any number).
+    fn rows_of(&self, payloads: impl Iterator<Item = usize>) -> Vec<usize> {
+        payloads.map(|len| len / self.inp.max(1)).collect()
+    }
+}
+
+/// The payloads' values one after the other: a matrix with each payload's rows, borrowed
+/// when there is only one.
+fn stack<'p>(mut payloads: impl ExactSizeIterator<Item = &'p [f32]>) -> Cow<'p, [f32]> {
+    if payloads.len() == 1 {
+        if let Some(only) = payloads.next() {
+            return Cow::Borrowed(only);
         }
-        cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+    }
+    let mut all = Vec::new();
+    payloads.for_each(|p| all.extend_from_slice(p));
+    Cow::Owned(all)
+}
+
+/// Splits `values` into consecutive pieces of `rows[i] * width` values.
+fn unstack(values: Vec<f32>, rows: &[usize], width: usize) -> Vec<Vec<f32>> {
+    if rows.len() == 1 {
+        return vec![values];
+    }
+    let mut start = 0;
+    rows.iter()
+        .map(|&r| {
+            let piece = values[start..start + r * width].to_vec();
+            start += r * width;
+            piece
+        })
+        .collect()
+}
+
+impl NodeOp for LinearOp {
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
+        self.forward_batch(cx, port, vec![msg])
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
+        self.backward_batch(cx, port, vec![grad])
+    }
+
+    fn batches(&self) -> bool {
+        true
+    }
+
+    /// One GEMM over the rows of all the messages (a message's rows are its payload's).
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let rows = self.rows_of(msgs.iter().map(|m| m.payload.values().len()));
+        let x = stack(msgs.iter().map(|m| m.payload.values()));
+        let total: usize = rows.iter().sum();
+        let mut y = vec![0.0; total * self.out];
+        {
+            let view = cx.params().group(self.group);
+            let (w, b) = (view.value(0), view.value(1));
+            let version = view.version();
+            let stale = self.weight_t.as_ref().is_none_or(|(v, _)| *v != version);
+            if total < 2 || (stale && total < TRANSPOSE_FROM_ROWS) {
+                // One row at a time on W itself (the GEMM's fast one-row path).
+                for (xr, yr) in x.chunks_exact(self.inp.max(1)).zip(y.chunks_exact_mut(self.out.max(1))) {
+                    kernels::linear_forward_into(xr, w, b, yr, self.inp, self.out);
+                }
+            } else {
+                if stale {
+                    let mut wt = self.weight_t.take().map(|(_, wt)| wt).unwrap_or_default();
+                    wt.resize(w.len(), 0.0);
+                    kernels::transpose(w, self.out, self.inp, &mut wt);
+                    self.weight_t = Some((version, wt));
+                }
+                let wt = self.weight_t.as_ref().map_or(&[][..], |(_, wt)| wt.as_slice());
+                kernels::linear_forward_t_into(&x, wt, b, &mut y, self.inp, self.out);
+            }
+        }
+        for (msg, y) in msgs.into_iter().zip(unstack(y, &rows, self.out)) {
+            if cx.training() {
+                self.cache.put(cx.key(&msg.state), msg.payload.clone())?;
+            }
+            cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+        }
         Ok(())
     }
 
-    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
-        let x = self.cache.take(&cx.key(&grad.state))?;
-        let rows = x.values().len() / self.inp.max(1);
-        if grad.payload.values().len() != rows * self.out {
-            return Err(OpError::PayloadSize { expected: rows * self.out, found: grad.payload.values().len() });
-        }
-        let dx = {
-            let mut view = cx.params().group(self.group);
-            match view.linear_parts() {
-                Some((w, _, dw, db)) => {
-                    kernels::linear_backward(x.values(), grad.payload.values(), w, dw, db, self.inp, self.out)
-                }
-                None => vec![0.0; x.values().len()],
+    /// One GEMM for the input gradients of all the messages and one accumulating GEMM for
+    /// the weight gradient, under one lock of the group.
+    fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        let xs = grads.iter().map(|g| self.cache.take(&cx.key(&g.state))).collect::<Result<Vec<Payload>, _>>()?;
+        let rows = self.rows_of(xs.iter().map(|x| x.values().len()));
+        for (grad, &r) in grads.iter().zip(&rows) {
+            if grad.payload.values().len() != r * self.out {
+                return Err(OpError::PayloadSize { expected: r * self.out, found: grad.payload.values().len() });
             }
-        };
-        cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+        }
+        let x = stack(xs.iter().map(Payload::values));
+        let dy = stack(grads.iter().map(|g| g.payload.values()));
+        let mut dx = vec![0.0; x.len()];
+        {
+            let mut view = cx.params().group(self.group);
+            if let Some((w, _, dw, db)) = view.linear_parts() {
+                kernels::linear_input_grad_into(&dy, w, &mut dx, self.inp, self.out);
+                kernels::linear_weight_grad(&dy, &x, dw, self.inp, self.out);
+                kernels::linear_bias_grad(&dy, db);
+            }
+        }
+        for (grad, dx) in grads.into_iter().zip(unstack(dx, &rows, self.inp)) {
+            cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+        }
         Ok(())
     }
 
@@ -117,5 +206,161 @@ impl NodeOp for EmbeddingOp {
         }
         cx.backward(0, grad.with_payload(Payload::Unit));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Emit, RunMode, RunShared};
+    use crate::program::GroupInfo;
+    use crate::train::live_groups;
+    use amp_ir::{FieldId, Op, ParamInit};
+    use amp_params::{OptimState, OptimizerKind, ParamSet, ParamSpec};
+    use std::sync::Mutex;
+
+    const INP: usize = 7;
+    const OUT: usize = 5;
+
+    fn node() -> NodeInfo {
+        NodeInfo {
+            index: 1,
+            op: Op::Linear { param: "l".into() },
+            label: "l".into(),
+            inputs: vec![PayloadTy::F32(vec![INP as u64])],
+            outputs: vec![PayloadTy::F32(vec![OUT as u64])],
+            key: vec![FieldId(0), FieldId(1)],
+            fan_in_key: vec![FieldId(0), FieldId(1)],
+            consumers: vec![vec![(2, 0)]],
+            producers: vec![(0, 0)],
+            group: Some(0),
+            worker: 0,
+        }
+    }
+
+    fn params() -> ParamSet {
+        let spec = |name: &str, shape: Vec<usize>| ParamSpec {
+            name: name.into(),
+            shape,
+            init: ParamInit::Uniform { fan_in: INP as u64 },
+        };
+        ParamSet::init(&[spec("l.weight", vec![OUT, INP]), spec("l.bias", vec![OUT])], 3)
+    }
+
+    fn msg(instance: i64, t: i64) -> Msg {
+        let values = (0..INP).map(|i| ((instance * 7 + t * 3 + i as i64) % 11) as f32 / 5.0 - 1.0).collect();
+        Msg::new(Payload::from_vec(values), vec![instance, t].into_boxed_slice())
+    }
+
+    fn grad(m: &Msg) -> Msg {
+        let values = (0..OUT).map(|o| (m.state[0] as f32 - o as f32 * 0.5) * 0.1).collect();
+        m.with_payload(Payload::from_vec(values))
+    }
+
+    /// Runs `f` on a fresh linear op with live parameters; returns what it emitted, the
+    /// op's held entries and the accumulated gradients.
+    fn run(f: impl FnOnce(&mut LinearOp, &mut NodeCx)) -> (Vec<Emit>, usize, ParamSet) {
+        let node = node();
+        let mut params = params();
+        let mut grads = params.zeros_like();
+        let mut optim = OptimState::new(&OptimizerKind::Sgd, params.specs());
+        let groups = vec![GroupInfo {
+            prefix: "l".into(),
+            tensors: vec![0, 1],
+            nodes: vec![1],
+            owner: 0,
+            min_update_frequency: 1,
+        }];
+        let held = {
+            let live = live_groups(&groups, &mut params, &mut grads, &mut optim.tensors, &[]);
+            let shared = RunShared {
+                instances: Vec::new(),
+                params: ParamAccess::Live { groups: live.into_iter().map(Mutex::new).collect() },
+                mode: RunMode::Train,
+            };
+            let mut op = LinearOp::new(&node, &shared.params).unwrap();
+            let mut out = Vec::new();
+            let mut cx = NodeCx { node: &node, shared: &shared, out: &mut out };
+            f(&mut op, &mut cx);
+            (out, op.held())
+        };
+        (held.0, held.1, grads)
+    }
+
+    fn payloads(emits: &[Emit]) -> Vec<(Box<[i64]>, Vec<f32>)> {
+        emits
+            .iter()
+            .map(|e| match e {
+                Emit::Forward { msg, .. } | Emit::Backward { msg, .. } => {
+                    (msg.state.clone(), msg.payload.values().to_vec())
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    fn assert_close(a: &[(Box<[i64]>, Vec<f32>)], b: &[(Box<[i64]>, Vec<f32>)]) {
+        assert_eq!(a.len(), b.len());
+        for ((sa, va), (sb, vb)) in a.iter().zip(b) {
+            assert_eq!(sa, sb, "keys and order are kept");
+            for (x, y) in va.iter().zip(vb) {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_computes_what_its_messages_compute_alone() {
+        let msgs: Vec<Msg> = (0..6).map(|i| msg(i, 2 * i)).collect();
+        // Gradients come back in another order than the forward messages went.
+        let back: Vec<Msg> = [3, 0, 5, 1, 4, 2].iter().map(|&i| grad(&msgs[i])).collect();
+        let (alone, held_alone, grads_alone) = run(|op, cx| {
+            msgs.iter().for_each(|m| op.forward(cx, 0, m.clone()).unwrap());
+            back.iter().for_each(|g| op.backward(cx, 0, g.clone()).unwrap());
+        });
+        let (batched, held_batched, grads_batched) = run(|op, cx| {
+            op.forward_batch(cx, 0, msgs[..4].to_vec()).unwrap();
+            op.forward_batch(cx, 0, msgs[4..].to_vec()).unwrap();
+            assert_eq!(op.held(), 6, "each message cached under its own key");
+            op.backward_batch(cx, 0, back[..1].to_vec()).unwrap();
+            op.backward_batch(cx, 0, back[1..].to_vec()).unwrap();
+        });
+        assert_eq!((held_alone, held_batched), (0, 0));
+        assert_close(&payloads(&batched), &payloads(&alone));
+        for ((_, a), (_, b)) in grads_batched.iter().zip(grads_alone.iter()) {
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "accumulated gradient {x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn empty_batches_do_nothing_and_one_is_a_lone_message() {
+        let (emits, held, grads) = run(|op, cx| {
+            op.forward_batch(cx, 0, Vec::new()).unwrap();
+            op.backward_batch(cx, 0, Vec::new()).unwrap();
+        });
+        assert!(emits.is_empty() && held == 0);
+        assert!(grads.iter().all(|(_, g)| g.iter().all(|&v| v == 0.0)));
+        let m = msg(1, 1);
+        let (one, _, g1) = run(|op, cx| {
+            op.forward_batch(cx, 0, vec![m.clone()]).unwrap();
+            op.backward_batch(cx, 0, vec![grad(&m)]).unwrap();
+        });
+        let (alone, _, g2) = run(|op, cx| {
+            op.forward(cx, 0, m.clone()).unwrap();
+            op.backward(cx, 0, grad(&m)).unwrap();
+        });
+        assert_eq!(payloads(&one), payloads(&alone));
+        assert_eq!(g1, g2);
+    }
+
+    #[test]
+    fn a_batch_gradient_without_its_cache_is_refused() {
+        let (_, _, _) = run(|op, cx| {
+            op.forward_batch(cx, 0, vec![msg(0, 0)]).unwrap();
+            let err = op.backward_batch(cx, 0, vec![grad(&msg(0, 0)), grad(&msg(9, 9))]).unwrap_err();
+            assert!(matches!(err, OpError::MissingCache { .. }), "{err:?}");
+        });
     }
 }

@@ -1,0 +1,570 @@
+//! f32 GEMM crates on the three products of a Linear layer, at the canonical models'
+//! shapes: which crate the executor's kernels use, chosen by measurement.
+//!
+//! For `x: [m, in]`, `W: [out, in]` (row-major, as the executor stores them) it times
+//! - forward `y = x Wᵀ + b`,
+//! - input gradient `dx = dy W`,
+//! - weight gradient `dW += dyᵀ x`,
+//!
+//! each with: the hand-written loops the executor used before (`hand`, the baseline, run
+//! in the same process), `matrixmultiply` 0.3, `gemm` 0.19 with its `x86-v4` (AVX-512)
+//! kernels, for the forward also `gemm` on a kept `Wᵀ` (`[in, out]`: the crate packs a
+//! transposed view of `W` anew at every call, which dominates at few rows), and the
+//! executor's own kernels (`amp kernels`, `amp_exec::kernels`: one row on `W`, several
+//! on `Wᵀ`, as the Linear op does). Each cell is the median of many repetitions, printed
+//! as GFLOP/s (2·m·in·out per product) and as a share of one core's f32 peak (171 GFLOP/s
+//! measured with an FMA loop on the 2-core Xeon of `shared/TECH-NOTES.md`; pass another
+//! with `AMP_PEAK_GFLOPS`). Then the executor's kernels over matrixmultiply and over the
+//! hand loops (ratios in the same run), and the largest error of the hand loops and of
+//! the executor's kernels against the exact (f64) product, relative to the magnitude of
+//! each output's terms. A last table gives the cost of making `Wᵀ` (after an update),
+//! in µs and in one-row forwards.
+//!
+//! Shapes: Tree-LSTM (branch 300→750, leaf 300→450, and 150→750), the MoE's experts
+//! (256→256), list-reduce's cell (256→128) and 128→128, with `m` rows (messages batched
+//! into one matrix) in {1, 2, 4, 8, 25 (branch only), 32, 64, 256} ({1, 8, 32, 64, 256}
+//! for 128→128).
+//!
+//! Run: `cargo bench -p amp-benches --bench gemm` (add `-- quick` for shorter medians).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// One core's f32 FMA peak on the reference machine (TECH-NOTES), GFLOP/s.
+const PEAK_GFLOPS: f64 = 171.0;
+
+const ROWS: [usize; 8] = [1, 2, 4, 8, 25, 32, 64, 256];
+/// `(in, out, what)`.
+const LAYERS: [(usize, usize, &str); 5] = [
+    (300, 750, "tree-lstm branch"),
+    (300, 450, "tree-lstm leaf"),
+    (150, 750, "h→5h, h=150"),
+    (256, 256, "moe expert"),
+    (256, 128, "list-reduce cell"),
+];
+/// 128→128 (list-reduce's width) at the brief's row counts.
+const EXTRA: [(usize, usize, usize, &str); 5] = [
+    (1, 128, 128, "128→128"),
+    (8, 128, 128, "128→128"),
+    (32, 128, 128, "128→128"),
+    (64, 128, 128, "128→128"),
+    (256, 128, 128, "128→128"),
+];
+
+/// Median wall time of `f` over repetitions filling about `budget`.
+fn median(budget: Duration, mut f: impl FnMut()) -> Duration {
+    f();
+    let start = Instant::now();
+    f();
+    let once = start.elapsed().max(Duration::from_nanos(50));
+    // Batches of calls so that each timed sample is at least ~20 µs (timer resolution).
+    let per_sample = (20_000 / once.as_nanos().max(1)).max(1) as usize;
+    let samples = (budget.as_nanos() / (once.as_nanos() * per_sample as u128)).clamp(11, 2001) as usize;
+    let mut times: Vec<Duration> = (0..samples)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..per_sample {
+                f();
+            }
+            t.elapsed() / per_sample as u32
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Product {
+    Forward,
+    InputGrad,
+    WeightGrad,
+}
+
+impl Product {
+    fn name(self) -> &'static str {
+        match self {
+            Product::Forward => "y = x Wt + b",
+            Product::InputGrad => "dx = dy W",
+            Product::WeightGrad => "dW += dyt x",
+        }
+    }
+}
+
+/// The operands of one Linear at `m` rows.
+struct Operands {
+    m: usize,
+    inp: usize,
+    out: usize,
+    x: Vec<f32>,
+    w: Vec<f32>,
+    /// `W^T` (`[in, out]`), as the executor keeps it for the forward of several rows.
+    wt: Vec<f32>,
+    b: Vec<f32>,
+    dy: Vec<f32>,
+    y: Vec<f32>,
+    dx: Vec<f32>,
+    dw: Vec<f32>,
+}
+
+impl Operands {
+    fn new(m: usize, inp: usize, out: usize) -> Operands {
+        let w = values(out * inp, 2);
+        let mut wt = vec![0.0; out * inp];
+        amp_exec::kernels::transpose(&w, out, inp, &mut wt);
+        Operands {
+            m,
+            inp,
+            out,
+            x: values(m * inp, 1),
+            w,
+            wt,
+            b: values(out, 3),
+            dy: values(m * out, 4),
+            y: vec![0.0; m * out],
+            dx: vec![0.0; m * inp],
+            dw: vec![0.0; out * inp],
+        }
+    }
+}
+
+/// The executor's loops before the GEMM crate (`kernels.rs` at that time), split into the
+/// three products.
+mod hand {
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let mut acc = [0.0f32; 8];
+        let chunks = a.len().min(b.len()) / 8;
+        for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)).take(chunks) {
+            for k in 0..8 {
+                acc[k] += ca[k] * cb[k];
+            }
+        }
+        let mut sum = acc.iter().sum::<f32>();
+        for (x, y) in a.iter().zip(b).skip(chunks * 8) {
+            sum += x * y;
+        }
+        sum
+    }
+
+    pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+        for (yi, xi) in y.iter_mut().zip(x) {
+            *yi += alpha * xi;
+        }
+    }
+
+    pub fn forward(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
+        for (xr, yr) in x.chunks_exact(inp).zip(y.chunks_exact_mut(out)) {
+            for (o, yo) in yr.iter_mut().enumerate() {
+                *yo = b[o] + dot(&w[o * inp..(o + 1) * inp], xr);
+            }
+        }
+    }
+
+    pub fn input_grad(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usize) {
+        dx.iter_mut().for_each(|v| *v = 0.0);
+        for (dyr, dxr) in dy.chunks_exact(out).zip(dx.chunks_exact_mut(inp)) {
+            for (o, &g) in dyr.iter().enumerate() {
+                axpy(g, &w[o * inp..(o + 1) * inp], dxr);
+            }
+        }
+    }
+
+    pub fn weight_grad(dy: &[f32], x: &[f32], dw: &mut [f32], inp: usize, out: usize) {
+        for (dyr, xr) in dy.chunks_exact(out).zip(x.chunks_exact(inp)) {
+            for (o, &g) in dyr.iter().enumerate() {
+                axpy(g, xr, &mut dw[o * inp..(o + 1) * inp]);
+            }
+        }
+    }
+}
+
+/// The three products through `matrixmultiply::sgemm` (C ← α A B + β C, strides in
+/// elements).
+mod mm {
+    use super::Operands;
+
+    pub fn forward(o: &mut Operands) {
+        let (m, inp, out) = (o.m, o.inp, o.out);
+        for row in o.y.chunks_exact_mut(out) {
+            row.copy_from_slice(&o.b);
+        }
+        // SAFETY: x is m×in (row stride in), Wᵀ is in×out read from W with row stride 1 and
+        // column stride in, y is m×out; all three slices have exactly those lengths.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                inp,
+                out,
+                1.0,
+                o.x.as_ptr(),
+                inp as isize,
+                1,
+                o.w.as_ptr(),
+                1,
+                inp as isize,
+                1.0,
+                o.y.as_mut_ptr(),
+                out as isize,
+                1,
+            );
+        }
+    }
+
+    pub fn input_grad(o: &mut Operands) {
+        let (m, inp, out) = (o.m, o.inp, o.out);
+        // SAFETY: dy is m×out, W out×in, dx m×in, row-major, of exactly those lengths.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                out,
+                inp,
+                1.0,
+                o.dy.as_ptr(),
+                out as isize,
+                1,
+                o.w.as_ptr(),
+                inp as isize,
+                1,
+                0.0,
+                o.dx.as_mut_ptr(),
+                inp as isize,
+                1,
+            );
+        }
+    }
+
+    pub fn weight_grad(o: &mut Operands) {
+        let (m, inp, out) = (o.m, o.inp, o.out);
+        // SAFETY: dyᵀ is out×m read from dy (m×out) with row stride 1 and column stride
+        // out, x is m×in, dW out×in; all of exactly those lengths.
+        unsafe {
+            matrixmultiply::sgemm(
+                out,
+                m,
+                inp,
+                1.0,
+                o.dy.as_ptr(),
+                1,
+                out as isize,
+                o.x.as_ptr(),
+                inp as isize,
+                1,
+                1.0,
+                o.dw.as_mut_ptr(),
+                inp as isize,
+                1,
+            );
+        }
+    }
+}
+
+/// The three products through `gemm::gemm` (dst ← α dst + β lhs rhs, column stride
+/// before row stride).
+mod gemm_crate {
+    use super::Operands;
+    use gemm::{gemm, Parallelism};
+
+    pub fn forward(o: &mut Operands) {
+        let (m, inp, out) = (o.m, o.inp, o.out);
+        for row in o.y.chunks_exact_mut(out) {
+            row.copy_from_slice(&o.b);
+        }
+        // SAFETY: as in `mm::forward`.
+        unsafe {
+            gemm(
+                m,
+                out,
+                inp,
+                o.y.as_mut_ptr(),
+                1,
+                out as isize,
+                true,
+                o.x.as_ptr(),
+                1,
+                inp as isize,
+                o.w.as_ptr(),
+                inp as isize,
+                1,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                Parallelism::None,
+            );
+        }
+    }
+
+    /// The forward on a kept `W^T`: `rhs` row-major, which the crate packs cheaply.
+    pub fn forward_wt(o: &mut Operands) {
+        let (m, inp, out) = (o.m, o.inp, o.out);
+        for row in o.y.chunks_exact_mut(out) {
+            row.copy_from_slice(&o.b);
+        }
+        // SAFETY: x is m×in, wt in×out, y m×out, row-major, of exactly those lengths.
+        unsafe {
+            gemm(
+                m,
+                out,
+                inp,
+                o.y.as_mut_ptr(),
+                1,
+                out as isize,
+                true,
+                o.x.as_ptr(),
+                1,
+                inp as isize,
+                o.wt.as_ptr(),
+                1,
+                out as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                Parallelism::None,
+            );
+        }
+    }
+
+    pub fn input_grad(o: &mut Operands) {
+        let (m, inp, out) = (o.m, o.inp, o.out);
+        // SAFETY: as in `mm::input_grad`.
+        unsafe {
+            gemm(
+                m,
+                inp,
+                out,
+                o.dx.as_mut_ptr(),
+                1,
+                inp as isize,
+                false,
+                o.dy.as_ptr(),
+                1,
+                out as isize,
+                o.w.as_ptr(),
+                1,
+                inp as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                Parallelism::None,
+            );
+        }
+    }
+
+    pub fn weight_grad(o: &mut Operands) {
+        let (m, inp, out) = (o.m, o.inp, o.out);
+        // SAFETY: as in `mm::weight_grad`.
+        unsafe {
+            gemm(
+                out,
+                inp,
+                m,
+                o.dw.as_mut_ptr(),
+                1,
+                inp as isize,
+                true,
+                o.dy.as_ptr(),
+                out as isize,
+                1,
+                o.x.as_ptr(),
+                1,
+                inp as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                Parallelism::None,
+            );
+        }
+    }
+}
+
+/// The executor's kernels (through the chosen crate, with their checks and bias).
+mod amp {
+    use super::Operands;
+    use amp_exec::kernels;
+
+    /// What the Linear op does with a kept `W^T`: one row on `W` itself, several on `W^T`.
+    pub fn forward(o: &mut Operands) {
+        if o.m < 2 {
+            kernels::linear_forward_into(&o.x, &o.w, &o.b, &mut o.y, o.inp, o.out);
+        } else {
+            kernels::linear_forward_t_into(&o.x, &o.wt, &o.b, &mut o.y, o.inp, o.out);
+        }
+    }
+
+    pub fn input_grad(o: &mut Operands) {
+        kernels::linear_input_grad_into(&o.dy, &o.w, &mut o.dx, o.inp, o.out);
+    }
+
+    pub fn weight_grad(o: &mut Operands) {
+        kernels::linear_weight_grad(&o.dy, &o.x, &mut o.dw, o.inp, o.out);
+    }
+}
+
+type Kernel = fn(&mut Operands);
+
+fn kernels_of(product: Product) -> Vec<(&'static str, Kernel)> {
+    match product {
+        Product::Forward => vec![
+            ("hand", |o| hand::forward(&o.x, &o.w, &o.b, &mut o.y, o.inp, o.out)),
+            ("matrixmultiply", mm::forward),
+            ("gemm", gemm_crate::forward),
+            ("gemm on Wt", gemm_crate::forward_wt),
+            ("amp kernels", amp::forward),
+        ],
+        Product::InputGrad => vec![
+            ("hand", |o| hand::input_grad(&o.dy, &o.w, &mut o.dx, o.inp, o.out)),
+            ("matrixmultiply", mm::input_grad),
+            ("gemm", gemm_crate::input_grad),
+            ("amp kernels", amp::input_grad),
+        ],
+        Product::WeightGrad => vec![
+            ("hand", |o| hand::weight_grad(&o.dy, &o.x, &mut o.dw, o.inp, o.out)),
+            ("matrixmultiply", mm::weight_grad),
+            ("gemm", gemm_crate::weight_grad),
+            ("amp kernels", amp::weight_grad),
+        ],
+    }
+}
+
+/// The output a product writes.
+fn result_of(o: &Operands, product: Product) -> &[f32] {
+    match product {
+        Product::Forward => &o.y,
+        Product::InputGrad => &o.dx,
+        Product::WeightGrad => &o.dw,
+    }
+}
+
+/// Each output of `product` on fresh operands, exactly (in f64), with the sum of its
+/// terms' magnitudes.
+fn exact(o: &Operands, product: Product) -> Vec<(f64, f64)> {
+    let (m, inp, out) = (o.m, o.inp, o.out);
+    let f = |v: f32| f64::from(v);
+    let sum = |terms: &mut dyn Iterator<Item = f64>| terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+    let mut all = Vec::new();
+    match product {
+        Product::Forward => {
+            for r in 0..m {
+                for k in 0..out {
+                    let terms = (0..inp).map(|i| f(o.w[k * inp + i]) * f(o.x[r * inp + i]));
+                    all.push(sum(&mut std::iter::once(f(o.b[k])).chain(terms)));
+                }
+            }
+        }
+        Product::InputGrad => {
+            for r in 0..m {
+                for i in 0..inp {
+                    all.push(sum(&mut (0..out).map(|k| f(o.dy[r * out + k]) * f(o.w[k * inp + i]))));
+                }
+            }
+        }
+        Product::WeightGrad => {
+            for k in 0..out {
+                for i in 0..inp {
+                    all.push(sum(&mut (0..m).map(|r| f(o.dy[r * out + k]) * f(o.x[r * inp + i]))));
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The largest error of `kernel` on fresh operands against the exact products, relative
+/// to the magnitude of each output's terms (what rounding in any summation order scales
+/// with).
+fn error(m: usize, inp: usize, out: usize, product: Product, kernel: Kernel) -> f64 {
+    let mut o = Operands::new(m, inp, out);
+    kernel(&mut o);
+    let reference = exact(&o, product);
+    result_of(&o, product)
+        .iter()
+        .zip(&reference)
+        .map(|(&found, &(value, scale))| (f64::from(found) - value).abs() / scale.max(1e-30))
+        .fold(0.0, f64::max)
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    let budget = Duration::from_millis(if quick { 20 } else { 120 });
+    let peak = std::env::var("AMP_PEAK_GFLOPS").ok().and_then(|p| p.parse().ok()).unwrap_or(PEAK_GFLOPS);
+    let mut shapes: Vec<(usize, usize, usize, &str)> = Vec::new();
+    for &(inp, out, what) in &LAYERS {
+        for &m in &ROWS {
+            // 25 rows: the canonical 25×300→750; other layers skip it.
+            if m != 25 || (inp, out) == (300, 750) {
+                shapes.push((m, inp, out, what));
+            }
+        }
+    }
+    shapes.extend(EXTRA);
+    println!("f32 GEMM, one thread; GFLOP/s (% of a {peak:.0} GFLOP/s core); median of repetitions in one run.");
+    println!("amp/mm and amp/hand: the executor's kernels over matrixmultiply and over the former loops;");
+    println!("err: largest |error| against the exact (f64) product over the magnitude of the output's terms.");
+    for product in [Product::Forward, Product::InputGrad, Product::WeightGrad] {
+        let kernels = kernels_of(product);
+        println!();
+        print!("{:<12} {:<17} {:>12}", product.name(), "layer", "m×in→out");
+        for (name, _) in &kernels {
+            print!(" {name:>15}");
+        }
+        println!(" {:>7} {:>8} {:>8} {:>8}", "amp/mm", "amp/hand", "err hand", "err amp");
+        for &(m, inp, out, what) in &shapes {
+            let mut operands = Operands::new(m, inp, out);
+            let flops = 2.0 * (m * inp * out) as f64;
+            let mut rates = Vec::new();
+            for (_, kernel) in &kernels {
+                let time = median(budget, || {
+                    kernel(black_box(&mut operands));
+                });
+                rates.push(flops / time.as_secs_f64() / 1e9);
+            }
+            print!("{:<12} {:<17} {:>12}", "", what, format!("{m}×{inp}→{out}"));
+            for rate in &rates {
+                print!(" {:>15}", format!("{rate:.1} ({:.0}%)", 100.0 * rate / peak));
+            }
+            let (hand, mm, amp) = (rates[0], rates[1], rates[rates.len() - 1]);
+            let (hand_kernel, amp_kernel) = (kernels[0].1, kernels[kernels.len() - 1].1);
+            println!(
+                " {:>6.2}x {:>7.2}x {:>8.1e} {:>8.1e}",
+                amp / mm,
+                amp / hand,
+                error(m, inp, out, product, hand_kernel),
+                error(m, inp, out, product, amp_kernel),
+            );
+        }
+    }
+    println!();
+    println!("W^T for the forward of several rows: made again after each update that a batch sees");
+    println!("{:<17} {:>10} {:>14} {:>16}", "layer", "out×in", "transpose", "one-row forwards");
+    for &(inp, out, what) in &LAYERS {
+        let w = values(out * inp, 2);
+        let mut wt = vec![0.0; out * inp];
+        let transpose = median(budget, || amp_exec::kernels::transpose(black_box(&w), out, inp, &mut wt));
+        let mut one = Operands::new(1, inp, out);
+        let row = median(budget, || amp::forward(black_box(&mut one)));
+        println!(
+            "{:<17} {:>10} {:>12.1}µs {:>16.1}",
+            what,
+            format!("{out}×{inp}"),
+            transpose.as_secs_f64() * 1e6,
+            transpose.as_secs_f64() / row.as_secs_f64()
+        );
+    }
+}
