@@ -1,1 +1,113 @@
-//! The partition planner (being written).
+//! The partition planner: a cost model per node, and the placement of a graph's nodes on
+//! `N` workers (SPEC §5 "Partition plan").
+//!
+//! In: a verified `amp_ir::Graph`, [`Assumptions`] (defaults, or amprun's settings) and
+//! optionally a [`Profile`] measured by `amprun train --profile`. Out: [`Costs`] (µs of
+//! work per instance for every node, traffic and cut cost for every edge) and a [`Plan`]
+//! (the worker of every node, predicted loads and utilisation, replica proposals) as JSON
+//! and as a table. Pure: no files, no terminal. Depends on `amp-ir`, petgraph (strongly
+//! connected components) and serde.
+//!
+//! Pipeline: `Graph → estimate → Costs → plan → Plan → Plan::placement → Vec<usize>`
+//! (what `amp_exec::Placement::Explicit` takes). A plan read from a file goes through
+//! [`Plan::from_json`] and [`Plan::placement`], which refuse one that does not fit the
+//! graph.
+//!
+//! - `flow`: expected messages per instance on every port (rates through loops,
+//!   collections, routing and tree traversals; the assumptions fill in what the data
+//!   decides).
+//! - `cost`: FLOPs, bytes and µs per message; node loads and edge cut costs.
+//! - `profile`: the measured counts and times that replace the modelled ones.
+//! - `partition`: the search (objective and algorithm in its header).
+//! - `plan`: the plan type, its JSON, its checks and its table.
+//!
+//! The default assumptions: loops whose bound comes from the data run 8 times,
+//! collections of data-dependent length have 8 elements, a tree has 31 nodes (16
+//! leaves), parameters update after every instance (amprun passes its
+//! `--min-update-frequency`); a message costs 0.6 µs at its node besides its work, dense
+//! products run at 32 GFLOP/s (batched GEMMs), other ops touch 2,000 elements per µs, an
+//! optimizer update 600 parameter elements per µs, and a message crossing workers costs
+//! each side 1.5 µs plus 0.25 ns per byte. They come from profiles and placement
+//! experiments of the five canonical models on this project's 2-core machine (release
+//! build, traces of training runs); a profile of the model itself replaces the counts and
+//! op times with measured ones.
+
+mod cost;
+mod flow;
+mod partition;
+mod plan;
+mod profile;
+mod topology;
+
+pub use cost::{estimate, Assumptions, Costs, EdgeCost, NodeCost};
+pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_WORKERS};
+pub use profile::{Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
+
+use amp_ir::Graph;
+use std::fmt;
+
+/// Why no plan (or no cost model) came out, or why a stored plan or profile was refused.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PlanError {
+    /// A worker count outside 1..=1024.
+    Workers { workers: usize },
+    /// An assumption that is not a finite number in its range.
+    Assumption { name: &'static str, value: f64 },
+    /// The costs were not estimated on this graph.
+    Costs,
+    /// A plan that is not the JSON of a plan.
+    Json { message: String },
+    /// A plan naming a node the graph lacks.
+    UnknownNode { node: u32 },
+    /// A plan placing a node twice.
+    DuplicateNode { node: u32 },
+    /// A plan placing a node on a worker it does not have.
+    WorkerOutOfRange { node: u32, worker: usize, workers: usize },
+    /// A plan (or placement) whose length is not the graph's node count.
+    Length { placed: usize, nodes: usize },
+    /// A per-worker list whose length is not the worker count.
+    FieldLength { field: &'static str, len: usize, workers: usize },
+    /// A profile that cannot be read or was not measured on this graph.
+    Profile { message: String },
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanError::Workers { workers } => write!(f, "{workers} workers: a plan has 1 to {MAX_WORKERS}"),
+            PlanError::Assumption { name, value } => {
+                write!(f, "the cost assumption `{name}` = {value} is out of range")
+            }
+            PlanError::Costs => f.write_str("the costs were estimated on another graph"),
+            PlanError::Json { message } => write!(f, "the plan is malformed: {message}"),
+            PlanError::UnknownNode { node } => write!(f, "the plan places node %{node}, which the graph does not have"),
+            PlanError::DuplicateNode { node } => write!(f, "the plan places node %{node} twice"),
+            PlanError::WorkerOutOfRange { node, worker, workers } => {
+                write!(
+                    f,
+                    "the plan puts node %{node} on worker {worker}, but it has only {workers} workers (0..{workers})"
+                )
+            }
+            PlanError::Length { placed, nodes } => {
+                write!(f, "the plan places {placed} nodes, but the graph has {nodes}")
+            }
+            PlanError::FieldLength { field, len, workers } => {
+                write!(f, "the plan's `{field}` has {len} entries for {workers} workers")
+            }
+            PlanError::Profile { message } => write!(f, "the profile does not fit: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// Costs, then the plan: what `ampc compile --workers N` and `amprun --workers N` run.
+pub fn plan_graph(
+    graph: &Graph,
+    workers: usize,
+    assumptions: &Assumptions,
+    profile: Option<&Profile>,
+) -> Result<Plan, PlanError> {
+    let costs = estimate(graph, assumptions, profile)?;
+    plan(graph, &costs, workers)
+}

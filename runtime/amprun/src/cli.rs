@@ -111,12 +111,31 @@ pub struct DataArgs {
     pub label_property: String,
 }
 
+/// Which worker runs which node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PlanChoice {
+    /// The partition plan: the `.ampg` file's when it was made for this many workers,
+    /// else planned in-process from the cost model (`--plan-profile` refines it).
+    Auto,
+    /// The executor's default: contiguous ranges of nodes in index order.
+    Naive,
+    /// Node i (counting existing nodes in index order) on worker i mod N.
+    RoundRobin,
+}
+
 /// How the executor runs (every subcommand).
 #[derive(Args, Debug, Clone)]
 pub struct ExecArgs {
     /// Worker threads.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers: u16,
+    /// How nodes are placed on the workers.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub plan: PlanChoice,
+    /// Plan in-process with a profile written by `amprun train --profile` refining the
+    /// cost model (instead of following the plan in an `.ampg` file).
+    #[arg(long, value_name = "FILE")]
+    pub plan_profile: Option<PathBuf>,
     /// At most this many instances in flight.
     #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_active_keys: u64,
@@ -208,6 +227,14 @@ pub struct TrainArgs {
     /// Write a Chrome/Perfetto trace of every worker's forward, backward and update work.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Write a profile for the planner: per node, messages per instance and mean µs of its
+    /// forward and backward work (`ampc compile --workers N --profile FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Measure each worker's utilization (traced busy time over wall time) and report it
+    /// beside the plan's prediction. Also on with --trace and --profile.
+    #[arg(long)]
+    pub report_utilization: bool,
 }
 
 #[derive(Args, Debug)]

@@ -41,10 +41,14 @@ fn open(
     data_args: &crate::cli::DataArgs,
     exec: &crate::cli::ExecArgs,
 ) -> Result<Session, Failure> {
-    let graph = model::load(model_args)?;
+    let model = model::load(model_args)?;
+    let graph = model.graph;
+    let choice = crate::placement::choose(&graph, model.plan.as_ref(), exec, &model_args.path, 1)?;
     let params = setup::load_params(params, &graph)?;
     // Forward passes and single gradients never update: the optimizer is never used.
-    let executor = setup::start(&graph, params, setup::exec_config(exec, OptimConfig::sgd(0.0)))?;
+    let config =
+        amp_exec::ExecConfig { placement: choice.placement, ..setup::exec_config(exec, OptimConfig::sgd(0.0)) };
+    let executor = setup::start(&graph, params, config)?;
     let loader = Loader::new(&graph, data_args, &[data], None)?;
     let data = loader.load(data)?;
     Ok(Session { graph, executor, loader, data })

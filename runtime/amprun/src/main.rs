@@ -1,9 +1,9 @@
 //! `amprun`, the Amp runtime's command line: a thin shell (files, flags, terminal) over
 //! the compiler (`amp-sema`, `amp-lower`: an `.amp` model is compiled in-process, exactly
-//! as `ampc compile` does), the graph loader and verifier (`amp-ir`: `.ampg` files), the
-//! data loaders (`amp-data`), parameters and checkpoints (`amp-params`) and the
-//! asynchronous model-parallel executor (`amp-exec`). It decides nothing those crates
-//! decide; it reads, reports and writes.
+//! as `ampc compile` does), the partition planner (`amp-plan`), the graph loader and
+//! verifier (`amp-ir`: `.ampg` files), the data loaders (`amp-data`), parameters and
+//! checkpoints (`amp-params`) and the asynchronous model-parallel executor (`amp-exec`).
+//! It decides nothing those crates decide; it reads, reports and writes.
 //!
 //! ```text
 //! amprun train MODEL.{amp,ampg} --data train.jsonl [--valid v.jsonl] [--epochs N]
@@ -12,6 +12,8 @@
 //!        [--lr X] [--momentum X] [--weight-decay X] [--clip-norm X] [--seed S]
 //!        [--save ckpt.safetensors] [--resume] [--init p.safetensors] [--metrics m.jsonl]
 //!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
+//!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--profile p.json]
+//!        [--report-utilization]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
 //! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
@@ -60,6 +62,20 @@
 //! `updates` for training. `--trace FILE` writes a Chrome/Perfetto trace of every
 //! worker's forward, backward and update work. A summary ends the run on stdout.
 //!
+//! **Placement.** With `--workers N` the nodes go where the partition plan puts them
+//! (`--plan auto`, the default): the `.ampg` file's plan when it was made for N workers
+//! (`ampc compile --workers N`), else a plan computed in-process by `amp-plan` (its cost
+//! model takes `--min-update-frequency` as the update period; `--plan-profile FILE`
+//! refines it with a profile). `--plan naive` keeps the executor's contiguous ranges,
+//! `--plan round-robin` deals the nodes out in turn. A plan in an `.ampg` file that does
+//! not fit its graph (a worker out of range, a node missing or unknown) is refused (exit
+//! 1), whatever the worker count. With more than one worker (or `--report-utilization`)
+//! the summary and the metrics (an object with `split: "plan"`) give each worker's
+//! predicted utilization; measured utilization (traced busy time over the wall time of
+//! training) needs the executor's trace, so it is reported with `--report-utilization`,
+//! `--trace` or `--profile`. `--profile FILE` writes, per node, events per instance and
+//! mean µs of its forward, backward and update work, for `ampc compile --profile`.
+//!
 //! **Exit codes.**
 //!
 //! | code | meaning |
@@ -71,15 +87,17 @@
 //! | 4 | the executor failed: a worker panicked, stalled (`--stall-timeout`) or left messages behind; the message names the node and the worker |
 //!
 //! Layout: `cli` (flags), `model` (compile or load, verify), `data` (loaders, instance
-//! lines), `setup` (executor and parameters), `start` (fresh, `--init` or resumed
-//! parameters; checkpoint metadata), `train`, `commands` (eval, infer, grad),
-//! `report` (progress, metrics, traces), `failure` (messages and exit codes).
+//! lines), `placement` (partition plan, utilization, profile), `setup` (executor and
+//! parameters), `start` (fresh, `--init` or resumed parameters; checkpoint metadata),
+//! `train`, `commands` (eval, infer, grad), `report` (progress, metrics, traces),
+//! `failure` (messages and exit codes).
 
 mod cli;
 mod commands;
 mod data;
 mod failure;
 mod model;
+mod placement;
 mod report;
 mod setup;
 mod start;

@@ -1,6 +1,7 @@
 //! Getting a verified graph: compile an `.amp` source in-process (checker, lowering,
-//! passes, verifier: what `ampc compile` runs) or load an `.ampg` file and verify it. The
-//! runtime only ever sees graphs the verifier accepted.
+//! passes, verifier: what `ampc compile` runs) or load an `.ampg` file and verify it, with
+//! its partition plan when it has one (checked against the graph). The runtime only ever
+//! sees graphs the verifier accepted and plans that fit them.
 
 use crate::cli::ModelArgs;
 use crate::failure::{Exit, Failure};
@@ -10,17 +11,23 @@ use amp_sema::{check_program, Options};
 use std::io::IsTerminal;
 use std::path::Path;
 
+/// A verified graph, and the partition plan its `.ampg` file holds.
+pub struct Model {
+    pub graph: Graph,
+    pub plan: Option<amp_plan::Plan>,
+}
+
 /// Compiles or loads the model named on the command line.
-pub fn load(args: &ModelArgs) -> Result<Graph, Failure> {
+pub fn load(args: &ModelArgs) -> Result<Model, Failure> {
     let is_graph_file = args.path.extension().is_some_and(|e| e.eq_ignore_ascii_case("ampg"));
     if is_graph_file {
         load_graph_file(args)
     } else {
-        compile_source(args)
+        Ok(Model { graph: compile_source(args)?, plan: None })
     }
 }
 
-fn load_graph_file(args: &ModelArgs) -> Result<Graph, Failure> {
+fn load_graph_file(args: &ModelArgs) -> Result<Model, Failure> {
     let path = &args.path;
     if !args.define.is_empty() {
         return Err(Failure::usage(format!(
@@ -29,7 +36,7 @@ fn load_graph_file(args: &ModelArgs) -> Result<Graph, Failure> {
         )));
     }
     let bytes = std::fs::read(path).map_err(|e| Failure::io("read", path, &e))?;
-    let (graph, _plan) = amp_ir::ampg::read(&bytes)
+    let (graph, plan) = amp_ir::ampg::read(&bytes)
         .map_err(|e| Failure::bad_input(format!("`{}` is not a loadable graph file: {e}", path.display())))?;
     if let Err(errors) = amp_ir::verify::verify(&graph) {
         let mut message = format!("`{}` failed verification; amprun runs only verified graphs:", path.display());
@@ -47,7 +54,17 @@ fn load_graph_file(args: &ModelArgs) -> Result<Graph, Failure> {
             return Err(Failure::usage(message));
         }
     }
-    Ok(graph)
+    // A plan that does not fit the graph is refused even when this run would not use it:
+    // the file is wrong, and the user should hear it now.
+    let plan = plan.filter(|p| !p.is_null()).map(|value| {
+        let plan = amp_plan::Plan::from_json(&value)?;
+        plan.placement(&graph)?;
+        Ok(plan)
+    });
+    let plan = plan.transpose().map_err(|e: amp_plan::PlanError| {
+        Failure::bad_input(format!("`{}` has a partition plan amprun cannot follow: {e}", path.display()))
+    })?;
+    Ok(Model { graph, plan })
 }
 
 fn compile_source(args: &ModelArgs) -> Result<Graph, Failure> {

@@ -82,8 +82,13 @@ impl Metrics {
     }
 
     pub fn write(&mut self, report: &Report) -> Result<(), Failure> {
+        self.write_json(&report.to_json())
+    }
+
+    /// Any other report object (the placement's: `split: "plan"`).
+    pub fn write_json(&mut self, value: &Value) -> Result<(), Failure> {
         let Some((path, out)) = &mut self.out else { return Ok(()) };
-        let line = report.to_json().to_string();
+        let line = value.to_string();
         writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|e| Failure::io("write", path, &e))
     }
 }

@@ -1,6 +1,7 @@
 //! `amprun train`: epochs of shuffled training with validation beside it, checkpoints after every
-//! epoch, resume, metrics, traces, and a clean stop (with the last good parameters) on a
-//! non-finite loss.
+//! epoch, resume, metrics, traces, the partition plan (followed, and its predicted
+//! utilization reported beside the measured one), and a clean stop (with the last good
+//! parameters) on a non-finite loss.
 //!
 //! Determinism: the shuffle of epoch `e` depends on `(seed, e)` only, each epoch is fed
 //! to the executor in chunks whose size depends only on the data size and the update
@@ -13,11 +14,12 @@ use crate::cli::{OptimizerName, TrainArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::Failure;
 use crate::model::{self, display_name};
+use crate::placement::{self, Choice, Measure};
 use crate::report::{self, Metrics, Progress, Report};
 use crate::setup;
 use crate::start::{meta, starting_point};
 use amp_data::Instance;
-use amp_exec::{EpochStats, EvalStats, ExecConfig, ExecError, Executor, NodeSelector, TraceEvent};
+use amp_exec::{EpochStats, EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Placement, TraceEvent};
 use amp_ir::Graph;
 use amp_params::OptimConfig;
 use std::collections::BTreeMap;
@@ -101,13 +103,17 @@ impl Totals {
 
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let started = Instant::now();
-    let graph = model::load(&args.model)?;
+    let model = model::load(&args.model)?;
+    let graph = model.graph;
     let name = display_name(&graph, &args.model.path);
     let optimizer = optimizer(args)?;
     check_update_overrides(&graph, &args.update_frequency)?;
-    let config = train_config(args, optimizer);
+    let mut choice =
+        placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, args.min_update_frequency)?;
+    let config = train_config(args, optimizer, choice.placement.clone());
     let start = starting_point(args, &graph, &name, &optimizer)?;
     let mut executor = setup::start(&graph, start.params, config.clone())?;
+    choice.predict(&graph, &executor)?;
     if let Some(state) = start.optim {
         executor.restore_optimizer(state).map_err(|e| Failure::exec(&e, &|_| String::new()))?;
     }
@@ -158,6 +164,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         metrics: Metrics::open(args.metrics.as_deref(), args.resume)?,
         progress: Progress::new(),
         trace: Vec::new(),
+        measure: measuring(args).then(|| Measure::new(config.workers)),
+        choice,
+        graph: &graph,
         started,
         chunk: chunk_size(train.len(), &config),
         last: (None, None),
@@ -167,8 +176,14 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let traced = run.write_trace();
     result?;
     traced?;
+    run.report_placement()?;
     run.summary(first);
     Ok(())
+}
+
+/// Whether the run traces the executor for its utilization and profile (see `placement`).
+fn measuring(args: &TrainArgs) -> bool {
+    args.report_utilization || args.profile.is_some() || args.trace.is_some()
 }
 
 struct TrainRun<'a> {
@@ -183,6 +198,10 @@ struct TrainRun<'a> {
     metrics: Metrics,
     progress: Progress,
     trace: Vec<TraceEvent>,
+    /// Busy time per worker and the profile, when measuring.
+    measure: Option<Measure>,
+    choice: Choice,
+    graph: &'a Graph,
     started: Instant,
     chunk: usize,
     /// The last train and valid reports, for the summary.
@@ -198,9 +217,15 @@ impl TrainRun<'_> {
         let mut totals = Totals::default();
         for (c, indices) in order.chunks(self.chunk).enumerate() {
             let batch = self.train.view(indices);
+            let call = Instant::now();
             let result = self.executor.train_epoch(&batch);
-            if self.args.trace.is_some() {
-                self.trace.extend(self.executor.take_trace());
+            let wall = call.elapsed().as_secs_f64();
+            if let Some(measure) = &mut self.measure {
+                let events = self.executor.take_trace();
+                measure.record(&events, indices.len(), wall);
+                if self.args.trace.is_some() {
+                    self.trace.extend(events);
+                }
             }
             match result {
                 Ok(stats) => totals.add(&stats),
@@ -332,6 +357,31 @@ impl TrainRun<'_> {
         report::write_trace(path, |out| executor.write_trace(&events, out))
     }
 
+    /// Whether the summary and the metrics report the placement: with several workers,
+    /// or when measuring.
+    fn reports_placement(&self) -> bool {
+        self.choice.workers() > 1 || self.measure.is_some()
+    }
+
+    /// After training: the placement's metrics object (`split: "plan"`) and the profile.
+    fn report_placement(&mut self) -> Result<(), Failure> {
+        if self.reports_placement() {
+            let epoch = self.last.0.as_ref().map_or(0, |r| r.epoch);
+            let value = placement::report_json(
+                &self.choice,
+                self.measure.as_ref(),
+                epoch,
+                self.started.elapsed().as_secs_f64(),
+            );
+            self.metrics.write_json(&value)?;
+        }
+        if let (Some(path), Some(measure)) = (&self.args.profile, &self.measure) {
+            let text = format!("{:#}\n", measure.profile(self.graph).to_json());
+            std::fs::write(path, text).map_err(|e| Failure::io("write", path, &e))?;
+        }
+        Ok(())
+    }
+
     fn summary(&self, first: u64) {
         let epochs = self.args.epochs + 1 - first;
         let seconds = self.started.elapsed().as_secs_f64();
@@ -359,6 +409,14 @@ impl TrainRun<'_> {
         }
         if let Some(path) = &self.args.trace {
             println!("  trace       {}", path.display());
+        }
+        if let Some(path) = &self.args.profile {
+            println!("  profile     {}", path.display());
+        }
+        if self.reports_placement() {
+            for line in placement::summary_lines(&self.choice, self.measure.as_ref()) {
+                println!("  {line}");
+            }
         }
     }
 }
@@ -405,13 +463,14 @@ fn optimizer(args: &TrainArgs) -> Result<OptimConfig, Failure> {
     Ok(config)
 }
 
-fn train_config(args: &TrainArgs, optimizer: OptimConfig) -> ExecConfig {
+fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) -> ExecConfig {
     ExecConfig {
+        placement,
         min_update_frequency: args.min_update_frequency,
         update_overrides: args.update_frequency.clone(),
         sync_updates: !args.asynchronous,
         flush_at_epoch_end: true,
-        trace: args.trace.is_some(),
+        trace: measuring(args),
         ..setup::exec_config(&args.exec, optimizer)
     }
 }

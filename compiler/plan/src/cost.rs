@@ -1,0 +1,348 @@
+//! The cost model: how long each node keeps its worker busy per training instance, and
+//! what each edge costs when its ends sit on different workers.
+//!
+//! A node's load (µs per instance) is
+//!
+//! ```text
+//! forward messages × message_us + fires × forward work
+//!   + backward messages × message_us + fires × backward work
+//!   + parameter elements / update_elements_per_us / update_every        (Ppts)
+//! ```
+//!
+//! with messages per instance from `flow.rs` and the work of one computation from the
+//! payload shapes: `linear` 2·in·out FLOPs per row forward and twice that backward (dx and
+//! dW), at `flops_per_us`; every other op touches elements at `elements_per_us`:
+//! `embedding` d, elementwise ops n per op (transcendental ones 4n, softmax 6n; 2n
+//! backward), `concat`/`split` n, collection ops rows·d; control ops (`cond`, `switch`,
+//! `phi`, `isu`, `flatmap`...) cost nothing but the fixed per-message cost. An edge cut
+//! between workers costs each of the two workers `hop_us + bytes / bytes_per_us` per
+//! message crossing it, forward and backward.
+//!
+//! A profile (`amprun train --profile`) replaces the counted messages and the modelled
+//! op time with measured ones; the fixed per-message cost stays (the trace times the op,
+//! not the routing around it).
+
+use crate::flow::{self, Flow};
+use crate::profile::Profile;
+use crate::topology::Topology;
+use crate::PlanError;
+use amp_ir::{Graph, Op, PayloadTy, UnaryFn};
+use petgraph::stable_graph::NodeIndex;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What the cost model assumes where the graph does not tell. The defaults were measured
+/// on this project's 2-core development machine with the op-by-op executor (see the
+/// crate header).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Assumptions {
+    /// Iterations of a loop whose bound comes from the data (`while`, `for i in 0..n`).
+    pub trip_count: f64,
+    /// Elements of a collection whose length comes from the data (`len(x.tokens)`, the
+    /// rows of a batch, `for tok in x.tokens`).
+    pub elements: f64,
+    /// Nodes of a tree a traversal walks (`len(s.tree)`).
+    pub tree_nodes: f64,
+    /// Instances per parameter update (amprun's `--min-update-frequency`).
+    pub update_every: f64,
+    /// Fixed cost of handling one message at a node (queues, keys, caches), in µs.
+    pub message_us: f64,
+    /// Sustained FLOPs per µs of the dense products (`linear`).
+    pub flops_per_us: f64,
+    /// Elements per µs of the other ops (elementwise, copies, collections).
+    pub elements_per_us: f64,
+    /// Parameter elements per µs of an optimizer update (memory-bound: Adam reads and
+    /// writes four tensors).
+    pub update_elements_per_us: f64,
+    /// Extra cost, for each of the two workers, of a message crossing between workers, in µs.
+    pub hop_us: f64,
+    /// Bytes per µs moved between workers.
+    pub bytes_per_us: f64,
+}
+
+impl Default for Assumptions {
+    fn default() -> Assumptions {
+        Assumptions {
+            trip_count: 8.0,
+            elements: 8.0,
+            tree_nodes: 31.0,
+            update_every: 1.0,
+            message_us: 0.6,
+            flops_per_us: 32_000.0,
+            elements_per_us: 2_000.0,
+            update_elements_per_us: 600.0,
+            hop_us: 1.5,
+            bytes_per_us: 4_000.0,
+        }
+    }
+}
+
+impl Assumptions {
+    /// Every value must be finite; counts non-negative, rates and `update_every` positive.
+    pub fn check(&self) -> Result<(), PlanError> {
+        let fields = [
+            ("trip_count", self.trip_count, false),
+            ("elements", self.elements, false),
+            ("tree_nodes", self.tree_nodes, false),
+            ("update_every", self.update_every, true),
+            ("message_us", self.message_us, false),
+            ("flops_per_us", self.flops_per_us, true),
+            ("elements_per_us", self.elements_per_us, true),
+            ("update_elements_per_us", self.update_elements_per_us, true),
+            ("hop_us", self.hop_us, false),
+            ("bytes_per_us", self.bytes_per_us, true),
+        ];
+        for (name, value, positive) in fields {
+            let fine = value.is_finite() && value <= 1e12 && if positive { value > 0.0 } else { value >= 0.0 };
+            if !fine {
+                return Err(PlanError::Assumption { name, value });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One node's predicted work per instance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeCost {
+    pub id: u32,
+    /// `op label` (`linear cell`), for tables.
+    pub name: String,
+    /// A parameterized payload transform (`linear`, `embedding`).
+    pub ppt: bool,
+    /// Forward messages handled per instance.
+    pub forward_messages: f64,
+    /// Backward messages handled per instance (training).
+    pub backward_messages: f64,
+    /// Work of one forward and one backward computation: FLOPs for `linear`, elements
+    /// touched for the others.
+    pub forward_work: f64,
+    pub backward_work: f64,
+    /// µs per forward and per backward message, everything included.
+    pub forward_us: f64,
+    pub backward_us: f64,
+    /// Optimizer updates, µs per instance (on the first node of a parameter group).
+    pub update_us: f64,
+    /// Total: µs of its worker's time per instance.
+    pub load_us: f64,
+    /// Whether messages and times come from a profile.
+    pub measured: bool,
+}
+
+/// One edge's traffic and what cutting it costs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EdgeCost {
+    pub from: u32,
+    pub to: u32,
+    /// Forward messages per instance (as many go back in training).
+    pub messages: f64,
+    /// Bytes per message (payload and state).
+    pub bytes: f64,
+    /// µs per instance that each of the two workers pays when the edge is cut.
+    pub cut_us: f64,
+}
+
+/// The cost model evaluated on one graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Costs {
+    /// By node index; `None` for holes.
+    pub nodes: Vec<Option<NodeCost>>,
+    pub edges: Vec<EdgeCost>,
+    pub assumptions: Assumptions,
+    /// Whether a profile refined the model.
+    pub profiled: bool,
+}
+
+impl Costs {
+    /// µs of work per instance, all nodes together (no communication).
+    pub fn total_us(&self) -> f64 {
+        self.nodes.iter().flatten().map(|n| n.load_us).sum()
+    }
+
+    pub fn node(&self, id: usize) -> Option<&NodeCost> {
+        self.nodes.get(id).and_then(Option::as_ref)
+    }
+}
+
+/// Evaluates the cost model on `graph`, refined by `profile` when given (which must have
+/// been measured on the same graph).
+pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profile>) -> Result<Costs, PlanError> {
+    assumptions.check()?;
+    let measured = match profile {
+        Some(p) => Some(p.by_node(graph)?),
+        None => None,
+    };
+    let topo = Topology::new(graph);
+    let flow = flow::solve(graph, &topo, assumptions);
+    let a = assumptions;
+    let mut nodes: Vec<Option<NodeCost>> = vec![None; topo.bound];
+    let mut update_owner: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in topo.nodes() {
+        let Some(node) = graph.nodes.node_weight(NodeIndex::new(i)) else { continue };
+        if let Op::Linear { param } | Op::Embedding { param, .. } = &node.op {
+            update_owner.entry(param.as_str()).or_insert(i);
+        }
+    }
+    for i in topo.nodes() {
+        let Some(node) = graph.nodes.node_weight(NodeIndex::new(i)) else { continue };
+        let out_rows = flow.rows[i].first().copied().unwrap_or(1.0);
+        let (forward_work, backward_work) =
+            work(graph, &node.op, (&node.inputs, flow.in_rows[i]), (&node.outputs, out_rows));
+        let rate = if matches!(node.op, Op::Linear { .. }) { a.flops_per_us } else { a.elements_per_us };
+        let fires = flow.fires[i];
+        let per_message = |messages: f64, work: f64| {
+            let compute = if messages > 0.0 { fires * work / rate / messages } else { 0.0 };
+            a.message_us + compute
+        };
+        let mut cost = NodeCost {
+            id: i as u32,
+            name: if node.label.is_empty() {
+                node.op.keyword().to_string()
+            } else {
+                format!("{} {}", node.op.keyword(), node.label)
+            },
+            ppt: node.op.is_ppt(),
+            forward_messages: flow.forward[i],
+            backward_messages: flow.backward[i],
+            forward_work,
+            backward_work,
+            forward_us: per_message(flow.forward[i], forward_work),
+            backward_us: per_message(flow.backward[i], backward_work),
+            update_us: 0.0,
+            load_us: 0.0,
+            measured: false,
+        };
+        if let Op::Linear { param } | Op::Embedding { param, .. } = &node.op {
+            if update_owner.get(param.as_str()) == Some(&i) {
+                let elements: f64 = [format!("{param}.weight"), format!("{param}.bias")]
+                    .iter()
+                    .filter_map(|name| graph.param(name))
+                    .map(|p| p.shape.iter().map(|&d| d as f64).product::<f64>())
+                    .sum();
+                cost.update_us = elements / a.update_elements_per_us / a.update_every;
+            }
+        }
+        if let Some(m) = measured.as_ref().and_then(|m| m.get(&(i as u32))) {
+            cost.forward_messages = m.forward_per_instance;
+            cost.backward_messages = m.backward_per_instance;
+            cost.forward_us = a.message_us + m.forward_us;
+            cost.backward_us = a.message_us + m.backward_us;
+            cost.update_us = m.updates_per_instance * m.update_us;
+            cost.measured = true;
+        }
+        cost.load_us = (cost.forward_messages * cost.forward_us + cost.backward_messages * cost.backward_us).max(0.0)
+            + cost.update_us.max(0.0);
+        if !cost.load_us.is_finite() {
+            cost.load_us = 0.0;
+        }
+        nodes[i] = Some(cost);
+    }
+    let edges = edge_costs(graph, &topo, &flow, &nodes, a);
+    Ok(Costs { nodes, edges, assumptions: assumptions.clone(), profiled: measured.is_some() })
+}
+
+fn edge_costs(
+    graph: &Graph,
+    topo: &Topology,
+    flow: &Flow,
+    nodes: &[Option<NodeCost>],
+    a: &Assumptions,
+) -> Vec<EdgeCost> {
+    let state_bytes = 8.0 * graph.state.len() as f64;
+    topo.links
+        .iter()
+        .filter(|l| l.from != l.to)
+        .map(|l| {
+            let modelled = flow.out[l.from].get(l.from_port).copied().unwrap_or(0.0);
+            // With a profile, the edge carries its share of the target's measured
+            // messages (shares as the model splits them between the target's inputs).
+            let messages = match nodes.get(l.to).and_then(Option::as_ref) {
+                Some(target) if target.measured => {
+                    if flow.forward[l.to] > 0.0 {
+                        modelled * target.forward_messages / flow.forward[l.to]
+                    } else {
+                        target.forward_messages / topo.producers[l.to].len().max(1) as f64
+                    }
+                }
+                _ => modelled,
+            };
+            let ty = graph.nodes.node_weight(NodeIndex::new(l.from)).and_then(|n| n.outputs.get(l.from_port));
+            let rows = flow.rows[l.from].get(l.from_port).copied().unwrap_or(1.0);
+            let payload = match ty {
+                Some(PayloadTy::F32(_)) => 4.0 * ty.map_or(0, PayloadTy::elements) as f64,
+                Some(PayloadTy::Batch(_)) => 4.0 * rows * ty.map_or(0, PayloadTy::elements) as f64,
+                _ => 0.0,
+            };
+            let bytes = payload + state_bytes;
+            let cut_us = 2.0 * messages * (a.hop_us + bytes / a.bytes_per_us);
+            EdgeCost {
+                from: l.from as u32,
+                to: l.to as u32,
+                messages,
+                bytes,
+                cut_us: if cut_us.is_finite() { cut_us } else { 0.0 },
+            }
+        })
+        .collect()
+}
+
+/// The work of one forward and one backward computation of `op` on these payloads, each
+/// side with the expected rows of its (first) batch: FLOPs for `linear`, elements touched
+/// for every other op.
+pub(crate) fn work(
+    graph: &Graph,
+    op: &Op,
+    (inputs, in_rows): (&[PayloadTy], f64),
+    (outputs, out_rows): (&[PayloadTy], f64),
+) -> (f64, f64) {
+    let count = |ty: Option<&PayloadTy>, rows: f64| -> f64 {
+        match ty {
+            Some(t @ PayloadTy::Batch(_)) => rows * t.elements() as f64,
+            Some(t) => t.elements() as f64,
+            None => 0.0,
+        }
+    };
+    let input = count(inputs.first(), in_rows);
+    let output = count(outputs.first(), out_rows);
+    let all_outputs: f64 = outputs.iter().map(|t| count(Some(t), out_rows)).sum();
+    let rows = in_rows;
+    match op {
+        Op::Linear { param } => {
+            let weight = graph.param(&format!("{param}.weight")).map(|p| p.shape.clone());
+            let (out, inp) = match weight.as_deref() {
+                Some([out, inp]) => (*out as f64, *inp as f64),
+                _ => (output, input),
+            };
+            let rows = if matches!(inputs.first(), Some(PayloadTy::Batch(_))) { rows } else { 1.0 };
+            let forward = 2.0 * inp * out * rows;
+            (forward, 2.0 * forward)
+        }
+        Op::Embedding { .. } => (output, output),
+        Op::Unary(f) => {
+            let per = match f {
+                UnaryFn::Relu | UnaryFn::Neg => 1.0,
+                UnaryFn::Sigmoid | UnaryFn::Tanh | UnaryFn::Exp | UnaryFn::Log => 4.0,
+                UnaryFn::Softmax | UnaryFn::LogSoftmax => 6.0,
+            };
+            (per * output, 2.0 * output)
+        }
+        Op::Binary(_) => (output, 2.0 * output),
+        Op::Concat | Op::Split { .. } => (all_outputs, all_outputs),
+        Op::Group { .. } => (output, output),
+        Op::Ungroup { .. } | Op::Reduce(_) | Op::ScatterSum { .. } => (input.max(output), input.max(output)),
+        Op::Gather { .. } => (output, input),
+        Op::TopK { k } => (input * f64::from(*k).max(1.0), output),
+        Op::Loss(_) => (4.0 * input, 2.0 * input),
+        Op::StateFromPayload { .. } => (input, 0.0),
+        Op::Read { .. } | Op::Const { .. } => (output, 0.0),
+        Op::Source
+        | Op::Forget
+        | Op::Cond { .. }
+        | Op::Switch { .. }
+        | Op::Phi { .. }
+        | Op::Isu { .. }
+        | Op::Sink { .. }
+        | Op::Flatmap { .. } => (0.0, 0.0),
+    }
+}

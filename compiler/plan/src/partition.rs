@@ -1,0 +1,378 @@
+//! The planner: nodes onto `N` workers, minimising the busiest worker's predicted time per
+//! instance.
+//!
+//! **Objective.** A worker's time per instance is the load of its nodes plus, for every
+//! edge cut between it and another worker, the edge's cut cost (both ends pay it). Plans
+//! compare lexicographically by (busiest worker, sum over workers, sum of squares): the
+//! busiest worker bounds the pipeline's throughput; the sum counts the communication the
+//! plan adds; the squares prefer balance among the others (which lets the search move off
+//! a plateau). Everything is deterministic: fixed orders, ties to the lower index.
+//!
+//! **Algorithm.** Four starting points, each improved by local search, the best kept
+//! (ties to the earlier):
+//! 1. *Heavy Ppts isolated*: every Ppt whose load is at least an ideal share (total / N),
+//!    heaviest first, up to N - 1 of them, gets a worker of its own; the rest fill the
+//!    other workers contiguously (below).
+//! 2. *One worker*: everything on worker 0 (no communication at all; local search then
+//!    moves off what pays).
+//! 3. *Contiguous*: the strongly connected components in topological order, each cycle
+//!    (loop body, tree traversal) lighter than half a share kept whole as one item, other
+//!    nodes one item each; worker `w` takes the items whose middle falls in the w-th
+//!    equal part of the total (a pipeline cut into stages).
+//! 4. *Greedy*: the same items in the same order, each onto the worker where it adds the
+//!    least (its load plus the cuts to its placed neighbours).
+//!
+//! Local search then moves single nodes, and whole cycles, to the worker of a neighbour or
+//! to the least loaded worker, taking the best strictly improving move, sweep after sweep
+//! until none improves (at most 100 sweeps, fewer on graphs of more than ~500,000 nodes
+//! and edges). A cut inside a loop is paid every iteration
+//! (its edge's rate counts the iterations), so loops stay together exactly when splitting
+//! them does not pay. Isolated Ppts and their workers are left alone.
+
+use crate::cost::Costs;
+use crate::topology::Topology;
+use std::collections::BTreeMap;
+
+const MAX_SWEEPS: usize = 100;
+/// Node and edge visits the local search may spend, over all its sweeps (about a second).
+const SWEEP_BUDGET: usize = 50_000_000;
+
+/// The chosen assignment and which Ppts have a worker of their own.
+pub(crate) struct Partition {
+    pub assign: Vec<usize>,
+    pub isolated: Vec<usize>,
+}
+
+/// What the search needs: per-node loads and the merged cut cost of every neighbour pair.
+pub(crate) struct Problem<'a> {
+    pub workers: usize,
+    pub topo: &'a Topology,
+    pub load: Vec<f64>,
+    /// Per node: (neighbour, µs per instance each end pays when the pair is cut).
+    pub adj: Vec<Vec<(usize, f64)>>,
+    pub ppt: Vec<bool>,
+    pub total: f64,
+}
+
+impl<'a> Problem<'a> {
+    pub fn new(costs: &Costs, topo: &'a Topology, workers: usize) -> Problem<'a> {
+        let n = topo.bound;
+        let load: Vec<f64> = (0..n).map(|i| costs.node(i).map_or(0.0, |c| c.load_us)).collect();
+        let ppt: Vec<bool> = (0..n).map(|i| costs.node(i).is_some_and(|c| c.ppt)).collect();
+        let mut pairs: Vec<BTreeMap<usize, f64>> = vec![BTreeMap::new(); n];
+        for e in &costs.edges {
+            let (a, b) = (e.from as usize, e.to as usize);
+            if a == b || a >= n || b >= n || !topo.present[a] || !topo.present[b] {
+                continue;
+            }
+            *pairs[a].entry(b).or_default() += e.cut_us;
+            *pairs[b].entry(a).or_default() += e.cut_us;
+        }
+        let adj = pairs.into_iter().map(|m| m.into_iter().collect()).collect();
+        let total = load.iter().sum();
+        Problem { workers, topo, load, adj, ppt, total }
+    }
+
+    /// Every worker's time per instance under `assign`: its nodes' loads plus the cuts it
+    /// takes part in.
+    pub fn worker_times(&self, assign: &[usize]) -> Vec<f64> {
+        let mut times = vec![0.0; self.workers];
+        for v in self.topo.nodes() {
+            times[assign[v]] += self.load[v];
+            for &(u, c) in &self.adj[v] {
+                if u > v && assign[u] != assign[v] {
+                    times[assign[u]] += c;
+                    times[assign[v]] += c;
+                }
+            }
+        }
+        times
+    }
+
+    /// The time each worker spends on cuts alone.
+    pub fn worker_comm(&self, assign: &[usize]) -> Vec<f64> {
+        let mut comm = vec![0.0; self.workers];
+        for v in self.topo.nodes() {
+            for &(u, c) in &self.adj[v] {
+                if u > v && assign[u] != assign[v] {
+                    comm[assign[u]] += c;
+                    comm[assign[v]] += c;
+                }
+            }
+        }
+        comm
+    }
+
+    fn eps(&self) -> f64 {
+        1e-9 * (self.total + 1.0)
+    }
+}
+
+/// A candidate move: its score, the target worker, and each worker's change of time.
+type Move = (Score, usize, Vec<(usize, f64)>);
+
+/// (busiest worker, sum, sum of squares): smaller is better.
+#[derive(Clone, Copy, Debug)]
+struct Score(f64, f64, f64);
+
+impl Score {
+    fn of(times: &[f64]) -> Score {
+        let max = times.iter().copied().fold(0.0, f64::max);
+        Score(max, times.iter().sum(), times.iter().map(|t| t * t).sum())
+    }
+
+    fn better_than(&self, other: &Score, eps: f64) -> bool {
+        if self.0 < other.0 - eps {
+            return true;
+        }
+        if self.0 > other.0 + eps {
+            return false;
+        }
+        if self.1 < other.1 - eps {
+            return true;
+        }
+        if self.1 > other.1 + eps {
+            return false;
+        }
+        self.2 < other.2 - eps * (other.0 + 1.0)
+    }
+}
+
+pub(crate) fn partition(problem: &Problem) -> Partition {
+    let n = problem.topo.bound;
+    let workers = problem.workers;
+    if workers <= 1 {
+        return Partition { assign: vec![0; n], isolated: Vec::new() };
+    }
+    let mut candidates: Vec<Partition> = Vec::new();
+    // 1. Heavy Ppts on workers of their own.
+    let share = problem.total / workers as f64;
+    let mut heavy: Vec<usize> =
+        problem.topo.nodes().filter(|&v| problem.ppt[v] && problem.load[v] > 0.0 && problem.load[v] >= share).collect();
+    heavy.sort_by(|&a, &b| problem.load[b].total_cmp(&problem.load[a]).then(a.cmp(&b)));
+    heavy.truncate(workers - 1);
+    if !heavy.is_empty() {
+        let rest = workers - heavy.len();
+        let mut fixed = vec![false; n];
+        let mut assign = contiguous(problem, rest, &heavy);
+        for (k, &v) in heavy.iter().enumerate() {
+            assign[v] = rest + k;
+            fixed[v] = true;
+        }
+        improve(problem, &mut assign, &fixed, rest);
+        candidates.push(Partition { assign, isolated: heavy });
+    }
+    // 2. Everything on one worker, the rest taking what pays (communication can make
+    //    any split slower than none).
+    let mut assign = vec![0; n];
+    improve(problem, &mut assign, &vec![false; n], workers);
+    candidates.push(Partition { assign, isolated: Vec::new() });
+    // 3. Contiguous stages.
+    let mut assign = contiguous(problem, workers, &[]);
+    improve(problem, &mut assign, &vec![false; n], workers);
+    candidates.push(Partition { assign, isolated: Vec::new() });
+    // 4. Greedy.
+    let mut assign = greedy(problem);
+    improve(problem, &mut assign, &vec![false; n], workers);
+    candidates.push(Partition { assign, isolated: Vec::new() });
+
+    let eps = problem.eps();
+    let mut best = 0;
+    let mut best_score = Score::of(&problem.worker_times(&candidates[0].assign));
+    for (k, c) in candidates.iter().enumerate().skip(1) {
+        let score = Score::of(&problem.worker_times(&c.assign));
+        if score.better_than(&best_score, eps) {
+            best = k;
+            best_score = score;
+        }
+    }
+    candidates.swap_remove(best)
+}
+
+/// Items in topological order: a cycle lighter than half a share as one item, every
+/// other node on its own.
+fn items(problem: &Problem, workers: usize, skip: &[usize]) -> Vec<Vec<usize>> {
+    let topo = problem.topo;
+    let rest: f64 = problem.total - skip.iter().map(|&v| problem.load[v]).sum::<f64>();
+    let half_share = 0.5 * rest / workers.max(1) as f64;
+    let mut items = Vec::new();
+    for (s, component) in topo.sccs.iter().enumerate() {
+        let nodes: Vec<usize> = component.iter().copied().filter(|v| !skip.contains(v)).collect();
+        if nodes.is_empty() {
+            continue;
+        }
+        let load: f64 = nodes.iter().map(|&v| problem.load[v]).sum();
+        if topo.cyclic[s] && load <= half_share {
+            items.push(nodes);
+        } else {
+            items.extend(nodes.into_iter().map(|v| vec![v]));
+        }
+    }
+    items
+}
+
+/// Workers `0..workers` take consecutive items, each about an equal part of the load.
+fn contiguous(problem: &Problem, workers: usize, skip: &[usize]) -> Vec<usize> {
+    let mut assign = vec![0; problem.topo.bound];
+    let items = items(problem, workers, skip);
+    let total: f64 = items.iter().flatten().map(|&v| problem.load[v]).sum();
+    let mut before = 0.0;
+    for item in items {
+        let load: f64 = item.iter().map(|&v| problem.load[v]).sum();
+        let middle = before + load / 2.0;
+        let w = if total > 0.0 { ((middle / total * workers as f64) as usize).min(workers - 1) } else { 0 };
+        for v in item {
+            assign[v] = w;
+        }
+        before += load;
+    }
+    assign
+}
+
+/// Each item onto the worker where its load plus its cuts to placed neighbours is least.
+fn greedy(problem: &Problem) -> Vec<usize> {
+    const UNPLACED: usize = usize::MAX;
+    let workers = problem.workers;
+    let mut assign = vec![UNPLACED; problem.topo.bound];
+    let mut times = vec![0.0; workers];
+    for item in items(problem, workers, &[]) {
+        let load: f64 = item.iter().map(|&v| problem.load[v]).sum();
+        // The cut to worker w's placed neighbours is all placed neighbours' but w's own.
+        let mut all = 0.0;
+        let mut per_worker: BTreeMap<usize, f64> = BTreeMap::new();
+        for (u, c) in item.iter().flat_map(|&v| &problem.adj[v]) {
+            if assign[*u] != UNPLACED {
+                all += c;
+                *per_worker.entry(assign[*u]).or_default() += c;
+            }
+        }
+        let mut best = (f64::INFINITY, 0);
+        for (w, time) in times.iter().enumerate() {
+            let score = time + load + all - per_worker.get(&w).copied().unwrap_or(0.0);
+            if score < best.0 {
+                best = (score, w);
+            }
+        }
+        let w = best.1;
+        for &v in &item {
+            assign[v] = w;
+        }
+        for &v in &item {
+            times[w] += problem.load[v];
+            for &(u, c) in &problem.adj[v] {
+                if assign[u] != UNPLACED && assign[u] != w {
+                    times[w] += c;
+                    times[assign[u]] += c;
+                }
+            }
+        }
+    }
+    assign.iter_mut().for_each(|w| {
+        if *w == UNPLACED {
+            *w = 0;
+        }
+    });
+    assign
+}
+
+/// Local search: single nodes and whole cycles move to a neighbour's worker or to the
+/// least loaded one (among workers `0..open`), best strict improvement first.
+fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize) {
+    let topo = problem.topo;
+    let eps = problem.eps();
+    let cycles: Vec<Vec<usize>> = topo
+        .sccs
+        .iter()
+        .zip(&topo.cyclic)
+        .filter(|(_, &cyclic)| cyclic)
+        .map(|(c, _)| c.iter().copied().filter(|&v| !fixed[v]).collect::<Vec<_>>())
+        .filter(|c: &Vec<usize>| c.len() > 1)
+        .collect();
+    let mut moving = vec![false; topo.bound];
+    // A sweep visits every node and edge a few times; huge graphs get fewer sweeps.
+    let size = topo.bound + problem.adj.iter().map(Vec::len).sum::<usize>();
+    let sweeps = (SWEEP_BUDGET / size.max(1)).clamp(1, MAX_SWEEPS);
+    for _ in 0..sweeps {
+        let mut improved = false;
+        // Recomputed every sweep, updated by each move's deltas within it.
+        let mut times = problem.worker_times(assign);
+        let singles = topo.nodes().filter(|&v| !fixed[v]).map(|v| vec![v]);
+        for set in singles.chain(cycles.iter().cloned()) {
+            let current = Score::of(&times);
+            let least = (0..open).min_by(|&a, &b| times[a].total_cmp(&times[b]).then(a.cmp(&b))).unwrap_or(0);
+            let mut targets: Vec<usize> = set
+                .iter()
+                .flat_map(|&v| std::iter::once(assign[v]).chain(problem.adj[v].iter().map(|&(u, _)| assign[u])))
+                .chain(std::iter::once(least))
+                .filter(|&w| w < open)
+                .collect();
+            targets.sort_unstable();
+            targets.dedup();
+            for &v in &set {
+                moving[v] = true;
+            }
+            let mut best: Option<Move> = None;
+            for t in targets {
+                if set.iter().all(|&v| assign[v] == t) {
+                    continue;
+                }
+                let deltas = move_deltas(problem, assign, &set, &moving, t);
+                let mut trial = times.clone();
+                for &(w, d) in &deltas {
+                    trial[w] += d;
+                }
+                let score = Score::of(&trial);
+                let bar = best.as_ref().map_or(current, |b| b.0);
+                if score.better_than(&bar, eps) {
+                    best = Some((score, t, deltas));
+                }
+            }
+            for &v in &set {
+                moving[v] = false;
+            }
+            if let Some((_, t, deltas)) = best {
+                for &v in &set {
+                    assign[v] = t;
+                }
+                for (w, d) in deltas {
+                    times[w] += d;
+                }
+                improved = true;
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+}
+
+/// How each worker's time changes when the nodes of `set` (marked in `moving`) move to
+/// worker `to`.
+fn move_deltas(problem: &Problem, assign: &[usize], set: &[usize], moving: &[bool], to: usize) -> Vec<(usize, f64)> {
+    let mut deltas: BTreeMap<usize, f64> = BTreeMap::new();
+    for &v in set {
+        let from = assign[v];
+        *deltas.entry(from).or_default() -= problem.load[v];
+        *deltas.entry(to).or_default() += problem.load[v];
+        for &(u, c) in &problem.adj[v] {
+            if moving[u] {
+                // Both ends move: the pair ends up together. Count the pair once.
+                if u > v && assign[u] != from {
+                    *deltas.entry(from).or_default() -= c;
+                    *deltas.entry(assign[u]).or_default() -= c;
+                }
+                continue;
+            }
+            let other = assign[u];
+            if other != from {
+                *deltas.entry(from).or_default() -= c;
+                *deltas.entry(other).or_default() -= c;
+            }
+            if other != to {
+                *deltas.entry(to).or_default() += c;
+                *deltas.entry(other).or_default() += c;
+            }
+        }
+    }
+    deltas.into_iter().collect()
+}

@@ -1,0 +1,304 @@
+//! The plan: which worker runs each node, what the cost model predicts for it, as JSON (the
+//! `.ampg` file's `plan` and `ampc compile --emit plan`) and as a table; and the checks a
+//! plan read from a file must pass before a runtime follows it.
+
+use crate::cost::{Assumptions, Costs};
+use crate::partition::{self, Problem};
+use crate::topology::Topology;
+use crate::PlanError;
+use amp_ir::Graph;
+use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::NodeIndexable;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+
+/// The most workers a plan may have (the executor's limit).
+pub const MAX_WORKERS: usize = 1024;
+
+/// A partition plan and its predictions. Shares are of the total predicted work per
+/// instance (communication not included), so the nodes' `predicted_load` sum to 1.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub workers: usize,
+    /// One entry per node of the graph, in index order.
+    pub nodes: Vec<PlannedNode>,
+    /// Per worker, the share of the work its nodes do (sums to 1).
+    #[serde(default)]
+    pub workers_load: Vec<f64>,
+    /// Per worker, what its cut edges cost, as a share of the same total.
+    #[serde(default)]
+    pub workers_comm: Vec<f64>,
+    /// Per worker, its predicted time per instance (work and communication) over the
+    /// busiest worker's: the share of time it is busy once the busiest one is saturated.
+    #[serde(default)]
+    pub predicted_utilization: Vec<f64>,
+    /// Bottleneck Ppts worth replicating (a proposal: replicas do not run yet).
+    #[serde(default)]
+    pub replicas: Vec<Replica>,
+    /// The share of all workers' time spent on useful work when the busiest worker (the
+    /// critical resource of the pipeline) is saturated: total work / (workers × busiest
+    /// worker's time). 1 is a perfect split; 1 / workers is no parallelism at all.
+    #[serde(default)]
+    pub critical_path_utilization: f64,
+    /// Total work over the busiest worker's time: the predicted speedup over one worker.
+    #[serde(default)]
+    pub predicted_speedup: f64,
+    /// Ppts given a worker of their own.
+    #[serde(default)]
+    pub isolated: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model: Option<CostSummary>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlannedNode {
+    /// The node's index in the graph.
+    pub id: u32,
+    /// `op label`.
+    #[serde(default)]
+    pub name: String,
+    pub worker: usize,
+    /// The node's share of the total predicted work.
+    #[serde(default)]
+    pub predicted_load: f64,
+}
+
+/// A proposal to replicate a Ppt whose load alone exceeds an ideal worker's share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Replica {
+    pub id: u32,
+    #[serde(default)]
+    pub name: String,
+    /// Replicas that would bring each one's load under a share.
+    pub replicas: u32,
+    #[serde(default)]
+    pub predicted_load: f64,
+}
+
+/// Where the predictions came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostSummary {
+    /// `model` (assumptions) or `profile` (measured counts and times).
+    pub source: String,
+    pub total_us_per_instance: f64,
+    pub bottleneck_us_per_instance: f64,
+    /// Each worker's predicted time per instance, communication included.
+    #[serde(default)]
+    pub workers_us: Vec<f64>,
+    pub assumptions: Assumptions,
+}
+
+/// Plans `graph` for `workers` workers with its costs.
+pub fn plan(graph: &Graph, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
+    check_workers(workers)?;
+    let topo = Topology::new(graph);
+    check_costs(&topo, costs)?;
+    let problem = Problem::new(costs, &topo, workers);
+    let chosen = partition::partition(&problem);
+    Ok(describe(&problem, costs, &chosen.assign, chosen.isolated.iter().map(|&v| v as u32).collect()))
+}
+
+/// What the cost model predicts for a given placement (the worker of every node index,
+/// holes included), e.g. the executor's default one.
+pub fn evaluate(graph: &Graph, costs: &Costs, workers: usize, placement: &[usize]) -> Result<Plan, PlanError> {
+    check_workers(workers)?;
+    let topo = Topology::new(graph);
+    check_costs(&topo, costs)?;
+    let mut assign = vec![0; topo.bound];
+    for v in topo.nodes() {
+        match placement.get(v) {
+            Some(&w) if w < workers => assign[v] = w,
+            Some(&w) => return Err(PlanError::WorkerOutOfRange { node: v as u32, worker: w, workers }),
+            None => return Err(PlanError::Length { placed: placement.len(), nodes: topo.bound }),
+        }
+    }
+    let problem = Problem::new(costs, &topo, workers);
+    Ok(describe(&problem, costs, &assign, Vec::new()))
+}
+
+fn check_workers(workers: usize) -> Result<(), PlanError> {
+    if workers == 0 || workers > MAX_WORKERS {
+        return Err(PlanError::Workers { workers });
+    }
+    Ok(())
+}
+
+fn check_costs(topo: &Topology, costs: &Costs) -> Result<(), PlanError> {
+    if costs.nodes.len() != topo.bound || topo.nodes().any(|v| costs.nodes[v].is_none()) {
+        return Err(PlanError::Costs);
+    }
+    Ok(())
+}
+
+fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u32>) -> Plan {
+    let workers = problem.workers;
+    let total = problem.total;
+    let share_of = |us: f64| if total > 0.0 { us / total } else { 0.0 };
+    let topo = problem.topo;
+    let count = topo.nodes().count().max(1);
+    let nodes: Vec<PlannedNode> = topo
+        .nodes()
+        .map(|v| PlannedNode {
+            id: v as u32,
+            name: costs.node(v).map(|c| c.name.clone()).unwrap_or_default(),
+            worker: assign[v],
+            // With no work at all every node gets an equal share, so shares still sum to 1.
+            predicted_load: if total > 0.0 { problem.load[v] / total } else { 1.0 / count as f64 },
+        })
+        .collect();
+    let mut workers_load = vec![0.0; workers];
+    for node in &nodes {
+        workers_load[node.worker] += node.predicted_load;
+    }
+    let times = problem.worker_times(assign);
+    let comm = problem.worker_comm(assign);
+    let busiest = times.iter().copied().fold(0.0, f64::max);
+    let predicted_utilization: Vec<f64> =
+        times.iter().map(|&t| if busiest > 0.0 { t / busiest } else { 1.0 }).collect();
+    let (speedup, utilization) =
+        if busiest > 0.0 { (total / busiest, total / busiest / workers as f64) } else { (1.0, 1.0) };
+    let share = total / workers as f64;
+    let mut replicas: Vec<Replica> = topo
+        .nodes()
+        .filter(|&v| problem.ppt[v] && workers > 1 && problem.load[v] > 1.01 * share && share > 0.0)
+        .map(|v| Replica {
+            id: v as u32,
+            name: costs.node(v).map(|c| c.name.clone()).unwrap_or_default(),
+            replicas: ((problem.load[v] / share).ceil() as u32).clamp(2, MAX_WORKERS as u32),
+            predicted_load: share_of(problem.load[v]),
+        })
+        .collect();
+    replicas.sort_by(|a, b| b.predicted_load.total_cmp(&a.predicted_load).then(a.id.cmp(&b.id)));
+    Plan {
+        workers,
+        nodes,
+        workers_load,
+        workers_comm: comm.iter().map(|&c| share_of(c)).collect(),
+        predicted_utilization,
+        replicas,
+        critical_path_utilization: utilization,
+        predicted_speedup: speedup,
+        isolated,
+        cost_model: Some(CostSummary {
+            source: if costs.profiled { "profile" } else { "model" }.to_string(),
+            total_us_per_instance: total,
+            bottleneck_us_per_instance: busiest,
+            workers_us: times,
+            assumptions: costs.assumptions.clone(),
+        }),
+    }
+}
+
+impl Plan {
+    /// The plan as the JSON object `--emit plan` prints and the `.ampg` file stores.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Reads a plan from JSON (untrusted: check it with [`Plan::placement`] before use).
+    pub fn from_json(value: &serde_json::Value) -> Result<Plan, PlanError> {
+        Plan::deserialize(value).map_err(|e| PlanError::Json { message: e.to_string() })
+    }
+
+    /// The worker of every node index of `graph` (holes get 0), after checking that the
+    /// plan fits the graph: a worker count in 1..=1024, every node of the graph placed
+    /// exactly once, no node the graph lacks, every worker below the count, and per-worker
+    /// lists as long as the count.
+    pub fn placement(&self, graph: &Graph) -> Result<Vec<usize>, PlanError> {
+        check_workers(self.workers)?;
+        for (field, len) in [
+            ("workers_load", self.workers_load.len()),
+            ("workers_comm", self.workers_comm.len()),
+            ("predicted_utilization", self.predicted_utilization.len()),
+        ] {
+            if len != 0 && len != self.workers {
+                return Err(PlanError::FieldLength { field, len, workers: self.workers });
+            }
+        }
+        let bound = graph.nodes.node_bound();
+        let mut placement = vec![0; bound];
+        let mut placed = vec![false; bound];
+        for node in &self.nodes {
+            let i = node.id as usize;
+            if i >= bound || graph.nodes.node_weight(NodeIndex::new(i)).is_none() {
+                return Err(PlanError::UnknownNode { node: node.id });
+            }
+            if node.worker >= self.workers {
+                return Err(PlanError::WorkerOutOfRange { node: node.id, worker: node.worker, workers: self.workers });
+            }
+            if std::mem::replace(&mut placed[i], true) {
+                return Err(PlanError::DuplicateNode { node: node.id });
+            }
+            placement[i] = node.worker;
+        }
+        let nodes = graph.nodes.node_count();
+        if self.nodes.len() != nodes {
+            return Err(PlanError::Length { placed: self.nodes.len(), nodes });
+        }
+        Ok(placement)
+    }
+
+    /// A readable table: every node with its worker and predicted share, then the
+    /// per-worker totals, isolated Ppts and replica proposals.
+    pub fn table(&self, model: &str) -> String {
+        let mut out = String::new();
+        let source = self.cost_model.as_ref().map_or("unknown", |c| c.source.as_str());
+        let _ = writeln!(
+            out,
+            "plan for {model} on {} worker{}: predicted speedup {:.2}x, critical-path utilization {:.0}% (cost model: {source})",
+            self.workers,
+            if self.workers == 1 { "" } else { "s" },
+            self.predicted_speedup,
+            100.0 * self.critical_path_utilization
+        );
+        let width = self.nodes.iter().map(|n| n.name.len()).max().unwrap_or(4).clamp(4, 48);
+        let _ = writeln!(out, "  {:<7} {:<width$} {:>6} {:>7}", "node", "name", "worker", "load");
+        for node in &self.nodes {
+            let name: String = node.name.chars().take(width).collect();
+            let _ = writeln!(
+                out,
+                "  {:<7} {:<width$} {:>6} {:>6.1}%",
+                format!("%{}", node.id),
+                name,
+                node.worker,
+                100.0 * node.predicted_load
+            );
+        }
+        let _ =
+            writeln!(out, "  {:<7} {:>7} {:>7} {:>12} {:>12}", "worker", "work", "comm", "utilization", "us/instance");
+        for w in 0..self.workers {
+            let at = |v: &[f64]| v.get(w).copied().unwrap_or(0.0);
+            let us = self.cost_model.as_ref().map_or(0.0, |c| at(&c.workers_us));
+            let _ = writeln!(
+                out,
+                "  {:<7} {:>6.1}% {:>6.1}% {:>11.1}% {:>12.1}",
+                w,
+                100.0 * at(&self.workers_load),
+                100.0 * at(&self.workers_comm),
+                100.0 * at(&self.predicted_utilization),
+                us
+            );
+        }
+        let name_of = |id: u32| self.nodes.iter().find(|n| n.id == id).map_or(String::new(), |n| n.name.clone());
+        if !self.isolated.is_empty() {
+            let list: Vec<String> = self.isolated.iter().map(|&id| format!("%{id} {}", name_of(id))).collect();
+            let _ = writeln!(out, "  own worker: {}", list.join(", "));
+        }
+        if self.replicas.is_empty() {
+            let _ = writeln!(out, "  replicas: none proposed");
+        } else {
+            for r in &self.replicas {
+                let _ = writeln!(
+                    out,
+                    "  replicas: %{} {} x{} (its load {:.1}% exceeds a worker's share {:.1}%)",
+                    r.id,
+                    r.name,
+                    r.replicas,
+                    100.0 * r.predicted_load,
+                    100.0 / self.workers as f64
+                );
+            }
+        }
+        out
+    }
+}

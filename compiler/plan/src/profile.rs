@@ -1,0 +1,188 @@
+//! Profiles: per-node message counts and times measured by `amprun train --profile`, which
+//! refine the cost model (`ampc compile --profile`).
+//!
+//! The file is one JSON object:
+//!
+//! ```json
+//! {"version": 1, "model": "ListReduce", "instances": 2000, "workers": 1, "wall_s": 1.1,
+//!  "nodes": [{"id": 12, "op": "linear", "name": "linear cell",
+//!             "forward_per_instance": 6.0, "backward_per_instance": 6.0,
+//!             "forward_us": 5.7, "backward_us": 8.6,
+//!             "updates_per_instance": 0.06, "update_us": 8.5}, ...]}
+//! ```
+//!
+//! Counts and times are the trace's: one event per piece of work a worker timed (a batch
+//! of messages the executor runs at once is one event), the op's own work in whole
+//! microseconds (so the means of sub-microsecond ops read low), without the routing and
+//! queueing around it. The cost model uses `events × mean µs` as the node's op time and
+//! adds its fixed per-message cost per event.
+
+use crate::PlanError;
+use amp_ir::Graph;
+use petgraph::stable_graph::NodeIndex;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The profile format's version.
+pub const PROFILE_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub version: u32,
+    /// The model's name (the graph's).
+    pub model: String,
+    /// Training instances the counts are over.
+    pub instances: u64,
+    /// Workers of the profiled run.
+    pub workers: usize,
+    /// Seconds the profiled epochs took.
+    #[serde(default)]
+    pub wall_s: f64,
+    /// One entry per node that exists in the graph.
+    pub nodes: Vec<ProfileNode>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfileNode {
+    pub id: u32,
+    /// The op's keyword; must match the graph's node.
+    pub op: String,
+    #[serde(default)]
+    pub name: String,
+    /// Forward and backward events per instance (messages, or batches of them).
+    pub forward_per_instance: f64,
+    pub backward_per_instance: f64,
+    /// Mean µs of one forward and one backward event.
+    pub forward_us: f64,
+    pub backward_us: f64,
+    /// Optimizer updates of the node's parameter group per instance, and µs per update.
+    #[serde(default)]
+    pub updates_per_instance: f64,
+    #[serde(default)]
+    pub update_us: f64,
+}
+
+/// What work a trace event timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    Forward,
+    Backward,
+    Update,
+}
+
+/// Accumulates trace events into a [`Profile`].
+#[derive(Clone, Debug, Default)]
+pub struct ProfileCounter {
+    /// Per node: (events, total µs) of forward, backward and update work.
+    per_node: BTreeMap<u32, [(u64, u64); 3]>,
+    instances: u64,
+    wall_s: f64,
+}
+
+impl ProfileCounter {
+    pub fn add(&mut self, node: u32, work: Work, dur_us: u64) {
+        let slot = &mut self.per_node.entry(node).or_default()[work as usize];
+        slot.0 += 1;
+        slot.1 = slot.1.saturating_add(dur_us);
+    }
+
+    /// `instances` more instances trained in `wall_s` seconds.
+    pub fn add_instances(&mut self, instances: u64, wall_s: f64) {
+        self.instances += instances;
+        self.wall_s += wall_s;
+    }
+
+    /// The profile of `graph` (every node, zeros where nothing ran) over the instances so far.
+    pub fn finish(&self, graph: &Graph, workers: usize) -> Profile {
+        let per = |x: u64| if self.instances == 0 { 0.0 } else { x as f64 / self.instances as f64 };
+        let mean = |(n, us): (u64, u64)| if n == 0 { 0.0 } else { us as f64 / n as f64 };
+        let nodes = graph
+            .nodes
+            .node_indices()
+            .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n)))
+            .map(|(id, node)| {
+                let [f, b, u] = self.per_node.get(&id).copied().unwrap_or_default();
+                ProfileNode {
+                    id,
+                    op: node.op.keyword().to_string(),
+                    name: if node.label.is_empty() {
+                        node.op.keyword().to_string()
+                    } else {
+                        format!("{} {}", node.op.keyword(), node.label)
+                    },
+                    forward_per_instance: per(f.0),
+                    backward_per_instance: per(b.0),
+                    forward_us: mean(f),
+                    backward_us: mean(b),
+                    updates_per_instance: per(u.0),
+                    update_us: mean(u),
+                }
+            })
+            .collect();
+        Profile {
+            version: PROFILE_VERSION,
+            model: graph.name.clone(),
+            instances: self.instances,
+            workers,
+            wall_s: self.wall_s,
+            nodes,
+        }
+    }
+}
+
+impl Profile {
+    /// Reads a profile file's text.
+    pub fn from_json(text: &str) -> Result<Profile, PlanError> {
+        let profile: Profile = serde_json::from_str(text).map_err(|e| PlanError::Profile { message: e.to_string() })?;
+        if profile.version != PROFILE_VERSION {
+            return Err(PlanError::Profile {
+                message: format!("version {} (this planner reads version {PROFILE_VERSION})", profile.version),
+            });
+        }
+        Ok(profile)
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The entries by node id, after checking that the profile was taken on `graph`: the
+    /// same model, every id a node of the graph with the same op, at most one entry per
+    /// node, every number finite and non-negative.
+    pub(crate) fn by_node(&self, graph: &Graph) -> Result<BTreeMap<u32, &ProfileNode>, PlanError> {
+        let mismatch = |message: String| PlanError::Profile { message };
+        if !self.model.is_empty() && !graph.name.is_empty() && self.model != graph.name {
+            return Err(mismatch(format!("it was measured on model `{}`, not `{}`", self.model, graph.name)));
+        }
+        let mut map = BTreeMap::new();
+        for entry in &self.nodes {
+            let node = graph.nodes.node_weight(NodeIndex::new(entry.id as usize));
+            let Some(node) = node else {
+                return Err(mismatch(format!("node %{} is not in the graph", entry.id)));
+            };
+            if node.op.keyword() != entry.op {
+                return Err(mismatch(format!(
+                    "node %{} is a `{}` in the graph but a `{}` in the profile (another graph?)",
+                    entry.id,
+                    node.op.keyword(),
+                    entry.op
+                )));
+            }
+            let numbers = [
+                entry.forward_per_instance,
+                entry.backward_per_instance,
+                entry.forward_us,
+                entry.backward_us,
+                entry.updates_per_instance,
+                entry.update_us,
+            ];
+            if numbers.iter().any(|x| !x.is_finite() || *x < 0.0 || *x > 1e12) {
+                return Err(mismatch(format!("node %{} has a negative or non-finite number", entry.id)));
+            }
+            if map.insert(entry.id, entry).is_some() {
+                return Err(mismatch(format!("node %{} appears twice", entry.id)));
+            }
+        }
+        Ok(map)
+    }
+}

@@ -1,0 +1,387 @@
+//! The cost model on small hand-written graphs (known FLOPs and message counts), the
+//! planner's invariants, and the checks on plans and profiles read from files.
+
+use amp_plan::{estimate, evaluate, plan, plan_graph, Assumptions, Plan, PlanError, Profile, ProfileCounter, Work};
+use petgraph::visit::NodeIndexable;
+
+fn graph(text: &str) -> amp_ir::Graph {
+    amp_ir::text::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// source → read → linear [8 ← 4] → relu → linear [3 ← 8] → loss: one message per node.
+const CHAIN: &str = r#"amp.graph @Chain {
+  state %inst: instance
+  param a.weight: f32[8, 4] uniform(4)
+  param a.bias: f32[8] uniform(4)
+  param b.weight: f32[3, 8] uniform(8)
+  param b.bias: f32[3] uniform(8)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[4] "read"
+  %2 = linear @a (%1#0: f32[4]) -> f32[8] key(%inst) "a"
+  %3 = unary relu (%2#0: f32[8]) -> f32[8] key(%inst) "relu"
+  %4 = linear @b (%3#0: f32[8]) -> f32[3] key(%inst) "b"
+  %5 = loss cross_entropy [$.label] (%4#0: f32[3]) -> () key(%inst) "loss"
+}
+"#;
+
+/// An embedding summed over a loop of `len($.tokens)` iterations (list-reduce's shape),
+/// followed by a linear head.
+const LOOP: &str = r#"amp.graph @Loop {
+  state %inst: instance, %t0: counter
+  param embed.weight: f32[14, 16] normal
+  param cell.weight: f32[16, 32] uniform(32)
+  param cell.bias: f32[16] uniform(32)
+  param head.weight: f32[10, 16] uniform(16)
+  param head.bias: f32[10] uniform(16)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = const zeros (%0#0: unit) -> f32[16] "const"
+  %2 = isu %t0 := 0 inverse -1 (%1#0: f32[16]) -> f32[16] writes(%t0) "loop entry"
+  %3 = isu %t0 := 0 inverse -1 (%0#0: unit) -> unit writes(%t0) "loop entry"
+  %4 = phi 2 (%2#0: f32[16], %14#0: f32[16]) -> f32[16] key(%inst, %t0) "loop"
+  %5 = cond [%t0 < len($.tokens)] (%4#0: f32[16]) -> f32[16], f32[16] reads(%t0) "loop test"
+  %6 = isu %t0 := -1 inverse len($.tokens) (%5#1: f32[16]) -> f32[16] writes(%t0) "loop exit"
+  %7 = phi 2 (%3#0: unit, %15#0: unit) -> unit key(%inst, %t0) "loop"
+  %8 = cond [%t0 < len($.tokens)] (%7#0: unit) -> unit, unit reads(%t0) key(%inst, %t0) "loop test"
+  %10 = embedding @embed[$.tokens[%t0]] (%8#0: unit) -> f32[16] reads(%t0) "embed"
+  %11 = concat(%10#0: f32[16], %5#0: f32[16]) -> f32[32] key(%inst, %t0) "concat"
+  %12 = linear @cell (%11#0: f32[32]) -> f32[16] key(%inst, %t0) "cell"
+  %13 = unary relu (%12#0: f32[16]) -> f32[16] key(%inst, %t0) "relu"
+  %14 = isu %t0 := %t0 + 1 inverse %t0 - 1 (%13#0: f32[16]) -> f32[16] reads(%t0) writes(%t0) "loop step"
+  %15 = isu %t0 := %t0 + 1 inverse %t0 - 1 (%8#0: unit) -> unit reads(%t0) writes(%t0) "loop step"
+  %16 = linear @head (%6#0: f32[16]) -> f32[10] key(%inst) "head"
+  %17 = loss cross_entropy [$.label] (%16#0: f32[10]) -> () key(%inst) "loss"
+}
+"#;
+
+/// Heavy work before and after a light loop of 3 iterations: a cut inside the loop would
+/// be paid every iteration, so the loop belongs on one worker.
+const HEAVY_AROUND_LIGHT_LOOP: &str = r#"amp.graph @Around {
+  state %inst: instance, %t0: counter
+  param pre.weight: f32[256, 256] uniform(256)
+  param pre.bias: f32[256] uniform(256)
+  param post.weight: f32[256, 256] uniform(256)
+  param post.bias: f32[256] uniform(256)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[256] "read"
+  %2 = linear @pre (%1#0: f32[256]) -> f32[256] key(%inst) "pre"
+  %3 = isu %t0 := 0 inverse -1 (%2#0: f32[256]) -> f32[256] writes(%t0) "loop entry"
+  %4 = phi 2 (%3#0: f32[256], %7#0: f32[256]) -> f32[256] key(%inst, %t0) "loop"
+  %5 = cond [%t0 < 3] (%4#0: f32[256]) -> f32[256], f32[256] reads(%t0) key(%inst, %t0) "loop test"
+  %6 = unary tanh (%5#0: f32[256]) -> f32[256] key(%inst, %t0) "tanh"
+  %7 = isu %t0 := %t0 + 1 inverse %t0 - 1 (%6#0: f32[256]) -> f32[256] reads(%t0) writes(%t0) "loop step"
+  %8 = isu %t0 := -1 inverse 3 (%5#1: f32[256]) -> f32[256] writes(%t0) "loop exit"
+  %9 = linear @post (%8#0: f32[256]) -> f32[256] key(%inst) "post"
+  %10 = loss mse (%9#0: f32[256], %2#0: f32[256]) -> () key(%inst) "loss"
+}
+"#;
+
+/// A chain with one Ppt far heavier than everything else.
+const ONE_HEAVY: &str = r#"amp.graph @OneHeavy {
+  state %inst: instance
+  param small.weight: f32[32, 32] uniform(32)
+  param small.bias: f32[32] uniform(32)
+  param big.weight: f32[512, 32] uniform(32)
+  param big.bias: f32[512] uniform(32)
+  param head.weight: f32[4, 512] uniform(512)
+  param head.bias: f32[4] uniform(512)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[32] "read"
+  %2 = linear @small (%1#0: f32[32]) -> f32[32] key(%inst) "small"
+  %3 = unary relu (%2#0: f32[32]) -> f32[32] key(%inst) "relu"
+  %4 = linear @big (%3#0: f32[32]) -> f32[512] key(%inst) "big"
+  %5 = unary tanh (%4#0: f32[512]) -> f32[512] key(%inst) "tanh"
+  %6 = linear @head (%5#0: f32[512]) -> f32[4] key(%inst) "head"
+  %7 = loss cross_entropy [$.label] (%6#0: f32[4]) -> () key(%inst) "loss"
+}
+"#;
+
+/// A collection: one message per element of `$.items` (a flatmap), grouped back into a
+/// batch and summed.
+const MAP: &str = r#"amp.graph @Map {
+  state %inst: instance, %e0: element
+  param emb.weight: f32[10, 6] normal
+  param head.weight: f32[2, 6] uniform(6)
+  param head.bias: f32[2] uniform(6)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = flatmap %e0 [len($.items)] (%0#0: unit) -> unit writes(%e0) key(%inst) "flatmap"
+  %2 = embedding @emb[$.items[%e0]] (%1#0: unit) -> f32[6] reads(%e0) "emb"
+  %3 = group %e0 [len($.items)] (%2#0: f32[6], %0#0: unit) -> f32[?, 6] writes(%e0) key(%inst) "group"
+  %4 = reduce sum (%3#0: f32[?, 6]) -> f32[6] key(%inst) "sum"
+  %5 = linear @head (%4#0: f32[6]) -> f32[2] key(%inst) "head"
+  %6 = loss cross_entropy [$.label] (%5#0: f32[2]) -> () key(%inst) "loss"
+}
+"#;
+
+const ALL: [&str; 5] = [CHAIN, LOOP, HEAVY_AROUND_LIGHT_LOOP, ONE_HEAVY, MAP];
+
+fn node(costs: &amp_plan::Costs, id: usize) -> &amp_plan::NodeCost {
+    costs.node(id).unwrap_or_else(|| panic!("no cost for %{id}"))
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
+}
+
+#[test]
+fn linear_flops_are_two_in_out_forward_and_twice_that_backward() {
+    let g = graph(CHAIN);
+    let costs = estimate(&g, &Assumptions::default(), None).unwrap();
+    let a = node(&costs, 2);
+    assert_eq!((a.forward_work, a.backward_work), (2.0 * 4.0 * 8.0, 4.0 * 4.0 * 8.0));
+    assert_eq!((a.forward_messages, a.backward_messages), (1.0, 1.0));
+    assert!(a.ppt);
+    let b = node(&costs, 4);
+    assert_eq!((b.forward_work, b.backward_work), (2.0 * 8.0 * 3.0, 4.0 * 8.0 * 3.0));
+    // Elementwise: n per op forward, 2n backward.
+    let relu = node(&costs, 3);
+    assert_eq!((relu.forward_work, relu.backward_work), (8.0, 16.0));
+    // Nothing but the per-message cost at the source, which sends one message.
+    let source = node(&costs, 0);
+    assert_eq!(source.forward_work, 0.0);
+    assert_eq!(source.forward_messages, 1.0);
+    // The load adds up: messages × µs per message, plus the updates of a Ppt.
+    let x = Assumptions::default();
+    let expected =
+        x.message_us * 2.0 + (8.0 * 4.0 * 6.0) / x.flops_per_us + (8.0 * 4.0 + 8.0) / x.update_elements_per_us;
+    assert!(close(a.load_us, expected), "{} vs {expected}", a.load_us);
+    // A cut edge carries the payload and the state, both ways.
+    let edge = costs.edges.iter().find(|e| e.from == 2 && e.to == 3).expect("the edge a → relu");
+    assert_eq!(edge.bytes, 8.0 * 4.0 + 8.0);
+    assert!(close(edge.cut_us, 2.0 * (x.hop_us + edge.bytes / x.bytes_per_us)));
+}
+
+#[test]
+fn loop_bodies_run_the_expected_trip_count() {
+    let g = graph(LOOP);
+    for elements in [8.0, 5.0] {
+        let assumptions = Assumptions { elements, ..Assumptions::default() };
+        let costs = estimate(&g, &assumptions, None).unwrap();
+        let cell = node(&costs, 12);
+        assert!(close(cell.forward_messages, elements), "cell runs len(tokens) times: {}", cell.forward_messages);
+        assert_eq!(cell.forward_work, 2.0 * 32.0 * 16.0);
+        // The header sees the entry and every back edge; the exit and the head run once.
+        assert!(close(node(&costs, 4).forward_messages, elements + 1.0));
+        assert!(close(node(&costs, 6).forward_messages, 1.0));
+        assert!(close(node(&costs, 16).forward_messages, 1.0));
+        // A join handles both inputs' messages.
+        assert!(close(node(&costs, 11).forward_messages, 2.0 * elements));
+        // The embedding row: d elements.
+        assert_eq!(node(&costs, 10).forward_work, 16.0);
+    }
+}
+
+#[test]
+fn constant_loop_bounds_and_collections_are_counted() {
+    let costs = estimate(&graph(HEAVY_AROUND_LIGHT_LOOP), &Assumptions::default(), None).unwrap();
+    assert!(close(node(&costs, 6).forward_messages, 3.0), "`%t0 < 3` runs three times");
+    let a = Assumptions { elements: 6.0, ..Assumptions::default() };
+    let costs = estimate(&graph(MAP), &a, None).unwrap();
+    assert!(close(node(&costs, 2).forward_messages, 6.0), "one embedding per element");
+    // The group joins 6 element messages and the context's control into one batch of 6 rows.
+    assert!(close(node(&costs, 3).forward_messages, 7.0));
+    assert!(close(node(&costs, 4).forward_messages, 1.0));
+    assert_eq!(node(&costs, 4).forward_work, 6.0 * 6.0, "the reduction reads every row");
+    let edge = costs.edges.iter().find(|e| e.from == 3).expect("the batch edge");
+    assert_eq!(edge.bytes, 4.0 * 6.0 * 6.0 + 2.0 * 8.0);
+}
+
+#[test]
+fn plans_place_every_node_once_with_shares_summing_to_one() {
+    for text in ALL {
+        let g = graph(text);
+        for workers in [1, 2, 3, 4, 7, 16] {
+            let p = plan_graph(&g, workers, &Assumptions::default(), None).unwrap();
+            assert_eq!(p.workers, workers);
+            assert_eq!(p.nodes.len(), g.nodes.node_count());
+            let placement = p.placement(&g).expect("the planner's own plan fits its graph");
+            assert!(placement.iter().all(|&w| w < workers));
+            let total: f64 = p.nodes.iter().map(|n| n.predicted_load).sum();
+            assert!(close(total, 1.0), "{} at {workers}: node shares sum to {total}", g.name);
+            assert!(close(p.workers_load.iter().sum(), 1.0));
+            assert_eq!(p.predicted_utilization.len(), workers);
+            assert!(p.predicted_utilization.iter().all(|u| (0.0..=1.0 + 1e-9).contains(u)));
+            assert!(p.predicted_utilization.iter().any(|&u| close(u, 1.0)), "the busiest worker is saturated");
+            assert!(p.critical_path_utilization > 0.0 && p.critical_path_utilization <= 1.0 + 1e-9);
+            assert!(p.predicted_speedup >= 1.0 - 1e-9 || workers == 1);
+            // Deterministic: the same plan every time, and through JSON.
+            assert_eq!(plan_graph(&g, workers, &Assumptions::default(), None).unwrap(), p);
+            assert_eq!(Plan::from_json(&p.to_json()).unwrap(), p);
+            assert!(p.table(&g.name).contains(&format!("on {workers} worker")));
+        }
+    }
+}
+
+#[test]
+fn one_worker_plans_put_everything_on_worker_zero() {
+    let g = graph(LOOP);
+    let p = plan_graph(&g, 1, &Assumptions::default(), None).unwrap();
+    assert!(p.nodes.iter().all(|n| n.worker == 0));
+    assert_eq!(p.predicted_utilization, vec![1.0]);
+    assert!(close(p.critical_path_utilization, 1.0));
+    assert!(p.replicas.is_empty() && p.isolated.is_empty());
+}
+
+#[test]
+fn a_cheap_loop_stays_on_one_worker() {
+    let g = graph(HEAVY_AROUND_LIGHT_LOOP);
+    for workers in [2, 3, 4] {
+        let p = plan_graph(&g, workers, &Assumptions::default(), None).unwrap();
+        let worker_of = |id: u32| p.nodes.iter().find(|n| n.id == id).map(|n| n.worker);
+        let body: Vec<Option<usize>> = [4, 5, 6, 7].iter().map(|&id| worker_of(id)).collect();
+        assert!(
+            body.iter().all(|w| *w == body[0]),
+            "loop body split at {workers} workers: {body:?}\n{}",
+            p.table("Around")
+        );
+        // The two heavy products are worth separating.
+        assert_ne!(worker_of(2), worker_of(9), "{}", p.table("Around"));
+    }
+}
+
+#[test]
+fn a_heavy_ppt_gets_its_own_worker_and_a_replica_proposal() {
+    let g = graph(ONE_HEAVY);
+    let costs = estimate(&g, &Assumptions::default(), None).unwrap();
+    let share = node(&costs, 4).load_us / costs.total_us();
+    assert!(share > 0.34, "the big Ppt is a third of the work at least ({share})");
+    for workers in [3, 4, 8] {
+        let p = plan(&g, &costs, workers).unwrap();
+        let big = p.nodes.iter().find(|n| n.id == 4).unwrap().worker;
+        let sharing: Vec<u32> = p.nodes.iter().filter(|n| n.worker == big && n.id != 4).map(|n| n.id).collect();
+        assert!(
+            sharing.is_empty(),
+            "at {workers} workers %4 shares worker {big} with {sharing:?}\n{}",
+            p.table("OneHeavy")
+        );
+        assert_eq!(p.isolated, vec![4]);
+        // It is the bottleneck, so replicating it is proposed.
+        let proposal = p.replicas.iter().find(|r| r.id == 4).expect("a replica proposal for %4");
+        assert!(proposal.replicas >= 2);
+        assert!(close(proposal.predicted_load, share));
+    }
+}
+
+#[test]
+fn evaluate_predicts_any_placement_and_the_plan_is_no_worse_than_naive_ones() {
+    for text in ALL {
+        let g = graph(text);
+        let costs = estimate(&g, &Assumptions::default(), None).unwrap();
+        let bound = g.nodes.node_bound();
+        for workers in [2, 4] {
+            let planned = plan(&g, &costs, workers).unwrap();
+            let round_robin: Vec<usize> = (0..bound).map(|i| i % workers).collect();
+            let stages: Vec<usize> = (0..bound).map(|i| i * workers / bound).collect();
+            for placement in [round_robin, stages] {
+                let other = evaluate(&g, &costs, workers, &placement).unwrap();
+                let busiest = |p: &Plan| p.cost_model.as_ref().unwrap().bottleneck_us_per_instance;
+                assert!(busiest(&planned) <= busiest(&other) * (1.0 + 1e-9), "{} at {workers}", g.name);
+                for node in &other.nodes {
+                    assert_eq!(node.worker, placement[node.id as usize]);
+                }
+            }
+        }
+    }
+    let g = graph(CHAIN);
+    let costs = estimate(&g, &Assumptions::default(), None).unwrap();
+    assert_eq!(
+        evaluate(&g, &costs, 2, &[0, 1, 2]),
+        Err(PlanError::WorkerOutOfRange { node: 2, worker: 2, workers: 2 })
+    );
+    assert_eq!(evaluate(&g, &costs, 2, &[0]), Err(PlanError::Length { placed: 1, nodes: 6 }));
+    assert_eq!(plan(&g, &costs, 0), Err(PlanError::Workers { workers: 0 }));
+    assert_eq!(plan(&g, &costs, 1025), Err(PlanError::Workers { workers: 1025 }));
+    let other = estimate(&graph(LOOP), &Assumptions::default(), None).unwrap();
+    assert_eq!(plan(&g, &other, 2), Err(PlanError::Costs));
+}
+
+#[test]
+fn plans_that_do_not_fit_the_graph_are_refused() {
+    let g = graph(CHAIN);
+    let good = plan_graph(&g, 2, &Assumptions::default(), None).unwrap().to_json();
+    let refused = |edit: &dyn Fn(&mut serde_json::Value)| -> PlanError {
+        let mut value = good.clone();
+        edit(&mut value);
+        match Plan::from_json(&value) {
+            Err(e) => e,
+            Ok(p) => p.placement(&g).expect_err("this plan does not fit"),
+        }
+    };
+    assert_eq!(
+        refused(&|v| v["nodes"][1]["worker"] = 7.into()),
+        PlanError::WorkerOutOfRange { node: 1, worker: 7, workers: 2 }
+    );
+    assert_eq!(
+        refused(&|v| {
+            v["nodes"].as_array_mut().unwrap().pop();
+        }),
+        PlanError::Length { placed: 5, nodes: 6 }
+    );
+    assert_eq!(refused(&|v| v["nodes"][1]["id"] = 0.into()), PlanError::DuplicateNode { node: 0 });
+    assert_eq!(refused(&|v| v["nodes"][1]["id"] = 99.into()), PlanError::UnknownNode { node: 99 });
+    assert_eq!(refused(&|v| v["workers"] = 0.into()), PlanError::Workers { workers: 0 });
+    assert_eq!(
+        refused(&|v| v["predicted_utilization"] = serde_json::json!([1.0])),
+        PlanError::FieldLength { field: "predicted_utilization", len: 1, workers: 2 }
+    );
+    for bad in [serde_json::json!(null), serde_json::json!("plan"), serde_json::json!({"workers": -1, "nodes": []})] {
+        assert!(matches!(Plan::from_json(&bad), Err(PlanError::Json { .. })), "{bad}");
+    }
+    let message = PlanError::WorkerOutOfRange { node: 1, worker: 7, workers: 2 }.to_string();
+    assert!(message.contains("%1") && message.contains("worker 7"), "{message}");
+}
+
+#[test]
+fn a_profile_replaces_counts_and_times() {
+    let g = graph(LOOP);
+    let mut counter = ProfileCounter::default();
+    // 10 instances of 3 iterations each: the cell ran 30 times forward at 20 µs.
+    for _ in 0..30 {
+        counter.add(12, Work::Forward, 20);
+        counter.add(12, Work::Backward, 40);
+    }
+    counter.add(12, Work::Update, 100);
+    counter.add_instances(10, 0.01);
+    let profile = counter.finish(&g, 1);
+    assert_eq!(profile.nodes.len(), g.nodes.node_count());
+    let text = profile.to_json().to_string();
+    let read = Profile::from_json(&text).unwrap();
+    assert_eq!(read, profile);
+    let a = Assumptions::default();
+    let costs = estimate(&g, &a, Some(&read)).unwrap();
+    assert!(costs.profiled);
+    let cell = node(&costs, 12);
+    assert!(cell.measured);
+    assert!(close(cell.forward_messages, 3.0));
+    assert!(close(cell.forward_us, a.message_us + 20.0));
+    assert!(close(cell.load_us, 3.0 * (a.message_us + 20.0) + 3.0 * (a.message_us + 40.0) + 0.1 * 100.0));
+    // A node that never ran costs nothing.
+    assert_eq!(node(&costs, 16).load_us, 0.0);
+    let p = plan(&g, &costs, 2).unwrap();
+    assert_eq!(p.cost_model.as_ref().unwrap().source, "profile");
+
+    // A profile of another graph is refused.
+    let other = graph(CHAIN);
+    assert!(matches!(estimate(&other, &a, Some(&read)), Err(PlanError::Profile { .. })));
+    let mut renamed = read.clone();
+    renamed.model.clear();
+    renamed.nodes[2].op = "linear".into();
+    assert!(matches!(estimate(&g, &a, Some(&renamed)), Err(PlanError::Profile { .. })));
+    let mut negative = read.clone();
+    negative.nodes[0].forward_us = -1.0;
+    assert!(matches!(estimate(&g, &a, Some(&negative)), Err(PlanError::Profile { .. })));
+    assert!(matches!(Profile::from_json("{\"version\": 9}"), Err(PlanError::Profile { .. })));
+    assert!(matches!(Profile::from_json("not json"), Err(PlanError::Profile { .. })));
+}
+
+#[test]
+fn assumptions_must_be_finite_and_in_range() {
+    let g = graph(CHAIN);
+    for bad in [
+        Assumptions { flops_per_us: 0.0, ..Assumptions::default() },
+        Assumptions { elements: f64::NAN, ..Assumptions::default() },
+        Assumptions { hop_us: -1.0, ..Assumptions::default() },
+        Assumptions { update_every: f64::INFINITY, ..Assumptions::default() },
+    ] {
+        assert!(matches!(estimate(&g, &bad, None), Err(PlanError::Assumption { .. })));
+    }
+}

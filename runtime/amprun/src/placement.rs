@@ -1,0 +1,205 @@
+//! Which worker runs which node, and how well the workers were used.
+//!
+//! `--plan auto` (the default) follows the partition plan: the `.ampg` file's when it was
+//! made for this many workers, else one planned here by `amp-plan` from the cost model
+//! (with `--min-update-frequency` as the update period, refined by `--plan-profile`).
+//! `--plan naive` keeps the executor's contiguous ranges, `--plan round-robin` deals the
+//! nodes out in turn; the cost model still predicts what those placements do.
+//!
+//! Measured utilization is each worker's traced busy time (the forward, backward and
+//! update work the executor times) over the wall time of the training calls. It needs the
+//! executor's trace, which costs two clock reads per message, so it is measured only when
+//! asked for (`--report-utilization`) or when the trace is on anyway (`--trace`,
+//! `--profile`). The trace times the ops, not the routing and queueing around them, so
+//! measured utilization reads lower than the plan's, whose per-message cost includes
+//! them; compare the workers' shapes (which one is the bottleneck), not the levels.
+
+use crate::cli::{ExecArgs, PlanChoice};
+use crate::failure::Failure;
+use amp_exec::{Executor, Placement, TraceEvent, TraceKind};
+use amp_ir::Graph;
+use amp_plan::{Assumptions, Plan, Profile, ProfileCounter, Work};
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// The placement a run uses and what the cost model predicts for it.
+pub struct Choice {
+    pub placement: Placement,
+    /// The plan followed, or (for `naive` and `round-robin`, after [`Choice::predict`]) the
+    /// cost model's view of the executor's placement.
+    pub plan: Option<Plan>,
+    /// `plan (file.ampg)`, `plan`, `naive`, `round-robin`.
+    pub source: String,
+    workers: usize,
+    assumptions: Assumptions,
+    profile: Option<Profile>,
+}
+
+/// Chooses the placement for `graph` on `exec.workers` workers.
+pub fn choose(
+    graph: &Graph,
+    stored: Option<&Plan>,
+    exec: &ExecArgs,
+    model_path: &Path,
+    update_every: u64,
+) -> Result<Choice, Failure> {
+    let workers = usize::from(exec.workers);
+    let assumptions = Assumptions { update_every: update_every.max(1) as f64, ..Assumptions::default() };
+    let profile = exec.plan_profile.as_deref().map(read_profile).transpose()?;
+    let mut choice =
+        Choice { placement: Placement::Contiguous, plan: None, source: String::new(), workers, assumptions, profile };
+    match exec.plan {
+        PlanChoice::Naive => choice.source = "naive".into(),
+        PlanChoice::RoundRobin => {
+            choice.placement = Placement::RoundRobin;
+            choice.source = "round-robin".into();
+        }
+        PlanChoice::Auto => {
+            let usable = stored.filter(|p| p.workers == workers && choice.profile.is_none());
+            let plan = match usable {
+                Some(plan) => {
+                    choice.source = format!("plan ({})", model_path.display());
+                    plan.clone()
+                }
+                None => {
+                    if let Some(other) = stored.filter(|p| p.workers != workers) {
+                        eprintln!(
+                            "amprun: note: `{}` holds a plan for {} workers; planning for {workers} in-process",
+                            model_path.display(),
+                            other.workers
+                        );
+                    }
+                    choice.source = "plan".into();
+                    amp_plan::plan_graph(graph, workers, &choice.assumptions, choice.profile.as_ref())
+                        .map_err(|e| plan_failure(&e))?
+                }
+            };
+            let placement = plan.placement(graph).map_err(|e| plan_failure(&e))?;
+            choice.placement = Placement::Explicit(placement);
+            choice.plan = Some(plan);
+        }
+    }
+    Ok(choice)
+}
+
+impl Choice {
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// For the executor's own placements, what the cost model predicts for them.
+    pub fn predict(&mut self, graph: &Graph, executor: &Executor) -> Result<(), Failure> {
+        if self.plan.is_some() {
+            return Ok(());
+        }
+        let placement: Vec<usize> = executor.placement().into_iter().map(|w| w.unwrap_or(0)).collect();
+        let costs =
+            amp_plan::estimate(graph, &self.assumptions, self.profile.as_ref()).map_err(|e| plan_failure(&e))?;
+        self.plan = Some(amp_plan::evaluate(graph, &costs, self.workers, &placement).map_err(|e| plan_failure(&e))?);
+        Ok(())
+    }
+}
+
+fn plan_failure(error: &amp_plan::PlanError) -> Failure {
+    Failure::bad_input(format!("cannot place the nodes: {error}"))
+}
+
+fn read_profile(path: &Path) -> Result<Profile, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::io("read", path, &e))?;
+    Profile::from_json(&text)
+        .map_err(|e| Failure::bad_input(format!("`{}` is not a planner profile: {e}", path.display())))
+}
+
+/// Busy time per worker and per node, from the executor's trace events.
+pub struct Measure {
+    busy_us: Vec<u64>,
+    wall_s: f64,
+    profile: ProfileCounter,
+}
+
+impl Measure {
+    pub fn new(workers: usize) -> Measure {
+        Measure { busy_us: vec![0; workers], wall_s: 0.0, profile: ProfileCounter::default() }
+    }
+
+    /// The events of one training call over `instances` instances that took `wall_s`.
+    pub fn record(&mut self, events: &[TraceEvent], instances: usize, wall_s: f64) {
+        for e in events {
+            if let Some(busy) = self.busy_us.get_mut(e.worker as usize) {
+                *busy = busy.saturating_add(e.dur_us);
+            }
+            let work = match e.kind {
+                TraceKind::Forward => Work::Forward,
+                TraceKind::Backward => Work::Backward,
+                TraceKind::Update => Work::Update,
+            };
+            self.profile.add(e.node, work, e.dur_us);
+        }
+        self.profile.add_instances(instances as u64, wall_s);
+        self.wall_s += wall_s;
+    }
+
+    /// Each worker's busy time over the wall time.
+    pub fn utilization(&self) -> Vec<f64> {
+        self.busy_us.iter().map(|&b| if self.wall_s > 0.0 { b as f64 / 1e6 / self.wall_s } else { 0.0 }).collect()
+    }
+
+    pub fn busy_s(&self) -> Vec<f64> {
+        self.busy_us.iter().map(|&b| b as f64 / 1e6).collect()
+    }
+
+    pub fn wall_s(&self) -> f64 {
+        self.wall_s
+    }
+
+    pub fn profile(&self, graph: &Graph) -> Profile {
+        self.profile.finish(graph, self.busy_us.len())
+    }
+}
+
+/// The metrics object of the placement: `split: "plan"`, the workers, where the placement
+/// came from, predicted and (when measured) measured utilization per worker.
+pub fn report_json(choice: &Choice, measure: Option<&Measure>, epoch: u64, elapsed_s: f64) -> Value {
+    let mut object = json!({
+        "split": "plan",
+        "epoch": epoch,
+        "workers": choice.workers,
+        "placement": choice.source,
+        "elapsed_s": finite(elapsed_s),
+    });
+    if let Some(plan) = &choice.plan {
+        object["predicted_utilization"] =
+            json!(plan.predicted_utilization.iter().map(|&u| finite(u)).collect::<Vec<_>>());
+        object["predicted_speedup"] = finite(plan.predicted_speedup);
+        object["critical_path_utilization"] = finite(plan.critical_path_utilization);
+    }
+    if let Some(m) = measure {
+        object["measured_utilization"] = json!(m.utilization().into_iter().map(finite).collect::<Vec<_>>());
+        object["busy_s"] = json!(m.busy_s().into_iter().map(finite).collect::<Vec<_>>());
+        object["wall_s"] = finite(m.wall_s());
+    }
+    object
+}
+
+/// The summary's lines about the placement.
+pub fn summary_lines(choice: &Choice, measure: Option<&Measure>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let predicted = choice.plan.as_ref().map(|p| p.predicted_utilization.clone()).unwrap_or_default();
+    let speedup =
+        choice.plan.as_ref().map_or(String::new(), |p| format!(", predicted speedup {:.2}x", p.predicted_speedup));
+    lines.push(format!("placement   {} on {} worker(s){speedup}", choice.source, choice.workers));
+    let measured = measure.map(Measure::utilization);
+    for w in 0..choice.workers {
+        let p = predicted.get(w).map_or("-".to_string(), |u| format!("{:.0}%", 100.0 * u));
+        let m = match &measured {
+            Some(m) => format!("{:.0}%", 100.0 * m.get(w).copied().unwrap_or(0.0)),
+            None => "(--report-utilization)".to_string(),
+        };
+        lines.push(format!("worker {w:<4} predicted {p:>4} measured {m}"));
+    }
+    lines
+}
+
+fn finite(x: f64) -> Value {
+    serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
+}
