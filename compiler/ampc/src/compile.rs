@@ -1,5 +1,6 @@
-//! `ampc compile`: check, lower, optimise, verify, then write an `.ampg` file or print the
-//! graph as IR text, JSON or Graphviz.
+//! `ampc compile`: check, lower, optimise, verify, then (with `--workers N`) plan the
+//! partition, and write an `.ampg` file (graph and plan) or print the graph as IR text,
+//! JSON or Graphviz, the plan as JSON, or the Cranelift IR of the fused kernels.
 
 use crate::Printer;
 use amp_diagnostics::SourceMap;
@@ -16,6 +17,11 @@ pub(crate) enum Emit {
     IrJson,
     /// A Graphviz picture: `ampc compile m.amp --emit dot | dot -Tsvg > m.svg`.
     Dot,
+    /// The partition plan as JSON (needs `--workers N`).
+    Plan,
+    /// The Cranelift IR of each fused kernel (forward and backward), with the fusion
+    /// groups that use it.
+    Clif,
 }
 
 pub(crate) struct CompileArgs {
@@ -24,10 +30,21 @@ pub(crate) struct CompileArgs {
     pub emit: Option<Emit>,
     pub defines: Vec<(String, i64)>,
     pub model: Option<String>,
+    pub workers: Option<usize>,
+    pub profile: Option<PathBuf>,
     pub verbose: bool,
 }
 
 pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
+    if args.emit == Some(Emit::Plan) && args.workers.is_none() {
+        eprintln!("error: `--emit plan` needs `--workers N` (the number of workers to plan for)");
+        return ExitCode::from(2);
+    }
+    // Read before compiling, so that a bad profile is reported before any other output.
+    let profile = match args.profile.as_deref().map(read_profile).transpose() {
+        Ok(profile) => profile,
+        Err(code) => return code,
+    };
     let Some(text) = crate::read_source(&args.file) else { return ExitCode::from(2) };
     let mut map = SourceMap::new();
     let main = map.add(args.file.display().to_string(), text);
@@ -75,10 +92,35 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
             }
         }
     }
+    let plan = match args.workers {
+        Some(workers) => {
+            match amp_plan::plan_graph(&graph, workers, &amp_plan::Assumptions::default(), profile.as_ref()) {
+                Ok(plan) => Some(plan),
+                Err(e) => {
+                    let what = args.profile.as_ref().map_or(String::new(), |p| format!(" with `{}`", p.display()));
+                    eprintln!("error: cannot plan `{}`{what}: {e}", args.file.display());
+                    return ExitCode::from(if matches!(e, amp_plan::PlanError::Profile { .. }) { 1 } else { 2 });
+                }
+            }
+        }
+        None => None,
+    };
+    if let (true, Some(plan)) = (args.verbose, &plan) {
+        eprint!("{}", plan.table(&graph.name));
+    }
+    let plan_json = plan.as_ref().map(amp_plan::Plan::to_json);
     let emitted = match args.emit {
         Some(Emit::Ir) => Some(amp_ir::text::print(&graph)),
-        Some(Emit::IrJson) => Some(format!("{:#}\n", amp_ir::ampg::to_json(&graph, None))),
+        Some(Emit::IrJson) => Some(format!("{:#}\n", amp_ir::ampg::to_json(&graph, plan_json.as_ref()))),
         Some(Emit::Dot) => Some(amp_ir::dot::to_dot(&graph)),
+        Some(Emit::Plan) => Some(format!("{:#}\n", plan_json.clone().unwrap_or_default())),
+        Some(Emit::Clif) => match kernels_clif(&graph) {
+            Ok(text) => Some(text),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::from(1);
+            }
+        },
         None => None,
     };
     if let Some(text) = &emitted {
@@ -92,15 +134,46 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         (None, true) => None,
     };
     if let Some(path) = output {
-        if let Err(e) = write_atomically(&path, &amp_ir::ampg::write(&graph, None)) {
+        if let Err(e) = write_atomically(&path, &amp_ir::ampg::write(&graph, plan_json.as_ref())) {
             eprintln!("error: cannot write `{}`: {e}", path.display());
             return ExitCode::from(2);
         }
         if args.verbose {
-            eprintln!("wrote {} ({} nodes)", path.display(), graph.nodes.node_count());
+            match &plan {
+                Some(plan) => eprintln!(
+                    "wrote {} ({} nodes, plan for {} workers)",
+                    path.display(),
+                    graph.nodes.node_count(),
+                    plan.workers
+                ),
+                None => eprintln!("wrote {} ({} nodes)", path.display(), graph.nodes.node_count()),
+            }
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Reads a profile written by `amprun train --profile`; a usage error when the file cannot
+/// be read, bad input when it is not a profile.
+fn read_profile(path: &Path) -> Result<amp_plan::Profile, ExitCode> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        eprintln!("error: cannot read `{}`: {e}", path.display());
+        ExitCode::from(2)
+    })?;
+    amp_plan::Profile::from_json(&text).map_err(|e| {
+        eprintln!("error: `{}` is not a profile: {e}", path.display());
+        ExitCode::from(1)
+    })
+}
+
+/// Compiles every fusion group's kernel (each distinct one once) and lists their
+/// Cranelift IR.
+fn kernels_clif(graph: &amp_ir::Graph) -> Result<String, String> {
+    let verified = amp_jit::VerifiedGraph::new(graph)
+        .map_err(|errors| format!("the graph failed verification ({} errors)", errors.len()))?;
+    let mut cache = amp_jit::KernelCache::new().map_err(|e| e.to_string())?;
+    let compiled = amp_jit::compile_groups(&verified, &mut cache);
+    Ok(amp_jit::clif_listing(&verified, &compiled))
 }
 
 /// Writes to a temporary file beside `path`, then renames it over `path`: a reader never

@@ -1,6 +1,7 @@
-//! `ampc`, the Amp compiler's command line: a thin shell over the pure compiler crates.
-//! It reads and writes files, parses `-D` overrides and prints diagnostics; it decides
-//! nothing else.
+//! `ampc`, the Amp compiler's command line: a thin shell over the pure compiler crates
+//! (the partition planner `amp-plan` among them: `ampc compile --workers N` stores a plan
+//! in the `.ampg` file, `--emit plan` prints it, `-v` shows it as a table). It reads and
+//! writes files, parses `-D` overrides and prints diagnostics; it decides nothing else.
 //!
 //! Exit status: 0 when no errors (warnings allowed), 1 when any file has errors, 2 on a
 //! usage error (bad flags, unreadable file). `ampc lsp` exits with 0 after `shutdown` and
@@ -70,7 +71,14 @@ enum Command {
         /// The model to compile when the file defines several (default: the first).
         #[arg(long)]
         model: Option<String>,
-        /// Report what each pass changed.
+        /// Plan the partition of the graph on N workers: stored in the `.ampg` file,
+        /// printed by `--emit plan`, shown as a table by `-v`.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+        workers: Option<u16>,
+        /// Refine the plan's cost model with a profile written by `amprun train --profile`.
+        #[arg(long, value_name = "FILE", requires = "workers")]
+        profile: Option<PathBuf>,
+        /// Report what each pass changed (and, with --workers, the plan as a table).
         #[arg(short, long)]
         verbose: bool,
         #[arg(long, value_enum, default_value = "human")]
@@ -112,10 +120,21 @@ fn main() -> ExitCode {
         Command::Check { files, define, message_format, color } => {
             check(&files, define, &Printer::new(message_format, color))
         }
-        Command::Compile { file, output, emit, define, model, verbose, message_format, color } => compile::compile(
-            compile::CompileArgs { file, output, emit, defines: define, model, verbose },
-            &Printer::new(message_format, color),
-        ),
+        Command::Compile { file, output, emit, define, model, workers, profile, verbose, message_format, color } => {
+            compile::compile(
+                compile::CompileArgs {
+                    file,
+                    output,
+                    emit,
+                    defines: define,
+                    model,
+                    workers: workers.map(usize::from),
+                    profile,
+                    verbose,
+                },
+                &Printer::new(message_format, color),
+            )
+        }
         Command::Lsp => match amp_lsp::run_stdio() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -95,3 +95,24 @@ fn check_errors_stop_compilation_and_bad_models_are_usage_errors() {
     assert!(!dir.join("bad.ampg").exists());
     assert_eq!(ampc(&["compile", &example("mlp.amp"), "--model", "Nope", "--emit", "ir"]).status.code(), Some(2));
 }
+
+#[test]
+fn emits_the_cranelift_ir_of_each_kernel() {
+    let run = ampc(&["compile", &example("tree_lstm.amp"), "--emit", "clif"]);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(text.starts_with("; @TreeLstm: 2 fusion group(s), 2 kernel(s), 0 refused"), "{text}");
+    let functions: Vec<&str> = text.lines().filter(|l| l.starts_with("function ")).collect();
+    assert_eq!(functions.len(), 4, "{text}");
+    assert!(functions[0].starts_with("function %kernel0_forward(i64, i64)"), "{text}");
+    assert!(functions[1].starts_with("function %kernel0_backward(i64, i64)"), "{text}");
+    assert!(text.contains("; fusion group 0: inputs %5#0 %5#2 %5#1; outputs %8 %11"), "{text}");
+    assert!(text.contains(";   %6 = sigmoid(%5#0) \"sigmoid\""), "{text}");
+    assert!(text.contains("f32x4"), "the loop is vectorized: {text}");
+    // No file is written when the IR is printed.
+    assert!(!Path::new(&example("tree_lstm.ampg")).exists());
+
+    let none = ampc(&["compile", &example("mlp.amp"), "--emit", "clif"]);
+    assert_eq!(none.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&none.stdout), "; @Mlp3: 0 fusion group(s), 0 kernel(s), 0 refused\n");
+}

@@ -1,0 +1,153 @@
+//! `ampc compile --workers N`: the partition plan printed (`--emit plan`), shown (`-v`) and
+//! stored in the `.ampg` file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ampc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ampc")).args(args).output().expect("ampc runs")
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
+}
+
+fn temp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ampc-plan-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn ok(run: &Output) {
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6
+}
+
+#[test]
+fn emit_plan_prints_the_plan_of_every_example() {
+    for model in ["list_reduce", "mlp", "tree_lstm", "ggsnn", "moe"] {
+        let graph = {
+            let run = ampc(&["compile", &example(&format!("{model}.amp")), "--emit", "ir"]);
+            ok(&run);
+            amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).expect("the IR parses")
+        };
+        for workers in [1usize, 2, 4, 16] {
+            let n = workers.to_string();
+            let run = ampc(&["compile", &example(&format!("{model}.amp")), "--workers", &n, "--emit", "plan"]);
+            ok(&run);
+            let plan: serde_json::Value = serde_json::from_slice(&run.stdout).expect("the plan is JSON");
+            let at = format!("{model} at {workers} workers");
+            assert_eq!(plan["workers"], workers, "{at}");
+            let nodes = plan["nodes"].as_array().expect("nodes");
+            assert_eq!(nodes.len(), graph.nodes.node_count(), "{at}: one entry per node");
+            let mut ids = Vec::new();
+            let mut total = 0.0;
+            for node in nodes {
+                for key in ["id", "name", "worker", "predicted_load"] {
+                    assert!(node.get(key).is_some(), "{at}: no `{key}` in {node}");
+                }
+                ids.push(node["id"].as_u64().expect("id"));
+                assert!(node["worker"].as_u64().expect("worker") < workers as u64, "{at}: {node}");
+                total += node["predicted_load"].as_f64().expect("load");
+            }
+            assert!(close(total, 1.0), "{at}: loads sum to {total}");
+            let expected: Vec<u64> = graph.nodes.node_indices().map(|i| i.index() as u64).collect();
+            assert_eq!(ids, expected, "{at}: ids are the node indices, in order");
+            for key in ["workers_load", "workers_comm", "predicted_utilization"] {
+                assert_eq!(plan[key].as_array().map(Vec::len), Some(workers), "{at}: {key}");
+            }
+            let sum: f64 = plan["workers_load"].as_array().unwrap().iter().filter_map(|x| x.as_f64()).sum();
+            assert!(close(sum, 1.0), "{at}: per-worker loads sum to {sum}");
+            assert!(plan["replicas"].is_array(), "{at}");
+            let cpu = plan["critical_path_utilization"].as_f64().expect("critical_path_utilization");
+            assert!(cpu > 0.0 && cpu <= 1.0 + 1e-9, "{at}: {cpu}");
+            // The plan is what the planner computes from the same graph (JSON text keeps
+            // floats to within a rounding).
+            let again = amp_plan::plan_graph(&graph, workers, &amp_plan::Assumptions::default(), None).unwrap();
+            let printed = amp_plan::Plan::from_json(&plan).unwrap();
+            for (a, b) in printed.nodes.iter().zip(&again.nodes) {
+                assert_eq!((a.id, a.worker), (b.id, b.worker), "{at}");
+                assert!(close(a.predicted_load, b.predicted_load), "{at}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_ampg_file_keeps_the_plan_and_verbose_prints_the_table() {
+    let dir = temp_dir("ampg");
+    let out = dir.join("lr.ampg");
+    let run = ampc(&["compile", &example("list_reduce.amp"), "--workers", "2", "-o", out.to_str().unwrap(), "-v"]);
+    ok(&run);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("plan for ListReduce on 2 workers"), "{stderr}");
+    assert!(stderr.contains("linear cell") && stderr.contains("utilization"), "{stderr}");
+    assert!(stderr.contains("plan for 2 workers"), "{stderr}");
+    let (graph, plan) = amp_ir::ampg::read(&std::fs::read(&out).unwrap()).expect("it loads");
+    let plan = amp_plan::Plan::from_json(&plan.expect("the file has a plan")).expect("a plan");
+    assert_eq!(plan.workers, 2);
+    let bound = graph.nodes.node_indices().map(|i| i.index() + 1).max().unwrap_or(0);
+    assert_eq!(plan.placement(&graph).expect("it fits").len(), bound);
+    let printed = ampc(&["compile", &example("list_reduce.amp"), "--workers", "2", "--emit", "plan"]);
+    let printed: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
+    assert_eq!(plan.to_json(), printed, "the stored plan is the printed one");
+    // Written back and read again, the plan is unchanged.
+    let bytes = amp_ir::ampg::write(&graph, Some(&plan.to_json()));
+    let (_, again) = amp_ir::ampg::read(&bytes).unwrap();
+    assert_eq!(amp_plan::Plan::from_json(&again.unwrap()).unwrap(), plan);
+
+    // Without --workers nothing changes: no plan in the file.
+    let plain = dir.join("plain.ampg");
+    ok(&ampc(&["compile", &example("list_reduce.amp"), "-o", plain.to_str().unwrap()]));
+    let (_, plan) = amp_ir::ampg::read(&std::fs::read(&plain).unwrap()).unwrap();
+    assert_eq!(plan, None);
+}
+
+#[test]
+fn a_profile_refines_the_plan_and_a_bad_one_is_refused() {
+    let dir = temp_dir("profile");
+    let run = ampc(&["compile", &example("mlp.amp"), "--emit", "ir"]);
+    let graph = amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).unwrap();
+    let mut counter = amp_plan::ProfileCounter::default();
+    // Pretend the first layer is ten times as slow as the others together.
+    counter.add(2, amp_plan::Work::Forward, 500);
+    counter.add(4, amp_plan::Work::Forward, 10);
+    counter.add_instances(1, 0.001);
+    let profile = dir.join("prof.json");
+    std::fs::write(&profile, counter.finish(&graph, 1).to_json().to_string()).unwrap();
+    let args = ["compile", &example("mlp.amp"), "--workers", "2", "--profile", profile.to_str().unwrap()];
+    let run = ampc(&[&args[..], &["--emit", "plan"]].concat());
+    ok(&run);
+    let plan: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(plan["cost_model"]["source"], "profile");
+    let l1 = plan["nodes"].as_array().unwrap().iter().find(|n| n["id"] == 2).unwrap();
+    assert!(l1["predicted_load"].as_f64().unwrap() > 0.8, "{l1}");
+
+    // A profile of another model, a file that is no profile, a missing file.
+    let other =
+        ampc(&["compile", &example("list_reduce.amp"), "--workers", "2", "--profile", profile.to_str().unwrap()]);
+    assert_eq!(other.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&other.stderr).contains("profile does not fit"));
+    let junk = dir.join("junk.json");
+    std::fs::write(&junk, "[1, 2").unwrap();
+    let run = ampc(&["compile", &example("mlp.amp"), "--workers", "2", "--profile", junk.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
+    let run = ampc(&["compile", &example("mlp.amp"), "--workers", "2", "--profile", "/nonexistent/p.json"]);
+    assert_eq!(run.status.code(), Some(2));
+}
+
+#[test]
+fn plan_flags_are_checked() {
+    let run = ampc(&["compile", &example("mlp.amp"), "--emit", "plan"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("--workers"));
+    for bad in ["0", "1025", "two"] {
+        let run = ampc(&["compile", &example("mlp.amp"), "--workers", bad, "--emit", "plan"]);
+        assert_eq!(run.status.code(), Some(2), "--workers {bad}");
+    }
+    let run = ampc(&["compile", &example("mlp.amp"), "--profile", "p.json", "--emit", "ir"]);
+    assert_eq!(run.status.code(), Some(2), "--profile needs --workers");
+}
