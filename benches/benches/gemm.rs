@@ -141,26 +141,8 @@ impl Operands {
 /// The executor's loops before the GEMM crate (`kernels.rs` at that time), split into the
 /// three products.
 mod hand {
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let mut acc = [0.0f32; 8];
-        let chunks = a.len().min(b.len()) / 8;
-        for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)).take(chunks) {
-            for k in 0..8 {
-                acc[k] += ca[k] * cb[k];
-            }
-        }
-        let mut sum = acc.iter().sum::<f32>();
-        for (x, y) in a.iter().zip(b).skip(chunks * 8) {
-            sum += x * y;
-        }
-        sum
-    }
-
-    pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-        for (yi, xi) in y.iter_mut().zip(x) {
-            *yi += alpha * xi;
-        }
-    }
+    // The dot product and axpy are still the executor's (`amp_exec::kernels`).
+    use amp_exec::kernels::{axpy, dot};
 
     pub fn forward(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
         for (xr, yr) in x.chunks_exact(inp).zip(y.chunks_exact_mut(out)) {
