@@ -42,7 +42,8 @@ fn compile_source(name: &str, source: &str, defines: Vec<(String, i64)>) -> Comp
     let (map, checked) = check_source(&format!("{name}.amp"), source, &options);
     assert!(!checked.has_errors(), "{name} checks");
     let model = checked.program.models[0];
-    let (graph, _) = amp_lower::compile_model(&checked.program, &map, model).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let (graph, _) =
+        amp_lower::compile_model(&checked.program, &map, model).unwrap_or_else(|e| panic!("{name}: {e:?}"));
     Compiled { program: checked.program, graph }
 }
 
@@ -51,7 +52,10 @@ fn instance(name: &str, rng: &mut ChaCha8Rng) -> Value {
     match name {
         "mlp" => {
             let pixels: Vec<f32> = (0..64).map(|_| rng.random_range(0.0..1.0)).collect();
-            Value::Record(vec![Value::Tensor(Tensor::new(vec![64], pixels).unwrap()), Value::Int(rng.random_range(0..10))])
+            Value::Record(vec![
+                Value::Tensor(Tensor::new(vec![64], pixels).unwrap()),
+                Value::Int(rng.random_range(0..10)),
+            ])
         }
         "list_reduce" => {
             let len = rng.random_range(0..6);
@@ -88,7 +92,10 @@ fn instance(name: &str, rng: &mut ChaCha8Rng) -> Value {
 /// A random binary tree with `leaves` leaves (`Leaf { word, label }`, `Node { left, right, label }`).
 fn random_tree(rng: &mut ChaCha8Rng, leaves: i64) -> Value {
     if leaves == 1 {
-        return Value::Variant { tag: 0, fields: vec![Value::Int(rng.random_range(0..20)), Value::Int(rng.random_range(0..5))] };
+        return Value::Variant {
+            tag: 0,
+            fields: vec![Value::Int(rng.random_range(0..20)), Value::Int(rng.random_range(0..5))],
+        };
     }
     let left = rng.random_range(1..leaves);
     Value::Variant {
@@ -109,14 +116,25 @@ fn relative_error(a: &[f32], b: &[f32]) -> f64 {
     }
 }
 
+/// The executor with every fusion group as one JIT kernel call (`jit`) and node by node
+/// (`--no-jit`) both match the reference.
 fn assert_grads_match(name: &str, seed: u64, instances: usize) {
+    for jit in [true, false] {
+        assert_grads_match_with(name, seed, instances, jit);
+    }
+}
+
+fn assert_grads_match_with(name: &str, seed: u64, instances: usize, jit: bool) {
     let c = compile(name);
     let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
     let specs = amp_params::ParamSpec::of_graph(&c.graph);
     assert_eq!(specs, reference.specs(), "{name}: the graph and the program name the same parameters");
     let params = ParamSet::init(&specs, seed);
     let schema = c.graph.input.clone().expect("schema");
-    let mut executor = Executor::new(&c.graph, params.clone(), ExecConfig::default()).expect("executor");
+    let config = ExecConfig { jit, ..ExecConfig::default() };
+    let mut executor = Executor::new(&c.graph, params.clone(), config).expect("executor");
+    let fused = executor.fused_nodes();
+    eprintln!("{name}: {} fused nodes {:?}", fused.len(), fused);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for i in 0..instances {
         let value = instance(name, &mut rng);
@@ -240,7 +258,9 @@ fn assert_training_is_minibatch_sgd(name: &str, seed: u64, count: usize, k: usiz
 
 #[test]
 fn deterministic_training_is_minibatch_sgd() {
-    for (name, count, k) in [("mlp", 12, 4), ("list_reduce", 12, 3), ("tree_lstm", 8, 4), ("ggsnn", 8, 4), ("moe", 8, 4)] {
+    for (name, count, k) in
+        [("mlp", 12, 4), ("list_reduce", 12, 3), ("tree_lstm", 8, 4), ("ggsnn", 8, 4), ("moe", 8, 4)]
+    {
         assert_training_is_minibatch_sgd(name, 11, count, k);
     }
 }

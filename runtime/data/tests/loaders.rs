@@ -155,7 +155,9 @@ fn moe_samples_are_seeded_and_cover_every_class() {
         if let Value::Int(label) = field(s, 1) {
             classes[*label as usize] += 1;
         }
-        assert!(matches!(field(s, 0), Value::Tensor(t) if t.data.iter().all(|x| (-4.0..=4.0).contains(x) && x.fract() == 0.0)));
+        assert!(
+            matches!(field(s, 0), Value::Tensor(t) if t.data.iter().all(|x| (-4.0..=4.0).contains(x) && x.fract() == 0.0))
+        );
     }
     assert!(classes.iter().all(|&n| n > 20), "{classes:?}");
 }

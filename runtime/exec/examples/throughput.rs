@@ -11,7 +11,11 @@
 //! side at 1 worker, 16 instances in flight (and 256 for the MoE, whose 64 experts each
 //! see one in 32 instances), asynchronous updates (medians of three
 //! alternating runs each), with the mean messages per Linear call, forward and backward
-//! (from a traced run). `--batching` prints the second table only.
+//! (from a traced run). `--batching` prints the second table only. `--jit` prints, in its
+//! place, the JIT table: training and inference with every fusion group as one Cranelift
+//! kernel call (`ExecConfig::jit`, the default) against node by node (`amprun --no-jit`),
+//! at 1 worker and 16 instances in flight with batching on, medians of five alternating
+//! runs.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -89,6 +93,28 @@ fn setups(name: &str, graph: &Graph, data: &[Instance]) {
     }
 }
 
+/// Training and inference instances/s of `off` and `on`, medians of `runs` alternating runs
+/// each (a busy machine slows both alike): `(train_off, infer_off, train_on, infer_on)`.
+fn compare(graph: &Graph, data: &[Instance], off: &ExecConfig, on: &ExecConfig, runs: usize) -> [f64; 4] {
+    let mut measured_off = Vec::new();
+    let mut measured_on = Vec::new();
+    for _ in 0..runs {
+        measured_off.push(measure(graph, data, off.clone()));
+        measured_on.push(measure(graph, data, on.clone()));
+    }
+    let median = |runs: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
+        let mut values: Vec<f64> = runs.iter().map(pick).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    [
+        median(&measured_off, |r| r.0),
+        median(&measured_off, |r| r.1),
+        median(&measured_on, |r| r.0),
+        median(&measured_on, |r| r.1),
+    ]
+}
+
 fn batching(name: &str, graph: &Graph, data: &[Instance], keys: usize) {
     let config = |max_batch| ExecConfig {
         max_active_keys: keys,
@@ -96,21 +122,7 @@ fn batching(name: &str, graph: &Graph, data: &[Instance], keys: usize) {
         max_batch,
         ..ExecConfig::deterministic(8, OptimConfig::sgd(0.01))
     };
-    // Off and on alternate, three times, and each keeps its median: a busy machine
-    // slows both alike.
-    let mut off = Vec::new();
-    let mut on = Vec::new();
-    for _ in 0..3 {
-        off.push(measure(graph, data, config(1)));
-        on.push(measure(graph, data, config(64)));
-    }
-    let median = |runs: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
-        let mut values: Vec<f64> = runs.iter().map(pick).collect();
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
-    let (train_off, infer_off) = (median(&off, |r| r.0), median(&off, |r| r.1));
-    let (train_on, infer_on) = (median(&on, |r| r.0), median(&on, |r| r.1));
+    let [train_off, infer_off, train_on, infer_on] = compare(graph, data, &config(1), &config(64), 3);
     let (forward, backward) = mean_batch(graph, &data[..data.len() / 4], config(64));
     println!(
         "{name:<12} {keys:>5} {train_off:>10.0} {train_on:>10.0} {:>7.2}x {infer_off:>10.0} {infer_on:>10.0} {:>7.2}x {forward:>9.1} {backward:>9.1}",
@@ -119,10 +131,29 @@ fn batching(name: &str, graph: &Graph, data: &[Instance], keys: usize) {
     );
 }
 
+fn jit(name: &str, graph: &Graph, data: &[Instance]) {
+    let config = |jit| ExecConfig {
+        max_active_keys: 16,
+        sync_updates: false,
+        jit,
+        ..ExecConfig::deterministic(8, OptimConfig::sgd(0.01))
+    };
+    let fused = executor(graph, 1, config(true)).fused_nodes();
+    let members: usize = fused.iter().map(|(_, m)| m.len()).sum();
+    let [train_off, infer_off, train_on, infer_on] = compare(graph, data, &config(false), &config(true), 5);
+    println!(
+        "{name:<12} {:>6} {members:>7} {train_off:>10.0} {train_on:>10.0} {:>7.2}x {infer_off:>10.0} {infer_on:>10.0} {:>7.2}x",
+        fused.len(),
+        train_on / train_off,
+        infer_on / infer_off,
+    );
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let only_batching = args.iter().any(|a| a == "--batching");
-    args.retain(|a| a != "--batching");
+    let only_jit = args.iter().any(|a| a == "--jit");
+    args.retain(|a| a != "--batching" && a != "--jit");
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let mut models: Vec<String> = args.into_iter().filter(|a| a.parse::<usize>().is_err()).collect();
     if models.is_empty() {
@@ -130,6 +161,19 @@ fn main() {
     }
     let cases: Vec<(&str, Graph, Vec<Instance>)> =
         models.iter().map(|name| (name.as_str(), case(name, n))).map(|(name, (g, d))| (name, g, d)).collect();
+    if only_jit {
+        println!(
+            "JIT, 1 worker, 16 in flight, asynchronous updates every 8 instances; inst/s, --no-jit (off) and JIT (on)"
+        );
+        println!(
+            "{:<12} {:>6} {:>7} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8}",
+            "model", "kernels", "nodes", "train off", "train on", "ratio", "infer off", "infer on", "ratio"
+        );
+        for (name, graph, data) in &cases {
+            jit(name, graph, data);
+        }
+        return;
+    }
     if !only_batching {
         println!(
             "{:<12} {:>7} {:>5} {:>6} {:>12} {:>12}",

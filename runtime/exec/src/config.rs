@@ -78,6 +78,10 @@ pub struct ExecConfig {
     /// with several instances in flight (`max_active_keys`), or the element messages of
     /// one instance (a tree's leaves).
     pub max_batch: usize,
+    /// Run each fusion group of elementwise nodes (the graph's `fusion` ids) as one node
+    /// calling the kernel `amp_jit` compiles for it with Cranelift; groups it refuses
+    /// run node by node. False runs every node by itself (`amprun --no-jit`).
+    pub jit: bool,
     /// Record a trace event per forward, backward and update (one per batch).
     pub trace: bool,
     /// End the run with [`crate::ExecError::Stalled`] when no message was processed for
@@ -98,6 +102,7 @@ impl Default for ExecConfig {
             flush_at_epoch_end: true,
             optimizer: OptimConfig::sgd(0.01),
             max_batch: 64,
+            jit: true,
             trace: false,
             stall_timeout: Duration::from_secs(60),
             fault: None,

@@ -33,6 +33,8 @@ pub enum OpError {
     DuplicateElement { index: i64 },
     /// The op exists in the IR but this executor cannot run it yet.
     Unsupported { op: &'static str },
+    /// A fused kernel refused its buffers (a payload of the wrong size reached it).
+    Kernel { message: String },
 }
 
 impl fmt::Display for OpError {
@@ -51,6 +53,7 @@ impl fmt::Display for OpError {
             OpError::Empty { what } => write!(f, "cannot take the {what} of an empty batch or tensor"),
             OpError::DuplicateElement { index } => write!(f, "element {index} arrived twice"),
             OpError::Unsupported { op } => write!(f, "op `{op}` is not supported by the executor yet"),
+            OpError::Kernel { message } => write!(f, "fused kernel: {message}"),
         }
     }
 }

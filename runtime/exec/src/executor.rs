@@ -120,6 +120,20 @@ impl Executor {
         self.program.nodes.iter().map(|n| n.as_ref().map(|n| n.worker)).collect()
     }
 
+    /// The fused nodes (`ExecConfig::jit`): per node, its index and the graph nodes it
+    /// runs as one kernel call. Fused nodes take indices past the graph's.
+    pub fn fused_nodes(&self) -> Vec<(u32, Vec<u32>)> {
+        self.program
+            .nodes
+            .iter()
+            .flatten()
+            .filter_map(|n| match &n.op {
+                crate::program::ExecOp::Fused(group) => Some((n.index, group.members.clone())),
+                crate::program::ExecOp::Ir(_) => None,
+            })
+            .collect()
+    }
+
     /// `op label (%N)` of a node, for traces and reports.
     pub fn node_name(&self, node: u32) -> String {
         self.program.node_name(node)

@@ -47,6 +47,7 @@ pub mod config;
 mod controller;
 pub mod error;
 mod executor;
+mod fuse;
 pub mod instance;
 pub mod kernels;
 pub mod message;

@@ -4,15 +4,34 @@
 
 use crate::config::{ExecConfig, NodeSelector, Placement};
 use crate::error::ExecError;
+use crate::ops::FusedGroup;
 use amp_ir::{FieldId, Graph, Op, PayloadTy};
 use amp_params::ParamSet;
 use petgraph::visit::{EdgeRef, NodeIndexable};
+use std::sync::Arc;
+
+/// What a node runs: an op of the graph, or a fusion group's kernel in place of the
+/// group's nodes.
+#[derive(Clone, Debug)]
+pub(crate) enum ExecOp {
+    Ir(Op),
+    Fused(Arc<FusedGroup>),
+}
+
+impl ExecOp {
+    pub fn keyword(&self) -> &'static str {
+        match self {
+            ExecOp::Ir(op) => op.keyword(),
+            ExecOp::Fused(_) => "fused",
+        }
+    }
+}
 
 /// One node as the workers see it.
 #[derive(Clone, Debug)]
 pub(crate) struct NodeInfo {
     pub index: u32,
-    pub op: Op,
+    pub op: ExecOp,
     pub label: String,
     pub inputs: Vec<PayloadTy>,
     pub outputs: Vec<PayloadTy>,
@@ -93,7 +112,7 @@ impl Program {
             fan_in_key.dedup();
             nodes[i] = Some(NodeInfo {
                 index: i as u32,
-                op: node.op.clone(),
+                op: ExecOp::Ir(node.op.clone()),
                 label: node.label.clone(),
                 inputs: node.inputs.clone(),
                 outputs: node.outputs.clone(),
@@ -108,12 +127,15 @@ impl Program {
         // The verifier guarantees exactly one source.
         let source = source.ok_or_else(|| ExecError::Unverified { errors: vec!["no source".into()] })?;
         place(&mut nodes, graph, config)?;
+        if config.jit {
+            crate::fuse::fuse(&mut nodes, graph);
+        }
         let groups = group_params(&mut nodes, params, config);
         let sinks: Vec<(u32, &str)> = nodes
             .iter()
             .flatten()
             .filter_map(|n| match &n.op {
-                Op::Sink { name } => Some((n.index, name.as_str())),
+                ExecOp::Ir(Op::Sink { name }) => Some((n.index, name.as_str())),
                 _ => None,
             })
             .collect();
@@ -175,7 +197,8 @@ fn check_params(graph: &Graph, params: &ParamSet) -> Result<(), ExecError> {
 /// A rough count of the work a node does per message, to balance contiguous ranges.
 fn cost(graph: &Graph, node: &NodeInfo) -> u64 {
     let out: u64 = node.outputs.iter().map(PayloadTy::elements).sum();
-    match &node.op {
+    let ExecOp::Ir(op) = &node.op else { return 1 };
+    match op {
         Op::Linear { param } => graph.param(&format!("{param}.weight")).map_or(1, |p| p.shape.iter().product()) * 2,
         Op::Embedding { .. } => out * 2,
         _ => out + node.inputs.iter().map(PayloadTy::elements).sum::<u64>() + 1,
@@ -226,8 +249,8 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
     let mut overrides: Vec<Option<u64>> = Vec::new();
     for node in nodes.iter_mut().flatten() {
         let (prefix, with_bias) = match &node.op {
-            Op::Linear { param } => (param, true),
-            Op::Embedding { param, .. } => (param, false),
+            ExecOp::Ir(Op::Linear { param }) => (param, true),
+            ExecOp::Ir(Op::Embedding { param, .. }) => (param, false),
             _ => continue,
         };
         let overridden = config.update_overrides.iter().filter(|(sel, _)| match sel {

@@ -292,7 +292,7 @@ impl Worker<'_, '_> {
             Dir::Backward => node.outputs.get(usize::from(batch.port)),
         };
         // The source's admission message arrives on a port it does not have.
-        if !matches!(node.op, amp_ir::Op::Source) {
+        if !matches!(node.op, crate::program::ExecOp::Ir(amp_ir::Op::Source)) {
             for msg in &batch.msgs {
                 let fits = ty.map_or(Err(OpError::Unsupported { op: "message on a missing port" }), |ty| {
                     payload_fits(ty, &msg.payload)

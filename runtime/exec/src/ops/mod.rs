@@ -26,10 +26,12 @@
 //! of one direction and port wait in its node's queue, up to `ExecConfig::max_batch` of
 //! them at once (a batch of messages, not to be confused with a batch payload above) through [`NodeOp::forward_batch`] / [`NodeOp::backward_batch`] (in queue
 //! order, keys untouched). The defaults loop over `forward` / `backward`, so other ops
-//! need not know; `linear` overrides them with one GEMM over the stacked rows.
+//! need not know; `linear` overrides them with one GEMM over the stacked rows, and
+//! `fused` (a fusion group's kernel, in place of the group's nodes) with one kernel call.
 
 mod data;
 mod elements;
+mod fused;
 mod loss;
 mod nppt;
 mod ppt;
@@ -41,10 +43,13 @@ mod shape;
 use crate::error::OpError;
 use crate::instance::ExecInstance;
 use crate::message::{key_of, Key, Msg, Payload};
-use crate::program::NodeInfo;
+use crate::program::{ExecOp, NodeInfo};
 use crate::train::ParamAccess;
 use amp_ir::{Op, PayloadTy, StateExpr};
 use std::collections::HashMap;
+use std::sync::Arc;
+
+pub(crate) use fused::FusedGroup;
 
 /// What a run is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,8 +272,12 @@ pub(crate) fn set_field(state: &mut [i64], field: usize, value: i64) -> Result<i
 pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn NodeOp>, OpError> {
     // New ops land in amp-ir before the executor runs them: report them rather than fail
     // to build, hence the catch-all arm.
+    let op = match &node.op {
+        ExecOp::Ir(op) => op,
+        ExecOp::Fused(group) => return Ok(Box::new(fused::FusedOp::new(Arc::clone(group)))),
+    };
     #[allow(unreachable_patterns)]
-    Ok(match &node.op {
+    Ok(match op {
         Op::Source => Box::new(data::SourceOp),
         Op::Read { path } => Box::new(data::ReadOp::new(path.clone(), node)),
         Op::Const { value } => Box::new(data::ConstOp::new(*value, node)),

@@ -225,7 +225,7 @@ mod tests {
     fn node() -> NodeInfo {
         NodeInfo {
             index: 1,
-            op: Op::Linear { param: "l".into() },
+            op: crate::program::ExecOp::Ir(Op::Linear { param: "l".into() }),
             label: "l".into(),
             inputs: vec![PayloadTy::F32(vec![INP as u64])],
             outputs: vec![PayloadTy::F32(vec![OUT as u64])],

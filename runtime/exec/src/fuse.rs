@@ -1,0 +1,159 @@
+//! Fusion at load (`ExecConfig::jit`): each fusion group that `amp_jit` compiles becomes
+//! one node of the program, in the place of the group's nodes (which leave the table).
+//!
+//! The new node gets a fresh index past the graph's, the key of the group, one input port
+//! per kernel input and one output port per kernel output, and the worker of the group's
+//! first node (placement happens before fusion, on the graph's nodes). The neighbours are
+//! rewired: a source port that fed the group through several edges now feeds it once (the
+//! kernel's input gradient is already the sum over those edges, so the source counts the
+//! group as one consumer when it sums gradients), and each consumer outside the group
+//! reads the fused node's output port. Groups the JIT refuses, groups of batch payloads,
+//! and a group wired directly to a group fused before it run node by node as without the
+//! JIT.
+
+use crate::ops::FusedGroup;
+use crate::program::{ExecOp, NodeInfo};
+use amp_ir::{FieldId, Graph, PayloadTy};
+use amp_jit::{compile_groups, FusionGroup, KernelCache, VerifiedGraph};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+thread_local! {
+    /// Kernels compiled on this thread, shared by every program it loads (each distinct
+    /// kernel is compiled once per thread; their code lives as long as the process).
+    static CACHE: RefCell<Option<KernelCache>> = const { RefCell::new(None) };
+}
+
+/// Replaces every fusable group of `graph` in `nodes` by one fused node; returns how many.
+pub(crate) fn fuse(nodes: &mut Vec<Option<NodeInfo>>, graph: &Graph) -> usize {
+    let Ok(verified) = VerifiedGraph::new(graph) else { return 0 };
+    let compiled = CACHE.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.is_none() {
+            // A host Cranelift cannot compile for runs everything node by node.
+            *cache = KernelCache::new().ok();
+        }
+        cache.as_mut().map(|cache| compile_groups(&verified, cache))
+    });
+    let Some(compiled) = compiled else { return 0 };
+    let mut fused_members: HashSet<u32> = HashSet::new();
+    let mut count = 0;
+    for group_kernel in compiled.kernels {
+        let kernel = group_kernel.kernel;
+        if let Some(plan) = plan_group(nodes, &group_kernel.group, &fused_members) {
+            fused_members.extend(plan.members.iter().copied());
+            apply(nodes, group_kernel.group, plan, kernel);
+            count += 1;
+        }
+    }
+    count
+}
+
+/// The fused node's wiring, worked out before anything changes.
+struct GroupPlan {
+    members: Vec<u32>,
+    inputs: Vec<PayloadTy>,
+    outputs: Vec<PayloadTy>,
+    producers: Vec<(u32, u16)>,
+    consumers: Vec<Vec<(u32, u16)>>,
+    state_from: Vec<usize>,
+    worker: usize,
+}
+
+fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u32>) -> Option<GroupPlan> {
+    if matches!(group.vector_type, Some(PayloadTy::Batch(_))) {
+        return None;
+    }
+    let node = |i: u32| nodes.get(i as usize).and_then(Option::as_ref);
+    let members: Vec<u32> = group.nodes.iter().map(|n| n.index() as u32).collect();
+    let member = |i: u32| members.contains(&i);
+    let worker = node(*members.first()?)?.worker;
+    let mut inputs = Vec::new();
+    let mut producers = Vec::new();
+    for port in &group.inputs {
+        let (source, out) = (port.node.index() as u32, port.port);
+        if fused.contains(&source) {
+            return None;
+        }
+        inputs.push(node(source)?.outputs.get(usize::from(out))?.clone());
+        producers.push((source, out));
+    }
+    let mut outputs = Vec::new();
+    let mut consumers = Vec::new();
+    let mut state_from = Vec::new();
+    for &out in &group.outputs {
+        let out = out.index() as u32;
+        let info = node(out)?;
+        let outside: Vec<(u32, u16)> = info.consumers.first()?.iter().copied().filter(|(c, _)| !member(*c)).collect();
+        if outside.iter().any(|(c, _)| fused.contains(c)) {
+            return None;
+        }
+        outputs.push(info.outputs.first()?.clone());
+        consumers.push(outside);
+        // Follow input port 0 back to the group's edge (the group has no cycle).
+        let mut at = out;
+        let mut from = None;
+        for _ in 0..=members.len() {
+            let producer = *node(at)?.producers.first()?;
+            if member(producer.0) {
+                at = producer.0;
+            } else {
+                from = producers.iter().position(|&p| p == producer);
+                break;
+            }
+        }
+        state_from.push(from?);
+    }
+    Some(GroupPlan { members, inputs, outputs, producers, consumers, state_from, worker })
+}
+
+fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan, kernel: Arc<amp_jit::Kernel>) {
+    let index = nodes.len() as u32;
+    for (i, &(source, port)) in plan.producers.iter().enumerate() {
+        if let Some(list) =
+            nodes.get_mut(source as usize).and_then(Option::as_mut).and_then(|n| n.consumers.get_mut(usize::from(port)))
+        {
+            list.retain(|(c, _)| !plan.members.contains(c));
+            list.push((index, i as u16));
+            list.sort_unstable();
+        }
+    }
+    for (j, list) in plan.consumers.iter().enumerate() {
+        for &(consumer, port) in list {
+            if let Some(slot) = nodes
+                .get_mut(consumer as usize)
+                .and_then(Option::as_mut)
+                .and_then(|n| n.producers.get_mut(usize::from(port)))
+            {
+                *slot = (index, j as u16);
+            }
+        }
+    }
+    for &m in &plan.members {
+        if let Some(slot) = nodes.get_mut(m as usize) {
+            *slot = None;
+        }
+    }
+    let mut fan_in_key: Vec<FieldId> = group.key.clone();
+    fan_in_key.sort_unstable();
+    fan_in_key.dedup();
+    if fan_in_key.is_empty() {
+        fan_in_key.push(FieldId(0));
+    }
+    let members_text: Vec<String> = plan.members.iter().map(|m| format!("%{m}")).collect();
+    let fused = FusedGroup { kernel, members: plan.members, state_from: plan.state_from };
+    nodes.push(Some(NodeInfo {
+        index,
+        op: ExecOp::Fused(Arc::new(fused)),
+        label: format!("group {}: {}", group.id, members_text.join(" ")),
+        inputs: plan.inputs,
+        outputs: plan.outputs,
+        key: group.key,
+        fan_in_key,
+        consumers: plan.consumers,
+        producers: plan.producers,
+        group: None,
+        worker: plan.worker,
+    }));
+}

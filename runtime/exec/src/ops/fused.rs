@@ -1,0 +1,173 @@
+//! A fusion group run as one node: its elementwise nodes' work in one call of the kernel
+//! `amp_jit` compiled for it (see `program::fuse`, which puts this node in the group's
+//! place).
+//!
+//! Input port `i` is kernel input `i` (one port per distinct source port feeding the
+//! group), output port `j` kernel output `j`. Forward: the inputs of a key are joined;
+//! every key completed by a batch of messages becomes one row of a single kernel call
+//! (dynamic batching, like `linear`'s rows), and training keeps the input payloads (shared,
+//! not copied) with their states under the key. Backward: once the summed gradients of all
+//! outputs of a key arrived, the kernel's backward recomputes the forward values from the
+//! kept inputs and returns one gradient per input, the sum over every use of that input
+//! inside the group; input `i`'s gradient goes back with input `i`'s forward state.
+//!
+//! A group's payloads are `f32[..]` tensors (one row of `n`) or scalars (one value):
+//! `program::fuse` leaves groups of batch payloads to run node by node.
+
+use super::{Join, Keyed, NodeCx, NodeOp};
+use crate::error::OpError;
+use crate::message::{Key, Msg, Payload};
+use amp_jit::{Kernel, Pass, Width};
+use std::sync::Arc;
+
+/// A fusion group as the executor runs it.
+#[derive(Debug)]
+pub(crate) struct FusedGroup {
+    pub kernel: Arc<Kernel>,
+    /// The graph nodes the group replaces, in kernel op order.
+    pub members: Vec<u32>,
+    /// Per output, the input whose state the output's messages carry: the one reached by
+    /// following input port 0 back from the output node (the state a node-by-node run
+    /// would give it: unary and binary ops pass on their first input's state).
+    pub state_from: Vec<usize>,
+}
+
+/// What training keeps per key for the backward pass.
+struct Saved {
+    inputs: Vec<Msg>,
+}
+
+pub(crate) struct FusedOp {
+    group: Arc<FusedGroup>,
+    /// f32s per row of each kernel input and output.
+    input_widths: Vec<usize>,
+    output_widths: Vec<usize>,
+    forward_join: Join,
+    backward_join: Join,
+    saved: Keyed<Saved>,
+}
+
+impl FusedOp {
+    pub fn new(group: Arc<FusedGroup>) -> FusedOp {
+        let spec = group.kernel.spec();
+        let width = |w: Width| if w == Width::Vector { spec.n() } else { 1 };
+        let input_widths: Vec<usize> = spec.inputs().iter().map(|&w| width(w)).collect();
+        let output_widths: Vec<usize> = spec.output_widths().map(width).collect();
+        FusedOp {
+            forward_join: Join::new(input_widths.len()),
+            backward_join: Join::new(output_widths.len()),
+            input_widths,
+            output_widths,
+            saved: Keyed::new(),
+            group,
+        }
+    }
+
+    /// One kernel call over `rows` rows: row `r` of buffer `b` is `args[r][b]`; returns the
+    /// `widths.len()` outputs, each `rows × width` values.
+    fn call(&self, pass: Pass, rows: &[Vec<&[f32]>], widths: &[usize]) -> Result<Vec<Vec<f32>>, OpError> {
+        let buffers = rows.first().map_or(0, Vec::len);
+        let stacked: Vec<Vec<f32>>;
+        let inputs: Vec<&[f32]> = if rows.len() == 1 {
+            rows[0].clone()
+        } else {
+            stacked = (0..buffers).map(|b| rows.iter().flat_map(|row| row[b].iter().copied()).collect()).collect();
+            stacked.iter().map(Vec::as_slice).collect()
+        };
+        let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows.len()]).collect();
+        let mut views: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
+        self.group
+            .kernel
+            .run(pass, rows.len(), &inputs, &mut views)
+            .map_err(|e| OpError::Kernel { message: e.to_string() })?;
+        Ok(outputs)
+    }
+
+    /// Runs the forward of every completed key as one call and emits its outputs.
+    fn forward_rows(&mut self, cx: &mut NodeCx, ready: Vec<(Key, Vec<Msg>)>) -> Result<(), OpError> {
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<Vec<&[f32]>> =
+            ready.iter().map(|(_, msgs)| msgs.iter().map(|m| m.payload.values()).collect()).collect();
+        let outputs = self.call(Pass::Forward, &rows, &self.output_widths)?;
+        for (r, (key, msgs)) in ready.into_iter().enumerate() {
+            for (j, (values, &w)) in outputs.iter().zip(&self.output_widths).enumerate() {
+                let from = self.group.state_from.get(j).copied().unwrap_or(0);
+                let state = msgs.get(from).or(msgs.first()).map(|m| m.state.clone()).unwrap_or_default();
+                let payload = Payload::from_vec(values[r * w..(r + 1) * w].to_vec());
+                cx.forward(j as u16, Msg::new(payload, state));
+            }
+            if cx.training() {
+                self.saved.put(key, Saved { inputs: msgs })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the backward of every key whose output gradients are all in, as one call.
+    fn backward_rows(&mut self, cx: &mut NodeCx, ready: Vec<(Key, Vec<Msg>)>) -> Result<(), OpError> {
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let mut saved = Vec::with_capacity(ready.len());
+        for (key, _) in &ready {
+            saved.push(self.saved.take(key)?);
+        }
+        let rows: Vec<Vec<&[f32]>> = ready
+            .iter()
+            .zip(&saved)
+            .map(|((_, grads), s)| {
+                s.inputs.iter().map(|m| m.payload.values()).chain(grads.iter().map(|g| g.payload.values())).collect()
+            })
+            .collect();
+        let grads = self.call(Pass::Backward, &rows, &self.input_widths)?;
+        for (r, s) in saved.into_iter().enumerate() {
+            for (i, (values, &w)) in grads.iter().zip(&self.input_widths).enumerate() {
+                let payload = Payload::from_vec(values[r * w..(r + 1) * w].to_vec());
+                cx.backward(i as u16, s.inputs[i].with_payload(payload));
+            }
+        }
+        Ok(())
+    }
+
+    /// Offers each message to `join` under its key; the keys it completes, in order.
+    fn complete(join: &mut Join, cx: &NodeCx, port: u16, msgs: Vec<Msg>) -> Result<Vec<(Key, Vec<Msg>)>, OpError> {
+        let mut ready = Vec::new();
+        for msg in msgs {
+            let key = cx.key(&msg.state);
+            if let Some(all) = join.offer(key.clone(), usize::from(port), msg)? {
+                ready.push((key, all));
+            }
+        }
+        Ok(ready)
+    }
+}
+
+impl NodeOp for FusedOp {
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
+        self.forward_batch(cx, port, vec![msg])
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
+        self.backward_batch(cx, port, vec![grad])
+    }
+
+    fn batches(&self) -> bool {
+        true
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let ready = Self::complete(&mut self.forward_join, cx, port, msgs)?;
+        self.forward_rows(cx, ready)
+    }
+
+    fn backward_batch(&mut self, cx: &mut NodeCx, port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        let ready = Self::complete(&mut self.backward_join, cx, port, grads)?;
+        self.backward_rows(cx, ready)
+    }
+
+    fn held(&self) -> usize {
+        self.forward_join.len() + self.backward_join.len() + self.saved.len()
+    }
+}
