@@ -139,6 +139,14 @@ pub struct ExecArgs {
     /// At most this many instances in flight.
     #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_active_keys: u64,
+    /// Dynamic batching: a Linear node or fused kernel takes up to this many waiting
+    /// messages as one call (1 turns batching off).
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_batch: u64,
+    /// Run every elementwise node by itself instead of one Cranelift kernel per fusion
+    /// group (to compare; results agree to rounding).
+    #[arg(long)]
+    pub no_jit: bool,
     /// End the run when no message was processed for this many seconds while instances
     /// are in flight.
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS", value_parser = parse_positive)]

@@ -13,7 +13,7 @@
 //!        [--save ckpt.safetensors] [--resume] [--init p.safetensors] [--metrics m.jsonl]
 //!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
 //!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--profile p.json]
-//!        [--report-utilization]
+//!        [--report-utilization] [--max-batch N] [--no-jit]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
 //! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
@@ -75,6 +75,11 @@
 //! training) needs the executor's trace, so it is reported with `--report-utilization`,
 //! `--trace` or `--profile`. `--profile FILE` writes, per node, events per instance and
 //! mean µs of its forward, backward and update work, for `ampc compile --profile`.
+//!
+//! **Speed.** Each fusion group of elementwise nodes runs as one kernel that Cranelift
+//! compiled when the graph was loaded (`amp-jit`); `--no-jit` runs its nodes one by one
+//! instead (same results to rounding, to compare speed). Linear nodes and fused kernels
+//! take up to `--max-batch` waiting messages (default 64) as one call.
 //!
 //! **Exit codes.**
 //!

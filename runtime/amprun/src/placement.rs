@@ -20,6 +20,7 @@ use amp_exec::{Executor, Placement, TraceEvent, TraceKind};
 use amp_ir::Graph;
 use amp_plan::{Assumptions, Plan, Profile, ProfileCounter, Work};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// The placement a run uses and what the cost model predicts for it.
@@ -115,11 +116,15 @@ pub struct Measure {
     busy_us: Vec<u64>,
     wall_s: f64,
     profile: ProfileCounter,
+    /// The graph nodes of each fused node (`Executor::fused_nodes`): the profile, which
+    /// is over the graph's nodes, shares a fused call's time among them.
+    fused: HashMap<u32, Vec<u32>>,
 }
 
 impl Measure {
-    pub fn new(workers: usize) -> Measure {
-        Measure { busy_us: vec![0; workers], wall_s: 0.0, profile: ProfileCounter::default() }
+    pub fn new(workers: usize, fused: Vec<(u32, Vec<u32>)>) -> Measure {
+        let fused = fused.into_iter().collect();
+        Measure { busy_us: vec![0; workers], wall_s: 0.0, profile: ProfileCounter::default(), fused }
     }
 
     /// The events of one training call over `instances` instances that took `wall_s`.
@@ -133,7 +138,14 @@ impl Measure {
                 TraceKind::Backward => Work::Backward,
                 TraceKind::Update => Work::Update,
             };
-            self.profile.add(e.node, work, e.dur_us);
+            match self.fused.get(&e.node).filter(|m| !m.is_empty()) {
+                Some(members) => {
+                    for &m in members {
+                        self.profile.add(m, work, e.dur_us / members.len() as u64);
+                    }
+                }
+                None => self.profile.add(e.node, work, e.dur_us),
+            }
         }
         self.profile.add_instances(instances as u64, wall_s);
         self.wall_s += wall_s;

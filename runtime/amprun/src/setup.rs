@@ -17,6 +17,8 @@ pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
         optimizer,
         stall_timeout: args.stall_timeout(),
         fault: args.fault.clone(),
+        max_batch: usize::try_from(args.max_batch).unwrap_or(usize::MAX),
+        jit: !args.no_jit,
         ..ExecConfig::default()
     }
 }

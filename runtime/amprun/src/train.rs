@@ -149,9 +149,16 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         graph: Arc::new(graph.clone()),
         instances: Arc::new(v.instances.clone()),
         // One worker: the validation shares the machine with training.
-        config: ExecConfig { workers: 1, max_active_keys: config.max_active_keys, ..ExecConfig::default() },
+        config: ExecConfig {
+            workers: 1,
+            max_active_keys: config.max_active_keys,
+            max_batch: config.max_batch,
+            jit: config.jit,
+            ..ExecConfig::default()
+        },
         pending: None,
     });
+    let measure = measuring(args).then(|| Measure::new(config.workers, executor.fused_nodes()));
     let mut run = TrainRun {
         args,
         name,
@@ -164,7 +171,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         metrics: Metrics::open(args.metrics.as_deref(), args.resume)?,
         progress: Progress::new(),
         trace: Vec::new(),
-        measure: measuring(args).then(|| Measure::new(config.workers)),
+        measure,
         choice,
         graph: &graph,
         started,

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""End-to-end training throughput of the five canonical models through `amprun`, two
+setups side by side in one run: the `instances_per_s` of `--metrics` (training split),
+medians of alternating runs (a busy machine slows both alike).
+
+    cargo build --release -p amprun
+    python3 benches/end_to_end.py jit        # JIT on vs --no-jit
+    python3 benches/end_to_end.py batching   # --max-batch 64 vs 1
+    python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
+
+Data: the shipped list-reduce and MoE files, the digits, SST and molecule files of
+`../shared/data` (first N instances each, see CASES). One worker, 16 instances in flight,
+asynchronous updates every 8 instances, one epoch (plus the warm-up the first chunk gives).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(ROOT, "..", "shared", "data")
+AMPRUN = os.path.join(ROOT, "target", "release", "amprun")
+
+# model: (amprun arguments after `train`, instances)
+CASES = {
+    "mlp": (["examples/mlp.amp", "--data", f"{SHARED}/digits/digits.csv", "--scale", "0.0625"], 1797),
+    "list_reduce": (["examples/list_reduce.amp", "--data", "examples/data/list_reduce.train.jsonl"], 8000),
+    "tree_lstm": (["examples/tree_lstm.amp", "--data", f"{SHARED}/sst/train.txt", "--vocab", "{tmp}/sst.vocab"], 1500),
+    "ggsnn": (
+        ["examples/ggsnn.amp", "-D", "classes=3", "-D", "edge_kinds=3", "--data", f"{SHARED}/molecules/solubility.train.sdf"],
+        2000,
+    ),
+    "moe": (["examples/moe.amp", "--data", "examples/data/moe.train.jsonl"], 2000),
+}
+
+COMMON = ["--epochs", "1", "--max-active-keys", "16", "--async", "--min-update-frequency", "8",
+          "--optimizer", "sgd", "--lr", "0.01"]
+
+SETUPS = {
+    "jit": (("--no-jit", ["--no-jit"]), ("jit", [])),
+    "batching": (("max-batch 1", ["--max-batch", "1"]), ("max-batch 64", ["--max-batch", "64"])),
+}
+
+
+def throughput(model, extra, tmp):
+    args, limit = CASES[model]
+    args = [a.replace("{tmp}", tmp) for a in args]
+    metrics = os.path.join(tmp, f"{model}.metrics.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    cmd = [AMPRUN, "train", *args, "--limit", str(limit), *COMMON, *extra, "--metrics", metrics]
+    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+    with open(metrics) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if r.get("split") == "train"][-1]["instances_per_s"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("setup", choices=sorted(SETUPS))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
+    opts = parser.parse_args()
+    if not os.path.exists(AMPRUN):
+        sys.exit("build first: cargo build --release -p amprun")
+    (off_name, off), (on_name, on) = SETUPS[opts.setup]
+    print(f"training instances/s, medians of {opts.runs} alternating runs: {off_name} vs {on_name}")
+    print(f"{'model':<12} {off_name:>12} {on_name:>12} {'ratio':>7}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in opts.models:
+            a, b = [], []
+            for _ in range(opts.runs):
+                a.append(throughput(model, off, tmp))
+                b.append(throughput(model, on, tmp))
+            ma, mb = statistics.median(a), statistics.median(b)
+            print(f"{model:<12} {ma:>12.0f} {mb:>12.0f} {mb / ma:>6.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
