@@ -222,6 +222,11 @@ fn moe_matches_the_reference() {
 /// One worker, one instance in flight, an update every `k` instances: exactly minibatch
 /// SGD on the mean of the reference's gradients.
 fn assert_training_is_minibatch_sgd(name: &str, seed: u64, count: usize, k: usize) {
+    assert_training_with(name, seed, count, k, ExecConfig::default());
+}
+
+/// As [`assert_training_is_minibatch_sgd`], with `base`'s workers, replicas and JIT.
+fn assert_training_with(name: &str, seed: u64, count: usize, k: usize, base: ExecConfig) {
     let c = compile(name);
     let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
     let specs = amp_params::ParamSpec::of_graph(&c.graph);
@@ -245,7 +250,7 @@ fn assert_training_is_minibatch_sgd(name: &str, seed: u64, count: usize, k: usiz
             expected.data_mut(i).iter_mut().zip(grad).for_each(|(p, g)| *p -= lr * g / n);
         }
     }
-    let config = ExecConfig::deterministic(k as u64, OptimConfig::sgd(lr));
+    let config = ExecConfig { min_update_frequency: k as u64, optimizer: OptimConfig::sgd(lr), ..base };
     let mut executor = Executor::new(&c.graph, initial, config).expect("executor");
     let instances: Vec<Instance> = values.into_iter().map(|v| Instance::new(&schema, v).expect("instance")).collect();
     executor.train_epoch(&instances).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -262,6 +267,26 @@ fn deterministic_training_is_minibatch_sgd() {
         [("mlp", 12, 4), ("list_reduce", 12, 3), ("tree_lstm", 8, 4), ("ggsnn", 8, 4), ("moe", 8, 4)]
     {
         assert_training_is_minibatch_sgd(name, 11, count, k);
+    }
+}
+
+/// Every Linear and Embedding node replicated 3 times over 2 workers (replicas synchronised
+/// after every update): still exactly minibatch SGD, on every model, and with `grads`.
+#[test]
+fn training_with_replicas_is_minibatch_sgd() {
+    for (name, count, k) in
+        [("mlp", 12, 4), ("list_reduce", 12, 3), ("tree_lstm", 8, 4), ("ggsnn", 8, 4), ("moe", 8, 4)]
+    {
+        let graph = compile(name).graph;
+        let ppts: Vec<amp_exec::NodeSelector> = graph
+            .nodes
+            .node_indices()
+            .filter(|&i| matches!(graph.nodes[i].op, amp_ir::Op::Linear { .. } | amp_ir::Op::Embedding { .. }))
+            .map(|i| amp_exec::NodeSelector::Id(i.index() as u32))
+            .collect();
+        let replicas = ppts.into_iter().map(|s| (s, 3)).collect();
+        let config = ExecConfig { workers: 2, replicas, ..ExecConfig::default() };
+        assert_training_with(name, 12, count, k, config);
     }
 }
 

@@ -46,6 +46,9 @@ pub enum Fault {
     DelayAt { node: u32, after: u64, delay: Duration },
 }
 
+/// The most replicas of one node.
+pub const MAX_REPLICAS: usize = 64;
+
 /// The executor's settings. `Default` is the deterministic setup: one worker, one
 /// instance in flight, synchronous updates after every instance.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,6 +85,13 @@ pub struct ExecConfig {
     /// calling the kernel `amp_jit` compiles for it with Cranelift; groups it refuses
     /// run node by node. False runs every node by itself (`amprun --no-jit`).
     pub jit: bool,
+    /// Replicas (see the `replicas` module): each Linear or Embedding node a selector
+    /// names runs as this many copies on consecutive workers, messages going to the least
+    /// loaded. 1 is no replica.
+    pub replicas: Vec<(NodeSelector, usize)>,
+    /// Replicas take the values of their parameter group after every this many updates
+    /// (and when a run starts); 1 keeps training exactly that without replicas.
+    pub replica_sync: u64,
     /// Record a trace event per forward, backward and update (one per batch).
     pub trace: bool,
     /// End the run with [`crate::ExecError::Stalled`] when no message was processed for
@@ -103,6 +113,8 @@ impl Default for ExecConfig {
             optimizer: OptimConfig::sgd(0.01),
             max_batch: 64,
             jit: true,
+            replicas: Vec::new(),
+            replica_sync: 1,
             trace: false,
             stall_timeout: Duration::from_secs(60),
             fault: None,
@@ -135,6 +147,12 @@ impl ExecConfig {
         }
         if !(self.optimizer.lr.is_finite()) {
             return Err("the learning rate must be finite".into());
+        }
+        if self.replicas.iter().any(|(_, r)| !(1..=MAX_REPLICAS).contains(r)) {
+            return Err(format!("a node has 1 to {MAX_REPLICAS} replicas"));
+        }
+        if self.replica_sync == 0 {
+            return Err("replica_sync must be at least 1".into());
         }
         if self.stall_timeout.is_zero() {
             return Err("stall_timeout must be positive".into());

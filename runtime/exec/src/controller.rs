@@ -71,6 +71,7 @@ pub(crate) fn run(
                 origin,
                 trace: config.trace,
                 max_batch: config.max_batch,
+                replica_sync: config.replica_sync,
                 fault: config.fault.clone(),
             };
             std::thread::Builder::new()
@@ -96,6 +97,7 @@ pub(crate) fn run(
             },
             stopped: 0,
             held: Vec::new(),
+            awaiting: 0,
         };
         let result = control.admit_all(n);
         let flush = result.is_ok() && shared.mode == RunMode::Train && config.flush_at_epoch_end;
@@ -122,6 +124,10 @@ struct Controller<'r> {
     output: RunOutput,
     stopped: usize,
     held: Vec<(u32, usize)>,
+    /// Owners yet to confirm the update of a synchronous boundary: nothing is admitted
+    /// until they did, so that no node reads parameters (a replica's copy, a group shared
+    /// with another worker's node) before the update.
+    awaiting: usize,
 }
 
 impl Controller<'_> {
@@ -130,7 +136,8 @@ impl Controller<'_> {
         if self.mode != RunMode::Train || !self.config.sync_updates {
             return usize::MAX;
         }
-        let groups = self.program.groups.iter().zip(&self.pending);
+        // Replicas' groups update with their masters.
+        let groups = self.program.groups.iter().zip(&self.pending).filter(|(g, _)| g.master.is_none());
         let room = groups.map(|(g, &p)| g.min_update_frequency.saturating_sub(p).max(1)).min();
         room.map_or(usize::MAX, |r| done.saturating_add(usize::try_from(r).unwrap_or(usize::MAX)))
     }
@@ -158,7 +165,11 @@ impl Controller<'_> {
         let mut last_processed = 0u64;
         while done < n {
             let boundary = self.boundary(done);
-            while admitted < n && in_flight.len() < self.config.max_active_keys && admitted < boundary {
+            while admitted < n
+                && in_flight.len() < self.config.max_active_keys
+                && admitted < boundary
+                && self.awaiting == 0
+            {
                 self.admit(admitted);
                 in_flight.insert(admitted);
                 admitted += 1;
@@ -188,6 +199,9 @@ impl Controller<'_> {
                     if let (Some(slot), true) = (slot, Some(node) == self.program.main_sink) {
                         self.output.outputs[slot] = Some(values);
                     }
+                }
+                Ok(Report::Updated) => {
+                    self.awaiting = self.awaiting.saturating_sub(1);
                 }
                 Ok(Report::Failed(error)) => return Err(error),
                 Ok(Report::Stopped { worker, trace, held }) => {
@@ -221,18 +235,28 @@ impl Controller<'_> {
         if self.mode != RunMode::Train {
             return;
         }
-        let mut owners: Vec<usize> = self.program.groups.iter().map(|g| g.owner).collect();
-        owners.sort_unstable();
-        owners.dedup();
-        for owner in owners {
-            if let Some(tx) = self.senders.get(owner) {
-                let _ = tx.send(ToWorker::InstanceDone);
+        // Per owner, whether one of its groups reaches an update with this instance.
+        let mut owners: Vec<(usize, bool)> = Vec::new();
+        for (p, g) in self.pending.iter_mut().zip(&self.program.groups) {
+            if g.master.is_some() {
+                continue;
+            }
+            *p += 1;
+            let updates = *p >= g.min_update_frequency;
+            if updates {
+                *p = 0;
+            }
+            match owners.iter_mut().find(|(o, _)| *o == g.owner) {
+                Some((_, any)) => *any |= updates,
+                None => owners.push((g.owner, updates)),
             }
         }
-        for (p, g) in self.pending.iter_mut().zip(&self.program.groups) {
-            *p += 1;
-            if *p >= g.min_update_frequency {
-                *p = 0;
+        for (owner, updates) in owners {
+            let ack = updates && self.config.sync_updates;
+            if let Some(tx) = self.senders.get(owner) {
+                if tx.send(ToWorker::InstanceDone { ack }).is_ok() && ack {
+                    self.awaiting += 1;
+                }
             }
         }
     }

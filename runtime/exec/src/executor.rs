@@ -8,8 +8,9 @@ use crate::error::ExecError;
 use crate::instance::ExecInstance;
 use crate::ops::{RunMode, RunShared};
 use crate::program::Program;
+use crate::replicas::Routes;
 use crate::trace::{write_chrome_trace, TraceEvent};
-use crate::train::{live_groups, ParamAccess};
+use crate::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess};
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::sync::Mutex;
@@ -134,6 +135,12 @@ impl Executor {
             .collect()
     }
 
+    /// The replicas (`ExecConfig::replicas`): per replica node, its index and the graph
+    /// node it copies. Replicas take indices past the graph's.
+    pub fn replica_nodes(&self) -> Vec<(u32, u32)> {
+        self.program.nodes.iter().flatten().filter_map(|n| n.replica_of.map(|of| (n.index, of))).collect()
+    }
+
     /// `op label (%N)` of a node, for traces and reports.
     pub fn node_name(&self, node: u32) -> String {
         self.program.node_name(node)
@@ -156,23 +163,28 @@ impl Executor {
     pub fn train_epoch<I: ExecInstance + Sync>(&mut self, instances: &[I]) -> Result<EpochStats, ExecError> {
         let start = Instant::now();
         let list: Vec<&(dyn ExecInstance + Sync)> = instances.iter().map(|i| i as &(dyn ExecInstance + Sync)).collect();
+        let mut stores = replica_stores(&self.program.groups, &self.params);
         let groups = live_groups(
             &self.program.groups,
             &mut self.params,
             &mut self.grads,
             &mut self.optim.tensors,
+            &mut stores,
             &self.pending,
         );
         let shared = RunShared {
             instances: list,
             params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
             mode: RunMode::Train,
+            routes: Routes::new(&self.program),
         };
         let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin);
         let groups = shared.params.into_live_groups();
-        let updates = groups.iter().map(|g| g.updates).sum();
+        let masters = self.program.groups.iter().map(|info| info.master.is_none());
+        let updates = groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).sum();
         let pending: Vec<u64> = groups.iter().map(|g| g.pending).collect();
         drop(groups);
+        fold_replica_grads(&self.program.groups, &stores, &mut self.grads);
         let output = match result {
             Ok(output) => output,
             Err(e) => {
@@ -214,15 +226,19 @@ impl Executor {
         let list: Vec<&(dyn ExecInstance + Sync)> = vec![instance as &(dyn ExecInstance + Sync)];
         let mut grads = self.params.zeros_like();
         let mut scratch = self.optim.clone();
-        let groups = live_groups(&self.program.groups, &mut self.params, &mut grads, &mut scratch.tensors, &[]);
+        let mut stores = replica_stores(&self.program.groups, &self.params);
+        let groups =
+            live_groups(&self.program.groups, &mut self.params, &mut grads, &mut scratch.tensors, &mut stores, &[]);
         let shared = RunShared {
             instances: list,
             params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
             mode: RunMode::Grad,
+            routes: Routes::new(&self.program),
         };
         let config = ExecConfig { max_active_keys: 1, ..self.config.clone() };
         let result = controller::run(&self.program, &shared, &config, &[], self.origin);
         drop(shared);
+        fold_replica_grads(&self.program.groups, &stores, &mut grads);
         let output = result?;
         let loss =
             output.losses.first().copied().flatten().ok_or_else(|| ExecError::Config {
@@ -242,6 +258,7 @@ impl Executor {
             instances: list,
             params: ParamAccess::Frozen { params: &self.params, groups: &self.program.groups },
             mode,
+            routes: Routes::new(&self.program),
         };
         let output = controller::run(&self.program, &shared, &self.config, &[], self.origin)?;
         Ok((output, start.elapsed()))

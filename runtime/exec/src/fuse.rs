@@ -155,5 +155,7 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
         producers: plan.producers,
         group: None,
         worker: plan.worker,
+        replicas: Vec::new(),
+        replica_of: None,
     }));
 }

@@ -53,6 +53,7 @@ pub mod kernels;
 pub mod message;
 mod ops;
 mod program;
+mod replicas;
 pub mod trace;
 mod train;
 mod worker;

@@ -47,6 +47,11 @@ pub(crate) struct NodeInfo {
     /// The parameter group of a Ppt.
     pub group: Option<usize>,
     pub worker: usize,
+    /// A node with replicas: the nodes that serve its messages, itself first (see
+    /// `replicas`); empty otherwise.
+    pub replicas: Vec<u32>,
+    /// A replica: the node it copies.
+    pub replica_of: Option<u32>,
 }
 
 /// The tensors a Ppt prefix names (`cell` → `cell.weight`, `cell.bias`), who updates them
@@ -61,6 +66,11 @@ pub(crate) struct GroupInfo {
     /// The worker that counts finished instances for the group and applies its updates.
     pub owner: usize,
     pub min_update_frequency: u64,
+    /// A replica's group: the group it copies (which gathers its gradients and gives it
+    /// its values); the replica's node is its only node.
+    pub master: Option<usize>,
+    /// The groups of the replicas of this group's nodes.
+    pub replica_groups: Vec<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -122,6 +132,8 @@ impl Program {
                 producers,
                 group: None,
                 worker: 0,
+                replicas: Vec::new(),
+                replica_of: None,
             });
         }
         // The verifier guarantees exactly one source.
@@ -130,7 +142,8 @@ impl Program {
         if config.jit {
             crate::fuse::fuse(&mut nodes, graph);
         }
-        let groups = group_params(&mut nodes, params, config);
+        let mut groups = group_params(&mut nodes, params, config);
+        replicate(&mut nodes, &mut groups, config)?;
         let sinks: Vec<(u32, &str)> = nodes
             .iter()
             .flatten()
@@ -170,6 +183,10 @@ impl Program {
     /// `label (%N)`, for traces and messages.
     pub fn node_name(&self, index: u32) -> String {
         match self.node(index) {
+            Some(n) if n.replica_of.is_some() => {
+                let of = n.replica_of.unwrap_or(0);
+                format!("{} {} (%{index}, replica of %{of})", n.op.keyword(), n.label)
+            }
             Some(n) if !n.label.is_empty() => format!("{} {} (%{index})", n.op.keyword(), n.label),
             Some(n) => format!("{} (%{index})", n.op.keyword()),
             None => format!("%{index}"),
@@ -267,6 +284,8 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
                     nodes: Vec::new(),
                     owner: node.worker,
                     min_update_frequency: config.min_update_frequency,
+                    master: None,
+                    replica_groups: Vec::new(),
                 });
                 groups.len() - 1
             }
@@ -296,4 +315,78 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
         }
     }
     groups
+}
+
+/// Adds the replicas `config.replicas` asks for (see `crate::replicas`): per replicated
+/// Ppt node, R - 1 copies with fresh indices, each with its own parameter group.
+fn replicate(
+    nodes: &mut Vec<Option<NodeInfo>>,
+    groups: &mut Vec<GroupInfo>,
+    config: &ExecConfig,
+) -> Result<(), ExecError> {
+    for (selector, count) in &config.replicas {
+        let chosen: Vec<u32> = nodes
+            .iter()
+            .flatten()
+            .filter(|n| n.replica_of.is_none() && n.replicas.is_empty())
+            .filter(|n| match selector {
+                NodeSelector::Id(id) => *id == n.index,
+                NodeSelector::Label(label) => *label == n.label,
+            })
+            .map(|n| n.index)
+            .collect();
+        if chosen.is_empty() {
+            let message = format!("no node to replicate is `{}`", selector_text(selector));
+            return Err(ExecError::Config { message });
+        }
+        for index in chosen {
+            let Some(original) = nodes.get(index as usize).and_then(Option::clone) else { continue };
+            let Some(master) = original.group else {
+                let message = format!(
+                    "%{index} ({}) has no parameters: only linear and embedding nodes have replicas",
+                    original.op.keyword()
+                );
+                return Err(ExecError::Config { message });
+            };
+            if *count < 2 {
+                continue;
+            }
+            let mut serving = vec![index];
+            for r in 1..*count {
+                let replica = nodes.len() as u32;
+                let group = groups.len();
+                let worker = (original.worker + r) % config.workers;
+                groups.push(GroupInfo {
+                    prefix: groups[master].prefix.clone(),
+                    tensors: groups[master].tensors.clone(),
+                    nodes: vec![replica],
+                    owner: worker,
+                    min_update_frequency: groups[master].min_update_frequency,
+                    master: Some(master),
+                    replica_groups: Vec::new(),
+                });
+                groups[master].replica_groups.push(group);
+                nodes.push(Some(NodeInfo {
+                    index: replica,
+                    group: Some(group),
+                    worker,
+                    replicas: Vec::new(),
+                    replica_of: Some(index),
+                    ..original.clone()
+                }));
+                serving.push(replica);
+            }
+            if let Some(node) = nodes.get_mut(index as usize).and_then(Option::as_mut) {
+                node.replicas = serving;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn selector_text(selector: &NodeSelector) -> String {
+    match selector {
+        NodeSelector::Id(id) => format!("%{id}"),
+        NodeSelector::Label(label) => label.clone(),
+    }
 }

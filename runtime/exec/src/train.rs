@@ -164,22 +164,74 @@ impl<'a> ParamAccess<'a> {
     }
 }
 
+/// The tensors of a replica's group during a run: a copy of its master's values, its own
+/// gradient accumulators, and an optimizer state it never uses (the master updates).
+#[derive(Default)]
+pub(crate) struct ReplicaStore {
+    values: Vec<Vec<f32>>,
+    grads: Vec<Vec<f32>>,
+    optim: Vec<TensorState>,
+}
+
+/// One store per group: the master's current values for replica groups, empty for the
+/// others.
+pub(crate) fn replica_stores(groups: &[GroupInfo], params: &ParamSet) -> Vec<ReplicaStore> {
+    groups
+        .iter()
+        .map(|info| match info.master {
+            None => ReplicaStore::default(),
+            Some(_) => {
+                let values: Vec<Vec<f32>> =
+                    info.tensors.iter().filter(|&&i| i < params.len()).map(|&i| params.data(i).to_vec()).collect();
+                let grads = values.iter().map(|v| vec![0.0; v.len()]).collect();
+                let optim = values.iter().map(|_| TensorState { step: 0, m: Vec::new(), v: Vec::new() }).collect();
+                ReplicaStore { values, grads, optim }
+            }
+        })
+        .collect()
+}
+
+/// Adds what the replicas accumulated and their masters have not gathered into `grads`
+/// (at the end of a run: it carries over like any accumulated gradient).
+pub(crate) fn fold_replica_grads(groups: &[GroupInfo], stores: &[ReplicaStore], grads: &mut ParamSet) {
+    for (info, store) in groups.iter().zip(stores) {
+        for (&i, acc) in info.tensors.iter().zip(&store.grads) {
+            if i < grads.len() {
+                grads.data_mut(i).iter_mut().zip(acc).for_each(|(g, x)| *g += x);
+            }
+        }
+    }
+}
+
 /// Splits parameters, accumulators and optimizer states into live groups (every tensor
-/// belongs to at most one group).
+/// belongs to at most one group besides replica groups, whose tensors are in `stores`).
 pub(crate) fn live_groups<'a>(
     groups: &[GroupInfo],
     params: &'a mut ParamSet,
     grads: &'a mut ParamSet,
     optim: &'a mut [TensorState],
+    stores: &'a mut [ReplicaStore],
     pending: &[u64],
 ) -> Vec<LiveGroup<'a>> {
     let mut values: Vec<Option<&'a mut [f32]>> = params.iter_mut().map(|(_, v)| Some(v)).collect();
     let mut accs: Vec<Option<&'a mut [f32]>> = grads.iter_mut().map(|(_, v)| Some(v)).collect();
     let mut states: Vec<Option<&'a mut TensorState>> = optim.iter_mut().map(Some).collect();
+    let mut stores = stores.iter_mut();
     groups
         .iter()
         .enumerate()
         .map(|(g, info)| {
+            let store = stores.next();
+            if let (Some(_), Some(store)) = (info.master, store) {
+                let tensors = store
+                    .values
+                    .iter_mut()
+                    .zip(store.grads.iter_mut())
+                    .zip(store.optim.iter_mut())
+                    .map(|((value, grad), optim)| LiveTensor { value, grad, optim })
+                    .collect();
+                return LiveGroup { tensors, pending: 0, updates: 0, touched: false, version: 0 };
+            }
             let tensors = info
                 .tensors
                 .iter()

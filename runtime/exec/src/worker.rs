@@ -30,8 +30,10 @@ use crate::config::Fault;
 use crate::error::{ExecError, OpError};
 use crate::message::{key_of, Dir, Envelope, Key, Msg, Payload};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunShared};
-use crate::program::{NodeInfo, Program};
+use crate::program::{GroupInfo, NodeInfo, Program};
+use crate::replicas;
 use crate::trace::{TraceEvent, TraceKind};
+use crate::train::LiveGroup;
 use amp_params::OptimConfig;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::{HashMap, VecDeque};
@@ -43,8 +45,10 @@ use std::time::Instant;
 pub(crate) enum ToWorker {
     Work(Envelope),
     /// One more instance finished: each group the worker owns counts it, and updates when
-    /// it reached its `min_update_frequency`.
-    InstanceDone,
+    /// it reached its `min_update_frequency`; with `ack`, the worker answers `Updated`.
+    InstanceDone {
+        ack: bool,
+    },
     /// Finish: with `flush`, update the owned groups with whatever accumulated.
     Stop {
         flush: bool,
@@ -53,11 +57,28 @@ pub(crate) enum ToWorker {
 
 /// What workers tell the controller.
 pub(crate) enum Report {
-    Loss { instance: i64, node: u32, value: f32, correct: Option<bool> },
-    Output { instance: i64, node: u32, values: Vec<f32> },
-    Done { instance: usize },
+    Loss {
+        instance: i64,
+        node: u32,
+        value: f32,
+        correct: Option<bool>,
+    },
+    Output {
+        instance: i64,
+        node: u32,
+        values: Vec<f32>,
+    },
+    Done {
+        instance: usize,
+    },
+    /// The updates an `InstanceDone { ack: true }` asked for are applied.
+    Updated,
     Failed(ExecError),
-    Stopped { worker: usize, trace: Vec<TraceEvent>, held: Vec<(u32, usize)> },
+    Stopped {
+        worker: usize,
+        trace: Vec<TraceEvent>,
+        held: Vec<(u32, usize)>,
+    },
 }
 
 /// Counters the watchdog reads.
@@ -82,6 +103,8 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     pub trace: bool,
     /// At most this many messages per batch (at least 1).
     pub max_batch: usize,
+    /// Replicas take their master's values after every this many of its updates.
+    pub replica_sync: u64,
     pub fault: Option<Fault>,
 }
 
@@ -187,8 +210,11 @@ impl Worker<'_, '_> {
                 self.enqueue(env);
                 true
             }
-            ToWorker::InstanceDone => {
+            ToWorker::InstanceDone { ack } => {
                 self.count_instance();
+                if ack {
+                    let _ = self.setup.reports.send(Report::Updated);
+                }
                 true
             }
             ToWorker::Stop { flush } => {
@@ -303,6 +329,7 @@ impl Worker<'_, '_> {
         let start = self.setup.trace.then(Instant::now);
         let (dir, count) = (batch.dir, batch.msgs.len());
         let result = self.dispatch(node, batch);
+        self.setup.shared.routes.processed(node.index, count);
         if let Some(start) = start {
             let kind = if dir == Dir::Forward { TraceKind::Forward } else { TraceKind::Backward };
             self.record(node.index, kind, start, count);
@@ -387,11 +414,25 @@ impl Worker<'_, '_> {
         }
     }
 
-    /// Takes a credit for the message and delivers it locally or to its worker.
-    fn send(&mut self, env: Envelope) {
+    /// Takes a credit for the message and delivers it locally or to its worker; a message
+    /// for a node with replicas goes to one of them (see `crate::replicas`).
+    fn send(&mut self, mut env: Envelope) {
         if let Some(credit) = usize::try_from(env.msg.instance()).ok().and_then(|i| self.setup.credits.get(i)) {
             credit.fetch_add(1, Ordering::AcqRel);
         }
+        let routes = &self.setup.shared.routes;
+        if let Some(node) = self.setup.program.node(env.node).filter(|n| n.replicas.len() > 1) {
+            let key = key_of(&node.key, &env.msg.state);
+            env.node = match env.dir {
+                Dir::Forward => {
+                    let backward =
+                        if self.setup.shared.mode.backward() { node.consumers.first().map_or(0, Vec::len) } else { 0 };
+                    routes.forward(node.index, &node.replicas, key, backward)
+                }
+                Dir::Backward => routes.backward(node.index, key).unwrap_or(node.index),
+            };
+        }
+        routes.queued(env.node);
         let worker = self.setup.program.node(env.node).map_or(self.setup.id, |n| n.worker);
         if worker == self.setup.id {
             self.enqueue(env);
@@ -422,14 +463,14 @@ impl Worker<'_, '_> {
     fn count_instance(&mut self) {
         let program = self.setup.program;
         for (g, info) in program.groups.iter().enumerate() {
-            if info.owner != self.setup.id {
+            if info.owner != self.setup.id || info.master.is_some() {
                 continue;
             }
             let start = self.setup.trace.then(Instant::now);
             let updated = match self.setup.shared.params.live(g) {
                 Some(mut group) => {
                     group.pending += 1;
-                    group.pending >= info.min_update_frequency && group.update(&self.setup.optimizer)
+                    group.pending >= info.min_update_frequency && self.update(info, &mut group, false)
                 }
                 None => false,
             };
@@ -442,15 +483,38 @@ impl Worker<'_, '_> {
     fn flush(&mut self) {
         let program = self.setup.program;
         for (g, info) in program.groups.iter().enumerate() {
-            if info.owner != self.setup.id {
+            if info.owner != self.setup.id || info.master.is_some() {
                 continue;
             }
             let start = self.setup.trace.then(Instant::now);
-            let updated = self.setup.shared.params.live(g).is_some_and(|mut group| group.update(&self.setup.optimizer));
+            let updated = self.setup.shared.params.live(g).is_some_and(|mut group| self.update(info, &mut group, true));
             if let (true, Some(start)) = (updated, start) {
                 self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0);
             }
         }
+    }
+}
+
+impl Worker<'_, '_> {
+    /// Updates a master group: first gathers its replicas' gradients, then, after every
+    /// `replica_sync`-th update (and at a flush), gives them its values. The master is
+    /// locked throughout and each replica in turn (ops hold one group lock at a time).
+    fn update(&self, info: &GroupInfo, master: &mut LiveGroup, flush: bool) -> bool {
+        let params = &self.setup.shared.params;
+        for &r in &info.replica_groups {
+            if let Some(mut replica) = params.live(r) {
+                replicas::gather_grads(master, &mut replica);
+            }
+        }
+        let updated = master.update(&self.setup.optimizer);
+        if updated && (flush || master.updates % self.setup.replica_sync == 0) {
+            for &r in &info.replica_groups {
+                if let Some(mut replica) = params.live(r) {
+                    replicas::sync_values(master, &mut replica);
+                }
+            }
+        }
+        updated
     }
 }
 

@@ -84,6 +84,7 @@ pub(crate) struct RunShared<'a> {
     pub instances: Vec<&'a (dyn ExecInstance + Sync)>,
     pub params: ParamAccess<'a>,
     pub mode: RunMode,
+    pub routes: crate::replicas::Routes,
 }
 
 /// An op's view of the run while it handles one message.

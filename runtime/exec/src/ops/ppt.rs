@@ -235,6 +235,8 @@ mod tests {
             producers: vec![(0, 0)],
             group: Some(0),
             worker: 0,
+            replicas: Vec::new(),
+            replica_of: None,
         }
     }
 
@@ -270,13 +272,16 @@ mod tests {
             nodes: vec![1],
             owner: 0,
             min_update_frequency: 1,
+            master: None,
+            replica_groups: Vec::new(),
         }];
         let held = {
-            let live = live_groups(&groups, &mut params, &mut grads, &mut optim.tensors, &[]);
+            let live = live_groups(&groups, &mut params, &mut grads, &mut optim.tensors, &mut [], &[]);
             let shared = RunShared {
                 instances: Vec::new(),
                 params: ParamAccess::Live { groups: live.into_iter().map(Mutex::new).collect() },
                 mode: RunMode::Train,
+                routes: Default::default(),
             };
             let mut op = LinearOp::new(&node, &shared.params).unwrap();
             let mut out = Vec::new();
