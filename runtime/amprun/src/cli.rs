@@ -147,6 +147,14 @@ pub struct ExecArgs {
     /// group (to compare; results agree to rounding).
     #[arg(long)]
     pub no_jit: bool,
+    /// Run a Linear or Embedding node (a label or `%index`) as R copies on consecutive
+    /// workers, each message going to the least loaded: `--replicate cell=2`.
+    #[arg(long, value_name = "NODE=R", value_parser = parse_replicas)]
+    pub replicate: Vec<(NodeSelector, u64)>,
+    /// Replicas take the trained values after every this many updates (1: training is
+    /// exactly that without replicas).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub replica_sync: u64,
     /// End the run when no message was processed for this many seconds while instances
     /// are in flight.
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS", value_parser = parse_positive)]
@@ -290,6 +298,15 @@ fn parse_update_frequency(text: &str) -> Result<(NodeSelector, u64), String> {
         Ok(m) if m >= 1 => Ok((NodeSelector::parse(node), m)),
         _ => Err(format!("`{value}` is not a positive integer")),
     }
+}
+
+fn parse_replicas(text: &str) -> Result<(NodeSelector, u64), String> {
+    let (node, r) = parse_update_frequency(text).map_err(|e| e.replace("NODE=M", "NODE=R"))?;
+    let max = amp_exec::config::MAX_REPLICAS as u64;
+    if r > max {
+        return Err(format!("at most {max} replicas"));
+    }
+    Ok((node, r))
 }
 
 fn parse_positive(text: &str) -> Result<f64, String> {

@@ -116,8 +116,8 @@ pub struct Measure {
     busy_us: Vec<u64>,
     wall_s: f64,
     profile: ProfileCounter,
-    /// The graph nodes of each fused node (`Executor::fused_nodes`): the profile, which
-    /// is over the graph's nodes, shares a fused call's time among them.
+    /// The graph nodes each fused node (`Executor::fused_nodes`) or replica stands for:
+    /// the profile, which is over the graph's nodes, shares the call's time among them.
     fused: HashMap<u32, Vec<u32>>,
 }
 

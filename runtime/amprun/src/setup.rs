@@ -19,6 +19,8 @@ pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
         fault: args.fault.clone(),
         max_batch: usize::try_from(args.max_batch).unwrap_or(usize::MAX),
         jit: !args.no_jit,
+        replicas: args.replicate.iter().map(|(node, r)| (node.clone(), usize::try_from(*r).unwrap_or(1))).collect(),
+        replica_sync: args.replica_sync,
         ..ExecConfig::default()
     }
 }

@@ -158,7 +158,10 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         },
         pending: None,
     });
-    let measure = measuring(args).then(|| Measure::new(config.workers, executor.fused_nodes()));
+    let measure = measuring(args).then(|| {
+        let replicas = executor.replica_nodes().into_iter().map(|(replica, of)| (replica, vec![of]));
+        Measure::new(config.workers, executor.fused_nodes().into_iter().chain(replicas).collect())
+    });
     let mut run = TrainRun {
         args,
         name,
