@@ -131,6 +131,15 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
     }
     master.touched = true;
     replica.touched = false;
+    // The master's row log covers the replica's rows too, or neither is known.
+    match (&mut master.rows, replica.rows.take()) {
+        (Some(m), Some(r)) => {
+            m.width = r.width;
+            m.rows.extend(r.rows);
+        }
+        _ => master.rows = None,
+    }
+    replica.rows = Some(Default::default());
 }
 
 /// Gives a replica the master's values.

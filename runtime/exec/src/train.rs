@@ -26,6 +26,17 @@ pub(crate) struct LiveGroup<'a> {
     pub touched: bool,
     /// Bumped whenever the values change (see [`GroupView::version`]).
     pub version: u64,
+    /// The rows of tensor 0 (`width` values each) that gradients reached since the last
+    /// update, when that is all they reached (an embedding's table); `None` when unknown
+    /// (at the start of a run accumulators can carry over from the last; a dense gradient).
+    pub rows: Option<RowLog>,
+}
+
+/// The rows of a table that gradients reached, in arrival order (repeats allowed).
+#[derive(Default)]
+pub(crate) struct RowLog {
+    pub width: usize,
+    pub rows: Vec<usize>,
 }
 
 impl LiveGroup<'_> {
@@ -41,11 +52,19 @@ impl LiveGroup<'_> {
         if self.pending == 0 {
             return false;
         }
-        if !self.touched && config.kind == OptimizerKind::Sgd && config.weight_decay == 0.0 {
+        let plain_sgd = config.kind == OptimizerKind::Sgd && config.weight_decay == 0.0;
+        if !self.touched && plain_sgd {
             self.tensors.iter_mut().for_each(|t| t.optim.step += 1);
             self.pending = 0;
             self.updates += 1;
+            self.rows = Some(RowLog::default());
             return true;
+        }
+        if plain_sgd && self.tensors.len() == 1 {
+            if let Some(log) = self.rows.take() {
+                self.update_rows(config, log);
+                return true;
+            }
         }
         let mut scale = 1.0 / self.pending as f32;
         if let Some(max_norm) = config.clip_norm {
@@ -60,7 +79,40 @@ impl LiveGroup<'_> {
         self.updates += 1;
         self.touched = false;
         self.version += 1;
+        self.rows = Some(RowLog::default());
         true
+    }
+
+    /// Plain SGD on the logged rows only: the other rows' gradients are zero, so this is
+    /// the dense update (same values, same clipping norm) at a fraction of the cost on a
+    /// large embedding table.
+    fn update_rows(&mut self, config: &OptimConfig, mut log: RowLog) {
+        log.rows.sort_unstable();
+        log.rows.dedup();
+        let pending = self.pending.max(1);
+        if let Some(t) = self.tensors.first_mut() {
+            let w = log.width;
+            let len = t.grad.len().min(t.value.len());
+            let rows: Vec<usize> = log.rows.into_iter().filter(|r| (r + 1) * w <= len).collect();
+            let mut scale = 1.0 / pending as f32;
+            if let Some(max_norm) = config.clip_norm {
+                let norm = global_norm(rows.iter().map(|&r| &t.grad[r * w..(r + 1) * w]), scale);
+                scale *= clip_coefficient(norm, max_norm);
+            }
+            for &r in &rows {
+                let (value, grad) = (&mut t.value[r * w..(r + 1) * w], &mut t.grad[r * w..(r + 1) * w]);
+                for (p, g) in value.iter_mut().zip(grad.iter_mut()) {
+                    *p -= config.lr * (*g * scale);
+                    *g = 0.0;
+                }
+            }
+            t.optim.step += 1;
+        }
+        self.pending = 0;
+        self.updates += 1;
+        self.touched = false;
+        self.version += 1;
+        self.rows = Some(RowLog::default());
     }
 }
 
@@ -100,13 +152,18 @@ impl GroupView<'_, '_> {
         }
     }
 
-    /// The group's `i`-th tensor's values and gradient accumulator (training only).
-    pub fn value_and_grad(&mut self, i: usize) -> Option<(&[f32], &mut [f32])> {
+    /// The gradient accumulator of row `row` (`width` values) of the group's first
+    /// tensor (training only; `None` past its end), logged for the row-sparse update.
+    pub fn row_grad(&mut self, row: usize, width: usize) -> Option<&mut [f32]> {
         match self {
             GroupView::Frozen(_) => None,
             GroupView::Live(g) => {
                 g.touched = true;
-                g.tensors.get_mut(i).map(|t| (&*t.value, &mut *t.grad))
+                if let Some(log) = &mut g.rows {
+                    log.width = width;
+                    log.rows.push(row);
+                }
+                g.tensors.first_mut().and_then(|t| t.grad.get_mut(row * width..(row + 1) * width))
             }
         }
     }
@@ -117,6 +174,7 @@ impl GroupView<'_, '_> {
             GroupView::Frozen(_) => None,
             GroupView::Live(g) => {
                 g.touched = true;
+                g.rows = None;
                 match g.tensors.as_mut_slice() {
                     [w, b, ..] => Some((&*w.value, &*b.value, &mut *w.grad, &mut *b.grad)),
                     _ => None,
@@ -230,7 +288,8 @@ pub(crate) fn live_groups<'a>(
                     .zip(store.optim.iter_mut())
                     .map(|((value, grad), optim)| LiveTensor { value, grad, optim })
                     .collect();
-                return LiveGroup { tensors, pending: 0, updates: 0, touched: false, version: 0 };
+                let rows = Some(RowLog::default());
+                return LiveGroup { tensors, pending: 0, updates: 0, touched: false, version: 0, rows };
             }
             let tensors = info
                 .tensors
@@ -242,7 +301,47 @@ pub(crate) fn live_groups<'a>(
                     Some(LiveTensor { value, grad, optim })
                 })
                 .collect();
-            LiveGroup { tensors, pending: pending.get(g).copied().unwrap_or(0), updates: 0, touched: true, version: 0 }
+            let pending = pending.get(g).copied().unwrap_or(0);
+            // Accumulators carried over hold the gradients of counted instances only: with
+            // none pending they are zero, and the row log starts complete.
+            let rows = (pending == 0).then(RowLog::default);
+            LiveGroup { tensors, pending, updates: 0, touched: true, version: 0, rows }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row-sparse SGD update equals the dense one, clipping included.
+    #[test]
+    fn row_sparse_sgd_equals_the_dense_update() {
+        let width = 3;
+        // Gradients in rows 1 and 3 only.
+        let grad: Vec<f32> =
+            (0..5 * width).map(|i| if matches!(i / width, 1 | 3) { 0.5 + i as f32 } else { 0.0 }).collect();
+        let values: Vec<f32> = (0..5 * width).map(|i| i as f32 * 0.1).collect();
+        let run = |rows: Option<RowLog>| {
+            let (mut value, mut grad) = (values.clone(), grad.clone());
+            let mut optim = TensorState { step: 0, m: Vec::new(), v: Vec::new() };
+            let mut group = LiveGroup {
+                tensors: vec![LiveTensor { value: &mut value, grad: &mut grad, optim: &mut optim }],
+                pending: 2,
+                updates: 0,
+                touched: true,
+                version: 0,
+                rows,
+            };
+            let config = OptimConfig::sgd(0.3).with_clip_norm(1.0);
+            assert!(group.update(&config));
+            drop(group);
+            (value, grad, optim.step)
+        };
+        let dense = run(None);
+        let sparse = run(Some(RowLog { width, rows: vec![3, 1, 3] }));
+        assert_eq!(dense, sparse);
+        assert!(dense.1.iter().all(|&g| g == 0.0));
+        assert_ne!(dense.0, values, "the update moved the logged rows");
+    }
 }

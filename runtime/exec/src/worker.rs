@@ -18,7 +18,7 @@
 //! taking the front of its node's queue. A node whose op batches (`linear`) takes, with
 //! its front message, the messages right behind it of the same direction and port, up to
 //! `max_batch`, and their later tickets find the queue emptier (a ticket for an empty
-//! queue is skipped). The tickets of batching nodes wait in a second line, served only
+//! queue is skipped). The tickets of nodes whose op waits for batches (`linear`; not fused kernels) wait in a second line, served only
 //! when no other work is queued: the other nodes first carry every instance as far as it
 //! goes, so that a Linear node then finds the messages of all of them (in Tree-LSTM at 16
 //! instances in flight this doubled the mean backward batch). With `max_batch` 1 there is
@@ -229,7 +229,7 @@ impl Worker<'_, '_> {
     fn enqueue(&mut self, env: Envelope) {
         match self.slots.get_mut(env.node as usize).and_then(Option::as_mut) {
             Some(slot) => {
-                if slot.op.batches() && self.setup.max_batch > 1 {
+                if slot.op.waits_for_batches() && self.setup.max_batch > 1 {
                     self.deferred.push_back(env.node);
                 } else {
                     self.tickets.push_back(env.node);

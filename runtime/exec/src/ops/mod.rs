@@ -173,6 +173,12 @@ pub(crate) trait NodeOp: Send {
     fn batches(&self) -> bool {
         false
     }
+    /// Whether the worker holds this op's messages back until no other work is queued, so
+    /// that batches grow (see `worker`): worth it where a batch is much cheaper per
+    /// message than one message (a GEMM), not for elementwise kernels.
+    fn waits_for_batches(&self) -> bool {
+        self.batches()
+    }
     /// Several forward messages on one port, in queue order (dynamic batching). Each
     /// message's results, and what it caches, must be those of [`NodeOp::forward`] on it
     /// alone, emitted in the same order; the default does exactly that.

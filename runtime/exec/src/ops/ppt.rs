@@ -200,8 +200,8 @@ impl NodeOp for EmbeddingOp {
         let row = self.row(cx, &grad.state)?;
         {
             let mut view = cx.params().group(self.group);
-            if let Some((_, acc)) = view.value_and_grad(0) {
-                kernels::axpy(1.0, grad.payload.values(), &mut acc[row * self.dim..(row + 1) * self.dim]);
+            if let Some(acc) = view.row_grad(row, self.dim) {
+                kernels::axpy(1.0, grad.payload.values(), acc);
             }
         }
         cx.backward(0, grad.with_payload(Payload::Unit));
