@@ -14,6 +14,7 @@
 //!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
 //!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--profile p.json]
 //!        [--report-utilization] [--max-batch N] [--no-jit]
+//!        [--replicate NODE=R ...] [--replica-sync N]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
 //! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
@@ -79,7 +80,12 @@
 //! **Speed.** Each fusion group of elementwise nodes runs as one kernel that Cranelift
 //! compiled when the graph was loaded (`amp-jit`); `--no-jit` runs its nodes one by one
 //! instead (same results to rounding, to compare speed). Linear nodes and fused kernels
-//! take up to `--max-batch` waiting messages (default 64) as one call.
+//! take up to `--max-batch` waiting messages (default 64) as one call. `--replicate
+//! cell=2` runs the Linear or Embedding node `cell` (a label or `%index`) as 2 copies on
+//! consecutive workers, each message going to the least loaded copy; the copies take the
+//! trained values after every `--replica-sync N` updates (default 1: training is then
+//! exactly that without replicas). `ampc compile --workers N --emit plan` proposes
+//! replicas for bottleneck nodes.
 //!
 //! **Exit codes.**
 //!

@@ -9,12 +9,14 @@
 //! optimizer state, [`EpochStats`] / [`EvalStats`] (loss per instance, accuracy,
 //! throughput), inference outputs, single-instance gradients, trace events
 //! ([`trace::write_chrome_trace`]), and [`ExecError`]s that name the node and worker.
-//! Depends on `amp-ir`, `amp-params` (optimizers), `amp-data`, crossbeam-channel
+//! Depends on `amp-ir`, `amp-jit` (fused kernels), `amp-params` (optimizers), `amp-data`, crossbeam-channel
 //! (queues between workers), serde_json (trace output) and gemm (the Linear products;
 //! chosen over matrixmultiply by `cargo bench -p amp-benches --bench gemm`).
 //!
 //! Layout: [`message`] (payloads, states, keys), `ops/` (the forward and backward of each
 //! op family), `program` (the graph resolved for execution, parameter groups, placement),
+//! `fuse` (fusion groups replaced by nodes calling their JIT kernels), `replicas` (copies
+//! of Ppt nodes and their routing),
 //! `worker` (a worker thread: queues, routing, fan-in of gradients, credit counting,
 //! local updates), `controller` (admission, synchronous update boundaries, watchdog),
 //! `train` (live parameter groups), [`trace`], `executor` (the API).
@@ -39,6 +41,10 @@
 //!   message per element) and collect its gradients under the enclosing context's key,
 //!   `group` closes one. Routing, selection and ordering of ties match the reference
 //!   evaluator (`amp-reference`), which the tests hold the executor's gradients to.
+//! - JIT (`ExecConfig::jit`, on by default): each fusion group `amp-jit` compiles runs as
+//!   one node calling its Cranelift kernel, batching like a Linear node; results equal
+//!   node-by-node execution to rounding.
+//! - Replicas (`ExecConfig::replicas`): see the `replicas` module.
 //! - A non-finite loss sends no gradient back; the run stops with
 //!   [`ExecError::NonFiniteLoss`] naming the instance, accumulators are cleared and the
 //!   parameters are those of the last update.
