@@ -18,11 +18,12 @@
 //! taking the front of its node's queue. A node whose op batches (`linear`) takes, with
 //! its front message, the messages right behind it of the same direction and port, up to
 //! `max_batch`, and their later tickets find the queue emptier (a ticket for an empty
-//! queue is skipped). The tickets of nodes whose op waits for batches (`linear`; not fused kernels) wait in a second line, served only
-//! when no other work is queued: the other nodes first carry every instance as far as it
-//! goes, so that a Linear node then finds the messages of all of them (in Tree-LSTM at 16
-//! instances in flight this doubled the mean backward batch). With `max_batch` 1 there is
-//! no second line and this is exactly first-come first-served. When its queues run dry
+//! queue is skipped). The tickets of nodes whose op waits for batches (`linear`, not the
+//! fused kernels) wait in a second line, served only when no other work is queued: the
+//! other nodes first carry every instance as far as it goes, so that a Linear node then
+//! finds the messages of all of them (in Tree-LSTM at 16 instances in flight this doubled
+//! the mean backward batch). With `max_batch` 1 there is no second line and this is
+//! exactly first-come first-served. When its queues run dry
 //! the worker waits on its channel, then takes everything already there, so that the
 //! messages of all instances in flight wait together.
 
