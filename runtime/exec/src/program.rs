@@ -183,8 +183,7 @@ impl Program {
     /// `label (%N)`, for traces and messages.
     pub fn node_name(&self, index: u32) -> String {
         match self.node(index) {
-            Some(n) if n.replica_of.is_some() => {
-                let of = n.replica_of.unwrap_or(0);
+            Some(n @ NodeInfo { replica_of: Some(of), .. }) => {
                 format!("{} {} (%{index}, replica of %{of})", n.op.keyword(), n.label)
             }
             Some(n) if !n.label.is_empty() => format!("{} {} (%{index})", n.op.keyword(), n.label),

@@ -55,9 +55,7 @@ impl LiveGroup<'_> {
         let plain_sgd = config.kind == OptimizerKind::Sgd && config.weight_decay == 0.0;
         if !self.touched && plain_sgd {
             self.tensors.iter_mut().for_each(|t| t.optim.step += 1);
-            self.pending = 0;
-            self.updates += 1;
-            self.rows = Some(RowLog::default());
+            self.finish_update(false);
             return true;
         }
         if plain_sgd && self.tensors.len() == 1 {
@@ -75,12 +73,20 @@ impl LiveGroup<'_> {
             update_tensor(config, t.optim, t.value, t.grad, scale);
             t.grad.iter_mut().for_each(|g| *g = 0.0);
         }
+        self.finish_update(true);
+        true
+    }
+
+    /// The bookkeeping of every update: nothing pending, accumulators (now zero) complete
+    /// in the row log; `moved` when the values changed.
+    fn finish_update(&mut self, moved: bool) {
         self.pending = 0;
         self.updates += 1;
-        self.touched = false;
-        self.version += 1;
+        if moved {
+            self.touched = false;
+            self.version += 1;
+        }
         self.rows = Some(RowLog::default());
-        true
     }
 
     /// Plain SGD on the logged rows only: the other rows' gradients are zero, so this is
@@ -108,11 +114,7 @@ impl LiveGroup<'_> {
             }
             t.optim.step += 1;
         }
-        self.pending = 0;
-        self.updates += 1;
-        self.touched = false;
-        self.version += 1;
-        self.rows = Some(RowLog::default());
+        self.finish_update(true);
     }
 }
 

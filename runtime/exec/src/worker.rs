@@ -421,8 +421,10 @@ impl Worker<'_, '_> {
         if let Some(credit) = usize::try_from(env.msg.instance()).ok().and_then(|i| self.setup.credits.get(i)) {
             credit.fetch_add(1, Ordering::AcqRel);
         }
+        let program = self.setup.program;
         let routes = &self.setup.shared.routes;
-        if let Some(node) = self.setup.program.node(env.node).filter(|n| n.replicas.len() > 1) {
+        let mut target = program.node(env.node);
+        if let Some(node) = target.filter(|n| n.replicas.len() > 1) {
             let key = key_of(&node.key, &env.msg.state);
             env.node = match env.dir {
                 Dir::Forward => {
@@ -432,9 +434,10 @@ impl Worker<'_, '_> {
                 }
                 Dir::Backward => routes.backward(node.index, key).unwrap_or(node.index),
             };
+            target = program.node(env.node);
         }
         routes.queued(env.node);
-        let worker = self.setup.program.node(env.node).map_or(self.setup.id, |n| n.worker);
+        let worker = target.map_or(self.setup.id, |n| n.worker);
         if worker == self.setup.id {
             self.enqueue(env);
         } else if let Some(peer) = self.setup.peers.get(worker) {
