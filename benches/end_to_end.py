@@ -7,6 +7,8 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py jit        # JIT on vs --no-jit
     python3 benches/end_to_end.py batching   # --max-batch 64 vs 1
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
+    cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
+    python3 benches/end_to_end.py build --baseline /tmp/amprun.before
 
 Data: the shipped list-reduce and MoE files, the digits, SST and molecule files of
 `../shared/data` (first N instances each, see CASES). One worker, 16 instances in flight,
@@ -43,16 +45,17 @@ COMMON = ["--epochs", "1", "--max-active-keys", "16", "--async", "--min-update-f
 SETUPS = {
     "jit": (("--no-jit", ["--no-jit"]), ("jit", [])),
     "batching": (("max-batch 1", ["--max-batch", "1"]), ("max-batch 64", ["--max-batch", "64"])),
+    "build": (("baseline", []), ("this build", [])),
 }
 
 
-def throughput(model, extra, tmp):
+def throughput(model, extra, tmp, amprun=AMPRUN):
     args, limit = CASES[model]
     args = [a.replace("{tmp}", tmp) for a in args]
     metrics = os.path.join(tmp, f"{model}.metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = [AMPRUN, "train", *args, "--limit", str(limit), *COMMON, *extra, "--metrics", metrics]
+    cmd = [amprun, "train", *args, "--limit", str(limit), *COMMON, *extra, "--metrics", metrics]
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
@@ -66,7 +69,11 @@ def main():
     parser.add_argument("setup", choices=sorted(SETUPS))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--baseline", help="build: the amprun binary to compare this build's with")
     opts = parser.parse_args()
+    if (opts.setup == "build") != (opts.baseline is not None):
+        sys.exit("--baseline BINARY goes with the build setup, and only with it")
+    baseline = os.path.abspath(opts.baseline) if opts.baseline else AMPRUN
     if not os.path.exists(AMPRUN):
         sys.exit("build first: cargo build --release -p amprun")
     (off_name, off), (on_name, on) = SETUPS[opts.setup]
@@ -76,7 +83,7 @@ def main():
         for model in opts.models:
             a, b = [], []
             for _ in range(opts.runs):
-                a.append(throughput(model, off, tmp))
+                a.append(throughput(model, off, tmp, baseline))
                 b.append(throughput(model, on, tmp))
             ma, mb = statistics.median(a), statistics.median(b)
             print(f"{model:<12} {ma:>12.0f} {mb:>12.0f} {mb / ma:>6.2f}x", flush=True)
