@@ -164,26 +164,29 @@ impl Executor {
         let start = Instant::now();
         let list: Vec<&(dyn ExecInstance + Sync)> = instances.iter().map(|i| i as &(dyn ExecInstance + Sync)).collect();
         let mut stores = replica_stores(&self.program.groups, &self.params);
-        let groups = live_groups(
-            &self.program.groups,
-            &mut self.params,
-            &mut self.grads,
-            &mut self.optim.tensors,
-            &mut stores,
-            &self.pending,
-        );
-        let shared = RunShared {
-            instances: list,
-            params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
-            mode: RunMode::Train,
-            routes: Routes::new(&self.program),
+        // The live groups end in this block: dropping them settles their accumulators.
+        let (result, updates, pending) = {
+            let groups = live_groups(
+                &self.program.groups,
+                &mut self.params,
+                &mut self.grads,
+                &mut self.optim.tensors,
+                &mut stores,
+                &self.pending,
+            );
+            let shared = RunShared {
+                instances: list,
+                params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
+                mode: RunMode::Train,
+                routes: Routes::new(&self.program),
+            };
+            let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin);
+            let groups = shared.params.into_live_groups();
+            let masters = self.program.groups.iter().map(|info| info.master.is_none());
+            let updates: u64 = groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).sum();
+            let pending: Vec<u64> = groups.iter().map(|g| g.pending).collect();
+            (result, updates, pending)
         };
-        let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin);
-        let groups = shared.params.into_live_groups();
-        let masters = self.program.groups.iter().map(|info| info.master.is_none());
-        let updates = groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).sum();
-        let pending: Vec<u64> = groups.iter().map(|g| g.pending).collect();
-        drop(groups);
         fold_replica_grads(&self.program.groups, &stores, &mut self.grads);
         let output = match result {
             Ok(output) => output,

@@ -123,6 +123,7 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
     if !replica.touched {
         return;
     }
+    replica.settle();
     for (m, r) in master.tensors.iter_mut().zip(replica.tensors.iter_mut()) {
         for (g, x) in m.grad.iter_mut().zip(r.grad.iter_mut()) {
             *g += *x;

@@ -133,8 +133,8 @@ impl NodeOp for LinearOp {
         Ok(())
     }
 
-    /// One GEMM for the input gradients of all the messages and one accumulating GEMM for
-    /// the weight gradient, under one lock of the group.
+    /// One GEMM for the input gradients of all the messages, under one lock of the group,
+    /// which adds the weight gradient later, over many batches (`GroupView::linear_backward`).
     fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
         let xs = grads.iter().map(|g| self.cache.take(&cx.key(&g.state))).collect::<Result<Vec<Payload>, _>>()?;
         let rows = self.rows_of(xs.iter().map(|x| x.values().len()));
@@ -146,14 +146,7 @@ impl NodeOp for LinearOp {
         let x = stack(xs.iter().map(Payload::values));
         let dy = stack(grads.iter().map(|g| g.payload.values()));
         let mut dx = vec![0.0; x.len()];
-        {
-            let mut view = cx.params().group(self.group);
-            if let Some((w, _, dw, db)) = view.linear_parts() {
-                kernels::linear_input_grad_into(&dy, w, &mut dx, self.inp, self.out);
-                kernels::linear_weight_grad(&dy, &x, dw, self.inp, self.out);
-                kernels::linear_bias_grad(&dy, db);
-            }
-        }
+        cx.params().group(self.group).linear_backward(&dy, &x, &mut dx, self.inp, self.out);
         for (grad, dx) in grads.into_iter().zip(unstack(dx, &rows, self.inp)) {
             cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
         }
