@@ -137,6 +137,8 @@ struct Worker<'s, 'a> {
     queued: usize,
     events: Vec<TraceEvent>,
     emitted: Vec<Emit>,
+    /// The instances of the batch being handled (kept to reuse its allocation).
+    instances: Vec<i64>,
 }
 
 /// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
@@ -155,6 +157,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         queued: 0,
         events: Vec::new(),
         emitted: Vec::new(),
+        instances: Vec::new(),
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
     // so that the controller always hears from every worker.
@@ -313,7 +316,9 @@ impl Worker<'_, '_> {
         let Some(node) = program.node(batch.node) else {
             return Err(ExecError::Config { message: format!("message for missing node %{}", batch.node) });
         };
-        let instances: Vec<i64> = batch.msgs.iter().map(Msg::instance).collect();
+        let mut instances = std::mem::take(&mut self.instances);
+        instances.clear();
+        instances.extend(batch.msgs.iter().map(Msg::instance));
         let ty = match batch.dir {
             Dir::Forward => node.inputs.get(usize::from(batch.port)),
             Dir::Backward => node.outputs.get(usize::from(batch.port)),
@@ -337,13 +342,16 @@ impl Worker<'_, '_> {
         }
         // A batch's error names its first instance; the op's error names the key.
         result.map_err(|e| self.node_error(node, instances.first().copied().unwrap_or(-1), e))?;
-        let emitted = std::mem::take(&mut self.emitted);
-        for emit in emitted {
+        // Taken and put back, to keep its allocation.
+        let mut emitted = std::mem::take(&mut self.emitted);
+        for emit in emitted.drain(..) {
             self.route(node, emit);
         }
-        for instance in instances {
+        self.emitted = emitted;
+        for &instance in &instances {
             self.release(instance);
         }
+        self.instances = instances;
         Ok(())
     }
 
