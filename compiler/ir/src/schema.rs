@@ -196,10 +196,11 @@ impl Schema {
                 let parts: Vec<String> = ts.iter().map(|t| self.ty_name(t)).collect();
                 format!("({})", parts.join(", "))
             }
+            // Quoted as in the declarations when the name is not an identifier.
             DataTy::Record(r) => {
-                self.records.get(*r as usize).map_or_else(|| format!("record#{r}"), |r| r.name.clone())
+                self.records.get(*r as usize).map_or_else(|| format!("record#{r}"), |r| field_name(&r.name))
             }
-            DataTy::Enum(e) => self.enums.get(*e as usize).map_or_else(|| format!("enum#{e}"), |e| e.name.clone()),
+            DataTy::Enum(e) => self.enums.get(*e as usize).map_or_else(|| format!("enum#{e}"), |e| field_name(&e.name)),
         }
     }
 

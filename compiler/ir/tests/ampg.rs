@@ -30,6 +30,21 @@ fn fixtures_round_trip() {
     }
 }
 
+/// Type names that are not identifiers print quoted where they are used, as where they are
+/// declared (a bit flip once turned `Tree` into `Tr%e` and the field `tree: Tr%e` did not
+/// parse back).
+#[test]
+fn odd_type_names_print_quoted_everywhere() {
+    let mut graph = every_op();
+    let schema = graph.input.as_mut().expect("every_op reads data");
+    schema.enums[0].name = "Tr%e".into();
+    schema.records[0].name = "Ed ge".into();
+    let text = print(&graph);
+    assert!(text.contains("tree: \"Tr%e\""), "{text}");
+    let parsed = amp_ir::text::parse(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
+    assert_eq!(print(&parsed), text);
+}
+
 #[test]
 fn header_is_magic_then_little_endian_version() {
     let bytes = write(&straight_line(), None);
