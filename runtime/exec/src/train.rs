@@ -40,8 +40,8 @@ pub(crate) struct LiveGroup<'a> {
 /// there, and always before anything reads the accumulator (an update, a master gathering
 /// a replica's gradients, the group's end). A batch of a few rows makes the product a
 /// rank-few update of the whole `[out, inp]` accumulator, which reads and writes all of it
-/// for little arithmetic: memory-bound, and a quarter of Tree-LSTM's training time before
-/// this. Deferred, the same sum runs at the GEMM's speed.
+/// for little arithmetic (memory-bound); deferred, the same sum runs at the GEMM's speed.
+/// The buffers keep their capacity: at most `DEFERRED_ROWS × (inp + out)` values a group.
 #[derive(Default)]
 pub(crate) struct DeferredProducts {
     inp: usize,
