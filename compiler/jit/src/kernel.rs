@@ -76,7 +76,7 @@ impl Kernel {
     }
 
     /// The same call through the interpreter (op by op, Rust's `f32` functions): the
-    /// differential oracle and the `--no-jit` path.
+    /// differential oracle of the tests and benches.
     pub fn run_interpreted(
         &self,
         pass: Pass,

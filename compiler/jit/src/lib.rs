@@ -34,7 +34,8 @@
 //! back to the source port `inputs[i]`: it is already the sum over all the edges in
 //! `input_edges[i]`, so the source must count the group as one consumer (or receive
 //! zeros on the other edges). Groups in [`CompiledGroups::refused`] run node by node as before.
-//! `--no-jit` calls [`Kernel::run_interpreted`] with the same arguments.
+//! `amprun --no-jit` compiles no kernels: every node runs by itself through the executor's
+//! own ops. [`Kernel::run_interpreted`] is the oracle the tests and benches compare with.
 
 #![deny(unsafe_code)]
 
