@@ -227,8 +227,7 @@ impl GroupView<'_, '_> {
         kernels::linear_bias_grad(dy, b.grad);
         g.touched = true;
         g.rows = None;
-        let d = &mut g.deferred;
-        if (d.inp, d.out) != (inp, out) {
+        if (g.deferred.inp, g.deferred.out) != (inp, out) {
             g.settle();
             g.deferred.inp = inp;
             g.deferred.out = out;
