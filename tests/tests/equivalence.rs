@@ -171,18 +171,26 @@ model M {
 }
 "#;
     let c = compile_source("enum", source, Vec::new());
-    let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
-    let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 9);
-    let schema = c.graph.input.clone().expect("schema");
-    let mut executor = Executor::new(&c.graph, params.clone(), ExecConfig::default()).expect("executor");
     let x = |v: [f32; 4]| Value::Tensor(Tensor::new(vec![4], v.to_vec()).unwrap());
     let shapes = [
         Value::Variant { tag: 0, fields: vec![Value::Int(3)] },
         Value::Variant { tag: 0, fields: vec![Value::Int(1)] },
         Value::Variant { tag: 1, fields: vec![Value::Int(2), Value::Int(0)] },
     ];
-    for (i, shape) in shapes.into_iter().enumerate() {
-        let value = Value::Record(vec![shape, x([1.0, -2.0, 0.5, 3.0]), Value::Int(i as i64)]);
+    let values = shapes.into_iter().enumerate().map(|(i, shape)| {
+        Value::Record(vec![shape, x([1.0, -2.0, 0.5, 3.0]), Value::Int(i as i64)])
+    });
+    assert_values_match(&c, values.collect(), ExecConfig::default());
+}
+
+/// The executor's loss and gradients on each value equal the reference's; returns the
+/// executor.
+fn assert_values_match(c: &Compiled, values: Vec<Value>, config: ExecConfig) -> Executor {
+    let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
+    let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 9);
+    let schema = c.graph.input.clone().expect("schema");
+    let mut executor = Executor::new(&c.graph, params.clone(), config).expect("executor");
+    for (i, value) in values.into_iter().enumerate() {
         let (ref_loss, ref_grads) = reference.loss_and_grads(&params, &value).expect("reference runs");
         let inst = Instance::new(&schema, value).expect("instance");
         let (loss, grads) = executor.grads(&inst).expect("executor runs");
@@ -191,6 +199,49 @@ model M {
             let err = relative_error(grads.get(&spec.name).expect("gradient"), expected);
             assert!(err <= 1e-5, "#{i}: gradient of `{}` differs by {err:e}", spec.name);
         }
+    }
+    executor
+}
+
+/// A fusion group reads the parts of a split that only it reads as slices of the split's
+/// input (one message each way instead of one per part): a part read twice, a part read
+/// by nobody (its gradient is zero), and beside them a split with a part read outside the
+/// group, which stays a node. Both runs match the reference.
+#[test]
+fn fusion_groups_absorb_the_splits_only_they_read() {
+    let source = r#"
+record R { x: f32[4], label: int }
+model M {
+    param a = Linear(4, 12);
+    param b = Linear(4, 9);
+    param c = Linear(3, 3);
+    fn forward(r: R) -> f32[3] {
+        let [p, q, s, unused] = split(a(r.x), 4);
+        let [u, v, w] = split(b(r.x), 3);
+        sigmoid(p) * tanh(q) + p * s - u * v + c(w)
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let c = compile_source("splits", source, Vec::new());
+    let values: Vec<Value> = [[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0]]
+        .into_iter()
+        .enumerate()
+        .map(|(i, x)| Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)]))
+        .collect();
+    for jit in [true, false] {
+        let executor = assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
+        let splits: Vec<u32> = c
+            .graph
+            .nodes
+            .node_indices()
+            .filter(|&i| matches!(c.graph.nodes[i].op, amp_ir::Op::Split { .. }))
+            .map(|i| i.index() as u32)
+            .collect();
+        let absorbed: Vec<u32> =
+            executor.fused_nodes().iter().flat_map(|(_, m)| m.clone()).filter(|m| splits.contains(m)).collect();
+        assert_eq!(splits.len(), 2);
+        assert_eq!(absorbed.len(), usize::from(jit), "jit {jit}: splits {splits:?}, absorbed {absorbed:?}");
     }
 }
 

@@ -10,10 +10,16 @@
 //! reads the fused node's output port. Groups the JIT refuses, groups of batch payloads,
 //! and a group wired directly to a group fused before it run node by node as without the
 //! JIT.
+//!
+//! A `split` whose every output feeds only the group (Tree-LSTM's gates) joins it too:
+//! its kernel inputs become slices of one input port, the split's own input, and the
+//! gradients of those slices go back as one message (zeros where an output of the split
+//! is unused). A split costs a message per part each way plus a join of the gradients;
+//! in Tree-LSTM they were a sixth of every tree's messages.
 
-use crate::ops::FusedGroup;
+use crate::ops::{FusedGroup, InputSlice};
 use crate::program::{ExecOp, NodeInfo};
-use amp_ir::{FieldId, Graph, PayloadTy};
+use amp_ir::{FieldId, Graph, Op, PayloadTy};
 use amp_jit::{compile_groups, FusionGroup, KernelCache, VerifiedGraph};
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -52,10 +58,12 @@ pub(crate) fn fuse(nodes: &mut Vec<Option<NodeInfo>>, graph: &Graph) -> usize {
 
 /// The fused node's wiring, worked out before anything changes.
 struct GroupPlan {
+    /// The graph nodes the fused node replaces: the group's, then the splits it absorbs.
     members: Vec<u32>,
     inputs: Vec<PayloadTy>,
     outputs: Vec<PayloadTy>,
     producers: Vec<(u32, u16)>,
+    slices: Vec<InputSlice>,
     consumers: Vec<Vec<(u32, u16)>>,
     state_from: Vec<usize>,
     worker: usize,
@@ -66,19 +74,37 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
         return None;
     }
     let node = |i: u32| nodes.get(i as usize).and_then(Option::as_ref);
-    let members: Vec<u32> = group.nodes.iter().map(|n| n.index() as u32).collect();
-    let member = |i: u32| members.contains(&i);
+    let mut members: Vec<u32> = group.nodes.iter().map(|n| n.index() as u32).collect();
+    let group_size = members.len();
     let worker = node(*members.first()?)?.worker;
+    let kernel_inputs: Vec<(u32, u16)> = group.inputs.iter().map(|p| (p.node.index() as u32, p.port)).collect();
     let mut inputs = Vec::new();
     let mut producers = Vec::new();
-    for port in &group.inputs {
-        let (source, out) = (port.node.index() as u32, port.port);
+    let mut slices = Vec::new();
+    for &(source, out) in &kernel_inputs {
         if fused.contains(&source) {
             return None;
         }
-        inputs.push(node(source)?.outputs.get(usize::from(out))?.clone());
-        producers.push((source, out));
+        let ((from, from_port), offset) = match absorbable_split(nodes, source, &members[..group_size], fused) {
+            Some((producer, width)) => {
+                if !members.contains(&source) {
+                    members.push(source);
+                }
+                (producer, usize::from(out) * width)
+            }
+            None => ((source, out), 0),
+        };
+        let port = match producers.iter().position(|&p| p == (from, from_port)) {
+            Some(port) => port,
+            None => {
+                inputs.push(node(from)?.outputs.get(usize::from(from_port))?.clone());
+                producers.push((from, from_port));
+                producers.len() - 1
+            }
+        };
+        slices.push(InputSlice { port, offset });
     }
+    let member = |i: u32| members[..group_size].contains(&i);
     let mut outputs = Vec::new();
     let mut consumers = Vec::new();
     let mut state_from = Vec::new();
@@ -91,21 +117,47 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
         }
         outputs.push(info.outputs.first()?.clone());
         consumers.push(outside);
-        // Follow input port 0 back to the group's edge (the group has no cycle).
+        // Follow input port 0 back to the group's edge (the group has no cycle); a split
+        // passes its input's state on, so an absorbed one leads to its input's port.
         let mut at = out;
         let mut from = None;
-        for _ in 0..=members.len() {
+        for _ in 0..=group_size {
             let producer = *node(at)?.producers.first()?;
             if member(producer.0) {
                 at = producer.0;
             } else {
-                from = producers.iter().position(|&p| p == producer);
+                from = kernel_inputs.iter().position(|&p| p == producer).and_then(|i| slices.get(i)).map(|s| s.port);
                 break;
             }
         }
         state_from.push(from?);
     }
-    Some(GroupPlan { members, inputs, outputs, producers, consumers, state_from, worker })
+    Some(GroupPlan { members, inputs, outputs, producers, slices, consumers, state_from, worker })
+}
+
+/// When `source` is a `split` that only the group's nodes (`members`) read, its input
+/// port and the width of its parts: the group can read the parts as slices of that port.
+fn absorbable_split(
+    nodes: &[Option<NodeInfo>],
+    source: u32,
+    members: &[u32],
+    fused: &HashSet<u32>,
+) -> Option<((u32, u16), usize)> {
+    let split = nodes.get(source as usize)?.as_ref()?;
+    let ExecOp::Ir(Op::Split { parts }) = split.op else { return None };
+    let (&[producer], &[PayloadTy::F32(_)]) = (split.producers.as_slice(), split.inputs.as_slice()) else {
+        return None;
+    };
+    if fused.contains(&producer.0) || !split.replicas.is_empty() || split.replica_of.is_some() {
+        return None;
+    }
+    let read_by_group = split.consumers.iter().flatten().all(|(c, _)| members.contains(c));
+    let width = split.outputs.first()?.elements();
+    let equal_parts = split.outputs.iter().all(|t| matches!(t, PayloadTy::F32(_)) && t.elements() == width);
+    let covers = width.checked_mul(u64::from(parts)) == Some(split.inputs[0].elements());
+    (read_by_group && equal_parts && covers && split.outputs.len() == parts as usize)
+        .then(|| usize::try_from(width).ok().map(|w| (producer, w)))
+        .flatten()
 }
 
 fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan, kernel: Arc<amp_jit::Kernel>) {
@@ -142,7 +194,14 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
         fan_in_key.push(FieldId(0));
     }
     let members_text: Vec<String> = plan.members.iter().map(|m| format!("%{m}")).collect();
-    let fused = FusedGroup { kernel, members: plan.members, state_from: plan.state_from };
+    let port_widths = plan.inputs.iter().map(|t| usize::try_from(t.elements()).unwrap_or(0)).collect();
+    let fused = FusedGroup {
+        kernel,
+        members: plan.members,
+        slices: plan.slices,
+        port_widths,
+        state_from: plan.state_from,
+    };
     nodes.push(Some(NodeInfo {
         index,
         op: ExecOp::Fused(Arc::new(fused)),

@@ -2,14 +2,16 @@
 //! `amp_jit` compiled for it (see `program::fuse`, which puts this node in the group's
 //! place).
 //!
-//! Input port `i` is kernel input `i` (one port per distinct source port feeding the
-//! group), output port `j` kernel output `j`. Forward: the inputs of a key are joined;
+//! Input port `p` is one distinct source port feeding the group; each kernel input is
+//! one such port's payload or a slice of it (the part of an absorbed split), output port
+//! `j` kernel output `j`. Forward: the inputs of a key are joined;
 //! every key completed by a batch of messages becomes one row of a single kernel call
 //! (dynamic batching, like `linear`'s rows), and training keeps the input payloads (shared,
 //! not copied) with their states under the key. Backward: once the summed gradients of all
 //! outputs of a key arrived, the kernel's backward recomputes the forward values from the
 //! kept inputs and returns one gradient per input, the sum over every use of that input
-//! inside the group; input `i`'s gradient goes back with input `i`'s forward state.
+//! inside the group; port `p`'s gradient (its kernel inputs' gradients at their offsets)
+//! goes back with port `p`'s forward state.
 //!
 //! A group's payloads are `f32[..]` tensors (one row of `n`) or scalars (one value):
 //! `program::fuse` leaves groups of batch payloads to run node by node.
@@ -24,12 +26,25 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub(crate) struct FusedGroup {
     pub kernel: Arc<Kernel>,
-    /// The graph nodes the group replaces, in kernel op order.
+    /// The graph nodes the group replaces: its ops in kernel order, then the splits it
+    /// absorbed (see `crate::fuse`).
     pub members: Vec<u32>,
-    /// Per output, the input whose state the output's messages carry: the one reached by
-    /// following input port 0 back from the output node (the state a node-by-node run
-    /// would give it: unary and binary ops pass on their first input's state).
+    /// Per kernel input, where its row lies in the input ports' payloads.
+    pub slices: Vec<InputSlice>,
+    /// f32s per row of each input port.
+    pub port_widths: Vec<usize>,
+    /// Per output, the input port whose state the output's messages carry: the one reached
+    /// by following input port 0 back from the output node (the state a node-by-node run
+    /// would give it: unary, binary and split ops pass on their first input's state).
     pub state_from: Vec<usize>,
+}
+
+/// Kernel input `i` reads its row at `offset` in input port `port`'s payload: the whole
+/// payload, or one part of an absorbed split's input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct InputSlice {
+    pub port: usize,
+    pub offset: usize,
 }
 
 /// What training keeps per key for the backward pass.
@@ -54,7 +69,7 @@ impl FusedOp {
         let input_widths: Vec<usize> = spec.inputs().iter().map(|&w| width(w)).collect();
         let output_widths: Vec<usize> = spec.output_widths().map(width).collect();
         FusedOp {
-            forward_join: Join::new(input_widths.len()),
+            forward_join: Join::new(group.port_widths.len()),
             backward_join: Join::new(output_widths.len()),
             input_widths,
             output_widths,
@@ -88,8 +103,7 @@ impl FusedOp {
         if ready.is_empty() {
             return Ok(());
         }
-        let rows: Vec<Vec<&[f32]>> =
-            ready.iter().map(|(_, msgs)| msgs.iter().map(|m| m.payload.values()).collect()).collect();
+        let rows = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
         let outputs = self.call(Pass::Forward, &rows, &self.output_widths)?;
         for (r, (key, msgs)) in ready.into_iter().enumerate() {
             for (j, (values, &w)) in outputs.iter().zip(&self.output_widths).enumerate() {
@@ -114,21 +128,48 @@ impl FusedOp {
         for (key, _) in &ready {
             saved.push(self.saved.take(key)?);
         }
-        let rows: Vec<Vec<&[f32]>> = ready
-            .iter()
-            .zip(&saved)
-            .map(|((_, grads), s)| {
-                s.inputs.iter().map(|m| m.payload.values()).chain(grads.iter().map(|g| g.payload.values())).collect()
-            })
-            .collect();
+        let mut rows = Vec::with_capacity(ready.len());
+        for ((_, grads), s) in ready.iter().zip(&saved) {
+            let mut row = self.kernel_inputs(&s.inputs)?;
+            row.extend(grads.iter().map(|g| g.payload.values()));
+            rows.push(row);
+        }
         let grads = self.call(Pass::Backward, &rows, &self.input_widths)?;
+        let group = &self.group;
         for (r, s) in saved.into_iter().enumerate() {
-            for (i, (values, &w)) in grads.iter().zip(&self.input_widths).enumerate() {
-                let payload = Payload::from_vec(values[r * w..(r + 1) * w].to_vec());
-                cx.backward(i as u16, s.inputs[i].with_payload(payload));
+            for (port, (input, &width)) in s.inputs.iter().zip(&group.port_widths).enumerate() {
+                // A port's gradient: its kernel inputs' gradients at their offsets (a part
+                // of an absorbed split that the group does not read stays zero).
+                let mut grad = vec![0.0; width];
+                for ((slice, values), &w) in group.slices.iter().zip(&grads).zip(&self.input_widths) {
+                    if slice.port == port {
+                        let part = &values[r * w..(r + 1) * w];
+                        let dst = grad.get_mut(slice.offset..slice.offset + w).ok_or(OpError::PayloadSize {
+                            expected: slice.offset + w,
+                            found: width,
+                        })?;
+                        dst.copy_from_slice(part);
+                    }
+                }
+                cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
             }
         }
         Ok(())
+    }
+
+    /// One row of kernel inputs: each kernel input's slice of the joined port payloads.
+    fn kernel_inputs<'m>(&self, msgs: &'m [Msg]) -> Result<Vec<&'m [f32]>, OpError> {
+        self.group
+            .slices
+            .iter()
+            .zip(&self.input_widths)
+            .map(|(slice, &w)| {
+                let values = msgs.get(slice.port).map_or(&[][..], |m| m.payload.values());
+                values
+                    .get(slice.offset..slice.offset + w)
+                    .ok_or(OpError::PayloadSize { expected: slice.offset + w, found: values.len() })
+            })
+            .collect()
     }
 
     /// Offers each message to `join` under its key; the keys it completes, in order.

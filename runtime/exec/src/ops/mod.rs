@@ -49,7 +49,7 @@ use amp_ir::{Op, PayloadTy, StateExpr};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub(crate) use fused::FusedGroup;
+pub(crate) use fused::{FusedGroup, InputSlice};
 
 /// What a run is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
