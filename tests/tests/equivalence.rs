@@ -117,14 +117,14 @@ fn relative_error(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// The executor with every fusion group as one JIT kernel call (`jit`) and node by node
-/// (`--no-jit`) both match the reference.
-fn assert_grads_match(name: &str, seed: u64, instances: usize) {
+/// (`--no-jit`) both match the reference: loss and gradients within `tolerance`, relative.
+fn assert_grads_match(name: &str, seed: u64, instances: usize, tolerance: f64) {
     for jit in [true, false] {
-        assert_grads_match_with(name, seed, instances, jit);
+        assert_grads_match_with(name, seed, instances, jit, tolerance);
     }
 }
 
-fn assert_grads_match_with(name: &str, seed: u64, instances: usize, jit: bool) {
+fn assert_grads_match_with(name: &str, seed: u64, instances: usize, jit: bool, tolerance: f64) {
     let c = compile(name);
     let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
     let specs = amp_params::ParamSpec::of_graph(&c.graph);
@@ -142,11 +142,11 @@ fn assert_grads_match_with(name: &str, seed: u64, instances: usize, jit: bool) {
         let inst = Instance::new(&schema, value.clone()).expect("instance");
         let (loss, grads) = executor.grads(&inst).unwrap_or_else(|e| panic!("{name} #{i}: {e}\n{value:?}"));
         let loss_err = relative_error(&[loss], &[ref_loss]);
-        assert!(loss_err <= 1e-5, "{name} #{i}: loss {loss} vs reference {ref_loss}\n{value:?}");
+        assert!(loss_err <= tolerance, "{name} #{i}: loss {loss} vs reference {ref_loss}\n{value:?}");
         for (spec, expected) in ref_grads.iter() {
             let got = grads.get(&spec.name).expect("gradient");
             let err = relative_error(got, expected);
-            assert!(err <= 1e-5, "{name} #{i}: gradient of `{}` differs by {err:e} (relative)\n{value:?}", spec.name);
+            assert!(err <= tolerance, "{name} #{i}: gradient of `{}` differs by {err:e} (relative)\n{value:?}", spec.name);
         }
     }
 }
@@ -247,27 +247,27 @@ model M {
 
 #[test]
 fn mlp_matches_the_reference() {
-    assert_grads_match("mlp", 1, 8);
+    assert_grads_match("mlp", 1, 8, 1e-5);
 }
 
 #[test]
 fn list_reduce_matches_the_reference() {
-    assert_grads_match("list_reduce", 2, 16);
+    assert_grads_match("list_reduce", 2, 16, 1e-5);
 }
 
 #[test]
 fn tree_lstm_matches_the_reference() {
-    assert_grads_match("tree_lstm", 3, 12);
+    assert_grads_match("tree_lstm", 3, 12, 1e-5);
 }
 
 #[test]
 fn ggsnn_matches_the_reference() {
-    assert_grads_match("ggsnn", 4, 12);
+    assert_grads_match("ggsnn", 4, 12, 1e-5);
 }
 
 #[test]
 fn moe_matches_the_reference() {
-    assert_grads_match("moe", 5, 8);
+    assert_grads_match("moe", 5, 8, 1e-5);
 }
 
 /// One worker, one instance in flight, an update every `k` instances: exactly minibatch
@@ -348,7 +348,12 @@ proptest! {
     #[test]
     fn every_model_matches_the_reference_on_random_seeds(seed in any::<u64>()) {
         for (name, _) in amp_tests::EXAMPLES {
-            assert_grads_match(name, seed, 1);
+            // f32 sums in another order differ by ~1e-7 of their terms; where the terms
+            // nearly cancel (a hidden unit near zero), that is more of the result, and every
+            // gradient the unit scales inherits it: seed 16182141628632347072 made an MLP's
+            // `out.weight` differ by 1.66e-5. Any seed gets ten times that room; the fixed
+            // seeds above keep 1e-5.
+            assert_grads_match(name, seed, 1, 1e-4);
         }
     }
 }
