@@ -86,7 +86,13 @@ impl FusedOp {
         let inputs: Vec<&[f32]> = if rows.len() == 1 {
             rows[0].clone()
         } else {
-            stacked = (0..buffers).map(|b| rows.iter().flat_map(|row| row[b].iter().copied()).collect()).collect();
+            stacked = (0..buffers)
+                .map(|b| {
+                    let mut all = Vec::with_capacity(rows.iter().map(|row| row[b].len()).sum());
+                    rows.iter().for_each(|row| all.extend_from_slice(row[b]));
+                    all
+                })
+                .collect();
             stacked.iter().map(Vec::as_slice).collect()
         };
         let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows.len()]).collect();

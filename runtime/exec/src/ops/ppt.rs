@@ -64,8 +64,9 @@ fn stack<'p>(mut payloads: impl ExactSizeIterator<Item = &'p [f32]>) -> Cow<'p, 
             return Cow::Borrowed(only);
         }
     }
-    let mut all = Vec::new();
-    payloads.for_each(|p| all.extend_from_slice(p));
+    let payloads: Vec<&[f32]> = payloads.collect();
+    let mut all = Vec::with_capacity(payloads.iter().map(|p| p.len()).sum());
+    payloads.iter().for_each(|p| all.extend_from_slice(p));
     Cow::Owned(all)
 }
 
