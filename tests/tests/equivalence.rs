@@ -146,7 +146,11 @@ fn assert_grads_match_with(name: &str, seed: u64, instances: usize, jit: bool, t
         for (spec, expected) in ref_grads.iter() {
             let got = grads.get(&spec.name).expect("gradient");
             let err = relative_error(got, expected);
-            assert!(err <= tolerance, "{name} #{i}: gradient of `{}` differs by {err:e} (relative)\n{value:?}", spec.name);
+            assert!(
+                err <= tolerance,
+                "{name} #{i}: gradient of `{}` differs by {err:e} (relative)\n{value:?}",
+                spec.name
+            );
         }
     }
 }
@@ -177,9 +181,10 @@ model M {
         Value::Variant { tag: 0, fields: vec![Value::Int(1)] },
         Value::Variant { tag: 1, fields: vec![Value::Int(2), Value::Int(0)] },
     ];
-    let values = shapes.into_iter().enumerate().map(|(i, shape)| {
-        Value::Record(vec![shape, x([1.0, -2.0, 0.5, 3.0]), Value::Int(i as i64)])
-    });
+    let values = shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, shape)| Value::Record(vec![shape, x([1.0, -2.0, 0.5, 3.0]), Value::Int(i as i64)]));
     assert_values_match(&c, values.collect(), ExecConfig::default());
 }
 
@@ -227,7 +232,9 @@ model M {
     let values: Vec<Value> = [[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0]]
         .into_iter()
         .enumerate()
-        .map(|(i, x)| Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)]))
+        .map(|(i, x)| {
+            Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)])
+        })
         .collect();
     for jit in [true, false] {
         let executor = assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });

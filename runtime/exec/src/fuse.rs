@@ -195,13 +195,8 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
     }
     let members_text: Vec<String> = plan.members.iter().map(|m| format!("%{m}")).collect();
     let port_widths = plan.inputs.iter().map(|t| usize::try_from(t.elements()).unwrap_or(0)).collect();
-    let fused = FusedGroup {
-        kernel,
-        members: plan.members,
-        slices: plan.slices,
-        port_widths,
-        state_from: plan.state_from,
-    };
+    let fused =
+        FusedGroup { kernel, members: plan.members, slices: plan.slices, port_widths, state_from: plan.state_from };
     nodes.push(Some(NodeInfo {
         index,
         op: ExecOp::Fused(Arc::new(fused)),

@@ -150,10 +150,9 @@ impl FusedOp {
                 for ((slice, values), &w) in group.slices.iter().zip(&grads).zip(&self.input_widths) {
                     if slice.port == port {
                         let part = &values[r * w..(r + 1) * w];
-                        let dst = grad.get_mut(slice.offset..slice.offset + w).ok_or(OpError::PayloadSize {
-                            expected: slice.offset + w,
-                            found: width,
-                        })?;
+                        let dst = grad
+                            .get_mut(slice.offset..slice.offset + w)
+                            .ok_or(OpError::PayloadSize { expected: slice.offset + w, found: width })?;
                         dst.copy_from_slice(part);
                     }
                 }
