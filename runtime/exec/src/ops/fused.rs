@@ -1,5 +1,5 @@
 //! A fusion group run as one node: its elementwise nodes' work in one call of the kernel
-//! `amp_jit` compiled for it (see `program::fuse`, which puts this node in the group's
+//! `amp_jit` compiled for it (see `crate::fuse`, which puts this node in the group's
 //! place).
 //!
 //! Input port `p` is one distinct source port feeding the group; each kernel input is
@@ -14,7 +14,7 @@
 //! goes back with port `p`'s forward state.
 //!
 //! A group's payloads are `f32[..]` tensors (one row of `n`) or scalars (one value):
-//! `program::fuse` leaves groups of batch payloads to run node by node.
+//! `crate::fuse` leaves groups of batch payloads to run node by node.
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
