@@ -57,6 +57,8 @@ pub(crate) struct FusedOp {
     /// f32s per row of each kernel input and output.
     input_widths: Vec<usize>,
     output_widths: Vec<usize>,
+    /// Per input port, the kernel input that alone reads all of it (not an absorbed split).
+    whole_input: Vec<Option<usize>>,
     forward_join: Join,
     backward_join: Join,
     saved: Keyed<Saved>,
@@ -68,7 +70,19 @@ impl FusedOp {
         let width = |w: Width| if w == Width::Vector { spec.n() } else { 1 };
         let input_widths: Vec<usize> = spec.inputs().iter().map(|&w| width(w)).collect();
         let output_widths: Vec<usize> = spec.output_widths().map(width).collect();
+        let whole_input = (0..group.port_widths.len())
+            .map(|port| {
+                let mut reading = group.slices.iter().enumerate().filter(|(_, slice)| slice.port == port);
+                match (reading.next(), reading.next()) {
+                    (Some((i, slice)), None) if slice.offset == 0 && input_widths[i] == group.port_widths[port] => {
+                        Some(i)
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
         FusedOp {
+            whole_input,
             forward_join: Join::new(group.port_widths.len()),
             backward_join: Join::new(output_widths.len()),
             input_widths,
@@ -110,12 +124,13 @@ impl FusedOp {
             return Ok(());
         }
         let rows = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
-        let outputs = self.call(Pass::Forward, &rows, &self.output_widths)?;
+        let mut outputs = self.call(Pass::Forward, &rows, &self.output_widths)?;
+        let single = ready.len() == 1;
         for (r, (key, msgs)) in ready.into_iter().enumerate() {
-            for (j, (values, &w)) in outputs.iter().zip(&self.output_widths).enumerate() {
+            for (j, (values, &w)) in outputs.iter_mut().zip(&self.output_widths).enumerate() {
                 let from = self.group.state_from.get(j).copied().unwrap_or(0);
                 let state = msgs.get(from).or(msgs.first()).map(|m| m.state.clone()).unwrap_or_default();
-                let payload = Payload::from_vec(values[r * w..(r + 1) * w].to_vec());
+                let payload = Payload::from_vec(row_of(values, single, r, w));
                 cx.forward(j as u16, Msg::new(payload, state));
             }
             if cx.training() {
@@ -140,12 +155,19 @@ impl FusedOp {
             row.extend(grads.iter().map(|g| g.payload.values()));
             rows.push(row);
         }
-        let grads = self.call(Pass::Backward, &rows, &self.input_widths)?;
+        let mut grads = self.call(Pass::Backward, &rows, &self.input_widths)?;
         let group = &self.group;
+        let single = saved.len() == 1;
         for (r, s) in saved.into_iter().enumerate() {
             for (port, (input, &width)) in s.inputs.iter().zip(&group.port_widths).enumerate() {
-                // A port's gradient: its kernel inputs' gradients at their offsets (a part
-                // of an absorbed split that the group does not read stays zero).
+                // A port read whole by one kernel input takes that input's gradient.
+                if let Some(i) = self.whole_input.get(port).copied().flatten() {
+                    let grad = row_of(&mut grads[i], single, r, width);
+                    cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
+                    continue;
+                }
+                // Otherwise: its kernel inputs' gradients at their offsets (a part of an
+                // absorbed split that the group does not read stays zero).
                 let mut grad = vec![0.0; width];
                 for ((slice, values), &w) in group.slices.iter().zip(&grads).zip(&self.input_widths) {
                     if slice.port == port {
@@ -187,6 +209,16 @@ impl FusedOp {
             }
         }
         Ok(ready)
+    }
+}
+
+/// Row `r` (of `w` values) of a kernel's output: the whole vector, moved, when the call
+/// had a single row.
+fn row_of(values: &mut Vec<f32>, single: bool, r: usize, w: usize) -> Vec<f32> {
+    if single {
+        std::mem::take(values)
+    } else {
+        values[r * w..(r + 1) * w].to_vec()
     }
 }
 
