@@ -33,7 +33,7 @@
 
 use crate::config::Fault;
 use crate::error::{ExecError, OpError};
-use crate::message::{key_of, Dir, Envelope, Key, Msg, Payload};
+use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunShared};
 use crate::program::{GroupInfo, NodeInfo, Program};
 use crate::replicas;
@@ -41,7 +41,7 @@ use crate::trace::{TraceEvent, TraceKind};
 use crate::train::LiveGroup;
 use amp_params::OptimConfig;
 use crossbeam_channel::{Receiver, Sender};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -118,7 +118,7 @@ pub(crate) struct WorkerSetup<'s, 'a> {
 struct Slot {
     op: Box<dyn NodeOp>,
     queue: VecDeque<Envelope>,
-    fan_in: HashMap<(u16, Key), (Payload, usize)>,
+    fan_in: KeyMap<(u16, Key), (Payload, usize)>,
     messages: u64,
 }
 
@@ -155,7 +155,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let mut slots: Vec<Option<Slot>> = (0..setup.program.nodes.len()).map(|_| None).collect();
     for (index, op) in ops {
         if let Some(slot) = slots.get_mut(index as usize) {
-            *slot = Some(Slot { op, queue: VecDeque::new(), fan_in: HashMap::new(), messages: 0 });
+            *slot = Some(Slot { op, queue: VecDeque::new(), fan_in: KeyMap::default(), messages: 0 });
         }
     }
     let mut worker = Worker {

@@ -3,10 +3,9 @@
 
 use super::{Emit, NodeCx, NodeOp};
 use crate::error::OpError;
-use crate::message::{Msg, Payload};
+use crate::message::{KeyMap, Msg, Payload};
 use crate::program::NodeInfo;
 use amp_ir::{resolve_path, ConstValue, DataStep, PayloadTy};
-use std::collections::HashMap;
 
 /// Emits the admitted instance's control message; its backward messages only count (the
 /// run tracks when an instance is finished).
@@ -103,7 +102,7 @@ impl NodeOp for ConstOp {
 /// forget has no key; the whole state tells apart at least what a key would).
 pub(crate) struct ForgetOp {
     input: ForgetInput,
-    rows: HashMap<Box<[i64]>, usize>,
+    rows: KeyMap<Box<[i64]>, usize>,
 }
 
 enum ForgetInput {
@@ -119,7 +118,7 @@ impl ForgetOp {
             Some(PayloadTy::Batch(dims)) => ForgetInput::Batch(dims.iter().product::<u64>() as usize),
             _ => ForgetInput::Unit,
         };
-        ForgetOp { input, rows: HashMap::new() }
+        ForgetOp { input, rows: KeyMap::default() }
     }
 }
 

@@ -6,10 +6,9 @@
 
 use super::{row_elements, set_field, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
-use crate::message::{Key, Msg, Payload, UNSET};
+use crate::message::{Key, KeyMap, Msg, Payload, UNSET};
 use crate::program::NodeInfo;
 use amp_ir::{FieldId, StateExpr};
-use std::collections::HashMap;
 
 /// The key of an element message: the node's key of its state with `%e` unset, which is
 /// what the enclosing context's messages carry.
@@ -100,7 +99,7 @@ impl NodeOp for FlatmapOp {
 struct Gathering {
     /// The gate's state and the count evaluated on it.
     gate: Option<(Box<[i64]>, usize)>,
-    elements: HashMap<usize, Msg>,
+    elements: KeyMap<usize, Msg>,
 }
 
 /// `group %e [COUNT]`: joins the gate (port 1) and the COUNT element messages (port 0)
@@ -110,14 +109,14 @@ pub(crate) struct GroupOp {
     field: usize,
     count: StateExpr,
     row: usize,
-    gathering: HashMap<Key, Gathering>,
+    gathering: KeyMap<Key, Gathering>,
     states: Keyed<Vec<Box<[i64]>>>,
 }
 
 impl GroupOp {
     pub fn new(field: FieldId, count: StateExpr, node: &NodeInfo) -> GroupOp {
         let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
-        GroupOp { field: usize::from(field.0), count, row, gathering: HashMap::new(), states: Keyed::new() }
+        GroupOp { field: usize::from(field.0), count, row, gathering: KeyMap::default(), states: Keyed::new() }
     }
 
     /// Emits the batch once the gate and every element are in.

@@ -42,11 +42,10 @@ mod shape;
 
 use crate::error::OpError;
 use crate::instance::ExecInstance;
-use crate::message::{key_of, Key, Msg, Payload};
+use crate::message::{key_of, Key, KeyMap, Msg, Payload};
 use crate::program::{ExecOp, NodeInfo};
 use crate::train::ParamAccess;
 use amp_ir::{Op, PayloadTy, StateExpr};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 pub(crate) use fused::{FusedGroup, InputSlice};
@@ -197,12 +196,12 @@ pub(crate) trait NodeOp: Send {
 
 /// Values kept under keys until the backward pass (or a join) takes them.
 pub(crate) struct Keyed<T> {
-    map: HashMap<Key, T>,
+    map: KeyMap<Key, T>,
 }
 
 impl<T> Keyed<T> {
     pub fn new() -> Keyed<T> {
-        Keyed { map: HashMap::new() }
+        Keyed { map: KeyMap::default() }
     }
 
     /// Keeps `value` under `key`; a live entry with the same key is a keying error.
@@ -234,12 +233,12 @@ impl<T> Keyed<T> {
 /// last arrived. Inputs arrive in any order.
 pub(crate) struct Join {
     arity: usize,
-    pending: HashMap<Key, (Vec<Option<Msg>>, usize)>,
+    pending: KeyMap<Key, (Vec<Option<Msg>>, usize)>,
 }
 
 impl Join {
     pub fn new(arity: usize) -> Join {
-        Join { arity, pending: HashMap::new() }
+        Join { arity, pending: KeyMap::default() }
     }
 
     pub fn offer(&mut self, key: Key, port: usize, msg: Msg) -> Result<Option<Vec<Msg>>, OpError> {
