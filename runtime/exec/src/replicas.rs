@@ -131,7 +131,9 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
         }
     }
     master.touched = true;
+    master.accumulated = true;
     replica.touched = false;
+    replica.accumulated = false;
     // The master's row log covers the replica's rows too, or neither is known.
     match (&mut master.rows, replica.rows.take()) {
         (Some(m), Some(r)) => {

@@ -100,7 +100,11 @@ fn unflushed_gradients_carry_over_epochs() {
     assert_eq!((first.updates, second.updates), (3, 3), "updates after instances 4 and 8 of 11");
     let mut whole = executor(&graph, 1, config);
     whole.train_epoch(&data).unwrap();
-    assert_eq!(split.params(), whole.params());
+    // The same sums, in another order: the split run carries the weight gradient of the
+    // update that spans the two epochs in the accumulator, while the whole run, under
+    // plain SGD, adds those products straight to the weights (`LiveGroup::update`).
+    let diff = max_rel_diff(split.params(), whole.params());
+    assert!(diff < 1e-6, "split and whole epochs differ by {diff}");
 }
 
 #[test]
