@@ -22,8 +22,8 @@ pub(crate) struct LiveGroup<'a> {
     pub pending: u64,
     /// Updates applied in this run.
     pub updates: u64,
-    /// Whether a gradient may have been accumulated since the last update (true at the
-    /// start of a run: accumulators can carry over from the last epoch).
+    /// Whether a gradient may have been accumulated since the last update (at the start
+    /// of a run, when instances carried over from the last one are pending).
     pub touched: bool,
     /// Bumped whenever the values change (see [`GroupView::version`]).
     pub version: u64,
@@ -414,7 +414,7 @@ pub(crate) fn live_groups<'a>(
                 tensors,
                 pending,
                 updates: 0,
-                touched: true,
+                touched: pending > 0,
                 version: 0,
                 rows,
                 deferred: DeferredProducts::default(),
