@@ -428,6 +428,31 @@ pub(crate) fn live_groups<'a>(
 mod tests {
     use super::*;
 
+    fn two_states() -> Vec<TensorState> {
+        (0..2).map(|_| TensorState { step: 0, m: Vec::new(), v: Vec::new() }).collect()
+    }
+
+    /// A linear group (`[w, b]`) with `pending` instances counted and nothing deferred.
+    fn linear_group<'a>(
+        [w, b]: [&'a mut [f32]; 2],
+        [dw, db]: [&'a mut [f32]; 2],
+        states: &'a mut [TensorState],
+        pending: u64,
+        accumulated: bool,
+    ) -> LiveGroup<'a> {
+        let [sw, sb] = states else { panic!("two states") };
+        LiveGroup {
+            tensors: vec![LiveTensor { value: w, grad: dw, optim: sw }, LiveTensor { value: b, grad: db, optim: sb }],
+            pending,
+            updates: 0,
+            touched: false,
+            version: 0,
+            rows: None,
+            deferred: DeferredProducts::default(),
+            accumulated,
+        }
+    }
+
     /// Deferred weight-gradient products add up to the direct ones: before a settle (what
     /// an update does first), across the automatic flushes, and when the group ends.
     #[test]
@@ -448,23 +473,9 @@ mod tests {
                 assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{what}: {x} vs {y}");
             }
         };
-        let mut states: Vec<TensorState> =
-            (0..2).map(|_| TensorState { step: 0, m: Vec::new(), v: Vec::new() }).collect();
+        let mut states = two_states();
         {
-            let [sw, sb] = states.as_mut_slice() else { panic!("two states") };
-            let group = Mutex::new(LiveGroup {
-                tensors: vec![
-                    LiveTensor { value: &mut w, grad: &mut dw, optim: sw },
-                    LiveTensor { value: &mut b, grad: &mut db, optim: sb },
-                ],
-                pending: 0,
-                updates: 0,
-                touched: false,
-                version: 0,
-                rows: None,
-                deferred: DeferredProducts::default(),
-                accumulated: false,
-            });
+            let group = Mutex::new(linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 0, false));
             for (i, (dy, x)) in batches.iter().enumerate() {
                 let mut dx = vec![0.0; x.len()];
                 assert!(GroupView::Live(group.lock().unwrap()).linear_backward(dy, x, &mut dx, inp, out));
@@ -499,22 +510,8 @@ mod tests {
         let run = |accumulated: bool| {
             let (mut w, mut b) = (values(out * inp, 3), values(out, 4));
             let (mut dw, mut db) = (vec![0.0; out * inp], vec![0.0; out]);
-            let mut states: Vec<TensorState> =
-                (0..2).map(|_| TensorState { step: 0, m: Vec::new(), v: Vec::new() }).collect();
-            let [sw, sb] = states.as_mut_slice() else { panic!("two states") };
-            let group = Mutex::new(LiveGroup {
-                tensors: vec![
-                    LiveTensor { value: &mut w, grad: &mut dw, optim: sw },
-                    LiveTensor { value: &mut b, grad: &mut db, optim: sb },
-                ],
-                pending: 3,
-                updates: 0,
-                touched: false,
-                version: 0,
-                rows: None,
-                deferred: DeferredProducts::default(),
-                accumulated,
-            });
+            let mut states = two_states();
+            let group = Mutex::new(linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 3, accumulated));
             let mut dx = vec![0.0; x.len()];
             assert!(GroupView::Live(group.lock().unwrap()).linear_backward(&dy, &x, &mut dx, inp, out));
             let mut group = group.into_inner().unwrap();
