@@ -75,7 +75,7 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
     }
     let node = |i: u32| nodes.get(i as usize).and_then(Option::as_ref);
     let mut members: Vec<u32> = group.nodes.iter().map(|n| n.index() as u32).collect();
-    let group_size = members.len();
+    let mut absorbed: Vec<u32> = Vec::new();
     let worker = node(*members.first()?)?.worker;
     let kernel_inputs: Vec<(u32, u16)> = group.inputs.iter().map(|p| (p.node.index() as u32, p.port)).collect();
     let mut inputs = Vec::new();
@@ -85,10 +85,10 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
         if fused.contains(&source) {
             return None;
         }
-        let ((from, from_port), offset) = match absorbable_split(nodes, source, &members[..group_size], fused) {
+        let ((from, from_port), offset) = match absorbable_split(nodes, source, &members, fused) {
             Some((producer, width)) => {
-                if !members.contains(&source) {
-                    members.push(source);
+                if !absorbed.contains(&source) {
+                    absorbed.push(source);
                 }
                 (producer, usize::from(out) * width)
             }
@@ -104,7 +104,7 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
         };
         slices.push(InputSlice { port, offset });
     }
-    let member = |i: u32| members[..group_size].contains(&i);
+    let member = |i: u32| members.contains(&i);
     let mut outputs = Vec::new();
     let mut consumers = Vec::new();
     let mut state_from = Vec::new();
@@ -121,7 +121,7 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
         // passes its input's state on, so an absorbed one leads to its input's port.
         let mut at = out;
         let mut from = None;
-        for _ in 0..=group_size {
+        for _ in 0..=members.len() {
             let producer = *node(at)?.producers.first()?;
             if member(producer.0) {
                 at = producer.0;
@@ -132,6 +132,7 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
         }
         state_from.push(from?);
     }
+    members.extend(absorbed);
     Some(GroupPlan { members, inputs, outputs, producers, slices, consumers, state_from, worker })
 }
 

@@ -125,12 +125,11 @@ impl FusedOp {
         }
         let rows = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
         let mut outputs = self.call(Pass::Forward, &rows, &self.output_widths)?;
-        let single = ready.len() == 1;
         for (r, (key, msgs)) in ready.into_iter().enumerate() {
             for (j, (values, &w)) in outputs.iter_mut().zip(&self.output_widths).enumerate() {
                 let from = self.group.state_from.get(j).copied().unwrap_or(0);
                 let state = msgs.get(from).or(msgs.first()).map(|m| m.state.clone()).unwrap_or_default();
-                let payload = Payload::from_vec(row_of(values, single, r, w));
+                let payload = Payload::from_vec(row_of(values, r, w));
                 cx.forward(j as u16, Msg::new(payload, state));
             }
             if cx.training() {
@@ -157,12 +156,11 @@ impl FusedOp {
         }
         let mut grads = self.call(Pass::Backward, &rows, &self.input_widths)?;
         let group = &self.group;
-        let single = saved.len() == 1;
         for (r, s) in saved.into_iter().enumerate() {
             for (port, (input, &width)) in s.inputs.iter().zip(&group.port_widths).enumerate() {
                 // A port read whole by one kernel input takes that input's gradient.
                 if let Some(i) = self.whole_input.get(port).copied().flatten() {
-                    let grad = row_of(&mut grads[i], single, r, width);
+                    let grad = row_of(&mut grads[i], r, width);
                     cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
                     continue;
                 }
@@ -212,10 +210,10 @@ impl FusedOp {
     }
 }
 
-/// Row `r` (of `w` values) of a kernel's output: the whole vector, moved, when the call
-/// had a single row.
-fn row_of(values: &mut Vec<f32>, single: bool, r: usize, w: usize) -> Vec<f32> {
-    if single {
+/// Row `r` (of `w` values) of a kernel's output: the whole vector, moved, when it is that
+/// one row (a call of a single row).
+fn row_of(values: &mut Vec<f32>, r: usize, w: usize) -> Vec<f32> {
+    if r == 0 && values.len() == w {
         std::mem::take(values)
     } else {
         values[r * w..(r + 1) * w].to_vec()
