@@ -10,15 +10,17 @@
 //! in the same process), `matrixmultiply` 0.3, `gemm` 0.19 with its `x86-v4` (AVX-512)
 //! kernels, for the forward also `gemm` on a kept `Wᵀ` (`[in, out]`: the crate packs a
 //! transposed view of `W` anew at every call, which dominates at few rows), and the
-//! executor's own kernels (`amp kernels`, `amp_exec::kernels`: one row on `W`, several
-//! on `Wᵀ`, as the Linear op does). Each cell is the median of many repetitions, printed
+//! executor's own kernels (`amp kernels`, `amp_exec::kernels`, as the Linear op runs
+//! them: one row on `W`, several on copies of `Wᵀ` and `W` whose rows are padded to the
+//! crate's SIMD panels, which it then uses in place instead of packing the whole weight
+//! at every call; the rows taken out of the padded output are part of the time). Each cell is the median of many repetitions, printed
 //! as GFLOP/s (2·m·in·out per product) and as a share of one core's f32 peak (171 GFLOP/s
 //! measured with an FMA loop on the 2-core Xeon of `shared/TECH-NOTES.md`; pass another
 //! with `AMP_PEAK_GFLOPS`). Then the executor's kernels over matrixmultiply and over the
 //! hand loops (ratios in the same run), and the largest error of the hand loops and of
 //! the executor's kernels against the exact (f64) product, relative to the magnitude of
-//! each output's terms. A last table gives the cost of making `Wᵀ` (after an update),
-//! in µs and in one-row forwards.
+//! each output's terms. A last table gives the cost of making the padded copies (after
+//! an update), in µs and, for `Wᵀ`, in one-row forwards.
 //!
 //! Shapes: Tree-LSTM (branch 300→750, leaf 300→450, and 150→750), the MoE's experts
 //! (256→256), list-reduce's cell (256→128) and 128→128, with `m` rows (messages batched
@@ -108,8 +110,17 @@ struct Operands {
     out: usize,
     x: Vec<f32>,
     w: Vec<f32>,
-    /// `W^T` (`[in, out]`), as the executor keeps it for the forward of several rows.
+    /// `W^T` (`[in, out]`), dense.
     wt: Vec<f32>,
+    /// What the executor keeps for the products of several rows: `W^T` with rows padded
+    /// to `ld_out` and `W` with rows padded to `ld_in` (`amp_exec::kernels::PANEL`), and the
+    /// padded outputs the GEMM writes before the rows are taken apart.
+    amp_wt: Vec<f32>,
+    amp_w: Vec<f32>,
+    ld_out: usize,
+    ld_in: usize,
+    y_padded: Vec<f32>,
+    dx_padded: Vec<f32>,
     b: Vec<f32>,
     dy: Vec<f32>,
     y: Vec<f32>,
@@ -120,8 +131,10 @@ struct Operands {
 impl Operands {
     fn new(m: usize, inp: usize, out: usize) -> Operands {
         let w = values(out * inp, 2);
-        let mut wt = vec![0.0; out * inp];
-        amp_exec::kernels::transpose(&w, out, inp, &mut wt);
+        let wt = (0..inp * out).map(|j| w[(j % out) * inp + j / out]).collect();
+        let (mut amp_wt, mut amp_w) = (Vec::new(), Vec::new());
+        let ld_out = amp_exec::kernels::transpose(&w, out, inp, &mut amp_wt);
+        let ld_in = amp_exec::kernels::pad_rows(&w, out, inp, &mut amp_w);
         Operands {
             m,
             inp,
@@ -129,12 +142,26 @@ impl Operands {
             x: values(m * inp, 1),
             w,
             wt,
+            amp_wt,
+            amp_w,
+            ld_out,
+            ld_in,
+            y_padded: vec![0.0; m * ld_out],
+            dx_padded: vec![0.0; m * ld_in],
             b: values(out, 3),
             dy: values(m * out, 4),
             y: vec![0.0; m * out],
             dx: vec![0.0; m * inp],
             dw: vec![0.0; out * inp],
         }
+    }
+}
+
+/// Copies the first `width` values of each row of `padded` (rows `stride` apart) into
+/// `dense`, as the Linear op hands each message its rows.
+fn unpad(padded: &[f32], stride: usize, dense: &mut [f32], width: usize) {
+    for (to, from) in dense.chunks_exact_mut(width).zip(padded.chunks_exact(stride)) {
+        to.copy_from_slice(&from[..width]);
     }
 }
 
@@ -381,17 +408,25 @@ mod amp {
     use super::Operands;
     use amp_exec::kernels;
 
-    /// What the Linear op does with a kept `W^T`: one row on `W` itself, several on `W^T`.
+    /// What the Linear op does with its kept copies: one row on `W` itself, several on
+    /// the padded `W^T`, then the rows taken out of the padded output.
     pub fn forward(o: &mut Operands) {
         if o.m < 2 {
             kernels::linear_forward_into(&o.x, &o.w, &o.b, &mut o.y, o.inp, o.out);
         } else {
-            kernels::linear_forward_t_into(&o.x, &o.wt, &o.b, &mut o.y, o.inp, o.out);
+            kernels::linear_forward_t_into(&o.x, &o.amp_wt, &o.b, &mut o.y_padded, o.inp, o.ld_out);
+            super::unpad(&o.y_padded, o.ld_out, &mut o.y, o.out);
         }
     }
 
+    /// On the padded `W` (when `in` needs padding), then the rows taken out.
     pub fn input_grad(o: &mut Operands) {
-        kernels::linear_input_grad_into(&o.dy, &o.w, &mut o.dx, o.inp, o.out);
+        if o.ld_in == o.inp {
+            kernels::linear_input_grad_into(&o.dy, &o.w, &mut o.dx, o.inp, o.out);
+        } else {
+            kernels::linear_input_grad_into(&o.dy, &o.amp_w, &mut o.dx_padded, o.ld_in, o.out);
+            super::unpad(&o.dx_padded, o.ld_in, &mut o.dx, o.inp);
+        }
     }
 
     pub fn weight_grad(o: &mut Operands) {
@@ -533,19 +568,25 @@ fn main() {
         }
     }
     println!();
-    println!("W^T for the forward of several rows: made again after each update that a batch sees");
-    println!("{:<17} {:>10} {:>14} {:>16}", "layer", "out×in", "transpose", "one-row forwards");
+    println!("The padded copies for the products of several rows: made again after each update that a batch sees");
+    println!("{:<17} {:>10} {:>14} {:>12} {:>16}", "layer", "out×in", "padded W^T", "padded W", "one-row forwards");
     for &(inp, out, what) in &LAYERS {
         let w = values(out * inp, 2);
-        let mut wt = vec![0.0; out * inp];
-        let transpose = median(budget, || amp_exec::kernels::transpose(black_box(&w), out, inp, &mut wt));
+        let mut copy = Vec::new();
+        let transpose = median(budget, || {
+            amp_exec::kernels::transpose(black_box(&w), out, inp, &mut copy);
+        });
+        let pad = median(budget, || {
+            amp_exec::kernels::pad_rows(black_box(&w), out, inp, &mut copy);
+        });
         let mut one = Operands::new(1, inp, out);
         let row = median(budget, || amp::forward(black_box(&mut one)));
         println!(
-            "{:<17} {:>10} {:>12.1}µs {:>16.1}",
+            "{:<17} {:>10} {:>12.1}µs {:>10.1}µs {:>16.1}",
             what,
             format!("{out}×{inp}"),
             transpose.as_secs_f64() * 1e6,
+            pad.as_secs_f64() * 1e6,
             transpose.as_secs_f64() / row.as_secs_f64()
         );
     }

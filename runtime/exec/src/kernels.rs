@@ -44,27 +44,60 @@ pub fn linear_forward_into(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: 
     matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(w, out, inp).t(), true);
 }
 
-/// [`linear_forward_into`] with the weight given transposed, `wt = W^T: [inp, out]`
-/// (see [`transpose`]). On several rows the GEMM runs 1.3–10× faster this way than on a
-/// transposed view of `W`, which the crate packs again at every call (`cargo bench -p
-/// amp-benches --bench gemm`); on one row the view is as fast or faster.
-pub fn linear_forward_t_into(x: &[f32], wt: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
+/// The width, in `f32`, of the GEMM crate's SIMD panels (AVX-512: 16 lanes; a multiple of
+/// AVX2's 8). It uses a matrix whose contiguous dimension is a multiple of it in place and
+/// copies any other into panels at every call: for a Linear layer of a few rows that copy
+/// of the whole weight costs more than the product (300→750 at 8 rows: 2.5× slower;
+/// `cargo bench -p amp-benches --bench gemm`). So the batched products run on copies of
+/// the weight whose rows are padded with zeros to [`padded`] widths.
+pub const PANEL: usize = 16;
+
+/// `n` rounded up to a multiple of [`PANEL`]: the row stride of a padded weight copy.
+pub fn padded(n: usize) -> usize {
+    n.next_multiple_of(PANEL)
+}
+
+/// [`linear_forward_into`] with the weight given transposed and padded, `wt = W^T: [inp,
+/// ld]` with `ld = padded(out)` and zeros past column `out` (see [`transpose`]), into `y:
+/// [rows, ld]`, whose columns past `out` come out zero. On several rows the GEMM runs
+/// 1.3–10× faster this way than on a transposed view of `W`, which the crate packs again
+/// at every call; on one row the view is as fast or faster.
+pub fn linear_forward_t_into(x: &[f32], wt: &[f32], b: &[f32], y: &mut [f32], inp: usize, ld: usize) {
     let rows = x.len().checked_div(inp).unwrap_or(0);
-    assert_eq!(b.len(), out, "linear: the bias is not [{out}]");
-    for row in y.chunks_exact_mut(out.max(1)) {
-        row.copy_from_slice(b);
+    assert!(b.len() <= ld, "linear: the bias is longer than the rows ({ld})");
+    for row in y.chunks_exact_mut(ld.max(1)) {
+        let (bias, padding) = row.split_at_mut(b.len());
+        bias.copy_from_slice(b);
+        padding.fill(0.0);
     }
-    matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(wt, inp, out), true);
+    matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(wt, inp, ld), true);
+}
+
+/// Copies the row-major `rows × cols` matrix `a` into `ap` with its rows `padded(cols)`
+/// apart, zeros between them (for [`linear_input_grad_into`] on a padded `W`); returns
+/// that row stride.
+pub fn pad_rows(a: &[f32], rows: usize, cols: usize, ap: &mut Vec<f32>) -> usize {
+    assert_eq!(a.len(), rows * cols, "pad_rows: the length is not {rows}×{cols}");
+    let ld = padded(cols);
+    ap.clear();
+    ap.resize(rows * ld, 0.0);
+    for (to, from) in ap.chunks_exact_mut(ld.max(1)).zip(a.chunks_exact(cols.max(1))) {
+        to[..cols].copy_from_slice(from);
+    }
+    ld
 }
 
 /// Writes the transpose of the row-major `rows × cols` matrix `a` into `at` (`cols ×
-/// rows`), by 8 × 8 tiles.
+/// ld`, `ld = padded(rows)`, zero past column `rows`), by 8 × 8 tiles; returns `ld`.
 ///
 /// # Panics
-/// When the lengths are not `rows * cols`.
-pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut [f32]) {
+/// When the length of `a` is not `rows * cols`.
+pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut Vec<f32>) -> usize {
     const TILE: usize = 8;
-    assert!(a.len() == rows * cols && at.len() == rows * cols, "transpose: the lengths are not {rows}×{cols}");
+    assert!(a.len() == rows * cols, "transpose: the length is not {rows}×{cols}");
+    let ld = padded(rows);
+    at.clear();
+    at.resize(cols * ld, 0.0);
     let (full_rows, full_cols) = (rows / TILE * TILE, cols / TILE * TILE);
     for r0 in (0..full_rows).step_by(TILE) {
         for c0 in (0..full_cols).step_by(TILE) {
@@ -73,7 +106,7 @@ pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut [f32]) {
                 let start = (r0 + i) * cols + c0;
                 line.copy_from_slice(&a[start..start + TILE]);
             }
-            for (j, column) in at[c0 * rows..(c0 + TILE) * rows].chunks_exact_mut(rows).enumerate() {
+            for (j, column) in at[c0 * ld..(c0 + TILE) * ld].chunks_exact_mut(ld).enumerate() {
                 for (v, line) in column[r0..r0 + TILE].iter_mut().zip(&tile) {
                     *v = line[j];
                 }
@@ -84,9 +117,10 @@ pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut [f32]) {
     for r in 0..rows {
         let from = if r < full_rows { full_cols } else { 0 };
         for c in from..cols {
-            at[c * rows + r] = a[r * cols + c];
+            at[c * ld + r] = a[r * cols + c];
         }
     }
+    ld
 }
 
 /// [`linear_forward_into`] into a new vector.
@@ -98,7 +132,8 @@ pub fn linear_forward(x: &[f32], w: &[f32], b: &[f32], inp: usize, out: usize) -
 }
 
 /// The input gradient of a linear layer: `dx = dy W` for `dy: [rows, out]`, into
-/// `dx: [rows, inp]` (overwritten).
+/// `dx: [rows, inp]` (overwritten). `W` may be a padded copy (see [`pad_rows`]): with
+/// `inp` its row stride, `dx` gets the padding's zero columns.
 pub fn linear_input_grad_into(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usize) {
     let rows = dy.len().checked_div(out).unwrap_or(0);
     matmul(dx, Mat::row_major(dy, rows, out), Mat::row_major(w, out, inp), false);
@@ -324,29 +359,50 @@ mod tests {
     }
 
     #[test]
-    fn the_transposed_weight_gives_the_same_forward() {
-        for (rows, inp, out) in [(1, 1, 1), (2, 3, 4), (9, 17, 11), (25, 300, 750), (8, 256, 256)] {
+    fn the_padded_weight_copies_give_the_same_products() {
+        for (rows, inp, out) in [(1, 1, 1), (2, 3, 4), (9, 17, 11), (3, 16, 32), (25, 300, 750), (8, 256, 256)] {
             let x = values(rows * inp, 6);
             let w = values(out * inp, 7);
             let b = values(out, 8);
-            let mut wt = vec![0.0; out * inp];
-            transpose(&w, out, inp, &mut wt);
-            for o in 0..out {
-                for i in 0..inp {
-                    assert_eq!(wt[i * out + o], w[o * inp + i]);
+            let mut wt = vec![f32::NAN; 3];
+            let ld = transpose(&w, out, inp, &mut wt);
+            assert!(ld >= out && ld % PANEL == 0 && ld < out + PANEL);
+            assert_eq!(wt.len(), inp * ld);
+            for i in 0..inp {
+                for o in 0..ld {
+                    assert_eq!(wt[i * ld + o], if o < out { w[o * inp + i] } else { 0.0 });
                 }
             }
-            let mut y = vec![f32::NAN; rows * out];
-            linear_forward_t_into(&x, &wt, &b, &mut y, inp, out);
+            let mut y = vec![f32::NAN; rows * ld];
+            linear_forward_t_into(&x, &wt, &b, &mut y, inp, ld);
             let f = |v: f32| f64::from(v);
             let mut expected = Vec::new();
             for r in 0..rows {
-                for o in 0..out {
-                    let terms = (0..inp).map(|i| f(w[o * inp + i]) * f(x[r * inp + i]));
-                    expected.push(exact(std::iter::once(f(b[o])).chain(terms)));
+                for o in 0..ld {
+                    if o < out {
+                        let terms = (0..inp).map(|i| f(w[o * inp + i]) * f(x[r * inp + i]));
+                        expected.push(exact(std::iter::once(f(b[o])).chain(terms)));
+                    } else {
+                        expected.push((0.0, 0.0));
+                    }
                 }
             }
-            assert_sums(&y, &expected, &format!("{rows}×{inp}→{out}"));
+            assert_sums(&y, &expected, &format!("forward {rows}×{inp}→{out}"));
+            // The input gradient on `W` with padded rows: the padding's columns are zero.
+            let dy = values(rows * out, 9);
+            let mut wp = vec![f32::NAN; 5];
+            let ldi = pad_rows(&w, out, inp, &mut wp);
+            assert!(ldi >= inp && ldi % PANEL == 0 && ldi < inp + PANEL);
+            let mut dx = vec![f32::NAN; rows * ldi];
+            linear_input_grad_into(&dy, &wp, &mut dx, ldi, out);
+            let mut expected = Vec::new();
+            for r in 0..rows {
+                for i in 0..ldi {
+                    let terms = (0..out).map(|o| if i < inp { f(dy[r * out + o]) * f(w[o * inp + i]) } else { 0.0 });
+                    expected.push(exact(terms));
+                }
+            }
+            assert_sums(&dx, &expected, &format!("input gradient {rows}×{inp}→{out}"));
         }
     }
 

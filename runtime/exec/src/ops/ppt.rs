@@ -18,10 +18,26 @@ fn last_dim(ty: Option<&PayloadTy>) -> usize {
     }
 }
 
-/// The rows from which a forward batch makes a stale `W^T` again rather than taking its
-/// rows one at a time: transposing costs about what 7 one-row products do (`cargo bench
-/// -p amp-benches --bench gemm` prints both).
-const TRANSPOSE_FROM_ROWS: usize = 8;
+/// The rows from which a batch makes a stale copy of the weight again (see [`Layout`])
+/// rather than taking its rows one at a time on `W`: making one costs about what 7
+/// one-row products do (`cargo bench -p amp-benches --bench gemm` prints both).
+const LAYOUT_FROM_ROWS: usize = 8;
+
+/// A copy of a group's weight laid out for batched GEMMs (rows padded to the GEMM's
+/// panels, see [`kernels::PANEL`]), and the group version it was made from.
+#[derive(Default)]
+struct Layout {
+    version: Option<u64>,
+    values: Vec<f32>,
+    /// The copy's row stride.
+    ld: usize,
+}
+
+impl Layout {
+    fn stale(&self, version: u64) -> bool {
+        self.version != Some(version)
+    }
+}
 
 /// `y = x W^T + b` over the last dimension; caches `x` under the key for the backward.
 /// Batches: the rows of several messages go through one GEMM.
@@ -30,9 +46,12 @@ pub(crate) struct LinearOp {
     inp: usize,
     out: usize,
     cache: Keyed<Payload>,
-    /// `W^T` and the group version it was made from, for the forward GEMM of several rows
-    /// (`kernels::linear_forward_t_into`); made again after each update that a batch sees.
-    weight_t: Option<(u64, Vec<f32>)>,
+    /// `W^T: [inp, padded(out)]` for the forward of several rows
+    /// (`kernels::linear_forward_t_into`).
+    weight_t: Layout,
+    /// `W: [out, padded(inp)]` for the input gradient of several rows, when `inp` is not
+    /// already a multiple of the panel width.
+    weight_p: Layout,
 }
 
 impl LinearOp {
@@ -45,7 +64,8 @@ impl LinearOp {
         if view.value(0).len() != inp * out || view.value(1).len() != out {
             return Err(OpError::PayloadSize { expected: inp * out, found: view.value(0).len() });
         }
-        Ok(LinearOp { group, inp, out, cache: Keyed::new(), weight_t: None })
+        let (weight_t, weight_p) = (Layout::default(), Layout::default());
+        Ok(LinearOp { group, inp, out, cache: Keyed::new(), weight_t, weight_p })
     }
 }
 
@@ -70,16 +90,17 @@ fn stack<'p>(mut payloads: impl ExactSizeIterator<Item = &'p [f32]>) -> Cow<'p, 
     Cow::Owned(all)
 }
 
-/// Splits `values` into consecutive pieces of `rows[i] * width` values.
-fn unstack(values: Vec<f32>, rows: &[usize], width: usize) -> Vec<Vec<f32>> {
-    if rows.len() == 1 {
+/// Splits `values`, rows `stride` apart, into consecutive pieces of `rows[i]` rows of
+/// `width` values (the first `width` of each row).
+fn unstack(values: Vec<f32>, rows: &[usize], width: usize, stride: usize) -> Vec<Vec<f32>> {
+    if rows.len() == 1 && width == stride {
         return vec![values];
     }
-    let mut start = 0;
+    let mut lines = values.chunks_exact(stride.max(1));
     rows.iter()
         .map(|&r| {
-            let piece = values[start..start + r * width].to_vec();
-            start += r * width;
+            let mut piece = Vec::with_capacity(r * width);
+            lines.by_ref().take(r).for_each(|line| piece.extend_from_slice(&line[..width]));
             piece
         })
         .collect()
@@ -103,29 +124,29 @@ impl NodeOp for LinearOp {
         let rows = self.rows_of(msgs.iter().map(|m| m.payload.values().len()));
         let x = stack(msgs.iter().map(|m| m.payload.values()));
         let total: usize = rows.iter().sum();
-        let mut y = vec![0.0; total * self.out];
-        {
+        let (y, stride) = {
             let view = cx.params().group(self.group);
             let (w, b) = (view.value(0), view.value(1));
-            let version = view.version();
-            let stale = self.weight_t.as_ref().is_none_or(|(v, _)| *v != version);
-            if total < 2 || (stale && total < TRANSPOSE_FROM_ROWS) {
+            let stale = self.weight_t.stale(view.version());
+            if total < 2 || (stale && total < LAYOUT_FROM_ROWS) {
                 // One row at a time on W itself (the GEMM's fast one-row path).
+                let mut y = vec![0.0; total * self.out];
                 for (xr, yr) in x.chunks_exact(self.inp.max(1)).zip(y.chunks_exact_mut(self.out.max(1))) {
                     kernels::linear_forward_into(xr, w, b, yr, self.inp, self.out);
                 }
+                (y, self.out)
             } else {
+                let t = &mut self.weight_t;
                 if stale {
-                    let mut wt = self.weight_t.take().map(|(_, wt)| wt).unwrap_or_default();
-                    wt.resize(w.len(), 0.0);
-                    kernels::transpose(w, self.out, self.inp, &mut wt);
-                    self.weight_t = Some((version, wt));
+                    t.ld = kernels::transpose(w, self.out, self.inp, &mut t.values);
+                    t.version = Some(view.version());
                 }
-                let wt = self.weight_t.as_ref().map_or(&[][..], |(_, wt)| wt.as_slice());
-                kernels::linear_forward_t_into(&x, wt, b, &mut y, self.inp, self.out);
+                let mut y = vec![0.0; total * t.ld];
+                kernels::linear_forward_t_into(&x, &t.values, b, &mut y, self.inp, t.ld);
+                (y, t.ld)
             }
-        }
-        for (msg, y) in msgs.into_iter().zip(unstack(y, &rows, self.out)) {
+        };
+        for (msg, y) in msgs.into_iter().zip(unstack(y, &rows, self.out, stride)) {
             if cx.training() {
                 self.cache.put(cx.key(&msg.state), msg.payload.clone())?;
             }
@@ -135,7 +156,7 @@ impl NodeOp for LinearOp {
     }
 
     /// One GEMM for the input gradients of all the messages, under one lock of the group,
-    /// which adds the weight gradient later, over many batches (`GroupView::linear_backward`).
+    /// which adds the weight gradient later, over many batches (`GroupView::linear_grads`).
     fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
         let xs = grads.iter().map(|g| self.cache.take(&cx.key(&g.state))).collect::<Result<Vec<Payload>, _>>()?;
         let rows = self.rows_of(xs.iter().map(|x| x.values().len()));
@@ -146,9 +167,24 @@ impl NodeOp for LinearOp {
         }
         let x = stack(xs.iter().map(Payload::values));
         let dy = stack(grads.iter().map(|g| g.payload.values()));
-        let mut dx = vec![0.0; x.len()];
-        cx.params().group(self.group).linear_backward(&dy, &x, &mut dx, self.inp, self.out);
-        for (grad, dx) in grads.into_iter().zip(unstack(dx, &rows, self.inp)) {
+        let total: usize = rows.iter().sum();
+        let (dx, stride) = {
+            let mut view = cx.params().group(self.group);
+            let w = view.value(0);
+            let p = &mut self.weight_p;
+            let stale = p.stale(view.version());
+            let padded = kernels::padded(self.inp) != self.inp && !(stale && total < LAYOUT_FROM_ROWS);
+            if padded && stale {
+                p.ld = kernels::pad_rows(w, self.out, self.inp, &mut p.values);
+                p.version = Some(view.version());
+            }
+            let (w, ld) = if padded { (p.values.as_slice(), p.ld) } else { (w, self.inp) };
+            let mut dx = vec![0.0; total * ld];
+            kernels::linear_input_grad_into(&dy, w, &mut dx, ld, self.out);
+            view.linear_grads(&dy, &x, self.inp, self.out);
+            (dx, ld)
+        };
+        for (grad, dx) in grads.into_iter().zip(unstack(dx, &rows, self.inp, stride)) {
             cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
         }
         Ok(())
@@ -309,20 +345,27 @@ mod tests {
     }
 
     #[test]
+    /// Batches below `LAYOUT_FROM_ROWS` on a stale layout take `W` itself; the first of
+    /// `LAYOUT_FROM_ROWS` or more makes the padded copies (7 and 5 are not multiples of the
+    /// panel width) and later batches of any size use them.
     fn a_batch_computes_what_its_messages_compute_alone() {
-        let msgs: Vec<Msg> = (0..6).map(|i| msg(i, 2 * i)).collect();
+        let msgs: Vec<Msg> = (0..14).map(|i| msg(i, 2 * i)).collect();
         // Gradients come back in another order than the forward messages went.
-        let back: Vec<Msg> = [3, 0, 5, 1, 4, 2].iter().map(|&i| grad(&msgs[i])).collect();
+        let order = [3, 0, 5, 1, 4, 2, 13, 6, 12, 7, 11, 8, 10, 9];
+        let back: Vec<Msg> = order.iter().map(|&i| grad(&msgs[i])).collect();
         let (alone, held_alone, grads_alone) = run(|op, cx| {
             msgs.iter().for_each(|m| op.forward(cx, 0, m.clone()).unwrap());
             back.iter().for_each(|g| op.backward(cx, 0, g.clone()).unwrap());
         });
         let (batched, held_batched, grads_batched) = run(|op, cx| {
             op.forward_batch(cx, 0, msgs[..4].to_vec()).unwrap();
-            op.forward_batch(cx, 0, msgs[4..].to_vec()).unwrap();
-            assert_eq!(op.held(), 6, "each message cached under its own key");
+            op.forward_batch(cx, 0, msgs[4..12].to_vec()).unwrap();
+            op.forward_batch(cx, 0, msgs[12..].to_vec()).unwrap();
+            assert_eq!(op.held(), 14, "each message cached under its own key");
             op.backward_batch(cx, 0, back[..1].to_vec()).unwrap();
-            op.backward_batch(cx, 0, back[1..].to_vec()).unwrap();
+            op.backward_batch(cx, 0, back[1..3].to_vec()).unwrap();
+            op.backward_batch(cx, 0, back[3..11].to_vec()).unwrap();
+            op.backward_batch(cx, 0, back[11..].to_vec()).unwrap();
         });
         assert_eq!((held_alone, held_batched), (0, 0));
         assert_close(&payloads(&batched), &payloads(&alone));
