@@ -148,6 +148,10 @@ struct Worker<'s, 'a> {
     credit_delta: Vec<(usize, i64)>,
     /// Messages processed, published to the watchdog's gauge.
     processed: u64,
+    /// Whether instances were counted since the last [`Worker::update_due`], and how many
+    /// of them the controller wants an acknowledgement for.
+    counted: bool,
+    acks: usize,
 }
 
 /// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
@@ -169,6 +173,8 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         instances: Vec::new(),
         credit_delta: Vec::new(),
         processed: 0,
+        counted: false,
+        acks: 0,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
     // so that the controller always hears from every worker.
@@ -206,12 +212,14 @@ impl Worker<'_, '_> {
                 return;
             }
             // Whatever else already arrived joins the queues now, so that the messages of
-            // every instance in flight can meet in batches.
+            // every instance in flight can meet in batches; the instances it reports
+            // finished count together (see `Worker::update_due`).
             while let Ok(item) = self.setup.inbox.try_recv() {
                 if !self.take(item) {
                     return;
                 }
             }
+            self.update_due();
         }
     }
 
@@ -227,9 +235,7 @@ impl Worker<'_, '_> {
             }
             ToWorker::InstanceDone { ack } => {
                 self.count_instance();
-                if ack {
-                    let _ = self.setup.reports.send(Report::Updated);
-                }
+                self.acks += usize::from(ack);
                 true
             }
             ToWorker::Stop { flush } => {
@@ -504,8 +510,31 @@ impl Worker<'_, '_> {
         self.events.push(TraceEvent { worker: self.setup.id as u32, node, kind, start_us, dur_us, batch });
     }
 
-    /// The groups this worker owns count one more finished instance.
+    /// The groups this worker owns count one more finished instance; they update at the
+    /// next [`Worker::update_due`].
     fn count_instance(&mut self) {
+        self.counted = true;
+        let program = self.setup.program;
+        for (g, info) in program.groups.iter().enumerate() {
+            if info.owner == self.setup.id && info.master.is_none() {
+                if let Some(mut group) = self.setup.shared.params.live(g) {
+                    group.pending += 1;
+                }
+            }
+        }
+    }
+
+    /// Updates the groups that counted their update interval's instances, over all the
+    /// instances counted so far, then acknowledges the updates the controller waits for.
+    /// Counts are taken for everything that arrived before (the whole inbox), not one at
+    /// a time: instances that finish together (batched through the same nodes, they often
+    /// do) have their gradients in the accumulators together, and one update averaged over
+    /// all of them is what those gradients are. Updating at the first `n` would apply the
+    /// others' gradients scaled as if there were `n`, and leave the next update empty.
+    fn update_due(&mut self) {
+        if !std::mem::take(&mut self.counted) {
+            return;
+        }
         let program = self.setup.program;
         for (g, info) in program.groups.iter().enumerate() {
             if info.owner != self.setup.id || info.master.is_some() {
@@ -513,15 +542,15 @@ impl Worker<'_, '_> {
             }
             let start = self.setup.trace.then(Instant::now);
             let updated = match self.setup.shared.params.live(g) {
-                Some(mut group) => {
-                    group.pending += 1;
-                    group.pending >= info.min_update_frequency && self.update(info, &mut group, false)
-                }
+                Some(mut group) => group.pending >= info.min_update_frequency && self.update(info, &mut group, false),
                 None => false,
             };
             if let (true, Some(start)) = (updated, start) {
                 self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0);
             }
+        }
+        for _ in 0..std::mem::take(&mut self.acks) {
+            let _ = self.setup.reports.send(Report::Updated);
         }
     }
 
