@@ -4,6 +4,7 @@
 //! slices with shapes, checks that every element it names lies inside its slice, and is
 //! the only place of the executor that calls it, single-threaded (a worker is one thread).
 
+use super::PANEL;
 use gemm::{gemm, Parallelism};
 
 /// A read-only matrix view: `rows × cols` elements, element `(r, c)` at
@@ -66,8 +67,9 @@ pub(crate) fn matmul(dst: &mut [f32], lhs: Mat, rhs: Mat, accumulate: bool) {
     // rows, and copies ("packs") the whole of `rhs` at every call unless their count is a
     // multiple of its 16 lanes: Tree-LSTM's 750 and 450 outputs made it pack the weight for
     // every batch (a tenth of the training time). The columns up to the last multiple of 16
-    // go in one call, the rest in a second, small one.
-    let split = if n > LANES && n % LANES != 0 { n / LANES * LANES } else { n };
+    // go in one call, the rest in a second, small one. (The Linear op's products of
+    // several rows do better still on weight copies padded to a multiple: `super::PANEL`.)
+    let split = if n > PANEL && n % PANEL != 0 { n / PANEL * PANEL } else { n };
     for (first, cols) in [(0, split), (split, n - split)] {
         if cols == 0 {
             continue;
@@ -105,9 +107,6 @@ pub(crate) fn matmul(dst: &mut [f32], lhs: Mat, rhs: Mat, accumulate: bool) {
         }
     }
 }
-
-/// The crate's AVX-512 f32 vector width.
-const LANES: usize = 16;
 
 #[cfg(test)]
 mod tests {
