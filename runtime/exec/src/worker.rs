@@ -240,7 +240,7 @@ impl Worker<'_, '_> {
             }
             ToWorker::Stop { flush } => {
                 if flush {
-                    self.flush();
+                    self.update_groups(true);
                 }
                 false
             }
@@ -514,12 +514,9 @@ impl Worker<'_, '_> {
     /// next [`Worker::update_due`].
     fn count_instance(&mut self) {
         self.counted = true;
-        let program = self.setup.program;
-        for (g, info) in program.groups.iter().enumerate() {
-            if info.owner == self.setup.id && info.master.is_none() {
-                if let Some(mut group) = self.setup.shared.params.live(g) {
-                    group.pending += 1;
-                }
+        for (g, _) in owned_masters(self.setup.program, self.setup.id) {
+            if let Some(mut group) = self.setup.shared.params.live(g) {
+                group.pending += 1;
             }
         }
     }
@@ -532,36 +529,22 @@ impl Worker<'_, '_> {
     /// all of them is what those gradients are. Updating at the first `n` would apply the
     /// others' gradients scaled as if there were `n`, and leave the next update empty.
     fn update_due(&mut self) {
-        if !std::mem::take(&mut self.counted) {
-            return;
-        }
-        let program = self.setup.program;
-        for (g, info) in program.groups.iter().enumerate() {
-            if info.owner != self.setup.id || info.master.is_some() {
-                continue;
-            }
-            let start = self.setup.trace.then(Instant::now);
-            let updated = match self.setup.shared.params.live(g) {
-                Some(mut group) => group.pending >= info.min_update_frequency && self.update(info, &mut group, false),
-                None => false,
-            };
-            if let (true, Some(start)) = (updated, start) {
-                self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0);
-            }
+        if std::mem::take(&mut self.counted) {
+            self.update_groups(false);
         }
         for _ in 0..std::mem::take(&mut self.acks) {
             let _ = self.setup.reports.send(Report::Updated);
         }
     }
 
-    fn flush(&mut self) {
-        let program = self.setup.program;
-        for (g, info) in program.groups.iter().enumerate() {
-            if info.owner != self.setup.id || info.master.is_some() {
-                continue;
-            }
+    /// Updates every group this worker owns that has instances pending: those that reached
+    /// their update interval, or all of them with `flush` (the end of a run).
+    fn update_groups(&mut self, flush: bool) {
+        for (g, info) in owned_masters(self.setup.program, self.setup.id) {
             let start = self.setup.trace.then(Instant::now);
-            let updated = self.setup.shared.params.live(g).is_some_and(|mut group| self.update(info, &mut group, true));
+            let updated = self.setup.shared.params.live(g).is_some_and(|mut group| {
+                (flush || group.pending >= info.min_update_frequency) && self.update(info, &mut group, flush)
+            });
             if let (true, Some(start)) = (updated, start) {
                 self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0);
             }
@@ -590,6 +573,11 @@ impl Worker<'_, '_> {
         }
         updated
     }
+}
+
+/// The parameter groups worker `id` updates: those it owns that are no replica.
+fn owned_masters(program: &Program, id: usize) -> impl Iterator<Item = (usize, &GroupInfo)> {
+    program.groups.iter().enumerate().filter(move |(_, info)| info.owner == id && info.master.is_none())
 }
 
 /// Adds a gradient of a port with `consumers` consumers to its sum under the node's

@@ -37,6 +37,16 @@ impl Layout {
     fn stale(&self, version: u64) -> bool {
         self.version != Some(version)
     }
+
+    /// The copy at `version`, made again by `make` (which fills the values and returns the
+    /// row stride) when it is older; its values and row stride.
+    fn at(&mut self, version: u64, make: impl FnOnce(&mut Vec<f32>) -> usize) -> (&[f32], usize) {
+        if self.stale(version) {
+            self.ld = make(&mut self.values);
+            self.version = Some(version);
+        }
+        (&self.values, self.ld)
+    }
 }
 
 /// `y = x W^T + b` over the last dimension; caches `x` under the key for the backward.
@@ -64,8 +74,7 @@ impl LinearOp {
         if view.value(0).len() != inp * out || view.value(1).len() != out {
             return Err(OpError::PayloadSize { expected: inp * out, found: view.value(0).len() });
         }
-        let (weight_t, weight_p) = (Layout::default(), Layout::default());
-        Ok(LinearOp { group, inp, out, cache: Keyed::new(), weight_t, weight_p })
+        Ok(LinearOp { group, inp, out, cache: Keyed::new(), weight_t: Layout::default(), weight_p: Layout::default() })
     }
 }
 
@@ -136,14 +145,11 @@ impl NodeOp for LinearOp {
                 }
                 (y, self.out)
             } else {
-                let t = &mut self.weight_t;
-                if stale {
-                    t.ld = kernels::transpose(w, self.out, self.inp, &mut t.values);
-                    t.version = Some(view.version());
-                }
-                let mut y = vec![0.0; total * t.ld];
-                kernels::linear_forward_t_into(&x, &t.values, b, &mut y, self.inp, t.ld);
-                (y, t.ld)
+                let (out, inp) = (self.out, self.inp);
+                let (wt, ld) = self.weight_t.at(view.version(), |values| kernels::transpose(w, out, inp, values));
+                let mut y = vec![0.0; total * ld];
+                kernels::linear_forward_t_into(&x, wt, b, &mut y, inp, ld);
+                (y, ld)
             }
         };
         for (msg, y) in msgs.into_iter().zip(unstack(y, &rows, self.out, stride)) {
@@ -170,15 +176,11 @@ impl NodeOp for LinearOp {
         let total: usize = rows.iter().sum();
         let (dx, stride) = {
             let mut view = cx.params().group(self.group);
-            let w = view.value(0);
-            let p = &mut self.weight_p;
-            let stale = p.stale(view.version());
-            let padded = kernels::padded(self.inp) != self.inp && !(stale && total < LAYOUT_FROM_ROWS);
-            if padded && stale {
-                p.ld = kernels::pad_rows(w, self.out, self.inp, &mut p.values);
-                p.version = Some(view.version());
-            }
-            let (w, ld) = if padded { (p.values.as_slice(), p.ld) } else { (w, self.inp) };
+            let (w, version, out, inp) = (view.value(0), view.version(), self.out, self.inp);
+            let stale = self.weight_p.stale(version);
+            let padded = kernels::padded(inp) != inp && !(stale && total < LAYOUT_FROM_ROWS);
+            let (w, ld) =
+                if padded { self.weight_p.at(version, |values| kernels::pad_rows(w, out, inp, values)) } else { (w, inp) };
             let mut dx = vec![0.0; total * ld];
             kernels::linear_input_grad_into(&dy, w, &mut dx, ld, self.out);
             view.linear_grads(&dy, &x, self.inp, self.out);
@@ -344,10 +346,10 @@ mod tests {
         }
     }
 
-    #[test]
     /// Batches below `LAYOUT_FROM_ROWS` on a stale layout take `W` itself; the first of
     /// `LAYOUT_FROM_ROWS` or more makes the padded copies (7 and 5 are not multiples of the
     /// panel width) and later batches of any size use them.
+    #[test]
     fn a_batch_computes_what_its_messages_compute_alone() {
         let msgs: Vec<Msg> = (0..14).map(|i| msg(i, 2 * i)).collect();
         // Gradients come back in another order than the forward messages went.
