@@ -19,23 +19,67 @@ fn last_dim(ty: Option<&PayloadTy>) -> usize {
 }
 
 /// The rows from which a batch makes a stale copy of the weight again (see [`Layout`])
-/// rather than taking its rows one at a time on `W`: making one costs about what 7
-/// one-row products do (`cargo bench -p amp-benches --bench gemm` prints both).
+/// rather than taking its rows on `W` itself: making one costs about what 7 one-row
+/// products do (`cargo bench -p amp-benches --bench gemm` prints both).
 const LAYOUT_FROM_ROWS: usize = 8;
 
+/// The rows a weight must have served at its current or previous version for a copy to
+/// be made: a copy costs about what the products of 30–60 rows gain from it over
+/// `kernels::skinny` on `W` itself (on 256→256: transposing 38 µs, the product of 32 rows
+/// out of cache 81 µs on `W`, about 45 µs on the copy).
+const COPY_PAYS_FROM_ROWS: usize = 64;
+
+/// The rows from which the input gradient of a weight that is not worth copying goes
+/// through `kernels::rows_times_w` rather than the GEMM crate on `W` (a 256→256 MoE expert
+/// out of cache: even at 4 rows, 1.3× at 8, 1.4× at 16; fewer rows are faster through the
+/// crate).
+const SKINNY_DX_FROM_ROWS: usize = 4;
+
 /// A copy of a group's weight laid out for batched GEMMs (rows padded to the GEMM's
-/// panels, see [`kernels::PANEL`]), and the group version it was made from.
+/// panels, see [`kernels::PANEL`]), the group version it was made from, and how many rows
+/// the weight served at each version. A copy pays when the weight serves many rows between
+/// two updates (each of Tree-LSTM's few weights serves hundreds); a MoE expert, updated
+/// after nearly every batch it sees, would make a copy for 8–16 rows (its transposes were
+/// 9% of MoE's training time).
 #[derive(Default)]
 struct Layout {
     version: Option<u64>,
     values: Vec<f32>,
     /// The copy's row stride.
     ld: usize,
+    /// The version whose rows `rows` counts.
+    counted: Option<u64>,
+    rows: usize,
+    /// The rows served at the version counted before (none before the first).
+    before: usize,
 }
 
 impl Layout {
     fn stale(&self, version: u64) -> bool {
         self.version != Some(version)
+    }
+
+    /// Counts a batch of `rows` served at `version`.
+    fn serve(&mut self, version: u64, rows: usize) {
+        if self.counted != Some(version) {
+            self.before = self.rows;
+            self.counted = Some(version);
+            self.rows = 0;
+        }
+        self.rows += rows;
+    }
+
+    /// Whether a copy at this version would likely pay: the weight served
+    /// `COPY_PAYS_FROM_ROWS` rows or more at this version so far or at the one before (an
+    /// op is built anew for every run, so a run's first version has no history).
+    fn pays(&self) -> bool {
+        self.rows.max(self.before) >= COPY_PAYS_FROM_ROWS
+    }
+
+    /// Whether a batch of `rows` at `version` takes the copy: a current one always, a
+    /// stale one is made again for `LAYOUT_FROM_ROWS` rows or more when it pays.
+    fn takes(&self, version: u64, rows: usize) -> bool {
+        !self.stale(version) || (rows >= LAYOUT_FROM_ROWS && self.pays())
     }
 
     /// The copy at `version`, made again by `make` (which fills the values and returns the
@@ -135,18 +179,17 @@ impl NodeOp for LinearOp {
         let total: usize = rows.iter().sum();
         let (y, stride) = {
             let view = cx.params().group(self.group);
-            let (w, b) = (view.value(0), view.value(1));
-            let stale = self.weight_t.stale(view.version());
-            if total < 2 || (stale && total < LAYOUT_FROM_ROWS) {
-                // One row at a time on W itself (the GEMM's fast one-row path).
+            let (w, b, version) = (view.value(0), view.value(1), view.version());
+            self.weight_t.serve(version, total);
+            if total < 2 || !self.weight_t.takes(version, total) {
+                // On W itself: one row through the GEMM crate's fast one-row path, several
+                // by a kernel that reads W once.
                 let mut y = vec![0.0; total * self.out];
-                for (xr, yr) in x.chunks_exact(self.inp.max(1)).zip(y.chunks_exact_mut(self.out.max(1))) {
-                    kernels::linear_forward_into(xr, w, b, yr, self.inp, self.out);
-                }
+                kernels::linear_forward_rows_into(&x, w, b, &mut y, self.inp, self.out);
                 (y, self.out)
             } else {
                 let (out, inp) = (self.out, self.inp);
-                let (wt, ld) = self.weight_t.at(view.version(), |values| kernels::transpose(w, out, inp, values));
+                let (wt, ld) = self.weight_t.at(version, |values| kernels::transpose(w, out, inp, values));
                 let mut y = vec![0.0; total * ld];
                 kernels::linear_forward_t_into(&x, wt, b, &mut y, inp, ld);
                 (y, ld)
@@ -177,12 +220,20 @@ impl NodeOp for LinearOp {
         let (dx, stride) = {
             let mut view = cx.params().group(self.group);
             let (w, version, out, inp) = (view.value(0), view.version(), self.out, self.inp);
-            let stale = self.weight_p.stale(version);
-            let padded = kernels::padded(inp) != inp && !(stale && total < LAYOUT_FROM_ROWS);
-            let (w, ld) =
-                if padded { self.weight_p.at(version, |values| kernels::pad_rows(w, out, inp, values)) } else { (w, inp) };
+            self.weight_p.serve(version, total);
+            let padded = kernels::padded(inp) != inp && self.weight_p.takes(version, total);
+            let skinny = !padded && total >= SKINNY_DX_FROM_ROWS && !self.weight_p.pays();
+            let (w, ld) = if padded {
+                self.weight_p.at(version, |values| kernels::pad_rows(w, out, inp, values))
+            } else {
+                (w, inp)
+            };
             let mut dx = vec![0.0; total * ld];
-            kernels::linear_input_grad_into(&dy, w, &mut dx, ld, self.out);
+            if skinny {
+                kernels::rows_times_w(&dy, w, &mut dx, inp, out);
+            } else {
+                kernels::linear_input_grad_into(&dy, w, &mut dx, ld, out);
+            }
             view.linear_grads(&dy, &x, self.inp, self.out);
             (dx, ld)
         };
@@ -346,30 +397,68 @@ mod tests {
         }
     }
 
-    /// Batches below `LAYOUT_FROM_ROWS` on a stale layout take `W` itself; the first of
-    /// `LAYOUT_FROM_ROWS` or more makes the padded copies (7 and 5 are not multiples of the
-    /// panel width) and later batches of any size use them.
+    /// Every path: lone rows through the crate on `W`, batches on `W` through
+    /// `kernels::skinny` until `COPY_PAYS_FROM_ROWS` rows were served, then on the padded
+    /// copies (7 and 5 are not multiples of the panel width), which later batches of any
+    /// size use.
     #[test]
     fn a_batch_computes_what_its_messages_compute_alone() {
-        let msgs: Vec<Msg> = (0..14).map(|i| msg(i, 2 * i)).collect();
+        let msgs: Vec<Msg> = (0..80).map(|i| msg(i, 2 * i)).collect();
         // Gradients come back in another order than the forward messages went.
-        let order = [3, 0, 5, 1, 4, 2, 13, 6, 12, 7, 11, 8, 10, 9];
-        let back: Vec<Msg> = order.iter().map(|&i| grad(&msgs[i])).collect();
+        let back: Vec<Msg> = (0..80).map(|i| grad(&msgs[i * 37 % 80])).collect();
         let (alone, held_alone, grads_alone) = run(|op, cx| {
             msgs.iter().for_each(|m| op.forward(cx, 0, m.clone()).unwrap());
             back.iter().for_each(|g| op.backward(cx, 0, g.clone()).unwrap());
         });
         let (batched, held_batched, grads_batched) = run(|op, cx| {
-            op.forward_batch(cx, 0, msgs[..4].to_vec()).unwrap();
-            op.forward_batch(cx, 0, msgs[4..12].to_vec()).unwrap();
-            op.forward_batch(cx, 0, msgs[12..].to_vec()).unwrap();
-            assert_eq!(op.held(), 14, "each message cached under its own key");
-            op.backward_batch(cx, 0, back[..1].to_vec()).unwrap();
-            op.backward_batch(cx, 0, back[1..3].to_vec()).unwrap();
-            op.backward_batch(cx, 0, back[3..11].to_vec()).unwrap();
-            op.backward_batch(cx, 0, back[11..].to_vec()).unwrap();
+            for batch in [&msgs[..1], &msgs[1..5], &msgs[5..70], &msgs[70..72], &msgs[72..]] {
+                op.forward_batch(cx, 0, batch.to_vec()).unwrap();
+            }
+            assert_eq!(op.held(), 80, "each message cached under its own key");
+            for batch in [&back[..1], &back[1..3], &back[3..11], &back[11..75], &back[75..]] {
+                op.backward_batch(cx, 0, batch.to_vec()).unwrap();
+            }
+            assert_eq!((op.weight_t.version, op.weight_p.version), (Some(0), Some(0)), "both copies were made");
         });
         assert_eq!((held_alone, held_batched), (0, 0));
+        assert_close(&payloads(&batched), &payloads(&alone));
+        for ((_, a), (_, b)) in grads_batched.iter().zip(grads_alone.iter()) {
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "accumulated gradient {x} vs {y}");
+            }
+        }
+    }
+
+    /// Marks the group's values as changed, as an update does.
+    fn bump_version(cx: &NodeCx) {
+        if let ParamAccess::Live { groups } = cx.params() {
+            groups[0].lock().unwrap().version += 1;
+        }
+    }
+
+    /// A weight that serves few rows per version (a MoE expert's) is never copied: the
+    /// batches after the first take `W` itself (`kernels::skinny` from 2 rows forward and
+    /// `SKINNY_DX_FROM_ROWS` backward) and compute what lone messages do.
+    #[test]
+    fn a_weight_updated_after_every_batch_is_used_in_place() {
+        let msgs: Vec<Msg> = (0..30).map(|i| msg(i, i)).collect();
+        let back: Vec<Msg> = msgs.iter().rev().map(grad).collect();
+        let (alone, _, grads_alone) = run(|op, cx| {
+            msgs.iter().for_each(|m| op.forward(cx, 0, m.clone()).unwrap());
+            back.iter().for_each(|g| op.backward(cx, 0, g.clone()).unwrap());
+        });
+        let (batched, held, grads_batched) = run(|op, cx| {
+            for batch in [&msgs[..3], &msgs[3..5], &msgs[5..17], &msgs[17..]] {
+                op.forward_batch(cx, 0, batch.to_vec()).unwrap();
+                bump_version(cx);
+            }
+            for batch in [&back[..2], &back[2..7], &back[7..20], &back[20..]] {
+                op.backward_batch(cx, 0, batch.to_vec()).unwrap();
+                bump_version(cx);
+            }
+            assert_eq!((op.weight_t.version, op.weight_p.version), (None, None), "no copy of W was made");
+        });
+        assert_eq!(held, 0);
         assert_close(&payloads(&batched), &payloads(&alone));
         for ((_, a), (_, b)) in grads_batched.iter().zip(grads_alone.iter()) {
             for (x, y) in a.iter().zip(b) {

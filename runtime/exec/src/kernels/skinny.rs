@@ -1,0 +1,252 @@
+//! The Linear products of a few rows on a weight read once, in place: for a weight that
+//! changes between nearly every batch it serves (a MoE expert, updated after each), where a
+//! padded copy would be made for one batch and the GEMM crate packs the whole weight at
+//! every call of more than one row. Either costs about what the product of 8 rows does on
+//! a 256→256 weight, so batching such a weight gained nothing over one row at a time.
+//!
+//! Both kernels walk the weight once, a small block of it at a time, and apply each block
+//! to all the rows while it sits in L1; the rows stay in L1 or L2 (a few KiB each). The
+//! SIMD is `pulp`'s (the GEMM crate's own dependency): safe code, generic over the vector
+//! width, dispatched at run time to AVX-512, AVX2 + FMA or scalar code.
+
+use pulp::{Arch, Simd, WithSimd};
+
+/// Weight rows per block of [`rows_times_wt`] (each row's dot products with a block of
+/// `X_BLOCK` input rows in registers: 4 × 2 accumulators, 6 loads for 8 FMAs).
+const W_BLOCK: usize = 4;
+const X_BLOCK: usize = 2;
+/// Input gradient rows per block of [`rows_times_w`], and SIMD vectors per column strip
+/// (4 × 2 accumulators, 2 loads and 4 broadcasts for 8 FMAs).
+const DY_BLOCK: usize = 4;
+const STRIP: usize = 2;
+
+/// `y += x Wᵀ` for `x: [rows, inp]`, `W: [out, inp]`, `y: [rows, out]`, row-major.
+///
+/// # Panics
+/// When the lengths do not fit `inp` and `out`.
+pub fn rows_times_wt(x: &[f32], w: &[f32], y: &mut [f32], inp: usize, out: usize) {
+    let rows = x.len().checked_div(inp).unwrap_or(0);
+    assert!(x.len() == rows * inp && w.len() == out * inp && y.len() == rows * out, "rows_times_wt: shapes differ");
+    if rows == 0 || out == 0 || inp == 0 {
+        return;
+    }
+    Arch::new().dispatch(DotRows { x, w, y, inp, out });
+}
+
+/// `dx += dy W` for `dy: [rows, out]`, `W: [out, inp]`, `dx: [rows, inp]`, row-major.
+///
+/// # Panics
+/// When the lengths do not fit `inp` and `out`.
+pub fn rows_times_w(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usize) {
+    let rows = dy.len().checked_div(out).unwrap_or(0);
+    assert!(dy.len() == rows * out && w.len() == out * inp && dx.len() == rows * inp, "rows_times_w: shapes differ");
+    if rows == 0 || out == 0 || inp == 0 {
+        return;
+    }
+    Arch::new().dispatch(AxpyRows { dy, w, dx, inp, out });
+}
+
+struct DotRows<'a> {
+    x: &'a [f32],
+    w: &'a [f32],
+    y: &'a mut [f32],
+    inp: usize,
+    out: usize,
+}
+
+impl WithSimd for DotRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let DotRows { x, w, y, inp, out } = self;
+        let mut o = 0;
+        // A block of weight rows against every input row, then the next block.
+        while o < out {
+            let block = if out - o >= W_BLOCK { W_BLOCK } else { 1 };
+            let mut r = 0;
+            while r < x.len() / inp {
+                let pair = if x.len() / inp - r >= X_BLOCK { X_BLOCK } else { 1 };
+                match (block, pair) {
+                    (W_BLOCK, X_BLOCK) => dots::<S, W_BLOCK, X_BLOCK>(simd, w, x, y, inp, out, o, r),
+                    (W_BLOCK, _) => dots::<S, W_BLOCK, 1>(simd, w, x, y, inp, out, o, r),
+                    (_, X_BLOCK) => dots::<S, 1, X_BLOCK>(simd, w, x, y, inp, out, o, r),
+                    _ => dots::<S, 1, 1>(simd, w, x, y, inp, out, o, r),
+                }
+                r += pair;
+            }
+            o += block;
+        }
+    }
+}
+
+/// `y[r + k][o + j] += W[o + j] · x[r + k]` for `j < WB`, `k < XB`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn dots<S: Simd, const WB: usize, const XB: usize>(
+    simd: S,
+    w: &[f32],
+    x: &[f32],
+    y: &mut [f32],
+    inp: usize,
+    out: usize,
+    o: usize,
+    r: usize,
+) {
+    let w_rows: [(&[S::f32s], &[f32]); WB] = std::array::from_fn(|j| S::as_simd_f32s(&w[(o + j) * inp..][..inp]));
+    let x_rows: [(&[S::f32s], &[f32]); XB] = std::array::from_fn(|k| S::as_simd_f32s(&x[(r + k) * inp..][..inp]));
+    let vectors = inp / S::F32_LANES;
+    let mut acc = [[simd.splat_f32s(0.0); XB]; WB];
+    for c in 0..vectors {
+        let xs: [S::f32s; XB] = std::array::from_fn(|k| x_rows[k].0[c]);
+        for (acc_j, (w_row, _)) in acc.iter_mut().zip(&w_rows) {
+            let wv = w_row[c];
+            for (a, &xv) in acc_j.iter_mut().zip(&xs) {
+                *a = simd.mul_add_e_f32s(wv, xv, *a);
+            }
+        }
+    }
+    for (j, (acc_j, (_, w_tail))) in acc.iter().zip(&w_rows).enumerate() {
+        for (k, (a, (_, x_tail))) in acc_j.iter().zip(&x_rows).enumerate() {
+            let tail: f32 = w_tail.iter().zip(*x_tail).map(|(a, b)| a * b).sum();
+            y[(r + k) * out + o + j] += simd.reduce_sum_f32s(*a) + tail;
+        }
+    }
+}
+
+struct AxpyRows<'a> {
+    dy: &'a [f32],
+    w: &'a [f32],
+    dx: &'a mut [f32],
+    inp: usize,
+    out: usize,
+}
+
+impl WithSimd for AxpyRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let AxpyRows { dy, w, dx, inp, out } = self;
+        let rows = dy.len() / out;
+        let vectors = inp / S::F32_LANES;
+        // A strip of the weight's columns (all its rows: out × 2 vectors, 16 KiB for 256
+        // rows of AVX2 vectors) against every gradient row, then the next strip.
+        let mut c = 0;
+        while c < vectors {
+            let width = if vectors - c >= STRIP { STRIP } else { 1 };
+            let mut r = 0;
+            while r < rows {
+                let block = if rows - r >= DY_BLOCK { DY_BLOCK } else { 1 };
+                match (block, width) {
+                    (DY_BLOCK, STRIP) => axpys::<S, DY_BLOCK, STRIP>(simd, dy, w, dx, inp, out, r, c),
+                    (DY_BLOCK, _) => axpys::<S, DY_BLOCK, 1>(simd, dy, w, dx, inp, out, r, c),
+                    (_, STRIP) => axpys::<S, 1, STRIP>(simd, dy, w, dx, inp, out, r, c),
+                    _ => axpys::<S, 1, 1>(simd, dy, w, dx, inp, out, r, c),
+                }
+                r += block;
+            }
+            c += width;
+        }
+        // The columns past the last whole vector, as one partial vector per row.
+        let first = vectors * S::F32_LANES;
+        if first < inp {
+            for (dy_row, dx_row) in dy.chunks_exact(out).zip(dx.chunks_exact_mut(inp)) {
+                let mut acc = simd.splat_f32s(0.0);
+                for (&d, w_row) in dy_row.iter().zip(w.chunks_exact(inp)) {
+                    acc = simd.mul_add_e_f32s(simd.splat_f32s(d), simd.partial_load_f32s(&w_row[first..]), acc);
+                }
+                let to = &mut dx_row[first..];
+                let sum = simd.add_f32s(simd.partial_load_f32s(to), acc);
+                simd.partial_store_f32s(to, sum);
+            }
+        }
+    }
+}
+
+/// `dx[r + k][cols] += Σ_o dy[r + k][o] W[o][cols]` for `k < RB` over the `V` vectors of
+/// columns from vector `c`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn axpys<S: Simd, const RB: usize, const V: usize>(
+    simd: S,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    inp: usize,
+    out: usize,
+    r: usize,
+    c: usize,
+) {
+    let (first, width) = (c * S::F32_LANES, V * S::F32_LANES);
+    let dy_rows: [&[f32]; RB] = std::array::from_fn(|k| &dy[(r + k) * out..][..out]);
+    let mut acc = [[simd.splat_f32s(0.0); V]; RB];
+    for (o, w_row) in w.chunks_exact(inp).enumerate() {
+        let (wv, _) = S::as_simd_f32s(&w_row[first..first + width]);
+        for (acc_k, dy_row) in acc.iter_mut().zip(&dy_rows) {
+            let d = simd.splat_f32s(dy_row[o]);
+            for (a, &v) in acc_k.iter_mut().zip(wv) {
+                *a = simd.mul_add_e_f32s(d, v, *a);
+            }
+        }
+    }
+    for (k, acc_k) in acc.iter().enumerate() {
+        let (to, _) = S::as_mut_simd_f32s(&mut dx[(r + k) * inp + first..][..width]);
+        for (t, a) in to.iter_mut().zip(acc_k) {
+            *t = simd.add_f32s(*t, *a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 2654435761 + seed * 40503) % 1000) as f32 / 500.0 - 1.0).collect()
+    }
+
+    /// Shapes around the SIMD widths (4, 8 and 16 lanes) and the blocks, with rows that
+    /// leave every kind of remainder; the results add to what `y` and `dx` held.
+    #[test]
+    fn the_products_match_the_naive_ones() {
+        for (rows, inp, out) in
+            [(1, 1, 1), (2, 7, 3), (3, 8, 4), (5, 17, 9), (4, 16, 8), (7, 33, 13), (9, 256, 256), (6, 300, 45)]
+        {
+            let (x, w) = (values(rows * inp, 1), values(out * inp, 2));
+            let dy = values(rows * out, 3);
+            let mut y = values(rows * out, 4);
+            let mut dx = values(rows * inp, 5);
+            let (y0, dx0) = (y.clone(), dx.clone());
+            rows_times_wt(&x, &w, &mut y, inp, out);
+            rows_times_w(&dy, &w, &mut dx, inp, out);
+            for r in 0..rows {
+                for o in 0..out {
+                    let want = y0[r * out + o] + (0..inp).map(|i| x[r * inp + i] * w[o * inp + i]).sum::<f32>();
+                    let got = y[r * out + o];
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (1.0 + want.abs()) * inp as f32,
+                        "y {rows}×{inp}→{out} ({r}, {o}): {got} vs {want}"
+                    );
+                }
+                for i in 0..inp {
+                    let want = dx0[r * inp + i] + (0..out).map(|o| dy[r * out + o] * w[o * inp + i]).sum::<f32>();
+                    let got = dx[r * inp + i];
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (1.0 + want.abs()) * out as f32,
+                        "dx {rows}×{inp}→{out} ({r}, {i}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_shapes_do_nothing() {
+        let mut y = vec![1.0; 3];
+        rows_times_wt(&[], &[0.0; 12], &mut [], 4, 3);
+        rows_times_w(&[], &[0.0; 12], &mut [], 4, 3);
+        rows_times_wt(&[1.0; 0], &[], &mut y[..0], 0, 3);
+        assert_eq!(y, vec![1.0; 3]);
+    }
+}
