@@ -13,7 +13,10 @@
 //! executor's own kernels (`amp kernels`, `amp_exec::kernels`, as the Linear op runs
 //! them: one row on `W`, several on copies of `Wᵀ` and `W` whose rows are padded to the
 //! crate's SIMD panels, which it then uses in place instead of packing the whole weight
-//! at every call; the rows taken out of the padded output are part of the time). Each cell is the median of many repetitions, printed
+//! at every call; the rows taken out of the padded output are part of the time), and
+//! `skinny on W` (`amp_exec::kernels::skinny`: a few rows on `W` read in place, what the
+//! op does for a weight updated too often for a copy to pay, such as a MoE expert; here,
+//! unlike there, `W` stays in cache between repetitions). Each cell is the median of many repetitions, printed
 //! as GFLOP/s (2·m·in·out per product) and as a share of one core's f32 peak (171 GFLOP/s
 //! measured with an FMA loop on the 2-core Xeon of `shared/TECH-NOTES.md`; pass another
 //! with `AMP_PEAK_GFLOPS`). Then the executor's kernels over matrixmultiply and over the
@@ -436,6 +439,8 @@ mod amp {
 
 type Kernel = fn(&mut Operands);
 
+use amp_exec::kernels;
+
 fn kernels_of(product: Product) -> Vec<(&'static str, Kernel)> {
     match product {
         Product::Forward => vec![
@@ -443,12 +448,17 @@ fn kernels_of(product: Product) -> Vec<(&'static str, Kernel)> {
             ("matrixmultiply", mm::forward),
             ("gemm", gemm_crate::forward),
             ("gemm on Wt", gemm_crate::forward_wt),
+            ("skinny on W", |o| kernels::linear_forward_rows_into(&o.x, &o.w, &o.b, &mut o.y, o.inp, o.out)),
             ("amp kernels", amp::forward),
         ],
         Product::InputGrad => vec![
             ("hand", |o| hand::input_grad(&o.dy, &o.w, &mut o.dx, o.inp, o.out)),
             ("matrixmultiply", mm::input_grad),
             ("gemm", gemm_crate::input_grad),
+            ("skinny on W", |o| {
+                o.dx.fill(0.0);
+                kernels::rows_times_w(&o.dy, &o.w, &mut o.dx, o.inp, o.out);
+            }),
             ("amp kernels", amp::input_grad),
         ],
         Product::WeightGrad => vec![
