@@ -32,7 +32,10 @@
 //!   also bit-for-bit deterministic.
 //! - Dynamic batching (`ExecConfig::max_batch`, 64 by default, 1 for none): a Linear
 //!   node takes the messages waiting in its queue (of one direction and port) together,
-//!   one GEMM for all, through `gemm` (the only `unsafe`, in `kernels`). Each message's
+//!   one product for all: through `gemm` (the only `unsafe`, in `kernels`) on padded
+//!   weight copies where a weight serves many rows between updates, through
+//!   `kernels::skinny` (safe `pulp` SIMD) on the weight in place where it does not (MoE
+//!   experts). Each message's
 //!   results are those of processing it alone to rounding (1e-5), so runs with and without
 //!   batching agree to rounding, not bit for bit; a given setup stays deterministic with
 //!   one worker and one instance in flight (a tree's leaves still batch together then).

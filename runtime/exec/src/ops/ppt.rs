@@ -24,9 +24,9 @@ fn last_dim(ty: Option<&PayloadTy>) -> usize {
 const LAYOUT_FROM_ROWS: usize = 8;
 
 /// The rows a weight must have served at its current or previous version for a copy to
-/// be made: a copy costs about what the products of 30–60 rows gain from it over
-/// `kernels::skinny` on `W` itself (on 256→256: transposing 38 µs, the product of 32 rows
-/// out of cache 81 µs on `W`, about 45 µs on the copy).
+/// be made: a copy costs about what the products of 50–100 rows gain from it over
+/// `kernels::skinny` on `W` itself (on 256→256: transposing 38 µs out of cache; 32 rows in
+/// cache 57 µs on `W`, 48 µs on the copy).
 const COPY_PAYS_FROM_ROWS: usize = 64;
 
 /// The rows from which the input gradient of a weight that is not worth copying goes
