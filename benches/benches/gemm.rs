@@ -32,6 +32,7 @@
 //!
 //! Run: `cargo bench -p amp-benches --bench gemm` (add `-- quick` for shorter medians).
 
+use amp_exec::kernels;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -438,8 +439,6 @@ mod amp {
 }
 
 type Kernel = fn(&mut Operands);
-
-use amp_exec::kernels;
 
 fn kernels_of(product: Product) -> Vec<(&'static str, Kernel)> {
     match product {

@@ -39,11 +39,16 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
 /// When the lengths do not fit `rows`, `inp` and `out`.
 pub fn linear_forward_into(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
     let rows = x.len().checked_div(inp).unwrap_or(0);
+    fill_with_bias(y, b, out);
+    matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(w, out, inp).t(), true);
+}
+
+/// Every `out`-wide row of `y` set to the bias `b`, which the products then add to.
+fn fill_with_bias(y: &mut [f32], b: &[f32], out: usize) {
     assert_eq!(b.len(), out, "linear: the bias is not [{out}]");
     for row in y.chunks_exact_mut(out.max(1)) {
         row.copy_from_slice(b);
     }
-    matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(w, out, inp).t(), true);
 }
 
 /// [`linear_forward_into`] on a weight read in place once whatever the rows: one row
@@ -54,10 +59,7 @@ pub fn linear_forward_rows_into(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], 
     if x.len() <= inp {
         return linear_forward_into(x, w, b, y, inp, out);
     }
-    assert_eq!(b.len(), out, "linear: the bias is not [{out}]");
-    for row in y.chunks_exact_mut(out.max(1)) {
-        row.copy_from_slice(b);
-    }
+    fill_with_bias(y, b, out);
     rows_times_wt(x, w, y, inp, out);
 }
 

@@ -60,13 +60,14 @@ impl WithSimd for DotRows<'_> {
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let DotRows { x, w, y, inp, out } = self;
+        let rows = x.len() / inp;
         let mut o = 0;
         // A block of weight rows against every input row, then the next block.
         while o < out {
             let block = if out - o >= W_BLOCK { W_BLOCK } else { 1 };
             let mut r = 0;
-            while r < x.len() / inp {
-                let pair = if x.len() / inp - r >= X_BLOCK { X_BLOCK } else { 1 };
+            while r < rows {
+                let pair = if rows - r >= X_BLOCK { X_BLOCK } else { 1 };
                 match (block, pair) {
                     (W_BLOCK, X_BLOCK) => dots::<S, W_BLOCK, X_BLOCK>(simd, w, x, y, inp, out, o, r),
                     (W_BLOCK, _) => dots::<S, W_BLOCK, 1>(simd, w, x, y, inp, out, o, r),
