@@ -6,13 +6,15 @@ medians of alternating runs (a busy machine slows both alike).
     cargo build --release -p amprun
     python3 benches/end_to_end.py jit        # JIT on vs --no-jit
     python3 benches/end_to_end.py batching   # --max-batch 64 vs 1
+    python3 benches/end_to_end.py placement  # 1 worker; 2 workers: plan, contiguous, round-robin
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
     cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before
 
 Data: the shipped list-reduce and MoE files, the digits, SST and molecule files of
-`../shared/data` (first N instances each, see CASES). One worker, 16 instances in flight,
-asynchronous updates every 8 instances, one epoch (plus the warm-up the first chunk gives).
+`../shared/data` (first N instances each, see CASES). One worker (but in `placement`), 16 instances
+in flight, asynchronous updates every 8 instances, one epoch (plus the warm-up the first
+chunk gives). Ratios are against the first setup of the line.
 """
 
 import argparse
@@ -46,6 +48,12 @@ SETUPS = {
     "jit": (("--no-jit", ["--no-jit"]), ("jit", [])),
     "batching": (("max-batch 1", ["--max-batch", "1"]), ("max-batch 64", ["--max-batch", "64"])),
     "build": (("baseline", []), ("this build", [])),
+    "placement": (
+        ("1 worker", ["--workers", "1"]),
+        ("2 w plan", ["--workers", "2", "--plan", "auto"]),
+        ("2 w naive", ["--workers", "2", "--plan", "naive"]),
+        ("2 w rr", ["--workers", "2", "--plan", "round-robin"]),
+    ),
 }
 
 
@@ -76,17 +84,20 @@ def main():
     baseline = os.path.abspath(opts.baseline) if opts.baseline else AMPRUN
     if not os.path.exists(AMPRUN):
         sys.exit("build first: cargo build --release -p amprun")
-    (off_name, off), (on_name, on) = SETUPS[opts.setup]
-    print(f"training instances/s, medians of {opts.runs} alternating runs: {off_name} vs {on_name}")
-    print(f"{'model':<12} {off_name:>12} {on_name:>12} {'ratio':>7}")
+    setups = SETUPS[opts.setup]
+    names = [name for name, _ in setups]
+    print(f"training instances/s, medians of {opts.runs} alternating runs: {' vs '.join(names)}")
+    print(f"{'model':<12} " + " ".join(f"{n:>12}" for n in names) + " " + " ".join(f"{'ratio':>7}" for _ in names[1:]))
     with tempfile.TemporaryDirectory() as tmp:
         for model in opts.models:
-            a, b = [], []
+            runs = [[] for _ in setups]
             for _ in range(opts.runs):
-                a.append(throughput(model, off, tmp, baseline))
-                b.append(throughput(model, on, tmp))
-            ma, mb = statistics.median(a), statistics.median(b)
-            print(f"{model:<12} {ma:>12.0f} {mb:>12.0f} {mb / ma:>6.2f}x", flush=True)
+                for i, (_, extra) in enumerate(setups):
+                    runs[i].append(throughput(model, extra, tmp, baseline if i == 0 else AMPRUN))
+            medians = [statistics.median(r) for r in runs]
+            cells = " ".join(f"{m:>12.0f}" for m in medians)
+            ratios = " ".join(f"{m / medians[0]:>6.2f}x" for m in medians[1:])
+            print(f"{model:<12} {cells} {ratios}", flush=True)
 
 
 if __name__ == "__main__":

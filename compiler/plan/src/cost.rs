@@ -18,6 +18,18 @@
 //! between workers costs each of the two workers `hop_us + bytes / bytes_per_us` per
 //! message crossing it, forward and backward.
 //!
+//! The nodes of a fused group (and the splits only it reads: a unit, see `topology.rs`)
+//! run as one node that calls one kernel: their messages to one another cost nothing, and
+//! the unit's representative pays `message_us` for every message that enters or leaves the
+//! unit (`routing_us`); each member keeps its own work, at `fused_elements_per_us`.
+//!
+//! Under plain SGD without weight decay (`Assumptions::plain_sgd`, as the executor
+//! updates then) an update touches only what instances used since the last one: an
+//! embedding table the rows looked up (at most the table), a linear layer only when some
+//! instance reached it (an expert of a mixture: with probability `1 - (1 - r)^update_every`
+//! for `r < 1` messages per instance), and reads and writes each element once, four times
+//! the rate of an Adam update.
+//!
 //! A profile (`amprun train --profile`) replaces the counted messages and the modelled
 //! op time with measured ones; the fixed per-message cost stays (the trace times the op,
 //! not the routing around it).
@@ -31,9 +43,10 @@ use petgraph::stable_graph::NodeIndex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// What the cost model assumes where the graph does not tell. The defaults were measured
-/// on this project's 2-core development machine with the op-by-op executor (see the
-/// crate header).
+/// What the cost model assumes where the graph does not tell. The defaults were fitted
+/// to profiles of the five canonical models on this project's 2-core development machine
+/// (`benches/calibrate.py`: one worker, the JIT and dynamic batching on, 16 instances in
+/// flight, plain SGD every 8 instances; see the crate header).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Assumptions {
@@ -46,12 +59,18 @@ pub struct Assumptions {
     pub tree_nodes: f64,
     /// Instances per parameter update (amprun's `--min-update-frequency`).
     pub update_every: f64,
+    /// The optimizer is plain SGD without weight decay: updates skip the parameter groups
+    /// and embedding rows no instance used (amprun sets it from `--optimizer`).
+    pub plain_sgd: bool,
     /// Fixed cost of handling one message at a node (queues, keys, caches), in µs.
     pub message_us: f64,
     /// Sustained FLOPs per µs of the dense products (`linear`).
     pub flops_per_us: f64,
     /// Elements per µs of the other ops (elementwise, copies, collections).
     pub elements_per_us: f64,
+    /// Elements per µs of an op inside a fused kernel (the JIT's f32x4 code, its
+    /// transcendental functions as polynomials).
+    pub fused_elements_per_us: f64,
     /// Parameter elements per µs of an optimizer update (memory-bound: Adam reads and
     /// writes four tensors).
     pub update_elements_per_us: f64,
@@ -68,11 +87,13 @@ impl Default for Assumptions {
             elements: 8.0,
             tree_nodes: 31.0,
             update_every: 1.0,
-            message_us: 0.6,
-            flops_per_us: 32_000.0,
+            plain_sgd: false,
+            message_us: 0.35,
+            flops_per_us: 50_000.0,
             elements_per_us: 2_000.0,
+            fused_elements_per_us: 1_000.0,
             update_elements_per_us: 600.0,
-            hop_us: 1.5,
+            hop_us: 4.0,
             bytes_per_us: 4_000.0,
         }
     }
@@ -89,6 +110,7 @@ impl Assumptions {
             ("message_us", self.message_us, false),
             ("flops_per_us", self.flops_per_us, true),
             ("elements_per_us", self.elements_per_us, true),
+            ("fused_elements_per_us", self.fused_elements_per_us, true),
             ("update_elements_per_us", self.update_elements_per_us, true),
             ("hop_us", self.hop_us, false),
             ("bytes_per_us", self.bytes_per_us, true),
@@ -111,6 +133,9 @@ pub struct NodeCost {
     pub name: String,
     /// A parameterized payload transform (`linear`, `embedding`).
     pub ppt: bool,
+    /// The representative of the node's unit: its own id, or a fused group's first node
+    /// (the executor runs the group as one node).
+    pub unit: u32,
     /// Forward messages handled per instance.
     pub forward_messages: f64,
     /// Backward messages handled per instance (training).
@@ -119,9 +144,13 @@ pub struct NodeCost {
     /// touched for the others.
     pub forward_work: f64,
     pub backward_work: f64,
-    /// µs per forward and per backward message, everything included.
+    /// µs per forward and per backward message: the work, plus `message_us` unless the
+    /// node belongs to a fused unit (whose messages its representative pays, `routing_us`).
     pub forward_us: f64,
     pub backward_us: f64,
+    /// A fused unit's representative: `message_us` for each message per instance that
+    /// enters or leaves the unit, both directions; 0 for every other node.
+    pub routing_us: f64,
     /// Optimizer updates, µs per instance (on the first node of a parameter group).
     pub update_us: f64,
     /// Total: µs of its worker's time per instance.
@@ -175,6 +204,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
     };
     let topo = Topology::new(graph);
     let flow = flow::solve(graph, &topo, assumptions);
+    let units = Units::new(&topo, &flow);
     let a = assumptions;
     let mut nodes: Vec<Option<NodeCost>> = vec![None; topo.bound];
     let mut update_owner: BTreeMap<&str, usize> = BTreeMap::new();
@@ -189,11 +219,18 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
         let out_rows = flow.rows[i].first().copied().unwrap_or(1.0);
         let (forward_work, backward_work) =
             work(graph, &node.op, (&node.inputs, flow.in_rows[i]), (&node.outputs, out_rows));
-        let rate = if matches!(node.op, Op::Linear { .. }) { a.flops_per_us } else { a.elements_per_us };
+        let fused = units.fused(i);
+        let rate = match node.op {
+            Op::Linear { .. } => a.flops_per_us,
+            _ if fused => a.fused_elements_per_us,
+            _ => a.elements_per_us,
+        };
         let fires = flow.fires[i];
+        // Inside a fused unit, a message is a value the kernel passes on in registers.
+        let message_us = if fused { 0.0 } else { a.message_us };
         let per_message = |messages: f64, work: f64| {
             let compute = if messages > 0.0 { fires * work / rate / messages } else { 0.0 };
-            a.message_us + compute
+            message_us + compute
         };
         let mut cost = NodeCost {
             id: i as u32,
@@ -203,36 +240,34 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
                 format!("{} {}", node.op.keyword(), node.label)
             },
             ppt: node.op.is_ppt(),
+            unit: topo.unit_of[i] as u32,
             forward_messages: flow.forward[i],
             backward_messages: flow.backward[i],
             forward_work,
             backward_work,
             forward_us: per_message(flow.forward[i], forward_work),
             backward_us: per_message(flow.backward[i], backward_work),
+            routing_us: units.crossing.get(&i).map_or(0.0, |&m| a.message_us * m),
             update_us: 0.0,
             load_us: 0.0,
             measured: false,
         };
         if let Op::Linear { param } | Op::Embedding { param, .. } = &node.op {
             if update_owner.get(param.as_str()) == Some(&i) {
-                let elements: f64 = [format!("{param}.weight"), format!("{param}.bias")]
-                    .iter()
-                    .filter_map(|name| graph.param(name))
-                    .map(|p| p.shape.iter().map(|&d| d as f64).product::<f64>())
-                    .sum();
-                cost.update_us = elements / a.update_elements_per_us / a.update_every;
+                cost.update_us = update_us(graph, &node.op, param, flow.forward[i], a);
             }
         }
         if let Some(m) = measured.as_ref().and_then(|m| m.get(&(i as u32))) {
             cost.forward_messages = m.forward_per_instance;
             cost.backward_messages = m.backward_per_instance;
-            cost.forward_us = a.message_us + m.forward_us;
-            cost.backward_us = a.message_us + m.backward_us;
+            cost.forward_us = message_us + m.forward_us;
+            cost.backward_us = message_us + m.backward_us;
             cost.update_us = m.updates_per_instance * m.update_us;
             cost.measured = true;
         }
         cost.load_us = (cost.forward_messages * cost.forward_us + cost.backward_messages * cost.backward_us).max(0.0)
-            + cost.update_us.max(0.0);
+            + cost.update_us.max(0.0)
+            + cost.routing_us.max(0.0);
         if !cost.load_us.is_finite() {
             cost.load_us = 0.0;
         }
@@ -240,6 +275,82 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
     }
     let edges = edge_costs(graph, &topo, &flow, &nodes, a);
     Ok(Costs { nodes, edges, assumptions: assumptions.clone(), profiled: measured.is_some() })
+}
+
+/// The fused units of the graph and the messages that cross their borders.
+struct Units<'t> {
+    topo: &'t Topology,
+    /// Per representative of a unit of several nodes: forward messages per instance that
+    /// enter it (once per producer port, however many members read it) or leave it (once
+    /// per consumer outside), and as many backward.
+    crossing: BTreeMap<usize, f64>,
+}
+
+impl<'t> Units<'t> {
+    fn new(topo: &'t Topology, flow: &Flow) -> Units<'t> {
+        let mut multi = vec![false; topo.bound];
+        for v in topo.nodes().filter(|&v| !topo.leads(v)) {
+            multi[topo.unit_of[v]] = true;
+        }
+        let mut entering: BTreeMap<usize, BTreeMap<(usize, usize), f64>> = BTreeMap::new();
+        let mut leaving: BTreeMap<usize, f64> = BTreeMap::new();
+        for l in &topo.links {
+            let (from, to) = (topo.unit_of[l.from], topo.unit_of[l.to]);
+            if from == to {
+                continue;
+            }
+            let rate = flow.out[l.from].get(l.from_port).copied().unwrap_or(0.0);
+            if multi[to] {
+                entering.entry(to).or_default().insert((l.from, l.from_port), rate);
+            }
+            if multi[from] {
+                *leaving.entry(from).or_default() += rate;
+            }
+        }
+        let mut crossing: BTreeMap<usize, f64> = BTreeMap::new();
+        for (unit, ports) in entering {
+            *crossing.entry(unit).or_default() += 2.0 * ports.values().sum::<f64>();
+        }
+        for (unit, rate) in leaving {
+            *crossing.entry(unit).or_default() += 2.0 * rate;
+        }
+        Units { topo, crossing }
+    }
+
+    /// Whether `v` belongs to a unit of several nodes.
+    fn fused(&self, v: usize) -> bool {
+        self.crossing.contains_key(&self.topo.unit_of[v])
+    }
+}
+
+/// How much faster than `update_elements_per_us` (an Adam update) a plain SGD update
+/// goes: a quarter of the memory traffic.
+const SGD_UPDATE_SPEEDUP: f64 = 4.0;
+
+/// µs per instance of the optimizer updates of the parameter group of `op` (its first
+/// node), reached by `messages` forward messages per instance.
+fn update_us(graph: &Graph, op: &Op, param: &str, messages: f64, a: &Assumptions) -> f64 {
+    let shape = |name: String| graph.param(&name).map(|p| p.shape.iter().map(|&d| d as f64).collect::<Vec<f64>>());
+    let weight = shape(format!("{param}.weight")).unwrap_or_default();
+    let elements: f64 = [weight.clone(), shape(format!("{param}.bias")).unwrap_or_default()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.iter().product::<f64>())
+        .sum();
+    let touched = if !a.plain_sgd {
+        elements
+    } else if let Op::Embedding { .. } = op {
+        // Rows looked up between two updates, each as wide as the table's rows.
+        let width = weight.get(1).copied().unwrap_or(1.0);
+        (messages * a.update_every * width).min(elements)
+    } else {
+        let reached = 1.0 - (1.0 - messages.clamp(0.0, 1.0)).powf(a.update_every);
+        reached * elements
+    };
+    // Plain SGD reads and writes each element once (the deferred products go straight
+    // into the weight); momentum and Adam read and write their state tensors as well.
+    let rate = if a.plain_sgd { SGD_UPDATE_SPEEDUP * a.update_elements_per_us } else { a.update_elements_per_us };
+    touched / rate / a.update_every
 }
 
 fn edge_costs(

@@ -28,6 +28,10 @@
 //! and edges). A cut inside a loop is paid every iteration
 //! (its edge's rate counts the iterations), so loops stay together exactly when splitting
 //! them does not pay. Isolated Ppts and their workers are left alone.
+//!
+//! **Units.** The search places units (`topology.rs`): a fused group with the splits only
+//! it reads is one item that moves as a whole, with its members' summed load and merged
+//! neighbours, and every member ends on its representative's worker.
 
 use crate::cost::Costs;
 use crate::topology::Topology;
@@ -43,11 +47,16 @@ pub(crate) struct Partition {
     pub isolated: Vec<usize>,
 }
 
-/// What the search needs: per-node loads and the merged cut cost of every neighbour pair.
+/// What the search needs: per-node loads and the merged cut cost of every neighbour pair,
+/// over units (`topology.rs`): a fused unit's representative carries the load and the
+/// neighbours of all its members, which have none of their own and follow it.
 pub(crate) struct Problem<'a> {
     pub workers: usize,
     pub topo: &'a Topology,
+    /// Per representative, its unit's load (0 for the other members).
     pub load: Vec<f64>,
+    /// Every node's own load, for the plan's table.
+    pub own_load: Vec<f64>,
     /// Per node: (neighbour, µs per instance each end pays when the pair is cut).
     pub adj: Vec<Vec<(usize, f64)>>,
     pub ppt: Vec<bool>,
@@ -57,12 +66,20 @@ pub(crate) struct Problem<'a> {
 impl<'a> Problem<'a> {
     pub fn new(costs: &Costs, topo: &'a Topology, workers: usize) -> Problem<'a> {
         let n = topo.bound;
-        let load: Vec<f64> = (0..n).map(|i| costs.node(i).map_or(0.0, |c| c.load_us)).collect();
-        let ppt: Vec<bool> = (0..n).map(|i| costs.node(i).is_some_and(|c| c.ppt)).collect();
+        let own_load: Vec<f64> = (0..n).map(|i| costs.node(i).map_or(0.0, |c| c.load_us)).collect();
+        let mut load = vec![0.0; n];
+        for v in topo.nodes() {
+            load[topo.unit_of[v]] += own_load[v];
+        }
+        let ppt: Vec<bool> = (0..n).map(|i| topo.leads(i) && costs.node(i).is_some_and(|c| c.ppt)).collect();
         let mut pairs: Vec<BTreeMap<usize, f64>> = vec![BTreeMap::new(); n];
         for e in &costs.edges {
             let (a, b) = (e.from as usize, e.to as usize);
-            if a == b || a >= n || b >= n || !topo.present[a] || !topo.present[b] {
+            if a >= n || b >= n || !topo.present[a] || !topo.present[b] {
+                continue;
+            }
+            let (a, b) = (topo.unit_of[a], topo.unit_of[b]);
+            if a == b {
                 continue;
             }
             *pairs[a].entry(b).or_default() += e.cut_us;
@@ -70,7 +87,19 @@ impl<'a> Problem<'a> {
         }
         let adj = pairs.into_iter().map(|m| m.into_iter().collect()).collect();
         let total = load.iter().sum();
-        Problem { workers, topo, load, adj, ppt, total }
+        Problem { workers, topo, load, own_load, adj, ppt, total }
+    }
+
+    /// The units' representatives, in index order: what the search places.
+    fn leads(&self) -> impl Iterator<Item = usize> + '_ {
+        self.topo.nodes().filter(|&v| self.topo.leads(v))
+    }
+
+    /// Every member of a unit on its representative's worker.
+    pub fn follow(&self, assign: &mut [usize]) {
+        for v in self.topo.nodes() {
+            assign[v] = assign[self.topo.unit_of[v]];
+        }
     }
 
     /// Every worker's time per instance under `assign`: its nodes' loads plus the cuts it
@@ -144,11 +173,32 @@ pub(crate) fn partition(problem: &Problem) -> Partition {
     if workers <= 1 {
         return Partition { assign: vec![0; n], isolated: Vec::new() };
     }
+    let mut candidates = candidates(problem);
+    for c in &mut candidates {
+        problem.follow(&mut c.assign);
+    }
+    let eps = problem.eps();
+    let mut best = 0;
+    let mut best_score = Score::of(&problem.worker_times(&candidates[0].assign));
+    for (k, c) in candidates.iter().enumerate().skip(1) {
+        let score = Score::of(&problem.worker_times(&c.assign));
+        if score.better_than(&best_score, eps) {
+            best = k;
+            best_score = score;
+        }
+    }
+    candidates.swap_remove(best)
+}
+
+/// The four starting points of the header, each improved by local search.
+fn candidates(problem: &Problem) -> Vec<Partition> {
+    let n = problem.topo.bound;
+    let workers = problem.workers;
     let mut candidates: Vec<Partition> = Vec::new();
     // 1. Heavy Ppts on workers of their own.
     let share = problem.total / workers as f64;
     let mut heavy: Vec<usize> =
-        problem.topo.nodes().filter(|&v| problem.ppt[v] && problem.load[v] > 0.0 && problem.load[v] >= share).collect();
+        problem.leads().filter(|&v| problem.ppt[v] && problem.load[v] > 0.0 && problem.load[v] >= share).collect();
     heavy.sort_by(|&a, &b| problem.load[b].total_cmp(&problem.load[a]).then(a.cmp(&b)));
     heavy.truncate(workers - 1);
     if !heavy.is_empty() {
@@ -175,18 +225,7 @@ pub(crate) fn partition(problem: &Problem) -> Partition {
     let mut assign = greedy(problem);
     improve(problem, &mut assign, &vec![false; n], workers);
     candidates.push(Partition { assign, isolated: Vec::new() });
-
-    let eps = problem.eps();
-    let mut best = 0;
-    let mut best_score = Score::of(&problem.worker_times(&candidates[0].assign));
-    for (k, c) in candidates.iter().enumerate().skip(1) {
-        let score = Score::of(&problem.worker_times(&c.assign));
-        if score.better_than(&best_score, eps) {
-            best = k;
-            best_score = score;
-        }
-    }
-    candidates.swap_remove(best)
+    candidates
 }
 
 /// Items in topological order: a cycle lighter than half a share as one item, every
@@ -197,7 +236,7 @@ fn items(problem: &Problem, workers: usize, skip: &[usize]) -> Vec<Vec<usize>> {
     let half_share = 0.5 * rest / workers.max(1) as f64;
     let mut items = Vec::new();
     for (s, component) in topo.sccs.iter().enumerate() {
-        let nodes: Vec<usize> = component.iter().copied().filter(|v| !skip.contains(v)).collect();
+        let nodes: Vec<usize> = component.iter().copied().filter(|&v| topo.leads(v) && !skip.contains(&v)).collect();
         if nodes.is_empty() {
             continue;
         }
@@ -285,7 +324,7 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
         .iter()
         .zip(&topo.cyclic)
         .filter(|(_, &cyclic)| cyclic)
-        .map(|(c, _)| c.iter().copied().filter(|&v| !fixed[v]).collect::<Vec<_>>())
+        .map(|(c, _)| c.iter().copied().filter(|&v| topo.leads(v) && !fixed[v]).collect::<Vec<_>>())
         .filter(|c: &Vec<usize>| c.len() > 1)
         .collect();
     let mut moving = vec![false; topo.bound];
@@ -296,7 +335,7 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
         let mut improved = false;
         // Recomputed every sweep, updated by each move's deltas within it.
         let mut times = problem.worker_times(assign);
-        let singles = topo.nodes().filter(|&v| !fixed[v]).map(|v| vec![v]);
+        let singles = problem.leads().filter(|&v| !fixed[v]).map(|v| vec![v]);
         for set in singles.chain(cycles.iter().cloned()) {
             let current = Score::of(&times);
             let least = (0..open).min_by(|&a, &b| times[a].total_cmp(&times[b]).then(a.cmp(&b))).unwrap_or(0);

@@ -99,7 +99,8 @@ pub fn plan(graph: &Graph, costs: &Costs, workers: usize) -> Result<Plan, PlanEr
 }
 
 /// What the cost model predicts for a given placement (the worker of every node index,
-/// holes included), e.g. the executor's default one.
+/// holes included), e.g. the executor's default one. The members of a fused unit are
+/// taken to run on its representative's worker, as the executor runs them.
 pub fn evaluate(graph: &Graph, costs: &Costs, workers: usize, placement: &[usize]) -> Result<Plan, PlanError> {
     check_workers(workers)?;
     let topo = Topology::new(graph);
@@ -113,6 +114,8 @@ pub fn evaluate(graph: &Graph, costs: &Costs, workers: usize, placement: &[usize
         }
     }
     let problem = Problem::new(costs, &topo, workers);
+    // The executor runs a fused unit where its first node is.
+    problem.follow(&mut assign);
     Ok(describe(&problem, costs, &assign, Vec::new()))
 }
 
@@ -143,7 +146,7 @@ fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u3
             name: costs.node(v).map(|c| c.name.clone()).unwrap_or_default(),
             worker: assign[v],
             // With no work at all every node gets an equal share, so shares still sum to 1.
-            predicted_load: if total > 0.0 { problem.load[v] / total } else { 1.0 / count as f64 },
+            predicted_load: if total > 0.0 { problem.own_load[v] / total } else { 1.0 / count as f64 },
         })
         .collect();
     let mut workers_load = vec![0.0; workers];

@@ -1,9 +1,17 @@
 //! The graph as the cost model and the planner walk it: dense per-index tables of each
-//! node's producers and consumers, and its strongly connected components (loops, tree
-//! traversals) in topological order.
+//! node's producers and consumers, its strongly connected components (loops, tree
+//! traversals) in topological order, and the units the executor runs as one node.
+//!
+//! **Units.** With the JIT on (amprun's default) the executor replaces each fusion group
+//! by one node that calls its kernel, together with every `split` that only the group
+//! reads, and puts that node on the worker of the group's first node (`amp_exec`'s
+//! `fuse.rs`). The planner therefore places a group and its splits as one unit: splitting
+//! it would predict a placement the executor does not follow. A unit's representative is
+//! its lowest-index group node; every other node is a unit of its own.
 
-use amp_ir::Graph;
+use amp_ir::{Graph, Op};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
+use std::collections::BTreeMap;
 
 /// One edge, by node index and port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +39,8 @@ pub(crate) struct Topology {
     pub scc_of: Vec<usize>,
     /// Whether the component is a cycle (more than one node, or a node feeding itself).
     pub cyclic: Vec<bool>,
+    /// The representative of every node's unit (itself unless it belongs to a fused group).
+    pub unit_of: Vec<usize>,
 }
 
 impl Topology {
@@ -89,11 +99,57 @@ impl Topology {
                 cyclic[scc_of[link.from]] = true;
             }
         }
-        Topology { bound, present, links, producers, consumers, sccs, scc_of, cyclic }
+        let mut topo =
+            Topology { bound, present, links, producers, consumers, sccs, scc_of, cyclic, unit_of: Vec::new() };
+        topo.unit_of = fused_units(graph, &topo);
+        topo
+    }
+
+    /// Whether `v` stands for its unit (the search moves representatives; the other
+    /// members follow).
+    pub fn leads(&self, v: usize) -> bool {
+        self.unit_of[v] == v
     }
 
     /// The existing nodes, in index order.
     pub fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.bound).filter(|&i| self.present[i])
     }
+}
+
+/// The representative of every node's unit: a fusion group's nodes and the splits read
+/// only by that group share their lowest-index group node; everything else stands alone.
+fn fused_units(graph: &Graph, topo: &Topology) -> Vec<usize> {
+    let mut unit_of: Vec<usize> = (0..topo.bound).collect();
+    let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for index in graph.nodes.node_indices() {
+        if let Some(id) = graph.nodes[index].fusion {
+            groups.entry(id).or_default().push(index.index());
+        }
+    }
+    for members in groups.values() {
+        // Node indices come in increasing order: the first is the lowest.
+        let Some(&lead) = members.first() else { continue };
+        if members.len() < 2 {
+            continue;
+        }
+        for &m in members {
+            unit_of[m] = lead;
+        }
+        // The splits feeding the group that nothing else reads.
+        for &m in members {
+            for link in topo.producers[m].iter().flatten().map(|&k| topo.links[k]) {
+                let split = link.from;
+                let is_split = graph
+                    .nodes
+                    .node_weight(petgraph::stable_graph::NodeIndex::new(split))
+                    .is_some_and(|n| matches!(n.op, Op::Split { .. }) && n.fusion.is_none());
+                let only_group = topo.consumers[split].iter().flatten().all(|&k| members.contains(&topo.links[k].to));
+                if is_split && only_group && unit_of[split] == split {
+                    unit_of[split] = lead;
+                }
+            }
+        }
+    }
+    unit_of
 }

@@ -112,7 +112,51 @@ const MAP: &str = r#"amp.graph @Map {
 }
 "#;
 
-const ALL: [&str; 5] = [CHAIN, LOOP, HEAVY_AROUND_LIGHT_LOOP, ONE_HEAVY, MAP];
+/// A gate chain the NPPT fusion pass grouped (`fusion(0)`), fed by a split only the
+/// group reads: the executor runs %3..%7 as one node.
+const FUSED: &str = r#"amp.graph @Fused {
+  state %inst: instance
+  param a.weight: f32[192, 64] uniform(64)
+  param a.bias: f32[192] uniform(64)
+  param b.weight: f32[4, 64] uniform(64)
+  param b.bias: f32[4] uniform(64)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[64] "read"
+  %2 = linear @a (%1#0: f32[64]) -> f32[192] key(%inst) "a"
+  %3 = split 3 (%2#0: f32[192]) -> f32[64], f32[64], f32[64] key(%inst) "split"
+  %4 = unary sigmoid (%3#0: f32[64]) -> f32[64] key(%inst) "sigmoid" fusion(0)
+  %5 = unary tanh (%3#1: f32[64]) -> f32[64] key(%inst) "tanh" fusion(0)
+  %6 = binary mul (%4#0: f32[64], %5#0: f32[64]) -> f32[64] key(%inst) "*" fusion(0)
+  %7 = binary add (%6#0: f32[64], %3#2: f32[64]) -> f32[64] key(%inst) "+" fusion(0)
+  %8 = linear @b (%7#0: f32[64]) -> f32[4] key(%inst) "b"
+  %9 = loss cross_entropy [$.label] (%8#0: f32[4]) -> () key(%inst) "loss"
+}
+"#;
+
+/// Mixture-of-experts routing: each instance goes to one of four experts.
+const ROUTED: &str = r#"amp.graph @Routed {
+  state %inst: instance
+  param e0.weight: f32[8, 8] uniform(8)
+  param e0.bias: f32[8] uniform(8)
+  param e1.weight: f32[8, 8] uniform(8)
+  param e1.bias: f32[8] uniform(8)
+  param e2.weight: f32[8, 8] uniform(8)
+  param e2.bias: f32[8] uniform(8)
+  param e3.weight: f32[8, 8] uniform(8)
+  param e3.bias: f32[8] uniform(8)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[8] "read"
+  %2 = switch [$.k] 4 (%1#0: f32[8]) -> f32[8], f32[8], f32[8], f32[8] "route"
+  %3 = linear @e0 (%2#0: f32[8]) -> f32[8] key(%inst) "e0"
+  %4 = linear @e1 (%2#1: f32[8]) -> f32[8] key(%inst) "e1"
+  %5 = linear @e2 (%2#2: f32[8]) -> f32[8] key(%inst) "e2"
+  %6 = linear @e3 (%2#3: f32[8]) -> f32[8] key(%inst) "e3"
+  %7 = phi 4 (%3#0: f32[8], %4#0: f32[8], %5#0: f32[8], %6#0: f32[8]) -> f32[8] key(%inst) "merge"
+  %8 = loss cross_entropy [$.label] (%7#0: f32[8]) -> () key(%inst) "loss"
+}
+"#;
+
+const ALL: [&str; 7] = [CHAIN, LOOP, HEAVY_AROUND_LIGHT_LOOP, ONE_HEAVY, MAP, FUSED, ROUTED];
 
 fn node(costs: &amp_plan::Costs, id: usize) -> &amp_plan::NodeCost {
     costs.node(id).unwrap_or_else(|| panic!("no cost for %{id}"))
@@ -241,7 +285,9 @@ fn a_cheap_loop_stays_on_one_worker() {
 #[test]
 fn a_heavy_ppt_gets_its_own_worker_and_a_replica_proposal() {
     let g = graph(ONE_HEAVY);
-    let costs = estimate(&g, &Assumptions::default(), None).unwrap();
+    // Cheap messages between workers (with the default 4 µs, the cheap nodes after the
+    // big product rather join it than pay for the cut).
+    let costs = estimate(&g, &Assumptions { hop_us: 1.0, ..Assumptions::default() }, None).unwrap();
     let share = node(&costs, 4).load_us / costs.total_us();
     assert!(share > 0.34, "the big Ppt is a third of the work at least ({share})");
     for workers in [3, 4, 8] {
@@ -275,8 +321,11 @@ fn evaluate_predicts_any_placement_and_the_plan_is_no_worse_than_naive_ones() {
                 let other = evaluate(&g, &costs, workers, &placement).unwrap();
                 let busiest = |p: &Plan| p.cost_model.as_ref().unwrap().bottleneck_us_per_instance;
                 assert!(busiest(&planned) <= busiest(&other) * (1.0 + 1e-9), "{} at {workers}", g.name);
+                // Each node where the placement put it, or a fused group's member where
+                // its first node is (as the executor runs it).
                 for node in &other.nodes {
-                    assert_eq!(node.worker, placement[node.id as usize]);
+                    let unit = costs.node(node.id as usize).unwrap().unit;
+                    assert_eq!(node.worker, placement[unit as usize]);
                 }
             }
         }
@@ -384,4 +433,68 @@ fn assumptions_must_be_finite_and_in_range() {
     ] {
         assert!(matches!(estimate(&g, &bad, None), Err(PlanError::Assumption { .. })));
     }
+}
+
+#[test]
+fn a_fused_group_and_its_split_cost_one_node_and_share_a_worker() {
+    let g = graph(FUSED);
+    let a = Assumptions::default();
+    let costs = estimate(&g, &a, None).unwrap();
+    // %4 (the group's first node) stands for the unit; the split joins it.
+    for v in 3..=7 {
+        assert_eq!(node(&costs, v).unit, 4, "%{v}");
+    }
+    for v in [0, 1, 2, 8, 9] {
+        assert_eq!(node(&costs, v).unit, v as u32, "%{v}");
+    }
+    // Inside the unit a message costs nothing; the work runs at the fused rate.
+    let sigmoid = node(&costs, 4);
+    assert!(close(sigmoid.forward_us, 4.0 * 64.0 / a.fused_elements_per_us));
+    assert!(close(node(&costs, 3).forward_us, 192.0 / a.fused_elements_per_us));
+    // One message enters (from %2) and one leaves (to %8), each way: four per instance.
+    assert!(close(sigmoid.routing_us, 4.0 * a.message_us), "{}", sigmoid.routing_us);
+    assert!((3..=7).filter(|&v| v != 4).all(|v| node(&costs, v).routing_us == 0.0));
+    // Standing alone, the tanh would have paid a message each way.
+    assert!(node(&costs, 5).load_us < 2.0 * a.message_us);
+
+    for workers in 2..=4 {
+        let p = plan(&g, &costs, workers).unwrap();
+        let worker = |v: u32| p.nodes.iter().find(|n| n.id == v).map(|n| n.worker);
+        assert!((3..=7).all(|v| worker(v) == worker(4)), "{workers} workers: {:?}", p.nodes);
+    }
+    // A placement that tears the group apart is predicted as the executor runs it: on the
+    // worker of its first node.
+    let torn = [0, 0, 1, 0, 1, 0, 1, 0, 0, 0];
+    let p = evaluate(&g, &costs, 2, &torn).unwrap();
+    let workers: Vec<usize> = p.nodes.iter().map(|n| n.worker).collect();
+    assert_eq!(workers, [0, 0, 1, 1, 1, 1, 1, 1, 0, 0]);
+}
+
+#[test]
+fn plain_sgd_updates_only_what_instances_used() {
+    // An embedding of 10 rows of 6, 8 lookups per instance, an update every instance:
+    // Adam updates the whole table, plain SGD the 8 rows it looked up (48 of 60 values),
+    // reading and writing each once.
+    let g = graph(MAP);
+    let adam = Assumptions::default();
+    let sgd = Assumptions { plain_sgd: true, ..Assumptions::default() };
+    let dense = node(&estimate(&g, &adam, None).unwrap(), 2).update_us;
+    let sparse = node(&estimate(&g, &sgd, None).unwrap(), 2).update_us;
+    assert!(close(dense, 60.0 / adam.update_elements_per_us));
+    assert!(close(sparse, 48.0 / (4.0 * adam.update_elements_per_us)));
+    // Updated every 4 instances, the lookups cover the table: no more than all of it.
+    let every4 = Assumptions { update_every: 4.0, ..sgd.clone() };
+    assert!(close(node(&estimate(&g, &every4, None).unwrap(), 2).update_us, 60.0 / (4.0 * 600.0) / 4.0));
+
+    // An expert reached by a quarter of the instances, updated every 4 instances: under
+    // plain SGD only the updates after which it had work (1 - 0.75^4 of them) touch it.
+    let g = graph(ROUTED);
+    let routed = Assumptions { update_every: 4.0, ..sgd };
+    let costs = estimate(&g, &routed, None).unwrap();
+    let expert = node(&costs, 3);
+    assert!(close(expert.forward_messages, 0.25));
+    let reached = 1.0 - 0.75f64.powi(4);
+    assert!(close(expert.update_us, reached * 72.0 / (4.0 * 600.0) / 4.0), "{}", expert.update_us);
+    let costs = estimate(&g, &Assumptions { update_every: 4.0, ..adam }, None).unwrap();
+    assert!(close(node(&costs, 3).update_us, 72.0 / 600.0 / 4.0));
 }

@@ -247,8 +247,9 @@ pub struct TrainArgs {
     /// forward and backward work (`ampc compile --workers N --profile FILE`).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Measure each worker's utilization (traced busy time over wall time) and report it
-    /// beside the plan's prediction. Also on with --trace and --profile.
+    /// Measure each worker's utilization (the time it was not waiting for messages, over
+    /// wall time) and report it beside the plan's prediction. Also on with --trace and
+    /// --profile.
     #[arg(long)]
     pub report_utilization: bool,
 }

@@ -43,7 +43,8 @@ fn open(
 ) -> Result<Session, Failure> {
     let model = model::load(model_args)?;
     let graph = model.graph;
-    let choice = crate::placement::choose(&graph, model.plan.as_ref(), exec, &model_args.path, 1)?;
+    let assumptions = crate::placement::assumptions(1, None);
+    let choice = crate::placement::choose(&graph, model.plan.as_ref(), exec, &model_args.path, assumptions)?;
     let params = setup::load_params(params, &graph)?;
     // Forward passes and single gradients never update: the optimizer is never used.
     let config =

@@ -6,22 +6,22 @@
 //! `--plan naive` keeps the executor's contiguous ranges, `--plan round-robin` deals the
 //! nodes out in turn; the cost model still predicts what those placements do.
 //!
-//! Measured utilization is each worker's traced busy time (the forward, backward and
-//! update work the executor times) over the wall time of the training calls. It needs the
-//! executor's trace, which costs two clock reads per message, so it is measured only when
-//! asked for (`--report-utilization`) or when the trace is on anyway (`--trace`,
-//! `--profile`). The trace times the ops, not the routing and queueing around them, so
-//! measured utilization reads lower than the plan's, whose per-message cost includes
-//! them; compare the workers' shapes (which one is the bottleneck), not the levels.
+//! Measured utilization is each worker's busy time over the wall time of the training
+//! calls: the time it did not spend waiting for messages with nothing queued (its ops,
+//! the routing and queueing around them, its updates), as the plan's per-message costs
+//! count it. The executor measures the waits with two clock reads each; the trace (which
+//! costs two per message) is needed only for the profile.
 
 use crate::cli::{ExecArgs, PlanChoice};
 use crate::failure::Failure;
 use amp_exec::{Executor, Placement, TraceEvent, TraceKind};
 use amp_ir::Graph;
+use amp_params::{OptimConfig, OptimizerKind};
 use amp_plan::{Assumptions, Plan, Profile, ProfileCounter, Work};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
 
 /// The placement a run uses and what the cost model predicts for it.
 pub struct Choice {
@@ -36,16 +36,22 @@ pub struct Choice {
     profile: Option<Profile>,
 }
 
+/// What the cost model assumes of a run that updates every `update_every` instances with
+/// `optimizer` (`None`: a run that never updates).
+pub fn assumptions(update_every: u64, optimizer: Option<&OptimConfig>) -> Assumptions {
+    let plain_sgd = optimizer.is_none_or(|o| o.kind == OptimizerKind::Sgd && o.weight_decay == 0.0);
+    Assumptions { update_every: update_every.max(1) as f64, plain_sgd, ..Assumptions::default() }
+}
+
 /// Chooses the placement for `graph` on `exec.workers` workers.
 pub fn choose(
     graph: &Graph,
     stored: Option<&Plan>,
     exec: &ExecArgs,
     model_path: &Path,
-    update_every: u64,
+    assumptions: Assumptions,
 ) -> Result<Choice, Failure> {
     let workers = usize::from(exec.workers);
-    let assumptions = Assumptions { update_every: update_every.max(1) as f64, ..Assumptions::default() };
     let profile = exec.plan_profile.as_deref().map(read_profile).transpose()?;
     let mut choice =
         Choice { placement: Placement::Contiguous, plan: None, source: String::new(), workers, assumptions, profile };
@@ -113,7 +119,7 @@ fn read_profile(path: &Path) -> Result<Profile, Failure> {
 
 /// Busy time per worker and per node, from the executor's trace events.
 pub struct Measure {
-    busy_us: Vec<u64>,
+    busy_s: Vec<f64>,
     wall_s: f64,
     profile: ProfileCounter,
     /// The graph nodes each fused node (`Executor::fused_nodes`) or replica stands for:
@@ -124,15 +130,17 @@ pub struct Measure {
 impl Measure {
     pub fn new(workers: usize, fused: Vec<(u32, Vec<u32>)>) -> Measure {
         let fused = fused.into_iter().collect();
-        Measure { busy_us: vec![0; workers], wall_s: 0.0, profile: ProfileCounter::default(), fused }
+        Measure { busy_s: vec![0.0; workers], wall_s: 0.0, profile: ProfileCounter::default(), fused }
     }
 
-    /// The events of one training call over `instances` instances that took `wall_s`.
-    pub fn record(&mut self, events: &[TraceEvent], instances: usize, wall_s: f64) {
+    /// One training call over `instances` instances that took `wall_s`: its trace events
+    /// (empty unless tracing) and each worker's time waiting for messages (empty when the
+    /// call failed).
+    pub fn record(&mut self, events: &[TraceEvent], instances: usize, wall_s: f64, waited: &[Duration]) {
+        for (busy, wait) in self.busy_s.iter_mut().zip(waited) {
+            *busy += (wall_s - wait.as_secs_f64()).max(0.0);
+        }
         for e in events {
-            if let Some(busy) = self.busy_us.get_mut(e.worker as usize) {
-                *busy = busy.saturating_add(e.dur_us);
-            }
             let work = match e.kind {
                 TraceKind::Forward => Work::Forward,
                 TraceKind::Backward => Work::Backward,
@@ -153,11 +161,11 @@ impl Measure {
 
     /// Each worker's busy time over the wall time.
     pub fn utilization(&self) -> Vec<f64> {
-        self.busy_us.iter().map(|&b| if self.wall_s > 0.0 { b as f64 / 1e6 / self.wall_s } else { 0.0 }).collect()
+        self.busy_s.iter().map(|&b| if self.wall_s > 0.0 { b / self.wall_s } else { 0.0 }).collect()
     }
 
     pub fn busy_s(&self) -> Vec<f64> {
-        self.busy_us.iter().map(|&b| b as f64 / 1e6).collect()
+        self.busy_s.clone()
     }
 
     pub fn wall_s(&self) -> f64 {
@@ -165,7 +173,7 @@ impl Measure {
     }
 
     pub fn profile(&self, graph: &Graph) -> Profile {
-        self.profile.finish(graph, self.busy_us.len())
+        self.profile.finish(graph, self.busy_s.len())
     }
 }
 

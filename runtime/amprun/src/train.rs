@@ -108,8 +108,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let name = display_name(&graph, &args.model.path);
     let optimizer = optimizer(args)?;
     check_update_overrides(&graph, &args.update_frequency)?;
-    let mut choice =
-        placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, args.min_update_frequency)?;
+    let assumptions = placement::assumptions(args.min_update_frequency, Some(&optimizer));
+    let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let config = train_config(args, optimizer, choice.placement.clone());
     let start = starting_point(args, &graph, &name, &optimizer)?;
     let mut executor = setup::start(&graph, start.params, config.clone())?;
@@ -232,7 +232,8 @@ impl TrainRun<'_> {
             let wall = call.elapsed().as_secs_f64();
             if let Some(measure) = &mut self.measure {
                 let events = self.executor.take_trace();
-                measure.record(&events, indices.len(), wall);
+                let waited = result.as_ref().map_or(&[][..], |stats| &stats.waited[..]);
+                measure.record(&events, indices.len(), wall, waited);
                 if self.args.trace.is_some() {
                     self.trace.extend(events);
                 }
@@ -480,7 +481,7 @@ fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) 
         update_overrides: args.update_frequency.clone(),
         sync_updates: !args.asynchronous,
         flush_at_epoch_end: true,
-        trace: measuring(args),
+        trace: args.profile.is_some() || args.trace.is_some(),
         ..setup::exec_config(&args.exec, optimizer)
     }
 }

@@ -87,6 +87,10 @@ fn list_reduce_trains_with_validation_checkpoint_and_trace() {
             "adam",
             "--workers",
             "2",
+            // The plan keeps a model this small on one worker (a second one costs more
+            // in messages than it takes over); dealt out, both workers trace work.
+            "--plan",
+            "round-robin",
             "--max-active-keys",
             "4",
             "--min-update-frequency",

@@ -25,6 +25,8 @@ pub(crate) struct RunOutput {
     /// The main sink's output.
     pub outputs: Vec<Option<Vec<f32>>>,
     pub trace: Vec<TraceEvent>,
+    /// Per worker, the time it waited for messages with nothing to do.
+    pub waited: Vec<Duration>,
 }
 
 /// Runs `n` instances (those of `shared`) through the program.
@@ -94,6 +96,7 @@ pub(crate) fn run(
                 correct: vec![None; n],
                 outputs: vec![None; n],
                 trace: Vec::new(),
+                waited: Vec::new(),
             },
             stopped: 0,
             held: Vec::new(),
@@ -107,6 +110,9 @@ pub(crate) fn run(
             let label = program.node(node).map(|n| n.label.clone()).unwrap_or_default();
             return Err(ExecError::Leaked { node, label, held });
         }
+        // Every worker reported `Stopped`: its waits are all counted.
+        control.output.waited =
+            gauges.iter().map(|g| Duration::from_nanos(g.waited_ns.load(Ordering::Relaxed))).collect();
         Ok(control.output)
     })
 }

@@ -31,6 +31,9 @@ pub struct EpochStats {
     pub updates: u64,
     pub elapsed: Duration,
     pub instances_per_s: f64,
+    /// Per worker, the time it waited for messages with nothing to do; `elapsed` minus
+    /// it is the worker's busy time (its ops, routing, queues and updates).
+    pub waited: Vec<Duration>,
 }
 
 /// What an evaluation measured (forward only, parameters unchanged).
@@ -197,6 +200,7 @@ impl Executor {
             }
         };
         self.pending = pending;
+        let waited = output.waited.clone();
         let stats = self.summarize(output, start);
         Ok(EpochStats {
             instances: stats.instances,
@@ -206,6 +210,7 @@ impl Executor {
             updates,
             elapsed: stats.elapsed,
             instances_per_s: stats.instances_per_s,
+            waited,
         })
     }
 

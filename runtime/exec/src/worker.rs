@@ -86,11 +86,13 @@ pub(crate) enum Report {
     },
 }
 
-/// Counters the watchdog reads.
+/// Counters the watchdog reads, and the time the worker spent waiting for messages.
 #[derive(Default)]
 pub(crate) struct WorkerGauges {
     pub processed: AtomicU64,
     pub local: AtomicUsize,
+    /// Nanoseconds blocked on the inbox with nothing queued (two clock reads per wait).
+    pub waited_ns: AtomicU64,
 }
 
 /// Everything a worker works with.
@@ -207,7 +209,11 @@ impl Worker<'_, '_> {
                 }
                 continue;
             }
-            let Ok(item) = self.setup.inbox.recv() else { return };
+            let idle = Instant::now();
+            let received = self.setup.inbox.recv();
+            let waited = u64::try_from(idle.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.setup.gauges.waited_ns.fetch_add(waited, Ordering::Relaxed);
+            let Ok(item) = received else { return };
             if !self.take(item) {
                 return;
             }

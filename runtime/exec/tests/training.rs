@@ -2,7 +2,7 @@
 //! `grads()`; multi-worker runs with synchronous updates agree with one worker; updates
 //! carry over epochs and resume exactly from a checkpoint; per-node update frequencies;
 //! a tiny model learns, synchronously and asynchronously; inference and evaluation agree
-//! with the gradients' forward pass; traces cover every worker.
+//! with the gradients' forward pass; traces and wait times cover every worker.
 
 mod common;
 
@@ -214,7 +214,10 @@ fn traces_cover_forward_backward_and_updates_on_every_worker() {
     let data = digits(&graph, 4, 6);
     let config = ExecConfig { workers: 2, trace: true, max_active_keys: 2, ..ExecConfig::default() };
     let mut ex = executor(&graph, 4, config);
-    ex.train_epoch(&data).unwrap();
+    let stats = ex.train_epoch(&data).unwrap();
+    // Each worker's wait for messages is measured within the run's wall time.
+    assert_eq!(stats.waited.len(), 2);
+    assert!(stats.waited.iter().all(|w| *w <= stats.elapsed), "{:?} in {:?}", stats.waited, stats.elapsed);
     let events = ex.take_trace();
     for kind in [TraceKind::Forward, TraceKind::Backward, TraceKind::Update] {
         assert!(events.iter().any(|e| e.kind == kind), "{kind:?}");
