@@ -10,6 +10,7 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
     cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before
+    python3 benches/end_to_end.py build --baseline /tmp/amprun.before --extra=--workers=2
 
 Data: the shipped list-reduce and MoE files, the digits, SST and molecule files of
 `../shared/data` (first N instances each, see CASES). One worker (but in `placement`), 16 instances
@@ -78,6 +79,7 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--baseline", help="build: the amprun binary to compare this build's with")
+    parser.add_argument("--extra", action="append", default=[], help="an argument added to every run")
     opts = parser.parse_args()
     if (opts.setup == "build") != (opts.baseline is not None):
         sys.exit("--baseline BINARY goes with the build setup, and only with it")
@@ -93,7 +95,8 @@ def main():
             runs = [[] for _ in setups]
             for _ in range(opts.runs):
                 for i, (_, extra) in enumerate(setups):
-                    runs[i].append(throughput(model, extra, tmp, baseline if i == 0 else AMPRUN))
+                    args = [*extra, *opts.extra]
+                    runs[i].append(throughput(model, args, tmp, baseline if i == 0 else AMPRUN))
             medians = [statistics.median(r) for r in runs]
             cells = " ".join(f"{m:>12.0f}" for m in medians)
             ratios = " ".join(f"{m / medians[0]:>6.2f}x" for m in medians[1:])
