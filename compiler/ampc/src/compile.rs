@@ -32,7 +32,17 @@ pub(crate) struct CompileArgs {
     pub model: Option<String>,
     pub workers: Option<usize>,
     pub profile: Option<PathBuf>,
+    /// The cost model's view of the training run the plan is for.
+    pub assumptions: amp_plan::Assumptions,
     pub verbose: bool,
+}
+
+/// The optimizer a plan assumes (`amprun train --optimizer`).
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub(crate) enum Optimizer {
+    Sgd,
+    Momentum,
+    Adam,
 }
 
 pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
@@ -93,16 +103,14 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         }
     }
     let plan = match args.workers {
-        Some(workers) => {
-            match amp_plan::plan_graph(&graph, workers, &amp_plan::Assumptions::default(), profile.as_ref()) {
-                Ok(plan) => Some(plan),
-                Err(e) => {
-                    let what = args.profile.as_ref().map_or(String::new(), |p| format!(" with `{}`", p.display()));
-                    eprintln!("error: cannot plan `{}`{what}: {e}", args.file.display());
-                    return ExitCode::from(if matches!(e, amp_plan::PlanError::Profile { .. }) { 1 } else { 2 });
-                }
+        Some(workers) => match amp_plan::plan_graph(&graph, workers, &args.assumptions, profile.as_ref()) {
+            Ok(plan) => Some(plan),
+            Err(e) => {
+                let what = args.profile.as_ref().map_or(String::new(), |p| format!(" with `{}`", p.display()));
+                eprintln!("error: cannot plan `{}`{what}: {e}", args.file.display());
+                return ExitCode::from(if matches!(e, amp_plan::PlanError::Profile { .. }) { 1 } else { 2 });
             }
-        }
+        },
         None => None,
     };
     if let (true, Some(plan)) = (args.verbose, &plan) {

@@ -78,6 +78,15 @@ enum Command {
         /// Refine the plan's cost model with a profile written by `amprun train --profile`.
         #[arg(long, value_name = "FILE", requires = "workers")]
         profile: Option<PathBuf>,
+        /// The plan's training setup, as `amprun train` will run it: a parameter update
+        /// every M instances...
+        #[arg(long, value_name = "M", default_value_t = 1, requires = "workers",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        min_update_frequency: u64,
+        /// ...with this optimizer (`sgd`: plain SGD, no weight decay, whose updates touch
+        /// only what instances used). amprun re-plans when it runs another setup.
+        #[arg(long, value_enum, default_value = "sgd", requires = "workers")]
+        optimizer: compile::Optimizer,
         /// Report what each pass changed (and, with --workers, the plan as a table).
         #[arg(short, long)]
         verbose: bool,
@@ -120,21 +129,37 @@ fn main() -> ExitCode {
         Command::Check { files, define, message_format, color } => {
             check(&files, define, &Printer::new(message_format, color))
         }
-        Command::Compile { file, output, emit, define, model, workers, profile, verbose, message_format, color } => {
-            compile::compile(
-                compile::CompileArgs {
-                    file,
-                    output,
-                    emit,
-                    defines: define,
-                    model,
-                    workers: workers.map(usize::from),
-                    profile,
-                    verbose,
+        Command::Compile {
+            file,
+            output,
+            emit,
+            define,
+            model,
+            workers,
+            profile,
+            min_update_frequency,
+            optimizer,
+            verbose,
+            message_format,
+            color,
+        } => compile::compile(
+            compile::CompileArgs {
+                file,
+                output,
+                emit,
+                defines: define,
+                model,
+                workers: workers.map(usize::from),
+                profile,
+                assumptions: amp_plan::Assumptions {
+                    update_every: min_update_frequency as f64,
+                    plain_sgd: optimizer == compile::Optimizer::Sgd,
+                    ..amp_plan::Assumptions::default()
                 },
-                &Printer::new(message_format, color),
-            )
-        }
+                verbose,
+            },
+            &Printer::new(message_format, color),
+        ),
         Command::Lsp => match amp_lsp::run_stdio() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

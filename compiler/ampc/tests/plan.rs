@@ -64,9 +64,11 @@ fn emit_plan_prints_the_plan_of_every_example() {
             assert!(plan["replicas"].is_array(), "{at}");
             let cpu = plan["critical_path_utilization"].as_f64().expect("critical_path_utilization");
             assert!(cpu > 0.0 && cpu <= 1.0 + 1e-9, "{at}: {cpu}");
-            // The plan is what the planner computes from the same graph (JSON text keeps
-            // floats to within a rounding).
-            let again = amp_plan::plan_graph(&graph, workers, &amp_plan::Assumptions::default(), None).unwrap();
+            // The plan is what the planner computes from the same graph for amprun's
+            // default run, plain SGD with an update every instance (JSON text keeps floats
+            // to within a rounding).
+            let setup = amp_plan::Assumptions { plain_sgd: true, ..amp_plan::Assumptions::default() };
+            let again = amp_plan::plan_graph(&graph, workers, &setup, None).unwrap();
             let printed = amp_plan::Plan::from_json(&plan).unwrap();
             for (a, b) in printed.nodes.iter().zip(&again.nodes) {
                 assert_eq!((a.id, a.worker), (b.id, b.worker), "{at}");
@@ -98,6 +100,27 @@ fn the_ampg_file_keeps_the_plan_and_verbose_prints_the_table() {
     let bytes = amp_ir::ampg::write(&graph, Some(&plan.to_json()));
     let (_, again) = amp_ir::ampg::read(&bytes).unwrap();
     assert_eq!(amp_plan::Plan::from_json(&again.unwrap()).unwrap(), plan);
+
+    // The training setup the plan is for goes into its cost model's assumptions.
+    let run = ampc(&[
+        "compile",
+        &example("list_reduce.amp"),
+        "--workers",
+        "2",
+        "--min-update-frequency",
+        "16",
+        "--optimizer",
+        "adam",
+        "--emit",
+        "plan",
+    ]);
+    ok(&run);
+    let adam: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let assumptions = &adam["cost_model"]["assumptions"];
+    assert_eq!((assumptions["update_every"].as_f64(), assumptions["plain_sgd"].as_bool()), (Some(16.0), Some(false)));
+    assert_eq!(printed["cost_model"]["assumptions"]["plain_sgd"], true, "amprun's default optimizer is sgd");
+    let without = ampc(&["compile", &example("list_reduce.amp"), "--optimizer", "adam"]);
+    assert_eq!(without.status.code(), Some(2), "the setup of a plan needs --workers");
 
     // Without --workers nothing changes: no plan in the file.
     let plain = dir.join("plain.ampg");

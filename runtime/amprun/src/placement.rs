@@ -62,7 +62,13 @@ pub fn choose(
             choice.source = "round-robin".into();
         }
         PlanChoice::Auto => {
-            let usable = stored.filter(|p| p.workers == workers && choice.profile.is_none());
+            let same_run = |p: &&Plan| {
+                p.cost_model.as_ref().is_none_or(|c| {
+                    c.assumptions.update_every == choice.assumptions.update_every
+                        && c.assumptions.plain_sgd == choice.assumptions.plain_sgd
+                })
+            };
+            let usable = stored.filter(|p| p.workers == workers && choice.profile.is_none() && same_run(p));
             let plan = match usable {
                 Some(plan) => {
                     choice.source = format!("plan ({})", model_path.display());
@@ -74,6 +80,12 @@ pub fn choose(
                             "amprun: note: `{}` holds a plan for {} workers; planning for {workers} in-process",
                             model_path.display(),
                             other.workers
+                        );
+                    } else if stored.is_some_and(|p| !same_run(&p)) && choice.profile.is_none() {
+                        eprintln!(
+                            "amprun: note: `{}` holds a plan for another training setup (see `ampc compile \
+                             --min-update-frequency` and `--optimizer`); planning in-process",
+                            model_path.display()
                         );
                     }
                     choice.source = "plan".into();

@@ -51,8 +51,9 @@ fn training_follows_the_plan_in_the_graph_file() {
     let dir = scratch("plan-follow");
     let graph = compile_example("list_reduce", &[("hidden", 16)]);
     // A deliberately odd plan (nodes dealt out in reverse turns), so that following it is
-    // visible in the trace.
-    let mut plan = amp_plan::plan_graph(&graph, 2, &Assumptions::default(), None).unwrap();
+    // visible in the trace; planned for the run below (plain SGD, an update every 8).
+    let setup = Assumptions { update_every: 8.0, plain_sgd: true, ..Assumptions::default() };
+    let mut plan = amp_plan::plan_graph(&graph, 2, &setup, None).unwrap();
     for (k, node) in plan.nodes.iter_mut().enumerate() {
         node.worker = (k / 3 + 1) % 2;
     }
@@ -83,6 +84,13 @@ fn training_follows_the_plan_in_the_graph_file() {
     let out = amprun_ok(&dir, &args);
     assert!(stderr(&out).contains("holds a plan for 2 workers; planning for 3"), "{}", stderr(&out));
     assert!(stdout(&out).contains("placement   plan on 3 worker(s)"), "{}", stdout(&out));
+
+    // Nor is a plan made for another training setup (here Adam's dense updates).
+    let mut args = train_args(&model, &data);
+    args.extend(["--workers", "2", "--optimizer", "adam"]);
+    let out = amprun_ok(&dir, &args);
+    assert!(stderr(&out).contains("holds a plan for another training setup"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("placement   plan on 2 worker(s)"), "{}", stdout(&out));
 }
 
 #[test]
