@@ -11,12 +11,13 @@ fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
 }
 
-fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ampc-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
+/// `text` written to `NAME` in a fresh temporary directory, removed when the first value
+/// is dropped.
+fn temp_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new().prefix("ampc-cli-").tempdir().expect("temp dir");
+    let path = dir.path().join(name);
     std::fs::write(&path, text).expect("write temp file");
-    path
+    (dir, path)
 }
 
 fn json_lines(out: &Output) -> Vec<serde_json::Value> {
@@ -39,7 +40,7 @@ fn clean_examples_exit_zero_and_print_nothing() {
 
 #[test]
 fn errors_exit_one_with_json_diagnostics() {
-    let path = temp_file("bad.amp", "record R { x: f32[4] }\nmodel M {\n    param l = Linear(3, 2);\n    fn forward(r: R) -> f32[2] { l(r.x) }\n    fn loss(r: R) -> f32 { sum(forward(r)) }\n}\n");
+    let (_dir, path) = temp_file("bad.amp", "record R { x: f32[4] }\nmodel M {\n    param l = Linear(3, 2);\n    fn forward(r: R) -> f32[2] { l(r.x) }\n    fn loss(r: R) -> f32 { sum(forward(r)) }\n}\n");
     let out = ampc(&["check", "--message-format", "json", path.to_str().expect("utf-8 path")]);
     assert_eq!(out.status.code(), Some(1));
     let diags = json_lines(&out);
@@ -59,7 +60,7 @@ fn errors_exit_one_with_json_diagnostics() {
 
 #[test]
 fn human_output_goes_to_stderr_with_a_summary() {
-    let path = temp_file("warn.amp", "record R { x: f32[4], label: int }\nmodel M {\n    param l = Linear(4, 2);\n    fn forward(r: R) -> f32[2] { let unused = 1; l(r.x) }\n    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }\n}\n");
+    let (_dir, path) = temp_file("warn.amp", "record R { x: f32[4], label: int }\nmodel M {\n    param l = Linear(4, 2);\n    fn forward(r: R) -> f32[2] { let unused = 1; l(r.x) }\n    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }\n}\n");
     let out = ampc(&["check", "--color", "never", path.to_str().expect("utf-8 path")]);
     assert_eq!(out.status.code(), Some(0), "warnings alone do not fail the check");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -106,7 +107,7 @@ fn help_describes_the_commands() {
 
 #[test]
 fn invalid_utf8_is_read_lossily_and_reported() {
-    let path = temp_file("bytes.amp", "model M { \u{FFFD} }");
+    let (_dir, path) = temp_file("bytes.amp", "model M { \u{FFFD} }");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.extend_from_slice(&[0xff, 0xfe, b'\n']);
     std::fs::write(&path, bytes).unwrap();

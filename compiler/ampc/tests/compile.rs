@@ -1,6 +1,6 @@
 //! `ampc compile` as a user runs it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn ampc(args: &[&str]) -> Output {
@@ -11,15 +11,15 @@ fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
 }
 
-fn temp_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ampc-compile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh temporary directory, removed when the value is dropped.
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("ampc-compile-").tempdir().expect("temp dir")
 }
 
 #[test]
 fn writes_a_loadable_verified_ampg() {
-    let out = temp_dir().join("lr.ampg");
+    let dir = temp_dir();
+    let out = dir.path().join("lr.ampg");
     let run = ampc(&["compile", &example("list_reduce.amp"), "-o", out.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
     let bytes = std::fs::read(&out).expect("the file was written");
@@ -65,6 +65,7 @@ fn verbose_reports_the_passes() {
 #[test]
 fn constructs_not_lowered_are_errors_with_a_code() {
     let dir = temp_dir();
+    let dir = dir.path();
     let file = dir.join("after_loop.amp");
     std::fs::write(
         &file,
@@ -89,6 +90,7 @@ fn constructs_not_lowered_are_errors_with_a_code() {
 #[test]
 fn check_errors_stop_compilation_and_bad_models_are_usage_errors() {
     let dir = temp_dir();
+    let dir = dir.path();
     let bad = dir.join("bad.amp");
     std::fs::write(&bad, "model M { fn forward(x: int) -> int { y } }").unwrap();
     assert_eq!(ampc(&["compile", bad.to_str().unwrap()]).status.code(), Some(1));

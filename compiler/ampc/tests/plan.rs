@@ -1,7 +1,7 @@
 //! `ampc compile --workers N`: the partition plan printed (`--emit plan`), shown (`-v`) and
 //! stored in the `.ampg` file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn ampc(args: &[&str]) -> Output {
@@ -12,10 +12,9 @@ fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
 }
 
-fn temp_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ampc-plan-{test}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh temporary directory, removed when the value is dropped.
+fn temp_dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("ampc-plan-{test}-")).tempdir().expect("temp dir")
 }
 
 fn ok(run: &Output) {
@@ -81,6 +80,7 @@ fn emit_plan_prints_the_plan_of_every_example() {
 #[test]
 fn the_ampg_file_keeps_the_plan_and_verbose_prints_the_table() {
     let dir = temp_dir("ampg");
+    let dir = dir.path();
     let out = dir.join("lr.ampg");
     let run = ampc(&["compile", &example("list_reduce.amp"), "--workers", "2", "-o", out.to_str().unwrap(), "-v"]);
     ok(&run);
@@ -132,6 +132,7 @@ fn the_ampg_file_keeps_the_plan_and_verbose_prints_the_table() {
 #[test]
 fn a_profile_refines_the_plan_and_a_bad_one_is_refused() {
     let dir = temp_dir("profile");
+    let dir = dir.path();
     let run = ampc(&["compile", &example("mlp.amp"), "--emit", "ir"]);
     let graph = amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).unwrap();
     let mut counter = amp_plan::ProfileCounter::default();

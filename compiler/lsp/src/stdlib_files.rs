@@ -86,7 +86,8 @@ mod tests {
 
     #[test]
     fn materialises_each_module_once_and_maps_its_name() {
-        let dir = std::env::temp_dir().join(format!("amp-lsp-test-{}", std::process::id()));
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().join("stdlib");
         let files = StdlibFiles::materialise(&dir).expect("temp dir is writable");
         let uri = files.uri_of("<std>/nn.amp").expect("nn is a standard module");
         assert!(uri.as_str().starts_with("file:///"));
@@ -97,6 +98,5 @@ mod tests {
         let again = StdlibFiles::materialise(&dir).expect("still writable");
         assert_eq!(again.uri_of("<std>/nn.amp"), Some(uri));
         assert_eq!(files.uri_of("<std>/missing.amp"), None);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

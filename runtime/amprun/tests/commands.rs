@@ -26,6 +26,7 @@ fn first_lines(dir: &std::path::Path, n: usize) -> String {
 #[test]
 fn infer_prints_one_json_line_per_instance() {
     let dir = scratch("infer");
+    let dir = dir.path();
     let (_, params) = saved_params(&dir);
     let data = first_lines(&dir, 7);
     let out = amprun_ok(
@@ -45,6 +46,7 @@ fn infer_prints_one_json_line_per_instance() {
 #[test]
 fn eval_prints_loss_accuracy_and_throughput() {
     let dir = scratch("eval");
+    let dir = dir.path();
     let (_, params) = saved_params(&dir);
     let data = first_lines(&dir, 20);
     let out =
@@ -58,6 +60,7 @@ fn eval_prints_loss_accuracy_and_throughput() {
 #[test]
 fn grad_writes_the_mean_gradient_of_every_parameter() {
     let dir = scratch("grad");
+    let dir = dir.path();
     let (graph, params) = saved_params(&dir);
     let data = first_lines(&dir, 5);
     let model = example("list_reduce.amp");
@@ -96,6 +99,7 @@ fn grad_writes_the_mean_gradient_of_every_parameter() {
 #[test]
 fn parameters_that_do_not_fit_are_bad_input() {
     let dir = scratch("misfit");
+    let dir = dir.path();
     let (_, params) = saved_params(&dir);
     let data = first_lines(&dir, 3);
     let out =

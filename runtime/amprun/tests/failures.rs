@@ -14,6 +14,7 @@ fn list_reduce_lines(n: usize) -> Vec<String> {
 #[test]
 fn a_bad_data_line_names_file_and_line_and_writes_nothing() {
     let dir = scratch("bad-data");
+    let dir = dir.path();
     let mut lines = list_reduce_lines(5);
     lines.insert(3, r#"{"tokens":[1,"x"],"label":2}"#.to_string());
     std::fs::write(dir.join("bad.jsonl"), lines.join("\n") + "\n").unwrap();
@@ -50,6 +51,7 @@ fn digits_csv(dir: &std::path::Path, huge: usize) -> String {
 #[test]
 fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
     let dir = scratch("nan");
+    let dir = dir.path();
     let data = digits_csv(&dir, 3);
     // All-ones weights: the huge row's logits overflow to infinity, its loss is NaN.
     let graph = compile_example("mlp", &[("hidden", 4)]);
@@ -83,6 +85,7 @@ fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
 #[test]
 fn a_worker_panic_ends_the_run_naming_node_and_worker() {
     let dir = scratch("panic");
+    let dir = dir.path();
     let data = digits_csv(&dir, usize::MAX);
     let out = amprun(&dir, &["train", &example("mlp.amp"), "-D", "hidden=4", "--data", &data, "--fault", "panic:3:2"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
@@ -94,6 +97,7 @@ fn a_worker_panic_ends_the_run_naming_node_and_worker() {
 #[test]
 fn a_stalled_worker_ends_the_run() {
     let dir = scratch("stall");
+    let dir = dir.path();
     let data = digits_csv(&dir, usize::MAX);
     let model = example("mlp.amp");
     let args =
@@ -106,6 +110,7 @@ fn a_stalled_worker_ends_the_run() {
 #[test]
 fn compile_errors_are_bad_input_with_diagnostics() {
     let dir = scratch("compile");
+    let dir = dir.path();
     let data = example("data/list_reduce.train.jsonl");
     let out = amprun(&dir, &["train", &example("list_reduce.amp"), "-D", "hidden=0", "--data", &data]);
     assert_eq!(out.status.code(), Some(1));
@@ -120,6 +125,7 @@ fn compile_errors_are_bad_input_with_diagnostics() {
 #[test]
 fn usage_errors_exit_two() {
     let dir = scratch("usage");
+    let dir = dir.path();
     let model = example("list_reduce.amp");
     let data = example("data/list_reduce.train.jsonl");
     let cases: [&[&str]; 6] = [

@@ -49,6 +49,7 @@ fn traced_node(name: &str) -> Option<usize> {
 #[test]
 fn training_follows_the_plan_in_the_graph_file() {
     let dir = scratch("plan-follow");
+    let dir = dir.path();
     let graph = compile_example("list_reduce", &[("hidden", 16)]);
     // A deliberately odd plan (nodes dealt out in reverse turns), so that following it is
     // visible in the trace; planned for the run below (plain SGD, an update every 8).
@@ -96,6 +97,7 @@ fn training_follows_the_plan_in_the_graph_file() {
 #[test]
 fn the_plan_trains_like_the_default_placement_and_reports_utilization() {
     let dir = scratch("plan-same");
+    let dir = dir.path();
     let data = example("data/list_reduce.train.jsonl");
     let model = example("list_reduce.amp");
     let run = |placement: &str, save: &str, metrics: &str| {
@@ -161,6 +163,7 @@ fn the_plan_trains_like_the_default_placement_and_reports_utilization() {
 #[test]
 fn a_profile_is_written_and_refines_the_next_plan() {
     let dir = scratch("plan-profile");
+    let dir = dir.path();
     let data = example("data/list_reduce.train.jsonl");
     let model = example("list_reduce.amp");
     let mut args = train_args(&model, &data);
@@ -204,6 +207,7 @@ fn a_profile_is_written_and_refines_the_next_plan() {
 #[test]
 fn a_plan_that_does_not_fit_the_graph_is_refused() {
     let dir = scratch("plan-bad");
+    let dir = dir.path();
     let graph = compile_example("list_reduce", &[("hidden", 16)]);
     let good = amp_plan::plan_graph(&graph, 2, &Assumptions::default(), None).unwrap().to_json();
     let data = example("data/list_reduce.train.jsonl");
@@ -273,6 +277,7 @@ fn a_plan_that_does_not_fit_the_graph_is_refused() {
 #[test]
 fn plans_are_computed_for_any_worker_count_of_an_amp_source() {
     let dir = scratch("plan-counts");
+    let dir = dir.path();
     let data = example("data/list_reduce.train.jsonl");
     let model = example("list_reduce.amp");
     for workers in ["1", "3"] {

@@ -13,6 +13,7 @@ fn reports<'a>(metrics: &'a [serde_json::Value], split: &str) -> Vec<&'a serde_j
 fn mlp_learns_digits_and_reports_metrics() {
     let Some(digits) = shared_data("digits/digits.csv") else { return };
     let dir = scratch("digits");
+    let dir = dir.path();
     let out = amprun_ok(
         &dir,
         &[
@@ -68,6 +69,7 @@ fn mlp_learns_digits_and_reports_metrics() {
 #[test]
 fn list_reduce_trains_with_validation_checkpoint_and_trace() {
     let dir = scratch("list-reduce");
+    let dir = dir.path();
     let out = amprun_ok(
         &dir,
         &[
@@ -159,6 +161,7 @@ fn train_list_reduce(dir: &std::path::Path, model: &str, name: &str, epochs: &st
 #[test]
 fn a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one() {
     let dir = scratch("resume");
+    let dir = dir.path();
     let model = example("list_reduce.amp");
     train_list_reduce(&dir, &model, "whole.safetensors", "3", false);
     train_list_reduce(&dir, &model, "parts.safetensors", "1", false);
@@ -207,6 +210,7 @@ fn first_values(params: &amp_params::ParamSet) -> Vec<f32> {
 #[test]
 fn a_compiled_ampg_graph_trains_like_its_source() {
     let dir = scratch("ampg");
+    let dir = dir.path();
     let graph = compile_example("list_reduce", &[("hidden", 8)]);
     let ampg = dir.join("list_reduce.ampg");
     std::fs::write(&ampg, amp_ir::ampg::write(&graph, None)).expect("write the graph");

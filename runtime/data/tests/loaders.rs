@@ -239,10 +239,10 @@ fn vocabularies_are_cut_saved_and_loaded() {
     assert_eq!(common.words(), ["<unk>", "c", "b"]);
     assert_eq!((common.index("b"), common.index("a"), common.get("a")), (2, 0, None));
 
-    let path = std::env::temp_dir().join(format!("amp-data-vocab-{}.txt", std::process::id()));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("vocab.txt");
     by_count.save(&path).expect("saved");
     assert_eq!(Vocab::load(&path).expect("loaded"), by_count);
-    let _ = std::fs::remove_file(&path);
     assert_eq!(
         Vocab::parse(b"<unk>\na\nb\na\n", "v.txt").expect_err("duplicate").to_string(),
         "v.txt:4: `a` is also on line 2"

@@ -22,12 +22,9 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
-/// A fresh directory under the target's temp dir, unique per test.
-fn temp_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("amp-params-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh temporary directory, unique per test, removed when the value is dropped.
+fn temp_dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("amp-params-{test}-")).tempdir().unwrap()
 }
 
 fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -37,6 +34,7 @@ fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[test]
 fn round_trip_keeps_values_and_metadata() {
     let dir = temp_dir("round-trip");
+    let dir = dir.path();
     let path = dir.join("ckpt.safetensors");
     let params = ParamSet::init(&specs(), 11);
     save(&params, &path, &meta(&[("epoch", "3")])).unwrap();
@@ -58,6 +56,7 @@ fn optimizer_state_round_trips_and_resumes_exactly() {
     let ckpt = from_bytes(&bytes, &specs).unwrap();
     assert_eq!(ckpt.optim.as_ref(), Some(opt.state()));
     let dir = temp_dir("optim");
+    let dir = dir.path();
     let path = dir.join("ckpt.safetensors");
     save_checkpoint(&path, &params, Some(opt.state()), &meta(&[("step", "1")])).unwrap();
     let from_file = load_checkpoint(&path, &specs).unwrap();
@@ -116,6 +115,7 @@ fn reserved_metadata_keys_are_refused() {
 #[test]
 fn a_failed_write_leaves_the_old_checkpoint() {
     let dir = temp_dir("atomic");
+    let dir = dir.path();
     let path = dir.join("ckpt.safetensors");
     let old = ParamSet::init(&specs(), 5);
     save(&old, &path, &BTreeMap::new()).unwrap();
@@ -145,6 +145,7 @@ fn a_failed_write_leaves_the_old_checkpoint() {
 #[test]
 fn a_torn_file_is_an_error() {
     let dir = temp_dir("torn");
+    let dir = dir.path();
     let path = dir.join("ckpt.safetensors");
     let bytes = to_bytes(&ParamSet::init(&specs(), 5), None, &BTreeMap::new()).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();

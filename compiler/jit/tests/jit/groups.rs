@@ -61,9 +61,8 @@ fn equal_groups_in_one_graph_share_a_kernel() {
             fn forward(r: R) -> f32[8] { concat(sigmoid(r.x) * tanh(r.y), sigmoid(r.y) * tanh(r.x)) }\n\
             fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }\n\
         }\n";
-    let dir = std::env::temp_dir().join(format!("amp-jit-twins-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("twins.amp");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("twins.amp");
     std::fs::write(&file, source).unwrap();
     let graph = compile_example(file.to_str().unwrap(), &[]);
     let verified = VerifiedGraph::new(&graph).unwrap();

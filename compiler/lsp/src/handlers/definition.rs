@@ -52,8 +52,8 @@ mod tests {
 
     #[test]
     fn a_stdlib_layer_goes_through_the_import_to_the_materialised_file() {
-        let dir = std::env::temp_dir().join(format!("amp-lsp-def-{}", std::process::id()));
-        let stdlib = StdlibFiles::materialise(&dir).expect("temp dir is writable");
+        let temp = tempfile::tempdir().expect("temp dir");
+        let stdlib = StdlibFiles::materialise(temp.path()).expect("temp dir is writable");
         let doc = open("ggsnn.amp");
         let nn = stdlib.uri_of("<std>/nn.amp").expect("materialised");
         for nth in 0..2 {
@@ -68,6 +68,5 @@ mod tests {
         // Without a materialised library there is nowhere to go, and no panic.
         let at = position_at(&doc.analysis, "GruCell", 1, 1);
         assert_eq!(definition(&doc, &StdlibFiles::none(), at), None);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -5,7 +5,7 @@
 use amp_ir::Graph;
 use amp_params::checkpoint::Checkpoint;
 use amp_params::ParamSpec;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// Runs `amprun` with `args` in `dir`.
@@ -33,12 +33,10 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A fresh scratch folder for one test.
-pub fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("amprun-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch folder");
-    dir
+/// A fresh scratch folder for one test, removed when the value is dropped (keep it bound
+/// for the whole test: `let dir = scratch("x"); let dir = dir.path();`).
+pub fn scratch(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("amprun-{test}-")).tempdir().expect("scratch folder")
 }
 
 /// The path of `examples/NAME` (or `examples/data/NAME`) as a string.
