@@ -257,13 +257,30 @@ pub fn larger_first(a: f32, b: f32) -> Ordering {
     }
 }
 
+/// Up to this `k`, [`top_k_order`] keeps its best in a sorted list while scanning.
+const SMALL_K: usize = 8;
+
 /// The indices of the `k` largest values (all of them when `k` exceeds the length),
 /// largest first, the lower index first among equals, NaN last.
 ///
 /// The `k` first are selected in linear time and only they are sorted (MoE's gate picks 2
-/// of 64 for every instance: a full sort was a fifth of its inference time).
+/// of 64 for every instance: a full sort was a fifth of its inference time); a small `k`
+/// keeps its `k` best in order in one pass (the selection's partitioning was 2% of MoE's
+/// training).
 pub fn top_k_order(x: &[f32], k: usize) -> Vec<usize> {
     let first = |a: &usize, b: &usize| larger_first(x[*a], x[*b]).then(a.cmp(b));
+    if k <= SMALL_K && k < x.len() {
+        let mut best: Vec<usize> = Vec::with_capacity(k + 1);
+        for i in 0..x.len() {
+            if best.len() == k && best.last().is_none_or(|last| first(&i, last) != Ordering::Less) {
+                continue;
+            }
+            let at = best.partition_point(|b| first(b, &i) == Ordering::Less);
+            best.insert(at, i);
+            best.truncate(k);
+        }
+        return best;
+    }
     let mut order: Vec<usize> = (0..x.len()).collect();
     if k < order.len() {
         if let Some(last) = k.checked_sub(1) {
