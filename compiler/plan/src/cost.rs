@@ -280,6 +280,8 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
 /// The fused units of the graph and the messages that cross their borders.
 struct Units<'t> {
     topo: &'t Topology,
+    /// Per representative: whether its unit has several nodes.
+    multi: Vec<bool>,
     /// Per representative of a unit of several nodes: forward messages per instance that
     /// enter it (once per producer port, however many members read it) or leave it (once
     /// per consumer outside), and as many backward.
@@ -314,12 +316,12 @@ impl<'t> Units<'t> {
         for (unit, rate) in leaving {
             *crossing.entry(unit).or_default() += 2.0 * rate;
         }
-        Units { topo, crossing }
+        Units { topo, multi, crossing }
     }
 
     /// Whether `v` belongs to a unit of several nodes.
     fn fused(&self, v: usize) -> bool {
-        self.crossing.contains_key(&self.topo.unit_of[v])
+        self.multi[self.topo.unit_of[v]]
     }
 }
 

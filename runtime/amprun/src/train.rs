@@ -191,7 +191,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Whether the run traces the executor for its utilization and profile (see `placement`).
+/// Whether the run measures its workers' utilization (and, with `--profile` or `--trace`,
+/// traces the executor for the profile; see `placement`).
 fn measuring(args: &TrainArgs) -> bool {
     args.report_utilization || args.profile.is_some() || args.trace.is_some()
 }

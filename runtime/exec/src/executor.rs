@@ -191,7 +191,7 @@ impl Executor {
             (result, updates, pending)
         };
         fold_replica_grads(&self.program.groups, &stores, &mut self.grads);
-        let output = match result {
+        let mut output = match result {
             Ok(output) => output,
             Err(e) => {
                 self.grads.fill_zero();
@@ -200,7 +200,7 @@ impl Executor {
             }
         };
         self.pending = pending;
-        let waited = output.waited.clone();
+        let waited = std::mem::take(&mut output.waited);
         let stats = self.summarize(output, start);
         Ok(EpochStats {
             instances: stats.instances,
