@@ -411,7 +411,8 @@ mod tests {
             let x = values(rows * inp, 6);
             let w = values(out * inp, 7);
             let b = values(out, 8);
-            let mut wt = vec![f32::NAN; 3];
+            // A reused buffer of the same size holds stale values: the padding is zeroed.
+            let mut wt = vec![f32::NAN; inp * padded(out)];
             let ld = transpose(&w, out, inp, &mut wt);
             assert!(ld >= out && ld % PANEL == 0 && ld < out + PANEL);
             assert_eq!(wt.len(), inp * ld);
@@ -437,8 +438,9 @@ mod tests {
             assert_sums(&y, &expected, &format!("forward {rows}×{inp}→{out}"));
             // The input gradient on `W` with padded rows: the padding's columns are zero.
             let dy = values(rows * out, 9);
-            let mut wp = vec![f32::NAN; 5];
+            let mut wp = vec![f32::NAN; out * padded(inp)];
             let ldi = pad_rows(&w, out, inp, &mut wp);
+            assert!(wp.iter().all(|v| !v.is_nan()));
             assert!(ldi >= inp && ldi % PANEL == 0 && ldi < inp + PANEL);
             let mut dx = vec![f32::NAN; rows * ldi];
             linear_input_grad_into(&dy, &wp, &mut dx, ldi, out);
