@@ -214,7 +214,26 @@ impl Reader<'_> {
     }
 
     /// Appends the numbers of a tensor of shape `dims`, row-major.
+    /// The numbers of a tensor of shape `dims`, in row-major order, appended to `out`; on a
+    /// mismatch, the error names the element's path. The values are read without paths
+    /// first (formatting an index per element was most of the time of loading a file of
+    /// tensors) and again, tracking them, only when that fails.
     fn tensor(&self, json: &Json, dims: &[u64], out: &mut Vec<f32>, path: &mut String) -> Result<(), DataError> {
+        let mark = out.len();
+        if tensor_values(json, dims, out) {
+            return Ok(());
+        }
+        out.truncate(mark);
+        self.located_tensor(json, dims, out, path)
+    }
+
+    fn located_tensor(
+        &self,
+        json: &Json,
+        dims: &[u64],
+        out: &mut Vec<f32>,
+        path: &mut String,
+    ) -> Result<(), DataError> {
         let Some((&first, rest)) = dims.split_first() else {
             let number = json.as_f64().map(|x| x as f32).filter(|x| x.is_finite());
             let Some(number) = number else {
@@ -233,10 +252,28 @@ impl Reader<'_> {
         let mark = path.len();
         for (i, json) in items.iter().enumerate() {
             let _ = write!(path, "[{i}]");
-            self.tensor(json, rest, out, path)?;
+            self.located_tensor(json, rest, out, path)?;
             path.truncate(mark);
         }
         Ok(())
+    }
+}
+
+/// [`Reader::tensor`]'s values without paths: false on the first mismatch (a value that
+/// is no finite f32, an array of another length).
+fn tensor_values(json: &Json, dims: &[u64], out: &mut Vec<f32>) -> bool {
+    let Some((&first, rest)) = dims.split_first() else {
+        return match json.as_f64().map(|x| x as f32) {
+            Some(x) if x.is_finite() => {
+                out.push(x);
+                true
+            }
+            _ => false,
+        };
+    };
+    match json {
+        Json::Array(items) if items.len() as u64 == first => items.iter().all(|item| tensor_values(item, rest, out)),
+        _ => false,
     }
 }
 

@@ -72,6 +72,16 @@ fn jsonl_tensors_enums_and_trees() {
     let short = format!("{{\"pixels\": [{}], \"label\": 7}}", pixels[..63].join(","));
     let error = jsonl::parse(&digits, short.as_bytes(), "d.jsonl", &JsonlOptions::default());
     assert_eq!(error_text(error), "d.jsonl:1: field `pixels`: expected an array of 64, found an array of 63");
+    // A bad element is named by its index, even deep in a tensor.
+    let mut bad = pixels.clone();
+    bad[41] = "\"x\"".to_string();
+    let line = format!("{{\"pixels\": [{}], \"label\": 7}}", bad.join(","));
+    let error = jsonl::parse(&digits, line.as_bytes(), "d.jsonl", &JsonlOptions::default());
+    assert_eq!(error_text(error), "d.jsonl:1: field `pixels[41]`: expected a number in the f32 range, found \"x\"");
+    let schema = common::mixed_schema();
+    let grid = r#"{"flag": true, "scale": 0.25, "grid": [[1, 2, 3], [4, 1e39, 6]], "pair": [-3, false], "shape": "Empty", "forest": [], "points": []}"#;
+    let error = jsonl::parse(&schema, grid.as_bytes(), "m.jsonl", &JsonlOptions::default());
+    assert_eq!(error_text(error), "m.jsonl:1: field `grid[1][1]`: expected a number in the f32 range, found 1e+39");
 
     let schema = common::tree_schema();
     let line = r#"{"tree": {"Node": {"left": {"Leaf": {"word": 3, "label": 2}}, "right": {"Leaf": {"word": 4, "label": 1}}, "label": 3}}, "label": 3}"#;
