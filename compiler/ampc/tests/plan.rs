@@ -175,3 +175,25 @@ fn plan_flags_are_checked() {
     let run = ampc(&["compile", &example("mlp.amp"), "--profile", "p.json", "--emit", "ir"]);
     assert_eq!(run.status.code(), Some(2), "--profile needs --workers");
 }
+
+/// A plan for more workers is never predicted slower than the plan for half as many
+/// (rounded up): on GGSNN the search for 4 workers had found nothing better than one
+/// worker, on 2 a split.
+#[test]
+fn more_workers_never_plan_slower_than_half_as_many() {
+    let setup = amp_plan::Assumptions { update_every: 8.0, plain_sgd: true, ..amp_plan::Assumptions::default() };
+    for model in ["list_reduce", "mlp", "tree_lstm", "ggsnn", "moe"] {
+        let run = ampc(&["compile", &example(&format!("{model}.amp")), "--emit", "ir"]);
+        ok(&run);
+        let graph = amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).expect("the IR parses");
+        let costs = amp_plan::estimate(&graph, &setup, None).unwrap();
+        let busiest = |workers: usize| {
+            let plan = amp_plan::plan(&graph, &costs, workers).unwrap();
+            plan.cost_model.as_ref().unwrap().bottleneck_us_per_instance
+        };
+        for workers in 2..=9 {
+            let (more, fewer) = (busiest(workers), busiest(workers.div_ceil(2)));
+            assert!(more <= fewer * (1.0 + 1e-9), "{model} at {workers}: {more} vs {fewer}");
+        }
+    }
+}

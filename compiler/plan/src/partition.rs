@@ -8,8 +8,8 @@
 //! plan adds; the squares prefer balance among the others (which lets the search move off
 //! a plateau). Everything is deterministic: fixed orders, ties to the lower index.
 //!
-//! **Algorithm.** Four starting points, each improved by local search, the best kept
-//! (ties to the earlier):
+//! **Algorithm.** Four starting points (five from 3 workers on), each improved by local
+//! search, the best kept (ties to the earlier):
 //! 1. *Heavy Ppts isolated*: every Ppt whose load is at least an ideal share (total / N),
 //!    heaviest first, up to N - 1 of them, gets a worker of its own; the rest fill the
 //!    other workers contiguously (below).
@@ -21,6 +21,10 @@
 //!    equal part of the total (a pipeline cut into stages).
 //! 4. *Greedy*: the same items in the same order, each onto the worker where it adds the
 //!    least (its load plus the cuts to its placed neighbours).
+//! 5. *Half as many workers*: the plan for `⌈N / 2⌉` workers (planned the same way), which
+//!    local search may spread further; so a plan is never predicted slower than the plan
+//!    for half as many workers, nor than the 2-worker plan (GGSNN's search on 4 workers had found nothing better than
+//!    one worker, on 2 a split worth 1.03×).
 //!
 //! Local search then moves single nodes, and whole cycles, to the worker of a neighbour or
 //! to the least loaded worker, taking the best strictly improving move, sweep after sweep
@@ -50,6 +54,7 @@ pub(crate) struct Partition {
 /// What the search needs: per-node loads and the merged cut cost of every neighbour pair,
 /// over units (`topology.rs`): a fused unit's representative carries the load and the
 /// neighbours of all its members, which have none of their own and follow it.
+#[derive(Clone)]
 pub(crate) struct Problem<'a> {
     pub workers: usize,
     pub topo: &'a Topology,
@@ -225,6 +230,13 @@ fn candidates(problem: &Problem) -> Vec<Partition> {
     let mut assign = greedy(problem);
     improve(problem, &mut assign, &vec![false; n], workers);
     candidates.push(Partition { assign, isolated: Vec::new() });
+    // 5. Half as many workers.
+    if workers >= 3 {
+        let half = Problem { workers: workers.div_ceil(2), ..problem.clone() };
+        let mut assign = partition(&half).assign;
+        improve(problem, &mut assign, &vec![false; n], workers);
+        candidates.push(Partition { assign, isolated: Vec::new() });
+    }
     candidates
 }
 
