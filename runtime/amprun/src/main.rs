@@ -65,15 +65,16 @@
 //!
 //! **Placement.** With `--workers N` the nodes go where the partition plan puts them
 //! (`--plan auto`, the default): the `.ampg` file's plan when it was made for N workers
-//! (`ampc compile --workers N`), else a plan computed in-process by `amp-plan` (its cost
-//! model takes `--min-update-frequency` as the update period; `--plan-profile FILE`
-//! refines it with a profile). `--plan naive` keeps the executor's contiguous ranges,
+//! and this run's training setup (`ampc compile --workers N [--min-update-frequency M]
+//! [--optimizer ...]`), else a plan computed in-process by `amp-plan` (its cost model
+//! takes `--min-update-frequency` as the update period and, under plain SGD, updates that
+//! touch only what instances used; `--plan-profile FILE` refines it with a profile). `--plan naive` keeps the executor's contiguous ranges,
 //! `--plan round-robin` deals the nodes out in turn. A plan in an `.ampg` file that does
 //! not fit its graph (a worker out of range, a node missing or unknown) is refused (exit
 //! 1), whatever the worker count. With more than one worker (or `--report-utilization`)
 //! the summary and the metrics (an object with `split: "plan"`) give each worker's
-//! predicted utilization; measured utilization (traced busy time over the wall time of
-//! training) needs the executor's trace, so it is reported with `--report-utilization`,
+//! predicted utilization; measured utilization (the share of the training calls' wall
+//! time a worker was not waiting for messages) is reported with `--report-utilization`,
 //! `--trace` or `--profile`. `--profile FILE` writes, per node, events per instance and
 //! mean µs of its forward, backward and update work, for `ampc compile --profile`.
 //!
