@@ -27,12 +27,10 @@ fn first_lines(dir: &std::path::Path, n: usize) -> String {
 fn infer_prints_one_json_line_per_instance() {
     let dir = scratch("infer");
     let dir = dir.path();
-    let (_, params) = saved_params(&dir);
-    let data = first_lines(&dir, 7);
-    let out = amprun_ok(
-        &dir,
-        &["infer", &example("list_reduce.amp"), "-D", "hidden=8", "--params", &params, "--data", &data],
-    );
+    let (_, params) = saved_params(dir);
+    let data = first_lines(dir, 7);
+    let out =
+        amprun_ok(dir, &["infer", &example("list_reduce.amp"), "-D", "hidden=8", "--params", &params, "--data", &data]);
     let lines = json_lines(&stdout(&out));
     assert_eq!(lines.len(), 7);
     for (i, line) in lines.iter().enumerate() {
@@ -47,10 +45,10 @@ fn infer_prints_one_json_line_per_instance() {
 fn eval_prints_loss_accuracy_and_throughput() {
     let dir = scratch("eval");
     let dir = dir.path();
-    let (_, params) = saved_params(&dir);
-    let data = first_lines(&dir, 20);
+    let (_, params) = saved_params(dir);
+    let data = first_lines(dir, 20);
     let out =
-        amprun_ok(&dir, &["eval", &example("list_reduce.amp"), "-D", "hidden=8", "--params", &params, "--data", &data]);
+        amprun_ok(dir, &["eval", &example("list_reduce.amp"), "-D", "hidden=8", "--params", &params, "--data", &data]);
     let text = stdout(&out);
     for part in ["loss ", "accuracy ", "instances 20", "instances/s "] {
         assert!(text.contains(part), "`{part}` in {text}");
@@ -61,11 +59,11 @@ fn eval_prints_loss_accuracy_and_throughput() {
 fn grad_writes_the_mean_gradient_of_every_parameter() {
     let dir = scratch("grad");
     let dir = dir.path();
-    let (graph, params) = saved_params(&dir);
-    let data = first_lines(&dir, 5);
+    let (graph, params) = saved_params(dir);
+    let data = first_lines(dir, 5);
     let model = example("list_reduce.amp");
     let out = amprun_ok(
-        &dir,
+        dir,
         &["grad", &model, "-D", "hidden=8", "--params", &params, "--data", &data, "--out", "g.safetensors"],
     );
     assert!(stdout(&out).contains("mean loss "), "{}", stdout(&out));
@@ -81,7 +79,7 @@ fn grad_writes_the_mean_gradient_of_every_parameter() {
         std::fs::write(&one, line + "\n").unwrap();
         let name = format!("g{i}.safetensors");
         amprun_ok(
-            &dir,
+            dir,
             &["grad", &model, "-D", "hidden=8", "--params", &params, "--data", one.to_str().unwrap(), "--out", &name],
         );
         let single = checkpoint(&dir.join(&name), &graph);
@@ -100,10 +98,10 @@ fn grad_writes_the_mean_gradient_of_every_parameter() {
 fn parameters_that_do_not_fit_are_bad_input() {
     let dir = scratch("misfit");
     let dir = dir.path();
-    let (_, params) = saved_params(&dir);
-    let data = first_lines(&dir, 3);
+    let (_, params) = saved_params(dir);
+    let data = first_lines(dir, 3);
     let out =
-        amprun(&dir, &["eval", &example("list_reduce.amp"), "-D", "hidden=16", "--params", &params, "--data", &data]);
+        amprun(dir, &["eval", &example("list_reduce.amp"), "-D", "hidden=16", "--params", &params, "--data", &data]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("cannot use") && stderr(&out).contains("embed"), "{}", stderr(&out));
 }

@@ -21,7 +21,7 @@ fn a_bad_data_line_names_file_and_line_and_writes_nothing() {
     let model = example("list_reduce.amp");
     let args =
         ["train", &model, "-D", "hidden=8", "--data", "bad.jsonl", "--save", "c.safetensors", "--metrics", "m.jsonl"];
-    let out = amprun(&dir, &args);
+    let out = amprun(dir, &args);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("bad.jsonl:4: field `tokens[1]`: expected an int"), "{err}");
@@ -29,7 +29,7 @@ fn a_bad_data_line_names_file_and_line_and_writes_nothing() {
 
     let mut skipping = args.to_vec();
     skipping.push("--skip-bad-data");
-    let out = amprun_ok(&dir, &skipping);
+    let out = amprun_ok(dir, &skipping);
     assert!(stderr(&out).contains("skipped 1 bad instance(s) in bad.jsonl"), "{}", stderr(&out));
     assert!(stdout(&out).contains("skipped     1 bad instance(s)"), "{}", stdout(&out));
     let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
@@ -52,7 +52,7 @@ fn digits_csv(dir: &std::path::Path, huge: usize) -> String {
 fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
     let dir = scratch("nan");
     let dir = dir.path();
-    let data = digits_csv(&dir, 3);
+    let data = digits_csv(dir, 3);
     // All-ones weights: the huge row's logits overflow to infinity, its loss is NaN.
     let graph = compile_example("mlp", &[("hidden", 4)]);
     let mut ones = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
@@ -63,7 +63,7 @@ fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
     let model = example("mlp.amp");
     let mut args = vec!["train", &model, "-D", "hidden=4", "--data", &data, "--init", "ones.safetensors"];
     args.extend(["--no-shuffle", "--lr", "0.0001", "--save", "c.safetensors"]);
-    let out = amprun(&dir, &args);
+    let out = amprun(dir, &args);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("loss of instance 3 (") && err.contains("digits.csv:5)"), "{err}");
@@ -77,7 +77,7 @@ fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
     args.extend(["--limit", "3"]);
     let save = args.iter().position(|a| *a == "c.safetensors").unwrap();
     args[save] = "three.safetensors";
-    amprun_ok(&dir, &args);
+    amprun_ok(dir, &args);
     let three = checkpoint(&dir.join("three.safetensors"), &graph);
     assert_eq!(stopped.params, three.params);
 }
@@ -86,8 +86,8 @@ fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
 fn a_worker_panic_ends_the_run_naming_node_and_worker() {
     let dir = scratch("panic");
     let dir = dir.path();
-    let data = digits_csv(&dir, usize::MAX);
-    let out = amprun(&dir, &["train", &example("mlp.amp"), "-D", "hidden=4", "--data", &data, "--fault", "panic:3:2"]);
+    let data = digits_csv(dir, usize::MAX);
+    let out = amprun(dir, &["train", &example("mlp.amp"), "-D", "hidden=4", "--data", &data, "--fault", "panic:3:2"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("worker 0 panicked in node %3"), "{err}");
@@ -98,11 +98,11 @@ fn a_worker_panic_ends_the_run_naming_node_and_worker() {
 fn a_stalled_worker_ends_the_run() {
     let dir = scratch("stall");
     let dir = dir.path();
-    let data = digits_csv(&dir, usize::MAX);
+    let data = digits_csv(dir, usize::MAX);
     let model = example("mlp.amp");
     let args =
         ["train", &model, "-D", "hidden=4", "--data", &data, "--fault", "delay:3:1:1500", "--stall-timeout", "0.2"];
-    let out = amprun(&dir, &args);
+    let out = amprun(dir, &args);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(stderr(&out).contains("no progress") && stderr(&out).contains("worker 0"), "{}", stderr(&out));
 }
@@ -112,12 +112,12 @@ fn compile_errors_are_bad_input_with_diagnostics() {
     let dir = scratch("compile");
     let dir = dir.path();
     let data = example("data/list_reduce.train.jsonl");
-    let out = amprun(&dir, &["train", &example("list_reduce.amp"), "-D", "hidden=0", "--data", &data]);
+    let out = amprun(dir, &["train", &example("list_reduce.amp"), "-D", "hidden=0", "--data", &data]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("E0307"), "{}", stderr(&out));
 
     std::fs::write(dir.join("broken.ampg"), b"AMPG\x02\x00\x00\x00{not json").unwrap();
-    let out = amprun(&dir, &["train", "broken.ampg", "--data", &data]);
+    let out = amprun(dir, &["train", "broken.ampg", "--data", &data]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("not a loadable graph file"), "{}", stderr(&out));
 }
@@ -137,9 +137,9 @@ fn usage_errors_exit_two() {
         &["train", &model, "--data", "data.unknown"],
     ];
     for args in cases {
-        let out = amprun(&dir, args);
+        let out = amprun(dir, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
     }
-    let help = amprun(&dir, &["train", "--help"]);
+    let help = amprun(dir, &["train", "--help"]);
     assert!(stdout(&help).contains("Exit codes:") && stdout(&help).contains("non-finite"));
 }

@@ -59,11 +59,11 @@ fn training_follows_the_plan_in_the_graph_file() {
         node.worker = (k / 3 + 1) % 2;
     }
     let wanted: Vec<(usize, usize)> = plan.nodes.iter().map(|n| (n.id as usize, n.worker)).collect();
-    let model = ampg_with_plan(&dir, "odd", Some(plan.to_json()));
+    let model = ampg_with_plan(dir, "odd", Some(plan.to_json()));
     let data = example("data/list_reduce.train.jsonl");
     let mut args = train_args(&model, &data);
     args.extend(["--workers", "2", "--trace", "t.json"]);
-    let out = amprun_ok(&dir, &args);
+    let out = amprun_ok(dir, &args);
     assert!(stdout(&out).contains("placement   plan (") && stdout(&out).contains("odd.ampg"), "{}", stdout(&out));
     let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
     let mut checked = 0;
@@ -82,14 +82,14 @@ fn training_follows_the_plan_in_the_graph_file() {
     // A plan for another worker count is not followed: amprun plans in-process.
     let mut args = train_args(&model, &data);
     args.extend(["--workers", "3"]);
-    let out = amprun_ok(&dir, &args);
+    let out = amprun_ok(dir, &args);
     assert!(stderr(&out).contains("holds a plan for 2 workers; planning for 3"), "{}", stderr(&out));
     assert!(stdout(&out).contains("placement   plan on 3 worker(s)"), "{}", stdout(&out));
 
     // Nor is a plan made for another training setup (here Adam's dense updates).
     let mut args = train_args(&model, &data);
     args.extend(["--workers", "2", "--optimizer", "adam"]);
-    let out = amprun_ok(&dir, &args);
+    let out = amprun_ok(dir, &args);
     assert!(stderr(&out).contains("holds a plan for another training setup"), "{}", stderr(&out));
     assert!(stdout(&out).contains("placement   plan on 2 worker(s)"), "{}", stdout(&out));
 }
@@ -104,7 +104,7 @@ fn the_plan_trains_like_the_default_placement_and_reports_utilization() {
         let mut args = train_args(&model, &data);
         args.extend(["-D", "hidden=16", "--workers", "2", "--plan", placement, "--save", save, "--metrics", metrics]);
         args.push("--report-utilization");
-        amprun_ok(&dir, &args)
+        amprun_ok(dir, &args)
     };
     let planned = run("auto", "plan.safetensors", "plan.jsonl");
     run("naive", "naive.safetensors", "naive.jsonl");
@@ -168,7 +168,7 @@ fn a_profile_is_written_and_refines_the_next_plan() {
     let model = example("list_reduce.amp");
     let mut args = train_args(&model, &data);
     args.extend(["-D", "hidden=16", "--profile", "prof.json"]);
-    let out = amprun_ok(&dir, &args);
+    let out = amprun_ok(dir, &args);
     assert!(stdout(&out).contains("profile     prof.json"), "{}", stdout(&out));
     let text = std::fs::read_to_string(dir.join("prof.json")).expect("the profile");
     let profile = amp_plan::Profile::from_json(&text).expect("a profile");
@@ -186,18 +186,18 @@ fn a_profile_is_written_and_refines_the_next_plan() {
     // amprun plans with it, too.
     let mut args = sized_train_args(&model, &data, "16", "1");
     args.extend(["-D", "hidden=16", "--workers", "2", "--plan-profile", "prof.json"]);
-    amprun_ok(&dir, &args);
+    amprun_ok(dir, &args);
     // A profile of another model does not fit.
     let mut args = train_args(&model, &data);
     args.extend(["-D", "hidden=8", "--workers", "2", "--plan-profile", "prof.json"]);
-    let out = amprun(&dir, &args);
+    let out = amprun(dir, &args);
     let mlp = example("mlp.amp");
     let mut args = vec!["train", &mlp];
     let digits = dir.join("d.csv");
     std::fs::write(&digits, format!("{}0\n", "1,".repeat(64))).unwrap();
     let digits = digits.display().to_string();
     args.extend(["--data", &digits, "--workers", "2", "--plan-profile", "prof.json"]);
-    let other = amprun(&dir, &args);
+    let other = amprun(dir, &args);
     assert_eq!(other.status.code(), Some(1), "{}", stderr(&other));
     assert!(stderr(&other).contains("profile does not fit"), "{}", stderr(&other));
     // Same model, other sizes: the ops still match, so the profile is used.
@@ -251,13 +251,13 @@ fn a_plan_that_does_not_fit_the_graph_is_refused() {
         ),
     ];
     for (name, plan, expected) in cases {
-        let model = ampg_with_plan(&dir, name, Some(plan));
+        let model = ampg_with_plan(dir, name, Some(plan));
         for command in
             [train_args(&model, &data), vec!["eval", &model, "--params", "none.safetensors", "--data", &data]]
         {
             let mut args = command.clone();
             args.extend(["--workers", "2"]);
-            let out = amprun(&dir, &args);
+            let out = amprun(dir, &args);
             let err = stderr(&out);
             assert_eq!(out.status.code(), Some(1), "{name}: {err}");
             assert!(
@@ -268,10 +268,10 @@ fn a_plan_that_does_not_fit_the_graph_is_refused() {
         }
     }
     // With the right plan the same file trains.
-    let model = ampg_with_plan(&dir, "good", Some(good));
+    let model = ampg_with_plan(dir, "good", Some(good));
     let mut args = train_args(&model, &data);
     args.extend(["--workers", "2"]);
-    amprun_ok(&dir, &args);
+    amprun_ok(dir, &args);
 }
 
 #[test]
@@ -283,7 +283,7 @@ fn plans_are_computed_for_any_worker_count_of_an_amp_source() {
     for workers in ["1", "3"] {
         let mut args = sized_train_args(&model, &data, "24", "1");
         args.extend(["-D", "hidden=8", "--workers", workers, "--metrics", "m.jsonl"]);
-        let out = amprun_ok(&dir, &args);
+        let out = amprun_ok(dir, &args);
         let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
         let reported = metrics.iter().any(|m| m["split"] == "plan");
         // One worker and no --report-utilization: nothing about the placement.

@@ -15,7 +15,7 @@ fn mlp_learns_digits_and_reports_metrics() {
     let dir = scratch("digits");
     let dir = dir.path();
     let out = amprun_ok(
-        &dir,
+        dir,
         &[
             "train",
             &example("mlp.amp"),
@@ -71,7 +71,7 @@ fn list_reduce_trains_with_validation_checkpoint_and_trace() {
     let dir = scratch("list-reduce");
     let dir = dir.path();
     let out = amprun_ok(
-        &dir,
+        dir,
         &[
             "train",
             &example("list_reduce.amp"),
@@ -163,9 +163,9 @@ fn a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one() {
     let dir = scratch("resume");
     let dir = dir.path();
     let model = example("list_reduce.amp");
-    train_list_reduce(&dir, &model, "whole.safetensors", "3", false);
-    train_list_reduce(&dir, &model, "parts.safetensors", "1", false);
-    train_list_reduce(&dir, &model, "parts.safetensors", "3", true);
+    train_list_reduce(dir, &model, "whole.safetensors", "3", false);
+    train_list_reduce(dir, &model, "parts.safetensors", "1", false);
+    train_list_reduce(dir, &model, "parts.safetensors", "3", true);
     let graph = compile_example("list_reduce", &[("hidden", 8)]);
     let whole = checkpoint(&dir.join("whole.safetensors"), &graph);
     let parts = checkpoint(&dir.join("parts.safetensors"), &graph);
@@ -181,7 +181,7 @@ fn a_resumed_run_ends_with_the_parameters_of_an_uninterrupted_one() {
     assert_eq!(&epochs[epochs.len() - 3..], &[1, 2, 3]);
     // Resuming past the last epoch does nothing.
     let out = amprun_ok(
-        &dir,
+        dir,
         &[
             "train",
             &model,
@@ -214,14 +214,14 @@ fn a_compiled_ampg_graph_trains_like_its_source() {
     let graph = compile_example("list_reduce", &[("hidden", 8)]);
     let ampg = dir.join("list_reduce.ampg");
     std::fs::write(&ampg, amp_ir::ampg::write(&graph, None)).expect("write the graph");
-    train_list_reduce(&dir, &example("list_reduce.amp"), "from_source.safetensors", "1", false);
-    train_list_reduce(&dir, ampg.to_str().expect("utf-8 path"), "from_graph.safetensors", "1", false);
+    train_list_reduce(dir, &example("list_reduce.amp"), "from_source.safetensors", "1", false);
+    train_list_reduce(dir, ampg.to_str().expect("utf-8 path"), "from_graph.safetensors", "1", false);
     let a = checkpoint(&dir.join("from_source.safetensors"), &graph);
     let b = checkpoint(&dir.join("from_graph.safetensors"), &graph);
     assert_eq!(a.params, b.params);
     // -D means nothing to a compiled graph: a usage error, not a silent surprise.
     let out = amprun(
-        &dir,
+        dir,
         &["train", ampg.to_str().unwrap(), "-D", "hidden=4", "--data", &example("data/list_reduce.train.jsonl")],
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -129,7 +129,7 @@ fn a_failed_write_leaves_the_old_checkpoint() {
     .unwrap_err();
     assert!(err.to_string().contains("killed"), "{err}");
     assert_eq!(load(&path, &specs()).unwrap(), old);
-    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers.len(), 1, "the temporary file is removed: {leftovers:?}");
     // Renaming onto a directory fails: the directory stays, no temp file remains.
     let blocked = dir.join("blocked");
