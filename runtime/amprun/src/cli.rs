@@ -143,6 +143,11 @@ pub struct ExecArgs {
     /// messages as one call (1 turns batching off).
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_batch: u64,
+    /// Add each backward batch's weight-gradient product to the gradient at once (a
+    /// rank-one update per message with `--max-batch 1`) instead of keeping the rows for
+    /// one GEMM: with `--max-batch 1`, nothing is batched (to measure what batching gains).
+    #[arg(long)]
+    pub no_deferred_grads: bool,
     /// Run every elementwise node by itself instead of one Cranelift kernel per fusion
     /// group (to compare; results agree to rounding).
     #[arg(long)]

@@ -18,6 +18,7 @@ pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
         stall_timeout: args.stall_timeout(),
         fault: args.fault.clone(),
         max_batch: usize::try_from(args.max_batch).unwrap_or(usize::MAX),
+        defer_weight_grads: !args.no_deferred_grads,
         jit: !args.no_jit,
         replicas: args.replicate.iter().map(|(node, r)| (node.clone(), usize::try_from(*r).unwrap_or(1))).collect(),
         replica_sync: args.replica_sync,

@@ -81,6 +81,12 @@ pub struct ExecConfig {
     /// with several instances in flight (`max_active_keys`), or the element messages of
     /// one instance (a tree's leaves).
     pub max_batch: usize,
+    /// A Linear group keeps the rows of its weight-gradient products and adds them as one
+    /// GEMM (per 256 rows, and before anything reads the gradient): a batching of the
+    /// messages' `dyᵀx` across batches. False adds each backward batch's product at once
+    /// (a rank-one update per message when `max_batch` is 1), as an op-by-op framework
+    /// does: `max_batch` 1 with this off batches nothing (`amprun --no-deferred-grads`).
+    pub defer_weight_grads: bool,
     /// Run each fusion group of elementwise nodes (the graph's `fusion` ids) as one node
     /// calling the kernel `amp_jit` compiles for it with Cranelift; groups it refuses
     /// run node by node. False runs every node by itself (`amprun --no-jit`).
@@ -112,6 +118,7 @@ impl Default for ExecConfig {
             flush_at_epoch_end: true,
             optimizer: OptimConfig::sgd(0.01),
             max_batch: 64,
+            defer_weight_grads: true,
             jit: true,
             replicas: Vec::new(),
             replica_sync: 1,

@@ -176,6 +176,7 @@ impl Executor {
                 &mut self.optim.tensors,
                 &mut stores,
                 &self.pending,
+                self.config.defer_weight_grads,
             );
             let shared = RunShared {
                 instances: list,
@@ -235,8 +236,15 @@ impl Executor {
         let mut grads = self.params.zeros_like();
         let mut scratch = self.optim.clone();
         let mut stores = replica_stores(&self.program.groups, &self.params);
-        let groups =
-            live_groups(&self.program.groups, &mut self.params, &mut grads, &mut scratch.tensors, &mut stores, &[]);
+        let groups = live_groups(
+            &self.program.groups,
+            &mut self.params,
+            &mut grads,
+            &mut scratch.tensors,
+            &mut stores,
+            &[],
+            self.config.defer_weight_grads,
+        );
         let shared = RunShared {
             instances: list,
             params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },

@@ -39,6 +39,9 @@
 //!   results are those of processing it alone to rounding (1e-5), so runs with and without
 //!   batching agree to rounding, not bit for bit; a given setup stays deterministic with
 //!   one worker and one instance in flight (a tree's leaves still batch together then).
+//!   The weight-gradient products of a Linear group are batched too, across its backward
+//!   batches (`train::DeferredProducts`; `ExecConfig::defer_weight_grads` false adds each
+//!   batch's at once, so that `max_batch` 1 batches nothing).
 //! - Collections: a batch `f32[?, d]` is one message of `rows * d` values (a zero-row
 //!   batch is an empty payload); `flatmap` and `ungroup` open an element context (one
 //!   message per element) and collect its gradients under the enclosing context's key,

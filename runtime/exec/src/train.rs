@@ -46,18 +46,31 @@ pub(crate) struct LiveGroup<'a> {
 /// rank-few update of the whole `[out, inp]` accumulator, which reads and writes all of it
 /// for little arithmetic (memory-bound); deferred, the same sum runs at the GEMM's speed.
 /// The buffers keep their capacity: at most `DEFERRED_ROWS × (inp + out)` values a group.
-#[derive(Default)]
 pub(crate) struct DeferredProducts {
     inp: usize,
     out: usize,
     dy: Vec<f32>,
     x: Vec<f32>,
+    /// Rows kept before they are added: [`DEFERRED_ROWS`], or 1 when deferring is off
+    /// (`ExecConfig::defer_weight_grads`).
+    limit: usize,
+}
+
+impl Default for DeferredProducts {
+    fn default() -> DeferredProducts {
+        DeferredProducts::keeping(DEFERRED_ROWS)
+    }
 }
 
 /// The rows from which deferred weight-gradient products are added up.
 const DEFERRED_ROWS: usize = 256;
 
 impl DeferredProducts {
+    /// Products that are added once `limit` rows (at least 1) are kept.
+    pub fn keeping(limit: usize) -> DeferredProducts {
+        DeferredProducts { inp: 0, out: 0, dy: Vec::new(), x: Vec::new(), limit: limit.max(1) }
+    }
+
     fn rows(&self) -> usize {
         self.x.len().checked_div(self.inp).unwrap_or(0)
     }
@@ -273,7 +286,7 @@ impl GroupView<'_, '_> {
         let d = &mut g.deferred;
         d.dy.extend_from_slice(dy);
         d.x.extend_from_slice(x);
-        if d.rows() >= DEFERRED_ROWS {
+        if d.rows() >= d.limit {
             g.settle();
         }
         true
@@ -366,7 +379,9 @@ pub(crate) fn live_groups<'a>(
     optim: &'a mut [TensorState],
     stores: &'a mut [ReplicaStore],
     pending: &[u64],
+    defer: bool,
 ) -> Vec<LiveGroup<'a>> {
+    let deferred = || DeferredProducts::keeping(if defer { DEFERRED_ROWS } else { 1 });
     let mut values: Vec<Option<&'a mut [f32]>> = params.iter_mut().map(|(_, v)| Some(v)).collect();
     let mut accs: Vec<Option<&'a mut [f32]>> = grads.iter_mut().map(|(_, v)| Some(v)).collect();
     let mut states: Vec<Option<&'a mut TensorState>> = optim.iter_mut().map(Some).collect();
@@ -392,7 +407,7 @@ pub(crate) fn live_groups<'a>(
                     touched: false,
                     version: 0,
                     rows,
-                    deferred: DeferredProducts::default(),
+                    deferred: deferred(),
                     accumulated: false,
                 };
             }
@@ -417,7 +432,7 @@ pub(crate) fn live_groups<'a>(
                 touched: pending > 0,
                 version: 0,
                 rows,
-                deferred: DeferredProducts::default(),
+                deferred: deferred(),
                 accumulated: pending > 0,
             }
         })

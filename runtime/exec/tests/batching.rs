@@ -1,7 +1,8 @@
 //! Dynamic batching: with several instances in flight, Linear nodes take their waiting
 //! messages as one matrix; training, gradients and inference equal those of the unbatched
-//! executor (`max_batch` 1) to 1e-5, on mlp, list-reduce, Tree-LSTM and the MoE; batches
-//! really form and show in the trace; `max_batch` 0 is refused.
+//! executor (`max_batch` 1, weight-gradient products added per message) to 1e-5, on mlp,
+//! list-reduce, Tree-LSTM and the MoE; batches really form and show in the trace;
+//! `max_batch` 0 is refused.
 
 mod common;
 
@@ -36,7 +37,8 @@ fn config(max_batch: usize) -> ExecConfig {
 #[test]
 fn batched_training_equals_unbatched_training() {
     for (name, graph, data) in models() {
-        let mut unbatched = executor(&graph, 7, config(1));
+        // Unbatched through and through: no weight-gradient product is deferred either.
+        let mut unbatched = executor(&graph, 7, ExecConfig { defer_weight_grads: false, ..config(1) });
         let mut batched = executor(&graph, 7, config(64));
         for epoch in 0..2 {
             let a = unbatched.train_epoch(&data).unwrap();

@@ -359,7 +359,7 @@ mod tests {
             replica_groups: Vec::new(),
         }];
         let held = {
-            let live = live_groups(&groups, &mut params, &mut grads, &mut optim.tensors, &mut [], &[]);
+            let live = live_groups(&groups, &mut params, &mut grads, &mut optim.tensors, &mut [], &[], true);
             let shared = RunShared {
                 instances: Vec::new(),
                 params: ParamAccess::Live { groups: live.into_iter().map(Mutex::new).collect() },
