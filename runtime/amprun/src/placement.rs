@@ -94,6 +94,16 @@ pub fn choose(
                 }
             };
             let placement = plan.placement(graph).map_err(|e| plan_failure(&e))?;
+            let idle: Vec<String> =
+                (0..workers).filter(|w| !plan.nodes.iter().any(|n| n.worker == *w)).map(|w| w.to_string()).collect();
+            if !idle.is_empty() {
+                eprintln!(
+                    "amprun: note: the plan leaves worker(s) {} without nodes: on this model, more workers would \
+                     cost more in messages between them than they take over (`--plan naive` or `round-robin` \
+                     split it anyway)",
+                    idle.join(", ")
+                );
+            }
             choice.placement = Placement::Explicit(placement);
             choice.plan = Some(plan);
         }

@@ -130,6 +130,9 @@ fn the_plan_trains_like_the_default_placement_and_reports_utilization() {
         assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "train loss {a} vs {b}");
     }
 
+    // A model this small stays on one worker under the plan, and amprun says why.
+    assert!(stderr(&planned).contains("the plan leaves worker(s) 1 without nodes"), "{}", stderr(&planned));
+
     // The summary and the metrics report predicted and measured utilization.
     let summary = stdout(&planned);
     assert!(summary.contains("placement   plan on 2 worker(s), predicted speedup"), "{summary}");
