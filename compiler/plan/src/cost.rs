@@ -332,18 +332,15 @@ const SGD_UPDATE_SPEEDUP: f64 = 4.0;
 /// µs per instance of the optimizer updates of the parameter group of `op` (its first
 /// node), reached by `messages` forward messages per instance.
 fn update_us(graph: &Graph, op: &Op, param: &str, messages: f64, a: &Assumptions) -> f64 {
-    let shape = |name: String| graph.param(&name).map(|p| p.shape.iter().map(|&d| d as f64).collect::<Vec<f64>>());
-    let weight = shape(format!("{param}.weight")).unwrap_or_default();
-    let elements: f64 = [weight.clone(), shape(format!("{param}.bias")).unwrap_or_default()]
-        .iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| s.iter().product::<f64>())
-        .sum();
+    let shape = |name: String| graph.param(&name).map(|p| p.shape.as_slice()).unwrap_or_default();
+    let size = |dims: &[u64]| if dims.is_empty() { 0.0 } else { dims.iter().map(|&d| d as f64).product::<f64>() };
+    let weight = shape(format!("{param}.weight"));
+    let elements = size(weight) + size(shape(format!("{param}.bias")));
     let touched = if !a.plain_sgd {
         elements
     } else if let Op::Embedding { .. } = op {
         // Rows looked up between two updates, each as wide as the table's rows.
-        let width = weight.get(1).copied().unwrap_or(1.0);
+        let width = weight.get(1).map_or(1.0, |&d| d as f64);
         (messages * a.update_every * width).min(elements)
     } else {
         let reached = 1.0 - (1.0 - messages.clamp(0.0, 1.0)).powf(a.update_every);

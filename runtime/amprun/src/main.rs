@@ -68,15 +68,16 @@
 //! and this run's training setup (`ampc compile --workers N [--min-update-frequency M]
 //! [--optimizer ...]`), else a plan computed in-process by `amp-plan` (its cost model
 //! takes `--min-update-frequency` as the update period and, under plain SGD, updates that
-//! touch only what instances used; `--plan-profile FILE` refines it with a profile). `--plan naive` keeps the executor's contiguous ranges,
-//! `--plan round-robin` deals the nodes out in turn. A plan in an `.ampg` file that does
-//! not fit its graph (a worker out of range, a node missing or unknown) is refused (exit
-//! 1), whatever the worker count. With more than one worker (or `--report-utilization`)
-//! the summary and the metrics (an object with `split: "plan"`) give each worker's
-//! predicted utilization; measured utilization (the share of the training calls' wall
-//! time a worker was not waiting for messages) is reported with `--report-utilization`,
-//! `--trace` or `--profile`. `--profile FILE` writes, per node, events per instance and
-//! mean µs of its forward, backward and update work, for `ampc compile --profile`.
+//! touch only what instances used; `--plan-profile FILE` refines it with a profile).
+//! `--plan naive` keeps the executor's contiguous ranges, `--plan round-robin` deals the
+//! nodes out in turn. A plan in an `.ampg` file that does not fit its graph (a worker out
+//! of range, a node missing or unknown) is refused (exit 1), whatever the worker count.
+//! With more than one worker (or `--report-utilization`) the summary and the metrics (an
+//! object with `split: "plan"`) give each worker's predicted utilization; measured
+//! utilization (the share of the training calls' wall time a worker was not waiting for
+//! messages) is reported with `--report-utilization`, `--trace` or `--profile`.
+//! `--profile FILE` writes, per node, events per instance and mean µs of its forward,
+//! backward and update work, for `ampc compile --profile`.
 //!
 //! **Speed.** Each fusion group of elementwise nodes runs as one kernel that Cranelift
 //! compiled when the graph was loaded (`amp-jit`); `--no-jit` runs its nodes one by one

@@ -191,10 +191,14 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Whether the run measures its workers' utilization (and, with `--profile` or `--trace`,
-/// traces the executor for the profile; see `placement`).
+/// Whether the run measures its workers' utilization (see `placement`).
 fn measuring(args: &TrainArgs) -> bool {
-    args.report_utilization || args.profile.is_some() || args.trace.is_some()
+    args.report_utilization || tracing(args)
+}
+
+/// Whether the executor records trace events: for `--trace`, and for the profile.
+fn tracing(args: &TrainArgs) -> bool {
+    args.profile.is_some() || args.trace.is_some()
 }
 
 struct TrainRun<'a> {
@@ -482,7 +486,7 @@ fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) 
         update_overrides: args.update_frequency.clone(),
         sync_updates: !args.asynchronous,
         flush_at_epoch_end: true,
-        trace: args.profile.is_some() || args.trace.is_some(),
+        trace: tracing(args),
         ..setup::exec_config(&args.exec, optimizer)
     }
 }
