@@ -432,8 +432,13 @@ impl Worker<'_, '_> {
                     }
                     return;
                 }
-                for &(dest, to_port) in consumers {
-                    self.send(Envelope { node: dest, port: to_port, dir: Dir::Forward, msg: msg.clone() });
+                // The last consumer takes the message itself: most ports have one, and a
+                // clone costs a state allocation and two atomic operations on the payload.
+                if let Some((&(dest, to_port), others)) = consumers.split_last() {
+                    for &(other, other_port) in others {
+                        self.send(Envelope { node: other, port: other_port, dir: Dir::Forward, msg: msg.clone() });
+                    }
+                    self.send(Envelope { node: dest, port: to_port, dir: Dir::Forward, msg });
                 }
             }
             Emit::Backward { port, msg } => {
