@@ -60,8 +60,13 @@ impl Msg {
         self.state.first().copied().unwrap_or(UNSET)
     }
 
-    /// The same state with another payload.
-    pub fn with_payload(&self, payload: Payload) -> Msg {
+    /// The same state with another payload (the state moves: no allocation).
+    pub fn with_payload(self, payload: Payload) -> Msg {
+        Msg { payload, state: self.state }
+    }
+
+    /// A copy of the state with another payload, for a message that goes on being used.
+    pub fn sibling(&self, payload: Payload) -> Msg {
         Msg { payload, state: self.state.clone() }
     }
 }

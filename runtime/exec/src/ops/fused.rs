@@ -157,7 +157,7 @@ impl FusedOp {
         let mut grads = self.call(Pass::Backward, &rows, &self.input_widths)?;
         let group = &self.group;
         for (r, s) in saved.into_iter().enumerate() {
-            for (port, (input, &width)) in s.inputs.iter().zip(&group.port_widths).enumerate() {
+            for (port, (input, &width)) in s.inputs.into_iter().zip(&group.port_widths).enumerate() {
                 // A port read whole by one kernel input takes that input's gradient.
                 if let Some(i) = self.whole_input.get(port).copied().flatten() {
                     let grad = row_of(&mut grads[i], r, width);

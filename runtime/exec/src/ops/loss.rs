@@ -40,7 +40,7 @@ impl NodeOp for LossOp {
                 if cx.training() && value.is_finite() {
                     let mut grad: Vec<f32> = log_probs.iter().map(|l| l.exp()).collect();
                     grad[class] -= 1.0;
-                    cx.backward(0, msg.with_payload(Payload::from_vec(grad)));
+                    cx.backward(0, msg.sibling(Payload::from_vec(grad)));
                 }
             }
             LossKind::Mse => {
@@ -52,8 +52,8 @@ impl NodeOp for LossOp {
                 if cx.training() && value.is_finite() {
                     let da: Vec<f32> = x.iter().zip(y).map(|(p, q)| 2.0 * (p - q) / n).collect();
                     let db: Vec<f32> = da.iter().map(|g| -g).collect();
-                    cx.backward(0, a.with_payload(Payload::from_vec(da)));
-                    cx.backward(1, b.with_payload(Payload::from_vec(db)));
+                    cx.backward(0, a.sibling(Payload::from_vec(da)));
+                    cx.backward(1, b.sibling(Payload::from_vec(db)));
                 }
             }
         }

@@ -230,7 +230,7 @@ impl NodeOp for BinaryOp {
     fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
         let (a, b) = self.cache.take(&cx.key(&grad.state))?;
         let (da, db) = self.gradients(a.values(), b.values(), grad.payload.values());
-        cx.backward(0, grad.with_payload(Payload::from_vec(da)));
+        cx.backward(0, grad.sibling(Payload::from_vec(da)));
         cx.backward(1, grad.with_payload(Payload::from_vec(db)));
         Ok(())
     }

@@ -339,7 +339,7 @@ mod tests {
 
     fn grad(m: &Msg) -> Msg {
         let values = (0..OUT).map(|o| (m.state[0] as f32 - o as f32 * 0.5) * 0.1).collect();
-        m.with_payload(Payload::from_vec(values))
+        m.sibling(Payload::from_vec(values))
     }
 
     /// Runs `f` on a fresh linear op with live parameters; returns what it emitted, the

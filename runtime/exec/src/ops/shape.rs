@@ -28,11 +28,11 @@ impl NodeOp for ConcatOp {
     fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
         let key = cx.key(&msg.state);
         let Some(parts) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
-        let Some(first) = parts.first() else { return Ok(()) };
         let mut values = Vec::with_capacity(self.widths.iter().sum());
         for part in &parts {
             values.extend_from_slice(part.payload.values());
         }
+        let Some(first) = parts.into_iter().next() else { return Ok(()) };
         cx.forward(0, first.with_payload(Payload::from_vec(values)));
         Ok(())
     }
@@ -42,7 +42,7 @@ impl NodeOp for ConcatOp {
         let mut start = 0;
         for (port, &w) in self.widths.iter().enumerate() {
             let part = dy.get(start..start + w).ok_or(OpError::PayloadSize { expected: start + w, found: dy.len() })?;
-            cx.backward(port as u16, grad.with_payload(Payload::from_vec(part.to_vec())));
+            cx.backward(port as u16, grad.sibling(Payload::from_vec(part.to_vec())));
             start += w;
         }
         Ok(())
@@ -72,7 +72,7 @@ impl NodeOp for SplitOp {
         let x = msg.payload.values();
         for port in 0..self.parts {
             let part = x[port * self.width..(port + 1) * self.width].to_vec();
-            cx.forward(port as u16, msg.with_payload(Payload::from_vec(part)));
+            cx.forward(port as u16, msg.sibling(Payload::from_vec(part)));
         }
         Ok(())
     }
@@ -80,11 +80,11 @@ impl NodeOp for SplitOp {
     fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
         let key = cx.key(&grad.state);
         let Some(parts) = self.grads.offer(key, usize::from(port), grad)? else { return Ok(()) };
-        let Some(first) = parts.first() else { return Ok(()) };
         let mut dx = Vec::with_capacity(self.parts * self.width);
         for part in &parts {
             dx.extend_from_slice(part.payload.values());
         }
+        let Some(first) = parts.into_iter().next() else { return Ok(()) };
         cx.backward(0, first.with_payload(Payload::from_vec(dx)));
         Ok(())
     }
