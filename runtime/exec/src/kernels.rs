@@ -100,10 +100,14 @@ pub fn linear_forward_t_into(x: &[f32], wt: &[f32], b: &[f32], y: &mut [f32], in
 pub fn pad_rows(a: &[f32], rows: usize, cols: usize, ap: &mut Vec<f32>) -> usize {
     assert_eq!(a.len(), rows * cols, "pad_rows: the length is not {rows}×{cols}");
     let ld = padded(cols);
-    ap.clear();
+    // A reused buffer is overwritten, not cleared first: each line's values are copied,
+    // its padding zeroed.
+    ap.truncate(rows * ld);
     ap.resize(rows * ld, 0.0);
     for (to, from) in ap.chunks_exact_mut(ld.max(1)).zip(a.chunks_exact(cols.max(1))) {
-        to[..cols].copy_from_slice(from);
+        let (values, padding) = to.split_at_mut(cols);
+        values.copy_from_slice(from);
+        padding.fill(0.0);
     }
     ld
 }
@@ -117,9 +121,17 @@ pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut Vec<f32>) -> usiz
     const TILE: usize = 8;
     assert!(a.len() == rows * cols, "transpose: the length is not {rows}×{cols}");
     let ld = padded(rows);
-    at.clear();
+    // Every value of a line but its padding is written below: only the padding is zeroed
+    // (a reused buffer holds the previous copy).
+    at.truncate(cols * ld);
     at.resize(cols * ld, 0.0);
+    at.chunks_exact_mut(ld.max(1)).for_each(|line| line[rows..].fill(0.0));
     let (full_rows, full_cols) = (rows / TILE * TILE, cols / TILE * TILE);
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = pulp::x86::V3::try_new() {
+        simd.vectorize(Tiles8 { simd, a, cols, at: &mut at[..], ld, full_rows, full_cols });
+        return transpose_edges(a, rows, cols, at, ld, full_rows, full_cols);
+    }
     for r0 in (0..full_rows).step_by(TILE) {
         for c0 in (0..full_cols).step_by(TILE) {
             let mut tile = [[0.0f32; TILE]; TILE];
@@ -134,7 +146,11 @@ pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut Vec<f32>) -> usiz
             }
         }
     }
-    // The ragged right edge of the tiled rows, then the rows below the tiles.
+    transpose_edges(a, rows, cols, at, ld, full_rows, full_cols)
+}
+
+/// The ragged right edge of the tiled rows, then the rows below the tiles; returns `ld`.
+fn transpose_edges(a: &[f32], rows: usize, cols: usize, at: &mut [f32], ld: usize, full_rows: usize, full_cols: usize) -> usize {
     for r in 0..rows {
         let from = if r < full_rows { full_cols } else { 0 };
         for c in from..cols {
@@ -142,6 +158,94 @@ pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut Vec<f32>) -> usiz
         }
     }
     ld
+}
+
+/// [`transpose`]'s 8 × 8 tiles with AVX shuffles (8 loads, 24 shuffles, 8 stores per
+/// tile): about 3× faster than the scalar tiles, which compile to a load and a store per
+/// element (a 750 × 300 weight: 156 µs, a plain copy 27 µs).
+#[cfg(target_arch = "x86_64")]
+struct Tiles8<'a> {
+    simd: pulp::x86::V3,
+    a: &'a [f32],
+    cols: usize,
+    at: &'a mut [f32],
+    ld: usize,
+    full_rows: usize,
+    full_cols: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl pulp::NullaryFnOnce for Tiles8<'_> {
+    type Output = ();
+
+    /// Two tiles one above the other at a time where there are, so that each store of a
+    /// column fills a cache line of the copy (16 values).
+    #[inline(always)]
+    fn call(self) {
+        let Tiles8 { simd, a, cols, at, ld, full_rows, full_cols } = self;
+        let mut r0 = 0;
+        while r0 < full_rows {
+            let pair = full_rows - r0 >= 16;
+            for c0 in (0..full_cols).step_by(8) {
+                let upper = tile_columns(simd, a, cols, r0, c0);
+                let lower = if pair { Some(tile_columns(simd, a, cols, r0 + 8, c0)) } else { None };
+                for j in 0..8 {
+                    let start = (c0 + j) * ld + r0;
+                    at[start..start + 8].copy_from_slice(&pulp::cast::<_, [f32; 8]>(upper[j]));
+                    if let Some(lower) = &lower {
+                        at[start + 8..start + 16].copy_from_slice(&pulp::cast::<_, [f32; 8]>(lower[j]));
+                    }
+                }
+            }
+            r0 += if pair { 16 } else { 8 };
+        }
+    }
+}
+
+/// The 8 columns of the tile of `a` (row length `cols`) at rows `r0..r0 + 8`, columns
+/// `c0..c0 + 8`: pairs of rows interleaved, then pairs of pairs, then 128-bit halves.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn tile_columns(simd: pulp::x86::V3, a: &[f32], cols: usize, r0: usize, c0: usize) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::__m256;
+    let avx = simd.avx;
+    let load = |i: usize| {
+        let mut line = [0.0f32; 8];
+        let start = (r0 + i) * cols + c0;
+        line.copy_from_slice(&a[start..start + 8]);
+        pulp::cast::<[f32; 8], __m256>(line)
+    };
+    let r = [load(0), load(1), load(2), load(3), load(4), load(5), load(6), load(7)];
+    let t = [
+        avx._mm256_unpacklo_ps(r[0], r[1]),
+        avx._mm256_unpackhi_ps(r[0], r[1]),
+        avx._mm256_unpacklo_ps(r[2], r[3]),
+        avx._mm256_unpackhi_ps(r[2], r[3]),
+        avx._mm256_unpacklo_ps(r[4], r[5]),
+        avx._mm256_unpackhi_ps(r[4], r[5]),
+        avx._mm256_unpacklo_ps(r[6], r[7]),
+        avx._mm256_unpackhi_ps(r[6], r[7]),
+    ];
+    let u = [
+        avx._mm256_shuffle_ps::<0x44>(t[0], t[2]),
+        avx._mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+        avx._mm256_shuffle_ps::<0x44>(t[1], t[3]),
+        avx._mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+        avx._mm256_shuffle_ps::<0x44>(t[4], t[6]),
+        avx._mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+        avx._mm256_shuffle_ps::<0x44>(t[5], t[7]),
+        avx._mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+    ];
+    [
+        avx._mm256_permute2f128_ps::<0x20>(u[0], u[4]),
+        avx._mm256_permute2f128_ps::<0x20>(u[1], u[5]),
+        avx._mm256_permute2f128_ps::<0x20>(u[2], u[6]),
+        avx._mm256_permute2f128_ps::<0x20>(u[3], u[7]),
+        avx._mm256_permute2f128_ps::<0x31>(u[0], u[4]),
+        avx._mm256_permute2f128_ps::<0x31>(u[1], u[5]),
+        avx._mm256_permute2f128_ps::<0x31>(u[2], u[6]),
+        avx._mm256_permute2f128_ps::<0x31>(u[3], u[7]),
+    ]
 }
 
 /// [`linear_forward_into`] into a new vector.
