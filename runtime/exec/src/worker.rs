@@ -119,6 +119,10 @@ pub(crate) struct WorkerSetup<'s, 'a> {
 /// summed.
 struct Slot {
     op: Box<dyn NodeOp>,
+    /// The op's `batches()` and `waits_for_batches()`, asked once (two virtual calls per
+    /// message otherwise).
+    batches: bool,
+    waits: bool,
     queue: VecDeque<Envelope>,
     fan_in: KeyMap<(u16, Key), (Payload, usize)>,
     messages: u64,
@@ -145,6 +149,8 @@ struct Worker<'s, 'a> {
     emitted: Vec<Emit>,
     /// The instances of the batch being handled (kept to reuse its allocation).
     instances: Vec<i64>,
+    /// An empty vector for the next batch's messages (see [`Worker::dispatch`]).
+    spare: Vec<Msg>,
     /// Per instance, the credits of the messages queued here while handling the batch,
     /// less those of the batch's messages (see the module doc).
     credit_delta: Vec<(usize, i64)>,
@@ -161,7 +167,8 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let mut slots: Vec<Option<Slot>> = (0..setup.program.nodes.len()).map(|_| None).collect();
     for (index, op) in ops {
         if let Some(slot) = slots.get_mut(index as usize) {
-            *slot = Some(Slot { op, queue: VecDeque::new(), fan_in: KeyMap::default(), messages: 0 });
+            let (batches, waits) = (op.batches(), op.waits_for_batches());
+            *slot = Some(Slot { op, batches, waits, queue: VecDeque::new(), fan_in: KeyMap::default(), messages: 0 });
         }
     }
     let mut worker = Worker {
@@ -173,6 +180,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         events: Vec::new(),
         emitted: Vec::new(),
         instances: Vec::new(),
+        spare: Vec::new(),
         credit_delta: Vec::new(),
         processed: 0,
         counted: false,
@@ -256,7 +264,7 @@ impl Worker<'_, '_> {
     fn enqueue(&mut self, env: Envelope) {
         match self.slots.get_mut(env.node as usize).and_then(Option::as_mut) {
             Some(slot) => {
-                if slot.op.waits_for_batches() && self.setup.max_batch > 1 {
+                if slot.waits && self.setup.max_batch > 1 {
                     self.deferred.push_back(env.node);
                 } else {
                     self.tickets.push_back(env.node);
@@ -279,9 +287,11 @@ impl Worker<'_, '_> {
         while let Some(node) = self.tickets.pop_front().or_else(|| self.deferred.pop_front()) {
             let Some(slot) = self.slots.get_mut(node as usize).and_then(Option::as_mut) else { continue };
             let Some(first) = slot.queue.pop_front() else { continue };
-            let limit = if slot.op.batches() { self.setup.max_batch.max(1) } else { 1 };
+            let limit = if slot.batches { self.setup.max_batch.max(1) } else { 1 };
             let (dir, port) = (first.dir, first.port);
-            let mut msgs = vec![first.msg];
+            // The vector of the last lone message, emptied, when there is one.
+            let mut msgs = std::mem::take(&mut self.spare);
+            msgs.push(first.msg);
             while msgs.len() < limit && slot.queue.front().is_some_and(|e| e.dir == dir && e.port == port) {
                 if let Some(env) = slot.queue.pop_front() {
                     msgs.push(env.msg);
@@ -407,12 +417,20 @@ impl Worker<'_, '_> {
             msgs = msgs.into_iter().filter_map(|msg| sum_fan_in(slot, node, port, consumers, msg)).collect();
         }
         let mut cx = NodeCx { node, shared, out: &mut self.emitted };
-        match (dir, msgs.len()) {
-            (_, 0) => Ok(()),
-            (Dir::Forward, 1) => msgs.pop().map_or(Ok(()), |msg| slot.op.forward(&mut cx, port, msg)),
-            (Dir::Backward, 1) => msgs.pop().map_or(Ok(()), |msg| slot.op.backward(&mut cx, port, msg)),
-            (Dir::Forward, _) => slot.op.forward_batch(&mut cx, port, msgs),
-            (Dir::Backward, _) => slot.op.backward_batch(&mut cx, port, msgs),
+        if msgs.len() > 1 {
+            return match dir {
+                Dir::Forward => slot.op.forward_batch(&mut cx, port, msgs),
+                Dir::Backward => slot.op.backward_batch(&mut cx, port, msgs),
+            };
+        }
+        let lone = msgs.pop();
+        // Kept for the next batch: most are one message, and a vector each cost an
+        // allocation per message.
+        self.spare = msgs;
+        match (dir, lone) {
+            (_, None) => Ok(()),
+            (Dir::Forward, Some(msg)) => slot.op.forward(&mut cx, port, msg),
+            (Dir::Backward, Some(msg)) => slot.op.backward(&mut cx, port, msg),
         }
     }
 
