@@ -612,28 +612,38 @@ fn owned_masters(program: &Program, id: usize) -> impl Iterator<Item = (usize, &
 /// Adds a gradient of a port with `consumers` consumers to its sum under the node's
 /// fan-in key; the message with the whole sum once the last one arrived.
 fn sum_fan_in(slot: &mut Slot, node: &NodeInfo, port: u16, consumers: usize, msg: Msg) -> Option<Msg> {
-    let key = key_of(&node.fan_in_key, &msg.state);
-    let entry = slot.fan_in.entry((port, key.clone())).or_insert((Payload::Unit, 0));
-    entry.0 = add_payloads(std::mem::replace(&mut entry.0, Payload::Unit), msg.payload.clone(), entry.1);
-    entry.1 += 1;
-    if entry.1 < consumers {
+    let Msg { payload, state } = msg;
+    if consumers <= 1 {
+        return Some(Msg::new(payload, state));
+    }
+    let key = key_of(&node.fan_in_key, &state);
+    // The key moves into the map (no copy of it per message).
+    let mut entry = match slot.fan_in.entry((port, key)) {
+        std::collections::hash_map::Entry::Occupied(e) => e,
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert((payload, 1));
+            return None;
+        }
+    };
+    let (sum, count) = entry.get_mut();
+    *sum = add_payloads(std::mem::replace(sum, Payload::Unit), payload);
+    *count += 1;
+    if *count < consumers {
         return None;
     }
-    let (sum, _) = slot.fan_in.remove(&(port, key)).unwrap_or((Payload::Unit, 0));
-    Some(msg.with_payload(sum))
+    let (sum, _) = entry.remove();
+    Some(Msg::new(sum, state))
 }
 
-/// `acc + x`; `count` is how many payloads `acc` already holds (0: `acc` is a placeholder).
-fn add_payloads(acc: Payload, x: Payload, count: usize) -> Payload {
+/// `acc + x` (a unit payload stays unit).
+fn add_payloads(acc: Payload, x: Payload) -> Payload {
     match (acc, x) {
-        (_, Payload::Unit) if count == 0 => Payload::Unit,
-        (_, x) if count == 0 => x,
-        (Payload::F32(a), Payload::F32(b)) => {
-            let mut sum = std::sync::Arc::unwrap_or_clone(a);
-            for (s, v) in sum.iter_mut().zip(b.iter()) {
+        (Payload::F32(mut sum), Payload::F32(x)) => {
+            // In place, unless another message shares the values (`make_mut` copies them).
+            for (s, v) in std::sync::Arc::make_mut(&mut sum).iter_mut().zip(x.iter()) {
                 *s += v;
             }
-            Payload::F32(std::sync::Arc::new(sum))
+            Payload::F32(sum)
         }
         (acc, _) => acc,
     }

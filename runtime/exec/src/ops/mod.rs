@@ -245,19 +245,29 @@ impl Join {
         if self.arity <= 1 {
             return Ok(Some(vec![msg]));
         }
-        let entry = self.pending.entry(key.clone()).or_insert_with(|| (vec![None; self.arity], 0));
-        let Some(slot) = entry.0.get_mut(port) else {
+        if port >= self.arity {
             return Err(OpError::OutOfRange { what: "port", index: port as i64, len: self.arity });
-        };
-        if slot.is_some() {
-            return Err(OpError::DuplicateKey { key: key.to_vec() });
         }
-        *slot = Some(msg);
-        entry.1 += 1;
-        if entry.1 < self.arity {
+        // The key moves into the map (no copy of it per message).
+        let mut entry = match self.pending.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e,
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let mut slots = vec![None; self.arity];
+                slots[port] = Some(msg);
+                e.insert((slots, 1));
+                return Ok(None);
+            }
+        };
+        let (slots, arrived) = entry.get_mut();
+        if slots[port].is_some() {
+            return Err(OpError::DuplicateKey { key: entry.key().to_vec() });
+        }
+        slots[port] = Some(msg);
+        *arrived += 1;
+        if *arrived < self.arity {
             return Ok(None);
         }
-        let (msgs, _) = self.pending.remove(&key).unwrap_or_default();
+        let (msgs, _) = entry.remove();
         Ok(Some(msgs.into_iter().flatten().collect()))
     }
 
