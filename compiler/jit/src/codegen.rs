@@ -11,14 +11,17 @@
 //!    constant of the kernel, so both trip counts are constants).
 //!
 //! Memory safety rests on the addresses alone: port `p` is only ever accessed at
-//! `ports[p] + 4·(row·n + i)` with `row < rows`, `i < n` for vector ports and at
-//! `ports[p] + 4·row` for scalar ports, and only output ports are stored to. Whatever the
-//! ops are, they cannot move an access outside those ranges, which [`crate::Kernel::run`]
-//! checks against the buffers' lengths before the call.
+//! `ports[p] + 4·(row·n + i)` with `row < rows`, `i < n` for vector ports, at
+//! `ports[p] + 4·row` for scalar ports and, in the saving functions, at
+//! `ports[p] + 4·(row·k·n + j·n + i)` with `j < k` for the saved buffer of `k` values;
+//! only output ports (the saving forward's saved buffer among them) are stored to.
+//! Whatever the ops are, they cannot move an access outside those ranges, which the
+//! methods of [`crate::Kernel`] check against the buffers' lengths before the call.
 //!
-//! The backward function recomputes the forward values from the inputs (nothing else is
-//! saved), then runs reverse mode in the same loops: vector adjoints stay in registers;
-//! the gradient that a broadcast scalar receives from vector ops is accumulated in an
+//! The backward function recomputes the forward values from the inputs (the saving pair
+//! of functions: all but the saved ones, which it loads), then runs reverse mode in the
+//! same loops: vector adjoints stay in registers; the gradient that a broadcast scalar
+//! receives from vector ops is accumulated in an
 //! `f32x4` per scalar through the loop, summed across lanes, plus the tail's terms, and
 //! then flows back through the scalar ops once per row. A value that no output depends on
 //! gets no adjoint at all (a structural zero, as in the interpreter): its op is skipped
@@ -37,9 +40,13 @@ const LANES: usize = 4;
 const VEC: Type = types::F32X4;
 
 /// Fills `func` (whose signature the caller set to `(pointer, i64)`) with the kernel.
+/// With `saving`, the forward also stores the spec's [`KernelSpec::saved`] values into
+/// one more buffer, after the outputs, and the backward loads them from that buffer,
+/// between the output gradients and the input gradients, instead of computing them.
 pub(crate) fn build(
     spec: &KernelSpec,
     pass: Pass,
+    saving: bool,
     func: &mut Function,
     fctx: &mut FunctionBuilderContext,
     config: TargetFrontendConfig,
@@ -50,7 +57,19 @@ pub(crate) fn build(
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
     let (ptrs, rows) = (b.block_params(entry)[0], b.block_params(entry)[1]);
-    let port_widths = port_widths(spec, pass);
+    let mut port_widths = port_widths(spec, pass);
+    let saved = if saving { spec.saved() } else { Vec::new() };
+    // The saved buffer's place: after the outputs (forward) or the output gradients
+    // (backward), where `port_widths` has it as one more vector port (its row stride is
+    // set apart, in `row_pointers`).
+    let saved_port = saving.then_some(spec.inputs().len() + spec.outputs().len());
+    if let Some(port) = saved_port {
+        port_widths.insert(port, Width::Vector);
+    }
+    let mut saved_index = vec![None; spec.value_count()];
+    for (j, v) in saved.iter().enumerate() {
+        saved_index[v.index()] = Some(j);
+    }
     let ptr_ty = config.pointer_type();
     let bases = (0..port_widths.len())
         .map(|p| {
@@ -59,7 +78,20 @@ pub(crate) fn build(
         })
         .collect();
     let has_adjoint = if pass == Pass::Backward { has_adjoint(spec) } else { Vec::new() };
-    let mut gen = Gen { b, spec, fma, port_widths, bases, row_ptrs: Vec::new(), has_adjoint };
+    let first_input_grad = spec.inputs().len() + spec.outputs().len() + usize::from(saving);
+    let mut gen = Gen {
+        b,
+        spec,
+        fma,
+        port_widths,
+        bases,
+        row_ptrs: Vec::new(),
+        has_adjoint,
+        saved,
+        saved_index,
+        saved_port,
+        first_input_grad,
+    };
 
     let row_head = gen.b.create_block();
     let row = gen.b.append_block_param(row_head, types::I64);
@@ -129,6 +161,13 @@ struct Gen<'s, 'f> {
     /// The current row's first element of each buffer.
     row_ptrs: Vec<Value>,
     has_adjoint: Vec<bool>,
+    /// The values kept in the saved buffer (empty when not saving), and each value's
+    /// place among them.
+    saved: Vec<ValueId>,
+    saved_index: Vec<Option<usize>>,
+    saved_port: Option<usize>,
+    /// The port of the first input gradient (backward).
+    first_input_grad: usize,
 }
 
 fn data_flags() -> MemFlagsData {
@@ -156,12 +195,27 @@ impl<'f> Gen<'_, 'f> {
         let row_bytes = (self.n() * 4) as i64;
         let vector_offset = self.b.ins().imul_imm_s(row, row_bytes);
         let scalar_offset = self.b.ins().ishl_imm_u(row, 2);
+        // A row of the saved buffer holds every saved value's `n` elements.
+        let saved_offset = self.b.ins().imul_imm_s(row, row_bytes * self.saved.len() as i64);
         self.row_ptrs = (0..self.bases.len())
             .map(|p| {
-                let offset = if self.port_widths[p] == Width::Vector { vector_offset } else { scalar_offset };
+                let offset = if Some(p) == self.saved_port {
+                    saved_offset
+                } else if self.port_widths[p] == Width::Vector {
+                    vector_offset
+                } else {
+                    scalar_offset
+                };
                 self.b.ins().iadd(self.bases[p], offset)
             })
             .collect();
+    }
+
+    /// Where saved value `j`'s elements at `at` are in the saved buffer's row.
+    fn saved_at(&mut self, j: usize, at: At) -> At {
+        let bytes = (j * self.n() * 4) as i64;
+        let offset = self.b.ins().iadd_imm_s(at.offset, bytes);
+        At { ty: at.ty, offset }
     }
 
     /// Loads from an input port (never written during the call).
@@ -192,7 +246,7 @@ impl<'f> Gen<'_, 'f> {
                 env[p] = Some(self.load_scalar(p));
             }
         }
-        self.eval_ops(types::F32, Width::Scalar, &mut env);
+        self.eval_ops(types::F32, Width::Scalar, &mut env, None);
         env
     }
 
@@ -210,12 +264,18 @@ impl<'f> Gen<'_, 'f> {
         }
     }
 
-    /// Computes every op of the given width, in order, into `env`.
-    fn eval_ops(&mut self, ty: Type, width: Width, env: &mut [Option<Value>]) {
+    /// Computes every op of the given width, in order, into `env`; with `saved_at`, loads
+    /// the saved values there from the saved buffer instead.
+    fn eval_ops(&mut self, ty: Type, width: Width, env: &mut [Option<Value>], saved_at: Option<At>) {
         let spec = self.spec;
         for (i, op) in spec.ops().iter().enumerate() {
             let v = spec.op_value(i);
             if spec.width(v) != width {
+                continue;
+            }
+            if let (Some(at), Some(j), Some(port)) = (saved_at, self.saved_index[v.index()], self.saved_port) {
+                let place = self.saved_at(j, at);
+                env[v.index()] = Some(self.load(port, place));
                 continue;
             }
             let a = self.value(env, op.args[0]);
@@ -343,12 +403,19 @@ impl<'f> Gen<'_, 'f> {
     fn forward_elements(&mut self, mut env: Vec<Option<Value>>, at: At) {
         let spec = self.spec;
         self.load_vector_inputs(&mut env, at);
-        self.eval_ops(at.ty, Width::Vector, &mut env);
+        self.eval_ops(at.ty, Width::Vector, &mut env, None);
         let first_output = self.input_count();
         for (j, &v) in spec.outputs().iter().enumerate() {
             if spec.width(v) == Width::Vector {
                 let value = self.value(&env, v);
                 self.store(first_output + j, at, value);
+            }
+        }
+        if let Some(port) = self.saved_port {
+            for j in 0..self.saved.len() {
+                let value = self.value(&env, self.saved[j]);
+                let place = self.saved_at(j, at);
+                self.store(port, place, value);
             }
         }
     }
@@ -388,7 +455,7 @@ impl<'f> Gen<'_, 'f> {
             self.accumulate(&mut adjoints, s, total);
         }
         self.reverse_ops(types::F32, Width::Scalar, &scalars, &mut adjoints, &sink_of, &mut []);
-        let first_input_grad = self.input_count() + spec.outputs().len();
+        let first_input_grad = self.first_input_grad;
         for (p, &width) in spec.inputs().iter().enumerate() {
             if width == Width::Scalar {
                 let g = match adjoints[p] {
@@ -411,7 +478,7 @@ impl<'f> Gen<'_, 'f> {
     ) {
         let spec = self.spec;
         self.load_vector_inputs(&mut env, at);
-        self.eval_ops(at.ty, Width::Vector, &mut env);
+        self.eval_ops(at.ty, Width::Vector, &mut env, self.saved_port.map(|_| at));
         let mut adjoints: Vec<Option<Value>> = vec![None; spec.value_count()];
         let first_grad = self.input_count();
         for (j, &v) in spec.outputs().iter().enumerate() {
@@ -420,7 +487,7 @@ impl<'f> Gen<'_, 'f> {
             }
         }
         self.reverse_ops(at.ty, Width::Vector, &env, &mut adjoints, sink_of, sums);
-        let first_input_grad = self.input_count() + spec.outputs().len();
+        let first_input_grad = self.first_input_grad;
         for (p, &width) in spec.inputs().iter().enumerate() {
             if width == Width::Vector {
                 let g = match adjoints[p] {

@@ -10,6 +10,8 @@ pub enum BufferRole {
     Inputs,
     /// Forward: the kernel's outputs. Backward: the input gradients.
     Outputs,
+    /// The values a saving forward keeps for the backward.
+    Saved,
 }
 
 impl fmt::Display for BufferRole {
@@ -17,6 +19,7 @@ impl fmt::Display for BufferRole {
         f.write_str(match self {
             BufferRole::Inputs => "input",
             BufferRole::Outputs => "output",
+            BufferRole::Saved => "saved values",
         })
     }
 }

@@ -2,7 +2,7 @@
 //! point into generated code.
 
 use crate::codegen;
-use crate::error::KernelError;
+use crate::error::{BufferRole, KernelError};
 use crate::interp::{check_call, interpret, Pass};
 use crate::spec::KernelSpec;
 use cranelift_codegen::ir::{types, AbiParam, UserFuncName};
@@ -27,6 +27,12 @@ pub struct Kernel {
     id: usize,
     forward: CodeAddress,
     backward: CodeAddress,
+    /// The saving forward and the backward from saved values (`codegen::build` with
+    /// `saving`).
+    forward_saving: CodeAddress,
+    backward_saved: CodeAddress,
+    /// f32s per row of the saved buffer: `n` per [`KernelSpec::saved`] value.
+    saved_per_row: usize,
     clif_forward: String,
     clif_backward: String,
 }
@@ -72,7 +78,61 @@ impl Kernel {
         inputs: &[&[f32]],
         outputs: &mut [&mut [f32]],
     ) -> Result<(), KernelError> {
-        enter(self, pass, rows, inputs, outputs)
+        check_call(&self.spec, pass, rows, inputs, outputs)?;
+        let code = match pass {
+            Pass::Forward => self.forward,
+            Pass::Backward => self.backward,
+        };
+        enter(code, rows, inputs, outputs)
+    }
+
+    /// f32s per row that [`Kernel::run_forward_saving`] keeps: `n` for each of the spec's
+    /// [`KernelSpec::saved`] values (0 when it has none).
+    pub fn saved_per_row(&self) -> usize {
+        self.saved_per_row
+    }
+
+    /// The forward, which also writes into `saved` (`rows × saved_per_row()` f32s) the
+    /// values that [`Kernel::run_backward_from_saved`] then reads instead of computing
+    /// them again. Both compute exactly what [`Kernel::run`] does, bit for bit: the saved
+    /// values are the ones the backward would recompute by the same code.
+    pub fn run_forward_saving(
+        &self,
+        rows: usize,
+        inputs: &[&[f32]],
+        outputs: &mut [&mut [f32]],
+        saved: &mut [f32],
+    ) -> Result<(), KernelError> {
+        check_call(&self.spec, Pass::Forward, rows, inputs, outputs)?;
+        self.check_saved(rows, saved.len())?;
+        let mut buffers: Vec<&mut [f32]> = outputs.iter_mut().map(|b| &mut **b).collect();
+        buffers.push(saved);
+        enter(self.forward_saving, rows, inputs, &mut buffers)
+    }
+
+    /// The backward of [`Kernel::run`] (`inputs`: the kernel's inputs, then one gradient
+    /// per output) on the values a [`Kernel::run_forward_saving`] of the same rows saved.
+    pub fn run_backward_from_saved(
+        &self,
+        rows: usize,
+        inputs: &[&[f32]],
+        saved: &[f32],
+        outputs: &mut [&mut [f32]],
+    ) -> Result<(), KernelError> {
+        check_call(&self.spec, Pass::Backward, rows, inputs, outputs)?;
+        self.check_saved(rows, saved.len())?;
+        let mut buffers = inputs.to_vec();
+        buffers.push(saved);
+        enter(self.backward_saved, rows, &buffers, outputs)
+    }
+
+    fn check_saved(&self, rows: usize, found: usize) -> Result<(), KernelError> {
+        let expected =
+            rows.checked_mul(self.saved_per_row).ok_or(KernelError::RowsOverflow { rows, n: self.saved_per_row })?;
+        if found != expected {
+            return Err(KernelError::BufferLength { role: BufferRole::Saved, port: 0, expected, found });
+        }
+        Ok(())
     }
 
     /// The same call through the interpreter (op by op, Rust's `f32` functions): the
@@ -97,28 +157,20 @@ impl Kernel {
 ///   fields are private and only that function constructs one;
 /// - the generated code reads `ports[p]` for each port `p` of the pass, and accesses
 ///   buffer `p` only at `ports[p] + 4·(row·n + i)` (vector
-///   port) or `ports[p] + 4·row` (scalar port) for `row < rows`, `i < n`, and stores only
-///   to output ports (`codegen`'s module documentation), whatever the spec's ops;
+///   port), `ports[p] + 4·row` (scalar port) or, for the saved buffer of the saving
+///   functions, `ports[p] + 4·(row·k·n + j·n + i)` with `j < k` saved values, for `row <
+///   rows`, `i < n`, and stores only to output ports (the saving forward's saved buffer
+///   is one) (`codegen`'s module documentation), whatever the spec's ops;
 /// - so the call is memory safe when there is one buffer per port, in port order, each
-///   exactly as long as `rows` rows of its width need: checked here, by `check_call`,
-///   before anything runs. Inputs are borrowed shared and outputs exclusively for the
-///   whole call, so no output aliases another buffer.
+///   exactly as long as `rows` rows of its width need: checked by the callers, the
+///   methods of [`Kernel`], by `check_call` and `Kernel::check_saved`, before anything
+///   runs. Inputs are borrowed shared and outputs exclusively for the whole call, so no
+///   output aliases another buffer.
 ///
 /// Callers therefore guarantee nothing beyond the types: a wrong buffer is an error.
 #[allow(unsafe_code)]
-fn enter(
-    kernel: &Kernel,
-    pass: Pass,
-    rows: usize,
-    inputs: &[&[f32]],
-    outputs: &mut [&mut [f32]],
-) -> Result<(), KernelError> {
-    check_call(&kernel.spec, pass, rows, inputs, outputs)?;
-    let code = match pass {
-        Pass::Forward => kernel.forward,
-        Pass::Backward => kernel.backward,
-    };
-    let rows = i64::try_from(rows).map_err(|_| KernelError::RowsOverflow { rows, n: kernel.spec.n() })?;
+fn enter(code: CodeAddress, rows: usize, inputs: &[&[f32]], outputs: &mut [&mut [f32]]) -> Result<(), KernelError> {
+    let rows = i64::try_from(rows).map_err(|_| KernelError::RowsOverflow { rows, n: 0 })?;
     let total = inputs.len() + outputs.len();
     let mut on_stack = [std::ptr::null_mut::<f32>(); 16];
     let mut on_heap = Vec::new();
@@ -223,8 +275,10 @@ impl KernelCache {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let (forward_id, clif_forward) = self.define(spec, Pass::Forward, id)?;
-        let (backward_id, clif_backward) = self.define(spec, Pass::Backward, id)?;
+        let (forward_id, clif_forward) = self.define(spec, Pass::Forward, false, id)?;
+        let (backward_id, clif_backward) = self.define(spec, Pass::Backward, false, id)?;
+        let (forward_saving_id, _) = self.define(spec, Pass::Forward, true, id)?;
+        let (backward_saved_id, _) = self.define(spec, Pass::Backward, true, id)?;
         self.module.finalize_definitions().map_err(|e| KernelError::Codegen(e.to_string()))?;
         let address = |f| CodeAddress(self.module.get_finalized_function(f) as usize);
         let kernel = Arc::new(Kernel {
@@ -232,6 +286,9 @@ impl KernelCache {
             id,
             forward: address(forward_id),
             backward: address(backward_id),
+            forward_saving: address(forward_saving_id),
+            backward_saved: address(backward_saved_id),
+            saved_per_row: spec.saved().len() * spec.n(),
             clif_forward,
             clif_backward,
         });
@@ -246,16 +303,22 @@ impl KernelCache {
         &mut self,
         spec: &KernelSpec,
         pass: Pass,
+        saving: bool,
         id: usize,
     ) -> Result<(cranelift_module::FuncId, String), KernelError> {
-        let name = format!("kernel{id}_{}", if pass == Pass::Forward { "forward" } else { "backward" });
+        let name = match (pass, saving) {
+            (Pass::Forward, false) => format!("kernel{id}_forward"),
+            (Pass::Backward, false) => format!("kernel{id}_backward"),
+            (Pass::Forward, true) => format!("kernel{id}_forward_saving"),
+            (Pass::Backward, true) => format!("kernel{id}_backward_saved"),
+        };
         self.module.clear_context(&mut self.ctx);
         let pointer = self.module.target_config().pointer_type();
         let func = &mut self.ctx.func;
         func.signature.params.push(AbiParam::new(pointer));
         func.signature.params.push(AbiParam::new(types::I64));
         func.name = UserFuncName::testcase(&name);
-        codegen::build(spec, pass, func, &mut self.builder_ctx, self.module.target_config(), self.fma);
+        codegen::build(spec, pass, saving, func, &mut self.builder_ctx, self.module.target_config(), self.fma);
         let text = func.display().to_string();
         let codegen_error = |e: cranelift_module::ModuleError| KernelError::Codegen(format!("{name}: {e:?}"));
         let func_id =

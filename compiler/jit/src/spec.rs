@@ -278,6 +278,18 @@ impl KernelSpec {
         self.outputs.iter().map(|&v| self.width(v))
     }
 
+    /// The values a saving forward keeps for the backward (see
+    /// [`crate::Kernel::run_forward_saving`]): the vector values of `sigmoid`, `tanh`,
+    /// `exp` and `log`, in op order. They are most of a kernel's arithmetic (a polynomial
+    /// and a division each), which a backward would otherwise compute again.
+    pub fn saved(&self) -> Vec<ValueId> {
+        let transcendental = |op: ElemOp| matches!(op, ElemOp::Sigmoid | ElemOp::Tanh | ElemOp::Exp | ElemOp::Log);
+        (0..self.ops.len())
+            .filter(|&i| transcendental(self.ops[i].op) && self.width(self.op_value(i)) == Width::Vector)
+            .map(|i| self.op_value(i))
+            .collect()
+    }
+
     /// f32s a buffer of this width holds for `rows` rows, or `None` on overflow.
     pub fn buffer_len(&self, width: Width, rows: usize) -> Option<usize> {
         match width {

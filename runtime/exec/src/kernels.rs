@@ -150,7 +150,15 @@ pub fn transpose(a: &[f32], rows: usize, cols: usize, at: &mut Vec<f32>) -> usiz
 }
 
 /// The ragged right edge of the tiled rows, then the rows below the tiles; returns `ld`.
-fn transpose_edges(a: &[f32], rows: usize, cols: usize, at: &mut [f32], ld: usize, full_rows: usize, full_cols: usize) -> usize {
+fn transpose_edges(
+    a: &[f32],
+    rows: usize,
+    cols: usize,
+    at: &mut [f32],
+    ld: usize,
+    full_rows: usize,
+    full_cols: usize,
+) -> usize {
     for r in 0..rows {
         let from = if r < full_rows { full_cols } else { 0 };
         for c in from..cols {

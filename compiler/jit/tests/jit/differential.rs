@@ -98,3 +98,64 @@ fn bounds_are_informative() {
     }
     assert!(tally.checked > 4 * tally.skipped, "{tally:?}");
 }
+
+/// The saving forward and the backward from saved values against the plain functions:
+/// the same outputs and gradients bit for bit (NaNs included), and saved buffers of the
+/// wrong length refused before anything runs.
+fn check_saving(spec: &KernelSpec, rows: usize, seed: u64) -> Result<(), TestCaseError> {
+    use crate::common::{output_lens, run_kernel};
+    use amp_jit::Pass;
+    let kernel = compile(spec);
+    let (inputs, grads) = random_call(&kernel, rows, seed, 0.15);
+    let bits = |buffers: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        buffers.iter().map(|b| b.iter().map(|v| v.to_bits()).collect()).collect()
+    };
+    let ins: Vec<&[f32]> = inputs.iter().map(Vec::as_slice).collect();
+    let mut outputs: Vec<Vec<f32>> =
+        output_lens(&kernel, Pass::Forward, rows).into_iter().map(|len| vec![f32::NAN; len]).collect();
+    let mut saved = vec![f32::NAN; rows * kernel.saved_per_row()];
+    {
+        let mut outs: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
+        kernel.run_forward_saving(rows, &ins, &mut outs, &mut saved).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mut short = vec![0.0; saved.len().saturating_sub(1)];
+        if !saved.is_empty() {
+            prop_assert!(kernel.run_forward_saving(rows, &ins, &mut outs, &mut short).is_err());
+        }
+    }
+    prop_assert_eq!(bits(&outputs), bits(&run_kernel(&kernel, Pass::Forward, rows, &inputs)), "forward");
+    let with_grads: Vec<Vec<f32>> = inputs.iter().chain(&grads).cloned().collect();
+    let ins: Vec<&[f32]> = with_grads.iter().map(Vec::as_slice).collect();
+    let mut input_grads: Vec<Vec<f32>> =
+        output_lens(&kernel, Pass::Backward, rows).into_iter().map(|len| vec![f32::NAN; len]).collect();
+    let mut outs: Vec<&mut [f32]> = input_grads.iter_mut().map(Vec::as_mut_slice).collect();
+    kernel.run_backward_from_saved(rows, &ins, &saved, &mut outs).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    if !saved.is_empty() {
+        prop_assert!(kernel.run_backward_from_saved(rows, &ins, &saved[1..], &mut outs).is_err());
+    }
+    prop_assert_eq!(bits(&input_grads), bits(&run_kernel(&kernel, Pass::Backward, rows, &with_grads)), "backward");
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn saving_kernels_match_the_plain_ones_bit_for_bit(spec in spec_strategy(), rows in 0usize..=3, seed in any::<u64>()) {
+        check_saving(&spec, rows, seed)?;
+    }
+}
+
+#[test]
+fn the_examples_kernels_save_their_transcendentals() {
+    for (name, graph) in examples() {
+        let verified = VerifiedGraph::new(&graph).expect("the example verifies");
+        for group in amp_jit::fusion_groups(&verified).into_iter().flatten() {
+            let kernel = compile(&group.spec);
+            let expected = group.spec.saved().len() * group.spec.n();
+            assert_eq!(kernel.saved_per_row(), expected, "{name}");
+            for rows in [1, 4] {
+                check_saving(&group.spec, rows, 7).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+    }
+}
