@@ -103,6 +103,9 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     pub inbox: Receiver<ToWorker>,
     pub peers: Vec<Sender<ToWorker>>,
     pub reports: Sender<Report>,
+    /// Where losses and outputs go (`Report::Loss`, `Report::Output`): read by the
+    /// controller whenever it wakes, so sending them wakes nobody.
+    pub results: Sender<Report>,
     pub credits: &'s [AtomicU32],
     pub gauges: &'s WorkerGauges,
     pub optimizer: OptimConfig,
@@ -465,10 +468,10 @@ impl Worker<'_, '_> {
                 }
             }
             Emit::Loss { instance, value, correct } => {
-                let _ = self.setup.reports.send(Report::Loss { instance, node: node.index, value, correct });
+                let _ = self.setup.results.send(Report::Loss { instance, node: node.index, value, correct });
             }
             Emit::Output { instance, values } => {
-                let _ = self.setup.reports.send(Report::Output { instance, node: node.index, values });
+                let _ = self.setup.results.send(Report::Output { instance, node: node.index, values });
             }
         }
     }
