@@ -247,8 +247,8 @@ impl FusedOp {
         let mut ready = Vec::new();
         for msg in msgs {
             let key = cx.key(&msg.state);
-            if let Some(all) = join.offer(key.clone(), usize::from(port), msg)? {
-                ready.push((key, all));
+            if let Some(done) = join.offer(key, usize::from(port), msg)? {
+                ready.push(done);
             }
         }
         Ok(ready)

@@ -27,7 +27,7 @@ impl NodeOp for LossOp {
             return Ok(());
         }
         let key = cx.key(&msg.state);
-        let Some(inputs) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
+        let Some((_, inputs)) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
         match &self.kind {
             LossKind::CrossEntropy { label } => {
                 let Some(msg) = inputs.first() else { return Ok(()) };

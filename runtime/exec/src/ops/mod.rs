@@ -229,8 +229,8 @@ impl<T> Keyed<T> {
     }
 }
 
-/// Gathers one message per port under a key; yields them all, in port order, once the
-/// last arrived. Inputs arrive in any order.
+/// Gathers one message per port under a key; yields them all, in port order, with the
+/// key, once the last arrived. Inputs arrive in any order.
 pub(crate) struct Join {
     arity: usize,
     pending: KeyMap<Key, (Vec<Option<Msg>>, usize)>,
@@ -241,9 +241,9 @@ impl Join {
         Join { arity, pending: KeyMap::default() }
     }
 
-    pub fn offer(&mut self, key: Key, port: usize, msg: Msg) -> Result<Option<Vec<Msg>>, OpError> {
+    pub fn offer(&mut self, key: Key, port: usize, msg: Msg) -> Result<Option<(Key, Vec<Msg>)>, OpError> {
         if self.arity <= 1 {
-            return Ok(Some(vec![msg]));
+            return Ok(Some((key, vec![msg])));
         }
         if port >= self.arity {
             return Err(OpError::OutOfRange { what: "port", index: port as i64, len: self.arity });
@@ -267,8 +267,8 @@ impl Join {
         if *arrived < self.arity {
             return Ok(None);
         }
-        let (msgs, _) = entry.remove();
-        Ok(Some(msgs.into_iter().flatten().collect()))
+        let (key, (msgs, _)) = entry.remove_entry();
+        Ok(Some((key, msgs.into_iter().flatten().collect())))
     }
 
     pub fn len(&self) -> usize {

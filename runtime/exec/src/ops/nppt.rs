@@ -214,7 +214,7 @@ fn partials(
 impl NodeOp for BinaryOp {
     fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
         let key = cx.key(&msg.state);
-        let Some(mut both) = self.join.offer(key.clone(), usize::from(port), msg)? else { return Ok(()) };
+        let Some((key, mut both)) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
         let (Some(b), Some(a)) = (both.pop(), both.pop()) else { return Ok(()) };
         if self.broadcast == Broadcast::None && a.payload.values().len() != b.payload.values().len() {
             return Err(OpError::PayloadSize { expected: a.payload.values().len(), found: b.payload.values().len() });

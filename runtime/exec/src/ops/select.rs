@@ -107,7 +107,7 @@ impl StateFromPayloadOp {
 impl NodeOp for StateFromPayloadOp {
     fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
         let key = cx.key(&msg.state);
-        let Some(mut both) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
+        let Some((_, mut both)) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
         let (Some(mut value), Some(vector)) = (both.pop(), both.pop()) else { return Ok(()) };
         let index = self.index(cx, vector.payload.values(), &value.state)?;
         let old = set_field(&mut value.state, self.field, index as i64)?;

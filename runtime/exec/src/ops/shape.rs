@@ -27,7 +27,7 @@ impl ConcatOp {
 impl NodeOp for ConcatOp {
     fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
         let key = cx.key(&msg.state);
-        let Some(parts) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
+        let Some((_, parts)) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
         let mut values = Vec::with_capacity(self.widths.iter().sum());
         for part in &parts {
             values.extend_from_slice(part.payload.values());
@@ -79,7 +79,7 @@ impl NodeOp for SplitOp {
 
     fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
         let key = cx.key(&grad.state);
-        let Some(parts) = self.grads.offer(key, usize::from(port), grad)? else { return Ok(()) };
+        let Some((_, parts)) = self.grads.offer(key, usize::from(port), grad)? else { return Ok(()) };
         let mut dx = Vec::with_capacity(self.parts * self.width);
         for part in &parts {
             dx.extend_from_slice(part.payload.values());
