@@ -267,6 +267,9 @@ fn main() {
     }
     println!("smallest forward speed-up of the JIT over op by op: {worst_forward:.1}× (target ≥ 3×)");
     for (name, n, t) in compile_times {
-        println!("compile {name} n={n} (new cache, forward + backward, plain and saving): {:.2} ms", t.as_secs_f64() * 1e3);
+        println!(
+            "compile {name} n={n} (new cache, forward + backward, plain and saving): {:.2} ms",
+            t.as_secs_f64() * 1e3
+        );
     }
 }
