@@ -159,9 +159,10 @@ struct Worker<'s, 'a> {
     credit_delta: Vec<(usize, i64)>,
     /// Messages processed, published to the watchdog's gauge.
     processed: u64,
-    /// Whether instances were counted since the last [`Worker::update_due`], and how many
-    /// of them the controller wants an acknowledgement for.
-    counted: bool,
+    /// Instances finished since their count was last added to the owned groups (see
+    /// [`Worker::count_instance`]), and how many of them the controller wants an
+    /// acknowledgement for.
+    finished: u64,
     acks: usize,
 }
 
@@ -186,7 +187,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         spare: Vec::new(),
         credit_delta: Vec::new(),
         processed: 0,
-        counted: false,
+        finished: 0,
         acks: 0,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
@@ -200,6 +201,9 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         };
         let _ = worker.setup.reports.send(Report::Failed(error));
     }
+    // Instances counted and not yet added (a stop without flush): the groups keep them
+    // for the next run.
+    worker.add_finished();
     let held = worker
         .slots
         .iter()
@@ -542,13 +546,22 @@ impl Worker<'_, '_> {
         self.events.push(TraceEvent { worker: self.setup.id as u32, node, kind, start_us, dur_us, batch });
     }
 
-    /// The groups this worker owns count one more finished instance; they update at the
-    /// next [`Worker::update_due`].
+    /// One more instance finished: the groups this worker owns count it at the next
+    /// [`Worker::update_due`], all the instances of a drained inbox at once (a lock of
+    /// every group per instance was 4% of a 130-group MoE's worker time).
     fn count_instance(&mut self) {
-        self.counted = true;
+        self.finished += 1;
+    }
+
+    /// Adds the instances finished since the last count to the owned groups' counts.
+    fn add_finished(&mut self) {
+        let finished = std::mem::take(&mut self.finished);
+        if finished == 0 {
+            return;
+        }
         for (g, _) in owned_masters(self.setup.program, self.setup.id) {
             if let Some(mut group) = self.setup.shared.params.live(g) {
-                group.pending += 1;
+                group.pending += finished;
             }
         }
     }
@@ -561,7 +574,7 @@ impl Worker<'_, '_> {
     /// all of them is what those gradients are. Updating at the first `n` would apply the
     /// others' gradients scaled as if there were `n`, and leave the next update empty.
     fn update_due(&mut self) {
-        if std::mem::take(&mut self.counted) {
+        if self.finished > 0 {
             self.update_groups(false);
         }
         for _ in 0..std::mem::take(&mut self.acks) {
@@ -569,12 +582,15 @@ impl Worker<'_, '_> {
         }
     }
 
-    /// Updates every group this worker owns that has instances pending: those that reached
-    /// their update interval, or all of them with `flush` (the end of a run).
+    /// Counts the instances finished since the last count, then updates every group this
+    /// worker owns that has instances pending: those that reached their update interval,
+    /// or all of them with `flush` (the end of a run).
     fn update_groups(&mut self, flush: bool) {
+        let finished = std::mem::take(&mut self.finished);
         for (g, info) in owned_masters(self.setup.program, self.setup.id) {
             let start = self.setup.trace.then(Instant::now);
             let updated = self.setup.shared.params.live(g).is_some_and(|mut group| {
+                group.pending += finished;
                 (flush || group.pending >= info.min_update_frequency) && self.update(info, &mut group, flush)
             });
             if let (true, Some(start)) = (updated, start) {
