@@ -152,6 +152,10 @@ pub struct ExecArgs {
     /// group (to compare; results agree to rounding).
     #[arg(long)]
     pub no_jit: bool,
+    /// Run every routing node (`phi`, `cond`, `switch`, `isu`) by itself instead of each
+    /// chain of them as one node (to compare; results are the same).
+    #[arg(long)]
+    pub no_chains: bool,
     /// Run a Linear or Embedding node (a label or `%index`) as R copies on consecutive
     /// workers, each message going to the least loaded: `--replicate cell=2`.
     #[arg(long, value_name = "NODE=R", value_parser = parse_replicas)]

@@ -20,6 +20,7 @@ pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
         max_batch: usize::try_from(args.max_batch).unwrap_or(usize::MAX),
         defer_weight_grads: !args.no_deferred_grads,
         jit: !args.no_jit,
+        chain_routes: !args.no_chains,
         replicas: args.replicate.iter().map(|(node, r)| (node.clone(), usize::try_from(*r).unwrap_or(1))).collect(),
         replica_sync: args.replica_sync,
         ..ExecConfig::default()

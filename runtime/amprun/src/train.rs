@@ -154,13 +154,15 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
             max_active_keys: config.max_active_keys,
             max_batch: config.max_batch,
             jit: config.jit,
+            chain_routes: config.chain_routes,
             ..ExecConfig::default()
         },
         pending: None,
     });
     let measure = measuring(args).then(|| {
         let replicas = executor.replica_nodes().into_iter().map(|(replica, of)| (replica, vec![of]));
-        Measure::new(config.workers, executor.fused_nodes().into_iter().chain(replicas).collect())
+        let composed = executor.fused_nodes().into_iter().chain(executor.chained_nodes());
+        Measure::new(config.workers, composed.chain(replicas).collect())
     });
     let mut run = TrainRun {
         args,

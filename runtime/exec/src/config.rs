@@ -91,6 +91,10 @@ pub struct ExecConfig {
     /// calling the kernel `amp_jit` compiles for it with Cranelift; groups it refuses
     /// run node by node. False runs every node by itself (`amprun --no-jit`).
     pub jit: bool,
+    /// Run each chain of routing nodes (`phi`, `cond`, `switch`, `isu` passing messages
+    /// to one another) as one node, a worker step per message instead of one per node
+    /// (see the `chain` module). False runs them node by node (`amprun --no-chains`).
+    pub chain_routes: bool,
     /// Replicas (see the `replicas` module): each Linear or Embedding node a selector
     /// names runs as this many copies on consecutive workers, messages going to the least
     /// loaded. 1 is no replica.
@@ -120,6 +124,7 @@ impl Default for ExecConfig {
             max_batch: 64,
             defer_weight_grads: true,
             jit: true,
+            chain_routes: true,
             replicas: Vec::new(),
             replica_sync: 1,
             trace: false,

@@ -133,7 +133,21 @@ impl Executor {
             .flatten()
             .filter_map(|n| match &n.op {
                 crate::program::ExecOp::Fused(group) => Some((n.index, group.members.clone())),
-                crate::program::ExecOp::Ir(_) => None,
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The chains of routing nodes (`ExecConfig::chain_routes`): per chain, its index
+    /// (its first node's) and the graph nodes it runs, that one first.
+    pub fn chained_nodes(&self) -> Vec<(u32, Vec<u32>)> {
+        self.program
+            .nodes
+            .iter()
+            .flatten()
+            .filter_map(|n| match &n.op {
+                crate::program::ExecOp::Chain(spec) => Some((n.index, spec.member_indices())),
+                _ => None,
             })
             .collect()
     }

@@ -55,6 +55,7 @@
 //!   [`ExecError::NonFiniteLoss`] naming the instance, accumulators are cleared and the
 //!   parameters are those of the last update.
 
+mod chain;
 pub mod config;
 mod controller;
 pub mod error;

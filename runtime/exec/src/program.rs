@@ -4,18 +4,19 @@
 
 use crate::config::{ExecConfig, NodeSelector, Placement};
 use crate::error::ExecError;
-use crate::ops::FusedGroup;
+use crate::ops::{ChainSpec, FusedGroup};
 use amp_ir::{FieldId, Graph, Op, PayloadTy};
 use amp_params::ParamSet;
 use petgraph::visit::{EdgeRef, NodeIndexable};
 use std::sync::Arc;
 
-/// What a node runs: an op of the graph, or a fusion group's kernel in place of the
-/// group's nodes.
+/// What a node runs: an op of the graph, a fusion group's kernel in place of the
+/// group's nodes, or a chain of routing nodes in place of them (see `crate::chain`).
 #[derive(Clone, Debug)]
 pub(crate) enum ExecOp {
     Ir(Op),
     Fused(Arc<FusedGroup>),
+    Chain(Arc<ChainSpec>),
 }
 
 impl ExecOp {
@@ -23,6 +24,7 @@ impl ExecOp {
         match self {
             ExecOp::Ir(op) => op.keyword(),
             ExecOp::Fused(_) => "fused",
+            ExecOp::Chain(_) => "chain",
         }
     }
 }
@@ -141,6 +143,9 @@ impl Program {
         place(&mut nodes, graph, config)?;
         if config.jit {
             crate::fuse::fuse(&mut nodes, graph);
+        }
+        if config.chain_routes {
+            crate::chain::compose(&mut nodes);
         }
         let mut groups = group_params(&mut nodes, params, config);
         replicate(&mut nodes, &mut groups, config)?;

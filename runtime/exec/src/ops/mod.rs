@@ -29,6 +29,7 @@
 //! need not know; `linear` overrides them with one GEMM over the stacked rows, and
 //! `fused` (a fusion group's kernel, in place of the group's nodes) with one kernel call.
 
+mod chain;
 mod data;
 mod elements;
 mod fused;
@@ -48,6 +49,7 @@ use crate::train::ParamAccess;
 use amp_ir::{Op, PayloadTy, StateExpr};
 use std::sync::Arc;
 
+pub(crate) use chain::{ChainSpec, Next};
 pub(crate) use fused::{FusedGroup, InputSlice};
 
 /// What a run is for.
@@ -291,6 +293,10 @@ pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn Nod
     let op = match &node.op {
         ExecOp::Ir(op) => op,
         ExecOp::Fused(group) => return Ok(Box::new(fused::FusedOp::new(Arc::clone(group)))),
+        ExecOp::Chain(spec) => {
+            let ops = spec.members.iter().map(|m| build(m, access)).collect::<Result<_, _>>()?;
+            return Ok(Box::new(chain::ChainOp::new(Arc::clone(spec), ops)));
+        }
     };
     #[allow(unreachable_patterns)]
     Ok(match op {

@@ -1,0 +1,81 @@
+//! Chains of routing nodes (`ExecConfig::chain_routes`): connected `phi`, `cond`,
+//! `switch` and `isu` nodes run as one node. Training and inference equal node by node
+//! to 1e-5 on list-reduce, Tree-LSTM, GGSNN and the MoE, at 1 and 2 workers (the chains
+//! stop at a worker's border) with several instances in flight; the chains really form,
+//! and leave nothing held at the end of a run (the executor checks every run).
+
+mod common;
+
+use amp_data::Instance;
+use amp_exec::{ExecConfig, Placement};
+use amp_ir::Graph;
+use amp_params::OptimConfig;
+use common::*;
+
+fn models() -> Vec<(&'static str, Graph, Vec<Instance>)> {
+    let list = compile_example("list_reduce", &[("hidden", 12)]);
+    let lens: Vec<usize> = (0..16).map(|i| i % 6).collect();
+    let lists = token_lists(&list, &lens, 14, 2);
+    let tree = compile_example("tree_lstm", &[("vocab", 30), ("embed", 10), ("hidden", 8)]);
+    let mut rng = Lcg(3);
+    let shapes: Vec<Shape> = (0..16).map(|i| Shape::random(1 + i % 7, &mut rng)).collect();
+    let trees = sentences(&tree, &shapes, 30, 4);
+    let ggsnn = compile_example("ggsnn", &[("hidden", 6), ("steps", 2)]);
+    let sizes: Vec<usize> = (0..12).map(|i| 2 + i % 5).collect();
+    let graphs = ggsnn_graphs(&ggsnn, &sizes, 7);
+    let moe = compile_example("moe", &[("experts", 6)]);
+    let samples = moe_samples(&moe, 16, 256, 5);
+    vec![("list_reduce", list, lists), ("tree_lstm", tree, trees), ("ggsnn", ggsnn, graphs), ("moe", moe, samples)]
+}
+
+#[test]
+fn chains_train_and_infer_like_node_by_node() {
+    for (name, graph, data) in models() {
+        for (workers, placement) in [(1, Placement::Contiguous), (2, Placement::RoundRobin)] {
+            let config = |chain_routes| ExecConfig {
+                workers,
+                placement: placement.clone(),
+                max_active_keys: 8,
+                chain_routes,
+                ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1))
+            };
+            let mut plain = executor(&graph, 7, config(false));
+            let mut chained = executor(&graph, 7, config(true));
+            assert!(plain.chained_nodes().is_empty(), "{name}: chains while turned off");
+            if workers == 1 {
+                assert!(!chained.chained_nodes().is_empty(), "{name}: no chain formed");
+            }
+            for epoch in 0..2 {
+                let a = plain.train_epoch(&data).unwrap();
+                let b = chained.train_epoch(&data).unwrap();
+                for (x, y) in b.losses.iter().zip(&a.losses) {
+                    assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}, epoch {epoch}: loss {x} vs {y}");
+                }
+                let diff = max_rel_diff(chained.params(), plain.params());
+                assert!(diff < 1e-5, "{name}, {workers} workers, epoch {epoch}: parameters differ by {diff}");
+            }
+            let (a, b) = (plain.infer(&data).unwrap(), chained.infer(&data).unwrap());
+            for (x, y) in b.iter().flatten().zip(a.iter().flatten()) {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}: output {x} vs {y}");
+            }
+        }
+    }
+}
+
+/// Tree-LSTM's `h` and `c` each pass from the arms' `phi` through `cond` (is root),
+/// `isu` (the call site, then the parent), `switch` (call site) and the two call sites'
+/// `isu`: one chain each, with the `phi` first; `h` also through the root's `isu` (`c`
+/// is not used at the root).
+#[test]
+fn tree_lstm_results_travel_through_one_chain_each() {
+    let graph = compile_example("tree_lstm", &[("vocab", 30), ("embed", 10), ("hidden", 8)]);
+    let ex = executor(&graph, 1, ExecConfig::default());
+    let chains = ex.chained_nodes();
+    let mut sizes: Vec<usize> = chains.iter().map(|(_, members)| members.len()).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [7, 8], "{chains:?}");
+    for (index, members) in &chains {
+        assert_eq!(members.first(), Some(index), "a chain keeps its first node's index");
+        assert!(ex.node_name(*index).starts_with("chain merge"), "{}", ex.node_name(*index));
+    }
+}
