@@ -13,7 +13,8 @@
 //!        [--save ckpt.safetensors] [--resume] [--init p.safetensors] [--metrics m.jsonl]
 //!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
 //!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--profile p.json]
-//!        [--report-utilization] [--max-batch N] [--no-jit]
+//!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
+//!        [--no-chains]
 //!        [--replicate NODE=R ...] [--replica-sync N]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
@@ -81,7 +82,9 @@
 //!
 //! **Speed.** Each fusion group of elementwise nodes runs as one kernel that Cranelift
 //! compiled when the graph was loaded (`amp-jit`); `--no-jit` runs its nodes one by one
-//! instead (same results to rounding, to compare speed). Linear nodes and fused kernels
+//! instead (same results to rounding, to compare speed). Each chain of routing nodes
+//! (`phi`, `cond`, `switch`, `isu` passing messages to one another) runs as one node;
+//! `--no-chains` runs them one by one (same results). Linear nodes and fused kernels
 //! take up to `--max-batch` waiting messages (default 64) as one call. `--replicate
 //! cell=2` runs the Linear or Embedding node `cell` (a label or `%index`) as 2 copies on
 //! consecutive workers, each message going to the least loaded copy; the copies take the

@@ -10,7 +10,7 @@
 //! routing node joins the chain of its producer when it has one input, runs on the same
 //! worker, and its fanned-out ports (if any) sum their gradients under the same key as
 //! the root's (the worker sums a port's gradients under its node's key; a node that sums
-//! under another key runs by itself). The root may
+//! under another key starts a chain of its own). The root may
 //! have several inputs (a `phi`); they are the chain's. Every other output port of a
 //! member is an output of the chain, in the order met walking the chain from the root,
 //! and its consumer now reads the chain's port. The chain keeps the root's index (its
@@ -19,16 +19,20 @@
 use crate::ops::{ChainSpec, Next};
 use crate::program::{ExecOp, NodeInfo};
 use amp_ir::Op;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Replaces every chain of two or more routing nodes in `nodes` by one node; returns how
 /// many chains were made.
 pub(crate) fn compose(nodes: &mut [Option<NodeInfo>]) -> usize {
-    let roots: Vec<u32> =
+    let mut roots: Vec<u32> =
         nodes.iter().flatten().filter(|n| routing(n) && !joins_producer(nodes, n)).map(|n| n.index).collect();
     let mut count = 0;
-    for root in roots {
-        if let Some(spec) = plan_chain(nodes, root) {
+    while let Some(root) = roots.pop() {
+        let (spec, kept_out) = plan_chain(nodes, root);
+        // A node kept out of its producer's chain starts a chain of its own.
+        roots.extend(kept_out);
+        if let Some(spec) = spec {
             apply(nodes, spec);
             count += 1;
         }
@@ -51,10 +55,18 @@ fn joins_producer(nodes: &[Option<NodeInfo>], node: &NodeInfo) -> bool {
     *producer != node.index && routing(node) && routing(p) && p.worker == node.worker && only_consumer
 }
 
-/// The chain grown from `root`, or none when nothing joins it.
-fn plan_chain(nodes: &[Option<NodeInfo>], root: u32) -> Option<ChainSpec> {
+/// The chain grown from `root` (none when nothing joins it), and the nodes that would
+/// join it but for the key their fanned-out ports sum under.
+fn plan_chain(nodes: &[Option<NodeInfo>], root: u32) -> (Option<ChainSpec>, Vec<u32>) {
+    let mut kept_out = Vec::new();
+    let spec = grow(nodes, root, &mut kept_out);
+    (spec.filter(|spec| spec.members.len() >= 2), kept_out)
+}
+
+fn grow(nodes: &[Option<NodeInfo>], root: u32, kept_out: &mut Vec<u32>) -> Option<ChainSpec> {
     let node = |i: u32| nodes.get(i as usize).and_then(Option::as_ref);
     let mut members = vec![node(root)?.clone()];
+    let mut seen = HashSet::from([root]);
     let mut next: Vec<Vec<Next>> = Vec::new();
     let mut parent = vec![None];
     let mut exits = Vec::new();
@@ -65,17 +77,22 @@ fn plan_chain(nodes: &[Option<NodeInfo>], root: u32) -> Option<ChainSpec> {
         for (port, consumers) in outputs.iter().enumerate() {
             let port = u16::try_from(port).ok()?;
             let joining = match consumers.as_slice() {
-                // The chain's node sums a fanned-out port's gradients under the root's
-                // key: a node summing under another stays out (and runs by itself).
-                [(c, 0)] => node(*c).filter(|c| {
-                    let fanned = c.consumers.iter().any(|list| list.len() > 1);
-                    joins_producer(nodes, c) && (!fanned || c.fan_in_key == members[0].fan_in_key)
-                }),
+                [(c, 0)] => node(*c).filter(|c| joins_producer(nodes, c)),
                 _ => None,
             };
+            // The chain's node sums a fanned-out port's gradients under the root's key: a
+            // node summing under another is kept out (and starts a chain of its own).
+            let joining = joining.filter(|c| {
+                let fanned = c.consumers.iter().any(|list| list.len() > 1);
+                let fits = !fanned || c.fan_in_key == members[0].fan_in_key;
+                if !fits {
+                    kept_out.push(c.index);
+                }
+                fits
+            });
             match joining {
                 // A node whose producer is a member is reached once, from that member.
-                Some(c) if !members.iter().any(|m| m.index == c.index) => {
+                Some(c) if seen.insert(c.index) => {
                     ports.push(Next::Member(members.len()));
                     parent.push(Some((at, port)));
                     members.push(c.clone());
@@ -89,7 +106,7 @@ fn plan_chain(nodes: &[Option<NodeInfo>], root: u32) -> Option<ChainSpec> {
         next.push(ports);
         at += 1;
     }
-    (members.len() >= 2).then_some(ChainSpec { members, next, parent, exits })
+    Some(ChainSpec { members, next, parent, exits })
 }
 
 fn apply(nodes: &mut [Option<NodeInfo>], spec: ChainSpec) {
@@ -121,5 +138,101 @@ fn apply(nodes: &mut [Option<NodeInfo>], spec: ChainSpec) {
     let label = format!("{}: {}", root.label, members_text.join(" "));
     if let Some(slot) = nodes.get_mut(root.index as usize) {
         *slot = Some(NodeInfo { op: ExecOp::Chain(Arc::new(spec)), label, outputs, consumers, ..root });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amp_ir::{FieldId, PayloadTy, StateExpr};
+
+    fn isu() -> Op {
+        Op::Isu { field: FieldId(1), value: StateExpr::Const(1), inverse: Some(StateExpr::Const(0)) }
+    }
+
+    /// Node `index` running `op`, fed by `producers`, feeding `consumers` (per port).
+    fn node(index: u32, op: Op, producers: &[(u32, u16)], consumers: &[&[(u32, u16)]]) -> Option<NodeInfo> {
+        let ty = PayloadTy::F32(vec![2]);
+        Some(NodeInfo {
+            index,
+            op: ExecOp::Ir(op),
+            label: format!("n{index}"),
+            inputs: vec![ty.clone(); producers.len()],
+            outputs: vec![ty; consumers.len()],
+            key: vec![FieldId(0)],
+            fan_in_key: vec![FieldId(0)],
+            consumers: consumers.iter().map(|c| c.to_vec()).collect(),
+            producers: producers.to_vec(),
+            group: None,
+            worker: 0,
+            replicas: Vec::new(),
+            replica_of: None,
+        })
+    }
+
+    fn members(nodes: &[Option<NodeInfo>], index: u32) -> Vec<u32> {
+        match nodes.get(index as usize).and_then(Option::as_ref).map(|n| &n.op) {
+            Some(ExecOp::Chain(spec)) => spec.member_indices(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// %0 → %1 isu → %2 cond, whose port 0 fans out to sinks %3 and %4 and port 1 feeds
+    /// %5 isu → %6 isu → sink %7. With %2 summing its fan-out under %1's key, one chain
+    /// of five; under another key, %2 starts a chain of its own (%1 is left alone).
+    #[test]
+    fn a_fanned_out_port_joins_only_under_the_roots_key() {
+        let graph = |cond_key: Vec<FieldId>| {
+            let mut nodes = vec![
+                node(0, Op::Source, &[], &[&[(1, 0)]]),
+                node(1, isu(), &[(0, 0)], &[&[(2, 0)]]),
+                node(2, Op::Cond { pred: StateExpr::Const(1) }, &[(1, 0)], &[&[(3, 0), (4, 0)], &[(5, 0)]]),
+                node(3, Op::Sink { name: "a".into() }, &[(2, 0)], &[]),
+                node(4, Op::Sink { name: "b".into() }, &[(2, 0)], &[]),
+                node(5, isu(), &[(2, 1)], &[&[(6, 0)]]),
+                node(6, isu(), &[(5, 0)], &[&[(7, 0)]]),
+                node(7, Op::Sink { name: "c".into() }, &[(6, 0)], &[]),
+            ];
+            if let Some(cond) = nodes[2].as_mut() {
+                cond.fan_in_key = cond_key;
+            }
+            nodes
+        };
+        let mut same = graph(vec![FieldId(0)]);
+        assert_eq!(compose(&mut same), 1);
+        assert_eq!(members(&same, 1), [1, 2, 5, 6]);
+        let chain = same[1].as_ref().unwrap();
+        assert_eq!(chain.consumers, [vec![(3, 0), (4, 0)], vec![(7, 0)]], "exits in the order met");
+        assert_eq!(same[7].as_ref().unwrap().producers, [(1, 1)], "the consumer reads the chain's port");
+        assert!(same[2].is_none() && same[5].is_none() && same[6].is_none());
+
+        let mut other = graph(vec![FieldId(0), FieldId(1)]);
+        assert_eq!(compose(&mut other), 1);
+        assert!(matches!(other[1].as_ref().unwrap().op, ExecOp::Ir(Op::Isu { .. })), "%1 runs by itself");
+        assert_eq!(members(&other, 2), [2, 5, 6]);
+        assert_eq!(other[3].as_ref().unwrap().producers, [(2, 0)]);
+    }
+
+    /// A chain stops at a worker's border; a cycle of routing nodes with no way in from
+    /// outside has no root and stays as it is.
+    #[test]
+    fn chains_stop_at_workers_and_rootless_cycles_stay() {
+        let mut nodes = vec![
+            node(0, Op::Source, &[], &[&[(1, 0)]]),
+            node(1, isu(), &[(0, 0)], &[&[(2, 0)]]),
+            node(2, isu(), &[(1, 0)], &[&[(3, 0)]]),
+            node(3, isu(), &[(2, 0)], &[&[(4, 0)]]),
+            node(4, isu(), &[(3, 0)], &[&[]]),
+            node(5, isu(), &[(6, 0)], &[&[(6, 0)]]),
+            node(6, isu(), &[(5, 0)], &[&[(5, 0)]]),
+        ];
+        for n in [3, 4] {
+            nodes[n].as_mut().unwrap().worker = 1;
+        }
+        assert_eq!(compose(&mut nodes), 2);
+        assert_eq!(members(&nodes, 1), [1, 2]);
+        assert_eq!(members(&nodes, 3), [3, 4]);
+        assert_eq!(nodes[3].as_ref().unwrap().producers, [(1, 0)]);
+        assert!(nodes[5].is_some() && nodes[6].is_some() && members(&nodes, 5).is_empty());
     }
 }
