@@ -127,29 +127,24 @@ impl Executor {
     /// The fused nodes (`ExecConfig::jit`): per node, its index and the graph nodes it
     /// runs as one kernel call. Fused nodes take indices past the graph's.
     pub fn fused_nodes(&self) -> Vec<(u32, Vec<u32>)> {
-        self.program
-            .nodes
-            .iter()
-            .flatten()
-            .filter_map(|n| match &n.op {
-                crate::program::ExecOp::Fused(group) => Some((n.index, group.members.clone())),
-                _ => None,
-            })
-            .collect()
+        self.composed_nodes(|op| match op {
+            crate::program::ExecOp::Fused(group) => Some(group.members.clone()),
+            _ => None,
+        })
     }
 
     /// The chains of routing nodes (`ExecConfig::chain_routes`): per chain, its index
     /// (its first node's) and the graph nodes it runs, that one first.
     pub fn chained_nodes(&self) -> Vec<(u32, Vec<u32>)> {
-        self.program
-            .nodes
-            .iter()
-            .flatten()
-            .filter_map(|n| match &n.op {
-                crate::program::ExecOp::Chain(spec) => Some((n.index, spec.member_indices())),
-                _ => None,
-            })
-            .collect()
+        self.composed_nodes(|op| match op {
+            crate::program::ExecOp::Chain(spec) => Some(spec.member_indices()),
+            _ => None,
+        })
+    }
+
+    /// Per node whose op `members` gives graph nodes for: its index and those nodes.
+    fn composed_nodes(&self, members: impl Fn(&crate::program::ExecOp) -> Option<Vec<u32>>) -> Vec<(u32, Vec<u32>)> {
+        self.program.nodes.iter().flatten().filter_map(|n| members(&n.op).map(|m| (n.index, m))).collect()
     }
 
     /// The replicas (`ExecConfig::replicas`): per replica node, its index and the graph

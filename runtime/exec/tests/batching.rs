@@ -41,14 +41,8 @@ fn batched_training_equals_unbatched_training() {
         let mut unbatched = executor(&graph, 7, ExecConfig { defer_weight_grads: false, ..config(1) });
         let mut batched = executor(&graph, 7, config(64));
         for epoch in 0..2 {
-            let a = unbatched.train_epoch(&data).unwrap();
-            let b = batched.train_epoch(&data).unwrap();
+            let (a, b) = train_alike(&format!("{name}, epoch {epoch}"), &mut unbatched, &mut batched, &data);
             assert_eq!(a.updates, b.updates, "{name}");
-            for (x, y) in b.losses.iter().zip(&a.losses) {
-                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}, epoch {epoch}: loss {x} vs {y}");
-            }
-            let diff = max_rel_diff(batched.params(), unbatched.params());
-            assert!(diff < 1e-5, "{name}, epoch {epoch}: parameters differ by {diff}");
         }
         // Batches formed at the Linear nodes, forward and backward, and none unbatched.
         let trace = batched.take_trace();
@@ -142,13 +136,7 @@ fn fused_kernels_batch_and_train_like_node_by_node() {
             let fused_nodes: Vec<u32> = fused.fused_nodes().into_iter().map(|(n, _)| n).collect();
             assert!(!fused_nodes.is_empty(), "{name}: nothing fused");
             for epoch in 0..2 {
-                let a = plain.train_epoch(&data).unwrap();
-                let b = fused.train_epoch(&data).unwrap();
-                for (x, y) in b.losses.iter().zip(&a.losses) {
-                    assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}, epoch {epoch}: loss {x} vs {y}");
-                }
-                let diff = max_rel_diff(fused.params(), plain.params());
-                assert!(diff < 1e-5, "{name}, {workers} workers, epoch {epoch}: parameters differ by {diff}");
+                train_alike(&format!("{name}, {workers} workers, epoch {epoch}"), &mut plain, &mut fused, &data);
             }
             let trace = fused.take_trace();
             let batched = |kind: TraceKind| {

@@ -46,13 +46,7 @@ fn chains_train_and_infer_like_node_by_node() {
                 assert!(!chained.chained_nodes().is_empty(), "{name}: no chain formed");
             }
             for epoch in 0..2 {
-                let a = plain.train_epoch(&data).unwrap();
-                let b = chained.train_epoch(&data).unwrap();
-                for (x, y) in b.losses.iter().zip(&a.losses) {
-                    assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}, epoch {epoch}: loss {x} vs {y}");
-                }
-                let diff = max_rel_diff(chained.params(), plain.params());
-                assert!(diff < 1e-5, "{name}, {workers} workers, epoch {epoch}: parameters differ by {diff}");
+                train_alike(&format!("{name}, {workers} workers, epoch {epoch}"), &mut plain, &mut chained, &data);
             }
             let (a, b) = (plain.infer(&data).unwrap(), chained.infer(&data).unwrap());
             for (x, y) in b.iter().flatten().zip(a.iter().flatten()) {

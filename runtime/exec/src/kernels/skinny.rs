@@ -48,6 +48,18 @@ pub fn rows_times_w(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usiz
     Arch::new().dispatch(AxpyRows { dy, w, dx, inp, out });
 }
 
+/// The block to take with `left` rows (or vectors) to go: a whole one of `full`, else 2,
+/// else 1 (the kernels have arms for these three).
+fn step(left: usize, full: usize) -> usize {
+    if left >= full {
+        full
+    } else if left >= 2 {
+        2
+    } else {
+        1
+    }
+}
+
 struct DotRows<'a> {
     x: &'a [f32],
     w: &'a [f32],
@@ -69,11 +81,7 @@ impl WithSimd for DotRows<'_> {
             let block = if out - o >= W_BLOCK { W_BLOCK } else { 1 };
             let mut r = 0;
             while r < rows {
-                let pair = match rows - r {
-                    left if left >= X_BLOCK => X_BLOCK,
-                    left if left >= 2 => 2,
-                    _ => 1,
-                };
+                let pair = step(rows - r, X_BLOCK);
                 match (block, pair) {
                     (W_BLOCK, X_BLOCK) => dots::<S, W_BLOCK, X_BLOCK>(simd, w, x, y, inp, out, o, r),
                     (W_BLOCK, 2) => dots::<S, W_BLOCK, 2>(simd, w, x, y, inp, out, o, r),
@@ -143,18 +151,10 @@ impl WithSimd for AxpyRows<'_> {
         // rows of AVX2 vectors) against every gradient row, then the next strip.
         let mut c = 0;
         while c < vectors {
-            let width = match vectors - c {
-                left if left >= STRIP => STRIP,
-                left if left >= 2 => 2,
-                _ => 1,
-            };
+            let width = step(vectors - c, STRIP);
             let mut r = 0;
             while r < rows {
-                let block = match rows - r {
-                    left if left >= DY_BLOCK => DY_BLOCK,
-                    left if left >= 2 => 2,
-                    _ => 1,
-                };
+                let block = step(rows - r, DY_BLOCK);
                 match (block, width) {
                     (DY_BLOCK, STRIP) => axpys::<S, DY_BLOCK, STRIP>(simd, dy, w, dx, inp, out, r, c),
                     (DY_BLOCK, 2) => axpys::<S, DY_BLOCK, 2>(simd, dy, w, dx, inp, out, r, c),

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use amp_data::{Instance, Tensor, Value};
-use amp_exec::{ExecConfig, Executor};
+use amp_exec::{EpochStats, ExecConfig, Executor};
 use amp_ir::Graph;
 use amp_params::ParamSet;
 use amp_reference::Reference;
@@ -115,6 +115,26 @@ pub fn max_rel_diff(a: &ParamSet, b: &ParamSet) -> f32 {
         .zip(b.iter())
         .flat_map(|((_, x), (_, y))| x.iter().zip(y).map(|(p, q)| (p - q).abs() / (1.0 + q.abs())))
         .fold(0.0, f32::max)
+}
+
+/// Trains `reference` and `other` one epoch each on `data`; asserts that their losses
+/// agree to 1e-5 relative and their parameters afterwards to 1e-5 (`max_rel_diff`).
+/// `what` names the comparison in failures. Returns both epochs' stats, `reference`'s
+/// first.
+pub fn train_alike(
+    what: &str,
+    reference: &mut Executor,
+    other: &mut Executor,
+    data: &[Instance],
+) -> (EpochStats, EpochStats) {
+    let a = reference.train_epoch(data).unwrap();
+    let b = other.train_epoch(data).unwrap();
+    for (x, y) in b.losses.iter().zip(&a.losses) {
+        assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{what}: loss {x} vs {y}");
+    }
+    let diff = max_rel_diff(other.params(), reference.params());
+    assert!(diff < 1e-5, "{what}: parameters differ by {diff}");
+    (a, b)
 }
 
 /// The shape of a binary tree for `Sentence` instances: a leaf, or a node of two subtrees.
