@@ -163,6 +163,7 @@ mod tests {
             fan_in_key: vec![FieldId(0)],
             consumers: consumers.iter().map(|c| c.to_vec()).collect(),
             producers: producers.to_vec(),
+            grad_inputs: Vec::new(),
             group: None,
             worker: 0,
             replicas: Vec::new(),

@@ -208,6 +208,8 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
         fan_in_key,
         consumers: plan.consumers,
         producers: plan.producers,
+        // A kernel computes every input's gradient.
+        grad_inputs: Vec::new(),
         group: None,
         worker: plan.worker,
         replicas: Vec::new(),

@@ -46,6 +46,10 @@ pub(crate) struct NodeInfo {
     pub consumers: Vec<Vec<(u32, u16)>>,
     /// Per input port, the `(node, output port)` feeding it.
     pub producers: Vec<(u32, u16)>,
+    /// Per input port, whether a gradient sent back through it can reach a parameter (see
+    /// [`parameter_dependent`]); a port past the end may. A Linear op skips the input
+    /// gradient's product where none can (a data input's) and sends zeros.
+    pub grad_inputs: Vec<bool>,
     /// The parameter group of a Ppt.
     pub group: Option<usize>,
     pub worker: usize,
@@ -54,6 +58,35 @@ pub(crate) struct NodeInfo {
     pub replicas: Vec<u32>,
     /// A replica: the node it copies.
     pub replica_of: Option<u32>,
+}
+
+/// Per node of `graph`, whether its output depends on a parameter through inputs that
+/// carry gradients back: a Ppt's does, and so does that of any node reading such an output
+/// through a differentiable port (every port but the routing input of a
+/// `state_from_payload`, whose backward sends zeros there). A gradient sent to an output
+/// that does not depend on one (a data read's, or what only data and routing decisions
+/// feed) reaches no parameter, whatever its values.
+pub(crate) fn parameter_dependent(graph: &Graph) -> Vec<bool> {
+    let mut dependent = vec![false; graph.nodes.node_bound()];
+    let mut work = Vec::new();
+    for index in graph.nodes.node_indices() {
+        if graph.nodes.node_weight(index).is_some_and(|n| matches!(n.op, Op::Linear { .. } | Op::Embedding { .. })) {
+            dependent[index.index()] = true;
+            work.push(index);
+        }
+    }
+    while let Some(index) = work.pop() {
+        for edge in graph.nodes.edges_directed(index, petgraph::Direction::Outgoing) {
+            let target = edge.target();
+            let Some(node) = graph.nodes.node_weight(target) else { continue };
+            let routing_only = matches!(node.op, Op::StateFromPayload { .. }) && edge.weight().to_port == 0;
+            if !routing_only && !dependent[target.index()] {
+                dependent[target.index()] = true;
+                work.push(target);
+            }
+        }
+    }
+    dependent
 }
 
 /// The tensors a Ppt prefix names (`cell` → `cell.weight`, `cell.bias`), who updates them
@@ -97,6 +130,7 @@ impl Program {
         let bound = graph.nodes.node_bound();
         let mut nodes: Vec<Option<NodeInfo>> = vec![None; bound];
         let mut source = None;
+        let dependent = parameter_dependent(graph);
         for index in graph.nodes.node_indices() {
             let Some(node) = graph.nodes.node_weight(index) else { continue };
             let i = index.index();
@@ -116,6 +150,8 @@ impl Program {
             if matches!(node.op, Op::Source) {
                 source = Some(i as u32);
             }
+            let grad_inputs =
+                producers.iter().map(|&(p, _)| dependent.get(p as usize).copied().unwrap_or(true)).collect();
             let mut fan_in_key: Vec<FieldId> = node.key.iter().chain(&node.writes).copied().collect();
             if fan_in_key.is_empty() {
                 fan_in_key.push(FieldId(0));
@@ -132,6 +168,7 @@ impl Program {
                 fan_in_key,
                 consumers,
                 producers,
+                grad_inputs,
                 group: None,
                 worker: 0,
                 replicas: Vec::new(),
@@ -392,5 +429,59 @@ fn selector_text(selector: &NodeSelector) -> String {
     match selector {
         NodeSelector::Id(id) => format!("%{id}"),
         NodeSelector::Label(label) => label.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile_example(name: &str, defines: &[(&str, i64)]) -> Graph {
+        let path = format!("{}/../../examples/{name}.amp", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let options = amp_sema::Options { defines: defines.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
+        let (map, checked) = amp_sema::check_source(name, &text, &options);
+        assert!(!checked.has_errors(), "{name} has errors");
+        let mut graph = amp_lower::lower_model(&checked.program, &map, checked.program.models[0]).expect("lowers");
+        amp_lower::passes::optimize(&mut graph);
+        graph
+    }
+
+    /// The labels of the Linear nodes whose input does (or does not) depend on a
+    /// parameter.
+    fn linear_inputs(graph: &Graph) -> (Vec<String>, Vec<String>) {
+        let dependent = parameter_dependent(graph);
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for index in graph.nodes.node_indices() {
+            let Some(node) = graph.nodes.node_weight(index) else { continue };
+            if !matches!(node.op, Op::Linear { .. }) {
+                continue;
+            }
+            let producer = graph.nodes.edges_directed(index, petgraph::Direction::Incoming).next().expect("an input");
+            if dependent[producer.source().index()] {
+                with.push(node.label.clone());
+            } else {
+                without.push(node.label.clone());
+            }
+        }
+        with.sort();
+        without.sort();
+        (with, without)
+    }
+
+    /// The MoE's gate and its experts' first layers read the sample (routed by a decision
+    /// made from the gate, which carries no gradient); the second layers and the head
+    /// read what parameters computed. In a recursive model every Linear reads embeddings
+    /// or cells' states.
+    #[test]
+    fn inputs_that_depend_on_parameters() {
+        let (with, without) = linear_inputs(&compile_example("moe", &[("experts", 3)]));
+        assert_eq!(with, ["expert.0.l2", "expert.1.l2", "expert.2.l2", "head"]);
+        assert_eq!(without, ["expert.0.l1", "expert.1.l1", "expert.2.l1", "gate"]);
+        let (with, without) =
+            linear_inputs(&compile_example("tree_lstm", &[("vocab", 30), ("embed", 10), ("hidden", 8)]));
+        assert!(!with.is_empty() && without.is_empty(), "{without:?}");
+        let (_, without) = linear_inputs(&compile_example("mlp", &[("hidden", 16)]));
+        assert_eq!(without.len(), 1, "the first layer reads the pixels: {without:?}");
     }
 }

@@ -106,6 +106,9 @@ pub(crate) struct LinearOp {
     /// `W: [out, padded(inp)]` for the input gradient of several rows, when `inp` is not
     /// already a multiple of the panel width.
     weight_p: Layout,
+    /// Whether the input gradient can reach a parameter (`NodeInfo::grad_inputs`): when
+    /// not (the input is data), the backward sends zeros instead of computing `dy W`.
+    input_grad: bool,
 }
 
 impl LinearOp {
@@ -118,7 +121,16 @@ impl LinearOp {
         if view.value(0).len() != inp * out || view.value(1).len() != out {
             return Err(OpError::PayloadSize { expected: inp * out, found: view.value(0).len() });
         }
-        Ok(LinearOp { group, inp, out, cache: Keyed::new(), weight_t: Layout::default(), weight_p: Layout::default() })
+        let input_grad = node.grad_inputs.first().copied().unwrap_or(true);
+        Ok(LinearOp {
+            group,
+            inp,
+            out,
+            cache: Keyed::new(),
+            weight_t: Layout::default(),
+            weight_p: Layout::default(),
+            input_grad,
+        })
     }
 }
 
@@ -235,7 +247,9 @@ impl NodeOp for LinearOp {
             // An update W still owes is added in the pass of `rows_times_w` whatever the
             // rows: a pass of its own would cost more than the product.
             let skinny = !padded && (view.owes() || total >= SKINNY_DX_FROM_ROWS && !self.weight_p.pays());
-            let (dx, ld) = if skinny {
+            let (dx, ld) = if !self.input_grad {
+                (vec![0.0; total * inp], inp)
+            } else if skinny {
                 let mut dx = vec![0.0; total * inp];
                 if !view.pay_with(inp, out, |w, _, owed| kernels::rows_times_w_paying(&dy, w, owed, &mut dx, inp, out))
                 {
@@ -336,6 +350,7 @@ mod tests {
             fan_in_key: vec![FieldId(0), FieldId(1)],
             consumers: vec![vec![(2, 0)]],
             producers: vec![(0, 0)],
+            grad_inputs: Vec::new(),
             group: Some(0),
             worker: 0,
             replicas: Vec::new(),
