@@ -6,7 +6,7 @@ mod matmul;
 mod skinny;
 
 use matmul::{matmul, Mat};
-pub use skinny::{rows_times_w, rows_times_w_paying, rows_times_wt, rows_times_wt_paying, Owed};
+pub use skinny::{rows_times_w, rows_times_wt};
 use std::cmp::Ordering;
 
 /// `a · b` with eight partial sums (so the loop vectorizes without reassociation flags).
@@ -44,7 +44,7 @@ pub fn linear_forward_into(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: 
 }
 
 /// Every `out`-wide row of `y` set to the bias `b`, which the products then add to.
-pub fn fill_with_bias(y: &mut [f32], b: &[f32], out: usize) {
+fn fill_with_bias(y: &mut [f32], b: &[f32], out: usize) {
     assert_eq!(b.len(), out, "linear: the bias is not [{out}]");
     for row in y.chunks_exact_mut(out.max(1)) {
         row.copy_from_slice(b);

@@ -145,9 +145,8 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
     replica.rows = Some(Default::default());
 }
 
-/// Gives a replica the master's values (paying what the master's weight owes first).
-pub(crate) fn sync_values(master: &mut LiveGroup, replica: &mut LiveGroup) {
-    master.pay();
+/// Gives a replica the master's values.
+pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup) {
     for (m, r) in master.tensors.iter().zip(replica.tensors.iter_mut()) {
         r.value.copy_from_slice(m.value);
     }

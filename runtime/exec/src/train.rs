@@ -37,11 +37,6 @@ pub(crate) struct LiveGroup<'a> {
     /// gradient since the last update is still in `deferred` (then plain SGD adds the
     /// products straight to the weight, see [`LiveGroup::update`]).
     pub accumulated: bool,
-    /// An update made but not yet added to tensor 0's values (see
-    /// [`LiveGroup::update_from_deferred`]): `W += dyᵀx` over these rows, `dy` already
-    /// scaled by `-lr/n`. Whatever reads the weight pays it first: the Linear op in the
-    /// pass of its product ([`GroupView::pay_with`]), anything else by [`LiveGroup::pay`].
-    pub owed: DeferredProducts,
 }
 
 /// The weight gradient `dy^T x` of a linear group's backward batches, kept as the rows of
@@ -70,10 +65,6 @@ impl Default for DeferredProducts {
 /// The rows from which deferred weight-gradient products are added up.
 const DEFERRED_ROWS: usize = 256;
 
-/// The rows an owed update may reach before it is paid on its own (a weight no op read
-/// through several updates).
-const OWED_ROWS: usize = 256;
-
 impl DeferredProducts {
     /// Products that are added once `limit` rows (at least 1) are kept.
     pub fn keeping(limit: usize) -> DeferredProducts {
@@ -82,15 +73,6 @@ impl DeferredProducts {
 
     fn rows(&self) -> usize {
         self.x.len().checked_div(self.inp).unwrap_or(0)
-    }
-
-    /// Adds the products to `w` (`[out, inp]`) as one GEMM and forgets them.
-    fn pay_into(&mut self, w: &mut [f32]) {
-        if !self.x.is_empty() && w.len() == self.inp * self.out {
-            kernels::linear_weight_grad(&self.dy, &self.x, w, self.inp, self.out);
-        }
-        self.dy.clear();
-        self.x.clear();
     }
 }
 
@@ -129,7 +111,6 @@ impl LiveGroup<'_> {
             self.finish_update(false);
             return true;
         }
-        self.pay();
         if plain_sgd && self.tensors.len() == 1 {
             if let Some(log) = self.rows.take() {
                 self.update_rows(config, log);
@@ -164,26 +145,19 @@ impl LiveGroup<'_> {
     }
 
     /// Plain SGD on a linear group whose weight gradient is all in the deferred products:
-    /// `W -= lr/n · dyᵀx`, owed (see [`LiveGroup::owed`]) until the weight is next read,
-    /// `b` as usual. Materialising the gradient first, then reading it back and clearing
-    /// it, made three passes over a weight-sized accumulator per update (most of a
-    /// 64-expert MoE's update time); adding the products to the weight at once still made
-    /// one more pass over it than paying them in the next product's. False (nothing done)
-    /// when the group is not such a group.
+    /// `W -= lr/n · dyᵀx` as one GEMM into the weight, `b` as usual. Materialising the
+    /// gradient first, then reading it back and clearing it, made three passes over a
+    /// weight-sized accumulator per update (most of a 64-expert MoE's update time). False
+    /// (nothing done) when the group is not such a group.
     fn update_from_deferred(&mut self, config: &OptimConfig) -> bool {
         let [w, b] = self.tensors.as_mut_slice() else { return false };
-        let (d, owed) = (&mut self.deferred, &mut self.owed);
+        let d = &mut self.deferred;
         if d.x.is_empty() || w.value.len() != d.inp * d.out {
             return false;
         }
-        if (owed.inp, owed.out) != (d.inp, d.out) || owed.rows() + d.rows() > OWED_ROWS {
-            owed.pay_into(w.value);
-            (owed.inp, owed.out) = (d.inp, d.out);
-        }
         let scale = 1.0 / self.pending as f32;
-        let step = -config.lr * scale;
-        owed.dy.extend(d.dy.iter().map(|v| v * step));
-        owed.x.extend_from_slice(&d.x);
+        d.dy.iter_mut().for_each(|v| *v *= -config.lr * scale);
+        kernels::linear_weight_grad(&d.dy, &d.x, w.value, d.inp, d.out);
         d.dy.clear();
         d.x.clear();
         w.optim.step += 1;
@@ -191,13 +165,6 @@ impl LiveGroup<'_> {
         b.grad.iter_mut().for_each(|g| *g = 0.0);
         self.finish_update(true);
         true
-    }
-
-    /// Adds the owed update to the weight.
-    pub fn pay(&mut self) {
-        if let Some(w) = self.tensors.first_mut() {
-            self.owed.pay_into(w.value);
-        }
     }
 
     /// The bookkeeping of every update: nothing pending, accumulators (now zero) complete
@@ -243,10 +210,9 @@ impl LiveGroup<'_> {
 }
 
 impl Drop for LiveGroup<'_> {
-    /// The accumulators a run leaves are complete and the values updated.
+    /// The accumulators a run leaves are complete.
     fn drop(&mut self) {
         self.settle();
-        self.pay();
     }
 }
 
@@ -265,50 +231,12 @@ pub(crate) enum GroupView<'g, 'a> {
 }
 
 impl GroupView<'_, '_> {
-    /// Values of the group's `i`-th tensor (empty when there is none). A linear group's
-    /// weight may owe an update: its op pays it first ([`GroupView::pay_with`],
-    /// [`GroupView::pay`]).
+    /// Values of the group's `i`-th tensor (empty when there is none).
     pub fn value(&self, i: usize) -> &[f32] {
         match self {
             GroupView::Frozen(values) => values.get(i).copied().unwrap_or(&[]),
-            GroupView::Live(g) => {
-                debug_assert!(i != 0 || g.owed.x.is_empty(), "the weight is read before it paid its update");
-                g.tensors.get(i).map_or(&[], |t| &*t.value)
-            }
+            GroupView::Live(g) => g.tensors.get(i).map_or(&[], |t| &*t.value),
         }
-    }
-
-    /// Whether the group's weight owes an update.
-    pub fn owes(&self) -> bool {
-        matches!(self, GroupView::Live(g) if !g.owed.x.is_empty())
-    }
-
-    /// Adds what the weight owes to it.
-    pub fn pay(&mut self) {
-        if let GroupView::Live(g) = self {
-            g.pay();
-        }
-    }
-
-    /// When the weight (`[out, inp]`) owes an update, calls `pay(weight, bias, owed)`,
-    /// which adds it in the same pass as a product ([`kernels::rows_times_wt_paying`],
-    /// [`kernels::rows_times_w_paying`]), and forgets it; returns whether it did.
-    pub fn pay_with(&mut self, inp: usize, out: usize, pay: impl FnOnce(&mut [f32], &[f32], kernels::Owed)) -> bool {
-        let GroupView::Live(g) = self else { return false };
-        let g = &mut **g;
-        let owed = &mut g.owed;
-        if owed.x.is_empty() {
-            return false;
-        }
-        let [w, b, ..] = g.tensors.as_mut_slice() else { return false };
-        if (owed.inp, owed.out) != (inp, out) || w.value.len() != inp * out {
-            owed.pay_into(w.value);
-            return false;
-        }
-        pay(w.value, b.value, kernels::Owed { dy: &owed.dy, x: &owed.x });
-        owed.dy.clear();
-        owed.x.clear();
-        true
     }
 
     /// Changes whenever the group's values do (counting in this run; the op that reads it
@@ -481,7 +409,6 @@ pub(crate) fn live_groups<'a>(
                     rows,
                     deferred: deferred(),
                     accumulated: false,
-                    owed: DeferredProducts::default(),
                 };
             }
             let tensors = info
@@ -507,7 +434,6 @@ pub(crate) fn live_groups<'a>(
                 rows,
                 deferred: deferred(),
                 accumulated: pending > 0,
-                owed: DeferredProducts::default(),
             }
         })
         .collect()
@@ -539,7 +465,6 @@ mod tests {
             rows: None,
             deferred: DeferredProducts::default(),
             accumulated,
-            owed: DeferredProducts::default(),
         }
     }
 
@@ -614,53 +539,6 @@ mod tests {
         assert_ne!(fast.0, values(out * inp, 3), "the update moved the weight");
     }
 
-    /// An update from deferred products is owed, not applied: two updates with no read
-    /// between them, then a product that pays them in its pass, give the weight and the
-    /// output of applying each update at once; the bias moves at once.
-    #[test]
-    fn owed_updates_are_paid_by_the_next_product() {
-        let (inp, out, rows) = (20, 9, 3);
-        let values = |n: usize, seed: usize| -> Vec<f32> {
-            (0..n).map(|i| ((i * 37 + seed * 13) % 29) as f32 / 14.0 - 1.0).collect()
-        };
-        let (w0, b0) = (values(out * inp, 3), values(out, 4));
-        let config = OptimConfig::sgd(0.25);
-        let steps = [(values(2 * out, 5), values(2 * inp, 6)), (values(4 * out, 7), values(4 * inp, 8))];
-        // Each update applied at once: W -= lr/n dyᵀx with n = 3 pending instances.
-        let mut expected = w0.clone();
-        for (dy, x) in &steps {
-            let scaled: Vec<f32> = dy.iter().map(|v| v * -0.25 / 3.0).collect();
-            kernels::linear_weight_grad(&scaled, x, &mut expected, inp, out);
-        }
-        let x = values(rows * inp, 9);
-        let mut y_expected = vec![0.0; rows * out];
-        kernels::linear_forward_into(&x, &expected, &vec![0.0; out], &mut y_expected, inp, out);
-        let (mut w, mut b) = (w0.clone(), b0.clone());
-        let (mut dw, mut db) = (vec![0.0; out * inp], vec![0.0; out]);
-        let mut states = two_states();
-        let group = Mutex::new(linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 3, false));
-        for (dy, x) in &steps {
-            assert!(GroupView::Live(group.lock().unwrap()).linear_grads(dy, x, inp, out));
-            let mut g = group.lock().unwrap();
-            g.pending = 3;
-            assert!(g.update(&config));
-        }
-        {
-            let g = group.lock().unwrap();
-            assert_eq!(&*g.tensors[0].value, &w0[..], "the weight waits for its next read");
-            assert_ne!(&*g.tensors[1].value, &b0[..], "the bias moved");
-            assert_eq!(g.owed.rows(), 6);
-        }
-        let mut y = vec![0.0; rows * out];
-        let mut view = GroupView::Live(group.lock().unwrap());
-        assert!(view.owes());
-        assert!(view.pay_with(inp, out, |w, _, owed| kernels::rows_times_wt_paying(&x, w, owed, &mut y, inp, out)));
-        assert!(!view.owes() && !view.pay_with(inp, out, |_, _, _| unreachable!("paid")));
-        for (found, want) in view.value(0).iter().zip(&expected).chain(y.iter().zip(&y_expected)) {
-            assert!((found - want).abs() <= 1e-5 * (1.0 + want.abs()), "{found} vs {want}");
-        }
-    }
-
     /// The row-sparse SGD update equals the dense one, clipping included.
     #[test]
     fn row_sparse_sgd_equals_the_dense_update() {
@@ -681,7 +559,6 @@ mod tests {
                 rows,
                 deferred: DeferredProducts::default(),
                 accumulated: true,
-                owed: DeferredProducts::default(),
             };
             let config = OptimConfig::sgd(0.3).with_clip_norm(1.0);
             assert!(group.update(&config));

@@ -8,12 +8,6 @@
 //! to all the rows while it sits in L1; the rows stay in L1 or L2 (a few KiB each). The
 //! SIMD is `pulp`'s (the GEMM crate's own dependency): safe code, generic over the vector
 //! width, dispatched at run time to AVX-512, AVX2 + FMA or scalar code.
-//!
-//! The `_paying` forms first add an update the weight still owes (`W += dyᵀx` over a few
-//! rows, see [`Owed`]) to each block of it, then use the block while it is in L1 or L2:
-//! one pass over the weight where an update of its own and the product took two. A MoE
-//! expert's weight comes from L3 or memory at every use (64 × 2 of them, 33 MiB), so the
-//! passes, not the arithmetic, are what its products cost.
 
 use pulp::{Arch, Simd, WithSimd};
 
@@ -38,7 +32,7 @@ pub fn rows_times_wt(x: &[f32], w: &[f32], y: &mut [f32], inp: usize, out: usize
     if rows == 0 || out == 0 || inp == 0 {
         return;
     }
-    Arch::new().dispatch(DotRows { x, w: Weight::Read(w), y, inp, out });
+    Arch::new().dispatch(DotRows { x, w, y, inp, out });
 }
 
 /// `dx += dy W` for `dy: [rows, out]`, `W: [out, inp]`, `dx: [rows, inp]`, row-major.
@@ -51,145 +45,7 @@ pub fn rows_times_w(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usiz
     if rows == 0 || out == 0 || inp == 0 {
         return;
     }
-    Arch::new().dispatch(AxpyRows { dy, w: Weight::Read(w), dx, inp, out });
-}
-
-/// An update a weight owes: `W += dyᵀ x` for `dy: [rows, out]` and `x: [rows, inp]`
-/// (row-major; `dy` already scaled by the step).
-#[derive(Clone, Copy)]
-pub struct Owed<'a> {
-    pub dy: &'a [f32],
-    pub x: &'a [f32],
-}
-
-impl Owed<'_> {
-    fn fits(&self, inp: usize, out: usize) -> bool {
-        let rows = self.x.len().checked_div(inp).unwrap_or(0);
-        self.x.len() == rows * inp && self.dy.len() == rows * out
-    }
-}
-
-/// [`rows_times_wt`] after adding `owed` to `W`, block by block in the same pass.
-///
-/// # Panics
-/// When the lengths do not fit `inp` and `out`.
-pub fn rows_times_wt_paying(x: &[f32], w: &mut [f32], owed: Owed, y: &mut [f32], inp: usize, out: usize) {
-    let rows = x.len().checked_div(inp).unwrap_or(0);
-    assert!(
-        x.len() == rows * inp && w.len() == out * inp && y.len() == rows * out && owed.fits(inp, out),
-        "rows_times_wt_paying: shapes differ"
-    );
-    if out == 0 || inp == 0 {
-        return;
-    }
-    Arch::new().dispatch(DotRows { x, w: Weight::Paying(w, owed), y, inp, out });
-}
-
-/// [`rows_times_w`] after adding `owed` to `W`, strip by strip in the same pass.
-///
-/// # Panics
-/// When the lengths do not fit `inp` and `out`.
-pub fn rows_times_w_paying(dy: &[f32], w: &mut [f32], owed: Owed, dx: &mut [f32], inp: usize, out: usize) {
-    let rows = dy.len().checked_div(out).unwrap_or(0);
-    assert!(
-        dy.len() == rows * out && w.len() == out * inp && dx.len() == rows * inp && owed.fits(inp, out),
-        "rows_times_w_paying: shapes differ"
-    );
-    if out == 0 || inp == 0 {
-        return;
-    }
-    Arch::new().dispatch(AxpyRows { dy, w: Weight::Paying(w, owed), dx, inp, out });
-}
-
-/// The weight a kernel reads: as it is, or after adding what it owes.
-enum Weight<'a> {
-    Read(&'a [f32]),
-    Paying(&'a mut [f32], Owed<'a>),
-}
-
-impl Weight<'_> {
-    fn values(&self) -> &[f32] {
-        match self {
-            Weight::Read(w) => w,
-            Weight::Paying(w, _) => w,
-        }
-    }
-}
-
-/// The owed rows of `x` as SIMD vectors (their columns past the last whole vector are
-/// read from `Owed::x` itself).
-fn owed_vectors<'o, S: Simd>(owed: &Owed<'o>, inp: usize) -> Vec<&'o [S::f32s]> {
-    owed.x.chunks_exact(inp).map(|row| S::as_simd_f32s(row).0).collect()
-}
-
-/// Adds `owed` to weight rows `o..o + B`: a tile of the `B` rows × [`STRIP`] vectors of
-/// columns at a time in registers, over all the owed rows (4 loads and 4 broadcasts for
-/// 16 FMAs, as in [`axpys`]).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn pay_rows<S: Simd, const B: usize>(
-    simd: S,
-    w: &mut [f32],
-    owed: &Owed,
-    owed_x: &[&[S::f32s]],
-    o: usize,
-    inp: usize,
-    out: usize,
-) {
-    let mut rest = &mut w[o * inp..(o + B) * inp];
-    let mut block: [(&mut [S::f32s], &mut [f32]); B] = std::array::from_fn(|_| {
-        let (row, others) = std::mem::take(&mut rest).split_at_mut(inp);
-        rest = others;
-        S::as_mut_simd_f32s(row)
-    });
-    let vectors = inp / S::F32_LANES;
-    let mut c = 0;
-    while c < vectors {
-        match step(vectors - c, STRIP) {
-            STRIP => pay_tile::<S, B, STRIP>(simd, &mut block, owed, owed_x, o, c, out),
-            2 => pay_tile::<S, B, 2>(simd, &mut block, owed, owed_x, o, c, out),
-            _ => pay_tile::<S, B, 1>(simd, &mut block, owed, owed_x, o, c, out),
-        }
-        c += step(vectors - c, STRIP);
-    }
-    for (j, (_, tail)) in block.iter_mut().enumerate() {
-        let first = inp - tail.len();
-        for (k, t) in tail.iter_mut().enumerate() {
-            *t += owed
-                .dy
-                .chunks_exact(out)
-                .zip(owed.x.chunks_exact(inp))
-                .map(|(d, x)| d[o + j] * x[first + k])
-                .sum::<f32>();
-        }
-    }
-}
-
-/// Adds `owed` to vectors `c..c + V` of the `B` weight rows from row `o`.
-#[inline(always)]
-fn pay_tile<S: Simd, const B: usize, const V: usize>(
-    simd: S,
-    block: &mut [(&mut [S::f32s], &mut [f32]); B],
-    owed: &Owed,
-    owed_x: &[&[S::f32s]],
-    o: usize,
-    c: usize,
-    out: usize,
-) {
-    let mut acc: [[S::f32s; V]; B] = std::array::from_fn(|j| std::array::from_fn(|v| block[j].0[c + v]));
-    for (x, d) in owed_x.iter().zip(owed.dy.chunks_exact(out)) {
-        let xs: [S::f32s; V] = std::array::from_fn(|v| x[c + v]);
-        let ds: [f32; B] = std::array::from_fn(|j| d[o + j]);
-        for (acc_j, &dj) in acc.iter_mut().zip(&ds) {
-            let dv = simd.splat_f32s(dj);
-            for (a, &xv) in acc_j.iter_mut().zip(&xs) {
-                *a = simd.mul_add_e_f32s(dv, xv, *a);
-            }
-        }
-    }
-    for ((row, _), acc_j) in block.iter_mut().zip(&acc) {
-        row[c..c + V].copy_from_slice(acc_j);
-    }
+    Arch::new().dispatch(AxpyRows { dy, w, dx, inp, out });
 }
 
 /// The block to take with `left` rows (or vectors) to go: a whole one of `full`, else 2,
@@ -206,7 +62,7 @@ fn step(left: usize, full: usize) -> usize {
 
 struct DotRows<'a> {
     x: &'a [f32],
-    w: Weight<'a>,
+    w: &'a [f32],
     y: &'a mut [f32],
     inp: usize,
     out: usize,
@@ -217,24 +73,12 @@ impl WithSimd for DotRows<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let DotRows { x, mut w, y, inp, out } = self;
+        let DotRows { x, w, y, inp, out } = self;
         let rows = x.len() / inp;
-        let owed_x = match &w {
-            Weight::Paying(_, owed) => owed_vectors::<S>(owed, inp),
-            Weight::Read(_) => Vec::new(),
-        };
         let mut o = 0;
-        // A block of weight rows (paid first) against every input row, then the next.
+        // A block of weight rows against every input row, then the next block.
         while o < out {
             let block = if out - o >= W_BLOCK { W_BLOCK } else { 1 };
-            if let Weight::Paying(w, owed) = &mut w {
-                if block == W_BLOCK {
-                    pay_rows::<S, W_BLOCK>(simd, w, owed, &owed_x, o, inp, out);
-                } else {
-                    pay_rows::<S, 1>(simd, w, owed, &owed_x, o, inp, out);
-                }
-            }
-            let w = w.values();
             let mut r = 0;
             while r < rows {
                 let pair = step(rows - r, X_BLOCK);
@@ -289,7 +133,7 @@ fn dots<S: Simd, const WB: usize, const XB: usize>(
 
 struct AxpyRows<'a> {
     dy: &'a [f32],
-    w: Weight<'a>,
+    w: &'a [f32],
     dx: &'a mut [f32],
     inp: usize,
     out: usize,
@@ -300,26 +144,14 @@ impl WithSimd for AxpyRows<'_> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let AxpyRows { dy, mut w, dx, inp, out } = self;
+        let AxpyRows { dy, w, dx, inp, out } = self;
         let rows = dy.len() / out;
         let vectors = inp / S::F32_LANES;
-        let owed_x = match &w {
-            Weight::Paying(_, owed) => owed_vectors::<S>(owed, inp),
-            Weight::Read(_) => Vec::new(),
-        };
         // A strip of the weight's columns (all its rows: out × 4 vectors, 32 KiB for 256
-        // rows of AVX2 vectors; paid first) against every gradient row, then the next.
+        // rows of AVX2 vectors) against every gradient row, then the next strip.
         let mut c = 0;
         while c < vectors {
             let width = step(vectors - c, STRIP);
-            if let Weight::Paying(w, owed) = &mut w {
-                match width {
-                    STRIP => pay_strip::<S, STRIP>(simd, w, owed, &owed_x, c, inp, out),
-                    2 => pay_strip::<S, 2>(simd, w, owed, &owed_x, c, inp, out),
-                    _ => pay_strip::<S, 1>(simd, w, owed, &owed_x, c, inp, out),
-                }
-            }
-            let w = w.values();
             let mut r = 0;
             while r < rows {
                 let block = step(rows - r, DY_BLOCK);
@@ -338,23 +170,9 @@ impl WithSimd for AxpyRows<'_> {
             }
             c += width;
         }
-        // The columns past the last whole vector (paid first), as one partial vector per
-        // row.
+        // The columns past the last whole vector, as one partial vector per row.
         let first = vectors * S::F32_LANES;
         if first < inp {
-            if let Weight::Paying(w, owed) = &mut w {
-                for (o, w_row) in w.chunks_exact_mut(inp).enumerate() {
-                    for (i, v) in w_row.iter_mut().enumerate().skip(first) {
-                        *v += owed
-                            .dy
-                            .chunks_exact(out)
-                            .zip(owed.x.chunks_exact(inp))
-                            .map(|(d, x)| d[o] * x[i])
-                            .sum::<f32>();
-                    }
-                }
-            }
-            let w = w.values();
             for (dy_row, dx_row) in dy.chunks_exact(out).zip(dx.chunks_exact_mut(inp)) {
                 let mut acc = simd.splat_f32s(0.0);
                 for (&d, w_row) in dy_row.iter().zip(w.chunks_exact(inp)) {
@@ -364,34 +182,6 @@ impl WithSimd for AxpyRows<'_> {
                 let sum = simd.add_f32s(simd.partial_load_f32s(to), acc);
                 simd.partial_store_f32s(to, sum);
             }
-        }
-    }
-}
-
-/// Adds `owed` to the `V` vectors of columns from vector `c` of every weight row, in
-/// tiles of [`W_BLOCK`] rows.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn pay_strip<S: Simd, const V: usize>(
-    simd: S,
-    w: &mut [f32],
-    owed: &Owed,
-    owed_x: &[&[S::f32s]],
-    c: usize,
-    inp: usize,
-    out: usize,
-) {
-    let mut o = 0;
-    let mut rows = w.chunks_exact_mut(inp).map(|row| S::as_mut_simd_f32s(row));
-    while o < out {
-        if out - o >= W_BLOCK {
-            let mut block: [_; W_BLOCK] = std::array::from_fn(|_| rows.next().unwrap_or_default());
-            pay_tile::<S, W_BLOCK, V>(simd, &mut block, owed, owed_x, o, c, out);
-            o += W_BLOCK;
-        } else {
-            let mut block = [rows.next().unwrap_or_default()];
-            pay_tile::<S, 1, V>(simd, &mut block, owed, owed_x, o, c, out);
-            o += 1;
         }
     }
 }
@@ -470,53 +260,6 @@ mod tests {
                     );
                 }
             }
-        }
-    }
-
-    /// The paying forms leave `W + dyᵀx` in the weight and compute the products with it,
-    /// for every kind of remainder of weight rows, columns and owed rows (none included).
-    #[test]
-    fn the_paying_products_use_the_paid_weight() {
-        for (rows, inp, out, owed_rows) in [
-            (1, 1, 1, 1),
-            (2, 7, 3, 2),
-            (3, 8, 4, 0),
-            (5, 17, 9, 3),
-            (4, 16, 8, 5),
-            (7, 33, 13, 1),
-            (9, 256, 256, 8),
-            (0, 40, 6, 2),
-        ] {
-            let (x, w) = (values(rows * inp, 1), values(out * inp, 2));
-            let dy = values(rows * out, 3);
-            let (owed_dy, owed_x) = (values(owed_rows * out, 6), values(owed_rows * inp, 7));
-            let owed = Owed { dy: &owed_dy, x: &owed_x };
-            let mut paid = w.clone();
-            for (o, row) in paid.chunks_exact_mut(inp).enumerate() {
-                for (i, v) in row.iter_mut().enumerate() {
-                    *v += (0..owed_rows).map(|r| owed_dy[r * out + o] * owed_x[r * inp + i]).sum::<f32>();
-                }
-            }
-            let (mut y_want, mut dx_want) = (values(rows * out, 4), values(rows * inp, 5));
-            let (mut y, mut dx) = (y_want.clone(), dx_want.clone());
-            rows_times_wt(&x, &paid, &mut y_want, inp, out);
-            rows_times_w(&dy, &paid, &mut dx_want, inp, out);
-            let mut w_fwd = w.clone();
-            rows_times_wt_paying(&x, &mut w_fwd, owed, &mut y, inp, out);
-            let mut w_bwd = w.clone();
-            rows_times_w_paying(&dy, &mut w_bwd, owed, &mut dx, inp, out);
-            let close = |a: &[f32], b: &[f32], what: &str| {
-                for (k, (p, q)) in a.iter().zip(b).enumerate() {
-                    assert!(
-                        (p - q).abs() <= 1e-5 * (1.0 + q.abs()) * (inp + out) as f32,
-                        "{what} {rows}×{inp}→{out} [{k}]: {p} vs {q}"
-                    );
-                }
-            };
-            close(&w_fwd, &paid, "weight paid by the forward");
-            close(&w_bwd, &paid, "weight paid by the input gradient");
-            close(&y, &y_want, "y");
-            close(&dx, &dx_want, "dx");
         }
     }
 

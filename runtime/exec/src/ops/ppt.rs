@@ -190,27 +190,17 @@ impl NodeOp for LinearOp {
         let x = stack(msgs.iter().map(|m| m.payload.values()));
         let total: usize = rows.iter().sum();
         let (y, stride) = {
-            let mut view = cx.params().group(self.group);
-            let (version, inp, out) = (view.version(), self.inp, self.out);
+            let view = cx.params().group(self.group);
+            let (w, b, version) = (view.value(0), view.value(1), view.version());
             self.weight_t.serve(version, total);
             if total < 2 || !self.weight_t.takes(version, total) {
-                // On W itself: one row through the GEMM crate's fast one-row path (the
-                // inference's, bit for bit), several by a kernel that reads W once and
-                // adds an update W still owes in the same pass.
-                let mut y = vec![0.0; total * out];
-                let paid = total >= 2
-                    && view.pay_with(inp, out, |w, b, owed| {
-                        kernels::fill_with_bias(&mut y, b, out);
-                        kernels::rows_times_wt_paying(&x, w, owed, &mut y, inp, out);
-                    });
-                if !paid {
-                    view.pay();
-                    kernels::linear_forward_rows_into(&x, view.value(0), view.value(1), &mut y, inp, out);
-                }
-                (y, out)
+                // On W itself: one row through the GEMM crate's fast one-row path, several
+                // by a kernel that reads W once.
+                let mut y = vec![0.0; total * self.out];
+                kernels::linear_forward_rows_into(&x, w, b, &mut y, self.inp, self.out);
+                (y, self.out)
             } else {
-                view.pay();
-                let (w, b) = (view.value(0), view.value(1));
+                let (out, inp) = (self.out, self.inp);
                 let (wt, ld) = self.weight_t.at(version, |values| kernels::transpose(w, out, inp, values));
                 let mut y = vec![0.0; total * ld];
                 kernels::linear_forward_t_into(&x, wt, b, &mut y, inp, ld);
@@ -226,8 +216,9 @@ impl NodeOp for LinearOp {
         Ok(())
     }
 
-    /// One GEMM for the input gradients of all the messages, under one lock of the group,
-    /// which adds the weight gradient later, over many batches (`GroupView::linear_grads`).
+    /// One GEMM for the input gradients of all the messages (none when no parameter is
+    /// behind the input: zeros go back), under one lock of the group, which adds the
+    /// weight gradient later, over many batches (`GroupView::linear_grads`).
     fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
         let xs = grads.iter().map(|g| self.cache.take(&cx.key(&g.state))).collect::<Result<Vec<Payload>, _>>()?;
         let rows = self.rows_of(xs.iter().map(|x| x.values().len()));
@@ -241,31 +232,24 @@ impl NodeOp for LinearOp {
         let total: usize = rows.iter().sum();
         let (dx, stride) = {
             let mut view = cx.params().group(self.group);
-            let (version, out, inp) = (view.version(), self.out, self.inp);
-            self.weight_p.serve(version, total);
-            let padded = kernels::padded(inp) != inp && self.weight_p.takes(version, total);
-            // An update W still owes is added in the pass of `rows_times_w` whatever the
-            // rows: a pass of its own would cost more than the product.
-            let skinny = !padded && (view.owes() || total >= SKINNY_DX_FROM_ROWS && !self.weight_p.pays());
+            let (w, version, out, inp) = (view.value(0), view.version(), self.out, self.inp);
             let (dx, ld) = if !self.input_grad {
                 (vec![0.0; total * inp], inp)
-            } else if skinny {
-                let mut dx = vec![0.0; total * inp];
-                if !view.pay_with(inp, out, |w, _, owed| kernels::rows_times_w_paying(&dy, w, owed, &mut dx, inp, out))
-                {
-                    kernels::rows_times_w(&dy, view.value(0), &mut dx, inp, out);
-                }
-                (dx, inp)
             } else {
-                view.pay();
-                let w = view.value(0);
+                self.weight_p.serve(version, total);
+                let padded = kernels::padded(inp) != inp && self.weight_p.takes(version, total);
+                let skinny = !padded && total >= SKINNY_DX_FROM_ROWS && !self.weight_p.pays();
                 let (w, ld) = if padded {
                     self.weight_p.at(version, |values| kernels::pad_rows(w, out, inp, values))
                 } else {
                     (w, inp)
                 };
                 let mut dx = vec![0.0; total * ld];
-                kernels::linear_input_grad_into(&dy, w, &mut dx, ld, out);
+                if skinny {
+                    kernels::rows_times_w(&dy, w, &mut dx, inp, out);
+                } else {
+                    kernels::linear_input_grad_into(&dy, w, &mut dx, ld, out);
+                }
                 (dx, ld)
             };
             view.linear_grads(&dy, &x, self.inp, self.out);
