@@ -75,6 +75,7 @@ impl WithSimd for DotRows<'_> {
     fn with_simd<S: Simd>(self, simd: S) {
         let DotRows { x, w, y, inp, out } = self;
         let rows = x.len() / inp;
+        let wide = Wide::of::<S>();
         let mut o = 0;
         // A block of weight rows against every input row, then the next block.
         while o < out {
@@ -83,12 +84,12 @@ impl WithSimd for DotRows<'_> {
             while r < rows {
                 let pair = step(rows - r, X_BLOCK);
                 match (block, pair) {
-                    (W_BLOCK, X_BLOCK) => dots::<S, W_BLOCK, X_BLOCK>(simd, w, x, y, inp, out, o, r),
-                    (W_BLOCK, 2) => dots::<S, W_BLOCK, 2>(simd, w, x, y, inp, out, o, r),
-                    (W_BLOCK, _) => dots::<S, W_BLOCK, 1>(simd, w, x, y, inp, out, o, r),
-                    (_, X_BLOCK) => dots::<S, 1, X_BLOCK>(simd, w, x, y, inp, out, o, r),
-                    (_, 2) => dots::<S, 1, 2>(simd, w, x, y, inp, out, o, r),
-                    _ => dots::<S, 1, 1>(simd, w, x, y, inp, out, o, r),
+                    (W_BLOCK, X_BLOCK) => dots::<S, W_BLOCK, X_BLOCK>(simd, wide, w, x, y, inp, out, o, r),
+                    (W_BLOCK, 2) => dots::<S, W_BLOCK, 2>(simd, wide, w, x, y, inp, out, o, r),
+                    (W_BLOCK, _) => dots::<S, W_BLOCK, 1>(simd, wide, w, x, y, inp, out, o, r),
+                    (_, X_BLOCK) => dots::<S, 1, X_BLOCK>(simd, wide, w, x, y, inp, out, o, r),
+                    (_, 2) => dots::<S, 1, 2>(simd, wide, w, x, y, inp, out, o, r),
+                    _ => dots::<S, 1, 1>(simd, wide, w, x, y, inp, out, o, r),
                 }
                 r += pair;
             }
@@ -102,6 +103,7 @@ impl WithSimd for DotRows<'_> {
 #[allow(clippy::too_many_arguments)]
 fn dots<S: Simd, const WB: usize, const XB: usize>(
     simd: S,
+    wide: Wide,
     w: &[f32],
     x: &[f32],
     y: &mut [f32],
@@ -123,11 +125,73 @@ fn dots<S: Simd, const WB: usize, const XB: usize>(
             }
         }
     }
-    for (j, (acc_j, (_, w_tail))) in acc.iter().zip(&w_rows).enumerate() {
-        for (k, (a, (_, x_tail))) in acc_j.iter().zip(&x_rows).enumerate() {
+    let sums = wide.sums::<S, WB, XB>(&acc);
+    for (j, (_, w_tail)) in w_rows.iter().enumerate() {
+        for (k, (_, x_tail)) in x_rows.iter().enumerate() {
             let tail: f32 = w_tail.iter().zip(*x_tail).map(|(a, b)| a * b).sum();
-            y[(r + k) * out + o + j] += simd.reduce_sum_f32s(*a) + tail;
+            let sum = match &sums {
+                Some(sums) => sums[k * WB + j],
+                None => simd.reduce_sum_f32s(acc[j][k]),
+            };
+            y[(r + k) * out + o + j] += sum + tail;
         }
+    }
+}
+
+/// The AVX-512 token when the kernel runs on its 16-lane vectors: a 4 × 4 block of
+/// [`dots`] then adds up its 16 accumulators in one shuffle tree (30 shuffles and 15 adds
+/// leave the 16 sums in one vector) instead of 16 horizontal sums (about 64 of each).
+#[derive(Clone, Copy)]
+struct Wide(#[cfg(target_arch = "x86_64")] Option<pulp::x86::V4>);
+
+impl Wide {
+    #[inline(always)]
+    fn of<S: Simd>() -> Wide {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Wide(if S::F32_LANES == 16 { pulp::x86::V4::try_new() } else { None })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Wide()
+        }
+    }
+
+    /// The sums of a block's accumulators, `sums[k * WB + j]` for `acc[j][k]`, when the
+    /// block is 4 × 4 on AVX-512; `None` otherwise (each is summed on its own).
+    #[inline(always)]
+    fn sums<S: Simd, const WB: usize, const XB: usize>(self, acc: &[[S::f32s; XB]; WB]) -> Option<[f32; 16]> {
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(v4), 4, 4) = (self.0, WB, XB) {
+            use core::arch::x86_64::__m512;
+            use pulp::bytemuck::try_cast;
+            let f = v4.avx512f;
+            let mut a = [f._mm512_setzero_ps(); 16];
+            for (n, slot) in a.iter_mut().enumerate() {
+                *slot = try_cast::<S::f32s, __m512>(acc[n / XB][n % XB]).ok()?;
+            }
+            // Accumulator n = 4j + k. Each level adds pairs of halves: 256-bit halves
+            // (two accumulators a vector), 128-bit quarters (four), then pairs and single
+            // lanes within each quarter, which ends with quarter k holding the sums of
+            // acc[0..4][k].
+            let l1: [__m512; 8] = std::array::from_fn(|m| {
+                let (p, q) = (a[2 * m], a[2 * m + 1]);
+                f._mm512_add_ps(f._mm512_shuffle_f32x4::<0x44>(p, q), f._mm512_shuffle_f32x4::<0xEE>(p, q))
+            });
+            let l2: [__m512; 4] = std::array::from_fn(|m| {
+                let (p, q) = (l1[2 * m], l1[2 * m + 1]);
+                f._mm512_add_ps(f._mm512_shuffle_f32x4::<0x88>(p, q), f._mm512_shuffle_f32x4::<0xDD>(p, q))
+            });
+            let l3: [__m512; 2] = std::array::from_fn(|m| {
+                let (p, q) = (l2[2 * m], l2[2 * m + 1]);
+                f._mm512_add_ps(f._mm512_shuffle_ps::<0x44>(p, q), f._mm512_shuffle_ps::<0xEE>(p, q))
+            });
+            let (p, q) = (l3[0], l3[1]);
+            let l4 = f._mm512_add_ps(f._mm512_shuffle_ps::<0x88>(p, q), f._mm512_shuffle_ps::<0xDD>(p, q));
+            return try_cast::<__m512, [f32; 16]>(l4).ok();
+        }
+        let _ = acc;
+        None
     }
 }
 
