@@ -583,6 +583,34 @@ impl Graph {
         self.params.iter().find(|p| p.name == name)
     }
 
+    /// Per node index (holes `false`), whether the node's output depends on a parameter
+    /// through inputs that carry gradients back: a Ppt's does, and so does that of any
+    /// node reading such an output through a differentiable port (every port but the
+    /// routing input of a `state_from_payload`, whose backward sends zeros there). A
+    /// gradient sent back to an output that does not depend on one (a data read's, or
+    /// what only data and routing decisions feed) reaches no parameter, whatever its
+    /// values: the executor skips computing it, the planner's cost model its work.
+    pub fn parameter_dependent(&self) -> Vec<bool> {
+        use petgraph::visit::EdgeRef;
+        use petgraph::visit::NodeIndexable;
+        let mut dependent = vec![false; self.nodes.node_bound()];
+        let mut work: Vec<NodeIndex> =
+            self.nodes.node_indices().filter(|&i| self.nodes.node_weight(i).is_some_and(|n| n.op.is_ppt())).collect();
+        work.iter().for_each(|i| dependent[i.index()] = true);
+        while let Some(index) = work.pop() {
+            for edge in self.nodes.edges_directed(index, petgraph::Direction::Outgoing) {
+                let target = edge.target();
+                let Some(node) = self.nodes.node_weight(target) else { continue };
+                let routing_only = matches!(node.op, Op::StateFromPayload { .. }) && edge.weight().to_port == 0;
+                if !routing_only && !dependent[target.index()] {
+                    dependent[target.index()] = true;
+                    work.push(target);
+                }
+            }
+        }
+        dependent
+    }
+
     /// The edge feeding input port `port` of `node`, with its source node.
     pub fn input_edge(&self, node: NodeIndex, port: u16) -> Option<(NodeIndex, Edge)> {
         use petgraph::visit::EdgeRef;

@@ -37,15 +37,22 @@ fn run() -> Result<(), String> {
     // Per kind: (modelled work, measured work, modelled messages, measured events), µs or
     // counts per instance.
     let mut kinds: BTreeMap<String, [f64; 4]> = BTreeMap::new();
+    // Measured events that took a worker step of their own (a chain member's are its
+    // root's).
+    let mut steps = 0.0;
     for (m, p) in modelled.nodes.iter().zip(&measured.nodes) {
         let (Some(m), Some(p)) = (m, p) else { continue };
+        if !m.chained {
+            steps += p.forward_messages + p.backward_messages;
+        }
         let fused = m.unit != m.id || m.routing_us > 0.0;
         let kind = m.name.split(' ').next().unwrap_or("").to_string();
         let kind = if fused { format!("{kind} (fused)") } else { kind };
         let work = |c: &amp_plan::NodeCost, routing: f64| {
             c.forward_messages * (c.forward_us - routing) + c.backward_messages * (c.backward_us - routing)
         };
-        let routing = if fused { 0.0 } else { a.message_us };
+        // A fused unit's members and a chain member pay no per-message cost of their own.
+        let routing = if fused || m.chained { 0.0 } else { a.message_us };
         if m.update_us > 0.0 || p.update_us > 0.0 {
             let entry = kinds.entry(format!("{kind} updates")).or_default();
             entry[0] += m.update_us;
@@ -58,7 +65,7 @@ fn run() -> Result<(), String> {
         entry[3] += p.forward_messages + p.backward_messages;
     }
     let wall_us = profile.wall_s * 1e6 / profile.instances.max(1) as f64;
-    let (mut model_total, mut measured_total, mut events) = (0.0, 0.0, 0.0);
+    let (mut model_total, mut measured_total) = (0.0, 0.0);
     println!(
         "{}: {} instances, {wall_us:.1} µs per instance on {} worker(s)",
         graph.name, profile.instances, profile.workers
@@ -72,10 +79,9 @@ fn run() -> Result<(), String> {
         println!("{kind:<24} {m:>12.2} {p:>12.2} {ratio:>8.2} {mm:>10.1} {pe:>10.1}");
         model_total += m;
         measured_total += p;
-        events += pe;
     }
     let left = wall_us * profile.workers as f64 - measured_total;
     println!("{:<24} {model_total:>12.2} {measured_total:>12.2}", "all ops");
-    println!("left over for routing: {left:.1} µs per instance, {:.3} µs per event", left / events.max(1.0));
+    println!("left over for routing: {left:.1} µs per instance, {:.3} µs per worker step", left / steps.max(1.0));
     Ok(())
 }

@@ -11,7 +11,8 @@
 //!
 //! with messages per instance from `flow.rs` and the work of one computation from the
 //! payload shapes: `linear` 2·in·out FLOPs per row forward and twice that backward (dx and
-//! dW), at `flops_per_us`; every other op touches elements at `elements_per_us`:
+//! dW; dW alone when no parameter is behind its input, whose gradient the executor then
+//! skips: `Graph::parameter_dependent`), at `flops_per_us`; every other op touches elements at `elements_per_us`:
 //! `embedding` d, elementwise ops n per op (transcendental ones 4n, softmax 6n; 2n
 //! backward), `concat`/`split` n, collection ops rows·d; control ops (`cond`, `switch`,
 //! `phi`, `isu`, `flatmap`...) cost nothing but the fixed per-message cost. An edge cut
@@ -29,6 +30,11 @@
 //! instance reached it (an expert of a mixture: with probability `1 - (1 - r)^update_every`
 //! for `r < 1` messages per instance), and reads and writes each element once, four times
 //! the rate of an Adam update.
+//!
+//! A routing node that joins its producer's chain (`topology.rs`) handles its messages in
+//! its producer's worker step when the two share a worker: it pays no `message_us` of its
+//! own, and the edge from its producer costs, when cut, its messages' `message_us` besides
+//! the crossing (half to each side, as every cut cost is split).
 //!
 //! A profile (`amprun train --profile`) replaces the counted messages and the modelled
 //! op time with measured ones; the fixed per-message cost stays (the trace times the op,
@@ -88,7 +94,7 @@ impl Default for Assumptions {
             tree_nodes: 31.0,
             update_every: 1.0,
             plain_sgd: false,
-            message_us: 0.35,
+            message_us: 0.4,
             flops_per_us: 50_000.0,
             elements_per_us: 2_000.0,
             fused_elements_per_us: 1_000.0,
@@ -136,6 +142,9 @@ pub struct NodeCost {
     /// The representative of the node's unit: its own id, or a fused group's first node
     /// (the executor runs the group as one node).
     pub unit: u32,
+    /// Joins its producer's routing chain when the two share a worker (`topology.rs`): its
+    /// messages are then its producer's worker steps.
+    pub chained: bool,
     /// Forward messages handled per instance.
     pub forward_messages: f64,
     /// Backward messages handled per instance (training).
@@ -204,6 +213,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
     };
     let topo = Topology::new(graph);
     let flow = flow::solve(graph, &topo, assumptions);
+    let dependent = graph.parameter_dependent();
     let units = Units::new(&topo, &flow);
     let a = assumptions;
     let mut nodes: Vec<Option<NodeCost>> = vec![None; topo.bound];
@@ -217,8 +227,9 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
     for i in topo.nodes() {
         let Some(node) = graph.nodes.node_weight(NodeIndex::new(i)) else { continue };
         let out_rows = flow.rows[i].first().copied().unwrap_or(1.0);
+        let input_grad = topo.producers[i].iter().flatten().any(|&k| dependent[topo.links[k].from]);
         let (forward_work, backward_work) =
-            work(graph, &node.op, (&node.inputs, flow.in_rows[i]), (&node.outputs, out_rows));
+            work(graph, &node.op, (&node.inputs, flow.in_rows[i]), (&node.outputs, out_rows), input_grad);
         let fused = units.fused(i);
         let rate = match node.op {
             Op::Linear { .. } => a.flops_per_us,
@@ -226,8 +237,9 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             _ => a.elements_per_us,
         };
         let fires = flow.fires[i];
-        // Inside a fused unit, a message is a value the kernel passes on in registers.
-        let message_us = if fused { 0.0 } else { a.message_us };
+        // Inside a fused unit, a message is a value the kernel passes on in registers; a
+        // chain member's messages are its producer's step (or, cut, the edge's cost).
+        let message_us = if fused || topo.chained[i] { 0.0 } else { a.message_us };
         let per_message = |messages: f64, work: f64| {
             let compute = if messages > 0.0 { fires * work / rate / messages } else { 0.0 };
             message_us + compute
@@ -241,6 +253,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             },
             ppt: node.op.is_ppt(),
             unit: topo.unit_of[i] as u32,
+            chained: topo.chained[i],
             forward_messages: flow.forward[i],
             backward_messages: flow.backward[i],
             forward_work,
@@ -385,7 +398,13 @@ fn edge_costs(
                 _ => 0.0,
             };
             let bytes = payload + state_bytes;
-            let cut_us = 2.0 * messages * (a.hop_us + bytes / a.bytes_per_us);
+            let mut cut_us = 2.0 * messages * (a.hop_us + bytes / a.bytes_per_us);
+            // A chain member cut from its producer handles its messages in steps of its own.
+            if topo.chained[l.to] {
+                if let Some(target) = nodes.get(l.to).and_then(Option::as_ref) {
+                    cut_us += a.message_us * (target.forward_messages + target.backward_messages) / 2.0;
+                }
+            }
             EdgeCost {
                 from: l.from as u32,
                 to: l.to as u32,
@@ -399,12 +418,14 @@ fn edge_costs(
 
 /// The work of one forward and one backward computation of `op` on these payloads, each
 /// side with the expected rows of its (first) batch: FLOPs for `linear`, elements touched
-/// for every other op.
+/// for every other op. `input_grad`: whether a parameter is behind the input (a `linear`
+/// computes its input gradient only then).
 pub(crate) fn work(
     graph: &Graph,
     op: &Op,
     (inputs, in_rows): (&[PayloadTy], f64),
     (outputs, out_rows): (&[PayloadTy], f64),
+    input_grad: bool,
 ) -> (f64, f64) {
     let count = |ty: Option<&PayloadTy>, rows: f64| -> f64 {
         match ty {
@@ -426,7 +447,7 @@ pub(crate) fn work(
             };
             let rows = if matches!(inputs.first(), Some(PayloadTy::Batch(_))) { rows } else { 1.0 };
             let forward = 2.0 * inp * out * rows;
-            (forward, 2.0 * forward)
+            (forward, if input_grad { 2.0 * forward } else { forward })
         }
         Op::Embedding { .. } => (output, output),
         Op::Unary(f) => {

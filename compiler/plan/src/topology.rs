@@ -8,6 +8,12 @@
 //! `fuse.rs`). The planner therefore places a group and its splits as one unit: splitting
 //! it would predict a placement the executor does not follow. A unit's representative is
 //! its lowest-index group node; every other node is a unit of its own.
+//!
+//! **Routing chains.** The executor also runs connected `phi`, `cond`, `switch` and `isu`
+//! nodes as one node when they share a worker (`amp_exec`'s `chain.rs`): a message goes
+//! through the whole chain in one worker step. These are not units (the executor forms a
+//! chain only where the placement keeps its nodes together); the cost model charges a
+//! member's messages only when it sits on another worker than its producer.
 
 use amp_ir::{Graph, Op};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
@@ -41,6 +47,9 @@ pub(crate) struct Topology {
     pub cyclic: Vec<bool>,
     /// The representative of every node's unit (itself unless it belongs to a fused group).
     pub unit_of: Vec<usize>,
+    /// Whether the node joins its producer's routing chain when the two share a worker
+    /// (see [`chain_members`]).
+    pub chained: Vec<bool>,
 }
 
 impl Topology {
@@ -99,9 +108,20 @@ impl Topology {
                 cyclic[scc_of[link.from]] = true;
             }
         }
-        let mut topo =
-            Topology { bound, present, links, producers, consumers, sccs, scc_of, cyclic, unit_of: Vec::new() };
+        let mut topo = Topology {
+            bound,
+            present,
+            links,
+            producers,
+            consumers,
+            sccs,
+            scc_of,
+            cyclic,
+            unit_of: Vec::new(),
+            chained: Vec::new(),
+        };
         topo.unit_of = fused_units(graph, &topo);
+        topo.chained = chain_members(graph, &topo);
         topo
     }
 
@@ -152,4 +172,59 @@ fn fused_units(graph: &Graph, topo: &Topology) -> Vec<usize> {
         }
     }
     unit_of
+}
+
+/// Whether each node joins its producer's routing chain when the two share a worker, by
+/// the executor's rules (`amp_exec`'s `chain.rs`): a chain grows from a root (a routing
+/// node that joins no producer) along edges that are the only consumer of their port, to
+/// routing nodes with one input whose fanned-out ports (if any) sum their gradients under
+/// the root's key; a node summing under another key starts a chain of its own. Routing
+/// nodes on a cycle with no root stay alone.
+fn chain_members(graph: &Graph, topo: &Topology) -> Vec<bool> {
+    let node = |v: usize| graph.nodes.node_weight(petgraph::stable_graph::NodeIndex::new(v));
+    let routing = |v: usize| {
+        node(v).is_some_and(|n| matches!(n.op, Op::Phi { .. } | Op::Cond { .. } | Op::Switch { .. } | Op::Isu { .. }))
+    };
+    // The link from the producer this node would join, when it may.
+    let joins = |v: usize| -> Option<usize> {
+        let [Some(k)] = topo.producers[v].as_slice() else { return None };
+        let link = topo.links[*k];
+        let only = topo.consumers[link.from].get(link.from_port).is_some_and(|c| c.len() == 1);
+        (routing(v) && routing(link.from) && link.from != v && only).then_some(*k)
+    };
+    let fan_in_key = |v: usize| {
+        let mut key: Vec<u16> = node(v).map_or_else(Vec::new, |n| n.key.iter().chain(&n.writes).map(|f| f.0).collect());
+        if key.is_empty() {
+            key.push(0);
+        }
+        key.sort_unstable();
+        key.dedup();
+        key
+    };
+    let mut chained = vec![false; topo.bound];
+    let mut roots: Vec<usize> = topo.nodes().filter(|&v| routing(v) && joins(v).is_none()).collect();
+    let mut seen = vec![false; topo.bound];
+    while let Some(root) = roots.pop() {
+        let root_key = fan_in_key(root);
+        let mut members = vec![root];
+        seen[root] = true;
+        while let Some(m) = members.pop() {
+            for list in &topo.consumers[m] {
+                let [k] = list.as_slice() else { continue };
+                let c = topo.links[*k].to;
+                if seen[c] || joins(c).is_none() {
+                    continue;
+                }
+                let fanned = topo.consumers[c].iter().any(|l| l.len() > 1);
+                seen[c] = true;
+                if fanned && fan_in_key(c) != root_key {
+                    roots.push(c);
+                } else {
+                    chained[c] = true;
+                    members.push(c);
+                }
+            }
+        }
+    }
+    chained
 }

@@ -156,7 +156,26 @@ const ROUTED: &str = r#"amp.graph @Routed {
 }
 "#;
 
-const ALL: [&str; 7] = [CHAIN, LOOP, HEAVY_AROUND_LIGHT_LOOP, ONE_HEAVY, MAP, FUSED, ROUTED];
+/// A routing chain: `isu` (its root: a linear feeds it) then `switch`, the only consumer
+/// of the `isu`'s port; the `phi` after the switch has two inputs and stands alone.
+const ROUTING_CHAIN: &str = r#"amp.graph @RoutingChain {
+  state %inst: instance, %f: counter
+  param a.weight: f32[8, 8] uniform(8)
+  param a.bias: f32[8] uniform(8)
+  param b.weight: f32[3, 8] uniform(8)
+  param b.bias: f32[3] uniform(8)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[8] "read"
+  %2 = linear @a (%1#0: f32[8]) -> f32[8] key(%inst) "a"
+  %3 = isu %f := 1 inverse 0 (%2#0: f32[8]) -> f32[8] writes(%f) "isu"
+  %4 = switch [%f] 2 (%3#0: f32[8]) -> f32[8], f32[8] "route"
+  %5 = phi 2 (%4#0: f32[8], %4#1: f32[8]) -> f32[8] key(%inst) "merge"
+  %6 = linear @b (%5#0: f32[8]) -> f32[3] key(%inst) "b"
+  %7 = loss cross_entropy [$.label] (%6#0: f32[3]) -> () key(%inst) "loss"
+}
+"#;
+
+const ALL: [&str; 8] = [CHAIN, LOOP, HEAVY_AROUND_LIGHT_LOOP, ONE_HEAVY, MAP, FUSED, ROUTED, ROUTING_CHAIN];
 
 fn node(costs: &amp_plan::Costs, id: usize) -> &amp_plan::NodeCost {
     costs.node(id).unwrap_or_else(|| panic!("no cost for %{id}"))
@@ -166,12 +185,14 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * (1.0 + a.abs().max(b.abs()))
 }
 
+/// The first layer reads data: its backward computes the weight gradient only (the
+/// executor skips an input gradient that reaches no parameter).
 #[test]
 fn linear_flops_are_two_in_out_forward_and_twice_that_backward() {
     let g = graph(CHAIN);
     let costs = estimate(&g, &Assumptions::default(), None).unwrap();
     let a = node(&costs, 2);
-    assert_eq!((a.forward_work, a.backward_work), (2.0 * 4.0 * 8.0, 4.0 * 4.0 * 8.0));
+    assert_eq!((a.forward_work, a.backward_work), (2.0 * 4.0 * 8.0, 2.0 * 4.0 * 8.0));
     assert_eq!((a.forward_messages, a.backward_messages), (1.0, 1.0));
     assert!(a.ppt);
     let b = node(&costs, 4);
@@ -183,15 +204,36 @@ fn linear_flops_are_two_in_out_forward_and_twice_that_backward() {
     let source = node(&costs, 0);
     assert_eq!(source.forward_work, 0.0);
     assert_eq!(source.forward_messages, 1.0);
-    // The load adds up: messages × µs per message, plus the updates of a Ppt.
+    // The load adds up: messages × µs per message, plus the updates of a Ppt (forward and
+    // the weight gradient: 4 FLOPs per weight).
     let x = Assumptions::default();
     let expected =
-        x.message_us * 2.0 + (8.0 * 4.0 * 6.0) / x.flops_per_us + (8.0 * 4.0 + 8.0) / x.update_elements_per_us;
+        x.message_us * 2.0 + (8.0 * 4.0 * 4.0) / x.flops_per_us + (8.0 * 4.0 + 8.0) / x.update_elements_per_us;
     assert!(close(a.load_us, expected), "{} vs {expected}", a.load_us);
     // A cut edge carries the payload and the state, both ways.
     let edge = costs.edges.iter().find(|e| e.from == 2 && e.to == 3).expect("the edge a → relu");
     assert_eq!(edge.bytes, 8.0 * 4.0 + 8.0);
     assert!(close(edge.cut_us, 2.0 * (x.hop_us + edge.bytes / x.bytes_per_us)));
+}
+
+/// A chain member handles its messages in its producer's worker step: no per-message cost
+/// of its own while the two share a worker, that cost on the edge between them when cut.
+#[test]
+fn routing_chain_members_cost_only_when_cut_from_their_producer() {
+    let g = graph(ROUTING_CHAIN);
+    let a = Assumptions::default();
+    let costs = estimate(&g, &a, None).unwrap();
+    let (isu, switch, phi) = (node(&costs, 3), node(&costs, 4), node(&costs, 5));
+    assert!(close(isu.load_us, 2.0 * a.message_us), "the root pays its messages: {}", isu.load_us);
+    assert_eq!(switch.load_us, 0.0, "the member pays none of its own");
+    assert!(close(phi.load_us, 2.0 * a.message_us), "two inputs: a node of its own ({})", phi.load_us);
+    let edge = |from: u32, to: u32| costs.edges.iter().find(|e| e.from == from && e.to == to).unwrap().cut_us;
+    let crossing = 2.0 * (a.hop_us + (4.0 * 8.0 + 16.0) / a.bytes_per_us);
+    assert!(close(edge(2, 3), crossing), "the root's input edge is a plain one");
+    assert!(close(edge(3, 4), crossing + a.message_us), "cut, the member's 2 messages cost a step each");
+    let chosen = plan(&g, &costs, 2).unwrap();
+    let worker = |id: u32| chosen.nodes.iter().find(|n| n.id == id).unwrap().worker;
+    assert_eq!(worker(3), worker(4), "the plan keeps the chain on one worker");
 }
 
 #[test]

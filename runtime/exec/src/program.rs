@@ -47,7 +47,7 @@ pub(crate) struct NodeInfo {
     /// Per input port, the `(node, output port)` feeding it.
     pub producers: Vec<(u32, u16)>,
     /// Per input port, whether a gradient sent back through it can reach a parameter (see
-    /// [`parameter_dependent`]); a port past the end may. A Linear op skips the input
+    /// `Graph::parameter_dependent`); a port past the end may. A Linear op skips the input
     /// gradient's product where none can (a data input's) and sends zeros.
     pub grad_inputs: Vec<bool>,
     /// The parameter group of a Ppt.
@@ -58,35 +58,6 @@ pub(crate) struct NodeInfo {
     pub replicas: Vec<u32>,
     /// A replica: the node it copies.
     pub replica_of: Option<u32>,
-}
-
-/// Per node of `graph`, whether its output depends on a parameter through inputs that
-/// carry gradients back: a Ppt's does, and so does that of any node reading such an output
-/// through a differentiable port (every port but the routing input of a
-/// `state_from_payload`, whose backward sends zeros there). A gradient sent to an output
-/// that does not depend on one (a data read's, or what only data and routing decisions
-/// feed) reaches no parameter, whatever its values.
-pub(crate) fn parameter_dependent(graph: &Graph) -> Vec<bool> {
-    let mut dependent = vec![false; graph.nodes.node_bound()];
-    let mut work = Vec::new();
-    for index in graph.nodes.node_indices() {
-        if graph.nodes.node_weight(index).is_some_and(|n| matches!(n.op, Op::Linear { .. } | Op::Embedding { .. })) {
-            dependent[index.index()] = true;
-            work.push(index);
-        }
-    }
-    while let Some(index) = work.pop() {
-        for edge in graph.nodes.edges_directed(index, petgraph::Direction::Outgoing) {
-            let target = edge.target();
-            let Some(node) = graph.nodes.node_weight(target) else { continue };
-            let routing_only = matches!(node.op, Op::StateFromPayload { .. }) && edge.weight().to_port == 0;
-            if !routing_only && !dependent[target.index()] {
-                dependent[target.index()] = true;
-                work.push(target);
-            }
-        }
-    }
-    dependent
 }
 
 /// The tensors a Ppt prefix names (`cell` → `cell.weight`, `cell.bias`), who updates them
@@ -130,7 +101,7 @@ impl Program {
         let bound = graph.nodes.node_bound();
         let mut nodes: Vec<Option<NodeInfo>> = vec![None; bound];
         let mut source = None;
-        let dependent = parameter_dependent(graph);
+        let dependent = graph.parameter_dependent();
         for index in graph.nodes.node_indices() {
             let Some(node) = graph.nodes.node_weight(index) else { continue };
             let i = index.index();
@@ -450,7 +421,7 @@ mod tests {
     /// The labels of the Linear nodes whose input does (or does not) depend on a
     /// parameter.
     fn linear_inputs(graph: &Graph) -> (Vec<String>, Vec<String>) {
-        let dependent = parameter_dependent(graph);
+        let dependent = graph.parameter_dependent();
         let (mut with, mut without) = (Vec::new(), Vec::new());
         for index in graph.nodes.node_indices() {
             let Some(node) = graph.nodes.node_weight(index) else { continue };

@@ -73,3 +73,20 @@ fn tree_lstm_results_travel_through_one_chain_each() {
         assert!(ex.node_name(*index).starts_with("chain merge"), "{}", ex.node_name(*index));
     }
 }
+
+/// The planner's cost model charges a chain member's messages only when it is cut from its
+/// producer (`amp_plan`'s `topology.rs` mirrors the rules of `chain.rs`): on one worker,
+/// the nodes it takes for members are exactly those the executor chains after a root.
+#[test]
+fn the_planner_knows_the_chains_the_executor_forms() {
+    for (name, graph, _) in models() {
+        let ex = executor(&graph, 1, ExecConfig::default());
+        let mut formed: Vec<u32> =
+            ex.chained_nodes().into_iter().flat_map(|(_, members)| members.into_iter().skip(1)).collect();
+        formed.sort_unstable();
+        let costs = amp_plan::estimate(&graph, &amp_plan::Assumptions::default(), None).unwrap();
+        let predicted: Vec<u32> = costs.nodes.iter().flatten().filter(|n| n.chained).map(|n| n.id).collect();
+        assert!(!formed.is_empty(), "{name}: no chain");
+        assert_eq!(predicted, formed, "{name}");
+    }
+}
