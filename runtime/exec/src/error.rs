@@ -35,6 +35,9 @@ pub enum OpError {
     Unsupported { op: &'static str },
     /// A fused kernel refused its buffers (a payload of the wrong size reached it).
     Kernel { message: String },
+    /// A member of a routing chain failed (see `crate::chain`): the run reports the
+    /// member, as it would without the chain.
+    InChain { member: u32, label: String, op: &'static str, error: Box<OpError> },
 }
 
 impl fmt::Display for OpError {
@@ -54,6 +57,7 @@ impl fmt::Display for OpError {
             OpError::DuplicateElement { index } => write!(f, "element {index} arrived twice"),
             OpError::Unsupported { op } => write!(f, "op `{op}` is not supported by the executor yet"),
             OpError::Kernel { message } => write!(f, "fused kernel: {message}"),
+            OpError::InChain { member, label, op, error } => write!(f, "{op} `{label}` (%{member}): {error}"),
         }
     }
 }

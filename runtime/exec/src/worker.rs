@@ -340,14 +340,21 @@ impl Worker<'_, '_> {
         self.setup.program.node(node).map(|n| n.label.clone()).unwrap_or_default()
     }
 
+    /// The error of `node` (of the member that failed, for a chain) on `instance`.
     fn node_error(&self, node: &NodeInfo, instance: i64, error: OpError) -> ExecError {
-        ExecError::Node {
-            worker: self.setup.id,
-            node: node.index,
-            label: node.label.clone(),
-            op: node.op.keyword(),
-            instance,
-            error,
+        let worker = self.setup.id;
+        match error {
+            OpError::InChain { member, label, op, error } => {
+                ExecError::Node { worker, node: member, label, op, instance, error: *error }
+            }
+            error => ExecError::Node {
+                worker,
+                node: node.index,
+                label: node.label.clone(),
+                op: node.op.keyword(),
+                instance,
+                error,
+            },
         }
     }
 

@@ -1,6 +1,7 @@
 //! Failures end runs with errors that name what failed, never a hang: an injected panic
 //! (node and worker), a non-finite loss (the instance; parameters stay those of the last
-//! update), bad data (an embedding index out of range), a stall (queue lengths), an
+//! update), bad data (an embedding index out of range; a predicate that divides by zero
+//! inside a chain of routing nodes names the member), a stall (queue lengths), an
 //! unverified graph, parameters that do not fit, a bad configuration.
 
 mod common;
@@ -80,6 +81,49 @@ fn bad_data_names_node_worker_and_instance() {
     }
     assert!(ex.evaluate(&data).is_err());
     assert!(ex.evaluate(&data[..3]).is_ok());
+}
+
+/// The inner `if` runs in a chain with the outer one (its only consumer); its predicate
+/// divides by `k`, so `k = 0` fails there. The error names that `cond`, as it would with
+/// no chain, so that amprun points at its source.
+#[test]
+fn an_error_inside_a_chain_names_the_member() {
+    let source = r#"
+record S { x: f32[4], k: int, label: int }
+model M() {
+    param a = Linear(4, 4);
+    param h = Linear(4, 2);
+    fn forward(s: S) -> f32[2] {
+        let y = a(s.x);
+        h(if s.k > -100 { if 10 / s.k > 1 { relu(y) } else { y } } else { -y })
+    }
+    fn loss(s: S) -> f32 { cross_entropy(forward(s), s.label) }
+}
+"#;
+    let graph = compile_source("chain.amp", source, &[]);
+    let sample = |k: i64| {
+        let x = Value::Tensor(Tensor::new(vec![4], vec![0.5, -1.0, 2.0, 0.25]).unwrap());
+        instance(&graph, Value::Record(vec![x, Value::Int(k), Value::Int(1)]))
+    };
+    let data = vec![sample(3), sample(20), sample(0), sample(-4)];
+    let is_cond = |i: petgraph::stable_graph::NodeIndex| matches!(graph.nodes[i].op, amp_ir::Op::Cond { .. });
+    let inner = graph
+        .nodes
+        .node_indices()
+        .find(|&i| is_cond(i) && graph.input_edge(i, 0).is_some_and(|(from, _)| is_cond(from)))
+        .expect("a cond fed by a cond")
+        .index() as u32;
+    for chain_routes in [true, false] {
+        let mut ex = executor(&graph, 1, ExecConfig { chain_routes, ..ExecConfig::default() });
+        assert_eq!(!ex.chained_nodes().is_empty(), chain_routes, "the two conds form a chain");
+        match ex.train_epoch(&data).unwrap_err() {
+            ExecError::Node { node, label, op, instance, error, .. } => {
+                assert_eq!((node, label.as_str(), op, instance), (inner, "if", "cond", 2));
+                assert!(matches!(error, OpError::Eval { .. }), "{error}");
+            }
+            other => panic!("expected a node error, got {other}"),
+        }
+    }
 }
 
 #[test]
