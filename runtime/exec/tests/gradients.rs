@@ -4,7 +4,9 @@
 //! uses every straight-line op the lowering emits (split, the unary functions, broadcast
 //! arithmetic, if/else, loops, embedding, softmaxes, mse), and the collection models:
 //! tree_lstm (trees of 1, 2 and 5 leaves, unbalanced), ggsnn (no edges, a self-loop,
-//! parallel edges) and moe (random routing and tied gates).
+//! parallel edges) and moe (random routing and tied gates). These hold with the input
+//! gradients that reach no parameter skipped (`Graph::parameter_dependent`, whose
+//! verdicts on the canonical models are checked here too).
 
 mod common;
 
@@ -158,4 +160,40 @@ fn moe_gradients_match_finite_differences() {
     let bias = params.index("gate.bias").unwrap();
     params.data_mut(bias).copy_from_slice(&[0.5, 0.5, 0.1, 0.1]);
     check_gradients_at(&graph, params, &[moe_sample(&graph, vec![0.0; 256], 4)], 23);
+}
+
+/// The labels of the Linear nodes whose input does (or does not) depend on a parameter.
+fn linear_inputs(graph: &Graph) -> (Vec<String>, Vec<String>) {
+    let dependent = graph.parameter_dependent();
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for index in graph.nodes.node_indices() {
+        if !matches!(graph.nodes[index].op, amp_ir::Op::Linear { .. }) {
+            continue;
+        }
+        let (producer, _) = graph.input_edge(index, 0).expect("an input");
+        let label = graph.nodes[index].label.clone();
+        if dependent[producer.index()] {
+            with.push(label);
+        } else {
+            without.push(label);
+        }
+    }
+    with.sort();
+    without.sort();
+    (with, without)
+}
+
+/// The MoE's gate and its experts' first layers read the sample (routed by a decision
+/// made from the gate, which carries no gradient); the second layers and the head read
+/// what parameters computed. In Tree-LSTM every Linear reads embeddings or cells' states;
+/// the MLP's first layer reads the pixels.
+#[test]
+fn inputs_that_depend_on_parameters() {
+    let (with, without) = linear_inputs(&compile_example("moe", &[("experts", 3)]));
+    assert_eq!(with, ["expert.0.l2", "expert.1.l2", "expert.2.l2", "head"]);
+    assert_eq!(without, ["expert.0.l1", "expert.1.l1", "expert.2.l1", "gate"]);
+    let (with, without) = linear_inputs(&compile_example("tree_lstm", &[("vocab", 30), ("embed", 10), ("hidden", 8)]));
+    assert!(!with.is_empty() && without.is_empty(), "{without:?}");
+    let (_, without) = linear_inputs(&compile_example("mlp", &[("hidden", 16)]));
+    assert_eq!(without.len(), 1, "the first layer reads the pixels: {without:?}");
 }
