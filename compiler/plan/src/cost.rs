@@ -10,14 +10,14 @@
 //! ```
 //!
 //! with messages per instance from `flow.rs` and the work of one computation from the
-//! payload shapes: `linear` 2·in·out FLOPs per row forward and twice that backward (dx and
-//! dW; dW alone when no parameter is behind its input, whose gradient the executor then
-//! skips: `Graph::parameter_dependent`), at `flops_per_us`; every other op touches elements at `elements_per_us`:
-//! `embedding` d, elementwise ops n per op (transcendental ones 4n, softmax 6n; 2n
-//! backward), `concat`/`split` n, collection ops rows·d; control ops (`cond`, `switch`,
-//! `phi`, `isu`, `flatmap`...) cost nothing but the fixed per-message cost. An edge cut
-//! between workers costs each of the two workers `hop_us + bytes / bytes_per_us` per
-//! message crossing it, forward and backward.
+//! payload shapes: `linear` 2·in·out FLOPs per row forward and twice that backward (dx
+//! and dW; dW alone when no parameter is behind its input, whose gradient the executor
+//! then skips: `Graph::parameter_dependent`), at `flops_per_us`; every other op touches
+//! elements at `elements_per_us`: `embedding` d, elementwise ops n per op
+//! (transcendental ones 4n, softmax 6n; 2n backward), `concat`/`split` n, collection ops
+//! rows·d; control ops (`cond`, `switch`, `phi`, `isu`, `flatmap`...) cost nothing but
+//! the fixed per-message cost. An edge cut between workers costs each of the two workers
+//! `hop_us + bytes / bytes_per_us` per message crossing it, forward and backward.
 //!
 //! The nodes of a fused group (and the splits only it reads: a unit, see `topology.rs`)
 //! run as one node that calls one kernel: their messages to one another cost nothing, and

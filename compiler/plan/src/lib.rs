@@ -26,8 +26,8 @@
 //! leaves), parameters update after every instance with Adam or momentum (amprun passes
 //! its `--min-update-frequency` and whether it runs plain SGD); a message costs 0.4 µs at
 //! its node besides its work (a worker step: nothing for a routing node that runs in its
-//! producer's chain on the same worker), dense products run at 50 GFLOP/s (batched GEMMs), other ops
-//! touch 2,000 elements per µs and those inside a fused kernel 1,000, an optimizer update
+//! producer's chain on the same worker), dense products run at 50 GFLOP/s (batched
+//! GEMMs), other ops touch 2,000 elements per µs and those inside a fused kernel 1,000, an optimizer update
 //! 600 parameter elements per µs (plain SGD four times that), and a message crossing
 //! workers costs each side 4 µs plus 0.25 ns per byte. They were fitted to profiles of
 //! the five canonical models on this project's 2-core machine (`benches/calibrate.py`,
