@@ -84,9 +84,10 @@ impl Failure {
             ExecError::Node { error: OpError::Unsupported { op }, node, label, .. } => Failure::bad_input(format!(
                 "the executor cannot run this model yet: node %{node} `{label}` uses op `{op}`, which it does not support"
             )),
-            ExecError::Node { worker, node, label, op, instance, error } if *instance >= 0 => {
+            ExecError::Node { worker, node, label, op, source, instance, error } if *instance >= 0 => {
+                let at = if source.is_empty() { String::new() } else { format!(" at {source}") };
                 Failure::bad_input(format!(
-                    "node %{node} `{label}` ({op}) on worker {worker} failed on {}: {error}",
+                    "node %{node} `{label}` ({op}){at} on worker {worker} failed on {}: {error}",
                     locate(*instance)
                 ))
             }
@@ -123,6 +124,7 @@ mod tests {
             node: 7,
             label: "xs".into(),
             op: "flatmap",
+            source: "".into(),
             instance: -1,
             error: OpError::Unsupported { op: "flatmap" },
         };
@@ -134,12 +136,18 @@ mod tests {
             node: 3,
             label: "embed".into(),
             op: "embedding",
+            source: "list_reduce.amp:9:17".into(),
             instance: 4,
             error: OpError::OutOfRange { what: "embedding row", index: 99, len: 14 },
         };
         let failure = Failure::exec(&out_of_range, &locate);
         assert_eq!(failure.exit, Exit::BadInput);
         assert!(failure.message.contains("instance 4 (train.jsonl:5)"), "{}", failure.message);
+        assert!(
+            failure.message.contains("`embed` (embedding) at list_reduce.amp:9:17 on worker 1"),
+            "{}",
+            failure.message
+        );
         let nan = ExecError::NonFiniteLoss { instance: 2, loss: f32::NAN, node: 9 };
         assert_eq!(Failure::exec(&nan, &locate).exit, Exit::NonFiniteLoss);
         let panic = ExecError::WorkerPanic { worker: 1, node: 3, label: "cell".into(), message: "boom".into() };

@@ -164,6 +164,7 @@ mod tests {
             consumers: consumers.iter().map(|c| c.to_vec()).collect(),
             producers: producers.to_vec(),
             grad_inputs: Vec::new(),
+            source: String::new(),
             group: None,
             worker: 0,
             replicas: Vec::new(),

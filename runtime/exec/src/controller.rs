@@ -43,14 +43,7 @@ pub(crate) fn run(
     let gauges: Vec<WorkerGauges> = (0..workers).map(|_| WorkerGauges::default()).collect();
     let mut ops: Vec<Vec<(u32, Box<dyn ops::NodeOp>)>> = (0..workers).map(|_| Vec::new()).collect();
     for node in program.nodes.iter().flatten() {
-        let op = ops::build(node, &shared.params).map_err(|error| ExecError::Node {
-            worker: node.worker,
-            node: node.index,
-            label: node.label.clone(),
-            op: node.op.keyword(),
-            instance: UNSET,
-            error,
-        })?;
+        let op = ops::build(node, &shared.params).map_err(|error| ExecError::at_node(node, UNSET, error))?;
         if let Some(list) = ops.get_mut(node.worker) {
             list.push((node.index, op));
         }

@@ -35,9 +35,9 @@ pub enum OpError {
     Unsupported { op: &'static str },
     /// A fused kernel refused its buffers (a payload of the wrong size reached it).
     Kernel { message: String },
-    /// A member of a routing chain failed (see `crate::chain`): the run reports the
-    /// member, as it would without the chain.
-    InChain { member: u32, label: String, op: &'static str, error: Box<OpError> },
+    /// Member `member` (an index into the chain's members) of a routing chain failed (see
+    /// `crate::chain`): the run reports the member, as it would without the chain.
+    InChain { member: usize, error: Box<OpError> },
 }
 
 impl fmt::Display for OpError {
@@ -57,7 +57,7 @@ impl fmt::Display for OpError {
             OpError::DuplicateElement { index } => write!(f, "element {index} arrived twice"),
             OpError::Unsupported { op } => write!(f, "op `{op}` is not supported by the executor yet"),
             OpError::Kernel { message } => write!(f, "fused kernel: {message}"),
-            OpError::InChain { member, label, op, error } => write!(f, "{op} `{label}` (%{member}): {error}"),
+            OpError::InChain { member, error } => write!(f, "chain member {member}: {error}"),
         }
     }
 }
@@ -83,8 +83,9 @@ pub enum ExecError {
     Params { message: String },
     /// A configuration value is out of range.
     Config { message: String },
-    /// A node failed on a message.
-    Node { worker: usize, node: u32, label: String, op: &'static str, instance: i64, error: OpError },
+    /// A node failed on a message. `source`: where the node's expression is in the model
+    /// (`file:line:col`; empty when the graph does not say).
+    Node { worker: usize, node: u32, label: String, op: &'static str, source: Box<str>, instance: i64, error: OpError },
     /// A node panicked; the run ended.
     WorkerPanic { worker: usize, node: u32, label: String, message: String },
     /// The loss of an instance is NaN or infinite; training stopped before applying any
@@ -102,6 +103,25 @@ impl ExecError {
     pub fn is_non_finite_loss(&self) -> bool {
         matches!(self, ExecError::NonFiniteLoss { .. })
     }
+
+    /// `error` of `node` (of the member that failed, for a chain) on `instance`.
+    pub(crate) fn at_node(node: &crate::program::NodeInfo, instance: i64, error: OpError) -> ExecError {
+        let (node, error) = match (error, &node.op) {
+            (OpError::InChain { member, error }, crate::program::ExecOp::Chain(spec)) => {
+                (spec.members.get(member).unwrap_or(node), *error)
+            }
+            (error, _) => (node, error),
+        };
+        ExecError::Node {
+            worker: node.worker,
+            node: node.index,
+            label: node.label.clone(),
+            op: node.op.keyword(),
+            source: node.source.as_str().into(),
+            instance,
+            error,
+        }
+    }
 }
 
 impl fmt::Display for ExecError {
@@ -116,8 +136,9 @@ impl fmt::Display for ExecError {
             }
             ExecError::Params { message } => write!(f, "parameters do not fit the graph: {message}"),
             ExecError::Config { message } => write!(f, "bad executor configuration: {message}"),
-            ExecError::Node { worker, node, label, op, instance, error } => {
-                write!(f, "node %{node} `{label}` ({op}) on worker {worker} failed on instance {instance}: {error}")
+            ExecError::Node { worker, node, label, op, source, instance, error } => {
+                let at = if source.is_empty() { String::new() } else { format!(" at {source}") };
+                write!(f, "node %{node} `{label}` ({op}){at} on worker {worker} failed on instance {instance}: {error}")
             }
             ExecError::WorkerPanic { worker, node, label, message } => {
                 write!(f, "worker {worker} panicked in node %{node} `{label}`: {message}")

@@ -183,6 +183,8 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
             }
         }
     }
+    // Errors of the fused node point at its first member's expression.
+    let source = plan.members.first().and_then(|&m| nodes.get(m as usize)?.as_ref()).map(|n| n.source.clone());
     for &m in &plan.members {
         if let Some(slot) = nodes.get_mut(m as usize) {
             *slot = None;
@@ -210,6 +212,7 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
         producers: plan.producers,
         // A kernel computes every input's gradient.
         grad_inputs: Vec::new(),
+        source: source.unwrap_or_default(),
         group: None,
         worker: plan.worker,
         replicas: Vec::new(),

@@ -50,6 +50,9 @@ pub(crate) struct NodeInfo {
     /// `Graph::parameter_dependent`); a port past the end may. A Linear op skips the input
     /// gradient's product where none can (a data input's) and sends zeros.
     pub grad_inputs: Vec<bool>,
+    /// Where the node's expression is in the model, `file:line:col` (empty when the graph
+    /// does not say), for errors.
+    pub source: String,
     /// The parameter group of a Ppt.
     pub group: Option<usize>,
     pub worker: usize,
@@ -123,6 +126,10 @@ impl Program {
             }
             let grad_inputs =
                 producers.iter().map(|&(p, _)| dependent.get(p as usize).copied().unwrap_or(true)).collect();
+            let source = node.loc.map_or_else(String::new, |loc| {
+                let file = graph.files.get(loc.file as usize).map_or("?", String::as_str);
+                format!("{file}:{}:{}", loc.line, loc.col)
+            });
             let mut fan_in_key: Vec<FieldId> = node.key.iter().chain(&node.writes).copied().collect();
             if fan_in_key.is_empty() {
                 fan_in_key.push(FieldId(0));
@@ -140,6 +147,7 @@ impl Program {
                 consumers,
                 producers,
                 grad_inputs,
+                source,
                 group: None,
                 worker: 0,
                 replicas: Vec::new(),
@@ -177,14 +185,7 @@ impl Program {
     fn check_ops(&self, params: &ParamSet) -> Result<(), ExecError> {
         let access = crate::train::ParamAccess::Frozen { params, groups: &self.groups };
         for node in self.nodes.iter().flatten() {
-            crate::ops::build(node, &access).map_err(|error| ExecError::Node {
-                worker: node.worker,
-                node: node.index,
-                label: node.label.clone(),
-                op: node.op.keyword(),
-                instance: crate::message::UNSET,
-                error,
-            })?;
+            crate::ops::build(node, &access).map_err(|error| ExecError::at_node(node, crate::message::UNSET, error))?;
         }
         Ok(())
     }

@@ -340,24 +340,6 @@ impl Worker<'_, '_> {
         self.setup.program.node(node).map(|n| n.label.clone()).unwrap_or_default()
     }
 
-    /// The error of `node` (of the member that failed, for a chain) on `instance`.
-    fn node_error(&self, node: &NodeInfo, instance: i64, error: OpError) -> ExecError {
-        let worker = self.setup.id;
-        match error {
-            OpError::InChain { member, label, op, error } => {
-                ExecError::Node { worker, node: member, label, op, instance, error: *error }
-            }
-            error => ExecError::Node {
-                worker,
-                node: node.index,
-                label: node.label.clone(),
-                op: node.op.keyword(),
-                instance,
-                error,
-            },
-        }
-    }
-
     /// Runs a batch of messages through its node and routes the results.
     fn handle(&mut self, batch: Batch) -> Result<(), ExecError> {
         let program = self.setup.program;
@@ -377,7 +359,7 @@ impl Worker<'_, '_> {
                 let fits = ty.map_or(Err(OpError::Unsupported { op: "message on a missing port" }), |ty| {
                     payload_fits(ty, &msg.payload)
                 });
-                fits.map_err(|e| self.node_error(node, msg.instance(), e))?;
+                fits.map_err(|e| ExecError::at_node(node, msg.instance(), e))?;
             }
         }
         let start = self.setup.trace.then(Instant::now);
@@ -389,7 +371,7 @@ impl Worker<'_, '_> {
             self.record(node.index, kind, start, count);
         }
         // A batch's error names its first instance; the op's error names the key.
-        result.map_err(|e| self.node_error(node, instances.first().copied().unwrap_or(-1), e))?;
+        result.map_err(|e| ExecError::at_node(node, instances.first().copied().unwrap_or(-1), e))?;
         // Taken and put back, to keep its allocation.
         let mut emitted = std::mem::take(&mut self.emitted);
         for emit in emitted.drain(..) {

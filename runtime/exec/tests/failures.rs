@@ -84,8 +84,8 @@ fn bad_data_names_node_worker_and_instance() {
 }
 
 /// The inner `if` runs in a chain with the outer one (its only consumer); its predicate
-/// divides by `k`, so `k = 0` fails there. The error names that `cond`, as it would with
-/// no chain, so that amprun points at its source.
+/// divides by `k`, so `k = 0` fails there. The error names that `cond` and where it is in
+/// the model, as it would with no chain.
 #[test]
 fn an_error_inside_a_chain_names_the_member() {
     let source = r#"
@@ -117,8 +117,9 @@ model M() {
         let mut ex = executor(&graph, 1, ExecConfig { chain_routes, ..ExecConfig::default() });
         assert_eq!(!ex.chained_nodes().is_empty(), chain_routes, "the two conds form a chain");
         match ex.train_epoch(&data).unwrap_err() {
-            ExecError::Node { node, label, op, instance, error, .. } => {
+            ExecError::Node { node, label, op, source, instance, error, .. } => {
                 assert_eq!((node, label.as_str(), op, instance), (inner, "if", "cond", 2));
+                assert_eq!(&*source, "chain.amp:8:27", "where the inner `if` is");
                 assert!(matches!(error, OpError::Eval { .. }), "{error}");
             }
             other => panic!("expected a node error, got {other}"),

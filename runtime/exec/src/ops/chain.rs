@@ -60,12 +60,7 @@ impl ChainOp {
         self.scratch.clear();
         let mut member_cx = NodeCx { node, shared: cx.shared, out: &mut self.scratch };
         let ran = if forward { op.forward(&mut member_cx, port, msg) } else { op.backward(&mut member_cx, port, msg) };
-        ran.map_err(|error| OpError::InChain {
-            member: node.index,
-            label: node.label.clone(),
-            op: node.op.keyword(),
-            error: Box::new(error),
-        })?;
+        ran.map_err(|error| OpError::InChain { member: at, error: Box::new(error) })?;
         match (self.scratch.pop(), self.scratch.is_empty()) {
             (Some(Emit::Forward { port, msg }), true) if forward => Ok((port, msg)),
             (Some(Emit::Backward { port, msg }), true) if !forward => Ok((port, msg)),

@@ -335,6 +335,7 @@ mod tests {
             consumers: vec![vec![(2, 0)]],
             producers: vec![(0, 0)],
             grad_inputs: Vec::new(),
+            source: String::new(),
             group: Some(0),
             worker: 0,
             replicas: Vec::new(),
