@@ -84,12 +84,8 @@ impl Failure {
             ExecError::Node { error: OpError::Unsupported { op }, node, label, .. } => Failure::bad_input(format!(
                 "the executor cannot run this model yet: node %{node} `{label}` uses op `{op}`, which it does not support"
             )),
-            ExecError::Node { worker, node, label, op, source, instance, error } if *instance >= 0 => {
-                let at = if source.is_empty() { String::new() } else { format!(" at {source}") };
-                Failure::bad_input(format!(
-                    "node %{node} `{label}` ({op}){at} on worker {worker} failed on {}: {error}",
-                    locate(*instance)
-                ))
+            ExecError::Node { instance, .. } if *instance >= 0 => {
+                Failure::bad_input(error.node_failure(&locate(*instance)).unwrap_or_else(|| error.to_string()))
             }
             ExecError::Node { .. } | ExecError::Unverified { .. } | ExecError::Params { .. } => {
                 Failure::bad_input(error.to_string())

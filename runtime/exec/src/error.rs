@@ -104,6 +104,15 @@ impl ExecError {
         matches!(self, ExecError::NonFiniteLoss { .. })
     }
 
+    /// For a node error, `node %N `label` (op) at file:line:col on worker W failed on
+    /// {instance}: error`, with `instance` as the caller names it (amprun adds the data
+    /// file and line); `None` for other errors.
+    pub fn node_failure(&self, instance: &str) -> Option<String> {
+        let ExecError::Node { worker, node, label, op, source, error, .. } = self else { return None };
+        let at = if source.is_empty() { String::new() } else { format!(" at {source}") };
+        Some(format!("node %{node} `{label}` ({op}){at} on worker {worker} failed on {instance}: {error}"))
+    }
+
     /// `error` of `node` (of the member that failed, for a chain) on `instance`.
     pub(crate) fn at_node(node: &crate::program::NodeInfo, instance: i64, error: OpError) -> ExecError {
         let (node, error) = match (error, &node.op) {
@@ -136,9 +145,8 @@ impl fmt::Display for ExecError {
             }
             ExecError::Params { message } => write!(f, "parameters do not fit the graph: {message}"),
             ExecError::Config { message } => write!(f, "bad executor configuration: {message}"),
-            ExecError::Node { worker, node, label, op, source, instance, error } => {
-                let at = if source.is_empty() { String::new() } else { format!(" at {source}") };
-                write!(f, "node %{node} `{label}` ({op}){at} on worker {worker} failed on instance {instance}: {error}")
+            ExecError::Node { instance, .. } => {
+                f.write_str(&self.node_failure(&format!("instance {instance}")).unwrap_or_default())
             }
             ExecError::WorkerPanic { worker, node, label, message } => {
                 write!(f, "worker {worker} panicked in node %{node} `{label}`: {message}")
