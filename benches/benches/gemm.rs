@@ -30,7 +30,12 @@
 //! into one matrix) in {1, 2, 4, 8, 25 (branch only), 32, 64, 256} ({1, 8, 32, 64, 256}
 //! for 128→128).
 //!
-//! Run: `cargo bench -p amp-benches --bench gemm` (add `-- quick` for shorter medians).
+//! A last table runs the products of a few rows on a MoE expert's weights from memory (a
+//! pool of them cycled), where the executor's in-place kernels ask for the weight's rows
+//! ahead of use.
+//!
+//! Run: `cargo bench -p amp-benches --bench gemm` (add `-- quick` for shorter medians,
+//! `-- memory` for the table from memory alone).
 
 use amp_exec::kernels;
 use std::hint::black_box;
@@ -56,6 +61,11 @@ const EXTRA: [(usize, usize, usize, &str); 5] = [
     (64, 128, 128, "128→128"),
     (256, 128, 128, "128→128"),
 ];
+
+/// The weights the table "from memory" cycles through: 512 of 256 → 256 (128 MiB, past
+/// the caches of the reference machine), as a 64-expert MoE's weights come in training.
+const POOL: usize = 512;
+const POOL_ROWS: [usize; 5] = [1, 2, 4, 8, 16];
 
 /// Median wall time of `f` over repetitions filling about `budget`.
 fn median(budget: Duration, mut f: impl FnMut()) -> Duration {
@@ -529,6 +539,10 @@ fn error(m: usize, inp: usize, out: usize, product: Product, kernel: Kernel) -> 
 fn main() {
     let quick = std::env::args().any(|a| a == "quick");
     let budget = Duration::from_millis(if quick { 20 } else { 120 });
+    if std::env::args().any(|a| a == "memory") {
+        from_memory(budget);
+        return;
+    }
     let peak = std::env::var("AMP_PEAK_GFLOPS").ok().and_then(|p| p.parse().ok()).unwrap_or(PEAK_GFLOPS);
     let mut shapes: Vec<(usize, usize, usize, &str)> = Vec::new();
     for &(inp, out, what) in &LAYERS {
@@ -576,6 +590,7 @@ fn main() {
             );
         }
     }
+    from_memory(budget);
     println!();
     println!("The padded copies for the products of several rows: made again after each update that a batch sees");
     println!("{:<17} {:>10} {:>14} {:>12} {:>16}", "layer", "out×in", "padded W^T", "padded W", "one-row forwards");
@@ -598,5 +613,69 @@ fn main() {
             pad.as_secs_f64() * 1e6,
             transpose.as_secs_f64() / row.as_secs_f64()
         );
+    }
+}
+
+/// The products of a few rows on a MoE expert's shape, each call on the next weight of a
+/// pool of [`POOL`] (so from memory, not cache): the GEMM crate beside what the executor
+/// runs on a weight in place (`skinny`'s products, which ask for the weight's rows ahead,
+/// and the weight gradient as `kernels::linear_weight_grad` chooses), in µs per product.
+fn from_memory(budget: Duration) {
+    let (inp, out) = (256, 256);
+    println!();
+    println!("From memory: 256→256, each call on the next of {POOL} weights (µs per product; amp/gemm < 1 is faster)");
+    println!(
+        "{:>5} {:>12} {:>12} {:>9} {:>12} {:>12} {:>9} {:>12} {:>12} {:>9}",
+        "rows",
+        "fwd gemm",
+        "fwd skinny",
+        "amp/gemm",
+        "dx gemm",
+        "dx skinny",
+        "amp/gemm",
+        "dW gemm",
+        "dW amp",
+        "amp/gemm"
+    );
+    let mut pool: Vec<Vec<f32>> = (0..POOL).map(|k| values(out * inp, 10 + k as u64)).collect();
+    for m in POOL_ROWS {
+        let mut o = Operands::new(m, inp, out);
+        let mut next = 0;
+        // `weight` picks the operand the pool stands in for: W, or the gradient dW.
+        let mut time = |kernel: Kernel, weight: fn(&mut Operands) -> &mut Vec<f32>| {
+            median(budget, || {
+                std::mem::swap(weight(&mut o), &mut pool[next]);
+                kernel(black_box(&mut o));
+                std::mem::swap(weight(&mut o), &mut pool[next]);
+                next = (next + 1) % POOL;
+            })
+            .as_secs_f64()
+                * 1e6
+        };
+        fn w(o: &mut Operands) -> &mut Vec<f32> {
+            &mut o.w
+        }
+        fn dw(o: &mut Operands) -> &mut Vec<f32> {
+            &mut o.dw
+        }
+        let cells = [
+            time(gemm_crate::forward, w),
+            time(|o| kernels::linear_forward_rows_into(&o.x, &o.w, &o.b, &mut o.y, o.inp, o.out), w),
+            time(gemm_crate::input_grad, w),
+            time(
+                |o| {
+                    o.dx.fill(0.0);
+                    kernels::rows_times_w(&o.dy, &o.w, &mut o.dx, o.inp, o.out);
+                },
+                w,
+            ),
+            time(gemm_crate::weight_grad, dw),
+            time(amp::weight_grad, dw),
+        ];
+        print!("{m:>5}");
+        for pair in cells.chunks_exact(2) {
+            print!(" {:>12.1} {:>12.1} {:>8.2}x", pair[0], pair[1], pair[1] / pair[0]);
+        }
+        println!();
     }
 }
