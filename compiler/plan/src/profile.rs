@@ -11,8 +11,9 @@
 //!             "updates_per_instance": 0.06, "update_us": 8.5}, ...]}
 //! ```
 //!
-//! Counts and times are the trace's: one event per piece of work a worker timed (a batch
-//! of messages the executor runs at once is one event), the op's own work in whole
+//! Counts and times are the trace's: one event per piece of work a worker timed (the
+//! messages a node takes in one step, run at once or one by one, are one event: with
+//! `--max-batch 1`, every event is one message), the op's own work in whole
 //! microseconds (so the means of sub-microsecond ops read low), without the routing and
 //! queueing around it. The cost model uses `events × mean µs` as the node's op time and
 //! adds its fixed per-message cost per event.

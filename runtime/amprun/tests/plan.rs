@@ -170,7 +170,9 @@ fn a_profile_is_written_and_refines_the_next_plan() {
     let data = example("data/list_reduce.train.jsonl");
     let model = example("list_reduce.amp");
     let mut args = train_args(&model, &data);
-    args.extend(["-D", "hidden=16", "--profile", "prof.json"]);
+    // With batching off each event of the profile is one message (a node takes the
+    // messages waiting together in one step otherwise: the source its admissions).
+    args.extend(["-D", "hidden=16", "--profile", "prof.json", "--max-batch", "1"]);
     let out = amprun_ok(dir, &args);
     assert!(stdout(&out).contains("profile     prof.json"), "{}", stdout(&out));
     let text = std::fs::read_to_string(dir.join("prof.json")).expect("the profile");

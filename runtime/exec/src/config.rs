@@ -74,10 +74,11 @@ pub struct ExecConfig {
     /// (the last, smaller minibatch); otherwise it carries over to the next epoch.
     pub flush_at_epoch_end: bool,
     pub optimizer: OptimConfig,
-    /// Dynamic batching: a node whose op batches (`linear`) takes up to this many of the
-    /// messages waiting in its queue (consecutive, of one direction and port) as one
-    /// matrix, one GEMM for all; each message's result is that of processing it alone (to
-    /// rounding). 1 turns batching off. Batches form when several messages wait at once:
+    /// Dynamic batching: a node takes up to this many of the messages waiting in its
+    /// queue (consecutive, of one direction and port) in one step of its worker; an op
+    /// that batches (`linear`, a fused kernel) runs them as one matrix, one GEMM or kernel
+    /// call for all, the others one by one. Each message's result is that of processing
+    /// it alone (to rounding). 1 turns batching off. Batches form when several messages wait at once:
     /// with several instances in flight (`max_active_keys`), or the element messages of
     /// one instance (a tree's leaves).
     pub max_batch: usize,

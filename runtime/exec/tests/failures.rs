@@ -85,7 +85,8 @@ fn bad_data_names_node_worker_and_instance() {
 
 /// The inner `if` runs in a chain with the outer one (its only consumer); its predicate
 /// divides by `k`, so `k = 0` fails there. The error names that `cond` and where it is in
-/// the model, as it would with no chain.
+/// the model, as it would with no chain, and the instance that failed, also when four in
+/// flight reach the node together and it takes them in one step.
 #[test]
 fn an_error_inside_a_chain_names_the_member() {
     let source = r#"
@@ -113,8 +114,14 @@ model M() {
         .find(|&i| is_cond(i) && graph.input_edge(i, 0).is_some_and(|(from, _)| is_cond(from)))
         .expect("a cond fed by a cond")
         .index() as u32;
-    for chain_routes in [true, false] {
-        let mut ex = executor(&graph, 1, ExecConfig { chain_routes, ..ExecConfig::default() });
+    for (chain_routes, max_active_keys) in [(true, 1), (false, 1), (true, 4), (false, 4)] {
+        let config = ExecConfig {
+            chain_routes,
+            max_active_keys,
+            min_update_frequency: max_active_keys as u64,
+            ..ExecConfig::default()
+        };
+        let mut ex = executor(&graph, 1, config);
         assert_eq!(!ex.chained_nodes().is_empty(), chain_routes, "the two conds form a chain");
         match ex.train_epoch(&data).unwrap_err() {
             ExecError::Node { node, label, op, source, instance, error, .. } => {
