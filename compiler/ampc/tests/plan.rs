@@ -137,8 +137,8 @@ fn a_profile_refines_the_plan_and_a_bad_one_is_refused() {
     let graph = amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).unwrap();
     let mut counter = amp_plan::ProfileCounter::default();
     // Pretend the first layer is ten times as slow as the others together.
-    counter.add(2, amp_plan::Work::Forward, 500);
-    counter.add(4, amp_plan::Work::Forward, 10);
+    counter.add(2, amp_plan::Work::Forward, 500, 1);
+    counter.add(4, amp_plan::Work::Forward, 10, 1);
     counter.add_instances(1, 0.001);
     let profile = dir.join("prof.json");
     std::fs::write(&profile, counter.finish(&graph, 1).to_json().to_string()).unwrap();

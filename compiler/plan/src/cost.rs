@@ -149,6 +149,10 @@ pub struct NodeCost {
     pub forward_messages: f64,
     /// Backward messages handled per instance (training).
     pub backward_messages: f64,
+    /// Forward messages per instance that reach the node, each a hop over a cut input
+    /// edge: the model's `forward_messages`, or a profile's messages (which a profile's
+    /// `forward_messages`, its events, can be far fewer than: batches and steps).
+    pub arrivals: f64,
     /// Work of one forward and one backward computation: FLOPs for `linear`, elements
     /// touched for the others.
     pub forward_work: f64,
@@ -256,6 +260,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             chained: topo.chained[i],
             forward_messages: flow.forward[i],
             backward_messages: flow.backward[i],
+            arrivals: flow.forward[i],
             forward_work,
             backward_work,
             forward_us: per_message(flow.forward[i], forward_work),
@@ -273,6 +278,12 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
         if let Some(m) = measured.as_ref().and_then(|m| m.get(&(i as u32))) {
             cost.forward_messages = m.forward_per_instance;
             cost.backward_messages = m.backward_per_instance;
+            // Profiles from before messages were counted have their events alone.
+            cost.arrivals = if m.forward_messages_per_instance > 0.0 {
+                m.forward_messages_per_instance
+            } else {
+                m.forward_per_instance
+            };
             cost.forward_us = message_us + m.forward_us;
             cost.backward_us = message_us + m.backward_us;
             cost.update_us = m.updates_per_instance * m.update_us;
@@ -383,9 +394,9 @@ fn edge_costs(
             let messages = match nodes.get(l.to).and_then(Option::as_ref) {
                 Some(target) if target.measured => {
                     if flow.forward[l.to] > 0.0 {
-                        modelled * target.forward_messages / flow.forward[l.to]
+                        modelled * target.arrivals / flow.forward[l.to]
                     } else {
-                        target.forward_messages / topo.producers[l.to].len().max(1) as f64
+                        target.arrivals / topo.producers[l.to].len().max(1) as f64
                     }
                 }
                 _ => modelled,

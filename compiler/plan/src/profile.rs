@@ -6,8 +6,9 @@
 //! ```json
 //! {"version": 1, "model": "ListReduce", "instances": 2000, "workers": 1, "wall_s": 1.1,
 //!  "nodes": [{"id": 12, "op": "linear", "name": "linear cell",
-//!             "forward_per_instance": 6.0, "backward_per_instance": 6.0,
+//!             "forward_per_instance": 2.0, "backward_per_instance": 2.0,
 //!             "forward_us": 5.7, "backward_us": 8.6,
+//!             "forward_messages_per_instance": 6.0, "backward_messages_per_instance": 6.0,
 //!             "updates_per_instance": 0.06, "update_us": 8.5}, ...]}
 //! ```
 //!
@@ -16,7 +17,10 @@
 //! `--max-batch 1`, every event is one message), the op's own work in whole
 //! microseconds (so the means of sub-microsecond ops read low), without the routing and
 //! queueing around it. The cost model uses `events × mean µs` as the node's op time and
-//! adds its fixed per-message cost per event.
+//! adds its fixed per-message cost per event; a cut edge costs a hop per message it
+//! carries (the messages, not the events: a Tree-LSTM's fused gate kernels ran ~19
+//! messages per instance in ~2 events, and counting events had the planner cut them from
+//! their Linear nearly for free, a plan slower than the model's own).
 
 use crate::PlanError;
 use amp_ir::Graph;
@@ -56,6 +60,14 @@ pub struct ProfileNode {
     /// Mean µs of one forward and one backward event.
     pub forward_us: f64,
     pub backward_us: f64,
+    /// Forward and backward messages per instance (the events' messages summed): what
+    /// crosses between workers when the node's input edge is cut, one hop per message,
+    /// however the node then takes them. 0 in profiles written before they were counted
+    /// (the events stand in).
+    #[serde(default)]
+    pub forward_messages_per_instance: f64,
+    #[serde(default)]
+    pub backward_messages_per_instance: f64,
     /// Optimizer updates of the node's parameter group per instance, and µs per update.
     #[serde(default)]
     pub updates_per_instance: f64,
@@ -74,17 +86,19 @@ pub enum Work {
 /// Accumulates trace events into a [`Profile`].
 #[derive(Clone, Debug, Default)]
 pub struct ProfileCounter {
-    /// Per node: (events, total µs) of forward, backward and update work.
-    per_node: BTreeMap<u32, [(u64, u64); 3]>,
+    /// Per node: (events, total µs, messages) of forward, backward and update work.
+    per_node: BTreeMap<u32, [(u64, u64, u64); 3]>,
     instances: u64,
     wall_s: f64,
 }
 
 impl ProfileCounter {
-    pub fn add(&mut self, node: u32, work: Work, dur_us: u64) {
+    /// One event: `messages` handled in `dur_us` (an update handles none).
+    pub fn add(&mut self, node: u32, work: Work, dur_us: u64, messages: u64) {
         let slot = &mut self.per_node.entry(node).or_default()[work as usize];
         slot.0 += 1;
         slot.1 = slot.1.saturating_add(dur_us);
+        slot.2 = slot.2.saturating_add(messages);
     }
 
     /// `instances` more instances trained in `wall_s` seconds.
@@ -96,7 +110,7 @@ impl ProfileCounter {
     /// The profile of `graph` (every node, zeros where nothing ran) over the instances so far.
     pub fn finish(&self, graph: &Graph, workers: usize) -> Profile {
         let per = |x: u64| if self.instances == 0 { 0.0 } else { x as f64 / self.instances as f64 };
-        let mean = |(n, us): (u64, u64)| if n == 0 { 0.0 } else { us as f64 / n as f64 };
+        let mean = |(n, us, _): (u64, u64, u64)| if n == 0 { 0.0 } else { us as f64 / n as f64 };
         let nodes = graph
             .nodes
             .node_indices()
@@ -115,6 +129,8 @@ impl ProfileCounter {
                     backward_per_instance: per(b.0),
                     forward_us: mean(f),
                     backward_us: mean(b),
+                    forward_messages_per_instance: per(f.2),
+                    backward_messages_per_instance: per(b.2),
                     updates_per_instance: per(u.0),
                     update_us: mean(u),
                 }
@@ -174,6 +190,8 @@ impl Profile {
                 entry.backward_per_instance,
                 entry.forward_us,
                 entry.backward_us,
+                entry.forward_messages_per_instance,
+                entry.backward_messages_per_instance,
                 entry.updates_per_instance,
                 entry.update_us,
             ];

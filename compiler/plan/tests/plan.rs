@@ -421,16 +421,46 @@ fn plans_that_do_not_fit_the_graph_are_refused() {
     assert!(message.contains("%1") && message.contains("worker 7"), "{message}");
 }
 
+/// The cell took its 3 messages per instance in one batch: it costs one event per
+/// instance, but cut from its input it still costs a hop per message. (A profile written
+/// before messages were counted has its events alone, and they stand in.)
+#[test]
+fn a_cut_edge_carries_the_messages_a_profile_counted_not_its_batches() {
+    let g = graph(LOOP);
+    let mut counter = ProfileCounter::default();
+    for _ in 0..10 {
+        counter.add(12, Work::Forward, 60, 3);
+        counter.add(12, Work::Backward, 120, 3);
+    }
+    counter.add_instances(10, 0.01);
+    let profile = counter.finish(&g, 1);
+    let mut old = profile.clone();
+    old.nodes.iter_mut().for_each(|n| (n.forward_messages_per_instance, n.backward_messages_per_instance) = (0.0, 0.0));
+    let into_cell = |profile: &Profile| {
+        let read = Profile::from_json(&profile.to_json().to_string()).unwrap();
+        let costs = estimate(&g, &Assumptions::default(), Some(&read)).unwrap();
+        let cell = node(&costs, 12);
+        assert!(close(cell.forward_messages, 1.0), "one event per instance");
+        let edges: Vec<_> = costs.edges.iter().filter(|e| e.to == 12).collect();
+        assert!(!edges.is_empty() && edges.iter().all(|e| e.cut_us > 0.0));
+        (cell.arrivals, edges.iter().map(|e| e.messages).sum::<f64>())
+    };
+    let (arrivals, messages) = into_cell(&profile);
+    assert!(close(arrivals, 3.0) && close(messages, 3.0), "{arrivals} {messages}");
+    let (arrivals, messages) = into_cell(&old);
+    assert!(close(arrivals, 1.0) && close(messages, 1.0), "{arrivals} {messages}");
+}
+
 #[test]
 fn a_profile_replaces_counts_and_times() {
     let g = graph(LOOP);
     let mut counter = ProfileCounter::default();
     // 10 instances of 3 iterations each: the cell ran 30 times forward at 20 µs.
     for _ in 0..30 {
-        counter.add(12, Work::Forward, 20);
-        counter.add(12, Work::Backward, 40);
+        counter.add(12, Work::Forward, 20, 1);
+        counter.add(12, Work::Backward, 40, 1);
     }
-    counter.add(12, Work::Update, 100);
+    counter.add(12, Work::Update, 100, 0);
     counter.add_instances(10, 0.01);
     let profile = counter.finish(&g, 1);
     assert_eq!(profile.nodes.len(), g.nodes.node_count());
@@ -445,6 +475,7 @@ fn a_profile_replaces_counts_and_times() {
     assert!(close(cell.forward_messages, 3.0));
     assert!(close(cell.forward_us, a.message_us + 20.0));
     assert!(close(cell.load_us, 3.0 * (a.message_us + 20.0) + 3.0 * (a.message_us + 40.0) + 0.1 * 100.0));
+    assert!(close(cell.arrivals, 3.0));
     // A node that never ran costs nothing.
     assert_eq!(node(&costs, 16).load_us, 0.0);
     let p = plan(&g, &costs, 2).unwrap();

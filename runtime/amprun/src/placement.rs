@@ -171,10 +171,10 @@ impl Measure {
             match self.fused.get(&e.node).filter(|m| !m.is_empty()) {
                 Some(members) => {
                     for &m in members {
-                        self.profile.add(m, work, e.dur_us / members.len() as u64);
+                        self.profile.add(m, work, e.dur_us / members.len() as u64, u64::from(e.batch));
                     }
                 }
-                None => self.profile.add(e.node, work, e.dur_us),
+                None => self.profile.add(e.node, work, e.dur_us, u64::from(e.batch)),
             }
         }
         self.profile.add_instances(instances as u64, wall_s);
