@@ -395,12 +395,11 @@ fn outer<S: Simd, const RB: usize>(
         if r == 0 {
             hint.line(ahead.wrapping_add(c * S::F32_LANES));
         }
-        // Two chains (even and odd rows) halve the FMA latency each vector waits for.
-        let mut acc = [*to, simd.splat_f32s(0.0)];
-        for (k, (scale, (x_row, _))) in scales.iter().zip(&x_rows).enumerate() {
-            acc[k % 2] = simd.mul_add_e_f32s(*scale, x_row[c], acc[k % 2]);
+        let mut acc = *to;
+        for (scale, (x_row, _)) in scales.iter().zip(&x_rows) {
+            acc = simd.mul_add_e_f32s(*scale, x_row[c], acc);
         }
-        *to = simd.add_f32s(acc[0], acc[1]);
+        *to = acc;
     }
     if !tail.is_empty() {
         let mut acc = simd.partial_load_f32s(tail);
