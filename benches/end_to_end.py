@@ -6,6 +6,7 @@ medians of alternating runs (a busy machine slows both alike).
     cargo build --release -p amprun
     python3 benches/end_to_end.py jit        # JIT on vs --no-jit
     python3 benches/end_to_end.py batching   # --max-batch 64 vs 1
+    python3 benches/end_to_end.py unbatched --models moe --runs 6   # nothing batched, --max-batch 1, 64
     python3 benches/end_to_end.py placement  # 1 worker; 2 workers: plan, contiguous, round-robin
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
     cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
@@ -16,6 +17,13 @@ Data: the shipped list-reduce and MoE files, the digits, SST and molecule files 
 `../shared/data` (first N instances each, see CASES). One worker (but in `placement`), 16 instances
 in flight, asynchronous updates every 8 instances, one epoch (plus the warm-up the first
 chunk gives). Ratios are against the first setup of the line.
+
+`unbatched` compares a run that batches nothing (`--max-batch 1 --no-deferred-grads`: each
+message alone, each weight-gradient product added at once) with `--max-batch 1` (the
+weight-gradient products still kept and added together) and batching (64), in the
+setting of the MoE comparison of docs/PERFORMANCE.md: 256 instances in flight, an update
+every 64, and the data ten times over (20,000 MoE instances: an epoch long enough for a
+steady rate).
 """
 
 import argparse
@@ -45,9 +53,19 @@ CASES = {
 COMMON = ["--epochs", "1", "--max-active-keys", "16", "--async", "--min-update-frequency", "8",
           "--optimizer", "sgd", "--lr", "0.01"]
 
+# The `unbatched` setups' settings, and how many times over they read the data.
+UNBATCHED_COMMON = ["--epochs", "1", "--max-active-keys", "256", "--async", "--min-update-frequency", "64",
+                    "--optimizer", "sgd", "--lr", "0.01"]
+UNBATCHED_REPEAT = 10
+
 SETUPS = {
     "jit": (("--no-jit", ["--no-jit"]), ("jit", [])),
     "batching": (("max-batch 1", ["--max-batch", "1"]), ("max-batch 64", ["--max-batch", "64"])),
+    "unbatched": (
+        ("nothing batched", ["--max-batch", "1", "--no-deferred-grads"]),
+        ("max-batch 1", ["--max-batch", "1"]),
+        ("max-batch 64", ["--max-batch", "64"]),
+    ),
     "build": (("baseline", []), ("this build", [])),
     "placement": (
         ("1 worker", ["--workers", "1"]),
@@ -58,13 +76,32 @@ SETUPS = {
 }
 
 
-def throughput(model, extra, tmp, amprun=AMPRUN):
+def repeated(args, tmp, times):
+    """`args` with its `--data` file replaced by one holding it `times` over (in `tmp`)."""
+    args = list(args)
+    at = args.index("--data") + 1
+    source = os.path.join(ROOT, args[at])
+    copy = os.path.join(tmp, f"{times}x-" + os.path.basename(source))
+    if not os.path.exists(copy):
+        with open(source, "rb") as f:
+            text = f.read()
+        if not text.endswith(b"\n"):
+            text += b"\n"
+        with open(copy, "wb") as f:
+            f.write(text * times)
+    args[at] = copy
+    return args
+
+
+def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1):
     args, limit = CASES[model]
     args = [a.replace("{tmp}", tmp) for a in args]
+    if repeat > 1:
+        args, limit = repeated(args, tmp, repeat), limit * repeat
     metrics = os.path.join(tmp, f"{model}.metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = [amprun, "train", *args, "--limit", str(limit), *COMMON, *extra, "--metrics", metrics]
+    cmd = [amprun, "train", *args, "--limit", str(limit), *common, *extra, "--metrics", metrics]
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
@@ -87,18 +124,22 @@ def main():
     if not os.path.exists(AMPRUN):
         sys.exit("build first: cargo build --release -p amprun")
     setups = SETUPS[opts.setup]
+    common, repeat = (UNBATCHED_COMMON, UNBATCHED_REPEAT) if opts.setup == "unbatched" else (COMMON, 1)
     names = [name for name, _ in setups]
     print(f"training instances/s, medians of {opts.runs} alternating runs: {' vs '.join(names)}")
-    print(f"{'model':<12} " + " ".join(f"{n:>12}" for n in names) + " " + " ".join(f"{'ratio':>7}" for _ in names[1:]))
+    widths = [max(12, len(n)) for n in names]
+    print(f"{'model':<12} " + " ".join(f"{n:>{w}}" for n, w in zip(names, widths)) + " "
+          + " ".join(f"{'ratio':>7}" for _ in names[1:]))
     with tempfile.TemporaryDirectory() as tmp:
         for model in opts.models:
             runs = [[] for _ in setups]
             for _ in range(opts.runs):
                 for i, (_, extra) in enumerate(setups):
                     args = [*extra, *opts.extra]
-                    runs[i].append(throughput(model, args, tmp, baseline if i == 0 else AMPRUN))
+                    amprun = baseline if i == 0 else AMPRUN
+                    runs[i].append(throughput(model, args, tmp, amprun, common, repeat))
             medians = [statistics.median(r) for r in runs]
-            cells = " ".join(f"{m:>12.0f}" for m in medians)
+            cells = " ".join(f"{m:>{w}.0f}" for m, w in zip(medians, widths))
             ratios = " ".join(f"{m / medians[0]:>6.2f}x" for m in medians[1:])
             print(f"{model:<12} {cells} {ratios}", flush=True)
 
