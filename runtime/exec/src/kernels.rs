@@ -277,8 +277,8 @@ pub fn linear_input_grad_into(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize,
 /// `dw` that asks for its rows ahead (see [`OUTER_ROWS`]); more through the GEMM crate.
 pub fn linear_weight_grad(dy: &[f32], x: &[f32], dw: &mut [f32], inp: usize, out: usize) {
     let rows = dy.len().checked_div(out).unwrap_or(0);
-    let (few, large) = (rows <= OUTER_ROWS.0, rows <= OUTER_ROWS.1 && dw.len() >= OUTER_ROWS.2);
-    if rows > 0 && (few || large) {
+    let large = dw.len() >= OUTER_LARGE_WEIGHT;
+    if rows > 0 && (rows <= OUTER_ROWS || (large && rows <= OUTER_ROWS_LARGE)) {
         add_outer_rows(dy, x, dw, inp, out);
     } else {
         matmul(dw, Mat::row_major(dy, rows, out).t(), Mat::row_major(x, rows, inp), true);
@@ -286,13 +286,16 @@ pub fn linear_weight_grad(dy: &[f32], x: &[f32], dw: &mut [f32], inp: usize, out
 }
 
 /// When [`linear_weight_grad`] adds its rows in one pass of its own over the weight: up to
-/// `.0` rows always, up to `.1` on a weight of `.2` elements or more. Measured on a 256 →
-/// 256 weight (2026-11-24, µs per product): in cache the GEMM crate is faster from 4 rows
-/// on (4 rows 8 vs 12, 16 rows 17 vs 41); from memory, where a weight that sees a few
-/// rows between updates usually is (a 64-expert MoE's 32 MiB of weights), the one pass is
-/// faster at every count (1 row 28 vs 18, 8 rows 36 vs 21, 16 rows 41 vs 29), and at 1-2
-/// rows it is faster in cache too (7.4 vs 5.8).
-const OUTER_ROWS: (usize, usize, usize) = (2, 16, 1 << 16);
+/// `OUTER_ROWS` rows always, up to `OUTER_ROWS_LARGE` on a weight of `OUTER_LARGE_WEIGHT`
+/// elements or more. Measured on a 256 → 256 weight (2026-11-24, µs per product): in
+/// cache the GEMM crate is faster from 4 rows on (4 rows 8 vs 12, 16 rows 17 vs 41); from
+/// memory, where a weight that sees a few rows between updates usually is (a 64-expert
+/// MoE's 32 MiB of weights), the one pass is faster at every count (1 row 28 vs 18, 8
+/// rows 36 vs 21, 16 rows 41 vs 29), and at 1-2 rows it is faster in cache too (7.4 vs
+/// 5.8).
+const OUTER_ROWS: usize = 2;
+const OUTER_ROWS_LARGE: usize = 16;
+const OUTER_LARGE_WEIGHT: usize = 1 << 16;
 
 /// The bias gradient of a linear layer: adds the column sums of `dy: [rows, out]` to `db`.
 pub fn linear_bias_grad(dy: &[f32], db: &mut [f32]) {
