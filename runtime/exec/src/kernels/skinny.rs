@@ -4,8 +4,10 @@
 //! every call of more than one row. Either costs about what the product of 8 rows does on
 //! a 256→256 weight, so batching such a weight gained nothing over one row at a time.
 //!
-//! Both kernels walk the weight once, a small block of it at a time, and apply each block
-//! to all the rows while it sits in L1; the rows stay in L1 or L2 (a few KiB each). The
+//! The three kernels (`x Wᵀ`, `dy W`, and the weight gradient `W += aᵀ x` added in
+//! place) walk the weight once, a small block of it at a time, and apply each block to
+//! all the rows while it sits in L1; the rows stay in L1 or L2 (a few KiB each). Such a
+//! weight usually comes from memory, so they ask for its rows ahead of use ([`Hint`]). The
 //! SIMD is `pulp`'s (the GEMM crate's own dependency): safe code, generic over the vector
 //! width, dispatched at run time to AVX-512, AVX2 + FMA or scalar code.
 
