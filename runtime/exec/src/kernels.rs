@@ -274,7 +274,7 @@ pub fn linear_input_grad_into(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize,
 
 /// The weight gradient of a linear layer: adds `dy^T x` to `dw: [out, inp]`; the rows of
 /// `dy` and `x` are the batch. A few rows go through [`add_outer_rows`], one pass over
-/// `dw` that asks for its rows ahead (see [`OUTER_ROWS`]); more through the GEMM crate.
+/// `dw` that asks for its rows ahead (see `OUTER_ROWS`); more through the GEMM crate.
 pub fn linear_weight_grad(dy: &[f32], x: &[f32], dw: &mut [f32], inp: usize, out: usize) {
     let rows = dy.len().checked_div(out).unwrap_or(0);
     let large = dw.len() >= OUTER_LARGE_WEIGHT;
