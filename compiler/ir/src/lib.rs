@@ -545,6 +545,22 @@ pub struct Node {
     pub fusion: Option<u32>,
 }
 
+impl Node {
+    /// The state fields under which the gradients that come back to one of its fanned-out
+    /// output ports are summed (the executor's fan-in, whose grouping the planner's model
+    /// of routing chains follows): its key and the fields it writes, sorted, without
+    /// repeats; the instance field (0) alone when both are empty.
+    pub fn fan_in_key(&self) -> Vec<FieldId> {
+        let mut key: Vec<FieldId> = self.key.iter().chain(&self.writes).copied().collect();
+        if key.is_empty() {
+            key.push(FieldId(0));
+        }
+        key.sort_unstable();
+        key.dedup();
+        key
+    }
+}
+
 /// An edge from output port `from_port` of its source to input port `to_port` of its
 /// target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

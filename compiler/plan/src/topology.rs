@@ -192,15 +192,7 @@ fn chain_members(graph: &Graph, topo: &Topology) -> Vec<bool> {
         let only = topo.consumers[link.from].get(link.from_port).is_some_and(|c| c.len() == 1);
         (routing(v) && routing(link.from) && link.from != v && only).then_some(*k)
     };
-    let fan_in_key = |v: usize| {
-        let mut key: Vec<u16> = node(v).map_or_else(Vec::new, |n| n.key.iter().chain(&n.writes).map(|f| f.0).collect());
-        if key.is_empty() {
-            key.push(0);
-        }
-        key.sort_unstable();
-        key.dedup();
-        key
-    };
+    let fan_in_key = |v: usize| node(v).map_or_else(|| vec![amp_ir::FieldId(0)], amp_ir::Node::fan_in_key);
     let mut chained = vec![false; topo.bound];
     let mut roots: Vec<usize> = topo.nodes().filter(|&v| routing(v) && joins(v).is_none()).collect();
     let mut seen = vec![false; topo.bound];

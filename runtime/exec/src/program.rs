@@ -126,16 +126,10 @@ impl Program {
             }
             let grad_inputs =
                 producers.iter().map(|&(p, _)| dependent.get(p as usize).copied().unwrap_or(true)).collect();
-            let source = node.loc.map_or_else(String::new, |loc| {
+            let location = node.loc.map_or_else(String::new, |loc| {
                 let file = graph.files.get(loc.file as usize).map_or("?", String::as_str);
                 format!("{file}:{}:{}", loc.line, loc.col)
             });
-            let mut fan_in_key: Vec<FieldId> = node.key.iter().chain(&node.writes).copied().collect();
-            if fan_in_key.is_empty() {
-                fan_in_key.push(FieldId(0));
-            }
-            fan_in_key.sort_unstable();
-            fan_in_key.dedup();
             nodes[i] = Some(NodeInfo {
                 index: i as u32,
                 op: ExecOp::Ir(node.op.clone()),
@@ -143,11 +137,11 @@ impl Program {
                 inputs: node.inputs.clone(),
                 outputs: node.outputs.clone(),
                 key: node.key.clone(),
-                fan_in_key,
+                fan_in_key: node.fan_in_key(),
                 consumers,
                 producers,
                 grad_inputs,
-                source,
+                source: location,
                 group: None,
                 worker: 0,
                 replicas: Vec::new(),
