@@ -422,7 +422,6 @@ impl Worker<'_, '_> {
         }
         let mut cx = NodeCx { node, shared, out: &mut self.emitted };
         if msgs.len() > 1 && slot.batches {
-            let first = msgs.first().map_or(first, Msg::instance);
             return match dir {
                 Dir::Forward => slot.op.forward_batch(&mut cx, port, msgs),
                 Dir::Backward => slot.op.backward_batch(&mut cx, port, msgs),
