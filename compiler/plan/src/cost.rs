@@ -17,7 +17,11 @@
 //! (transcendental ones 4n, softmax 6n; 2n backward), `concat`/`split` n, collection ops
 //! rows·d; control ops (`cond`, `switch`, `phi`, `isu`, `flatmap`...) cost nothing but
 //! the fixed per-message cost. An edge cut between workers costs each of the two workers
-//! `hop_us + bytes / bytes_per_us` per message crossing it, forward and backward.
+//! `cross_us + bytes / bytes_per_us` per message crossing it, forward and backward, and
+//! `hop_us` per step in which the receiving node takes what crossed (a wake-up of the
+//! other worker): one per message in the model, which does not predict how messages
+//! queue up; with a profile, the receiver's measured steps per message (a Tree-LSTM's
+//! leaf gate kernel takes its ~19 messages per tree in about one step forward).
 //!
 //! The nodes of a fused group (and the splits only it reads: a unit, see `topology.rs`)
 //! run as one node that calls one kernel: their messages to one another cost nothing, and
@@ -80,8 +84,12 @@ pub struct Assumptions {
     /// Parameter elements per µs of an optimizer update (memory-bound: Adam reads and
     /// writes four tensors).
     pub update_elements_per_us: f64,
-    /// Extra cost, for each of the two workers, of a message crossing between workers, in µs.
+    /// Extra cost, for each of the two workers, of a step in which a node takes messages
+    /// that crossed between workers (waking the receiving worker), in µs.
     pub hop_us: f64,
+    /// Extra cost, for each of the two workers, of each message crossing between workers
+    /// (the channel, the payload's cache lines on the other core), in µs.
+    pub cross_us: f64,
     /// Bytes per µs moved between workers.
     pub bytes_per_us: f64,
 }
@@ -99,7 +107,8 @@ impl Default for Assumptions {
             elements_per_us: 2_000.0,
             fused_elements_per_us: 1_000.0,
             update_elements_per_us: 600.0,
-            hop_us: 4.0,
+            hop_us: 3.0,
+            cross_us: 1.0,
             bytes_per_us: 4_000.0,
         }
     }
@@ -119,6 +128,7 @@ impl Assumptions {
             ("fused_elements_per_us", self.fused_elements_per_us, true),
             ("update_elements_per_us", self.update_elements_per_us, true),
             ("hop_us", self.hop_us, false),
+            ("cross_us", self.cross_us, false),
             ("bytes_per_us", self.bytes_per_us, true),
         ];
         for (name, value, positive) in fields {
@@ -153,6 +163,9 @@ pub struct NodeCost {
     /// edge: the model's `forward_messages`, or a profile's messages (which a profile's
     /// `forward_messages`, its events, can be far fewer than: batches and steps).
     pub arrivals: f64,
+    /// Backward messages per instance that reach the node (over its cut output edges):
+    /// the model's `backward_messages`, or a profile's messages.
+    pub backward_arrivals: f64,
     /// Work of one forward and one backward computation: FLOPs for `linear`, elements
     /// touched for the others.
     pub forward_work: f64,
@@ -261,6 +274,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             forward_messages: flow.forward[i],
             backward_messages: flow.backward[i],
             arrivals: flow.forward[i],
+            backward_arrivals: flow.backward[i],
             forward_work,
             backward_work,
             forward_us: per_message(flow.forward[i], forward_work),
@@ -279,11 +293,9 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             cost.forward_messages = m.forward_per_instance;
             cost.backward_messages = m.backward_per_instance;
             // Profiles from before messages were counted have their events alone.
-            cost.arrivals = if m.forward_messages_per_instance > 0.0 {
-                m.forward_messages_per_instance
-            } else {
-                m.forward_per_instance
-            };
+            let messages = |counted: f64, events: f64| if counted > 0.0 { counted } else { events };
+            cost.arrivals = messages(m.forward_messages_per_instance, m.forward_per_instance);
+            cost.backward_arrivals = messages(m.backward_messages_per_instance, m.backward_per_instance);
             cost.forward_us = message_us + m.forward_us;
             cost.backward_us = message_us + m.backward_us;
             cost.update_us = m.updates_per_instance * m.update_us;
@@ -409,7 +421,10 @@ fn edge_costs(
                 _ => 0.0,
             };
             let bytes = payload + state_bytes;
-            let mut cut_us = 2.0 * messages * (a.hop_us + bytes / a.bytes_per_us);
+            // Forward, the target takes the crossing messages; backward, the source.
+            let steps = steps_per_message(nodes, l.to, |c| (c.forward_messages, c.arrivals))
+                + steps_per_message(nodes, l.from, |c| (c.backward_messages, c.backward_arrivals));
+            let mut cut_us = messages * (2.0 * (a.cross_us + bytes / a.bytes_per_us) + steps * a.hop_us);
             // A chain member cut from its producer handles its messages in steps of its own.
             if topo.chained[l.to] {
                 if let Some(target) = nodes.get(l.to).and_then(Option::as_ref) {
@@ -425,6 +440,23 @@ fn edge_costs(
             }
         })
         .collect()
+}
+
+/// The steps per message in which node `i` takes the messages of one direction, from its
+/// (steps, messages) per instance: measured by a profile (a node that batches takes many
+/// in one step), 1 in the model.
+fn steps_per_message(nodes: &[Option<NodeCost>], i: usize, counts: impl Fn(&NodeCost) -> (f64, f64)) -> f64 {
+    match nodes.get(i).and_then(Option::as_ref) {
+        Some(c) if c.measured => {
+            let (steps, messages) = counts(c);
+            if messages > 0.0 {
+                (steps / messages).clamp(0.0, 1.0)
+            } else {
+                1.0
+            }
+        }
+        _ => 1.0,
+    }
 }
 
 /// The work of one forward and one backward computation of `op` on these payloads, each

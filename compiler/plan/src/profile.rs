@@ -17,10 +17,12 @@
 //! `--max-batch 1`, every event is one message), the op's own work in whole
 //! microseconds (so the means of sub-microsecond ops read low), without the routing and
 //! queueing around it. The cost model uses `events × mean µs` as the node's op time and
-//! adds its fixed per-message cost per event; a cut edge costs a hop per message it
-//! carries (the messages, not the events: a Tree-LSTM's fused gate kernels ran ~19
-//! messages per instance in ~2 events, and counting events had the planner cut them from
-//! their Linear nearly for free, a plan slower than the model's own).
+//! adds its fixed per-message cost per event; a cut edge costs a crossing per message it
+//! carries and a wake-up per step in which the receiver takes them (`Assumptions::
+//! cross_us`, `hop_us`). Both counts matter: a Tree-LSTM's fused gate kernels ran ~19
+//! messages per instance in ~2 events; with a hop per event the planner cut them from
+//! their Linear nearly for free, with a full hop per message it kept too much on one
+//! worker, and both plans ran slower than the model's own.
 
 use crate::PlanError;
 use amp_ir::Graph;
@@ -61,9 +63,9 @@ pub struct ProfileNode {
     pub forward_us: f64,
     pub backward_us: f64,
     /// Forward and backward messages per instance (the events' messages summed): what
-    /// crosses between workers when the node's input edge is cut, one hop per message,
-    /// however the node then takes them. 0 in profiles written before they were counted
-    /// (the events stand in).
+    /// crosses between workers when the node's input edge is cut (a crossing per message,
+    /// a wake-up per event). 0 in profiles written before they were counted (the events
+    /// stand in).
     #[serde(default)]
     pub forward_messages_per_instance: f64,
     #[serde(default)]

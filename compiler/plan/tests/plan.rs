@@ -213,7 +213,7 @@ fn linear_flops_are_two_in_out_forward_and_twice_that_backward() {
     // A cut edge carries the payload and the state, both ways.
     let edge = costs.edges.iter().find(|e| e.from == 2 && e.to == 3).expect("the edge a → relu");
     assert_eq!(edge.bytes, 8.0 * 4.0 + 8.0);
-    assert!(close(edge.cut_us, 2.0 * (x.hop_us + edge.bytes / x.bytes_per_us)));
+    assert!(close(edge.cut_us, 2.0 * (x.cross_us + edge.bytes / x.bytes_per_us) + 2.0 * x.hop_us));
 }
 
 /// A chain member handles its messages in its producer's worker step: no per-message cost
@@ -228,7 +228,7 @@ fn routing_chain_members_cost_only_when_cut_from_their_producer() {
     assert_eq!(switch.load_us, 0.0, "the member pays none of its own");
     assert!(close(phi.load_us, 2.0 * a.message_us), "two inputs: a node of its own ({})", phi.load_us);
     let edge = |from: u32, to: u32| costs.edges.iter().find(|e| e.from == from && e.to == to).unwrap().cut_us;
-    let crossing = 2.0 * (a.hop_us + (4.0 * 8.0 + 16.0) / a.bytes_per_us);
+    let crossing = 2.0 * (a.cross_us + a.hop_us + (4.0 * 8.0 + 16.0) / a.bytes_per_us);
     assert!(close(edge(2, 3), crossing), "the root's input edge is a plain one");
     assert!(close(edge(3, 4), crossing + a.message_us), "cut, the member's 2 messages cost a step each");
     let chosen = plan(&g, &costs, 2).unwrap();
@@ -327,9 +327,10 @@ fn a_cheap_loop_stays_on_one_worker() {
 #[test]
 fn a_heavy_ppt_gets_its_own_worker_and_a_replica_proposal() {
     let g = graph(ONE_HEAVY);
-    // Cheap messages between workers (with the default 4 µs, the cheap nodes after the
-    // big product rather join it than pay for the cut).
-    let costs = estimate(&g, &Assumptions { hop_us: 1.0, ..Assumptions::default() }, None).unwrap();
+    // Cheap messages between workers (with the default 4 µs each, the cheap nodes after
+    // the big product rather join it than pay for the cut).
+    let cheap = Assumptions { hop_us: 0.5, cross_us: 0.5, ..Assumptions::default() };
+    let costs = estimate(&g, &cheap, None).unwrap();
     let share = node(&costs, 4).load_us / costs.total_us();
     assert!(share > 0.34, "the big Ppt is a third of the work at least ({share})");
     for workers in [3, 4, 8] {
@@ -422,10 +423,11 @@ fn plans_that_do_not_fit_the_graph_are_refused() {
 }
 
 /// The cell took its 3 messages per instance in one batch: it costs one event per
-/// instance, but cut from its input it still costs a hop per message. (A profile written
-/// before messages were counted has its events alone, and they stand in.)
+/// instance, but cut from its input it still costs a crossing per message, and a wake-up
+/// per step it took them in. (A profile written before messages were counted has its
+/// events alone, and they stand in.)
 #[test]
-fn a_cut_edge_carries_the_messages_a_profile_counted_not_its_batches() {
+fn a_cut_edge_carries_the_messages_a_profile_counted_and_wakes_its_target_per_step() {
     let g = graph(LOOP);
     let mut counter = ProfileCounter::default();
     for _ in 0..10 {
@@ -443,6 +445,14 @@ fn a_cut_edge_carries_the_messages_a_profile_counted_not_its_batches() {
         assert!(close(cell.forward_messages, 1.0), "one event per instance");
         let edges: Vec<_> = costs.edges.iter().filter(|e| e.to == 12).collect();
         assert!(!edges.is_empty() && edges.iter().all(|e| e.cut_us > 0.0));
+        let a = Assumptions::default();
+        for e in &edges {
+            // Forward, a step per message taken at once; backward, the producers, which
+            // the profile saw take nothing, cost a step per message as in the model.
+            let steps = cell.forward_messages / cell.arrivals + 1.0;
+            let expected = e.messages * (2.0 * (a.cross_us + e.bytes / a.bytes_per_us) + steps * a.hop_us);
+            assert!(close(e.cut_us, expected), "{} vs {expected}", e.cut_us);
+        }
         (cell.arrivals, edges.iter().map(|e| e.messages).sum::<f64>())
     };
     let (arrivals, messages) = into_cell(&profile);
