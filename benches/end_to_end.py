@@ -8,6 +8,7 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py batching   # --max-batch 64 vs 1
     python3 benches/end_to_end.py unbatched --models moe --runs 6   # nothing batched, --max-batch 1, 64
     python3 benches/end_to_end.py placement  # 1 worker; 2 workers: plan, contiguous, round-robin
+    python3 benches/end_to_end.py refined    # 2 workers: the model's plan vs one refined by a profile
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
     cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before
@@ -24,6 +25,10 @@ weight-gradient products still kept and added together) and batching (64), in th
 setting of the MoE comparison of docs/PERFORMANCE.md: 256 instances in flight, an update
 every 64, and the data ten times over (20,000 MoE instances: an epoch long enough for a
 steady rate).
+
+`refined` first profiles each model on one worker (`--profile`), then compares, at two
+workers, the plan of the cost model alone with the plan that profile refines
+(`--plan-profile`).
 """
 
 import argparse
@@ -72,6 +77,10 @@ SETUPS = {
         ("2 w plan", ["--workers", "2", "--plan", "auto"]),
         ("2 w naive", ["--workers", "2", "--plan", "naive"]),
         ("2 w rr", ["--workers", "2", "--plan", "round-robin"]),
+    ),
+    "refined": (
+        ("2 w model plan", ["--workers", "2"]),
+        ("2 w refined", ["--workers", "2", "--plan-profile", "{tmp}/profile.json"]),
     ),
 }
 
@@ -132,10 +141,13 @@ def main():
           + " ".join(f"{'ratio':>7}" for _ in names[1:]))
     with tempfile.TemporaryDirectory() as tmp:
         for model in opts.models:
+            if opts.setup == "refined":
+                profile = os.path.join(tmp, "profile.json")
+                throughput(model, ["--workers", "1", "--profile", profile, *opts.extra], tmp, common=common)
             runs = [[] for _ in setups]
             for _ in range(opts.runs):
                 for i, (_, extra) in enumerate(setups):
-                    args = [*extra, *opts.extra]
+                    args = [a.replace("{tmp}", tmp) for a in [*extra, *opts.extra]]
                     amprun = baseline if i == 0 else AMPRUN
                     runs[i].append(throughput(model, args, tmp, amprun, common, repeat))
             medians = [statistics.median(r) for r in runs]
