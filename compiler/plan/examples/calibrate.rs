@@ -38,12 +38,13 @@ fn run() -> Result<(), String> {
     // counts per instance.
     let mut kinds: BTreeMap<String, [f64; 4]> = BTreeMap::new();
     // Measured events that took a worker step of their own (a chain member's are its
-    // root's).
-    let mut steps = 0.0;
+    // root's, a fused unit's its first node's), and the messages they took.
+    let (mut steps, mut taken) = (0.0, 0.0);
     for (m, p) in modelled.nodes.iter().zip(&measured.nodes) {
         let (Some(m), Some(p)) = (m, p) else { continue };
-        if !m.chained {
+        if !m.chained && m.unit == m.id {
             steps += p.forward_messages + p.backward_messages;
+            taken += p.arrivals + p.backward_arrivals;
         }
         let fused = m.unit != m.id || m.routing_us > 0.0;
         let kind = m.name.split(' ').next().unwrap_or("").to_string();
@@ -82,6 +83,10 @@ fn run() -> Result<(), String> {
     }
     let left = wall_us * profile.workers as f64 - measured_total;
     println!("{:<24} {model_total:>12.2} {measured_total:>12.2}", "all ops");
-    println!("left over for routing: {left:.1} µs per instance, {:.3} µs per worker step", left / steps.max(1.0));
+    println!(
+        "left over for routing: {left:.1} µs per instance, {:.3} µs per worker step ({steps:.1} steps taking \
+         {taken:.1} messages per instance)",
+        left / steps.max(1.0)
+    );
     Ok(())
 }
