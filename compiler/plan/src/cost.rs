@@ -21,7 +21,8 @@
 //! `hop_us` per step in which the receiving node takes what crossed (a wake-up of the
 //! other worker): one per message in the model, which does not predict how messages
 //! queue up; with a profile, the receiver's measured steps per message (a Tree-LSTM's
-//! leaf gate kernel takes its ~19 messages per tree in about one step forward).
+//! leaf gate kernel took its ~19 forward messages per tree in a third of a step, batched
+//! with other trees' leaves).
 //!
 //! The nodes of a fused group (and the splits only it reads: a unit, see `topology.rs`)
 //! run as one node that calls one kernel: their messages to one another cost nothing, and
@@ -159,7 +160,7 @@ pub struct NodeCost {
     pub forward_messages: f64,
     /// Backward messages handled per instance (training).
     pub backward_messages: f64,
-    /// Forward messages per instance that reach the node, each a hop over a cut input
+    /// Forward messages per instance that reach the node, each a crossing over a cut input
     /// edge: the model's `forward_messages`, or a profile's messages (which a profile's
     /// `forward_messages`, its events, can be far fewer than: batches and steps).
     pub arrivals: f64,

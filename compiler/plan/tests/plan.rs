@@ -447,8 +447,8 @@ fn a_cut_edge_carries_the_messages_a_profile_counted_and_wakes_its_target_per_st
         assert!(!edges.is_empty() && edges.iter().all(|e| e.cut_us > 0.0));
         let a = Assumptions::default();
         for e in &edges {
-            // Forward, a step per message taken at once; backward, the producers, which
-            // the profile saw take nothing, cost a step per message as in the model.
+            // Forward, the cell's steps per message (one step for three); backward, the
+            // producers', which the profile saw take nothing: one each, as in the model.
             let steps = cell.forward_messages / cell.arrivals + 1.0;
             let expected = e.messages * (2.0 * (a.cross_us + e.bytes / a.bytes_per_us) + steps * a.hop_us);
             assert!(close(e.cut_us, expected), "{} vs {expected}", e.cut_us);
