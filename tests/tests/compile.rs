@@ -1,5 +1,6 @@
-//! The whole compile pipeline — check, lower, optimise, verify — on the examples and on
-//! randomly generated well-typed programs; the IR text form and `.ampg` files round-trip.
+//! The whole compile pipeline — check, lower, optimise, verify, plan — on the examples and
+//! on randomly generated well-typed programs; the IR text form and `.ampg` files
+//! round-trip.
 
 use amp_ir::{ampg, text, verify, Graph};
 use amp_sema::{check_source, Options};
@@ -39,6 +40,26 @@ fn compile_with(name: &str, source: &str, defines: Vec<(String, i64)>) -> Graph 
     graph
 }
 
+/// The planner on a graph, for 1 to 4 workers: every node placed once on a worker in
+/// range, the nodes' shares of the work summing to 1, utilisations in [0, 1], and a plan
+/// never predicted slower than the plan for half as many workers (its search starts there).
+fn assert_plans(graph: &Graph) {
+    let assumptions = amp_plan::Assumptions { update_every: 8.0, plain_sgd: true, ..Default::default() };
+    let costs = amp_plan::estimate(graph, &assumptions, None).expect("the cost model takes a verified graph");
+    let mut speedups = vec![0.0];
+    for workers in 1..=4 {
+        let plan = amp_plan::plan(graph, &costs, workers).expect("a verified graph plans");
+        let placement = plan.placement(graph).expect("a plan places its own graph");
+        assert!(placement.iter().all(|&w| w < workers));
+        let shares: f64 = plan.nodes.iter().map(|n| n.predicted_load).sum();
+        assert!((shares - 1.0).abs() < 1e-6, "{workers} workers: the shares sum to {shares}");
+        assert!(plan.predicted_utilization.iter().all(|u| (0.0..=1.0 + 1e-9).contains(u)), "{plan:?}");
+        let half = speedups[workers / 2];
+        assert!(plan.predicted_speedup >= half - 1e-9, "{workers} workers: {} < {half}", plan.predicted_speedup);
+        speedups.push(plan.predicted_speedup);
+    }
+}
+
 fn assert_round_trips(graph: &Graph) {
     let printed = text::print(graph);
     let parsed = text::parse(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
@@ -56,6 +77,7 @@ fn examples_verify_round_trip_and_match_their_snapshots() {
         let flags: Vec<String> = defines.iter().map(|(k, v)| format!("-D {k}={v}")).collect();
         let graph = compile_with(name, source, defines);
         assert_round_trips(&graph);
+        assert_plans(&graph);
         insta::with_settings!({ snapshot_path => "snapshots/ir", prepend_module_to_snapshot => false, omit_expression => true }, {
             insta::assert_snapshot!(
                 format!("ir_{name}"),
@@ -214,11 +236,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     /// Every program of the generator checks without errors, lowers, and the optimised
-    /// graph verifies and round-trips.
+    /// graph verifies, round-trips and plans.
     #[test]
     fn generated_programs_lower_to_verified_graphs(stmts in proptest::collection::vec(gen_stmt(), 0..8)) {
         let source = program(&stmts);
         let graph = compile("gen", &source);
         assert_round_trips(&graph);
+        assert_plans(&graph);
     }
 }
