@@ -9,6 +9,7 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py unbatched --models moe --runs 6   # nothing batched, --max-batch 1, 64
     python3 benches/end_to_end.py placement  # 1 worker; 2 workers: plan, contiguous, round-robin
     python3 benches/end_to_end.py refined    # 2 workers: the model's plan vs one refined by a profile
+    python3 benches/end_to_end.py placement --workers 16   # on a 16-core machine: 1 vs 16 workers
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
     cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before
@@ -74,13 +75,13 @@ SETUPS = {
     "build": (("baseline", []), ("this build", [])),
     "placement": (
         ("1 worker", ["--workers", "1"]),
-        ("2 w plan", ["--workers", "2", "--plan", "auto"]),
-        ("2 w naive", ["--workers", "2", "--plan", "naive"]),
-        ("2 w rr", ["--workers", "2", "--plan", "round-robin"]),
+        ("{w} w plan", ["--workers", "{w}", "--plan", "auto"]),
+        ("{w} w naive", ["--workers", "{w}", "--plan", "naive"]),
+        ("{w} w rr", ["--workers", "{w}", "--plan", "round-robin"]),
     ),
     "refined": (
-        ("2 w model plan", ["--workers", "2"]),
-        ("2 w refined", ["--workers", "2", "--plan-profile", "{tmp}/profile.json"]),
+        ("{w} w model plan", ["--workers", "{w}"]),
+        ("{w} w refined", ["--workers", "{w}", "--plan-profile", "{tmp}/profile.json"]),
     ),
 }
 
@@ -126,13 +127,16 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--baseline", help="build: the amprun binary to compare this build's with")
     parser.add_argument("--extra", action="append", default=[], help="an argument added to every run")
+    parser.add_argument("--workers", type=int, default=2, help="placement, refined: the workers of the plans compared")
     opts = parser.parse_args()
     if (opts.setup == "build") != (opts.baseline is not None):
         sys.exit("--baseline BINARY goes with the build setup, and only with it")
     baseline = os.path.abspath(opts.baseline) if opts.baseline else AMPRUN
     if not os.path.exists(AMPRUN):
         sys.exit("build first: cargo build --release -p amprun")
-    setups = SETUPS[opts.setup]
+    workers = str(opts.workers)
+    setups = [(name.replace("{w}", workers), [a.replace("{w}", workers) for a in extra])
+              for name, extra in SETUPS[opts.setup]]
     common, repeat = (UNBATCHED_COMMON, UNBATCHED_REPEAT) if opts.setup == "unbatched" else (COMMON, 1)
     names = [name for name, _ in setups]
     print(f"training instances/s, medians of {opts.runs} alternating runs: {' vs '.join(names)}")
