@@ -1,7 +1,8 @@
 //! The planner on arbitrary graphs and profiles (both untrusted: `amprun` plans any graph
-//! it loads, refined by any `--plan-profile` file). The input is a graph in the IR text
-//! form, optionally followed by a line `#profile` and a profile's JSON. Whatever loads
-//! must be planned for 1, 2, 3 and 16 workers, or refused with an error, never a panic;
+//! it loads and verifies, refined by any `--plan-profile` file). The input is a graph in
+//! the IR text form, optionally followed by a line `#profile` and a profile's JSON.
+//! Whatever loads and verifies (as `amprun` and `ampc` require before they plan) must be
+//! planned for 1, 2, 3 and 16 workers, or refused with an error, never a panic;
 //! a plan must place every node once on a worker in range (checked by `Plan::placement`)
 //! and read back from its JSON, and `evaluate` must accept the placement it chose.
 //! Run: `cargo +nightly fuzz run plan corpus/plan seeds/plan -- -max_total_time=300`.
@@ -14,6 +15,9 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let (graph_text, profile_text) = text.split_once("\n#profile\n").unwrap_or((&text, ""));
     let Ok(graph) = amp_ir::text::parse(graph_text) else { return };
+    if amp_ir::verify::verify(&graph).is_err() {
+        return;
+    }
     let profile = Profile::from_json(profile_text).ok();
     for plain_sgd in [false, true] {
         let assumptions = Assumptions { update_every: 8.0, plain_sgd, ..Assumptions::default() };

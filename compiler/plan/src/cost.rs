@@ -230,7 +230,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
         None => None,
     };
     let topo = Topology::new(graph);
-    let flow = flow::solve(graph, &topo, assumptions);
+    let flow = flow::solve(graph, &topo, assumptions)?;
     let dependent = graph.parameter_dependent();
     let units = Units::new(&topo, &flow);
     let a = assumptions;

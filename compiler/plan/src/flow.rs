@@ -6,7 +6,11 @@
 //! its ports, a `phi` adds its inputs, a join (`binary`, `concat`, `group`...) fires once
 //! per matched set. Cycles (loops, tree traversals) are solved by iterating to a fixed
 //! point: a `cond` with one port inside its cycle and one leaving it keeps a share
-//! `T / (T + 1)` inside, so the cycle runs `T` times per entry on average.
+//! `T / (T + 1)` inside, so the cycle runs `T` times per entry on average. The rates
+//! are linear in one another, so the iteration's steps shrink geometrically by the
+//! cycle's gain; once two successive ratios of steps agree, the rest of the geometric
+//! series is added at once (a loop of 100,000 turns settles in a few sweeps instead of
+//! millions), and a gain of 1 or more is an error: messages that never end.
 //!
 //! Where the data decides (a `len(...)`, a loop bound read from the instance), the
 //! [`Assumptions`] give the expected value; a profile replaces all of this with measured
@@ -14,6 +18,7 @@
 
 use crate::cost::Assumptions;
 use crate::topology::Topology;
+use crate::PlanError;
 use amp_ir::{DataStep, FieldRole, Graph, IntOp, Op, PayloadTy, StateExpr};
 
 /// Rates beyond this are clamped (a graph file could ask for absurd counts).
@@ -40,7 +45,12 @@ pub(crate) struct Flow {
     pub in_rows: Vec<f64>,
 }
 
-pub(crate) fn solve(graph: &Graph, topo: &Topology, assumptions: &Assumptions) -> Flow {
+/// Two successive ratios of steps closer than this are the cycle's gain.
+const RATIO_AGREES: f64 = 1e-9;
+/// Gains from here on do not shrink: the cycle's messages never end.
+const UNBOUNDED_GAIN: f64 = 1.0 - 1e-12;
+
+pub(crate) fn solve(graph: &Graph, topo: &Topology, assumptions: &Assumptions) -> Result<Flow, PlanError> {
     let n = topo.bound;
     let mut flow = Flow {
         out: vec![Vec::new(); n],
@@ -65,13 +75,24 @@ pub(crate) fn solve(graph: &Graph, topo: &Topology, assumptions: &Assumptions) -
         }
         let ports: usize = component.iter().map(|&v| topo.consumers[v].len().max(1)).sum();
         let sweeps = (CYCLE_BUDGET / ports.max(1)).max(1);
-        for _ in 0..sweeps {
+        let mut series = Series::default();
+        for sweep in 0..sweeps {
             let mut change = 0.0f64;
             for &v in component {
                 change = change.max(rules.step(graph, topo, &mut flow, v));
             }
             if change <= 1e-12 {
                 break;
+            }
+            // A sweep carries a rate at least one node further around the cycle: until
+            // it has gone all the way round, steps can repeat while the cycle fills.
+            let filled = sweep >= component.len();
+            if let Some(gain) = series.observe(component, &flow).filter(|_| filled) {
+                if gain >= UNBOUNDED_GAIN {
+                    let node = component.iter().copied().min().unwrap_or(0);
+                    return Err(PlanError::Unbounded { node: node as u32 });
+                }
+                series.jump(component, &mut flow, gain);
             }
         }
     }
@@ -82,7 +103,57 @@ pub(crate) fn solve(graph: &Graph, topo: &Topology, assumptions: &Assumptions) -
             .map(|(consumers, rate)| rate * consumers.len().max(1) as f64)
             .sum();
     }
-    flow
+    Ok(flow)
+}
+
+/// A cycle's output rates sweep after sweep, to find its gain: the ratio of two
+/// successive steps (summed over its ports), once it repeats.
+#[derive(Default)]
+struct Series {
+    /// The rates after the last sweep, and the step that led to them.
+    last: Vec<f64>,
+    step: Option<Vec<f64>>,
+    ratio: Option<f64>,
+}
+
+impl Series {
+    fn rates(component: &[usize], flow: &Flow) -> Vec<f64> {
+        component.iter().flat_map(|&v| flow.out[v].iter().copied()).collect()
+    }
+
+    /// Takes the rates after a sweep; the gain once two successive ratios agree.
+    fn observe(&mut self, component: &[usize], flow: &Flow) -> Option<f64> {
+        let now = Series::rates(component, flow);
+        let step: Option<Vec<f64>> =
+            (self.last.len() == now.len()).then(|| now.iter().zip(&self.last).map(|(n, l)| n - l).collect());
+        let size = |s: &[f64]| s.iter().map(|x| x.abs()).sum::<f64>();
+        let ratio = match (&step, &self.step) {
+            (Some(now), Some(before)) if size(before) > 0.0 => Some(size(now) / size(before)),
+            _ => None,
+        };
+        let gain = match (ratio, self.ratio) {
+            (Some(r), Some(before)) if (r - before).abs() <= RATIO_AGREES * r.max(1.0) => Some(r),
+            _ => None,
+        };
+        self.last = now;
+        self.step = step;
+        self.ratio = ratio;
+        gain
+    }
+
+    /// Adds the rest of the geometric series of steps, `step · gain / (1 - gain)`, to
+    /// every rate (which the next sweep then settles), and starts observing afresh.
+    fn jump(&mut self, component: &[usize], flow: &mut Flow, gain: f64) {
+        let Some(step) = self.step.take() else { return };
+        let factor = gain / (1.0 - gain);
+        let mut steps = step.iter();
+        for &v in component {
+            for (rate, s) in flow.out[v].iter_mut().zip(steps.by_ref()) {
+                *rate = (*rate + s * factor).clamp(0.0, MAX_RATE);
+            }
+        }
+        *self = Series::default();
+    }
 }
 
 /// The per-node share a `cond` sends to its true port, and the per-port shares of every

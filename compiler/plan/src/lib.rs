@@ -73,6 +73,9 @@ pub enum PlanError {
     FieldLength { field: &'static str, len: usize, workers: usize },
     /// A profile that cannot be read or was not measured on this graph.
     Profile { message: String },
+    /// A cycle that sends back into itself at least as many messages as go around it
+    /// (its way out leads back in): an instance's messages there would never end.
+    Unbounded { node: u32 },
 }
 
 impl fmt::Display for PlanError {
@@ -99,6 +102,11 @@ impl fmt::Display for PlanError {
                 write!(f, "the plan's `{field}` has {len} entries for {workers} workers")
             }
             PlanError::Profile { message } => write!(f, "the profile does not fit: {message}"),
+            PlanError::Unbounded { node } => write!(
+                f,
+                "the cycle through node %{node} never lets its messages go: every turn sends at least as many \
+                 back in as came around, so an instance's messages would never end"
+            ),
         }
     }
 }

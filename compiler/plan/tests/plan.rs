@@ -256,6 +256,32 @@ fn loop_bodies_run_the_expected_trip_count() {
     }
 }
 
+/// A loop of ten million turns: its rates are a geometric series the solver adds up at
+/// once (iterating, its budget of sweeps ran out far short of the sum).
+#[test]
+fn a_long_loop_runs_its_whole_trip_count() {
+    let text = HEAVY_AROUND_LIGHT_LOOP.replace("%t0 < 3", "%t0 < 10000000").replace("inverse 3 ", "inverse 10000000 ");
+    let costs = estimate(&graph(&text), &Assumptions::default(), None).unwrap();
+    let turns = node(&costs, 6).forward_messages;
+    assert!((turns - 1e7).abs() <= 1e-6 * 1e7, "`%t0 < 10000000` runs ten million times: {turns}");
+}
+
+/// A verified loop whose exit port also leads back to its header: every turn sends as many
+/// messages back as came around, so they never end; the cost model says so rather than
+/// returning whatever rates its sweeps had reached.
+#[test]
+fn a_cycle_that_never_lets_its_messages_go_is_refused() {
+    let text = HEAVY_AROUND_LIGHT_LOOP.replace(
+        "%4 = phi 2 (%3#0: f32[256], %7#0: f32[256])",
+        "%4 = phi 3 (%3#0: f32[256], %7#0: f32[256], %5#1: f32[256])",
+    );
+    let g = graph(&text);
+    assert!(amp_ir::verify::verify(&g).is_ok(), "the loop has a header, an exit and a step");
+    let error = estimate(&g, &Assumptions::default(), None).unwrap_err();
+    assert_eq!(error, PlanError::Unbounded { node: 4 });
+    assert!(error.to_string().contains("%4"), "{error}");
+}
+
 #[test]
 fn constant_loop_bounds_and_collections_are_counted() {
     let costs = estimate(&graph(HEAVY_AROUND_LIGHT_LOOP), &Assumptions::default(), None).unwrap();
