@@ -5,7 +5,7 @@
 //! planned for 1, 2, 3 and 16 workers, or refused with an error, never a panic;
 //! a plan must place every node once on a worker in range (checked by `Plan::placement`)
 //! and read back from its JSON, and `evaluate` must accept the placement it chose.
-//! Run: `cargo +nightly fuzz run plan corpus/plan seeds/plan -- -max_total_time=300`.
+//! Run: `cargo +nightly fuzz run plan corpus/plan seeds_plan -- -max_total_time=300`.
 #![no_main]
 
 use amp_plan::{estimate, evaluate, plan, Assumptions, Plan, Profile};
