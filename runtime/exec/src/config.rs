@@ -78,9 +78,9 @@ pub struct ExecConfig {
     /// queue (consecutive, of one direction and port) in one step of its worker; an op
     /// that batches (`linear`, a fused kernel) runs them as one matrix, one GEMM or kernel
     /// call for all, the others one by one. Each message's result is that of processing
-    /// it alone (to rounding). 1 turns batching off. Batches form when several messages wait at once:
-    /// with several instances in flight (`max_active_keys`), or the element messages of
-    /// one instance (a tree's leaves).
+    /// it alone (to rounding). 1 turns batching off. Batches form when several messages
+    /// wait at once: with several instances in flight (`max_active_keys`), or the element
+    /// messages of one instance (a tree's leaves).
     pub max_batch: usize,
     /// A Linear group keeps the rows of its weight-gradient products and adds them as one
     /// GEMM (per 256 rows, and before anything reads the gradient): a batching of the
