@@ -17,8 +17,8 @@ medians of alternating runs (a busy machine slows both alike).
 
 Data: the shipped list-reduce and MoE files, the digits, SST and molecule files of
 `../shared/data` (first N instances each, see CASES). One worker (but in `placement`), 16 instances
-in flight, asynchronous updates every 8 instances, one epoch (plus the warm-up the first
-chunk gives). Ratios are against the first setup of the line.
+in flight, asynchronous updates every 8 instances, one epoch. Ratios are against the first
+setup of the line.
 
 `unbatched` compares a run that batches nothing (`--max-batch 1 --no-deferred-grads`: each
 message alone, each weight-gradient product added at once) with `--max-batch 1` (the

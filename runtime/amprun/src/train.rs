@@ -3,11 +3,10 @@
 //! utilization reported beside the measured one), and a clean stop (with the last good
 //! parameters) on a non-finite loss.
 //!
-//! Determinism: the shuffle of epoch `e` depends on `(seed, e)` only, each epoch is fed
-//! to the executor in chunks whose size depends only on the data size and the update
-//! frequencies (a multiple of every minibatch size, so chunk ends are update boundaries
-//! and the chunking changes nothing in synchronous mode), and checkpoints are written at
-//! epoch ends, when no gradient is pending. So a resumed run computes exactly what an
+//! Determinism: the shuffle of epoch `e` depends on `(seed, e)` only, each epoch is one
+//! run of the executor (the pipeline stays full from its first instance to its last; the
+//! progress bar hears from the run as it goes), and checkpoints are written at epoch
+//! ends, when no gradient is pending. So a resumed run computes exactly what an
 //! uninterrupted one does.
 
 use crate::cli::{OptimizerName, TrainArgs};
@@ -19,7 +18,7 @@ use crate::report::{self, Metrics, Progress, Report};
 use crate::setup;
 use crate::start::{meta, starting_point};
 use amp_data::Instance;
-use amp_exec::{EpochStats, EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Placement, TraceEvent};
+use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Placement, Progress as Observed, TraceEvent};
 use amp_ir::Graph;
 use amp_params::OptimConfig;
 use std::collections::BTreeMap;
@@ -60,44 +59,6 @@ impl Validation {
             Err(ExecError::Config { message: format!("the validation thread panicked: {message}") })
         });
         Some((epoch, result))
-    }
-}
-
-/// Mean loss and accuracy over the chunks of an epoch.
-#[derive(Default)]
-struct Totals {
-    instances: usize,
-    loss_sum: f64,
-    loss_count: usize,
-    correct: f64,
-    judged: usize,
-    updates: u64,
-}
-
-impl Totals {
-    fn add(&mut self, stats: &EpochStats) {
-        self.instances += stats.instances;
-        for &loss in stats.losses.iter().filter(|l| l.is_finite()) {
-            self.loss_sum += f64::from(loss);
-            self.loss_count += 1;
-        }
-        if let Some(accuracy) = stats.accuracy {
-            self.correct += f64::from(accuracy) * stats.instances as f64;
-            self.judged += stats.instances;
-        }
-        self.updates += stats.updates;
-    }
-
-    fn loss(&self) -> f32 {
-        if self.loss_count == 0 {
-            f32::NAN
-        } else {
-            (self.loss_sum / self.loss_count as f64) as f32
-        }
-    }
-
-    fn accuracy(&self) -> Option<f32> {
-        (self.judged > 0).then(|| (self.correct / self.judged as f64) as f32)
     }
 }
 
@@ -180,7 +141,6 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         choice,
         graph: &graph,
         started,
-        chunk: chunk_size(train.len(), &config),
         last: (None, None),
     };
     let result = (first..=args.epochs).try_for_each(|epoch| run.epoch(epoch)).and_then(|()| run.report_validation());
@@ -220,7 +180,6 @@ struct TrainRun<'a> {
     choice: Choice,
     graph: &'a Graph,
     started: Instant,
-    chunk: usize,
     /// The last train and valid reports, for the summary.
     last: (Option<Report>, Option<Report>),
 }
@@ -231,37 +190,32 @@ impl TrainRun<'_> {
         let order = if self.args.no_shuffle { (0..n).collect() } else { shuffled(n, self.seed, epoch) };
         self.progress.start(format!("epoch {epoch}/{}", self.args.epochs), n);
         let epoch_start = Instant::now();
-        let mut totals = Totals::default();
-        for (c, indices) in order.chunks(self.chunk).enumerate() {
-            let batch = self.train.view(indices);
-            let call = Instant::now();
-            let result = self.executor.train_epoch(&batch);
-            let wall = call.elapsed().as_secs_f64();
-            if let Some(measure) = &mut self.measure {
-                let events = self.executor.take_trace();
-                let waited = result.as_ref().map_or(&[][..], |stats| &stats.waited[..]);
-                measure.record(&events, indices.len(), wall, waited);
-                if self.args.trace.is_some() {
-                    self.trace.extend(events);
-                }
+        let batch = self.train.view(&order);
+        let progress = &self.progress;
+        let mut observe = |p: &Observed| {
+            progress.update(p.done, epoch_start.elapsed().as_secs_f64(), p.loss(), p.accuracy());
+        };
+        let result = self.executor.train_epoch_observed(&batch, &mut observe);
+        let wall = epoch_start.elapsed().as_secs_f64();
+        if let Some(measure) = &mut self.measure {
+            let events = self.executor.take_trace();
+            let waited = result.as_ref().map_or(&[][..], |stats| &stats.waited[..]);
+            measure.record(&events, n, wall, waited);
+            if self.args.trace.is_some() {
+                self.trace.extend(events);
             }
-            match result {
-                Ok(stats) => totals.add(&stats),
-                Err(error) => return Err(self.stop(epoch, &order[c * self.chunk..], &error)),
-            }
-            let seconds = epoch_start.elapsed().as_secs_f64();
-            self.progress.update(totals.instances, seconds, totals.loss(), totals.accuracy());
         }
+        let stats = result.map_err(|error| self.stop(epoch, &order, &error))?;
         let seconds = epoch_start.elapsed().as_secs_f64();
         let report = Report {
             split: "train",
             epoch,
             instances: n,
-            loss: totals.loss(),
-            accuracy: totals.accuracy(),
+            loss: stats.loss,
+            accuracy: stats.accuracy,
             instances_per_s: n as f64 / seconds.max(1e-9),
             elapsed_s: self.started.elapsed().as_secs_f64(),
-            updates: Some(totals.updates),
+            updates: Some(stats.updates),
         };
         self.metrics.write(&report)?;
         let mut line = format!(
@@ -340,12 +294,12 @@ impl TrainRun<'_> {
             .map_err(|e| Failure::params(&format!("cannot write the checkpoint `{}`", path.display()), &e))
     }
 
-    /// Ends training on an executor error in `epoch`, `rest` being the instances of the
-    /// failed chunk onwards (the error's instance index counts from the chunk's start).
+    /// Ends training on an executor error in `epoch`, whose instances `order` lists (the
+    /// error's instance index is a position in it).
     /// On a non-finite loss the last good parameters are saved first.
-    fn stop(&mut self, epoch: u64, rest: &[usize], error: &ExecError) -> Failure {
+    fn stop(&mut self, epoch: u64, order: &[usize], error: &ExecError) -> Failure {
         self.progress.clear();
-        let locate = |i| describe(self.loader, self.train, Some(rest), i);
+        let locate = |i| describe(self.loader, self.train, Some(order), i);
         let mut failure = Failure::exec(error, &locate);
         if let ExecError::NonFiniteLoss { instance, loss, node } = error {
             failure.message = format!(
@@ -543,26 +497,6 @@ pub fn shuffled(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
     order
 }
 
-/// Instances per `train_epoch` call: about a twentieth of the epoch (at least 64), rounded
-/// up to a multiple of every update frequency, so that each chunk ends on an update
-/// boundary of every parameter.
-pub fn chunk_size(n: usize, config: &ExecConfig) -> usize {
-    let period =
-        config.update_overrides.iter().try_fold(config.min_update_frequency.max(1), |l, (_, m)| lcm(l, (*m).max(1)));
-    let Some(period) = period else { return n.max(1) };
-    let target = n.div_ceil(20).max(64) as u64;
-    let chunk = target.div_ceil(period).checked_mul(period).and_then(|c| usize::try_from(c).ok());
-    chunk.unwrap_or(usize::MAX).max(1)
-}
-
-fn lcm(a: u64, b: u64) -> Option<u64> {
-    let (mut x, mut y) = (a, b);
-    while y != 0 {
-        (x, y) = (y, x % y);
-    }
-    (a / x).checked_mul(b)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -577,17 +511,5 @@ mod tests {
         assert_ne!(a, shuffled(100, 7, 2));
         assert_ne!(a, shuffled(100, 8, 1));
         assert!(shuffled(0, 1, 1).is_empty());
-    }
-
-    #[test]
-    fn chunks_end_on_update_boundaries() {
-        let mut config = ExecConfig { min_update_frequency: 6, ..ExecConfig::default() };
-        config.update_overrides.push((NodeSelector::Label("cell".into()), 4));
-        let chunk = chunk_size(10_000, &config);
-        assert_eq!(chunk % 12, 0);
-        assert!(chunk >= 500);
-        assert_eq!(chunk_size(10, &ExecConfig::default()), 64);
-        config.update_overrides.push((NodeSelector::Id(1), u64::MAX - 1));
-        assert_eq!(chunk_size(10, &config), 10);
     }
 }

@@ -29,13 +29,51 @@ pub(crate) struct RunOutput {
     pub waited: Vec<Duration>,
 }
 
-/// Runs `n` instances (those of `shared`) through the program.
+/// How far a run is: what [`crate::Executor::train_epoch_observed`] reports while it
+/// trains.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Progress {
+    /// Instances finished.
+    pub done: usize,
+    /// The sum of the finished instances' losses (the finite ones) and how many there are.
+    pub loss_sum: f64,
+    pub losses: usize,
+    /// Finished instances whose logits' argmax hit the cross-entropy label, of those judged.
+    pub correct: usize,
+    pub judged: usize,
+}
+
+impl Progress {
+    /// The mean loss of the finished instances so far (NaN before the first).
+    pub fn loss(&self) -> f32 {
+        if self.losses == 0 {
+            f32::NAN
+        } else {
+            (self.loss_sum / self.losses as f64) as f32
+        }
+    }
+
+    /// The share judged correct so far, when there is a cross-entropy loss.
+    pub fn accuracy(&self) -> Option<f32> {
+        (self.judged > 0).then(|| self.correct as f32 / self.judged as f32)
+    }
+}
+
+/// What hears of a run's progress.
+pub(crate) type Observer<'o> = dyn FnMut(&Progress) + 'o;
+
+/// The observer hears of a run's progress at most this often (and once at its end).
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+/// Runs `n` instances (those of `shared`) through the program; `observer`, when given,
+/// hears how far the run is (see [`PROGRESS_EVERY`]).
 pub(crate) fn run(
     program: &Program,
     shared: &RunShared,
     config: &ExecConfig,
     pending: &[u64],
     origin: Instant,
+    observer: Option<&mut Observer>,
 ) -> Result<RunOutput, ExecError> {
     let n = shared.instances.len();
     let workers = program.workers;
@@ -101,6 +139,10 @@ pub(crate) fn run(
             stopped: 0,
             held: Vec::new(),
             awaiting: 0,
+            observer,
+            progress: Progress::default(),
+            finished: Vec::new(),
+            observed: Instant::now(),
         };
         let result = control.admit_all(n);
         let flush = result.is_ok() && shared.mode == RunMode::Train && config.flush_at_epoch_end;
@@ -117,7 +159,7 @@ pub(crate) fn run(
     })
 }
 
-struct Controller<'r> {
+struct Controller<'r, 'o> {
     program: &'r Program,
     config: &'r ExecConfig,
     mode: RunMode,
@@ -136,9 +178,14 @@ struct Controller<'r> {
     /// until they did, so that no node reads parameters (a replica's copy, a group shared
     /// with another worker's node) before the update.
     awaiting: usize,
+    observer: Option<&'r mut Observer<'o>>,
+    progress: Progress,
+    /// Instances finished since the observer last heard, and when that was.
+    finished: Vec<usize>,
+    observed: Instant,
 }
 
-impl Controller<'_> {
+impl Controller<'_, '_> {
     /// How many instances may have been admitted before the next update must happen.
     fn boundary(&self, done: usize) -> usize {
         if self.mode != RunMode::Train || !self.config.sync_updates {
@@ -188,6 +235,9 @@ impl Controller<'_> {
                     in_flight.remove(&instance);
                     done += 1;
                     self.instance_done();
+                    if self.observer.is_some() {
+                        self.finished.push(instance);
+                    }
                 }
                 Ok(Report::Loss { .. } | Report::Output { .. }) => {}
                 Ok(Report::Updated) => {
@@ -217,10 +267,34 @@ impl Controller<'_> {
                 }
             }
             self.take_results(n, &mut last_progress)?;
+            if self.observed.elapsed() >= PROGRESS_EVERY {
+                self.observe();
+            }
         }
         // An instance's losses and outputs were sent before its last credit was given
         // back, so before its `Done`: all of them are in.
-        self.take_results(n, &mut last_progress)
+        self.take_results(n, &mut last_progress)?;
+        self.observe();
+        Ok(())
+    }
+
+    /// Tells the observer about the instances finished since it last heard: their losses
+    /// are in, sent before their `Done` (see `admit_all`).
+    fn observe(&mut self) {
+        let Some(observer) = self.observer.as_mut() else { return };
+        for i in self.finished.drain(..) {
+            self.progress.done += 1;
+            if let Some(loss) = self.output.losses.get(i).copied().flatten().filter(|l| l.is_finite()) {
+                self.progress.loss_sum += f64::from(loss);
+                self.progress.losses += 1;
+            }
+            if let Some(correct) = self.output.correct.get(i).copied().flatten() {
+                self.progress.correct += usize::from(correct);
+                self.progress.judged += 1;
+            }
+        }
+        observer(&self.progress);
+        self.observed = Instant::now();
     }
 
     /// Takes the losses and outputs that arrived.

@@ -3,7 +3,7 @@
 //! evaluations, inference and single-instance gradients through the workers.
 
 use crate::config::ExecConfig;
-use crate::controller::{self, RunOutput};
+use crate::controller::{self, Observer, Progress, RunOutput};
 use crate::error::ExecError;
 use crate::instance::ExecInstance;
 use crate::ops::{RunMode, RunShared};
@@ -173,6 +173,26 @@ impl Executor {
     /// the parameters are those of the last update, and the gradients accumulated since
     /// are dropped, so [`Executor::params`] is a sound checkpoint.
     pub fn train_epoch<I: ExecInstance + Sync>(&mut self, instances: &[I]) -> Result<EpochStats, ExecError> {
+        self.run_epoch(instances, None)
+    }
+
+    /// [`Executor::train_epoch`], telling `observer` how far it is while it trains (about
+    /// every 100 ms, and once at the end): a whole epoch in one run keeps the pipeline
+    /// full from its first instance to its last, where epochs fed in pieces would drain
+    /// it at the end of every piece.
+    pub fn train_epoch_observed<I: ExecInstance + Sync>(
+        &mut self,
+        instances: &[I],
+        observer: &mut dyn FnMut(&Progress),
+    ) -> Result<EpochStats, ExecError> {
+        self.run_epoch(instances, Some(observer))
+    }
+
+    fn run_epoch<I: ExecInstance + Sync>(
+        &mut self,
+        instances: &[I],
+        observer: Option<&mut Observer>,
+    ) -> Result<EpochStats, ExecError> {
         let start = Instant::now();
         let list: Vec<&(dyn ExecInstance + Sync)> = instances.iter().map(|i| i as &(dyn ExecInstance + Sync)).collect();
         let mut stores = replica_stores(&self.program.groups, &self.params);
@@ -193,7 +213,7 @@ impl Executor {
                 mode: RunMode::Train,
                 routes: Routes::new(&self.program),
             };
-            let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin);
+            let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin, observer);
             let groups = shared.params.into_live_groups();
             let masters = self.program.groups.iter().map(|info| info.master.is_none());
             let updates: u64 = groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).sum();
@@ -261,7 +281,7 @@ impl Executor {
             routes: Routes::new(&self.program),
         };
         let config = ExecConfig { max_active_keys: 1, ..self.config.clone() };
-        let result = controller::run(&self.program, &shared, &config, &[], self.origin);
+        let result = controller::run(&self.program, &shared, &config, &[], self.origin, None);
         drop(shared);
         fold_replica_grads(&self.program.groups, &stores, &mut grads);
         let output = result?;
@@ -285,7 +305,7 @@ impl Executor {
             mode,
             routes: Routes::new(&self.program),
         };
-        let output = controller::run(&self.program, &shared, &self.config, &[], self.origin)?;
+        let output = controller::run(&self.program, &shared, &self.config, &[], self.origin, None)?;
         Ok((output, start.elapsed()))
     }
 

@@ -1,8 +1,9 @@
 //! Training: deterministic mode is minibatch SGD (and momentum, Adam) computed from
 //! `grads()`; multi-worker runs with synchronous updates agree with one worker; updates
 //! carry over epochs and resume exactly from a checkpoint; per-node update frequencies;
-//! a tiny model learns, synchronously and asynchronously; inference and evaluation agree
-//! with the gradients' forward pass; traces and wait times cover every worker.
+//! a tiny model learns, synchronously and asynchronously; an observed epoch reports its
+//! progress; inference and evaluation agree with the gradients' forward pass; traces and
+//! wait times cover every worker.
 
 mod common;
 
@@ -61,6 +62,27 @@ fn deterministic_mode_is_minibatch_training() {
         again.train_epoch(&data).unwrap();
         again.train_epoch(&data).unwrap();
         assert_eq!(again.params(), ex.params());
+    }
+}
+
+#[test]
+fn an_observed_epoch_reports_its_progress_and_trains_the_same() {
+    let (graph, data) = list_reduce();
+    let config = ExecConfig::deterministic(3, OptimConfig::sgd(0.1));
+    let mut plain = executor(&graph, 1, config.clone());
+    let mut observed = executor(&graph, 1, config);
+    for _ in 0..2 {
+        let expected = plain.train_epoch(&data).unwrap();
+        let mut heard = Vec::new();
+        let stats = observed.train_epoch_observed(&data, &mut |p| heard.push(*p)).unwrap();
+        assert_eq!(observed.params(), plain.params(), "observing changes nothing");
+        assert_eq!(stats.losses, expected.losses);
+        assert!(heard.windows(2).all(|w| w[0].done <= w[1].done), "{heard:?}");
+        let last = heard.last().expect("the observer hears at least the end");
+        assert_eq!(last.done, data.len());
+        assert_eq!(last.losses, data.len());
+        assert!((last.loss() - stats.loss).abs() <= 1e-6 * stats.loss.abs(), "{} vs {}", last.loss(), stats.loss);
+        assert_eq!(last.accuracy(), stats.accuracy);
     }
 }
 
