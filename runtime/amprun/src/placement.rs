@@ -155,13 +155,20 @@ impl Measure {
         Measure { busy_s: vec![0.0; workers], wall_s: 0.0, profile: ProfileCounter::default(), fused }
     }
 
-    /// One training call over `instances` instances that took `wall_s`: its trace events
-    /// (empty unless tracing) and each worker's time waiting for messages (empty when the
-    /// call failed).
-    pub fn record(&mut self, events: &[TraceEvent], instances: usize, wall_s: f64, waited: &[Duration]) {
+    /// One training run over `instances` instances that took `wall_s`, and each worker's
+    /// time waiting for messages (empty when the run failed); its trace events go to
+    /// [`Measure::record_events`].
+    pub fn record_run(&mut self, instances: usize, wall_s: f64, waited: &[Duration]) {
         for (busy, wait) in self.busy_s.iter_mut().zip(waited) {
             *busy += (wall_s - wait.as_secs_f64()).max(0.0);
         }
+        self.profile.add_instances(instances as u64, wall_s);
+        self.wall_s += wall_s;
+    }
+
+    /// Trace events of a run, folded into the profile (a fused node's time shared among
+    /// its members).
+    pub fn record_events(&mut self, events: &[TraceEvent]) {
         for e in events {
             let work = match e.kind {
                 TraceKind::Forward => Work::Forward,
@@ -177,8 +184,6 @@ impl Measure {
                 None => self.profile.add(e.node, work, e.dur_us, u64::from(e.batch)),
             }
         }
-        self.profile.add_instances(instances as u64, wall_s);
-        self.wall_s += wall_s;
     }
 
     /// Each worker's busy time over the wall time.

@@ -18,7 +18,7 @@ use crate::report::{self, Metrics, Progress, Report};
 use crate::setup;
 use crate::start::{meta, starting_point};
 use amp_data::Instance;
-use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Placement, Progress as Observed, TraceEvent};
+use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Observer, Placement, TraceEvent};
 use amp_ir::Graph;
 use amp_params::OptimConfig;
 use std::collections::BTreeMap;
@@ -59,6 +59,35 @@ impl Validation {
             Err(ExecError::Config { message: format!("the validation thread panicked: {message}") })
         });
         Some((epoch, result))
+    }
+}
+
+/// What hears of an epoch as it trains: the progress bar, and with `--profile`,
+/// `--report-utilization` or `--trace` the trace events, folded into the measurements as
+/// they come (an epoch's events are not all held at once) and kept for `--trace`.
+struct Watch<'w> {
+    progress: &'w Progress,
+    start: Instant,
+    measure: Option<&'w mut Measure>,
+    keep: Option<&'w mut Vec<TraceEvent>>,
+}
+
+impl Observer for Watch<'_> {
+    fn progress(&mut self, p: &amp_exec::Progress) {
+        self.progress.update(p.done, self.start.elapsed().as_secs_f64(), p.loss(), p.accuracy());
+    }
+
+    fn takes_trace(&self) -> bool {
+        self.measure.is_some() || self.keep.is_some()
+    }
+
+    fn trace(&mut self, events: &[TraceEvent]) {
+        if let Some(measure) = self.measure.as_mut() {
+            measure.record_events(events);
+        }
+        if let Some(keep) = self.keep.as_mut() {
+            keep.extend_from_slice(events);
+        }
     }
 }
 
@@ -191,19 +220,13 @@ impl TrainRun<'_> {
         self.progress.start(format!("epoch {epoch}/{}", self.args.epochs), n);
         let epoch_start = Instant::now();
         let batch = self.train.view(&order);
-        let progress = &self.progress;
-        let mut observe = |p: &Observed| {
-            progress.update(p.done, epoch_start.elapsed().as_secs_f64(), p.loss(), p.accuracy());
-        };
-        let result = self.executor.train_epoch_observed(&batch, &mut observe);
+        let keep = self.args.trace.is_some().then_some(&mut self.trace);
+        let mut watch = Watch { progress: &self.progress, start: epoch_start, measure: self.measure.as_mut(), keep };
+        let result = self.executor.train_epoch_observed(&batch, &mut watch);
         let wall = epoch_start.elapsed().as_secs_f64();
         if let Some(measure) = &mut self.measure {
-            let events = self.executor.take_trace();
             let waited = result.as_ref().map_or(&[][..], |stats| &stats.waited[..]);
-            measure.record(&events, n, wall, waited);
-            if self.args.trace.is_some() {
-                self.trace.extend(events);
-            }
+            measure.record_run(n, wall, waited);
         }
         let stats = result.map_err(|error| self.stop(epoch, &order, &error))?;
         let seconds = epoch_start.elapsed().as_secs_f64();

@@ -59,8 +59,22 @@ impl Progress {
     }
 }
 
-/// What hears of a run's progress.
-pub(crate) type Observer<'o> = dyn FnMut(&Progress) + 'o;
+/// What hears of a training run as it goes ([`crate::Executor::train_epoch_observed`]).
+pub trait Observer {
+    /// How far the run is: about every 100 ms, and once at its end.
+    fn progress(&mut self, progress: &Progress);
+
+    /// Whether [`Observer::trace`] takes the run's trace events (with
+    /// [`ExecConfig::trace`]) instead of the executor keeping them for
+    /// [`crate::Executor::take_trace`].
+    fn takes_trace(&self) -> bool {
+        false
+    }
+
+    /// Trace events as the workers hand them over: in pieces, each worker's in order, the
+    /// workers' interleaved. A long run's events need not be held all at once.
+    fn trace(&mut self, _events: &[TraceEvent]) {}
+}
 
 /// The observer hears of a run's progress at most this often (and once at its end).
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
@@ -73,7 +87,7 @@ pub(crate) fn run(
     config: &ExecConfig,
     pending: &[u64],
     origin: Instant,
-    observer: Option<&mut Observer>,
+    observer: Option<&mut dyn Observer>,
 ) -> Result<RunOutput, ExecError> {
     let n = shared.instances.len();
     let workers = program.workers;
@@ -147,6 +161,12 @@ pub(crate) fn run(
         let result = control.admit_all(n);
         let flush = result.is_ok() && shared.mode == RunMode::Train && config.flush_at_epoch_end;
         control.stop(flush);
+        // Pieces of the trace sent before the workers stopped.
+        while let Ok(report) = result_rx.try_recv() {
+            if let Report::Trace(events) = report {
+                control.trace(events);
+            }
+        }
         result?;
         if let Some(&(node, held)) = control.held.first() {
             let label = program.node(node).map(|n| n.label.clone()).unwrap_or_default();
@@ -178,7 +198,7 @@ struct Controller<'r, 'o> {
     /// until they did, so that no node reads parameters (a replica's copy, a group shared
     /// with another worker's node) before the update.
     awaiting: usize,
-    observer: Option<&'r mut Observer<'o>>,
+    observer: Option<&'r mut (dyn Observer + 'o)>,
     progress: Progress,
     /// Instances finished since the observer last heard, and when that was.
     finished: Vec<usize>,
@@ -239,7 +259,7 @@ impl Controller<'_, '_> {
                         self.finished.push(instance);
                     }
                 }
-                Ok(Report::Loss { .. } | Report::Output { .. }) => {}
+                Ok(Report::Loss { .. } | Report::Output { .. } | Report::Trace(_)) => {}
                 Ok(Report::Updated) => {
                     self.awaiting = self.awaiting.saturating_sub(1);
                 }
@@ -247,7 +267,7 @@ impl Controller<'_, '_> {
                 Ok(Report::Stopped { worker, trace, held }) => {
                     // A worker only stops unasked when it failed, and it reports that first.
                     self.stopped += 1;
-                    self.output.trace.extend(trace);
+                    self.trace(trace);
                     self.held.extend(held);
                     let message = "the worker stopped unexpectedly".to_string();
                     return Err(ExecError::WorkerPanic { worker, node: u32::MAX, label: String::new(), message });
@@ -293,11 +313,19 @@ impl Controller<'_, '_> {
                 self.progress.judged += 1;
             }
         }
-        observer(&self.progress);
+        observer.progress(&self.progress);
         self.observed = Instant::now();
     }
 
-    /// Takes the losses and outputs that arrived.
+    /// Trace events from a worker: to the observer that takes them, else kept.
+    fn trace(&mut self, events: Vec<TraceEvent>) {
+        match self.observer.as_mut().filter(|o| o.takes_trace()) {
+            Some(observer) => observer.trace(&events),
+            None => self.output.trace.extend(events),
+        }
+    }
+
+    /// Takes the losses, outputs and pieces of the trace that arrived.
     fn take_results(&mut self, n: usize, last_progress: &mut Instant) -> Result<(), ExecError> {
         while let Ok(result) = self.results.try_recv() {
             *last_progress = Instant::now();
@@ -319,6 +347,7 @@ impl Controller<'_, '_> {
                         self.output.outputs[slot] = Some(values);
                     }
                 }
+                Report::Trace(events) => self.trace(events),
                 _ => {}
             }
         }
@@ -381,7 +410,7 @@ impl Controller<'_, '_> {
             match self.reports.recv() {
                 Ok(Report::Stopped { trace, held, .. }) => {
                     self.stopped += 1;
-                    self.output.trace.extend(trace);
+                    self.trace(trace);
                     self.held.extend(held);
                 }
                 Ok(_) => {}

@@ -3,7 +3,7 @@
 //! evaluations, inference and single-instance gradients through the workers.
 
 use crate::config::ExecConfig;
-use crate::controller::{self, Observer, Progress, RunOutput};
+use crate::controller::{self, Observer, RunOutput};
 use crate::error::ExecError;
 use crate::instance::ExecInstance;
 use crate::ops::{RunMode, RunShared};
@@ -177,13 +177,14 @@ impl Executor {
     }
 
     /// [`Executor::train_epoch`], telling `observer` how far it is while it trains (about
-    /// every 100 ms, and once at the end): a whole epoch in one run keeps the pipeline
-    /// full from its first instance to its last, where epochs fed in pieces would drain
-    /// it at the end of every piece.
+    /// every 100 ms, and once at the end), and handing it the trace events as they come
+    /// when it takes them: a whole epoch in one run keeps the pipeline full from its first
+    /// instance to its last, where epochs fed in pieces would drain it at the end of every
+    /// piece.
     pub fn train_epoch_observed<I: ExecInstance + Sync>(
         &mut self,
         instances: &[I],
-        observer: &mut dyn FnMut(&Progress),
+        observer: &mut dyn Observer,
     ) -> Result<EpochStats, ExecError> {
         self.run_epoch(instances, Some(observer))
     }
@@ -191,7 +192,7 @@ impl Executor {
     fn run_epoch<I: ExecInstance + Sync>(
         &mut self,
         instances: &[I],
-        observer: Option<&mut Observer>,
+        observer: Option<&mut dyn Observer>,
     ) -> Result<EpochStats, ExecError> {
         let start = Instant::now();
         let list: Vec<&(dyn ExecInstance + Sync)> = instances.iter().map(|i| i as &(dyn ExecInstance + Sync)).collect();

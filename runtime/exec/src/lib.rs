@@ -72,7 +72,7 @@ mod train;
 mod worker;
 
 pub use config::{ExecConfig, Fault, NodeSelector, Placement};
-pub use controller::Progress;
+pub use controller::{Observer, Progress};
 pub use error::{ExecError, OpError, QueueReport};
 pub use executor::{EpochStats, EvalStats, Executor};
 pub use instance::ExecInstance;

@@ -79,6 +79,10 @@ pub(crate) enum Report {
     },
     /// The updates an `InstanceDone { ack: true }` asked for are applied.
     Updated,
+    /// Trace events recorded so far (on the results channel, every [`TRACE_PIECE`]
+    /// events), so that an observer can fold them as the run goes; `Stopped` brings the
+    /// rest.
+    Trace(Vec<TraceEvent>),
     Failed(ExecError),
     Stopped {
         worker: usize,
@@ -86,6 +90,9 @@ pub(crate) enum Report {
         held: Vec<(u32, usize)>,
     },
 }
+
+/// A worker hands its trace events over in pieces of this many (2 MiB).
+const TRACE_PIECE: usize = 1 << 16;
 
 /// Counters the watchdog reads, and the time the worker spent waiting for messages.
 #[derive(Default)]
@@ -104,8 +111,8 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     pub inbox: Receiver<ToWorker>,
     pub peers: Vec<Sender<ToWorker>>,
     pub reports: Sender<Report>,
-    /// Where losses and outputs go (`Report::Loss`, `Report::Output`): read by the
-    /// controller whenever it wakes, so sending them wakes nobody.
+    /// Where losses, outputs and pieces of the trace go (`Report::Loss`, `Output`,
+    /// `Trace`): read by the controller whenever it wakes, so sending them wakes nobody.
     pub results: Sender<Report>,
     pub credits: &'s [AtomicU32],
     pub gauges: &'s WorkerGauges,
@@ -548,6 +555,9 @@ impl Worker<'_, '_> {
         let dur_us = start.elapsed().as_micros() as u64;
         let batch = u32::try_from(batch).unwrap_or(u32::MAX);
         self.events.push(TraceEvent { worker: self.setup.id as u32, node, kind, start_us, dur_us, batch });
+        if self.events.len() >= TRACE_PIECE {
+            let _ = self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
+        }
     }
 
     /// One more instance finished: the groups this worker owns count it at the next

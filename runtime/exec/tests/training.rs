@@ -8,7 +8,7 @@
 mod common;
 
 use amp_data::Instance;
-use amp_exec::{ExecConfig, Executor, NodeSelector, Placement, TraceKind};
+use amp_exec::{ExecConfig, Executor, NodeSelector, Observer, Placement, Progress, TraceEvent, TraceKind};
 use amp_ir::Graph;
 use amp_params::checkpoint::{from_bytes, to_bytes};
 use amp_params::{OptimConfig, Optimizer, ParamSet, ParamSpec};
@@ -65,6 +65,38 @@ fn deterministic_mode_is_minibatch_training() {
     }
 }
 
+/// Records what an observed epoch tells; takes the trace events when `events` is set.
+#[derive(Default)]
+struct Heard {
+    progress: Vec<Progress>,
+    events: Option<Vec<TraceEvent>>,
+}
+
+impl Observer for Heard {
+    fn progress(&mut self, progress: &Progress) {
+        self.progress.push(*progress);
+    }
+
+    fn takes_trace(&self) -> bool {
+        self.events.is_some()
+    }
+
+    fn trace(&mut self, events: &[TraceEvent]) {
+        self.events.as_mut().expect("asked only when taking them").extend_from_slice(events);
+    }
+}
+
+/// Per (node, kind): how many events, of how many messages.
+fn event_counts(events: &[TraceEvent]) -> BTreeMap<(u32, String), (usize, u64)> {
+    let mut counts = BTreeMap::new();
+    for e in events {
+        let entry = counts.entry((e.node, format!("{:?}", e.kind))).or_insert((0, 0));
+        entry.0 += 1;
+        entry.1 += u64::from(e.batch);
+    }
+    counts
+}
+
 #[test]
 fn an_observed_epoch_reports_its_progress_and_trains_the_same() {
     let (graph, data) = list_reduce();
@@ -73,10 +105,11 @@ fn an_observed_epoch_reports_its_progress_and_trains_the_same() {
     let mut observed = executor(&graph, 1, config);
     for _ in 0..2 {
         let expected = plain.train_epoch(&data).unwrap();
-        let mut heard = Vec::new();
-        let stats = observed.train_epoch_observed(&data, &mut |p| heard.push(*p)).unwrap();
+        let mut heard = Heard::default();
+        let stats = observed.train_epoch_observed(&data, &mut heard).unwrap();
         assert_eq!(observed.params(), plain.params(), "observing changes nothing");
         assert_eq!(stats.losses, expected.losses);
+        let heard = heard.progress;
         assert!(heard.windows(2).all(|w| w[0].done <= w[1].done), "{heard:?}");
         let last = heard.last().expect("the observer hears at least the end");
         assert_eq!(last.done, data.len());
@@ -84,6 +117,28 @@ fn an_observed_epoch_reports_its_progress_and_trains_the_same() {
         assert!((last.loss() - stats.loss).abs() <= 1e-6 * stats.loss.abs(), "{} vs {}", last.loss(), stats.loss);
         assert_eq!(last.accuracy(), stats.accuracy);
     }
+}
+
+/// An observer that takes the trace gets every event, also of a run long enough for the
+/// workers to hand them over in pieces (65,536 events each) before they stop, and the
+/// executor keeps none of them.
+#[test]
+fn an_observer_takes_the_whole_trace_as_it_comes() {
+    let graph = compile_example("list_reduce", &[("hidden", 6)]);
+    let lens: Vec<usize> = (0..2_000).map(|i| 4 + i % 5).collect();
+    let data = token_lists(&graph, &lens, 14, 5);
+    let config = ExecConfig { trace: true, max_batch: 1, ..ExecConfig::deterministic(8, OptimConfig::sgd(0.05)) };
+    let mut plain = executor(&graph, 1, config.clone());
+    plain.train_epoch(&data).unwrap();
+    let kept = plain.take_trace();
+    assert!(kept.len() > 2 * 65_536, "{} events: too few for pieces", kept.len());
+    let mut observed = executor(&graph, 1, config);
+    let mut heard = Heard { events: Some(Vec::new()), ..Heard::default() };
+    observed.train_epoch_observed(&data, &mut heard).unwrap();
+    assert!(observed.take_trace().is_empty(), "the observer took them");
+    let taken = heard.events.unwrap_or_default();
+    assert_eq!(event_counts(&taken), event_counts(&kept));
+    assert!(taken.windows(2).all(|w| w[0].start_us <= w[1].start_us), "one worker's events stay in order");
 }
 
 #[test]
