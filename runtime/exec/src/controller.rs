@@ -161,12 +161,6 @@ pub(crate) fn run(
         let result = control.admit_all(n);
         let flush = result.is_ok() && shared.mode == RunMode::Train && config.flush_at_epoch_end;
         control.stop(flush);
-        // Pieces of the trace sent before the workers stopped.
-        while let Ok(report) = result_rx.try_recv() {
-            if let Report::Trace(events) = report {
-                control.trace(events);
-            }
-        }
         result?;
         if let Some(&(node, held)) = control.held.first() {
             let label = program.node(node).map(|n| n.label.clone()).unwrap_or_default();
@@ -267,7 +261,7 @@ impl Controller<'_, '_> {
                 Ok(Report::Stopped { worker, trace, held }) => {
                     // A worker only stops unasked when it failed, and it reports that first.
                     self.stopped += 1;
-                    self.trace(trace);
+                    self.last_trace(trace);
                     self.held.extend(held);
                     let message = "the worker stopped unexpectedly".to_string();
                     return Err(ExecError::WorkerPanic { worker, node: u32::MAX, label: String::new(), message });
@@ -315,6 +309,18 @@ impl Controller<'_, '_> {
         }
         observer.progress(&self.progress);
         self.observed = Instant::now();
+    }
+
+    /// The trace events a worker's `Stopped` brings, after the pieces it sent before (on
+    /// the results channel: they are there by now), so that each worker's events come in
+    /// order. Whatever else is left there has no instance waiting for it.
+    fn last_trace(&mut self, events: Vec<TraceEvent>) {
+        while let Ok(report) = self.results.try_recv() {
+            if let Report::Trace(piece) = report {
+                self.trace(piece);
+            }
+        }
+        self.trace(events);
     }
 
     /// Trace events from a worker: to the observer that takes them, else kept.
@@ -410,7 +416,7 @@ impl Controller<'_, '_> {
             match self.reports.recv() {
                 Ok(Report::Stopped { trace, held, .. }) => {
                     self.stopped += 1;
-                    self.trace(trace);
+                    self.last_trace(trace);
                     self.held.extend(held);
                 }
                 Ok(_) => {}
