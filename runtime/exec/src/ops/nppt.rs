@@ -40,16 +40,13 @@ impl UnaryOp {
     }
 
     fn gradient(&self, x: &[f32], y: &[f32], dy: &[f32]) -> Vec<f32> {
-        let each = |f: &dyn Fn(f32, f32, f32) -> f32| -> Vec<f32> {
-            x.iter().zip(y).zip(dy).map(|((&x, &y), &g)| f(x, y, g)).collect()
-        };
         match self.f {
-            UnaryFn::Relu => each(&|x, _, g| if x > 0.0 { g } else { 0.0 }),
-            UnaryFn::Sigmoid => each(&|_, y, g| g * y * (1.0 - y)),
-            UnaryFn::Tanh => each(&|_, y, g| g * (1.0 - y * y)),
-            UnaryFn::Exp => each(&|_, y, g| g * y),
-            UnaryFn::Log => each(&|x, _, g| g / x),
-            UnaryFn::Neg => each(&|_, _, g| -g),
+            UnaryFn::Relu => each(x, y, dy, |x, _, g| if x > 0.0 { g } else { 0.0 }),
+            UnaryFn::Sigmoid => each(x, y, dy, |_, y, g| g * y * (1.0 - y)),
+            UnaryFn::Tanh => each(x, y, dy, |_, y, g| g * (1.0 - y * y)),
+            UnaryFn::Exp => each(x, y, dy, |_, y, g| g * y),
+            UnaryFn::Log => each(x, y, dy, |x, _, g| g / x),
+            UnaryFn::Neg => each(x, y, dy, |_, _, g| -g),
             UnaryFn::Softmax => {
                 // dx = y * (dy - <dy, y>) per row.
                 let mut dx = Vec::with_capacity(y.len());
@@ -95,6 +92,14 @@ impl NodeOp for UnaryOp {
     fn held(&self) -> usize {
         self.cache.len()
     }
+}
+
+/// `f(x, y, dy)` of each element: one loop per function, which the compiler vectorises
+/// (through a `&dyn Fn`, a call per element, the MLP's relu backward took 6.5 µs a
+/// step of ~15 messages 128 wide; this loop 2.5).
+#[inline]
+fn each(x: &[f32], y: &[f32], dy: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> Vec<f32> {
+    x.iter().zip(y).zip(dy).map(|((&x, &y), &g)| f(x, y, g)).collect()
 }
 
 /// Which operand, if any, is a scalar broadcast over the other.
