@@ -4,7 +4,8 @@
 //! Whatever loads and verifies (as `amprun` and `ampc` require before they plan) must be
 //! planned for 1, 2, 3 and 16 workers, or refused with an error, never a panic;
 //! a plan must place every node once on a worker in range (checked by `Plan::placement`)
-//! and read back from its JSON, and `evaluate` must accept the placement it chose.
+//! and read back from its JSON, and `evaluate` must accept the placement it chose and
+//! predict it no slower than everything on one worker.
 //! Run: `cargo +nightly fuzz run plan corpus/plan seeds_plan -- -max_total_time=300`.
 #![no_main]
 
@@ -27,7 +28,13 @@ fuzz_target!(|data: &[u8]| {
             let placement = chosen.placement(&graph).expect("a plan places its own graph");
             let back = Plan::from_json(&chosen.to_json()).expect("a plan reads back from its JSON");
             assert_eq!(back.placement(&graph).as_ref(), Ok(&placement), "the JSON plan places differently");
-            evaluate(&graph, &costs, workers, &placement).expect("the chosen placement evaluates");
+            let evaluated = evaluate(&graph, &costs, workers, &placement).expect("the chosen placement evaluates");
+            // The search starts from everything on one worker and only takes moves that
+            // improve: what it chose is predicted no slower (the latency bound included).
+            let one = evaluate(&graph, &costs, workers, &vec![0; placement.len()]).expect("one worker evaluates");
+            let bottleneck = |p: &Plan| p.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
+            let (chosen_us, one_us) = (bottleneck(&evaluated), bottleneck(&one));
+            assert!(chosen_us <= one_us * (1.0 + 1e-9) + 1e-9, "{chosen_us} us per instance against {one_us} on one worker");
         }
     }
 });

@@ -137,11 +137,13 @@ fn a_profile_refines_the_plan_and_a_bad_one_is_refused() {
     let graph = amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).unwrap();
     let mut counter = amp_plan::ProfileCounter::default();
     // Pretend the first layer is ten times as slow as the others together.
-    counter.add(2, amp_plan::Work::Forward, 500, 1);
-    counter.add(4, amp_plan::Work::Forward, 10, 1);
+    let event =
+        |node, dur_us| amp_plan::Event { node, work: amp_plan::Work::Forward, dur_us, messages: 1, instances: 1 };
+    counter.add(event(2, 500));
+    counter.add(event(4, 10));
     counter.add_instances(1, 0.001);
     let profile = dir.join("prof.json");
-    std::fs::write(&profile, counter.finish(&graph, 1).to_json().to_string()).unwrap();
+    std::fs::write(&profile, counter.finish(&graph, 1, 1).to_json().to_string()).unwrap();
     let args = ["compile", &example("mlp.amp"), "--workers", "2", "--profile", profile.to_str().unwrap()];
     let run = ampc(&[&args[..], &["--emit", "plan"]].concat());
     ok(&run);

@@ -44,6 +44,16 @@
 //! A profile (`amprun train --profile`) replaces the counted messages and the modelled
 //! op time with measured ones; the fixed per-message cost stays (the trace times the op,
 //! not the routing around it).
+//!
+//! A profile also tells how instances move: how many of them each step of a node serves
+//! at once, and how many were in flight. An instance spends, per instance, the steps it
+//! takes part in times their length at each node (`NodeCost::latency_us`), and waits a
+//! wake-up of the receiving worker (`Assumptions::wake_us`) at each step in which what
+//! crossed a cut edge reaches it (`EdgeCost::waits`); with `in_flight` instances in
+//! flight, a worker can start an instance no faster than every `latency / in_flight`
+//! (Little's law), whatever the split. An MLP whose 16 instances go through every node
+//! together has a latency of 16 times its work per instance: split over two workers, one
+//! waits while the other works, and the wake-ups come on top.
 
 use crate::flow::{self, Flow};
 use crate::profile::Profile;
@@ -93,6 +103,10 @@ pub struct Assumptions {
     pub cross_us: f64,
     /// Bytes per µs moved between workers.
     pub bytes_per_us: f64,
+    /// How long an instance waits, in µs, for an idle worker to wake up and take the
+    /// messages that crossed to it (the receiving thread blocked on its channel). With a
+    /// profile only (see the crate header).
+    pub wake_us: f64,
 }
 
 impl Default for Assumptions {
@@ -111,6 +125,7 @@ impl Default for Assumptions {
             hop_us: 3.0,
             cross_us: 1.0,
             bytes_per_us: 4_000.0,
+            wake_us: 20.0,
         }
     }
 }
@@ -131,6 +146,7 @@ impl Assumptions {
             ("hop_us", self.hop_us, false),
             ("cross_us", self.cross_us, false),
             ("bytes_per_us", self.bytes_per_us, true),
+            ("wake_us", self.wake_us, false),
         ];
         for (name, value, positive) in fields {
             let fine = value.is_finite() && value <= 1e12 && if positive { value > 0.0 } else { value >= 0.0 };
@@ -182,6 +198,13 @@ pub struct NodeCost {
     pub update_us: f64,
     /// Total: µs of its worker's time per instance.
     pub load_us: f64,
+    /// Forward and backward steps of the node an instance takes part in, per instance
+    /// (a step serving several instances counts for each), from a profile; 0 without one.
+    pub forward_joined: f64,
+    pub backward_joined: f64,
+    /// µs an instance spends in the node's steps (each as long as all the messages it
+    /// serves together take), per instance, from a profile; 0 without one.
+    pub latency_us: f64,
     /// Whether messages and times come from a profile.
     pub measured: bool,
 }
@@ -197,6 +220,10 @@ pub struct EdgeCost {
     pub bytes: f64,
     /// µs per instance that each of the two workers pays when the edge is cut.
     pub cut_us: f64,
+    /// Steps per instance, both directions, in which an instance waits for what crossed
+    /// the edge, when it is cut, to be taken by the other worker (a wake-up each); from a
+    /// profile, 0 without one.
+    pub waits: f64,
 }
 
 /// The cost model evaluated on one graph.
@@ -208,6 +235,9 @@ pub struct Costs {
     pub assumptions: Assumptions,
     /// Whether a profile refined the model.
     pub profiled: bool,
+    /// Instances in flight in the profiled run; 0 without a profile or when it does not
+    /// say (no latency bound then).
+    pub in_flight: f64,
 }
 
 impl Costs {
@@ -283,6 +313,9 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             routing_us: units.crossing.get(&i).map_or(0.0, |&m| a.message_us * m),
             update_us: 0.0,
             load_us: 0.0,
+            forward_joined: 0.0,
+            backward_joined: 0.0,
+            latency_us: 0.0,
             measured: false,
         };
         if let Op::Linear { param } | Op::Embedding { param, .. } = &node.op {
@@ -300,6 +333,12 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             cost.forward_us = message_us + m.forward_us;
             cost.backward_us = message_us + m.backward_us;
             cost.update_us = m.updates_per_instance * m.update_us;
+            cost.forward_joined = m.forward_instances_per_instance;
+            cost.backward_joined = m.backward_instances_per_instance;
+            cost.latency_us = cost.forward_joined * cost.forward_us + cost.backward_joined * cost.backward_us;
+            if !cost.latency_us.is_finite() {
+                cost.latency_us = 0.0;
+            }
             cost.measured = true;
         }
         cost.load_us = (cost.forward_messages * cost.forward_us + cost.backward_messages * cost.backward_us).max(0.0)
@@ -311,7 +350,8 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
         nodes[i] = Some(cost);
     }
     let edges = edge_costs(graph, &topo, &flow, &nodes, a);
-    Ok(Costs { nodes, edges, assumptions: assumptions.clone(), profiled: measured.is_some() })
+    let in_flight = profile.map_or(0.0, |p| p.in_flight as f64);
+    Ok(Costs { nodes, edges, assumptions: assumptions.clone(), profiled: measured.is_some(), in_flight })
 }
 
 /// The fused units of the graph and the messages that cross their borders.
@@ -432,12 +472,18 @@ fn edge_costs(
                     cut_us += a.message_us * (target.forward_messages + target.backward_messages) / 2.0;
                 }
             }
+            // The steps an instance takes part in per message it sends over the edge,
+            // forward at the target, backward at the source.
+            let waits = messages
+                * (joined_per_message(nodes, l.to, |c| (c.forward_joined, c.arrivals))
+                    + joined_per_message(nodes, l.from, |c| (c.backward_joined, c.backward_arrivals)));
             EdgeCost {
                 from: l.from as u32,
                 to: l.to as u32,
                 messages,
                 bytes,
                 cut_us: if cut_us.is_finite() { cut_us } else { 0.0 },
+                waits: if waits.is_finite() { waits } else { 0.0 },
             }
         })
         .collect()
@@ -457,6 +503,22 @@ fn steps_per_message(nodes: &[Option<NodeCost>], i: usize, counts: impl Fn(&Node
             }
         }
         _ => 1.0,
+    }
+}
+
+/// The steps an instance takes part in per message that node `i` takes in one direction,
+/// from its (steps joined, messages) per instance: a profile's, at most 1; 0 without one.
+fn joined_per_message(nodes: &[Option<NodeCost>], i: usize, counts: impl Fn(&NodeCost) -> (f64, f64)) -> f64 {
+    match nodes.get(i).and_then(Option::as_ref) {
+        Some(c) if c.measured => {
+            let (joined, messages) = counts(c);
+            if messages > 0.0 {
+                (joined / messages).clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        }
+        _ => 0.0,
     }
 }
 

@@ -32,7 +32,10 @@
 //! workers costs each side 4 µs plus 0.25 ns per byte. They were fitted to profiles of
 //! the five canonical models on this project's 2-core machine (`benches/calibrate.py`,
 //! which prints the model's and the measured µs per instance by kind of op); a profile of
-//! the model itself replaces the counts and op times with measured ones. The fused
+//! the model itself replaces the counts and op times with measured ones, and tells how
+//! many instances each step served and how many were in flight: a worker then starts
+//! instances no faster than an instance's time in its steps (plus 20 µs of wake-up for
+//! each step it waits on across a cut) over the instances in flight (`cost.rs`). The fused
 //! groups of the graph are placed as units (`topology.rs`), as the executor runs them;
 //! its routing chains cost a member's messages only where the plan cuts the chain.
 
@@ -45,7 +48,7 @@ mod topology;
 
 pub use cost::{estimate, Assumptions, Costs, EdgeCost, NodeCost};
 pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_WORKERS};
-pub use profile::{Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
+pub use profile::{Event, Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
 
 use amp_ir::Graph;
 use std::fmt;

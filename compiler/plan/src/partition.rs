@@ -8,6 +8,14 @@
 //! plan adds; the squares prefer balance among the others (which lets the search move off
 //! a plateau). Everything is deterministic: fixed orders, ties to the lower index.
 //!
+//! With a profile that says how instances move, the instances in flight bound the
+//! throughput too: no worker starts instances faster than an instance's latency over the
+//! instances in flight (`cost.rs`), and every cut edge adds its wake-ups to that latency.
+//! The search counts this bound as one more "worker" beside the real ones (never a
+//! target of a move), whose time is the bound: a plan is as slow as its busiest worker or
+//! its bound, whichever is larger, so a split of a model whose instances move in one wave
+//! (each worker waiting for the other) predicts no gain and loses to one worker.
+//!
 //! **Algorithm.** Four starting points (five from 3 workers on), each improved by local
 //! search, the best kept (ties to the earlier):
 //! 1. *Heavy Ppts isolated*: every Ppt whose load is at least an ideal share (total / N),
@@ -64,6 +72,11 @@ pub(crate) struct Problem<'a> {
     pub own_load: Vec<f64>,
     /// Per node: (neighbour, µs per instance each end pays when the pair is cut).
     pub adj: Vec<Vec<(usize, f64)>>,
+    /// Per node: (neighbour, µs per instance the pair adds to the latency bound when cut:
+    /// its wake-ups over the instances in flight); empty without a latency bound.
+    pub waits: Vec<Vec<(usize, f64)>>,
+    /// The latency bound of a plan without cuts: µs per instance (0 without one).
+    pub latency: f64,
     pub ppt: Vec<bool>,
     pub total: f64,
 }
@@ -77,7 +90,10 @@ impl<'a> Problem<'a> {
             load[topo.unit_of[v]] += own_load[v];
         }
         let ppt: Vec<bool> = (0..n).map(|i| topo.leads(i) && costs.node(i).is_some_and(|c| c.ppt)).collect();
-        let mut pairs: Vec<BTreeMap<usize, f64>> = vec![BTreeMap::new(); n];
+        // Instances in flight bound the throughput only when a profile said how many.
+        let in_flight = if costs.in_flight >= 1.0 { costs.in_flight } else { f64::INFINITY };
+        let wake_us = costs.assumptions.wake_us / in_flight;
+        let mut pairs: Vec<BTreeMap<usize, (f64, f64)>> = vec![BTreeMap::new(); n];
         for e in &costs.edges {
             let (a, b) = (e.from as usize, e.to as usize);
             if a >= n || b >= n || !topo.present[a] || !topo.present[b] {
@@ -87,12 +103,21 @@ impl<'a> Problem<'a> {
             if a == b {
                 continue;
             }
-            *pairs[a].entry(b).or_default() += e.cut_us;
-            *pairs[b].entry(a).or_default() += e.cut_us;
+            for (x, y) in [(a, b), (b, a)] {
+                let pair = pairs[x].entry(y).or_default();
+                pair.0 += e.cut_us;
+                pair.1 += e.waits * wake_us;
+            }
         }
-        let adj = pairs.into_iter().map(|m| m.into_iter().collect()).collect();
+        let adj = pairs.iter().map(|m| m.iter().map(|(&u, &(cut, _))| (u, cut)).collect()).collect();
+        let waits = pairs
+            .iter()
+            .map(|m| m.iter().filter(|(_, &(_, wait))| wait > 0.0).map(|(&u, &(_, wait))| (u, wait)).collect())
+            .collect();
+        let latency = topo.nodes().filter_map(|v| costs.node(v)).map(|c| c.latency_us).sum::<f64>() / in_flight;
+        let latency = if latency.is_finite() { latency } else { 0.0 };
         let total = load.iter().sum();
-        Problem { workers, topo, load, own_load, adj, ppt, total }
+        Problem { workers, topo, load, own_load, adj, waits, latency, ppt, total }
     }
 
     /// The units' representatives, in index order: what the search places.
@@ -120,6 +145,27 @@ impl<'a> Problem<'a> {
                 }
             }
         }
+        times
+    }
+
+    /// The latency bound under `assign`: no worker starts instances faster than one every
+    /// this many µs (0 without a profile that says how instances move).
+    pub fn bound(&self, assign: &[usize]) -> f64 {
+        let mut bound = self.latency;
+        for v in self.topo.nodes() {
+            for &(u, wait) in &self.waits[v] {
+                if u > v && assign[u] != assign[v] {
+                    bound += wait;
+                }
+            }
+        }
+        bound
+    }
+
+    /// What the search compares: every worker's time, then the latency bound.
+    fn search_times(&self, assign: &[usize]) -> Vec<f64> {
+        let mut times = self.worker_times(assign);
+        times.push(self.bound(assign));
         times
     }
 
@@ -184,9 +230,9 @@ pub(crate) fn partition(problem: &Problem) -> Partition {
     }
     let eps = problem.eps();
     let mut best = 0;
-    let mut best_score = Score::of(&problem.worker_times(&candidates[0].assign));
+    let mut best_score = Score::of(&problem.search_times(&candidates[0].assign));
     for (k, c) in candidates.iter().enumerate().skip(1) {
-        let score = Score::of(&problem.worker_times(&c.assign));
+        let score = Score::of(&problem.search_times(&c.assign));
         if score.better_than(&best_score, eps) {
             best = k;
             best_score = score;
@@ -345,8 +391,8 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
     let sweeps = (SWEEP_BUDGET / size.max(1)).clamp(1, MAX_SWEEPS);
     for _ in 0..sweeps {
         let mut improved = false;
-        // Recomputed every sweep, updated by each move's deltas within it.
-        let mut times = problem.worker_times(assign);
+        // Recomputed every sweep, updated by each move's deltas within it (the bound last).
+        let mut times = problem.search_times(assign);
         let singles = problem.leads().filter(|&v| !fixed[v]).map(|v| vec![v]);
         for set in singles.chain(cycles.iter().cloned()) {
             let current = Score::of(&times);
@@ -397,14 +443,23 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
     }
 }
 
-/// How each worker's time changes when the nodes of `set` (marked in `moving`) move to
-/// worker `to`.
+/// How each worker's time (and the bound, index `workers`) changes when the nodes of
+/// `set` (marked in `moving`) move to worker `to`.
 fn move_deltas(problem: &Problem, assign: &[usize], set: &[usize], moving: &[bool], to: usize) -> Vec<(usize, f64)> {
     let mut deltas: BTreeMap<usize, f64> = BTreeMap::new();
+    let bound = problem.workers;
     for &v in set {
         let from = assign[v];
         *deltas.entry(from).or_default() -= problem.load[v];
         *deltas.entry(to).or_default() += problem.load[v];
+        for &(u, wait) in &problem.waits[v] {
+            // Both ends move: the pair ends up together (counted once).
+            let (before, after) =
+                if moving[u] { (u > v && assign[u] != from, false) } else { (assign[u] != from, assign[u] != to) };
+            if before != after {
+                *deltas.entry(bound).or_default() += if after { wait } else { -wait };
+            }
+        }
         for &(u, c) in &problem.adj[v] {
             if moving[u] {
                 // Both ends move: the pair ends up together. Count the pair once.

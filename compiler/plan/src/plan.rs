@@ -81,7 +81,13 @@ pub struct CostSummary {
     /// `model` (assumptions) or `profile` (measured counts and times).
     pub source: String,
     pub total_us_per_instance: f64,
+    /// The busiest worker's time per instance, or the latency bound when it is larger.
     pub bottleneck_us_per_instance: f64,
+    /// The latency bound: an instance's time through the nodes (and the wake-ups of the
+    /// cuts) over the instances in flight, when a profile says how instances move; the
+    /// bottleneck when it exceeds every worker's time. 0 without one.
+    #[serde(default)]
+    pub latency_us_per_instance: f64,
     /// Each worker's predicted time per instance, communication included.
     #[serde(default)]
     pub workers_us: Vec<f64>,
@@ -155,7 +161,9 @@ fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u3
     }
     let times = problem.worker_times(assign);
     let comm = problem.worker_comm(assign);
-    let busiest = times.iter().copied().fold(0.0, f64::max);
+    // The pipeline goes as fast as its busiest worker, or its latency bound allows.
+    let latency_bound = problem.bound(assign);
+    let busiest = times.iter().copied().fold(latency_bound, f64::max);
     let predicted_utilization: Vec<f64> =
         times.iter().map(|&t| if busiest > 0.0 { t / busiest } else { 1.0 }).collect();
     let (speedup, utilization) =
@@ -186,6 +194,7 @@ fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u3
             source: if costs.profiled { "profile" } else { "model" }.to_string(),
             total_us_per_instance: total,
             bottleneck_us_per_instance: busiest,
+            latency_us_per_instance: latency_bound,
             workers_us: times,
             assumptions: costs.assumptions.clone(),
         }),
@@ -280,6 +289,16 @@ impl Plan {
                 100.0 * at(&self.workers_comm),
                 100.0 * at(&self.predicted_utilization),
                 us
+            );
+        }
+        if let Some(c) = self.cost_model.as_ref().filter(|c| c.latency_us_per_instance > 0.0) {
+            let busiest = c.workers_us.iter().copied().fold(0.0, f64::max);
+            let binds =
+                if c.latency_us_per_instance > busiest { ", above every worker's: it limits the speedup" } else { "" };
+            let _ = writeln!(
+                out,
+                "  latency bound {:.1} us/instance (an instance's time in its steps and wake-ups over the instances in flight){binds}",
+                c.latency_us_per_instance
             );
         }
         let name_of = |id: u32| self.nodes.iter().find(|n| n.id == id).map_or(String::new(), |n| n.name.clone());

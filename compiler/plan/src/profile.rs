@@ -4,11 +4,13 @@
 //! The file is one JSON object:
 //!
 //! ```json
-//! {"version": 1, "model": "ListReduce", "instances": 2000, "workers": 1, "wall_s": 1.1,
+//! {"version": 1, "model": "ListReduce", "instances": 2000, "workers": 1, "in_flight": 16,
+//!  "wall_s": 1.1,
 //!  "nodes": [{"id": 12, "op": "linear", "name": "linear cell",
 //!             "forward_per_instance": 2.0, "backward_per_instance": 2.0,
 //!             "forward_us": 5.7, "backward_us": 8.6,
 //!             "forward_messages_per_instance": 6.0, "backward_messages_per_instance": 6.0,
+//!             "forward_instances_per_instance": 0.5, "backward_instances_per_instance": 0.5,
 //!             "updates_per_instance": 0.06, "update_us": 8.5}, ...]}
 //! ```
 //!
@@ -42,6 +44,10 @@ pub struct Profile {
     pub instances: u64,
     /// Workers of the profiled run.
     pub workers: usize,
+    /// Instances the profiled run kept in flight (`--max-active-keys`); 0 when unknown
+    /// (profiles written before it was recorded).
+    #[serde(default)]
+    pub in_flight: u64,
     /// Seconds the profiled epochs took.
     #[serde(default)]
     pub wall_s: f64,
@@ -70,6 +76,14 @@ pub struct ProfileNode {
     pub forward_messages_per_instance: f64,
     #[serde(default)]
     pub backward_messages_per_instance: f64,
+    /// Forward and backward events' distinct instances, summed over the events, per
+    /// instance: over the events per instance, how many instances an event serves at once
+    /// (whether they move through the node together). 0 in profiles written before they
+    /// were counted.
+    #[serde(default)]
+    pub forward_instances_per_instance: f64,
+    #[serde(default)]
+    pub backward_instances_per_instance: f64,
     /// Optimizer updates of the node's parameter group per instance, and µs per update.
     #[serde(default)]
     pub updates_per_instance: f64,
@@ -85,22 +99,42 @@ pub enum Work {
     Update,
 }
 
+/// Sums over the events of one kind of work at one node.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    events: u64,
+    us: u64,
+    messages: u64,
+    instances: u64,
+}
+
+/// One traced event of a [`ProfileCounter`]: `messages` of `instances` distinct
+/// instances handled in `dur_us` (an update handles none).
+#[derive(Clone, Copy, Debug)]
+pub struct Event {
+    pub node: u32,
+    pub work: Work,
+    pub dur_us: u64,
+    pub messages: u64,
+    pub instances: u64,
+}
+
 /// Accumulates trace events into a [`Profile`].
 #[derive(Clone, Debug, Default)]
 pub struct ProfileCounter {
-    /// Per node: (events, total µs, messages) of forward, backward and update work.
-    per_node: BTreeMap<u32, [(u64, u64, u64); 3]>,
+    /// Per node: forward, backward and update work.
+    per_node: BTreeMap<u32, [Tally; 3]>,
     instances: u64,
     wall_s: f64,
 }
 
 impl ProfileCounter {
-    /// One event: `messages` handled in `dur_us` (an update handles none).
-    pub fn add(&mut self, node: u32, work: Work, dur_us: u64, messages: u64) {
-        let slot = &mut self.per_node.entry(node).or_default()[work as usize];
-        slot.0 += 1;
-        slot.1 = slot.1.saturating_add(dur_us);
-        slot.2 = slot.2.saturating_add(messages);
+    pub fn add(&mut self, e: Event) {
+        let tally = &mut self.per_node.entry(e.node).or_default()[e.work as usize];
+        tally.events += 1;
+        tally.us = tally.us.saturating_add(e.dur_us);
+        tally.messages = tally.messages.saturating_add(e.messages);
+        tally.instances = tally.instances.saturating_add(e.instances);
     }
 
     /// `instances` more instances trained in `wall_s` seconds.
@@ -109,10 +143,11 @@ impl ProfileCounter {
         self.wall_s += wall_s;
     }
 
-    /// The profile of `graph` (every node, zeros where nothing ran) over the instances so far.
-    pub fn finish(&self, graph: &Graph, workers: usize) -> Profile {
+    /// The profile of `graph` (every node, zeros where nothing ran) over the instances so
+    /// far, measured on `workers` workers with `in_flight` instances in flight.
+    pub fn finish(&self, graph: &Graph, workers: usize, in_flight: u64) -> Profile {
         let per = |x: u64| if self.instances == 0 { 0.0 } else { x as f64 / self.instances as f64 };
-        let mean = |(n, us, _): (u64, u64, u64)| if n == 0 { 0.0 } else { us as f64 / n as f64 };
+        let mean = |t: Tally| if t.events == 0 { 0.0 } else { t.us as f64 / t.events as f64 };
         let nodes = graph
             .nodes
             .node_indices()
@@ -127,13 +162,15 @@ impl ProfileCounter {
                     } else {
                         format!("{} {}", node.op.keyword(), node.label)
                     },
-                    forward_per_instance: per(f.0),
-                    backward_per_instance: per(b.0),
+                    forward_per_instance: per(f.events),
+                    backward_per_instance: per(b.events),
                     forward_us: mean(f),
                     backward_us: mean(b),
-                    forward_messages_per_instance: per(f.2),
-                    backward_messages_per_instance: per(b.2),
-                    updates_per_instance: per(u.0),
+                    forward_messages_per_instance: per(f.messages),
+                    backward_messages_per_instance: per(b.messages),
+                    forward_instances_per_instance: per(f.instances),
+                    backward_instances_per_instance: per(b.instances),
+                    updates_per_instance: per(u.events),
                     update_us: mean(u),
                 }
             })
@@ -143,6 +180,7 @@ impl ProfileCounter {
             model: graph.name.clone(),
             instances: self.instances,
             workers,
+            in_flight,
             wall_s: self.wall_s,
             nodes,
         }
@@ -194,6 +232,8 @@ impl Profile {
                 entry.backward_us,
                 entry.forward_messages_per_instance,
                 entry.backward_messages_per_instance,
+                entry.forward_instances_per_instance,
+                entry.backward_instances_per_instance,
                 entry.updates_per_instance,
                 entry.update_us,
             ];

@@ -1,7 +1,9 @@
 //! The cost model on small hand-written graphs (known FLOPs and message counts), the
 //! planner's invariants, and the checks on plans and profiles read from files.
 
-use amp_plan::{estimate, evaluate, plan, plan_graph, Assumptions, Plan, PlanError, Profile, ProfileCounter, Work};
+use amp_plan::{
+    estimate, evaluate, plan, plan_graph, Assumptions, Event, Plan, PlanError, Profile, ProfileCounter, Work,
+};
 use petgraph::visit::NodeIndexable;
 
 fn graph(text: &str) -> amp_ir::Graph {
@@ -457,11 +459,11 @@ fn a_cut_edge_carries_the_messages_a_profile_counted_and_wakes_its_target_per_st
     let g = graph(LOOP);
     let mut counter = ProfileCounter::default();
     for _ in 0..10 {
-        counter.add(12, Work::Forward, 60, 3);
-        counter.add(12, Work::Backward, 120, 3);
+        counter.add(Event { node: 12, work: Work::Forward, dur_us: 60, messages: 3, instances: 1 });
+        counter.add(Event { node: 12, work: Work::Backward, dur_us: 120, messages: 3, instances: 1 });
     }
     counter.add_instances(10, 0.01);
-    let profile = counter.finish(&g, 1);
+    let profile = counter.finish(&g, 1, 1);
     let mut old = profile.clone();
     old.nodes.iter_mut().for_each(|n| (n.forward_messages_per_instance, n.backward_messages_per_instance) = (0.0, 0.0));
     let into_cell = |profile: &Profile| {
@@ -487,18 +489,76 @@ fn a_cut_edge_carries_the_messages_a_profile_counted_and_wakes_its_target_per_st
     assert!(close(arrivals, 1.0) && close(messages, 1.0), "{arrivals} {messages}");
 }
 
+/// The chain's two layers, equally heavy, split well over two workers when its instances
+/// spread out; when all 16 in flight go through every node together (each step serves
+/// them all), one worker waits while the other works and the wake-ups come on top: the
+/// latency bound keeps the chain on one worker, as do measured MLPs.
+#[test]
+fn instances_that_move_together_keep_a_chain_on_one_worker() {
+    let g = graph(CHAIN);
+    let in_flight = 16;
+    let profile = |together: u64| {
+        let mut counter = ProfileCounter::default();
+        for _ in 0..in_flight / together {
+            for (node, forward, backward) in [(1, 1, 0), (2, 50, 100), (3, 1, 1), (4, 50, 100), (5, 1, 0)] {
+                for (work, us) in [(Work::Forward, forward), (Work::Backward, backward)] {
+                    let (dur_us, messages, instances) = (us * together, together, together);
+                    counter.add(Event { node, work, dur_us, messages, instances });
+                }
+            }
+        }
+        counter.add_instances(in_flight, 0.01);
+        counter.finish(&g, 1, in_flight)
+    };
+    let a = Assumptions::default();
+    let planned = |profile: &Profile| {
+        let read = Profile::from_json(&profile.to_json().to_string()).unwrap();
+        let costs = estimate(&g, &a, Some(&read)).unwrap();
+        let p = plan(&g, &costs, 2).unwrap();
+        let summary = p.cost_model.clone().unwrap();
+        (p, summary.latency_us_per_instance, costs.total_us())
+    };
+
+    // One instance per step: the layers go to two workers.
+    let (spread, latency, total) = planned(&profile(1));
+    assert!(spread.predicted_speedup > 1.5, "{spread:?}");
+    assert!(latency > 0.0 && latency < total / 4.0, "{latency} of {total}");
+    let worker = |p: &Plan, id: u32| p.nodes.iter().find(|n| n.id == id).unwrap().worker;
+    assert_ne!(worker(&spread, 2), worker(&spread, 4));
+
+    // All 16 per step: an instance spends the whole work in its steps; any cut only adds.
+    let (together, latency, total) = planned(&profile(16));
+    assert!(latency >= 0.9 * total, "{latency} of {total}");
+    assert!(together.nodes.iter().all(|n| n.worker == 0), "{together:?}");
+    assert!(close(together.predicted_speedup, 1.0), "{}", together.predicted_speedup);
+    // Forced apart, the prediction counts the bound and each cut's wake-ups.
+    let costs = estimate(&g, &a, Some(&profile(16))).unwrap();
+    let split = evaluate(&g, &costs, 2, &[0, 0, 0, 0, 1, 1]).unwrap();
+    let bound = split.cost_model.as_ref().unwrap().latency_us_per_instance;
+    assert!(bound > latency + a.wake_us / in_flight as f64, "{bound} vs {latency}");
+    assert!(split.predicted_speedup < 1.0, "{}", split.predicted_speedup);
+    assert!(split.predicted_utilization.iter().all(|&u| u < 1.0), "the bound, not a worker, limits it");
+
+    // A profile that does not say how many were in flight bounds nothing.
+    let mut unknown = profile(16);
+    unknown.in_flight = 0;
+    let (old, latency, _) = planned(&unknown);
+    assert_eq!(latency, 0.0);
+    assert!(old.predicted_speedup > 1.5, "{old:?}");
+}
+
 #[test]
 fn a_profile_replaces_counts_and_times() {
     let g = graph(LOOP);
     let mut counter = ProfileCounter::default();
     // 10 instances of 3 iterations each: the cell ran 30 times forward at 20 µs.
     for _ in 0..30 {
-        counter.add(12, Work::Forward, 20, 1);
-        counter.add(12, Work::Backward, 40, 1);
+        counter.add(Event { node: 12, work: Work::Forward, dur_us: 20, messages: 1, instances: 1 });
+        counter.add(Event { node: 12, work: Work::Backward, dur_us: 40, messages: 1, instances: 1 });
     }
-    counter.add(12, Work::Update, 100, 0);
+    counter.add(Event { node: 12, work: Work::Update, dur_us: 100, messages: 0, instances: 0 });
     counter.add_instances(10, 0.01);
-    let profile = counter.finish(&g, 1);
+    let profile = counter.finish(&g, 1, 1);
     assert_eq!(profile.nodes.len(), g.nodes.node_count());
     let text = profile.to_json().to_string();
     let read = Profile::from_json(&text).unwrap();

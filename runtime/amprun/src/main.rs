@@ -97,8 +97,12 @@
 //! share of the training calls' wall time a worker was not waiting for messages: its ops, the
 //! routing around them and its updates) is reported with `--report-utilization`, `--trace` or
 //! `--profile`. `--profile FILE` writes, per node, events per instance and mean µs of its
-//! forward, backward and update work, and its messages per instance (what a cut input edge
-//! carries, however the node batches them), for `ampc compile --profile`.
+//! forward, backward and update work, its messages per instance (what a cut input edge
+//! carries, however the node batches them) and the instances its events served, with the
+//! instances the run kept in flight, for `ampc compile --profile` and `--plan-profile`: from
+//! these the planner bounds what a split can gain when the instances move through the nodes
+//! together (an instance's time in its steps over the instances in flight; the plan table's
+//! `latency bound`).
 //!
 //! **Speed.** Each fusion group of elementwise nodes runs as one kernel that Cranelift
 //! compiled when the graph was loaded (`amp-jit`); `--no-jit` runs its nodes one by one

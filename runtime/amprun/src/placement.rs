@@ -17,7 +17,7 @@ use crate::failure::Failure;
 use amp_exec::{Executor, Placement, TraceEvent, TraceKind};
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimizerKind};
-use amp_plan::{Assumptions, Plan, Profile, ProfileCounter, Work};
+use amp_plan::{Assumptions, Event, Plan, Profile, ProfileCounter, Work};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -147,12 +147,14 @@ pub struct Measure {
     /// The graph nodes each fused node (`Executor::fused_nodes`) or replica stands for:
     /// the profile, which is over the graph's nodes, shares the call's time among them.
     fused: HashMap<u32, Vec<u32>>,
+    in_flight: usize,
 }
 
 impl Measure {
-    pub fn new(workers: usize, fused: Vec<(u32, Vec<u32>)>) -> Measure {
+    /// A measure of runs on `workers` workers with `in_flight` instances in flight.
+    pub fn new(workers: usize, in_flight: usize, fused: Vec<(u32, Vec<u32>)>) -> Measure {
         let fused = fused.into_iter().collect();
-        Measure { busy_s: vec![0.0; workers], wall_s: 0.0, profile: ProfileCounter::default(), fused }
+        Measure { busy_s: vec![0.0; workers], wall_s: 0.0, profile: ProfileCounter::default(), fused, in_flight }
     }
 
     /// One training run over `instances` instances that took `wall_s`, and each worker's
@@ -175,13 +177,20 @@ impl Measure {
                 TraceKind::Backward => Work::Backward,
                 TraceKind::Update => Work::Update,
             };
+            let event = |node, dur_us| Event {
+                node,
+                work,
+                dur_us,
+                messages: u64::from(e.batch),
+                instances: u64::from(e.instances),
+            };
             match self.fused.get(&e.node).filter(|m| !m.is_empty()) {
                 Some(members) => {
                     for &m in members {
-                        self.profile.add(m, work, e.dur_us / members.len() as u64, u64::from(e.batch));
+                        self.profile.add(event(m, e.dur_us / members.len() as u64));
                     }
                 }
-                None => self.profile.add(e.node, work, e.dur_us, u64::from(e.batch)),
+                None => self.profile.add(event(e.node, e.dur_us)),
             }
         }
     }
@@ -200,7 +209,7 @@ impl Measure {
     }
 
     pub fn profile(&self, graph: &Graph) -> Profile {
-        self.profile.finish(graph, self.busy_s.len())
+        self.profile.finish(graph, self.busy_s.len(), self.in_flight as u64)
     }
 }
 

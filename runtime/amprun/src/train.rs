@@ -152,7 +152,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let measure = measuring(args).then(|| {
         let replicas = executor.replica_nodes().into_iter().map(|(replica, of)| (replica, vec![of]));
         let composed = executor.fused_nodes().into_iter().chain(executor.chained_nodes());
-        Measure::new(config.workers, composed.chain(replicas).collect())
+        Measure::new(config.workers, config.max_active_keys, composed.chain(replicas).collect())
     });
     let mut run = TrainRun {
         args,

@@ -1,7 +1,8 @@
 //! Per-worker trace events (forward, backward and update work, with start and duration)
 //! and their Chrome / Perfetto trace JSON: `{"traceEvents": [{"name", "cat", "ph": "X",
 //! "ts", "dur", "pid", "tid", "args": {"batch"}}]}`, one row (`tid`) per worker; `batch`
-//! is how many messages the work took at once (dynamic batching; 0 for an update).
+//! is how many messages the work took at once (dynamic batching; 0 for an update), and
+//! `instances` how many instances they belong to.
 
 use serde_json::json;
 use std::io::Write;
@@ -35,6 +36,8 @@ pub struct TraceEvent {
     pub dur_us: u64,
     /// Messages handled together (1 unbatched; 0 for an update).
     pub batch: u32,
+    /// The distinct instances those messages belong to (0 for an update).
+    pub instances: u32,
 }
 
 /// Writes events as Chrome trace JSON; `name` gives each node's display name.
@@ -66,7 +69,7 @@ pub fn write_chrome_trace(
             "dur": e.dur_us,
             "pid": 1,
             "tid": e.worker,
-            "args": {"batch": e.batch},
+            "args": {"batch": e.batch, "instances": e.instances},
         });
         if !first {
             out.write_all(b",\n")?;
@@ -84,8 +87,8 @@ mod tests {
     #[test]
     fn chrome_trace_is_json_with_one_row_per_worker() {
         let events = vec![
-            TraceEvent { worker: 0, node: 3, kind: TraceKind::Forward, start_us: 5, dur_us: 2, batch: 7 },
-            TraceEvent { worker: 1, node: 4, kind: TraceKind::Update, start_us: 9, dur_us: 1, batch: 0 },
+            TraceEvent { worker: 0, node: 3, kind: TraceKind::Forward, start_us: 5, dur_us: 2, batch: 7, instances: 3 },
+            TraceEvent { worker: 1, node: 4, kind: TraceKind::Update, start_us: 9, dur_us: 1, batch: 0, instances: 0 },
         ];
         let mut out = Vec::new();
         write_chrome_trace(&events, |n| format!("node \"{n}\""), &mut out).unwrap();
@@ -97,5 +100,6 @@ mod tests {
         assert_eq!(list[3]["tid"], 1);
         assert_eq!(list[2]["ph"], "X");
         assert_eq!(list[2]["args"]["batch"], 7);
+        assert_eq!(list[2]["args"]["instances"], 3);
     }
 }

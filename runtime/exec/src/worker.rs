@@ -160,6 +160,8 @@ struct Worker<'s, 'a> {
     emitted: Vec<Emit>,
     /// The instances of the batch being handled (kept to reuse its allocation).
     instances: Vec<i64>,
+    /// Scratch for counting a traced batch's distinct instances.
+    distinct: Vec<i64>,
     /// An empty vector for the next batch's messages (see [`Worker::dispatch`]).
     spare: Vec<Msg>,
     /// Per instance, the credits of the messages queued here while handling the batch,
@@ -192,6 +194,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         events: Vec::new(),
         emitted: Vec::new(),
         instances: Vec::new(),
+        distinct: Vec::new(),
         spare: Vec::new(),
         credit_delta: Vec::new(),
         processed: 0,
@@ -376,7 +379,11 @@ impl Worker<'_, '_> {
         self.setup.shared.routes.processed(node.index, count);
         if let Some(start) = start {
             let kind = if dir == Dir::Forward { TraceKind::Forward } else { TraceKind::Backward };
-            self.record(node.index, kind, start, count);
+            self.distinct.clear();
+            self.distinct.extend_from_slice(&instances);
+            self.distinct.sort_unstable();
+            self.distinct.dedup();
+            self.record(node.index, kind, start, count, self.distinct.len());
         }
         // An error names the instance of the message that failed (a batching op's, the
         // batch's first); the op's error names the key.
@@ -550,11 +557,13 @@ impl Worker<'_, '_> {
         }
     }
 
-    fn record(&mut self, node: u32, kind: TraceKind, start: Instant, batch: usize) {
+    /// A traced piece of work: `batch` messages of `instances` distinct instances.
+    fn record(&mut self, node: u32, kind: TraceKind, start: Instant, batch: usize, instances: usize) {
         let start_us = start.saturating_duration_since(self.setup.origin).as_micros() as u64;
         let dur_us = start.elapsed().as_micros() as u64;
         let batch = u32::try_from(batch).unwrap_or(u32::MAX);
-        self.events.push(TraceEvent { worker: self.setup.id as u32, node, kind, start_us, dur_us, batch });
+        let instances = u32::try_from(instances).unwrap_or(u32::MAX);
+        self.events.push(TraceEvent { worker: self.setup.id as u32, node, kind, start_us, dur_us, batch, instances });
         if self.events.len() >= TRACE_PIECE {
             let _ = self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
         }
@@ -608,7 +617,7 @@ impl Worker<'_, '_> {
                 (flush || group.pending >= info.min_update_frequency) && self.update(info, &mut group, flush)
             });
             if let (true, Some(start)) = (updated, start) {
-                self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0);
+                self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0, 0);
             }
         }
     }
