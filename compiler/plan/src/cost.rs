@@ -463,8 +463,8 @@ fn edge_costs(
             };
             let bytes = payload + state_bytes;
             // Forward, the target takes the crossing messages; backward, the source.
-            let steps = steps_per_message(nodes, l.to, |c| (c.forward_messages, c.arrivals))
-                + steps_per_message(nodes, l.from, |c| (c.backward_messages, c.backward_arrivals));
+            let steps = per_message(nodes, l.to, |c| (c.forward_messages, c.arrivals), 1.0)
+                + per_message(nodes, l.from, |c| (c.backward_messages, c.backward_arrivals), 1.0);
             let mut cut_us = messages * (2.0 * (a.cross_us + bytes / a.bytes_per_us) + steps * a.hop_us);
             // A chain member cut from its producer handles its messages in steps of its own.
             if topo.chained[l.to] {
@@ -475,8 +475,8 @@ fn edge_costs(
             // The steps an instance takes part in per message it sends over the edge,
             // forward at the target, backward at the source.
             let waits = messages
-                * (joined_per_message(nodes, l.to, |c| (c.forward_joined, c.arrivals))
-                    + joined_per_message(nodes, l.from, |c| (c.backward_joined, c.backward_arrivals)));
+                * (per_message(nodes, l.to, |c| (c.forward_joined, c.arrivals), 0.0)
+                    + per_message(nodes, l.from, |c| (c.backward_joined, c.backward_arrivals), 0.0));
             EdgeCost {
                 from: l.from as u32,
                 to: l.to as u32,
@@ -489,36 +489,22 @@ fn edge_costs(
         .collect()
 }
 
-/// The steps per message in which node `i` takes the messages of one direction, from its
-/// (steps, messages) per instance: measured by a profile (a node that batches takes many
-/// in one step), 1 in the model.
-fn steps_per_message(nodes: &[Option<NodeCost>], i: usize, counts: impl Fn(&NodeCost) -> (f64, f64)) -> f64 {
+/// A count per message that node `i` takes in one direction, from its (count, messages)
+/// per instance as `counts` picks them: measured by a profile, at most 1; `otherwise`
+/// without one (or without messages). The counts: the steps it takes them in (a node
+/// that batches takes many in one step; 1 in the model), and the steps an instance takes
+/// part in (0 in the model, which does not know how instances move).
+fn per_message(nodes: &[Option<NodeCost>], i: usize, counts: impl Fn(&NodeCost) -> (f64, f64), otherwise: f64) -> f64 {
     match nodes.get(i).and_then(Option::as_ref) {
         Some(c) if c.measured => {
-            let (steps, messages) = counts(c);
+            let (count, messages) = counts(c);
             if messages > 0.0 {
-                (steps / messages).clamp(0.0, 1.0)
+                (count / messages).clamp(0.0, 1.0)
             } else {
-                1.0
+                otherwise
             }
         }
-        _ => 1.0,
-    }
-}
-
-/// The steps an instance takes part in per message that node `i` takes in one direction,
-/// from its (steps joined, messages) per instance: a profile's, at most 1; 0 without one.
-fn joined_per_message(nodes: &[Option<NodeCost>], i: usize, counts: impl Fn(&NodeCost) -> (f64, f64)) -> f64 {
-    match nodes.get(i).and_then(Option::as_ref) {
-        Some(c) if c.measured => {
-            let (joined, messages) = counts(c);
-            if messages > 0.0 {
-                (joined / messages).clamp(0.0, 1.0)
-            } else {
-                0.0
-            }
-        }
-        _ => 0.0,
+        _ => otherwise,
     }
 }
 
