@@ -34,7 +34,7 @@
 //! which prints the model's and the measured µs per instance by kind of op); a profile of
 //! the model itself replaces the counts and op times with measured ones, and tells how
 //! many instances each step served and how many were in flight: a worker then starts
-//! instances no faster than an instance's time in its steps (plus 20 µs of wake-up for
+//! instances no faster than an instance's time in its steps (plus 35 µs of wake-up for
 //! each step it waits on across a cut) over the instances in flight (`cost.rs`). The fused
 //! groups of the graph are placed as units (`topology.rs`), as the executor runs them;
 //! its routing chains cost a member's messages only where the plan cuts the chain.
