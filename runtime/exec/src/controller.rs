@@ -2,7 +2,8 @@
 //! most `max_active_keys` in flight, and with synchronous updates never past an update
 //! boundary before the instances before it finished), tells the parameter owners about
 //! finished instances, collects losses and outputs, watches for stalls, and stops the
-//! workers at the end or at the first failure.
+//! workers at the end or at the first failure. In asynchronous runs the workers admit
+//! and tell the owners themselves ([`Admission`]); the controller follows.
 
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
@@ -13,7 +14,7 @@ use crate::trace::TraceEvent;
 use crate::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// What a run produced, per instance.
@@ -76,6 +77,66 @@ pub trait Observer {
     fn trace(&mut self, _events: &[TraceEvent]) {}
 }
 
+/// Which instance is admitted next: the run's instances in order, each once. With
+/// synchronous updates (whose boundaries hold admissions back) the controller admits them
+/// all; otherwise (`by_workers`) the source's worker admits the first `window` when it
+/// starts, and the worker that finishes an instance admits the next one (one for each
+/// finished keeps the count in flight) and tells the groups' owners itself that an
+/// instance finished. No thread's timing then decides what one worker does: asynchronous
+/// training on one worker gives the same result at every run.
+pub(crate) struct Admission {
+    next: AtomicUsize,
+    n: usize,
+    pub by_workers: bool,
+    window: usize,
+}
+
+impl Admission {
+    fn new(n: usize, by_workers: bool, window: usize) -> Admission {
+        Admission { next: AtomicUsize::new(0), n, by_workers, window }
+    }
+
+    /// The first window, for the source's worker to admit when workers admit.
+    pub fn first_window(&self) -> impl Iterator<Item = usize> + '_ {
+        let count = if self.by_workers { self.window } else { 0 };
+        (0..count).map_while(|_| self.take())
+    }
+
+    /// The next instance, if any is left.
+    fn take(&self) -> Option<usize> {
+        let i = self.next.fetch_add(1, Ordering::AcqRel);
+        (i < self.n).then_some(i)
+    }
+
+    /// What a worker that just finished an instance admits: the next one, when workers
+    /// admit and one is left.
+    pub fn after_done(&self) -> Option<usize> {
+        if self.by_workers {
+            self.take()
+        } else {
+            None
+        }
+    }
+
+    /// Instances admitted so far (`0..admitted()`).
+    fn admitted(&self) -> usize {
+        self.next.load(Ordering::Acquire).min(self.n)
+    }
+}
+
+/// The admission message of `instance` for the source node, and the source's worker; the
+/// instance's credit count starts at that one message.
+pub(crate) fn admission(program: &Program, credits: &[AtomicU32], instance: usize) -> (usize, Envelope) {
+    let mut state = vec![UNSET; program.state_len.max(1)];
+    state[0] = instance as i64;
+    if let Some(credit) = credits.get(instance) {
+        credit.store(1, Ordering::Release);
+    }
+    let msg = Msg::new(Payload::Unit, state.into_boxed_slice());
+    let env = Envelope { node: program.source, port: 0, dir: Dir::Forward, msg };
+    (program.node(program.source).map_or(0, |n| n.worker), env)
+}
+
 /// The observer hears of a run's progress at most this often (and once at its end).
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
@@ -107,6 +168,8 @@ pub(crate) fn run(
     // them whenever a report wakes it, so sending one wakes no thread (two futex wakes per
     // instance cost the worker 2% of its time).
     let (result_tx, result_rx) = unbounded::<Report>();
+    // Only synchronous training must hold admissions at update boundaries.
+    let admission = Admission::new(n, !(shared.mode == RunMode::Train && config.sync_updates), config.max_active_keys);
     std::thread::scope(|scope| {
         for (id, (inbox, ops)) in receivers.into_iter().zip(ops).enumerate() {
             let setup = WorkerSetup {
@@ -118,6 +181,7 @@ pub(crate) fn run(
                 reports: report_tx.clone(),
                 results: result_tx.clone(),
                 credits: &credits,
+                admission: &admission,
                 gauges: &gauges[id],
                 optimizer: config.optimizer,
                 origin,
@@ -141,6 +205,7 @@ pub(crate) fn run(
             reports: &report_rx,
             results: &result_rx,
             credits: &credits,
+            admission: &admission,
             gauges: &gauges,
             pending: pending.to_vec(),
             output: RunOutput {
@@ -173,6 +238,23 @@ pub(crate) fn run(
     })
 }
 
+/// The instances in flight as the controller knows them: those admitted (by it or by the
+/// workers) and not yet reported done.
+#[derive(Default)]
+struct InFlight {
+    ids: BTreeSet<usize>,
+    /// Admitted instances added to `ids` so far (`0..seen`).
+    seen: usize,
+}
+
+impl InFlight {
+    fn catch_up(&mut self, admission: &Admission) {
+        let admitted = admission.admitted();
+        self.ids.extend(self.seen..admitted);
+        self.seen = self.seen.max(admitted);
+    }
+}
+
 struct Controller<'r, 'o> {
     program: &'r Program,
     config: &'r ExecConfig,
@@ -182,6 +264,7 @@ struct Controller<'r, 'o> {
     /// Losses and outputs (see `run`).
     results: &'r Receiver<Report>,
     credits: &'r [AtomicU32],
+    admission: &'r Admission,
     gauges: &'r [WorkerGauges],
     /// Instances each group counted since its last update (mirrors the owners' counts).
     pending: Vec<u64>,
@@ -211,42 +294,46 @@ impl Controller<'_, '_> {
         room.map_or(usize::MAX, |r| done.saturating_add(usize::try_from(r).unwrap_or(usize::MAX)))
     }
 
-    fn admit(&self, instance: usize) {
-        let mut state = vec![UNSET; self.program.state_len.max(1)];
-        state[0] = instance as i64;
-        if let Some(credit) = self.credits.get(instance) {
-            credit.store(1, Ordering::Release);
+    /// Admits instances while the limits allow: up to `max_active_keys` in flight, and in
+    /// synchronous training not past the update `boundary` nor while an update is owed.
+    /// Nothing when the workers admit.
+    fn admit_some(&mut self, boundary: usize, in_flight: &mut InFlight) {
+        if self.admission.by_workers {
+            return;
         }
-        let msg = Msg::new(Payload::Unit, state.into_boxed_slice());
-        let env = Envelope { node: self.program.source, port: 0, dir: Dir::Forward, msg };
-        let worker = self.program.node(self.program.source).map_or(0, |n| n.worker);
+        while in_flight.ids.len() < self.config.max_active_keys
+            && self.admission.admitted() < boundary
+            && self.awaiting == 0
+        {
+            let Some(instance) = self.admission.take() else { break };
+            self.admit(instance);
+            in_flight.catch_up(self.admission);
+        }
+    }
+
+    fn admit(&self, instance: usize) {
+        let (worker, env) = admission(self.program, self.credits, instance);
         if let Some(tx) = self.senders.get(worker) {
             let _ = tx.send(ToWorker::Work(env));
         }
     }
 
     fn admit_all(&mut self, n: usize) -> Result<(), ExecError> {
-        let mut admitted = 0;
         let mut done = 0;
-        let mut in_flight: BTreeSet<usize> = BTreeSet::new();
+        let mut in_flight = InFlight::default();
         let tick = self.config.stall_timeout.min(Duration::from_millis(100));
         let mut last_progress = Instant::now();
         let mut last_processed = 0u64;
         while done < n {
             let boundary = self.boundary(done);
-            while admitted < n
-                && in_flight.len() < self.config.max_active_keys
-                && admitted < boundary
-                && self.awaiting == 0
-            {
-                self.admit(admitted);
-                in_flight.insert(admitted);
-                admitted += 1;
-            }
+            self.admit_some(boundary, &mut in_flight);
             match self.reports.recv_timeout(tick) {
                 Ok(Report::Done { instance }) => {
                     last_progress = Instant::now();
-                    in_flight.remove(&instance);
+                    // A worker admitted the instance (and counted it in `admitted`) before
+                    // any of its messages could run, so before its end was reported.
+                    in_flight.catch_up(self.admission);
+                    in_flight.ids.remove(&instance);
                     done += 1;
                     self.instance_done();
                     if self.observer.is_some() {
@@ -271,8 +358,11 @@ impl Controller<'_, '_> {
                     if processed != last_processed {
                         last_processed = processed;
                         last_progress = Instant::now();
-                    } else if !in_flight.is_empty() && last_progress.elapsed() >= self.config.stall_timeout {
-                        return Err(self.stalled(last_progress.elapsed(), &in_flight));
+                    } else {
+                        in_flight.catch_up(self.admission);
+                        if !in_flight.ids.is_empty() && last_progress.elapsed() >= self.config.stall_timeout {
+                            return Err(self.stalled(last_progress.elapsed(), &in_flight.ids));
+                        }
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => {
@@ -362,7 +452,8 @@ impl Controller<'_, '_> {
 
     /// Tells the owners of parameter groups that one more instance finished (training).
     fn instance_done(&mut self) {
-        if self.mode != RunMode::Train {
+        // When workers admit, the worker that finished the instance told the owners.
+        if self.mode != RunMode::Train || self.admission.by_workers {
             return;
         }
         // Per owner, whether one of its groups reaches an update with this instance.

@@ -31,11 +31,22 @@
 //! exactly first-come first-served. When its queues run dry
 //! the worker waits on its channel, then takes everything already there, so that the
 //! messages of all instances in flight wait together.
+//!
+//! Admission: in asynchronous runs (no update boundaries to hold instances back) the
+//! source's worker admits the first `max_active_keys` instances when it starts, and the
+//! worker that finishes an instance admits the next one and counts it for the parameter
+//! groups' owners itself (see `crate::controller::Admission`); an instance it admits for
+//! its own source joins its queues when they run dry, where the controller's admissions
+//! joined them. The controller only hears of the instances' ends. Without the controller
+//! between one instance's end and the next's start, one worker never waits for another
+//! thread to wake (the MLP, whose instances finish together, was idle a third of its time)
+//! and what it does depends on nothing but its own order of work.
 
 use crate::config::Fault;
+use crate::controller::{admission, Admission};
 use crate::error::{ExecError, OpError};
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
-use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunShared};
+use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
 use crate::program::{GroupInfo, NodeInfo, Program};
 use crate::replicas;
 use crate::trace::{TraceEvent, TraceKind};
@@ -115,6 +126,8 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     /// `Trace`): read by the controller whenever it wakes, so sending them wakes nobody.
     pub results: Sender<Report>,
     pub credits: &'s [AtomicU32],
+    /// Admits the next instance when this worker finishes one (asynchronous runs).
+    pub admission: &'s Admission,
     pub gauges: &'s WorkerGauges,
     pub optimizer: OptimConfig,
     pub origin: Instant,
@@ -167,6 +180,12 @@ struct Worker<'s, 'a> {
     /// Per instance, the credits of the messages queued here while handling the batch,
     /// less those of the batch's messages (see the module doc).
     credit_delta: Vec<(usize, i64)>,
+    /// Instances this worker admitted for its own source, queued when its queues run dry
+    /// (where the controller's admissions would be taken), without a channel round trip.
+    admitted: Vec<Envelope>,
+    /// The workers that own parameter groups (told of every instance that finishes here,
+    /// when workers admit).
+    owners: Vec<usize>,
     /// Messages processed, published to the watchdog's gauge.
     processed: u64,
     /// Instances finished since their count was last added to the owned groups (see
@@ -185,6 +204,9 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
             *slot = Some(Slot { op, batches, waits, queue: VecDeque::new(), fan_in: KeyMap::default(), messages: 0 });
         }
     }
+    let mut owners: Vec<usize> = setup.program.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner).collect();
+    owners.sort_unstable();
+    owners.dedup();
     let mut worker = Worker {
         setup,
         slots,
@@ -197,6 +219,8 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         distinct: Vec::new(),
         spare: Vec::new(),
         credit_delta: Vec::new(),
+        admitted: Vec::new(),
+        owners,
         processed: 0,
         finished: 0,
         acks: 0,
@@ -228,20 +252,38 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
 
 impl Worker<'_, '_> {
     fn run(&mut self) {
+        let program = self.setup.program;
+        if program.node(program.source).map_or(0, |n| n.worker) == self.setup.id {
+            for instance in self.setup.admission.first_window() {
+                let (_, env) = admission(program, self.setup.credits, instance);
+                self.enqueue(env);
+            }
+        }
         loop {
             if let Some(batch) = self.next_batch() {
                 if !self.process(batch) {
                     return;
                 }
+                // When workers admit, the instances this batch finished are counted already:
+                // the groups whose interval they completed update now, over all of them.
+                if self.setup.admission.by_workers {
+                    self.update_due();
+                }
                 continue;
             }
-            let idle = Instant::now();
-            let received = self.setup.inbox.recv();
-            let waited = u64::try_from(idle.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            self.setup.gauges.waited_ns.fetch_add(waited, Ordering::Relaxed);
-            let Ok(item) = received else { return };
-            if !self.take(item) {
-                return;
+            if self.admitted.is_empty() {
+                let idle = Instant::now();
+                let received = self.setup.inbox.recv();
+                let waited = u64::try_from(idle.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                self.setup.gauges.waited_ns.fetch_add(waited, Ordering::Relaxed);
+                let Ok(item) = received else { return };
+                if !self.take(item) {
+                    return;
+                }
+            } else {
+                let mut admitted = std::mem::take(&mut self.admitted);
+                admitted.drain(..).for_each(|env| self.enqueue(env));
+                self.admitted = admitted;
             }
             // Whatever else already arrived joins the queues now, so that the messages of
             // every instance in flight can meet in batches; the instances it reports
@@ -546,6 +588,7 @@ impl Worker<'_, '_> {
     /// instance finishes it. Each instance's net change is applied at once, so its count
     /// passes through no value that adding first and releasing after would not.
     fn settle_credits(&mut self) {
+        let mut finished = 0;
         for (i, delta) in self.credit_delta.drain(..) {
             let Some(credit) = self.setup.credits.get(i) else { continue };
             let change = u32::try_from(delta.unsigned_abs()).unwrap_or(u32::MAX);
@@ -553,6 +596,33 @@ impl Worker<'_, '_> {
                 credit.fetch_add(change, Ordering::AcqRel);
             } else if delta < 0 && credit.fetch_sub(change, Ordering::AcqRel) == change {
                 let _ = self.setup.reports.send(Report::Done { instance: i });
+                finished += 1;
+            }
+        }
+        if self.setup.admission.by_workers {
+            (0..finished).for_each(|_| self.finished_here());
+        }
+    }
+
+    /// An instance finished here, in a run where workers admit: the groups' owners count
+    /// it (this worker at once, updating after the batch, others when they read the word),
+    /// and the next instance is admitted.
+    fn finished_here(&mut self) {
+        if self.setup.shared.mode == RunMode::Train {
+            for &owner in &self.owners {
+                if owner == self.setup.id {
+                    self.finished += 1;
+                } else if let Some(peer) = self.setup.peers.get(owner) {
+                    let _ = peer.send(ToWorker::InstanceDone { ack: false });
+                }
+            }
+        }
+        if let Some(next) = self.setup.admission.after_done() {
+            let (worker, env) = admission(self.setup.program, self.setup.credits, next);
+            if worker == self.setup.id {
+                self.admitted.push(env);
+            } else if let Some(peer) = self.setup.peers.get(worker) {
+                let _ = peer.send(ToWorker::Work(env));
             }
         }
     }
