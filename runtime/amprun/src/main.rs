@@ -63,9 +63,12 @@
 //! 83.0-85.4% validation accuracy over three runs against 84.0%.
 //! Under `--async` an update applies whatever gradients have arrived, averaged over the
 //! instances counted finished since the last update, at least M: instances in flight move
-//! through the graph together and often finish together, and all that a worker hears of
-//! at once count before it updates. With more in flight than M, updates cover more than M
-//! instances; the metrics' `updates` (summed over parameter groups) tells how many ran. An
+//! through the graph together and often finish together, and all that finish in one step
+//! of a worker (or that a worker hears of at once from another) count before it updates.
+//! With more in flight than M, updates may cover more than M instances; the metrics'
+//! `updates` (summed over parameter groups) tells how many ran. The workers admit the
+//! instances themselves (the one that finishes an instance starts the next), so on one
+//! worker `--async` training is reproducible bit for bit too. An
 //! epoch is one run of the workers: the pipeline fills once, stays full (`--max-active-keys`
 //! in flight) and drains only at the epoch's end, where the owners apply what gradients
 //! are left (so every checkpoint is taken with none pending).
