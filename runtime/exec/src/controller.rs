@@ -102,20 +102,11 @@ impl Admission {
         (0..count).map_while(|_| self.take())
     }
 
-    /// The next instance, if any is left.
-    fn take(&self) -> Option<usize> {
+    /// The next instance, if any is left (for the controller, or a worker that finished
+    /// one when workers admit).
+    pub fn take(&self) -> Option<usize> {
         let i = self.next.fetch_add(1, Ordering::AcqRel);
         (i < self.n).then_some(i)
-    }
-
-    /// What a worker that just finished an instance admits: the next one, when workers
-    /// admit and one is left.
-    pub fn after_done(&self) -> Option<usize> {
-        if self.by_workers {
-            self.take()
-        } else {
-            None
-        }
     }
 
     /// Instances admitted so far (`0..admitted()`).
@@ -134,7 +125,7 @@ pub(crate) fn admission(program: &Program, credits: &[AtomicU32], instance: usiz
     }
     let msg = Msg::new(Payload::Unit, state.into_boxed_slice());
     let env = Envelope { node: program.source, port: 0, dir: Dir::Forward, msg };
-    (program.node(program.source).map_or(0, |n| n.worker), env)
+    (program.source_worker(), env)
 }
 
 /// The observer hears of a run's progress at most this often (and once at its end).
@@ -283,24 +274,23 @@ struct Controller<'r, 'o> {
 }
 
 impl Controller<'_, '_> {
-    /// How many instances may have been admitted before the next update must happen.
+    /// How many instances may have been admitted before the next update must happen (in
+    /// synchronous training, the only runs whose controller admits).
     fn boundary(&self, done: usize) -> usize {
-        if self.mode != RunMode::Train || !self.config.sync_updates {
-            return usize::MAX;
-        }
         // Replicas' groups update with their masters.
         let groups = self.program.groups.iter().zip(&self.pending).filter(|(g, _)| g.master.is_none());
         let room = groups.map(|(g, &p)| g.min_update_frequency.saturating_sub(p).max(1)).min();
         room.map_or(usize::MAX, |r| done.saturating_add(usize::try_from(r).unwrap_or(usize::MAX)))
     }
 
-    /// Admits instances while the limits allow: up to `max_active_keys` in flight, and in
-    /// synchronous training not past the update `boundary` nor while an update is owed.
-    /// Nothing when the workers admit.
-    fn admit_some(&mut self, boundary: usize, in_flight: &mut InFlight) {
+    /// Admits instances while the limits allow: up to `max_active_keys` in flight, not
+    /// past the update boundary after `done` finished instances nor while an update is
+    /// owed. Nothing when the workers admit (runs without update boundaries).
+    fn admit_some(&mut self, done: usize, in_flight: &mut InFlight) {
         if self.admission.by_workers {
             return;
         }
+        let boundary = self.boundary(done);
         while in_flight.ids.len() < self.config.max_active_keys
             && self.admission.admitted() < boundary
             && self.awaiting == 0
@@ -325,8 +315,7 @@ impl Controller<'_, '_> {
         let mut last_progress = Instant::now();
         let mut last_processed = 0u64;
         while done < n {
-            let boundary = self.boundary(done);
-            self.admit_some(boundary, &mut in_flight);
+            self.admit_some(done, &mut in_flight);
             match self.reports.recv_timeout(tick) {
                 Ok(Report::Done { instance }) => {
                     last_progress = Instant::now();
@@ -452,8 +441,9 @@ impl Controller<'_, '_> {
 
     /// Tells the owners of parameter groups that one more instance finished (training).
     fn instance_done(&mut self) {
-        // When workers admit, the worker that finished the instance told the owners.
-        if self.mode != RunMode::Train || self.admission.by_workers {
+        // When workers admit (every run but synchronous training), the worker that finished
+        // the instance told the owners.
+        if self.admission.by_workers {
             return;
         }
         // Per owner, whether one of its groups reaches an update with this instance.
@@ -473,7 +463,8 @@ impl Controller<'_, '_> {
             }
         }
         for (owner, updates) in owners {
-            let ack = updates && self.config.sync_updates;
+            // Synchronous training: the controller waits for each update it asks for.
+            let ack = updates;
             if let Some(tx) = self.senders.get(owner) {
                 if tx.send(ToWorker::InstanceDone { ack }).is_ok() && ack {
                     self.awaiting += 1;

@@ -188,6 +188,11 @@ impl Program {
         self.nodes.get(index as usize).and_then(Option::as_ref)
     }
 
+    /// The worker of the source node, where instances are admitted.
+    pub fn source_worker(&self) -> usize {
+        self.node(self.source).map_or(0, |n| n.worker)
+    }
+
     /// `label (%N)`, for traces and messages.
     pub fn node_name(&self, index: u32) -> String {
         match self.node(index) {

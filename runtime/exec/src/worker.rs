@@ -253,7 +253,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
 impl Worker<'_, '_> {
     fn run(&mut self) {
         let program = self.setup.program;
-        if program.node(program.source).map_or(0, |n| n.worker) == self.setup.id {
+        if program.source_worker() == self.setup.id {
             for instance in self.setup.admission.first_window() {
                 let (_, env) = admission(program, self.setup.credits, instance);
                 self.enqueue(env);
@@ -617,7 +617,7 @@ impl Worker<'_, '_> {
                 }
             }
         }
-        if let Some(next) = self.setup.admission.after_done() {
+        if let Some(next) = self.setup.admission.take() {
             let (worker, env) = admission(self.setup.program, self.setup.credits, next);
             if worker == self.setup.id {
                 self.admitted.push(env);
