@@ -2,8 +2,9 @@
 //! most `max_active_keys` in flight, and with synchronous updates never past an update
 //! boundary before the instances before it finished), tells the parameter owners about
 //! finished instances, collects losses and outputs, watches for stalls, and stops the
-//! workers at the end or at the first failure. In asynchronous runs the workers admit
-//! and tell the owners themselves ([`Admission`]); the controller follows.
+//! workers at the end or at the first failure. In every run but synchronous training on
+//! several workers, the workers admit and tell the owners themselves ([`Admission`]); the
+//! controller follows.
 
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
@@ -14,7 +15,7 @@ use crate::trace::TraceEvent;
 use crate::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// What a run produced, per instance.
@@ -77,41 +78,79 @@ pub trait Observer {
     fn trace(&mut self, _events: &[TraceEvent]) {}
 }
 
-/// Which instance is admitted next: the run's instances in order, each once. With
-/// synchronous updates (whose boundaries hold admissions back) the controller admits them
-/// all; otherwise (`by_workers`) the source's worker admits the first `window` when it
-/// starts, and the worker that finishes an instance admits the next one (one for each
-/// finished keeps the count in flight) and tells the groups' owners itself that an
-/// instance finished. No thread's timing then decides what one worker does: asynchronous
-/// training on one worker gives the same result at every run.
+/// Which instance is admitted next: the run's instances in order, each once. Synchronous
+/// training on several workers, whose update boundaries need every owner's word before an
+/// admission past them, is admitted by the controller; every other run (`by_workers`) by
+/// the workers. The source's worker admits the first `window` when it starts, and the
+/// worker that finishes an instance admits the next one (one for each finished keeps the
+/// count in flight) and tells the groups' owners itself that an instance finished. In
+/// synchronous training on one worker (`held`) that worker also holds admissions back at
+/// each update boundary until its instances finished and the update is applied (see
+/// `crate::worker`). No thread's timing then decides what one worker does: training on one
+/// worker gives the same result at every run, and one instance's end starts the next
+/// without waking another thread.
 pub(crate) struct Admission {
     next: AtomicUsize,
     n: usize,
+    /// A training loss was not finite: nothing more is admitted while the controller stops
+    /// the run (it reports the instance), so the parameters are those before it.
+    halted: AtomicBool,
+    /// Instances finished (counted when workers admit).
+    ended: AtomicUsize,
     pub by_workers: bool,
+    pub held: bool,
     window: usize,
 }
 
 impl Admission {
-    fn new(n: usize, by_workers: bool, window: usize) -> Admission {
-        Admission { next: AtomicUsize::new(0), n, by_workers, window }
+    fn new(n: usize, by_workers: bool, held: bool, window: usize) -> Admission {
+        Admission {
+            next: AtomicUsize::new(0),
+            n,
+            halted: AtomicBool::new(false),
+            ended: AtomicUsize::new(0),
+            by_workers,
+            held,
+            window,
+        }
     }
 
-    /// The first window, for the source's worker to admit when workers admit.
+    /// The most instances in flight at once (`max_active_keys`).
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// The first window, for the source's worker to admit when workers admit and no
+    /// boundary holds them back.
     pub fn first_window(&self) -> impl Iterator<Item = usize> + '_ {
-        let count = if self.by_workers { self.window } else { 0 };
+        let count = if self.by_workers && !self.held { self.window } else { 0 };
         (0..count).map_while(|_| self.take())
     }
 
     /// The next instance, if any is left (for the controller, or a worker that finished
     /// one when workers admit).
     pub fn take(&self) -> Option<usize> {
+        if self.halted.load(Ordering::Acquire) {
+            return None;
+        }
         let i = self.next.fetch_add(1, Ordering::AcqRel);
         (i < self.n).then_some(i)
+    }
+
+    /// Admits nothing more (a worker saw a training loss that is not finite).
+    pub fn halt(&self) {
+        self.halted.store(true, Ordering::Release);
     }
 
     /// Instances admitted so far (`0..admitted()`).
     fn admitted(&self) -> usize {
         self.next.load(Ordering::Acquire).min(self.n)
+    }
+
+    /// Counts an instance's end (reported on the results channel, before this call); true
+    /// for the run's last, whose worker then wakes the controller.
+    pub fn ended(&self) -> bool {
+        self.ended.fetch_add(1, Ordering::AcqRel) + 1 == self.n
     }
 }
 
@@ -159,8 +198,10 @@ pub(crate) fn run(
     // them whenever a report wakes it, so sending one wakes no thread (two futex wakes per
     // instance cost the worker 2% of its time).
     let (result_tx, result_rx) = unbounded::<Report>();
-    // Only synchronous training must hold admissions at update boundaries.
-    let admission = Admission::new(n, !(shared.mode == RunMode::Train && config.sync_updates), config.max_active_keys);
+    // Only synchronous training holds admissions at update boundaries: on one worker, that
+    // worker does; on several, the controller, which waits for every owner's update.
+    let sync = shared.mode == RunMode::Train && config.sync_updates;
+    let admission = Admission::new(n, !sync || workers == 1, sync && workers == 1, config.max_active_keys);
     std::thread::scope(|scope| {
         for (id, (inbox, ops)) in receivers.into_iter().zip(ops).enumerate() {
             let setup = WorkerSetup {
@@ -211,7 +252,9 @@ pub(crate) fn run(
             awaiting: 0,
             observer,
             progress: Progress::default(),
-            finished: Vec::new(),
+            done: 0,
+            in_flight: InFlight::default(),
+            ended: Vec::new(),
             observed: Instant::now(),
         };
         let result = control.admit_all(n);
@@ -268,14 +311,17 @@ struct Controller<'r, 'o> {
     awaiting: usize,
     observer: Option<&'r mut (dyn Observer + 'o)>,
     progress: Progress,
+    /// Instances finished, and those admitted and not yet finished as far as reports tell.
+    done: usize,
+    in_flight: InFlight,
     /// Instances finished since the observer last heard, and when that was.
-    finished: Vec<usize>,
+    ended: Vec<usize>,
     observed: Instant,
 }
 
 impl Controller<'_, '_> {
     /// How many instances may have been admitted before the next update must happen (in
-    /// synchronous training, the only runs whose controller admits).
+    /// synchronous training on several workers, the only runs whose controller admits).
     fn boundary(&self, done: usize) -> usize {
         // Replicas' groups update with their masters.
         let groups = self.program.groups.iter().zip(&self.pending).filter(|(g, _)| g.master.is_none());
@@ -285,19 +331,20 @@ impl Controller<'_, '_> {
 
     /// Admits instances while the limits allow: up to `max_active_keys` in flight, not
     /// past the update boundary after `done` finished instances nor while an update is
-    /// owed. Nothing when the workers admit (runs without update boundaries).
-    fn admit_some(&mut self, done: usize, in_flight: &mut InFlight) {
+    /// owed. Nothing when the workers admit (every run but synchronous training on several
+    /// workers).
+    fn admit_some(&mut self) {
         if self.admission.by_workers {
             return;
         }
-        let boundary = self.boundary(done);
-        while in_flight.ids.len() < self.config.max_active_keys
+        let boundary = self.boundary(self.done);
+        while self.in_flight.ids.len() < self.config.max_active_keys
             && self.admission.admitted() < boundary
             && self.awaiting == 0
         {
             let Some(instance) = self.admission.take() else { break };
             self.admit(instance);
-            in_flight.catch_up(self.admission);
+            self.in_flight.catch_up(self.admission);
         }
     }
 
@@ -309,27 +356,17 @@ impl Controller<'_, '_> {
     }
 
     fn admit_all(&mut self, n: usize) -> Result<(), ExecError> {
-        let mut done = 0;
-        let mut in_flight = InFlight::default();
         let tick = self.config.stall_timeout.min(Duration::from_millis(100));
         let mut last_progress = Instant::now();
         let mut last_processed = 0u64;
-        while done < n {
-            self.admit_some(done, &mut in_flight);
+        while self.done < n {
+            self.admit_some();
             match self.reports.recv_timeout(tick) {
                 Ok(Report::Done { instance }) => {
                     last_progress = Instant::now();
-                    // A worker admitted the instance (and counted it in `admitted`) before
-                    // any of its messages could run, so before its end was reported.
-                    in_flight.catch_up(self.admission);
-                    in_flight.ids.remove(&instance);
-                    done += 1;
-                    self.instance_done();
-                    if self.observer.is_some() {
-                        self.finished.push(instance);
-                    }
+                    self.finished(instance);
                 }
-                Ok(Report::Loss { .. } | Report::Output { .. } | Report::Trace(_)) => {}
+                Ok(Report::Loss { .. } | Report::Output { .. } | Report::Trace(_) | Report::Wake) => {}
                 Ok(Report::Updated) => {
                     self.awaiting = self.awaiting.saturating_sub(1);
                 }
@@ -348,9 +385,9 @@ impl Controller<'_, '_> {
                         last_processed = processed;
                         last_progress = Instant::now();
                     } else {
-                        in_flight.catch_up(self.admission);
-                        if !in_flight.ids.is_empty() && last_progress.elapsed() >= self.config.stall_timeout {
-                            return Err(self.stalled(last_progress.elapsed(), &in_flight.ids));
+                        self.in_flight.catch_up(self.admission);
+                        if !self.in_flight.ids.is_empty() && last_progress.elapsed() >= self.config.stall_timeout {
+                            return Err(self.stalled(last_progress.elapsed()));
                         }
                     }
                 }
@@ -371,11 +408,24 @@ impl Controller<'_, '_> {
         Ok(())
     }
 
+    /// Instance `instance` finished: one fewer in flight, and its owners hear of it.
+    fn finished(&mut self, instance: usize) {
+        // A worker admitted the instance (and counted it in `admitted`) before any of its
+        // messages could run, so before its end was reported.
+        self.in_flight.catch_up(self.admission);
+        self.in_flight.ids.remove(&instance);
+        self.done += 1;
+        self.instance_done();
+        if self.observer.is_some() {
+            self.ended.push(instance);
+        }
+    }
+
     /// Tells the observer about the instances finished since it last heard: their losses
     /// are in, sent before their `Done` (see `admit_all`).
     fn observe(&mut self) {
         let Some(observer) = self.observer.as_mut() else { return };
-        for i in self.finished.drain(..) {
+        for i in self.ended.drain(..) {
             self.progress.done += 1;
             if let Some(loss) = self.output.losses.get(i).copied().flatten().filter(|l| l.is_finite()) {
                 self.progress.loss_sum += f64::from(loss);
@@ -432,6 +482,7 @@ impl Controller<'_, '_> {
                         self.output.outputs[slot] = Some(values);
                     }
                 }
+                Report::Done { instance } => self.finished(instance),
                 Report::Trace(events) => self.trace(events),
                 _ => {}
             }
@@ -441,8 +492,8 @@ impl Controller<'_, '_> {
 
     /// Tells the owners of parameter groups that one more instance finished (training).
     fn instance_done(&mut self) {
-        // When workers admit (every run but synchronous training), the worker that finished
-        // the instance told the owners.
+        // When workers admit (every run but synchronous training on several workers), the
+        // worker that finished the instance told the owners.
         if self.admission.by_workers {
             return;
         }
@@ -473,7 +524,7 @@ impl Controller<'_, '_> {
         }
     }
 
-    fn stalled(&self, idle: Duration, in_flight: &BTreeSet<usize>) -> ExecError {
+    fn stalled(&self, idle: Duration) -> ExecError {
         let queues = self
             .senders
             .iter()
@@ -486,7 +537,7 @@ impl Controller<'_, '_> {
                 processed: g.processed.load(Ordering::Relaxed),
             })
             .collect();
-        ExecError::Stalled { idle, in_flight: in_flight.iter().copied().collect(), queues }
+        ExecError::Stalled { idle, in_flight: self.in_flight.ids.iter().copied().collect(), queues }
     }
 
     /// Stops every worker and waits for each to report.

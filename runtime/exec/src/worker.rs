@@ -90,6 +90,9 @@ pub(crate) enum Report {
     },
     /// The updates an `InstanceDone { ack: true }` asked for are applied.
     Updated,
+    /// Something for the controller to read on the results channel now (the run's last
+    /// `Done`, or a loss that stops training).
+    Wake,
     /// Trace events recorded so far (on the results channel, every [`TRACE_PIECE`]
     /// events), so that an observer can fold them as the run goes; `Stopped` brings the
     /// rest.
@@ -137,6 +140,24 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     /// Replicas take their master's values after every this many of its updates.
     pub replica_sync: u64,
     pub fault: Option<Fault>,
+}
+
+impl WorkerSetup<'_, '_> {
+    /// Reports instance `i` finished. The controller admits on these reports only in
+    /// synchronous training on several workers; in other runs they go with the losses,
+    /// read whenever the controller wakes (a wake-up of its thread per instance took a
+    /// context switch per instance), and the run's last end wakes it.
+    fn report_done(&self, i: usize) {
+        let admission = self.admission;
+        if !admission.by_workers {
+            let _ = self.reports.send(Report::Done { instance: i });
+            return;
+        }
+        let _ = self.results.send(Report::Done { instance: i });
+        if admission.ended() {
+            let _ = self.reports.send(Report::Wake);
+        }
+    }
 }
 
 /// A node on this worker: its op, its queue, and the gradients of fanned-out ports being
@@ -193,6 +214,10 @@ struct Worker<'s, 'a> {
     /// acknowledgement for.
     finished: u64,
     acks: usize,
+    /// Synchronous training on one worker (`Admission::held`): the instances admitted and
+    /// not finished, and how many more may be admitted before the next update boundary.
+    in_flight: usize,
+    room: usize,
 }
 
 /// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
@@ -224,6 +249,8 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         processed: 0,
         finished: 0,
         acks: 0,
+        in_flight: 0,
+        room: 0,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
     // so that the controller always hears from every worker.
@@ -258,6 +285,7 @@ impl Worker<'_, '_> {
                 let (_, env) = admission(program, self.setup.credits, instance);
                 self.enqueue(env);
             }
+            self.admit_held();
         }
         loop {
             if let Some(batch) = self.next_batch() {
@@ -533,6 +561,12 @@ impl Worker<'_, '_> {
             }
             Emit::Loss { instance, value, correct } => {
                 let _ = self.setup.results.send(Report::Loss { instance, node: node.index, value, correct });
+                // Training stops at a loss that is not finite: nothing more is admitted,
+                // and the controller wakes to read the loss and stop the run.
+                if !value.is_finite() && self.setup.shared.mode.backward() {
+                    self.setup.admission.halt();
+                    let _ = self.setup.reports.send(Report::Wake);
+                }
             }
             Emit::Output { instance, values } => {
                 let _ = self.setup.results.send(Report::Output { instance, node: node.index, values });
@@ -595,7 +629,7 @@ impl Worker<'_, '_> {
             if delta > 0 {
                 credit.fetch_add(change, Ordering::AcqRel);
             } else if delta < 0 && credit.fetch_sub(change, Ordering::AcqRel) == change {
-                let _ = self.setup.reports.send(Report::Done { instance: i });
+                self.setup.report_done(i);
                 finished += 1;
             }
         }
@@ -606,7 +640,8 @@ impl Worker<'_, '_> {
 
     /// An instance finished here, in a run where workers admit: the groups' owners count
     /// it (this worker at once, updating after the batch, others when they read the word),
-    /// and the next instance is admitted.
+    /// and the next instance is admitted (after the update, when a boundary holds it:
+    /// [`Worker::admit_held`]).
     fn finished_here(&mut self) {
         if self.setup.shared.mode == RunMode::Train {
             for &owner in &self.owners {
@@ -616,6 +651,10 @@ impl Worker<'_, '_> {
                     let _ = peer.send(ToWorker::InstanceDone { ack: false });
                 }
             }
+        }
+        if self.setup.admission.held {
+            self.in_flight = self.in_flight.saturating_sub(1);
+            return;
         }
         if let Some(next) = self.setup.admission.take() {
             let (worker, env) = admission(self.setup.program, self.setup.credits, next);
@@ -673,6 +712,42 @@ impl Worker<'_, '_> {
         for _ in 0..std::mem::take(&mut self.acks) {
             let _ = self.setup.reports.send(Report::Updated);
         }
+        self.admit_held();
+    }
+
+    /// Synchronous training on one worker: admits instances (to this worker's source, the
+    /// only one) up to `max_active_keys` in flight and not past the next update boundary.
+    /// At the boundary it waits until the instances before it finished; they were counted
+    /// and the groups that completed their interval updated ([`Worker::update_due`] calls
+    /// this after), so the next window starts on the updated parameters, as the controller
+    /// admits on several workers once every owner confirmed.
+    fn admit_held(&mut self) {
+        if !self.setup.admission.held {
+            return;
+        }
+        if self.room == 0 && self.in_flight == 0 {
+            self.room = self.boundary_room();
+        }
+        while self.in_flight < self.setup.admission.window() && self.room > 0 {
+            let Some(next) = self.setup.admission.take() else { break };
+            let (_, env) = admission(self.setup.program, self.setup.credits, next);
+            self.admitted.push(env);
+            self.in_flight += 1;
+            self.room -= 1;
+        }
+    }
+
+    /// How many instances may finish before a group this worker owns must update: the
+    /// least room left in a group's interval (at least 1; unbounded without groups).
+    fn boundary_room(&self) -> usize {
+        let params = &self.setup.shared.params;
+        owned_masters(self.setup.program, self.setup.id)
+            .filter_map(|(g, info)| {
+                let pending = params.live(g)?.pending + self.finished;
+                Some(info.min_update_frequency.saturating_sub(pending).max(1))
+            })
+            .min()
+            .map_or(usize::MAX, |room| usize::try_from(room).unwrap_or(usize::MAX))
     }
 
     /// Counts the instances finished since the last count, then updates every group this
