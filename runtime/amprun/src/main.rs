@@ -56,11 +56,13 @@
 //! is the minibatch size (updates with the mean gradient of M finished instances);
 //! `--async` lets instances flow past update boundaries (AMPNet's asynchronous mode;
 //! without it, training is minibatch SGD whatever the workers and `--max-active-keys`).
-//! `--max-active-keys` defaults to 1, which keeps a run reproducible bit for bit; up to a
-//! minibatch in flight is the same minibatch SGD with its instances batched, reproducible
-//! only to float rounding (batches form as messages meet, and sums change order): the
-//! README's list-reduce command with `--max-active-keys 16` trained in 14 s instead of 43 s,
-//! 83.0-85.4% validation accuracy over three runs against 84.0%.
+//! `--max-active-keys` defaults to 1. Up to a minibatch in flight is the same minibatch SGD
+//! with its instances batched, equal to one in flight to float rounding (batches form as
+//! messages meet, and sums change order). On one worker a run is reproducible bit for bit
+//! at any `--max-active-keys` (the worker admits the instances itself, also at the update
+//! boundaries); on several workers only to rounding. The README's list-reduce command
+//! trains in about 14 s with one in flight, 10 s with `--max-active-keys 16` (82.6%
+//! validation accuracy against 84.0%).
 //! Under `--async` an update applies whatever gradients have arrived, averaged over the
 //! instances counted finished since the last update, at least M: instances in flight move
 //! through the graph together and often finish together, and all that finish in one step

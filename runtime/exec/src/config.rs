@@ -68,8 +68,8 @@ pub struct ExecConfig {
     /// instances before it finished, so every update sees exactly the gradients of its
     /// batch (minibatch SGD, whatever the workers and `max_active_keys`). When false,
     /// instances keep flowing and updates apply to whatever has accumulated (AMPNet's
-    /// asynchronous mode); the workers then admit the instances themselves, and one
-    /// worker's run is deterministic at any `max_active_keys`.
+    /// asynchronous mode). Either way, on one worker the worker admits the instances
+    /// itself, and its runs are deterministic at any `max_active_keys`.
     pub sync_updates: bool,
     /// At the end of `train_epoch`, update with what accumulated since the last update
     /// (the last, smaller minibatch); otherwise it carries over to the next epoch.

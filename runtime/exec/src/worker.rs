@@ -32,15 +32,19 @@
 //! the worker waits on its channel, then takes everything already there, so that the
 //! messages of all instances in flight wait together.
 //!
-//! Admission: in asynchronous runs (no update boundaries to hold instances back) the
-//! source's worker admits the first `max_active_keys` instances when it starts, and the
-//! worker that finishes an instance admits the next one and counts it for the parameter
-//! groups' owners itself (see `crate::controller::Admission`); an instance it admits for
-//! its own source joins its queues when they run dry, where the controller's admissions
-//! joined them. The controller only hears of the instances' ends. Without the controller
-//! between one instance's end and the next's start, one worker never waits for another
-//! thread to wake (the MLP, whose instances finish together, was idle a third of its time)
-//! and what it does depends on nothing but its own order of work.
+//! Admission: in every run but synchronous training on several workers, the source's
+//! worker admits the first `max_active_keys` instances when it starts, and the worker
+//! that finishes an instance admits the next one and counts it for the parameter groups'
+//! owners itself (see `crate::controller::Admission`); an instance it admits for its own
+//! source joins its queues when they run dry, where the controller's admissions joined
+//! them. Synchronous training on one worker admits the same way up to each update
+//! boundary, then waits until the instances before it finished and the update is applied
+//! ([`Worker::admit_held`]). The controller only hears of the instances' ends, with the
+//! losses, woken for the run's last. Without the controller between one instance's end
+//! and the next's start, one worker never waits for another thread to wake (the MLP,
+//! whose instances finish together, was idle a third of its time; synchronous
+//! list-reduce with one instance in flight, more than half) and what it does depends on
+//! nothing but its own order of work.
 
 use crate::config::Fault;
 use crate::controller::{admission, Admission};
