@@ -58,9 +58,10 @@
 //! without it, training is minibatch SGD whatever the workers and `--max-active-keys`).
 //! `--max-active-keys` defaults to 1. Up to a minibatch in flight is the same minibatch SGD
 //! with its instances batched, equal to one in flight to float rounding (batches form as
-//! messages meet, and sums change order). On one worker a run is reproducible bit for bit
-//! at any `--max-active-keys` (the worker admits the instances itself, also at the update
-//! boundaries); on several workers only to rounding. The README's list-reduce command
+//! messages meet, and sums change order). On one worker (or several, when the plan keeps the
+//! model on one) a run is reproducible bit for bit at any `--max-active-keys` (the worker
+//! admits the instances itself, also at the update boundaries); split over several
+//! workers only to rounding. The README's list-reduce command
 //! trains in about 14 s with one in flight, 10 s with `--max-active-keys 16` (82.6%
 //! validation accuracy against 84.0%).
 //! Under `--async` an update applies whatever gradients have arrived, averaged over the

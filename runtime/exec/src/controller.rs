@@ -79,12 +79,14 @@ pub trait Observer {
 }
 
 /// Which instance is admitted next: the run's instances in order, each once. Synchronous
-/// training on several workers, whose update boundaries need every owner's word before an
-/// admission past them, is admitted by the controller; every other run (`by_workers`) by
-/// the workers. The source's worker admits the first `window` when it starts, and the
+/// training on several workers (whose nodes are on more than one:
+/// `Program::on_one_worker`), where an admission past an update boundary needs every
+/// owner's word, is admitted by the controller; every other run (`by_workers`) by the
+/// workers. The source's worker admits the first `window` when it starts, and the
 /// worker that finishes an instance admits the next one (one for each finished keeps the
 /// count in flight) and tells the groups' owners itself that an instance finished. In
-/// synchronous training on one worker (`held`) that worker also holds admissions back at
+/// synchronous training on one worker (`held`; a plan may keep all nodes on one of
+/// several) that worker also holds admissions back at
 /// each update boundary until its instances finished and the update is applied (see
 /// `crate::worker`). No thread's timing then decides what one worker does: training on one
 /// worker gives the same result at every run, and one instance's end starts the next
@@ -198,10 +200,12 @@ pub(crate) fn run(
     // them whenever a report wakes it, so sending one wakes no thread (two futex wakes per
     // instance cost the worker 2% of its time).
     let (result_tx, result_rx) = unbounded::<Report>();
-    // Only synchronous training holds admissions at update boundaries: on one worker, that
-    // worker does; on several, the controller, which waits for every owner's update.
+    // Only synchronous training holds admissions at update boundaries: when the nodes are
+    // all on one worker, that worker does; on several, the controller, which waits for
+    // every owner's update.
     let sync = shared.mode == RunMode::Train && config.sync_updates;
-    let admission = Admission::new(n, !sync || workers == 1, sync && workers == 1, config.max_active_keys);
+    let one = program.on_one_worker();
+    let admission = Admission::new(n, !sync || one, sync && one, config.max_active_keys);
     std::thread::scope(|scope| {
         for (id, (inbox, ops)) in receivers.into_iter().zip(ops).enumerate() {
             let setup = WorkerSetup {

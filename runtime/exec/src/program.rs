@@ -193,6 +193,14 @@ impl Program {
         self.node(self.source).map_or(0, |n| n.worker)
     }
 
+    /// Whether every node (replicas included) runs on one worker, which then also owns
+    /// every parameter group: a plan that keeps a model on one of several workers.
+    pub fn on_one_worker(&self) -> bool {
+        let mut workers = self.nodes.iter().flatten().map(|n| n.worker);
+        let first = workers.next();
+        workers.all(|w| Some(w) == first)
+    }
+
     /// `label (%N)`, for traces and messages.
     pub fn node_name(&self, index: u32) -> String {
         match self.node(index) {

@@ -289,6 +289,27 @@ fn training_on_one_worker_is_reproducible() {
     }
 }
 
+/// Synchronous training whose nodes all run on one of two workers (a plan that keeps a
+/// small model on one worker) is admitted by that worker as on one worker alone: the same
+/// parameters and losses, bit for bit, with 1 and with 4 instances in flight.
+#[test]
+fn synchronous_training_kept_on_one_of_two_workers_is_one_workers() {
+    let (graph, data) = list_reduce();
+    for keys in [1, 4] {
+        let config = ExecConfig { max_active_keys: keys, ..ExecConfig::deterministic(3, OptimConfig::adam(0.01)) };
+        let mut single = executor(&graph, 2, config.clone());
+        let nodes = single.placement().len();
+        let mut kept =
+            executor(&graph, 2, ExecConfig { workers: 2, placement: Placement::Explicit(vec![1; nodes]), ..config });
+        assert!(kept.placement().into_iter().flatten().all(|w| w == 1));
+        for epoch in 0..2 {
+            let (a, b) = (single.train_epoch(&data).unwrap(), kept.train_epoch(&data).unwrap());
+            assert_eq!((&a.losses, a.updates), (&b.losses, b.updates), "{keys} in flight, epoch {epoch}");
+        }
+        assert_eq!(single.params(), kept.params(), "{keys} in flight");
+    }
+}
+
 #[test]
 fn inference_and_evaluation_agree_with_a_hand_computed_forward_pass() {
     let graph = compile_example("mlp", &[("hidden", 8)]);
