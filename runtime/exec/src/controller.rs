@@ -86,11 +86,10 @@ pub trait Observer {
 /// worker that finishes an instance admits the next one (one for each finished keeps the
 /// count in flight) and tells the groups' owners itself that an instance finished. In
 /// synchronous training on one worker (`held`; a plan may keep all nodes on one of
-/// several) that worker also holds admissions back at
-/// each update boundary until its instances finished and the update is applied (see
-/// `crate::worker`). No thread's timing then decides what one worker does: training on one
-/// worker gives the same result at every run, and one instance's end starts the next
-/// without waking another thread.
+/// several) that worker also holds admissions back at each update boundary until its
+/// instances finished and the update is applied (see `crate::worker`). No thread's timing
+/// then decides what one worker does: training on one worker gives the same result at
+/// every run, and one instance's end starts the next without waking another thread.
 pub(crate) struct Admission {
     next: AtomicUsize,
     n: usize,
