@@ -1,10 +1,10 @@
-//! The controller: runs on the calling thread, starts the workers, admits instances (at
-//! most `max_active_keys` in flight, and with synchronous updates never past an update
-//! boundary before the instances before it finished), tells the parameter owners about
-//! finished instances, collects losses and outputs, watches for stalls, and stops the
-//! workers at the end or at the first failure. In every run but synchronous training on
-//! several workers, the workers admit and tell the owners themselves ([`Admission`]); the
-//! controller follows.
+//! The controller: runs on the calling thread, starts the workers, collects losses,
+//! outputs and the instances' ends, watches for stalls, and stops the workers at the end
+//! or at the first failure. The workers admit the instances (at most `max_active_keys` in
+//! flight) and tell the parameter owners of their ends themselves ([`Admission`]); in
+//! synchronous training across workers the controller holds each update boundary: it lets
+//! the workers admit up to it, and opens the next window once the instances before it
+//! finished and every owner confirmed its update.
 
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
@@ -78,40 +78,54 @@ pub trait Observer {
     fn trace(&mut self, _events: &[TraceEvent]) {}
 }
 
-/// Which instance is admitted next: the run's instances in order, each once. Synchronous
-/// training on several workers (whose nodes are on more than one:
-/// `Program::on_one_worker`), where an admission past an update boundary needs every
-/// owner's word, is admitted by the controller; every other run (`by_workers`) by the
-/// workers. The source's worker admits the first `window` when it starts, and the
-/// worker that finishes an instance admits the next one (one for each finished keeps the
-/// count in flight) and tells the groups' owners itself that an instance finished. In
-/// synchronous training on one worker (`held`; a plan may keep all nodes on one of
-/// several) that worker also holds admissions back at each update boundary until its
-/// instances finished and the update is applied (see `crate::worker`). No thread's timing
-/// then decides what one worker does: training on one worker gives the same result at
-/// every run, and one instance's end starts the next without waking another thread.
+/// Who holds admissions back at update boundaries (synchronous training only).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Boundaries {
+    /// None to hold (asynchronous training, inference, evaluation).
+    None,
+    /// Synchronous training with every node on one worker (`Program::on_one_worker`):
+    /// that worker, which owns every group (`Worker::admit_held` in `crate::worker`).
+    Worker,
+    /// Synchronous training across workers: the controller, which lets the workers admit
+    /// up to the next boundary (`Admission::limit`), then waits for every owner's word
+    /// that the update is applied before it opens the next window.
+    Controller,
+}
+
+/// Which instance is admitted next: the run's instances in order, each once, admitted by
+/// the workers. The source's worker admits the first `window` when it starts (with
+/// boundaries to hold, their holder admits each window), and the worker that finishes an
+/// instance admits the next one (one for each finished keeps the count in flight) and
+/// tells the groups' owners itself that an instance finished. No thread's timing then
+/// decides what one worker does: training on one worker gives the same result at every
+/// run, and one instance's end starts the next without waking another thread (the
+/// controller hears of the ends with the losses, woken for the last of a run or of a
+/// window).
 pub(crate) struct Admission {
     next: AtomicUsize,
     n: usize,
+    /// Instances below this may be admitted: `n`, or with `Boundaries::Controller` the
+    /// next update boundary (set by the controller).
+    limit: AtomicUsize,
     /// A training loss was not finite: nothing more is admitted while the controller stops
     /// the run (it reports the instance), so the parameters are those before it.
     halted: AtomicBool,
-    /// Instances finished (counted when workers admit).
+    /// Instances finished.
     ended: AtomicUsize,
-    pub by_workers: bool,
-    pub held: bool,
+    pub boundaries: Boundaries,
     window: usize,
 }
 
 impl Admission {
-    fn new(n: usize, by_workers: bool, held: bool, window: usize) -> Admission {
+    fn new(n: usize, boundaries: Boundaries, window: usize) -> Admission {
+        let limit = if boundaries == Boundaries::Controller { 0 } else { n };
         Admission {
             next: AtomicUsize::new(0),
             n,
+            limit: AtomicUsize::new(limit),
             halted: AtomicBool::new(false),
             ended: AtomicUsize::new(0),
-            by_workers,
-            held,
+            boundaries,
             window,
         }
     }
@@ -121,21 +135,31 @@ impl Admission {
         self.window
     }
 
-    /// The first window, for the source's worker to admit when workers admit and no
-    /// boundary holds them back.
+    /// The first window, for the source's worker to admit when it starts and no boundary
+    /// holds admissions back.
     pub fn first_window(&self) -> impl Iterator<Item = usize> + '_ {
-        let count = if self.by_workers && !self.held { self.window } else { 0 };
+        let count = if self.boundaries == Boundaries::None { self.window } else { 0 };
         (0..count).map_while(|_| self.take())
     }
 
-    /// The next instance, if any is left (for the controller, or a worker that finished
-    /// one when workers admit).
+    /// The next instance, if any is left below the limit.
     pub fn take(&self) -> Option<usize> {
         if self.halted.load(Ordering::Acquire) {
             return None;
         }
-        let i = self.next.fetch_add(1, Ordering::AcqRel);
-        (i < self.n).then_some(i)
+        let limit = self.limit.load(Ordering::Acquire);
+        self.next.fetch_update(Ordering::AcqRel, Ordering::Acquire, |i| (i < limit).then_some(i + 1)).ok()
+    }
+
+    /// The limit below which instances may be admitted.
+    fn limit(&self) -> usize {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Moves the limit (the controller, at an update boundary every instance before which
+    /// finished).
+    fn set_limit(&self, limit: usize) {
+        self.limit.store(limit.min(self.n), Ordering::Release);
     }
 
     /// Admits nothing more (a worker saw a training loss that is not finite).
@@ -145,13 +169,15 @@ impl Admission {
 
     /// Instances admitted so far (`0..admitted()`).
     fn admitted(&self) -> usize {
-        self.next.load(Ordering::Acquire).min(self.n)
+        self.next.load(Ordering::Acquire)
     }
 
     /// Counts an instance's end (reported on the results channel, before this call); true
-    /// for the run's last, whose worker then wakes the controller.
+    /// for the run's last and for the last below the limit, whose worker then wakes the
+    /// controller. The limit moves only once the controller read every end below it.
     pub fn ended(&self) -> bool {
-        self.ended.fetch_add(1, Ordering::AcqRel) + 1 == self.n
+        let ended = self.ended.fetch_add(1, Ordering::AcqRel) + 1;
+        ended == self.n || ended == self.limit.load(Ordering::Acquire)
     }
 }
 
@@ -195,16 +221,20 @@ pub(crate) fn run(
     let (senders, receivers): (Vec<Sender<ToWorker>>, Vec<Receiver<ToWorker>>) =
         (0..workers).map(|_| unbounded()).unzip();
     let (report_tx, report_rx) = unbounded::<Report>();
-    // Losses and outputs travel apart, on a channel nobody waits on: the controller reads
-    // them whenever a report wakes it, so sending one wakes no thread (two futex wakes per
-    // instance cost the worker 2% of its time).
+    // Losses, outputs and the instances' ends travel apart, on a channel nobody waits on:
+    // the controller reads them whenever a report (or its watchdog's tick) wakes it, so
+    // sending one wakes no thread (two futex wakes per instance cost the worker 2% of its
+    // time).
     let (result_tx, result_rx) = unbounded::<Report>();
     // Only synchronous training holds admissions at update boundaries: when the nodes are
-    // all on one worker, that worker does; on several, the controller, which waits for
-    // every owner's update.
-    let sync = shared.mode == RunMode::Train && config.sync_updates;
-    let one = program.on_one_worker();
-    let admission = Admission::new(n, !sync || one, sync && one, config.max_active_keys);
+    // all on one worker, that worker does; across several, the controller, which waits
+    // for every owner's update.
+    let boundaries = match (shared.mode == RunMode::Train && config.sync_updates, program.on_one_worker()) {
+        (false, _) => Boundaries::None,
+        (true, true) => Boundaries::Worker,
+        (true, false) => Boundaries::Controller,
+    };
+    let admission = Admission::new(n, boundaries, config.max_active_keys);
     std::thread::scope(|scope| {
         for (id, (inbox, ops)) in receivers.into_iter().zip(ops).enumerate() {
             let setup = WorkerSetup {
@@ -253,6 +283,7 @@ pub(crate) fn run(
             stopped: 0,
             held: Vec::new(),
             awaiting: 0,
+            confirm: Vec::new(),
             observer,
             progress: Progress::default(),
             done: 0,
@@ -310,8 +341,10 @@ struct Controller<'r, 'o> {
     held: Vec<(u32, usize)>,
     /// Owners yet to confirm the update of a synchronous boundary: nothing is admitted
     /// until they did, so that no node reads parameters (a replica's copy, a group shared
-    /// with another worker's node) before the update.
+    /// with another worker's node) before the update. `confirm`: the owners of the groups
+    /// that reached their update in the window.
     awaiting: usize,
+    confirm: Vec<usize>,
     observer: Option<&'r mut (dyn Observer + 'o)>,
     progress: Progress,
     /// Instances finished, and those admitted and not yet finished as far as reports tell.
@@ -324,7 +357,8 @@ struct Controller<'r, 'o> {
 
 impl Controller<'_, '_> {
     /// How many instances may have been admitted before the next update must happen (in
-    /// synchronous training on several workers, the only runs whose controller admits).
+    /// synchronous training across workers, the only runs whose controller holds the
+    /// boundaries).
     fn boundary(&self, done: usize) -> usize {
         // Replicas' groups update with their masters.
         let groups = self.program.groups.iter().zip(&self.pending).filter(|(g, _)| g.master.is_none());
@@ -332,23 +366,23 @@ impl Controller<'_, '_> {
         room.map_or(usize::MAX, |r| done.saturating_add(usize::try_from(r).unwrap_or(usize::MAX)))
     }
 
-    /// Admits instances while the limits allow: up to `max_active_keys` in flight, not
-    /// past the update boundary after `done` finished instances nor while an update is
-    /// owed. Nothing when the workers admit (every run but synchronous training on several
-    /// workers).
-    fn admit_some(&mut self) {
-        if self.admission.by_workers {
+    /// Synchronous training across workers: once every instance below the limit finished
+    /// and every owner confirmed the update it owed there, moves the limit to the next
+    /// update boundary and admits the window's first `max_active_keys` (the workers admit
+    /// the rest, one for each that finishes).
+    fn open_window(&mut self) {
+        if self.admission.boundaries != Boundaries::Controller
+            || self.awaiting > 0
+            || self.done < self.admission.limit()
+        {
             return;
         }
-        let boundary = self.boundary(self.done);
-        while self.in_flight.ids.len() < self.config.max_active_keys
-            && self.admission.admitted() < boundary
-            && self.awaiting == 0
-        {
+        self.admission.set_limit(self.boundary(self.done));
+        for _ in 0..self.config.max_active_keys {
             let Some(instance) = self.admission.take() else { break };
             self.admit(instance);
-            self.in_flight.catch_up(self.admission);
         }
+        self.in_flight.catch_up(self.admission);
     }
 
     fn admit(&self, instance: usize) {
@@ -363,7 +397,7 @@ impl Controller<'_, '_> {
         let mut last_progress = Instant::now();
         let mut last_processed = 0u64;
         while self.done < n {
-            self.admit_some();
+            self.open_window();
             match self.reports.recv_timeout(tick) {
                 Ok(Report::Done { instance }) => {
                     last_progress = Instant::now();
@@ -493,34 +527,28 @@ impl Controller<'_, '_> {
         Ok(())
     }
 
-    /// Tells the owners of parameter groups that one more instance finished (training).
+    /// Synchronous training across workers: counts a finished instance in the mirror of
+    /// the groups' counts (the worker that finished it told the owners), and at the
+    /// boundary asks the owners of the groups that update there to confirm when they did.
     fn instance_done(&mut self) {
-        // When workers admit (every run but synchronous training on several workers), the
-        // worker that finished the instance told the owners.
-        if self.admission.by_workers {
+        if self.admission.boundaries != Boundaries::Controller {
             return;
         }
-        // Per owner, whether one of its groups reaches an update with this instance.
-        let mut owners: Vec<(usize, bool)> = Vec::new();
         for (p, g) in self.pending.iter_mut().zip(&self.program.groups) {
             if g.master.is_some() {
                 continue;
             }
             *p += 1;
-            let updates = *p >= g.min_update_frequency;
-            if updates {
+            if *p >= g.min_update_frequency {
                 *p = 0;
-            }
-            match owners.iter_mut().find(|(o, _)| *o == g.owner) {
-                Some((_, any)) => *any |= updates,
-                None => owners.push((g.owner, updates)),
+                if !self.confirm.contains(&g.owner) {
+                    self.confirm.push(g.owner);
+                }
             }
         }
-        for (owner, updates) in owners {
-            // Synchronous training: the controller waits for each update it asks for.
-            let ack = updates;
-            if let Some(tx) = self.senders.get(owner) {
-                if tx.send(ToWorker::InstanceDone { ack }).is_ok() && ack {
+        if self.done == self.admission.limit() {
+            for owner in std::mem::take(&mut self.confirm) {
+                if self.senders.get(owner).is_some_and(|tx| tx.send(ToWorker::Confirm).is_ok()) {
                     self.awaiting += 1;
                 }
             }

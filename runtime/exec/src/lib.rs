@@ -28,12 +28,11 @@
 //!   instances finished since its last update, with the mean of the gradients
 //!   accumulated meanwhile (instances that did not use the group count as zero). With
 //!   `sync_updates`, admission never crosses an update boundary early, so training is
-//!   minibatch SGD whatever the workers. Except in synchronous training on several
-//!   workers (admitted by the controller, which waits for every owner's update), the
-//!   workers admit the instances (the one that finishes an instance starts the next and
-//!   counts it for the owners; in synchronous training not past a boundary before the
-//!   update), so training on one worker, synchronous or not, is bit-for-bit deterministic
-//!   at any `max_active_keys`.
+//!   minibatch SGD whatever the workers. The workers admit the instances (the one that
+//!   finishes an instance starts the next and counts it for the owners; in synchronous
+//!   training not past a boundary before the update: across workers the controller
+//!   opens each window once every owner confirmed), so training on one worker,
+//!   synchronous or not, is bit-for-bit deterministic at any `max_active_keys`.
 //! - Dynamic batching (`ExecConfig::max_batch`, 64 by default, 1 for none): a Linear
 //!   node takes the messages waiting in its queue (of one direction and port) together,
 //!   one product for all: through `gemm` (the only `unsafe`, in `kernels`) on padded

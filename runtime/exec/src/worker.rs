@@ -32,22 +32,24 @@
 //! the worker waits on its channel, then takes everything already there, so that the
 //! messages of all instances in flight wait together.
 //!
-//! Admission: in every run but synchronous training on several workers, the source's
-//! worker admits the first `max_active_keys` instances when it starts, and the worker
-//! that finishes an instance admits the next one and counts it for the parameter groups'
-//! owners itself (see `crate::controller::Admission`); an instance it admits for its own
-//! source joins its queues when they run dry, where the controller's admissions joined
-//! them. Synchronous training on one worker admits the same way up to each update
-//! boundary, then waits until the instances before it finished and the update is applied
-//! ([`Worker::admit_held`]). The controller only hears of the instances' ends, with the
-//! losses, woken for the run's last. Without the controller between one instance's end
+//! Admission: the source's worker admits the first `max_active_keys` instances when it
+//! starts, and the worker that finishes an instance admits the next one and counts it for
+//! the parameter groups' owners itself (see `crate::controller::Admission`); an instance
+//! it admits for its own source joins its queues when they run dry, where the controller's
+//! admissions joined them. Synchronous training holds admissions at each update boundary
+//! until the instances before it finished and the update is applied: on one worker that
+//! worker holds them ([`Worker::admit_held`]); across workers the controller, which lets
+//! the workers admit up to the boundary, asks the owners to confirm their updates
+//! (`ToWorker::Confirm`, after every `InstanceDone` before it in their inboxes) and opens
+//! the next window. The controller hears of the instances' ends with the losses, woken
+//! for the last of a run or window. Without the controller between one instance's end
 //! and the next's start, one worker never waits for another thread to wake (the MLP,
 //! whose instances finish together, was idle a third of its time; synchronous
 //! list-reduce with one instance in flight, more than half) and what it does depends on
 //! nothing but its own order of work.
 
 use crate::config::Fault;
-use crate::controller::{admission, Admission};
+use crate::controller::{admission, Admission, Boundaries};
 use crate::error::{ExecError, OpError};
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
@@ -65,11 +67,12 @@ use std::time::Instant;
 /// What the controller and other workers send a worker.
 pub(crate) enum ToWorker {
     Work(Envelope),
-    /// One more instance finished: each group the worker owns counts it, and updates when
-    /// it reached its `min_update_frequency`; with `ack`, the worker answers `Updated`.
-    InstanceDone {
-        ack: bool,
-    },
+    /// One more instance finished (from the worker that finished it): each group the
+    /// worker owns counts it, and updates when it reached its `min_update_frequency`.
+    InstanceDone,
+    /// From the controller at a synchronous update boundary across workers (after every
+    /// `InstanceDone` before it): answer `Updated` once the updates owed are applied.
+    Confirm,
     /// Finish: with `flush`, update the owned groups with whatever accumulated.
     Stop {
         flush: bool,
@@ -92,7 +95,7 @@ pub(crate) enum Report {
     Done {
         instance: usize,
     },
-    /// The updates an `InstanceDone { ack: true }` asked for are applied.
+    /// The updates a `Confirm` asked about are applied.
     Updated,
     /// Something for the controller to read on the results channel now (the run's last
     /// `Done`, or a loss that stops training).
@@ -147,18 +150,12 @@ pub(crate) struct WorkerSetup<'s, 'a> {
 }
 
 impl WorkerSetup<'_, '_> {
-    /// Reports instance `i` finished. The controller admits on these reports only in
-    /// synchronous training on several workers; in other runs they go with the losses,
-    /// read whenever the controller wakes (a wake-up of its thread per instance took a
-    /// context switch per instance), and the run's last end wakes it.
+    /// Reports instance `i` finished, with the losses: read whenever the controller wakes
+    /// (a wake-up of its thread per instance took a context switch per instance); the
+    /// last end of a run, or of a window of synchronous training across workers, wakes it.
     fn report_done(&self, i: usize) {
-        let admission = self.admission;
-        if !admission.by_workers {
-            let _ = self.reports.send(Report::Done { instance: i });
-            return;
-        }
         let _ = self.results.send(Report::Done { instance: i });
-        if admission.ended() {
+        if self.admission.ended() {
             let _ = self.reports.send(Report::Wake);
         }
     }
@@ -218,7 +215,7 @@ struct Worker<'s, 'a> {
     /// acknowledgement for.
     finished: u64,
     acks: usize,
-    /// Synchronous training on one worker (`Admission::held`): the instances admitted and
+    /// Synchronous training on one worker (`Boundaries::Worker`): the instances admitted and
     /// not finished, and how many more may be admitted before the next update boundary.
     in_flight: usize,
     room: usize,
@@ -296,11 +293,9 @@ impl Worker<'_, '_> {
                 if !self.process(batch) {
                     return;
                 }
-                // When workers admit, the instances this batch finished are counted already:
-                // the groups whose interval they completed update now, over all of them.
-                if self.setup.admission.by_workers {
-                    self.update_due();
-                }
+                // The instances this batch finished are counted already: the groups whose
+                // interval they completed update now, over all of them.
+                self.update_due();
                 continue;
             }
             if self.admitted.is_empty() {
@@ -339,9 +334,12 @@ impl Worker<'_, '_> {
                 self.enqueue(env);
                 true
             }
-            ToWorker::InstanceDone { ack } => {
+            ToWorker::InstanceDone => {
                 self.count_instance();
-                self.acks += usize::from(ack);
+                true
+            }
+            ToWorker::Confirm => {
+                self.acks += 1;
                 true
             }
             ToWorker::Stop { flush } => {
@@ -626,41 +624,38 @@ impl Worker<'_, '_> {
     /// instance finishes it. Each instance's net change is applied at once, so its count
     /// passes through no value that adding first and releasing after would not.
     fn settle_credits(&mut self) {
-        let mut finished = 0;
-        for (i, delta) in self.credit_delta.drain(..) {
+        // Taken and put back, to keep its allocation.
+        let mut deltas = std::mem::take(&mut self.credit_delta);
+        for (i, delta) in deltas.drain(..) {
             let Some(credit) = self.setup.credits.get(i) else { continue };
             let change = u32::try_from(delta.unsigned_abs()).unwrap_or(u32::MAX);
             if delta > 0 {
                 credit.fetch_add(change, Ordering::AcqRel);
             } else if delta < 0 && credit.fetch_sub(change, Ordering::AcqRel) == change {
-                self.setup.report_done(i);
-                finished += 1;
+                self.finished_here(i);
             }
         }
-        if self.setup.admission.by_workers {
-            (0..finished).for_each(|_| self.finished_here());
-        }
+        self.credit_delta = deltas;
     }
 
-    /// An instance finished here, in a run where workers admit: the groups' owners count
-    /// it (this worker at once, updating after the batch, others when they read the word),
-    /// and the next instance is admitted (after the update, when a boundary holds it:
-    /// [`Worker::admit_held`]).
-    fn finished_here(&mut self) {
+    /// Instance `i` finished here: the groups' owners count it (this worker at once,
+    /// updating after the batch, others when they read the word), the next instance is
+    /// admitted (after the update, when this worker holds the boundaries:
+    /// [`Worker::admit_held`]), and then the controller hears of it, so that the owners'
+    /// words are in their inboxes before any `Confirm` it sends at a boundary.
+    fn finished_here(&mut self, i: usize) {
         if self.setup.shared.mode == RunMode::Train {
             for &owner in &self.owners {
                 if owner == self.setup.id {
                     self.finished += 1;
                 } else if let Some(peer) = self.setup.peers.get(owner) {
-                    let _ = peer.send(ToWorker::InstanceDone { ack: false });
+                    let _ = peer.send(ToWorker::InstanceDone);
                 }
             }
         }
-        if self.setup.admission.held {
+        if self.setup.admission.boundaries == Boundaries::Worker {
             self.in_flight = self.in_flight.saturating_sub(1);
-            return;
-        }
-        if let Some(next) = self.setup.admission.take() {
+        } else if let Some(next) = self.setup.admission.take() {
             let (worker, env) = admission(self.setup.program, self.setup.credits, next);
             if worker == self.setup.id {
                 self.admitted.push(env);
@@ -668,6 +663,7 @@ impl Worker<'_, '_> {
                 let _ = peer.send(ToWorker::Work(env));
             }
         }
+        self.setup.report_done(i);
     }
 
     /// A traced piece of work: `batch` messages of `instances` distinct instances.
@@ -724,9 +720,9 @@ impl Worker<'_, '_> {
     /// At the boundary it waits until the instances before it finished; they were counted
     /// and the groups that completed their interval updated ([`Worker::update_due`] calls
     /// this after), so the next window starts on the updated parameters, as the controller
-    /// admits on several workers once every owner confirmed.
+    /// opens it across workers once every owner confirmed.
     fn admit_held(&mut self) {
-        if !self.setup.admission.held {
+        if self.setup.admission.boundaries != Boundaries::Worker {
             return;
         }
         if self.room == 0 && self.in_flight == 0 {
