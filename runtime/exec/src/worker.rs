@@ -722,7 +722,9 @@ impl Worker<'_, '_> {
     /// this after), so the next window starts on the updated parameters, as the controller
     /// opens it across workers once every owner confirmed.
     fn admit_held(&mut self) {
-        if self.setup.admission.boundaries != Boundaries::Worker {
+        // Only the source's worker admits (others of a run kept on one worker idle).
+        if self.setup.admission.boundaries != Boundaries::Worker || self.setup.program.source_worker() != self.setup.id
+        {
             return;
         }
         if self.room == 0 && self.in_flight == 0 {
