@@ -209,10 +209,17 @@ fn per_node_update_frequency_overrides() {
         update_overrides: vec![(NodeSelector::parse("out"), 3), (NodeSelector::parse("%2"), 2)],
         ..ExecConfig::deterministic(1, OptimConfig::sgd(0.1))
     };
-    let mut ex = executor(&graph, 1, config);
+    let mut ex = executor(&graph, 1, config.clone());
     let stats = ex.train_epoch(&data).unwrap();
     // l1 (node %2) every 2, l2 every instance, out every 3.
     assert_eq!(stats.updates, 3 + 6 + 2);
+    // Across workers, with instances in flight, the controller holds each of these
+    // boundaries: the same updates, the same parameters to rounding.
+    let spread = ExecConfig { workers: 3, placement: Placement::RoundRobin, max_active_keys: 4, ..config };
+    let mut multi = executor(&graph, 1, spread);
+    assert_eq!(multi.train_epoch(&data).unwrap().updates, 3 + 6 + 2);
+    let diff = max_rel_diff(multi.params(), ex.params());
+    assert!(diff < 1e-5, "differs by {diff}");
 }
 
 fn learns(graph: &Graph, data: &[Instance], config: ExecConfig, epochs: usize) -> (f32, f32) {
