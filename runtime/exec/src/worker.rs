@@ -211,8 +211,8 @@ struct Worker<'s, 'a> {
     /// Messages processed, published to the watchdog's gauge.
     processed: u64,
     /// Instances finished since their count was last added to the owned groups (see
-    /// [`Worker::count_instance`]), and how many of them the controller wants an
-    /// acknowledgement for.
+    /// [`Worker::count_instance`]), and the controller's `Confirm`s to answer once the
+    /// updates they owe are applied.
     finished: u64,
     acks: usize,
     /// Synchronous training on one worker (`Boundaries::Worker`): the instances admitted and
@@ -699,7 +699,8 @@ impl Worker<'_, '_> {
     }
 
     /// Updates the groups that counted their update interval's instances, over all the
-    /// instances counted so far, then acknowledges the updates the controller waits for.
+    /// instances counted so far, then acknowledges the updates the controller waits for
+    /// and admits what a boundary this worker holds lets in ([`Worker::admit_held`]).
     /// Counts are taken for everything that arrived before (the whole inbox), not one at
     /// a time: instances that finish together (batched through the same nodes, they often
     /// do) have their gradients in the accumulators together, and one update averaged over
