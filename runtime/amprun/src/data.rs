@@ -118,7 +118,7 @@ impl Loader {
     fn parse(&self, format: Format, text: &[u8], file: &str, skip_bad: bool) -> Result<Loaded, DataError> {
         let schema = &self.schema;
         match format {
-            Format::Jsonl => amp_data::jsonl::parse(schema, text, file, &JsonlOptions { skip_bad }),
+            Format::Jsonl => amp_data::jsonl::parse(schema, text, file, &JsonlOptions { skip_bad, threads: 0 }),
             Format::Csv => {
                 let options = CsvOptions { skip_bad, scale: self.args.scale, ..CsvOptions::default() };
                 amp_data::csv::parse(schema, text, file, &options)

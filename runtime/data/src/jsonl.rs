@@ -23,12 +23,16 @@ use amp_ir::{DataTy, Schema};
 use serde_json::Value as Json;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Options of the JSON Lines loader.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JsonlOptions {
     /// Skip bad lines (and count them) instead of failing on the first one.
     pub skip_bad: bool,
+    /// Threads that parse a large file (0: as many as the machine runs at once, at most
+    /// 8). Whatever the count, the outcome is the same.
+    pub threads: usize,
 }
 
 /// Reads the instances in `path`.
@@ -37,19 +41,64 @@ pub fn load(schema: &Schema, path: &Path, options: &JsonlOptions) -> Result<Load
 }
 
 /// Reads the instances in `text`, naming `file` in errors.
+///
+/// Large files are parsed on several threads, a contiguous share of the lines each; the
+/// outcomes are then taken in file order, so what is kept, skipped or reported is what
+/// one thread would give (the first bad line in the file fails the load). A thread stops
+/// early once an earlier share has failed.
 pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -> Result<Loaded, DataError> {
     schema.check().map_err(|m| DataError::schema(m).in_file(file))?;
+    let lines: Vec<Line> = lines(text).collect();
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS),
+        n => n,
+    };
+    let share = lines.len().div_ceil(threads).max(LINES_PER_THREAD);
+    let failed = AtomicUsize::new(usize::MAX);
+    let parse_share = |(index, chunk): (usize, &[Line])| {
+        let mut outcomes = Vec::with_capacity(chunk.len());
+        for (number, line) in chunk {
+            if failed.load(Ordering::Relaxed) < index {
+                break;
+            }
+            let outcome = match line {
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => parse_line(schema, line),
+                Err(e) => Err(e.clone()),
+            };
+            let outcome = outcome.map_err(|e| e.at_line(*number).in_file(file));
+            let fatal = outcome.as_ref().is_err_and(|e| !(options.skip_bad && e.is_skippable()));
+            outcomes.push(outcome);
+            if fatal {
+                failed.fetch_min(index, Ordering::Relaxed);
+                break;
+            }
+        }
+        outcomes
+    };
+    let shares: Vec<Vec<Result<Value, DataError>>> = if lines.len() <= share {
+        vec![parse_share((0, &lines))]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> =
+                lines.chunks(share).enumerate().map(|chunk| scope.spawn(move || parse_share(chunk))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+        })
+    };
     let mut loaded = Loaded::default();
-    for (number, line) in lines(text) {
-        let outcome = match line {
-            Ok(line) if line.trim().is_empty() => continue,
-            Ok(line) => parse_line(schema, line),
-            Err(e) => Err(e),
-        };
-        loaded.take(outcome.map_err(|e| e.at_line(number).in_file(file)), options.skip_bad)?;
+    for outcome in shares.into_iter().flatten() {
+        loaded.take(outcome, options.skip_bad)?;
     }
     Ok(loaded)
 }
+
+/// A line of the file: its number and its text (or why it is not text).
+type Line<'t> = (usize, Result<&'t str, DataError>);
+
+/// By default at most this many threads parse one file; each takes at least this many
+/// lines.
+const MAX_THREADS: usize = 8;
+const LINES_PER_THREAD: usize = 2048;
 
 /// One instance from one line of JSON.
 pub fn parse_line(schema: &Schema, line: &str) -> Result<Value, DataError> {

@@ -30,7 +30,7 @@ fn error_text(result: Result<Loaded, amp_data::DataError>) -> String {
     result.expect_err("bad data").to_string()
 }
 
-const SKIP: JsonlOptions = JsonlOptions { skip_bad: true };
+const SKIP: JsonlOptions = JsonlOptions { skip_bad: true, threads: 0 };
 
 // ---------------------------------------------------------------- JSON Lines
 
@@ -102,6 +102,55 @@ fn jsonl_tensors_enums_and_trees() {
         jsonl::write_line(&schema, &loaded.instances[0]).expect("fits"),
         line.replace(": ", ":").replace(", ", ",")
     );
+}
+
+/// A file large enough to be parsed in shares on several threads gives what one thread
+/// gives: the same instances, the first bad line in the file as the error (whichever
+/// share it is in), the same skipped count and first skipped line.
+#[test]
+fn jsonl_parsed_on_several_threads_is_parsed_as_on_one() {
+    let schema = generate::list_reduce_schema();
+    let text = |bad: &[usize]| -> String {
+        (1..=9_000)
+            .map(|n| {
+                if bad.contains(&n) {
+                    "{\"tokens\": [10, 1, 2, \"x\"], \"label\": 3}\n".to_string()
+                } else if n % 1000 == 0 {
+                    "\n".to_string()
+                } else {
+                    format!("{{\"tokens\": [10, {}, 2], \"label\": {}}}\n", n % 7, n % 5)
+                }
+            })
+            .collect()
+    };
+    let parse = |text: &str, skip_bad: bool, threads: usize| {
+        jsonl::parse(&schema, text.as_bytes(), "big.jsonl", &JsonlOptions { skip_bad, threads })
+    };
+    for bad in [&[][..], &[100, 5_001, 8_002][..], &[5_001, 8_002][..], &[8_999][..]] {
+        let text = text(bad);
+        for skip_bad in [false, true] {
+            let one = parse(&text, skip_bad, 1);
+            for threads in [2, 4, 7] {
+                assert_eq!(
+                    parse(&text, skip_bad, threads),
+                    one,
+                    "bad lines {bad:?}, skip {skip_bad}, {threads} threads"
+                );
+            }
+            match (&one, bad.first(), skip_bad) {
+                (Ok(loaded), None, _) => assert_eq!(loaded.instances.len(), 9_000 - 9),
+                (Ok(loaded), Some(first), true) => {
+                    assert_eq!((loaded.skipped, loaded.instances.len()), (bad.len(), 9_000 - 9 - bad.len()));
+                    let skipped = loaded.first_skipped.as_ref().map(ToString::to_string).unwrap_or_default();
+                    assert!(skipped.starts_with(&format!("big.jsonl:{first}: ")), "{skipped}");
+                }
+                (Err(error), Some(first), false) => {
+                    assert!(error.to_string().starts_with(&format!("big.jsonl:{first}: ")), "{error}")
+                }
+                (outcome, _, _) => panic!("bad lines {bad:?}, skip {skip_bad}: {outcome:?}"),
+            }
+        }
+    }
 }
 
 #[test]

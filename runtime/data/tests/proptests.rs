@@ -44,7 +44,7 @@ fn load_everything(bytes: &[u8], paths: &[Vec<ResolvedStep>]) {
     for skip_bad in [false, true] {
         let mut results: Vec<(Schema, Result<Loaded, amp_data::DataError>)> = Vec::new();
         for schema in schemas() {
-            results.push((schema.clone(), jsonl::parse(&schema, bytes, "f", &JsonlOptions { skip_bad })));
+            results.push((schema.clone(), jsonl::parse(&schema, bytes, "f", &JsonlOptions { skip_bad, threads: 0 })));
             let csv = CsvOptions { skip_bad, scale: 0.5, ..Default::default() };
             results.push((schema.clone(), csv::parse(&schema, bytes, "f", &csv)));
             let ptb = PtbOptions { skip_bad, lowercase: skip_bad };
