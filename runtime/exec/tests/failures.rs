@@ -57,10 +57,17 @@ fn a_nan_loss_stops_training_naming_the_instance() {
     let mut clean = executor(&graph, 1, config);
     clean.train_epoch(&data[..3]).unwrap();
     assert_eq!(ex.params(), clean.params());
-    // Several workers and instances in flight: the same error, no hang.
-    let config = ExecConfig { workers: 2, max_active_keys: 4, ..ExecConfig::deterministic(2, OptimConfig::sgd(0.1)) };
-    let err = executor(&graph, 1, config).train_epoch(&data).unwrap_err();
-    assert!(matches!(err, ExecError::NonFiniteLoss { instance: 3, .. }), "{err}");
+    // Several workers and instances in flight, synchronous or not: the same error, no hang.
+    for sync_updates in [true, false] {
+        let config = ExecConfig {
+            workers: 2,
+            max_active_keys: 4,
+            sync_updates,
+            ..ExecConfig::deterministic(2, OptimConfig::sgd(0.1))
+        };
+        let err = executor(&graph, 1, config).train_epoch(&data).unwrap_err();
+        assert!(matches!(err, ExecError::NonFiniteLoss { instance: 3, .. }), "sync {sync_updates}: {err}");
+    }
 }
 
 #[test]
