@@ -181,6 +181,15 @@ impl Admission {
     }
 }
 
+/// How many more instances may finish before one of the groups (each as its update
+/// interval and the instances it counted since its last update) must update: the least
+/// room left (at least 1), unbounded without groups. The one rule of a synchronous
+/// boundary, whether the controller or a worker holds it.
+pub(crate) fn room(groups: impl Iterator<Item = (u64, u64)>) -> usize {
+    let room = groups.map(|(interval, pending)| interval.saturating_sub(pending).max(1)).min();
+    room.map_or(usize::MAX, |r| usize::try_from(r).unwrap_or(usize::MAX))
+}
+
 /// The admission message of `instance` for the source node, and the source's worker; the
 /// instance's credit count starts at that one message.
 pub(crate) fn admission(program: &Program, credits: &[AtomicU32], instance: usize) -> (usize, Envelope) {
@@ -362,8 +371,7 @@ impl Controller<'_, '_> {
     fn boundary(&self, done: usize) -> usize {
         // Replicas' groups update with their masters.
         let groups = self.program.groups.iter().zip(&self.pending).filter(|(g, _)| g.master.is_none());
-        let room = groups.map(|(g, &p)| g.min_update_frequency.saturating_sub(p).max(1)).min();
-        room.map_or(usize::MAX, |r| done.saturating_add(usize::try_from(r).unwrap_or(usize::MAX)))
+        done.saturating_add(room(groups.map(|(g, &p)| (g.min_update_frequency, p))))
     }
 
     /// Synchronous training across workers: once every instance below the limit finished
@@ -399,11 +407,12 @@ impl Controller<'_, '_> {
         while self.done < n {
             self.open_window();
             match self.reports.recv_timeout(tick) {
-                Ok(Report::Done { instance }) => {
+                // The workers send these on the results channel; taken alike from either.
+                Ok(result @ (Report::Done { .. } | Report::Loss { .. } | Report::Output { .. } | Report::Trace(_))) => {
                     last_progress = Instant::now();
-                    self.finished(instance);
+                    self.take_result(n, result)?;
                 }
-                Ok(Report::Loss { .. } | Report::Output { .. } | Report::Trace(_) | Report::Wake) => {}
+                Ok(Report::Wake) => {}
                 Ok(Report::Updated) => {
                     self.awaiting = self.awaiting.saturating_sub(1);
                 }
@@ -501,28 +510,34 @@ impl Controller<'_, '_> {
     fn take_results(&mut self, n: usize, last_progress: &mut Instant) -> Result<(), ExecError> {
         while let Ok(result) = self.results.try_recv() {
             *last_progress = Instant::now();
-            match result {
-                Report::Loss { instance, node, value, correct } => {
-                    let Some(slot) = usize::try_from(instance).ok().filter(|&i| i < n) else { continue };
-                    if !value.is_finite() && self.mode.backward() {
-                        return Err(ExecError::NonFiniteLoss { instance: slot, loss: value, node });
-                    }
-                    let total = self.output.losses[slot].unwrap_or(0.0) + value;
-                    self.output.losses[slot] = Some(total);
-                    if correct.is_some() {
-                        self.output.correct[slot] = correct;
-                    }
+            self.take_result(n, result)?;
+        }
+        Ok(())
+    }
+
+    /// Takes one loss, output, instance's end or piece of the trace.
+    fn take_result(&mut self, n: usize, result: Report) -> Result<(), ExecError> {
+        match result {
+            Report::Loss { instance, node, value, correct } => {
+                let Some(slot) = usize::try_from(instance).ok().filter(|&i| i < n) else { return Ok(()) };
+                if !value.is_finite() && self.mode.backward() {
+                    return Err(ExecError::NonFiniteLoss { instance: slot, loss: value, node });
                 }
-                Report::Output { instance, node, values } => {
-                    let slot = usize::try_from(instance).ok().filter(|&i| i < n);
-                    if let (Some(slot), true) = (slot, Some(node) == self.program.main_sink) {
-                        self.output.outputs[slot] = Some(values);
-                    }
+                let total = self.output.losses[slot].unwrap_or(0.0) + value;
+                self.output.losses[slot] = Some(total);
+                if correct.is_some() {
+                    self.output.correct[slot] = correct;
                 }
-                Report::Done { instance } => self.finished(instance),
-                Report::Trace(events) => self.trace(events),
-                _ => {}
             }
+            Report::Output { instance, node, values } => {
+                let slot = usize::try_from(instance).ok().filter(|&i| i < n);
+                if let (Some(slot), true) = (slot, Some(node) == self.program.main_sink) {
+                    self.output.outputs[slot] = Some(values);
+                }
+            }
+            Report::Done { instance } => self.finished(instance),
+            Report::Trace(events) => self.trace(events),
+            _ => {}
         }
         Ok(())
     }

@@ -49,7 +49,7 @@
 //! nothing but its own order of work.
 
 use crate::config::Fault;
-use crate::controller::{admission, Admission, Boundaries};
+use crate::controller::{admission, room, Admission, Boundaries};
 use crate::error::{ExecError, OpError};
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
@@ -744,13 +744,10 @@ impl Worker<'_, '_> {
     /// least room left in a group's interval (at least 1; unbounded without groups).
     fn boundary_room(&self) -> usize {
         let params = &self.setup.shared.params;
-        owned_masters(self.setup.program, self.setup.id)
-            .filter_map(|(g, info)| {
-                let pending = params.live(g)?.pending + self.finished;
-                Some(info.min_update_frequency.saturating_sub(pending).max(1))
-            })
-            .min()
-            .map_or(usize::MAX, |room| usize::try_from(room).unwrap_or(usize::MAX))
+        room(
+            owned_masters(self.setup.program, self.setup.id)
+                .filter_map(|(g, info)| Some((info.min_update_frequency, params.live(g)?.pending + self.finished))),
+        )
     }
 
     /// Counts the instances finished since the last count, then updates every group this
