@@ -184,7 +184,7 @@ impl Loaded {
     pub(crate) fn take(&mut self, outcome: Result<crate::Value, DataError>, skip_bad: bool) -> Result<(), DataError> {
         match outcome {
             Ok(value) => self.instances.push(value),
-            Err(error) if skip_bad && error.is_skippable() => {
+            Err(error) if !error.fails_load(skip_bad) => {
                 self.skipped += 1;
                 self.first_skipped.get_or_insert(error);
             }
@@ -199,6 +199,11 @@ impl DataError {
     /// the file or the schema as a whole.
     pub fn is_skippable(&self) -> bool {
         !matches!(self.0.kind, DataErrorKind::Io(_) | DataErrorKind::Schema(_) | DataErrorKind::Options(_))
+    }
+
+    /// Whether the error ends a load (rather than being skipped with `skip_bad`).
+    pub(crate) fn fails_load(&self, skip_bad: bool) -> bool {
+        !(skip_bad && self.is_skippable())
     }
 }
 

@@ -67,7 +67,7 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -
                 Err(e) => Err(e.clone()),
             };
             let outcome = outcome.map_err(|e| e.at_line(*number).in_file(file));
-            let fatal = outcome.as_ref().is_err_and(|e| !(options.skip_bad && e.is_skippable()));
+            let fatal = outcome.as_ref().is_err_and(|e| e.fails_load(options.skip_bad));
             outcomes.push(outcome);
             if fatal {
                 failed.fetch_min(index, Ordering::Relaxed);
