@@ -11,7 +11,9 @@
 //! because JSON has no NaN or infinity and bits are exact.
 //!
 //! A file is untrusted input: `read` never panics, and what it allocates is bounded by the
-//! file's size (serde_json grows vectors as elements arrive and stops nesting at depth 128).
+//! file's size (serde_json grows vectors as elements arrive). Nesting is bounded by
+//! [`MAX_JSON_DEPTH`], checked on the bytes before parsing: deep enough for every state
+//! expression the verifier accepts (`limits::MAX_EXPR_DEPTH`), shallow enough for the stack.
 //! After parsing, the document is checked so that every later stage can index without
 //! checking again: node, field and port counts within limits, every edge between existing
 //! nodes and ports, every field id and `loc` file in range, every shape's element count
@@ -30,12 +32,13 @@ use std::fmt;
 pub const MAGIC: [u8; 4] = *b"AMPG";
 /// The format version this build writes and reads.
 pub const VERSION: u32 = 2;
-/// Most node slots (nodes and holes) a graph may have, in a file or in the text form.
-pub const MAX_NODES: usize = 200_000;
-/// Most input or output ports a node may have (port numbers are u16).
-pub const MAX_PORTS: usize = u16::MAX as usize;
-/// Most state fields (field ids are u16).
-pub const MAX_FIELDS: usize = u16::MAX as usize + 1;
+pub use crate::limits::{MAX_FIELDS, MAX_NODES, MAX_PORTS};
+use crate::limits::{self, LimitError, MAX_EXPR_DEPTH};
+
+/// Deepest JSON nesting a file may have: a state expression takes up to three levels per
+/// level of its own (`{"Bin": ["Add", a, b]}`, a data path's `[{"Index": e}]`), plus the
+/// document around it.
+pub const MAX_JSON_DEPTH: usize = 3 * MAX_EXPR_DEPTH + 32;
 
 /// Why bytes are not a loadable `.ampg` file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,9 +78,14 @@ pub enum AmpgError {
         count: usize,
         limit: usize,
     },
-    /// A shape whose element count overflows u64; `what` names the node port or param.
-    ShapeOverflow {
+    /// A shape over `limits::MAX_TENSOR_ELEMENTS`; `what` names the node port or param.
+    TooLarge {
         what: String,
+        error: LimitError,
+    },
+    /// The JSON document nests deeper than [`MAX_JSON_DEPTH`].
+    TooDeep {
+        limit: usize,
     },
     FieldOutOfRange {
         node: usize,
@@ -123,7 +131,8 @@ impl fmt::Display for AmpgError {
             AmpgError::TooManyPorts { node, count, limit } => {
                 write!(f, "node %{node} has {count} ports on one side, over the limit of {limit}")
             }
-            AmpgError::ShapeOverflow { what } => write!(f, "the shape of {what} has more elements than fit in 64 bits"),
+            AmpgError::TooLarge { what, error } => write!(f, "{what}: {error}"),
+            AmpgError::TooDeep { limit } => write!(f, "the document nests deeper than {limit} levels"),
             AmpgError::FieldOutOfRange { node, field, fields } => {
                 write!(f, "node %{node} uses state field {field}, but the state has {fields} fields")
             }
@@ -175,13 +184,22 @@ pub fn read(bytes: &[u8]) -> Result<(Graph, Option<serde_json::Value>), AmpgErro
         return Err(AmpgError::UnsupportedVersion { found, supported: VERSION });
     }
     let json = bytes.get(8..).unwrap_or_default();
-    let doc: Document = serde_json::from_slice(json).map_err(|e| {
+    if json_depth(json) > MAX_JSON_DEPTH {
+        return Err(AmpgError::TooDeep { limit: MAX_JSON_DEPTH });
+    }
+    let json_error = |e: serde_json::Error| {
         // serde_json's message ends with the position, which the variant holds already.
         let message = e.to_string();
         let suffix = format!(" at line {} column {}", e.line(), e.column());
         let message = message.strip_suffix(&suffix).map_or(message.clone(), str::to_string);
         AmpgError::Json { line: e.line(), column: e.column(), message }
-    })?;
+    };
+    let mut de = serde_json::Deserializer::from_slice(json);
+    // Bounded above instead: serde_json's fixed 128 is shallower than the expressions the
+    // verifier accepts, so `ampc compile` wrote graphs this refused.
+    de.disable_recursion_limit();
+    let doc = Document::deserialize(&mut de).map_err(json_error)?;
+    de.end().map_err(json_error)?;
     doc.check()?;
     let Document { name, files, state, input, params, nodes, edges, meta, plan } = doc;
     let slots = nodes.into_iter().map(|slot| slot.map(Node::from)).collect();
@@ -293,8 +311,8 @@ impl Document {
             schema.check().map_err(|message| AmpgError::BadSchema { message })?;
         }
         for param in &self.params {
-            if element_count(&param.shape).is_none() {
-                return Err(AmpgError::ShapeOverflow { what: format!("param `{}`", param.name) });
+            if let Err(error) = limits::tensor_elements(&param.shape) {
+                return Err(AmpgError::TooLarge { what: format!("param `{}`", param.name), error });
             }
         }
         for (index, node) in self.nodes.iter().enumerate() {
@@ -323,8 +341,8 @@ impl Document {
             }
             for (port, ty) in ports.iter().enumerate() {
                 if let PayloadTy::F32(dims) | PayloadTy::Batch(dims) = ty {
-                    if element_count(dims).is_none() {
-                        return Err(AmpgError::ShapeOverflow { what: format!("node %{index} {side} port {port}") });
+                    if let Err(error) = limits::tensor_elements(dims) {
+                        return Err(AmpgError::TooLarge { what: format!("node %{index} {side} port {port}"), error });
                     }
                 }
             }
@@ -346,8 +364,31 @@ impl Document {
     }
 }
 
-fn element_count(dims: &[u64]) -> Option<u64> {
-    dims.iter().try_fold(1u64, |n, d| n.checked_mul(*d))
+/// The deepest nesting of arrays and objects in `json`, outside strings. Malformed text
+/// is left for the parser to report.
+fn json_depth(json: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// `Node` as stored: the same fields, with the op in its file form.

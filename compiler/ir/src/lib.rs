@@ -9,6 +9,7 @@
 
 pub mod ampg;
 pub mod dot;
+pub mod limits;
 pub mod schema;
 pub mod text;
 pub mod verify;

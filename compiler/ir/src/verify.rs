@@ -17,6 +17,9 @@
 //! - `loops`: every cycle has a header `phi`, an exit `cond`/`switch` and an `isu`
 //!   step, and a node inside a loop has the loop's counter (and those of the loops
 //!   around it) in its key;
+//! - `limits`: every tensor within `crate::limits::MAX_TENSOR_ELEMENTS`, the parameters
+//!   within their count and total, every state expression at most
+//!   `crate::limits::MAX_EXPR_DEPTH` deep;
 //! - `flow`: every node is reachable from the source and reaches a loss or sink, every
 //!   `linear`/`embedding` reaches a loss, and every field a node reads is written on every
 //!   path from the source to it.
@@ -29,6 +32,7 @@
 
 mod error;
 mod flow;
+mod limits;
 mod loops;
 mod ops;
 mod structure;
@@ -50,9 +54,11 @@ pub fn verify(graph: &Graph) -> Result<(), Vec<VerifyError>> {
     let mut cx = Checker::new(graph);
     check_state(&mut cx);
     check_params(&mut cx);
+    limits::check_param_sizes(&mut cx);
     let source = check_ends(&mut cx);
     let adjacency = structure::check_ports(&mut cx);
     ops::check_nodes(&mut cx, &adjacency);
+    limits::check_node_sizes(&mut cx);
     loops::check_loops(&mut cx, &adjacency);
     flow::check_reachability(&mut cx, &adjacency, source);
     if let Some(source) = source {
@@ -74,13 +80,19 @@ pub(crate) struct Checker<'g> {
     graph: &'g Graph,
     /// Nodes by `NodeIndex::index()`; `None` for the stable graph's vacant slots.
     nodes: Vec<Option<&'g Node>>,
+    /// Parameters by name (the first of a duplicated name), for the ops' shape checks.
+    params: HashMap<&'g str, &'g crate::Param>,
     errors: Vec<VerifyError>,
 }
 
 impl<'g> Checker<'g> {
     fn new(graph: &'g Graph) -> Self {
         let nodes = (0..graph.nodes.node_bound()).map(|i| graph.nodes.node_weight(NodeIndex::new(i))).collect();
-        Checker { graph, nodes, errors: Vec::new() }
+        let mut params = HashMap::new();
+        for p in &graph.params {
+            params.entry(p.name.as_str()).or_insert(p);
+        }
+        Checker { graph, nodes, params, errors: Vec::new() }
     }
 
     /// One past the largest node index.
@@ -95,6 +107,10 @@ impl<'g> Checker<'g> {
     /// The indices of the nodes that exist, ascending.
     fn node_indices(&self) -> impl Iterator<Item = (usize, &'g Node)> + '_ {
         self.nodes.iter().enumerate().filter_map(|(i, n)| n.map(|n| (i, n)))
+    }
+
+    fn param(&self, name: &str) -> Option<&'g crate::Param> {
+        self.params.get(name).copied()
     }
 
     fn field_count(&self) -> usize {

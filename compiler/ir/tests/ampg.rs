@@ -153,11 +153,11 @@ fn structural_errors() {
 
     let mut doc = good.clone();
     doc["nodes"][1]["outputs"][0] = json!({"F32": [u64::MAX, 2]});
-    assert!(matches!(error_of(&doc), AmpgError::ShapeOverflow { .. }));
+    assert!(matches!(error_of(&doc), AmpgError::TooLarge { .. }));
 
     let mut doc = good.clone();
     doc["params"][0]["shape"] = json!([u64::MAX, u64::MAX]);
-    assert!(matches!(error_of(&doc), AmpgError::ShapeOverflow { .. }));
+    assert!(matches!(error_of(&doc), AmpgError::TooLarge { .. }));
 
     let mut doc = good.clone();
     doc["state"][1]["name"] = json!("inst");
@@ -231,7 +231,7 @@ fn schema_and_collection_op_errors() {
     let mut doc = good.clone();
     let group = node_with_op(&doc, "Group");
     doc["nodes"][group]["outputs"][0] = json!({"Batch": [u64::MAX, 2]});
-    assert!(matches!(error_of(&doc), AmpgError::ShapeOverflow { .. }));
+    assert!(matches!(error_of(&doc), AmpgError::TooLarge { .. }));
 
     let mut doc = good.clone();
     let flatmap = node_with_op(&doc, "Flatmap");
@@ -282,17 +282,37 @@ fn unknown_keys_in_the_schema_are_rejected() {
     assert!(matches!(result, Err(AmpgError::Json { .. })), "{result:?}");
 }
 
-#[test]
-fn deep_nesting_is_an_error_not_a_crash() {
-    // serde_json stops at depth 128, so a hostile expression cannot overflow the stack.
+/// A file whose `cond` predicate is `depth` nested `Not`s around a field.
+fn file_with_predicate_depth(depth: usize) -> Vec<u8> {
     let mut doc = document(&list_reduce());
     doc["nodes"][4]["op"]["Cond"]["pred"] = json!("PLACEHOLDER");
-    let deep = format!("{}{{\"Field\":1}}{}", "{\"Not\":".repeat(100_000), "}".repeat(100_000));
+    let deep = format!("{}{{\"Field\":1}}{}", "{\"Not\":".repeat(depth), "}".repeat(depth));
     let text = serde_json::to_string(&doc).unwrap().replace("\"PLACEHOLDER\"", &deep);
     let mut bytes = MAGIC.to_vec();
     bytes.extend_from_slice(&VERSION.to_le_bytes());
     bytes.extend(text.as_bytes());
-    assert!(matches!(read(&bytes), Err(AmpgError::Json { .. })));
+    bytes
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    // The nesting is measured on the bytes, so a hostile expression cannot overflow the stack.
+    assert!(matches!(read(&file_with_predicate_depth(100_000)), Err(AmpgError::TooDeep { .. })));
+}
+
+/// Issue 27 item 9: `ampc compile` wrote an index of ~60 chained `+` that serde_json's
+/// fixed depth of 128 refused. Every expression the verifier accepts must read back, and
+/// here in a test thread's small stack with the debug build's large frames.
+#[test]
+fn the_deepest_expression_the_verifier_accepts_reads_back() {
+    let bytes = file_with_predicate_depth(amp_ir::limits::MAX_EXPR_DEPTH - 1);
+    let (graph, _) = read(&bytes).unwrap();
+    let errors = amp_ir::verify::verify(&graph).err().unwrap_or_default();
+    assert!(!errors.iter().any(|e| e.to_string().contains("nests deeper")), "{errors:?}");
+    let bytes = file_with_predicate_depth(amp_ir::limits::MAX_EXPR_DEPTH + 5);
+    let (graph, _) = read(&bytes).unwrap();
+    let errors = amp_ir::verify::verify(&graph).unwrap_err();
+    assert!(errors.iter().any(|e| e.to_string().contains("nests deeper than 128")), "{errors:?}");
 }
 
 #[test]

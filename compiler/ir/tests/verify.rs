@@ -1,7 +1,7 @@
 //! The verifier: hand-built correct graphs are accepted; each hand-broken variant is
 //! rejected with a specific message; random mutations never make it panic.
 
-use amp_ir::verify::{verify, verify_report};
+use amp_ir::verify::{verify, verify_report, VerifyErrorKind};
 use amp_ir::{
     BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossKind, Node, Op, Param, ParamInit,
     PayloadInt, PayloadTy, ReduceFn, StateExpr, StateField, UnaryFn,
@@ -985,11 +985,13 @@ fn deeply_nested_expression_does_not_overflow_the_stack() {
         pred = StateExpr::Not(Box::new(pred));
     }
     node(&mut l.b.graph, l.cond).op = Op::Cond { pred };
-    // `reads` still lists %t, so the graph stays valid.
+    // `reads` still lists %t; the only error is the depth (`limits::MAX_EXPR_DEPTH`).
     let result = verify(&l.b.graph);
     // Dropping the expression recursively would overflow; leak it instead.
     std::mem::forget(l);
-    assert!(result.is_ok(), "{result:?}");
+    let errors = result.unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].kind, VerifyErrorKind::ExprTooDeep { limit: amp_ir::limits::MAX_EXPR_DEPTH });
 }
 
 // ------------------------------------------------------------------ random mutations

@@ -12,7 +12,7 @@ use super::precedence;
 use crate::{DataStep, IntOp, StateExpr};
 
 /// The deepest state expression the parser builds.
-pub const MAX_EXPR_DEPTH: usize = 128;
+pub use crate::limits::MAX_EXPR_DEPTH;
 
 /// Nested parentheses and `!` add parser recursion without adding tree depth; this bounds
 /// the recursion itself (a few calls per tree level are normal).

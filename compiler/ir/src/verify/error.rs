@@ -145,6 +145,10 @@ pub enum VerifyErrorKind {
     ParamMismatch { dir: PortDir, found: PayloadTy, param: String, shape: Vec<u64>, expected: PayloadTy },
     SplitUneven { found: PayloadTy, parts: u32 },
     ConcatTooLarge,
+    /// A tensor, or the parameters in total, over `crate::limits`.
+    OverLimit { error: crate::limits::LimitError },
+    ParamTooLarge { name: String, error: crate::limits::LimitError },
+    ExprTooDeep { limit: usize },
 
     // State fields.
     FieldOutOfRange { field: FieldId, fields: usize, used_as: FieldUse },
@@ -404,6 +408,9 @@ impl fmt::Display for VerifyErrorKind {
                 write!(f, "input {found} cannot be split into {parts} equal parts (expects f32[n * {parts}])")
             }
             K::ConcatTooLarge => f.write_str("the concatenated width overflows u64"),
+            K::OverLimit { error } => write!(f, "{error}"),
+            K::ParamTooLarge { name, error } => write!(f, "parameter `{name}`: {error}"),
+            K::ExprTooDeep { limit } => write!(f, "a state expression nests deeper than {limit}"),
             K::FieldOutOfRange { field, fields, used_as } => {
                 write!(f, "{used_as} names field #{}, but the state has {fields} field{}", field.0, plural(*fields))
             }

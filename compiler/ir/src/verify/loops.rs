@@ -27,7 +27,7 @@ use petgraph::graph::{DiGraph, NodeIndex as LocalIndex};
 use petgraph::stable_graph::NodeIndex;
 
 /// Loops nested deeper than this are refused: each level costs a pass over its loop.
-pub const MAX_LOOP_DEPTH: usize = 64;
+pub use crate::limits::MAX_LOOP_DEPTH;
 
 /// How many members a loop error lists.
 const LISTED_MEMBERS: usize = 8;

@@ -17,7 +17,6 @@ pub(super) fn check_nodes(cx: &mut Checker, adjacency: &Adjacency) {
 // ------------------------------------------------------------------ ops and types
 
 fn check_op(cx: &mut Checker, i: usize, node: &Node) {
-    let graph = cx.graph;
     let one = Arity::Exactly(1);
     match &node.op {
         Op::Source => {
@@ -43,7 +42,7 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 if let Some([_, dim]) = matrix(cx, i, &weight, "[rows, dim]") {
                     let expected = PayloadTy::F32(vec![dim]);
                     if node.outputs[0] != expected {
-                        let shape = graph.param(&weight).map(|p| p.shape.clone()).unwrap_or_default();
+                        let shape = cx.param(&weight).map(|p| p.shape.clone()).unwrap_or_default();
                         let found = node.outputs[0].clone();
                         let kind = VerifyErrorKind::ParamMismatch {
                             dir: PortDir::Output,
@@ -313,8 +312,7 @@ fn inputs_equal(cx: &mut Checker, i: usize, inputs: &[PayloadTy]) {
 
 /// The shape `[a, b]` of a rank-2 parameter, reporting when it is missing or not a matrix.
 fn matrix(cx: &mut Checker, i: usize, name: &str, dims: &'static str) -> Option<[u64; 2]> {
-    let graph = cx.graph;
-    match graph.param(name) {
+    match cx.param(name) {
         None => {
             cx.report(i, VerifyErrorKind::MissingParam { name: name.to_string() });
             None
@@ -336,20 +334,19 @@ fn matrix(cx: &mut Checker, i: usize, name: &str, dims: &'static str) -> Option<
 
 /// `linear @p`: `p.weight [out, in]`, `p.bias [out]`, `f32[.., in] -> f32[.., out]`.
 fn check_linear(cx: &mut Checker, i: usize, param: &str, input: &PayloadTy, output: &PayloadTy) {
-    let graph = cx.graph;
     let weight = format!("{param}.weight");
     let bias = format!("{param}.bias");
     let Some([out, inp]) = matrix(cx, i, &weight, "[out, in]") else {
         if expect(cx, i, PortDir::Input, 0, input, &TypeExpectation::F32Ranked) {
             expect(cx, i, PortDir::Output, 0, output, &TypeExpectation::F32Ranked);
         }
-        if graph.param(&bias).is_none() {
+        if cx.param(&bias).is_none() {
             cx.report(i, VerifyErrorKind::MissingParam { name: bias });
         }
         return;
     };
     let weight_shape = vec![out, inp];
-    match graph.param(&bias) {
+    match cx.param(&bias) {
         None => cx.report(i, VerifyErrorKind::MissingParam { name: bias }),
         Some(p) if p.shape != [out] => {
             let kind = VerifyErrorKind::ParamShape {
@@ -426,42 +423,50 @@ fn check_split(cx: &mut Checker, i: usize, parts: u32, input: &PayloadTy, output
 
 // ------------------------------------------------------------------ state fields
 
-/// Every state field the op's attributes read, with where.
-pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
-    fn add(exprs: &mut Vec<&StateExpr>, used_as: FieldUse, out: &mut Vec<(FieldId, FieldUse)>) {
-        let mut fields = Vec::new();
-        expr_fields(exprs, &mut fields);
-        out.extend(fields.into_iter().map(|f| (f, used_as)));
-    }
+/// Every state expression of the op's attributes, with what it is used as. A `scatter_sum`'s
+/// row index may read the field the op itself writes; `attribute_reads` leaves that out.
+pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
     let mut out = Vec::new();
     match op {
         Op::Read { path } => {
             let mut exprs = Vec::new();
             push_path(path, &mut exprs);
-            add(&mut exprs, FieldUse::ReadPath, &mut out);
+            out.extend(exprs.into_iter().map(|e| (e, FieldUse::ReadPath)));
         }
-        Op::Embedding { index, .. } => add(&mut vec![index], FieldUse::EmbeddingIndex, &mut out),
-        Op::Cond { pred } => add(&mut vec![pred], FieldUse::Predicate, &mut out),
-        Op::Switch { index, .. } => add(&mut vec![index], FieldUse::SwitchIndex, &mut out),
+        Op::Embedding { index, .. } => out.push((index, FieldUse::EmbeddingIndex)),
+        Op::Cond { pred } => out.push((pred, FieldUse::Predicate)),
+        Op::Switch { index, .. } => out.push((index, FieldUse::SwitchIndex)),
         Op::Isu { value, inverse, .. } => {
-            add(&mut vec![value], FieldUse::IsuValue, &mut out);
+            out.push((value, FieldUse::IsuValue));
             if let Some(inverse) = inverse {
-                add(&mut vec![inverse], FieldUse::IsuInverse, &mut out);
+                out.push((inverse, FieldUse::IsuInverse));
             }
         }
-        Op::Loss(LossKind::CrossEntropy { label }) => add(&mut vec![label], FieldUse::LossLabel, &mut out),
-        Op::Flatmap { count, .. } | Op::Group { count, .. } => add(&mut vec![count], FieldUse::Count, &mut out),
-        Op::Gather { index } => add(&mut vec![index], FieldUse::RowIndex, &mut out),
-        Op::ScatterSum { field, index, count } => {
-            let mut rows = Vec::new();
-            add(&mut vec![index], FieldUse::RowIndex, &mut rows);
-            out.extend(rows.into_iter().filter(|(f, _)| f != field));
-            add(&mut vec![count], FieldUse::Count, &mut out);
+        Op::Loss(LossKind::CrossEntropy { label }) => out.push((label, FieldUse::LossLabel)),
+        Op::Flatmap { count, .. } | Op::Group { count, .. } => out.push((count, FieldUse::Count)),
+        Op::Gather { index } => out.push((index, FieldUse::RowIndex)),
+        Op::ScatterSum { index, count, .. } => {
+            out.push((index, FieldUse::RowIndex));
+            out.push((count, FieldUse::Count));
         }
-        Op::StateFromPayload { int: PayloadInt::TopK { slot, .. }, .. } => {
-            add(&mut vec![slot], FieldUse::PayloadInt, &mut out)
-        }
+        Op::StateFromPayload { int: PayloadInt::TopK { slot, .. }, .. } => out.push((slot, FieldUse::PayloadInt)),
         _ => {}
+    }
+    out
+}
+
+/// Every state field the op's attributes read, with where.
+pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
+    let written_by_scatter = match op {
+        Op::ScatterSum { field, .. } => Some(*field),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for (expr, used_as) in attribute_exprs(op) {
+        let mut fields = Vec::new();
+        expr_fields(&mut vec![expr], &mut fields);
+        let own = |f: &FieldId| used_as == FieldUse::RowIndex && Some(*f) == written_by_scatter;
+        out.extend(fields.into_iter().filter(|f| !own(f)).map(|f| (f, used_as)));
     }
     out
 }

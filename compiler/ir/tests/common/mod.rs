@@ -433,8 +433,9 @@ fn any_name() -> impl Strategy<Value = String> {
 fn any_ty() -> impl Strategy<Value = PayloadTy> {
     prop_oneof![
         Just(PayloadTy::Unit),
-        prop::collection::vec(0u64..100_000, 0..4).prop_map(PayloadTy::F32),
-        prop::collection::vec(0u64..100_000, 0..3).prop_map(PayloadTy::Batch),
+        // At most 1000³ elements: within `limits::MAX_TENSOR_ELEMENTS`, which files must keep.
+        prop::collection::vec(0u64..1000, 0..4).prop_map(PayloadTy::F32),
+        prop::collection::vec(0u64..1000, 0..3).prop_map(PayloadTy::Batch),
     ]
 }
 
