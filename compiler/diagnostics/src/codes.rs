@@ -80,6 +80,7 @@ codes! {
     NonPositiveDimension = "E0307", Error, "dimension is not positive";
     RankMismatch = "E0308", Error, "tensor has the wrong rank";
     LossOperands = "E0309", Error, "loss operands do not fit";
+    TooLarge = "E0310", Error, "tensor or model over Amp's size limits";
     // Control flow and recursion.
     NonExhaustiveMatch = "E0400", Error, "non-exhaustive match";
     NonStructuralRecursion = "E0401", Error, "recursion is not structural";

@@ -629,6 +629,29 @@ impl Graph {
     }
 
     /// The edge feeding input port `port` of `node`, with its source node.
+    /// The edge into each input port of `node` (`None` where unconnected), in one pass over
+    /// its incoming edges: a `phi` with one port per expert would make `input_edge` per
+    /// port quadratic.
+    pub fn input_edges(&self, node: NodeIndex) -> Vec<Option<(NodeIndex, Edge)>> {
+        use petgraph::visit::EdgeRef;
+        let ports = self.nodes.node_weight(node).map_or(0, |n| n.inputs.len());
+        let mut out = vec![None; ports];
+        for e in self.nodes.edges_directed(node, petgraph::Direction::Incoming) {
+            if let Some(slot) = out.get_mut(usize::from(e.weight().to_port)) {
+                slot.get_or_insert((e.source(), *e.weight()));
+            }
+        }
+        out
+    }
+
+    /// Whether some output port of `node` feeds two or more edges.
+    pub fn fans_out(&self, node: NodeIndex) -> bool {
+        let mut seen = std::collections::HashSet::new();
+        self.nodes
+            .edges_directed(node, petgraph::Direction::Outgoing)
+            .any(|e| !seen.insert(petgraph::visit::EdgeRef::weight(&e).from_port))
+    }
+
     pub fn input_edge(&self, node: NodeIndex, port: u16) -> Option<(NodeIndex, Edge)> {
         use petgraph::visit::EdgeRef;
         self.nodes

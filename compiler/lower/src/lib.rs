@@ -51,6 +51,47 @@ pub fn compile_model(
 ) -> Result<(Graph, Vec<passes::PassReport>), CompileError> {
     let mut graph = lower_model(program, map, model).map_err(CompileError::Lowering)?;
     let reports = passes::optimize(&mut graph);
-    amp_ir::verify::verify(&graph).map_err(CompileError::Verify)?;
+    amp_ir::verify::verify(&graph).map_err(|errors| over_limits(&graph, map, program, model, errors))?;
     Ok((graph, reports))
+}
+
+/// The verifier's size checks are the limits a source can break (a layer instantiated
+/// with huge sizes, an index expression that inlines too deep): those are the user's
+/// E0310, at the node's source; anything else is a compiler bug.
+fn over_limits(
+    graph: &Graph,
+    map: &SourceMap,
+    program: &Program,
+    model: ComponentId,
+    errors: Vec<amp_ir::verify::VerifyError>,
+) -> CompileError {
+    use amp_ir::verify::VerifyErrorKind as K;
+    let is_limit = |e: &amp_ir::verify::VerifyError| {
+        matches!(e.kind, K::OverLimit { .. } | K::ParamTooLarge { .. } | K::ExprTooDeep { .. })
+    };
+    if !errors.iter().all(is_limit) {
+        return CompileError::Verify(errors);
+    }
+    let model_span = program.components.get(model.0 as usize).map(|c| c.span);
+    let diagnostics = errors
+        .iter()
+        .filter_map(|e| {
+            let node = e.node.as_ref().and_then(|n| graph.nodes.node_weight(n.index));
+            let span = node.and_then(|n| n.loc).and_then(|loc| source_span(graph, map, loc)).or(model_span)?;
+            let label = node.map_or("the model", |n| if n.label.is_empty() { "this node" } else { n.label.as_str() });
+            Some(
+                amp_diagnostics::Diagnostic::new(amp_diagnostics::Code::TooLarge, span, e.kind.to_string())
+                    .with_primary(format!("`{label}` lowers to a graph over Amp's limits"))
+                    .with_note("the limits are in docs/limits.md"),
+            )
+        })
+        .collect();
+    CompileError::Lowering(diagnostics)
+}
+
+/// The span of a node's location: its file is an index into the graph's file names.
+fn source_span(graph: &Graph, map: &SourceMap, loc: amp_ir::Loc) -> Option<amp_diagnostics::Span> {
+    let name = graph.files.get(loc.file as usize)?;
+    let (id, _) = map.files().find(|(_, f)| &f.name == name)?;
+    Some(amp_diagnostics::Span::new(id, loc.start as usize, loc.end as usize))
 }

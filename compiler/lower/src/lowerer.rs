@@ -50,6 +50,8 @@ pub(crate) struct Lowerer<'p> {
     counters: Counters,
     recursions: Vec<recursion::Recursion>,
     forward_sunk: bool,
+    /// `graph.params` by name: a model with thousands of experts looks one up per Linear.
+    param_index: HashMap<String, usize>,
 }
 
 /// How many fields of each kind exist, for their names (`e0`, `n0`, `slot0`).
@@ -103,6 +105,7 @@ impl<'p> Lowerer<'p> {
                 graph.meta.insert(format!("hyper.{}", hp.name), v.to_string());
             }
         }
+        let param_index = graph.params.iter().enumerate().map(|(i, p)| (p.name.clone(), i)).collect();
         let source = graph.nodes.add_node(Node {
             op: Op::Source,
             inputs: Vec::new(),
@@ -128,6 +131,7 @@ impl<'p> Lowerer<'p> {
             counters: Counters::default(),
             recursions: Vec::new(),
             forward_sunk: false,
+            param_index,
         })
     }
 
@@ -173,6 +177,18 @@ impl<'p> Lowerer<'p> {
                     .with_note("`ampc check` accepts it; see docs/IR.md for what the lowering handles today"),
             );
         }
+        Unsupported
+    }
+
+    /// E0310: the graph outgrew `limits::MAX_NODES`; lowering stops at once instead of
+    /// growing without bound.
+    fn too_many_nodes(&mut self, span: Span) -> Unsupported {
+        let limit = amp_ir::limits::MAX_NODES;
+        self.diags.push(
+            Diagnostic::new(Code::TooLarge, span, format!("the model lowers to more than {limit} nodes"))
+                .with_primary("lowering stopped here")
+                .with_note("the limits are in docs/limits.md"),
+        );
         Unsupported
     }
 
@@ -242,7 +258,7 @@ impl<'p> Lowerer<'p> {
     }
 
     fn param_shape(&mut self, name: &str, span: Span) -> R<Vec<u64>> {
-        match self.graph.param(name) {
+        match self.param_index.get(name).and_then(|&i| self.graph.params.get(i)) {
             Some(p) => Ok(p.shape.clone()),
             None => Err(self.unsupported(span, &format!("parameter `{name}` (internal: no such tensor)"))),
         }
@@ -358,6 +374,9 @@ impl<'p> Lowerer<'p> {
 
     fn expr(&mut self, e: &Expr) -> R<Value> {
         let span = e.span;
+        if self.graph.nodes.node_count() > amp_ir::limits::MAX_NODES {
+            return Err(self.too_many_nodes(span));
+        }
         match &e.kind {
             ExprKind::Int(v) => Ok(Value::Int(StateExpr::Const(*v))),
             ExprKind::Bool(b) => Ok(Value::Bool(StateExpr::Const(i64::from(*b)))),

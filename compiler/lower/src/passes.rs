@@ -48,9 +48,7 @@ pub fn minimize_keys(graph: &mut Graph) -> PassReport {
     let mut cleared = Vec::new();
     for idx in indices {
         let node = &graph.nodes[idx];
-        let fans_out = (0..node.outputs.len()).any(|port| {
-            graph.nodes.edges_directed(idx, Outgoing).filter(|e| e.weight().from_port as usize == port).count() >= 2
-        });
+        let fans_out = graph.fans_out(idx);
         let needs_key = amp_ir::verify::key_reason(node, fans_out).is_some();
         if !needs_key && !node.key.is_empty() {
             cleared.push(idx);
@@ -145,8 +143,7 @@ pub fn fold_constants(graph: &mut Graph) -> PassReport {
     let mut folds: Vec<(NodeIndex, ConstValue, NodeIndex, Edge)> = Vec::new();
     for idx in graph.nodes.node_indices() {
         let node = &graph.nodes[idx];
-        let inputs: Vec<NodeIndex> =
-            (0..node.inputs.len() as u16).filter_map(|p| graph.input_edge(idx, p).map(|e| e.0)).collect();
+        let inputs: Vec<NodeIndex> = graph.input_edges(idx).into_iter().flatten().map(|e| e.0).collect();
         if inputs.len() != node.inputs.len() {
             continue;
         }
@@ -193,8 +190,10 @@ pub fn eliminate_common_subexpressions(graph: &mut Graph) -> PassReport {
         if matches!(node.op, Op::Source | Op::Sink { .. } | Op::Loss(_) | Op::Phi { .. }) {
             continue;
         }
-        let inputs: Vec<String> = (0..node.inputs.len() as u16)
-            .map(|p| graph.input_edge(idx, p).map_or("_".into(), |(n, e)| format!("{}#{}", n.index(), e.from_port)))
+        let inputs: Vec<String> = graph
+            .input_edges(idx)
+            .into_iter()
+            .map(|e| e.map_or("_".into(), |(n, e)| format!("{}#{}", n.index(), e.from_port)))
             .collect();
         // Ops print their attributes fully in Debug form: equal text means equal work.
         let signature =

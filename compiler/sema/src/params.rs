@@ -21,11 +21,97 @@ pub enum ParamInit {
     Normal,
 }
 
+/// How many parameter tensors and elements an instance declares, counted without expanding
+/// its arrays (a hostile `-D experts=...` must not allocate). Saturating: a count past
+/// `u128` is over every limit anyway.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParamCount {
+    pub tensors: u128,
+    pub elements: u128,
+    /// Elements of the largest single tensor.
+    pub largest: u128,
+}
+
+impl ParamCount {
+    fn tensor(elements: u128) -> ParamCount {
+        ParamCount { tensors: 1, elements, largest: elements }
+    }
+
+    pub fn plus(self, other: ParamCount) -> ParamCount {
+        ParamCount {
+            tensors: self.tensors.saturating_add(other.tensors),
+            elements: self.elements.saturating_add(other.elements),
+            largest: self.largest.max(other.largest),
+        }
+    }
+
+    fn times(self, n: u128) -> ParamCount {
+        ParamCount {
+            tensors: self.tensors.saturating_mul(n),
+            elements: self.elements.saturating_mul(n),
+            largest: if n == 0 { 0 } else { self.largest },
+        }
+    }
+
+    /// The first limit of `amp_ir::limits` this count breaks, as a message.
+    pub fn over_limit(&self) -> Option<String> {
+        use amp_ir::limits::{MAX_PARAMETERS, MAX_PARAM_TENSORS, MAX_TENSOR_ELEMENTS};
+        if self.largest > u128::from(MAX_TENSOR_ELEMENTS) {
+            Some(format!("a tensor of {} elements; the limit is {MAX_TENSOR_ELEMENTS}", self.largest))
+        } else if self.tensors > u128::from(MAX_PARAM_TENSORS) {
+            Some(format!("{} parameter tensors; the limit is {MAX_PARAM_TENSORS}", self.tensors))
+        } else if self.elements > u128::from(MAX_PARAMETERS) {
+            Some(format!("{} parameters; the limit is {MAX_PARAMETERS}", self.elements))
+        } else {
+            None
+        }
+    }
+}
+
 impl Program {
+    /// The tensors and elements `instance` declares; `None` when a dimension has no value.
+    pub fn count_params(&self, instance: &Instance) -> Option<ParamCount> {
+        self.count(instance, &|_| None, 0)
+    }
+
+    fn count(&self, instance: &Instance, env: &dyn Fn(&Symbol) -> Option<Dim>, depth: usize) -> Option<ParamCount> {
+        if depth > 64 {
+            return None;
+        }
+        let value = |d: &Dim| d.substitute(env).value.map(|v| v.max(0) as u128);
+        Some(match instance {
+            Instance::Linear { input, output } => {
+                let (i, o) = (value(input)?, value(output)?);
+                ParamCount::tensor(i.saturating_mul(o)).plus(ParamCount::tensor(o))
+            }
+            Instance::Embedding { count, dim } => ParamCount::tensor(value(count)?.saturating_mul(value(dim)?)),
+            Instance::Array { elem, len } => self.count(elem, env, depth + 1)?.times(value(len)?),
+            Instance::Layer { layer, args } => {
+                let def = self.components.get(layer.0 as usize)?;
+                let args: Vec<Dim> = args.iter().map(|a| a.substitute(env)).collect();
+                let inner =
+                    |s: &Symbol| def.hyperparams.iter().position(|h| h.symbol == *s).and_then(|i| args.get(i).cloned());
+                let mut total = ParamCount::default();
+                for p in &def.params {
+                    total = total.plus(self.count(&p.instance, &inner, depth + 1)?);
+                }
+                total
+            }
+        })
+    }
+
     /// Every parameter tensor of `model`, in declaration order. `None` when some
-    /// dimension has no value (the model has errors).
+    /// dimension has no value (the model has errors) or the model is over the size limits
+    /// (E0310).
     pub fn parameter_tensors(&self, model: ComponentId) -> Option<Vec<ParamTensor>> {
         let def = self.components.get(model.0 as usize)?;
+        let mut count = ParamCount::default();
+        for p in &def.params {
+            count = count.plus(self.count_params(&p.instance)?);
+        }
+        if count.over_limit().is_some() {
+            return None;
+        }
         let mut out = Vec::new();
         for p in &def.params {
             self.expand(&p.name, &p.instance, &|_| None, &mut out, 0)?;

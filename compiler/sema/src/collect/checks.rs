@@ -85,6 +85,39 @@ impl Checker<'_> {
         }
     }
 
+    /// E0310 on the first parameter with which a model's parameters go over
+    /// `amp_ir::limits`, counted without expanding arrays: `ampc check` refuses what the
+    /// lowering and the runtime could not hold.
+    pub(super) fn check_model_sizes(&mut self) {
+        for &id in &self.program.models.clone() {
+            let def = &self.program.components[id.0 as usize];
+            let mut total = crate::params::ParamCount::default();
+            let mut found = None;
+            for p in &def.params {
+                let Some(count) = self.program.count_params(&p.instance) else { break };
+                total = total.plus(count);
+                if let Some(why) = total.over_limit() {
+                    found = Some((p.span, p.name.clone(), why));
+                    break;
+                }
+            }
+            if let Some((span, name, why)) = found {
+                let mut d = Diagnostic::new(
+                    Code::TooLarge,
+                    span,
+                    format!("model `{}` is over the size limits at `{name}`", def.name),
+                )
+                .with_primary(format!("with this parameter the model has {why}"))
+                .with_note("the limits are in docs/limits.md");
+                let set: Vec<String> = self.overrides.iter().map(|o| format!("-D {}={}", o.0, o.1)).collect();
+                if !set.is_empty() {
+                    d = d.with_note(format!("set on the command line: {}", set.join(", ")));
+                }
+                self.error(d);
+            }
+        }
+    }
+
     pub(super) fn warn_unused(&mut self) {
         for c in 0..self.components.len() {
             if !self.modules[self.components[c].module].is_main {

@@ -175,6 +175,7 @@ impl<'m> Checker<'m> {
             ck.check_networks(m);
         }
         ck.check_entry_points();
+        ck.check_model_sizes();
         ck.warn_unused();
         ck.report_unknown_overrides(main);
         ck.drop_cascades_of_parse_errors(parse_count, &parse_errors);

@@ -74,6 +74,9 @@ impl Checker<'_> {
                         None => return Ty::Error,
                     }
                 }
+                if !self.check_tensor_size(&shape, texpr.span) {
+                    return Ty::Error;
+                }
                 Ty::Tensor(shape)
             }
             TypeExprKind::Seq(elem) => {
@@ -113,6 +116,21 @@ impl Checker<'_> {
             }
             _ => true,
         }
+    }
+
+    /// Reports E0310 for a shape whose known element count is over
+    /// `amp_ir::limits::MAX_TENSOR_ELEMENTS` (or overflows); returns whether it is fine.
+    pub(crate) fn check_tensor_size(&mut self, shape: &[Dim], span: Span) -> bool {
+        let values: Option<Vec<u64>> = shape.iter().map(|d| d.value.map(|v| v.max(0) as u64)).collect();
+        let Some(values) = values else { return true };
+        let Err(error) = amp_ir::limits::tensor_elements(&values) else { return true };
+        let count = error.count.map_or_else(|| "more than 2^128".to_string(), |c| c.to_string());
+        self.error(
+            Diagnostic::new(Code::TooLarge, span, format!("this tensor has {count} elements"))
+                .with_primary(format!("over the limit of {} elements", error.limit))
+                .with_note("the limits are in docs/limits.md"),
+        );
+        false
     }
 
     pub(crate) fn eval_dim_in(&mut self, module: usize, comp: Option<ComponentId>, expr: &ast::Expr) -> Option<Dim> {
