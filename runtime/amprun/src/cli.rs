@@ -168,6 +168,10 @@ pub struct ExecArgs {
     /// are in flight.
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS", value_parser = parse_positive)]
     pub stall_timeout: f64,
+    /// End the run when one loop makes more than this many trips in one instance (a
+    /// `while` whose condition never turns false).
+    #[arg(long, default_value_t = amp_ir::limits::DEFAULT_MAX_TRIPS, value_name = "N")]
+    pub max_trips: u64,
     /// Inject a fault (testing): `panic:NODE:N` or `delay:NODE:N:MILLIS`.
     #[arg(long, hide = true, value_parser = parse_fault)]
     pub fault: Option<Fault>,

@@ -16,6 +16,7 @@ pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
         max_active_keys: usize::try_from(args.max_active_keys).unwrap_or(usize::MAX),
         optimizer,
         stall_timeout: args.stall_timeout(),
+        max_trips: args.max_trips,
         fault: args.fault.clone(),
         max_batch: usize::try_from(args.max_batch).unwrap_or(usize::MAX),
         defer_weight_grads: !args.no_deferred_grads,

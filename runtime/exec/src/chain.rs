@@ -166,6 +166,7 @@ mod tests {
             grad_inputs: Vec::new(),
             source: String::new(),
             group: None,
+            trip_limit: None,
             worker: 0,
             replicas: Vec::new(),
             replica_of: None,

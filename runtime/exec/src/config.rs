@@ -106,6 +106,9 @@ pub struct ExecConfig {
     pub replica_sync: u64,
     /// Record a trace event per forward, backward and update (one per batch).
     pub trace: bool,
+    /// The most trips one loop may make in one instance (`amprun --max-trips`); more is an
+    /// error naming the loop.
+    pub max_trips: u64,
     /// End the run with [`crate::ExecError::Stalled`] when no message was processed for
     /// this long while instances are in flight.
     pub stall_timeout: Duration,
@@ -130,6 +133,7 @@ impl Default for ExecConfig {
             replicas: Vec::new(),
             replica_sync: 1,
             trace: false,
+            max_trips: amp_ir::limits::DEFAULT_MAX_TRIPS,
             stall_timeout: Duration::from_secs(60),
             fault: None,
         }

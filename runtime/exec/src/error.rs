@@ -26,6 +26,10 @@ pub enum OpError {
     UnknownInstance { instance: i64 },
     /// A count (of elements, of rows) evaluated to a negative number.
     NegativeCount { what: &'static str, count: i64 },
+    /// A loop made more trips in one instance than `ExecConfig::max_trips`.
+    TooManyTrips { limit: u64 },
+    /// A count over `amp_ir::limits::MAX_COLLECTION_ELEMENTS`.
+    CountTooLarge { what: &'static str, count: i64, limit: u64 },
     /// A reduction that needs at least one value got none: `mean` of an empty batch or
     /// tensor, `argmax` of an empty vector.
     Empty { what: &'static str },
@@ -53,6 +57,14 @@ impl fmt::Display for OpError {
             OpError::MissingCache { key } => write!(f, "nothing cached under key {key:?} for the backward pass"),
             OpError::UnknownInstance { instance } => write!(f, "message of unknown instance {instance}"),
             OpError::NegativeCount { what, count } => write!(f, "the {what} is {count}, which is negative"),
+            OpError::TooManyTrips { limit } => write!(
+                f,
+                "this loop made more than {limit} trips in one instance (a `while` that never ends?); \
+                 `amprun --max-trips` raises the limit"
+            ),
+            OpError::CountTooLarge { what, count, limit } => {
+                write!(f, "the {what} is {count}, over the limit of {limit} elements per collection")
+            }
             OpError::Empty { what } => write!(f, "cannot take the {what} of an empty batch or tensor"),
             OpError::DuplicateElement { index } => write!(f, "element {index} arrived twice"),
             OpError::Unsupported { op } => write!(f, "op `{op}` is not supported by the executor yet"),

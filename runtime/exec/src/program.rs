@@ -55,6 +55,10 @@ pub(crate) struct NodeInfo {
     pub source: String,
     /// The parameter group of a Ppt.
     pub group: Option<usize>,
+    /// For the `isu` that steps a loop counter: the most trips one instance may make
+    /// (`ExecConfig::max_trips`), so a `while` that never ends is an error, not a run that
+    /// trains forever while its messages keep the stall watchdog quiet.
+    pub trip_limit: Option<u64>,
     pub worker: usize,
     /// A node with replicas: the nodes that serve its messages, itself first (see
     /// `replicas`); empty otherwise.
@@ -143,6 +147,14 @@ impl Program {
                 grad_inputs,
                 source: location,
                 group: None,
+                trip_limit: match &node.op {
+                    Op::Isu { field, .. }
+                        if graph.field(*field).is_some_and(|f| f.role == amp_ir::FieldRole::Counter) =>
+                    {
+                        Some(config.max_trips)
+                    }
+                    _ => None,
+                },
                 worker: 0,
                 replicas: Vec::new(),
                 replica_of: None,

@@ -136,9 +136,15 @@ impl<'a> NodeCx<'_, 'a> {
         expr.eval(state, instance).ok_or(OpError::Eval { what })
     }
 
-    /// Evaluates a count (of elements, of rows); a negative one is an error.
+    /// Evaluates a count (of elements, of rows); a negative one is an error, and so is one
+    /// over `limits::MAX_COLLECTION_ELEMENTS` (a count read from hostile data would
+    /// otherwise fan out messages until memory runs out).
     pub fn eval_count(&self, expr: &StateExpr, state: &[i64], what: &'static str) -> Result<usize, OpError> {
         let count = self.eval(expr, state, what)?;
+        let limit = amp_ir::limits::MAX_COLLECTION_ELEMENTS;
+        if u64::try_from(count).is_ok_and(|c| c > limit) {
+            return Err(OpError::CountTooLarge { what, count, limit });
+        }
         usize::try_from(count).map_err(|_| OpError::NegativeCount { what, count })
     }
 
@@ -314,7 +320,9 @@ pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn Nod
         Op::Cond { pred } => Box::new(route::CondOp::new(route::Choice::Pred(pred.clone()))),
         Op::Switch { index, arms } => Box::new(route::CondOp::new(route::Choice::Index(index.clone(), *arms as usize))),
         Op::Phi { arms } => Box::new(route::PhiOp::new(*arms as usize)),
-        Op::Isu { field, value, inverse } => Box::new(route::IsuOp::new(*field, value.clone(), inverse.clone())),
+        Op::Isu { field, value, inverse } => {
+            Box::new(route::IsuOp::new(*field, value.clone(), inverse.clone(), node.trip_limit))
+        }
         Op::Loss(kind) => Box::new(loss::LossOp::new(kind.clone(), node)),
         Op::Flatmap { field, count } => Box::new(elements::FlatmapOp::new(*field, count.clone())),
         Op::Group { field, count } => Box::new(elements::GroupOp::new(*field, count.clone(), node)),

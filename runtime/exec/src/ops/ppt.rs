@@ -337,6 +337,7 @@ mod tests {
             grad_inputs: Vec::new(),
             source: String::new(),
             group: Some(0),
+            trip_limit: None,
             worker: 0,
             replicas: Vec::new(),
             replica_of: None,

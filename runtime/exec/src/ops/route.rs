@@ -91,17 +91,22 @@ pub(crate) struct IsuOp {
     value: StateExpr,
     inverse: Option<StateExpr>,
     old: Keyed<i64>,
+    /// A loop counter's bound (`NodeInfo::trip_limit`).
+    trip_limit: Option<u64>,
 }
 
 impl IsuOp {
-    pub fn new(field: FieldId, value: StateExpr, inverse: Option<StateExpr>) -> IsuOp {
-        IsuOp { field: usize::from(field.0), value, inverse, old: Keyed::new() }
+    pub fn new(field: FieldId, value: StateExpr, inverse: Option<StateExpr>, trip_limit: Option<u64>) -> IsuOp {
+        IsuOp { field: usize::from(field.0), value, inverse, old: Keyed::new(), trip_limit }
     }
 }
 
 impl NodeOp for IsuOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, mut msg: Msg) -> Result<(), OpError> {
         let new = cx.eval(&self.value, &msg.state, "state update")?;
+        if let Some(limit) = self.trip_limit.filter(|&l| u64::try_from(new).is_ok_and(|n| n > l)) {
+            return Err(OpError::TooManyTrips { limit });
+        }
         let Some(slot) = msg.state.get_mut(self.field) else {
             return Err(OpError::OutOfRange { what: "state field", index: self.field as i64, len: msg.state.len() });
         };
