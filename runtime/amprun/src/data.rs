@@ -9,6 +9,7 @@ use amp_data::csv::CsvOptions;
 use amp_data::jsonl::JsonlOptions;
 use amp_data::ptb::PtbOptions;
 use amp_data::sdf::SdfOptions;
+use amp_data::ranges::{first_out_of_range, Range};
 use amp_data::{DataError, Instance, Loaded, PreparedSchema, Vocab, VocabOptions};
 use amp_exec::ExecInstance;
 use amp_ir::{Graph, InstanceData, ResolvedStep, Schema};
@@ -68,6 +69,8 @@ pub struct Loader {
     vocab: Option<Vocab>,
     node_kinds: usize,
     edge_kinds: usize,
+    /// The ranges the model puts on ints of the data (`amp_data::ranges`).
+    ranges: Vec<Range>,
 }
 
 impl Loader {
@@ -86,7 +89,8 @@ impl Loader {
         let vocab = if needs_vocab { Some(vocabulary(graph, args, training)?) } else { None };
         let node_kinds = args.node_kinds.or_else(|| hyper(graph, "kinds")).unwrap_or(8);
         let edge_kinds = args.edge_kinds.or_else(|| hyper(graph, "edge_kinds")).unwrap_or(3);
-        Ok(Loader { schema, prepared, args: args.clone(), vocab, node_kinds, edge_kinds })
+        let ranges = amp_data::ranges::model_ranges(graph);
+        Ok(Loader { schema, prepared, args: args.clone(), vocab, node_kinds, edge_kinds, ranges })
     }
 
     /// Reads a data file: the first bad instance is an error naming file, line and field,
@@ -107,7 +111,48 @@ impl Loader {
             .map(|value| Instance::with_prepared(&self.prepared, value))
             .collect::<Result<Vec<_>, DataError>>()
             .map_err(|e| Failure::data(&e.in_file(&path.display().to_string())))?;
-        Ok(DataSet { path: path.to_path_buf(), format, instances, skipped })
+        let mut set = DataSet { path: path.to_path_buf(), format, instances, skipped };
+        self.check_ranges(&mut set)?;
+        Ok(set)
+    }
+
+    /// Ints outside the model's ranges are bad data, found before any work: the first is
+    /// an error naming file:line:field, or with `--skip-bad-data` every such instance is
+    /// left out and counted.
+    fn check_ranges(&self, set: &mut DataSet) -> Result<(), Failure> {
+        let mut bad: Vec<usize> = Vec::new();
+        let mut first: Option<DataError> = None;
+        for (i, instance) in set.instances.iter().enumerate() {
+            let Some((field, value, range)) = first_out_of_range(instance, &self.ranges) else { continue };
+            bad.push(i);
+            if first.is_some() {
+                continue; // only the first is reported (finding a line reads the file again)
+            }
+            let mut error = DataError::invalid(format!("{value} is out of range for {}: expected 0 to {}", range.what, range.limit - 1))
+                .in_file(&set.path.display().to_string())
+                .in_field(field);
+            if let Some(line) = self.line_of(set, i) {
+                error = error.at_line(line);
+            }
+            if !self.args.skip_bad_data {
+                return Err(Failure::data(&error));
+            }
+            first = Some(error);
+        }
+        if let Some(first) = first {
+            eprintln!(
+                "amprun: skipped {} instance(s) with values out of the model's ranges in {}; the first: {first}",
+                bad.len(),
+                set.path.display()
+            );
+            let mut index = 0;
+            set.instances.retain(|_| {
+                index += 1;
+                bad.binary_search(&(index - 1)).is_err()
+            });
+            set.skipped += bad.len();
+        }
+        Ok(())
     }
 
     fn parse_file(&self, format: Format, path: &Path) -> Result<Loaded, DataError> {

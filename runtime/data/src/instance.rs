@@ -25,6 +25,7 @@
 //! a node) is a tree of its own with its own numbering. Evaluation never panics: a path
 //! that does not fit the value gives `None`.
 
+use crate::ranges::RangeStep;
 use crate::{DataError, DataErrorKind, Tensor, Value};
 use amp_ir::{DataTy, InstanceData, ResolvedStep, Schema};
 use std::sync::Arc;
@@ -131,6 +132,61 @@ impl Instance {
         match self.walk(path)? {
             Cursor::Data(Value::Tensor(t), _) => Some(t),
             _ => None,
+        }
+    }
+
+    /// Calls `f(field, value)` with every int at `path`, where [`RangeStep::Each`] visits
+    /// every element of a sequence or node of a tree; a field a variant lacks is passed
+    /// over. Stops when `f` returns false. `field` spells the path with its indices.
+    pub fn each_int(&self, path: &[RangeStep], f: &mut dyn FnMut(&str, i64) -> bool) {
+        let mut stack = vec![(Cursor::Data(&self.record, &self.root_ty), 0usize, String::new())];
+        while let Some((cursor, at, spelled)) = stack.pop() {
+            let Some(step) = path.get(at) else {
+                let value = match cursor {
+                    Cursor::Data(Value::Int(i), _) => Some(*i),
+                    Cursor::Int(i) => Some(i),
+                    Cursor::Data(Value::Bool(b), _) => Some(i64::from(*b)),
+                    _ => None,
+                };
+                if value.is_some_and(|v| !f(&spelled, v)) {
+                    return;
+                }
+                continue;
+            };
+            let mut successors: Vec<(Option<Cursor<'_>>, String)> = Vec::new();
+            match step {
+                RangeStep::Field(name) => {
+                    let spelled = if spelled.is_empty() { name.clone() } else { format!("{spelled}.{name}") };
+                    successors.push((self.step(cursor, &ResolvedStep::Field(name)), spelled));
+                }
+                RangeStep::At(k) => {
+                    successors.push((self.step(cursor, &ResolvedStep::Index(*k)), format!("{spelled}[{k}]")));
+                }
+                RangeStep::Each => {
+                    let count = match &cursor {
+                        Cursor::Data(Value::Seq(items), _) => items.len(),
+                        Cursor::Node { tree, whole: true, .. } => tree.nodes.len(),
+                        _ => 0,
+                    };
+                    // Reversed, so that the stack visits the elements in order.
+                    for i in (0..count).rev() {
+                        let Ok(k) = i64::try_from(i) else { continue };
+                        let c = match &cursor {
+                            Cursor::Data(v, t) => self.step(Cursor::Data(v, t), &ResolvedStep::Index(k)),
+                            Cursor::Node { tree, node, whole } => {
+                                self.step(Cursor::Node { tree, node: *node, whole: *whole }, &ResolvedStep::Index(k))
+                            }
+                            _ => None,
+                        };
+                        successors.push((c, format!("{spelled}[{i}]")));
+                    }
+                }
+            }
+            for (c, spelled) in successors {
+                if let Some(c) = c {
+                    stack.push((c, at + 1, spelled));
+                }
+            }
         }
     }
 

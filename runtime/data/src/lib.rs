@@ -24,6 +24,7 @@ pub mod generate;
 pub mod instance;
 pub mod jsonl;
 pub mod ptb;
+pub mod ranges;
 pub mod sdf;
 pub mod value;
 pub mod vocab;

@@ -1,0 +1,93 @@
+//! The ranges a model puts on the ints of its data: an Embedding index below the table's
+//! rows, a cross-entropy label below the classes, a `switch` index below its arms. The
+//! loaders know only the schema (an `int` is any int); these come from the graph, so that
+//! a label of 2 for a model of 2 classes is bad data at file:line:field before training,
+//! not a node error mid-epoch that names no field (and `--skip-bad-data` skips it).
+
+use crate::instance::Instance;
+use amp_ir::{DataStep, Graph, LossKind, Op, PayloadTy, StateExpr};
+
+/// One step of a ranged path: a field, every element of a sequence (or every node of a
+/// tree), or one element.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RangeStep {
+    Field(String),
+    Each,
+    At(i64),
+}
+
+/// Every int at `path` must be in `0..limit`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub path: Vec<RangeStep>,
+    pub limit: i64,
+    /// What the int is, for messages: "an index of the Embedding `emb` (3 rows)".
+    pub what: String,
+}
+
+/// The ranges of `graph`'s data reads. A read whose index is computed (`x.tokens[i + 1]`)
+/// puts no range on the data: which elements it reads depends on the run. An index that
+/// is a loop's counter or a collection's element reads every element, so every element
+/// must be in range.
+pub fn model_ranges(graph: &Graph) -> Vec<Range> {
+    let mut out: Vec<Range> = Vec::new();
+    for node in graph.nodes.node_weights() {
+        let (expr, limit, what) = match &node.op {
+            Op::Embedding { param, index } => {
+                let rows = graph.param(&format!("{param}.weight")).and_then(|p| p.shape.first().copied());
+                let Some(rows) = rows else { continue };
+                (index, rows, format!("an index of the Embedding `{param}` ({rows} rows)"))
+            }
+            Op::Loss(LossKind::CrossEntropy { label }) => {
+                let classes = match node.inputs.first() {
+                    Some(PayloadTy::F32(dims)) => dims.last().copied(),
+                    _ => None,
+                };
+                let Some(classes) = classes else { continue };
+                (label, classes, format!("a class label of the loss `{}` ({classes} classes)", node.label))
+            }
+            Op::Switch { index, arms } => {
+                (index, u64::from(*arms), format!("a choice of `{}` ({arms} arms)", node.label))
+            }
+            _ => continue,
+        };
+        let (Some(path), Ok(limit)) = (ranged_path(expr), i64::try_from(limit)) else { continue };
+        if !out.iter().any(|r| r.path == path && r.limit <= limit) {
+            out.retain(|r| !(r.path == path && r.limit > limit));
+            out.push(Range { path, limit, what });
+        }
+    }
+    out
+}
+
+fn ranged_path(expr: &StateExpr) -> Option<Vec<RangeStep>> {
+    let StateExpr::Data(steps) = expr else { return None };
+    steps
+        .iter()
+        .map(|step| match step {
+            DataStep::Field(name) => Some(RangeStep::Field(name.clone())),
+            DataStep::Index(index) => match index.as_ref() {
+                StateExpr::Const(k) => Some(RangeStep::At(*k)),
+                StateExpr::Field(_) => Some(RangeStep::Each),
+                _ => None,
+            },
+        })
+        .collect()
+}
+
+/// The first int of `instance` outside one of `ranges`: the field's path (`nodes[3]`,
+/// `tree[5].word`), its value, and the range it breaks.
+pub fn first_out_of_range<'r>(instance: &Instance, ranges: &'r [Range]) -> Option<(String, i64, &'r Range)> {
+    ranges.iter().find_map(|range| {
+        let mut found = None;
+        instance.each_int(&range.path, &mut |field, value| {
+            if (0..range.limit).contains(&value) {
+                true
+            } else {
+                found = Some((field.to_string(), value));
+                false
+            }
+        });
+        found.map(|(field, value)| (field, value, range))
+    })
+}
