@@ -10,4 +10,4 @@ pub mod lexer;
 mod parser;
 
 pub use amp_diagnostics::{FileId, Span};
-pub use parser::{parse, Parsed, MAX_BRACKET_DEPTH, MAX_OPERATORS_PER_STATEMENT};
+pub use parser::{last_starting_at_or_before, parse, Parsed, MAX_BRACKET_DEPTH, MAX_OPERATORS_PER_STATEMENT};

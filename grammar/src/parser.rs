@@ -62,20 +62,24 @@ fn drop_cascading_syntax_errors(diagnostics: &mut Vec<Diagnostic>, ast: &SourceF
         let index = lexed.tokens.partition_point(|t| t.0 < at);
         let previous = if index == 0 { 0 } else { lexed.tokens[index - 1].0 };
         let next = lexed.tokens.get(index).map_or(usize::MAX, |t| t.0);
-        lexed.errors.iter().any(|e| e.start >= previous && e.start < next.max(at + 1))
+        // Lexing errors are in source order: the first at or after `previous` decides.
+        let first = lexed.errors.partition_point(|e| e.start < previous);
+        lexed.errors.get(first).is_some_and(|e| e.start < next.max(at + 1))
     };
-    // The innermost member or item that contains an offset.
+    // The innermost member or item that contains an offset. Items and members are in
+    // source order, so each is found by binary search: a file of thousands of broken
+    // items must not cost the square of their number.
     let container = |at: usize| -> Option<(usize, usize)> {
         let inside = |span: &Span| (span.start as usize) <= at && at < span.end as usize;
-        let item = ast.items.iter().find(|i| inside(&i.span))?;
+        let item = last_starting_at_or_before(&ast.items, at, |i| i.span).filter(|i| inside(&i.span))?;
         if let ItemKind::Component(c) = &item.kind {
-            if let Some(m) = c.members.iter().find(|m| inside(&m.span)) {
+            if let Some(m) = last_starting_at_or_before(&c.members, at, |m| m.span).filter(|m| inside(&m.span)) {
                 return Some((m.span.start as usize, m.span.end as usize));
             }
         }
         Some((item.span.start as usize, item.span.end as usize))
     };
-    let mut seen: Vec<(usize, usize)> = Vec::new();
+    let mut seen: std::collections::HashSet<(usize, usize)> = std::collections::HashSet::new();
     diagnostics.retain(|d| {
         if !is_syntax(d) {
             return true;
@@ -83,13 +87,18 @@ fn drop_cascading_syntax_errors(diagnostics: &mut Vec<Diagnostic>, ast: &SourceF
         // The first error of a member counts even when it is dropped for following a
         // lexing error: what comes after it in that member is a cascade either way.
         if let Some(c) = container(d.span.start as usize) {
-            if seen.contains(&c) {
+            if !seen.insert(c) {
                 return false;
             }
-            seen.push(c);
         }
         !after_lex_error(d)
     });
+}
+
+/// The last of `sorted` (in source order) whose span starts at or before `at`.
+pub fn last_starting_at_or_before<T>(sorted: &[T], at: usize, span: impl Fn(&T) -> Span) -> Option<&T> {
+    let after = sorted.partition_point(|x| span(x).start as usize <= at);
+    after.checked_sub(1).and_then(|i| sorted.get(i))
 }
 
 /// Brackets nested deeper than this are refused.

@@ -200,11 +200,16 @@ impl<'m> Checker<'m> {
         let inside = |outer: &Span, at: &Span| outer.file == at.file && outer.start <= at.start && at.start < outer.end;
         let mut damaged: Vec<Span> = Vec::new();
         for error in parse_errors {
-            let Some(item) = ast.items.iter().find(|i| inside(&i.span, error)) else {
+            // Items and members are in source order: binary search, not a scan per error.
+            let at = error.start as usize;
+            let item = amp_grammar::last_starting_at_or_before(&ast.items, at, |i| i.span);
+            let Some(item) = item.filter(|i| inside(&i.span, error)) else {
                 continue;
             };
             let span = match &item.kind {
-                ItemKind::Component(c) => match c.members.iter().find(|m| inside(&m.span, error)) {
+                ItemKind::Component(c) => match amp_grammar::last_starting_at_or_before(&c.members, at, |m| m.span)
+                    .filter(|m| inside(&m.span, error))
+                {
                     Some(m) => m.span,
                     // An error in the header: only the header is damaged, not the members.
                     None => {
@@ -216,6 +221,14 @@ impl<'m> Checker<'m> {
             };
             damaged.push(span);
         }
+        // Damaged spans do not overlap (each is an item, a member or a header): sorted, the
+        // one that may contain a diagnostic is the last starting at or before it.
+        damaged.sort_by_key(|s| (s.file, s.start));
+        damaged.dedup();
+        let is_damaged = |at: &Span| {
+            let after = damaged.partition_point(|s| (s.file, s.start) <= (at.file, at.start));
+            after.checked_sub(1).and_then(|i| damaged.get(i)).is_some_and(|s| inside(s, at))
+        };
         // The parser's own diagnostics come first in `diags` and all stay.
         let mut index = 0;
         self.diags.retain(|d| {
@@ -226,7 +239,7 @@ impl<'m> Checker<'m> {
             match d.code {
                 Code::UnusedVariable | Code::UnusedParam | Code::UnusedImport => false,
                 Code::UnknownOverride => true,
-                _ => !damaged.iter().any(|m| inside(m, &d.span)),
+                _ => !is_damaged(&d.span),
             }
         });
     }
