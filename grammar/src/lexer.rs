@@ -283,6 +283,11 @@ pub struct Lexed<'input> {
 pub fn lex(text: &str) -> Lexed<'_> {
     let mut lexed = Lexed { tokens: Vec::new(), docs: Vec::new(), errors: Vec::new() };
     let mut lexer = Tok::lexer(text);
+    // A byte-order mark that editors on Windows write at the start of a UTF-8 file is not
+    // source text; spans stay offsets into the whole text.
+    if text.starts_with('\u{FEFF}') {
+        lexer.bump('\u{FEFF}'.len_utf8());
+    }
     while let Some(result) = lexer.next() {
         let span = lexer.span();
         match result {
@@ -312,6 +317,16 @@ mod tests {
 
     fn kinds(text: &str) -> Vec<Tok<'_>> {
         lex(text).tokens.into_iter().map(|(_, t, _)| t).collect()
+    }
+
+    /// Issue 27 item 12: a BOM-prefixed source was E0001 on its first byte.
+    #[test]
+    fn a_leading_byte_order_mark_is_skipped_and_spans_stay_offsets_into_the_text() {
+        let lexed = lex("\u{FEFF}let x");
+        assert!(lexed.errors.is_empty());
+        assert_eq!(lexed.tokens.first().map(|t| (t.0, t.2)), Some((3, 6)));
+        // Anywhere else it is still an unexpected character.
+        assert_eq!(lex("let \u{FEFF}x").errors.len(), 1);
     }
 
     #[test]

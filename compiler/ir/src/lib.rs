@@ -295,6 +295,64 @@ impl StateExpr {
     }
 }
 
+impl StateExpr {
+    /// Why [`StateExpr::eval`] gives `None` on this state and data, for error messages:
+    /// the innermost part that fails (a field not set, an index past the end of the data,
+    /// a division by zero, an overflow). Recurses as deep as the expression, which the
+    /// verifier bounds.
+    pub fn eval_failure(&self, state: &[i64], data: &dyn InstanceData) -> String {
+        match self {
+            StateExpr::Field(f) => format!("state field #{} is not set", f.0),
+            StateExpr::Const(_) => "a constant cannot fail (internal)".to_string(),
+            StateExpr::Data(path) | StateExpr::Len(path) => {
+                for step in path {
+                    if let DataStep::Index(e) = step {
+                        if e.eval(state, data).is_none() {
+                            return e.eval_failure(state, data);
+                        }
+                    }
+                }
+                path_failure(path, state, data, matches!(self, StateExpr::Len(_)))
+            }
+            StateExpr::Not(e) => e.eval_failure(state, data),
+            StateExpr::Bin(op, a, b) => match (a.eval(state, data), b.eval(state, data)) {
+                (None, _) => a.eval_failure(state, data),
+                (_, None) => b.eval_failure(state, data),
+                (Some(_), Some(0)) if matches!(op, IntOp::Div | IntOp::Rem) => "division by zero".to_string(),
+                (Some(x), Some(y)) => format!("{x} {} {y} overflows a 64-bit int", op.symbol()),
+            },
+        }
+    }
+}
+
+/// Where a resolved data path stops leading anywhere: the longest prefix that does.
+fn path_failure(path: &[DataStep], state: &[i64], data: &dyn InstanceData, wants_sequence: bool) -> String {
+    let Some(resolved) = resolve_path(path, state, data) else {
+        return "an index of the data path cannot be evaluated".to_string();
+    };
+    let spell = |steps: &[ResolvedStep]| {
+        let mut out = String::new();
+        for step in steps {
+            match step {
+                ResolvedStep::Field(name) if out.is_empty() => out.push_str(name),
+                ResolvedStep::Field(name) => out.push_str(&format!(".{name}")),
+                ResolvedStep::Index(i) => out.push_str(&format!("[{i}]")),
+            }
+        }
+        out
+    };
+    for k in (0..resolved.len()).rev() {
+        let prefix = &resolved[..k];
+        if let (Some(len), Some(ResolvedStep::Index(i))) = (data.len_at(prefix), resolved.get(k)) {
+            if *i < 0 || *i >= len {
+                return format!("index {i} is outside `{}`, which has {len} elements", spell(prefix));
+            }
+        }
+    }
+    let want = if wants_sequence { "a sequence" } else { "an int" };
+    format!("the instance has no {want} at `{}`", spell(&resolved))
+}
+
 /// Evaluates the indices of a data path.
 pub fn resolve_path<'a>(path: &'a [DataStep], state: &[i64], data: &dyn InstanceData) -> Option<Vec<ResolvedStep<'a>>> {
     path.iter()

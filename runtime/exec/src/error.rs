@@ -10,7 +10,7 @@ use std::time::Duration;
 pub enum OpError {
     /// A state expression (predicate, index, label, count) could not be evaluated: a
     /// missing datum, an unset field, overflow or division by zero.
-    Eval { what: &'static str },
+    Eval { what: &'static str, why: String },
     /// An int selected something that does not exist (embedding row, switch arm, class).
     OutOfRange { what: &'static str, index: i64, len: usize },
     /// A `read` path does not lead to an f32 leaf of the instance.
@@ -47,7 +47,7 @@ pub enum OpError {
 impl fmt::Display for OpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            OpError::Eval { what } => write!(f, "cannot evaluate the {what} on this instance"),
+            OpError::Eval { what, why } => write!(f, "cannot evaluate the {what} on this instance: {why}"),
             OpError::OutOfRange { what, index, len } => write!(f, "{what} {index} is out of range 0..{len}"),
             OpError::MissingData { path } => write!(f, "the instance has no f32 value at `{path}`"),
             OpError::PayloadSize { expected, found } => {

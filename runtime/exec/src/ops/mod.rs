@@ -133,7 +133,7 @@ impl<'a> NodeCx<'_, 'a> {
     /// Evaluates a state expression on `state` and the message's instance.
     pub fn eval(&self, expr: &StateExpr, state: &[i64], what: &'static str) -> Result<i64, OpError> {
         let instance = self.instance(state)?;
-        expr.eval(state, instance).ok_or(OpError::Eval { what })
+        expr.eval(state, instance).ok_or_else(|| OpError::Eval { what, why: expr.eval_failure(state, instance) })
     }
 
     /// Evaluates a count (of elements, of rows); a negative one is an error, and so is one
