@@ -17,6 +17,7 @@ mod display;
 mod network;
 mod params;
 mod recursion;
+pub mod rollout;
 pub mod shape;
 pub mod typed;
 
