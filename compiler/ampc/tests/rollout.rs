@@ -92,8 +92,7 @@ fn json_output_is_one_object() {
 
 #[test]
 fn edge_lists_override_the_sequential_pattern() {
-    let out =
-        ampc(&["rollout", &example("skip.amp"), "--pattern", "h3->y=1,h1->h3=1", "--message-format", "json"]);
+    let out = ampc(&["rollout", &example("skip.amp"), "--pattern", "h3->y=1,h1->h3=1", "--message-format", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let value = json(&out);
     assert_eq!(value["pattern"]["h3->y"], 1);
@@ -198,7 +197,8 @@ fn usage_errors_exit_two() {
     assert_eq!(none.status.code(), Some(2));
     assert!(stderr(&none).contains("defines no network"), "{}", stderr(&none));
     // A file with errors is reported like `ampc check` and analysed no further.
-    let (_dir2, bad) = temp_file("bad.amp", "network N {\n    input x: f32[2];\n    output y = Linear(2, 1) from q;\n}\n");
+    let (_dir2, bad) =
+        temp_file("bad.amp", "network N {\n    input x: f32[2];\n    output y = Linear(2, 1) from q;\n}\n");
     let out = ampc(&["rollout", bad.to_str().expect("utf-8"), "--message-format", "json"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("\"E0507\""), "{}", stdout(&out));

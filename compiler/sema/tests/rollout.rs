@@ -3,8 +3,7 @@
 //! one of the 2^|E| patterns checked for a cycle) on random small networks.
 
 use amp_sema::rollout::{
-    analyse, enumerate_valid, inference_factor, Pattern, RolloutError, RolloutGraph, MAX_ENUMERATED_EDGES,
-    MAX_WINDOW,
+    analyse, enumerate_valid, inference_factor, Pattern, RolloutError, RolloutGraph, MAX_ENUMERATED_EDGES, MAX_WINDOW,
 };
 use amp_sema::{check_source, Options};
 use proptest::prelude::*;
@@ -67,7 +66,8 @@ fn chains_of_depth_one_to_five_stream_in_one_step_and_run_sequentially_in_d() {
 #[test]
 fn the_depth_three_tableaux_written_out() {
     let (_, g) = graph(&chain(3));
-    let streaming = expect_rows(&[("x", &[0, 0, 0, 0]), ("h1", &[0, 1, 1, 1]), ("h2", &[0, 1, 2, 2]), ("y", &[0, 1, 2, 3])]);
+    let streaming =
+        expect_rows(&[("x", &[0, 0, 0, 0]), ("h1", &[0, 1, 1, 1]), ("h2", &[0, 1, 2, 2]), ("y", &[0, 1, 2, 3])]);
     assert_eq!(rows(&g, &Pattern::streaming(&g), 3), streaming);
     let sequential =
         expect_rows(&[("x", &[0, 0, 0, 0]), ("h1", &[0, 1, 1, 1]), ("h2", &[0, 2, 2, 2]), ("y", &[0, 3, 3, 3])]);
@@ -90,7 +90,8 @@ fn a_skip_network() {
     assert_eq!(inference_factor(&g, &Pattern::sequential(&g)), Ok(3));
     assert_eq!(inference_factor(&g, &Pattern::streaming(&g)), Ok(1));
     // Streamed, y's frame i waits for b's frame i - 1 (the longer path), not a's.
-    let streaming = expect_rows(&[("x", &[0, 0, 0, 0]), ("a", &[0, 1, 1, 1]), ("b", &[0, 1, 2, 2]), ("y", &[0, 1, 2, 3])]);
+    let streaming =
+        expect_rows(&[("x", &[0, 0, 0, 0]), ("a", &[0, 1, 1, 1]), ("b", &[0, 1, 2, 2]), ("y", &[0, 1, 2, 3])]);
     assert_eq!(rows(&g, &Pattern::streaming(&g), 3), streaming);
     // Delaying b->y only: y reads a of its own frame (step 1) and b of the previous one.
     let hybrid = Pattern::with_overrides(&g, "b->y=1").expect("an edge of Skip");
@@ -244,11 +245,8 @@ fn has_undelayed_cycle(nodes: usize, edges: &[(usize, usize)], mask: u32) -> boo
 /// known whatever had all its predecessors known before it. `None` where never known.
 fn simulated_tableau(g: &RolloutGraph, delays: &[u8], window: usize) -> Vec<Vec<Option<usize>>> {
     let frames = window + 1;
-    let mut known: Vec<Vec<Option<usize>>> = g
-        .nodes
-        .iter()
-        .map(|n| (0..frames).map(|i| (n.is_input || i == 0).then_some(0)).collect())
-        .collect();
+    let mut known: Vec<Vec<Option<usize>>> =
+        g.nodes.iter().map(|n| (0..frames).map(|i| (n.is_input || i == 0).then_some(0)).collect()).collect();
     for step in 1.. {
         let before = known.clone();
         let mut changed = false;

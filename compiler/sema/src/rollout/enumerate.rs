@@ -22,7 +22,8 @@ pub fn enumerate_valid(graph: &RolloutGraph) -> Result<Vec<Enumerated>, RolloutE
         return Err(RolloutError::TooManyEdges { edges, limit: MAX_ENUMERATED_EDGES });
     }
     let (small, floor) = touched_part(graph);
-    let mut search = Search { graph: &small, delays: Vec::with_capacity(edges), undelayed: Vec::new(), found: Vec::new() };
+    let mut search =
+        Search { graph: &small, delays: Vec::with_capacity(edges), undelayed: Vec::new(), found: Vec::new() };
     search.extend();
     let found = search
         .found

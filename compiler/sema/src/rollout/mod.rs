@@ -138,9 +138,10 @@ impl Pattern {
                 _ => return Err(syntax()),
             };
             let (source, target) = (source.trim(), target.trim());
-            let found = graph.edges.iter().position(|e| {
-                graph.nodes[e.source].name == source && graph.nodes[e.target].name == target
-            });
+            let found = graph
+                .edges
+                .iter()
+                .position(|e| graph.nodes[e.source].name == source && graph.nodes[e.target].name == target);
             let Some(index) = found else {
                 return Err(RolloutError::UnknownEdge {
                     edge: format!("{source}->{target}"),
@@ -189,13 +190,11 @@ impl RolloutError {
         let name = &graph.name;
         match self {
             RolloutError::Invalid(cycle) => cycle.to_diagnostic(graph),
-            RolloutError::PatternSyntax { item } => Diagnostic::new(
-                Code::BadRolloutPattern,
-                graph.span,
-                format!("`{item}` is not an edge with a delay"),
-            )
-            .with_primary(format!("in the pattern given for `{name}`"))
-            .with_help("write each edge as `source->target=0` or `source->target=1`, separated by commas"),
+            RolloutError::PatternSyntax { item } => {
+                Diagnostic::new(Code::BadRolloutPattern, graph.span, format!("`{item}` is not an edge with a delay"))
+                    .with_primary(format!("in the pattern given for `{name}`"))
+                    .with_help("write each edge as `source->target=0` or `source->target=1`, separated by commas")
+            }
             RolloutError::UnknownEdge { edge, edges } => {
                 let listed = if edges.is_empty() { "none".to_string() } else { edges.join(", ") };
                 Diagnostic::new(Code::BadRolloutPattern, graph.span, format!("`{name}` has no edge `{edge}`"))

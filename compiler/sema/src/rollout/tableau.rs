@@ -19,7 +19,8 @@ pub struct Cycle {
 
 impl Cycle {
     pub(super) fn to_diagnostic(&self, graph: &RolloutGraph) -> Diagnostic {
-        let mut names: Vec<&str> = self.edges.iter().map(|&e| graph.nodes[graph.edges[e].source].name.as_str()).collect();
+        let mut names: Vec<&str> =
+            self.edges.iter().map(|&e| graph.nodes[graph.edges[e].source].name.as_str()).collect();
         if let Some(&first) = names.first() {
             names.push(first);
         }
