@@ -14,3 +14,10 @@ pub const EXAMPLES: &[(&str, &str)] = &[
 pub fn example(name: &str) -> Option<&'static str> {
     EXAMPLES.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
 }
+
+/// The networks of `examples/rollout/` (docs/rollouts.md), by name, with their source.
+pub const ROLLOUT_EXAMPLES: &[(&str, &str)] = &[
+    ("feed_forward", include_str!("../../examples/rollout/feed_forward.amp")),
+    ("skip", include_str!("../../examples/rollout/skip.amp")),
+    ("skip_recurrent", include_str!("../../examples/rollout/skip_recurrent.amp")),
+];

@@ -1,9 +1,12 @@
 //! Bad input never panics or hangs the front end: arbitrary bytes, and the canonical
-//! examples mutated at random (bytes deleted, duplicated, swapped, tokens spliced in).
+//! examples and the rollout networks mutated at random (bytes deleted, duplicated,
+//! swapped, tokens spliced in); the rollout analysis of whatever network the checker
+//! made of them never panics either.
 //! Each case runs under proptest's per-case timeout, which catches a hang.
 
+use amp_sema::rollout::{analyse, enumerate_valid, Pattern, RolloutGraph};
 use amp_sema::{check_source, Options};
-use amp_tests::EXAMPLES;
+use amp_tests::{EXAMPLES, ROLLOUT_EXAMPLES};
 use proptest::prelude::*;
 
 /// Fragments that stress the grammar's recovery and the checker's error paths.
@@ -41,6 +44,11 @@ const SPLICES: &[&str] = &[
     "layer",
     "enum",
     "record",
+    "network",
+    "input",
+    "node",
+    "output",
+    "from",
     "use std::nn::Mlp;",
     "0",
     "-1",
@@ -126,6 +134,24 @@ fn check_everything(text: &str) {
         let v: serde_json::Value = serde_json::from_str(line).expect("each JSON diagnostic line parses");
         assert!(v["code"].is_string());
     }
+    analyse_networks(&map, &checked.program);
+}
+
+/// Every network's streaming, sequential and all-undelayed patterns analysed, and the
+/// valid patterns of small ones enumerated; each refusal rendered.
+fn analyse_networks(map: &amp_diagnostics::SourceMap, program: &amp_sema::Program) {
+    for def in &program.networks {
+        let graph = RolloutGraph::of_network(def);
+        let undelayed = Pattern::from_delays(&graph, &vec![0; graph.edges.len()]).expect("one delay per edge");
+        for pattern in [Pattern::streaming(&graph), Pattern::sequential(&graph), undelayed] {
+            if let Err(e) = analyse(&graph, &pattern, 3) {
+                let _ = amp_diagnostics::render_human(map, &[e.to_diagnostic(&graph)], false);
+            }
+        }
+        if graph.edges.len() <= 10 {
+            let _ = enumerate_valid(&graph);
+        }
+    }
 }
 
 proptest! {
@@ -139,6 +165,15 @@ proptest! {
     #[test]
     fn mutated_examples_never_panic(example in 0..EXAMPLES.len(), mutations in proptest::collection::vec(mutation(), 1..6)) {
         let mut text = EXAMPLES[example].1.to_string();
+        for m in &mutations {
+            text = apply(&text, m);
+        }
+        check_everything(&text);
+    }
+
+    #[test]
+    fn mutated_networks_never_panic(example in 0..ROLLOUT_EXAMPLES.len(), mutations in proptest::collection::vec(mutation(), 1..6)) {
+        let mut text = ROLLOUT_EXAMPLES[example].1.to_string();
         for m in &mutations {
             text = apply(&text, m);
         }
@@ -191,6 +226,15 @@ fn canonical_examples_and_stdlib_check_cleanly() {
             amp_diagnostics::render_human(&map, &checked.diagnostics, false)
         );
         assert_eq!(checked.program.models.len(), 1, "{name} has one model");
+    }
+    for (name, text) in ROLLOUT_EXAMPLES {
+        let (map, checked) = check_source(name, text, &Options::default());
+        assert!(
+            checked.diagnostics.is_empty(),
+            "{name}:\n{}",
+            amp_diagnostics::render_human(&map, &checked.diagnostics, false)
+        );
+        assert_eq!(checked.program.networks.len(), 1, "{name} has one network");
     }
     for module in amp_stdlib::MODULES {
         let (map, checked) = check_source(module.file_name, module.source, &Options::default());

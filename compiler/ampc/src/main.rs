@@ -8,6 +8,7 @@
 //! `exit`, 1 otherwise, as the protocol asks.
 
 mod compile;
+mod rollout;
 
 use amp_diagnostics::{render_human, render_json, Diagnostic, SourceMap};
 use amp_sema::{check_program, Options};
@@ -95,6 +96,33 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
     },
+    /// Analyse a network's rollout: a pattern's validity, inference tableau and
+    /// inference factor, or every valid pattern (see docs/rollouts.md).
+    Rollout {
+        file: PathBuf,
+        /// The network to analyse when the file defines several (default: the first).
+        #[arg(long)]
+        network: Option<String>,
+        /// `streaming` (every edge delayed), `sequential` (only recurrent edges delayed),
+        /// or the sequential pattern with edges overridden: `a->b=1,b->b=0`.
+        #[arg(long, value_name = "streaming|sequential|EDGES", default_value = "sequential")]
+        pattern: String,
+        /// The tableau's frames are 0..=W.
+        #[arg(long, value_name = "W", default_value_t = 1,
+              value_parser = clap::value_parser!(u64).range(0..=amp_sema::rollout::MAX_WINDOW as u64))]
+        window: u64,
+        /// List every valid pattern with its inference factor instead.
+        #[arg(long, conflicts_with_all = ["pattern", "window"])]
+        enumerate: bool,
+        /// Override a hyperparameter or constant: `-D h=64`.
+        #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = amp_sema::parse_define)]
+        define: Vec<(String, i64)>,
+        /// How to print the analysis and diagnostics.
+        #[arg(long, value_enum, default_value = "human")]
+        message_format: MessageFormat,
+        #[arg(long, value_enum, default_value = "auto")]
+        color: ColorChoice,
+    },
     /// Run the language server on stdio, for editors (see docs/editors.md).
     Lsp,
 }
@@ -160,6 +188,20 @@ fn main() -> ExitCode {
             },
             &Printer::new(message_format, color),
         ),
+        Command::Rollout { file, network, pattern, window, enumerate, define, message_format, color } => {
+            rollout::rollout(
+                rollout::RolloutArgs {
+                    file,
+                    network,
+                    pattern,
+                    // At most MAX_WINDOW, checked by clap.
+                    window: usize::try_from(window).unwrap_or(usize::MAX),
+                    enumerate,
+                    defines: define,
+                },
+                &Printer::new(message_format, color),
+            )
+        }
         Command::Lsp => match amp_lsp::run_stdio() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -101,6 +101,10 @@ codes! {
     MissingReturnType = "E0508", Error, "function returns a value but declares no return type";
     // Lowering.
     NotLowered = "E0600", Error, "construct not yet lowered to the dataflow graph";
+    // Rollouts of networks.
+    InvalidRollout = "E0700", Error, "rollout pattern is not valid";
+    BadRolloutPattern = "E0701", Error, "rollout pattern does not fit the network";
+    RolloutTooLarge = "E0702", Error, "rollout analysis too large";
     // Warnings.
     UnusedVariable = "W0001", Warning, "unused variable";
     UnusedParam = "W0002", Warning, "unused parameter";

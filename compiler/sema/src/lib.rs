@@ -2,7 +2,8 @@
 //!
 //! In: a [`SourceMap`] holding the main file (the standard library is added on demand
 //! when the program imports from it) and [`Options`] (hyperparameter overrides). Out: a
-//! typed [`Program`] and every diagnostic found, the parser's included. Pure: no IO.
+//! typed [`Program`] and every diagnostic found, the parser's included. The [`rollout`]
+//! module analyses a checked network's rollout patterns. Pure: no IO.
 //! Depends on `amp-grammar`, `amp-stdlib` and `amp-diagnostics`.
 //!
 //! Invariants: checking never panics and terminates on any input; an expression whose
@@ -17,6 +18,7 @@ mod display;
 mod network;
 mod params;
 mod recursion;
+pub mod rollout;
 pub mod shape;
 pub mod typed;
 

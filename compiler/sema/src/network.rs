@@ -81,6 +81,7 @@ impl Checker<'_> {
                 activation: None,
                 width: None,
                 sources: Vec::new(),
+                source_spans: Vec::new(),
                 span: s.span,
             };
             match s.kind {
@@ -110,6 +111,7 @@ impl Checker<'_> {
                                 let def = names[i].1;
                                 self.reference(src.span, def, format!("network node {}", src.name));
                                 node.sources.push(i);
+                                node.source_spans.push(src.span);
                             }
                             None => {
                                 unknown_source = true;

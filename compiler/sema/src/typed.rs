@@ -187,6 +187,9 @@ pub struct NetworkNode {
     pub width: Option<Dim>,
     /// Indices of source nodes in `NetworkDef::nodes`.
     pub sources: Vec<usize>,
+    /// Where each source is named in the node's `from` clause, parallel to `sources`:
+    /// the rollout analysis points at an edge there.
+    pub source_spans: Vec<Span>,
     pub span: Span,
 }
 

@@ -2,11 +2,14 @@
 //!
 //! A name (a use or a binding) shows the checker's hover text, e.g.
 //! `var h: f32[hidden] (= f32[128])`, and the doc comment of what it names; elsewhere the
-//! innermost typed expression shows `expression: type`.
+//! innermost typed expression shows `expression: type`. A network's name where it is
+//! declared shows its inference factor under the streaming and sequential rollouts.
 
 use super::{doc_at, expr_type_at, final_definition, reference_at};
 use crate::convert::{offset_of, range_of};
 use crate::documents::Analysis;
+use amp_sema::rollout::{inference_factor, Pattern, RolloutGraph};
+use amp_sema::NetworkDef;
 use lsp_types::{Hover, HoverContents, MarkupContent, MarkupKind, Position};
 
 /// Expressions longer than this are not repeated in the hover, only their type is shown.
@@ -15,6 +18,10 @@ const MAX_SHOWN_EXPRESSION: usize = 40;
 pub fn hover(analysis: &Analysis, position: Position) -> Option<Hover> {
     let file = analysis.main_file()?;
     let offset = offset_of(file, position);
+    let declared = analysis.program().networks.iter().find(|n| n.span.file == analysis.main && n.span.contains(offset));
+    if let Some(network) = declared {
+        return Some(markdown(network_hover(network), Some(range_of(file, network.span))));
+    }
     if let Some(reference) = reference_at(analysis, offset) {
         let mut value = code_block(&reference.hover);
         let definition = final_definition(analysis.program(), reference);
@@ -32,6 +39,22 @@ pub fn hover(analysis: &Analysis, position: Position) -> Option<Hover> {
         ty.to_string()
     };
     Some(markdown(code_block(&shown), Some(range_of(file, span))))
+}
+
+/// `network Name` and F(R) of its streaming and sequential rollouts (both always valid:
+/// the first delays every edge, the second leaves only edges to later nodes undelayed).
+fn network_hover(network: &NetworkDef) -> String {
+    let graph = RolloutGraph::of_network(network);
+    let factor = |pattern: Pattern| {
+        inference_factor(&graph, &pattern).map_or_else(|_| "not valid".to_string(), |f| f.to_string())
+    };
+    format!(
+        "{}\n\ninference factor F(R): streaming {}, sequential {} ({} edges; `ampc rollout` for more)",
+        code_block(&format!("network {}", network.name)),
+        factor(Pattern::streaming(&graph)),
+        factor(Pattern::sequential(&graph)),
+        graph.edges.len()
+    )
 }
 
 fn code_block(text: &str) -> String {
@@ -97,6 +120,20 @@ mod tests {
         assert!(hovered.contains("x: f32[n]"), "{hovered}");
         let range = hover(&analysis, Position::new(2, column)).and_then(|h| h.range);
         assert_eq!(range, Some(lsp_types::Range::new(Position::new(2, column), Position::new(2, column + 1))));
+    }
+
+    #[test]
+    fn a_network_name_shows_its_inference_factors() {
+        let text = "network Deep {\n    input x: f32[4];\n    node a = Linear(8, 4) from x, a;\n    \
+                    node b = Linear(4, 4) from a;\n    output y = Linear(4, 2) from b;\n}\n";
+        let analysis = Analysis::of("deep.amp", text);
+        let at_name = position_at(&analysis, "Deep", 0, 1);
+        let hovered = hover_text(&analysis, at_name);
+        assert!(hovered.contains("network Deep"), "{hovered}");
+        assert!(hovered.contains("streaming 1, sequential 3 (4 edges"), "{hovered}");
+        // A node's name is not the network's.
+        let at_node = position_at(&analysis, "node b", 0, 5);
+        assert!(!hover(&analysis, at_node).is_some_and(|h| format!("{h:?}").contains("inference factor")));
     }
 
     #[test]
