@@ -1,9 +1,11 @@
 //! Hover: the type and shape of the name or expression under the cursor.
 //!
 //! A name (a use or a binding) shows the checker's hover text, e.g.
-//! `var h: f32[hidden] (= f32[128])`, and the doc comment of what it names; elsewhere the
-//! innermost typed expression shows `expression: type`.
+//! `var h: f32[hidden] (= f32[128])`, and the doc comment of what it names; a declaration's
+//! name or a `param`'s constructor shows its signature and doc (`declaration`); elsewhere
+//! the innermost typed expression shows `expression: type`.
 
+use super::declaration::declaration_hover;
 use super::{doc_at, expr_type_at, final_definition, reference_at};
 use crate::convert::{offset_of, range_of};
 use crate::documents::Analysis;
@@ -15,6 +17,12 @@ const MAX_SHOWN_EXPRESSION: usize = 40;
 pub fn hover(analysis: &Analysis, position: Position) -> Option<Hover> {
     let file = analysis.main_file()?;
     let offset = offset_of(file, position);
+    if let Some(declared) = declaration_hover(analysis, offset) {
+        return Some(markdown(
+            with_doc(code_block(&declared.signature), declared.doc),
+            Some(range_of(file, declared.span)),
+        ));
+    }
     if let Some(reference) = reference_at(analysis, offset) {
         let mut value = code_block(&reference.hover);
         let definition = final_definition(analysis.program(), reference);
@@ -32,6 +40,15 @@ pub fn hover(analysis: &Analysis, position: Position) -> Option<Hover> {
         ty.to_string()
     };
     Some(markdown(code_block(&shown), Some(range_of(file, span))))
+}
+
+/// `value` followed by a rule and `doc`, if there is one.
+fn with_doc(mut value: String, doc: Option<&str>) -> String {
+    if let Some(doc) = doc {
+        value.push_str("\n\n---\n\n");
+        value.push_str(doc);
+    }
+    value
 }
 
 fn code_block(text: &str) -> String {
