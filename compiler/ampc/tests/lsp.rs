@@ -75,7 +75,12 @@ impl Session {
     fn send(&mut self, message: Value) {
         let body = message.to_string();
         let framed = format!("Content-Length: {}\r\n\r\n{body}", body.len());
-        self.stdin.write_all(framed.as_bytes()).expect("server reads stdin");
+        self.send_raw(framed.as_bytes());
+    }
+
+    /// Writes bytes as they are, framed or not.
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).expect("server reads stdin");
         self.stdin.flush().expect("flush");
     }
 
@@ -302,5 +307,151 @@ fn malformed_requests_get_error_responses_and_the_server_keeps_going() {
     assert!(completion.get("error").is_none(), "{completion}");
     let hover = session.request("textDocument/hover", at(uri, json!({ "line": 99, "character": 99 })));
     assert!(hover.get("error").is_none(), "{hover}");
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+/// Frames `body` (any bytes) with a correct `Content-Length`.
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut bytes = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// A request the server answers with `null` (hover on a document never opened).
+fn still_answers(session: &mut Session, after: &str) {
+    let response = session
+        .request("textDocument/hover", at("file:///tmp/amp-lsp-test/none.amp", json!({ "line": 0, "character": 0 })));
+    assert_eq!(response["result"], Value::Null, "after {after}: {response}");
+    assert!(response.get("error").is_none(), "after {after}: {response}");
+}
+
+/// Peak resident memory of a process in KiB (Linux).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn invalid_json_is_dropped_and_the_server_goes_on() {
+    let mut session = Session::start();
+    session.send_raw(b"Content-Length: 5\r\n\r\n{abc}");
+    still_answers(&mut session, "invalid JSON");
+    session.send_raw(&framed(b"{\"jsonrpc\":\"2.0\",\"id\":"));
+    still_answers(&mut session, "truncated JSON");
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn bad_headers_are_skipped_and_the_server_goes_on() {
+    let mut session = Session::start();
+    session.send_raw(b"Content-Length 5\r\n\r\n{abc}");
+    still_answers(&mut session, "a header without a colon");
+    session.send_raw(b"Content-Length: five\r\n\r\n{}");
+    still_answers(&mut session, "a length that is not a number");
+    session.send_raw(b"\r\n\r\njunk");
+    still_answers(&mut session, "empty lines and junk");
+    session.send_raw(format!("X-Long: {}\r\n", "x".repeat(100_000)).as_bytes());
+    still_answers(&mut session, "a 100 KB header line");
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn non_objects_are_dropped_and_the_server_goes_on() {
+    let mut session = Session::start();
+    for body in
+        [&b"[1, 2]"[..], b"42", b"\"text\"", b"null", b"[{\"jsonrpc\":\"2.0\",\"id\":77,\"method\":\"shutdown\"}]"]
+    {
+        session.send_raw(&framed(body));
+        still_answers(&mut session, &String::from_utf8_lossy(body));
+    }
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn a_message_without_a_method_gets_invalid_request() {
+    let mut session = Session::start();
+    session.send(json!({ "jsonrpc": "2.0", "id": 500, "params": {} }));
+    let answer = session.wait_for(|m| m["id"] == json!(500));
+    assert_eq!(answer["error"]["code"], json!(-32600), "{answer}");
+    session.send(json!({ "jsonrpc": "2.0", "params": {} }));
+    still_answers(&mut session, "a notification without a method");
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn invalid_utf8_gets_a_parse_error_and_the_server_goes_on() {
+    let mut session = Session::start();
+    let mut body = br#"{"jsonrpc":"2.0","id":501,"method":"textDocument/hover","params":{"x":""#.to_vec();
+    body.extend_from_slice(b"\xc3\x28\xff\"}}");
+    session.send_raw(&framed(&body));
+    let answer = session.wait_for(|m| m["id"] == json!(501));
+    assert_eq!(answer["error"]["code"], json!(-32700), "{answer}");
+    session.send_raw(&framed(b"\xff\xfe\xfd"));
+    still_answers(&mut session, "bytes that are not UTF-8");
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn a_huge_content_length_is_refused_without_allocating_it() {
+    let mut session = Session::start();
+    let pid = session.child.id();
+    for huge in ["1000000000000", "3000000000", "99999999999999999999999"] {
+        session.send_raw(
+            format!("Content-Length: {huge}\r\n\r\n{{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"shutdown\"}}")
+                .as_bytes(),
+        );
+        still_answers(&mut session, &format!("Content-Length: {huge}"));
+    }
+    // 3e9 used to allocate 2.9 GB; the server's peak stays that of a small process.
+    if let Some(peak) = peak_rss_kib(pid) {
+        assert!(peak < 512 * 1024, "peak resident memory {peak} KiB");
+    }
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+/// The hover text at the first occurrence of `needle`, `delta` bytes in.
+fn hover_text(session: &mut Session, uri: &str, text: &str, needle: &str, delta: usize) -> String {
+    let hover = session.request("textDocument/hover", at(uri, position_of(text, needle, delta)));
+    hover["result"]["contents"]["value"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn hover_on_declarations_shows_signatures_and_doc_comments() {
+    let mut session = Session::start();
+    let text = "/// One list of tokens and its label.\nrecord Example { tokens: [int], label: int }\n\n\
+                /// Reduces a list.\nmodel Reduce(vocab: int = 14, hidden: int = 128) {\n    \
+                /// The recurrent cell.\n    param cell = Linear(2 * hidden, hidden);\n    \
+                param embed = Embedding(vocab, hidden);\n    param head = Linear(hidden, 2);\n\n    \
+                /// Runs the cell over the tokens.\n    fn forward(x: Example) -> f32[2] {\n        \
+                var h: f32[hidden] = zeros();\n        for tok in x.tokens { h = relu(cell(concat(embed(tok), h))); }\n        \
+                head(h)\n    }\n    fn loss(x: Example) -> f32 { cross_entropy(forward(x), x.label) }\n}\n";
+    let uri = "file:///tmp/amp-lsp-test/declarations.amp";
+    session.open(uri, text);
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    let cases: [(&str, usize, &str, Option<&str>); 7] = [
+        ("record Example", 8, "record Example { tokens: [int], label: int }", Some("One list of tokens")),
+        ("tokens: [int]", 1, "Example.tokens: [int]", None),
+        ("model Reduce", 7, "model Reduce(vocab: int = 14, hidden: int = 128)", Some("Reduces a list.")),
+        ("hidden: int = 128", 2, "hidden: int = 128", None),
+        ("cell =", 0, "param cell: Linear(2 * hidden, hidden)", Some("The recurrent cell.")),
+        ("fn forward", 3, "fn forward(x: Example) -> f32[2]", Some("Runs the cell")),
+        ("Linear(2 * hidden", 0, "weight f32[hidden, 2 * hidden] (= f32[128, 256])", Some("fully connected")),
+    ];
+    for (needle, delta, signature, doc) in cases {
+        let shown = hover_text(&mut session, uri, text, needle, delta);
+        assert!(shown.contains(signature), "hover on `{needle}`: {shown}");
+        if let Some(doc) = doc {
+            assert!(shown.contains(doc), "hover on `{needle}`: {shown}");
+        }
+    }
+    // A standard-library layer's constructor shows its declaration and doc comment.
+    let ggsnn = example("ggsnn.amp");
+    let ggsnn_uri = "file:///tmp/amp-lsp-test/ggsnn-hover.amp";
+    session.open(ggsnn_uri, &ggsnn);
+    assert_eq!(session.diagnostics_for(ggsnn_uri), Vec::<Value>::new());
+    let shown = hover_text(&mut session, ggsnn_uri, &ggsnn, "GruCell(hidden", 3);
+    assert!(shown.contains("layer GruCell(input: int, hidden: int)"), "{shown}");
+    assert!(shown.contains("gated recurrent unit"), "{shown}");
     assert_eq!(session.shut_down(), Some(0));
 }

@@ -12,19 +12,26 @@
 //! are written once to a cache folder so that definitions in `std::nn` have a file URI).
 //! Only this crate knows LSP types; the compiler crates stay pure and never see them.
 //!
-//! Layout: `server` runs the loop and dispatches messages; `documents` keeps the open
+//! Layout: `transport` turns stdin's bytes into messages and messages into stdout's;
+//! `server` runs the loop and dispatches messages; `documents` keeps the open
 //! files and their last analysis; `convert` turns spans, positions and diagnostics into
 //! their LSP forms; `stdlib_files` materialises the standard library; `handlers` answers
 //! hover, definition, symbols and completion from a cached analysis.
 //!
-//! Robustness: no request a client can send makes the server panic; a request whose
-//! parameters do not deserialize gets an `InvalidParams` error response, an unknown one
-//! `MethodNotFound`.
+//! Robustness: no bytes a client can send make the server panic or stop. `transport`
+//! frames messages itself with bounded headers and a bounded `Content-Length`
+//! ([`MAX_CONTENT_LENGTH`]); a body that is not JSON, not an object or has no method gets
+//! a `ParseError`/`InvalidRequest` answer where its id can be read, else a line on
+//! stderr, and the next message is read. A request whose parameters do not deserialize
+//! gets an `InvalidParams` error response, an unknown one `MethodNotFound`. Only the end
+//! of stdin or `exit` ends the server.
 
 mod convert;
 mod documents;
 mod handlers;
 mod server;
 mod stdlib_files;
+mod transport;
 
 pub use server::{run_stdio, ServerError};
+pub use transport::{serve_bytes, MAX_CONTENT_LENGTH};

@@ -1,4 +1,5 @@
-//! The server loop: the LSP handshake, then one message at a time until `exit`.
+//! The server loop: the LSP handshake, then one message at a time until `exit` (or the
+//! end of stdin). Malformed input never reaches it: the transport answers or drops it.
 //!
 //! Notifications about documents update the [`Document`] map (URI -> text and last
 //! analysis) and publish that document's diagnostics; requests are answered from the
@@ -8,7 +9,7 @@
 use crate::documents::Document;
 use crate::handlers;
 use crate::stdlib_files::StdlibFiles;
-use lsp_server::{Connection, ErrorCode, Message, Notification, ProtocolError, Request, RequestId, Response};
+use lsp_server::{Connection, ErrorCode, Message, Notification, Request, RequestId, Response};
 use lsp_types as lsp;
 use lsp_types::notification::{self as note, Notification as _};
 use lsp_types::request::{self as req, Request as _};
@@ -19,8 +20,6 @@ use std::fmt;
 /// Why the server stopped other than by `shutdown` followed by `exit`.
 #[derive(Debug)]
 pub enum ServerError {
-    /// The handshake or the transport broke the protocol.
-    Protocol(ProtocolError),
     /// Reading stdin or writing stdout failed.
     Io(std::io::Error),
     /// A message could not be serialized.
@@ -34,7 +33,6 @@ pub enum ServerError {
 impl fmt::Display for ServerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ServerError::Protocol(e) => write!(f, "protocol error: {e}"),
             ServerError::Io(e) => write!(f, "i/o error: {e}"),
             ServerError::Json(e) => write!(f, "cannot serialize a message: {e}"),
             ServerError::Disconnected => f.write_str("the client closed the connection without `exit`"),
@@ -44,12 +42,6 @@ impl fmt::Display for ServerError {
 }
 
 impl std::error::Error for ServerError {}
-
-impl From<ProtocolError> for ServerError {
-    fn from(e: ProtocolError) -> Self {
-        ServerError::Protocol(e)
-    }
-}
 
 impl From<serde_json::Error> for ServerError {
     fn from(e: serde_json::Error) -> Self {
@@ -66,11 +58,21 @@ pub fn run_stdio() -> Result<(), ServerError> {
             StdlibFiles::none()
         }
     };
-    let (connection, io_threads) = Connection::stdio();
-    serve(&connection, stdlib)?;
-    // Dropping the connection closes the writer; the reader stopped at `exit`.
+    let (connection, io_threads) = crate::transport::stdio().map_err(ServerError::Io)?;
+    let outcome = serve(&connection, stdlib);
+    // Dropping the connection closes the writer once the reader is done too.
     drop(connection);
-    io_threads.join().map_err(ServerError::Io)
+    match outcome {
+        // The reader has stopped: at `exit`, or at the end of stdin, which is what
+        // disconnected the loop. Joining lets the writer send what is still queued.
+        Ok(()) => io_threads.join().map_err(ServerError::Io),
+        Err(ServerError::ExitWithoutShutdown | ServerError::Disconnected) => {
+            let _ = io_threads.join();
+            outcome
+        }
+        // A failed handshake leaves the reader blocked on stdin; the process ends anyway.
+        Err(e) => Err(e),
+    }
 }
 
 /// What the server announces in its `initialize` answer.
@@ -96,16 +98,8 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
 
 /// Serves one client on `connection`: the handshake, then messages until `exit`.
 pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), ServerError> {
-    let (id, _client_capabilities) = connection.initialize_start()?;
-    let answer = lsp::InitializeResult {
-        capabilities: capabilities(),
-        server_info: Some(lsp::ServerInfo {
-            name: "ampc lsp".to_string(),
-            version: Some(env!("CARGO_PKG_VERSION").to_string()),
-        }),
-    };
-    connection.initialize_finish(id, serde_json::to_value(answer)?)?;
     let mut server = Server { connection, stdlib, documents: HashMap::new(), shutdown_requested: false };
+    server.initialize()?;
     for message in &connection.receiver {
         match message {
             Message::Request(request) => {
@@ -134,6 +128,36 @@ struct Server<'c> {
 }
 
 impl Server<'_> {
+    /// The handshake: waits for `initialize` and answers it. Unlike `lsp-server`'s
+    /// `initialize_start`/`initialize_finish`, which end the connection on anything
+    /// unexpected, requests before it get `ServerNotInitialized` and other notifications
+    /// are dropped; `initialized` is then taken by the loop like any notification.
+    fn initialize(&mut self) -> Result<(), ServerError> {
+        for message in &self.connection.receiver {
+            match message {
+                Message::Request(request) if request.method == req::Initialize::METHOD => {
+                    let answer = lsp::InitializeResult {
+                        capabilities: capabilities(),
+                        server_info: Some(lsp::ServerInfo {
+                            name: "ampc lsp".to_string(),
+                            version: Some(env!("CARGO_PKG_VERSION").to_string()),
+                        }),
+                    };
+                    return self.send(success(request.id, serde_json::to_value(answer)?).into());
+                }
+                Message::Request(request) => {
+                    let message = format!("`{}` before `initialize`", request.method);
+                    self.send(error(request.id, ErrorCode::ServerNotInitialized, message).into())?;
+                }
+                Message::Notification(notification) if notification.method == note::Exit::METHOD => {
+                    return Err(ServerError::ExitWithoutShutdown);
+                }
+                Message::Notification(_) | Message::Response(_) => {}
+            }
+        }
+        Err(ServerError::Disconnected)
+    }
+
     fn send(&self, message: Message) -> Result<(), ServerError> {
         self.connection.sender.send(message).map_err(|_| ServerError::Disconnected)
     }
@@ -239,8 +263,8 @@ impl Server<'_> {
                 self.documents.remove(&p.text_document.uri);
                 return self.publish(p.text_document.uri, Vec::new(), None);
             }
-            // `initialized` came with the handshake; `$/cancelRequest` and the rest need
-            // nothing: every request is answered before the next message is read.
+            // `initialized`, `$/cancelRequest` and the rest need nothing: every request is
+            // answered before the next message is read.
             _ => return Ok(()),
         };
         match self.documents.get(&uri) {

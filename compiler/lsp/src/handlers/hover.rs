@@ -1,10 +1,12 @@
 //! Hover: the type and shape of the name or expression under the cursor.
 //!
 //! A name (a use or a binding) shows the checker's hover text, e.g.
-//! `var h: f32[hidden] (= f32[128])`, and the doc comment of what it names; elsewhere the
-//! innermost typed expression shows `expression: type`. A network's name where it is
+//! `var h: f32[hidden] (= f32[128])`, and the doc comment of what it names; a declaration's
+//! name or a `param`'s constructor shows its signature and doc (`declaration`); elsewhere
+//! the innermost typed expression shows `expression: type`. A network's name where it is
 //! declared shows its inference factor under the streaming and sequential rollouts.
 
+use super::declaration::declaration_hover;
 use super::{doc_at, expr_type_at, final_definition, reference_at};
 use crate::convert::{offset_of, range_of};
 use crate::documents::Analysis;
@@ -18,9 +20,15 @@ const MAX_SHOWN_EXPRESSION: usize = 40;
 pub fn hover(analysis: &Analysis, position: Position) -> Option<Hover> {
     let file = analysis.main_file()?;
     let offset = offset_of(file, position);
-    let declared = analysis.program().networks.iter().find(|n| n.span.file == analysis.main && n.span.contains(offset));
-    if let Some(network) = declared {
+    let network = analysis.program().networks.iter().find(|n| n.span.file == analysis.main && n.span.contains(offset));
+    if let Some(network) = network {
         return Some(markdown(network_hover(network), Some(range_of(file, network.span))));
+    }
+    if let Some(declared) = declaration_hover(analysis, offset) {
+        return Some(markdown(
+            with_doc(code_block(&declared.signature), declared.doc),
+            Some(range_of(file, declared.span)),
+        ));
     }
     if let Some(reference) = reference_at(analysis, offset) {
         let mut value = code_block(&reference.hover);
@@ -55,6 +63,15 @@ fn network_hover(network: &NetworkDef) -> String {
         factor(Pattern::sequential(&graph)),
         graph.edges.len()
     )
+}
+
+/// `value` followed by a rule and `doc`, if there is one.
+fn with_doc(mut value: String, doc: Option<&str>) -> String {
+    if let Some(doc) = doc {
+        value.push_str("\n\n---\n\n");
+        value.push_str(doc);
+    }
+    value
 }
 
 fn code_block(text: &str) -> String {

@@ -2,6 +2,7 @@
 //! go-to-definition, document symbols and completion. Nothing here re-checks or does IO.
 
 mod completion;
+mod declaration;
 mod definition;
 mod hover;
 mod symbols;
