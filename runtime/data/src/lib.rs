@@ -25,6 +25,7 @@ pub mod instance;
 pub mod jsonl;
 pub mod ptb;
 pub mod sdf;
+mod strict_json;
 pub mod value;
 pub mod vocab;
 
