@@ -43,7 +43,6 @@ pub fn check_target(path: &Path) -> Result<(), ParamsError> {
 /// lets us create a file (tried with a temporary file of our own pattern, removed at
 /// once), so that a run does not fail only after hours of work.
 pub fn check_writable(path: &Path) -> Result<(), ParamsError> {
-    check_target(path)?;
     let dir = directory(path);
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => {}
@@ -57,6 +56,7 @@ pub fn check_writable(path: &Path) -> Result<(), ParamsError> {
         }
         Err(source) => return Err(ParamsError::Io { path: dir.to_path_buf(), action: "inspect", source }),
     }
+    check_target(path)?;
     let probe = temp_path(path);
     let created = std::fs::OpenOptions::new().write(true).create_new(true).open(&probe);
     match created {
