@@ -128,9 +128,7 @@ impl Loader {
     ) -> Result<Loaded, DataError> {
         let schema = &self.schema;
         match format {
-            Format::Jsonl => {
-                amp_data::jsonl::parse(schema, text, file, &JsonlOptions { skip_bad, threads: 0, limit })
-            }
+            Format::Jsonl => amp_data::jsonl::parse(schema, text, file, &JsonlOptions { skip_bad, threads: 0, limit }),
             Format::Csv => {
                 let options = CsvOptions { skip_bad, scale: self.args.scale, limit, ..CsvOptions::default() };
                 amp_data::csv::parse(schema, text, file, &options)

@@ -119,7 +119,8 @@ fn non_finite_parameters_are_refused_naming_the_tensor() {
         }
         args
     };
-    for args in [with("eval", "--params"), with("infer", "--params"), with("grad", "--params"), with("train", "--init")] {
+    for args in [with("eval", "--params"), with("infer", "--params"), with("grad", "--params"), with("train", "--init")]
+    {
         let out = amprun(dir, &args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
         let err = stderr(&out);
@@ -138,7 +139,8 @@ fn a_checkpoint_with_a_malformed_epoch_says_so() {
     let metadata = [("epoch", "1O"), ("seed", "0")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     amp_params::save(&params, &dir.join("c.safetensors"), &metadata).unwrap();
     let model = example("mlp.amp");
-    let args = ["train", &model, "-D", "hidden=4", "--data", &data, "--save", "c.safetensors", "--resume", "--epochs", "2"];
+    let args =
+        ["train", &model, "-D", "hidden=4", "--data", &data, "--save", "c.safetensors", "--resume", "--epochs", "2"];
     let out = amprun(dir, &args);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);

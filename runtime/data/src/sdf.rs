@@ -48,7 +48,13 @@ impl Default for SdfOptions {
     /// 8 node kinds (C O N Cl S F Br, other), 3 edge kinds (single, double, triple or
     /// more), labels from `<SOL_classification>`.
     fn default() -> SdfOptions {
-        SdfOptions { skip_bad: false, node_kinds: 8, edge_kinds: 3, label_property: "SOL_classification".into(), limit: None }
+        SdfOptions {
+            skip_bad: false,
+            node_kinds: 8,
+            edge_kinds: 3,
+            label_property: "SOL_classification".into(),
+            limit: None,
+        }
     }
 }
 

@@ -259,7 +259,13 @@ fn ptb_errors_name_the_line_and_the_problem() {
     let schema = common::tree_schema();
     let vocab = vocab_of("a b c");
     let parse = |text: &str, skip_bad| {
-        ptb::parse(&schema, text.as_bytes(), "sst/train.txt", &vocab, &PtbOptions { skip_bad, lowercase: false, limit: None })
+        ptb::parse(
+            &schema,
+            text.as_bytes(),
+            "sst/train.txt",
+            &vocab,
+            &PtbOptions { skip_bad, lowercase: false, limit: None },
+        )
     };
     let cases = [
         ("(1 (2 a) (3 b) (1 c))", "sst/train.txt:2: the node ending at column 21 has 3 subtrees: only binary trees fit (a leaf is `(label word)`)"),

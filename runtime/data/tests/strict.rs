@@ -17,7 +17,12 @@ fn jsonl_with_bad_line(lines: usize, bad: usize) -> String {
     (1..=lines).map(|n| if n == bad { BAD } else { GOOD }).collect()
 }
 
-fn parse_jsonl(text: &str, limit: Option<usize>, skip_bad: bool, threads: usize) -> Result<Loaded, amp_data::DataError> {
+fn parse_jsonl(
+    text: &str,
+    limit: Option<usize>,
+    skip_bad: bool,
+    threads: usize,
+) -> Result<Loaded, amp_data::DataError> {
     let options = JsonlOptions { skip_bad, threads, limit };
     jsonl::parse(&generate::list_reduce_schema(), text.as_bytes(), "d.jsonl", &options)
 }
@@ -106,7 +111,9 @@ fn an_overflowing_csv_value_names_its_own_line() {
     let header = (0..64).map(|i| format!("p{i},")).collect::<String>() + "label\n";
     // Line 4 overflows f32 in both files: with a header (then line 4 is the third row) and
     // without one.
-    for text in [header + &row("1") + &row("2") + &row("1e39") + &row("1"), row("1").repeat(3) + &row("-4e38") + &row("1")] {
+    for text in
+        [header + &row("1") + &row("2") + &row("1e39") + &row("1"), row("1").repeat(3) + &row("-4e38") + &row("1")]
+    {
         let error = csv::parse(&schema, text.as_bytes(), "d.csv", &CsvOptions::default()).expect_err("overflow");
         assert!(error.to_string().starts_with("d.csv:4: field `pixels[0]`: expected a finite number"), "{error}");
         let skip = CsvOptions { skip_bad: true, ..Default::default() };
