@@ -57,15 +57,13 @@ pub fn check_writable(path: &Path) -> Result<(), ParamsError> {
         Err(source) => return Err(ParamsError::Io { path: dir.to_path_buf(), action: "inspect", source }),
     }
     check_target(path)?;
-    let probe = temp_path(path);
-    let created = std::fs::OpenOptions::new().write(true).create_new(true).open(&probe);
-    match created {
-        Ok(file) => {
+    match create_temp(path) {
+        Ok((probe, file)) => {
             drop(file);
             let _ = std::fs::remove_file(&probe);
             Ok(())
         }
-        Err(source) => Err(ParamsError::Io { path: probe, action: "create a file like", source }),
+        Err((probe, source)) => Err(ParamsError::Io { path: probe, action: "create a file like", source }),
     }
 }
 
@@ -81,14 +79,13 @@ pub fn write_atomically(
     check_target(path)?;
     remove_stale_temps(path);
     let dir = directory(path);
-    let temp = temp_path(path);
+    let (temp, mut file) =
+        create_temp(path).map_err(|(temp, source)| ParamsError::Io { path: temp, action: "create", source })?;
     let io = |action: &'static str, p: &Path| {
         let p = p.to_path_buf();
         move |source| ParamsError::Io { path: p, action, source }
     };
     let result = (|| {
-        let mut file =
-            std::fs::OpenOptions::new().write(true).create_new(true).open(&temp).map_err(io("create", &temp))?;
         fill(&mut file).map_err(io("write", &temp))?;
         file.sync_all().map_err(io("sync", &temp))?;
         drop(file);
@@ -124,6 +121,21 @@ fn temp_path(path: &Path) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
     directory(path).join(format!(".{}.{}.{unique}.tmp", target_name(path), std::process::id()))
+}
+
+/// Creates a new temporary file beside `path`, never opening one that exists (nor
+/// following a link there): a name that is taken (a file left by a dead process that had
+/// our PID) is passed over for the next.
+fn create_temp(path: &Path) -> Result<(PathBuf, std::fs::File), (PathBuf, std::io::Error)> {
+    let mut tries = 0;
+    loop {
+        let temp = temp_path(path);
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&temp) {
+            Ok(file) => return Ok((temp, file)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && tries < 16 => tries += 1,
+            Err(e) => return Err((temp, e)),
+        }
+    }
 }
 
 /// The process id in `file_name` when it is a temporary file of ours for the target named

@@ -124,6 +124,24 @@ fn stale_temporary_files_of_dead_writers_are_removed_and_nothing_else() {
 }
 
 #[test]
+fn a_temporary_name_that_is_taken_is_passed_over() {
+    let dir = temp_dir("taken");
+    let dir = dir.path();
+    // Left by a dead process that had our PID: never opened (nor removed), and no reason
+    // for the save to fail.
+    let own = std::process::id();
+    for counter in 0..12 {
+        std::fs::write(dir.join(format!(".ckpt.safetensors.{own}.{counter}.tmp")), b"old").unwrap();
+    }
+    let path = dir.join("ckpt.safetensors");
+    let params = ParamSet::init(&specs(), 4);
+    save(&params, &path, &BTreeMap::new()).unwrap();
+    check_writable(&path).unwrap();
+    assert_eq!(load(&path, &specs()).unwrap(), params);
+    assert_eq!(std::fs::read(dir.join(format!(".ckpt.safetensors.{own}.0.tmp"))).unwrap(), b"old");
+}
+
+#[test]
 fn non_finite_parameters_are_named() {
     let mut params = ParamSet::init(&specs(), 3);
     params.check_finite().unwrap();
