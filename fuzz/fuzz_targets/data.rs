@@ -53,8 +53,8 @@ fn check(schema: &Schema, loaded: Result<amp_data::Loaded, amp_data::DataError>)
 fuzz_target!(|data: &[u8]| {
     let vocab = Vocab::from_words(["the", "rock", "film"], &VocabOptions::default());
     for (name, schema) in schemas() {
-        check(schema, jsonl::parse(schema, data, "fuzz.jsonl", &jsonl::JsonlOptions { skip_bad: true, threads: 0 }));
-        check(schema, jsonl::parse(schema, data, "fuzz.jsonl", &jsonl::JsonlOptions { skip_bad: false, threads: 0 }));
+        check(schema, jsonl::parse(schema, data, "fuzz.jsonl", &jsonl::JsonlOptions { skip_bad: true, threads: 0, limit: None }));
+        check(schema, jsonl::parse(schema, data, "fuzz.jsonl", &jsonl::JsonlOptions { skip_bad: false, threads: 0, limit: None }));
         match *name {
             "tree_lstm" => check(schema, ptb::parse(schema, data, "fuzz.txt", &vocab, &ptb::PtbOptions::default())),
             "mlp" => check(schema, csv::parse(schema, data, "fuzz.csv", &csv::CsvOptions::default())),

@@ -50,6 +50,21 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         eprintln!("error: `--emit plan` needs `--workers N` (the number of workers to plan for)");
         return ExitCode::from(2);
     }
+    // With --emit the graph goes to stdout; a file is written when asked for with -o, or
+    // by default when nothing is emitted. Checked before any work.
+    let output = match (&args.output, args.emit.is_some()) {
+        (Some(path), _) => Some(path.clone()),
+        (None, false) => Some(args.file.with_extension("ampg")),
+        (None, true) => None,
+    };
+    if let Some(path) = &output {
+        let mut inputs = vec![("source", args.file.as_path())];
+        inputs.extend(args.profile.as_deref().map(|p| ("profile", p)));
+        if let Err(message) = crate::output::check(path, &inputs) {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    }
     // Read before compiling, so that a bad profile is reported before any other output.
     let profile = match args.profile.as_deref().map(read_profile).transpose() {
         Ok(profile) => profile,
@@ -134,16 +149,9 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
     if let Some(text) = &emitted {
         print!("{text}");
     }
-    // With --emit the graph goes to stdout; a file is written when asked for with -o, or
-    // by default when nothing is emitted.
-    let output = match (&args.output, emitted.is_some()) {
-        (Some(path), _) => Some(path.clone()),
-        (None, false) => Some(args.file.with_extension("ampg")),
-        (None, true) => None,
-    };
     if let Some(path) = output {
-        if let Err(e) = write_atomically(&path, &amp_ir::ampg::write(&graph, plan_json.as_ref())) {
-            eprintln!("error: cannot write `{}`: {e}", path.display());
+        if let Err(message) = crate::output::write_atomically(&path, &amp_ir::ampg::write(&graph, plan_json.as_ref())) {
+            eprintln!("error: {message}");
             return ExitCode::from(2);
         }
         if args.verbose {
@@ -182,17 +190,4 @@ fn kernels_clif(graph: &amp_ir::Graph) -> Result<String, String> {
     let mut cache = amp_jit::KernelCache::new().map_err(|e| e.to_string())?;
     let compiled = amp_jit::compile_groups(&verified, &mut cache);
     Ok(amp_jit::clif_listing(&verified, &compiled))
-}
-
-/// Writes to a temporary file beside `path`, then renames it over `path`: a reader never
-/// sees a half-written graph, and a crash leaves the previous file intact.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
 }

@@ -8,6 +8,7 @@
 //! `exit`, 1 otherwise, as the protocol asks.
 
 mod compile;
+mod output;
 mod rollout;
 
 use amp_diagnostics::{render_human, render_json, Diagnostic, SourceMap};

@@ -118,3 +118,46 @@ fn emits_the_cranelift_ir_of_each_kernel() {
     assert_eq!(none.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&none.stdout), "; @Mlp3: 0 fusion group(s), 0 kernel(s), 0 refused\n");
 }
+
+#[test]
+fn never_writes_the_graph_over_an_input_or_a_special_file() {
+    let dir = temp_dir();
+    let source = dir.path().join("m.amp");
+    std::fs::copy(example("list_reduce.amp"), &source).unwrap();
+    let text = std::fs::read(&source).unwrap();
+    let shown = source.to_str().unwrap();
+    // `-o` naming the source, directly or through another spelling or a link.
+    let dotted = dir.path().join(".").join("m.amp");
+    let linked = dir.path().join("link.amp");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&source, &linked).unwrap();
+    #[cfg(not(unix))]
+    std::fs::hard_link(&source, &linked).unwrap();
+    for output in [shown, dotted.to_str().unwrap(), linked.to_str().unwrap()] {
+        let run = ampc(&["compile", shown, "-o", output]);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "-o {output}: {err}");
+        assert!(err.contains("is the source"), "-o {output}: {err}");
+        assert_eq!(std::fs::read(&source).unwrap(), text, "the source is intact");
+    }
+    // The default output of a source named `.ampg` is the source itself.
+    let odd = dir.path().join("odd.ampg");
+    std::fs::copy(&source, &odd).unwrap();
+    let run = ampc(&["compile", odd.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(std::fs::read(&odd).unwrap(), text);
+    // A symbolic link to another file is refused (the link and its file stay as they are).
+    #[cfg(unix)]
+    {
+        let kept = dir.path().join("kept.ampg");
+        std::fs::write(&kept, b"precious").unwrap();
+        let link = dir.path().join("out.ampg");
+        std::os::unix::fs::symlink(&kept, &link).unwrap();
+        let run = ampc(&["compile", shown, "-o", link.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{err}");
+        assert!(err.contains("symbolic link"), "{err}");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(&kept).unwrap(), b"precious");
+    }
+}

@@ -83,7 +83,8 @@ pub struct DataArgs {
     /// Skip bad instances (and report how many) instead of stopping at the first one.
     #[arg(long)]
     pub skip_bad_data: bool,
-    /// Use only the first N instances of each data file (for quick runs).
+    /// Use only the first N instances of each data file (for quick runs); nothing after
+    /// them is read.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
     /// CSV: multiply every f32 column by this (e.g. 0.0625 for 0-16 pixels).

@@ -96,6 +96,7 @@ pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
 
 /// Writes the mean gradient over the instances and prints the mean loss.
 pub fn grad(args: &GradArgs) -> Result<(), Failure> {
+    setup::check_output("--out", &args.out)?;
     let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec)?;
     let instances = session.data.all();
     if instances.is_empty() {

@@ -78,6 +78,10 @@ impl Loader {
     /// read; when one is PTB, the vocabulary is read from `--vocab` or built from
     /// `training` (and written to `--vocab` when given).
     pub fn new(graph: &Graph, args: &DataArgs, files: &[&Path], training: Option<&Path>) -> Result<Loader, Failure> {
+        if !args.scale.is_finite() {
+            // A flag's value, not the data's fault: every f32 cell times it would be bad.
+            return Err(Failure::usage(format!("--scale {} is not a finite number", args.scale)));
+        }
         let schema = graph.input.clone().ok_or_else(|| {
             Failure::bad_input(format!("the graph of `{}` has no input schema, so it reads no data", graph.name))
         })?;
@@ -98,13 +102,10 @@ impl Loader {
     pub fn load(&self, path: &Path) -> Result<DataSet, Failure> {
         let format = format_of(path, self.args.format)?;
         let loaded = self.parse_file(format, path).map_err(|e| Failure::data(&e))?;
-        let Loaded { mut instances, skipped, first_skipped } = loaded;
+        let Loaded { instances, skipped, first_skipped } = loaded;
         if skipped > 0 {
             let first = first_skipped.map(|e| format!("; the first: {e}")).unwrap_or_default();
             eprintln!("amprun: skipped {skipped} bad instance(s) in {}{first}", path.display());
-        }
-        if let Some(limit) = self.args.limit {
-            instances.truncate(limit);
         }
         let instances = instances
             .into_iter()
@@ -157,19 +158,28 @@ impl Loader {
 
     fn parse_file(&self, format: Format, path: &Path) -> Result<Loaded, DataError> {
         let text = std::fs::read(path).map_err(|e| DataError::io(&path.display().to_string(), &e))?;
-        self.parse(format, &text, &path.display().to_string(), self.args.skip_bad_data)
+        self.parse(format, &text, &path.display().to_string(), self.args.skip_bad_data, self.args.limit)
     }
 
-    fn parse(&self, format: Format, text: &[u8], file: &str, skip_bad: bool) -> Result<Loaded, DataError> {
+    /// Parses `text`; with `limit`, the loaders stop after that many instances and never
+    /// look at the rest (`--limit`: a bad line after them does not matter).
+    fn parse(
+        &self,
+        format: Format,
+        text: &[u8],
+        file: &str,
+        skip_bad: bool,
+        limit: Option<usize>,
+    ) -> Result<Loaded, DataError> {
         let schema = &self.schema;
         match format {
-            Format::Jsonl => amp_data::jsonl::parse(schema, text, file, &JsonlOptions { skip_bad, threads: 0 }),
+            Format::Jsonl => amp_data::jsonl::parse(schema, text, file, &JsonlOptions { skip_bad, threads: 0, limit }),
             Format::Csv => {
-                let options = CsvOptions { skip_bad, scale: self.args.scale, ..CsvOptions::default() };
+                let options = CsvOptions { skip_bad, scale: self.args.scale, limit, ..CsvOptions::default() };
                 amp_data::csv::parse(schema, text, file, &options)
             }
             Format::Ptb => {
-                let options = PtbOptions { skip_bad, lowercase: self.args.lowercase };
+                let options = PtbOptions { skip_bad, lowercase: self.args.lowercase, limit };
                 let empty = Vocab::from_words([], &VocabOptions::default());
                 amp_data::ptb::parse(schema, text, file, self.vocab.as_ref().unwrap_or(&empty), &options)
             }
@@ -179,6 +189,7 @@ impl Loader {
                     node_kinds: self.node_kinds,
                     edge_kinds: self.edge_kinds,
                     label_property: self.args.label_property.clone(),
+                    limit,
                 };
                 amp_data::sdf::parse(schema, text, file, &options)
             }
@@ -191,7 +202,7 @@ impl Loader {
         let text = std::fs::read(&set.path).ok()?;
         let mut seen = 0;
         for (line, record) in records(set.format, &text) {
-            let count = self.parse(set.format, record, "", false).map_or(0, |l| l.instances.len());
+            let count = self.parse(set.format, record, "", false, None).map_or(0, |l| l.instances.len());
             if index < seen + count {
                 return Some(line);
             }
@@ -251,7 +262,9 @@ fn vocabulary(graph: &Graph, args: &DataArgs, training: Option<&Path>) -> Result
                 .to_string(),
         }));
     };
-    let options = PtbOptions { skip_bad: args.skip_bad_data, lowercase: args.lowercase };
+    // With --limit the vocabulary comes from the trees trained on, and a bad line after
+    // them is not read here either.
+    let options = PtbOptions { skip_bad: args.skip_bad_data, lowercase: args.lowercase, limit: args.limit };
     let vocab_options = VocabOptions { max_size: args.vocab_size.or(model_size), ..VocabOptions::default() };
     let vocab = amp_data::ptb::build_vocab_file(training, &options, &vocab_options).map_err(|e| Failure::data(&e))?;
     match &args.vocab {

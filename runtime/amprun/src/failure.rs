@@ -69,7 +69,7 @@ impl Failure {
     pub fn params(what: &str, error: &ParamsError) -> Failure {
         let message = format!("{what}: {error}");
         match error.root() {
-            ParamsError::Io { .. } => Failure::usage(message),
+            ParamsError::Io { .. } | ParamsError::Target { .. } => Failure::usage(message),
             _ => Failure::bad_input(message),
         }
     }
@@ -150,6 +150,10 @@ mod tests {
         let failure = Failure::exec(&panic, &locate);
         assert_eq!(failure.exit, Exit::Executor);
         assert!(failure.message.contains("worker 1") && failure.message.contains("%3"));
+        let leaked = ExecError::Leaked { worker: 2, node: 5, label: "join".into(), held: 3 };
+        let failure = Failure::exec(&leaked, &locate);
+        assert_eq!(failure.exit, Exit::Executor);
+        assert!(failure.message.contains("%5 `join` on worker 2"), "{}", failure.message);
         let config = ExecError::Config { message: "workers must be at least 1".into() };
         assert_eq!(Failure::exec(&config, &locate).exit, Exit::Usage);
     }

@@ -35,16 +35,21 @@
 //! **Data.** The format comes from the extension (`.jsonl`/`.json`, `.txt`/`.ptb`, `.csv`,
 //! `.sdf`) or `--format`; instances are checked against the graph's input schema. The
 //! first bad instance ends the run with `file:line: field ...: what` (exit 1, nothing
-//! written); `--skip-bad-data` skips bad ones and reports the count. `--limit N` keeps the
-//! first N instances of each file. CSV: `--scale` multiplies the f32 columns (0.0625 for
-//! the 0–16 digits). PTB: `--vocab FILE` is read when it exists, else built from the
-//! training file (`--vocab-size`, default the model's `vocab`) and written there; eval,
-//! infer and grad need it. SDF: `--node-kinds`/`--edge-kinds` default to the model's
-//! `kinds`/`edge_kinds`.
+//! written); `--skip-bad-data` skips bad ones and reports the count. `--limit N` reads
+//! only the first N instances of each file (skipped ones do not count): nothing after them
+//! is looked at, so a bad line there does not matter, and a PTB vocabulary built by the
+//! run comes from those N. JSON Lines: an object that repeats a key is a bad instance
+//! (``duplicate key `label` ``). CSV: `--scale` multiplies the f32 columns (0.0625 for the
+//! 0–16 digits; NaN or infinity is a usage error). PTB: `--vocab FILE` is read when it
+//! exists, else built from the training file (`--vocab-size`, default the model's
+//! `vocab`) and written there; eval, infer and grad need it. SDF:
+//! `--node-kinds`/`--edge-kinds` default to the model's `kinds`/`edge_kinds`.
 //!
 //! **Training.** Parameters start from `--seed` (PyTorch's initialisations), from
 //! `--init FILE` (any safetensors file with the model's `state_dict` names, e.g. written by
-//! PyTorch), or with `--resume` from the `--save` checkpoint. Each epoch shuffles the
+//! PyTorch), or with `--resume` from the `--save` checkpoint; parameters holding a NaN or
+//! an infinity are refused there as in eval, infer and grad (exit 1, naming the tensor:
+//! ``tensor `l2.weight` holds NaN at index 5``). Each epoch shuffles the
 //! training instances deterministically from (seed, epoch) (`--no-shuffle` keeps file
 //! order), trains, reports, and writes the checkpoint atomically; the validation of
 //! `--valid` with that epoch's parameters then runs on its own thread (forward only,
@@ -52,7 +57,8 @@
 //! checkpoint holds the parameters, optimizer state and the metadata `model`, `epoch` (epochs finished), `seed`,
 //! `shuffle_epoch`, `data_position`, `instances`, `status`, `optimizer`. `--epochs N` is
 //! the total: a resumed run trains the epochs after the checkpoint's up to N, and ends
-//! with exactly the parameters an uninterrupted run would have. `--min-update-frequency M`
+//! with exactly the parameters an uninterrupted run would have (a checkpoint whose `epoch`
+//! or `seed` is malformed is refused, showing the value). `--min-update-frequency M`
 //! is the minibatch size (updates with the mean gradient of M finished instances);
 //! `--async` lets instances flow past update boundaries (AMPNet's asynchronous mode;
 //! without it, training is minibatch SGD whatever the workers and `--max-active-keys`).
@@ -82,6 +88,14 @@
 //! `loss`, `accuracy` (when the model classifies), `instances_per_s`, `elapsed_s`, and
 //! `updates` for training. `--trace FILE` writes a Chrome/Perfetto trace of every
 //! worker's forward, backward and update work. A summary ends the run on stdout.
+//!
+//! **Files written.** `--save`, `--metrics`, `--trace`, `--profile` and grad's `--out` are
+//! checked before any work: the directory must exist and take a new file, and a path that
+//! exists must be a regular file. A symbolic link, a FIFO, a device (`/dev/null`) or a
+//! directory is refused (exit 2), never replaced by the checkpoint's rename nor written
+//! through. A save also removes the temporary files (`.NAME.PID.N.tmp`) that a save into
+//! the same file left when it was killed, those of processes that are gone (on Linux; on
+//! other systems they stay), and nothing else.
 //!
 //! **Placement.** With `--workers N` the nodes go where the partition plan puts them
 //! (`--plan auto`, the default): the `.ampg` file's plan when it was made for N workers and
@@ -131,9 +145,9 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success |
-//! | 1 | bad input: the model does not compile (diagnostics printed), the graph file is rejected by the loader or the verifier, a data instance is bad (`file:line: field ...`), a parameter file does not fit the model, a node cannot process an instance (``node %5 `if` (cond) at m.amp:7:27 on worker 0 failed on instance 1 (d.jsonl:2): cannot evaluate the predicate on this instance``: the node, where its expression is in the model, and the data line), or the model uses an op the executor cannot run yet |
+//! | 1 | bad input: the model does not compile (diagnostics printed), the graph file is rejected by the loader or the verifier, a data instance is bad (`file:line: field ...`), a parameter file does not fit the model or holds a NaN or an infinity, a node cannot process an instance (``node %5 `if` (cond) at m.amp:7:27 on worker 0 failed on instance 1 (d.jsonl:2): cannot evaluate the predicate on this instance``: the node, where its expression is in the model, and the data line), or the model uses an op the executor cannot run yet |
 //! | 2 | usage: bad flags or values, a file that cannot be read or written |
-//! | 3 | a NaN/Inf loss: `loss of instance I (file:line) is NaN at node loss (%N); training stopped in epoch E`; with `--save`, the last good parameters (those of the last update, with the optimizer state and `status = stopped: ...`) are in the checkpoint |
+//! | 3 | a NaN/Inf loss: `loss of instance I (file:line) is NaN at node loss (%N); training stopped in epoch E`; with `--save`, the checkpoint holds the last good parameters, those of the start of epoch E (the parameters after an update that blew up are never written): a checkpoint this run wrote, or resumed from, holds them already and is left untouched (the message says so); otherwise they are written, with the optimizer state and `status = stopped: ...` |
 //! | 4 | the executor failed: a worker panicked, stalled (`--stall-timeout`) or left messages behind; the message names the node and the worker |
 //!
 //! Layout: `cli` (flags), `model` (compile or load, verify), `data` (loaders, instance

@@ -71,6 +71,7 @@ impl Metrics {
     /// Opens `path` (appending when resuming, else truncating); no file, no metrics.
     pub fn open(path: Option<&Path>, append: bool) -> Result<Metrics, Failure> {
         let Some(path) = path else { return Ok(Metrics { out: None }) };
+        crate::setup::check_target("--metrics", path)?;
         let file = OpenOptions::new()
             .create(true)
             .write(true)
@@ -151,6 +152,7 @@ pub fn write_trace(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> Result<(), Failure> {
+    crate::setup::check_target("--trace", path)?;
     let file = File::create(path).map_err(|e| Failure::io("write", path, &e))?;
     let mut out = BufWriter::new(file);
     write(&mut out).and_then(|()| out.flush()).map_err(|e| Failure::io("write", path, &e))

@@ -29,10 +29,26 @@ pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
 }
 
 /// The model's parameters from a safetensors file (an amprun checkpoint, or a file
-/// written by PyTorch with the model's `state_dict` names and shapes).
+/// written by PyTorch with the model's `state_dict` names and shapes). Parameters holding
+/// a NaN or an infinity are refused, naming the tensor: evaluating or training from them
+/// would only print NaN.
 pub fn load_params(path: &Path, graph: &Graph) -> Result<ParamSet, Failure> {
-    amp_params::load(path, &ParamSpec::of_graph(graph))
-        .map_err(|e| Failure::params(&format!("cannot use `{}` as the parameters", path.display()), &e))
+    let what = format!("cannot use `{}` as the parameters", path.display());
+    let params = amp_params::load(path, &ParamSpec::of_graph(graph)).map_err(|e| Failure::params(&what, &e))?;
+    params.check_finite().map_err(|e| Failure::params(&what, &e))?;
+    Ok(params)
+}
+
+/// Checks, before any work, that the file `flag` names can be written: its directory
+/// exists and takes a new file, and it is absent or a regular file.
+pub fn check_output(flag: &str, path: &Path) -> Result<(), Failure> {
+    amp_params::target::check_writable(path).map_err(|e| Failure::params(flag, &e))
+}
+
+/// Refuses to write through `path` when it exists and is not a regular file (checked
+/// again just before writing: `check_output` ran long before).
+pub fn check_target(flag: &str, path: &Path) -> Result<(), Failure> {
+    amp_params::target::check_target(path).map_err(|e| Failure::params(flag, &e))
 }
 
 /// An executor for `graph`. Runs it on no instances once, so that a graph with an op the

@@ -75,11 +75,24 @@ fn resume(
     }
     let checkpoint = amp_params::load_checkpoint(path, specs)
         .map_err(|e| Failure::params(&format!("cannot resume from `{shown}`"), &e))?;
+    checkpoint.params.check_finite().map_err(|e| Failure::params(&format!("cannot resume from `{shown}`"), &e))?;
     let metadata = &checkpoint.metadata;
     let number = |key: &str| -> Result<u64, Failure> {
-        metadata.get(key).and_then(|v| v.parse().ok()).ok_or_else(|| {
-            Failure::bad_input(format!("cannot resume from `{shown}`: it has no `{key}` (not an amprun checkpoint?)"))
-        })
+        match metadata.get(key) {
+            Some(value) => value.parse().map_err(|_| {
+                // Metadata is untrusted text: shown escaped and cut short.
+                let mut excerpt: String = value.chars().take(40).collect::<String>().escape_debug().collect();
+                if value.chars().nth(40).is_some() {
+                    excerpt.push('…');
+                }
+                Failure::bad_input(format!(
+                    "cannot resume from `{shown}`: its `{key}` is malformed: `{excerpt}` is not a whole number"
+                ))
+            }),
+            None => Err(Failure::bad_input(format!(
+                "cannot resume from `{shown}`: it has no `{key}` (not an amprun checkpoint?)"
+            ))),
+        }
     };
     let epochs_done = number(meta::EPOCH)?;
     let saved_seed = number(meta::SEED)?;

@@ -20,7 +20,7 @@ use crate::start::{meta, starting_point};
 use amp_data::Instance;
 use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Observer, Placement, TraceEvent};
 use amp_ir::Graph;
-use amp_params::OptimConfig;
+use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -93,6 +93,7 @@ impl Observer for Watch<'_> {
 
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let started = Instant::now();
+    check_outputs(args)?;
     let model = model::load(&args.model)?;
     let graph = model.graph;
     let name = display_name(&graph, &args.model.path);
@@ -171,6 +172,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         graph: &graph,
         started,
         last: (None, None),
+        // A resumed run's checkpoint is the `--save` file itself.
+        save_holds_start: args.resume,
+        start_copy: None,
     };
     let result = (first..=args.epochs).try_for_each(|epoch| run.epoch(epoch)).and_then(|()| run.report_validation());
     run.progress.clear();
@@ -179,6 +183,19 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     traced?;
     run.report_placement()?;
     run.summary(first);
+    Ok(())
+}
+
+/// The files the run will write, checked before any work (a directory that is missing
+/// should not end a run after its first epoch) and refused when they exist and are not
+/// regular files (a FIFO, a device, a symbolic link: see `amp_params::target`).
+fn check_outputs(args: &TrainArgs) -> Result<(), Failure> {
+    let outputs = [("--save", &args.save), ("--metrics", &args.metrics), ("--trace", &args.trace)];
+    for (flag, path) in outputs.into_iter().chain([("--profile", &args.profile)]) {
+        if let Some(path) = path {
+            setup::check_output(flag, path)?;
+        }
+    }
     Ok(())
 }
 
@@ -211,11 +228,23 @@ struct TrainRun<'a> {
     started: Instant,
     /// The last train and valid reports, for the summary.
     last: (Option<Report>, Option<Report>),
+    /// Whether the `--save` file holds the parameters and optimizer state of the start
+    /// of the current epoch (this run wrote it after the previous epoch, or resumed from
+    /// it): then a stop on a non-finite loss leaves it as it is.
+    save_holds_start: bool,
+    /// Otherwise, with `--save`, a copy of the parameters and optimizer state at the start
+    /// of the current epoch: what a stop on a non-finite loss writes (the executor's own
+    /// have been updated by then, with the gradients that blew up among them).
+    start_copy: Option<(ParamSet, OptimState)>,
 }
 
 impl TrainRun<'_> {
     fn epoch(&mut self, epoch: u64) -> Result<(), Failure> {
         let n = self.train.len();
+        if self.args.save.is_some() && !self.save_holds_start && self.start_copy.is_none() {
+            let state = (self.executor.params().clone(), self.executor.optimizer_state().clone());
+            self.start_copy = Some(state);
+        }
         let order = if self.args.no_shuffle { (0..n).collect() } else { shuffled(n, self.seed, epoch) };
         self.progress.start(format!("epoch {epoch}/{}", self.args.epochs), n);
         let epoch_start = Instant::now();
@@ -250,7 +279,10 @@ impl TrainRun<'_> {
         self.last.0 = Some(report);
         line.push_str(&format!(" [{:.1}s]", self.started.elapsed().as_secs_f64()));
         if let Some(path) = &self.args.save {
-            self.save(path, epoch, "complete")?;
+            let (params, optim) = (self.executor.params(), self.executor.optimizer_state());
+            self.save(path, params, optim, epoch, "complete")?;
+            self.save_holds_start = true;
+            self.start_copy = None;
         }
         self.progress.line(&line);
         // The previous epoch's validation ran while this epoch trained.
@@ -297,9 +329,15 @@ impl TrainRun<'_> {
         Ok(report)
     }
 
-    /// Saves the executor's parameters and optimizer state after `epochs_done` epochs.
-    fn save(&self, path: &Path, epochs_done: u64, status: &str) -> Result<(), Failure> {
-        let optim = self.executor.optimizer_state();
+    /// Saves parameters and optimizer state as those after `epochs_done` epochs.
+    fn save(
+        &self,
+        path: &Path,
+        params: &ParamSet,
+        optim: &OptimState,
+        epochs_done: u64,
+        status: &str,
+    ) -> Result<(), Failure> {
         let metadata: BTreeMap<String, String> = [
             (meta::MODEL, self.name.clone()),
             (meta::EPOCH, epochs_done.to_string()),
@@ -313,13 +351,17 @@ impl TrainRun<'_> {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        amp_params::save_checkpoint(path, self.executor.params(), Some(optim), &metadata)
+        amp_params::save_checkpoint(path, params, Some(optim), &metadata)
             .map_err(|e| Failure::params(&format!("cannot write the checkpoint `{}`", path.display()), &e))
     }
 
     /// Ends training on an executor error in `epoch`, whose instances `order` lists (the
     /// error's instance index is a position in it).
-    /// On a non-finite loss the last good parameters are saved first.
+    /// On a non-finite loss, the `--save` file ends up with the last good parameters, those
+    /// of the start of the epoch: it holds them already when this run wrote it (or resumed
+    /// from it), and is then left untouched; otherwise they are written from the copy
+    /// taken at the start of the epoch. The parameters the executor holds now were updated
+    /// with the gradients that blew up and are never written.
     fn stop(&mut self, epoch: u64, order: &[usize], error: &ExecError) -> Failure {
         self.progress.clear();
         let locate = |i| describe(self.loader, self.train, Some(order), i);
@@ -330,17 +372,27 @@ impl TrainRun<'_> {
                 locate(*instance as i64),
                 self.executor.node_name(*node)
             );
-            let status = format!("stopped: non-finite loss in epoch {epoch}");
-            match &self.args.save {
-                Some(path) => match self.save(path, epoch - 1, &status) {
-                    Ok(()) => failure.message.push_str(&format!(
-                        "; the last good parameters (those of the last update) are in {}",
-                        path.display()
-                    )),
-                    Err(e) => failure.message.push_str(&format!("; and the checkpoint failed: {e}")),
-                },
-                None => failure.message.push_str("; no checkpoint written (no --save)"),
-            }
+            let good = epoch - 1;
+            let note = match (&self.args.save, self.start_copy.take()) {
+                (None, _) => "; no checkpoint written (no --save)".to_string(),
+                (Some(path), _) if self.save_holds_start => format!(
+                    "; `{}` already holds the last good parameters (those after epoch {good}) and was left as it was",
+                    path.display()
+                ),
+                (Some(path), Some((params, optim))) => {
+                    let status = format!("stopped: non-finite loss in epoch {epoch}");
+                    match self.save(path, &params, &optim, good, &status) {
+                        Ok(()) => format!(
+                            "; the last good parameters (those at the start of epoch {epoch}) are in `{}`",
+                            path.display()
+                        ),
+                        Err(e) => format!("; and the checkpoint failed: {e}"),
+                    }
+                }
+                // Not reached: the copy is taken before every epoch that needs it.
+                (Some(_), None) => "; no checkpoint written (the last good parameters were not kept)".to_string(),
+            };
+            failure.message.push_str(&note);
         }
         failure
     }
@@ -372,6 +424,7 @@ impl TrainRun<'_> {
         }
         if let (Some(path), Some(measure)) = (&self.args.profile, &self.measure) {
             let text = format!("{:#}\n", measure.profile(self.graph).to_json());
+            setup::check_target("--profile", path)?;
             std::fs::write(path, text).map_err(|e| Failure::io("write", path, &e))?;
         }
         Ok(())

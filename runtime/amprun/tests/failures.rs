@@ -69,17 +69,82 @@ fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
     assert!(err.contains("loss of instance 3 (") && err.contains("digits.csv:5)"), "{err}");
     assert!(err.contains("is NaN") && err.contains("training stopped in epoch 1"), "{err}");
     assert!(err.contains("last good parameters") && err.contains("c.safetensors"), "{err}");
-    // The checkpoint holds the parameters after the three good instances, which is what a
-    // run on those three alone ends with.
+    // The checkpoint holds the parameters of the start of the epoch (those of --init), not
+    // those the failing epoch had reached: an update may already have blown them up.
     let stopped = checkpoint(&dir.join("c.safetensors"), &graph);
-    assert!(stopped.metadata["status"].starts_with("stopped: non-finite loss"));
+    assert!(stopped.metadata["status"].starts_with("stopped: non-finite loss in epoch 1"));
     assert_eq!(stopped.metadata["epoch"], "0");
-    args.extend(["--limit", "3"]);
-    let save = args.iter().position(|a| *a == "c.safetensors").unwrap();
-    args[save] = "three.safetensors";
-    amprun_ok(dir, &args);
-    let three = checkpoint(&dir.join("three.safetensors"), &graph);
-    assert_eq!(stopped.params, three.params);
+    assert_eq!(stopped.params, ones);
+    let optim = stopped.optim.expect("the optimizer state");
+    assert!(optim.tensors.iter().all(|t| t.step == 0), "the optimizer state of the start too");
+}
+
+#[test]
+fn a_non_finite_loss_after_a_good_epoch_leaves_the_good_checkpoint_untouched() {
+    let dir = scratch("nan-resume");
+    let dir = dir.path();
+    let data = digits_csv(dir, usize::MAX);
+    let model = example("mlp.amp");
+    let base = ["train", &model, "-D", "hidden=4", "--data", &data, "--no-shuffle", "--save", "c.safetensors"];
+    amprun_ok(dir, &base);
+    let good = std::fs::read(dir.join("c.safetensors")).unwrap();
+    // A learning rate that blows the parameters up at the first update.
+    let mut blowing = base.to_vec();
+    blowing.extend(["--resume", "--epochs", "2", "--lr", "1e30"]);
+    let out = amprun(dir, &blowing);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("training stopped in epoch 2"), "{err}");
+    assert!(err.contains("already holds the last good parameters (those after epoch 1)"), "{err}");
+    assert_eq!(std::fs::read(dir.join("c.safetensors")).unwrap(), good, "the good checkpoint is untouched");
+    let out = amprun_ok(dir, &["eval", &model, "-D", "hidden=4", "--params", "c.safetensors", "--data", &data]);
+    assert!(!stdout(&out).contains("NaN"), "{}", stdout(&out));
+}
+
+#[test]
+fn non_finite_parameters_are_refused_naming_the_tensor() {
+    let dir = scratch("nan-params");
+    let dir = dir.path();
+    let data = digits_csv(dir, usize::MAX);
+    let graph = compile_example("mlp", &[("hidden", 4)]);
+    let mut params = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
+    let at = params.index("l2.weight").expect("l2.weight");
+    params.data_mut(at)[5] = f32::NAN;
+    amp_params::save(&params, &dir.join("nan.safetensors"), &Default::default()).unwrap();
+    let model = example("mlp.amp");
+    let with = |command: &'static str, flag: &'static str| {
+        let mut args = vec![command, &model, "-D", "hidden=4", "--data", &data, flag, "nan.safetensors"];
+        if command == "grad" {
+            args.extend(["--out", "g.safetensors"]);
+        }
+        args
+    };
+    for args in [with("eval", "--params"), with("infer", "--params"), with("grad", "--params"), with("train", "--init")]
+    {
+        let out = amprun(dir, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("nan.safetensors") && err.contains("tensor `l2.weight` holds NaN at index 5"), "{err}");
+        assert!(stdout(&out).is_empty(), "{args:?}: nothing printed: {}", stdout(&out));
+    }
+}
+
+#[test]
+fn a_checkpoint_with_a_malformed_epoch_says_so() {
+    let dir = scratch("bad-epoch");
+    let dir = dir.path();
+    let data = digits_csv(dir, usize::MAX);
+    let graph = compile_example("mlp", &[("hidden", 4)]);
+    let params = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
+    let metadata = [("epoch", "1O"), ("seed", "0")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    amp_params::save(&params, &dir.join("c.safetensors"), &metadata).unwrap();
+    let model = example("mlp.amp");
+    let args =
+        ["train", &model, "-D", "hidden=4", "--data", &data, "--save", "c.safetensors", "--resume", "--epochs", "2"];
+    let out = amprun(dir, &args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("its `epoch` is malformed: `1O` is not a whole number"), "{err}");
 }
 
 #[test]
@@ -142,4 +207,37 @@ fn usage_errors_exit_two() {
     }
     let help = amprun(dir, &["train", "--help"]);
     assert!(stdout(&help).contains("Exit codes:") && stdout(&help).contains("non-finite"));
+}
+
+#[test]
+fn a_non_finite_scale_is_a_usage_error_not_bad_data() {
+    let dir = scratch("scale");
+    let dir = dir.path();
+    let data = digits_csv(dir, usize::MAX);
+    for scale in ["nan", "inf"] {
+        let out = amprun(dir, &["train", &example("mlp.amp"), "-D", "hidden=4", "--data", &data, "--scale", scale]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("--scale") && err.contains("is not a finite number"), "{err}");
+        assert!(!err.contains("digits.csv:"), "no data line is blamed: {err}");
+    }
+}
+
+#[test]
+fn limit_reads_nothing_after_its_instances() {
+    let dir = scratch("limit");
+    let dir = dir.path();
+    let mut lines = list_reduce_lines(6);
+    lines.push(r#"{"tokens":[1,"x"],"label":2}"#.to_string());
+    std::fs::write(dir.join("late.jsonl"), lines.join("\n") + "\n").unwrap();
+    let model = example("list_reduce.amp");
+    let args = ["train", &model, "-D", "hidden=8", "--data", "late.jsonl", "--metrics", "m.jsonl"];
+    let out = amprun(dir, &args);
+    assert_eq!(out.status.code(), Some(1), "the bad line 7 is read without --limit");
+    assert!(stderr(&out).contains("late.jsonl:7:"), "{}", stderr(&out));
+    let mut limited = args.to_vec();
+    limited.extend(["--limit", "6"]);
+    amprun_ok(dir, &limited);
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
+    assert_eq!(metrics[0]["instances"], 6);
 }

@@ -26,11 +26,13 @@ pub struct CsvOptions {
     pub scale: f32,
     /// The cell separator (`,`).
     pub delimiter: char,
+    /// Read only the first this many rows (the rest of the file is not looked at).
+    pub limit: Option<usize>,
 }
 
 impl Default for CsvOptions {
     fn default() -> CsvOptions {
-        CsvOptions { skip_bad: false, scale: 1.0, delimiter: ',' }
+        CsvOptions { skip_bad: false, scale: 1.0, delimiter: ',', limit: None }
     }
 }
 
@@ -41,10 +43,18 @@ pub fn load(schema: &Schema, path: &Path, options: &CsvOptions) -> Result<Loaded
 
 /// Reads the rows of `text`, naming `file` in errors.
 pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &CsvOptions) -> Result<Loaded, DataError> {
+    if !options.scale.is_finite() {
+        // Otherwise every f32 cell would be reported as bad data.
+        let message = format!("the scale {} is not a finite number", options.scale);
+        return Err(DataError::new(DataErrorKind::Options(message)).in_file(file));
+    }
     let layout = Layout::of(schema).map_err(|e| e.in_file(file))?;
     let mut loaded = Loaded::default();
     let mut first = true;
     for (number, line) in lines(text) {
+        if loaded.full(options.limit) {
+            break;
+        }
         let outcome = match line {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => {

@@ -180,6 +180,12 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// Whether `limit` instances are kept already: the loaders read no further (a bad
+    /// line after them is never seen).
+    pub(crate) fn full(&self, limit: Option<usize>) -> bool {
+        limit.is_some_and(|n| self.instances.len() >= n)
+    }
+
     /// Takes the outcome of one instance: keeps it, skips it (with `skip_bad`) or fails.
     pub(crate) fn take(&mut self, outcome: Result<crate::Value, DataError>, skip_bad: bool) -> Result<(), DataError> {
         match outcome {

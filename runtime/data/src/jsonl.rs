@@ -12,7 +12,7 @@
 //! | a record | an object with exactly its fields (missing and unknown fields are errors) |
 //! | an enum | externally tagged: `{"Leaf": {"word": 3, "label": 2}}`; a variant without fields may also be `"Empty"` |
 //!
-//! Blank lines are skipped. serde_json refuses JSON nested deeper than 128 levels, so a tree
+//! Blank lines are skipped. An object that repeats a key is an error naming the key. serde_json refuses JSON nested deeper than 128 levels, so a tree
 //! read from JSON Lines can be about 60 levels deep (each level is two JSON objects); the
 //! PTB loader reads deeper trees. The writer ([`write_line`]) produces what [`parse`] reads.
 
@@ -33,6 +33,8 @@ pub struct JsonlOptions {
     /// Threads that parse a large file (0: as many as the machine runs at once, at most
     /// 8). Whatever the count, the outcome is the same.
     pub threads: usize,
+    /// Read only the first this many instances (no later line is parsed).
+    pub limit: Option<usize>,
 }
 
 /// Reads the instances in `path`.
@@ -46,9 +48,34 @@ pub fn load(schema: &Schema, path: &Path, options: &JsonlOptions) -> Result<Load
 /// outcomes are then taken in file order, so what is kept, skipped or reported is what
 /// one thread would give (the first bad line in the file fails the load). A thread stops
 /// early once an earlier share has failed.
+///
+/// With a limit of N instances, no line after the N-th kept instance is parsed: each
+/// round parses as many more non-blank lines as instances are still wanted (each such
+/// line gives one instance, one skip or the error), so a bad line after them is never
+/// seen and the work done is that of the lines taken.
 pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -> Result<Loaded, DataError> {
     schema.check().map_err(|m| DataError::schema(m).in_file(file))?;
-    let lines: Vec<Line> = lines(text).collect();
+    let mut lines = lines(text).filter(|(_, line)| !matches!(line, Ok(line) if line.trim().is_empty()));
+    let mut loaded = Loaded::default();
+    loop {
+        let wanted = options.limit.map_or(usize::MAX, |n| n.saturating_sub(loaded.instances.len()));
+        if wanted == 0 {
+            break;
+        }
+        let round: Vec<Line> = lines.by_ref().take(wanted).collect();
+        if round.is_empty() {
+            break;
+        }
+        for outcome in parse_lines(schema, &round, file, options) {
+            loaded.take(outcome, options.skip_bad)?;
+        }
+    }
+    Ok(loaded)
+}
+
+/// The outcomes of non-blank `lines`, in order, up to the first that fails the load: on
+/// several threads when there are many.
+fn parse_lines(schema: &Schema, lines: &[Line], file: &str, options: &JsonlOptions) -> Vec<Result<Value, DataError>> {
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS),
         n => n,
@@ -62,7 +89,6 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -
                 break;
             }
             let outcome = match line {
-                Ok(line) if line.trim().is_empty() => continue,
                 Ok(line) => parse_line(schema, line),
                 Err(e) => Err(e.clone()),
             };
@@ -76,20 +102,14 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -
         }
         outcomes
     };
-    let shares: Vec<Vec<Result<Value, DataError>>> = if lines.len() <= share {
-        vec![parse_share((0, &lines))]
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> =
-                lines.chunks(share).enumerate().map(|chunk| scope.spawn(move || parse_share(chunk))).collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-        })
-    };
-    let mut loaded = Loaded::default();
-    for outcome in shares.into_iter().flatten() {
-        loaded.take(outcome, options.skip_bad)?;
+    if lines.len() <= share {
+        return parse_share((0, lines));
     }
-    Ok(loaded)
+    std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            lines.chunks(share).enumerate().map(|chunk| scope.spawn(move || parse_share(chunk))).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    })
 }
 
 /// A line of the file: its number and its text (or why it is not text).
@@ -102,7 +122,8 @@ const LINES_PER_THREAD: usize = 2048;
 
 /// One instance from one line of JSON.
 pub fn parse_line(schema: &Schema, line: &str) -> Result<Value, DataError> {
-    let json: Json = serde_json::from_str(line).map_err(|e| DataError::syntax(format!("invalid JSON: {e}")))?;
+    // Strict: a key given twice is an error, not the last one silently.
+    let json: Json = crate::strict_json::from_str(line).map_err(|e| DataError::syntax(format!("invalid JSON: {e}")))?;
     Reader { schema }.value(&json, &DataTy::Record(schema.input), &mut String::new(), 0)
 }
 

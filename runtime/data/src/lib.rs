@@ -26,6 +26,7 @@ pub mod jsonl;
 pub mod ptb;
 pub mod ranges;
 pub mod sdf;
+mod strict_json;
 pub mod value;
 pub mod vocab;
 

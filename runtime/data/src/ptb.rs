@@ -27,6 +27,9 @@ pub struct PtbOptions {
     pub skip_bad: bool,
     /// Lowercase words before looking them up (use the same setting to build the vocabulary).
     pub lowercase: bool,
+    /// Read only the first this many trees (the rest of the file is not looked at; a
+    /// vocabulary is built from those trees only).
+    pub limit: Option<usize>,
 }
 
 /// Reads the trees in `path`, words indexed by `vocab`.
@@ -45,6 +48,9 @@ pub fn parse(
     let layout = TreeLayout::of(schema).map_err(|e| e.in_file(file))?;
     let mut loaded = Loaded::default();
     for (number, line) in lines(text) {
+        if loaded.full(options.limit) {
+            break;
+        }
         let outcome = match line {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => parse_tree(line).map(|tree| layout.build(&tree, vocab, options.lowercase)),
@@ -58,20 +64,27 @@ pub fn parse(
 /// The vocabulary of the words in the trees of `text` (a training file).
 pub fn build_vocab(text: &[u8], file: &str, options: &PtbOptions, vocab: &VocabOptions) -> Result<Vocab, DataError> {
     let mut words: Vec<String> = Vec::new();
+    let mut trees = 0;
     for (number, line) in lines(text) {
+        if options.limit.is_some_and(|n| trees >= n) {
+            break;
+        }
         let tree = match line {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => parse_tree(line),
             Err(e) => Err(e),
         };
         match tree {
-            Ok(tree) => words.extend(tree.nodes.iter().filter_map(|n| n.word).map(|w| {
-                if options.lowercase {
-                    w.to_lowercase()
-                } else {
-                    w.to_string()
-                }
-            })),
+            Ok(tree) => {
+                trees += 1;
+                words.extend(tree.nodes.iter().filter_map(|n| n.word).map(|w| {
+                    if options.lowercase {
+                        w.to_lowercase()
+                    } else {
+                        w.to_string()
+                    }
+                }))
+            }
             Err(_) if options.skip_bad => {}
             Err(e) => return Err(e.at_line(number).in_file(file)),
         }

@@ -40,13 +40,21 @@ pub struct SdfOptions {
     pub edge_kinds: usize,
     /// The property that holds the label.
     pub label_property: String,
+    /// Read only the first this many molecules (the rest of the file is not looked at).
+    pub limit: Option<usize>,
 }
 
 impl Default for SdfOptions {
     /// 8 node kinds (C O N Cl S F Br, other), 3 edge kinds (single, double, triple or
     /// more), labels from `<SOL_classification>`.
     fn default() -> SdfOptions {
-        SdfOptions { skip_bad: false, node_kinds: 8, edge_kinds: 3, label_property: "SOL_classification".into() }
+        SdfOptions {
+            skip_bad: false,
+            node_kinds: 8,
+            edge_kinds: 3,
+            label_property: "SOL_classification".into(),
+            limit: None,
+        }
     }
 }
 
@@ -74,6 +82,9 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &SdfOptions) -> 
     let mut block: Vec<(usize, Result<&str, DataError>)> = Vec::new();
     let mut all = lines(text).peekable();
     while let Some((number, line)) = all.next() {
+        if loaded.full(options.limit) {
+            break;
+        }
         let end = matches!(&line, Ok(l) if l.trim_end() == "$$$$");
         if !end {
             block.push((number, line));

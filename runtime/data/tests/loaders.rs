@@ -30,7 +30,7 @@ fn error_text(result: Result<Loaded, amp_data::DataError>) -> String {
     result.expect_err("bad data").to_string()
 }
 
-const SKIP: JsonlOptions = JsonlOptions { skip_bad: true, threads: 0 };
+const SKIP: JsonlOptions = JsonlOptions { skip_bad: true, threads: 0, limit: None };
 
 // ---------------------------------------------------------------- JSON Lines
 
@@ -124,7 +124,7 @@ fn jsonl_parsed_on_several_threads_is_parsed_as_on_one() {
             .collect()
     };
     let parse = |text: &str, skip_bad: bool, threads: usize| {
-        jsonl::parse(&schema, text.as_bytes(), "big.jsonl", &JsonlOptions { skip_bad, threads })
+        jsonl::parse(&schema, text.as_bytes(), "big.jsonl", &JsonlOptions { skip_bad, threads, limit: None })
     };
     for bad in [&[][..], &[100, 5_001, 8_002][..], &[5_001, 8_002][..], &[8_999][..]] {
         let text = text(bad);
@@ -259,7 +259,13 @@ fn ptb_errors_name_the_line_and_the_problem() {
     let schema = common::tree_schema();
     let vocab = vocab_of("a b c");
     let parse = |text: &str, skip_bad| {
-        ptb::parse(&schema, text.as_bytes(), "sst/train.txt", &vocab, &PtbOptions { skip_bad, lowercase: false })
+        ptb::parse(
+            &schema,
+            text.as_bytes(),
+            "sst/train.txt",
+            &vocab,
+            &PtbOptions { skip_bad, lowercase: false, limit: None },
+        )
     };
     let cases = [
         ("(1 (2 a) (3 b) (1 c))", "sst/train.txt:2: the node ending at column 21 has 3 subtrees: only binary trees fit (a leaf is `(label word)`)"),
@@ -483,6 +489,10 @@ fn sdf_errors_name_the_line() {
     let loaded = sdf::parse(&schema, two.as_bytes(), "mols.sdf", &SdfOptions { skip_bad: true, ..Default::default() })
         .expect("skipping");
     assert_eq!((loaded.instances.len(), loaded.skipped), (1, 1));
+    // With a limit, the molecules after it are not read.
+    let loaded = sdf::parse(&schema, two.as_bytes(), "mols.sdf", &SdfOptions { limit: Some(1), ..Default::default() })
+        .expect("the bad molecule is after the limit");
+    assert_eq!(loaded.instances.len(), 1);
 
     let unlabelled = PENTANE.replace("SOL_classification", "SOL");
     let error = sdf::parse(&schema, unlabelled.as_bytes(), "mols.sdf", &SdfOptions::default());

@@ -44,15 +44,23 @@ fn load_everything(bytes: &[u8], paths: &[Vec<ResolvedStep>]) {
     for skip_bad in [false, true] {
         let mut results: Vec<(Schema, Result<Loaded, amp_data::DataError>)> = Vec::new();
         for schema in schemas() {
-            results.push((schema.clone(), jsonl::parse(&schema, bytes, "f", &JsonlOptions { skip_bad, threads: 0 })));
+            results.push((
+                schema.clone(),
+                jsonl::parse(&schema, bytes, "f", &JsonlOptions { skip_bad, threads: 0, limit: None }),
+            ));
             let csv = CsvOptions { skip_bad, scale: 0.5, ..Default::default() };
             results.push((schema.clone(), csv::parse(&schema, bytes, "f", &csv)));
-            let ptb = PtbOptions { skip_bad, lowercase: skip_bad };
+            let ptb = PtbOptions { skip_bad, lowercase: skip_bad, limit: None };
             results.push((schema.clone(), ptb::parse(&schema, bytes, "f", &vocab, &ptb)));
             let sdf = SdfOptions { skip_bad, ..Default::default() };
             results.push((schema.clone(), sdf::parse(&schema, bytes, "f", &sdf)));
         }
-        let _ = ptb::build_vocab(bytes, "f", &PtbOptions { skip_bad, lowercase: true }, &VocabOptions::default());
+        let _ = ptb::build_vocab(
+            bytes,
+            "f",
+            &PtbOptions { skip_bad, lowercase: true, limit: None },
+            &VocabOptions::default(),
+        );
         let _ = Vocab::parse(bytes, "f");
         for (schema, result) in results {
             match result {

@@ -305,8 +305,8 @@ pub(crate) fn run(
         control.stop(flush);
         result?;
         if let Some(&(node, held)) = control.held.first() {
-            let label = program.node(node).map(|n| n.label.clone()).unwrap_or_default();
-            return Err(ExecError::Leaked { node, label, held });
+            let (worker, label) = program.node(node).map(|n| (n.worker, n.label.clone())).unwrap_or_default();
+            return Err(ExecError::Leaked { worker, node, label, held });
         }
         // Every worker reported `Stopped`: its waits are all counted.
         control.output.waited =

@@ -106,8 +106,9 @@ pub enum ExecError {
     /// No message was processed for `idle` while instances were in flight.
     Stalled { idle: Duration, in_flight: Vec<usize>, queues: Vec<QueueReport> },
     /// A run finished with messages still held at a node (a join that never completed,
-    /// a cache never released): the graph's keys or routing are wrong.
-    Leaked { node: u32, label: String, held: usize },
+    /// a cache never released): the graph's keys or routing are wrong. `worker` runs the
+    /// node.
+    Leaked { worker: usize, node: u32, label: String, held: usize },
 }
 
 impl ExecError {
@@ -177,9 +178,10 @@ impl fmt::Display for ExecError {
                 }
                 Ok(())
             }
-            ExecError::Leaked { node, label, held } => {
-                write!(f, "node %{node} `{label}` still holds {held} message(s) after the run (bad keys or routing)")
-            }
+            ExecError::Leaked { worker, node, label, held } => write!(
+                f,
+                "node %{node} `{label}` on worker {worker} still holds {held} message(s) after the run (bad keys or routing)"
+            ),
         }
     }
 }

@@ -16,7 +16,8 @@
 //! One file, so that parameters and optimizer state are always from the same moment: the
 //! file is written to a temporary file in the same directory, synced, and renamed over the
 //! old one (then the directory is synced), so a crash at any point leaves either the old
-//! checkpoint or the new one, never a mixture or a torn file.
+//! checkpoint or the new one, never a mixture or a torn file. Only a regular file is
+//! ever replaced (see [`crate::target`]).
 //!
 //! Reading accepts any file `safetensors` accepts (a PyTorch file included): it checks
 //! that every expected parameter is there, F32, with the expected shape, and reports all
@@ -30,8 +31,9 @@ use safetensors::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
+
+pub use crate::target::write_atomically;
 
 /// Prefix of optimizer-state tensors.
 pub const OPTIM_PREFIX: &str = "optim/";
@@ -234,6 +236,8 @@ pub fn save_checkpoint(
     optim: Option<&OptimState>,
     extra: &BTreeMap<String, String>,
 ) -> Result<(), ParamsError> {
+    // Refused before the bytes are built: a checkpoint can be large.
+    crate::target::check_target(path)?;
     let bytes = to_bytes(params, optim, extra).map_err(|e| e.in_file(path))?;
     write_atomically(path, |file| file.write_all(&bytes))
 }
@@ -248,40 +252,4 @@ pub fn load(path: &Path, specs: &[ParamSpec]) -> Result<ParamSet, ParamsError> {
 pub fn load_checkpoint(path: &Path, specs: &[ParamSpec]) -> Result<Checkpoint, ParamsError> {
     let bytes = std::fs::read(path).map_err(|source| ParamsError::Io { path: path.into(), action: "read", source })?;
     from_bytes(&bytes, specs).map_err(|e| e.in_file(path))
-}
-
-/// Writes a file so that `path` holds either its old content or the complete new one,
-/// whatever happens: `fill` writes into a temporary file beside `path`, which is synced
-/// and renamed over `path`; on any error the temporary file is removed and `path` is left
-/// as it was.
-pub fn write_atomically(
-    path: &Path,
-    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
-) -> Result<(), ParamsError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map_or_else(|| "checkpoint".into(), |n| n.to_string_lossy().into_owned());
-    let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let temp: PathBuf = dir.join(format!(".{name}.{}.{unique}.tmp", std::process::id()));
-    let io = |action: &'static str, p: &Path| {
-        let p = p.to_path_buf();
-        move |source| ParamsError::Io { path: p, action, source }
-    };
-    let result = (|| {
-        let mut file = std::fs::File::create(&temp).map_err(io("create", &temp))?;
-        fill(&mut file).map_err(io("write", &temp))?;
-        file.sync_all().map_err(io("sync", &temp))?;
-        drop(file);
-        std::fs::rename(&temp, path).map_err(io("rename into", path))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-        return result;
-    }
-    // Make the rename itself durable; not every platform can open a directory, and the
-    // file is complete either way.
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }

@@ -17,6 +17,12 @@ pub enum ParamsError {
     OptimizerState { message: String },
     /// A metadata key uses the reserved `amp.` namespace or `format`.
     ReservedMetadata { key: String },
+    /// A file cannot be written there: the target exists and is not a regular file, or
+    /// its directory is missing.
+    Target { path: PathBuf, problem: String },
+    /// Parameters hold a NaN or an infinity: `count` values of tensor `name`, the first at
+    /// flat index `index`.
+    NonFinite { name: String, index: usize, value: f32, count: usize },
     /// The error happened in this file.
     InFile { path: PathBuf, source: Box<ParamsError> },
 }
@@ -72,6 +78,14 @@ impl fmt::Display for ParamsError {
             ParamsError::OptimizerState { message } => write!(f, "bad optimizer state: {message}"),
             ParamsError::ReservedMetadata { key } => {
                 write!(f, "metadata key `{key}` is reserved (`format` and keys starting with `amp.`)")
+            }
+            ParamsError::Target { path, problem } => write!(f, "cannot write `{}`: {problem}", path.display()),
+            ParamsError::NonFinite { name, index, value, count } => {
+                write!(f, "tensor `{name}` holds {value} at index {index}")?;
+                if *count > 1 {
+                    write!(f, " ({count} non-finite values in all)")?;
+                }
+                Ok(())
             }
             ParamsError::InFile { path, source } => write!(f, "`{}`: {source}", path.display()),
         }

@@ -9,12 +9,14 @@
 //! [`checkpoint::Checkpoint`]s and [`optim::OptimState`]s. Depends on `amp-ir` (parameter
 //! specs), `safetensors` (the file format) and `rand` (initialisation).
 //!
-//! Modules: [`checkpoint`] (safetensors files, atomic writes, optimizer state beside the
-//! parameters), [`optim`] (the update rules, PyTorch's semantics), [`error`].
+//! Modules: [`checkpoint`] (safetensors files, optimizer state beside the parameters),
+//! [`target`] (atomic writes that replace only regular files, checks before work, stale
+//! temporary files), [`optim`] (the update rules, PyTorch's semantics), [`error`].
 
 pub mod checkpoint;
 pub mod error;
 pub mod optim;
+pub mod target;
 
 pub use checkpoint::{load, load_checkpoint, save, save_checkpoint, Checkpoint};
 pub use error::{Mismatch, ParamsError, ShapeMismatch};
@@ -148,6 +150,20 @@ impl ParamSet {
     pub fn same_layout(&self, other: &ParamSet) -> bool {
         self.specs.len() == other.specs.len()
             && self.specs.iter().zip(&other.specs).all(|(a, b)| a.name == b.name && a.shape == b.shape)
+    }
+
+    /// Refuses parameters holding a NaN or an infinity, naming the first tensor that does:
+    /// such values only ever come from a run that blew up, and computing with them gives
+    /// NaN everywhere without saying why.
+    pub fn check_finite(&self) -> Result<(), ParamsError> {
+        for (spec, values) in self.iter() {
+            if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+                let count = values.iter().filter(|v| !v.is_finite()).count();
+                let name = spec.name.clone();
+                return Err(ParamsError::NonFinite { name, index, value: values[index], count });
+            }
+        }
+        Ok(())
     }
 
     /// Sets every value to zero (reusing a gradient accumulator).

@@ -1,0 +1,71 @@
+//! The `.ampg` file `ampc compile` writes: never over one of its inputs (`-o m.amp` would
+//! replace the source with the graph), never over anything but a regular file (renaming
+//! over a symbolic link, a FIFO or a device such as `/dev/null` replaces it with a
+//! regular file), and atomically.
+
+use std::path::Path;
+
+/// Refuses `output` when it is one of `inputs` (the same file, however named: a
+/// symbolic link or a hard link to it included) or exists and is not a regular file.
+/// Checked before compiling, so nothing is done for a write that would be refused.
+pub(crate) fn check(output: &Path, inputs: &[(&str, &Path)]) -> Result<(), String> {
+    for (what, input) in inputs {
+        if same_file(output, input) {
+            return Err(format!(
+                "the output `{}` is the {what} `{}`: writing the graph there would destroy it (choose another -o)",
+                output.display(),
+                input.display()
+            ));
+        }
+    }
+    check_regular(output)
+}
+
+/// Refuses a target that exists and is not a regular file (never following a link).
+fn check_regular(output: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(output) {
+        Ok(meta) if meta.file_type().is_file() => Ok(()),
+        Ok(meta) => {
+            let kind = if meta.file_type().is_symlink() {
+                "a symbolic link"
+            } else if meta.is_dir() {
+                "a directory"
+            } else {
+                "a special file (a FIFO, a device or a socket)"
+            };
+            Err(format!(
+                "cannot write `{}`: it is {kind}, not a regular file (only a regular file is replaced)",
+                output.display()
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot write `{}`: {e}", output.display())),
+    }
+}
+
+/// Whether `a` and `b` name the same existing file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return x.dev() == y.dev() && x.ino() == y.ino();
+        }
+    }
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// Writes to a temporary file beside `path`, then renames it over `path`: a reader never
+/// sees a half-written graph, and a crash leaves the previous file intact. The target is
+/// checked again just before: compiling may have taken a while.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    check_regular(path)?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result.map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+}
