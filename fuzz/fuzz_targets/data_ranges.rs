@@ -56,7 +56,7 @@ fn check(schema: &Schema, ranges: &[Range], loaded: Result<amp_data::Loaded, amp
 fuzz_target!(|data: &[u8]| {
     let vocab = Vocab::from_words(["the", "rock", "film"], &VocabOptions::default());
     for (name, schema, ranges) in models() {
-        check(schema, ranges, jsonl::parse(schema, data, "fuzz.jsonl", &jsonl::JsonlOptions { skip_bad: true, threads: 0 }));
+        check(schema, ranges, jsonl::parse(schema, data, "fuzz.jsonl", &jsonl::JsonlOptions { skip_bad: true, threads: 0, limit: None }));
         match *name {
             "tree_lstm" => check(schema, ranges, ptb::parse(schema, data, "fuzz.txt", &vocab, &ptb::PtbOptions::default())),
             "mlp" => check(schema, ranges, csv::parse(schema, data, "fuzz.csv", &csv::CsvOptions::default())),
