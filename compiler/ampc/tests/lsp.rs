@@ -68,6 +68,7 @@ impl Session {
         assert_eq!(capabilities["hoverProvider"], json!(true), "{init}");
         assert_eq!(capabilities["definitionProvider"], json!(true));
         assert_eq!(capabilities["documentSymbolProvider"], json!(true));
+        assert_eq!(capabilities["documentFormattingProvider"], json!(true));
         session.notify("initialized", json!({}));
         session
     }
@@ -453,5 +454,50 @@ fn hover_on_declarations_shows_signatures_and_doc_comments() {
     let shown = hover_text(&mut session, ggsnn_uri, &ggsnn, "GruCell(hidden", 3);
     assert!(shown.contains("layer GruCell(input: int, hidden: int)"), "{shown}");
     assert!(shown.contains("gated recurrent unit"), "{shown}");
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+fn formatting(session: &mut Session, uri: &str) -> Value {
+    let options = json!({ "tabSize": 2, "insertSpaces": false });
+    session.request("textDocument/formatting", json!({ "textDocument": { "uri": uri }, "options": options }))
+}
+
+#[test]
+fn formatting_returns_the_canonical_layout_as_one_edit() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/fmt.amp";
+    // Non-ASCII in a comment on the last line: the edit's end is in UTF-16 columns.
+    let messy = "model M(h:int=4){\n  param l=Linear(h,h);\n  fn forward(x:f32[h])->f32[h]{l(x)}\n  fn loss(x:f32[h])->f32{sum(forward(x))}\n} // é𝄞";
+    let formatted = "model M(h: int = 4) {\n    param l = Linear(h, h);\n    fn forward(x: f32[h]) -> f32[h] { l(x) }\n    fn loss(x: f32[h]) -> f32 { sum(forward(x)) }\n} // é𝄞\n";
+    session.open(uri, messy);
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    let response = formatting(&mut session, uri);
+    let edits = response["result"].as_array().cloned().unwrap_or_default();
+    assert_eq!(edits.len(), 1, "{response}");
+    assert_eq!(edits[0]["range"]["start"], json!({ "line": 0, "character": 0 }));
+    assert_eq!(
+        edits[0]["range"]["end"],
+        json!({ "line": 4, "character": 8 }),
+        "the closing brace, the comment and a surrogate pair"
+    );
+    assert_eq!(edits[0]["newText"], formatted, "the editor's tab settings are not the layout's");
+
+    // Once applied, nothing is left to do.
+    session.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": formatted }] }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    assert_eq!(formatting(&mut session, uri)["result"], json!([]));
+
+    // A document with a syntax error gets no edit; an unknown one neither.
+    let broken = "file:///tmp/amp-lsp-test/broken.amp";
+    session.open(broken, "model M {\n  fn forward(x: f32) -> f32 { x +  }\n}\n");
+    assert!(!session.diagnostics_for(broken).is_empty());
+    let response = formatting(&mut session, broken);
+    assert_eq!(response["result"], Value::Null, "{response}");
+    assert!(response.get("error").is_none());
+    assert_eq!(formatting(&mut session, "file:///never-opened.amp")["result"], Value::Null);
+
     assert_eq!(session.shut_down(), Some(0));
 }

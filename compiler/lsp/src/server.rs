@@ -88,6 +88,7 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         hover_provider: Some(lsp::HoverProviderCapability::Simple(true)),
         definition_provider: Some(lsp::OneOf::Left(true)),
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
+        document_formatting_provider: Some(lsp::OneOf::Left(true)),
         completion_provider: Some(lsp::CompletionOptions {
             trigger_characters: Some(vec![".".to_string()]),
             ..lsp::CompletionOptions::default()
@@ -192,6 +193,11 @@ impl Server<'_> {
                 let document = s.documents.get(&at.text_document.uri)?;
                 let items = handlers::completion(&document.analysis, at.position);
                 Some(lsp::CompletionResponse::Array(items))
+            }),
+            req::Formatting::METHOD => self.handle::<req::Formatting>(id, params, |s, p| {
+                // The client's options (tab size, spaces) are not read: the layout is
+                // canonical, four spaces, whatever the editor's settings.
+                handlers::formatting(s.documents.get(&p.text_document.uri)?)
             }),
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }
