@@ -7,6 +7,7 @@
 //! message is read, so answers always describe the latest text.
 
 use crate::documents::Document;
+use crate::error_pages::error_pages_base;
 use crate::handlers;
 use crate::stdlib_files::StdlibFiles;
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, RequestId, Response};
@@ -99,7 +100,8 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
 
 /// Serves one client on `connection`: the handshake, then messages until `exit`.
 pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), ServerError> {
-    let mut server = Server { connection, stdlib, documents: HashMap::new(), shutdown_requested: false };
+    let mut server =
+        Server { connection, stdlib, documents: HashMap::new(), shutdown_requested: false, error_pages: None };
     server.initialize()?;
     for message in &connection.receiver {
         match message {
@@ -126,6 +128,8 @@ struct Server<'c> {
     stdlib: StdlibFiles,
     documents: HashMap<lsp::Uri, Document>,
     shutdown_requested: bool,
+    /// Where diagnostic codes link to, chosen at `initialize` ([`error_pages_base`]).
+    error_pages: Option<String>,
 }
 
 impl Server<'_> {
@@ -137,6 +141,7 @@ impl Server<'_> {
         for message in &self.connection.receiver {
             match message {
                 Message::Request(request) if request.method == req::Initialize::METHOD => {
+                    self.error_pages = error_pages_base(&request.params);
                     let answer = lsp::InitializeResult {
                         capabilities: capabilities(),
                         server_info: Some(lsp::ServerInfo {
@@ -275,7 +280,7 @@ impl Server<'_> {
         };
         match self.documents.get(&uri) {
             Some(document) => {
-                let diagnostics = document.diagnostics(&self.stdlib);
+                let diagnostics = document.diagnostics(&self.stdlib, self.error_pages.as_deref());
                 let version = document.version;
                 self.publish(uri, diagnostics, Some(version))
             }
