@@ -3,8 +3,9 @@
 //! Design: the lexer never stops. Characters it cannot read, unterminated comments and
 //! strings, and out-of-range numbers become [`LexError`]s collected on the side while the
 //! token stream goes on, so the parser always sees a complete stream and can report
-//! syntax errors after a lexing error too. Comments are trivia; doc comments (`///`) are
-//! kept on the side so the parser facade can attach them to items for hover.
+//! syntax errors after a lexing error too. Comments are trivia for the parser: they are
+//! kept on the side ([`Lexed::comments`]) for the formatter, and doc comments (`///`) too,
+//! so the parser facade can attach them to items for hover.
 //!
 //! `int`, `bool` and `f32` are ordinary identifiers (types are resolved by name), and so
 //! are the contextual words of `network` blocks (`input`, `node`, `output`, `from`).
@@ -44,7 +45,8 @@ fn block_comment<'s>(lex: &mut logos::Lexer<'s, Tok<'s>>) -> FilterResult<(), Le
             i += 2;
             if depth == 0 {
                 lex.bump(i);
-                return FilterResult::Skip;
+                // Emitted rather than skipped: `lex` moves it aside for the formatter.
+                return FilterResult::Emit(());
             }
         } else {
             i += 1;
@@ -74,7 +76,7 @@ fn unterminated_string<'s>(_: &mut logos::Lexer<'s, Tok<'s>>) -> Result<(), LexE
 #[logos(error = LexErrorKind)]
 #[logos(skip r"[ \t\r\n\f]+")]
 pub enum Tok<'input> {
-    #[regex(r"//[^\n]*", logos::skip, allow_greedy = true)]
+    #[regex(r"//[^\n]*", allow_greedy = true)]
     #[token("/*", block_comment)]
     Comment,
     #[regex(r"///[^\n]*", priority = 10, allow_greedy = true)]
@@ -276,12 +278,15 @@ pub struct Lexed<'input> {
     pub tokens: Vec<(usize, Tok<'input>, usize)>,
     /// Doc comments with their byte ranges, text without the `///`.
     pub docs: Vec<(usize, usize, &'input str)>,
+    /// The byte ranges of the other comments (`//` and `/* */`), in order; an
+    /// unterminated block comment is an error instead.
+    pub comments: Vec<(usize, usize)>,
     pub errors: Vec<LexError>,
 }
 
 /// Lexes all of `text`. Never fails; errors are collected in [`Lexed::errors`].
 pub fn lex(text: &str) -> Lexed<'_> {
-    let mut lexed = Lexed { tokens: Vec::new(), docs: Vec::new(), errors: Vec::new() };
+    let mut lexed = Lexed { tokens: Vec::new(), docs: Vec::new(), comments: Vec::new(), errors: Vec::new() };
     let mut lexer = Tok::lexer(text);
     // A byte-order mark that editors on Windows write at the start of a UTF-8 file is not
     // source text; spans stay offsets into the whole text.
@@ -291,6 +296,7 @@ pub fn lex(text: &str) -> Lexed<'_> {
     while let Some(result) = lexer.next() {
         let span = lexer.span();
         match result {
+            Ok(Tok::Comment) => lexed.comments.push((span.start, span.end)),
             Ok(Tok::DocComment(doc)) => lexed.docs.push((span.start, span.end, doc.trim_start_matches('/'))),
             Ok(tok) => lexed.tokens.push((span.start, tok, span.end)),
             Err(kind) => {
@@ -380,6 +386,16 @@ mod tests {
         assert_eq!(lexed.tokens.len(), 2);
         assert_eq!(lexed.docs.len(), 1);
         assert_eq!(lexed.docs[0].2, " doc");
+        assert_eq!(lexed.comments, vec![(0, 17)]);
+    }
+
+    #[test]
+    fn line_and_block_comments_are_listed_in_order() {
+        let text = "a // one\n/**/ b /* x /* y */ z */ c //\n";
+        let lexed = lex(text);
+        let comments: Vec<&str> = lexed.comments.iter().map(|&(s, e)| &text[s..e]).collect();
+        assert_eq!(comments, vec!["// one", "/**/", "/* x /* y */ z */", "//"]);
+        assert_eq!(lexed.tokens.len(), 3);
     }
 
     #[test]

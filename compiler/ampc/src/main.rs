@@ -3,11 +3,12 @@
 //! in the `.ampg` file, `--emit plan` prints it, `-v` shows it as a table). It reads and
 //! writes files, parses `-D` overrides and prints diagnostics; it decides nothing else.
 //!
-//! Exit status: 0 when no errors (warnings allowed), 1 when any file has errors, 2 on a
-//! usage error (bad flags, unreadable file). `ampc lsp` exits with 0 after `shutdown` and
+//! Exit status: 0 when no errors (warnings allowed), 1 when any file has errors (or, for
+//! `ampc fmt --check`, would change), 2 on a usage error (bad flags, unreadable file). `ampc lsp` exits with 0 after `shutdown` and
 //! `exit`, 1 otherwise, as the protocol asks.
 
 mod compile;
+mod fmt;
 mod output;
 mod rollout;
 
@@ -124,6 +125,20 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
     },
+    /// Format `.amp` files in place in the canonical layout (see docs/fmt.md).
+    Fmt {
+        /// The files to format; `-` reads stdin and writes the result to stdout.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Change nothing; list the files that would change and exit with 1 if any would.
+        #[arg(long)]
+        check: bool,
+        /// How to print the diagnostics of a file that does not parse.
+        #[arg(long, value_enum, default_value = "human")]
+        message_format: MessageFormat,
+        #[arg(long, value_enum, default_value = "auto")]
+        color: ColorChoice,
+    },
     /// Run the language server on stdio, for editors (see docs/editors.md).
     Lsp,
 }
@@ -202,6 +217,9 @@ fn main() -> ExitCode {
                 },
                 &Printer::new(message_format, color),
             )
+        }
+        Command::Fmt { files, check, message_format, color } => {
+            fmt::fmt(&files, check, &Printer::new(message_format, color))
         }
         Command::Lsp => match amp_lsp::run_stdio() {
             Ok(()) => ExitCode::SUCCESS,

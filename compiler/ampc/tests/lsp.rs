@@ -44,6 +44,11 @@ fn read_message(reader: &mut impl BufRead) -> Option<Value> {
 
 impl Session {
     fn start() -> Session {
+        Session::start_with(json!({ "processId": null, "rootUri": null, "capabilities": {} }))
+    }
+
+    /// Starts a server and initializes it with `params`.
+    fn start_with(params: Value) -> Session {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ampc"))
             .arg("lsp")
             .stdin(Stdio::piped())
@@ -63,11 +68,12 @@ impl Session {
             }
         });
         let mut session = Session { child, stdin, incoming, unclaimed: VecDeque::new(), next_id: 1 };
-        let init = session.request("initialize", json!({ "processId": null, "rootUri": null, "capabilities": {} }));
+        let init = session.request("initialize", params);
         let capabilities = &init["result"]["capabilities"];
         assert_eq!(capabilities["hoverProvider"], json!(true), "{init}");
         assert_eq!(capabilities["definitionProvider"], json!(true));
         assert_eq!(capabilities["documentSymbolProvider"], json!(true));
+        assert_eq!(capabilities["documentFormattingProvider"], json!(true));
         session.notify("initialized", json!({}));
         session
     }
@@ -207,7 +213,7 @@ fn diagnostics_are_published_on_open_and_cleared_once_fixed() {
     let x = BROKEN.find("l(x)").expect("the call") + 2;
     assert_eq!(shape["range"], json!({ "start": position(BROKEN, x), "end": position(BROKEN, x + 1) }));
     assert_eq!(shape["severity"], json!(1));
-    assert_eq!(shape["codeDescription"]["href"], "https://github.com/amp-lang/amp/blob/main/docs/errors/E0301.md");
+    assert_eq!(shape.get("codeDescription"), None, "no workspace and no docsBaseUrl: no link");
     let related = &shape["relatedInformation"][0];
     assert_eq!(related["location"]["uri"], uri);
     assert_eq!(related["location"]["range"]["start"], position_of(BROKEN, "l = Linear", 0));
@@ -454,4 +460,75 @@ fn hover_on_declarations_shows_signatures_and_doc_comments() {
     assert!(shown.contains("layer GruCell(input: int, hidden: int)"), "{shown}");
     assert!(shown.contains("gated recurrent unit"), "{shown}");
     assert_eq!(session.shut_down(), Some(0));
+}
+
+fn formatting(session: &mut Session, uri: &str) -> Value {
+    let options = json!({ "tabSize": 2, "insertSpaces": false });
+    session.request("textDocument/formatting", json!({ "textDocument": { "uri": uri }, "options": options }))
+}
+
+#[test]
+fn formatting_returns_the_canonical_layout_as_one_edit() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/fmt.amp";
+    // Non-ASCII in a comment on the last line: the edit's end is in UTF-16 columns.
+    let messy = "model M(h:int=4){\n  param l=Linear(h,h);\n  fn forward(x:f32[h])->f32[h]{l(x)}\n  fn loss(x:f32[h])->f32{sum(forward(x))}\n} // é𝄞";
+    let formatted = "model M(h: int = 4) {\n    param l = Linear(h, h);\n    fn forward(x: f32[h]) -> f32[h] { l(x) }\n    fn loss(x: f32[h]) -> f32 { sum(forward(x)) }\n} // é𝄞\n";
+    session.open(uri, messy);
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    let response = formatting(&mut session, uri);
+    let edits = response["result"].as_array().cloned().unwrap_or_default();
+    assert_eq!(edits.len(), 1, "{response}");
+    assert_eq!(edits[0]["range"]["start"], json!({ "line": 0, "character": 0 }));
+    assert_eq!(
+        edits[0]["range"]["end"],
+        json!({ "line": 4, "character": 8 }),
+        "the closing brace, the comment and a surrogate pair"
+    );
+    assert_eq!(edits[0]["newText"], formatted, "the editor's tab settings are not the layout's");
+
+    // Once applied, nothing is left to do.
+    session.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": formatted }] }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    assert_eq!(formatting(&mut session, uri)["result"], json!([]));
+
+    // A document with a syntax error gets no edit; an unknown one neither.
+    let broken = "file:///tmp/amp-lsp-test/broken.amp";
+    session.open(broken, "model M {\n  fn forward(x: f32) -> f32 { x +  }\n}\n");
+    assert!(!session.diagnostics_for(broken).is_empty());
+    let response = formatting(&mut session, broken);
+    assert_eq!(response["result"], Value::Null, "{response}");
+    assert!(response.get("error").is_none());
+    assert_eq!(formatting(&mut session, "file:///never-opened.amp")["result"], Value::Null);
+
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+/// The `href` of the first diagnostic of a broken document in a server initialized with
+/// `params`.
+fn first_code_link(params: Value) -> Value {
+    let mut session = Session::start_with(params);
+    let uri = "file:///tmp/amp-lsp-test/link.amp";
+    session.open(uri, BROKEN);
+    let diagnostics = session.diagnostics_for(uri);
+    let href = diagnostics[0]["codeDescription"]["href"].clone();
+    assert_eq!(session.shut_down(), Some(0));
+    href
+}
+
+#[test]
+fn error_codes_link_to_the_configured_pages_or_the_workspace_docs() {
+    let configured =
+        json!({ "capabilities": {}, "initializationOptions": { "docsBaseUrl": "https://amp.example/errors/" } });
+    assert_eq!(first_code_link(configured), "https://amp.example/errors/E0301.md");
+
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository");
+    let root = format!("file://{}", repo.display());
+    let href = first_code_link(json!({ "capabilities": {}, "rootUri": root }));
+    assert_eq!(href, format!("{root}/docs/errors/E0301.md"));
+    let page = repo.join("docs/errors/E0301.md");
+    assert!(page.is_file(), "the link points at a page that exists");
 }

@@ -12,9 +12,6 @@ use lsp_types as lsp;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Where each code's page is published; the page is `docs/errors/<CODE>.md`.
-const ERROR_PAGES: &str = "https://github.com/amp-lang/amp/blob/main/docs/errors";
-
 /// What the client shows as the diagnostic's origin.
 const SOURCE: &str = "ampc";
 
@@ -38,9 +35,10 @@ pub fn offset_of(file: &SourceFile, position: lsp::Position) -> usize {
     file.offset_of_utf16(position.line as usize, position.character as usize)
 }
 
-/// The page that explains `code`.
-pub fn error_page(code: Code) -> Option<lsp::Uri> {
-    format!("{ERROR_PAGES}/{}.md", code.as_str()).parse().ok()
+/// The page that explains `code`, `<base>/<CODE>.md`, where `base` is the URL of a copy
+/// of `docs/errors` (see [`crate::server`] for where it comes from).
+pub fn error_page(base: &str, code: Code) -> Option<lsp::Uri> {
+    format!("{}/{}.md", base.trim_end_matches('/'), code.as_str()).parse().ok()
 }
 
 /// The diagnostic's text as one message: LSP has no separate notes or help, so they
@@ -85,10 +83,12 @@ pub fn location_of(map: &SourceMap, span: Span, uri_of: &dyn Fn(FileId) -> Optio
 
 /// The LSP form of `diagnostic`. Secondary labels become related information (those in
 /// files without a URI are dropped); `None` if the primary span's file is not in `map`.
+/// The code links to its page under `error_pages` when there is one.
 pub fn to_lsp_diagnostic(
     diagnostic: &Diagnostic,
     map: &SourceMap,
     uri_of: &dyn Fn(FileId) -> Option<lsp::Uri>,
+    error_pages: Option<&str>,
 ) -> Option<lsp::Diagnostic> {
     let file = map.get(diagnostic.span.file)?;
     let related: Vec<lsp::DiagnosticRelatedInformation> = diagnostic
@@ -105,7 +105,9 @@ pub fn to_lsp_diagnostic(
         range: range_of(file, diagnostic.span),
         severity: Some(severity_of(diagnostic.severity())),
         code: Some(lsp::NumberOrString::String(diagnostic.code.as_str().to_string())),
-        code_description: error_page(diagnostic.code).map(|href| lsp::CodeDescription { href }),
+        code_description: error_pages
+            .and_then(|base| error_page(base, diagnostic.code))
+            .map(|href| lsp::CodeDescription { href }),
         source: Some(SOURCE.to_string()),
         message: message_of(diagnostic),
         related_information: (!related.is_empty()).then_some(related),
@@ -174,7 +176,7 @@ mod tests {
         let unknown = checked.diagnostics.iter().find(|d| d.code == Code::UnknownName).expect("`foo` is unknown");
         let main_uri = uri("file:///m.amp");
         let converted =
-            to_lsp_diagnostic(unknown, &map, &|_| Some(main_uri.clone())).expect("the span's file is in the map");
+            to_lsp_diagnostic(unknown, &map, &|_| Some(main_uri.clone()), None).expect("the span's file is in the map");
         let line = text.lines().nth(1).expect("two lines");
         let byte_column = line.find("foo").expect("foo on line 2");
         // `é` takes 2 bytes and 1 unit, `𝄞` 4 bytes and 2 units: 3 fewer units than bytes.
@@ -195,11 +197,12 @@ mod tests {
             .with_help("a help");
         let main_uri = uri("file:///a.amp");
         let uri_of = |file: FileId| (file == id).then(|| main_uri.clone());
-        let converted = to_lsp_diagnostic(&diagnostic, &map, &uri_of).expect("known file");
+        let pages = Some("file:///src/amp/docs/errors/");
+        let converted = to_lsp_diagnostic(&diagnostic, &map, &uri_of, pages).expect("known file");
         assert_eq!(converted.message, "input shape does not fit\nthis is `f32[5]`\nnote: a note\nhelp: a help");
         assert_eq!(
             converted.code_description.map(|c| c.href.as_str().to_string()),
-            Some("https://github.com/amp-lang/amp/blob/main/docs/errors/E0301.md".to_string())
+            Some("file:///src/amp/docs/errors/E0301.md".to_string())
         );
         let related = converted.related_information.expect("one label has a URI");
         assert_eq!(related.len(), 1);
@@ -213,10 +216,11 @@ mod tests {
         let (map, id) = one_file("let y = 1;");
         let warning = Diagnostic::new(Code::UnusedVariable, Span::new(id, 4, 5), "unused");
         let main_uri = uri("file:///a.amp");
-        let converted = to_lsp_diagnostic(&warning, &map, &|_| Some(main_uri.clone())).expect("known file");
+        let converted = to_lsp_diagnostic(&warning, &map, &|_| Some(main_uri.clone()), None).expect("known file");
         assert_eq!(converted.severity, Some(lsp::DiagnosticSeverity::WARNING));
         assert_eq!(converted.tags, Some(vec![lsp::DiagnosticTag::UNNECESSARY]));
         assert_eq!(converted.related_information, None);
+        assert_eq!(converted.code_description, None, "no pages, no link");
     }
 
     #[test]
@@ -232,7 +236,7 @@ mod tests {
     #[test]
     fn every_code_has_a_page_url() {
         for &code in Code::ALL {
-            let page = error_page(code).expect("a valid URL");
+            let page = error_page("https://amp.example/docs/errors", code).expect("a valid URL");
             assert!(page.as_str().ends_with(&format!("/{}.md", code.as_str())));
         }
     }
@@ -244,9 +248,9 @@ mod tests {
             labels: vec![Label { span: Span::new(FileId(3), 0, 1), message: "elsewhere".into() }],
             ..Diagnostic::new(Code::UnknownName, Span::new(id, 0, 1), "unknown")
         };
-        let converted = to_lsp_diagnostic(&diagnostic, &map, &|_| None);
+        let converted = to_lsp_diagnostic(&diagnostic, &map, &|_| None, None);
         assert!(converted.is_some(), "the primary file is known even without a URI for labels");
         let missing = Diagnostic::new(Code::UnknownName, Span::new(FileId(5), 0, 1), "x");
-        assert!(to_lsp_diagnostic(&missing, &map, &|_| None).is_none());
+        assert!(to_lsp_diagnostic(&missing, &map, &|_| None, None).is_none());
     }
 }

@@ -79,15 +79,16 @@ impl Document {
     }
 
     /// The document's diagnostics in LSP form. Diagnostics whose primary span lies in
-    /// another file (a standard module) belong to that file, not to this document.
-    pub fn diagnostics(&self, stdlib: &StdlibFiles) -> Vec<lsp_types::Diagnostic> {
+    /// another file (a standard module) belong to that file, not to this document. Codes
+    /// link to their pages under `error_pages` when given.
+    pub fn diagnostics(&self, stdlib: &StdlibFiles, error_pages: Option<&str>) -> Vec<lsp_types::Diagnostic> {
         let uri_of = |file: FileId| self.uri_of(file, stdlib);
         self.analysis
             .checked
             .diagnostics
             .iter()
             .filter(|d| d.span.file == self.analysis.main)
-            .filter_map(|d| convert::to_lsp_diagnostic(d, &self.analysis.map, &uri_of))
+            .filter_map(|d| convert::to_lsp_diagnostic(d, &self.analysis.map, &uri_of, error_pages))
             .collect()
     }
 }
@@ -147,11 +148,11 @@ mod tests {
         let uri: Uri = "file:///a.amp".parse().expect("valid");
         let broken = "model M() { fn forward(x: f32) -> f32 { foo } fn loss(x: f32) -> f32 { x } }";
         let mut doc = Document::open(uri, 1, broken.to_string());
-        assert!(!doc.diagnostics(&StdlibFiles::none()).is_empty());
+        assert!(!doc.diagnostics(&StdlibFiles::none(), None).is_empty());
         let start = u32::try_from(broken.find("foo").expect("present")).expect("small");
         doc.change(2, vec![edit(Some(((0, start), (0, start + 3))), "x")]);
         assert_eq!(doc.version, 2);
         assert!(doc.text.contains("{ x }"));
-        assert_eq!(doc.diagnostics(&StdlibFiles::none()), Vec::new());
+        assert_eq!(doc.diagnostics(&StdlibFiles::none(), None), Vec::new());
     }
 }

@@ -15,8 +15,9 @@
 //! Layout: `transport` turns stdin's bytes into messages and messages into stdout's;
 //! `server` runs the loop and dispatches messages; `documents` keeps the open
 //! files and their last analysis; `convert` turns spans, positions and diagnostics into
-//! their LSP forms; `stdlib_files` materialises the standard library; `handlers` answers
-//! hover, definition, symbols and completion from a cached analysis.
+//! their LSP forms; `stdlib_files` materialises the standard library; `error_pages`
+//! picks where diagnostic codes link to; `handlers` answers hover, definition, symbols
+//! and completion from a cached analysis, and formatting (with `amp-fmt`).
 //!
 //! Robustness: no bytes a client can send make the server panic or stop. `transport`
 //! frames messages itself with bounded headers and a bounded `Content-Length`
@@ -28,6 +29,7 @@
 
 mod convert;
 mod documents;
+mod error_pages;
 mod handlers;
 mod server;
 mod stdlib_files;

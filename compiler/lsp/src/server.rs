@@ -7,6 +7,7 @@
 //! message is read, so answers always describe the latest text.
 
 use crate::documents::Document;
+use crate::error_pages::error_pages_base;
 use crate::handlers;
 use crate::stdlib_files::StdlibFiles;
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, RequestId, Response};
@@ -88,6 +89,7 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         hover_provider: Some(lsp::HoverProviderCapability::Simple(true)),
         definition_provider: Some(lsp::OneOf::Left(true)),
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
+        document_formatting_provider: Some(lsp::OneOf::Left(true)),
         completion_provider: Some(lsp::CompletionOptions {
             trigger_characters: Some(vec![".".to_string()]),
             ..lsp::CompletionOptions::default()
@@ -98,7 +100,8 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
 
 /// Serves one client on `connection`: the handshake, then messages until `exit`.
 pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), ServerError> {
-    let mut server = Server { connection, stdlib, documents: HashMap::new(), shutdown_requested: false };
+    let mut server =
+        Server { connection, stdlib, documents: HashMap::new(), shutdown_requested: false, error_pages: None };
     server.initialize()?;
     for message in &connection.receiver {
         match message {
@@ -125,6 +128,8 @@ struct Server<'c> {
     stdlib: StdlibFiles,
     documents: HashMap<lsp::Uri, Document>,
     shutdown_requested: bool,
+    /// Where diagnostic codes link to, chosen at `initialize` ([`error_pages_base`]).
+    error_pages: Option<String>,
 }
 
 impl Server<'_> {
@@ -136,6 +141,7 @@ impl Server<'_> {
         for message in &self.connection.receiver {
             match message {
                 Message::Request(request) if request.method == req::Initialize::METHOD => {
+                    self.error_pages = error_pages_base(&request.params);
                     let answer = lsp::InitializeResult {
                         capabilities: capabilities(),
                         server_info: Some(lsp::ServerInfo {
@@ -192,6 +198,11 @@ impl Server<'_> {
                 let document = s.documents.get(&at.text_document.uri)?;
                 let items = handlers::completion(&document.analysis, at.position);
                 Some(lsp::CompletionResponse::Array(items))
+            }),
+            req::Formatting::METHOD => self.handle::<req::Formatting>(id, params, |s, p| {
+                // The client's options (tab size, spaces) are not read: the layout is
+                // canonical, four spaces, whatever the editor's settings.
+                handlers::formatting(s.documents.get(&p.text_document.uri)?)
             }),
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }
@@ -269,7 +280,7 @@ impl Server<'_> {
         };
         match self.documents.get(&uri) {
             Some(document) => {
-                let diagnostics = document.diagnostics(&self.stdlib);
+                let diagnostics = document.diagnostics(&self.stdlib, self.error_pages.as_deref());
                 let version = document.version;
                 self.publish(uri, diagnostics, Some(version))
             }

@@ -188,7 +188,7 @@ mod tests {
             ("tokens: [int]", 2, "Example.tokens: [int]"),
             ("model ListReduce", 7, "model ListReduce(vocab: int = 14, hidden: int = 128, classes: int = 10)"),
             ("hidden: int = 128", 0, "hidden: int = 128"),
-            ("cell  =", 1, "param cell: Linear(2 * hidden, hidden)"),
+            ("cell =", 1, "param cell: Linear(2 * hidden, hidden)"),
             ("fn forward", 4, "fn forward(x: Example) -> f32[classes] (= f32[10])"),
         ];
         for (needle, delta, expected) in cases {

@@ -1,14 +1,17 @@
 //! Answers to the requests, each read from a document's cached [`Analysis`]: hover,
-//! go-to-definition, document symbols and completion. Nothing here re-checks or does IO.
+//! go-to-definition, document symbols and completion; formatting, from the document's
+//! text. Nothing here re-checks or does IO.
 
 mod completion;
 mod declaration;
 mod definition;
+mod formatting;
 mod hover;
 mod symbols;
 
 pub use completion::completion;
 pub use definition::definition;
+pub use formatting::formatting;
 pub use hover::hover;
 pub use symbols::document_symbols;
 
