@@ -32,8 +32,8 @@ use std::fmt;
 pub const MAGIC: [u8; 4] = *b"AMPG";
 /// The format version this build writes and reads.
 pub const VERSION: u32 = 2;
-pub use crate::limits::{MAX_FIELDS, MAX_NODES, MAX_PORTS};
 use crate::limits::{self, LimitError, MAX_EXPR_DEPTH};
+pub use crate::limits::{MAX_FIELDS, MAX_NODES, MAX_PORTS};
 
 /// Deepest JSON nesting a file may have: a state expression takes up to three levels per
 /// level of its own (`{"Bin": ["Add", a, b]}`, a data path's `[{"Index": e}]`), plus the

@@ -8,8 +8,8 @@ use crate::model::hyper;
 use amp_data::csv::CsvOptions;
 use amp_data::jsonl::JsonlOptions;
 use amp_data::ptb::PtbOptions;
-use amp_data::sdf::SdfOptions;
 use amp_data::ranges::{first_out_of_range, Range};
+use amp_data::sdf::SdfOptions;
 use amp_data::{DataError, Instance, Loaded, PreparedSchema, Vocab, VocabOptions};
 use amp_exec::ExecInstance;
 use amp_ir::{Graph, InstanceData, ResolvedStep, Schema};
@@ -129,9 +129,13 @@ impl Loader {
             if first.is_some() {
                 continue; // only the first is reported (finding a line reads the file again)
             }
-            let mut error = DataError::invalid(format!("{value} is out of range for {}: expected 0 to {}", range.what, range.limit - 1))
-                .in_file(&set.path.display().to_string())
-                .in_field(field);
+            let mut error = DataError::invalid(format!(
+                "{value} is out of range for {}: expected 0 to {}",
+                range.what,
+                range.limit - 1
+            ))
+            .in_file(&set.path.display().to_string())
+            .in_field(field);
             if let Some(line) = self.line_of(set, i) {
                 error = error.at_line(line);
             }

@@ -153,7 +153,10 @@ fn ints_outside_the_models_ranges_are_bad_data_with_file_line_and_field() {
     // A token id past the vocabulary, named with its element.
     let data = write(dir, "t.jsonl", &(lines[3].to_string() + "\n"));
     let out = amprun(dir, &["train", &model, "-D", "hidden=8", "--data", &data]);
-    assert_refused(&out, "t.jsonl:1: field `tokens[1]`: 14 is out of range for an index of the Embedding `embed` (14 rows)");
+    assert_refused(
+        &out,
+        "t.jsonl:1: field `tokens[1]`: 14 is out of range for an index of the Embedding `embed` (14 rows)",
+    );
 }
 
 /// Item 9: `ampc compile` wrote an index of ~60 chained `+` that `amprun` could not read

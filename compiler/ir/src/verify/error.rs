@@ -145,7 +145,8 @@ pub enum VerifyErrorKind {
     ParamMismatch { dir: PortDir, found: PayloadTy, param: String, shape: Vec<u64>, expected: PayloadTy },
     SplitUneven { found: PayloadTy, parts: u32 },
     ConcatTooLarge,
-    /// A tensor, or the parameters in total, over `crate::limits`.
+
+    // Sizes over `crate::limits`.
     OverLimit { error: crate::limits::LimitError },
     ParamTooLarge { name: String, error: crate::limits::LimitError },
     ExprTooDeep { limit: usize },
