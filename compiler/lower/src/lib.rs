@@ -15,6 +15,7 @@
 //! context carry the same state.
 
 mod lowerer;
+pub mod network;
 pub mod passes;
 mod schema;
 mod uses;
@@ -24,6 +25,7 @@ use amp_diagnostics::{Diagnostic, SourceMap};
 use amp_ir::Graph;
 use amp_sema::{ComponentId, Program};
 
+pub use network::{compile_network, lower_network, Frames};
 pub use schema::input_schema;
 
 /// Lowers `model` to a graph. The graph's keys are derived; it is not yet verified or

@@ -144,7 +144,7 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
             }
         }
-        Op::Loss(LossKind::CrossEntropy { .. }) => {
+        Op::Loss(LossKind::CrossEntropy { .. } | LossKind::CrossEntropyMean { .. }) => {
             if ports(cx, i, node, one, Arity::Exactly(0)) {
                 expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::F32Rank1);
             }
@@ -450,6 +450,10 @@ pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
             }
         }
         Op::Loss(LossKind::CrossEntropy { label }) => add(&mut vec![label], FieldUse::LossLabel, &mut out),
+        Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
+            add(&mut vec![label], FieldUse::LossLabel, &mut out);
+            add(&mut vec![count], FieldUse::Count, &mut out);
+        }
         Op::Flatmap { count, .. } | Op::Group { count, .. } => add(&mut vec![count], FieldUse::Count, &mut out),
         Op::Gather { index } => add(&mut vec![index], FieldUse::RowIndex, &mut out),
         Op::ScatterSum { field, index, count } => {

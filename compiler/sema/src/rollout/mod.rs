@@ -20,7 +20,7 @@ mod enumerate;
 mod tableau;
 
 pub use enumerate::{enumerate_valid, Enumerated};
-pub use tableau::{analyse, inference_factor, Analysis, Cycle, Tableau};
+pub use tableau::{analyse, frame_order, inference_factor, Analysis, Cycle, Tableau};
 
 use crate::typed::NetworkDef;
 use amp_diagnostics::{Code, Diagnostic, Span};
@@ -93,6 +93,11 @@ impl RolloutGraph {
     pub fn is_recurrent(&self, edge: usize) -> bool {
         let e = self.edges[edge];
         e.source >= e.target
+    }
+
+    /// The edge `source -> target`, if the network has it.
+    pub fn edge_between(&self, source: usize, target: usize) -> Option<usize> {
+        self.edges.iter().position(|e| e.source == source && e.target == target)
     }
 
     fn edge_names(&self) -> Vec<String> {
