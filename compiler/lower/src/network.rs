@@ -53,7 +53,12 @@ pub fn lower_network(
         return Err(vec![Diagnostic::new(
             Code::BadRolloutPattern,
             def.span,
-            format!("the pattern has {} delays, `{}` has {} edges", pattern.delays().len(), def.name, graph.edges.len()),
+            format!(
+                "the pattern has {} delays, `{}` has {} edges",
+                pattern.delays().len(),
+                def.name,
+                graph.edges.len()
+            ),
         )
         .with_primary("a pattern of another network")]);
     }

@@ -24,7 +24,8 @@ fn checked(text: &str) -> (amp_diagnostics::SourceMap, Program) {
 
 /// The patterns every example is compiled under: streaming, sequential and one hybrid.
 fn patterns(graph: &RolloutGraph) -> Vec<(&'static str, Pattern)> {
-    let hybrid = graph.edges.iter().enumerate().map(|(e, _)| u8::from(e % 2 == 1 || graph.is_recurrent(e))).collect::<Vec<_>>();
+    let hybrid =
+        graph.edges.iter().enumerate().map(|(e, _)| u8::from(e % 2 == 1 || graph.is_recurrent(e))).collect::<Vec<_>>();
     vec![
         ("streaming", Pattern::streaming(graph)),
         ("sequential", Pattern::sequential(graph)),
@@ -59,7 +60,12 @@ fn layers_in_a_frame(graph: &Graph) -> usize {
         let before = if matches!(node.op, Op::Phi { .. }) {
             0
         } else {
-            graph.nodes.edges_directed(n, Direction::Incoming).map(|e| depth(graph, e.source(), memo)).max().unwrap_or(0)
+            graph
+                .nodes
+                .edges_directed(n, Direction::Incoming)
+                .map(|e| depth(graph, e.source(), memo))
+                .max()
+                .unwrap_or(0)
         };
         memo.insert(n, here + before);
         here + before

@@ -211,7 +211,10 @@ fn flatten(ev: &Evaluator<'_>, v: &Val<'_>, out: &mut Vec<f32>) -> Result<(), Er
 
 /// Runs `work` on a fresh thread with an [`EVAL_STACK_BYTES`] stack and waits for it. A
 /// panic there (an evaluator bug) comes back as [`ErrorKind::Internal`] at `span`.
-pub(crate) fn on_large_stack<T: Send>(span: Span, work: impl FnOnce() -> Result<T, RefError> + Send) -> Result<T, RefError> {
+pub(crate) fn on_large_stack<T: Send>(
+    span: Span,
+    work: impl FnOnce() -> Result<T, RefError> + Send,
+) -> Result<T, RefError> {
     std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()
             .name("amp-reference".into())

@@ -75,7 +75,8 @@ impl<'p> NetworkReference<'p> {
             }
         };
         let (input, output) = (one(NetStmtKind::Input, "input")?, one(NetStmtKind::Output, "output")?);
-        let no_params = || unevaluable(span, &format!("the parameters of network `{}` (a shape has no value)", def.name));
+        let no_params =
+            || unevaluable(span, &format!("the parameters of network `{}` (a shape has no value)", def.name));
         let tensors = program.network_parameter_tensors(network).ok_or_else(no_params)?;
         let specs = tensors
             .into_iter()

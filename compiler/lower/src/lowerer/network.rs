@@ -99,7 +99,9 @@ impl<'p> Lowerer<'p> {
         // node that reaches no loss would circulate forever through the loop header.
         let live = reaches(r.graph, output);
         let carried: Vec<usize> = (0..def.nodes.len())
-            .filter(|&v| live[v] && r.graph.edges.iter().enumerate().any(|(e, x)| x.source == v && r.pattern.delay(e) == 1))
+            .filter(|&v| {
+                live[v] && r.graph.edges.iter().enumerate().any(|(e, x)| x.source == v && r.pattern.delay(e) == 1)
+            })
             .collect();
 
         // Entry: zeros for the values before frame 0, and the counter's first value.
@@ -194,7 +196,8 @@ impl<'p> Lowerer<'p> {
             0 => return Err(self.unsupported(span, "a network node without sources")),
             1 => parts.remove(0),
             _ => {
-                let total = parts.iter().map(|p| if let PayloadTy::F32(d) = &p.ty { d.iter().product() } else { 0 }).sum();
+                let total =
+                    parts.iter().map(|p| if let PayloadTy::F32(d) = &p.ty { d.iter().product() } else { 0 }).sum();
                 let ty = PayloadTy::F32(vec![total]);
                 let n = self.node(Op::Concat, &parts, vec![ty.clone()], "concat", span);
                 Self::out(n, 0, ty)

@@ -162,6 +162,16 @@ impl Pattern {
         Ok(pattern)
     }
 
+    /// The pattern a command line names: `streaming`, `sequential`, or the sequential
+    /// pattern with edges overridden (`a->b=1,b->b=0`, [`Pattern::with_overrides`]).
+    pub fn named(graph: &RolloutGraph, text: &str) -> Result<Pattern, RolloutError> {
+        match text.trim() {
+            "streaming" => Ok(Pattern::streaming(graph)),
+            "sequential" => Ok(Pattern::sequential(graph)),
+            edges => Pattern::with_overrides(graph, edges),
+        }
+    }
+
     pub fn delay(&self, edge: usize) -> u8 {
         self.delays.get(edge).copied().unwrap_or(1)
     }
