@@ -20,6 +20,12 @@ pub const FRAMES_FIELD: &str = "frames";
 /// The field of an instance holding its class.
 pub const LABEL_FIELD: &str = "label";
 
+/// The graph's metadata key for its frame count: `F`, or `data` (as many as an instance
+/// has). Its presence marks the graph of a rolled-out network.
+pub const ROLLOUT_FRAMES_META: &str = "rollout.frames";
+/// The graph's metadata key for its pattern: every edge with its delay, `x->h1=0,...`.
+pub const ROLLOUT_PATTERN_META: &str = "rollout.pattern";
+
 /// How many frames the rolled-out graph computes per instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frames {

@@ -146,6 +146,7 @@ mod cli;
 mod commands;
 mod data;
 mod failure;
+mod frames;
 mod model;
 mod placement;
 mod report;

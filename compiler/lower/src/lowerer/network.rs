@@ -15,7 +15,7 @@
 //! (`loss cross_entropy [$.label] / [n]`): the loss is the mean over the frames.
 
 use super::{loops::exit_count, Lowerer, Unsupported, R};
-use crate::network::{Frames, FRAMES_FIELD, LABEL_FIELD};
+use crate::network::{Frames, FRAMES_FIELD, LABEL_FIELD, ROLLOUT_FRAMES_META, ROLLOUT_PATTERN_META};
 use crate::value::{ParamRef, Port, Value};
 use amp_diagnostics::{Code, Diagnostic, SourceMap};
 use amp_grammar::ast::NetStmtKind;
@@ -90,6 +90,15 @@ impl<'p> Lowerer<'p> {
             }
         }
         self.graph.input = Some(frames_schema(&def.name, widths[input]));
+        // What the runtime checks instances against, and what a reader of the graph sees.
+        let pattern: Vec<String> =
+            (0..r.graph.edges.len()).map(|e| format!("{}={}", r.graph.edge_name(e), r.pattern.delay(e))).collect();
+        self.graph.meta.insert(ROLLOUT_PATTERN_META.into(), pattern.join(","));
+        let frames_meta = match r.frames {
+            Frames::Fixed(n) => n.to_string(),
+            Frames::FromData => "data".into(),
+        };
+        self.graph.meta.insert(ROLLOUT_FRAMES_META.into(), frames_meta);
         let frames_path = vec![DataStep::Field(FRAMES_FIELD.into())];
         let count = match r.frames {
             Frames::Fixed(n) => StateExpr::Const(i64::from(n)),
