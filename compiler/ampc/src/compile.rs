@@ -178,14 +178,14 @@ fn compile_model(
         Ok(compiled) => Ok(compiled),
         Err(amp_lower::CompileError::Lowering(diagnostics)) => {
             let _ = printer.print(map, &diagnostics);
-            return Err(ExitCode::from(1));
+            Err(ExitCode::from(1))
         }
         Err(amp_lower::CompileError::Verify(errors)) => {
             eprintln!("internal compiler error: the lowered graph of `{}` failed verification:", args.file.display());
             for e in errors {
                 eprintln!("  {e}");
             }
-            return Err(ExitCode::from(1));
+            Err(ExitCode::from(1))
         }
     }
 }

@@ -178,7 +178,7 @@ impl<'p> Lowerer<'p> {
         let label = StateExpr::Data(vec![DataStep::Field(LABEL_FIELD.into())]);
         let out_span = def.nodes[output].span;
         let loss = Op::Loss(LossKind::CrossEntropyMean { label, count });
-        self.node(loss, &[logits.clone()], Vec::new(), "loss", out_span);
+        self.node(loss, std::slice::from_ref(&logits), Vec::new(), "loss", out_span);
         self.node(Op::Sink { name: "forward".into() }, &[logits], Vec::new(), "forward", out_span);
 
         // The back edge: this frame's values, and the counter's step.
