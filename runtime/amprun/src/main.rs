@@ -136,10 +136,18 @@
 //! | 3 | a NaN/Inf loss: `loss of instance I (file:line) is NaN at node loss (%N); training stopped in epoch E`; with `--save`, the last good parameters (those of the last update, with the optimizer state and `status = stopped: ...`) are in the checkpoint |
 //! | 4 | the executor failed: a worker panicked, stalled (`--stall-timeout`) or left messages behind; the message names the node and the worker |
 //!
+//! Networks rolled out over frames (docs/rollouts.md): `--network NAME [--pattern
+//! streaming|sequential|EDGES] [--frames F]` after an `.amp` file compiles that network
+//! instead of a model; instances are JSON Lines `{"frames": [[...], ...], "label": k}`, and an
+//! instance with no frame or with another number than F is bad input named by
+//! `file:line: field `frames``. The loss is the mean over the frames; `infer` prints one
+//! frame's output and `eval` counts an instance by one frame's (the last reported).
+//!
 //! Layout: `cli` (flags), `model` (compile or load, verify), `data` (loaders, instance
 //! lines), `placement` (partition plan, utilization, profile), `setup` (executor and
 //! parameters), `start` (fresh, `--init` or resumed parameters; checkpoint metadata),
-//! `train`, `commands` (eval, infer, grad), `report` (progress, metrics, traces),
+//! `frames` (a rolled-out network's instances), `train`, `commands` (eval, infer, grad),
+//! `report` (progress, metrics, traces),
 //! `failure` (messages and exit codes).
 
 mod cli;
