@@ -30,11 +30,20 @@ pub(crate) struct CompileArgs {
     pub emit: Option<Emit>,
     pub defines: Vec<(String, i64)>,
     pub model: Option<String>,
+    /// Compile this network rolled out instead of a model.
+    pub network: Option<NetworkArgs>,
     pub workers: Option<usize>,
     pub profile: Option<PathBuf>,
     /// The cost model's view of the training run the plan is for.
     pub assumptions: amp_plan::Assumptions,
     pub verbose: bool,
+}
+
+/// `--network NAME --pattern P --frames F`.
+pub(crate) struct NetworkArgs {
+    pub name: String,
+    pub pattern: String,
+    pub frames: amp_lower::Frames,
 }
 
 /// The optimizer a plan assumes (`amprun train --optimizer`).
@@ -73,7 +82,7 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
     let Some(text) = crate::read_source(&args.file) else { return ExitCode::from(2) };
     let mut map = SourceMap::new();
     let main = map.add(args.file.display().to_string(), text);
-    let checked = check_program(&mut map, main, &Options { defines: args.defines });
+    let checked = check_program(&mut map, main, &Options { defines: args.defines.clone() });
     if printer.print(&map, &checked.diagnostics).is_err() {
         return ExitCode::from(2);
     }
@@ -81,33 +90,13 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         return ExitCode::from(1);
     }
     let program = &checked.program;
-    let model = match &args.model {
-        Some(name) => program.models.iter().copied().find(|&m| program.components[m.0 as usize].name == *name),
-        None => program.models.first().copied(),
+    let compiled = match &args.network {
+        Some(network) => compile_network(program, &map, main, &args.file, network, printer),
+        None => compile_model(program, &map, &args, printer),
     };
-    let Some(model) = model else {
-        let names: Vec<&str> = program.models.iter().map(|m| program.components[m.0 as usize].name.as_str()).collect();
-        match &args.model {
-            Some(name) => {
-                eprintln!("error: no model `{name}` in `{}` (models: {})", args.file.display(), names.join(", "))
-            }
-            None => eprintln!("error: `{}` defines no model to compile", args.file.display()),
-        }
-        return ExitCode::from(2);
-    };
-    let (graph, reports) = match amp_lower::compile_model(program, &map, model) {
+    let (graph, reports) = match compiled {
         Ok(compiled) => compiled,
-        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
-            let _ = printer.print(&map, &diagnostics);
-            return ExitCode::from(1);
-        }
-        Err(amp_lower::CompileError::Verify(errors)) => {
-            eprintln!("internal compiler error: the lowered graph of `{}` failed verification:", args.file.display());
-            for e in errors {
-                eprintln!("  {e}");
-            }
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     if args.verbose {
         for r in &reports {
@@ -167,6 +156,89 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+type Compiled = (amp_ir::Graph, Vec<amp_lower::passes::PassReport>);
+
+/// The model `--model` names (default: the file's first), compiled; the exit code after
+/// saying why not.
+fn compile_model(
+    program: &amp_sema::Program,
+    map: &SourceMap,
+    args: &CompileArgs,
+    printer: &Printer,
+) -> Result<Compiled, ExitCode> {
+    let model = match &args.model {
+        Some(name) => program.models.iter().copied().find(|&m| program.components[m.0 as usize].name == *name),
+        None => program.models.first().copied(),
+    };
+    let Some(model) = model else {
+        let names: Vec<&str> = program.models.iter().map(|m| program.components[m.0 as usize].name.as_str()).collect();
+        match &args.model {
+            Some(name) => {
+                eprintln!("error: no model `{name}` in `{}` (models: {})", args.file.display(), names.join(", "))
+            }
+            None => eprintln!("error: `{}` defines no model to compile", args.file.display()),
+        }
+        return Err(ExitCode::from(2));
+    };
+    match amp_lower::compile_model(program, map, model) {
+        Ok(compiled) => Ok(compiled),
+        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
+            let _ = printer.print(map, &diagnostics);
+            Err(ExitCode::from(1))
+        }
+        Err(amp_lower::CompileError::Verify(errors)) => {
+            eprintln!("internal compiler error: the lowered graph of `{}` failed verification:", args.file.display());
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// The network `--network` names, rolled out under `--pattern` over `--frames`, compiled;
+/// the exit code after saying why not (2 for no such network, 1 for a refused pattern or
+/// network).
+fn compile_network(
+    program: &amp_sema::Program,
+    map: &SourceMap,
+    main: amp_diagnostics::FileId,
+    file: &Path,
+    network: &NetworkArgs,
+    printer: &Printer,
+) -> Result<Compiled, ExitCode> {
+    let found = program.networks.iter().position(|n| n.span.file == main && n.name == network.name);
+    let Some(index) = found else {
+        let names: Vec<&str> =
+            program.networks.iter().filter(|n| n.span.file == main).map(|n| n.name.as_str()).collect();
+        let names = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+        eprintln!("error: no network `{}` in `{}` (networks: {names})", network.name, file.display());
+        return Err(ExitCode::from(2));
+    };
+    let graph = amp_sema::rollout::RolloutGraph::of_network(&program.networks[index]);
+    let pattern = match amp_sema::rollout::Pattern::named(&graph, &network.pattern) {
+        Ok(pattern) => pattern,
+        Err(e) => {
+            let _ = printer.print(map, &[e.to_diagnostic(&graph)]);
+            return Err(ExitCode::from(1));
+        }
+    };
+    match amp_lower::compile_network(program, map, index, &pattern, network.frames) {
+        Ok(compiled) => Ok(compiled),
+        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
+            let _ = printer.print(map, &diagnostics);
+            Err(ExitCode::from(1))
+        }
+        Err(amp_lower::CompileError::Verify(errors)) => {
+            eprintln!("internal compiler error: the rolled-out graph of `{}` failed verification:", network.name);
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            Err(ExitCode::from(1))
+        }
+    }
 }
 
 /// Reads a profile written by `amprun train --profile`; a usage error when the file cannot

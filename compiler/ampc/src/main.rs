@@ -58,7 +58,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "auto")]
         color: ColorChoice,
     },
-    /// Compile a model to an AMP dataflow graph: `model.ampg`, or IR text, JSON or dot.
+    /// Compile a model, or a network rolled out over frames, to an AMP dataflow graph:
+    /// `model.ampg`, or IR text, JSON or dot.
     Compile {
         file: PathBuf,
         /// Where to write the `.ampg` file (default: FILE with the extension `.ampg`,
@@ -72,8 +73,20 @@ enum Command {
         #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = amp_sema::parse_define)]
         define: Vec<(String, i64)>,
         /// The model to compile when the file defines several (default: the first).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "network")]
         model: Option<String>,
+        /// Compile this network rolled out over frames instead of a model (docs/rollouts.md).
+        #[arg(long)]
+        network: Option<String>,
+        /// The network's rollout pattern: `streaming`, `sequential` or the sequential
+        /// pattern with edges overridden (`a->b=1,b->b=0`).
+        #[arg(long, value_name = "streaming|sequential|EDGES", default_value = "sequential", requires = "network")]
+        pattern: String,
+        /// How many frames the graph computes per instance (default: as many as the
+        /// instance has).
+        #[arg(long, value_name = "F", requires = "network",
+              value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        frames: Option<u32>,
         /// Plan the partition of the graph on N workers: stored in the `.ampg` file,
         /// printed by `--emit plan`, shown as a table by `-v`.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -179,6 +192,9 @@ fn main() -> ExitCode {
             emit,
             define,
             model,
+            network,
+            pattern,
+            frames,
             workers,
             profile,
             min_update_frequency,
@@ -193,6 +209,11 @@ fn main() -> ExitCode {
                 emit,
                 defines: define,
                 model,
+                network: network.map(|name| compile::NetworkArgs {
+                    name,
+                    pattern,
+                    frames: frames.map_or(amp_lower::Frames::FromData, amp_lower::Frames::Fixed),
+                }),
                 workers: workers.map(usize::from),
                 profile,
                 assumptions: amp_plan::Assumptions {

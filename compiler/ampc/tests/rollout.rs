@@ -203,3 +203,37 @@ fn usage_errors_exit_two() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("\"E0507\""), "{}", stdout(&out));
 }
+
+#[test]
+fn compile_emits_a_rolled_out_network() {
+    let file = example("skip.amp");
+    let args = ["compile", &file, "--network", "Skip", "--pattern", "streaming", "--frames", "5", "--emit", "ir"];
+    let out = ampc(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("state %inst: instance, %frame: counter"), "{text}");
+    assert!(text.contains("cross_entropy [$.label] / [5]"), "{text}");
+    for emit in ["dot", "ir-json"] {
+        let out = ampc(&["compile", &file, "--network", "Skip", "--pattern", "h3->y=1", "--emit", emit]);
+        assert_eq!(out.status.code(), Some(0), "{emit}: {}", stderr(&out));
+    }
+    let out = ampc(&["compile", &file, "--network", "Skip", "--workers", "2", "--emit", "plan"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(json(&out).is_object());
+}
+
+#[test]
+fn compile_refuses_bad_networks_and_patterns() {
+    let file = example("skip_recurrent.amp");
+    let out = ampc(&["compile", &file, "--network", "Nope", "--emit", "ir"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no network `Nope`") && stderr(&out).contains("SkipRecurrent"), "{}", stderr(&out));
+    let out = ampc(&["compile", &file, "--network", "SkipRecurrent", "--pattern", "h2->h2=0", "--emit", "ir"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("E0700"), "{}", stderr(&out));
+    let out = ampc(&["compile", &file, "--network", "SkipRecurrent", "--pattern", "a->b=1", "--emit", "ir"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("E0701"), "{}", stderr(&out));
+    let out = ampc(&["compile", &file, "--pattern", "streaming", "--emit", "ir"]);
+    assert_eq!(out.status.code(), Some(2), "--pattern needs --network");
+}

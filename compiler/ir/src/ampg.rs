@@ -460,6 +460,10 @@ impl OpDoc {
                 }
             }
             OpDoc::Loss(LossKind::CrossEntropy { label }) => label.fields(out),
+            OpDoc::Loss(LossKind::CrossEntropyMean { label, count }) => {
+                label.fields(out);
+                count.fields(out);
+            }
             OpDoc::Flatmap { field, count } | OpDoc::Group { field, count } => {
                 out.push(*field);
                 count.fields(out);

@@ -394,6 +394,10 @@ pub enum PayloadInt {
 pub enum LossKind {
     /// Cross-entropy of logits against the class the expression gives (e.g. `x.label`).
     CrossEntropy { label: StateExpr },
+    /// Cross-entropy against `label` divided by `count`: one term of the mean of an
+    /// instance's `count` losses (a rolled-out network's loss is the mean over its frames,
+    /// and an instance's loss is the sum of what its loss nodes report).
+    CrossEntropyMean { label: StateExpr, count: StateExpr },
     /// Mean squared error between the two inputs.
     Mse,
 }
@@ -541,6 +545,10 @@ impl Op {
                 writes.push(*field);
             }
             Op::Loss(LossKind::CrossEntropy { label }) => label.fields(&mut reads),
+            Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
+                label.fields(&mut reads);
+                count.fields(&mut reads);
+            }
             Op::Flatmap { field, count } | Op::Group { field, count } => {
                 count.fields(&mut reads);
                 writes.push(*field);

@@ -218,6 +218,9 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
             text
         }
         Op::Loss(LossKind::CrossEntropy { label }) => format!("cross_entropy [{}]", expr_text(graph, label)),
+        Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
+            format!("cross_entropy [{}] / [{}]", expr_text(graph, label), expr_text(graph, count))
+        }
         Op::Loss(LossKind::Mse) => "mse".into(),
         Op::Sink { name } => quote(name),
         Op::Flatmap { field: id, count } | Op::Group { field: id, count } => {

@@ -162,7 +162,9 @@ impl<'g> Checker<'g> {
             Op::Switch { arms, .. } => format!("switch {arms}"),
             Op::Phi { arms } => format!("phi {arms}"),
             Op::Isu { field, .. } => format!("isu {}", self.field_ref(*field)),
-            Op::Loss(LossKind::CrossEntropy { .. }) => "loss cross_entropy".to_string(),
+            Op::Loss(LossKind::CrossEntropy { .. } | LossKind::CrossEntropyMean { .. }) => {
+                "loss cross_entropy".to_string()
+            }
             Op::Loss(LossKind::Mse) => "loss mse".to_string(),
             Op::Sink { name } => format!("sink {name:?}"),
             Op::Flatmap { field, .. } | Op::Group { field, .. } | Op::Ungroup { field } => {

@@ -1072,6 +1072,10 @@ fn field_slots(node: &mut Node) -> Vec<&mut FieldId> {
             }
         }
         Op::Loss(LossKind::CrossEntropy { label }) => expr(label, &mut out),
+        Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
+            expr(label, &mut out);
+            expr(count, &mut out);
+        }
         Op::Flatmap { field, count } | Op::Group { field, count } => {
             out.push(field);
             expr(count, &mut out);

@@ -15,6 +15,7 @@
 //! context carry the same state.
 
 mod lowerer;
+pub mod network;
 pub mod passes;
 mod schema;
 mod uses;
@@ -24,6 +25,7 @@ use amp_diagnostics::{Diagnostic, SourceMap};
 use amp_ir::Graph;
 use amp_sema::{ComponentId, Program};
 
+pub use network::{compile_network, lower_network, Frames};
 pub use schema::input_schema;
 
 /// Lowers `model` to a graph. The graph's keys are derived; it is not yet verified or
@@ -51,18 +53,19 @@ pub fn compile_model(
 ) -> Result<(Graph, Vec<passes::PassReport>), CompileError> {
     let mut graph = lower_model(program, map, model).map_err(CompileError::Lowering)?;
     let reports = passes::optimize(&mut graph);
-    amp_ir::verify::verify(&graph).map_err(|errors| over_limits(&graph, map, program, model, errors))?;
+    let model_span = program.components.get(model.0 as usize).map(|c| c.span);
+    amp_ir::verify::verify(&graph).map_err(|errors| over_limits(&graph, map, model_span, errors))?;
     Ok((graph, reports))
 }
 
 /// The verifier's size checks are the limits a source can break (a layer instantiated
 /// with huge sizes, an index expression that inlines too deep): those are the user's
 /// E0310, at the node's source; anything else is a compiler bug.
-fn over_limits(
+/// `fallback` is where a graph-wide error points (the model's or network's name).
+pub(crate) fn over_limits(
     graph: &Graph,
     map: &SourceMap,
-    program: &Program,
-    model: ComponentId,
+    fallback: Option<amp_diagnostics::Span>,
     errors: Vec<amp_ir::verify::VerifyError>,
 ) -> CompileError {
     use amp_ir::verify::VerifyErrorKind as K;
@@ -72,12 +75,11 @@ fn over_limits(
     if !errors.iter().all(is_limit) {
         return CompileError::Verify(errors);
     }
-    let model_span = program.components.get(model.0 as usize).map(|c| c.span);
     let diagnostics = errors
         .iter()
         .filter_map(|e| {
             let node = e.node.as_ref().and_then(|n| graph.nodes.node_weight(n.index));
-            let span = node.and_then(|n| n.loc).and_then(|loc| source_span(graph, map, loc)).or(model_span)?;
+            let span = node.and_then(|n| n.loc).and_then(|loc| source_span(graph, map, loc)).or(fallback)?;
             let label = node.map_or("the model", |n| if n.label.is_empty() { "this node" } else { n.label.as_str() });
             Some(
                 amp_diagnostics::Diagnostic::new(amp_diagnostics::Code::TooLarge, span, e.kind.to_string())

@@ -3,6 +3,7 @@
 mod branch;
 mod collections;
 mod loops;
+pub(crate) mod network;
 mod recursion;
 mod routing;
 
@@ -87,7 +88,26 @@ impl<'p> Lowerer<'p> {
             vec![Diagnostic::new(Code::NotLowered, def.span, "the model's parameter shapes are not all known")
                 .with_primary("check the model first")]
         })?;
-        let mut graph = Graph { name: def.name.clone(), ..Graph::default() };
+        let mut lowerer = Lowerer::base(program, map, model, &def.name, tensors);
+        for hp in &def.hyperparams {
+            if let Some(v) = hp.value {
+                lowerer.graph.meta.insert(format!("hyper.{}", hp.name), v.to_string());
+            }
+        }
+        Ok(lowerer)
+    }
+
+    /// A lowerer with an empty graph named `name` holding the parameter tensors `tensors`:
+    /// the instance field and the source node. `model` is the component whose `forward`
+    /// result is sunk (none such exists while a network is lowered).
+    fn base(
+        program: &'p Program,
+        map: &'p SourceMap,
+        model: ComponentId,
+        name: &str,
+        tensors: Vec<amp_sema::ParamTensor>,
+    ) -> Self {
+        let mut graph = Graph { name: name.to_string(), ..Graph::default() };
         graph.state.push(StateField { name: "inst".into(), role: FieldRole::Instance });
         graph.params = tensors
             .into_iter()
@@ -100,11 +120,6 @@ impl<'p> Lowerer<'p> {
                 },
             })
             .collect();
-        for hp in &def.hyperparams {
-            if let Some(v) = hp.value {
-                graph.meta.insert(format!("hyper.{}", hp.name), v.to_string());
-            }
-        }
         let param_index = graph.params.iter().enumerate().map(|(i, p)| (p.name.clone(), i)).collect();
         let source = graph.nodes.add_node(Node {
             op: Op::Source,
@@ -117,7 +132,7 @@ impl<'p> Lowerer<'p> {
             loc: None,
             fusion: None,
         });
-        Ok(Lowerer {
+        Lowerer {
             program,
             map,
             model,
@@ -132,7 +147,7 @@ impl<'p> Lowerer<'p> {
             recursions: Vec::new(),
             forward_sunk: false,
             param_index,
-        })
+        }
     }
 
     pub(crate) fn run(mut self) -> Result<Graph, Vec<Diagnostic>> {

@@ -119,6 +119,20 @@ impl Program {
         Some(out)
     }
 
+    /// Every parameter tensor of network `network` (an index into `networks`): each
+    /// node's layer named after the node (`h1.weight`, `h1.bias`), in declaration order.
+    /// `None` when some dimension has no value (the network has errors).
+    pub fn network_parameter_tensors(&self, network: usize) -> Option<Vec<ParamTensor>> {
+        let def = self.networks.get(network)?;
+        let mut out = Vec::new();
+        for node in &def.nodes {
+            if let Some(instance) = &node.instance {
+                self.expand(&node.name, instance, &|_| None, &mut out, 0)?;
+            }
+        }
+        Some(out)
+    }
+
     fn expand(
         &self,
         prefix: &str,

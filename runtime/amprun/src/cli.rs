@@ -57,8 +57,20 @@ pub struct ModelArgs {
     #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = amp_sema::parse_define)]
     pub define: Vec<(String, i64)>,
     /// The model to run when the source defines several (default: the first).
-    #[arg(long = "model", value_name = "NAME")]
+    #[arg(long = "model", value_name = "NAME", conflicts_with = "network")]
     pub model_name: Option<String>,
+    /// Run this network of an `.amp` source rolled out over frames instead of a model
+    /// (docs/rollouts.md); instances are `{"frames": [[...], ...], "label": k}`.
+    #[arg(long, value_name = "NAME")]
+    pub network: Option<String>,
+    /// The network's rollout pattern: `streaming`, `sequential` or the sequential pattern
+    /// with edges overridden (`a->b=1,b->b=0`).
+    #[arg(long, value_name = "streaming|sequential|EDGES", default_value = "sequential", requires = "network")]
+    pub pattern: String,
+    /// Frames per instance: every instance must have exactly F (default: as many as each
+    /// has).
+    #[arg(long, value_name = "F", requires = "network", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub frames: Option<u32>,
 }
 
 /// Data file formats.

@@ -51,7 +51,7 @@ fn open(
         amp_exec::ExecConfig { placement: choice.placement, ..setup::exec_config(exec, OptimConfig::sgd(0.0)) };
     let executor = setup::start(&graph, params, config)?;
     let loader = Loader::new(&graph, data_args, &[data], None)?;
-    let data = loader.load(data)?;
+    let data = crate::frames::check(&graph, &loader, loader.load(data)?, data_args.skip_bad_data)?;
     Ok(Session { graph, executor, loader, data })
 }
 

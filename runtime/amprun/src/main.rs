@@ -150,16 +150,25 @@
 //! | 3 | a NaN/Inf loss: `loss of instance I (file:line) is NaN at node loss (%N); training stopped in epoch E`; with `--save`, the checkpoint holds the last good parameters, those of the start of epoch E (the parameters after an update that blew up are never written): a checkpoint this run wrote, or resumed from, holds them already and is left untouched (the message says so); otherwise they are written, with the optimizer state and `status = stopped: ...` |
 //! | 4 | the executor failed: a worker panicked, stalled (`--stall-timeout`) or left messages behind; the message names the node and the worker |
 //!
+//! Networks rolled out over frames (docs/rollouts.md): `--network NAME [--pattern
+//! streaming|sequential|EDGES] [--frames F]` after an `.amp` file compiles that network
+//! instead of a model; instances are JSON Lines `{"frames": [[...], ...], "label": k}`, and an
+//! instance with no frame or with another number than F is bad input named by
+//! `file:line: field `frames``. The loss is the mean over the frames; `infer` prints one
+//! frame's output and `eval` counts an instance by one frame's (the last reported).
+//!
 //! Layout: `cli` (flags), `model` (compile or load, verify), `data` (loaders, instance
 //! lines), `placement` (partition plan, utilization, profile), `setup` (executor and
 //! parameters), `start` (fresh, `--init` or resumed parameters; checkpoint metadata),
-//! `train`, `commands` (eval, infer, grad), `report` (progress, metrics, traces),
+//! `frames` (a rolled-out network's instances), `train`, `commands` (eval, infer, grad),
+//! `report` (progress, metrics, traces),
 //! `failure` (messages and exit codes).
 
 mod cli;
 mod commands;
 mod data;
 mod failure;
+mod frames;
 mod model;
 mod placement;
 mod report;

@@ -29,6 +29,12 @@ pub fn load(args: &ModelArgs) -> Result<Model, Failure> {
 
 fn load_graph_file(args: &ModelArgs) -> Result<Model, Failure> {
     let path = &args.path;
+    if args.network.is_some() {
+        return Err(Failure::usage(format!(
+            "--network applies to `.amp` sources; `{}` is compiled already (its graph says how it was rolled out)",
+            path.display()
+        )));
+    }
     if !args.define.is_empty() {
         return Err(Failure::usage(format!(
             "-D applies to `.amp` sources; `{}` is compiled already (recompile it with `ampc compile -D ...`)",
@@ -78,6 +84,9 @@ fn compile_source(args: &ModelArgs) -> Result<Graph, Failure> {
         return Err(Failure::printed(Exit::BadInput));
     }
     let program = &checked.program;
+    if let Some(network) = &args.network {
+        return compile_network(args, &map, main, network, program);
+    }
     let name_of = |m: &amp_sema::ComponentId| program.components[m.0 as usize].name.as_str();
     let model = match &args.model_name {
         Some(name) => program.models.iter().find(|m| name_of(m) == name),
@@ -99,6 +108,43 @@ fn compile_source(args: &ModelArgs) -> Result<Graph, Failure> {
         Err(amp_lower::CompileError::Verify(errors)) => {
             let mut message =
                 format!("internal compiler error: the lowered graph of `{}` failed verification:", path.display());
+            for e in errors {
+                message.push_str(&format!("\n  {e}"));
+            }
+            Err(Failure::bad_input(message))
+        }
+    }
+}
+
+/// The network `--network` names, rolled out under `--pattern` over `--frames`.
+fn compile_network(
+    args: &ModelArgs,
+    map: &SourceMap,
+    main: amp_diagnostics::FileId,
+    name: &str,
+    program: &amp_sema::Program,
+) -> Result<Graph, Failure> {
+    let path = &args.path;
+    let ours = || program.networks.iter().enumerate().filter(|(_, n)| n.span.file == main);
+    let Some((index, def)) = ours().find(|(_, n)| n.name == name) else {
+        let names: Vec<&str> = ours().map(|(_, n)| n.name.as_str()).collect();
+        let names = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+        return Err(Failure::usage(format!("no network `{name}` in `{}` (networks: {names})", path.display())));
+    };
+    let graph = amp_sema::rollout::RolloutGraph::of_network(def);
+    let pattern = amp_sema::rollout::Pattern::named(&graph, &args.pattern).map_err(|e| {
+        print_diagnostics(map, &[e.to_diagnostic(&graph)]);
+        Failure::printed(Exit::BadInput)
+    })?;
+    let frames = args.frames.map_or(amp_lower::Frames::FromData, amp_lower::Frames::Fixed);
+    match amp_lower::compile_network(program, map, index, &pattern, frames) {
+        Ok((graph, _reports)) => Ok(graph),
+        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
+            print_diagnostics(map, &diagnostics);
+            Err(Failure::printed(Exit::BadInput))
+        }
+        Err(amp_lower::CompileError::Verify(errors)) => {
+            let mut message = format!("internal compiler error: the rolled-out graph of `{name}` failed verification:");
             for e in errors {
                 message.push_str(&format!("\n  {e}"));
             }

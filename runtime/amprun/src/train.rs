@@ -123,11 +123,13 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let mut files = vec![args.data.as_path()];
     files.extend(args.valid.as_deref());
     let loader = Loader::new(&graph, &args.data_args, &files, Some(&args.data))?;
-    let train = loader.load(&args.data)?;
+    let skip_bad = args.data_args.skip_bad_data;
+    let train = crate::frames::check(&graph, &loader, loader.load(&args.data)?, skip_bad)?;
     if train.len() == 0 {
         return Err(Failure::bad_input(format!("`{}` has no instances to train on", args.data.display())));
     }
     let valid = args.valid.as_deref().map(|v| loader.load(v)).transpose()?;
+    let valid = valid.map(|v| crate::frames::check(&graph, &loader, v, skip_bad)).transpose()?;
     if let Some(saved) = start.saved_instances.filter(|&s| s != train.len()) {
         eprintln!(
             "amprun: warning: the checkpoint was trained on {saved} instances per epoch, this run has {}: \

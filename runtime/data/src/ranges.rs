@@ -38,7 +38,7 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
                 let Some(rows) = rows else { continue };
                 (index, rows, format!("an index of the Embedding `{param}` ({rows} rows)"))
             }
-            Op::Loss(LossKind::CrossEntropy { label }) => {
+            Op::Loss(LossKind::CrossEntropy { label } | LossKind::CrossEntropyMean { label, .. }) => {
                 let classes = match node.inputs.first() {
                     Some(PayloadTy::F32(dims)) => dims.last().copied(),
                     _ => None,

@@ -32,11 +32,13 @@
 
 mod error;
 mod eval;
+mod network;
 mod params;
 pub mod tape;
 mod value;
 
 pub use error::{ErrorKind, RefError};
+pub use network::NetworkReference;
 pub use params::param_specs;
 
 use amp_data::Value;
@@ -50,10 +52,10 @@ use value::Val;
 /// The stack of the evaluation thread (address space reserved; pages are committed as
 /// used). An unoptimised build uses up to about 32 KiB per level of program recursion, so
 /// the call-depth limit of 2,000 fits several times over.
-const EVAL_STACK_BYTES: usize = 256 << 20;
+pub(crate) const EVAL_STACK_BYTES: usize = 256 << 20;
 /// What evaluation leaves unused of that stack: room for the deepest chain of frames
 /// between two stack checks (one expression's operands) and for dropping values.
-const EVAL_STACK_RESERVE: usize = 16 << 20;
+pub(crate) const EVAL_STACK_RESERVE: usize = 16 << 20;
 
 /// The reference evaluator of one model of a checked program.
 #[derive(Debug)]
@@ -209,7 +211,10 @@ fn flatten(ev: &Evaluator<'_>, v: &Val<'_>, out: &mut Vec<f32>) -> Result<(), Er
 
 /// Runs `work` on a fresh thread with an [`EVAL_STACK_BYTES`] stack and waits for it. A
 /// panic there (an evaluator bug) comes back as [`ErrorKind::Internal`] at `span`.
-fn on_large_stack<T: Send>(span: Span, work: impl FnOnce() -> Result<T, RefError> + Send) -> Result<T, RefError> {
+pub(crate) fn on_large_stack<T: Send>(
+    span: Span,
+    work: impl FnOnce() -> Result<T, RefError> + Send,
+) -> Result<T, RefError> {
     std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()
             .name("amp-reference".into())

@@ -63,7 +63,7 @@ pub(crate) fn dim_value(dim: &Dim, env: &[(Symbol, i64)]) -> Option<i64> {
     })
 }
 
-fn bind(
+pub(crate) fn bind(
     program: &Program,
     instance: &Instance,
     env: &[(Symbol, i64)],

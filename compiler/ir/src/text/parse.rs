@@ -355,7 +355,12 @@ impl Parser {
             }
             "loss" => {
                 if c.eat_word("cross_entropy") {
-                    Op::Loss(LossKind::CrossEntropy { label: self.bracketed_expr(c)? })
+                    let label = self.bracketed_expr(c)?;
+                    if c.eat("/") {
+                        Op::Loss(LossKind::CrossEntropyMean { label, count: self.bracketed_expr(c)? })
+                    } else {
+                        Op::Loss(LossKind::CrossEntropy { label })
+                    }
                 } else if c.eat_word("mse") {
                     Op::Loss(LossKind::Mse)
                 } else {

@@ -143,7 +143,7 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
             }
         }
-        Op::Loss(LossKind::CrossEntropy { .. }) => {
+        Op::Loss(LossKind::CrossEntropy { .. } | LossKind::CrossEntropyMean { .. }) => {
             if ports(cx, i, node, one, Arity::Exactly(0)) {
                 expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::F32Rank1);
             }
@@ -443,6 +443,10 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
             }
         }
         Op::Loss(LossKind::CrossEntropy { label }) => out.push((label, FieldUse::LossLabel)),
+        Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
+            out.push((label, FieldUse::LossLabel));
+            out.push((count, FieldUse::Count));
+        }
         Op::Flatmap { count, .. } | Op::Group { count, .. } => out.push((count, FieldUse::Count)),
         Op::Gather { index } => out.push((index, FieldUse::RowIndex)),
         Op::ScatterSum { index, count, .. } => {

@@ -305,6 +305,7 @@ pub fn every_op() -> Graph {
             vec![v.clone()],
         ),
         (Op::Loss(LossKind::CrossEntropy { label: field(3) }), vec![v.clone()], vec![u.clone()]),
+        (Op::Loss(LossKind::CrossEntropyMean { label: field(3), count: field(1) }), vec![v.clone()], vec![u.clone()]),
         (Op::Loss(LossKind::Mse), vec![v.clone(), v.clone()], vec![u.clone()]),
         (Op::Sink { name: "out \"x\"\n".into() }, vec![v.clone()], vec![]),
     ];
@@ -498,6 +499,7 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
             inverse
         }),
         e().prop_map(|label| Op::Loss(LossKind::CrossEntropy { label })),
+        (e(), e()).prop_map(|(label, count)| Op::Loss(LossKind::CrossEntropyMean { label, count })),
         Just(Op::Loss(LossKind::Mse)),
         any::<String>().prop_map(|name| Op::Sink { name }),
         (0..fields, e()).prop_map(|(f, count)| Op::Flatmap { field: FieldId(f), count }),

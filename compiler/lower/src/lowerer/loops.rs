@@ -210,7 +210,7 @@ impl Lowerer<'_> {
     }
 
     /// `isu field := value` on `port`.
-    fn isu(
+    pub(super) fn isu(
         &mut self,
         port: Port,
         field: FieldId,
@@ -227,7 +227,7 @@ impl Lowerer<'_> {
 
 /// The counter's value when `for t in init..bound` ends: `bound`, or `init` when the range
 /// is empty.
-fn exit_count(init: &StateExpr, bound: &StateExpr) -> StateExpr {
+pub(super) fn exit_count(init: &StateExpr, bound: &StateExpr) -> StateExpr {
     match (init, bound) {
         (StateExpr::Const(0), StateExpr::Len(_)) => bound.clone(),
         (StateExpr::Const(a), StateExpr::Const(b)) => StateExpr::Const(*a.max(b)),

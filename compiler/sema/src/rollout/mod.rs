@@ -20,7 +20,7 @@ mod enumerate;
 mod tableau;
 
 pub use enumerate::{enumerate_valid, Enumerated};
-pub use tableau::{analyse, inference_factor, Analysis, Cycle, Tableau};
+pub use tableau::{analyse, frame_order, inference_factor, Analysis, Cycle, Tableau};
 
 use crate::typed::NetworkDef;
 use amp_diagnostics::{Code, Diagnostic, Span};
@@ -95,6 +95,11 @@ impl RolloutGraph {
         e.source >= e.target
     }
 
+    /// The edge `source -> target`, if the network has it.
+    pub fn edge_between(&self, source: usize, target: usize) -> Option<usize> {
+        self.edges.iter().position(|e| e.source == source && e.target == target)
+    }
+
     fn edge_names(&self) -> Vec<String> {
         (0..self.edges.len()).map(|e| self.edge_name(e)).collect()
     }
@@ -155,6 +160,16 @@ impl Pattern {
             pattern.delays[index] = delay;
         }
         Ok(pattern)
+    }
+
+    /// The pattern a command line names: `streaming`, `sequential`, or the sequential
+    /// pattern with edges overridden (`a->b=1,b->b=0`, [`Pattern::with_overrides`]).
+    pub fn named(graph: &RolloutGraph, text: &str) -> Result<Pattern, RolloutError> {
+        match text.trim() {
+            "streaming" => Ok(Pattern::streaming(graph)),
+            "sequential" => Ok(Pattern::sequential(graph)),
+            edges => Pattern::with_overrides(graph, edges),
+        }
     }
 
     pub fn delay(&self, edge: usize) -> u8 {

@@ -92,6 +92,13 @@ pub fn inference_factor(graph: &RolloutGraph, pattern: &Pattern) -> Result<usize
     analyse(graph, pattern, 1).map(|a| a.inference_factor)
 }
 
+/// The order in which one frame's nodes can be computed under `pattern`: every node
+/// after the sources it reads undelayed (inputs included). [`RolloutError::Invalid`] for
+/// an invalid pattern. The lowering and the reference evaluator walk a frame in it.
+pub fn frame_order(graph: &RolloutGraph, pattern: &Pattern) -> Result<Vec<usize>, RolloutError> {
+    undelayed_order(graph, pattern).map_err(RolloutError::Invalid)
+}
+
 /// The nodes in a topological order of the undelayed edges (Kahn's algorithm), or a
 /// cycle of them.
 fn undelayed_order(graph: &RolloutGraph, pattern: &Pattern) -> Result<Vec<usize>, Cycle> {

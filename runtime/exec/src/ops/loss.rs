@@ -1,5 +1,6 @@
-//! `loss`: cross-entropy of logits against a label expression, or the mean squared error
-//! of two inputs (joined by key). Ends the forward pass, reports the value, and starts the
+//! `loss`: cross-entropy of logits against a label expression (divided by a count
+//! expression for one term of a mean), or the mean squared error of two inputs (joined
+//! by key). Ends the forward pass, reports the value, and starts the
 //! backward pass with gradient 1. A non-finite loss sends nothing back: the run stops
 //! before any of its gradient reaches a parameter.
 
@@ -31,17 +32,17 @@ impl NodeOp for LossOp {
         match &self.kind {
             LossKind::CrossEntropy { label } => {
                 let Some(msg) = inputs.first() else { return Ok(()) };
-                let logits = msg.payload.values();
-                let class = cx.eval_index(label, &msg.state, "label", logits.len())?;
-                let log_probs = kernels::log_softmax_rows(logits, logits.len());
-                let value = -log_probs[class];
-                let correct = kernels::argmax(logits).map(|best| best == class);
-                cx.out.push(Emit::Loss { instance: msg.instance(), value, correct });
-                if cx.training() && value.is_finite() {
-                    let mut grad: Vec<f32> = log_probs.iter().map(|l| l.exp()).collect();
-                    grad[class] -= 1.0;
-                    cx.backward(0, msg.sibling(Payload::from_vec(grad)));
+                cross_entropy(cx, msg, label, 1.0)?;
+            }
+            LossKind::CrossEntropyMean { label, count } => {
+                let Some(msg) = inputs.first() else { return Ok(()) };
+                // A count of 0 cannot reach here (no term of an empty mean is computed);
+                // refusing it keeps a malformed graph from dividing by zero.
+                let n = cx.eval_count(count, &msg.state, "loss count")?;
+                if n == 0 {
+                    return Err(OpError::Empty { what: "mean of the loss terms" });
                 }
+                cross_entropy(cx, msg, label, 1.0 / n as f32)?;
             }
             LossKind::Mse => {
                 let [a, b] = inputs.as_slice() else { return Ok(()) };
@@ -67,4 +68,24 @@ impl NodeOp for LossOp {
     fn held(&self) -> usize {
         self.join.len()
     }
+}
+
+/// Reports `scale` times the cross-entropy of the logits `msg` against `label` and, when
+/// training, sends back its gradient (`scale · (softmax − onehot)`).
+fn cross_entropy(cx: &mut NodeCx, msg: &Msg, label: &amp_ir::StateExpr, scale: f32) -> Result<(), OpError> {
+    let logits = msg.payload.values();
+    let class = cx.eval_index(label, &msg.state, "label", logits.len())?;
+    let log_probs = kernels::log_softmax_rows(logits, logits.len());
+    let value = -log_probs[class] * scale;
+    let correct = kernels::argmax(logits).map(|best| best == class);
+    cx.out.push(Emit::Loss { instance: msg.instance(), value, correct });
+    if cx.training() && value.is_finite() {
+        let mut grad: Vec<f32> = log_probs.iter().map(|l| l.exp()).collect();
+        grad[class] -= 1.0;
+        if scale != 1.0 {
+            grad.iter_mut().for_each(|g| *g *= scale);
+        }
+        cx.backward(0, msg.sibling(Payload::from_vec(grad)));
+    }
+    Ok(())
 }
