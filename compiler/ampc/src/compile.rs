@@ -4,7 +4,7 @@
 
 use crate::Printer;
 use amp_diagnostics::SourceMap;
-use amp_sema::{check_program, Options};
+
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -79,16 +79,10 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         Ok(profile) => profile,
         Err(code) => return code,
     };
-    let Some(text) = crate::read_source(&args.file) else { return ExitCode::from(2) };
-    let mut map = SourceMap::new();
-    let main = map.add(args.file.display().to_string(), text);
-    let checked = check_program(&mut map, main, &Options { defines: args.defines.clone() });
-    if printer.print(&map, &checked.diagnostics).is_err() {
-        return ExitCode::from(2);
-    }
-    if checked.has_errors() {
-        return ExitCode::from(1);
-    }
+    let (map, main, checked) = match crate::check_file(&args.file, &args.defines, printer) {
+        Ok(checked) => checked,
+        Err(code) => return code,
+    };
     let program = &checked.program;
     let compiled = match &args.network {
         Some(network) => compile_network(program, &map, main, &args.file, network, printer),

@@ -252,6 +252,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// Reads and checks a source file, printing its diagnostics: the source map, the file's id
+/// and a program without errors, or the exit code (2: unreadable or unprintable, 1: errors).
+pub(crate) fn check_file(
+    file: &std::path::Path,
+    defines: &[(String, i64)],
+    printer: &Printer,
+) -> Result<(SourceMap, amp_diagnostics::FileId, amp_sema::Checked), ExitCode> {
+    let text = read_source(file).ok_or(ExitCode::from(2))?;
+    let mut map = SourceMap::new();
+    let main = map.add(file.display().to_string(), text);
+    let checked = check_program(&mut map, main, &Options { defines: defines.to_vec() });
+    if printer.print(&map, &checked.diagnostics).is_err() {
+        return Err(ExitCode::from(2));
+    }
+    if checked.has_errors() {
+        return Err(ExitCode::from(1));
+    }
+    Ok((map, main, checked))
+}
+
 /// Reads a source file, invalid UTF-8 replaced (the lexer reports it); `None` after
 /// printing why the file cannot be read (a usage error).
 pub(crate) fn read_source(path: &std::path::Path) -> Option<String> {

@@ -4,9 +4,9 @@
 //! every valid pattern with `--enumerate`; as a table for people or one JSON object.
 
 use crate::{MessageFormat, Printer};
-use amp_diagnostics::{Diagnostic, FileId, SourceMap};
+use amp_diagnostics::{Diagnostic, FileId};
 use amp_sema::rollout::{analyse, enumerate_valid, Analysis, Enumerated, Pattern, RolloutGraph};
-use amp_sema::{check_program, Options, Program};
+use amp_sema::Program;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,16 +22,10 @@ pub(crate) struct RolloutArgs {
 }
 
 pub(crate) fn rollout(args: RolloutArgs, printer: &Printer) -> ExitCode {
-    let Some(text) = crate::read_source(&args.file) else { return ExitCode::from(2) };
-    let mut map = SourceMap::new();
-    let main = map.add(args.file.display().to_string(), text);
-    let checked = check_program(&mut map, main, &Options { defines: args.defines.clone() });
-    if printer.print(&map, &checked.diagnostics).is_err() {
-        return ExitCode::from(2);
-    }
-    if checked.has_errors() {
-        return ExitCode::from(1);
-    }
+    let (map, main, checked) = match crate::check_file(&args.file, &args.defines, printer) {
+        Ok(checked) => checked,
+        Err(code) => return code,
+    };
     let Some(graph) = network_graph(&checked.program, main, &args) else { return ExitCode::from(2) };
     let fail = |diagnostic: Diagnostic| {
         let _ = printer.print(&map, &[diagnostic]);

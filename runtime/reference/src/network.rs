@@ -78,20 +78,7 @@ impl<'p> NetworkReference<'p> {
         let no_params =
             || unevaluable(span, &format!("the parameters of network `{}` (a shape has no value)", def.name));
         let tensors = program.network_parameter_tensors(network).ok_or_else(no_params)?;
-        let specs = tensors
-            .into_iter()
-            .map(|t| {
-                let shape = t.shape.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<Vec<usize>>>()?;
-                let init = match t.init {
-                    amp_sema::ParamInit::Uniform { fan_in } => {
-                        amp_ir::ParamInit::Uniform { fan_in: u64::try_from(fan_in).ok()? }
-                    }
-                    amp_sema::ParamInit::Normal => amp_ir::ParamInit::Normal,
-                };
-                Some(ParamSpec { name: t.name, shape, init })
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(no_params)?;
+        let specs = crate::params::specs_of(tensors).ok_or_else(no_params)?;
         let mut next = 0;
         let mut bound = Vec::with_capacity(def.nodes.len());
         for node in &def.nodes {

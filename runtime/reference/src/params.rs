@@ -29,7 +29,11 @@ pub(crate) enum Bound {
 /// (`cell.weight`, `expert.3.l1.bias`), in that order. `None` when some dimension has no
 /// value or is negative (the model has errors).
 pub fn param_specs(program: &Program, model: ComponentId) -> Option<Vec<ParamSpec>> {
-    let tensors = program.parameter_tensors(model)?;
+    specs_of(program.parameter_tensors(model)?)
+}
+
+/// The runtime's specs of the checker's parameter tensors; `None` when a size is negative.
+pub(crate) fn specs_of(tensors: Vec<amp_sema::ParamTensor>) -> Option<Vec<ParamSpec>> {
     tensors
         .into_iter()
         .map(|t| {
