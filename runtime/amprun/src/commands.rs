@@ -23,7 +23,7 @@ struct Session {
 
 impl Session {
     fn open(args: &EvalArgs) -> Result<Session, Failure> {
-        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec)
+        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed)
     }
 
     fn describe(&self, i: i64) -> String {
@@ -40,6 +40,7 @@ fn open(
     data: &std::path::Path,
     data_args: &crate::cli::DataArgs,
     exec: &crate::cli::ExecArgs,
+    seed: Option<u64>,
 ) -> Result<Session, Failure> {
     let model = model::load(model_args)?;
     let graph = model.graph;
@@ -50,7 +51,7 @@ fn open(
     let config =
         amp_exec::ExecConfig { placement: choice.placement, ..setup::exec_config(exec, OptimConfig::sgd(0.0)) };
     let executor = setup::start(&graph, params, config)?;
-    let loader = Loader::new(&graph, data_args, &[data], None)?;
+    let loader = Loader::new(&graph, data_args, &[data], None)?.with_noise_seed(seed.unwrap_or(0));
     let data = crate::frames::check(&graph, &loader, loader.load(data)?, data_args.skip_bad_data)?;
     Ok(Session { graph, executor, loader, data })
 }
@@ -97,7 +98,7 @@ pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
 /// Writes the mean gradient over the instances and prints the mean loss.
 pub fn grad(args: &GradArgs) -> Result<(), Failure> {
     setup::check_output("--out", &args.out)?;
-    let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec)?;
+    let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed)?;
     let instances = session.data.all();
     if instances.is_empty() {
         return Err(Failure::bad_input(format!("`{}` has no instances", args.data.display())));
