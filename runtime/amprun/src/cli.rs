@@ -298,6 +298,11 @@ pub struct EvalArgs {
     pub data: PathBuf,
     #[command(flatten)]
     pub data_args: DataArgs,
+    /// `eval`: write the evaluation as JSON lines to this file: `{"split": "valid",
+    /// "instances", "loss", "accuracy"}`, and for a rolled-out network one row per update
+    /// step, `{"split": "valid", "update_step": U, "accuracy": A}`.
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<std::path::PathBuf>,
     /// Seed of the `--frame-noise` noise (default 0).
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,

@@ -5,7 +5,9 @@ use crate::cli::{EvalArgs, GradArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::Failure;
 use crate::model::{self, display_name};
+use crate::report::{finite, Metrics};
 use crate::setup;
+use crate::steps::StepTiming;
 use amp_exec::Executor;
 use amp_ir::Graph;
 use amp_params::{OptimConfig, ParamSet};
@@ -56,8 +58,13 @@ fn open(
     Ok(Session { graph, executor, loader, data })
 }
 
-/// Prints loss, accuracy and throughput of the parameters on the data.
+/// Prints loss, accuracy and throughput of the parameters on the data, and for a
+/// rolled-out network the accuracy at each update step where a frame's output appears
+/// (`crate::steps`); `--metrics` writes them as JSON lines.
 pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
+    if let Some(path) = &args.metrics {
+        setup::check_output("--metrics", path)?;
+    }
     let session = Session::open(args)?;
     let stats =
         session.executor.evaluate(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
@@ -70,11 +77,41 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
         stats.instances_per_s,
         args.data.display()
     );
+    let mut metrics = Metrics::open(args.metrics.as_deref(), false)?;
+    let summary = json!({
+        "split": "valid",
+        "instances": stats.instances,
+        "loss": finite(f64::from(stats.loss)),
+        "accuracy": stats.accuracy.map(|a| finite(f64::from(a))),
+    });
+    metrics.write_json(&summary)?;
+    let Some(timing) = StepTiming::of(&session.graph) else { return Ok(()) };
+    let steps = timing.accuracy_per_step(&stats.judgements);
+    println!(
+        "accuracy per update step (F(R) = {}, a frame's output every {} step(s) from step {}):",
+        timing.factor, timing.factor, timing.first
+    );
+    println!("  step  accuracy");
+    for step in steps.iter().filter(|s| s.answers) {
+        let accuracy = step.accuracy.map_or_else(|| "-".to_string(), |a| format!("{:.2}%", 100.0 * a));
+        println!("  {:>4}  {accuracy}", step.step);
+    }
+    for step in &steps {
+        let row = json!({
+            "split": "valid",
+            "update_step": step.step,
+            "accuracy": step.accuracy.map(|a| finite(f64::from(a))),
+        });
+        metrics.write_json(&row)?;
+    }
     Ok(())
 }
 
 /// Prints one JSON line per instance: `{"instance": i, "output": [...], "argmax": k}`.
 pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
+    if args.metrics.is_some() {
+        return Err(Failure::usage("--metrics applies to `amprun eval`; `infer` writes its outputs to stdout".to_string()));
+    }
     let session = Session::open(args)?;
     let outputs =
         session.executor.infer(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;

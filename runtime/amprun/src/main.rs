@@ -169,6 +169,7 @@ mod commands;
 mod data;
 mod failure;
 mod frames;
+mod steps;
 mod model;
 mod placement;
 mod report;

@@ -76,7 +76,8 @@ impl RunMode {
 pub(crate) enum Emit {
     Forward { port: u16, msg: Msg },
     Backward { port: u16, msg: Msg },
-    Loss { instance: i64, value: f32, correct: Option<bool> },
+    /// A loss; `state` is the message's (evaluation only: per-frame accuracy reads it).
+    Loss { instance: i64, value: f32, correct: Option<bool>, state: Option<Box<[i64]>> },
     Output { instance: i64, values: Vec<f32> },
 }
 
