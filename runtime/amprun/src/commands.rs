@@ -110,7 +110,9 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
 /// Prints one JSON line per instance: `{"instance": i, "output": [...], "argmax": k}`.
 pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
     if args.metrics.is_some() {
-        return Err(Failure::usage("--metrics applies to `amprun eval`; `infer` writes its outputs to stdout".to_string()));
+        return Err(Failure::usage(
+            "--metrics applies to `amprun eval`; `infer` writes its outputs to stdout".to_string(),
+        ));
     }
     let session = Session::open(args)?;
     let outputs =

@@ -169,12 +169,12 @@ mod commands;
 mod data;
 mod failure;
 mod frames;
-mod steps;
 mod model;
 mod placement;
 mod report;
 mod setup;
 mod start;
+mod steps;
 mod train;
 
 use clap::Parser;

@@ -532,7 +532,8 @@ impl Controller<'_, '_> {
                 if correct.is_some() {
                     self.output.correct[slot] = correct;
                 }
-                if let (Some(correct), Some(state), Some(list)) = (correct, state, self.output.judgements.get_mut(slot)) {
+                if let (Some(correct), Some(state), Some(list)) = (correct, state, self.output.judgements.get_mut(slot))
+                {
                     list.push(Judgement { state, correct });
                 }
             }
