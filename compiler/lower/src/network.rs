@@ -25,6 +25,14 @@ pub const LABEL_FIELD: &str = "label";
 pub const ROLLOUT_FRAMES_META: &str = "rollout.frames";
 /// The graph's metadata key for its pattern: every edge with its delay, `x->h1=0,...`.
 pub const ROLLOUT_PATTERN_META: &str = "rollout.pattern";
+/// The graph's metadata key for the name of its frame counter (a state field).
+pub const ROLLOUT_FRAME_FIELD_META: &str = "rollout.frame_field";
+/// The graph's metadata key for the pattern's inference factor F(R).
+pub const ROLLOUT_FACTOR_META: &str = "rollout.inference_factor";
+/// The graph's metadata key for T(1, y), the update step of the window of size 1 at
+/// which frame 1 of the output is known. Data frame k's output exists at update step
+/// `k · F(R) + T(1, y)` (docs/rollouts.md).
+pub const ROLLOUT_OUTPUT_STEP_META: &str = "rollout.output_step";
 
 /// How many frames the rolled-out graph computes per instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -99,6 +99,12 @@ pub struct DataArgs {
     /// them is read.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
+    /// A rolled-out network (`--frames F`): each instance is a static input (a CSV row, or
+    /// `{"frame": [...], "label": k}`) shown for the F frames, each frame with fresh
+    /// Gaussian noise of this standard deviation, seeded by `--seed` and the instance's
+    /// index.
+    #[arg(long, value_name = "S")]
+    pub frame_noise: Option<f32>,
     /// CSV: multiply every f32 column by this (e.g. 0.0625 for 0-16 pixels).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f32,
@@ -245,7 +251,7 @@ pub struct TrainArgs {
     /// Clip each parameter group's gradient norm to this before the update.
     #[arg(long, value_name = "X")]
     pub clip_norm: Option<f32>,
-    /// Seed of the initialisation and of the shuffles (default 0).
+    /// Seed of the initialisation, of the shuffles and of `--frame-noise` (default 0).
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,
     /// Keep the data in file order (no shuffle per epoch).
@@ -292,6 +298,14 @@ pub struct EvalArgs {
     pub data: PathBuf,
     #[command(flatten)]
     pub data_args: DataArgs,
+    /// `eval`: write the evaluation as JSON lines to this file: `{"split": "valid",
+    /// "instances", "loss", "accuracy"}`, and for a rolled-out network one row per update
+    /// step, `{"split": "valid", "update_step": U, "accuracy": A}`.
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<std::path::PathBuf>,
+    /// Seed of the `--frame-noise` noise (default 0).
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
     #[command(flatten)]
     pub exec: ExecArgs,
 }
@@ -311,6 +325,9 @@ pub struct GradArgs {
     pub out: PathBuf,
     #[command(flatten)]
     pub data_args: DataArgs,
+    /// Seed of the `--frame-noise` noise (default 0).
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
     #[command(flatten)]
     pub exec: ExecArgs,
 }

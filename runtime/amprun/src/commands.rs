@@ -5,7 +5,9 @@ use crate::cli::{EvalArgs, GradArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::Failure;
 use crate::model::{self, display_name};
+use crate::report::{finite, Metrics};
 use crate::setup;
+use crate::steps::StepTiming;
 use amp_exec::Executor;
 use amp_ir::Graph;
 use amp_params::{OptimConfig, ParamSet};
@@ -23,7 +25,7 @@ struct Session {
 
 impl Session {
     fn open(args: &EvalArgs) -> Result<Session, Failure> {
-        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec)
+        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed)
     }
 
     fn describe(&self, i: i64) -> String {
@@ -40,6 +42,7 @@ fn open(
     data: &std::path::Path,
     data_args: &crate::cli::DataArgs,
     exec: &crate::cli::ExecArgs,
+    seed: Option<u64>,
 ) -> Result<Session, Failure> {
     let model = model::load(model_args)?;
     let graph = model.graph;
@@ -50,13 +53,18 @@ fn open(
     let config =
         amp_exec::ExecConfig { placement: choice.placement, ..setup::exec_config(exec, OptimConfig::sgd(0.0)) };
     let executor = setup::start(&graph, params, config)?;
-    let loader = Loader::new(&graph, data_args, &[data], None)?;
+    let loader = Loader::new(&graph, data_args, &[data], None)?.with_noise_seed(seed.unwrap_or(0));
     let data = crate::frames::check(&graph, &loader, loader.load(data)?, data_args.skip_bad_data)?;
     Ok(Session { graph, executor, loader, data })
 }
 
-/// Prints loss, accuracy and throughput of the parameters on the data.
+/// Prints loss, accuracy and throughput of the parameters on the data, and for a
+/// rolled-out network the accuracy at each update step where a frame's output appears
+/// (`crate::steps`); `--metrics` writes them as JSON lines.
 pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
+    if let Some(path) = &args.metrics {
+        setup::check_output("--metrics", path)?;
+    }
     let session = Session::open(args)?;
     let stats =
         session.executor.evaluate(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
@@ -69,11 +77,43 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
         stats.instances_per_s,
         args.data.display()
     );
+    let mut metrics = Metrics::open(args.metrics.as_deref(), false)?;
+    let summary = json!({
+        "split": "valid",
+        "instances": stats.instances,
+        "loss": finite(f64::from(stats.loss)),
+        "accuracy": stats.accuracy.map(|a| finite(f64::from(a))),
+    });
+    metrics.write_json(&summary)?;
+    let Some(timing) = StepTiming::of(&session.graph) else { return Ok(()) };
+    let steps = timing.accuracy_per_step(&stats.judgements);
+    println!(
+        "accuracy per update step (F(R) = {}, a frame's output every {} step(s) from step {}):",
+        timing.factor, timing.factor, timing.first
+    );
+    println!("  step  accuracy");
+    for step in steps.iter().filter(|s| s.answers) {
+        let accuracy = step.accuracy.map_or_else(|| "-".to_string(), |a| format!("{:.2}%", 100.0 * a));
+        println!("  {:>4}  {accuracy}", step.step);
+    }
+    for step in &steps {
+        let row = json!({
+            "split": "valid",
+            "update_step": step.step,
+            "accuracy": step.accuracy.map(|a| finite(f64::from(a))),
+        });
+        metrics.write_json(&row)?;
+    }
     Ok(())
 }
 
 /// Prints one JSON line per instance: `{"instance": i, "output": [...], "argmax": k}`.
 pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
+    if args.metrics.is_some() {
+        return Err(Failure::usage(
+            "--metrics applies to `amprun eval`; `infer` writes its outputs to stdout".to_string(),
+        ));
+    }
     let session = Session::open(args)?;
     let outputs =
         session.executor.infer(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
@@ -97,7 +137,7 @@ pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
 /// Writes the mean gradient over the instances and prints the mean loss.
 pub fn grad(args: &GradArgs) -> Result<(), Failure> {
     setup::check_output("--out", &args.out)?;
-    let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec)?;
+    let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed)?;
     let instances = session.data.all();
     if instances.is_empty() {
         return Err(Failure::bad_input(format!("`{}` has no instances", args.data.display())));

@@ -1,9 +1,10 @@
 //! Data files to instances: the format from the extension or `--format`, the loader of
 //! `amp-data` with the graph's input schema, `--skip-bad-data`, `--limit`, the PTB
-//! vocabulary, and finding the file line of an instance again when a run fails on it.
+//! vocabulary, `--frame-noise` (static instances shown for a network's frames), and finding the file line of an instance again when a run fails on it.
 
 use crate::cli::{DataArgs, Format};
 use crate::failure::Failure;
+use crate::frames::FrameNoise;
 use crate::model::hyper;
 use amp_data::csv::CsvOptions;
 use amp_data::jsonl::JsonlOptions;
@@ -71,6 +72,9 @@ pub struct Loader {
     edge_kinds: usize,
     /// The ranges the model puts on ints of the data (`amp_data::ranges`).
     ranges: Vec<Range>,
+    /// `--frame-noise`: files hold static instances (read with `schema`, the static
+    /// schema), each turned into the network's frames.
+    noise: Option<FrameNoise>,
 }
 
 impl Loader {
@@ -94,7 +98,15 @@ impl Loader {
         let node_kinds = args.node_kinds.or_else(|| hyper(graph, "kinds")).unwrap_or(8);
         let edge_kinds = args.edge_kinds.or_else(|| hyper(graph, "edge_kinds")).unwrap_or(3);
         let ranges = amp_data::ranges::model_ranges(graph);
-        Ok(Loader { schema, prepared, args: args.clone(), vocab, node_kinds, edge_kinds, ranges })
+        let noise = args.frame_noise.map(|sigma| FrameNoise::new(graph, sigma)).transpose()?;
+        let schema = noise.as_ref().map_or(schema, |n| n.static_schema.clone());
+        Ok(Loader { schema, prepared, args: args.clone(), vocab, node_kinds, edge_kinds, ranges, noise })
+    }
+
+    /// The seed of `--frame-noise` (the run's `--seed`); nothing without it.
+    pub fn with_noise_seed(mut self, seed: u64) -> Loader {
+        self.noise = self.noise.map(|n| n.with_seed(seed));
+        self
     }
 
     /// Reads a data file: the first bad instance is an error naming file, line and field,
@@ -109,6 +121,11 @@ impl Loader {
         }
         let instances = instances
             .into_iter()
+            .enumerate()
+            .map(|(i, value)| match &self.noise {
+                Some(noise) => noise.expand(i, value),
+                None => value,
+            })
             .map(|value| Instance::with_prepared(&self.prepared, value))
             .collect::<Result<Vec<_>, DataError>>()
             .map_err(|e| Failure::data(&e.in_file(&path.display().to_string())))?;

@@ -155,12 +155,16 @@
 //! instead of a model; instances are JSON Lines `{"frames": [[...], ...], "label": k}`, and an
 //! instance with no frame or with another number than F is bad input named by
 //! `file:line: field `frames``. The loss is the mean over the frames; `infer` prints one
-//! frame's output and `eval` counts an instance by one frame's (the last reported).
+//! frame's output and `eval` counts an instance by one frame's (the last reported), and
+//! prints the accuracy per update step (with `--metrics FILE`: one JSON row per step).
+//! `--frame-noise S` reads static inputs (a CSV row, `{"frame": [...], "label": k}`) and
+//! shows each for the F frames with fresh seeded Gaussian noise per frame (`--seed`).
 //!
 //! Layout: `cli` (flags), `model` (compile or load, verify), `data` (loaders, instance
 //! lines), `placement` (partition plan, utilization, profile), `setup` (executor and
 //! parameters), `start` (fresh, `--init` or resumed parameters; checkpoint metadata),
-//! `frames` (a rolled-out network's instances), `train`, `commands` (eval, infer, grad),
+//! `frames` (a rolled-out network's instances, `--frame-noise`), `steps` (accuracy per
+//! update step), `train`, `commands` (eval, infer, grad),
 //! `report` (progress, metrics, traces),
 //! `failure` (messages and exit codes).
 
@@ -174,6 +178,7 @@ mod placement;
 mod report;
 mod setup;
 mod start;
+mod steps;
 mod train;
 
 use clap::Parser;

@@ -57,7 +57,7 @@ impl Report {
 }
 
 /// JSON has no NaN or infinity: those become `null`.
-fn finite(x: f64) -> Value {
+pub fn finite(x: f64) -> Value {
     serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)
 }
 

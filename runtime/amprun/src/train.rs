@@ -122,7 +122,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
 
     let mut files = vec![args.data.as_path()];
     files.extend(args.valid.as_deref());
-    let loader = Loader::new(&graph, &args.data_args, &files, Some(&args.data))?;
+    let loader = Loader::new(&graph, &args.data_args, &files, Some(&args.data))?.with_noise_seed(start.seed);
     let skip_bad = args.data_args.skip_bad_data;
     let train = crate::frames::check(&graph, &loader, loader.load(&args.data)?, skip_bad)?;
     if train.len() == 0 {

@@ -12,7 +12,8 @@
 //! - [`ptb`]: PTB bracket trees (the SST format) with a [`Vocab`];
 //! - [`csv`]: fixed-size records, one row each;
 //! - [`sdf`]: SDF V2000 molecules as graphs;
-//! - [`generate`]: seeded synthetic tasks for the examples.
+//! - [`generate`]: seeded synthetic tasks for the examples;
+//! - [`noise`]: a static input repeated over frames with Gaussian noise per frame.
 //!
 //! Every loader checks what it builds against the schema, reports the first bad instance
 //! as a [`DataError`] naming file, line and field, or with `skip_bad` skips bad instances
@@ -23,6 +24,7 @@ pub mod error;
 pub mod generate;
 pub mod instance;
 pub mod jsonl;
+pub mod noise;
 pub mod ptb;
 pub mod ranges;
 pub mod sdf;

@@ -8,6 +8,7 @@
 
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
+use crate::executor::Judgement;
 use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
 use crate::ops::{self, RunMode, RunShared};
 use crate::program::Program;
@@ -24,6 +25,8 @@ pub(crate) struct RunOutput {
     pub losses: Vec<Option<f32>>,
     /// Whether the argmax of the logits hit the cross-entropy label.
     pub correct: Vec<Option<bool>>,
+    /// Evaluation: every cross-entropy report of the instance, with its state.
+    pub judgements: Vec<Vec<Judgement>>,
     /// The main sink's output.
     pub outputs: Vec<Option<Vec<f32>>>,
     pub trace: Vec<TraceEvent>,
@@ -285,6 +288,7 @@ pub(crate) fn run(
             output: RunOutput {
                 losses: vec![None; n],
                 correct: vec![None; n],
+                judgements: if shared.mode == RunMode::Eval { vec![Vec::new(); n] } else { Vec::new() },
                 outputs: vec![None; n],
                 trace: Vec::new(),
                 waited: Vec::new(),
@@ -518,7 +522,7 @@ impl Controller<'_, '_> {
     /// Takes one loss, output, instance's end or piece of the trace.
     fn take_result(&mut self, n: usize, result: Report) -> Result<(), ExecError> {
         match result {
-            Report::Loss { instance, node, value, correct } => {
+            Report::Loss { instance, node, value, correct, state } => {
                 let Some(slot) = usize::try_from(instance).ok().filter(|&i| i < n) else { return Ok(()) };
                 if !value.is_finite() && self.mode.backward() {
                     return Err(ExecError::NonFiniteLoss { instance: slot, loss: value, node });
@@ -527,6 +531,10 @@ impl Controller<'_, '_> {
                 self.output.losses[slot] = Some(total);
                 if correct.is_some() {
                     self.output.correct[slot] = correct;
+                }
+                if let (Some(correct), Some(state), Some(list)) = (correct, state, self.output.judgements.get_mut(slot))
+                {
+                    list.push(Judgement { state, correct });
                 }
             }
             Report::Output { instance, node, values } => {

@@ -45,6 +45,18 @@ pub struct EvalStats {
     pub accuracy: Option<f32>,
     pub elapsed: Duration,
     pub instances_per_s: f64,
+    /// Per instance, in input order: every cross-entropy loss report, in the order they
+    /// arrived (one per frame of a rolled-out network). Filled by
+    /// [`Executor::evaluate`] only.
+    pub judgements: Vec<Vec<Judgement>>,
+}
+
+/// One cross-entropy loss report of an evaluation: the state of the message it judged
+/// (which frame, for a rolled-out network) and whether the logits' argmax hit the label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judgement {
+    pub state: Box<[i64]>,
+    pub correct: bool,
 }
 
 /// Runs one graph: training (asynchronous model-parallel, AMPNet style), evaluation and
@@ -315,15 +327,20 @@ impl Executor {
         if self.config.trace {
             self.trace.extend(trace);
         }
-        stats(losses, correct, start)
+        stats(losses, correct, Vec::new(), start)
     }
 
     fn summarize_eval(&self, output: RunOutput, start: Instant) -> EvalStats {
-        stats(output.losses, output.correct, start)
+        stats(output.losses, output.correct, output.judgements, start)
     }
 }
 
-fn stats(losses: Vec<Option<f32>>, correct: Vec<Option<bool>>, start: Instant) -> EvalStats {
+fn stats(
+    losses: Vec<Option<f32>>,
+    correct: Vec<Option<bool>>,
+    judgements: Vec<Vec<Judgement>>,
+    start: Instant,
+) -> EvalStats {
     let elapsed = start.elapsed();
     let instances = losses.len();
     let known: Vec<f32> = losses.iter().flatten().copied().collect();
@@ -338,5 +355,6 @@ fn stats(losses: Vec<Option<f32>>, correct: Vec<Option<bool>>, start: Instant) -
         accuracy,
         elapsed,
         instances_per_s,
+        judgements,
     }
 }

@@ -77,6 +77,6 @@ mod worker;
 pub use config::{ExecConfig, Fault, NodeSelector, Placement};
 pub use controller::{Observer, Progress};
 pub use error::{ExecError, OpError, QueueReport};
-pub use executor::{EpochStats, EvalStats, Executor};
+pub use executor::{EpochStats, EvalStats, Executor, Judgement};
 pub use instance::ExecInstance;
 pub use trace::{write_chrome_trace, TraceEvent, TraceKind};

@@ -86,6 +86,7 @@ pub(crate) enum Report {
         node: u32,
         value: f32,
         correct: Option<bool>,
+        state: Option<Box<[i64]>>,
     },
     Output {
         instance: i64,
@@ -561,8 +562,8 @@ impl Worker<'_, '_> {
                     self.send(Envelope { node: src, port: from_port, dir: Dir::Backward, msg });
                 }
             }
-            Emit::Loss { instance, value, correct } => {
-                let _ = self.setup.results.send(Report::Loss { instance, node: node.index, value, correct });
+            Emit::Loss { instance, value, correct, state } => {
+                let _ = self.setup.results.send(Report::Loss { instance, node: node.index, value, correct, state });
                 // Training stops at a loss that is not finite: nothing more is admitted,
                 // and the controller wakes to read the loss and stop the run.
                 if !value.is_finite() && self.setup.shared.mode.backward() {

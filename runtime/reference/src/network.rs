@@ -45,6 +45,8 @@ pub struct NetworkReference<'p> {
 /// What one instance's rollout gives.
 struct Rolled {
     loss: NodeId,
+    /// Each frame's output (the logits), in frame order.
+    outputs: Vec<NodeId>,
 }
 
 impl<'p> NetworkReference<'p> {
@@ -114,6 +116,12 @@ impl<'p> NetworkReference<'p> {
         self.run(params, input, |ev, rolled| Ok(ev.tape.value(rolled.loss)[0]))
     }
 
+    /// Each frame's output (the logits) on `input`, in frame order: what per-frame
+    /// accuracy judges.
+    pub fn frame_outputs(&self, params: &ParamSet, input: &Value) -> Result<Vec<Vec<f32>>, RefError> {
+        self.run(params, input, |ev, rolled| Ok(rolled.outputs.iter().map(|&o| ev.tape.value(o).to_vec()).collect()))
+    }
+
     /// The loss on `input` and its gradient with respect to every parameter.
     pub fn loss_and_grads(&self, params: &ParamSet, input: &Value) -> Result<(f32, ParamSet), RefError> {
         self.run(params, input, |ev, rolled| {
@@ -148,6 +156,7 @@ impl<'p> NetworkReference<'p> {
             previous.push(ev.tape.fill(vec![w], 0.0).at(span)?);
         }
         let mut losses = Vec::with_capacity(frames.len());
+        let mut outputs = Vec::with_capacity(frames.len());
         for frame in frames {
             let mut current: Vec<Option<NodeId>> = vec![None; n];
             for &v in &self.order {
@@ -166,6 +175,7 @@ impl<'p> NetworkReference<'p> {
             }
             let logits = current[self.output].ok_or_else(|| unevaluable(span, "the output of a frame"))?;
             losses.push(ev.tape.cross_entropy(logits, label).at(self.def.nodes[self.output].span)?);
+            outputs.push(logits);
             for (v, value) in current.into_iter().enumerate() {
                 if let Some(value) = value {
                     previous[v] = value;
@@ -173,7 +183,7 @@ impl<'p> NetworkReference<'p> {
             }
         }
         let total = ev.tape.add_n(&losses, Vec::new()).at(span)?;
-        Ok(Rolled { loss: ev.tape.scale(total, 1.0 / losses.len() as f32) })
+        Ok(Rolled { loss: ev.tape.scale(total, 1.0 / losses.len() as f32), outputs })
     }
 
     /// One frame's value of node `v` from the values of its sources, in `from` order.

@@ -97,3 +97,55 @@ fn rolled_out_networks_match_the_reference_over_the_instances_frames() {
         assert_rollout_matches(name, source, Frames::FromData, 11);
     }
 }
+
+/// Accuracy per update step (docs/rollouts.md) rests on the executor's evaluation telling
+/// which frame each verdict is about: every instance's verdict for frame k (read from the
+/// frame counter the graph's metadata names) is the reference's argmax of frame k's
+/// output against the label, and the metadata's F(R) and T(1, y) are the tableau's.
+#[test]
+fn each_frames_verdict_matches_the_reference() {
+    use amp_lower::network::{ROLLOUT_FACTOR_META, ROLLOUT_FRAME_FIELD_META, ROLLOUT_OUTPUT_STEP_META};
+    for (name, source) in amp_tests::ROLLOUT_EXAMPLES {
+        let options = Options { defines: vec![("hidden".into(), 6)] };
+        let (map, checked) = check_source(&format!("{name}.amp"), source, &options);
+        let program = &checked.program;
+        let rollout = RolloutGraph::of_network(&program.networks[0]);
+        let output = rollout.nodes.len() - 1;
+        for (which, pattern) in patterns(&rollout) {
+            let (graph, _) = amp_lower::compile_network(program, &map, 0, &pattern, Frames::Fixed(5))
+                .unwrap_or_else(|e| panic!("{name} {which}: {e:?}"));
+            let analysis = amp_sema::rollout::analyse(&rollout, &pattern, 1).expect("valid");
+            assert_eq!(graph.meta.get(ROLLOUT_FACTOR_META), Some(&analysis.inference_factor.to_string()));
+            assert_eq!(graph.meta.get(ROLLOUT_OUTPUT_STEP_META), Some(&analysis.tableau.step(output, 1).to_string()));
+            let frame_field = graph.meta.get(ROLLOUT_FRAME_FIELD_META).and_then(|f| graph.field_named(f));
+            let frame_field = usize::from(frame_field.expect("the frame counter is named").0);
+            let reference = NetworkReference::new(program, 0, &pattern, Some(5)).expect("reference");
+            let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&graph), 3);
+            let schema = graph.input.clone().expect("schema");
+            let mut rng = ChaCha8Rng::seed_from_u64(8);
+            let values: Vec<Value> = (0..6).map(|_| instance(&mut rng, 5)).collect();
+            let instances: Vec<Instance> =
+                values.iter().map(|v| Instance::new(&schema, v.clone()).expect("instance")).collect();
+            let executor = Executor::new(&graph, params.clone(), ExecConfig::default()).expect("executor");
+            let stats = executor.evaluate(&instances).expect("evaluates");
+            for (i, value) in values.iter().enumerate() {
+                let Value::Record(fields) = value else { unreachable!("an instance is a record") };
+                let Some(Value::Int(label)) = fields.get(1) else { unreachable!("a label") };
+                let outputs = reference.frame_outputs(&params, value).expect("reference runs");
+                let mut expected: Vec<(i64, bool)> = outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, logits)| {
+                        let best = (0..logits.len()).fold(0, |b, j| if logits[j] > logits[b] { j } else { b });
+                        (k as i64, best as i64 == *label)
+                    })
+                    .collect();
+                let mut got: Vec<(i64, bool)> =
+                    stats.judgements[i].iter().map(|j| (j.state[frame_field], j.correct)).collect();
+                got.sort();
+                expected.sort();
+                assert_eq!(got, expected, "{name} {which} instance {i}");
+            }
+        }
+    }
+}

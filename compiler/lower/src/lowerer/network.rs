@@ -15,7 +15,10 @@
 //! (`loss cross_entropy [$.label] / [n]`): the loss is the mean over the frames.
 
 use super::{loops::exit_count, Lowerer, Unsupported, R};
-use crate::network::{Frames, FRAMES_FIELD, LABEL_FIELD, ROLLOUT_FRAMES_META, ROLLOUT_PATTERN_META};
+use crate::network::{
+    Frames, FRAMES_FIELD, LABEL_FIELD, ROLLOUT_FACTOR_META, ROLLOUT_FRAMES_META, ROLLOUT_FRAME_FIELD_META,
+    ROLLOUT_OUTPUT_STEP_META, ROLLOUT_PATTERN_META,
+};
 use crate::value::{ParamRef, Port, Value};
 use amp_diagnostics::{Code, Diagnostic, SourceMap};
 use amp_grammar::ast::NetStmtKind;
@@ -23,7 +26,7 @@ use amp_ir::{
     ConstValue, DataStep, DataTy, FieldRole, FieldSchema, Graph, IntOp, LossKind, Op, PayloadTy, RecordSchema, Schema,
     StateExpr, UnaryFn,
 };
-use amp_sema::rollout::{frame_order, Pattern, RolloutGraph};
+use amp_sema::rollout::{analyse, frame_order, Pattern, RolloutGraph};
 use amp_sema::{Builtin, ComponentId, Instance, InstanceCall, NetworkDef, Program};
 
 /// What one network rollout is lowered from.
@@ -124,6 +127,13 @@ impl<'p> Lowerer<'p> {
         let k = self.loops;
         self.loops += 1;
         let name = if k == 0 { "frame".to_string() } else { format!("frame{k}") };
+        self.graph.meta.insert(ROLLOUT_FRAME_FIELD_META.into(), name.clone());
+        // When each frame's output exists in update steps (docs/rollouts.md): the runtime
+        // reports accuracy per update step from these.
+        if let Ok(analysis) = analyse(r.graph, r.pattern, 1) {
+            self.graph.meta.insert(ROLLOUT_FACTOR_META.into(), analysis.inference_factor.to_string());
+            self.graph.meta.insert(ROLLOUT_OUTPUT_STEP_META.into(), analysis.tableau.step(output, 1).to_string());
+        }
         let t = self.new_field(name, FieldRole::Counter, span)?;
         let counter = StateExpr::Field(t);
         let pred = StateExpr::bin(IntOp::Lt, counter.clone(), count.clone());

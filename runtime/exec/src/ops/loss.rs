@@ -49,7 +49,7 @@ impl NodeOp for LossOp {
                 let (x, y) = (a.payload.values(), b.payload.values());
                 let n = x.len().min(y.len()).max(1) as f32;
                 let value = x.iter().zip(y).map(|(p, q)| (p - q) * (p - q)).sum::<f32>() / n;
-                cx.out.push(Emit::Loss { instance: a.instance(), value, correct: None });
+                cx.out.push(Emit::Loss { instance: a.instance(), value, correct: None, state: None });
                 if cx.training() && value.is_finite() {
                     let da: Vec<f32> = x.iter().zip(y).map(|(p, q)| 2.0 * (p - q) / n).collect();
                     let db: Vec<f32> = da.iter().map(|g| -g).collect();
@@ -78,7 +78,8 @@ fn cross_entropy(cx: &mut NodeCx, msg: &Msg, label: &amp_ir::StateExpr, scale: f
     let log_probs = kernels::log_softmax_rows(logits, logits.len());
     let value = -log_probs[class] * scale;
     let correct = kernels::argmax(logits).map(|best| best == class);
-    cx.out.push(Emit::Loss { instance: msg.instance(), value, correct });
+    let state = (cx.mode() == RunMode::Eval).then(|| msg.state.clone());
+    cx.out.push(Emit::Loss { instance: msg.instance(), value, correct, state });
     if cx.training() && value.is_finite() {
         let mut grad: Vec<f32> = log_probs.iter().map(|l| l.exp()).collect();
         grad[class] -= 1.0;

@@ -74,10 +74,25 @@ impl RunMode {
 /// What an op produces while handling a message.
 #[derive(Debug)]
 pub(crate) enum Emit {
-    Forward { port: u16, msg: Msg },
-    Backward { port: u16, msg: Msg },
-    Loss { instance: i64, value: f32, correct: Option<bool> },
-    Output { instance: i64, values: Vec<f32> },
+    Forward {
+        port: u16,
+        msg: Msg,
+    },
+    Backward {
+        port: u16,
+        msg: Msg,
+    },
+    /// A loss; `state` is the message's (evaluation only: per-frame accuracy reads it).
+    Loss {
+        instance: i64,
+        value: f32,
+        correct: Option<bool>,
+        state: Option<Box<[i64]>>,
+    },
+    Output {
+        instance: i64,
+        values: Vec<f32>,
+    },
 }
 
 /// Everything a run shares between workers, read-only but for the parameters' locks.
