@@ -3,8 +3,8 @@
 
 use crate::ast::*;
 use crate::lexer::{self, LexError, LexErrorKind, Tok};
-use amp_diagnostics::{Code, Diagnostic, FileId};
 use crate::resync;
+use amp_diagnostics::{Code, Diagnostic, FileId};
 use lalrpop_util::{ErrorRecovery, ParseError};
 
 #[allow(clippy::all, unused_parens, unused_imports, dead_code)]
@@ -52,7 +52,8 @@ pub fn parse(file: FileId, text: &str) -> Parsed {
     let mut damaged: Vec<Span> = diagnostics.iter().chain(&syntax).map(|d| d.span).collect();
     for (span, recovered_end) in damaged.iter_mut().zip(lexed.errors.iter().map(|e| e.end).chain(recovered_ends)) {
         let index = lexed.tokens.partition_point(|t| t.0 < span.start as usize);
-        let start = lexed.tokens.get(resync::statement_start(&lexed.tokens, index)).map_or(span.start as usize, |t| t.0);
+        let start =
+            lexed.tokens.get(resync::statement_start(&lexed.tokens, index)).map_or(span.start as usize, |t| t.0);
         *span = Span::new(file, start.min(span.start as usize), recovered_end.max(span.end as usize));
     }
     diagnostics.append(&mut syntax);
