@@ -98,23 +98,23 @@ fn main() {
         // The server's loop, with one message more than the open: its cost is the difference.
         let open_only = session(text, &[]);
         let base = median(budget, || {
-            black_box(amp_lsp::serve_bytes(&open_only));
+            let _ = black_box(amp_lsp::serve_bytes(&open_only));
         });
         let with_edit = session(text, &[edit(text)]);
         let edited = median(budget, || {
-            black_box(amp_lsp::serve_bytes(&with_edit));
+            let _ = black_box(amp_lsp::serve_bytes(&with_edit));
         });
         let middle = text.lines().count() / 2;
         let at =
             json!({ "textDocument": { "uri": "file:///bench.amp" }, "position": { "line": middle, "character": 8 } });
         let with_completion = session(text, &[request("textDocument/completion", at)]);
         let completed = median(budget, || {
-            black_box(amp_lsp::serve_bytes(&with_completion));
+            let _ = black_box(amp_lsp::serve_bytes(&with_completion));
         });
         let doc = json!({ "textDocument": { "uri": "file:///bench.amp" } });
         let with_symbols = session(text, &[request("textDocument/documentSymbol", doc)]);
         let symbols = median(budget, || {
-            black_box(amp_lsp::serve_bytes(&with_symbols));
+            let _ = black_box(amp_lsp::serve_bytes(&with_symbols));
         });
         println!(
             "{:<22} {:>9} {:>10.2} {:>10.2} {:>9.0}x {:>11.1} {:>12.1} {:>12.1}",
