@@ -8,6 +8,7 @@
 pub mod ast;
 pub mod lexer;
 mod parser;
+mod resync;
 
 pub use amp_diagnostics::{FileId, Span};
 pub use parser::{last_starting_at_or_before, parse, Parsed, MAX_BRACKET_DEPTH, MAX_OPERATORS_PER_STATEMENT};

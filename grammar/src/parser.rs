@@ -3,6 +3,7 @@
 
 use crate::ast::*;
 use crate::lexer::{self, LexError, LexErrorKind, Tok};
+use crate::resync;
 use amp_diagnostics::{Code, Diagnostic, FileId};
 use lalrpop_util::{ErrorRecovery, ParseError};
 
@@ -16,6 +17,11 @@ mod generated {
 pub struct Parsed {
     pub ast: SourceFileAst,
     pub diagnostics: Vec<Diagnostic>,
+    /// For each lexing or syntax error (including those not reported because they follow
+    /// another in the same member), the source that recovery may have misread: from the
+    /// start of the statement holding the error to the last token recovery skipped. A
+    /// checker's findings there may be artefacts of the recovery, not mistakes.
+    pub damaged: Vec<Span>,
 }
 
 /// Parses a whole file. Never fails and never panics: bad input yields `Error` nodes and
@@ -25,26 +31,113 @@ pub fn parse(file: FileId, text: &str) -> Parsed {
     let mut diagnostics: Vec<Diagnostic> = lexed.errors.iter().map(|e| lex_diagnostic(file, e)).collect();
     if let Some(too_deep) = nesting_guard(file, &lexed.tokens) {
         diagnostics.push(too_deep);
-        return Parsed { ast: SourceFileAst { items: Vec::new() }, diagnostics };
+        return Parsed { ast: SourceFileAst { items: Vec::new() }, diagnostics, damaged: Vec::new() };
     }
-    let mut recovered = Vec::new();
-    let tokens = lexed.tokens.iter().map(|&t| Ok::<_, LexError>(t));
-    let result = generated::amp::FileParser::new().parse(file, &mut recovered, tokens);
-    for ErrorRecovery { error, .. } in recovered {
-        diagnostics.push(syntax_diagnostic(file, text, error));
-    }
-    let mut ast = match result {
-        Ok(ast) => ast,
-        Err(error) => {
-            diagnostics.push(syntax_diagnostic(file, text, error));
-            SourceFileAst { items: Vec::new() }
+    let mut attempt = parse_tokens(file, text, &lexed.tokens, &[]);
+    if !attempt.syntax.is_empty() {
+        // A statement left unfinished at a line's end: parse again with it ended there,
+        // and keep that reading unless it has more errors (see `resync`).
+        let lines = resync::Lines::new(text);
+        let errors: Vec<usize> = attempt.syntax.iter().map(|d| d.span.start as usize).collect();
+        let cuts = resync::unfinished_lines(&lines, &lexed.tokens, &errors);
+        if !cuts.is_empty() {
+            let (tokens, virtual_semis) = resync::with_virtual_semicolons(&lexed.tokens, &cuts);
+            let resynced = parse_tokens(file, text, &tokens, &virtual_semis);
+            if resynced.syntax.len() <= attempt.syntax.len() {
+                attempt = resynced;
+            }
         }
-    };
+    }
+    let Attempt { mut ast, mut syntax, recovered_ends } = attempt;
+    let mut damaged: Vec<Span> = diagnostics.iter().chain(&syntax).map(|d| d.span).collect();
+    for (span, recovered_end) in damaged.iter_mut().zip(lexed.errors.iter().map(|e| e.end).chain(recovered_ends)) {
+        let index = lexed.tokens.partition_point(|t| t.0 < span.start as usize);
+        let start =
+            lexed.tokens.get(resync::statement_start(&lexed.tokens, index)).map_or(span.start as usize, |t| t.0);
+        *span = Span::new(file, start.min(span.start as usize), recovered_end.max(span.end as usize));
+    }
+    diagnostics.append(&mut syntax);
     attach_docs(&mut ast, text, &lexed.docs);
     // Recovery can report the same place twice; keep the first.
     diagnostics.dedup_by(|a, b| a.code == b.code && a.span == b.span);
     drop_cascading_syntax_errors(&mut diagnostics, &ast, &lexed);
-    Parsed { ast, diagnostics }
+    Parsed { ast, diagnostics, damaged }
+}
+
+/// One run of the generated parser over a token stream.
+struct Attempt {
+    ast: SourceFileAst,
+    /// Syntax errors in source order.
+    syntax: Vec<Diagnostic>,
+    /// Parallel to `syntax`: where the source that recovery skipped ends.
+    recovered_ends: Vec<usize>,
+}
+
+/// Runs the parser over `tokens`, in which a zero-width `;` at each offset of
+/// `virtual_semis` (sorted) is a statement end the layout implied, not one the user wrote.
+fn parse_tokens(file: FileId, text: &str, tokens: &[(usize, Tok<'_>, usize)], virtual_semis: &[usize]) -> Attempt {
+    let mut recovered = Vec::new();
+    let stream = tokens.iter().map(|&t| Ok::<_, LexError>(t));
+    let result = generated::amp::FileParser::new().parse(file, &mut recovered, stream);
+    let mut errors: Vec<(ParseError<usize, Tok<'_>, LexError>, usize)> = recovered
+        .into_iter()
+        .map(|ErrorRecovery { error, dropped_tokens }| {
+            let end = dropped_tokens.last().map_or(0, |t| t.2);
+            (error, end)
+        })
+        .collect();
+    let ast = match result {
+        Ok(ast) => ast,
+        Err(error) => {
+            errors.push((error, text.len()));
+            SourceFileAst { items: Vec::new() }
+        }
+    };
+    let mut used_semis = vec![false; virtual_semis.len()];
+    let mut syntax: Vec<(Diagnostic, usize)> = Vec::with_capacity(errors.len());
+    for (error, end) in errors {
+        let at_virtual = match &error {
+            ParseError::UnrecognizedToken { token: (l, Tok::Semi, r), .. } if l == r => {
+                virtual_semis.binary_search(l).ok()
+            }
+            _ => None,
+        };
+        let diagnostic = match (at_virtual, error) {
+            (Some(index), ParseError::UnrecognizedToken { expected, .. }) => {
+                used_semis[index] = true;
+                unfinished_line(file, tokens, virtual_semis[index], &describe_expected(&expected))
+            }
+            (_, error) => syntax_diagnostic(file, text, error),
+        };
+        syntax.push((diagnostic, end));
+    }
+    // A virtual `;` the parser accepted stands for one the user forgot.
+    for (&offset, _) in virtual_semis.iter().zip(&used_semis).filter(|(_, used)| !**used) {
+        syntax.push((unfinished_line(file, tokens, offset, "expected `;`"), offset));
+    }
+    syntax.sort_by_key(|(d, _)| d.span.start);
+    let (syntax, recovered_ends) = syntax.into_iter().unzip();
+    Attempt { ast, syntax, recovered_ends }
+}
+
+/// A statement that the layout says ends at `offset` (the end of a line) but that is not
+/// finished there: reported on the line's last token, where the user is typing.
+fn unfinished_line(file: FileId, tokens: &[(usize, Tok<'_>, usize)], offset: usize, expected: &str) -> Diagnostic {
+    // Tokens are in order and the virtual `;` follows the token it ends: the first token
+    // ending at `offset` is the line's last real one.
+    let first = tokens.partition_point(|t| t.2 < offset);
+    let span = match tokens.get(first) {
+        Some(&(l, _, r)) if r == offset && l < r => Span::new(file, l, r),
+        _ => Span::new(file, offset, offset),
+    };
+    let message = if expected.is_empty() {
+        "unfinished statement at the end of the line".to_string()
+    } else {
+        format!("{expected}, found the end of the line")
+    };
+    Diagnostic::new(Code::UnexpectedToken, span, message)
+        .with_primary("the statement stops here")
+        .with_help("finish the line, or end the statement with `;`")
 }
 
 /// Removes syntax errors that are most likely consequences of an earlier error rather than
@@ -280,7 +373,13 @@ fn describe_expected(expected: &[String]) -> String {
         0 => String::new(),
         1 => format!("expected {}", names[0]),
         n if n <= 8 => format!("expected one of {}", names.join(", ")),
-        _ => format!("expected one of {}, …", names[..8].join(", ")),
+        // Cut short, the closing brackets and separators come first: after `relu(` the
+        // `)` matters more than the eighth token that can start an expression.
+        _ => {
+            let mut names = names;
+            names.sort_by_key(|n| !matches!(n.as_str(), "`)`" | "`]`" | "`}`" | "`;`" | "`,`"));
+            format!("expected one of {}, …", names[..8].join(", "))
+        }
     }
 }
 

@@ -532,3 +532,74 @@ fn error_codes_link_to_the_configured_pages_or_the_workspace_docs() {
     let page = repo.join("docs/errors/E0301.md");
     assert!(page.is_file(), "the link points at a page that exists");
 }
+
+/// `list_reduce.amp` with `line` added after its `for` loop.
+fn list_reduce_with(line: &str) -> String {
+    example("list_reduce.amp").replacen("        head(h)", &format!("        {line}\n        head(h)"), 1)
+}
+
+fn completion_labels(session: &mut Session, uri: &str, position: Value) -> Vec<String> {
+    let response = session.request("textDocument/completion", at(uri, position));
+    let items = response["result"].as_array().cloned().unwrap_or_default();
+    items.iter().filter_map(|i| i["label"].as_str().map(str::to_string)).collect()
+}
+
+#[test]
+fn a_half_typed_line_is_one_error_at_its_place_and_the_body_still_checks() {
+    let mut session = Session::start();
+    for (n, line) in ["let y = x.", "let y = relu(", "let y = embed(3)"].iter().enumerate() {
+        let uri = format!("file:///half{n}.amp");
+        // A type error above the half-typed line must still be reported.
+        let text = list_reduce_with(line).replacen("zeros();", "zeros();\n        let k: int = 0.5;", 1);
+        session.open(&uri, &text);
+        let diagnostics = session.diagnostics_for(&uri);
+        let codes: Vec<(&str, u64)> = diagnostics
+            .iter()
+            .map(|d| (d["code"].as_str().unwrap_or(""), d["range"]["start"]["line"].as_u64().unwrap_or(0)))
+            .collect();
+        let half_line = text.lines().position(|l| l.trim() == *line).expect("the line") as u64;
+        let k_line = text.lines().position(|l| l.contains("let k")).expect("the k line") as u64;
+        assert_eq!(codes, [("E0200", k_line), ("E0010", half_line)], "{line}: {diagnostics:?}");
+    }
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn completion_after_a_dot_on_a_line_that_does_not_parse_uses_the_receiver_type() {
+    let mut session = Session::start();
+    let cases = [
+        ("let y = x.", vec!["tokens", "label"]),
+        ("for tok in x.", vec!["tokens", "label"]),
+        ("let t = x.tokens;\n        let u = t.", vec!["map"]),
+        ("let u = x.tokens.", vec!["map"]),
+    ];
+    for (n, (line, expected)) in cases.iter().enumerate() {
+        let uri = format!("file:///dot{n}.amp");
+        let text = list_reduce_with(line);
+        session.open(&uri, &text);
+        let _ = session.diagnostics_for(&uri);
+        let dot = text.find(line).expect("the line") + line.len();
+        let labels = completion_labels(&mut session, &uri, position(&text, dot));
+        assert_eq!(labels, *expected, "after `{line}`");
+    }
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn completion_offers_only_the_names_in_scope_at_the_cursor() {
+    let mut session = Session::start();
+    let uri = "file:///ggsnn.amp";
+    let text = example("ggsnn.amp");
+    session.open(uri, &text);
+    let _ = session.diagnostics_for(uri);
+    // The line after `scatter_sum`: the closure parameters of earlier closures are gone.
+    let scatter = text.find("scatter_sum").expect("a scatter_sum call");
+    let next_line = scatter + text[scatter..].find('\n').expect("a line end") + 1;
+    let indent = text[next_line..].len() - text[next_line..].trim_start().len();
+    let labels = completion_labels(&mut session, uri, position(&text, next_line + indent));
+    assert!(labels.iter().any(|l| l == "h"), "{labels:?}");
+    for out_of_scope in ["k", "e"] {
+        assert!(!labels.iter().any(|l| l == out_of_scope), "`{out_of_scope}` offered: {labels:?}");
+    }
+    assert_eq!(session.shut_down(), Some(0));
+}

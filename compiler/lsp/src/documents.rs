@@ -1,8 +1,11 @@
 //! The open documents: each one's text, version and the analysis of that text.
 //!
 //! Every change re-checks the whole document (the checker takes milliseconds on the
-//! canonical examples), so the cached [`Analysis`] always belongs to the current text and
-//! hover, definition, symbols and completion read it without re-checking.
+//! canonical examples), so the cached [`Analysis`] belongs to the current text whenever a
+//! request can read it, and hover, definition, symbols and completion read it without
+//! re-checking. The one exception, a change that the server knows another will replace
+//! before any request ([`Document::change_text`]), leaves the old analysis in place until
+//! that next change.
 
 use crate::convert::{self, offset_of};
 use crate::stdlib_files::StdlibFiles;
@@ -55,12 +58,19 @@ impl Document {
 
     /// Applies the changes of one `didChange` in order and re-checks.
     pub fn change(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) {
+        self.change_text(version, changes);
+        self.analysis = Analysis::of(self.uri.as_str(), &self.text);
+    }
+
+    /// Applies the changes of one `didChange` without re-checking: only for a change that
+    /// another follows before the analysis can be read (the server's stale edits).
+    pub fn change_text(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) {
         let mut text = std::mem::take(&mut self.text);
         for change in changes {
             text = apply_change(text, change);
         }
         self.version = version;
-        self.replace_text(text);
+        self.text = text;
     }
 
     /// Replaces the whole text (a save that includes it) and re-checks.

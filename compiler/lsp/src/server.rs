@@ -4,7 +4,13 @@
 //! Notifications about documents update the [`Document`] map (URI -> text and last
 //! analysis) and publish that document's diagnostics; requests are answered from the
 //! cached analysis by the handlers. All on one thread: an edit is checked before the next
-//! message is read, so answers always describe the latest text.
+//! request is answered, so answers always describe the latest text.
+//!
+//! Stale edits: before handling a message the loop takes every message already queued.
+//! A `didChange` followed in the queue by another `didChange` of the same document, with
+//! no request, save or close in between, only updates the text: its analysis would be
+//! replaced before anyone could read it, so it is skipped (typing fast into a big file
+//! costs one check per burst, not one per keystroke).
 
 use crate::documents::Document;
 use crate::error_pages::error_pages_base;
@@ -15,7 +21,7 @@ use lsp_types as lsp;
 use lsp_types::notification::{self as note, Notification as _};
 use lsp_types::request::{self as req, Request as _};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
 /// Why the server stopped other than by `shutdown` followed by `exit`.
@@ -103,7 +109,16 @@ pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), 
     let mut server =
         Server { connection, stdlib, documents: HashMap::new(), shutdown_requested: false, error_pages: None };
     server.initialize()?;
-    for message in &connection.receiver {
+    let mut queued: VecDeque<Message> = VecDeque::new();
+    loop {
+        let message = match queued.pop_front() {
+            Some(message) => message,
+            None => match connection.receiver.recv() {
+                Ok(message) => message,
+                Err(_) => break,
+            },
+        };
+        queued.extend(connection.receiver.try_iter());
         match message {
             Message::Request(request) => {
                 let response = server.answer(request);
@@ -115,7 +130,10 @@ pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), 
                 }
                 return Err(ServerError::ExitWithoutShutdown);
             }
-            Message::Notification(notification) => server.notice(notification)?,
+            Message::Notification(notification) => {
+                let superseded = superseded_change(&notification, &queued);
+                server.notice(notification, superseded)?
+            }
             // The server sends no requests, so no response is awaited.
             Message::Response(_) => {}
         }
@@ -231,7 +249,8 @@ impl Server<'_> {
 
     /// Handles a notification. Malformed ones are logged and dropped: a notification has
     /// no response to carry an error.
-    fn notice(&mut self, notification: Notification) -> Result<(), ServerError> {
+    /// A `superseded` change only updates the text (see the module's documentation).
+    fn notice(&mut self, notification: Notification, superseded: bool) -> Result<(), ServerError> {
         let Notification { method, params } = notification;
         let uri = match method.as_str() {
             note::DidOpenTextDocument::METHOD => {
@@ -251,6 +270,10 @@ impl Server<'_> {
                     eprintln!("ampc lsp: change to a document that is not open: {}", p.text_document.uri.as_str());
                     return Ok(());
                 };
+                if superseded {
+                    document.change_text(p.text_document.version, p.content_changes);
+                    return Ok(());
+                }
                 document.change(p.text_document.version, p.content_changes);
                 p.text_document.uri
             }
@@ -302,6 +325,29 @@ impl Server<'_> {
         };
         self.send(notification.into())
     }
+}
+
+/// Whether `notification` is a `didChange` that a later `didChange` of the same document
+/// in `queued` replaces before any request, save or close of it could see its analysis.
+fn superseded_change(notification: &Notification, queued: &VecDeque<Message>) -> bool {
+    let uri_of = |n: &Notification| n.params["textDocument"]["uri"].as_str().map(str::to_string);
+    if notification.method != note::DidChangeTextDocument::METHOD {
+        return false;
+    }
+    let Some(uri) = uri_of(notification) else {
+        return false;
+    };
+    for message in queued {
+        match message {
+            Message::Request(_) => return false,
+            Message::Notification(n) if uri_of(n).as_deref() == Some(uri.as_str()) => {
+                return n.method == note::DidChangeTextDocument::METHOD;
+            }
+            Message::Notification(n) if n.method == note::Exit::METHOD => return false,
+            _ => {}
+        }
+    }
+    false
 }
 
 fn parse<N: lsp::notification::Notification>(params: Value) -> Option<N::Params> {

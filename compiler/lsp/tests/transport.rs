@@ -200,3 +200,49 @@ proptest! {
         prop_assert!(outcome.is_ok(), "{:?}", outcome);
     }
 }
+
+/// The versions of the `publishDiagnostics` sent for `uri`, in order.
+fn published_versions(output: &[Message], uri: &str) -> Vec<Option<i64>> {
+    output
+        .iter()
+        .filter_map(|m| match m {
+            Message::Notification(n) if n.method == "textDocument/publishDiagnostics" && n.params["uri"] == uri => {
+                Some(n.params["version"].as_i64())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_edit_that_a_queued_edit_replaces_is_not_analysed() {
+    let uri = "file:///stale.amp";
+    let change = |version: i32, text: &str| {
+        notification(
+            "textDocument/didChange",
+            json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": [{ "text": text }] }),
+        )
+    };
+    let mut bytes = handshake();
+    let open = json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": "model M {" } });
+    bytes.extend(notification("textDocument/didOpen", open));
+    // Versions 2 and 3 are superseded before anything reads them; a request after 4 is a
+    // barrier, so 4 is analysed, and so is 5, the last.
+    bytes.extend(change(2, "model M {}"));
+    bytes.extend(change(3, "model M { fn"));
+    bytes.extend(change(4, "model N {}"));
+    bytes.extend(request(7, "textDocument/documentSymbol", json!({ "textDocument": { "uri": uri } })));
+    bytes.extend(change(5, "model O {"));
+    let (_, output) = serve_bytes(&bytes);
+    assert_eq!(published_versions(&output, uri), [Some(1), Some(4), Some(5)]);
+    // The request saw version 4's analysis: its symbol is `N`.
+    let symbols = output.iter().find_map(|m| match m {
+        Message::Response(Response { id, response_result: Ok(result) }) if *id == RequestId::from(7) => Some(result),
+        _ => None,
+    });
+    let names: Vec<&str> = symbols
+        .and_then(Value::as_array)
+        .map(|s| s.iter().filter_map(|s| s["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["N"]);
+}

@@ -13,26 +13,13 @@ pub(crate) fn check_recursion(ck: &mut Checker, comp: ComponentId, calls: &[Call
     if n == 0 || calls.is_empty() {
         return;
     }
-    // reach[a][b]: a can call b through some chain of calls.
-    let mut reach = vec![vec![false; n]; n];
-    for c in calls {
-        if (c.caller as usize) < n && (c.callee as usize) < n {
-            reach[c.caller as usize][c.callee as usize] = true;
-        }
-    }
-    for k in 0..n {
-        let via = reach[k].clone();
-        for row in reach.iter_mut() {
-            if row[k] {
-                for (target, reachable) in row.iter_mut().zip(&via) {
-                    *target |= *reachable;
-                }
-            }
-        }
-    }
+    // A call is part of a cycle when its callee can reach its caller again: both are in
+    // one strongly connected component of the call graph. Components, not a reachability
+    // matrix: linear in functions and calls (a model of thousands of functions).
+    let component = strongly_connected(n, calls);
     for c in calls {
         let (caller, callee) = (c.caller as usize, c.callee as usize);
-        if caller >= n || callee >= n || !reach[callee][caller] {
+        if caller >= n || callee >= n || component[caller] != component[callee] {
             continue;
         }
         ck.program.components[comp.0 as usize].fns[caller].recursive = true;
@@ -48,4 +35,58 @@ pub(crate) fn check_recursion(ck: &mut Checker, comp: ComponentId, calls: &[Call
             );
         }
     }
+}
+
+/// The strongly connected component of each of `n` functions under `calls` (Kosaraju,
+/// iterative: no recursion depth grows with the input).
+fn strongly_connected(n: usize, calls: &[Call]) -> Vec<usize> {
+    let mut forward = vec![Vec::new(); n];
+    let mut backward = vec![Vec::new(); n];
+    for c in calls {
+        let (a, b) = (c.caller as usize, c.callee as usize);
+        if a < n && b < n {
+            forward[a].push(b);
+            backward[b].push(a);
+        }
+    }
+    // First pass: functions in order of finishing.
+    let mut finished = Vec::with_capacity(n);
+    let mut visited = vec![false; n];
+    for root in 0..n {
+        if visited[root] {
+            continue;
+        }
+        visited[root] = true;
+        let mut stack = vec![(root, 0usize)];
+        while let Some((node, next)) = stack.pop() {
+            match forward[node].get(next) {
+                Some(&child) => {
+                    stack.push((node, next + 1));
+                    if !visited[child] {
+                        visited[child] = true;
+                        stack.push((child, 0));
+                    }
+                }
+                None => finished.push(node),
+            }
+        }
+    }
+    // Second pass, on the reversed graph in reverse finishing order.
+    let mut component = vec![usize::MAX; n];
+    for (id, &root) in finished.iter().rev().enumerate() {
+        if component[root] != usize::MAX {
+            continue;
+        }
+        component[root] = id;
+        let mut stack = vec![root];
+        while let Some(node) = stack.pop() {
+            for &parent in &backward[node] {
+                if component[parent] == usize::MAX {
+                    component[parent] = id;
+                    stack.push(parent);
+                }
+            }
+        }
+    }
+    component
 }

@@ -390,6 +390,14 @@ pub struct Reference {
     pub hover: String,
 }
 
+/// Where a local (parameter, `let`, `var`, pattern or closure binding) can be named:
+/// from its binding to the end of the block, closure, arm or loop that holds it.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalScope {
+    pub def_span: Span,
+    pub scope: Span,
+}
+
 /// A named definition in the file, for document symbols.
 #[derive(Clone, Debug)]
 pub struct SymbolInfo {
@@ -428,6 +436,8 @@ pub struct Program {
     pub references: Vec<Reference>,
     /// The type of every expression, in evaluation order, for hover.
     pub expr_types: Vec<(Span, String)>,
+    /// The scope of every local, in the order the checker bound them.
+    pub local_scopes: Vec<LocalScope>,
     /// Named definitions of the main file.
     pub symbols: Vec<SymbolInfo>,
 }

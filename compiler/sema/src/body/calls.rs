@@ -199,7 +199,7 @@ impl FnChecker<'_, '_> {
             self.check_discarded(args);
             return err_expr(span);
         }
-        self.push_scope();
+        self.push_scope(closure.span);
         let param = self.bind_pattern(&params[0], elem, false);
         let body = self.check_expr(body, None);
         self.pop_scope();
@@ -359,7 +359,7 @@ impl FnChecker<'_, '_> {
         for a in args {
             match &a.kind {
                 ast::ExprKind::Closure(params, body) => {
-                    self.push_scope();
+                    self.push_scope(a.span);
                     for p in params {
                         self.bind_pattern(p, &Ty::Error, false);
                     }

@@ -49,7 +49,7 @@ impl FnChecker<'_, '_> {
                         .with_primary("earlier arms already match every value"),
                 );
             }
-            self.push_scope();
+            self.push_scope(arm.span);
             let (variant, bindings) = match enum_id {
                 Some(_) => self.check_arm_pattern(
                     &scrut.ty.clone(),

@@ -55,6 +55,7 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
             used: vec![false; def.locals.len()],
             locals: def.locals.clone(),
             scopes: vec![def.params.iter().map(|&p| (def.locals[p.0 as usize].name.clone(), p)).collect()],
+            scope_ends: vec![f.body.span.end],
             roots: def.params.iter().copied().collect(),
             smaller: HashSet::new(),
             calls: Vec::new(),
@@ -62,6 +63,8 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
         for &p in &def.params {
             let local = &def.locals[p.0 as usize];
             let hover = format!("{}: {}", local.name, fc.ck.ty_str(&local.ty));
+            let scope = Span { end: f.body.span.end, ..local.span };
+            fc.ck.program.local_scopes.push(LocalScope { def_span: local.span, scope });
             fc.ck.program.references.push(Reference { use_span: local.span, def_span: local.span, hover });
         }
         let body = fc.check_block(&f.body, Some(&def.ret));
@@ -107,6 +110,8 @@ struct FnChecker<'c, 'm> {
     locals: Vec<LocalDef>,
     used: Vec<bool>,
     scopes: Vec<Vec<(String, LocalId)>>,
+    /// Parallel to `scopes`: where each scope's region ends (for completion's scopes).
+    scope_ends: Vec<u32>,
     /// The function's parameters: recursion must make one of them smaller.
     roots: HashSet<LocalId>,
     /// Locals bound to a part of a root by `match` (structurally smaller values).
@@ -145,6 +150,10 @@ impl FnChecker<'_, '_> {
         self.ck.reference(name.span, name.span, hover);
         self.locals.push(LocalDef { name: name.name.clone(), ty, span: name.span, mutable });
         self.used.push(false);
+        if let Some(&end) = self.scope_ends.last() {
+            let scope = Span { end: end.max(name.span.end), ..name.span };
+            self.ck.program.local_scopes.push(LocalScope { def_span: name.span, scope });
+        }
         if let Some(scope) = self.scopes.last_mut() {
             scope.push((name.name.clone(), id));
         }
@@ -155,8 +164,10 @@ impl FnChecker<'_, '_> {
         self.scopes.iter().rev().flat_map(|s| s.iter().rev()).find(|(n, _)| n == name).map(|(_, id)| *id)
     }
 
-    fn push_scope(&mut self) {
+    /// Opens a scope whose names are visible up to the end of `region`.
+    fn push_scope(&mut self, region: Span) {
         self.scopes.push(Vec::new());
+        self.scope_ends.push(region.end);
     }
 
     fn pop_scope(&mut self) {
@@ -169,6 +180,9 @@ impl FnChecker<'_, '_> {
             return;
         }
         let scope = self.scopes.remove(depth);
+        if depth < self.scope_ends.len() {
+            self.scope_ends.remove(depth);
+        }
         let is_main = self.ck.modules[self.module].is_main;
         for (name, id) in scope {
             if !self.used[id.0 as usize] && !name.starts_with('_') && is_main {
@@ -185,7 +199,7 @@ impl FnChecker<'_, '_> {
     // ------------------------------------------------------------ blocks and statements
 
     fn check_block(&mut self, block: &ast::Block, expected: Option<&Ty>) -> Block {
-        self.push_scope();
+        self.push_scope(block.span);
         let stmts = block.stmts.iter().filter_map(|s| self.check_stmt(s)).collect();
         let tail = block.tail.as_ref().map(|t| Box::new(self.check_expr(t, expected)));
         self.pop_scope();
@@ -277,7 +291,7 @@ impl FnChecker<'_, '_> {
                         Ty::Error
                     }
                 };
-                self.push_scope();
+                self.push_scope(stmt.span);
                 let pattern = self.bind_pattern(pat, &elem, false);
                 let body = self.check_block(body, Some(&Ty::unit()));
                 self.pop_scope();

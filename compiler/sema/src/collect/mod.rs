@@ -9,7 +9,7 @@ use crate::shape::{Dim, Symbol};
 use crate::typed::*;
 use crate::{Checked, Options};
 use amp_diagnostics::{Code, Diagnostic, FileId, SourceMap, Span};
-use amp_grammar::ast::{self, ComponentKind, ItemKind};
+use amp_grammar::ast::{self, ComponentKind, ItemKind, MemberKind};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -123,12 +123,7 @@ impl<'m> Checker<'m> {
     pub(crate) fn run(map: &'m mut SourceMap, main: FileId, options: &Options) -> Checked {
         let text = map.get(main).map(|f| f.text.clone()).unwrap_or_default();
         let parsed = amp_grammar::parse(main, &text);
-        let parse_errors: Vec<Span> = parsed
-            .diagnostics
-            .iter()
-            .filter(|d| d.severity() == amp_diagnostics::Severity::Error)
-            .map(|d| d.span)
-            .collect();
+        let parse_errors = parsed.damaged.clone();
         let parse_count = parsed.diagnostics.len();
         let mut ck = Checker {
             map,
@@ -187,10 +182,13 @@ impl<'m> Checker<'m> {
     /// read with `Error` nodes and dropped tokens), so some findings of the checker are
     /// artefacts of the recovery, not mistakes of the user: a call that seems to lack an
     /// argument, a variable whose only use was skipped, an import whose use was. Those are
-    /// dropped: every unused-name warning, and every other finding of the checker inside a
-    /// member (or item, outside members) that holds a lexing or syntax error.
-    fn drop_cascades_of_parse_errors(&mut self, parse_count: usize, parse_errors: &[Span]) {
-        if parse_errors.is_empty() {
+    /// dropped: every unused-name warning, and every other finding of the checker that
+    /// touches the damaged source. Inside a function body the damage is the statement
+    /// that holds the error (the parser's `damaged` span), so the rest of the body is still
+    /// checked, except for unknown names after it (the broken statement may have been
+    /// what declared them); elsewhere it is the whole member (or item, outside members).
+    fn drop_cascades_of_parse_errors(&mut self, parse_count: usize, damaged_by_parser: &[Span]) {
+        if damaged_by_parser.is_empty() {
             return;
         }
         let Some(main) = self.modules.iter().find(|m| m.is_main) else {
@@ -199,7 +197,9 @@ impl<'m> Checker<'m> {
         let ast = main.ast.clone();
         let inside = |outer: &Span, at: &Span| outer.file == at.file && outer.start <= at.start && at.start < outer.end;
         let mut damaged: Vec<Span> = Vec::new();
-        for error in parse_errors {
+        // Where names may have been lost: (from the broken statement, to the member's end).
+        let mut names_lost: Vec<Span> = Vec::new();
+        for error in damaged_by_parser {
             // Items and members are in source order: binary search, not a scan per error.
             let at = error.start as usize;
             let item = amp_grammar::last_starting_at_or_before(&ast.items, at, |i| i.span);
@@ -210,7 +210,13 @@ impl<'m> Checker<'m> {
                 ItemKind::Component(c) => match amp_grammar::last_starting_at_or_before(&c.members, at, |m| m.span)
                     .filter(|m| inside(&m.span, error))
                 {
-                    Some(m) => m.span,
+                    Some(m) => match &m.kind {
+                        MemberKind::Fn(f) if inside(&f.body.span, error) && error.end <= f.body.span.end => {
+                            names_lost.push(Span { end: m.span.end, ..*error });
+                            *error
+                        }
+                        _ => m.span,
+                    },
                     // An error in the header: only the header is damaged, not the members.
                     None => {
                         let end = c.members.first().map_or(item.span.end, |m| m.span.start);
@@ -221,14 +227,8 @@ impl<'m> Checker<'m> {
             };
             damaged.push(span);
         }
-        // Damaged spans do not overlap (each is an item, a member or a header): sorted, the
-        // one that may contain a diagnostic is the last starting at or before it.
-        damaged.sort_by_key(|s| (s.file, s.start));
-        damaged.dedup();
-        let is_damaged = |at: &Span| {
-            let after = damaged.partition_point(|s| (s.file, s.start) <= (at.file, at.start));
-            after.checked_sub(1).and_then(|i| damaged.get(i)).is_some_and(|s| inside(s, at))
-        };
+        let damaged = merged(damaged);
+        let names_lost = merged(names_lost);
         // The parser's own diagnostics come first in `diags` and all stay.
         let mut index = 0;
         self.diags.retain(|d| {
@@ -239,7 +239,8 @@ impl<'m> Checker<'m> {
             match d.code {
                 Code::UnusedVariable | Code::UnusedParam | Code::UnusedImport => false,
                 Code::UnknownOverride => true,
-                _ => !is_damaged(&d.span),
+                Code::UnknownName if overlaps_any(&names_lost, &d.span) => false,
+                _ => !overlaps_any(&damaged, &d.span),
             }
         });
     }
@@ -464,4 +465,25 @@ impl<'m> Checker<'m> {
     pub(crate) fn instance_str(&self, inst: &Instance) -> String {
         instance_to_string(&self.program, inst)
     }
+}
+
+/// `spans` sorted and with overlapping ones joined, for [`overlaps_any`].
+fn merged(mut spans: Vec<Span>) -> Vec<Span> {
+    spans.sort_by_key(|s| (s.file, s.start));
+    let mut out: Vec<Span> = Vec::with_capacity(spans.len());
+    for span in spans {
+        match out.last_mut() {
+            Some(last) if last.file == span.file && span.start <= last.end => last.end = last.end.max(span.end),
+            _ => out.push(span),
+        }
+    }
+    out
+}
+
+/// Whether `at` (an empty span counts as its start) overlaps one of `sorted`, disjoint
+/// spans in order: a binary search, not a scan per diagnostic.
+fn overlaps_any(sorted: &[Span], at: &Span) -> bool {
+    let end = at.end.max(at.start + 1);
+    let before_end = sorted.partition_point(|s| (s.file, s.start) < (at.file, end));
+    before_end.checked_sub(1).and_then(|i| sorted.get(i)).is_some_and(|s| s.file == at.file && s.end > at.start)
 }
