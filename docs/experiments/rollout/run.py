@@ -152,7 +152,8 @@ def bench(args, amprun, test):
     for network, source in NETWORKS:
         model = os.path.join(ROOT, "examples", "rollout", source)
         for pattern in PATTERNS:
-            flags = ["--network", network, "--pattern", pattern, "--frames", str(args.frames)]
+            flags = ["--network", network, "--pattern", pattern, "--frames", str(args.frames),
+                     "-D", f"hidden={args.bench_hidden}"]
             with tempfile.TemporaryDirectory() as scratch:
                 params = os.path.join(scratch, "p.safetensors")
                 run([amprun, "train", model, *flags, "--data", test, "--frame-noise", "0.5", "--scale", "0.0625",
@@ -160,7 +161,7 @@ def bench(args, amprun, test):
                 for workers in [1, 2]:
                     best = 0.0
                     for _ in range(3):
-                        out = run([amprun, "eval", model, *flags, "--data", test, "--frame-noise", "0.5",
+                        out = run([amprun, "eval", model, *flags, "--data", args.data, "--frame-noise", "0.5",
                                    "--scale", "0.0625", "--params", params, "--workers", str(workers),
                                    "--max-active-keys", "16"])
                         rate = float(out.split("instances/s")[1].split()[0])
@@ -181,6 +182,8 @@ def main():
     parser.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "digits", "digits.csv"))
     parser.add_argument("--bench", action="store_true", help="also time eval with 1 and 2 workers")
     parser.add_argument("--bench-only", action="store_true")
+    parser.add_argument("--bench-hidden", type=int, default=512,
+                        help="layer width of the timed networks (at 32 a frame is too little work to split)")
     args = parser.parse_args()
     amprun = amprun_binary()
     with tempfile.TemporaryDirectory() as scratch:
