@@ -49,13 +49,31 @@ fn clamp_u32(n: usize) -> u32 {
 #[derive(Clone, Debug)]
 pub struct LineIndex {
     line_starts: Vec<usize>,
+    /// Per line, whether it is all ASCII: then a column is its byte offset from the line's
+    /// start, in chars and in UTF-16 units alike. Without it, every position on a long line
+    /// counted from the line's start, and thousands of diagnostics on one line cost the
+    /// square of its length.
+    ascii: Vec<bool>,
 }
 
 impl LineIndex {
     pub fn new(text: &str) -> Self {
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        LineIndex { line_starts }
+        let ascii = line_starts
+            .iter()
+            .enumerate()
+            .map(|(line, &start)| {
+                let end = line_starts.get(line + 1).copied().unwrap_or(text.len());
+                text.as_bytes().get(start..end).is_some_and(<[u8]>::is_ascii)
+            })
+            .collect();
+        LineIndex { line_starts, ascii }
+    }
+
+    /// Whether 0-based `line` is all ASCII.
+    pub fn is_ascii(&self, line: usize) -> bool {
+        self.ascii.get(line).copied().unwrap_or(false)
     }
 
     /// 0-based line of a byte offset.
@@ -98,6 +116,9 @@ impl SourceFile {
         let offset = self.clamp_offset(offset);
         let line = self.lines.line_of(offset);
         let start = self.lines.line_start(line);
+        if self.lines.is_ascii(line) {
+            return (line, offset - start);
+        }
         (line, self.text[start..offset].chars().count())
     }
 
@@ -106,6 +127,9 @@ impl SourceFile {
         let offset = self.clamp_offset(offset);
         let line = self.lines.line_of(offset);
         let start = self.lines.line_start(line);
+        if self.lines.is_ascii(line) {
+            return (line, offset - start);
+        }
         (line, self.text[start..offset].encode_utf16().count())
     }
 
@@ -115,6 +139,12 @@ impl SourceFile {
             return self.text.len();
         }
         let start = self.lines.line_start(line);
+        if self.lines.is_ascii(line) {
+            // The line ends at its `\n` (or the text's end), as below.
+            let next =
+                if line + 1 < self.lines.line_count() { self.lines.line_start(line + 1) - 1 } else { self.text.len() };
+            return start + col16.min(next.saturating_sub(start));
+        }
         let mut units = 0;
         for (i, ch) in self.text[start..].char_indices() {
             if units >= col16 || ch == '\n' {
@@ -180,5 +210,44 @@ mod tests {
         assert_eq!(file.offset_of_utf16(9, 0), file.text.len());
         // An offset inside a multi-byte char is clamped back to its start.
         assert_eq!(file.line_col(file.text.find('é').unwrap() + 1), (1, 3));
+    }
+
+    /// The ASCII lines' shortcut gives what counting from the line's start gives, at every
+    /// offset and for columns past a line's end, on lines that end in `\n`, `\r\n` or the
+    /// text's end, next to lines that are not ASCII.
+    #[test]
+    fn ascii_lines_convert_as_counting_does() {
+        for text in ["ab\r\n\n// é𝄞x\nlet y = 1;\n", "", "x", "é\nabc", "abc\né", "\n\n"] {
+            let mut map = SourceMap::new();
+            let id = map.add("a.amp", text);
+            let file = map.get(id).unwrap();
+            for offset in 0..=text.len() + 2 {
+                let clamped = file.clamp_offset(offset);
+                let line = file.lines.line_of(clamped);
+                let start = file.lines.line_start(line);
+                assert_eq!(file.line_col(offset), (line, text[start..clamped].chars().count()), "{text:?} {offset}");
+                assert_eq!(file.line_col_utf16(offset), (line, text[start..clamped].encode_utf16().count()));
+            }
+            for line in 0..file.lines.line_count() + 1 {
+                for col in 0..8 {
+                    let start = file.lines.line_start(line);
+                    let counted = if line >= file.lines.line_count() {
+                        text.len()
+                    } else {
+                        let mut units = 0;
+                        let mut found = text.len();
+                        for (i, ch) in text[start..].char_indices() {
+                            if units >= col || ch == '\n' {
+                                found = start + i;
+                                break;
+                            }
+                            units += ch.len_utf16();
+                        }
+                        found
+                    };
+                    assert_eq!(file.offset_of_utf16(line, col), counted, "{text:?} line {line} col {col}");
+                }
+            }
+        }
     }
 }
