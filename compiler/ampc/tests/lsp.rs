@@ -603,3 +603,52 @@ fn completion_offers_only_the_names_in_scope_at_the_cursor() {
     }
     assert_eq!(session.shut_down(), Some(0));
 }
+
+/// The inlay hints of `range` as (line, column, label).
+fn inlay_hints(session: &mut Session, uri: &str, range: Value) -> Vec<(u64, u64, String)> {
+    let response = session.request("textDocument/inlayHint", json!({ "textDocument": { "uri": uri }, "range": range }));
+    let hints = response["result"].as_array().cloned().unwrap_or_default();
+    hints
+        .iter()
+        .map(|h| {
+            let at = &h["position"];
+            let line = at["line"].as_u64().unwrap_or(u64::MAX);
+            (line, at["character"].as_u64().unwrap_or(u64::MAX), h["label"].as_str().unwrap_or("").to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn inlay_hints_show_the_inferred_shapes_within_the_range() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/ggsnn-hints.amp";
+    let text = example("ggsnn.amp");
+    session.open(uri, &text);
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    let everything = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 9999, "character": 0 } });
+    let hints = inlay_hints(&mut session, uri, everything);
+    let seq = ": [f32[hidden] (= f32[32])]";
+    let vector = ": f32[hidden] (= f32[32])";
+    let line = |needle: &str| text.lines().position(|l| l.contains(needle)).expect("the line") as u64;
+    let (h, m, a, zip) = (line("var h ="), line("let m ="), line("let a ="), line("zip(a, h)"));
+    let expected = [
+        // `var h` and the closure parameter `k`.
+        (h, 13, seq),
+        (h, 30, ": int"),
+        (m, 17, seq),
+        (m, 34, ": Edge"),
+        (a, 17, seq),
+        (a, 49, ": Edge"),
+        // The destructured closure parameters `(ai, hi)`.
+        (zip, 34, vector),
+        (zip, 38, vector),
+    ];
+    let expected: Vec<(u64, u64, String)> = expected.iter().map(|(l, c, s)| (*l, *c, s.to_string())).collect();
+    assert_eq!(hints, expected);
+    // Only the hints inside the range; none for the written types of parameters.
+    let one_line = json!({ "start": { "line": zip, "character": 0 }, "end": { "line": zip, "character": 36 } });
+    assert_eq!(inlay_hints(&mut session, uri, one_line), [(zip, 34, vector.to_string())]);
+    let declarations = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": h - 1, "character": 0 } });
+    assert_eq!(inlay_hints(&mut session, uri, declarations), Vec::new());
+    assert_eq!(session.shut_down(), Some(0));
+}

@@ -96,6 +96,7 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         definition_provider: Some(lsp::OneOf::Left(true)),
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
         document_formatting_provider: Some(lsp::OneOf::Left(true)),
+        inlay_hint_provider: Some(lsp::OneOf::Left(true)),
         completion_provider: Some(lsp::CompletionOptions {
             trigger_characters: Some(vec![".".to_string()]),
             ..lsp::CompletionOptions::default()
@@ -221,6 +222,10 @@ impl Server<'_> {
                 // The client's options (tab size, spaces) are not read: the layout is
                 // canonical, four spaces, whatever the editor's settings.
                 handlers::formatting(s.documents.get(&p.text_document.uri)?)
+            }),
+            req::InlayHintRequest::METHOD => self.handle::<req::InlayHintRequest>(id, params, |s, p| {
+                let document = s.documents.get(&p.text_document.uri)?;
+                Some(handlers::inlay_hints(&document.analysis, p.range))
             }),
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }

@@ -1,5 +1,5 @@
 //! Answers to the requests, each read from a document's cached [`Analysis`]: hover,
-//! go-to-definition, document symbols and completion; formatting, from the document's
+//! go-to-definition, document symbols, completion and inlay hints; formatting, from the document's
 //! text. Nothing here re-checks or does IO.
 
 mod completion;
@@ -7,12 +7,14 @@ mod declaration;
 mod definition;
 mod formatting;
 mod hover;
+mod inlay_hints;
 mod symbols;
 
 pub use completion::completion;
 pub use definition::definition;
 pub use formatting::formatting;
 pub use hover::hover;
+pub use inlay_hints::inlay_hints;
 pub use symbols::document_symbols;
 
 use crate::documents::Analysis;
