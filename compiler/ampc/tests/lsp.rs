@@ -652,3 +652,50 @@ fn inlay_hints_show_the_inferred_shapes_within_the_range() {
     assert_eq!(inlay_hints(&mut session, uri, declarations), Vec::new());
     assert_eq!(session.shut_down(), Some(0));
 }
+
+#[test]
+fn quick_fixes_replace_a_misspelled_name_and_rename_an_unused_variable() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/fixes.amp";
+    let text = list_reduce_with("let spare = 3;").replacen("head(h)", "head(hh)", 1);
+    session.open(uri, &text);
+    let diagnostics = session.diagnostics_for(uri);
+    let codes: Vec<&str> = diagnostics.iter().filter_map(|d| d["code"].as_str()).collect();
+    assert_eq!(codes, ["W0001", "E0100"], "{diagnostics:?}");
+    let everything = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 999, "character": 0 } });
+    let context = json!({ "diagnostics": diagnostics, "only": ["quickfix"] });
+    let response = session.request(
+        "textDocument/codeAction",
+        json!({ "textDocument": { "uri": uri }, "range": everything, "context": context }),
+    );
+    let actions = response["result"].as_array().cloned().unwrap_or_default();
+    let titles: Vec<&str> = actions.iter().filter_map(|a| a["title"].as_str()).collect();
+    assert_eq!(titles, ["Rename `spare` to `_spare`", "Replace `hh` with `h`"], "{response}");
+    for action in &actions {
+        assert_eq!(action["kind"], "quickfix");
+        assert_eq!(action["diagnostics"].as_array().map(Vec::len), Some(1), "{action}");
+    }
+    let edits: Vec<Value> =
+        actions.iter().filter_map(|a| a["edit"]["changes"][uri].as_array().cloned()).flatten().collect();
+    assert_eq!(edits[0]["range"]["start"], position_of(&text, "spare", 0));
+    assert_eq!(edits[1]["range"]["start"], position_of(&text, "hh)", 0));
+    // Applying both (the later one first) leaves a file without diagnostics.
+    let changes: Vec<Value> =
+        edits.iter().rev().map(|e| json!({ "range": e["range"], "text": e["newText"] })).collect();
+    session.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": changes }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    // A cursor away from both diagnostics, and a client that wants only refactorings, get none.
+    let cursor = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 0, "character": 0 } });
+    for (range, only) in [(cursor, json!(["quickfix"])), (everything, json!(["refactor"]))] {
+        let context = json!({ "diagnostics": [], "only": only });
+        let response = session.request(
+            "textDocument/codeAction",
+            json!({ "textDocument": { "uri": uri }, "range": range, "context": context }),
+        );
+        assert_eq!(response["result"], json!([]), "{response}");
+    }
+    assert_eq!(session.shut_down(), Some(0));
+}

@@ -97,6 +97,10 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
         document_formatting_provider: Some(lsp::OneOf::Left(true)),
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
+        code_action_provider: Some(lsp::CodeActionProviderCapability::Options(lsp::CodeActionOptions {
+            code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
+            ..lsp::CodeActionOptions::default()
+        })),
         completion_provider: Some(lsp::CompletionOptions {
             trigger_characters: Some(vec![".".to_string()]),
             ..lsp::CompletionOptions::default()
@@ -226,6 +230,19 @@ impl Server<'_> {
             req::InlayHintRequest::METHOD => self.handle::<req::InlayHintRequest>(id, params, |s, p| {
                 let document = s.documents.get(&p.text_document.uri)?;
                 Some(handlers::inlay_hints(&document.analysis, p.range))
+            }),
+            req::CodeActionRequest::METHOD => self.handle::<req::CodeActionRequest>(id, params, |s, p| {
+                let document = s.documents.get(&p.text_document.uri)?;
+                // Only quick fixes exist; a client that asks for other kinds gets none.
+                let wanted = p.context.only.as_ref().is_none_or(|only| {
+                    only.iter().any(|kind| lsp::CodeActionKind::QUICKFIX.as_str().starts_with(kind.as_str()))
+                });
+                let actions = if wanted {
+                    handlers::code_actions(document, &s.stdlib, s.error_pages.as_deref(), p.range)
+                } else {
+                    Vec::new()
+                };
+                Some(actions)
             }),
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }

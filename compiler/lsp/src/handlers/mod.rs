@@ -1,7 +1,8 @@
 //! Answers to the requests, each read from a document's cached [`Analysis`]: hover,
-//! go-to-definition, document symbols, completion and inlay hints; formatting, from the document's
+//! go-to-definition, document symbols, completion, inlay hints and quick fixes; formatting, from the document's
 //! text. Nothing here re-checks or does IO.
 
+mod code_actions;
 mod completion;
 mod declaration;
 mod definition;
@@ -10,6 +11,7 @@ mod hover;
 mod inlay_hints;
 mod symbols;
 
+pub use code_actions::code_actions;
 pub use completion::completion;
 pub use definition::definition;
 pub use formatting::formatting;

@@ -198,7 +198,8 @@ impl FnChecker<'_, '_> {
                 self.ck.error(
                     Diagnostic::new(Code::UnusedVariable, span, format!("unused variable `{name}`"))
                         .with_primary("never read")
-                        .with_help(format!("if this is intentional, name it `_{name}`")),
+                        .with_help(format!("if this is intentional, name it `_{name}`"))
+                        .with_replacement(format!("_{name}")),
                 );
             }
         }
