@@ -699,3 +699,54 @@ fn quick_fixes_replace_a_misspelled_name_and_rename_an_unused_variable() {
     }
     assert_eq!(session.shut_down(), Some(0));
 }
+
+#[test]
+fn folding_ranges_cover_items_bodies_and_blocks_and_highlight_finds_every_use() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/fold.amp";
+    let text = example("list_reduce.amp");
+    session.open(uri, &text);
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    let response = session.request("textDocument/foldingRange", json!({ "textDocument": { "uri": uri } }));
+    let folds: Vec<(u64, u64, Option<&str>)> = response["result"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|f| (f["startLine"].as_u64().unwrap_or(0), f["endLine"].as_u64().unwrap_or(0), f["kind"].as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let line = |needle: &str| text.lines().position(|l| l.contains(needle)).expect("the line") as u64;
+    let (model, forward, for_loop, last) =
+        (line("model ListReduce"), line("fn forward"), line("for tok"), line("fn loss"));
+    assert_eq!(
+        folds,
+        [
+            (0, 1, Some("comment")),
+            (model, last, None),
+            (forward, line("head(h)"), None),
+            (for_loop, for_loop + 1, None),
+        ],
+        "{response}"
+    );
+    // `h` from a use: its `var` (a write) and its three uses.
+    let response = session.request("textDocument/documentHighlight", at(uri, position_of(&text, "head(h)", 5)));
+    let highlights: Vec<(u64, u64)> = response["result"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|h| (h["range"]["start"]["line"].as_u64().unwrap_or(0), h["kind"].as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (var, body) = (line("var h"), line("h = relu"));
+    assert_eq!(highlights, [(var, 3), (body, 2), (body, 2), (line("head(h)"), 2)], "{response}");
+    // A parameter from its declaration: the declaration and the uses in the body.
+    let response = session.request("textDocument/documentHighlight", at(uri, position_of(&text, "param cell", 7)));
+    let lines: Vec<u64> = response["result"]
+        .as_array()
+        .map(|list| list.iter().filter_map(|h| h["range"]["start"]["line"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(lines, [line("param cell"), body], "{response}");
+    assert_eq!(session.shut_down(), Some(0));
+}

@@ -97,6 +97,8 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
         document_formatting_provider: Some(lsp::OneOf::Left(true)),
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
+        folding_range_provider: Some(lsp::FoldingRangeProviderCapability::Simple(true)),
+        document_highlight_provider: Some(lsp::OneOf::Left(true)),
         code_action_provider: Some(lsp::CodeActionProviderCapability::Options(lsp::CodeActionOptions {
             code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
             ..lsp::CodeActionOptions::default()
@@ -244,6 +246,17 @@ impl Server<'_> {
                 };
                 Some(actions)
             }),
+            req::FoldingRangeRequest::METHOD => self.handle::<req::FoldingRangeRequest>(id, params, |s, p| {
+                let document = s.documents.get(&p.text_document.uri)?;
+                Some(handlers::folding_ranges(document.analysis.main_file()?))
+            }),
+            req::DocumentHighlightRequest::METHOD => {
+                self.handle::<req::DocumentHighlightRequest>(id, params, |s, p| {
+                    let at = p.text_document_position_params;
+                    let document = s.documents.get(&at.text_document.uri)?;
+                    Some(handlers::document_highlight(&document.analysis, at.position))
+                })
+            }
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }
     }
