@@ -603,3 +603,150 @@ fn completion_offers_only_the_names_in_scope_at_the_cursor() {
     }
     assert_eq!(session.shut_down(), Some(0));
 }
+
+/// The inlay hints of `range` as (line, column, label).
+fn inlay_hints(session: &mut Session, uri: &str, range: Value) -> Vec<(u64, u64, String)> {
+    let response = session.request("textDocument/inlayHint", json!({ "textDocument": { "uri": uri }, "range": range }));
+    let hints = response["result"].as_array().cloned().unwrap_or_default();
+    hints
+        .iter()
+        .map(|h| {
+            let at = &h["position"];
+            let line = at["line"].as_u64().unwrap_or(u64::MAX);
+            (line, at["character"].as_u64().unwrap_or(u64::MAX), h["label"].as_str().unwrap_or("").to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn inlay_hints_show_the_inferred_shapes_within_the_range() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/ggsnn-hints.amp";
+    let text = example("ggsnn.amp");
+    session.open(uri, &text);
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    let everything = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 9999, "character": 0 } });
+    let hints = inlay_hints(&mut session, uri, everything);
+    let seq = ": [f32[hidden] (= f32[32])]";
+    let vector = ": f32[hidden] (= f32[32])";
+    let line = |needle: &str| text.lines().position(|l| l.contains(needle)).expect("the line") as u64;
+    let (h, m, a, zip) = (line("var h ="), line("let m ="), line("let a ="), line("zip(a, h)"));
+    let expected = [
+        // `var h` and the closure parameter `k`.
+        (h, 13, seq),
+        (h, 30, ": int"),
+        (m, 17, seq),
+        (m, 34, ": Edge"),
+        (a, 17, seq),
+        (a, 49, ": Edge"),
+        // The destructured closure parameters `(ai, hi)`.
+        (zip, 34, vector),
+        (zip, 38, vector),
+    ];
+    let expected: Vec<(u64, u64, String)> = expected.iter().map(|(l, c, s)| (*l, *c, s.to_string())).collect();
+    assert_eq!(hints, expected);
+    // Only the hints inside the range; none for the written types of parameters.
+    let one_line = json!({ "start": { "line": zip, "character": 0 }, "end": { "line": zip, "character": 36 } });
+    assert_eq!(inlay_hints(&mut session, uri, one_line), [(zip, 34, vector.to_string())]);
+    let declarations = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": h - 1, "character": 0 } });
+    assert_eq!(inlay_hints(&mut session, uri, declarations), Vec::new());
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn quick_fixes_replace_a_misspelled_name_and_rename_an_unused_variable() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/fixes.amp";
+    let text = list_reduce_with("let spare = 3;").replacen("head(h)", "head(hh)", 1);
+    session.open(uri, &text);
+    let diagnostics = session.diagnostics_for(uri);
+    let codes: Vec<&str> = diagnostics.iter().filter_map(|d| d["code"].as_str()).collect();
+    assert_eq!(codes, ["W0001", "E0100"], "{diagnostics:?}");
+    let everything = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 999, "character": 0 } });
+    let context = json!({ "diagnostics": diagnostics, "only": ["quickfix"] });
+    let response = session.request(
+        "textDocument/codeAction",
+        json!({ "textDocument": { "uri": uri }, "range": everything, "context": context }),
+    );
+    let actions = response["result"].as_array().cloned().unwrap_or_default();
+    let titles: Vec<&str> = actions.iter().filter_map(|a| a["title"].as_str()).collect();
+    assert_eq!(titles, ["Rename `spare` to `_spare`", "Replace `hh` with `h`"], "{response}");
+    for action in &actions {
+        assert_eq!(action["kind"], "quickfix");
+        assert_eq!(action["diagnostics"].as_array().map(Vec::len), Some(1), "{action}");
+    }
+    let edits: Vec<Value> =
+        actions.iter().filter_map(|a| a["edit"]["changes"][uri].as_array().cloned()).flatten().collect();
+    assert_eq!(edits[0]["range"]["start"], position_of(&text, "spare", 0));
+    assert_eq!(edits[1]["range"]["start"], position_of(&text, "hh)", 0));
+    // Applying both (the later one first) leaves a file without diagnostics.
+    let changes: Vec<Value> =
+        edits.iter().rev().map(|e| json!({ "range": e["range"], "text": e["newText"] })).collect();
+    session.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": changes }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    // A cursor away from both diagnostics, and a client that wants only refactorings, get none.
+    let cursor = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 0, "character": 0 } });
+    for (range, only) in [(cursor, json!(["quickfix"])), (everything, json!(["refactor"]))] {
+        let context = json!({ "diagnostics": [], "only": only });
+        let response = session.request(
+            "textDocument/codeAction",
+            json!({ "textDocument": { "uri": uri }, "range": range, "context": context }),
+        );
+        assert_eq!(response["result"], json!([]), "{response}");
+    }
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn folding_ranges_cover_items_bodies_and_blocks_and_highlight_finds_every_use() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/fold.amp";
+    let text = example("list_reduce.amp");
+    session.open(uri, &text);
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
+    let response = session.request("textDocument/foldingRange", json!({ "textDocument": { "uri": uri } }));
+    let folds: Vec<(u64, u64, Option<&str>)> = response["result"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|f| (f["startLine"].as_u64().unwrap_or(0), f["endLine"].as_u64().unwrap_or(0), f["kind"].as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let line = |needle: &str| text.lines().position(|l| l.contains(needle)).expect("the line") as u64;
+    let (model, forward, for_loop, last) =
+        (line("model ListReduce"), line("fn forward"), line("for tok"), line("fn loss"));
+    assert_eq!(
+        folds,
+        [
+            (0, 1, Some("comment")),
+            (model, last, None),
+            (forward, line("head(h)"), None),
+            (for_loop, for_loop + 1, None),
+        ],
+        "{response}"
+    );
+    // `h` from a use: its `var` (a write) and its three uses.
+    let response = session.request("textDocument/documentHighlight", at(uri, position_of(&text, "head(h)", 5)));
+    let highlights: Vec<(u64, u64)> = response["result"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|h| (h["range"]["start"]["line"].as_u64().unwrap_or(0), h["kind"].as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let (var, body) = (line("var h"), line("h = relu"));
+    assert_eq!(highlights, [(var, 3), (body, 2), (body, 2), (line("head(h)"), 2)], "{response}");
+    // A parameter from its declaration: the declaration and the uses in the body.
+    let response = session.request("textDocument/documentHighlight", at(uri, position_of(&text, "param cell", 7)));
+    let lines: Vec<u64> = response["result"]
+        .as_array()
+        .map(|list| list.iter().filter_map(|h| h["range"]["start"]["line"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(lines, [line("param cell"), body], "{response}");
+    assert_eq!(session.shut_down(), Some(0));
+}

@@ -49,6 +49,10 @@ pub struct Diagnostic {
     pub labels: Vec<Label>,
     pub notes: Vec<String>,
     pub help: Option<String>,
+    /// Text that replaces the primary span to fix the problem, when the fix is that
+    /// mechanical (a misspelled name, an unused variable renamed `_x`): the editor's
+    /// quick fix. `help` says the same in words.
+    pub replacement: Option<String>,
 }
 
 impl Diagnostic {
@@ -61,6 +65,7 @@ impl Diagnostic {
             labels: Vec::new(),
             notes: Vec::new(),
             help: None,
+            replacement: None,
         }
     }
 
@@ -86,6 +91,19 @@ impl Diagnostic {
 
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
+        self
+    }
+
+    /// Help `did you mean `name`?`, with `name` as the replacement of the primary span
+    /// (which must hold the misspelled name).
+    pub fn with_suggestion(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.with_help(format!("did you mean `{name}`?")).with_replacement(name)
+    }
+
+    /// The text that replaces the primary span to fix the problem (see `replacement`).
+    pub fn with_replacement(mut self, text: impl Into<String>) -> Self {
+        self.replacement = Some(text.into());
         self
     }
 }

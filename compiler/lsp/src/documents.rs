@@ -92,14 +92,24 @@ impl Document {
     /// another file (a standard module) belong to that file, not to this document. Codes
     /// link to their pages under `error_pages` when given.
     pub fn diagnostics(&self, stdlib: &StdlibFiles, error_pages: Option<&str>) -> Vec<lsp_types::Diagnostic> {
-        let uri_of = |file: FileId| self.uri_of(file, stdlib);
         self.analysis
             .checked
             .diagnostics
             .iter()
             .filter(|d| d.span.file == self.analysis.main)
-            .filter_map(|d| convert::to_lsp_diagnostic(d, &self.analysis.map, &uri_of, error_pages))
+            .filter_map(|d| self.to_lsp_diagnostic(d, stdlib, error_pages))
             .collect()
+    }
+
+    /// One diagnostic of this document's analysis in LSP form (see [`Document::diagnostics`]).
+    pub fn to_lsp_diagnostic(
+        &self,
+        diagnostic: &amp_diagnostics::Diagnostic,
+        stdlib: &StdlibFiles,
+        error_pages: Option<&str>,
+    ) -> Option<lsp_types::Diagnostic> {
+        let uri_of = |file: FileId| self.uri_of(file, stdlib);
+        convert::to_lsp_diagnostic(diagnostic, &self.analysis.map, &uri_of, error_pages)
     }
 }
 

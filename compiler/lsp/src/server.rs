@@ -96,6 +96,13 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         definition_provider: Some(lsp::OneOf::Left(true)),
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
         document_formatting_provider: Some(lsp::OneOf::Left(true)),
+        inlay_hint_provider: Some(lsp::OneOf::Left(true)),
+        folding_range_provider: Some(lsp::FoldingRangeProviderCapability::Simple(true)),
+        document_highlight_provider: Some(lsp::OneOf::Left(true)),
+        code_action_provider: Some(lsp::CodeActionProviderCapability::Options(lsp::CodeActionOptions {
+            code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
+            ..lsp::CodeActionOptions::default()
+        })),
         completion_provider: Some(lsp::CompletionOptions {
             trigger_characters: Some(vec![".".to_string()]),
             ..lsp::CompletionOptions::default()
@@ -222,6 +229,34 @@ impl Server<'_> {
                 // canonical, four spaces, whatever the editor's settings.
                 handlers::formatting(s.documents.get(&p.text_document.uri)?)
             }),
+            req::InlayHintRequest::METHOD => self.handle::<req::InlayHintRequest>(id, params, |s, p| {
+                let document = s.documents.get(&p.text_document.uri)?;
+                Some(handlers::inlay_hints(&document.analysis, p.range))
+            }),
+            req::CodeActionRequest::METHOD => self.handle::<req::CodeActionRequest>(id, params, |s, p| {
+                let document = s.documents.get(&p.text_document.uri)?;
+                // Only quick fixes exist; a client that asks for other kinds gets none.
+                let wanted = p.context.only.as_ref().is_none_or(|only| {
+                    only.iter().any(|kind| lsp::CodeActionKind::QUICKFIX.as_str().starts_with(kind.as_str()))
+                });
+                let actions = if wanted {
+                    handlers::code_actions(document, &s.stdlib, s.error_pages.as_deref(), p.range)
+                } else {
+                    Vec::new()
+                };
+                Some(actions)
+            }),
+            req::FoldingRangeRequest::METHOD => self.handle::<req::FoldingRangeRequest>(id, params, |s, p| {
+                let document = s.documents.get(&p.text_document.uri)?;
+                Some(handlers::folding_ranges(document.analysis.main_file()?))
+            }),
+            req::DocumentHighlightRequest::METHOD => {
+                self.handle::<req::DocumentHighlightRequest>(id, params, |s, p| {
+                    let at = p.text_document_position_params;
+                    let document = s.documents.get(&at.text_document.uri)?;
+                    Some(handlers::document_highlight(&document.analysis, at.position))
+                })
+            }
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }
     }

@@ -398,6 +398,17 @@ pub struct LocalScope {
     pub scope: Span,
 }
 
+/// A local whose type the checker inferred (no type written at its binding): a `let` or
+/// `var` without annotation, a closure parameter, a `for` or destructured binding. For
+/// the editor's inlay hints.
+#[derive(Clone, Debug)]
+pub struct InferredBinding {
+    /// The bound name.
+    pub name_span: Span,
+    /// The type as hover shows it, e.g. `f32[hidden] (= f32[128])`.
+    pub ty: String,
+}
+
 /// A named definition in the file, for document symbols.
 #[derive(Clone, Debug)]
 pub struct SymbolInfo {
@@ -438,6 +449,9 @@ pub struct Program {
     pub expr_types: Vec<(Span, String)>,
     /// The scope of every local, in the order the checker bound them.
     pub local_scopes: Vec<LocalScope>,
+    /// The locals without a written type, in the order the checker bound them; those of
+    /// the unknown type (after an error) are left out.
+    pub inferred_bindings: Vec<InferredBinding>,
     /// Named definitions of the main file.
     pub symbols: Vec<SymbolInfo>,
 }

@@ -1,18 +1,27 @@
 //! Answers to the requests, each read from a document's cached [`Analysis`]: hover,
-//! go-to-definition, document symbols and completion; formatting, from the document's
-//! text. Nothing here re-checks or does IO.
+//! go-to-definition, document symbols, completion, inlay hints, quick fixes and document
+//! highlight; formatting, from the document's text, and folding ranges, from its tokens.
+//! Nothing here re-checks or does IO.
 
+mod code_actions;
 mod completion;
 mod declaration;
 mod definition;
+mod folding;
 mod formatting;
+mod highlight;
 mod hover;
+mod inlay_hints;
 mod symbols;
 
+pub use code_actions::code_actions;
 pub use completion::completion;
 pub use definition::definition;
+pub use folding::folding_ranges;
 pub use formatting::formatting;
+pub use highlight::document_highlight;
 pub use hover::hover;
+pub use inlay_hints::inlay_hints;
 pub use symbols::document_symbols;
 
 use crate::documents::Analysis;

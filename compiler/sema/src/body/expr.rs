@@ -171,7 +171,7 @@ impl FnChecker<'_, '_> {
             } else if let Some(&p) = self.ck.components[self.comp.0 as usize].params.get(&s) {
                 self.ck.components[self.comp.0 as usize].params_used[p as usize] = true;
             }
-            d = d.with_help(format!("did you mean `{s}`?"));
+            d = d.with_suggestion(s);
         }
         self.ck.error(d);
     }
@@ -437,7 +437,7 @@ impl FnChecker<'_, '_> {
                         .with_label(rec.span, format!("`{}` is defined here", rec.name))
                         .with_note(format!("its fields are: {}", names.join(", ")));
                         if let Some(s) = suggest(&field.name, names.iter().copied()) {
-                            d = d.with_help(format!("did you mean `{s}`?"));
+                            d = d.with_suggestion(s);
                         }
                         self.ck.error(d);
                         err_expr(span)

@@ -152,7 +152,7 @@ impl FnChecker<'_, '_> {
             .with_primary("unknown variant")
             .with_note(format!("its variants are: {}", names.join(", ")));
             if let Some(s) = suggest(&name.name, names.iter().copied()) {
-                d = d.with_help(format!("did you mean `{s}`?"));
+                d = d.with_suggestion(s);
             }
             self.ck.error(d);
             // Its bindings exist, with unknown types, so the arm's body is still checked
@@ -187,7 +187,7 @@ impl FnChecker<'_, '_> {
                 .with_primary("unknown field")
                 .with_label(variant.span, "variant defined here");
                 if let Some(s) = suggest(&fp.field.name, names.iter().copied()) {
-                    d = d.with_help(format!("did you mean `{s}`?"));
+                    d = d.with_suggestion(s);
                 }
                 self.ck.error(d);
                 // Bind it anyway (type unknown) so its uses are not unknown names too.

@@ -59,6 +59,7 @@ pub(crate) fn check_component_bodies(ck: &mut Checker, comp: ComponentId) -> Vec
             roots: def.params.iter().copied().collect(),
             smaller: HashSet::new(),
             calls: Vec::new(),
+            type_written: false,
         };
         for &p in &def.params {
             let local = &def.locals[p.0 as usize];
@@ -117,6 +118,9 @@ struct FnChecker<'c, 'm> {
     /// Locals bound to a part of a root by `match` (structurally smaller values).
     smaller: HashSet<LocalId>,
     calls: Vec<Call>,
+    /// Set while binding the names of an annotated `let` or `var`: their types are
+    /// written, so they are not [`InferredBinding`]s.
+    type_written: bool,
 }
 
 pub(super) fn mk(kind: ExprKind, ty: Ty, span: Span) -> Expr {
@@ -148,6 +152,10 @@ impl FnChecker<'_, '_> {
         let id = LocalId(self.locals.len() as u32);
         let hover = format!("{}{}: {}", if mutable { "var " } else { "" }, name.name, self.ck.ty_str(&ty));
         self.ck.reference(name.span, name.span, hover);
+        if !self.type_written && !ty.contains_error() {
+            let shown = self.ck.ty_str(&ty);
+            self.ck.program.inferred_bindings.push(InferredBinding { name_span: name.span, ty: shown });
+        }
         self.locals.push(LocalDef { name: name.name.clone(), ty, span: name.span, mutable });
         self.used.push(false);
         if let Some(&end) = self.scope_ends.last() {
@@ -190,7 +198,8 @@ impl FnChecker<'_, '_> {
                 self.ck.error(
                     Diagnostic::new(Code::UnusedVariable, span, format!("unused variable `{name}`"))
                         .with_primary("never read")
-                        .with_help(format!("if this is intentional, name it `_{name}`")),
+                        .with_help(format!("if this is intentional, name it `_{name}`"))
+                        .with_replacement(format!("_{name}")),
                 );
             }
         }
@@ -262,13 +271,17 @@ impl FnChecker<'_, '_> {
     fn check_stmt(&mut self, stmt: &ast::Stmt) -> Option<Stmt> {
         match &stmt.kind {
             ast::StmtKind::Let(pat, ty, value) => {
-                let (value, ty) = self.check_annotated(ty.as_ref(), value, false);
-                let pattern = self.bind_pattern(pat, &ty, false);
+                let (value, bound) = self.check_annotated(ty.as_ref(), value, false);
+                self.type_written = ty.is_some();
+                let pattern = self.bind_pattern(pat, &bound, false);
+                self.type_written = false;
                 Some(Stmt::Let(pattern, value))
             }
             ast::StmtKind::Var(name, ty, value) => {
-                let (value, ty) = self.check_annotated(ty.as_ref(), value, true);
-                let id = self.declare_local(name, ty, true);
+                let (value, bound) = self.check_annotated(ty.as_ref(), value, true);
+                self.type_written = ty.is_some();
+                let id = self.declare_local(name, bound, true);
+                self.type_written = false;
                 Some(Stmt::Var(id, value))
             }
             ast::StmtKind::Assign(target, value) => self.check_assign(target, value),

@@ -251,7 +251,7 @@ impl Checker<'_> {
                                 Diagnostic::new(Code::UnknownName, name.span, format!("unknown layer `{other}`"))
                                     .with_primary("not found in this scope");
                             match suggest(other, candidates.iter().map(String::as_str)) {
-                                Some(s) => d = d.with_help(format!("did you mean `{s}`?")),
+                                Some(s) => d = d.with_suggestion(s),
                                 None => {
                                     if ["Mlp", "GruCell", "LstmCell", "TreeLstmCell"].contains(&other) {
                                         d = d.with_help(format!("import it with `use std::nn::{other};`"));

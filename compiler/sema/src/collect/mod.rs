@@ -409,7 +409,7 @@ impl<'m> Checker<'m> {
                         let hint = suggest(&name.name, candidates.iter().map(String::as_str))
                             .or_else(|| candidates.iter().find(|c| c.to_lowercase().starts_with(&lower)).cloned());
                         if let Some(s) = hint {
-                            d = d.with_help(format!("did you mean `{s}`?"));
+                            d = d.with_suggestion(s);
                         }
                         d = d.with_note(format!("`{}` provides: {}", path.join("::"), candidates.join(", ")));
                         self.error(d);

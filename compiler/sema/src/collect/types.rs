@@ -42,7 +42,7 @@ impl Checker<'_> {
                         let mut d = Diagnostic::new(Code::UnknownType, name.span, format!("unknown type `{other}`"))
                             .with_primary("not a type in scope");
                         if let Some(s) = suggest(other, candidates.iter().map(String::as_str)) {
-                            d = d.with_help(format!("did you mean `{s}`?"));
+                            d = d.with_suggestion(s);
                         }
                         self.error(d);
                         Ty::Error
@@ -342,7 +342,7 @@ impl DimScope for ComponentScope<'_, '_> {
                 let mut d = Diagnostic::new(Code::UnknownName, name.span, format!("unknown name `{}`", name.name))
                     .with_primary("not a hyperparameter or constant in scope");
                 if let Some(s) = suggest(&name.name, candidates.iter().map(String::as_str)) {
-                    d = d.with_help(format!("did you mean `{s}`?"));
+                    d = d.with_suggestion(s);
                 }
                 Err(Box::new(d))
             }
