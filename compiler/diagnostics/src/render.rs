@@ -199,7 +199,7 @@ pub fn render_json(map: &SourceMap, diagnostics: &[Diagnostic]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Code, Label};
+    use crate::Code;
 
     /// Issue 31: thousands of diagnostics on one generated line printed the whole line for
     /// each. Past `MAX_DRAWN_LINE` a diagnostic shows an excerpt around its span, with

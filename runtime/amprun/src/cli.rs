@@ -261,6 +261,15 @@ pub struct TrainArgs {
     /// state, and what resuming needs.
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
+    /// Write the parameters of the epoch with the best validation accuracy here (needs
+    /// `--valid`), each time an epoch beats the best so far.
+    #[arg(long, value_name = "FILE", requires = "valid")]
+    pub keep_best: Option<PathBuf>,
+    /// Stop after N epochs in a row without a better validation accuracy (needs `--valid`;
+    /// an epoch's validation runs beside the next epoch, so training stops one epoch after
+    /// the N-th).
+    #[arg(long, value_name = "N", requires = "valid", value_parser = clap::value_parser!(u64).range(1..))]
+    pub patience: Option<u64>,
     /// Continue from the `--save` checkpoint exactly (parameters, optimizer state, next
     /// epoch).
     #[arg(long, requires = "save", conflicts_with = "init")]

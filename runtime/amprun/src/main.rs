@@ -14,7 +14,7 @@
 //!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
 //!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--profile p.json]
 //!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
-//!        [--no-chains]
+//!        [--no-chains] [--keep-best best.safetensors] [--patience N]
 //!        [--replicate NODE=R ...] [--replica-sync N]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
@@ -53,7 +53,11 @@
 //! training instances deterministically from (seed, epoch) (`--no-shuffle` keeps file
 //! order), trains, reports, and writes the checkpoint atomically; the validation of
 //! `--valid` with that epoch's parameters then runs on its own thread (forward only,
-//! through the same graph) while the next epoch trains, and is reported when done. The
+//! through the same graph) while the next epoch trains, and is reported when done; with
+//! `--keep-best FILE` the parameters of each epoch that beats the best validation accuracy
+//! so far (or loss, for a model without one) are written there, and `--patience N` stops
+//! training once N validations in a row did not beat it (one epoch after the N-th, as
+//! validation runs beside the next epoch). The
 //! checkpoint holds the parameters, optimizer state and the metadata `model`, `epoch` (epochs finished), `seed`,
 //! `shuffle_epoch`, `data_position`, `instances`, `status`, `optimizer`. `--epochs N` is
 //! the total: a resumed run trains the epochs after the checkpoint's up to N, and ends

@@ -177,8 +177,17 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // A resumed run's checkpoint is the `--save` file itself.
         save_holds_start: args.resume,
         start_copy: None,
+        best: Best::default(),
     };
-    let result = (first..=args.epochs).try_for_each(|epoch| run.epoch(epoch)).and_then(|()| run.report_validation());
+    let result = (|| {
+        for epoch in first..=args.epochs {
+            run.epoch(epoch)?;
+            if run.out_of_patience() {
+                break;
+            }
+        }
+        run.report_validation()
+    })();
     run.progress.clear();
     let traced = run.write_trace();
     result?;
@@ -192,7 +201,12 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
 /// should not end a run after its first epoch) and refused when they exist and are not
 /// regular files (a FIFO, a device, a symbolic link: see `amp_params::target`).
 fn check_outputs(args: &TrainArgs) -> Result<(), Failure> {
-    let outputs = [("--save", &args.save), ("--metrics", &args.metrics), ("--trace", &args.trace)];
+    let outputs = [
+        ("--save", &args.save),
+        ("--keep-best", &args.keep_best),
+        ("--metrics", &args.metrics),
+        ("--trace", &args.trace),
+    ];
     for (flag, path) in outputs.into_iter().chain([("--profile", &args.profile)]) {
         if let Some(path) = path {
             setup::check_output(flag, path)?;
@@ -238,9 +252,50 @@ struct TrainRun<'a> {
     /// of the current epoch: what a stop on a non-finite loss writes (the executor's own
     /// have been updated by then, with the gradients that blew up among them).
     start_copy: Option<(ParamSet, OptimState)>,
+    /// The best validation so far, for `--keep-best` and `--patience`.
+    best: Best,
+}
+
+/// The epoch with the best validation score (accuracy, or minus the loss for a model
+/// without one), how many validations since did not beat it, and with `--keep-best` the
+/// parameters of the validation in flight.
+#[derive(Default)]
+struct Best {
+    epoch: Option<u64>,
+    score: f64,
+    since: u64,
+    validated: Option<ParamSet>,
+}
+
+impl Best {
+    /// Records `epoch`'s validation; whether it is the best so far.
+    fn record(&mut self, epoch: u64, stats: &EvalStats) -> bool {
+        let score = stats.accuracy.map_or(-f64::from(stats.loss), f64::from);
+        if self.epoch.is_none() || score > self.score {
+            (self.epoch, self.score, self.since) = (Some(epoch), score, 0);
+            true
+        } else {
+            self.since += 1;
+            false
+        }
+    }
 }
 
 impl TrainRun<'_> {
+    /// With `--patience N`: whether the last N validations did not beat the best.
+    fn out_of_patience(&mut self) -> bool {
+        let Some(patience) = self.args.patience else { return false };
+        if self.best.since < patience {
+            return false;
+        }
+        self.progress.line(&format!(
+            "stopping early: {} epoch(s) without a better validation than epoch {} (--patience {patience})",
+            self.best.since,
+            self.best.epoch.unwrap_or(0)
+        ));
+        true
+    }
+
     fn epoch(&mut self, epoch: u64) -> Result<(), Failure> {
         let n = self.train.len();
         if self.args.save.is_some() && !self.save_holds_start && self.start_copy.is_none() {
@@ -291,6 +346,9 @@ impl TrainRun<'_> {
         self.report_validation()?;
         let params = self.executor.params().clone();
         if let Some(validation) = &mut self.validation {
+            if self.args.keep_best.is_some() {
+                self.best.validated = Some(params.clone());
+            }
             validation.start(epoch, params);
         }
         Ok(())
@@ -304,8 +362,25 @@ impl TrainRun<'_> {
         let (epoch, result) = finished;
         let stats = result.map_err(|e| Failure::exec(&e, &|i| describe(self.loader, valid, None, i)))?;
         let report = self.valid_report(epoch, &stats)?;
+        let improved = self.best.record(epoch, &stats);
+        let mut kept = String::new();
+        if let (true, Some(path), Some(params)) = (improved, &self.args.keep_best, self.best.validated.take()) {
+            let metadata: BTreeMap<String, String> = [
+                (meta::MODEL, self.name.clone()),
+                (meta::EPOCH, epoch.to_string()),
+                (meta::SEED, self.seed.to_string()),
+                (meta::STATUS, format!("best validation: {}", report.scores())),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            amp_params::save(&params, path, &metadata).map_err(|e| {
+                Failure::params(&format!("cannot write the best parameters to `{}`", path.display()), &e)
+            })?;
+            kept = format!(", the best so far: {}", path.display());
+        }
         self.progress.line(&format!(
-            "epoch {epoch}/{}: valid {} ({} instances, {:.0}/s) [{:.1}s]",
+            "epoch {epoch}/{}: valid {} ({} instances, {:.0}/s) [{:.1}s]{kept}",
             self.args.epochs,
             report.scores(),
             report.instances,
@@ -433,15 +508,19 @@ impl TrainRun<'_> {
     }
 
     fn summary(&self, first: u64) {
-        let epochs = self.args.epochs + 1 - first;
+        // The last epoch trained: `--epochs`, or where `--patience` stopped.
+        let last = self.last.0.as_ref().map_or(self.args.epochs, |r| r.epoch);
+        let epochs = last + 1 - first;
         let seconds = self.started.elapsed().as_secs_f64();
         let instances = self.train.len() as u64 * epochs;
         println!(
-            "{}: trained epochs {first}..{} ({epochs} this run) in {seconds:.2}s, {instances} instances, {:.0} instances/s",
+            "{}: trained epochs {first}..{last} ({epochs} this run) in {seconds:.2}s, {instances} instances, {:.0} instances/s",
             self.name,
-            self.args.epochs,
             instances as f64 / seconds.max(1e-9)
         );
+        if let (Some(epoch), Some(path)) = (self.best.epoch, &self.args.keep_best) {
+            println!("  best   epoch {epoch}: {}", path.display());
+        }
         if let Some(report) = &self.last.0 {
             println!("  train  {}", report.scores());
         }

@@ -226,3 +226,64 @@ fn a_compiled_ampg_graph_trains_like_its_source() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// `--keep-best` writes the parameters of the epoch with the best validation accuracy, and
+/// `--patience N` stops once N validations in a row did not beat it (issue 28).
+#[test]
+fn keep_best_writes_the_best_epoch_and_patience_stops_early() {
+    let dir = scratch("keep-best");
+    let dir = dir.path();
+    let args = |lr: &'static str, epochs: &'static str| {
+        vec![
+            "train".to_string(),
+            example("list_reduce.amp"),
+            "-D".into(),
+            "hidden=16".into(),
+            "--data".into(),
+            example("data/list_reduce.train.jsonl"),
+            "--valid".into(),
+            example("data/list_reduce.valid.jsonl"),
+            "--limit".into(),
+            "200".into(),
+            "--epochs".into(),
+            epochs.into(),
+            "--lr".into(),
+            lr.into(),
+            "--keep-best".into(),
+            "best.safetensors".into(),
+            "--metrics".into(),
+            "m.jsonl".into(),
+        ]
+    };
+    // Learning: the kept file is the epoch whose validation accuracy was highest (the
+    // first of equals), with that epoch's parameters.
+    let run: Vec<String> = args("0.05", "4");
+    amprun_ok(dir, &run.iter().map(String::as_str).collect::<Vec<_>>());
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
+    let valid = reports(&metrics, "valid");
+    assert_eq!(valid.len(), 4);
+    let mut best = (0u64, f64::MIN);
+    for v in &valid {
+        let accuracy = v["accuracy"].as_f64().unwrap();
+        if accuracy > best.1 {
+            best = (v["epoch"].as_u64().unwrap(), accuracy);
+        }
+    }
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let kept = checkpoint(&dir.join("best.safetensors"), &graph);
+    assert_eq!(kept.metadata["epoch"], best.0.to_string());
+
+    // Nothing to learn (lr 0): epoch 1 stays the best, and with --patience 1 the run stops
+    // after epoch 3, whose training ran beside epoch 2's validation.
+    std::fs::remove_file(dir.join("m.jsonl")).unwrap();
+    let mut run = args("0", "10");
+    run.extend(["--patience".to_string(), "1".to_string()]);
+    let out = amprun_ok(dir, &run.iter().map(String::as_str).collect::<Vec<_>>());
+    let (err, out) = (stderr(&out), stdout(&out));
+    assert!(err.contains("stopping early: 1 epoch(s) without a better validation than epoch 1"), "{err}");
+    assert!(out.contains("trained epochs 1..3 (3 this run)"), "{out}");
+    assert!(out.contains("best   epoch 1: best.safetensors"), "{out}");
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
+    assert_eq!(reports(&metrics, "train").len(), 3);
+    assert_eq!(checkpoint(&dir.join("best.safetensors"), &graph).metadata["epoch"], "1");
+}
