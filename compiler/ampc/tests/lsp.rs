@@ -750,3 +750,87 @@ fn folding_ranges_cover_items_bodies_and_blocks_and_highlight_finds_every_use() 
     assert_eq!(lines, [line("param cell"), body], "{response}");
     assert_eq!(session.shut_down(), Some(0));
 }
+
+/// The (uri, line, character) of each location in a `references` answer.
+fn reference_starts(
+    session: &mut Session,
+    uri: &str,
+    position: Value,
+    include_declaration: bool,
+) -> Vec<(String, u64, u64)> {
+    let mut params = at(uri, position);
+    params["context"] = json!({ "includeDeclaration": include_declaration });
+    let response = session.request("textDocument/references", params);
+    let locations = response["result"].as_array().cloned().unwrap_or_else(|| panic!("locations: {response}"));
+    locations
+        .iter()
+        .map(|l| {
+            let start = &l["range"]["start"];
+            let uri = l["uri"].as_str().unwrap_or_default().to_string();
+            (uri, start["line"].as_u64().unwrap_or(u64::MAX), start["character"].as_u64().unwrap_or(u64::MAX))
+        })
+        .collect()
+}
+
+#[test]
+fn references_find_every_kind_of_name_and_honour_include_declaration() {
+    let mut session = Session::start();
+    let uri = "file:///examples/list_reduce.amp";
+    let text = example("list_reduce.amp");
+    session.open(uri, &text);
+    session.diagnostics_for(uri);
+    let here = |needle: &str, delta: usize| {
+        let p = position_of(&text, needle, delta);
+        (uri.to_string(), p["line"].as_u64().unwrap_or(0), p["character"].as_u64().unwrap_or(0))
+    };
+    // (cursor, declaration, uses): a local, a hyperparameter, a `param` layer, a
+    // function, a record and a field; from a use or from the declaration.
+    let cases = [
+        (here("head(h)", 5), here("var h", 4), vec![here("h = relu", 0), here("h)));", 0), here("head(h)", 5)]),
+        (
+            here("hidden: int", 0),
+            here("hidden: int", 0),
+            vec![
+                here("vocab, hidden", 7),
+                here("2 * hidden", 4),
+                here("hidden, hidden)", 8),
+                here("hidden, classes", 0),
+                here("f32[hidden]", 4),
+            ],
+        ),
+        (here("cell(concat", 0), here("cell = Linear", 0), vec![here("cell(concat", 0)]),
+        (here("forward(x),", 0), here("forward(x: Example)", 0), vec![here("forward(x),", 0)]),
+        (
+            here("Example {", 0),
+            here("Example {", 0),
+            vec![here("Example) -> f32[classes]", 0), here("Example) -> f32 {", 0)],
+        ),
+        (here("x.label", 2), here("label: int", 0), vec![here("x.label", 2)]),
+    ];
+    for (cursor, declaration, uses) in cases {
+        let position = json!({ "line": cursor.1, "character": cursor.2 });
+        let mut expected = uses.clone();
+        expected.sort();
+        let mut found = reference_starts(&mut session, uri, position.clone(), false);
+        found.sort();
+        assert_eq!(found, expected, "uses of the name at {cursor:?}");
+        expected.push(declaration);
+        expected.sort();
+        let mut found = reference_starts(&mut session, uri, position, true);
+        found.sort();
+        assert_eq!(found, expected, "declaration and uses of the name at {cursor:?}");
+    }
+
+    // A standard-library layer: the import and the call here, the declaration in the
+    // materialised module.
+    let ggsnn = "file:///examples/ggsnn.amp";
+    let text = example("ggsnn.amp");
+    session.open(ggsnn, &text);
+    session.diagnostics_for(ggsnn);
+    let found = reference_starts(&mut session, ggsnn, position_of(&text, "GruCell(hidden", 1), true);
+    assert_eq!(found.iter().filter(|(u, _, _)| u == ggsnn).count(), 2, "{found:?}");
+    let library: Vec<_> = found.iter().filter(|(u, _, _)| u != ggsnn).collect();
+    assert_eq!(library.len(), 1, "{found:?}");
+    assert!(library[0].0.ends_with("/nn.amp"), "{found:?}");
+    assert_eq!(session.shut_down(), Some(0));
+}

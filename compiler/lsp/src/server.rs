@@ -99,6 +99,7 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
         folding_range_provider: Some(lsp::FoldingRangeProviderCapability::Simple(true)),
         document_highlight_provider: Some(lsp::OneOf::Left(true)),
+        references_provider: Some(lsp::OneOf::Left(true)),
         code_action_provider: Some(lsp::CodeActionProviderCapability::Options(lsp::CodeActionOptions {
             code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
             ..lsp::CodeActionOptions::default()
@@ -257,6 +258,11 @@ impl Server<'_> {
                     Some(handlers::document_highlight(&document.analysis, at.position))
                 })
             }
+            req::References::METHOD => self.handle::<req::References>(id, params, |s, p| {
+                let at = p.text_document_position;
+                let document = s.documents.get(&at.text_document.uri)?;
+                handlers::references(document, &s.stdlib, at.position, p.context.include_declaration)
+            }),
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }
     }

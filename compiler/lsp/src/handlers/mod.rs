@@ -1,6 +1,6 @@
 //! Answers to the requests, each read from a document's cached [`Analysis`]: hover,
-//! go-to-definition, document symbols, completion, inlay hints, quick fixes and document
-//! highlight; formatting, from the document's text, and folding ranges, from its tokens.
+//! go-to-definition, document symbols, completion, inlay hints, quick fixes, document
+//! highlight and references; formatting, from the document's text, and folding ranges, from its tokens.
 //! Nothing here re-checks or does IO.
 
 mod code_actions;
@@ -12,6 +12,7 @@ mod formatting;
 mod highlight;
 mod hover;
 mod inlay_hints;
+mod references;
 mod symbols;
 
 pub use code_actions::code_actions;
@@ -22,6 +23,7 @@ pub use formatting::formatting;
 pub use highlight::document_highlight;
 pub use hover::hover;
 pub use inlay_hints::inlay_hints;
+pub use references::references;
 pub use symbols::document_symbols;
 
 use crate::documents::Analysis;
