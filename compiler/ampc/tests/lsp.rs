@@ -834,3 +834,90 @@ fn references_find_every_kind_of_name_and_honour_include_declaration() {
     assert!(library[0].0.ends_with("/nn.amp"), "{found:?}");
     assert_eq!(session.shut_down(), Some(0));
 }
+
+/// `text` with a rename's edits of `uri` applied (ASCII text: columns are bytes).
+fn apply_rename(text: &str, uri: &str, response: &Value) -> String {
+    let edits = response["result"]["changes"][uri].as_array().cloned().unwrap_or_else(|| panic!("edits: {response}"));
+    let line_starts: Vec<usize> = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+    let offset = |p: &Value| {
+        let line = p["line"].as_u64().unwrap_or(0) as usize;
+        line_starts[line] + p["character"].as_u64().unwrap_or(0) as usize
+    };
+    let mut spans: Vec<(usize, usize, String)> = edits
+        .iter()
+        .map(|e| {
+            (
+                offset(&e["range"]["start"]),
+                offset(&e["range"]["end"]),
+                e["newText"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    spans.sort_by_key(|(start, _, _)| std::cmp::Reverse(*start));
+    let mut result = text.to_string();
+    for (start, end, new_text) in spans {
+        result.replace_range(start..end, &new_text);
+    }
+    result
+}
+
+fn rename_params(uri: &str, position: Value, new_name: &str) -> Value {
+    let mut params = at(uri, position);
+    params["newName"] = json!(new_name);
+    params
+}
+
+#[test]
+fn rename_changes_every_occurrence_and_refuses_what_it_cannot_rename() {
+    let mut session = Session::start();
+    let capabilities_checked =
+        session.request("textDocument/prepareRename", at("file:///none.amp", json!({ "line": 0, "character": 0 })));
+    assert_eq!(capabilities_checked["error"]["code"], json!(-32803), "{capabilities_checked}");
+    let uri = "file:///examples/list_reduce.amp";
+    let text = example("list_reduce.amp");
+    session.open(uri, &text);
+    session.diagnostics_for(uri);
+
+    let prepared = session.request("textDocument/prepareRename", at(uri, position_of(&text, "head(h)", 5)));
+    assert_eq!(prepared["result"]["placeholder"], json!("h"), "{prepared}");
+    assert_eq!(prepared["result"]["range"]["start"], position_of(&text, "head(h)", 5));
+    let renamed = session.request("textDocument/rename", rename_params(uri, position_of(&text, "head(h)", 5), "state"));
+    let text = apply_rename(&text, uri, &renamed);
+    assert!(text.contains("var state: f32[hidden]") && text.contains("head(state)"), "{text}");
+    session.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": text }] }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new(), "{text}");
+    let renamed =
+        session.request("textDocument/rename", rename_params(uri, position_of(&text, "hidden: int", 0), "width"));
+    let text = apply_rename(&text, uri, &renamed);
+    assert!(!text.contains("hidden"), "{text}");
+    assert_eq!(text.matches("width").count(), 6, "{text}");
+    let renamed_uri = "file:///examples/list_reduce_renamed.amp";
+    session.open(renamed_uri, &text);
+    assert_eq!(session.diagnostics_for(renamed_uri), Vec::<Value>::new(), "{text}");
+
+    // Refusals are errors with a reason, and the server goes on.
+    let refused = [
+        (uri, position_of(&text, "head(state)", 5), "2x", "not an identifier"),
+        (uri, position_of(&text, "head(state)", 5), "tok", "in scope"),
+        (uri, position_of(&text, "width: int", 0), "vocab", "in scope"),
+        (uri, position_of(&text, "relu(", 1), "activate", "nothing to rename"),
+        (uri, position_of(&text, "fn forward", 0), "f", "nothing to rename"),
+    ];
+    let ggsnn = "file:///examples/ggsnn.amp";
+    let library = example("ggsnn.amp");
+    session.open(ggsnn, &library);
+    session.diagnostics_for(ggsnn);
+    let in_library = (ggsnn, position_of(&library, "GruCell(hidden", 1), "Cell", "standard library");
+    for (uri, position, new_name, reason) in refused.into_iter().chain([in_library]) {
+        let response = session.request("textDocument/rename", rename_params(uri, position, new_name));
+        assert_eq!(response["error"]["code"], json!(-32803), "{response}");
+        let message = response["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(reason), "{new_name}: {message}");
+    }
+    let prepared = session.request("textDocument/prepareRename", at(ggsnn, position_of(&library, "GruCell(hidden", 1)));
+    assert_eq!(prepared["error"]["code"], json!(-32803), "{prepared}");
+    assert_eq!(session.shut_down(), Some(0));
+}

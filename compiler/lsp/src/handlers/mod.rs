@@ -1,6 +1,6 @@
 //! Answers to the requests, each read from a document's cached [`Analysis`]: hover,
 //! go-to-definition, document symbols, completion, inlay hints, quick fixes, document
-//! highlight and references; formatting, from the document's text, and folding ranges, from its tokens.
+//! highlight, references and rename; formatting, from the document's text, and folding ranges, from its tokens.
 //! Nothing here re-checks or does IO.
 
 mod code_actions;
@@ -13,6 +13,7 @@ mod highlight;
 mod hover;
 mod inlay_hints;
 mod references;
+mod rename;
 mod symbols;
 
 pub use code_actions::code_actions;
@@ -24,6 +25,7 @@ pub use highlight::document_highlight;
 pub use hover::hover;
 pub use inlay_hints::inlay_hints;
 pub use references::references;
+pub use rename::{prepare_rename, rename};
 pub use symbols::document_symbols;
 
 use crate::documents::Analysis;
