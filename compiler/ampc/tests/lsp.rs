@@ -921,3 +921,60 @@ fn rename_changes_every_occurrence_and_refuses_what_it_cannot_rename() {
     assert_eq!(prepared["error"]["code"], json!(-32803), "{prepared}");
     assert_eq!(session.shut_down(), Some(0));
 }
+
+#[test]
+fn semantic_tokens_tell_the_kinds_of_names_apart() {
+    let mut session = Session::start();
+    let uri = "file:///examples/ggsnn.amp";
+    let text = example("ggsnn.amp");
+    session.open(uri, &text);
+    session.diagnostics_for(uri);
+    let response = session.request("textDocument/semanticTokens/full", json!({ "textDocument": { "uri": uri } }));
+    let data: Vec<u64> = response["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tokens: {response}"))
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert_eq!(data.len() % 5, 0);
+    // Decoded: (line, column) -> (type index, modifiers).
+    let mut tokens = std::collections::HashMap::new();
+    let (mut line, mut column) = (0, 0);
+    for token in data.chunks(5) {
+        if token[0] > 0 {
+            column = 0;
+        }
+        line += token[0];
+        column += token[1];
+        tokens.insert((line, column), (token[3], token[4]));
+    }
+    let legend = [
+        "parameter",
+        "typeParameter",
+        "variable",
+        "property",
+        "struct",
+        "class",
+        "function",
+        "enum",
+        "enumMember",
+        "param",
+    ];
+    let kind_at = |needle: &str, delta: usize| {
+        let p = position_of(&text, needle, delta);
+        let key = (p["line"].as_u64().unwrap_or(0), p["character"].as_u64().unwrap_or(0));
+        tokens.get(&key).map(|(t, m)| (legend[*t as usize], *m))
+    };
+    // Modifier bits: declaration 1, readonly 2, defaultLibrary 4.
+    assert_eq!(kind_at("GruCell(hidden", 0), Some(("class", 4)), "{response}");
+    assert_eq!(kind_at("gru = GruCell", 0), Some(("param", 1)));
+    assert_eq!(kind_at("hidden, hidden)", 0), Some(("typeParameter", 2)));
+    assert_eq!(kind_at("g: Graph", 0), Some(("parameter", 1)));
+    assert_eq!(kind_at("g.nodes.map", 0), Some(("parameter", 0)));
+    assert_eq!(kind_at("|k| emb(k)", 1), Some(("variable", 1)));
+    assert_eq!(kind_at("emb(k)", 0), Some(("param", 0)));
+    assert_eq!(kind_at("e.kind", 2), Some(("property", 0)));
+    assert_eq!(kind_at("Graph {", 0), Some(("struct", 1)));
+    assert_eq!(kind_at("forward(g)", 0), Some(("function", 0)));
+    assert_eq!(session.shut_down(), Some(0));
+}

@@ -100,6 +100,13 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         folding_range_provider: Some(lsp::FoldingRangeProviderCapability::Simple(true)),
         document_highlight_provider: Some(lsp::OneOf::Left(true)),
         references_provider: Some(lsp::OneOf::Left(true)),
+        semantic_tokens_provider: Some(lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(
+            lsp::SemanticTokensOptions {
+                legend: handlers::semantic_tokens_legend(),
+                full: Some(lsp::SemanticTokensFullOptions::Bool(true)),
+                ..lsp::SemanticTokensOptions::default()
+            },
+        )),
         rename_provider: Some(lsp::OneOf::Right(lsp::RenameOptions {
             prepare_provider: Some(true),
             work_done_progress_options: lsp::WorkDoneProgressOptions::default(),
@@ -278,6 +285,12 @@ impl Server<'_> {
                 let document = s.documents.get(&at.text_document.uri).ok_or(NOT_OPEN)?;
                 handlers::rename(document, at.position, &p.new_name).map(Some)
             }),
+            req::SemanticTokensFullRequest::METHOD => {
+                self.handle::<req::SemanticTokensFullRequest>(id, params, |s, p| {
+                    let document = s.documents.get(&p.text_document.uri)?;
+                    Some(lsp::SemanticTokensResult::Tokens(handlers::semantic_tokens(&document.analysis)))
+                })
+            }
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }
     }
