@@ -750,3 +750,231 @@ fn folding_ranges_cover_items_bodies_and_blocks_and_highlight_finds_every_use() 
     assert_eq!(lines, [line("param cell"), body], "{response}");
     assert_eq!(session.shut_down(), Some(0));
 }
+
+/// The (uri, line, character) of each location in a `references` answer.
+fn reference_starts(
+    session: &mut Session,
+    uri: &str,
+    position: Value,
+    include_declaration: bool,
+) -> Vec<(String, u64, u64)> {
+    let mut params = at(uri, position);
+    params["context"] = json!({ "includeDeclaration": include_declaration });
+    let response = session.request("textDocument/references", params);
+    let locations = response["result"].as_array().cloned().unwrap_or_else(|| panic!("locations: {response}"));
+    locations
+        .iter()
+        .map(|l| {
+            let start = &l["range"]["start"];
+            let uri = l["uri"].as_str().unwrap_or_default().to_string();
+            (uri, start["line"].as_u64().unwrap_or(u64::MAX), start["character"].as_u64().unwrap_or(u64::MAX))
+        })
+        .collect()
+}
+
+#[test]
+fn references_find_every_kind_of_name_and_honour_include_declaration() {
+    let mut session = Session::start();
+    let uri = "file:///examples/list_reduce.amp";
+    let text = example("list_reduce.amp");
+    session.open(uri, &text);
+    session.diagnostics_for(uri);
+    let here = |needle: &str, delta: usize| {
+        let p = position_of(&text, needle, delta);
+        (uri.to_string(), p["line"].as_u64().unwrap_or(0), p["character"].as_u64().unwrap_or(0))
+    };
+    // (cursor, declaration, uses): a local, a hyperparameter, a `param` layer, a
+    // function, a record and a field; from a use or from the declaration.
+    let cases = [
+        (here("head(h)", 5), here("var h", 4), vec![here("h = relu", 0), here("h)));", 0), here("head(h)", 5)]),
+        (
+            here("hidden: int", 0),
+            here("hidden: int", 0),
+            vec![
+                here("vocab, hidden", 7),
+                here("2 * hidden", 4),
+                here("hidden, hidden)", 8),
+                here("hidden, classes", 0),
+                here("f32[hidden]", 4),
+            ],
+        ),
+        (here("cell(concat", 0), here("cell = Linear", 0), vec![here("cell(concat", 0)]),
+        (here("forward(x),", 0), here("forward(x: Example)", 0), vec![here("forward(x),", 0)]),
+        (
+            here("Example {", 0),
+            here("Example {", 0),
+            vec![here("Example) -> f32[classes]", 0), here("Example) -> f32 {", 0)],
+        ),
+        (here("x.label", 2), here("label: int", 0), vec![here("x.label", 2)]),
+    ];
+    for (cursor, declaration, uses) in cases {
+        let position = json!({ "line": cursor.1, "character": cursor.2 });
+        let mut expected = uses.clone();
+        expected.sort();
+        let mut found = reference_starts(&mut session, uri, position.clone(), false);
+        found.sort();
+        assert_eq!(found, expected, "uses of the name at {cursor:?}");
+        expected.push(declaration);
+        expected.sort();
+        let mut found = reference_starts(&mut session, uri, position, true);
+        found.sort();
+        assert_eq!(found, expected, "declaration and uses of the name at {cursor:?}");
+    }
+
+    // A standard-library layer: the import and the call here, the declaration in the
+    // materialised module.
+    let ggsnn = "file:///examples/ggsnn.amp";
+    let text = example("ggsnn.amp");
+    session.open(ggsnn, &text);
+    session.diagnostics_for(ggsnn);
+    let found = reference_starts(&mut session, ggsnn, position_of(&text, "GruCell(hidden", 1), true);
+    assert_eq!(found.iter().filter(|(u, _, _)| u == ggsnn).count(), 2, "{found:?}");
+    let library: Vec<_> = found.iter().filter(|(u, _, _)| u != ggsnn).collect();
+    assert_eq!(library.len(), 1, "{found:?}");
+    assert!(library[0].0.ends_with("/nn.amp"), "{found:?}");
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+/// `text` with a rename's edits of `uri` applied (ASCII text: columns are bytes).
+fn apply_rename(text: &str, uri: &str, response: &Value) -> String {
+    let edits = response["result"]["changes"][uri].as_array().cloned().unwrap_or_else(|| panic!("edits: {response}"));
+    let line_starts: Vec<usize> = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+    let offset = |p: &Value| {
+        let line = p["line"].as_u64().unwrap_or(0) as usize;
+        line_starts[line] + p["character"].as_u64().unwrap_or(0) as usize
+    };
+    let mut spans: Vec<(usize, usize, String)> = edits
+        .iter()
+        .map(|e| {
+            (
+                offset(&e["range"]["start"]),
+                offset(&e["range"]["end"]),
+                e["newText"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    spans.sort_by_key(|(start, _, _)| std::cmp::Reverse(*start));
+    let mut result = text.to_string();
+    for (start, end, new_text) in spans {
+        result.replace_range(start..end, &new_text);
+    }
+    result
+}
+
+fn rename_params(uri: &str, position: Value, new_name: &str) -> Value {
+    let mut params = at(uri, position);
+    params["newName"] = json!(new_name);
+    params
+}
+
+#[test]
+fn rename_changes_every_occurrence_and_refuses_what_it_cannot_rename() {
+    let mut session = Session::start();
+    let capabilities_checked =
+        session.request("textDocument/prepareRename", at("file:///none.amp", json!({ "line": 0, "character": 0 })));
+    assert_eq!(capabilities_checked["error"]["code"], json!(-32803), "{capabilities_checked}");
+    let uri = "file:///examples/list_reduce.amp";
+    let text = example("list_reduce.amp");
+    session.open(uri, &text);
+    session.diagnostics_for(uri);
+
+    let prepared = session.request("textDocument/prepareRename", at(uri, position_of(&text, "head(h)", 5)));
+    assert_eq!(prepared["result"]["placeholder"], json!("h"), "{prepared}");
+    assert_eq!(prepared["result"]["range"]["start"], position_of(&text, "head(h)", 5));
+    let renamed = session.request("textDocument/rename", rename_params(uri, position_of(&text, "head(h)", 5), "state"));
+    let text = apply_rename(&text, uri, &renamed);
+    assert!(text.contains("var state: f32[hidden]") && text.contains("head(state)"), "{text}");
+    session.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": text }] }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new(), "{text}");
+    let renamed =
+        session.request("textDocument/rename", rename_params(uri, position_of(&text, "hidden: int", 0), "width"));
+    let text = apply_rename(&text, uri, &renamed);
+    assert!(!text.contains("hidden"), "{text}");
+    assert_eq!(text.matches("width").count(), 6, "{text}");
+    let renamed_uri = "file:///examples/list_reduce_renamed.amp";
+    session.open(renamed_uri, &text);
+    assert_eq!(session.diagnostics_for(renamed_uri), Vec::<Value>::new(), "{text}");
+
+    // Refusals are errors with a reason, and the server goes on.
+    let refused = [
+        (uri, position_of(&text, "head(state)", 5), "2x", "not an identifier"),
+        (uri, position_of(&text, "head(state)", 5), "tok", "in scope"),
+        (uri, position_of(&text, "width: int", 0), "vocab", "in scope"),
+        (uri, position_of(&text, "relu(", 1), "activate", "nothing to rename"),
+        (uri, position_of(&text, "fn forward", 0), "f", "nothing to rename"),
+    ];
+    let ggsnn = "file:///examples/ggsnn.amp";
+    let library = example("ggsnn.amp");
+    session.open(ggsnn, &library);
+    session.diagnostics_for(ggsnn);
+    let in_library = (ggsnn, position_of(&library, "GruCell(hidden", 1), "Cell", "standard library");
+    for (uri, position, new_name, reason) in refused.into_iter().chain([in_library]) {
+        let response = session.request("textDocument/rename", rename_params(uri, position, new_name));
+        assert_eq!(response["error"]["code"], json!(-32803), "{response}");
+        let message = response["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(reason), "{new_name}: {message}");
+    }
+    let prepared = session.request("textDocument/prepareRename", at(ggsnn, position_of(&library, "GruCell(hidden", 1)));
+    assert_eq!(prepared["error"]["code"], json!(-32803), "{prepared}");
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+#[test]
+fn semantic_tokens_tell_the_kinds_of_names_apart() {
+    let mut session = Session::start();
+    let uri = "file:///examples/ggsnn.amp";
+    let text = example("ggsnn.amp");
+    session.open(uri, &text);
+    session.diagnostics_for(uri);
+    let response = session.request("textDocument/semanticTokens/full", json!({ "textDocument": { "uri": uri } }));
+    let data: Vec<u64> = response["result"]["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tokens: {response}"))
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert_eq!(data.len() % 5, 0);
+    // Decoded: (line, column) -> (type index, modifiers).
+    let mut tokens = std::collections::HashMap::new();
+    let (mut line, mut column) = (0, 0);
+    for token in data.chunks(5) {
+        if token[0] > 0 {
+            column = 0;
+        }
+        line += token[0];
+        column += token[1];
+        tokens.insert((line, column), (token[3], token[4]));
+    }
+    let legend = [
+        "parameter",
+        "typeParameter",
+        "variable",
+        "property",
+        "struct",
+        "class",
+        "function",
+        "enum",
+        "enumMember",
+        "param",
+    ];
+    let kind_at = |needle: &str, delta: usize| {
+        let p = position_of(&text, needle, delta);
+        let key = (p["line"].as_u64().unwrap_or(0), p["character"].as_u64().unwrap_or(0));
+        tokens.get(&key).map(|(t, m)| (legend[*t as usize], *m))
+    };
+    // Modifier bits: declaration 1, readonly 2, defaultLibrary 4.
+    assert_eq!(kind_at("GruCell(hidden", 0), Some(("class", 4)), "{response}");
+    assert_eq!(kind_at("gru = GruCell", 0), Some(("param", 1)));
+    assert_eq!(kind_at("hidden, hidden)", 0), Some(("typeParameter", 2)));
+    assert_eq!(kind_at("g: Graph", 0), Some(("parameter", 1)));
+    assert_eq!(kind_at("g.nodes.map", 0), Some(("parameter", 0)));
+    assert_eq!(kind_at("|k| emb(k)", 1), Some(("variable", 1)));
+    assert_eq!(kind_at("emb(k)", 0), Some(("param", 0)));
+    assert_eq!(kind_at("e.kind", 2), Some(("property", 0)));
+    assert_eq!(kind_at("Graph {", 0), Some(("struct", 1)));
+    assert_eq!(kind_at("forward(g)", 0), Some(("function", 0)));
+    assert_eq!(session.shut_down(), Some(0));
+}

@@ -1,5 +1,6 @@
 //! The Amp language server, `ampc lsp`: the third printer of Amp's diagnostics, plus hover,
-//! go-to-definition, document symbols and completion.
+//! go-to-definition, document symbols, completion, references, rename, semantic tokens
+//! and the other requests in `handlers`.
 //!
 //! In: JSON-RPC messages on stdin (LSP over `lsp-server`), the documents' text with full or
 //! incremental sync. Out: `publishDiagnostics` notifications and answers to requests on

@@ -99,6 +99,18 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
         folding_range_provider: Some(lsp::FoldingRangeProviderCapability::Simple(true)),
         document_highlight_provider: Some(lsp::OneOf::Left(true)),
+        references_provider: Some(lsp::OneOf::Left(true)),
+        semantic_tokens_provider: Some(lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(
+            lsp::SemanticTokensOptions {
+                legend: handlers::semantic_tokens_legend(),
+                full: Some(lsp::SemanticTokensFullOptions::Bool(true)),
+                ..lsp::SemanticTokensOptions::default()
+            },
+        )),
+        rename_provider: Some(lsp::OneOf::Right(lsp::RenameOptions {
+            prepare_provider: Some(true),
+            work_done_progress_options: lsp::WorkDoneProgressOptions::default(),
+        })),
         code_action_provider: Some(lsp::CodeActionProviderCapability::Options(lsp::CodeActionOptions {
             code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
             ..lsp::CodeActionOptions::default()
@@ -257,6 +269,28 @@ impl Server<'_> {
                     Some(handlers::document_highlight(&document.analysis, at.position))
                 })
             }
+            req::References::METHOD => self.handle::<req::References>(id, params, |s, p| {
+                let at = p.text_document_position;
+                let document = s.documents.get(&at.text_document.uri)?;
+                handlers::references(document, &s.stdlib, at.position, p.context.include_declaration)
+            }),
+            req::PrepareRenameRequest::METHOD => {
+                self.handle_fallible::<req::PrepareRenameRequest>(id, params, |s, p| {
+                    let document = s.documents.get(&p.text_document.uri).ok_or(NOT_OPEN)?;
+                    handlers::prepare_rename(&document.analysis, p.position).map(Some)
+                })
+            }
+            req::Rename::METHOD => self.handle_fallible::<req::Rename>(id, params, |s, p| {
+                let at = p.text_document_position;
+                let document = s.documents.get(&at.text_document.uri).ok_or(NOT_OPEN)?;
+                handlers::rename(document, at.position, &p.new_name).map(Some)
+            }),
+            req::SemanticTokensFullRequest::METHOD => {
+                self.handle::<req::SemanticTokensFullRequest>(id, params, |s, p| {
+                    let document = s.documents.get(&p.text_document.uri)?;
+                    Some(lsp::SemanticTokensResult::Tokens(handlers::semantic_tokens(&document.analysis)))
+                })
+            }
             _ => error(id, ErrorCode::MethodNotFound, format!("unsupported request `{method}`")),
         }
     }
@@ -269,6 +303,17 @@ impl Server<'_> {
         params: Value,
         handler: impl FnOnce(&Self, R::Params) -> R::Result,
     ) -> Response {
+        self.handle_fallible::<R>(id, params, |s, p| Ok(handler(s, p)))
+    }
+
+    /// As [`Server::handle`], for a handler that can refuse: its message is answered as a
+    /// `RequestFailed` error, which editors show to the user.
+    fn handle_fallible<R: lsp::request::Request>(
+        &self,
+        id: RequestId,
+        params: Value,
+        handler: impl FnOnce(&Self, R::Params) -> Result<R::Result, String>,
+    ) -> Response {
         let params = match serde_json::from_value::<R::Params>(params) {
             Ok(params) => params,
             Err(e) => {
@@ -276,9 +321,10 @@ impl Server<'_> {
                 return error(id, ErrorCode::InvalidParams, message);
             }
         };
-        match serde_json::to_value(handler(self, params)) {
-            Ok(result) => success(id, result),
-            Err(e) => error(id, ErrorCode::InternalError, e.to_string()),
+        match handler(self, params).map(serde_json::to_value) {
+            Ok(Ok(result)) => success(id, result),
+            Ok(Err(e)) => error(id, ErrorCode::InternalError, e.to_string()),
+            Err(refusal) => error(id, ErrorCode::RequestFailed, refusal),
         }
     }
 
@@ -394,6 +440,9 @@ fn parse<N: lsp::notification::Notification>(params: Value) -> Option<N::Params>
         }
     }
 }
+
+/// The refusal for a request about a document the client has not opened.
+const NOT_OPEN: &str = "the document is not open";
 
 fn success(id: RequestId, result: Value) -> Response {
     Response { id, response_result: Ok(result) }

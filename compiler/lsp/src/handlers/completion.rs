@@ -19,11 +19,11 @@ use amp_sema::{Builtin, SymbolInfo, SymbolKind};
 use lsp_types::{CompletionItem, CompletionItemKind, Position};
 use std::collections::{HashMap, HashSet};
 
-const KEYWORDS: &[&str] = &[
+pub(super) const KEYWORDS: &[&str] = &[
     "use", "const", "record", "enum", "layer", "model", "network", "param", "fn", "let", "var", "if", "else", "for",
     "in", "while", "match", "true", "false",
 ];
-const TYPES: &[&str] = &["int", "bool", "f32"];
+pub(super) const TYPES: &[&str] = &["int", "bool", "f32"];
 /// Parameterized primitives: `param l = Linear(4, 8)`.
 const PRIMITIVES: &[&str] = &["Linear", "Embedding"];
 

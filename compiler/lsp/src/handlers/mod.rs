@@ -1,6 +1,7 @@
 //! Answers to the requests, each read from a document's cached [`Analysis`]: hover,
-//! go-to-definition, document symbols, completion, inlay hints, quick fixes and document
-//! highlight; formatting, from the document's text, and folding ranges, from its tokens.
+//! go-to-definition, document symbols, completion, inlay hints, quick fixes, document
+//! highlight, references, rename and
+//! semantic tokens; formatting, from the document's text, and folding ranges, from its tokens.
 //! Nothing here re-checks or does IO.
 
 mod code_actions;
@@ -12,6 +13,9 @@ mod formatting;
 mod highlight;
 mod hover;
 mod inlay_hints;
+mod references;
+mod rename;
+mod semantic_tokens;
 mod symbols;
 
 pub use code_actions::code_actions;
@@ -22,6 +26,9 @@ pub use formatting::formatting;
 pub use highlight::document_highlight;
 pub use hover::hover;
 pub use inlay_hints::inlay_hints;
+pub use references::references;
+pub use rename::{prepare_rename, rename};
+pub use semantic_tokens::{legend as semantic_tokens_legend, semantic_tokens};
 pub use symbols::document_symbols;
 
 use crate::documents::Analysis;
