@@ -74,6 +74,7 @@ impl Session {
         assert_eq!(capabilities["definitionProvider"], json!(true));
         assert_eq!(capabilities["documentSymbolProvider"], json!(true));
         assert_eq!(capabilities["documentFormattingProvider"], json!(true));
+        assert_eq!(capabilities["signatureHelpProvider"]["triggerCharacters"], json!(["(", ","]));
         session.notify("initialized", json!({}));
         session
     }
@@ -976,5 +977,47 @@ fn semantic_tokens_tell_the_kinds_of_names_apart() {
     assert_eq!(kind_at("e.kind", 2), Some(("property", 0)));
     assert_eq!(kind_at("Graph {", 0), Some(("struct", 1)));
     assert_eq!(kind_at("forward(g)", 0), Some(("function", 0)));
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+/// The signature help at the end of the first occurrence of `needle`.
+fn signature_help(session: &mut Session, uri: &str, text: &str, needle: &str) -> Value {
+    let answer = session.request("textDocument/signatureHelp", at(uri, position_of(text, needle, needle.len())));
+    answer["result"].clone()
+}
+
+#[test]
+fn signature_help_for_builtins_fns_and_layers_while_the_line_is_half_typed() {
+    let mut session = Session::start();
+    // A half-typed line in the loop of ggsnn: it does not parse.
+    let text = example("ggsnn.amp").replace(
+        "        head(sum(h))",
+        "        let t = concat(h[0], gru(head(h[0]), \n        let u = forward(\n        head(sum(h))",
+    );
+    let uri = "file:///tmp/amp-lsp-test/signature-help.amp";
+    session.open(uri, &text);
+    assert!(!session.diagnostics_for(uri).is_empty());
+
+    let concat = signature_help(&mut session, uri, &text, "concat(h[0], ");
+    assert_eq!(concat["signatures"][0]["label"], "concat(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]", "{concat}");
+    assert_eq!(concat["activeParameter"], 1, "{concat}");
+
+    let gru = signature_help(&mut session, uri, &text, "gru(head(h[0]), ");
+    let label = gru["signatures"][0]["label"].as_str().unwrap_or_default();
+    assert!(label.starts_with("gru(x: f32[input]") && label.contains(", h: f32[hidden]"), "{gru}");
+    assert_eq!(gru["activeParameter"], 1, "{gru}");
+    assert_eq!(gru["signatures"][0]["parameters"].as_array().map(Vec::len), Some(2), "{gru}");
+
+    let forward = signature_help(&mut session, uri, &text, "let u = forward(");
+    assert_eq!(forward["signatures"][0]["label"], "forward(g: Graph) -> f32[classes] (= f32[2])", "{forward}");
+    assert_eq!(forward["activeParameter"], 0, "{forward}");
+
+    let loss = signature_help(&mut session, uri, &text, "cross_entropy(forward(g), ");
+    assert_eq!(loss["signatures"][0]["label"], "cross_entropy(logits: f32[c], label: int) -> f32", "{loss}");
+    assert_eq!(loss["activeParameter"], 1, "{loss}");
+    assert_eq!(loss["signatures"][0]["parameters"][1]["label"], json!([30, 40]), "{loss}");
+
+    // Outside any call: nothing.
+    assert_eq!(signature_help(&mut session, uri, &text, "param emb"), Value::Null);
     assert_eq!(session.shut_down(), Some(0));
 }

@@ -115,6 +115,10 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
             code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
             ..lsp::CodeActionOptions::default()
         })),
+        signature_help_provider: Some(lsp::SignatureHelpOptions {
+            trigger_characters: Some(vec!["(".to_string(), ",".to_string()]),
+            ..lsp::SignatureHelpOptions::default()
+        }),
         completion_provider: Some(lsp::CompletionOptions {
             trigger_characters: Some(vec![".".to_string()]),
             ..lsp::CompletionOptions::default()
@@ -219,6 +223,11 @@ impl Server<'_> {
                 let at = p.text_document_position_params;
                 let document = s.documents.get(&at.text_document.uri)?;
                 handlers::hover(&document.analysis, at.position)
+            }),
+            req::SignatureHelpRequest::METHOD => self.handle::<req::SignatureHelpRequest>(id, params, |s, p| {
+                let at = p.text_document_position_params;
+                let document = s.documents.get(&at.text_document.uri)?;
+                handlers::signature_help(&document.analysis, at.position)
             }),
             req::GotoDefinition::METHOD => self.handle::<req::GotoDefinition>(id, params, |s, p| {
                 let at = p.text_document_position_params;

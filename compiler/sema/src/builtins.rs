@@ -21,6 +21,14 @@ fn arity(b: Builtin) -> (usize, usize) {
     }
 }
 
+impl Builtin {
+    /// The parameters and shape rule, as the checker's notes show them:
+    /// `(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]`. Overloads are joined by `  or  `.
+    pub fn signature(self) -> &'static str {
+        signature(self)
+    }
+}
+
 fn signature(b: Builtin) -> &'static str {
     match b {
         Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log => "(x: f32[...]) -> f32[...]",

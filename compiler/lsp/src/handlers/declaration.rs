@@ -157,7 +157,7 @@ fn param_signature(program: &Program, name: &str, instance: &std::sync::Arc<Inst
     format!("param {name}: {}", type_to_string(program, &Ty::Instance(instance.clone())))
 }
 
-fn fn_signature(program: &Program, function: &FnDef) -> String {
+pub(super) fn fn_signature(program: &Program, function: &FnDef) -> String {
     let params: Vec<String> = function
         .params
         .iter()

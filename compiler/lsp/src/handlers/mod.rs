@@ -1,7 +1,7 @@
 //! Answers to the requests, each read from a document's cached [`Analysis`]: hover,
 //! go-to-definition, document symbols, completion, inlay hints, quick fixes, document
-//! highlight, references, rename and
-//! semantic tokens; formatting, from the document's text, and folding ranges, from its tokens.
+//! highlight, references, rename, semantic tokens and signature help; formatting, from
+//! the document's text, and folding ranges, from its tokens.
 //! Nothing here re-checks or does IO.
 
 mod code_actions;
@@ -16,6 +16,7 @@ mod inlay_hints;
 mod references;
 mod rename;
 mod semantic_tokens;
+mod signature_help;
 mod symbols;
 
 pub use code_actions::code_actions;
@@ -29,6 +30,7 @@ pub use inlay_hints::inlay_hints;
 pub use references::references;
 pub use rename::{prepare_rename, rename};
 pub use semantic_tokens::{legend as semantic_tokens_legend, semantic_tokens};
+pub use signature_help::signature_help;
 pub use symbols::document_symbols;
 
 use crate::documents::Analysis;
