@@ -1021,3 +1021,49 @@ fn signature_help_for_builtins_fns_and_layers_while_the_line_is_half_typed() {
     assert_eq!(signature_help(&mut session, uri, &text, "param emb"), Value::Null);
     assert_eq!(session.shut_down(), Some(0));
 }
+
+/// The quick fixes for the whole of `uri`: (title, range, new text) of each edit.
+fn quick_fixes(session: &mut Session, uri: &str) -> Vec<(String, Value, String)> {
+    let range = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 999, "character": 0 } });
+    let params = json!({ "textDocument": { "uri": uri }, "range": range, "context": { "diagnostics": [] } });
+    let answer = session.request("textDocument/codeAction", params);
+    let actions = answer["result"].as_array().cloned().unwrap_or_default();
+    actions
+        .iter()
+        .flat_map(|a| {
+            let edits = a["edit"]["changes"][uri].as_array().cloned().unwrap_or_default();
+            let title = a["title"].as_str().unwrap_or_default().to_string();
+            edits.into_iter().map(move |e| {
+                (title.clone(), e["range"].clone(), e["newText"].as_str().unwrap_or_default().to_string())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn quick_fixes_add_a_missing_loss_and_import_a_standard_layer() {
+    let mut session = Session::start();
+    let text = "record Sample { v: f32[4], class: int }\nmodel M(n: int = 4) {\n    param m = Mlp(n, n, n);\n    \
+                fn forward(x: Sample) -> f32[4] { m(x.v) }\n}\n";
+    let uri = "file:///tmp/amp-lsp-test/fixes.amp";
+    session.open(uri, text);
+    let codes: Vec<Value> = session.diagnostics_for(uri).iter().map(|d| d["code"].clone()).collect();
+    assert!(codes.contains(&json!("E0501")) && codes.contains(&json!("E0100")), "{codes:?}");
+    let fixes = quick_fixes(&mut session, uri);
+    let import = fixes.iter().find(|f| f.0 == "Add `use std::nn::Mlp;`").unwrap_or_else(|| panic!("{fixes:?}"));
+    assert_eq!(import.1, json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 0, "character": 0 } }));
+    assert_eq!(import.2, "use std::nn::Mlp;\n");
+    let loss = fixes.iter().find(|f| f.0 == "Add a `loss` function").unwrap_or_else(|| panic!("{fixes:?}"));
+    assert_eq!(loss.1, json!({ "start": { "line": 4, "character": 0 }, "end": { "line": 4, "character": 0 } }));
+    assert_eq!(loss.2, "    fn loss(x: Sample) -> f32 { cross_entropy(forward(x), x.class) }\n");
+
+    // Both applied: the file checks.
+    let before_brace = &text[..text.rfind('}').expect("the model's brace")];
+    let fixed = format!("{}{before_brace}{}}}\n", import.2, loss.2);
+    session.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [{ "text": fixed }] }),
+    );
+    assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new(), "{fixed}");
+    assert_eq!(session.shut_down(), Some(0));
+}

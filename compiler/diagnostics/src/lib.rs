@@ -53,6 +53,9 @@ pub struct Diagnostic {
     /// mechanical (a misspelled name, an unused variable renamed `_x`): the editor's
     /// quick fix. `help` says the same in words.
     pub replacement: Option<String>,
+    /// Where `replacement` goes when that is not the primary span; an empty span inserts
+    /// it there (a missing `loss` before the model's `}`, a `use` at the top).
+    pub replacement_span: Option<Span>,
 }
 
 impl Diagnostic {
@@ -66,6 +69,7 @@ impl Diagnostic {
             notes: Vec::new(),
             help: None,
             replacement: None,
+            replacement_span: None,
         }
     }
 
@@ -104,6 +108,13 @@ impl Diagnostic {
     /// The text that replaces the primary span to fix the problem (see `replacement`).
     pub fn with_replacement(mut self, text: impl Into<String>) -> Self {
         self.replacement = Some(text.into());
+        self
+    }
+
+    /// `text` inserted at `at` (or replacing it) fixes the problem: the editor's quick fix.
+    pub fn with_insertion(mut self, at: Span, text: impl Into<String>) -> Self {
+        self.replacement = Some(text.into());
+        self.replacement_span = Some(at);
         self
     }
 }

@@ -1,6 +1,8 @@
 //! Quick fixes: a diagnostic that carries a `replacement` for its primary span (a
 //! misspelled name's "did you mean `x`?", an unused variable's `_x`) becomes a code action
-//! of kind `quickfix` that makes that one edit.
+//! of kind `quickfix` that makes that one edit; one with a `replacement_span` makes it
+//! there instead (a missing `loss` inserted before the model's `}`, a `use std::nn::X;` at
+//! the top).
 
 use crate::convert::{offset_of, range_of};
 use crate::documents::Document;
@@ -33,12 +35,20 @@ pub fn code_actions(
         .filter(|d| d.span.start as usize <= end && start <= d.span.end as usize)
         .filter_map(|d| {
             let replacement = d.replacement.as_deref()?;
+            let target = d.replacement_span.unwrap_or(d.span);
+            if target.file != analysis.main {
+                return None;
+            }
             let old = file.slice(d.span);
             let title = match d.code {
+                _ if d.replacement_span.is_some() => match d.code {
+                    Code::MissingLoss => "Add a `loss` function".to_string(),
+                    _ => format!("Add `{}`", replacement.trim()),
+                },
                 Code::UnusedVariable => format!("Rename `{old}` to `{replacement}`"),
                 _ => format!("Replace `{old}` with `{replacement}`"),
             };
-            let edit = TextEdit { range: range_of(file, d.span), new_text: replacement.to_string() };
+            let edit = TextEdit { range: range_of(file, target), new_text: replacement.to_string() };
             let changes = HashMap::from([(document.uri.clone(), vec![edit])]);
             Some(CodeActionOrCommand::CodeAction(CodeAction {
                 title,

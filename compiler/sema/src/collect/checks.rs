@@ -7,6 +7,27 @@ use amp_grammar::ast::{self, ComponentKind, ItemKind, MemberKind};
 use super::*;
 
 impl Checker<'_> {
+    /// Where and what to insert for a missing `loss`: before the model's closing `}`,
+    /// `fn loss(x: T) -> f32 { cross_entropy(forward(x), x.label) }` with `forward`'s input
+    /// type and the record's `int` field (`label` first).
+    fn loss_insertion(&self, id: ComponentId, forward: Option<&FnDef>) -> Option<(Span, String)> {
+        let info = self.components.get(id.0 as usize)?;
+        let item = info.item.items.get(info.item_index)?;
+        let end = item.span.end.checked_sub(1)?;
+        let at = Span::new(item.span.file, end as usize, end as usize);
+        let input = forward.filter(|f| f.params.len() == 1).map(|f| &f.locals[f.params[0].0 as usize].ty);
+        let ty = input.map_or_else(|| "Input".to_string(), |t| self.ty_str(t));
+        let label = match input {
+            Some(Ty::Record(r)) => {
+                let ints = self.program.records[r.0 as usize].fields.iter().filter(|f| f.ty == Ty::Int);
+                let ints: Vec<&str> = ints.map(|f| f.name.as_str()).collect();
+                ints.iter().find(|n| **n == "label").or(ints.first()).map_or("label", |n| n).to_string()
+            }
+            _ => "label".to_string(),
+        };
+        Some((at, format!("    fn loss(x: {ty}) -> f32 {{ cross_entropy(forward(x), x.{label}) }}\n")))
+    }
+
     // ------------------------------------------------------------ whole-program checks
 
     pub(super) fn check_entry_points(&mut self) {
@@ -37,11 +58,17 @@ impl Checker<'_> {
                 Some(_) => {}
             }
             match &loss {
-                None => self.error(
-                    Diagnostic::new(Code::MissingLoss, name_span, format!("model `{name}` has no `loss` function"))
-                        .with_primary("this model cannot be trained")
-                        .with_help("add `fn loss(x: Input) -> f32 { cross_entropy(forward(x), x.label) }`"),
-                ),
+                None => {
+                    let fix = self.loss_insertion(id, forward.as_ref());
+                    let mut d =
+                        Diagnostic::new(Code::MissingLoss, name_span, format!("model `{name}` has no `loss` function"))
+                            .with_primary("this model cannot be trained")
+                            .with_help("add `fn loss(x: Input) -> f32 { cross_entropy(forward(x), x.label) }`");
+                    if let Some((at, text)) = fix {
+                        d = d.with_insertion(at, text);
+                    }
+                    self.error(d)
+                }
                 Some(l) => {
                     if l.params.len() != 1 {
                         self.error(

@@ -254,7 +254,10 @@ impl Checker<'_> {
                                 Some(s) => d = d.with_suggestion(s),
                                 None => {
                                     if ["Mlp", "GruCell", "LstmCell", "TreeLstmCell"].contains(&other) {
-                                        d = d.with_help(format!("import it with `use std::nn::{other};`"));
+                                        let top = Span::new(self.modules[module].file, 0, 0);
+                                        d = d
+                                            .with_help(format!("import it with `use std::nn::{other};`"))
+                                            .with_insertion(top, format!("use std::nn::{other};\n"));
                                     }
                                 }
                             }
