@@ -158,13 +158,18 @@ fn param_signature(program: &Program, name: &str, instance: &std::sync::Arc<Inst
 }
 
 pub(super) fn fn_signature(program: &Program, function: &FnDef) -> String {
-    let params: Vec<String> = function
+    let params = fn_params(program, function);
+    format!("fn {}({}) -> {}", function.name, params.join(", "), type_to_string(program, &function.ret))
+}
+
+/// `name: type` of each parameter of `function`.
+pub(super) fn fn_params(program: &Program, function: &FnDef) -> Vec<String> {
+    function
         .params
         .iter()
         .filter_map(|p| function.locals.get(p.0 as usize))
         .map(|local| format!("{}: {}", local.name, type_to_string(program, &local.ty)))
-        .collect();
-    format!("fn {}({}) -> {}", function.name, params.join(", "), type_to_string(program, &function.ret))
+        .collect()
 }
 
 #[cfg(test)]

@@ -146,12 +146,7 @@ fn signatures_of(program: &Program, main: amp_diagnostics::FileId, callee: &str)
 }
 
 fn fn_signature(program: &Program, callee: &str, function: &FnDef) -> SignatureInformation {
-    let params: Vec<String> = function
-        .params
-        .iter()
-        .filter_map(|p| function.locals.get(p.0 as usize))
-        .map(|local| format!("{}: {}", local.name, type_to_string(program, &local.ty)))
-        .collect();
+    let params = super::declaration::fn_params(program, function);
     let ret = type_to_string(program, &function.ret);
     signature(callee, &params, &ret, function.doc.as_deref())
 }
