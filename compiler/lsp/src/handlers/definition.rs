@@ -23,12 +23,7 @@ mod tests {
     use super::*;
     use crate::handlers::test_support::position_at;
 
-    fn open(name: &str) -> Document {
-        let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(path).expect("the example exists");
-        let uri = format!("file:///examples/{name}").parse().expect("valid");
-        Document::open(uri, 0, text)
-    }
+    use crate::handlers::test_support::example_document as open;
 
     #[test]
     fn a_local_goes_to_its_binding() {

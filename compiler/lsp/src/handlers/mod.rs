@@ -36,6 +36,7 @@ pub use symbols::document_symbols;
 use crate::documents::Analysis;
 use amp_diagnostics::Span;
 use amp_sema::{Program, Reference};
+use std::collections::HashMap;
 
 /// How tightly `span` holds `offset`, smaller is better: spans that contain it strictly
 /// before spans that merely end at it (a cursor just after a name still hovers it), then
@@ -72,15 +73,37 @@ fn expr_type_at(analysis: &Analysis, offset: usize) -> Option<(Span, &str)> {
 /// refers to the `use`, which refers in turn to the layer in the standard library.
 /// Follows such chains a few steps (they are one step long today) and never loops.
 fn final_definition(program: &Program, reference: &Reference) -> Span {
-    let mut definition = reference.def_span;
+    follow_definitions(reference.def_span, |definition| {
+        program.references.iter().find(|r| r.use_span == definition && r.def_span != definition).map(|r| r.def_span)
+    })
+}
+
+/// Follows `next` from `span` a few steps (chains are one step long today), never looping.
+fn follow_definitions(mut span: Span, next: impl Fn(Span) -> Option<Span>) -> Span {
     for _ in 0..8 {
-        let next = program.references.iter().find(|r| r.use_span == definition && r.def_span != definition);
-        match next {
-            Some(r) => definition = r.def_span,
+        match next(span) {
+            Some(definition) => span = definition,
             None => break,
         }
     }
-    definition
+    span
+}
+
+/// Each use's definition in one table, for handlers that follow many chains at once
+/// (references, semantic tokens); [`final_definition`] scans for a single one.
+pub(super) struct DefinitionChains(HashMap<Span, Span>);
+
+impl DefinitionChains {
+    pub(super) fn new(program: &Program) -> Self {
+        DefinitionChains(
+            program.references.iter().filter(|r| r.use_span != r.def_span).map(|r| (r.use_span, r.def_span)).collect(),
+        )
+    }
+
+    /// Where `span` is finally defined, as [`final_definition`] finds it.
+    pub(super) fn final_of(&self, span: Span) -> Span {
+        follow_definitions(span, |s| self.0.get(&s).copied())
+    }
 }
 
 /// The doc comment of the record, enum, component, function or parameter whose name is
@@ -113,6 +136,14 @@ pub(crate) mod test_support {
         let file = analysis.main_file().expect("the main file");
         let offset = file.text.match_indices(needle).nth(nth).map(|(i, _)| i).expect("the needle occurs often enough");
         position_of(file, offset + delta)
+    }
+
+    /// `examples/NAME` opened as the editor's document.
+    pub fn example_document(name: &str) -> crate::documents::Document {
+        let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).expect("the example exists");
+        let uri = format!("file:///examples/{name}").parse().expect("valid");
+        crate::documents::Document::open(uri, 0, text)
     }
 
     pub fn example(name: &str) -> Analysis {

@@ -9,7 +9,6 @@ use crate::documents::{Analysis, Document};
 use crate::stdlib_files::StdlibFiles;
 use amp_diagnostics::{FileId, Span};
 use lsp_types::{Location, Position};
-use std::collections::HashMap;
 
 /// What the name at a position names, and where the file names it.
 pub(super) struct Occurrences {
@@ -22,18 +21,9 @@ pub(super) struct Occurrences {
 /// The definition named at `offset` and its uses in the file; `None` off names.
 pub(super) fn occurrences(analysis: &Analysis, offset: usize) -> Option<Occurrences> {
     let program = analysis.program();
-    // One step of each chain: a `use` import refers to the library's definition.
-    let next: HashMap<Span, Span> =
-        program.references.iter().filter(|r| r.use_span != r.def_span).map(|r| (r.use_span, r.def_span)).collect();
-    let final_of = |mut span: Span| {
-        for _ in 0..8 {
-            match next.get(&span) {
-                Some(def) => span = *def,
-                None => break,
-            }
-        }
-        span
-    };
+    // A `use` import refers to the library's definition.
+    let chains = super::DefinitionChains::new(program);
+    let final_of = |span: Span| chains.final_of(span);
     let in_file = |span: &Span| span.file == analysis.main;
     // On a use, the innermost; else on a definition (a `fn` or `param` name that no
     // reference uses at its own place, or a declaration nothing uses yet).
@@ -86,12 +76,7 @@ mod tests {
     use super::*;
     use crate::handlers::test_support::position_at;
 
-    fn open(name: &str) -> Document {
-        let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(path).expect("the example exists");
-        let uri = format!("file:///examples/{name}").parse().expect("valid");
-        Document::open(uri, 0, text)
-    }
+    use crate::handlers::test_support::example_document as open;
 
     fn starts(locations: &[Location]) -> Vec<(u32, u32)> {
         locations.iter().map(|l| (l.range.start.line, l.range.start.character)).collect()

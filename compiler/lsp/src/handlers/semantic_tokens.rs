@@ -62,17 +62,8 @@ pub fn semantic_tokens(analysis: &Analysis) -> SemanticTokens {
     for (span, kind) in local_kinds(analysis) {
         kinds.entry(span).or_insert(kind);
     }
-    let next: HashMap<Span, Span> =
-        program.references.iter().filter(|r| r.use_span != r.def_span).map(|r| (r.use_span, r.def_span)).collect();
-    let final_of = |mut span: Span| {
-        for _ in 0..8 {
-            match next.get(&span) {
-                Some(def) => span = *def,
-                None => break,
-            }
-        }
-        span
-    };
+    let chains = super::DefinitionChains::new(program);
+    let final_of = |span: Span| chains.final_of(span);
     let modifiers_of = |definition: Span, kind: (u32, u32)| {
         let library = if definition.file == analysis.main { 0 } else { DEFAULT_LIBRARY };
         kind.1 | library
