@@ -11,25 +11,13 @@ use amp_diagnostics::FileId;
 use amp_sema::{check_source, Options};
 use amp_tests::EXAMPLES;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BUDGET: Duration = Duration::from_millis(50);
 
 /// Median wall time of `f` over enough repetitions to fill ~200 ms.
-fn median(mut f: impl FnMut()) -> Duration {
-    let start = Instant::now();
-    f();
-    let once = start.elapsed().max(Duration::from_nanos(100));
-    let reps = (Duration::from_millis(200).as_nanos() / once.as_nanos()).clamp(11, 20_001) as usize;
-    let mut times: Vec<Duration> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[times.len() / 2]
+fn median(f: impl FnMut()) -> Duration {
+    amp_benches::median(Duration::from_millis(200), 11..=20_001, f)
 }
 
 fn main() {

@@ -15,23 +15,11 @@ use amp_diagnostics::render_human;
 use amp_sema::{check_source, Options};
 use serde_json::{json, Value};
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Median wall time of `f` over enough repetitions to fill ~`budget`, at least 3.
-fn median(budget: Duration, mut f: impl FnMut()) -> Duration {
-    let start = Instant::now();
-    f();
-    let once = start.elapsed().max(Duration::from_nanos(100));
-    let reps = (budget.as_nanos() / once.as_nanos()).clamp(3, 1001) as usize;
-    let mut times: Vec<Duration> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[times.len() / 2]
+fn median(budget: Duration, f: impl FnMut()) -> Duration {
+    amp_benches::median(budget, 3..=1001, f)
 }
 
 fn framed(message: &Value) -> Vec<u8> {

@@ -1,6 +1,27 @@
 //! Benchmarks of Amp; run with `cargo bench -p amp-benches`.
 //!
-//! The generators below build the inputs of the editor bench (`benches/editor.rs`).
+//! The generators below build the inputs of the editor bench (`benches/editor.rs`);
+//! [`median`] times what the check and editor benches measure.
+
+use std::time::{Duration, Instant};
+
+/// Median wall time of `f` over enough repetitions to fill about `budget`, at least
+/// `reps.start()` and at most `reps.end()` (after one call to size them).
+pub fn median(budget: Duration, reps: std::ops::RangeInclusive<u128>, mut f: impl FnMut()) -> Duration {
+    let start = Instant::now();
+    f();
+    let once = start.elapsed().max(Duration::from_nanos(100));
+    let reps = (budget.as_nanos() / once.as_nanos()).clamp(*reps.start(), *reps.end()) as usize;
+    let mut times: Vec<Duration> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
 
 /// A model of `errors` functions, each with one type error (`let k: int = 0.5;`), so the
 /// checker reports `errors` diagnostics (plus the model's one valid `loss`).
