@@ -15,16 +15,9 @@ use std::sync::OnceLock;
 fn documents() -> &'static Vec<Value> {
     static DOCS: OnceLock<Vec<Value>> = OnceLock::new();
     DOCS.get_or_init(|| {
-        let examples = [
-            include_str!("../../examples/mlp.amp"),
-            include_str!("../../examples/list_reduce.amp"),
-            include_str!("../../examples/tree_lstm.amp"),
-            include_str!("../../examples/ggsnn.amp"),
-            include_str!("../../examples/moe.amp"),
-        ];
-        examples
+        amp_tests::EXAMPLES
             .iter()
-            .filter_map(|text| {
+            .filter_map(|(_, text)| {
                 // Four experts keep the MoE's graph small enough to mutate quickly.
                 let defines = if text.contains("experts") { vec![("experts".into(), 4)] } else { Vec::new() };
                 let (map, checked) = amp_sema::check_source("m.amp", text, &amp_sema::Options { defines });

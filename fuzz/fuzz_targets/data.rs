@@ -14,15 +14,9 @@ use std::sync::OnceLock;
 fn schemas() -> &'static Vec<(&'static str, Schema)> {
     static SCHEMAS: OnceLock<Vec<(&'static str, Schema)>> = OnceLock::new();
     SCHEMAS.get_or_init(|| {
-        let examples = [
-            ("mlp", include_str!("../../examples/mlp.amp")),
-            ("list_reduce", include_str!("../../examples/list_reduce.amp")),
-            ("tree_lstm", include_str!("../../examples/tree_lstm.amp")),
-            ("ggsnn", include_str!("../../examples/ggsnn.amp")),
-            ("moe", include_str!("../../examples/moe.amp")),
-        ];
-        examples
-            .into_iter()
+        amp_tests::EXAMPLES
+            .iter()
+            .copied()
             .map(|(name, text)| {
                 let (_, checked) = amp_sema::check_source(name, text, &amp_sema::Options::default());
                 let program = &checked.program;

@@ -17,15 +17,9 @@ use std::sync::OnceLock;
 fn models() -> &'static Vec<(&'static str, Schema, Vec<Range>)> {
     static MODELS: OnceLock<Vec<(&'static str, Schema, Vec<Range>)>> = OnceLock::new();
     MODELS.get_or_init(|| {
-        let examples = [
-            ("mlp", include_str!("../../examples/mlp.amp")),
-            ("list_reduce", include_str!("../../examples/list_reduce.amp")),
-            ("tree_lstm", include_str!("../../examples/tree_lstm.amp")),
-            ("ggsnn", include_str!("../../examples/ggsnn.amp")),
-            ("moe", include_str!("../../examples/moe.amp")),
-        ];
-        examples
-            .into_iter()
+        amp_tests::EXAMPLES
+            .iter()
+            .copied()
             .filter_map(|(name, text)| {
                 // Small ranges are easy to break: three words, four experts.
                 let defines = match name {
