@@ -117,33 +117,12 @@ fn fmt_file(path: &Path, check: bool, printer: &Printer) -> Outcome {
         println!("{name}");
         return Outcome::Failed;
     }
-    match write_atomically(&target, output.as_bytes()) {
+    let permissions = std::fs::metadata(&target).map(|m| m.permissions());
+    match permissions.and_then(|p| crate::output::replace_file(&target, output.as_bytes(), Some(p))) {
         Ok(()) => Outcome::Done,
         Err(e) => {
             eprintln!("error: cannot write `{name}`: {e}");
             Outcome::IoError
         }
     }
-}
-
-/// Replaces `target` with `bytes` so that a reader (or a crash) sees the old file or the
-/// new one, never a part: a temporary file beside it, synced, then renamed over it. The
-/// file keeps its permissions.
-fn write_atomically(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = target.parent().unwrap_or(Path::new("."));
-    let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = dir.join(format!(".{file_name}.ampc-fmt.{}.tmp", std::process::id()));
-    let permissions = std::fs::metadata(target)?.permissions();
-    let written = (|| {
-        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&temp)?;
-        file.write_all(bytes)?;
-        file.set_permissions(permissions)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, target)
-    })();
-    if written.is_err() {
-        // Best effort: the error that matters is the one returned.
-        let _ = std::fs::remove_file(&temp);
-    }
-    written
 }

@@ -3,6 +3,8 @@
 //! over a symbolic link, a FIFO or a device such as `/dev/null` replaces it with a
 //! regular file), and atomically.
 
+use std::fs::Permissions;
+use std::io::Write;
 use std::path::Path;
 
 /// Refuses `output` when it is one of `inputs` (the same file, however named: a
@@ -55,17 +57,33 @@ fn same_file(a: &Path, b: &Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
-/// Writes to a temporary file beside `path`, then renames it over `path`: a reader never
-/// sees a half-written graph, and a crash leaves the previous file intact. The target is
-/// checked again just before: compiling may have taken a while.
+/// Writes the graph to `path` with [`replace_file`]. The target is checked again just
+/// before: compiling may have taken a while.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     check_regular(path)?;
+    replace_file(path, bytes, None).map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+}
+
+/// Replaces `path` with `bytes` so that a reader (or a crash) sees the old file or the new
+/// one, never a part: a temporary file beside it, created new (never one that exists),
+/// synced, then renamed over it; with `permissions` (`ampc fmt` keeps the source's), the
+/// new file gets them.
+pub(crate) fn replace_file(path: &Path, bytes: &[u8], permissions: Option<Permissions>) -> std::io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
     let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path));
-    if result.is_err() {
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&temp)?;
+        file.write_all(bytes)?;
+        if let Some(permissions) = permissions {
+            file.set_permissions(permissions)?;
+        }
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        // Best effort: the error that matters is the one returned.
         let _ = std::fs::remove_file(&temp);
     }
-    result.map_err(|e| format!("cannot write `{}`: {e}", path.display()))
+    written
 }
