@@ -23,9 +23,9 @@ setup of the line.
 `unbatched` compares a run that batches nothing (`--max-batch 1 --no-deferred-grads`: each
 message alone, each weight-gradient product added at once) with `--max-batch 1` (the
 weight-gradient products still kept and added together) and batching (64), in the
-setting of the MoE comparison of docs/PERFORMANCE.md: 256 instances in flight, an update
-every 64, and the data ten times over (20,000 MoE instances: an epoch long enough for a
-steady rate).
+setting of the MoE comparison of docs/PERFORMANCE.md ("Dynamic batching"): 256 instances
+in flight, an update every 64, and the data ten times over (20,000 MoE instances: an epoch
+long enough for a steady rate).
 
 `refined` first profiles each model on one worker (`--profile`), then compares, at two
 workers, the plan of the cost model alone with the plan that profile refines
