@@ -105,8 +105,9 @@ pub struct Assumptions {
     pub bytes_per_us: f64,
     /// How long an instance waits, in µs, for an idle worker to wake up and take the
     /// messages that crossed to it (the receiving thread blocked on its channel). With a
-    /// profile only (see the crate header). `cargo bench -p amp-benches --bench wake`
-    /// measures it: 35–48 µs after 50 µs idle on the 2-core development machine.
+    /// profile only (see the crate header). The default is what `cargo bench -p
+    /// amp-benches --bench wake` measures after 50 µs idle on the 2-core development
+    /// machine (docs/PERFORMANCE.md, "What a wake-up costs").
     pub wake_us: f64,
 }
 

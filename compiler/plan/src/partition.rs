@@ -31,8 +31,9 @@
 //!    least (its load plus the cuts to its placed neighbours).
 //! 5. *Half as many workers*: the plan for `⌈N / 2⌉` workers (planned the same way), which
 //!    local search may spread further; so a plan is never predicted slower than the plan
-//!    for half as many workers, nor than the 2-worker plan (GGSNN's search on 4 workers
-//!    had found nothing better than one worker, on 2 a split worth 1.03×).
+//!    for half as many workers, nor than the 2-worker plan (local search moves one item at
+//!    a time, so every other start can end in a placement that a split over fewer workers
+//!    beats).
 //!
 //! Local search then moves single nodes, and whole cycles, to the worker of a neighbour or
 //! to the least loaded worker, taking the best strictly improving move, sweep after sweep

@@ -21,10 +21,9 @@
 //! queueing around it. The cost model uses `events × mean µs` as the node's op time and
 //! adds its fixed per-message cost per event; a cut edge costs a crossing per message it
 //! carries and a wake-up per step in which the receiver takes them (`Assumptions::
-//! cross_us`, `hop_us`). Both counts matter: a Tree-LSTM's fused gate kernels ran ~19
-//! messages per instance in ~2 events; with a hop per event the planner cut them from
-//! their Linear nearly for free, with a full hop per message it kept too much on one
-//! worker, and both plans ran slower than the model's own.
+//! cross_us`, `hop_us`). Both counts matter: a node that batches (a fused kernel) takes
+//! many messages per event, so a hop per event would make cutting it look nearly free,
+//! and a full hop per message would make every cut into it look dearer than it is.
 
 use crate::PlanError;
 use amp_ir::Graph;
