@@ -36,6 +36,9 @@
 //!
 //! Run: `cargo bench -p amp-benches --bench gemm` (add `-- quick` for shorter medians,
 //! `-- memory` for the table from memory alone).
+// Bench code: a failed unwrap is a failed run. It calls the gemm crate directly to compare
+// it with the executor's kernels; each call states its SAFETY like runtime/exec's matmul.
+#![allow(clippy::unwrap_used, unsafe_code)]
 
 use amp_exec::kernels;
 use std::hint::black_box;

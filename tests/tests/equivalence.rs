@@ -3,6 +3,7 @@
 //! the typed program, on random instances; and deterministic training (one worker, one
 //! instance in flight, an update every k instances) equals minibatch SGD computed from the
 //! reference's gradients.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use amp_data::{Instance, Tensor, Value};
 use amp_exec::{ExecConfig, Executor};

@@ -1,5 +1,6 @@
 //! The `.ampg` file: round trips (graph and plan), each structural error, and a loader
 //! that neither panics nor misbehaves on truncated, bit-flipped or random files.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

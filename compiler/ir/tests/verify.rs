@@ -1,5 +1,6 @@
 //! The verifier: hand-built correct graphs are accepted; each hand-broken variant is
 //! rejected with a specific message; random mutations never make it panic.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use amp_ir::verify::{verify, verify_report, VerifyErrorKind};
 use amp_ir::{

@@ -37,8 +37,6 @@
 //! `amprun --no-jit` compiles no kernels: every node runs by itself through the executor's
 //! own ops. [`Kernel::run_interpreted`] is the oracle the tests and benches compare with.
 
-#![deny(unsafe_code)]
-
 mod codegen;
 mod error;
 pub mod group;

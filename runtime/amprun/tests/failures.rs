@@ -1,5 +1,6 @@
 //! Bad input and faults: each ends with its documented exit code and a message that says
 //! what and where, and loses nothing (SPEC §7).
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Issue 27: sizes over `amp_ir::limits`, out-of-range data and never-ending loops end
 //! with an error that names what and where — never a panic (exit 101), an abort on a
 //! failed allocation, or a run that trains forever (docs/limits.md).
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -6,6 +6,7 @@
 //! tree_lstm, ggsnn and moe examples and these models: several workers agree with one,
 //! asynchronous training finishes without leaks, and inference and evaluation agree with
 //! the training forward pass and the reference evaluator.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

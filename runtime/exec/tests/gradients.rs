@@ -7,6 +7,7 @@
 //! parallel edges) and moe (random routing and tied gates). These hold with the input
 //! gradients that reach no parameter skipped (`Graph::parameter_dependent`, whose
 //! verdicts on the canonical models are checked here too).
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

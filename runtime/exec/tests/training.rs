@@ -5,6 +5,7 @@
 //! worker is reproducible; an observed epoch reports its
 //! progress; inference and evaluation agree with the gradients' forward pass; traces and
 //! wait times cover every worker.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Checkpoints: round trips, PyTorch files, mismatch reports, atomic writes, and malformed
 //! bytes (errors, never panics).
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use amp_ir::ParamInit;
 use amp_params::checkpoint::{from_bytes, to_bytes, write_atomically};

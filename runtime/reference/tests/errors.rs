@@ -1,5 +1,6 @@
 //! Bad instance data and runaway programs give a `RefError` that points at the source,
 //! never a panic; random ill-typed data never crashes the evaluator.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The JIT's backward function against central finite differences of the interpreter's
 //! forward function run in f64, along random directions.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use crate::common::{compile, output_lens, run_kernel, Rng};
 use crate::differential::spec_strategy;

@@ -49,6 +49,8 @@ impl<'a> Mat<'a> {
 /// When the shapes disagree or a view reaches past its slice: a caller's bug (the ops
 /// check payload sizes against the port types first), which the worker reports as a
 /// panic of the node.
+// The one `unsafe` of this crate: the call into gemm, audited below (SAFETY).
+#[allow(unsafe_code)]
 pub(crate) fn matmul(dst: &mut [f32], lhs: Mat, rhs: Mat, accumulate: bool) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     assert_eq!(rhs.rows, k, "matmul: inner dimensions {k} and {} differ", rhs.rows);

@@ -1,6 +1,7 @@
 //! Shared by the executor's tests: compiling Amp sources with the real compiler, building
 //! instances, comparing parameter sets.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use amp_data::{Instance, Tensor, Value};
 use amp_exec::{EpochStats, ExecConfig, Executor};
