@@ -58,25 +58,20 @@
 //!   [`ExecError::NonFiniteLoss`] naming the instance, accumulators are cleared and the
 //!   parameters are those of the last update.
 
-mod chain;
 pub mod config;
-mod controller;
 pub mod error;
-mod executor;
-mod fuse;
 pub mod instance;
-pub mod kernels;
 pub mod message;
-mod ops;
-mod program;
-mod replicas;
 pub mod trace;
-mod train;
-mod worker;
+
+mod load;
+mod ops;
+mod sched;
 
 pub use config::{ExecConfig, Fault, NodeSelector, Placement};
-pub use controller::{Observer, Progress};
 pub use error::{ExecError, OpError, QueueReport};
-pub use executor::{EpochStats, EvalStats, Executor, Judgement};
 pub use instance::ExecInstance;
+pub use ops::kernels;
+pub use sched::controller::{Observer, Progress};
+pub use sched::executor::{EpochStats, EvalStats, Executor, Judgement};
 pub use trace::{write_chrome_trace, TraceEvent, TraceKind};

@@ -1,4 +1,4 @@
-//! A chain of routing nodes run as one node (see `crate::chain`): `phi`, `cond`, `switch`
+//! A chain of routing nodes run as one node (see `crate::load::chain`): `phi`, `cond`, `switch`
 //! and `isu` nodes that pass each message on unchanged but for its state, composed at
 //! load so that a message crosses the whole chain in one worker step instead of one per
 //! node. Each member keeps its own op (and what it caches, under its own key): the chain
@@ -6,8 +6,8 @@
 
 use super::{Emit, NodeCx, NodeOp};
 use crate::error::OpError;
+use crate::load::program::NodeInfo;
 use crate::message::Msg;
-use crate::program::NodeInfo;
 use std::sync::Arc;
 
 /// Where a member's output port leads inside the chain.

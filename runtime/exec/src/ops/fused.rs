@@ -1,5 +1,5 @@
 //! A fusion group run as one node: its elementwise nodes' work in one call of the kernel
-//! `amp_jit` compiled for it (see `crate::fuse`, which puts this node in the group's
+//! `amp_jit` compiled for it (see `crate::load::fuse`, which puts this node in the group's
 //! place).
 //!
 //! Input port `p` is one distinct source port feeding the group; each kernel input is
@@ -18,7 +18,7 @@
 //! forward state.
 //!
 //! A group's payloads are `f32[..]` tensors (one row of `n`) or scalars (one value):
-//! `crate::fuse` leaves groups of batch payloads to run node by node.
+//! `crate::load::fuse` leaves groups of batch payloads to run node by node.
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
@@ -31,7 +31,7 @@ use std::sync::Arc;
 pub(crate) struct FusedGroup {
     pub kernel: Arc<Kernel>,
     /// The graph nodes the group replaces: its ops in kernel order, then the splits it
-    /// absorbed (see `crate::fuse`).
+    /// absorbed (see `crate::load::fuse`).
     pub members: Vec<u32>,
     /// Per kernel input, where its row lies in the input ports' payloads.
     pub slices: Vec<InputSlice>,

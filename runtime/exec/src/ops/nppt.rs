@@ -3,9 +3,9 @@
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
-use crate::kernels;
+use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::program::NodeInfo;
+use crate::ops::kernels;
 use amp_ir::{BinaryFn, PayloadTy, UnaryFn};
 
 /// `f(x)`, caching input and output (shared, not copied) for the backward.

@@ -4,10 +4,10 @@
 
 use super::{Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
-use crate::kernels;
+use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::program::NodeInfo;
-use crate::train::ParamAccess;
+use crate::ops::kernels;
+use crate::ops::train::ParamAccess;
 use amp_ir::{PayloadTy, StateExpr};
 use std::borrow::Cow;
 
@@ -313,9 +313,9 @@ impl NodeOp for EmbeddingOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::program::GroupInfo;
+    use crate::ops::train::live_groups;
     use crate::ops::{Emit, RunMode, RunShared};
-    use crate::program::GroupInfo;
-    use crate::train::live_groups;
     use amp_ir::{FieldId, Op, ParamInit};
     use amp_params::{OptimState, OptimizerKind, ParamSet, ParamSpec};
     use std::sync::Mutex;
@@ -326,7 +326,7 @@ mod tests {
     fn node() -> NodeInfo {
         NodeInfo {
             index: 1,
-            op: crate::program::ExecOp::Ir(Op::Linear { param: "l".into() }),
+            op: crate::load::program::ExecOp::Ir(Op::Linear { param: "l".into() }),
             label: "l".into(),
             inputs: vec![PayloadTy::F32(vec![INP as u64])],
             outputs: vec![PayloadTy::F32(vec![OUT as u64])],

@@ -11,7 +11,7 @@ use petgraph::visit::{EdgeRef, NodeIndexable};
 use std::sync::Arc;
 
 /// What a node runs: an op of the graph, a fusion group's kernel in place of the
-/// group's nodes, or a chain of routing nodes in place of them (see `crate::chain`).
+/// group's nodes, or a chain of routing nodes in place of them (see `crate::load::chain`).
 #[derive(Clone, Debug)]
 pub(crate) enum ExecOp {
     Ir(Op),
@@ -164,10 +164,10 @@ impl Program {
         let source = source.ok_or_else(|| ExecError::Unverified { errors: vec!["no source".into()] })?;
         place(&mut nodes, graph, config)?;
         if config.jit {
-            crate::fuse::fuse(&mut nodes, graph);
+            crate::load::fuse::fuse(&mut nodes, graph);
         }
         if config.chain_routes {
-            crate::chain::compose(&mut nodes);
+            crate::load::chain::compose(&mut nodes);
         }
         let mut groups = group_params(&mut nodes, params, config);
         replicate(&mut nodes, &mut groups, config)?;
@@ -189,7 +189,7 @@ impl Program {
     /// Builds every node's op once, so that a graph with an op this executor cannot run
     /// yet is refused here rather than in the middle of a run.
     fn check_ops(&self, params: &ParamSet) -> Result<(), ExecError> {
-        let access = crate::train::ParamAccess::Frozen { params, groups: &self.groups };
+        let access = crate::ops::train::ParamAccess::Frozen { params, groups: &self.groups };
         for node in self.nodes.iter().flatten() {
             crate::ops::build(node, &access).map_err(|error| ExecError::at_node(node, crate::message::UNSET, error))?;
         }
@@ -349,7 +349,7 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
     groups
 }
 
-/// Adds the replicas `config.replicas` asks for (see `crate::replicas`): per replicated
+/// Adds the replicas `config.replicas` asks for (see `crate::load::replicas`): per replicated
 /// Ppt node, R - 1 copies with fresh indices, each with its own parameter group.
 fn replicate(
     nodes: &mut Vec<Option<NodeInfo>>,

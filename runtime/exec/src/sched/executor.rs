@@ -3,14 +3,14 @@
 //! evaluations, inference and single-instance gradients through the workers.
 
 use crate::config::ExecConfig;
-use crate::controller::{self, Observer, RunOutput};
 use crate::error::ExecError;
 use crate::instance::ExecInstance;
+use crate::load::program::Program;
+use crate::load::replicas::Routes;
+use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess};
 use crate::ops::{RunMode, RunShared};
-use crate::program::Program;
-use crate::replicas::Routes;
+use crate::sched::controller::{self, Observer, RunOutput};
 use crate::trace::{write_chrome_trace, TraceEvent};
-use crate::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess};
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::sync::Mutex;
@@ -140,7 +140,7 @@ impl Executor {
     /// runs as one kernel call. Fused nodes take indices past the graph's.
     pub fn fused_nodes(&self) -> Vec<(u32, Vec<u32>)> {
         self.composed_nodes(|op| match op {
-            crate::program::ExecOp::Fused(group) => Some(group.members.clone()),
+            crate::load::program::ExecOp::Fused(group) => Some(group.members.clone()),
             _ => None,
         })
     }
@@ -149,13 +149,16 @@ impl Executor {
     /// (its first node's) and the graph nodes it runs, that one first.
     pub fn chained_nodes(&self) -> Vec<(u32, Vec<u32>)> {
         self.composed_nodes(|op| match op {
-            crate::program::ExecOp::Chain(spec) => Some(spec.member_indices()),
+            crate::load::program::ExecOp::Chain(spec) => Some(spec.member_indices()),
             _ => None,
         })
     }
 
     /// Per node whose op `members` gives graph nodes for: its index and those nodes.
-    fn composed_nodes(&self, members: impl Fn(&crate::program::ExecOp) -> Option<Vec<u32>>) -> Vec<(u32, Vec<u32>)> {
+    fn composed_nodes(
+        &self,
+        members: impl Fn(&crate::load::program::ExecOp) -> Option<Vec<u32>>,
+    ) -> Vec<(u32, Vec<u32>)> {
         self.program.nodes.iter().flatten().filter_map(|n| members(&n.op).map(|m| (n.index, m))).collect()
     }
 

@@ -34,7 +34,7 @@
 //!
 //! Admission: the source's worker admits the first `max_active_keys` instances when it
 //! starts, and the worker that finishes an instance admits the next one and counts it for
-//! the parameter groups' owners itself (see `crate::controller::Admission`); an instance
+//! the parameter groups' owners itself (see `crate::sched::controller::Admission`); an instance
 //! it admits for its own source joins its queues when they run dry, where the controller's
 //! admissions joined them. Synchronous training holds admissions at each update boundary
 //! until the instances before it finished and the update is applied: on one worker that
@@ -49,14 +49,14 @@
 //! nothing but its own order of work.
 
 use crate::config::Fault;
-use crate::controller::{admission, room, Admission, Boundaries};
 use crate::error::{ExecError, OpError};
+use crate::load::program::{GroupInfo, NodeInfo, Program};
+use crate::load::replicas;
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
+use crate::ops::train::LiveGroup;
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
-use crate::program::{GroupInfo, NodeInfo, Program};
-use crate::replicas;
+use crate::sched::controller::{admission, room, Admission, Boundaries};
 use crate::trace::{TraceEvent, TraceKind};
-use crate::train::LiveGroup;
 use amp_params::OptimConfig;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::VecDeque;
@@ -438,7 +438,7 @@ impl Worker<'_, '_> {
             Dir::Backward => node.outputs.get(usize::from(batch.port)),
         };
         // The source's admission message arrives on a port it does not have.
-        if !matches!(node.op, crate::program::ExecOp::Ir(amp_ir::Op::Source)) {
+        if !matches!(node.op, crate::load::program::ExecOp::Ir(amp_ir::Op::Source)) {
             for msg in &batch.msgs {
                 let fits = ty.map_or(Err(OpError::Unsupported { op: "message on a missing port" }), |ty| {
                     payload_fits(ty, &msg.payload)
@@ -578,7 +578,7 @@ impl Worker<'_, '_> {
     }
 
     /// Takes a credit for the message and delivers it locally or to its worker; a message
-    /// for a node with replicas goes to one of them (see `crate::replicas`).
+    /// for a node with replicas goes to one of them (see `crate::load::replicas`).
     fn send(&mut self, mut env: Envelope) {
         let instance = usize::try_from(env.msg.instance()).ok();
         let program = self.setup.program;

@@ -8,12 +8,12 @@
 
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
-use crate::executor::Judgement;
+use crate::load::program::Program;
 use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
 use crate::ops::{self, RunMode, RunShared};
-use crate::program::Program;
+use crate::sched::executor::Judgement;
+use crate::sched::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crate::trace::TraceEvent;
-use crate::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -87,7 +87,7 @@ pub(crate) enum Boundaries {
     /// None to hold (asynchronous training, inference, evaluation).
     None,
     /// Synchronous training with every node on one worker (`Program::on_one_worker`):
-    /// that worker, which owns every group (`Worker::admit_held` in `crate::worker`).
+    /// that worker, which owns every group (`Worker::admit_held` in `crate::sched::worker`).
     Worker,
     /// Synchronous training across workers: the controller, which lets the workers admit
     /// up to the next boundary (`Admission::limit`), then waits for every owner's word

@@ -19,9 +19,9 @@
 //!   asynchronous training). With `replica_sync` 1 training is exactly that of the graph
 //!   without replicas: deterministic runs match the reference to rounding.
 
+use crate::load::program::Program;
 use crate::message::Key;
-use crate::program::Program;
-use crate::train::LiveGroup;
+use crate::ops::train::LiveGroup;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

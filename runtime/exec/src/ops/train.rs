@@ -2,8 +2,8 @@
 //! holds its tensors, their gradient accumulators and optimizer states behind a lock, and
 //! its owner worker applies local updates.
 
-use crate::kernels;
-use crate::program::GroupInfo;
+use crate::load::program::GroupInfo;
+use crate::ops::kernels;
 use amp_params::optim::{clip_coefficient, global_norm, update_tensor};
 use amp_params::{OptimConfig, OptimizerKind, ParamSet, TensorState};
 use std::sync::{Mutex, MutexGuard};

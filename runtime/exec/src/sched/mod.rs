@@ -1,0 +1,3 @@
+pub(crate) mod controller;
+pub(crate) mod executor;
+pub(crate) mod worker;
