@@ -125,25 +125,6 @@ impl ExecError {
         let at = if source.is_empty() { String::new() } else { format!(" at {source}") };
         Some(format!("node %{node} `{label}` ({op}){at} on worker {worker} failed on {instance}: {error}"))
     }
-
-    /// `error` of `node` (of the member that failed, for a chain) on `instance`.
-    pub(crate) fn at_node(node: &crate::load::program::NodeInfo, instance: i64, error: OpError) -> ExecError {
-        let (node, error) = match (error, &node.op) {
-            (OpError::InChain { member, error }, crate::load::program::ExecOp::Chain(spec)) => {
-                (spec.members.get(member).unwrap_or(node), *error)
-            }
-            (error, _) => (node, error),
-        };
-        ExecError::Node {
-            worker: node.worker,
-            node: node.index,
-            label: node.label.clone(),
-            op: node.op.keyword(),
-            source: node.source.as_str().into(),
-            instance,
-            error,
-        }
-    }
 }
 
 impl fmt::Display for ExecError {

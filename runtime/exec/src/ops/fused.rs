@@ -22,34 +22,10 @@
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
+use crate::load::program::FusedGroup;
 use crate::message::{Key, Msg, Payload};
-use amp_jit::{Kernel, Pass, Width};
+use amp_jit::{Pass, Width};
 use std::sync::Arc;
-
-/// A fusion group as the executor runs it.
-#[derive(Debug)]
-pub(crate) struct FusedGroup {
-    pub kernel: Arc<Kernel>,
-    /// The graph nodes the group replaces: its ops in kernel order, then the splits it
-    /// absorbed (see `crate::load::fuse`).
-    pub members: Vec<u32>,
-    /// Per kernel input, where its row lies in the input ports' payloads.
-    pub slices: Vec<InputSlice>,
-    /// f32s per row of each input port.
-    pub port_widths: Vec<usize>,
-    /// Per output, the input port whose state the output's messages carry: the one reached
-    /// by following input port 0 back from the output node (the state a node-by-node run
-    /// would give it: unary, binary and split ops pass on their first input's state).
-    pub state_from: Vec<usize>,
-}
-
-/// Kernel input `i` reads its row at `offset` in input port `port`'s payload: the whole
-/// payload, or one part of an absorbed split's input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct InputSlice {
-    pub port: usize,
-    pub offset: usize,
-}
 
 /// What training keeps per key for the backward pass: the input messages, and the row
 /// of values the kernel's saving forward kept (`Kernel::saved_per_row`: its `sigmoid`,

@@ -51,9 +51,6 @@ use crate::ops::train::ParamAccess;
 use amp_ir::{Op, PayloadTy, StateExpr};
 use std::sync::Arc;
 
-pub(crate) use chain::{ChainSpec, Next};
-pub(crate) use fused::{FusedGroup, InputSlice};
-
 /// What a run is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RunMode {

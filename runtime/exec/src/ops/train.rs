@@ -439,6 +439,41 @@ pub(crate) fn live_groups<'a>(
         .collect()
 }
 
+/// Adds a replica's accumulated gradients into the master's and clears them.
+pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
+    if !replica.touched {
+        return;
+    }
+    replica.settle();
+    for (m, r) in master.tensors.iter_mut().zip(replica.tensors.iter_mut()) {
+        for (g, x) in m.grad.iter_mut().zip(r.grad.iter_mut()) {
+            *g += *x;
+            *x = 0.0;
+        }
+    }
+    master.touched = true;
+    master.accumulated = true;
+    replica.touched = false;
+    replica.accumulated = false;
+    // The master's row log covers the replica's rows too, or neither is known.
+    match (&mut master.rows, replica.rows.take()) {
+        (Some(m), Some(r)) => {
+            m.width = r.width;
+            m.rows.extend(r.rows);
+        }
+        _ => master.rows = None,
+    }
+    replica.rows = Some(Default::default());
+}
+
+/// Gives a replica the master's values.
+pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup) {
+    for (m, r) in master.tensors.iter().zip(replica.tensors.iter_mut()) {
+        r.value.copy_from_slice(m.value);
+    }
+    replica.version += 1;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

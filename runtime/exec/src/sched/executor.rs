@@ -81,6 +81,7 @@ impl Executor {
     /// parameters, names and shapes, and places the nodes on `config.workers` workers.
     pub fn new(graph: &Graph, params: ParamSet, config: ExecConfig) -> Result<Executor, ExecError> {
         let program = Program::new(graph, &params, &config)?;
+        check_ops(&program, &params)?;
         let grads = params.zeros_like();
         let optim = OptimState::new(&config.optimizer.kind, params.specs());
         let pending = vec![0; program.groups.len()];
@@ -360,4 +361,15 @@ fn stats(
         instances_per_s,
         judgements,
     }
+}
+
+/// Builds every node's op once, so that a graph with an op this executor cannot run yet
+/// is refused when the executor is made rather than in the middle of a run. Done here,
+/// not in `Program::new`: the program (`load/`) knows nothing of the ops built on it.
+fn check_ops(program: &Program, params: &ParamSet) -> Result<(), ExecError> {
+    let access = ParamAccess::Frozen { params, groups: &program.groups };
+    for node in program.nodes.iter().flatten() {
+        crate::ops::build(node, &access).map_err(|error| ExecError::at_node(node, crate::message::UNSET, error))?;
+    }
+    Ok(())
 }

@@ -51,9 +51,8 @@
 use crate::config::Fault;
 use crate::error::{ExecError, OpError};
 use crate::load::program::{GroupInfo, NodeInfo, Program};
-use crate::load::replicas;
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
-use crate::ops::train::LiveGroup;
+use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
 use crate::sched::controller::{admission, room, Admission, Boundaries};
 use crate::trace::{TraceEvent, TraceKind};
@@ -777,14 +776,14 @@ impl Worker<'_, '_> {
         let params = &self.setup.shared.params;
         for &r in &info.replica_groups {
             if let Some(mut replica) = params.live(r) {
-                replicas::gather_grads(master, &mut replica);
+                train::gather_grads(master, &mut replica);
             }
         }
         let updated = master.update(&self.setup.optimizer);
         if updated && (flush || master.updates % self.setup.replica_sync == 0) {
             for &r in &info.replica_groups {
                 if let Some(mut replica) = params.live(r) {
-                    replicas::sync_values(master, &mut replica);
+                    train::sync_values(master, &mut replica);
                 }
             }
         }
