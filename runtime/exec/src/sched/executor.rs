@@ -9,7 +9,7 @@ use crate::load::program::Program;
 use crate::load::replicas::Routes;
 use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess};
 use crate::ops::{RunMode, RunShared};
-use crate::sched::controller::{self, Observer, RunOutput};
+use crate::sched::controller::{self, Judgement, Observer, RunOutput};
 use crate::trace::{write_chrome_trace, TraceEvent};
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimState, ParamSet};
@@ -49,14 +49,6 @@ pub struct EvalStats {
     /// arrived (one per frame of a rolled-out network). Filled by
     /// [`Executor::evaluate`] only.
     pub judgements: Vec<Vec<Judgement>>,
-}
-
-/// One cross-entropy loss report of an evaluation: the state of the message it judged
-/// (which frame, for a rolled-out network) and whether the logits' argmax hit the label.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Judgement {
-    pub state: Box<[i64]>,
-    pub correct: bool,
 }
 
 /// Runs one graph: training (asynchronous model-parallel, AMPNet style), evaluation and
