@@ -11,8 +11,8 @@
 //! row's `sigmoid`, `tanh`, `exp` and `log` values. Backward: once the summed gradients of
 //! all outputs of a key arrived, the kernel's backward recomputes the other forward values
 //! from the kept inputs and values (bit for bit what recomputing them all gives: the saved
-//! values come from the same code; reading them took Tree-LSTM's backward kernels from
-//! 7.5% to 0.9% of the worker's time, for 0.4% more in the forward) and returns one
+//! values come from the same code; reading a saved value is much cheaper than computing a
+//! transcendental function again, for a small cost in the forward) and returns one
 //! gradient per input, the sum over every use of that input inside the group; port `p`'s
 //! gradient (its kernel inputs' gradients at their offsets) goes back with port `p`'s
 //! forward state.
@@ -255,7 +255,8 @@ impl NodeOp for FusedOp {
     }
 
     /// A kernel call costs little more per message alone than in a batch; holding fused
-    /// work back delays the Linear messages it feeds (Tree-LSTM trained 17-19% slower).
+    /// work back would delay the Linear messages it feeds, and they gain far more from
+    /// batching.
     fn waits_for_batches(&self) -> bool {
         false
     }

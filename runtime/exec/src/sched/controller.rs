@@ -117,8 +117,7 @@ pub(crate) fn run(
     let (report_tx, report_rx) = unbounded::<Report>();
     // Losses, outputs and the instances' ends travel apart, on a channel nobody waits on:
     // the controller reads them whenever a report (or its watchdog's tick) wakes it, so
-    // sending one wakes no thread (two futex wakes per instance cost the worker 2% of its
-    // time).
+    // sending one wakes no thread (the worker would pay for a wake-up per instance).
     let (result_tx, result_rx) = unbounded::<Report>();
     let boundaries = Boundaries::of_run(shared.mode == RunMode::Train && config.sync_updates, program);
     let admission = Admission::new(n, boundaries, config.max_active_keys);

@@ -3,16 +3,12 @@
 //! fanned-out gradients, counts finished instances for the parameter groups it owns and
 //! applies their updates.
 //!
-//! Termination of an instance is detected by credit counting: every message in flight
-//! holds one credit of its instance; a worker adds the credits of what it emits before it
-//! gives back the credit of the message it consumed, so the count reaches zero exactly
-//! when nothing of the instance is left in flight, in training (the source got its last
-//! backward messages) as in inference (every forward message reached a sink, a loss or a
-//! dropped port). A message for another worker takes its credit before it leaves; the
-//! credits of messages that stay on this worker are netted against those of the batch
-//! consumed and only the difference touches the shared count (no other thread can see
-//! them before this one has settled the batch), so a node passing one message on costs no
-//! atomic operation (they were a fifth of the worker loop's own time in Tree-LSTM).
+//! An instance's life (admission, credits, its end, update boundaries) is
+//! `sched::admission`'s: this worker keeps the credits of each batch it handles
+//! (`CreditNetting`), delivers what an instance's end asks for (its [`Courier`]), counts
+//! finished instances for the groups it owns and updates them ([`Worker::update_due`]),
+//! and, holding the boundaries of a run kept on it alone, opens the next window after its
+//! updates ([`Worker::admit_held`]).
 //!
 //! A failing or panicking op ends the worker's part of the run: it reports the node and
 //! itself to the controller, which stops every worker.
@@ -26,27 +22,17 @@
 //! queue is skipped). The tickets of nodes whose op waits for batches (`linear`, not the
 //! fused kernels) wait in a second line, served only when no other work is queued: the
 //! other nodes first carry every instance as far as it goes, so that a Linear node then
-//! finds the messages of all of them (in Tree-LSTM at 16 instances in flight this doubled
-//! the mean backward batch). With `max_batch` 1 there is no second line and this is
-//! exactly first-come first-served. When its queues run dry
-//! the worker waits on its channel, then takes everything already there, so that the
-//! messages of all instances in flight wait together.
+//! finds the messages of all of them in one batch, where a GEMM costs much less per row
+//! than for one message. With `max_batch` 1 there is no second line and this is exactly
+//! first-come first-served. When its queues run dry the worker waits on its channel,
+//! then takes everything already there, so that the messages of all instances in flight
+//! wait together.
 //!
-//! Admission: the source's worker admits the first `max_active_keys` instances when it
-//! starts, and the worker that finishes an instance admits the next one and counts it for
-//! the parameter groups' owners itself (see `crate::sched::controller::Admission`); an instance
-//! it admits for its own source joins its queues when they run dry, where the controller's
-//! admissions joined them. Synchronous training holds admissions at each update boundary
-//! until the instances before it finished and the update is applied: on one worker that
-//! worker holds them ([`Worker::admit_held`]); across workers the controller, which lets
-//! the workers admit up to the boundary, asks the owners to confirm their updates
-//! (`ToWorker::Confirm`, after every `InstanceDone` before it in their inboxes) and opens
-//! the next window. The controller hears of the instances' ends with the losses, woken
-//! for the last of a run or window. Without the controller between one instance's end
-//! and the next's start, one worker never waits for another thread to wake (the MLP,
-//! whose instances finish together, was idle a third of its time; synchronous
-//! list-reduce with one instance in flight, more than half) and what it does depends on
-//! nothing but its own order of work.
+//! Admissions this worker makes for its own source join its queues when they run dry,
+//! where the controller's admissions join them. Between one instance's end and the
+//! next's admission no other thread needs to wake: a worker never waits for the
+//! controller's thread to be scheduled, and what it does depends on nothing but its own
+//! order of work.
 
 use crate::config::Fault;
 use crate::error::{ExecError, OpError};
@@ -461,9 +447,8 @@ impl Worker<'_, '_> {
     /// messages that complete their sum go on): an op that batches (`linear`, the fused
     /// kernels) takes them all at once, any other each in turn, so that a node with
     /// several messages waiting costs one step of the worker (one ticket, one routing of
-    /// what it emitted, one settlement of credits) instead of one per message: MoE 1.03×,
-    /// Tree-LSTM 1.01× (alternating runs). On failure, the instance of the message that
-    /// failed (a batching op's: the first).
+    /// what it emitted, one settlement of credits) instead of one per message. On failure,
+    /// the instance of the message that failed (a batching op's: the first).
     fn dispatch(&mut self, node: &NodeInfo, batch: Batch) -> Result<(), (i64, OpError)> {
         let shared = self.setup.shared;
         let fault = self.setup.fault.clone();
@@ -621,8 +606,8 @@ impl Worker<'_, '_> {
     }
 
     /// One more instance finished: the groups this worker owns count it at the next
-    /// [`Worker::update_due`], all the instances of a drained inbox at once (a lock of
-    /// every group per instance was 4% of a 130-group MoE's worker time).
+    /// [`Worker::update_due`], all the instances of a drained inbox at once (not a lock of
+    /// every owned group per instance, which adds up on a model with many groups).
     fn count_instance(&mut self) {
         self.finished += 1;
     }
