@@ -2,8 +2,11 @@
 //! (docs/ARCHITECTURE.md, the exec module map): `load/` (the program a verified graph
 //! becomes) uses neither `ops/` nor `sched/`; `ops/` (op semantics) does not use
 //! `sched/`; the leaf modules at the crate root (`error`, `config`, `message`, `trace`,
-//! `instance`) use none of the three. Read from the source text: every `crate::` path, and
-//! every `super::` path resolved against the file's module, outside comments.
+//! `instance`) use none of the three. Inside `sched/` the modules are ordered too
+//! (executor, controller, worker, admission: each uses only those after it), so the
+//! controller and the workers share the protocol through `admission` and do not import
+//! each other. Read from the source text: every `crate::` path, and every `super::` path
+//! resolved against the file's module, outside comments.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -11,6 +14,25 @@ use std::path::{Path, PathBuf};
 /// The layers, bottom first; a file may use its own layer, the root leaves and the
 /// layers below it.
 const LAYERS: &[&str] = &["load", "ops", "sched"];
+
+/// `sched/`'s modules, lowest first: each may use only those before it.
+const SCHED: &[&str] = &["admission", "worker", "controller", "executor"];
+
+/// The `sched/` modules a file of `sched/` uses that are not below it.
+fn sched_violations(module: &[String], text: &str) -> Vec<String> {
+    let Some(own) = module.get(1).filter(|_| module.first().is_some_and(|m| m == "sched")) else {
+        return Vec::new();
+    };
+    let Some(rank) = SCHED.iter().position(|m| m == own) else {
+        return vec![format!("{own} (not in the test's order of sched/)")];
+    };
+    // Paths into `sched` from one of its files, as paths from the crate root.
+    let text = text.replace("crate::sched::", "crate::").replace("super::", "crate::");
+    used_roots(&text, &[])
+        .into_iter()
+        .filter(|used| SCHED.iter().position(|m| m == used).is_some_and(|r| r >= rank) && used != own)
+        .collect()
+}
 
 /// The top-level module of the crate a file belongs to: its folder, or the file's own name
 /// at the root ("lib" for the crate root itself).
@@ -167,7 +189,7 @@ fn no_import_runs_back_up_a_layer() {
             seen_layers.insert(top.clone());
         }
         let text = std::fs::read_to_string(file).expect("readable source");
-        for used in violations(&module, &text) {
+        for used in violations(&module, &text).into_iter().chain(sched_violations(&module, &text)) {
             problems.push(format!("{} uses `{used}`", file.strip_prefix(&src).unwrap_or(file).display()));
         }
     }
@@ -196,4 +218,15 @@ fn the_check_sees_every_form_of_path() {
     .is_empty());
     assert!(violations(&module(&["load", "chain"]), "//! see `crate::ops::chain`\n").is_empty());
     assert!(violations(&module(&[]), "pub use sched::executor::Executor;\n").is_empty());
+    // Inside sched/: downward only.
+    assert_eq!(
+        sched_violations(&module(&["sched", "worker"]), "use crate::sched::controller::Report;\n"),
+        ["controller"]
+    );
+    assert_eq!(sched_violations(&module(&["sched", "admission"]), "use super::{worker::ToWorker};\n"), ["worker"]);
+    assert!(sched_violations(
+        &module(&["sched", "controller"]),
+        "use crate::sched::{admission::Credits, worker::Report};\n"
+    )
+    .is_empty());
 }

@@ -176,9 +176,10 @@ impl Admission {
         params: &ParamAccess,
         finished: u64,
     ) -> impl Iterator<Item = usize> + 's {
+        // Only the holder reads the counts (this runs after every batch of every worker).
         let holds = self.boundaries == Boundaries::Held(Holder::SourceWorker) && program.source_worker() == worker;
         // Only this worker ends instances, so the shared count is its own.
-        let ended = self.ended.load(Ordering::Acquire);
+        let ended = if holds { self.ended.load(Ordering::Acquire) } else { 0 };
         let open = holds && ended >= self.limit();
         let room = if open {
             room(
