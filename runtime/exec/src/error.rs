@@ -40,7 +40,7 @@ pub enum OpError {
     /// A fused kernel refused its buffers (a payload of the wrong size reached it).
     Kernel { message: String },
     /// Member `member` (an index into the chain's members) of a routing chain failed (see
-    /// `crate::chain`): the run reports the member, as it would without the chain.
+    /// `crate::load::chain`): the run reports the member, as it would without the chain.
     InChain { member: usize, error: Box<OpError> },
 }
 
@@ -124,25 +124,6 @@ impl ExecError {
         let ExecError::Node { worker, node, label, op, source, error, .. } = self else { return None };
         let at = if source.is_empty() { String::new() } else { format!(" at {source}") };
         Some(format!("node %{node} `{label}` ({op}){at} on worker {worker} failed on {instance}: {error}"))
-    }
-
-    /// `error` of `node` (of the member that failed, for a chain) on `instance`.
-    pub(crate) fn at_node(node: &crate::program::NodeInfo, instance: i64, error: OpError) -> ExecError {
-        let (node, error) = match (error, &node.op) {
-            (OpError::InChain { member, error }, crate::program::ExecOp::Chain(spec)) => {
-                (spec.members.get(member).unwrap_or(node), *error)
-            }
-            (error, _) => (node, error),
-        };
-        ExecError::Node {
-            worker: node.worker,
-            node: node.index,
-            label: node.label.clone(),
-            op: node.op.keyword(),
-            source: node.source.as_str().into(),
-            instance,
-            error,
-        }
     }
 }
 

@@ -13,13 +13,13 @@
 //! (queues between workers), serde_json (trace output) and gemm (the Linear products;
 //! chosen over matrixmultiply by `cargo bench -p amp-benches --bench gemm`).
 //!
-//! Layout: [`message`] (payloads, states, keys), `ops/` (the forward and backward of each
-//! op family), `program` (the graph resolved for execution, parameter groups, placement),
-//! `fuse` (fusion groups replaced by nodes calling their JIT kernels), `replicas` (copies
-//! of Ppt nodes and their routing),
-//! `worker` (a worker thread: queues, routing, fan-in of gradients, credit counting,
-//! local updates), `controller` (admission, synchronous update boundaries, watchdog),
-//! `train` (live parameter groups), [`trace`], `executor` (the API).
+//! Layout, in three layers, none using one above it (`tests/layers.rs` checks): `load/`
+//! (the program a verified graph becomes: nodes, parameter groups, placement, fusion
+//! groups, routing chains, replicas), `ops/` (the forward and backward of each op family,
+//! the `kernels`, and `train`: live parameter groups), `sched/` (`executor`: the API;
+//! `controller`, `worker`, and `admission`: an instance's life from admission to its end,
+//! update boundaries and credits). The leaves [`config`], [`error`], [`message`],
+//! [`instance`] and [`trace`] sit at the root, used by every layer.
 //!
 //! Semantics worth knowing:
 //! - An instance is finished when none of its messages is in flight (credit counting);
@@ -31,8 +31,8 @@
 //!   minibatch SGD whatever the workers. The workers admit the instances (the one that
 //!   finishes an instance starts the next and counts it for the owners; in synchronous
 //!   training not past a boundary before the update: across workers the controller
-//!   opens each window once every owner confirmed), so training on one worker,
-//!   synchronous or not, is bit-for-bit deterministic at any `max_active_keys`.
+//!   opens each window once every owner confirmed; see `sched::admission`), so training on
+//!   one worker, synchronous or not, is bit-for-bit deterministic at any `max_active_keys`.
 //! - Dynamic batching (`ExecConfig::max_batch`, 64 by default, 1 for none): a Linear
 //!   node takes the messages waiting in its queue (of one direction and port) together,
 //!   one product for all: through `gemm` (the only `unsafe`, in `kernels`) on padded
@@ -43,7 +43,7 @@
 //!   batching agree to rounding, not bit for bit; a given setup stays deterministic with
 //!   one worker and one instance in flight (a tree's leaves still batch together then).
 //!   The weight-gradient products of a Linear group are batched too, across its backward
-//!   batches (`train::DeferredProducts`; `ExecConfig::defer_weight_grads` false adds each
+//!   batches (`ops::train::DeferredProducts`; `ExecConfig::defer_weight_grads` false adds each
 //!   batch's at once, so that `max_batch` 1 batches nothing).
 //! - Collections: a batch `f32[?, d]` is one message of `rows * d` values (a zero-row
 //!   batch is an empty payload); `flatmap` and `ungroup` open an element context (one
@@ -53,30 +53,28 @@
 //! - JIT (`ExecConfig::jit`, on by default): each fusion group `amp-jit` compiles runs as
 //!   one node calling its Cranelift kernel, batching like a Linear node; results equal
 //!   node-by-node execution to rounding.
-//! - Replicas (`ExecConfig::replicas`): see the `replicas` module.
+//! - Replicas (`ExecConfig::replicas`): see the `load::replicas` module.
 //! - A non-finite loss sends no gradient back; the run stops with
 //!   [`ExecError::NonFiniteLoss`] naming the instance, accumulators are cleared and the
 //!   parameters are those of the last update.
 
-mod chain;
+// Tests may unwrap; the library handles every error or says why it cannot happen.
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
 pub mod config;
-mod controller;
 pub mod error;
-mod executor;
-mod fuse;
 pub mod instance;
-pub mod kernels;
 pub mod message;
-mod ops;
-mod program;
-mod replicas;
 pub mod trace;
-mod train;
-mod worker;
+
+mod load;
+mod ops;
+mod sched;
 
 pub use config::{ExecConfig, Fault, NodeSelector, Placement};
-pub use controller::{Observer, Progress};
 pub use error::{ExecError, OpError, QueueReport};
-pub use executor::{EpochStats, EvalStats, Executor, Judgement};
 pub use instance::ExecInstance;
+pub use ops::kernels;
+pub use sched::controller::{Judgement, Observer, Progress};
+pub use sched::executor::{EpochStats, EvalStats, Executor};
 pub use trace::{write_chrome_trace, TraceEvent, TraceKind};

@@ -75,8 +75,8 @@ impl Msg {
 pub type Key = Box<[i64]>;
 
 /// The hash maps keyed by [`Key`]s (and ports): Fx hashing, as the keys are a few small
-/// ints hashed several times per message, where SipHash cost more than the lookups
-/// (GGSNN and list-reduce trained 1.07-1.09x faster). Its keys are not chosen by an
+/// ints hashed several times per message, where SipHash would cost more than the lookups
+/// themselves. Its keys are not chosen by an
 /// adversary: instance numbers and positions the run derives itself, as many at a time as
 /// there are messages in flight.
 pub type KeyMap<K, V> = rustc_hash::FxHashMap<K, V>;

@@ -1,4 +1,4 @@
-//! A chain of routing nodes run as one node (see `crate::chain`): `phi`, `cond`, `switch`
+//! A chain of routing nodes run as one node (see `crate::load::chain`): `phi`, `cond`, `switch`
 //! and `isu` nodes that pass each message on unchanged but for its state, composed at
 //! load so that a message crosses the whole chain in one worker step instead of one per
 //! node. Each member keeps its own op (and what it caches, under its own key): the chain
@@ -6,39 +6,9 @@
 
 use super::{Emit, NodeCx, NodeOp};
 use crate::error::OpError;
+use crate::load::program::{ChainSpec, Next};
 use crate::message::Msg;
-use crate::program::NodeInfo;
 use std::sync::Arc;
-
-/// Where a member's output port leads inside the chain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Next {
-    /// To the member with this index (on its input port 0).
-    Member(usize),
-    /// Out of the chain, on the chain's output port with this index.
-    Exit(u16),
-}
-
-/// The members of a chain, the root first, and how they are wired.
-#[derive(Debug)]
-pub(crate) struct ChainSpec {
-    /// The graph nodes, as they were before the composition.
-    pub members: Vec<NodeInfo>,
-    /// Per member, per output port: where a forward message leaving there goes.
-    pub next: Vec<Vec<Next>>,
-    /// Per member: the member feeding it and that member's output port (none for the
-    /// root, whose input ports are the chain's).
-    pub parent: Vec<Option<(usize, u16)>>,
-    /// Per output port of the chain: the member and its output port.
-    pub exits: Vec<(usize, u16)>,
-}
-
-impl ChainSpec {
-    /// The graph nodes the chain runs, root first.
-    pub fn member_indices(&self) -> Vec<u32> {
-        self.members.iter().map(|m| m.index).collect()
-    }
-}
 
 pub(crate) struct ChainOp {
     spec: Arc<ChainSpec>,

@@ -3,8 +3,8 @@
 
 use super::{Emit, NodeCx, NodeOp};
 use crate::error::OpError;
+use crate::load::program::NodeInfo;
 use crate::message::{KeyMap, Msg, Payload};
-use crate::program::NodeInfo;
 use amp_ir::{resolve_path, ConstValue, DataStep, PayloadTy};
 
 /// Emits the admitted instance's control message; its backward messages only count (the

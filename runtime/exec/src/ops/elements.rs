@@ -6,8 +6,8 @@
 
 use super::{row_elements, set_field, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
+use crate::load::program::NodeInfo;
 use crate::message::{Key, KeyMap, Msg, Payload, UNSET};
-use crate::program::NodeInfo;
 use amp_ir::{FieldId, StateExpr};
 
 /// The key of an element message: the node's key of its state with `%e` unset, which is

@@ -1,5 +1,5 @@
 //! A fusion group run as one node: its elementwise nodes' work in one call of the kernel
-//! `amp_jit` compiled for it (see `crate::fuse`, which puts this node in the group's
+//! `amp_jit` compiled for it (see `crate::load::fuse`, which puts this node in the group's
 //! place).
 //!
 //! Input port `p` is one distinct source port feeding the group; each kernel input is
@@ -11,45 +11,21 @@
 //! row's `sigmoid`, `tanh`, `exp` and `log` values. Backward: once the summed gradients of
 //! all outputs of a key arrived, the kernel's backward recomputes the other forward values
 //! from the kept inputs and values (bit for bit what recomputing them all gives: the saved
-//! values come from the same code; reading them took Tree-LSTM's backward kernels from
-//! 7.5% to 0.9% of the worker's time, for 0.4% more in the forward) and returns one
+//! values come from the same code; reading a saved value is much cheaper than computing a
+//! transcendental function again, for a small cost in the forward) and returns one
 //! gradient per input, the sum over every use of that input inside the group; port `p`'s
 //! gradient (its kernel inputs' gradients at their offsets) goes back with port `p`'s
 //! forward state.
 //!
 //! A group's payloads are `f32[..]` tensors (one row of `n`) or scalars (one value):
-//! `crate::fuse` leaves groups of batch payloads to run node by node.
+//! `crate::load::fuse` leaves groups of batch payloads to run node by node.
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
+use crate::load::program::FusedGroup;
 use crate::message::{Key, Msg, Payload};
-use amp_jit::{Kernel, Pass, Width};
+use amp_jit::{Pass, Width};
 use std::sync::Arc;
-
-/// A fusion group as the executor runs it.
-#[derive(Debug)]
-pub(crate) struct FusedGroup {
-    pub kernel: Arc<Kernel>,
-    /// The graph nodes the group replaces: its ops in kernel order, then the splits it
-    /// absorbed (see `crate::fuse`).
-    pub members: Vec<u32>,
-    /// Per kernel input, where its row lies in the input ports' payloads.
-    pub slices: Vec<InputSlice>,
-    /// f32s per row of each input port.
-    pub port_widths: Vec<usize>,
-    /// Per output, the input port whose state the output's messages carry: the one reached
-    /// by following input port 0 back from the output node (the state a node-by-node run
-    /// would give it: unary, binary and split ops pass on their first input's state).
-    pub state_from: Vec<usize>,
-}
-
-/// Kernel input `i` reads its row at `offset` in input port `port`'s payload: the whole
-/// payload, or one part of an absorbed split's input.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct InputSlice {
-    pub port: usize,
-    pub offset: usize,
-}
 
 /// What training keeps per key for the backward pass: the input messages, and the row
 /// of values the kernel's saving forward kept (`Kernel::saved_per_row`: its `sigmoid`,
@@ -279,7 +255,8 @@ impl NodeOp for FusedOp {
     }
 
     /// A kernel call costs little more per message alone than in a batch; holding fused
-    /// work back delays the Linear messages it feeds (Tree-LSTM trained 17-19% slower).
+    /// work back would delay the Linear messages it feeds, and they gain far more from
+    /// batching.
     fn waits_for_batches(&self) -> bool {
         false
     }

@@ -6,9 +6,9 @@
 
 use super::{Emit, Join, NodeCx, NodeOp, RunMode};
 use crate::error::OpError;
-use crate::kernels;
+use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::program::NodeInfo;
+use crate::ops::kernels;
 use amp_ir::LossKind;
 
 pub(crate) struct LossOp {

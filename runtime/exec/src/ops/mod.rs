@@ -33,6 +33,7 @@ mod chain;
 mod data;
 mod elements;
 mod fused;
+pub mod kernels;
 mod loss;
 mod nppt;
 mod ppt;
@@ -40,17 +41,15 @@ mod route;
 mod rows;
 mod select;
 mod shape;
+pub(crate) mod train;
 
 use crate::error::OpError;
 use crate::instance::ExecInstance;
+use crate::load::program::{ExecOp, NodeInfo};
 use crate::message::{key_of, Key, KeyMap, Msg, Payload};
-use crate::program::{ExecOp, NodeInfo};
-use crate::train::ParamAccess;
+use crate::ops::train::ParamAccess;
 use amp_ir::{Op, PayloadTy, StateExpr};
 use std::sync::Arc;
-
-pub(crate) use chain::{ChainSpec, Next};
-pub(crate) use fused::{FusedGroup, InputSlice};
 
 /// What a run is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +99,7 @@ pub(crate) struct RunShared<'a> {
     pub instances: Vec<&'a (dyn ExecInstance + Sync)>,
     pub params: ParamAccess<'a>,
     pub mode: RunMode,
-    pub routes: crate::replicas::Routes,
+    pub routes: crate::load::replicas::Routes,
 }
 
 /// An op's view of the run while it handles one message.

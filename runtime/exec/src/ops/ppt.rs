@@ -4,10 +4,10 @@
 
 use super::{Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
-use crate::kernels;
+use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::program::NodeInfo;
-use crate::train::ParamAccess;
+use crate::ops::kernels;
+use crate::ops::train::ParamAccess;
 use amp_ir::{PayloadTy, StateExpr};
 use std::borrow::Cow;
 
@@ -24,23 +24,23 @@ fn last_dim(ty: Option<&PayloadTy>) -> usize {
 const LAYOUT_FROM_ROWS: usize = 8;
 
 /// The rows a weight must have served at its current or previous version for a copy to
-/// be made: a copy costs about what the products of 50–100 rows gain from it over
-/// `kernels::skinny` on `W` itself (on 256→256: transposing 38 µs out of cache; 32 rows in
-/// cache 57 µs on `W`, 48 µs on the copy).
+/// be made: making a copy reads and writes the whole weight, and it only pays back over
+/// the many rows whose products then run faster on it than `kernels::skinny` on `W`
+/// itself (`cargo bench -p amp-benches --bench gemm` prints both sides).
 const COPY_PAYS_FROM_ROWS: usize = 64;
 
 /// The rows from which the input gradient of a weight that is not worth copying goes
-/// through `kernels::rows_times_w` rather than the GEMM crate on `W` (a 256→256 MoE expert
-/// out of cache: even at 4 rows, 1.3× at 8, 1.4× at 16; fewer rows are faster through the
-/// crate).
+/// through `kernels::rows_times_w` rather than the GEMM crate on `W`: with a few rows
+/// the crate's setup dominates; from here the dedicated kernel, which streams `W` once
+/// with prefetches, is ahead on a weight out of cache (a MoE expert).
 const SKINNY_DX_FROM_ROWS: usize = 4;
 
 /// A copy of a group's weight laid out for batched GEMMs (rows padded to the GEMM's
 /// panels, see [`kernels::PANEL`]), the group version it was made from, and how many rows
 /// the weight served at each version. A copy pays when the weight serves many rows between
 /// two updates (each of Tree-LSTM's few weights serves hundreds); a MoE expert, updated
-/// after nearly every batch it sees, would make a copy for 8–16 rows (its transposes were
-/// 9% of MoE's training time).
+/// after nearly every batch it sees, would make a copy for a handful of rows, and the
+/// copies would cost more than the products they serve.
 #[derive(Default)]
 struct Layout {
     version: Option<u64>,
@@ -313,9 +313,9 @@ impl NodeOp for EmbeddingOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::program::GroupInfo;
+    use crate::ops::train::live_groups;
     use crate::ops::{Emit, RunMode, RunShared};
-    use crate::program::GroupInfo;
-    use crate::train::live_groups;
     use amp_ir::{FieldId, Op, ParamInit};
     use amp_params::{OptimState, OptimizerKind, ParamSet, ParamSpec};
     use std::sync::Mutex;
@@ -326,7 +326,7 @@ mod tests {
     fn node() -> NodeInfo {
         NodeInfo {
             index: 1,
-            op: crate::program::ExecOp::Ir(Op::Linear { param: "l".into() }),
+            op: crate::load::program::ExecOp::Ir(Op::Linear { param: "l".into() }),
             label: "l".into(),
             inputs: vec![PayloadTy::F32(vec![INP as u64])],
             outputs: vec![PayloadTy::F32(vec![OUT as u64])],

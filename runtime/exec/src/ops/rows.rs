@@ -5,9 +5,9 @@
 
 use super::{row_elements, set_field, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
-use crate::kernels;
+use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::program::NodeInfo;
+use crate::ops::kernels;
 use amp_ir::{FieldId, PayloadTy, ReduceFn, StateExpr};
 
 /// `gather [INDEX]`: row INDEX of a batch, or of a tensor's leading dimension; backward,

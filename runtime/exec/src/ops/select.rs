@@ -6,9 +6,9 @@
 
 use super::{set_field, Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
-use crate::kernels;
+use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::program::NodeInfo;
+use crate::ops::kernels;
 use amp_ir::{FieldId, PayloadInt, PayloadTy};
 
 /// The length of a vector port.

@@ -3,8 +3,8 @@
 
 use super::{Join, NodeCx, NodeOp};
 use crate::error::OpError;
+use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::program::NodeInfo;
 
 /// The widths of the ports' payloads.
 fn widths(ports: &[amp_ir::PayloadTy]) -> Vec<usize> {

@@ -17,8 +17,7 @@
 //! is unused). A split costs a message per part each way plus a join of the gradients;
 //! in Tree-LSTM they were a sixth of every tree's messages.
 
-use crate::ops::{FusedGroup, InputSlice};
-use crate::program::{ExecOp, NodeInfo};
+use super::program::{ExecOp, FusedGroup, InputSlice, NodeInfo};
 use amp_ir::{FieldId, Graph, Op, PayloadTy};
 use amp_jit::{compile_groups, FusionGroup, KernelCache, VerifiedGraph};
 use std::cell::RefCell;

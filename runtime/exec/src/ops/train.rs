@@ -2,8 +2,8 @@
 //! holds its tensors, their gradient accumulators and optimizer states behind a lock, and
 //! its owner worker applies local updates.
 
-use crate::kernels;
-use crate::program::GroupInfo;
+use crate::load::program::GroupInfo;
+use crate::ops::kernels;
 use amp_params::optim::{clip_coefficient, global_norm, update_tensor};
 use amp_params::{OptimConfig, OptimizerKind, ParamSet, TensorState};
 use std::sync::{Mutex, MutexGuard};
@@ -437,6 +437,41 @@ pub(crate) fn live_groups<'a>(
             }
         })
         .collect()
+}
+
+/// Adds a replica's accumulated gradients into the master's and clears them.
+pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
+    if !replica.touched {
+        return;
+    }
+    replica.settle();
+    for (m, r) in master.tensors.iter_mut().zip(replica.tensors.iter_mut()) {
+        for (g, x) in m.grad.iter_mut().zip(r.grad.iter_mut()) {
+            *g += *x;
+            *x = 0.0;
+        }
+    }
+    master.touched = true;
+    master.accumulated = true;
+    replica.touched = false;
+    replica.accumulated = false;
+    // The master's row log covers the replica's rows too, or neither is known.
+    match (&mut master.rows, replica.rows.take()) {
+        (Some(m), Some(r)) => {
+            m.width = r.width;
+            m.rows.extend(r.rows);
+        }
+        _ => master.rows = None,
+    }
+    replica.rows = Some(Default::default());
+}
+
+/// Gives a replica the master's values.
+pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup) {
+    for (m, r) in master.tensors.iter().zip(replica.tensors.iter_mut()) {
+        r.value.copy_from_slice(m.value);
+    }
+    replica.version += 1;
 }
 
 #[cfg(test)]

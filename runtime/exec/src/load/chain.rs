@@ -16,8 +16,7 @@
 //! and its consumer now reads the chain's port. The chain keeps the root's index (its
 //! producers see no change); the other members leave the table.
 
-use crate::ops::{ChainSpec, Next};
-use crate::program::{ExecOp, NodeInfo};
+use super::program::{ChainSpec, ExecOp, Next, NodeInfo};
 use amp_ir::Op;
 use std::collections::HashSet;
 use std::sync::Arc;

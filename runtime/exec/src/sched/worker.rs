@@ -3,16 +3,12 @@
 //! fanned-out gradients, counts finished instances for the parameter groups it owns and
 //! applies their updates.
 //!
-//! Termination of an instance is detected by credit counting: every message in flight
-//! holds one credit of its instance; a worker adds the credits of what it emits before it
-//! gives back the credit of the message it consumed, so the count reaches zero exactly
-//! when nothing of the instance is left in flight, in training (the source got its last
-//! backward messages) as in inference (every forward message reached a sink, a loss or a
-//! dropped port). A message for another worker takes its credit before it leaves; the
-//! credits of messages that stay on this worker are netted against those of the batch
-//! consumed and only the difference touches the shared count (no other thread can see
-//! them before this one has settled the batch), so a node passing one message on costs no
-//! atomic operation (they were a fifth of the worker loop's own time in Tree-LSTM).
+//! An instance's life (admission, credits, its end, update boundaries) is
+//! `sched::admission`'s: this worker keeps the credits of each batch it handles
+//! (`CreditNetting`), delivers what an instance's end asks for (its [`Courier`]), counts
+//! finished instances for the groups it owns and updates them ([`Worker::update_due`]),
+//! and, holding the boundaries of a run kept on it alone, opens the next window after its
+//! updates ([`Worker::admit_held`]).
 //!
 //! A failing or panicking op ends the worker's part of the run: it reports the node and
 //! itself to the controller, which stops every worker.
@@ -26,42 +22,31 @@
 //! queue is skipped). The tickets of nodes whose op waits for batches (`linear`, not the
 //! fused kernels) wait in a second line, served only when no other work is queued: the
 //! other nodes first carry every instance as far as it goes, so that a Linear node then
-//! finds the messages of all of them (in Tree-LSTM at 16 instances in flight this doubled
-//! the mean backward batch). With `max_batch` 1 there is no second line and this is
-//! exactly first-come first-served. When its queues run dry
-//! the worker waits on its channel, then takes everything already there, so that the
-//! messages of all instances in flight wait together.
+//! finds the messages of all of them in one batch, where a GEMM costs much less per row
+//! than for one message. With `max_batch` 1 there is no second line and this is exactly
+//! first-come first-served. When its queues run dry the worker waits on its channel,
+//! then takes everything already there, so that the messages of all instances in flight
+//! wait together.
 //!
-//! Admission: the source's worker admits the first `max_active_keys` instances when it
-//! starts, and the worker that finishes an instance admits the next one and counts it for
-//! the parameter groups' owners itself (see `crate::controller::Admission`); an instance
-//! it admits for its own source joins its queues when they run dry, where the controller's
-//! admissions joined them. Synchronous training holds admissions at each update boundary
-//! until the instances before it finished and the update is applied: on one worker that
-//! worker holds them ([`Worker::admit_held`]); across workers the controller, which lets
-//! the workers admit up to the boundary, asks the owners to confirm their updates
-//! (`ToWorker::Confirm`, after every `InstanceDone` before it in their inboxes) and opens
-//! the next window. The controller hears of the instances' ends with the losses, woken
-//! for the last of a run or window. Without the controller between one instance's end
-//! and the next's start, one worker never waits for another thread to wake (the MLP,
-//! whose instances finish together, was idle a third of its time; synchronous
-//! list-reduce with one instance in flight, more than half) and what it does depends on
-//! nothing but its own order of work.
+//! Admissions this worker makes for its own source join its queues when they run dry,
+//! where the controller's admissions join them. Between one instance's end and the
+//! next's admission no other thread needs to wake: a worker never waits for the
+//! controller's thread to be scheduled, and what it does depends on nothing but its own
+//! order of work.
 
 use crate::config::Fault;
-use crate::controller::{admission, room, Admission, Boundaries};
 use crate::error::{ExecError, OpError};
+use crate::load::program::{GroupInfo, NodeInfo, Program};
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
+use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
-use crate::program::{GroupInfo, NodeInfo, Program};
-use crate::replicas;
+use crate::sched::admission::{owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
 use crate::trace::{TraceEvent, TraceKind};
-use crate::train::LiveGroup;
 use amp_params::OptimConfig;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 /// What the controller and other workers send a worker.
@@ -136,8 +121,8 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     /// Where losses, outputs and pieces of the trace go (`Report::Loss`, `Output`,
     /// `Trace`): read by the controller whenever it wakes, so sending them wakes nobody.
     pub results: Sender<Report>,
-    pub credits: &'s [AtomicU32],
-    /// Admits the next instance when this worker finishes one (asynchronous runs).
+    pub credits: &'s Credits,
+    /// Admits the next instance when this worker finishes one.
     pub admission: &'s Admission,
     pub gauges: &'s WorkerGauges,
     pub optimizer: OptimConfig,
@@ -148,18 +133,6 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     /// Replicas take their master's values after every this many of its updates.
     pub replica_sync: u64,
     pub fault: Option<Fault>,
-}
-
-impl WorkerSetup<'_, '_> {
-    /// Reports instance `i` finished, with the losses: read whenever the controller wakes
-    /// (a wake-up of its thread per instance took a context switch per instance); the
-    /// last end of a run, or of a window of synchronous training across workers, wakes it.
-    fn report_done(&self, i: usize) {
-        let _ = self.results.send(Report::Done { instance: i });
-        if self.admission.ended() {
-            let _ = self.reports.send(Report::Wake);
-        }
-    }
 }
 
 /// A node on this worker: its op, its queue, and the gradients of fanned-out ports being
@@ -200,9 +173,8 @@ struct Worker<'s, 'a> {
     distinct: Vec<i64>,
     /// An empty vector for the next batch's messages (see [`Worker::dispatch`]).
     spare: Vec<Msg>,
-    /// Per instance, the credits of the messages queued here while handling the batch,
-    /// less those of the batch's messages (see the module doc).
-    credit_delta: Vec<(usize, i64)>,
+    /// The credits of the batch being handled (see `sched::admission`).
+    credits: CreditNetting,
     /// Instances this worker admitted for its own source, queued when its queues run dry
     /// (where the controller's admissions would be taken), without a channel round trip.
     admitted: Vec<Envelope>,
@@ -216,10 +188,6 @@ struct Worker<'s, 'a> {
     /// updates they owe are applied.
     finished: u64,
     acks: usize,
-    /// Synchronous training on one worker (`Boundaries::Worker`): the instances admitted and
-    /// not finished, and how many more may be admitted before the next update boundary.
-    in_flight: usize,
-    room: usize,
 }
 
 /// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
@@ -245,14 +213,12 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         instances: Vec::new(),
         distinct: Vec::new(),
         spare: Vec::new(),
-        credit_delta: Vec::new(),
+        credits: CreditNetting::default(),
         admitted: Vec::new(),
         owners,
         processed: 0,
         finished: 0,
         acks: 0,
-        in_flight: 0,
-        room: 0,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
     // so that the controller always hears from every worker.
@@ -284,7 +250,7 @@ impl Worker<'_, '_> {
         let program = self.setup.program;
         if program.source_worker() == self.setup.id {
             for instance in self.setup.admission.first_window() {
-                let (_, env) = admission(program, self.setup.credits, instance);
+                let (_, env) = source_message(program, self.setup.credits, instance);
                 self.enqueue(env);
             }
             self.admit_held();
@@ -438,7 +404,7 @@ impl Worker<'_, '_> {
             Dir::Backward => node.outputs.get(usize::from(batch.port)),
         };
         // The source's admission message arrives on a port it does not have.
-        if !matches!(node.op, crate::program::ExecOp::Ir(amp_ir::Op::Source)) {
+        if !matches!(node.op, crate::load::program::ExecOp::Ir(amp_ir::Op::Source)) {
             for msg in &batch.msgs {
                 let fits = ty.map_or(Err(OpError::Unsupported { op: "message on a missing port" }), |ty| {
                     payload_fits(ty, &msg.payload)
@@ -469,7 +435,7 @@ impl Worker<'_, '_> {
         self.emitted = emitted;
         for &instance in &instances {
             if let Ok(i) = usize::try_from(instance) {
-                self.add_credits(i, -1);
+                self.credits.add(i, -1);
             }
         }
         self.settle_credits();
@@ -481,9 +447,8 @@ impl Worker<'_, '_> {
     /// messages that complete their sum go on): an op that batches (`linear`, the fused
     /// kernels) takes them all at once, any other each in turn, so that a node with
     /// several messages waiting costs one step of the worker (one ticket, one routing of
-    /// what it emitted, one settlement of credits) instead of one per message: MoE 1.03×,
-    /// Tree-LSTM 1.01× (alternating runs). On failure, the instance of the message that
-    /// failed (a batching op's: the first).
+    /// what it emitted, one settlement of credits) instead of one per message. On failure,
+    /// the instance of the message that failed (a batching op's: the first).
     fn dispatch(&mut self, node: &NodeInfo, batch: Batch) -> Result<(), (i64, OpError)> {
         let shared = self.setup.shared;
         let fault = self.setup.fault.clone();
@@ -578,7 +543,7 @@ impl Worker<'_, '_> {
     }
 
     /// Takes a credit for the message and delivers it locally or to its worker; a message
-    /// for a node with replicas goes to one of them (see `crate::replicas`).
+    /// for a node with replicas goes to one of them (see `crate::load::replicas`).
     fn send(&mut self, mut env: Envelope) {
         let instance = usize::try_from(env.msg.instance()).ok();
         let program = self.setup.program;
@@ -600,71 +565,32 @@ impl Worker<'_, '_> {
         let worker = target.map_or(self.setup.id, |n| n.worker);
         if worker == self.setup.id {
             if let Some(i) = instance {
-                self.add_credits(i, 1);
+                self.credits.add(i, 1);
             }
             self.enqueue(env);
         } else if let Some(peer) = self.setup.peers.get(worker) {
-            if let Some(credit) = instance.and_then(|i| self.setup.credits.get(i)) {
-                credit.fetch_add(1, Ordering::AcqRel);
+            if let Some(i) = instance {
+                self.setup.credits.take(i);
             }
             // A peer that is gone has failed; the controller is already stopping the run.
             let _ = peer.send(ToWorker::Work(env));
         }
     }
 
-    /// Notes `delta` credits of instance `i` for [`Worker::settle_credits`].
-    fn add_credits(&mut self, i: usize, delta: i64) {
-        match self.credit_delta.iter_mut().rev().find(|(j, _)| *j == i) {
-            Some((_, d)) => *d += delta,
-            None => self.credit_delta.push((i, delta)),
-        }
-    }
-
-    /// Applies the netted credits of the batch just handled: the messages it queued here
-    /// take theirs, then the consumed messages give theirs back; the last credit of an
-    /// instance finishes it. Each instance's net change is applied at once, so its count
-    /// passes through no value that adding first and releasing after would not.
+    /// Applies the netted credits of the batch just handled (see `sched::admission`); the
+    /// instances whose last credit that gave back end here.
     fn settle_credits(&mut self) {
         // Taken and put back, to keep its allocation.
-        let mut deltas = std::mem::take(&mut self.credit_delta);
-        for (i, delta) in deltas.drain(..) {
-            let Some(credit) = self.setup.credits.get(i) else { continue };
-            let change = u32::try_from(delta.unsigned_abs()).unwrap_or(u32::MAX);
-            if delta > 0 {
-                credit.fetch_add(change, Ordering::AcqRel);
-            } else if delta < 0 && credit.fetch_sub(change, Ordering::AcqRel) == change {
-                self.finished_here(i);
-            }
-        }
-        self.credit_delta = deltas;
+        let mut credits = std::mem::take(&mut self.credits);
+        credits.settle(self.setup.credits, |i| self.finished_here(i));
+        self.credits = credits;
     }
 
-    /// Instance `i` finished here: the groups' owners count it (this worker at once,
-    /// updating after the batch, others when they read the word), the next instance is
-    /// admitted (after the update, when this worker holds the boundaries:
-    /// [`Worker::admit_held`]), and then the controller hears of it, so that the owners'
-    /// words are in their inboxes before any `Confirm` it sends at a boundary.
+    /// Instance `i` finished here: the steps of its end are admission's
+    /// ([`Admission::instance_ended`]), this worker delivers them (its [`Courier`]).
     fn finished_here(&mut self, i: usize) {
-        if self.setup.shared.mode == RunMode::Train {
-            for &owner in &self.owners {
-                if owner == self.setup.id {
-                    self.finished += 1;
-                } else if let Some(peer) = self.setup.peers.get(owner) {
-                    let _ = peer.send(ToWorker::InstanceDone);
-                }
-            }
-        }
-        if self.setup.admission.boundaries == Boundaries::Worker {
-            self.in_flight = self.in_flight.saturating_sub(1);
-        } else if let Some(next) = self.setup.admission.take() {
-            let (worker, env) = admission(self.setup.program, self.setup.credits, next);
-            if worker == self.setup.id {
-                self.admitted.push(env);
-            } else if let Some(peer) = self.setup.peers.get(worker) {
-                let _ = peer.send(ToWorker::Work(env));
-            }
-        }
-        self.setup.report_done(i);
+        let (admission, program, credits) = (self.setup.admission, self.setup.program, self.setup.credits);
+        admission.instance_ended(i, program, credits, self);
     }
 
     /// A traced piece of work: `batch` messages of `instances` distinct instances.
@@ -680,8 +606,8 @@ impl Worker<'_, '_> {
     }
 
     /// One more instance finished: the groups this worker owns count it at the next
-    /// [`Worker::update_due`], all the instances of a drained inbox at once (a lock of
-    /// every group per instance was 4% of a 130-group MoE's worker time).
+    /// [`Worker::update_due`], all the instances of a drained inbox at once (not a lock of
+    /// every owned group per instance, which adds up on a model with many groups).
     fn count_instance(&mut self) {
         self.finished += 1;
     }
@@ -717,38 +643,17 @@ impl Worker<'_, '_> {
         self.admit_held();
     }
 
-    /// Synchronous training on one worker: admits instances (to this worker's source, the
-    /// only one) up to `max_active_keys` in flight and not past the next update boundary.
-    /// At the boundary it waits until the instances before it finished; they were counted
-    /// and the groups that completed their interval updated ([`Worker::update_due`] calls
-    /// this after), so the next window starts on the updated parameters, as the controller
-    /// opens it across workers once every owner confirmed.
+    /// Synchronous training on one worker, which then holds the boundaries: once every
+    /// instance below the limit finished and the groups that completed their interval
+    /// updated ([`Worker::update_due`] calls this after), the next window, queued for this
+    /// worker's source (see [`Admission::open_held_window`]).
     fn admit_held(&mut self) {
-        // Only the source's worker admits (others of a run kept on one worker idle).
-        if self.setup.admission.boundaries != Boundaries::Worker || self.setup.program.source_worker() != self.setup.id
-        {
-            return;
-        }
-        if self.room == 0 && self.in_flight == 0 {
-            self.room = self.boundary_room();
-        }
-        while self.in_flight < self.setup.admission.window() && self.room > 0 {
-            let Some(next) = self.setup.admission.take() else { break };
-            let (_, env) = admission(self.setup.program, self.setup.credits, next);
+        let setup = &self.setup;
+        let window = setup.admission.open_held_window(setup.id, setup.program, &setup.shared.params, self.finished);
+        for next in window {
+            let (_, env) = source_message(setup.program, setup.credits, next);
             self.admitted.push(env);
-            self.in_flight += 1;
-            self.room -= 1;
         }
-    }
-
-    /// How many instances may finish before a group this worker owns must update: the
-    /// least room left in a group's interval (at least 1; unbounded without groups).
-    fn boundary_room(&self) -> usize {
-        let params = &self.setup.shared.params;
-        room(
-            owned_masters(self.setup.program, self.setup.id)
-                .filter_map(|(g, info)| Some((info.min_update_frequency, params.live(g)?.pending + self.finished))),
-        )
     }
 
     /// Counts the instances finished since the last count, then updates every group this
@@ -777,24 +682,19 @@ impl Worker<'_, '_> {
         let params = &self.setup.shared.params;
         for &r in &info.replica_groups {
             if let Some(mut replica) = params.live(r) {
-                replicas::gather_grads(master, &mut replica);
+                train::gather_grads(master, &mut replica);
             }
         }
         let updated = master.update(&self.setup.optimizer);
         if updated && (flush || master.updates % self.setup.replica_sync == 0) {
             for &r in &info.replica_groups {
                 if let Some(mut replica) = params.live(r) {
-                    replicas::sync_values(master, &mut replica);
+                    train::sync_values(master, &mut replica);
                 }
             }
         }
         updated
     }
-}
-
-/// The parameter groups worker `id` updates: those it owns that are no replica.
-fn owned_masters(program: &Program, id: usize) -> impl Iterator<Item = (usize, &GroupInfo)> {
-    program.groups.iter().enumerate().filter(move |(_, info)| info.owner == id && info.master.is_none())
 }
 
 /// Adds a gradient of a port with `consumers` consumers to its sum under the node's
@@ -844,5 +744,39 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "panic with a non-string payload".to_string()
+    }
+}
+
+impl Courier for Worker<'_, '_> {
+    fn tell_owners(&mut self) {
+        if self.setup.shared.mode != RunMode::Train {
+            return;
+        }
+        for &owner in &self.owners {
+            if owner == self.setup.id {
+                self.finished += 1;
+            } else if let Some(peer) = self.setup.peers.get(owner) {
+                let _ = peer.send(ToWorker::InstanceDone);
+            }
+        }
+    }
+
+    fn admit(&mut self, to: usize, env: Envelope) {
+        if to == self.setup.id {
+            // Joins the queues when they run dry, where the controller's admissions would.
+            self.admitted.push(env);
+        } else if let Some(peer) = self.setup.peers.get(to) {
+            let _ = peer.send(ToWorker::Work(env));
+        }
+    }
+
+    fn report_done(&mut self, instance: usize) {
+        // On the results channel, which wakes nobody: a wake-up of the controller's thread
+        // per instance would cost a context switch per instance.
+        let _ = self.setup.results.send(Report::Done { instance });
+    }
+
+    fn wake_controller(&mut self) {
+        let _ = self.setup.reports.send(Report::Wake);
     }
 }

@@ -68,9 +68,8 @@ pub fn linear_forward_rows_into(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], 
 /// multiple of it, and copies ("packs") it whole at every call otherwise; `matmul` splits
 /// the ragged columns off into a second call, and the Linear op's products of several rows
 /// run on copies of the weight whose rows are padded with zeros to [`padded`] widths,
-/// which the crate streams from aligned rows: `dx` for 300→750 at 8 rows runs at 86% of
-/// peak against 39% for the crate on `W` itself (`cargo bench -p amp-benches --bench
-/// gemm`), about 1.7× what the split alone gave.
+/// which the crate streams from aligned rows instead of packing them at every call
+/// (`cargo bench -p amp-benches --bench gemm` compares the paths).
 pub const PANEL: usize = 16;
 
 /// `n` rounded up to a multiple of [`PANEL`]: the row stride of a padded weight copy.
@@ -80,9 +79,9 @@ pub fn padded(n: usize) -> usize {
 
 /// [`linear_forward_into`] with the weight given transposed and padded, `wt = W^T: [inp,
 /// ld]` with `ld = padded(out)` and zeros past column `out` (see [`transpose`]), into `y:
-/// [rows, ld]`, whose columns past `out` come out zero. On several rows the GEMM runs
-/// 1.3–10× faster this way than on a transposed view of `W`, which the crate packs again
-/// at every call; on one row the view is as fast or faster.
+/// [rows, ld]`, whose columns past `out` come out zero. On several rows the GEMM streams
+/// this copy's aligned rows, where a transposed view of `W` would be packed again at every
+/// call; on one row packing costs nothing worth avoiding, and the view serves as well.
 pub fn linear_forward_t_into(x: &[f32], wt: &[f32], b: &[f32], y: &mut [f32], inp: usize, ld: usize) {
     let rows = x.len().checked_div(inp).unwrap_or(0);
     assert!(b.len() <= ld, "linear: the bias is longer than the rows ({ld})");
@@ -169,8 +168,8 @@ fn transpose_edges(
 }
 
 /// [`transpose`]'s 8 × 8 tiles with AVX shuffles (8 loads, 24 shuffles, 8 stores per
-/// tile), two tiles per column store: twice as fast as the scalar tiles, which compile to
-/// a load and a store per element (a 750 × 300 weight: 156 → 77 µs; a plain copy 27 µs).
+/// tile), two tiles per column store: the scalar tiles compile to a load and a store per
+/// element, these move whole vectors.
 #[cfg(target_arch = "x86_64")]
 struct Tiles8<'a> {
     simd: pulp::x86::V3,
@@ -287,12 +286,11 @@ pub fn linear_weight_grad(dy: &[f32], x: &[f32], dw: &mut [f32], inp: usize, out
 
 /// When [`linear_weight_grad`] adds its rows in one pass of its own over the weight: up to
 /// `OUTER_ROWS` rows always, up to `OUTER_ROWS_LARGE` on a weight of `OUTER_LARGE_WEIGHT`
-/// elements or more. Measured on a 256 → 256 weight (2026-11-24, µs per product): in
-/// cache the GEMM crate is faster from 4 rows on (4 rows 8 vs 12, 16 rows 17 vs 41); from
-/// memory, where a weight that sees a few rows between updates usually is (a 64-expert
-/// MoE's 32 MiB of weights), the one pass is faster at every count (1 row 28 vs 18, 8
-/// rows 36 vs 21, 16 rows 41 vs 29), and at 1-2 rows it is faster in cache too (7.4 vs
-/// 5.8).
+/// elements or more. The one pass reads the weight once and costs nothing to set up, so
+/// it wins at a row or two; with more rows the GEMM crate's blocking wins on a weight in
+/// cache, but a weight that sees only a few rows between updates (an expert of a large
+/// MoE) usually comes from memory, where the single pass stays ahead up to the larger
+/// limit (`cargo bench -p amp-benches --bench gemm` measures both sides of each limit).
 const OUTER_ROWS: usize = 2;
 const OUTER_ROWS_LARGE: usize = 16;
 const OUTER_LARGE_WEIGHT: usize = 1 << 16;
@@ -393,10 +391,9 @@ const SMALL_K: usize = 8;
 /// The indices of the `k` largest values (all of them when `k` exceeds the length),
 /// largest first, the lower index first among equals, NaN last.
 ///
-/// The `k` first are selected in linear time and only they are sorted (MoE's gate picks 2
-/// of 64 for every instance: a full sort was a fifth of its inference time); a small `k`
-/// keeps its `k` best in order in one pass (the selection's partitioning was 2% of MoE's
-/// training).
+/// The `k` first are selected in linear time and only they are sorted (a gate picks a few
+/// of many for every instance, so sorting them all would be wasted); a small `k` keeps
+/// its `k` best in order in one pass, cheaper than partitioning.
 pub fn top_k_order(x: &[f32], k: usize) -> Vec<usize> {
     let first = |a: &usize, b: &usize| larger_first(x[*a], x[*b]).then(a.cmp(b));
     if k <= SMALL_K && k < x.len() {

@@ -3,15 +3,15 @@
 //! every node.
 
 use crate::config::{ExecConfig, NodeSelector, Placement};
-use crate::error::ExecError;
-use crate::ops::{ChainSpec, FusedGroup};
+use crate::error::{ExecError, OpError};
 use amp_ir::{FieldId, Graph, Op, PayloadTy};
+use amp_jit::Kernel;
 use amp_params::ParamSet;
 use petgraph::visit::{EdgeRef, NodeIndexable};
 use std::sync::Arc;
 
 /// What a node runs: an op of the graph, a fusion group's kernel in place of the
-/// group's nodes, or a chain of routing nodes in place of them (see `crate::chain`).
+/// group's nodes, or a chain of routing nodes in place of them (see `crate::load::chain`).
 #[derive(Clone, Debug)]
 pub(crate) enum ExecOp {
     Ir(Op),
@@ -26,6 +26,61 @@ impl ExecOp {
             ExecOp::Fused(_) => "fused",
             ExecOp::Chain(_) => "chain",
         }
+    }
+}
+
+/// A fusion group as the executor runs it.
+#[derive(Debug)]
+pub(crate) struct FusedGroup {
+    pub kernel: Arc<Kernel>,
+    /// The graph nodes the group replaces: its ops in kernel order, then the splits it
+    /// absorbed (see `crate::load::fuse`).
+    pub members: Vec<u32>,
+    /// Per kernel input, where its row lies in the input ports' payloads.
+    pub slices: Vec<InputSlice>,
+    /// f32s per row of each input port.
+    pub port_widths: Vec<usize>,
+    /// Per output, the input port whose state the output's messages carry: the one reached
+    /// by following input port 0 back from the output node (the state a node-by-node run
+    /// would give it: unary, binary and split ops pass on their first input's state).
+    pub state_from: Vec<usize>,
+}
+
+/// Kernel input `i` reads its row at `offset` in input port `port`'s payload: the whole
+/// payload, or one part of an absorbed split's input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct InputSlice {
+    pub port: usize,
+    pub offset: usize,
+}
+
+/// Where a member's output port leads inside the chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// To the member with this index (on its input port 0).
+    Member(usize),
+    /// Out of the chain, on the chain's output port with this index.
+    Exit(u16),
+}
+
+/// The members of a chain, the root first, and how they are wired.
+#[derive(Debug)]
+pub(crate) struct ChainSpec {
+    /// The graph nodes, as they were before the composition.
+    pub members: Vec<NodeInfo>,
+    /// Per member, per output port: where a forward message leaving there goes.
+    pub next: Vec<Vec<Next>>,
+    /// Per member: the member feeding it and that member's output port (none for the
+    /// root, whose input ports are the chain's).
+    pub parent: Vec<Option<(usize, u16)>>,
+    /// Per output port of the chain: the member and its output port.
+    pub exits: Vec<(usize, u16)>,
+}
+
+impl ChainSpec {
+    /// The graph nodes the chain runs, root first.
+    pub fn member_indices(&self) -> Vec<u32> {
+        self.members.iter().map(|m| m.index).collect()
     }
 }
 
@@ -164,13 +219,13 @@ impl Program {
         let source = source.ok_or_else(|| ExecError::Unverified { errors: vec!["no source".into()] })?;
         place(&mut nodes, graph, config)?;
         if config.jit {
-            crate::fuse::fuse(&mut nodes, graph);
+            crate::load::fuse::fuse(&mut nodes, graph);
         }
         if config.chain_routes {
-            crate::chain::compose(&mut nodes);
+            crate::load::chain::compose(&mut nodes);
         }
         let mut groups = group_params(&mut nodes, params, config);
-        replicate(&mut nodes, &mut groups, config)?;
+        super::replicas::replicate(&mut nodes, &mut groups, config)?;
         let sinks: Vec<(u32, &str)> = nodes
             .iter()
             .flatten()
@@ -180,20 +235,7 @@ impl Program {
             })
             .collect();
         let main_sink = sinks.iter().find(|(_, name)| *name == "forward").or(sinks.first()).map(|(i, _)| *i);
-        let program =
-            Program { nodes, source, groups, workers: config.workers, state_len: graph.state.len(), main_sink };
-        program.check_ops(params)?;
-        Ok(program)
-    }
-
-    /// Builds every node's op once, so that a graph with an op this executor cannot run
-    /// yet is refused here rather than in the middle of a run.
-    fn check_ops(&self, params: &ParamSet) -> Result<(), ExecError> {
-        let access = crate::train::ParamAccess::Frozen { params, groups: &self.groups };
-        for node in self.nodes.iter().flatten() {
-            crate::ops::build(node, &access).map_err(|error| ExecError::at_node(node, crate::message::UNSET, error))?;
-        }
-        Ok(())
+        Ok(Program { nodes, source, groups, workers: config.workers, state_len: graph.state.len(), main_sink })
     }
 
     pub fn node(&self, index: u32) -> Option<&NodeInfo> {
@@ -349,76 +391,23 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
     groups
 }
 
-/// Adds the replicas `config.replicas` asks for (see `crate::replicas`): per replicated
-/// Ppt node, R - 1 copies with fresh indices, each with its own parameter group.
-fn replicate(
-    nodes: &mut Vec<Option<NodeInfo>>,
-    groups: &mut Vec<GroupInfo>,
-    config: &ExecConfig,
-) -> Result<(), ExecError> {
-    for (selector, count) in &config.replicas {
-        let chosen: Vec<u32> = nodes
-            .iter()
-            .flatten()
-            .filter(|n| n.replica_of.is_none() && n.replicas.is_empty())
-            .filter(|n| match selector {
-                NodeSelector::Id(id) => *id == n.index,
-                NodeSelector::Label(label) => *label == n.label,
-            })
-            .map(|n| n.index)
-            .collect();
-        if chosen.is_empty() {
-            let message = format!("no node to replicate is `{}`", selector_text(selector));
-            return Err(ExecError::Config { message });
+impl ExecError {
+    /// `error` of `node` (of the member that failed, for a chain) on `instance`.
+    pub(crate) fn at_node(node: &NodeInfo, instance: i64, error: OpError) -> ExecError {
+        let (node, error) = match (error, &node.op) {
+            (OpError::InChain { member, error }, ExecOp::Chain(spec)) => {
+                (spec.members.get(member).unwrap_or(node), *error)
+            }
+            (error, _) => (node, error),
+        };
+        ExecError::Node {
+            worker: node.worker,
+            node: node.index,
+            label: node.label.clone(),
+            op: node.op.keyword(),
+            source: node.source.as_str().into(),
+            instance,
+            error,
         }
-        for index in chosen {
-            let Some(original) = nodes.get(index as usize).and_then(Option::clone) else { continue };
-            let Some(master) = original.group else {
-                let message = format!(
-                    "%{index} ({}) has no parameters: only linear and embedding nodes have replicas",
-                    original.op.keyword()
-                );
-                return Err(ExecError::Config { message });
-            };
-            if *count < 2 {
-                continue;
-            }
-            let mut serving = vec![index];
-            for r in 1..*count {
-                let replica = nodes.len() as u32;
-                let group = groups.len();
-                let worker = (original.worker + r) % config.workers;
-                groups.push(GroupInfo {
-                    prefix: groups[master].prefix.clone(),
-                    tensors: groups[master].tensors.clone(),
-                    nodes: vec![replica],
-                    owner: worker,
-                    min_update_frequency: groups[master].min_update_frequency,
-                    master: Some(master),
-                    replica_groups: Vec::new(),
-                });
-                groups[master].replica_groups.push(group);
-                nodes.push(Some(NodeInfo {
-                    index: replica,
-                    group: Some(group),
-                    worker,
-                    replicas: Vec::new(),
-                    replica_of: Some(index),
-                    ..original.clone()
-                }));
-                serving.push(replica);
-            }
-            if let Some(node) = nodes.get_mut(index as usize).and_then(Option::as_mut) {
-                node.replicas = serving;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn selector_text(selector: &NodeSelector) -> String {
-    match selector {
-        NodeSelector::Id(id) => format!("%{id}"),
-        NodeSelector::Label(label) => label.clone(),
     }
 }

@@ -1,23 +1,30 @@
 //! The controller: runs on the calling thread, starts the workers, collects losses,
 //! outputs and the instances' ends, watches for stalls, and stops the workers at the end
 //! or at the first failure. The workers admit the instances (at most `max_active_keys` in
-//! flight) and tell the parameter owners of their ends themselves ([`Admission`]); in
-//! synchronous training across workers the controller holds each update boundary: it lets
-//! the workers admit up to it, and opens the next window once the instances before it
-//! finished and every owner confirmed its update.
+//! flight) and tell the parameter owners of their ends themselves; in synchronous training
+//! across workers the controller holds each update boundary ([`ControllerHold`]). The
+//! protocol is `sched::admission`'s.
 
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
-use crate::executor::Judgement;
-use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
+use crate::load::program::Program;
+use crate::message::UNSET;
 use crate::ops::{self, RunMode, RunShared};
-use crate::program::Program;
+use crate::sched::admission::{source_message, Admission, Boundaries, ControllerHold, Credits};
+use crate::sched::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crate::trace::TraceEvent;
-use crate::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// One cross-entropy loss report of an evaluation: the state of the message it judged
+/// (which frame, for a rolled-out network) and whether the logits' argmax hit the label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judgement {
+    pub state: Box<[i64]>,
+    pub correct: bool,
+}
 
 /// What a run produced, per instance.
 pub(crate) struct RunOutput {
@@ -81,131 +88,6 @@ pub trait Observer {
     fn trace(&mut self, _events: &[TraceEvent]) {}
 }
 
-/// Who holds admissions back at update boundaries (synchronous training only).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Boundaries {
-    /// None to hold (asynchronous training, inference, evaluation).
-    None,
-    /// Synchronous training with every node on one worker (`Program::on_one_worker`):
-    /// that worker, which owns every group (`Worker::admit_held` in `crate::worker`).
-    Worker,
-    /// Synchronous training across workers: the controller, which lets the workers admit
-    /// up to the next boundary (`Admission::limit`), then waits for every owner's word
-    /// that the update is applied before it opens the next window.
-    Controller,
-}
-
-/// Which instance is admitted next: the run's instances in order, each once, admitted by
-/// the workers. The source's worker admits the first `window` when it starts (with
-/// boundaries to hold, their holder admits each window), and the worker that finishes an
-/// instance admits the next one (one for each finished keeps the count in flight) and
-/// tells the groups' owners itself that an instance finished. No thread's timing then
-/// decides what one worker does: training on one worker gives the same result at every
-/// run, and one instance's end starts the next without waking another thread (the
-/// controller hears of the ends with the losses, woken for the last of a run or of a
-/// window).
-pub(crate) struct Admission {
-    next: AtomicUsize,
-    n: usize,
-    /// Instances below this may be admitted: `n`, or with `Boundaries::Controller` the
-    /// next update boundary (set by the controller).
-    limit: AtomicUsize,
-    /// A training loss was not finite: nothing more is admitted while the controller stops
-    /// the run (it reports the instance), so the parameters are those before it.
-    halted: AtomicBool,
-    /// Instances finished.
-    ended: AtomicUsize,
-    pub boundaries: Boundaries,
-    window: usize,
-}
-
-impl Admission {
-    fn new(n: usize, boundaries: Boundaries, window: usize) -> Admission {
-        let limit = if boundaries == Boundaries::Controller { 0 } else { n };
-        Admission {
-            next: AtomicUsize::new(0),
-            n,
-            limit: AtomicUsize::new(limit),
-            halted: AtomicBool::new(false),
-            ended: AtomicUsize::new(0),
-            boundaries,
-            window,
-        }
-    }
-
-    /// The most instances in flight at once (`max_active_keys`).
-    pub fn window(&self) -> usize {
-        self.window
-    }
-
-    /// The first window, for the source's worker to admit when it starts and no boundary
-    /// holds admissions back.
-    pub fn first_window(&self) -> impl Iterator<Item = usize> + '_ {
-        let count = if self.boundaries == Boundaries::None { self.window } else { 0 };
-        (0..count).map_while(|_| self.take())
-    }
-
-    /// The next instance, if any is left below the limit.
-    pub fn take(&self) -> Option<usize> {
-        if self.halted.load(Ordering::Acquire) {
-            return None;
-        }
-        let limit = self.limit.load(Ordering::Acquire);
-        self.next.fetch_update(Ordering::AcqRel, Ordering::Acquire, |i| (i < limit).then_some(i + 1)).ok()
-    }
-
-    /// The limit below which instances may be admitted.
-    fn limit(&self) -> usize {
-        self.limit.load(Ordering::Acquire)
-    }
-
-    /// Moves the limit (the controller, at an update boundary every instance before which
-    /// finished).
-    fn set_limit(&self, limit: usize) {
-        self.limit.store(limit.min(self.n), Ordering::Release);
-    }
-
-    /// Admits nothing more (a worker saw a training loss that is not finite).
-    pub fn halt(&self) {
-        self.halted.store(true, Ordering::Release);
-    }
-
-    /// Instances admitted so far (`0..admitted()`).
-    fn admitted(&self) -> usize {
-        self.next.load(Ordering::Acquire)
-    }
-
-    /// Counts an instance's end (reported on the results channel, before this call); true
-    /// for the run's last and for the last below the limit, whose worker then wakes the
-    /// controller. The limit moves only once the controller read every end below it.
-    pub fn ended(&self) -> bool {
-        let ended = self.ended.fetch_add(1, Ordering::AcqRel) + 1;
-        ended == self.n || ended == self.limit.load(Ordering::Acquire)
-    }
-}
-
-/// How many more instances may finish before one of the groups (each as its update
-/// interval and the instances it counted since its last update) must update: the least
-/// room left (at least 1), unbounded without groups. The one rule of a synchronous
-/// boundary, whether the controller or a worker holds it.
-pub(crate) fn room(groups: impl Iterator<Item = (u64, u64)>) -> usize {
-    let room = groups.map(|(interval, pending)| interval.saturating_sub(pending).max(1)).min();
-    room.map_or(usize::MAX, |r| usize::try_from(r).unwrap_or(usize::MAX))
-}
-
-/// The admission message of `instance` for the source node, and the source's worker; the
-/// instance's credit count starts at that one message.
-pub(crate) fn admission(program: &Program, credits: &[AtomicU32], instance: usize) -> (usize, Envelope) {
-    let mut state = vec![UNSET; program.state_len.max(1)];
-    state[0] = instance as i64;
-    if let Some(credit) = credits.get(instance) {
-        credit.store(1, Ordering::Release);
-    }
-    let msg = Msg::new(Payload::Unit, state.into_boxed_slice());
-    let env = Envelope { node: program.source, port: 0, dir: Dir::Forward, msg };
-    (program.source_worker(), env)
-}
-
 /// The observer hears of a run's progress at most this often (and once at its end).
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
@@ -221,7 +103,7 @@ pub(crate) fn run(
 ) -> Result<RunOutput, ExecError> {
     let n = shared.instances.len();
     let workers = program.workers;
-    let credits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+    let credits = Credits::new(n);
     let gauges: Vec<WorkerGauges> = (0..workers).map(|_| WorkerGauges::default()).collect();
     let mut ops: Vec<Vec<(u32, Box<dyn ops::NodeOp>)>> = (0..workers).map(|_| Vec::new()).collect();
     for node in program.nodes.iter().flatten() {
@@ -235,17 +117,9 @@ pub(crate) fn run(
     let (report_tx, report_rx) = unbounded::<Report>();
     // Losses, outputs and the instances' ends travel apart, on a channel nobody waits on:
     // the controller reads them whenever a report (or its watchdog's tick) wakes it, so
-    // sending one wakes no thread (two futex wakes per instance cost the worker 2% of its
-    // time).
+    // sending one wakes no thread (the worker would pay for a wake-up per instance).
     let (result_tx, result_rx) = unbounded::<Report>();
-    // Only synchronous training holds admissions at update boundaries: when the nodes are
-    // all on one worker, that worker does; across several, the controller, which waits
-    // for every owner's update.
-    let boundaries = match (shared.mode == RunMode::Train && config.sync_updates, program.on_one_worker()) {
-        (false, _) => Boundaries::None,
-        (true, true) => Boundaries::Worker,
-        (true, false) => Boundaries::Controller,
-    };
+    let boundaries = Boundaries::of_run(shared.mode == RunMode::Train && config.sync_updates, program);
     let admission = Admission::new(n, boundaries, config.max_active_keys);
     std::thread::scope(|scope| {
         for (id, (inbox, ops)) in receivers.into_iter().zip(ops).enumerate() {
@@ -284,7 +158,7 @@ pub(crate) fn run(
             credits: &credits,
             admission: &admission,
             gauges: &gauges,
-            pending: pending.to_vec(),
+            hold: ControllerHold::new(pending),
             output: RunOutput {
                 losses: vec![None; n],
                 correct: vec![None; n],
@@ -295,8 +169,6 @@ pub(crate) fn run(
             },
             stopped: 0,
             held: Vec::new(),
-            awaiting: 0,
-            confirm: Vec::new(),
             observer,
             progress: Progress::default(),
             done: 0,
@@ -344,20 +216,14 @@ struct Controller<'r, 'o> {
     reports: &'r Receiver<Report>,
     /// Losses and outputs (see `run`).
     results: &'r Receiver<Report>,
-    credits: &'r [AtomicU32],
+    credits: &'r Credits,
     admission: &'r Admission,
     gauges: &'r [WorkerGauges],
-    /// Instances each group counted since its last update (mirrors the owners' counts).
-    pending: Vec<u64>,
+    /// The boundaries of synchronous training across workers.
+    hold: ControllerHold,
     output: RunOutput,
     stopped: usize,
     held: Vec<(u32, usize)>,
-    /// Owners yet to confirm the update of a synchronous boundary: nothing is admitted
-    /// until they did, so that no node reads parameters (a replica's copy, a group shared
-    /// with another worker's node) before the update. `confirm`: the owners of the groups
-    /// that reached their update in the window.
-    awaiting: usize,
-    confirm: Vec<usize>,
     observer: Option<&'r mut (dyn Observer + 'o)>,
     progress: Progress,
     /// Instances finished, and those admitted and not yet finished as far as reports tell.
@@ -369,36 +235,22 @@ struct Controller<'r, 'o> {
 }
 
 impl Controller<'_, '_> {
-    /// How many instances may have been admitted before the next update must happen (in
-    /// synchronous training across workers, the only runs whose controller holds the
-    /// boundaries).
-    fn boundary(&self, done: usize) -> usize {
-        // Replicas' groups update with their masters.
-        let groups = self.program.groups.iter().zip(&self.pending).filter(|(g, _)| g.master.is_none());
-        done.saturating_add(room(groups.map(|(g, &p)| (g.min_update_frequency, p))))
-    }
-
-    /// Synchronous training across workers: once every instance below the limit finished
-    /// and every owner confirmed the update it owed there, moves the limit to the next
-    /// update boundary and admits the window's first `max_active_keys` (the workers admit
-    /// the rest, one for each that finishes).
+    /// Synchronous training across workers: opens the next window once every instance
+    /// below the limit finished and every owner confirmed the update it owed there (the
+    /// workers admit the rest of the window, one for each that finishes).
     fn open_window(&mut self) {
-        if self.admission.boundaries != Boundaries::Controller
-            || self.awaiting > 0
-            || self.done < self.admission.limit()
-        {
+        let opened: Vec<usize> = self.hold.open(self.program, self.admission, self.done).collect();
+        if opened.is_empty() {
             return;
         }
-        self.admission.set_limit(self.boundary(self.done));
-        for _ in 0..self.config.max_active_keys {
-            let Some(instance) = self.admission.take() else { break };
+        for instance in opened {
             self.admit(instance);
         }
         self.in_flight.catch_up(self.admission);
     }
 
     fn admit(&self, instance: usize) {
-        let (worker, env) = admission(self.program, self.credits, instance);
+        let (worker, env) = source_message(self.program, self.credits, instance);
         if let Some(tx) = self.senders.get(worker) {
             let _ = tx.send(ToWorker::Work(env));
         }
@@ -417,9 +269,7 @@ impl Controller<'_, '_> {
                     self.take_result(n, result)?;
                 }
                 Ok(Report::Wake) => {}
-                Ok(Report::Updated) => {
-                    self.awaiting = self.awaiting.saturating_sub(1);
-                }
+                Ok(Report::Updated) => self.hold.confirmed(),
                 Ok(Report::Failed(error)) => return Err(error),
                 Ok(Report::Stopped { worker, trace, held }) => {
                     // A worker only stops unasked when it failed, and it reports that first.
@@ -554,26 +404,9 @@ impl Controller<'_, '_> {
     /// the groups' counts (the worker that finished it told the owners), and at the
     /// boundary asks the owners of the groups that update there to confirm when they did.
     fn instance_done(&mut self) {
-        if self.admission.boundaries != Boundaries::Controller {
-            return;
-        }
-        for (p, g) in self.pending.iter_mut().zip(&self.program.groups) {
-            if g.master.is_some() {
-                continue;
-            }
-            *p += 1;
-            if *p >= g.min_update_frequency {
-                *p = 0;
-                if !self.confirm.contains(&g.owner) {
-                    self.confirm.push(g.owner);
-                }
-            }
-        }
-        if self.done == self.admission.limit() {
-            for owner in std::mem::take(&mut self.confirm) {
-                if self.senders.get(owner).is_some_and(|tx| tx.send(ToWorker::Confirm).is_ok()) {
-                    self.awaiting += 1;
-                }
+        for owner in self.hold.ended(self.program, self.admission, self.done) {
+            if self.senders.get(owner).is_some_and(|tx| tx.send(ToWorker::Confirm).is_ok()) {
+                self.hold.asked();
             }
         }
     }

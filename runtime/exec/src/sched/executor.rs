@@ -3,14 +3,14 @@
 //! evaluations, inference and single-instance gradients through the workers.
 
 use crate::config::ExecConfig;
-use crate::controller::{self, Observer, RunOutput};
 use crate::error::ExecError;
 use crate::instance::ExecInstance;
+use crate::load::program::Program;
+use crate::load::replicas::Routes;
+use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess};
 use crate::ops::{RunMode, RunShared};
-use crate::program::Program;
-use crate::replicas::Routes;
+use crate::sched::controller::{self, Judgement, Observer, RunOutput};
 use crate::trace::{write_chrome_trace, TraceEvent};
-use crate::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess};
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::sync::Mutex;
@@ -51,14 +51,6 @@ pub struct EvalStats {
     pub judgements: Vec<Vec<Judgement>>,
 }
 
-/// One cross-entropy loss report of an evaluation: the state of the message it judged
-/// (which frame, for a rolled-out network) and whether the logits' argmax hit the label.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Judgement {
-    pub state: Box<[i64]>,
-    pub correct: bool,
-}
-
 /// Runs one graph: training (asynchronous model-parallel, AMPNet style), evaluation and
 /// inference. Parameters live here between runs; during a run they are split among the
 /// Ppt nodes' groups.
@@ -81,6 +73,7 @@ impl Executor {
     /// parameters, names and shapes, and places the nodes on `config.workers` workers.
     pub fn new(graph: &Graph, params: ParamSet, config: ExecConfig) -> Result<Executor, ExecError> {
         let program = Program::new(graph, &params, &config)?;
+        check_ops(&program, &params)?;
         let grads = params.zeros_like();
         let optim = OptimState::new(&config.optimizer.kind, params.specs());
         let pending = vec![0; program.groups.len()];
@@ -140,7 +133,7 @@ impl Executor {
     /// runs as one kernel call. Fused nodes take indices past the graph's.
     pub fn fused_nodes(&self) -> Vec<(u32, Vec<u32>)> {
         self.composed_nodes(|op| match op {
-            crate::program::ExecOp::Fused(group) => Some(group.members.clone()),
+            crate::load::program::ExecOp::Fused(group) => Some(group.members.clone()),
             _ => None,
         })
     }
@@ -149,13 +142,16 @@ impl Executor {
     /// (its first node's) and the graph nodes it runs, that one first.
     pub fn chained_nodes(&self) -> Vec<(u32, Vec<u32>)> {
         self.composed_nodes(|op| match op {
-            crate::program::ExecOp::Chain(spec) => Some(spec.member_indices()),
+            crate::load::program::ExecOp::Chain(spec) => Some(spec.member_indices()),
             _ => None,
         })
     }
 
     /// Per node whose op `members` gives graph nodes for: its index and those nodes.
-    fn composed_nodes(&self, members: impl Fn(&crate::program::ExecOp) -> Option<Vec<u32>>) -> Vec<(u32, Vec<u32>)> {
+    fn composed_nodes(
+        &self,
+        members: impl Fn(&crate::load::program::ExecOp) -> Option<Vec<u32>>,
+    ) -> Vec<(u32, Vec<u32>)> {
         self.program.nodes.iter().flatten().filter_map(|n| members(&n.op).map(|m| (n.index, m))).collect()
     }
 
@@ -357,4 +353,15 @@ fn stats(
         instances_per_s,
         judgements,
     }
+}
+
+/// Builds every node's op once, so that a graph with an op this executor cannot run yet
+/// is refused when the executor is made rather than in the middle of a run. Done here,
+/// not in `Program::new`: the program (`load/`) knows nothing of the ops built on it.
+fn check_ops(program: &Program, params: &ParamSet) -> Result<(), ExecError> {
+    let access = ParamAccess::Frozen { params, groups: &program.groups };
+    for node in program.nodes.iter().flatten() {
+        crate::ops::build(node, &access).map_err(|error| ExecError::at_node(node, crate::message::UNSET, error))?;
+    }
+    Ok(())
 }

@@ -15,12 +15,14 @@ use pulp::{Arch, Simd, WithSimd};
 
 /// Weight rows per block of [`rows_times_wt`] (each row's dot products with a block of
 /// `X_BLOCK` input rows in registers: 4 × 4 accumulators, 8 loads for 16 FMAs; blocks of
-/// 2 and 1 rows take the rest). 4 × 2 was 10% slower at 8 to 32 rows (2026-11-24).
+/// 2 and 1 rows take the rest): 4 × 4 is the widest block whose accumulators and loads
+/// fit the vector registers, and each weight row loaded serves four input rows.
 const W_BLOCK: usize = 4;
 const X_BLOCK: usize = 4;
 /// Input gradient rows per block of [`rows_times_w`], and SIMD vectors per column strip
 /// (4 × 4 accumulators, 4 loads and 4 broadcasts for 16 FMAs; narrower blocks and strips
-/// take the rest). 4 × 2 reached 88 GFLOP/s on a 256→256 weight in cache, this 110.
+/// take the rest): the widest block that stays in registers, so each load of `W` feeds as
+/// many FMAs as it can.
 const DY_BLOCK: usize = 4;
 const STRIP: usize = 4;
 /// How far ahead of the rows in use the kernels ask for the weight's rows (software
@@ -194,8 +196,8 @@ impl Wide {
     /// Adds a block's dot products to `y` (`acc[j][k]` to `y[at[k] + j]`) when the block is
     /// 4 × 4 on AVX-512: the shuffle tree leaves row `k`'s four sums in quarter `k` of one
     /// vector, added to `y` four at a time. The accumulators come by value, so they stay in
-    /// registers (by reference they went through the stack: 32 stores per block, a third of
-    /// the kernel's time at 8 rows). False (nothing done) otherwise.
+    /// registers (by reference they would go through the stack, a store per accumulator per
+    /// block). False (nothing done) otherwise.
     #[inline(always)]
     fn add_block<S: Simd, const WB: usize, const XB: usize>(
         self,
@@ -252,8 +254,8 @@ impl Wide {
 /// Software prefetches on x86 (`prefetcht0` through `pulp`'s safe wrapper). A weight these
 /// kernels read once per batch comes from L3 or memory (a 64-expert MoE's weights are 32
 /// MiB, each read once per few hundred instances), and reading 4 rows at a time, or a
-/// strip of every row, the hardware prefetchers left the kernels waiting: from memory,
-/// 8 rows, the forward took 35.8 µs without hints and 23.1 with them.
+/// strip of every row, is an access pattern the hardware prefetchers do not follow, so
+/// without hints the kernels wait for memory.
 #[derive(Clone, Copy)]
 struct Hint(#[cfg(target_arch = "x86_64")] Option<pulp::x86::V3>);
 

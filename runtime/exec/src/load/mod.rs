@@ -1,0 +1,4 @@
+mod chain;
+mod fuse;
+pub(crate) mod program;
+pub(crate) mod replicas;

@@ -1,0 +1,517 @@
+//! Admission, update boundaries and credits: the life of one instance in a run, and the
+//! rules that keep training what it says (docs/ARCHITECTURE.md, invariants 10, 12, 13
+//! and 17 point here).
+//!
+//! One instance, from admission to its end:
+//!
+//! 1. **Admission.** The run's instances are admitted in order, each once
+//!    ([`Admission::take`]), at most `max_active_keys` in flight. An instance enters as one
+//!    message for the source node ([`source_message`]), which starts its credit count
+//!    at one. Who admits: without boundaries, the source's worker admits the first window when
+//!    it starts; after that, the worker at which an instance ends admits the next one (one
+//!    for each that ends keeps the count in flight), so no other thread's timing decides
+//!    what a worker does, and one worker's runs are deterministic.
+//! 2. **Credits** ([`Credits`], [`CreditNetting`]). Every message in flight holds one
+//!    credit of its instance, so the count is zero exactly when nothing of the instance is
+//!    left: in training, when the source got the backward messages of all its consumers;
+//!    in inference, when every forward message reached a sink, a loss or a dropped port.
+//!    The count never reaches zero while a message is in flight: a message for another
+//!    worker takes its credit before it is sent ([`Credits::take`]); the credits of
+//!    messages a worker queues for itself are netted against those of the batch it
+//!    consumed, and the net change is applied at once, before the worker takes its next
+//!    batch ([`CreditNetting::settle`]): no other thread can see those messages before, so
+//!    a node passing one message on costs no atomic operation.
+//! 3. **The end** ([`Admission::instance_ended`], at the worker that gave back the last
+//!    credit), in this order: the parameter groups' owners count the instance (the worker
+//!    itself at once, others by an `InstanceDone` in their inbox); the next instance is
+//!    admitted (below the limit, see 4); the end goes to the controller on the results
+//!    channel, after the instance's losses and outputs (sent while the message that
+//!    produced them still held a credit), and then it is counted
+//!    ([`Admission::count_end`]): the end that completes a run, or a window the controller
+//!    holds, wakes the controller. The controller drains the results channel after every
+//!    report and at every watchdog tick, so once the last end woke it every instance's
+//!    losses, outputs and end are in.
+//! 4. **Update boundaries.** A group updates once it counted `min_update_frequency`
+//!    finished instances since its last update, with the mean of the gradients
+//!    accumulated meanwhile. An owner counts every instance it heard of in one drain of its
+//!    inbox, or finished in one step of its own, before any of its groups updates:
+//!    instances batched through the same nodes finish together, their gradients are in the
+//!    accumulators together, and the update averages over all of them
+//!    (`Worker::update_due`). Asynchronous training, evaluation, inference and gradients
+//!    stop at no boundary ([`Boundaries::Free`]). Synchronous training
+//!    ([`Boundaries::Held`]) admits in windows: instances below the limit only; once every
+//!    instance below it ended and the updates owed there are applied, the holder moves the
+//!    limit to the next boundary ([`room`]: as many as may finish before some group must
+//!    update) and admits the window's first `max_active_keys` ([`Admission::open_window`]);
+//!    each end below the limit admits one more, as without boundaries. So no instance runs
+//!    on parameters older than the last boundary's update: training is minibatch SGD
+//!    whatever the workers. The holder is the one thread that knows when the updates are
+//!    applied ([`Holder`]): with every node on one worker, that worker, right after its own
+//!    updates ([`Admission::open_held_window`]); across workers, the controller
+//!    ([`ControllerHold`]), which mirrors the groups' counts from the ends it reads, asks
+//!    the owners of the groups that reached their update to confirm it (a `Confirm` that
+//!    finds, ahead of it in each owner's inbox, the `InstanceDone` of every instance
+//!    before the boundary, since the worker that finished an instance told the owners
+//!    before the controller), and opens the next window when all answered.
+//! 5. **Halting.** A training loss that is not finite halts admission ([`Admission::halt`])
+//!    and wakes the controller, which reports the instance: the parameters are those of the
+//!    last update.
+
+use crate::load::program::{GroupInfo, Program};
+use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
+use crate::ops::train::ParamAccess;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+
+/// Whether admissions stop at update boundaries, and who opens the next window.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Boundaries {
+    /// No boundary: asynchronous training, evaluation, inference, gradients.
+    Free,
+    /// Synchronous training: admitted in windows between update boundaries.
+    Held(Holder),
+}
+
+/// Who opens the next window at a synchronous update boundary: the one thread that knows
+/// the updates owed there are applied.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Holder {
+    /// Every node on one worker (`Program::on_one_worker`): that worker owns every group
+    /// and applies the updates itself, then opens the window.
+    SourceWorker,
+    /// Nodes on several workers: the controller, once every owner confirmed.
+    Controller,
+}
+
+impl Boundaries {
+    /// The boundaries of a run: held only in synchronous training.
+    pub fn of_run(synchronous_training: bool, program: &Program) -> Boundaries {
+        match (synchronous_training, program.on_one_worker()) {
+            (false, _) => Boundaries::Free,
+            (true, true) => Boundaries::Held(Holder::SourceWorker),
+            (true, false) => Boundaries::Held(Holder::Controller),
+        }
+    }
+}
+
+/// Which instance is admitted next, and how many ended: shared by the controller and
+/// every worker of a run.
+pub(crate) struct Admission {
+    next: AtomicUsize,
+    n: usize,
+    /// Instances below this may be admitted: `n` without boundaries, else the next update
+    /// boundary (moved by the holder).
+    limit: AtomicUsize,
+    /// A training loss was not finite: nothing more is admitted while the controller stops
+    /// the run.
+    halted: AtomicBool,
+    /// Instances ended (counted after their end was reported).
+    ended: AtomicUsize,
+    pub boundaries: Boundaries,
+    /// The most instances in flight at once (`max_active_keys`).
+    window: usize,
+}
+
+impl Admission {
+    pub fn new(n: usize, boundaries: Boundaries, window: usize) -> Admission {
+        // With boundaries held, nothing is admitted before the holder opens the first window.
+        let limit = if boundaries == Boundaries::Free { n } else { 0 };
+        Admission {
+            next: AtomicUsize::new(0),
+            n,
+            limit: AtomicUsize::new(limit),
+            halted: AtomicBool::new(false),
+            ended: AtomicUsize::new(0),
+            boundaries,
+            window,
+        }
+    }
+
+    /// The first window, for the source's worker to admit when it starts and no boundary
+    /// holds admissions back (a holder opens its first window itself).
+    pub fn first_window(&self) -> impl Iterator<Item = usize> + '_ {
+        let count = if self.boundaries == Boundaries::Free { self.window } else { 0 };
+        (0..count).map_while(|_| self.take())
+    }
+
+    /// The next instance, if any is left below the limit and admission is not halted.
+    pub fn take(&self) -> Option<usize> {
+        if self.halted.load(Ordering::Acquire) {
+            return None;
+        }
+        let limit = self.limit.load(Ordering::Acquire);
+        self.next.fetch_update(Ordering::AcqRel, Ordering::Acquire, |i| (i < limit).then_some(i + 1)).ok()
+    }
+
+    /// The limit below which instances may be admitted.
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Instances admitted so far (`0..admitted()`).
+    pub fn admitted(&self) -> usize {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// Admits nothing more (a worker saw a training loss that is not finite).
+    pub fn halt(&self) {
+        self.halted.store(true, Ordering::Release);
+    }
+
+    /// The holder of the boundaries, once the `ended` instances are every one below the
+    /// limit and the updates owed there are applied: moves the limit `room` instances
+    /// further (never past the run) and admits the new window's first `max_active_keys`.
+    pub fn open_window(&self, ended: usize, room: usize) -> impl Iterator<Item = usize> + '_ {
+        self.limit.store(ended.saturating_add(room).min(self.n), Ordering::Release);
+        (0..self.window).map_while(|_| self.take())
+    }
+
+    /// The source's worker holding the boundaries ([`Holder::SourceWorker`]), after the
+    /// updates of what it counted so far: when every instance below the limit ended, the
+    /// next window, up to the next boundary of the groups it owns (`finished`: instances
+    /// ended and not yet added to those groups' counts). Nothing otherwise.
+    pub fn open_held_window<'s>(
+        &'s self,
+        worker: usize,
+        program: &Program,
+        params: &ParamAccess,
+        finished: u64,
+    ) -> impl Iterator<Item = usize> + 's {
+        // Only the holder reads the counts (this runs after every batch of every worker).
+        let holds = self.boundaries == Boundaries::Held(Holder::SourceWorker) && program.source_worker() == worker;
+        // Only this worker ends instances, so the shared count is its own.
+        let ended = if holds { self.ended.load(Ordering::Acquire) } else { 0 };
+        let open = holds && ended >= self.limit();
+        let room = if open {
+            room(
+                owned_masters(program, worker)
+                    .filter_map(|(g, info)| Some((info.min_update_frequency, params.live(g)?.pending + finished))),
+            )
+        } else {
+            0
+        };
+        open.then(|| self.open_window(ended, room)).into_iter().flatten()
+    }
+
+    /// Instance `instance` ended at a worker (its last credit came back there): the steps
+    /// of its end, in their order (see the module doc, 3).
+    pub fn instance_ended(&self, instance: usize, program: &Program, credits: &Credits, worker: &mut impl Courier) {
+        worker.tell_owners();
+        if let Some(next) = self.take() {
+            let (to, env) = source_message(program, credits, next);
+            worker.admit(to, env);
+        }
+        worker.report_done(instance);
+        if self.count_end() {
+            worker.wake_controller();
+        }
+    }
+
+    /// Counts an instance's end (reported on the results channel, before this call); true
+    /// for the run's last and, when the controller holds the boundaries, for the last below
+    /// the limit: the ends the controller must wake for. The limit moves only once the
+    /// holder saw every end below it.
+    pub fn count_end(&self) -> bool {
+        let ended = self.ended.fetch_add(1, Ordering::AcqRel) + 1;
+        ended == self.n
+            || (self.boundaries == Boundaries::Held(Holder::Controller) && ended == self.limit.load(Ordering::Acquire))
+    }
+}
+
+/// What a worker does for [`Admission::instance_ended`]: the admission decides, the worker
+/// delivers.
+pub(crate) trait Courier {
+    /// Training: the owners of the parameter groups count one more finished instance (the
+    /// worker itself at once, others by a word in their inbox).
+    fn tell_owners(&mut self);
+    /// An admission message for worker `to`'s source.
+    fn admit(&mut self, to: usize, env: Envelope);
+    /// The instance's end, on the results channel.
+    fn report_done(&mut self, instance: usize);
+    /// Wakes the controller to read the results channel.
+    fn wake_controller(&mut self);
+}
+
+/// How many more instances may finish before one of the groups (each as its update
+/// interval and the instances it counted since its last update) must update: the least
+/// room left (at least 1), unbounded without groups. The one rule of a synchronous
+/// boundary, whichever thread holds it.
+pub(crate) fn room(groups: impl Iterator<Item = (u64, u64)>) -> usize {
+    let room = groups.map(|(interval, pending)| interval.saturating_sub(pending).max(1)).min();
+    room.map_or(usize::MAX, |r| usize::try_from(r).unwrap_or(usize::MAX))
+}
+
+/// The parameter groups worker `id` counts instances for and updates: those it owns that
+/// are no replica (a replica's group updates with its master).
+pub(crate) fn owned_masters(program: &Program, id: usize) -> impl Iterator<Item = (usize, &GroupInfo)> {
+    program.groups.iter().enumerate().filter(move |(_, info)| info.owner == id && info.master.is_none())
+}
+
+/// The admission message of `instance` for the source node, and the source's worker; the
+/// instance's credit count starts at that one message.
+pub(crate) fn source_message(program: &Program, credits: &Credits, instance: usize) -> (usize, Envelope) {
+    let mut state = vec![UNSET; program.state_len.max(1)];
+    state[0] = instance as i64;
+    credits.start(instance);
+    let msg = Msg::new(Payload::Unit, state.into_boxed_slice());
+    let env = Envelope { node: program.source, port: 0, dir: Dir::Forward, msg };
+    (program.source_worker(), env)
+}
+
+/// Per instance of a run, the messages of it in flight.
+pub(crate) struct Credits {
+    counts: Vec<AtomicU32>,
+}
+
+impl Credits {
+    pub fn new(instances: usize) -> Credits {
+        Credits { counts: (0..instances).map(|_| AtomicU32::new(0)).collect() }
+    }
+
+    /// The admission message's credit.
+    fn start(&self, instance: usize) {
+        if let Some(count) = self.counts.get(instance) {
+            count.store(1, Ordering::Release);
+        }
+    }
+
+    /// A message of `instance` leaves for another worker: its credit is taken before it is
+    /// sent, so the count cannot reach zero while it travels.
+    pub fn take(&self, instance: usize) {
+        if let Some(count) = self.counts.get(instance) {
+            count.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// One worker's credits of the batch it is handling: per instance, the messages it queued
+/// for itself less those of the batch it consumed.
+#[derive(Default)]
+pub(crate) struct CreditNetting {
+    deltas: Vec<(usize, i64)>,
+}
+
+impl CreditNetting {
+    /// Notes `delta` credits of `instance` (+1 per message queued here, -1 per message of
+    /// the batch).
+    pub fn add(&mut self, instance: usize, delta: i64) {
+        match self.deltas.iter_mut().rev().find(|(j, _)| *j == instance) {
+            Some((_, d)) => *d += delta,
+            None => self.deltas.push((instance, delta)),
+        }
+    }
+
+    /// Applies each instance's net change at once (so its count passes through no value
+    /// that adding first and releasing after would not), and calls `ended` for each
+    /// instance whose last credit this gave back.
+    pub fn settle(&mut self, credits: &Credits, mut ended: impl FnMut(usize)) {
+        for (i, delta) in self.deltas.drain(..) {
+            let Some(count) = credits.counts.get(i) else { continue };
+            let change = u32::try_from(delta.unsigned_abs()).unwrap_or(u32::MAX);
+            if delta > 0 {
+                count.fetch_add(change, Ordering::AcqRel);
+            } else if delta < 0 && count.fetch_sub(change, Ordering::AcqRel) == change {
+                ended(i);
+            }
+        }
+    }
+}
+
+/// The controller's side of boundaries it holds ([`Holder::Controller`]): a mirror of the
+/// groups' counts, kept from the ends it reads (the workers that finished the instances
+/// told the owners themselves), and the owners' confirmations it waits for.
+pub(crate) struct ControllerHold {
+    /// Per group, instances counted since its last update (as its owner counts them).
+    pending: Vec<u64>,
+    /// Owners of the groups that reached their update in the current window.
+    confirm: Vec<usize>,
+    /// Owners asked to confirm that have not yet answered: nothing is admitted until they
+    /// did, so that no node reads parameters (a replica's copy, a group shared with another
+    /// worker's node) before the update.
+    awaiting: usize,
+}
+
+impl ControllerHold {
+    /// `pending`: the groups' counts carried over from the last run.
+    pub fn new(pending: &[u64]) -> ControllerHold {
+        ControllerHold { pending: pending.to_vec(), confirm: Vec::new(), awaiting: 0 }
+    }
+
+    /// The controller read the end of an instance, the `done`-th of the run: counts it in
+    /// the mirror and, at the boundary, the owners to ask for a confirmation (each then
+    /// passed to [`ControllerHold::asked`] once the question is sent).
+    pub fn ended(&mut self, program: &Program, admission: &Admission, done: usize) -> Vec<usize> {
+        if admission.boundaries != Boundaries::Held(Holder::Controller) {
+            return Vec::new();
+        }
+        for (p, g) in self.pending.iter_mut().zip(&program.groups) {
+            if g.master.is_some() {
+                continue;
+            }
+            *p += 1;
+            if *p >= g.min_update_frequency {
+                *p = 0;
+                if !self.confirm.contains(&g.owner) {
+                    self.confirm.push(g.owner);
+                }
+            }
+        }
+        if done == admission.limit() {
+            std::mem::take(&mut self.confirm)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// An owner was asked to confirm its updates.
+    pub fn asked(&mut self) {
+        self.awaiting += 1;
+    }
+
+    /// An owner confirmed.
+    pub fn confirmed(&mut self) {
+        self.awaiting = self.awaiting.saturating_sub(1);
+    }
+
+    /// Once every instance below the limit ended (`done` of them read) and every owner
+    /// confirmed, the next window (see [`Admission::open_window`]); nothing otherwise.
+    pub fn open<'a>(
+        &self,
+        program: &Program,
+        admission: &'a Admission,
+        done: usize,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let open = admission.boundaries == Boundaries::Held(Holder::Controller)
+            && self.awaiting == 0
+            && done >= admission.limit();
+        // Replicas' groups update with their masters.
+        let groups = program.groups.iter().zip(&self.pending).filter(|(g, _)| g.master.is_none());
+        let room = if open { room(groups.map(|(g, &p)| (g.min_update_frequency, p))) } else { 0 };
+        open.then(|| admission.open_window(done, room)).into_iter().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The boundary rule: at least 1 (a run always moves), no more than any group's
+        /// room left, and exactly the least of them.
+        #[test]
+        fn room_is_the_least_room_left(groups in proptest::collection::vec((1u64..20, 0u64..25), 0..6)) {
+            let r = room(groups.iter().copied());
+            if groups.is_empty() {
+                prop_assert_eq!(r, usize::MAX);
+            } else {
+                prop_assert!(r >= 1);
+                let least = groups.iter().map(|&(k, p)| k.saturating_sub(p).max(1)).min().unwrap_or(1);
+                prop_assert_eq!(r as u64, least);
+            }
+        }
+
+        /// A run with boundaries held: instances are admitted in order, each once, never
+        /// more than the window in flight, never one past a boundary before every instance
+        /// before it ended; with the controller holding, `count_end` asks for a wake-up at
+        /// each boundary and at the run's end, and only there.
+        #[test]
+        fn windows_never_cross_a_boundary(
+            n in 0usize..40,
+            window in 1usize..6,
+            interval in 1u64..7,
+            controller in any::<bool>(),
+            picks in proptest::collection::vec(any::<prop::sample::Index>(), 0..200),
+        ) {
+            let holder = if controller { Holder::Controller } else { Holder::SourceWorker };
+            let admission = Admission::new(n, Boundaries::Held(holder), window);
+            prop_assert_eq!(admission.first_window().count(), 0);
+            // One group of the given interval, counted as the holder counts it.
+            let mut pending = 0u64;
+            let mut in_flight: Vec<usize> = Vec::new();
+            let mut admitted = Vec::new();
+            let mut ended = 0usize;
+            let mut boundary = 0usize;
+            let mut picks = picks.into_iter();
+            loop {
+                if ended >= admission.limit() {
+                    let r = room(std::iter::once((interval, pending)));
+                    let before = admission.limit();
+                    let opened: Vec<usize> = admission.open_window(ended, r).collect();
+                    prop_assert!(admission.limit() > before || admission.limit() == n);
+                    boundary = admission.limit();
+                    for i in opened {
+                        admitted.push(i);
+                        in_flight.push(i);
+                    }
+                }
+                if in_flight.is_empty() {
+                    break;
+                }
+                prop_assert!(in_flight.len() <= window);
+                prop_assert!(in_flight.iter().all(|&i| i < boundary));
+                // Some instance in flight ends (any order), and admits the next.
+                let at = picks.next().map_or(0, |p| p.index(in_flight.len()));
+                in_flight.swap_remove(at);
+                pending += 1;
+                if pending >= interval {
+                    pending = 0;
+                }
+                if let Some(next) = admission.take() {
+                    prop_assert!(next < boundary);
+                    admitted.push(next);
+                    in_flight.push(next);
+                }
+                ended += 1;
+                let wake = admission.count_end();
+                let expected = ended == n || (controller && ended == admission.limit());
+                prop_assert_eq!(wake, expected);
+            }
+            prop_assert_eq!(admitted, (0..n).collect::<Vec<_>>());
+            prop_assert_eq!(ended, n);
+        }
+
+        /// Credit netting: an instance's messages, handled in batches at one worker, some
+        /// passing on messages it queues for itself and some sending to another worker
+        /// (which returns them later); its count reaches zero once, exactly when the last
+        /// message is consumed, never before.
+        #[test]
+        fn credits_reach_zero_once_at_the_last_message(
+            steps in proptest::collection::vec((0usize..3, 0usize..3, 1usize..4), 1..60),
+        ) {
+            let credits = Credits::new(1);
+            credits.start(0);
+            let mut netting = CreditNetting::default();
+            // Messages queued here, and sent away (in flight on the other worker).
+            let (mut local, mut remote) = (1usize, 0usize);
+            let mut ends = 0;
+            for (queue_here, send_away, batch) in steps {
+                if local == 0 && remote == 0 {
+                    break;
+                }
+                if local == 0 {
+                    // The other worker sends one back: its credit moves with it.
+                    remote -= 1;
+                    local += 1;
+                    continue;
+                }
+                let consumed = batch.min(local);
+                local -= consumed;
+                for _ in 0..consumed {
+                    netting.add(0, -1);
+                }
+                for _ in 0..queue_here {
+                    netting.add(0, 1);
+                    local += 1;
+                }
+                for _ in 0..send_away {
+                    credits.take(0);
+                    remote += 1;
+                }
+                netting.settle(&credits, |_| ends += 1);
+                let live = local + remote;
+                prop_assert_eq!(credits.counts[0].load(Ordering::Acquire) as usize, live);
+                prop_assert_eq!(ends, usize::from(live == 0));
+            }
+        }
+    }
+}
