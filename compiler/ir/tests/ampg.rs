@@ -363,10 +363,9 @@ proptest! {
 /// const scalar (`{"ScalarBits": ...}`), both hold every op kind the examples lower to.
 #[test]
 fn files_of_the_previous_writer_read_and_write_back_identically() {
-    for (name, bytes) in [
-        ("ggsnn", &include_bytes!("data/ggsnn.ampg")[..]),
-        ("tree_lstm", &include_bytes!("data/tree_lstm.ampg")[..]),
-    ] {
+    for (name, bytes) in
+        [("ggsnn", &include_bytes!("data/ggsnn.ampg")[..]), ("tree_lstm", &include_bytes!("data/tree_lstm.ampg")[..])]
+    {
         let (graph, plan) = read(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(graph.nodes.node_count() > 10, "{name}");
         assert_eq!(write(&graph, plan.as_ref()), bytes, "{name}");

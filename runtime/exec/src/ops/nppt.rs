@@ -6,6 +6,7 @@ use crate::error::OpError;
 use crate::kernels;
 use crate::message::{Msg, Payload};
 use crate::program::NodeInfo;
+use amp_ir::vocab::BINARY;
 use amp_ir::{BinaryFn, PayloadTy, UnaryFn};
 
 /// `f(x)`, caching input and output (shared, not copied) for the backward.
@@ -27,26 +28,15 @@ impl UnaryOp {
 
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         match self.f {
-            // As PyTorch: NaN stays NaN (so a bad value reaches the loss and is reported).
-            UnaryFn::Relu => x.iter().map(|&v| if v < 0.0 { 0.0 } else { v }).collect(),
-            UnaryFn::Sigmoid => x.iter().map(|&v| 1.0 / (1.0 + (-v).exp())).collect(),
-            UnaryFn::Tanh => x.iter().map(|v| v.tanh()).collect(),
-            UnaryFn::Exp => x.iter().map(|v| v.exp()).collect(),
-            UnaryFn::Log => x.iter().map(|v| v.ln()).collect(),
-            UnaryFn::Neg => x.iter().map(|v| -v).collect(),
             UnaryFn::Softmax => kernels::softmax_rows(x, self.width),
             UnaryFn::LogSoftmax => kernels::log_softmax_rows(x, self.width),
+            // Every other function is elementwise: the vocabulary's scalar function.
+            f => f.forward_elements(x).unwrap_or_default(),
         }
     }
 
     fn gradient(&self, x: &[f32], y: &[f32], dy: &[f32]) -> Vec<f32> {
         match self.f {
-            UnaryFn::Relu => each(x, y, dy, |x, _, g| if x > 0.0 { g } else { 0.0 }),
-            UnaryFn::Sigmoid => each(x, y, dy, |_, y, g| g * y * (1.0 - y)),
-            UnaryFn::Tanh => each(x, y, dy, |_, y, g| g * (1.0 - y * y)),
-            UnaryFn::Exp => each(x, y, dy, |_, y, g| g * y),
-            UnaryFn::Log => each(x, y, dy, |x, _, g| g / x),
-            UnaryFn::Neg => each(x, y, dy, |_, _, g| -g),
             UnaryFn::Softmax => {
                 // dx = y * (dy - <dy, y>) per row.
                 let mut dx = Vec::with_capacity(y.len());
@@ -65,6 +55,7 @@ impl UnaryOp {
                 }
                 dx
             }
+            f => f.backward_elements(x, y, dy).unwrap_or_default(),
         }
     }
 }
@@ -92,14 +83,6 @@ impl NodeOp for UnaryOp {
     fn held(&self) -> usize {
         self.cache.len()
     }
-}
-
-/// `f(x, y, dy)` of each element: one loop per function, which the compiler vectorises
-/// (through a `&dyn Fn`, a call per element, the MLP's relu backward took 6.5 µs a
-/// step of ~15 messages 128 wide; this loop 2.5).
-#[inline]
-fn each(x: &[f32], y: &[f32], dy: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> Vec<f32> {
-    x.iter().zip(y).zip(dy).map(|((&x, &y), &g)| f(x, y, g)).collect()
 }
 
 /// Which operand, if any, is a scalar broadcast over the other.
@@ -132,11 +115,13 @@ impl BinaryOp {
 
     /// `a op b` elementwise, a scalar operand repeated.
     fn apply(&self, a: &[f32], b: &[f32]) -> Vec<f32> {
+        // One arm per function with its table entry a constant, so each loop inlines it
+        // and vectorises (see `amp_ir::vocab`).
         match self.f {
-            BinaryFn::Add => map2(self.broadcast, a, b, |x, y| x + y),
-            BinaryFn::Sub => map2(self.broadcast, a, b, |x, y| x - y),
-            BinaryFn::Mul => map2(self.broadcast, a, b, |x, y| x * y),
-            BinaryFn::Div => map2(self.broadcast, a, b, |x, y| x / y),
+            BinaryFn::Add => map2(self.broadcast, a, b, const { BINARY[BinaryFn::Add as usize].scalar.forward }),
+            BinaryFn::Sub => map2(self.broadcast, a, b, const { BINARY[BinaryFn::Sub as usize].scalar.forward }),
+            BinaryFn::Mul => map2(self.broadcast, a, b, const { BINARY[BinaryFn::Mul as usize].scalar.forward }),
+            BinaryFn::Div => map2(self.broadcast, a, b, const { BINARY[BinaryFn::Div as usize].scalar.forward }),
         }
     }
 
@@ -144,17 +129,26 @@ impl BinaryOp {
     /// elements it was repeated for.
     fn gradients(&self, a: &[f32], b: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>) {
         match self.f {
-            BinaryFn::Add => partials(self.broadcast, a, b, dy, |_, _, g| (g, g)),
-            BinaryFn::Sub => partials(self.broadcast, a, b, dy, |_, _, g| (g, -g)),
-            BinaryFn::Mul => partials(self.broadcast, a, b, dy, |x, y, g| (g * y, g * x)),
-            BinaryFn::Div => partials(self.broadcast, a, b, dy, |x, y, g| (g / y, -g * x / (y * y))),
+            BinaryFn::Add => {
+                partials(self.broadcast, a, b, dy, const { BINARY[BinaryFn::Add as usize].scalar.backward })
+            }
+            BinaryFn::Sub => {
+                partials(self.broadcast, a, b, dy, const { BINARY[BinaryFn::Sub as usize].scalar.backward })
+            }
+            BinaryFn::Mul => {
+                partials(self.broadcast, a, b, dy, const { BINARY[BinaryFn::Mul as usize].scalar.backward })
+            }
+            BinaryFn::Div => {
+                partials(self.broadcast, a, b, dy, const { BINARY[BinaryFn::Div as usize].scalar.backward })
+            }
         }
     }
 }
 
 /// `op` over the pairs of `a` and `b` (as many as the shorter has, a scalar repeated): one
-/// loop per operator and broadcast, which the compiler vectorises.
-#[inline]
+/// loop per operator and broadcast, which the compiler vectorises (always inlined, so each
+/// caller's constant `op` is inlined into its loop).
+#[inline(always)]
 fn map2(broadcast: Broadcast, a: &[f32], b: &[f32], op: impl Fn(f32, f32) -> f32) -> Vec<f32> {
     match broadcast {
         Broadcast::Lhs => {
@@ -172,7 +166,7 @@ fn map2(broadcast: Broadcast, a: &[f32], b: &[f32], op: impl Fn(f32, f32) -> f32
 /// `(da, db)` shaped like `a` and `b` from the partials `(∂/∂x, ∂/∂y) · g` of each pair of
 /// [`map2`] and its `dy` (pairs past `dy` contribute nothing); a scalar operand sums its
 /// partials in element order.
-#[inline]
+#[inline(always)]
 fn partials(
     broadcast: Broadcast,
     a: &[f32],
