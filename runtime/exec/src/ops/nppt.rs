@@ -6,7 +6,7 @@ use crate::error::OpError;
 use crate::kernels;
 use crate::message::{Msg, Payload};
 use crate::program::NodeInfo;
-use amp_ir::vocab::BINARY;
+use amp_ir::vocab::BinaryKernel;
 use amp_ir::{BinaryFn, PayloadTy, UnaryFn};
 
 /// `f(x)`, caching input and output (shared, not copied) for the backward.
@@ -115,40 +115,52 @@ impl BinaryOp {
 
     /// `a op b` elementwise, a scalar operand repeated.
     fn apply(&self, a: &[f32], b: &[f32]) -> Vec<f32> {
-        // One arm per function with its table entry a constant, so each loop inlines it
-        // and vectorises (see `amp_ir::vocab`).
-        match self.f {
-            BinaryFn::Add => map2(self.broadcast, a, b, const { BINARY[BinaryFn::Add as usize].scalar.forward }),
-            BinaryFn::Sub => map2(self.broadcast, a, b, const { BINARY[BinaryFn::Sub as usize].scalar.forward }),
-            BinaryFn::Mul => map2(self.broadcast, a, b, const { BINARY[BinaryFn::Mul as usize].scalar.forward }),
-            BinaryFn::Div => map2(self.broadcast, a, b, const { BINARY[BinaryFn::Div as usize].scalar.forward }),
-        }
+        self.f.with_scalar(Apply { broadcast: self.broadcast, a, b })
     }
 
     /// The gradients of both operands from `dy`; a scalar operand's is the sum over the
     /// elements it was repeated for.
     fn gradients(&self, a: &[f32], b: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>) {
-        match self.f {
-            BinaryFn::Add => {
-                partials(self.broadcast, a, b, dy, const { BINARY[BinaryFn::Add as usize].scalar.backward })
-            }
-            BinaryFn::Sub => {
-                partials(self.broadcast, a, b, dy, const { BINARY[BinaryFn::Sub as usize].scalar.backward })
-            }
-            BinaryFn::Mul => {
-                partials(self.broadcast, a, b, dy, const { BINARY[BinaryFn::Mul as usize].scalar.backward })
-            }
-            BinaryFn::Div => {
-                partials(self.broadcast, a, b, dy, const { BINARY[BinaryFn::Div as usize].scalar.backward })
-            }
-        }
+        self.f.with_scalar(Gradients { broadcast: self.broadcast, a, b, dy })
+    }
+}
+
+/// [`map2`] with a binary function of the vocabulary (one loop per function).
+struct Apply<'a> {
+    broadcast: Broadcast,
+    a: &'a [f32],
+    b: &'a [f32],
+}
+
+impl BinaryKernel for Apply<'_> {
+    type Output = Vec<f32>;
+    fn run(self, forward: impl Fn(f32, f32) -> f32 + Copy, _: impl Fn(f32, f32, f32) -> (f32, f32) + Copy) -> Vec<f32> {
+        map2(self.broadcast, self.a, self.b, forward)
+    }
+}
+
+/// [`partials`] with a binary function of the vocabulary.
+struct Gradients<'a> {
+    broadcast: Broadcast,
+    a: &'a [f32],
+    b: &'a [f32],
+    dy: &'a [f32],
+}
+
+impl BinaryKernel for Gradients<'_> {
+    type Output = (Vec<f32>, Vec<f32>);
+    fn run(
+        self,
+        _: impl Fn(f32, f32) -> f32 + Copy,
+        backward: impl Fn(f32, f32, f32) -> (f32, f32) + Copy,
+    ) -> (Vec<f32>, Vec<f32>) {
+        partials(self.broadcast, self.a, self.b, self.dy, backward)
     }
 }
 
 /// `op` over the pairs of `a` and `b` (as many as the shorter has, a scalar repeated): one
-/// loop per operator and broadcast, which the compiler vectorises (always inlined, so each
-/// caller's constant `op` is inlined into its loop).
-#[inline(always)]
+/// loop per operator and broadcast, which the compiler vectorises.
+#[inline]
 fn map2(broadcast: Broadcast, a: &[f32], b: &[f32], op: impl Fn(f32, f32) -> f32) -> Vec<f32> {
     match broadcast {
         Broadcast::Lhs => {
@@ -166,7 +178,7 @@ fn map2(broadcast: Broadcast, a: &[f32], b: &[f32], op: impl Fn(f32, f32) -> f32
 /// `(da, db)` shaped like `a` and `b` from the partials `(∂/∂x, ∂/∂y) · g` of each pair of
 /// [`map2`] and its `dy` (pairs past `dy` contribute nothing); a scalar operand sums its
 /// partials in element order.
-#[inline(always)]
+#[inline]
 fn partials(
     broadcast: Broadcast,
     a: &[f32],
