@@ -7,7 +7,10 @@
 //! [`VERSION`]), then one JSON document: `name`, `files`, `state`, `input` (the data schema), `params`, `nodes` (one
 //! entry per node index, `null` for a hole left by a removed node), `edges` as
 //! `[src, from_port, dst, to_port]`, `meta`, and `plan` (free-form until the planner
-//! exists; a `null` plan reads back as `None`). Const scalars are stored as their f32 bits,
+//! exists; a `null` plan reads back as `None`). Nodes are [`Node`] and [`Op`] through their
+//! serde derives, so a change to `Op` (a variant, a field, a unary function of
+//! [`crate::vocab`]) changes the format: existing files must keep loading, or
+//! [`VERSION`] moves. Const scalars are stored as their f32 bits (`{"ScalarBits": u32}`),
 //! because JSON has no NaN or infinity and bits are exact.
 //!
 //! A file is untrusted input: `read` never panics, and what it allocates is bounded by the
@@ -19,10 +22,7 @@
 //! nodes and ports, every field id and `loc` file in range, every shape's element count
 //! within u64. What the verifier checks (types, keys, op arity) is left to the verifier.
 
-use crate::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, Loc, LossKind, Node, Op, Param, PayloadInt, PayloadTy,
-    ReduceFn, Schema, StateExpr, StateField, UnaryFn,
-};
+use crate::{Edge, Graph, Node, Op, Param, PayloadTy, Schema, StateField};
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
@@ -202,8 +202,7 @@ pub fn read(bytes: &[u8]) -> Result<(Graph, Option<serde_json::Value>), AmpgErro
     de.end().map_err(json_error)?;
     doc.check()?;
     let Document { name, files, state, input, params, nodes, edges, meta, plan } = doc;
-    let slots = nodes.into_iter().map(|slot| slot.map(Node::from)).collect();
-    let graph = Graph { name, files, state, input, params, nodes: graph_from_slots(slots, &edges), meta };
+    let graph = Graph { name, files, state, input, params, nodes: graph_from_slots(nodes, &edges), meta };
     Ok((graph, plan))
 }
 
@@ -259,7 +258,7 @@ struct Document {
     state: Vec<StateField>,
     input: Option<Schema>,
     params: Vec<Param>,
-    nodes: Vec<Option<NodeDoc>>,
+    nodes: Vec<Option<Node>>,
     edges: Vec<(u32, u16, u32, u16)>,
     meta: BTreeMap<String, String>,
     plan: Option<serde_json::Value>,
@@ -268,7 +267,7 @@ struct Document {
 impl Document {
     fn of(graph: &Graph, plan: Option<&serde_json::Value>) -> Document {
         let slots = graph.nodes.node_indices().next_back().map_or(0, |last| last.index() + 1);
-        let nodes = (0..slots).map(|i| graph.nodes.node_weight(NodeIndex::new(i)).map(NodeDoc::from)).collect();
+        let nodes = (0..slots).map(|i| graph.nodes.node_weight(NodeIndex::new(i)).cloned()).collect();
         let mut edges: Vec<(u32, u16, u32, u16)> = graph
             .nodes
             .edge_indices()
@@ -334,7 +333,7 @@ impl Document {
         Ok(())
     }
 
-    fn check_node(&self, index: usize, node: &NodeDoc) -> Result<(), AmpgError> {
+    fn check_node(&self, index: usize, node: &Node) -> Result<(), AmpgError> {
         for (side, ports) in [("input", &node.inputs), ("output", &node.outputs)] {
             if ports.len() > MAX_PORTS {
                 return Err(AmpgError::TooManyPorts { node: index, count: ports.len(), limit: MAX_PORTS });
@@ -351,7 +350,7 @@ impl Document {
         fields.extend(&node.reads);
         fields.extend(&node.writes);
         fields.extend(&node.key);
-        node.op.fields(&mut fields);
+        node.op.named_fields(&mut fields);
         if let Some(field) = fields.iter().find(|f| usize::from(f.0) >= self.state.len()) {
             return Err(AmpgError::FieldOutOfRange { node: index, field: field.0, fields: self.state.len() });
         }
@@ -389,196 +388,4 @@ fn json_depth(json: &[u8]) -> usize {
         }
     }
     deepest
-}
-
-/// `Node` as stored: the same fields, with the op in its file form.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NodeDoc {
-    op: OpDoc,
-    inputs: Vec<PayloadTy>,
-    outputs: Vec<PayloadTy>,
-    reads: Vec<FieldId>,
-    writes: Vec<FieldId>,
-    key: Vec<FieldId>,
-    label: String,
-    loc: Option<Loc>,
-    fusion: Option<u32>,
-}
-
-/// `Op` as stored. It mirrors `Op` rather than reusing its derive so that the file format
-/// changes only on purpose, and so that const scalars can be stored as bits.
-#[derive(Serialize, Deserialize)]
-enum OpDoc {
-    Source,
-    Read { path: Vec<DataStep> },
-    Const { value: ConstDoc },
-    Linear { param: String },
-    Embedding { param: String, index: StateExpr },
-    Unary(UnaryFn),
-    Binary(BinaryFn),
-    Concat,
-    Split { parts: u32 },
-    Forget,
-    Cond { pred: StateExpr },
-    Switch { index: StateExpr, arms: u32 },
-    Phi { arms: u32 },
-    Isu { field: FieldId, value: StateExpr, inverse: Option<StateExpr> },
-    Loss(LossKind),
-    Sink { name: String },
-    Flatmap { field: FieldId, count: StateExpr },
-    Group { field: FieldId, count: StateExpr },
-    Ungroup { field: FieldId },
-    Gather { index: StateExpr },
-    ScatterSum { field: FieldId, index: StateExpr, count: StateExpr },
-    Reduce(ReduceFn),
-    TopK { k: u32 },
-    StateFromPayload { field: FieldId, int: PayloadInt },
-}
-
-#[derive(Serialize, Deserialize)]
-enum ConstDoc {
-    Zeros,
-    Ones,
-    /// `f32::to_bits` of the scalar.
-    ScalarBits(u32),
-}
-
-impl OpDoc {
-    /// Every state field the op names, for the range check.
-    fn fields(&self, out: &mut Vec<FieldId>) {
-        match self {
-            // A read path's indices are expressions; `Len` of the same path visits them all.
-            OpDoc::Read { path } => StateExpr::Len(path.clone()).fields(out),
-            OpDoc::Embedding { index, .. } | OpDoc::Switch { index, .. } => index.fields(out),
-            OpDoc::Cond { pred } => pred.fields(out),
-            OpDoc::Isu { field, value, inverse } => {
-                out.push(*field);
-                value.fields(out);
-                if let Some(inverse) = inverse {
-                    inverse.fields(out);
-                }
-            }
-            OpDoc::Loss(LossKind::CrossEntropy { label }) => label.fields(out),
-            OpDoc::Loss(LossKind::CrossEntropyMean { label, count }) => {
-                label.fields(out);
-                count.fields(out);
-            }
-            OpDoc::Flatmap { field, count } | OpDoc::Group { field, count } => {
-                out.push(*field);
-                count.fields(out);
-            }
-            OpDoc::Ungroup { field } => out.push(*field),
-            OpDoc::Gather { index } => index.fields(out),
-            OpDoc::ScatterSum { field, index, count } => {
-                out.push(*field);
-                index.fields(out);
-                count.fields(out);
-            }
-            OpDoc::StateFromPayload { field, int } => {
-                out.push(*field);
-                if let PayloadInt::TopK { slot, .. } = int {
-                    slot.fields(out);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-impl From<&Node> for NodeDoc {
-    fn from(node: &Node) -> NodeDoc {
-        NodeDoc {
-            op: OpDoc::from(&node.op),
-            inputs: node.inputs.clone(),
-            outputs: node.outputs.clone(),
-            reads: node.reads.clone(),
-            writes: node.writes.clone(),
-            key: node.key.clone(),
-            label: node.label.clone(),
-            loc: node.loc,
-            fusion: node.fusion,
-        }
-    }
-}
-
-impl From<NodeDoc> for Node {
-    fn from(doc: NodeDoc) -> Node {
-        let NodeDoc { op, inputs, outputs, reads, writes, key, label, loc, fusion } = doc;
-        Node { op: Op::from(op), inputs, outputs, reads, writes, key, label, loc, fusion }
-    }
-}
-
-impl From<&Op> for OpDoc {
-    fn from(op: &Op) -> OpDoc {
-        match op.clone() {
-            Op::Source => OpDoc::Source,
-            Op::Read { path } => OpDoc::Read { path },
-            Op::Const { value } => OpDoc::Const {
-                value: match value {
-                    ConstValue::Zeros => ConstDoc::Zeros,
-                    ConstValue::Ones => ConstDoc::Ones,
-                    ConstValue::Scalar(x) => ConstDoc::ScalarBits(x.to_bits()),
-                },
-            },
-            Op::Linear { param } => OpDoc::Linear { param },
-            Op::Embedding { param, index } => OpDoc::Embedding { param, index },
-            Op::Unary(f) => OpDoc::Unary(f),
-            Op::Binary(f) => OpDoc::Binary(f),
-            Op::Concat => OpDoc::Concat,
-            Op::Split { parts } => OpDoc::Split { parts },
-            Op::Forget => OpDoc::Forget,
-            Op::Cond { pred } => OpDoc::Cond { pred },
-            Op::Switch { index, arms } => OpDoc::Switch { index, arms },
-            Op::Phi { arms } => OpDoc::Phi { arms },
-            Op::Isu { field, value, inverse } => OpDoc::Isu { field, value, inverse },
-            Op::Loss(kind) => OpDoc::Loss(kind),
-            Op::Sink { name } => OpDoc::Sink { name },
-            Op::Flatmap { field, count } => OpDoc::Flatmap { field, count },
-            Op::Group { field, count } => OpDoc::Group { field, count },
-            Op::Ungroup { field } => OpDoc::Ungroup { field },
-            Op::Gather { index } => OpDoc::Gather { index },
-            Op::ScatterSum { field, index, count } => OpDoc::ScatterSum { field, index, count },
-            Op::Reduce(f) => OpDoc::Reduce(f),
-            Op::TopK { k } => OpDoc::TopK { k },
-            Op::StateFromPayload { field, int } => OpDoc::StateFromPayload { field, int },
-        }
-    }
-}
-
-impl From<OpDoc> for Op {
-    fn from(doc: OpDoc) -> Op {
-        match doc {
-            OpDoc::Source => Op::Source,
-            OpDoc::Read { path } => Op::Read { path },
-            OpDoc::Const { value } => Op::Const {
-                value: match value {
-                    ConstDoc::Zeros => ConstValue::Zeros,
-                    ConstDoc::Ones => ConstValue::Ones,
-                    ConstDoc::ScalarBits(bits) => ConstValue::Scalar(f32::from_bits(bits)),
-                },
-            },
-            OpDoc::Linear { param } => Op::Linear { param },
-            OpDoc::Embedding { param, index } => Op::Embedding { param, index },
-            OpDoc::Unary(f) => Op::Unary(f),
-            OpDoc::Binary(f) => Op::Binary(f),
-            OpDoc::Concat => Op::Concat,
-            OpDoc::Split { parts } => Op::Split { parts },
-            OpDoc::Forget => Op::Forget,
-            OpDoc::Cond { pred } => Op::Cond { pred },
-            OpDoc::Switch { index, arms } => Op::Switch { index, arms },
-            OpDoc::Phi { arms } => Op::Phi { arms },
-            OpDoc::Isu { field, value, inverse } => Op::Isu { field, value, inverse },
-            OpDoc::Loss(kind) => Op::Loss(kind),
-            OpDoc::Sink { name } => Op::Sink { name },
-            OpDoc::Flatmap { field, count } => Op::Flatmap { field, count },
-            OpDoc::Group { field, count } => Op::Group { field, count },
-            OpDoc::Ungroup { field } => Op::Ungroup { field },
-            OpDoc::Gather { index } => Op::Gather { index },
-            OpDoc::ScatterSum { field, index, count } => Op::ScatterSum { field, index, count },
-            OpDoc::Reduce(f) => Op::Reduce(f),
-            OpDoc::TopK { k } => Op::TopK { k },
-            OpDoc::StateFromPayload { field, int } => Op::StateFromPayload { field, int },
-        }
-    }
 }

@@ -13,8 +13,10 @@ pub mod limits;
 pub mod schema;
 pub mod text;
 pub mod verify;
+pub mod vocab;
 
 pub use schema::{DataTy, EnumSchema, FieldSchema, RecordSchema, Schema, VariantSchema};
+pub use vocab::{BinaryFn, Elementwise, UnaryFn};
 
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use serde::{Deserialize, Serialize};
@@ -142,32 +144,28 @@ impl fmt::Display for ParamInit {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum UnaryFn {
-    Relu,
-    Sigmoid,
-    Tanh,
-    Exp,
-    Log,
-    Neg,
-    Softmax,
-    LogSoftmax,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum BinaryFn {
-    Add,
-    Sub,
-    Mul,
-    Div,
-}
-
 /// The value a `const` node fills its output with.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ConstValue {
     Zeros,
     Ones,
+    /// Serialised as `{"ScalarBits": u32}`, its `f32::to_bits`: JSON has no NaN or
+    /// infinity, and bits are exact.
+    #[serde(rename = "ScalarBits", with = "f32_bits")]
     Scalar(f32),
+}
+
+/// An f32 as its bits, for [`ConstValue::Scalar`].
+mod f32_bits {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(x: &f32, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(x.to_bits())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+        u32::deserialize(d).map(f32::from_bits)
+    }
 }
 
 /// Integer operations on state fields (predicates and state updates).
@@ -574,6 +572,46 @@ impl Op {
         (reads, writes)
     }
 
+    /// Every state field the op names in its attributes, read, written or bound (with
+    /// repeats): what a loader checks against the state's length.
+    pub fn named_fields(&self, out: &mut Vec<FieldId>) {
+        match self {
+            // A read path's indices are expressions; `Len` of the same path visits them all.
+            Op::Read { path } => StateExpr::Len(path.clone()).fields(out),
+            Op::Embedding { index, .. } | Op::Switch { index, .. } | Op::Gather { index } => index.fields(out),
+            Op::Cond { pred } => pred.fields(out),
+            Op::Isu { field, value, inverse } => {
+                out.push(*field);
+                value.fields(out);
+                if let Some(inverse) = inverse {
+                    inverse.fields(out);
+                }
+            }
+            Op::Loss(LossKind::CrossEntropy { label }) => label.fields(out),
+            Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
+                label.fields(out);
+                count.fields(out);
+            }
+            Op::Flatmap { field, count } | Op::Group { field, count } => {
+                out.push(*field);
+                count.fields(out);
+            }
+            Op::Ungroup { field } => out.push(*field),
+            Op::ScatterSum { field, index, count } => {
+                out.push(*field);
+                index.fields(out);
+                count.fields(out);
+            }
+            Op::StateFromPayload { field, int } => {
+                out.push(*field);
+                if let PayloadInt::TopK { slot, .. } = int {
+                    slot.fields(out);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Parameterized payload transforms (they own parameters and accumulate gradients).
     pub fn is_ppt(&self) -> bool {
         matches!(self, Op::Linear { .. } | Op::Embedding { .. })
@@ -593,6 +631,7 @@ pub struct Loc {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Node {
     pub op: Op,
     /// Payload type of each input port.

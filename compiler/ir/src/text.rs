@@ -45,7 +45,7 @@
 //! Op attributes: `read PATH`; `const zeros | ones | <f32> | bits(0xHEX)` (decimals are
 //! Rust's shortest round-tripping form; NaNs print their bits, so every scalar round-trips
 //! bit for bit); `linear @P`; `embedding @P[INDEX]`;
-//! `unary relu|sigmoid|tanh|exp|log|neg|softmax|log_softmax`; `binary add|sub|mul|div`;
+//! `unary NAME`, `binary NAME` (the names of [`crate::vocab`]: `unary relu`, `binary add`);
 //! `split N`; `cond [PRED]`; `switch [INDEX] N`; `phi N`; `isu %f := EXPR [inverse EXPR]`;
 //! `loss cross_entropy [LABEL] | mse`; `sink "name"`.
 //!
@@ -70,8 +70,7 @@ pub use expr::MAX_EXPR_DEPTH;
 pub use parse::parse;
 
 use crate::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, LossKind, Node, Op, PayloadInt, PayloadTy, ReduceFn,
-    StateExpr, UnaryFn,
+    ConstValue, DataStep, Edge, FieldId, Graph, LossKind, Node, Op, PayloadInt, PayloadTy, ReduceFn, StateExpr,
 };
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -204,8 +203,8 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
         },
         Op::Linear { param } => format!("@{}", symbol(param)),
         Op::Embedding { param, index } => format!("@{}[{}]", symbol(param), expr_text(graph, index)),
-        Op::Unary(f) => unary_name(*f).into(),
-        Op::Binary(f) => binary_name(*f).into(),
+        Op::Unary(f) => f.name().into(),
+        Op::Binary(f) => f.name().into(),
         Op::Split { parts } => parts.to_string(),
         Op::Cond { pred } => format!("[{}]", expr_text(graph, pred)),
         Op::Switch { index, arms } => format!("[{}] {arms}", expr_text(graph, index)),
@@ -244,28 +243,6 @@ pub(crate) const REDUCE_NAMES: [(ReduceFn, &str); 2] = [(ReduceFn::Sum, "sum"), 
 
 fn reduce_name(f: ReduceFn) -> &'static str {
     REDUCE_NAMES.iter().find(|(g, _)| *g == f).map_or("?", |(_, name)| name)
-}
-
-pub(crate) const UNARY_NAMES: [(UnaryFn, &str); 8] = [
-    (UnaryFn::Relu, "relu"),
-    (UnaryFn::Sigmoid, "sigmoid"),
-    (UnaryFn::Tanh, "tanh"),
-    (UnaryFn::Exp, "exp"),
-    (UnaryFn::Log, "log"),
-    (UnaryFn::Neg, "neg"),
-    (UnaryFn::Softmax, "softmax"),
-    (UnaryFn::LogSoftmax, "log_softmax"),
-];
-
-pub(crate) const BINARY_NAMES: [(BinaryFn, &str); 4] =
-    [(BinaryFn::Add, "add"), (BinaryFn::Sub, "sub"), (BinaryFn::Mul, "mul"), (BinaryFn::Div, "div")];
-
-fn unary_name(f: UnaryFn) -> &'static str {
-    UNARY_NAMES.iter().find(|(g, _)| *g == f).map_or("?", |(_, name)| name)
-}
-
-fn binary_name(f: BinaryFn) -> &'static str {
-    BINARY_NAMES.iter().find(|(g, _)| *g == f).map_or("?", |(_, name)| name)
 }
 
 fn field_list(graph: &Graph, fields: &[FieldId]) -> String {

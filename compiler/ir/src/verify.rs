@@ -44,7 +44,7 @@ pub use error::{
 pub use loops::MAX_LOOP_DEPTH;
 pub use ops::key_reason;
 
-use crate::{BinaryFn, ConstValue, DataStep, FieldId, FieldRole, Graph, LossKind, Node, Op, UnaryFn};
+use crate::{ConstValue, DataStep, FieldId, FieldRole, Graph, LossKind, Node, Op};
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::NodeIndexable;
 use std::collections::HashMap;
@@ -156,8 +156,8 @@ impl<'g> Checker<'g> {
                 ConstValue::Scalar(v) => format!("const {v}"),
             },
             Op::Linear { param } | Op::Embedding { param, .. } => format!("{keyword} @{param}"),
-            Op::Unary(f) => format!("unary {}", unary_name(*f)),
-            Op::Binary(f) => format!("binary {}", binary_name(*f)),
+            Op::Unary(f) => format!("unary {}", f.name()),
+            Op::Binary(f) => format!("binary {}", f.name()),
             Op::Split { parts } => format!("split {parts}"),
             Op::Switch { arms, .. } => format!("switch {arms}"),
             Op::Phi { arms } => format!("phi {arms}"),
@@ -261,28 +261,6 @@ fn check_ends(cx: &mut Checker) -> Option<usize> {
         cx.report_graph(VerifyErrorKind::NoLossOrSink);
     }
     first_source
-}
-
-fn unary_name(f: UnaryFn) -> &'static str {
-    match f {
-        UnaryFn::Relu => "relu",
-        UnaryFn::Sigmoid => "sigmoid",
-        UnaryFn::Tanh => "tanh",
-        UnaryFn::Exp => "exp",
-        UnaryFn::Log => "log",
-        UnaryFn::Neg => "neg",
-        UnaryFn::Softmax => "softmax",
-        UnaryFn::LogSoftmax => "log_softmax",
-    }
-}
-
-fn binary_name(f: BinaryFn) -> &'static str {
-    match f {
-        BinaryFn::Add => "add",
-        BinaryFn::Sub => "sub",
-        BinaryFn::Mul => "mul",
-        BinaryFn::Div => "div",
-    }
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`.

@@ -7,7 +7,8 @@
 //! width `n` and rows per call (1: one message; 32: a batch of messages), the median
 //! time per call, elements per second, and the ratios.
 
-use amp_jit::{ElemOp, Kernel, KernelCache, KernelSpec, Pass, SpecBuilder, ValueId, Width};
+use amp_ir::{BinaryFn, UnaryFn};
+use amp_jit::{Elementwise, Kernel, KernelCache, KernelSpec, Pass, SpecBuilder, ValueId, Width};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -33,15 +34,15 @@ fn vector_inputs(b: &mut SpecBuilder, count: usize) -> Vec<ValueId> {
 fn lstm(n: u64) -> KernelSpec {
     let mut b = SpecBuilder::new(n);
     let v = vector_inputs(&mut b, 5);
-    let i = b.op(ElemOp::Sigmoid, &[v[0]]);
-    let f = b.op(ElemOp::Sigmoid, &[v[1]]);
-    let g = b.op(ElemOp::Tanh, &[v[2]]);
-    let o = b.op(ElemOp::Sigmoid, &[v[3]]);
-    let fc = b.op(ElemOp::Mul, &[f, v[4]]);
-    let ig = b.op(ElemOp::Mul, &[i, g]);
-    let c = b.op(ElemOp::Add, &[fc, ig]);
-    let tc = b.op(ElemOp::Tanh, &[c]);
-    let h = b.op(ElemOp::Mul, &[o, tc]);
+    let i = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[v[0]]);
+    let f = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[v[1]]);
+    let g = b.op(Elementwise::Unary(UnaryFn::Tanh), &[v[2]]);
+    let o = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[v[3]]);
+    let fc = b.op(Elementwise::Binary(BinaryFn::Mul), &[f, v[4]]);
+    let ig = b.op(Elementwise::Binary(BinaryFn::Mul), &[i, g]);
+    let c = b.op(Elementwise::Binary(BinaryFn::Add), &[fc, ig]);
+    let tc = b.op(Elementwise::Unary(UnaryFn::Tanh), &[c]);
+    let h = b.op(Elementwise::Binary(BinaryFn::Mul), &[o, tc]);
     b.output(c);
     b.output(h);
     b.finish().expect("valid")
@@ -63,17 +64,17 @@ fn gru(n: u64) -> KernelSpec {
     let v = vector_inputs(&mut b, 6);
     let one = b.input(Width::Scalar);
     let h_prev = b.input(Width::Vector);
-    let a = b.op(ElemOp::Add, &[v[0], v[1]]);
-    let r = b.op(ElemOp::Sigmoid, &[a]);
-    let a = b.op(ElemOp::Add, &[v[2], v[3]]);
-    let z = b.op(ElemOp::Sigmoid, &[a]);
-    let rh = b.op(ElemOp::Mul, &[r, v[4]]);
-    let a = b.op(ElemOp::Add, &[v[5], rh]);
-    let cand = b.op(ElemOp::Tanh, &[a]);
-    let keep = b.op(ElemOp::Sub, &[one, z]);
-    let new = b.op(ElemOp::Mul, &[keep, cand]);
-    let old = b.op(ElemOp::Mul, &[z, h_prev]);
-    let h = b.op(ElemOp::Add, &[new, old]);
+    let a = b.op(Elementwise::Binary(BinaryFn::Add), &[v[0], v[1]]);
+    let r = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[a]);
+    let a = b.op(Elementwise::Binary(BinaryFn::Add), &[v[2], v[3]]);
+    let z = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[a]);
+    let rh = b.op(Elementwise::Binary(BinaryFn::Mul), &[r, v[4]]);
+    let a = b.op(Elementwise::Binary(BinaryFn::Add), &[v[5], rh]);
+    let cand = b.op(Elementwise::Unary(UnaryFn::Tanh), &[a]);
+    let keep = b.op(Elementwise::Binary(BinaryFn::Sub), &[one, z]);
+    let new = b.op(Elementwise::Binary(BinaryFn::Mul), &[keep, cand]);
+    let old = b.op(Elementwise::Binary(BinaryFn::Mul), &[z, h_prev]);
+    let h = b.op(Elementwise::Binary(BinaryFn::Add), &[new, old]);
     b.output(h);
     b.finish().expect("valid")
 }
@@ -94,18 +95,18 @@ fn gru_plain(n: usize, rows: usize, x: &[&[f32]], out: &mut [&mut [f32]]) {
 fn tree_lstm(n: u64) -> KernelSpec {
     let mut b = SpecBuilder::new(n);
     let v = vector_inputs(&mut b, 7);
-    let i = b.op(ElemOp::Sigmoid, &[v[0]]);
-    let u = b.op(ElemOp::Tanh, &[v[1]]);
-    let iu = b.op(ElemOp::Mul, &[i, u]);
-    let fl = b.op(ElemOp::Sigmoid, &[v[2]]);
-    let lc = b.op(ElemOp::Mul, &[fl, v[3]]);
-    let c = b.op(ElemOp::Add, &[iu, lc]);
-    let fr = b.op(ElemOp::Sigmoid, &[v[4]]);
-    let rc = b.op(ElemOp::Mul, &[fr, v[5]]);
-    let c = b.op(ElemOp::Add, &[c, rc]);
-    let o = b.op(ElemOp::Sigmoid, &[v[6]]);
-    let tc = b.op(ElemOp::Tanh, &[c]);
-    let h = b.op(ElemOp::Mul, &[o, tc]);
+    let i = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[v[0]]);
+    let u = b.op(Elementwise::Unary(UnaryFn::Tanh), &[v[1]]);
+    let iu = b.op(Elementwise::Binary(BinaryFn::Mul), &[i, u]);
+    let fl = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[v[2]]);
+    let lc = b.op(Elementwise::Binary(BinaryFn::Mul), &[fl, v[3]]);
+    let c = b.op(Elementwise::Binary(BinaryFn::Add), &[iu, lc]);
+    let fr = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[v[4]]);
+    let rc = b.op(Elementwise::Binary(BinaryFn::Mul), &[fr, v[5]]);
+    let c = b.op(Elementwise::Binary(BinaryFn::Add), &[c, rc]);
+    let o = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[v[6]]);
+    let tc = b.op(Elementwise::Unary(UnaryFn::Tanh), &[c]);
+    let h = b.op(Elementwise::Binary(BinaryFn::Mul), &[o, tc]);
     b.output(c);
     b.output(h);
     b.finish().expect("valid")

@@ -29,7 +29,8 @@
 
 use crate::interp::Pass;
 use crate::math::Math;
-use crate::spec::{ElemOp, KernelSpec, ValueId, Width};
+use crate::spec::{Elementwise, KernelSpec, ValueId, Width};
+use amp_ir::{BinaryFn, UnaryFn};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Block, BlockArg, Function, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_codegen::isa::TargetFrontendConfig;
@@ -293,19 +294,22 @@ impl<'f> Gen<'_, 'f> {
         }
     }
 
-    fn eval_op(&mut self, ty: Type, op: ElemOp, a: Value, b: Option<Value>) -> Value {
+    fn eval_op(&mut self, ty: Type, op: Elementwise, a: Value, b: Option<Value>) -> Value {
         let b = b.unwrap_or(a);
         match op {
-            ElemOp::Relu => self.math().relu(ty, a),
-            ElemOp::Sigmoid => self.math().sigmoid(ty, a),
-            ElemOp::Tanh => self.math().tanh(ty, a),
-            ElemOp::Exp => self.math().exp(ty, a),
-            ElemOp::Log => self.math().log(ty, a),
-            ElemOp::Neg => self.b.ins().fneg(a),
-            ElemOp::Add => self.b.ins().fadd(a, b),
-            ElemOp::Sub => self.b.ins().fsub(a, b),
-            ElemOp::Mul => self.b.ins().fmul(a, b),
-            ElemOp::Div => self.b.ins().fdiv(a, b),
+            Elementwise::Unary(UnaryFn::Relu) => self.math().relu(ty, a),
+            Elementwise::Unary(UnaryFn::Sigmoid) => self.math().sigmoid(ty, a),
+            Elementwise::Unary(UnaryFn::Tanh) => self.math().tanh(ty, a),
+            Elementwise::Unary(UnaryFn::Exp) => self.math().exp(ty, a),
+            Elementwise::Unary(UnaryFn::Log) => self.math().log(ty, a),
+            Elementwise::Unary(UnaryFn::Neg) => self.b.ins().fneg(a),
+            Elementwise::Binary(BinaryFn::Add) => self.b.ins().fadd(a, b),
+            Elementwise::Binary(BinaryFn::Sub) => self.b.ins().fsub(a, b),
+            Elementwise::Binary(BinaryFn::Mul) => self.b.ins().fmul(a, b),
+            Elementwise::Binary(BinaryFn::Div) => self.b.ins().fdiv(a, b),
+            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+                unreachable!("KernelSpec::new refuses row-wise functions")
+            }
         }
     }
 
@@ -542,35 +546,46 @@ impl<'f> Gen<'_, 'f> {
 
     /// The gradient terms of an op's operands; the interpreter's `binary_grads` and
     /// backward match these expression for expression.
-    fn op_gradients(&mut self, ty: Type, op: ElemOp, g: Value, a: Value, b: Option<Value>, y: Value) -> Vec<Value> {
+    fn op_gradients(
+        &mut self,
+        ty: Type,
+        op: Elementwise,
+        g: Value,
+        a: Value,
+        b: Option<Value>,
+        y: Value,
+    ) -> Vec<Value> {
         let b = b.unwrap_or(a);
         match op {
-            ElemOp::Relu => {
+            Elementwise::Unary(UnaryFn::Relu) => {
                 let zero = self.math().fconst(ty, 0.0);
                 vec![self.math().select_cmp(ty, FloatCC::LessThanOrEqual, a, zero, zero, g)]
             }
-            ElemOp::Neg => vec![self.b.ins().fneg(g)],
-            ElemOp::Exp => vec![self.b.ins().fmul(g, y)],
-            ElemOp::Log => vec![self.b.ins().fdiv(g, a)],
-            ElemOp::Tanh => {
+            Elementwise::Unary(UnaryFn::Neg) => vec![self.b.ins().fneg(g)],
+            Elementwise::Unary(UnaryFn::Exp) => vec![self.b.ins().fmul(g, y)],
+            Elementwise::Unary(UnaryFn::Log) => vec![self.b.ins().fdiv(g, a)],
+            Elementwise::Unary(UnaryFn::Tanh) => {
                 let one = self.math().fconst(ty, 1.0);
                 let y2 = self.b.ins().fmul(y, y);
                 let d = self.b.ins().fsub(one, y2);
                 vec![self.b.ins().fmul(g, d)]
             }
-            ElemOp::Sigmoid => {
+            Elementwise::Unary(UnaryFn::Sigmoid) => {
                 let one = self.math().fconst(ty, 1.0);
                 let c = self.b.ins().fsub(one, y);
                 let d = self.b.ins().fmul(y, c);
                 vec![self.b.ins().fmul(g, d)]
             }
-            ElemOp::Add => vec![g, g],
-            ElemOp::Sub => vec![g, self.b.ins().fneg(g)],
-            ElemOp::Mul => vec![self.b.ins().fmul(g, b), self.b.ins().fmul(g, a)],
-            ElemOp::Div => {
+            Elementwise::Binary(BinaryFn::Add) => vec![g, g],
+            Elementwise::Binary(BinaryFn::Sub) => vec![g, self.b.ins().fneg(g)],
+            Elementwise::Binary(BinaryFn::Mul) => vec![self.b.ins().fmul(g, b), self.b.ins().fmul(g, a)],
+            Elementwise::Binary(BinaryFn::Div) => {
                 let ga = self.b.ins().fdiv(g, b);
                 let t = self.b.ins().fmul(ga, y);
                 vec![ga, self.b.ins().fneg(t)]
+            }
+            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+                unreachable!("KernelSpec::new refuses row-wise functions")
             }
         }
     }

@@ -12,7 +12,7 @@
 //! on any of it (see [`crate::Kernel::run`]); these checks keep the kernel's buffer
 //! layout equal to the payload types the executor sees.
 
-use crate::spec::{ElemOp, KernelSpec, SpecError, SpecOp, ValueId, Width};
+use crate::spec::{Elementwise, KernelSpec, SpecError, SpecOp, ValueId, Width};
 use amp_ir::verify::{verify, VerifyError};
 use amp_ir::{FieldId, Graph, Node, PayloadTy};
 use petgraph::stable_graph::NodeIndex;
@@ -180,7 +180,7 @@ pub(crate) fn extract_groups(graph: &Graph) -> Vec<Result<FusionGroup, GroupErro
 /// The checked facts about one group node.
 struct Member<'g> {
     node: &'g Node,
-    op: ElemOp,
+    op: Elementwise,
     /// The source of each input port.
     sources: Vec<PortRef>,
 }
@@ -204,7 +204,8 @@ fn f32_elements(node: NodeIndex, ty: &PayloadTy) -> Result<(Width, u64), GroupEr
 
 fn check_member(graph: &Graph, index: NodeIndex) -> Result<Member<'_>, GroupErrorKind> {
     let node = &graph.nodes[index];
-    let op = ElemOp::from_ir(&node.op).ok_or(GroupErrorKind::NotElementwise { node: index, op: node.op.keyword() })?;
+    let op =
+        Elementwise::of_op(&node.op).ok_or(GroupErrorKind::NotElementwise { node: index, op: node.op.keyword() })?;
     if node.inputs.len() != op.arity() || node.outputs.len() != 1 {
         return Err(GroupErrorKind::PortCount { node: index, inputs: node.inputs.len(), outputs: node.outputs.len() });
     }

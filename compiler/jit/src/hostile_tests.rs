@@ -38,20 +38,8 @@ enum Mutation {
 }
 
 fn ops() -> Vec<Op> {
-    let mut ops: Vec<Op> = [
-        UnaryFn::Relu,
-        UnaryFn::Sigmoid,
-        UnaryFn::Tanh,
-        UnaryFn::Exp,
-        UnaryFn::Log,
-        UnaryFn::Neg,
-        UnaryFn::Softmax,
-        UnaryFn::LogSoftmax,
-    ]
-    .into_iter()
-    .map(Op::Unary)
-    .collect();
-    ops.extend([BinaryFn::Add, BinaryFn::Sub, BinaryFn::Mul, BinaryFn::Div].map(Op::Binary));
+    let mut ops: Vec<Op> = UnaryFn::all().map(Op::Unary).collect();
+    ops.extend(BinaryFn::all().map(Op::Binary));
     ops.extend([
         Op::Concat,
         Op::Forget,

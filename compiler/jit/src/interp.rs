@@ -9,7 +9,8 @@
 //! `f32` functions) and in the order of the sums that reduce a broadcast scalar's gradient.
 
 use crate::error::{BufferRole, KernelError};
-use crate::spec::{ElemOp, KernelSpec, Width};
+use crate::spec::{Elementwise, KernelSpec, Width};
+use amp_ir::{BinaryFn, UnaryFn};
 
 /// Which function of a kernel a call runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -322,51 +323,57 @@ impl<'s> Evaluator<'s> {
 }
 
 /// One row of an op's forward function (`b` is ignored by unary ops).
-fn forward_row<T: Arith>(op: ElemOp, a: &[T], b: &[T], out: &mut Vec<T>) {
+fn forward_row<T: Arith>(op: Elementwise, a: &[T], b: &[T], out: &mut Vec<T>) {
     let pairs = || a.iter().zip(b);
     match op {
-        ElemOp::Relu => out.extend(a.iter().map(|&x| x.relu())),
-        ElemOp::Sigmoid => out.extend(a.iter().map(|&x| x.sigmoid())),
-        ElemOp::Tanh => out.extend(a.iter().map(|&x| x.tanh())),
-        ElemOp::Exp => out.extend(a.iter().map(|&x| x.exp())),
-        ElemOp::Log => out.extend(a.iter().map(|&x| x.log())),
-        ElemOp::Neg => out.extend(a.iter().map(|&x| x.neg())),
-        ElemOp::Add => out.extend(pairs().map(|(&x, &y)| x.add(y))),
-        ElemOp::Sub => out.extend(pairs().map(|(&x, &y)| x.sub(y))),
-        ElemOp::Mul => out.extend(pairs().map(|(&x, &y)| x.mul(y))),
-        ElemOp::Div => out.extend(pairs().map(|(&x, &y)| x.div(y))),
+        Elementwise::Unary(UnaryFn::Relu) => out.extend(a.iter().map(|&x| x.relu())),
+        Elementwise::Unary(UnaryFn::Sigmoid) => out.extend(a.iter().map(|&x| x.sigmoid())),
+        Elementwise::Unary(UnaryFn::Tanh) => out.extend(a.iter().map(|&x| x.tanh())),
+        Elementwise::Unary(UnaryFn::Exp) => out.extend(a.iter().map(|&x| x.exp())),
+        Elementwise::Unary(UnaryFn::Log) => out.extend(a.iter().map(|&x| x.log())),
+        Elementwise::Unary(UnaryFn::Neg) => out.extend(a.iter().map(|&x| x.neg())),
+        Elementwise::Binary(BinaryFn::Add) => out.extend(pairs().map(|(&x, &y)| x.add(y))),
+        Elementwise::Binary(BinaryFn::Sub) => out.extend(pairs().map(|(&x, &y)| x.sub(y))),
+        Elementwise::Binary(BinaryFn::Mul) => out.extend(pairs().map(|(&x, &y)| x.mul(y))),
+        Elementwise::Binary(BinaryFn::Div) => out.extend(pairs().map(|(&x, &y)| x.div(y))),
+        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+            unreachable!("KernelSpec::new refuses row-wise functions")
+        }
     }
 }
 
 /// One row of an op's operand gradient terms, given the output gradient `g`, the
 /// operands `a`, `b` and the result `y`. The JIT computes the same expressions in the
 /// same order (`codegen`'s `op_gradients`).
-fn backward_row<T: Arith>(op: ElemOp, g: &[T], a: &[T], b: &[T], y: &[T], ga: &mut Vec<T>, gb: &mut Vec<T>) {
+fn backward_row<T: Arith>(op: Elementwise, g: &[T], a: &[T], b: &[T], y: &[T], ga: &mut Vec<T>, gb: &mut Vec<T>) {
     let one = T::from_f32(1.0);
     match op {
-        ElemOp::Relu => ga.extend(a.iter().zip(g).map(|(&x, &g)| x.relu_grad(g))),
-        ElemOp::Neg => ga.extend(g.iter().map(|&g| g.neg())),
-        ElemOp::Exp => ga.extend(g.iter().zip(y).map(|(&g, &y)| g.mul(y))),
-        ElemOp::Log => ga.extend(g.iter().zip(a).map(|(&g, &x)| g.div(x))),
-        ElemOp::Tanh => ga.extend(g.iter().zip(y).map(|(&g, &y)| g.mul(one.sub(y.mul(y))))),
-        ElemOp::Sigmoid => ga.extend(g.iter().zip(y).map(|(&g, &y)| g.mul(y.mul(one.sub(y))))),
-        ElemOp::Add => {
+        Elementwise::Unary(UnaryFn::Relu) => ga.extend(a.iter().zip(g).map(|(&x, &g)| x.relu_grad(g))),
+        Elementwise::Unary(UnaryFn::Neg) => ga.extend(g.iter().map(|&g| g.neg())),
+        Elementwise::Unary(UnaryFn::Exp) => ga.extend(g.iter().zip(y).map(|(&g, &y)| g.mul(y))),
+        Elementwise::Unary(UnaryFn::Log) => ga.extend(g.iter().zip(a).map(|(&g, &x)| g.div(x))),
+        Elementwise::Unary(UnaryFn::Tanh) => ga.extend(g.iter().zip(y).map(|(&g, &y)| g.mul(one.sub(y.mul(y))))),
+        Elementwise::Unary(UnaryFn::Sigmoid) => ga.extend(g.iter().zip(y).map(|(&g, &y)| g.mul(y.mul(one.sub(y))))),
+        Elementwise::Binary(BinaryFn::Add) => {
             ga.extend_from_slice(g);
             gb.extend_from_slice(g);
         }
-        ElemOp::Sub => {
+        Elementwise::Binary(BinaryFn::Sub) => {
             ga.extend_from_slice(g);
             gb.extend(g.iter().map(|&g| g.neg()));
         }
-        ElemOp::Mul => {
+        Elementwise::Binary(BinaryFn::Mul) => {
             ga.extend(g.iter().zip(b).map(|(&g, &b)| g.mul(b)));
             gb.extend(g.iter().zip(a).map(|(&g, &a)| g.mul(a)));
         }
         // d(a/b)/db = -a/b² = -(g/b)·y: no b² to overflow.
-        ElemOp::Div => {
+        Elementwise::Binary(BinaryFn::Div) => {
             let start = ga.len();
             ga.extend(g.iter().zip(b).map(|(&g, &b)| g.div(b)));
             gb.extend(ga[start..].iter().zip(y).map(|(&q, &y)| q.mul(y).neg()));
+        }
+        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+            unreachable!("KernelSpec::new refuses row-wise functions")
         }
     }
 }

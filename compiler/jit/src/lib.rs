@@ -52,7 +52,7 @@ pub use interp::{interpret, Arith, Pass};
 pub use kernel::{CacheStats, Kernel, KernelCache};
 pub use listing::clif_listing;
 pub use math::max_rel_error;
-pub use spec::{ElemOp, KernelSpec, SpecBuilder, SpecError, SpecOp, ValueId, Width};
+pub use spec::{Elementwise, KernelSpec, SpecBuilder, SpecError, SpecOp, ValueId, Width};
 
 use std::sync::Arc;
 

@@ -45,7 +45,7 @@ pub fn clif_listing(graph: &VerifiedGraph, compiled: &CompiledGroups) -> String 
                         None => "_".to_string(),
                     })
                     .collect();
-                let op = crate::ElemOp::from_ir(&node.op).map_or(node.op.keyword(), |op| op.name());
+                let op = crate::Elementwise::of_op(&node.op).map_or(node.op.keyword(), |op| op.name());
                 let _ = writeln!(out, ";   %{} = {op}({}) {:?}", index.index(), args.join(", "), node.label);
             }
         }

@@ -8,10 +8,13 @@
 //! `n` elements by the ops that read it). A kernel call processes `rows` rows at once:
 //! one message is one row; several pending messages batched together are several rows.
 //!
-//! Only elementwise ops exist here ([`ElemOp`]); `softmax` and `log_softmax` cannot be
-//! written, so a spec that type-checks is always something the backends can compile.
+//! Only elementwise ops exist here ([`Elementwise`]): a row-wise function (`softmax`) cannot
+//! be built into an [`Elementwise`] through its constructors, and [`KernelSpec::new`]
+//! refuses one written by hand, so a spec is always something the backends can compile.
 
-use amp_ir::{BinaryFn, Op, UnaryFn};
+/// An op of a kernel: a function of the IR's vocabulary that maps elements on their own
+/// (`amp_ir::vocab`: its name, arity and whether a saving forward keeps its values).
+pub use amp_ir::Elementwise;
 use std::fmt::{self, Write as _};
 
 /// Largest `n` (elements per row of a vector value) a spec may have. Far above any real
@@ -21,87 +24,6 @@ pub const MAX_ROW_ELEMENTS: usize = 1 << 40;
 /// Largest number of values (inputs plus ops) in one spec. A bigger group is refused and
 /// runs op by op: it bounds compile time on a hostile graph.
 pub const MAX_VALUES: usize = 4096;
-
-/// An elementwise operation of a kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ElemOp {
-    Relu,
-    Sigmoid,
-    Tanh,
-    Exp,
-    Log,
-    Neg,
-    Add,
-    Sub,
-    Mul,
-    Div,
-}
-
-impl ElemOp {
-    pub const ALL: [ElemOp; 10] = [
-        ElemOp::Relu,
-        ElemOp::Sigmoid,
-        ElemOp::Tanh,
-        ElemOp::Exp,
-        ElemOp::Log,
-        ElemOp::Neg,
-        ElemOp::Add,
-        ElemOp::Sub,
-        ElemOp::Mul,
-        ElemOp::Div,
-    ];
-
-    /// The kernel op for an IR op, or `None` for anything that is not elementwise
-    /// (`softmax`, `log_softmax` and every non-`unary`/`binary` op).
-    pub fn from_ir(op: &Op) -> Option<ElemOp> {
-        Some(match op {
-            Op::Unary(f) => match f {
-                UnaryFn::Relu => ElemOp::Relu,
-                UnaryFn::Sigmoid => ElemOp::Sigmoid,
-                UnaryFn::Tanh => ElemOp::Tanh,
-                UnaryFn::Exp => ElemOp::Exp,
-                UnaryFn::Log => ElemOp::Log,
-                UnaryFn::Neg => ElemOp::Neg,
-                UnaryFn::Softmax | UnaryFn::LogSoftmax => return None,
-            },
-            Op::Binary(f) => match f {
-                BinaryFn::Add => ElemOp::Add,
-                BinaryFn::Sub => ElemOp::Sub,
-                BinaryFn::Mul => ElemOp::Mul,
-                BinaryFn::Div => ElemOp::Div,
-            },
-            _ => return None,
-        })
-    }
-
-    pub fn arity(self) -> usize {
-        match self {
-            ElemOp::Add | ElemOp::Sub | ElemOp::Mul | ElemOp::Div => 2,
-            _ => 1,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ElemOp::Relu => "relu",
-            ElemOp::Sigmoid => "sigmoid",
-            ElemOp::Tanh => "tanh",
-            ElemOp::Exp => "exp",
-            ElemOp::Log => "log",
-            ElemOp::Neg => "neg",
-            ElemOp::Add => "add",
-            ElemOp::Sub => "sub",
-            ElemOp::Mul => "mul",
-            ElemOp::Div => "div",
-        }
-    }
-}
-
-impl fmt::Display for ElemOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// How many f32s a value has per row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,7 +53,7 @@ impl fmt::Display for ValueId {
 /// One op of a spec and the values it reads (as many as its arity).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SpecOp {
-    pub op: ElemOp,
+    pub op: Elementwise,
     pub args: Vec<ValueId>,
 }
 
@@ -145,6 +67,10 @@ pub enum SpecError {
         count: usize,
     },
     NoOps,
+    /// Op `op` is a unary function that is not elementwise (`softmax`).
+    NotElementwise {
+        op: usize,
+    },
     /// Op `op` has `found` arguments where its arity is `expected`.
     Arity {
         op: usize,
@@ -173,6 +99,7 @@ impl fmt::Display for SpecError {
             SpecError::RowTooLong { n } => write!(f, "{n} elements per row is more than {MAX_ROW_ELEMENTS}"),
             SpecError::TooManyValues { count } => write!(f, "{count} values is more than {MAX_VALUES}"),
             SpecError::NoOps => f.write_str("a kernel needs at least one op"),
+            SpecError::NotElementwise { op } => write!(f, "op {op} is not an elementwise function"),
             SpecError::Arity { op, expected, found } => {
                 write!(f, "op {op} takes {expected} argument(s) but has {found}")
             }
@@ -213,6 +140,11 @@ impl KernelSpec {
         }
         let mut widths = inputs.clone();
         for (i, op) in ops.iter().enumerate() {
+            if let Elementwise::Unary(f) = op.op {
+                if !f.is_elementwise() {
+                    return Err(SpecError::NotElementwise { op: i });
+                }
+            }
             if op.args.len() != op.op.arity() {
                 return Err(SpecError::Arity { op: i, expected: op.op.arity(), found: op.args.len() });
             }
@@ -279,13 +211,13 @@ impl KernelSpec {
     }
 
     /// The values a saving forward keeps for the backward (see
-    /// [`crate::Kernel::run_forward_saving`]): the vector values of `sigmoid`, `tanh`,
-    /// `exp` and `log`, in op order. They are most of a kernel's arithmetic (a polynomial
-    /// and a division each), which a backward would otherwise compute again.
+    /// [`crate::Kernel::run_forward_saving`]): the vector values of the transcendental
+    /// functions (`sigmoid`, `tanh`, `exp`, `log`: `amp_ir::vocab::UnarySpec::transcendental`),
+    /// in op order. They are most of a kernel's arithmetic (a polynomial and a division
+    /// each), which a backward would otherwise compute again.
     pub fn saved(&self) -> Vec<ValueId> {
-        let transcendental = |op: ElemOp| matches!(op, ElemOp::Sigmoid | ElemOp::Tanh | ElemOp::Exp | ElemOp::Log);
         (0..self.ops.len())
-            .filter(|&i| transcendental(self.ops[i].op) && self.width(self.op_value(i)) == Width::Vector)
+            .filter(|&i| self.ops[i].op.transcendental() && self.width(self.op_value(i)) == Width::Vector)
             .map(|i| self.op_value(i))
             .collect()
     }
@@ -340,7 +272,7 @@ impl SpecBuilder {
         ValueId((self.inputs.len() - 1) as u32)
     }
 
-    pub fn op(&mut self, op: ElemOp, args: &[ValueId]) -> ValueId {
+    pub fn op(&mut self, op: Elementwise, args: &[ValueId]) -> ValueId {
         self.ops.push(SpecOp { op, args: args.to_vec() });
         ValueId((self.inputs.len() + self.ops.len() - 1) as u32)
     }
@@ -354,5 +286,46 @@ impl SpecBuilder {
             return Err(SpecError::InputAfterOp);
         }
         KernelSpec::new(self.n, self.inputs, self.ops, self.outputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amp_ir::{BinaryFn, UnaryFn};
+
+    fn one_op(op: Elementwise, args: usize) -> Result<KernelSpec, SpecError> {
+        let ops = vec![SpecOp { op, args: (0..args as u32).map(ValueId).collect() }];
+        KernelSpec::new(4, vec![Width::Vector; args], ops, vec![ValueId(args as u32)])
+    }
+
+    /// The backends have no code for a row-wise function: a spec naming one is refused
+    /// here, whatever built it.
+    #[test]
+    fn row_wise_functions_are_refused() {
+        for f in [UnaryFn::Softmax, UnaryFn::LogSoftmax] {
+            assert_eq!(one_op(Elementwise::Unary(f), 1), Err(SpecError::NotElementwise { op: 0 }));
+        }
+        for op in Elementwise::all() {
+            assert!(one_op(op, op.arity()).is_ok(), "{op}");
+        }
+        assert_eq!(
+            one_op(Elementwise::Binary(BinaryFn::Add), 1),
+            Err(SpecError::Arity { op: 0, expected: 2, found: 1 })
+        );
+    }
+
+    #[test]
+    fn a_saving_forward_keeps_the_transcendental_vector_values() {
+        let mut b = SpecBuilder::new(8);
+        let (x, s) = (b.input(Width::Vector), b.input(Width::Scalar));
+        let t = b.op(Elementwise::Unary(UnaryFn::Tanh), &[x]);
+        let r = b.op(Elementwise::Unary(UnaryFn::Relu), &[t]);
+        let e = b.op(Elementwise::Unary(UnaryFn::Exp), &[s]);
+        let m = b.op(Elementwise::Binary(BinaryFn::Mul), &[r, e]);
+        b.output(m);
+        let spec = b.finish().expect("valid spec");
+        // `exp` of a scalar is not kept: only vector values are worth keeping.
+        assert_eq!(spec.saved(), vec![t]);
     }
 }

@@ -543,17 +543,8 @@ impl<'p> Lowerer<'p> {
 
     fn builtin(&mut self, b: Builtin, args: &[Expr], e: &Expr) -> R<Value> {
         let span = e.span;
-        let unary = match b {
-            Builtin::Relu => Some(UnaryFn::Relu),
-            Builtin::Sigmoid => Some(UnaryFn::Sigmoid),
-            Builtin::Tanh => Some(UnaryFn::Tanh),
-            Builtin::Exp => Some(UnaryFn::Exp),
-            Builtin::Log => Some(UnaryFn::Log),
-            Builtin::Softmax => Some(UnaryFn::Softmax),
-            Builtin::LogSoftmax => Some(UnaryFn::LogSoftmax),
-            _ => None,
-        };
-        if let Some(f) = unary {
+        // A built-in named like a function of the IR's vocabulary is that `unary` node.
+        if let Some(f) = UnaryFn::from_name(b.name()) {
             let x = self.expr(&args[0])?;
             let x = self.tensor(x, span)?;
             return Ok(self.unary(f, x, b.name(), span));

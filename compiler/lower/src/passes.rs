@@ -3,7 +3,7 @@
 //! graph is mutated while it is being walked. `StableGraph` keeps node indices valid
 //! across deletions, so reports and locations stay meaningful.
 
-use amp_ir::{BinaryFn, ConstValue, Edge, Graph, Node, Op, PayloadTy, UnaryFn};
+use amp_ir::{ConstValue, Edge, Graph, Node, Op, PayloadTy};
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use petgraph::Direction::{Incoming, Outgoing};
@@ -105,28 +105,6 @@ fn uniform(node: &Node) -> Option<f32> {
     }
 }
 
-fn apply_unary(f: UnaryFn, x: f32) -> Option<f32> {
-    Some(match f {
-        UnaryFn::Relu => x.max(0.0),
-        UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryFn::Tanh => x.tanh(),
-        UnaryFn::Exp => x.exp(),
-        UnaryFn::Log => x.ln(),
-        UnaryFn::Neg => -x,
-        // Softmax of a constant vector is uniform, but only its length knows the value.
-        UnaryFn::Softmax | UnaryFn::LogSoftmax => return None,
-    })
-}
-
-fn apply_binary(f: BinaryFn, a: f32, b: f32) -> f32 {
-    match f {
-        BinaryFn::Add => a + b,
-        BinaryFn::Sub => a - b,
-        BinaryFn::Mul => a * b,
-        BinaryFn::Div => a / b,
-    }
-}
-
 fn const_value(v: f32) -> ConstValue {
     if v.to_bits() == 0.0f32.to_bits() {
         ConstValue::Zeros
@@ -150,8 +128,11 @@ pub fn fold_constants(graph: &mut Graph) -> PassReport {
         let values: Option<Vec<f32>> = inputs.iter().map(|&i| uniform(&graph.nodes[i])).collect();
         let Some(values) = values else { continue };
         let folded = match (&node.op, values.as_slice()) {
-            (Op::Unary(f), [x]) => apply_unary(*f, *x),
-            (Op::Binary(f), [a, b]) => Some(apply_binary(*f, *a, *b)),
+            // With the scalar functions the executor runs, so a folded value is what the
+            // node would have computed. A row-wise function of a constant vector is uniform
+            // too, but only its length knows the value: not folded.
+            (Op::Unary(f), [x]) => f.scalar().map(|s| (s.forward)(*x)),
+            (Op::Binary(f), [a, b]) => Some((f.scalar().forward)(*a, *b)),
             _ => None,
         };
         let (Some(v), Some(&first)) = (folded, inputs.first()) else { continue };
@@ -220,8 +201,7 @@ pub fn eliminate_common_subexpressions(graph: &mut Graph) -> PassReport {
 
 fn fusable(op: &Op) -> bool {
     match op {
-        Op::Unary(f) => !matches!(f, UnaryFn::Softmax | UnaryFn::LogSoftmax),
-        Op::Binary(_) => true,
+        Op::Unary(_) | Op::Binary(_) => amp_ir::Elementwise::of_op(op).is_some(),
         _ => false,
     }
 }

@@ -59,7 +59,7 @@ use crate::flow::{self, Flow};
 use crate::profile::Profile;
 use crate::topology::Topology;
 use crate::PlanError;
-use amp_ir::{Graph, Op, PayloadTy, UnaryFn};
+use amp_ir::{Graph, Op, PayloadTy};
 use petgraph::stable_graph::NodeIndex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -544,14 +544,7 @@ pub(crate) fn work(
             (forward, if input_grad { 2.0 * forward } else { forward })
         }
         Op::Embedding { .. } => (output, output),
-        Op::Unary(f) => {
-            let per = match f {
-                UnaryFn::Relu | UnaryFn::Neg => 1.0,
-                UnaryFn::Sigmoid | UnaryFn::Tanh | UnaryFn::Exp | UnaryFn::Log => 4.0,
-                UnaryFn::Softmax | UnaryFn::LogSoftmax => 6.0,
-            };
-            (per * output, 2.0 * output)
-        }
+        Op::Unary(f) => (f.spec().flops * output, 2.0 * output),
         Op::Binary(_) => (output, 2.0 * output),
         Op::Concat | Op::Split { .. } => (all_outputs, all_outputs),
         Op::Group { .. } => (output, output),

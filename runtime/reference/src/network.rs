@@ -23,7 +23,7 @@ use amp_grammar::ast::NetStmtKind;
 use amp_grammar::Span;
 use amp_params::{ParamSet, ParamSpec};
 use amp_sema::rollout::{frame_order, Pattern, RolloutGraph};
-use amp_sema::{Builtin, FnId, NetworkDef, Program};
+use amp_sema::{FnId, NetworkDef, Program};
 
 /// The reference evaluator of one network under one rollout pattern.
 #[derive(Debug)]
@@ -210,14 +210,12 @@ impl<'p> NetworkReference<'p> {
         };
         let f = match node.activation {
             None => return Ok(y),
-            Some(Builtin::Relu) => UnaryFn::Relu,
-            Some(Builtin::Sigmoid) => UnaryFn::Sigmoid,
-            Some(Builtin::Tanh) => UnaryFn::Tanh,
-            Some(Builtin::Exp) => UnaryFn::Exp,
-            Some(Builtin::Log) => UnaryFn::Log,
-            Some(_) => return Err(unevaluable(span, "a network activation that is not elementwise")),
+            Some(b) => match UnaryFn::from_name(b.name()).filter(|f| f.is_elementwise()) {
+                Some(f) => f,
+                None => return Err(unevaluable(span, "a network activation that is not elementwise")),
+            },
         };
-        Ok(ev.tape.unary(f, y))
+        ev.tape.unary(f, y).at(span)
     }
 
     /// Every node's width.

@@ -9,10 +9,11 @@
 //! (see `expr.rs`).
 
 use super::cursor::{Cursor, PResult, ParseError};
-use super::{BINARY_NAMES, REDUCE_NAMES, UNARY_NAMES};
+use super::REDUCE_NAMES;
 use crate::ampg::{graph_from_slots, MAX_NODES, MAX_PORTS};
 use crate::{
-    ConstValue, FieldId, FieldRole, Graph, Loc, LossKind, Node, Op, Param, ParamInit, PayloadInt, PayloadTy, StateField,
+    BinaryFn, ConstValue, FieldId, FieldRole, Graph, Loc, LossKind, Node, Op, Param, ParamInit, PayloadInt, PayloadTy,
+    StateField, UnaryFn,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -337,8 +338,8 @@ impl Parser {
                 let param = c.symbol()?;
                 Op::Embedding { param, index: self.bracketed_expr(c)? }
             }
-            "unary" => Op::Unary(lookup(c, &UNARY_NAMES, "a unary function")?),
-            "binary" => Op::Binary(lookup(c, &BINARY_NAMES, "a binary function")?),
+            "unary" => Op::Unary(named(c, UnaryFn::from_name, "a unary function")?),
+            "binary" => Op::Binary(named(c, BinaryFn::from_name, "a binary function")?),
             "split" => Op::Split { parts: c.number("a part count")? },
             "phi" => Op::Phi { arms: c.number("an arm count")? },
             "cond" => Op::Cond { pred: self.bracketed_expr(c)? },
@@ -488,14 +489,15 @@ impl Parser {
 }
 
 fn lookup<T: Copy>(c: &mut Cursor, table: &[(T, &str)], what: &str) -> PResult<T> {
+    named(c, |name| table.iter().find(|(_, n)| *n == name).map(|(f, _)| *f), what)
+}
+
+/// An identifier that `find` knows.
+fn named<T>(c: &mut Cursor, find: impl Fn(&str) -> Option<T>, what: &str) -> PResult<T> {
     c.skip_spaces();
     let at = c.pos();
     let name = c.identifier().ok_or_else(|| c.expected(what))?;
-    table
-        .iter()
-        .find(|(_, n)| *n == name)
-        .map(|(f, _)| *f)
-        .ok_or_else(|| c.error_at(at, format!("unknown {what} `{name}`")))
+    find(&name).ok_or_else(|| c.error_at(at, format!("unknown {what} `{name}`")))
 }
 
 /// `zeros`, `ones`, `bits(0xHEX)` or a decimal f32 (including `inf`).

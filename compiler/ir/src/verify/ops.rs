@@ -3,7 +3,7 @@
 
 use super::structure::Adjacency;
 use super::{Arity, Checker, FieldUse, KeyReason, ParamExpectation, PortDir, TypeExpectation, VerifyErrorKind};
-use crate::{DataStep, FieldId, LossKind, Node, Op, PayloadInt, PayloadTy, StateExpr, UnaryFn};
+use crate::{DataStep, FieldId, LossKind, Node, Op, PayloadInt, PayloadTy, StateExpr};
 
 pub(super) fn check_nodes(cx: &mut Checker, adjacency: &Adjacency) {
     for i in 0..cx.bound() {
@@ -60,7 +60,7 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
         }
         Op::Unary(f) => {
             if ports(cx, i, node, one, one) {
-                let needs_rank = matches!(f, UnaryFn::Softmax | UnaryFn::LogSoftmax);
+                let needs_rank = !f.is_elementwise();
                 let input = if needs_rank { TypeExpectation::F32Ranked } else { TypeExpectation::AnyF32 };
                 if expect(cx, i, PortDir::Input, 0, &node.inputs[0], &input) {
                     same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);

@@ -2,8 +2,9 @@
 //! range (all of them in the ignored exhaustive test), against f64 references.
 
 use crate::common::{run_kernel, single_op_kernel, single_op_kernel_in};
+use amp_ir::UnaryFn;
 use amp_jit::KernelCache;
-use amp_jit::{max_rel_error, ElemOp, Pass};
+use amp_jit::{max_rel_error, Elementwise, Pass};
 
 /// Maps an f32 to an integer that orders like the float (for walking ranges).
 fn ordered(x: f32) -> i64 {
@@ -23,12 +24,12 @@ fn from_ordered(k: i64) -> f32 {
     }
 }
 
-fn reference(op: ElemOp, x: f64) -> f64 {
+fn reference(op: Elementwise, x: f64) -> f64 {
     match op {
-        ElemOp::Exp => x.exp(),
-        ElemOp::Log => x.ln(),
-        ElemOp::Tanh => x.tanh(),
-        ElemOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        Elementwise::Unary(UnaryFn::Exp) => x.exp(),
+        Elementwise::Unary(UnaryFn::Log) => x.ln(),
+        Elementwise::Unary(UnaryFn::Tanh) => x.tanh(),
+        Elementwise::Unary(UnaryFn::Sigmoid) => 1.0 / (1.0 + (-x).exp()),
         _ => unreachable!(),
     }
 }
@@ -42,7 +43,7 @@ pub struct Sweep {
 }
 
 /// Sweeps `[lo, hi]` with the given stride over the ordered floats.
-pub fn sweep(op: ElemOp, lo: f32, hi: f32, stride: i64, cache: &mut KernelCache) -> Sweep {
+pub fn sweep(op: Elementwise, lo: f32, hi: f32, stride: i64, cache: &mut KernelCache) -> Sweep {
     let kernel = single_op_kernel_in(cache, op, 1 << 16);
     let mut result = Sweep { max_rel: 0.0, worst_x: 0.0, max_abs_subnormal: 0.0, points: 0 };
     let (start, end) = (ordered(lo), ordered(hi));
@@ -81,12 +82,12 @@ pub fn sweep(op: ElemOp, lo: f32, hi: f32, stride: i64, cache: &mut KernelCache)
 
 /// The sweeps: every f32 (every positive one for `log`); relative errors are measured
 /// where the exact result is a normal f32 (`math`'s table), absolute errors below.
-pub fn ranges() -> [(ElemOp, f32, f32, f64); 4] {
+pub fn ranges() -> [(Elementwise, f32, f32, f64); 4] {
     [
-        (ElemOp::Exp, f32::MIN, f32::MAX, max_rel_error::EXP),
-        (ElemOp::Log, f32::from_bits(1), f32::MAX, max_rel_error::LOG),
-        (ElemOp::Tanh, f32::MIN, f32::MAX, max_rel_error::TANH),
-        (ElemOp::Sigmoid, f32::MIN, f32::MAX, max_rel_error::SIGMOID),
+        (Elementwise::Unary(UnaryFn::Exp), f32::MIN, f32::MAX, max_rel_error::EXP),
+        (Elementwise::Unary(UnaryFn::Log), f32::from_bits(1), f32::MAX, max_rel_error::LOG),
+        (Elementwise::Unary(UnaryFn::Tanh), f32::MIN, f32::MAX, max_rel_error::TANH),
+        (Elementwise::Unary(UnaryFn::Sigmoid), f32::MIN, f32::MAX, max_rel_error::SIGMOID),
     ]
 }
 
@@ -122,23 +123,23 @@ fn exhaustive_approximation_errors() {
 
 #[test]
 fn special_values() {
-    let cases: [(ElemOp, f32, f32); 16] = [
-        (ElemOp::Exp, f32::INFINITY, f32::INFINITY),
-        (ElemOp::Exp, f32::NEG_INFINITY, 0.0),
-        (ElemOp::Exp, 88.73, f32::INFINITY),
-        (ElemOp::Exp, -200.0, 0.0),
-        (ElemOp::Exp, 0.0, 1.0),
-        (ElemOp::Log, 0.0, f32::NEG_INFINITY),
-        (ElemOp::Log, -0.0, f32::NEG_INFINITY),
-        (ElemOp::Log, f32::INFINITY, f32::INFINITY),
-        (ElemOp::Log, 1.0, 0.0),
-        (ElemOp::Tanh, f32::INFINITY, 1.0),
-        (ElemOp::Tanh, f32::NEG_INFINITY, -1.0),
-        (ElemOp::Tanh, -0.0, -0.0),
-        (ElemOp::Sigmoid, f32::INFINITY, 1.0),
-        (ElemOp::Sigmoid, f32::NEG_INFINITY, 0.0),
-        (ElemOp::Relu, -0.0, -0.0),
-        (ElemOp::Relu, -3.0, 0.0),
+    let cases: [(Elementwise, f32, f32); 16] = [
+        (Elementwise::Unary(UnaryFn::Exp), f32::INFINITY, f32::INFINITY),
+        (Elementwise::Unary(UnaryFn::Exp), f32::NEG_INFINITY, 0.0),
+        (Elementwise::Unary(UnaryFn::Exp), 88.73, f32::INFINITY),
+        (Elementwise::Unary(UnaryFn::Exp), -200.0, 0.0),
+        (Elementwise::Unary(UnaryFn::Exp), 0.0, 1.0),
+        (Elementwise::Unary(UnaryFn::Log), 0.0, f32::NEG_INFINITY),
+        (Elementwise::Unary(UnaryFn::Log), -0.0, f32::NEG_INFINITY),
+        (Elementwise::Unary(UnaryFn::Log), f32::INFINITY, f32::INFINITY),
+        (Elementwise::Unary(UnaryFn::Log), 1.0, 0.0),
+        (Elementwise::Unary(UnaryFn::Tanh), f32::INFINITY, 1.0),
+        (Elementwise::Unary(UnaryFn::Tanh), f32::NEG_INFINITY, -1.0),
+        (Elementwise::Unary(UnaryFn::Tanh), -0.0, -0.0),
+        (Elementwise::Unary(UnaryFn::Sigmoid), f32::INFINITY, 1.0),
+        (Elementwise::Unary(UnaryFn::Sigmoid), f32::NEG_INFINITY, 0.0),
+        (Elementwise::Unary(UnaryFn::Relu), -0.0, -0.0),
+        (Elementwise::Unary(UnaryFn::Relu), -3.0, 0.0),
     ];
     for (op, x, expected) in cases {
         // Lane and tail paths: n = 5 puts x in the vector loop and in the tail.
@@ -151,12 +152,12 @@ fn special_values() {
             );
         }
     }
-    for op in ElemOp::ALL.into_iter().filter(|op| op.arity() == 1) {
+    for op in Elementwise::all().filter(|op| op.arity() == 1) {
         let kernel = single_op_kernel(op, 5);
         let y = &run_kernel(&kernel, Pass::Forward, 1, &[vec![f32::NAN; 5]])[0];
         assert!(y.iter().all(|y| y.is_nan()), "{op}(NaN) = {y:?}");
     }
-    let kernel = single_op_kernel(ElemOp::Log, 5);
+    let kernel = single_op_kernel(Elementwise::Unary(UnaryFn::Log), 5);
     let y = &run_kernel(&kernel, Pass::Forward, 1, &[vec![-1.0; 5]])[0];
     assert!(y.iter().all(|y| y.is_nan()), "log(-1) = {y:?}");
 }

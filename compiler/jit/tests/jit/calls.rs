@@ -3,12 +3,13 @@
 
 use crate::common::{compile, output_lens, random_call, single_op_kernel};
 use crate::differential::spec_strategy;
-use amp_jit::{BufferRole, ElemOp, Kernel, KernelError, Pass, SpecBuilder, Width};
+use amp_ir::{BinaryFn, UnaryFn};
+use amp_jit::{BufferRole, Elementwise, Kernel, KernelError, Pass, SpecBuilder, Width};
 use proptest::prelude::*;
 
 #[test]
 fn wrong_buffers_are_errors() {
-    let kernel = single_op_kernel(ElemOp::Tanh, 6);
+    let kernel = single_op_kernel(Elementwise::Unary(UnaryFn::Tanh), 6);
     let x = vec![0.5f32; 12];
     let mut y = vec![0.0f32; 12];
     let mut short = vec![0.0f32; 11];
@@ -45,8 +46,8 @@ fn scalar_ports_hold_one_value_per_row() {
     let mut b = SpecBuilder::new(5);
     let x = b.input(Width::Vector);
     let s = b.input(Width::Scalar);
-    let y = b.op(ElemOp::Mul, &[x, s]);
-    let t = b.op(ElemOp::Exp, &[s]);
+    let y = b.op(Elementwise::Binary(BinaryFn::Mul), &[x, s]);
+    let t = b.op(Elementwise::Unary(UnaryFn::Exp), &[s]);
     b.output(y);
     b.output(t);
     let kernel = compile(&b.finish().unwrap());
@@ -68,7 +69,7 @@ fn kernels_are_shared_between_threads() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Kernel>();
     send_sync::<amp_jit::GroupKernel>();
-    let kernel = single_op_kernel(ElemOp::Exp, 9);
+    let kernel = single_op_kernel(Elementwise::Unary(UnaryFn::Exp), 9);
     let threads: Vec<_> = (0..2)
         .map(|t| {
             let kernel = std::sync::Arc::clone(&kernel);

@@ -1,6 +1,6 @@
 //! Helpers shared by the JIT tests.
 
-use amp_jit::{ElemOp, Kernel, KernelCache, Pass, SpecBuilder, Width};
+use amp_jit::{Elementwise, Kernel, KernelCache, Pass, SpecBuilder, Width};
 use std::sync::Arc;
 
 thread_local! {
@@ -12,7 +12,7 @@ pub fn compile(spec: &amp_jit::KernelSpec) -> Arc<Kernel> {
     CACHE.with(|c| c.borrow_mut().kernel(spec).expect("the kernel compiles"))
 }
 
-fn single_op_spec(op: ElemOp, n: u64) -> amp_jit::KernelSpec {
+fn single_op_spec(op: Elementwise, n: u64) -> amp_jit::KernelSpec {
     let mut b = SpecBuilder::new(n);
     let x = b.input(Width::Vector);
     let args = if op.arity() == 2 { vec![x, x] } else { vec![x] };
@@ -22,12 +22,12 @@ fn single_op_spec(op: ElemOp, n: u64) -> amp_jit::KernelSpec {
 }
 
 /// `y = op(x)` (or `op(x, x)`) over `n` elements.
-pub fn single_op_kernel(op: ElemOp, n: u64) -> Arc<Kernel> {
+pub fn single_op_kernel(op: Elementwise, n: u64) -> Arc<Kernel> {
     compile(&single_op_spec(op, n))
 }
 
 /// The same, compiled by a given cache.
-pub fn single_op_kernel_in(cache: &mut KernelCache, op: ElemOp, n: u64) -> Arc<Kernel> {
+pub fn single_op_kernel_in(cache: &mut KernelCache, op: Elementwise, n: u64) -> Arc<Kernel> {
     cache.kernel(&single_op_spec(op, n)).expect("the kernel compiles")
 }
 

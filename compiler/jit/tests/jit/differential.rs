@@ -4,7 +4,7 @@
 //! errors (`common::Tracked`).
 
 use crate::common::{compile, differential, examples, random_call, Agreement};
-use amp_jit::{ElemOp, KernelSpec, SpecOp, ValueId, VerifiedGraph, Width};
+use amp_jit::{Elementwise, KernelSpec, SpecOp, ValueId, VerifiedGraph, Width};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
@@ -13,14 +13,14 @@ use proptest::strategy::ValueTree;
 pub fn spec_strategy() -> impl Strategy<Value = KernelSpec> {
     let n = prop_oneof![1u64..=9, Just(13u64), Just(150u64)];
     let inputs = prop::collection::vec(prop_oneof![3 => Just(Width::Vector), 1 => Just(Width::Scalar)], 1..=3);
-    let ops = prop::collection::vec((0..ElemOp::ALL.len(), any::<u32>(), any::<u32>()), 1..=12);
+    let ops = prop::collection::vec((0..Elementwise::all().count(), any::<u32>(), any::<u32>()), 1..=12);
     (n, inputs, ops, any::<u64>()).prop_map(|(n, inputs, ops, extra_outputs)| {
         let count = inputs.len();
         let ops: Vec<SpecOp> = ops
             .into_iter()
             .enumerate()
             .map(|(i, (op, a, b))| {
-                let op = ElemOp::ALL[op];
+                let op = Elementwise::all().nth(op).expect("in range");
                 let defined = (count + i) as u32;
                 let args = [ValueId(a % defined), ValueId(b % defined)];
                 SpecOp { op, args: args[..op.arity()].to_vec() }

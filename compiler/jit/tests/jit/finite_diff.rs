@@ -4,6 +4,7 @@
 
 use crate::common::{compile, output_lens, run_kernel, Rng};
 use crate::differential::spec_strategy;
+use amp_ir::UnaryFn;
 use amp_jit::{interpret, Arith, Kernel, Pass};
 use proptest::prelude::*;
 
@@ -123,7 +124,7 @@ fn regression_relu_kink_is_inconclusive_not_a_mismatch() {
     let spec = amp_jit::KernelSpec::new(
         150,
         vec![amp_jit::Width::Vector],
-        vec![amp_jit::SpecOp { op: amp_jit::ElemOp::Relu, args: vec![amp_jit::ValueId(0)] }],
+        vec![amp_jit::SpecOp { op: amp_jit::Elementwise::Unary(UnaryFn::Relu), args: vec![amp_jit::ValueId(0)] }],
         vec![amp_jit::ValueId(1)],
     )
     .unwrap();

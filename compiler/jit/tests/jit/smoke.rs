@@ -1,6 +1,7 @@
 //! A hand-written LSTM-like cell with a broadcast scalar (through `exp` and `log`),
 //! several rows and a tail: JIT and interpreter agree forward and backward.
 
+use amp_ir::{BinaryFn, UnaryFn};
 use amp_jit::*;
 
 #[test]
@@ -11,16 +12,16 @@ fn lstm_cell_forward_and_backward() {
     let g = b.input(Width::Vector);
     let c = b.input(Width::Vector);
     let s = b.input(Width::Scalar);
-    let si = b.op(ElemOp::Sigmoid, &[i]);
-    let sf = b.op(ElemOp::Sigmoid, &[f]);
-    let tg = b.op(ElemOp::Tanh, &[g]);
-    let a = b.op(ElemOp::Mul, &[si, tg]);
-    let bb = b.op(ElemOp::Mul, &[sf, c]);
-    let c2 = b.op(ElemOp::Add, &[a, bb]);
-    let h = b.op(ElemOp::Tanh, &[c2]);
-    let e = b.op(ElemOp::Exp, &[s]);
-    let l = b.op(ElemOp::Log, &[e]);
-    let h2 = b.op(ElemOp::Mul, &[h, l]);
+    let si = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[i]);
+    let sf = b.op(Elementwise::Unary(UnaryFn::Sigmoid), &[f]);
+    let tg = b.op(Elementwise::Unary(UnaryFn::Tanh), &[g]);
+    let a = b.op(Elementwise::Binary(BinaryFn::Mul), &[si, tg]);
+    let bb = b.op(Elementwise::Binary(BinaryFn::Mul), &[sf, c]);
+    let c2 = b.op(Elementwise::Binary(BinaryFn::Add), &[a, bb]);
+    let h = b.op(Elementwise::Unary(UnaryFn::Tanh), &[c2]);
+    let e = b.op(Elementwise::Unary(UnaryFn::Exp), &[s]);
+    let l = b.op(Elementwise::Unary(UnaryFn::Log), &[e]);
+    let h2 = b.op(Elementwise::Binary(BinaryFn::Mul), &[h, l]);
     b.output(c2);
     b.output(h2);
     b.output(l);

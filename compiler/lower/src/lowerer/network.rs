@@ -27,7 +27,7 @@ use amp_ir::{
     StateExpr, UnaryFn,
 };
 use amp_sema::rollout::{analyse, frame_order, Pattern, RolloutGraph};
-use amp_sema::{Builtin, ComponentId, Instance, InstanceCall, NetworkDef, Program};
+use amp_sema::{ComponentId, Instance, InstanceCall, NetworkDef, Program};
 
 /// What one network rollout is lowered from.
 pub(crate) struct Rollout<'a> {
@@ -240,12 +240,10 @@ impl<'p> Lowerer<'p> {
         };
         let f = match node.activation {
             None => return Ok(y),
-            Some(Builtin::Relu) => UnaryFn::Relu,
-            Some(Builtin::Sigmoid) => UnaryFn::Sigmoid,
-            Some(Builtin::Tanh) => UnaryFn::Tanh,
-            Some(Builtin::Exp) => UnaryFn::Exp,
-            Some(Builtin::Log) => UnaryFn::Log,
-            Some(other) => return Err(self.unsupported(span, &format!("the activation `{}`", other.name()))),
+            Some(b) => match UnaryFn::from_name(b.name()).filter(|f| f.is_elementwise()) {
+                Some(f) => f,
+                None => return Err(self.unsupported(span, &format!("the activation `{}`", b.name()))),
+            },
         };
         match self.unary(f, y, &node.name, span) {
             Value::Tensor(p) => Ok(p),

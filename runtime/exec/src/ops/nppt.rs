@@ -6,6 +6,7 @@ use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
 use crate::ops::kernels;
+use amp_ir::vocab::BinaryKernel;
 use amp_ir::{BinaryFn, PayloadTy, UnaryFn};
 
 /// `f(x)`, caching input and output (shared, not copied) for the backward.
@@ -27,26 +28,15 @@ impl UnaryOp {
 
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         match self.f {
-            // As PyTorch: NaN stays NaN (so a bad value reaches the loss and is reported).
-            UnaryFn::Relu => x.iter().map(|&v| if v < 0.0 { 0.0 } else { v }).collect(),
-            UnaryFn::Sigmoid => x.iter().map(|&v| 1.0 / (1.0 + (-v).exp())).collect(),
-            UnaryFn::Tanh => x.iter().map(|v| v.tanh()).collect(),
-            UnaryFn::Exp => x.iter().map(|v| v.exp()).collect(),
-            UnaryFn::Log => x.iter().map(|v| v.ln()).collect(),
-            UnaryFn::Neg => x.iter().map(|v| -v).collect(),
             UnaryFn::Softmax => kernels::softmax_rows(x, self.width),
             UnaryFn::LogSoftmax => kernels::log_softmax_rows(x, self.width),
+            // Every other function is elementwise: the vocabulary's scalar function.
+            f => f.forward_elements(x).unwrap_or_default(),
         }
     }
 
     fn gradient(&self, x: &[f32], y: &[f32], dy: &[f32]) -> Vec<f32> {
         match self.f {
-            UnaryFn::Relu => each(x, y, dy, |x, _, g| if x > 0.0 { g } else { 0.0 }),
-            UnaryFn::Sigmoid => each(x, y, dy, |_, y, g| g * y * (1.0 - y)),
-            UnaryFn::Tanh => each(x, y, dy, |_, y, g| g * (1.0 - y * y)),
-            UnaryFn::Exp => each(x, y, dy, |_, y, g| g * y),
-            UnaryFn::Log => each(x, y, dy, |x, _, g| g / x),
-            UnaryFn::Neg => each(x, y, dy, |_, _, g| -g),
             UnaryFn::Softmax => {
                 // dx = y * (dy - <dy, y>) per row.
                 let mut dx = Vec::with_capacity(y.len());
@@ -65,6 +55,7 @@ impl UnaryOp {
                 }
                 dx
             }
+            f => f.backward_elements(x, y, dy).unwrap_or_default(),
         }
     }
 }
@@ -92,13 +83,6 @@ impl NodeOp for UnaryOp {
     fn held(&self) -> usize {
         self.cache.len()
     }
-}
-
-/// `f(x, y, dy)` of each element: one loop per function, which the compiler vectorises
-/// (through a `&dyn Fn` it would make a call per element).
-#[inline]
-fn each(x: &[f32], y: &[f32], dy: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> Vec<f32> {
-    x.iter().zip(y).zip(dy).map(|((&x, &y), &g)| f(x, y, g)).collect()
 }
 
 /// Which operand, if any, is a scalar broadcast over the other.
@@ -131,23 +115,46 @@ impl BinaryOp {
 
     /// `a op b` elementwise, a scalar operand repeated.
     fn apply(&self, a: &[f32], b: &[f32]) -> Vec<f32> {
-        match self.f {
-            BinaryFn::Add => map2(self.broadcast, a, b, |x, y| x + y),
-            BinaryFn::Sub => map2(self.broadcast, a, b, |x, y| x - y),
-            BinaryFn::Mul => map2(self.broadcast, a, b, |x, y| x * y),
-            BinaryFn::Div => map2(self.broadcast, a, b, |x, y| x / y),
-        }
+        self.f.with_scalar(Apply { broadcast: self.broadcast, a, b })
     }
 
     /// The gradients of both operands from `dy`; a scalar operand's is the sum over the
     /// elements it was repeated for.
     fn gradients(&self, a: &[f32], b: &[f32], dy: &[f32]) -> (Vec<f32>, Vec<f32>) {
-        match self.f {
-            BinaryFn::Add => partials(self.broadcast, a, b, dy, |_, _, g| (g, g)),
-            BinaryFn::Sub => partials(self.broadcast, a, b, dy, |_, _, g| (g, -g)),
-            BinaryFn::Mul => partials(self.broadcast, a, b, dy, |x, y, g| (g * y, g * x)),
-            BinaryFn::Div => partials(self.broadcast, a, b, dy, |x, y, g| (g / y, -g * x / (y * y))),
-        }
+        self.f.with_scalar(Gradients { broadcast: self.broadcast, a, b, dy })
+    }
+}
+
+/// [`map2`] with a binary function of the vocabulary (one loop per function).
+struct Apply<'a> {
+    broadcast: Broadcast,
+    a: &'a [f32],
+    b: &'a [f32],
+}
+
+impl BinaryKernel for Apply<'_> {
+    type Output = Vec<f32>;
+    fn run(self, forward: impl Fn(f32, f32) -> f32 + Copy, _: impl Fn(f32, f32, f32) -> (f32, f32) + Copy) -> Vec<f32> {
+        map2(self.broadcast, self.a, self.b, forward)
+    }
+}
+
+/// [`partials`] with a binary function of the vocabulary.
+struct Gradients<'a> {
+    broadcast: Broadcast,
+    a: &'a [f32],
+    b: &'a [f32],
+    dy: &'a [f32],
+}
+
+impl BinaryKernel for Gradients<'_> {
+    type Output = (Vec<f32>, Vec<f32>);
+    fn run(
+        self,
+        _: impl Fn(f32, f32) -> f32 + Copy,
+        backward: impl Fn(f32, f32, f32) -> (f32, f32) + Copy,
+    ) -> (Vec<f32>, Vec<f32>) {
+        partials(self.broadcast, self.a, self.b, self.dy, backward)
     }
 }
 

@@ -31,12 +31,9 @@ impl<'r> Evaluator<'r> {
     /// which recursion through built-in arguments nests, stays small.
     pub(super) fn builtin(&mut self, f: &mut Frame<'r>, b: Builtin, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
         match b {
-            Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log => {
-                self.elementwise(f, b, args, e)
-            }
-            Builtin::Softmax | Builtin::LogSoftmax | Builtin::CrossEntropy | Builtin::Mse => {
-                self.normalised(f, b, args, e)
-            }
+            // A built-in named like a function of the IR's vocabulary is that function.
+            _ if UnaryFn::from_name(b.name()).is_some() => self.unary_fn(f, b, args, e),
+            Builtin::CrossEntropy | Builtin::Mse => self.loss(f, b, args, e),
             Builtin::Concat | Builtin::Split => self.join_or_split(f, b, args, e),
             Builtin::Zeros | Builtin::Ones => {
                 let shape = self.shape_of(f.ctx, &e.ty, e.span)?;
@@ -47,25 +44,21 @@ impl<'r> Evaluator<'r> {
             Builtin::Sum | Builtin::Mean => self.reduce(f, b, args, e),
             Builtin::Len | Builtin::Zip | Builtin::Range => self.sequence(f, b, args, e),
             Builtin::ScatterSum => self.scatter_sum(f, args, e),
+            _ => Err(unevaluable(e.span, "a built-in the reference does not implement")),
         }
     }
 
-    /// `relu sigmoid tanh exp log`.
-    fn elementwise(&mut self, f: &mut Frame<'r>, b: Builtin, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
-        let func = match b {
-            Builtin::Relu => UnaryFn::Relu,
-            Builtin::Sigmoid => UnaryFn::Sigmoid,
-            Builtin::Tanh => UnaryFn::Tanh,
-            Builtin::Exp => UnaryFn::Exp,
-            Builtin::Log => UnaryFn::Log,
-            _ => return Err(unevaluable(e.span, "a built-in that is not elementwise")),
+    /// `relu sigmoid tanh exp log softmax log_softmax`: the vocabulary's unary functions.
+    fn unary_fn(&mut self, f: &mut Frame<'r>, b: Builtin, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
+        let Some(func) = UnaryFn::from_name(b.name()) else {
+            return Err(unevaluable(e.span, "a built-in that is not a unary function"));
         };
         let x = self.tensor_arg(f, args, 0, e)?;
-        Ok(Val::Tensor(self.tape.unary(func, x)))
+        Ok(Val::Tensor(self.tape.unary(func, x).at(e.span)?))
     }
 
-    /// `softmax log_softmax cross_entropy mse`.
-    fn normalised(&mut self, f: &mut Frame<'r>, b: Builtin, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
+    /// `cross_entropy mse`.
+    fn loss(&mut self, f: &mut Frame<'r>, b: Builtin, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
         let x = self.tensor_arg(f, args, 0, e)?;
         let out = match b {
             Builtin::CrossEntropy => {
@@ -76,7 +69,7 @@ impl<'r> Evaluator<'r> {
                 let target = self.tensor_arg(f, args, 1, e)?;
                 self.tape.mse(x, target)
             }
-            _ => self.tape.softmax(x, b == Builtin::LogSoftmax),
+            _ => return Err(unevaluable(e.span, "a built-in that is not a loss")),
         };
         Ok(Val::Tensor(out.at(e.span)?))
     }

@@ -46,7 +46,7 @@ impl<'r> Evaluator<'r> {
     fn unary(&mut self, f: &mut Frame<'r>, op: UnOp, x: &'r Expr, span: Span) -> R<Val<'r>> {
         match (op, self.expr(f, x)?) {
             (UnOp::Neg, Val::Int(i)) => i.checked_neg().map(Val::Int).ok_or(ErrorKind::Overflow).at(span),
-            (UnOp::Neg, Val::Tensor(t)) => Ok(Val::Tensor(self.tape.unary(UnaryFn::Neg, t))),
+            (UnOp::Neg, Val::Tensor(t)) => Ok(Val::Tensor(self.tape.unary(UnaryFn::Neg, t).at(span)?)),
             (UnOp::Not, Val::Bool(b)) => Ok(Val::Bool(!b)),
             (UnOp::Neg, other) => type_error(span, "an int or a tensor", &other),
             (UnOp::Not, other) => type_error(span, "a bool", &other),

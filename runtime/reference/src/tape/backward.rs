@@ -93,10 +93,13 @@ impl Tape {
         match &node.op {
             Op::Leaf => {}
             Op::Unary(f, x) => {
-                let xv = self.value(*x);
-                let contribution: Vec<f32> =
-                    g.iter().zip(xv.iter().zip(y)).map(|(&gi, (&xi, &yi))| gi * f.derivative(xi, yi)).collect();
-                self.accumulate(grads, *x, &contribution);
+                // `Tape::unary` records only elementwise functions under `Op::Unary`.
+                if let Some(backward) = f.scalar().map(|s| s.backward) {
+                    let xv = self.value(*x);
+                    let contribution: Vec<f32> =
+                        g.iter().zip(xv.iter().zip(y)).map(|(&gi, (&xi, &yi))| backward(xi, yi, gi)).collect();
+                    self.accumulate(grads, *x, &contribution);
+                }
             }
             Op::Binary(f, a, b) => {
                 let (av, bv) = (self.value(*a), self.value(*b));
@@ -107,10 +110,11 @@ impl Tape {
                 let bt = |j: usize| if bv.len() == n { bv[j] } else { bv[0] };
                 let mut ga = vec![0.0; av.len()];
                 let mut gb = vec![0.0; bv.len()];
+                let partials = f.scalar().backward;
                 for j in 0..n {
-                    let (pa, pb) = f.partials(at(j), bt(j));
-                    ga[if av.len() == n { j } else { 0 }] += g[j] * pa;
-                    gb[if bv.len() == n { j } else { 0 }] += g[j] * pb;
+                    let (da, db) = partials(at(j), bt(j), g[j]);
+                    ga[if av.len() == n { j } else { 0 }] += da;
+                    gb[if bv.len() == n { j } else { 0 }] += db;
                 }
                 self.accumulate(grads, *a, &ga);
                 self.accumulate(grads, *b, &gb);

@@ -25,88 +25,17 @@ pub const MAX_ELEMENTS: usize = 1 << 28;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub usize);
 
-/// Elementwise functions of one tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryFn {
-    Relu,
-    Sigmoid,
-    Tanh,
-    Exp,
-    Log,
-    Neg,
-}
-
-impl UnaryFn {
-    pub const ALL: &'static [UnaryFn] =
-        &[UnaryFn::Relu, UnaryFn::Sigmoid, UnaryFn::Tanh, UnaryFn::Exp, UnaryFn::Log, UnaryFn::Neg];
-
-    pub fn apply(self, x: f32) -> f32 {
-        match self {
-            UnaryFn::Relu => x.max(0.0),
-            UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            UnaryFn::Tanh => x.tanh(),
-            UnaryFn::Exp => x.exp(),
-            UnaryFn::Log => x.ln(),
-            UnaryFn::Neg => -x,
-        }
-    }
-
-    /// `dy/dx` from the input `x` and the output `y`.
-    fn derivative(self, x: f32, y: f32) -> f32 {
-        match self {
-            UnaryFn::Relu => {
-                if x > 0.0 {
-                    1.0
-                } else {
-                    0.0
-                }
-            }
-            UnaryFn::Sigmoid => y * (1.0 - y),
-            UnaryFn::Tanh => 1.0 - y * y,
-            UnaryFn::Exp => y,
-            UnaryFn::Log => 1.0 / x,
-            UnaryFn::Neg => -1.0,
-        }
-    }
-}
-
-/// Elementwise arithmetic of two tensors of one shape, or of a tensor and a scalar.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryFn {
-    Add,
-    Sub,
-    Mul,
-    Div,
-}
-
-impl BinaryFn {
-    pub const ALL: &'static [BinaryFn] = &[BinaryFn::Add, BinaryFn::Sub, BinaryFn::Mul, BinaryFn::Div];
-
-    pub fn apply(self, a: f32, b: f32) -> f32 {
-        match self {
-            BinaryFn::Add => a + b,
-            BinaryFn::Sub => a - b,
-            BinaryFn::Mul => a * b,
-            BinaryFn::Div => a / b,
-        }
-    }
-
-    /// `(d/da, d/db)` at `(a, b)`.
-    fn partials(self, a: f32, b: f32) -> (f32, f32) {
-        match self {
-            BinaryFn::Add => (1.0, 1.0),
-            BinaryFn::Sub => (1.0, -1.0),
-            BinaryFn::Mul => (b, a),
-            BinaryFn::Div => (1.0 / b, -a / (b * b)),
-        }
-    }
-}
+/// The functions of `unary` and `binary` tape nodes are the IR's vocabulary
+/// (`amp_ir::vocab`): the reference computes each with the same scalar function and
+/// gradient as the executor, so the two differ only in the order of sums.
+pub use amp_ir::{BinaryFn, UnaryFn};
 
 /// What produced a node, with the inputs its backward step needs.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// A constant: instance data, a literal, `zeros`/`ones`. No gradient flows out.
     Leaf,
+    /// An elementwise function (a row-wise one is recorded as its own op, `Softmax`).
     Unary(UnaryFn, NodeId),
     /// Equal shapes, or one side a scalar (shape `[]`) broadcast over the other.
     Binary(BinaryFn, NodeId, NodeId),
@@ -276,24 +205,30 @@ impl Tape {
         self.push(Op::Leaf, Vec::new(), vec![value])
     }
 
-    pub fn unary(&mut self, f: UnaryFn, x: NodeId) -> NodeId {
+    /// `f(x)`: each element for an elementwise function, each row of the last axis for a
+    /// row-wise one (which needs rank 1 or more).
+    pub fn unary(&mut self, f: UnaryFn, x: NodeId) -> R<NodeId> {
+        let Some(scalar) = f.scalar() else {
+            return self.softmax(x, f == UnaryFn::LogSoftmax);
+        };
         let node = self.node(x);
-        let value = node.value.iter().map(|&v| f.apply(v)).collect();
+        let value = node.value.iter().map(|&v| (scalar.forward)(v)).collect();
         let shape = node.shape.clone();
-        self.push(Op::Unary(f, x), shape, value)
+        Ok(self.push(Op::Unary(f, x), shape, value))
     }
 
     /// `a op b` elementwise; one side may be a scalar (shape `[]`).
     pub fn binary(&mut self, f: BinaryFn, a: NodeId, b: NodeId) -> R<NodeId> {
+        let apply = f.scalar().forward;
         let (na, nb) = (self.node(a), self.node(b));
         let (shape, value): (Vec<usize>, Vec<f32>) = if na.shape == nb.shape {
-            (na.shape.clone(), na.value.iter().zip(&nb.value).map(|(&x, &y)| f.apply(x, y)).collect())
+            (na.shape.clone(), na.value.iter().zip(&nb.value).map(|(&x, &y)| apply(x, y)).collect())
         } else if nb.shape.is_empty() {
             let y = nb.value[0];
-            (na.shape.clone(), na.value.iter().map(|&x| f.apply(x, y)).collect())
+            (na.shape.clone(), na.value.iter().map(|&x| apply(x, y)).collect())
         } else if na.shape.is_empty() {
             let x = na.value[0];
-            (nb.shape.clone(), nb.value.iter().map(|&y| f.apply(x, y)).collect())
+            (nb.shape.clone(), nb.value.iter().map(|&y| apply(x, y)).collect())
         } else {
             return Err(shape_error(
                 "arithmetic",
