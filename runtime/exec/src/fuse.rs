@@ -146,8 +146,9 @@ fn plan_group(
 }
 
 /// When `source` is a split the unit absorbs, its input port and the width of its parts:
-/// the group can read the parts as slices of that port. Not when the split's producer was
-/// fused already (the port it names is gone) or the split has replicas.
+/// the group can read the parts as slices of that port. Not, by this executor's own
+/// rewiring, when the split's producer is a member of a group fused before, or the split
+/// has replicas.
 fn absorbable_split(
     nodes: &[Option<NodeInfo>],
     source: u32,
