@@ -171,7 +171,7 @@ const ROUTING_CHAIN: &str = r#"amp.graph @RoutingChain {
   %1 = read $.x (%0#0: unit) -> f32[8] "read"
   %2 = linear @a (%1#0: f32[8]) -> f32[8] key(%inst) "a"
   %3 = isu %f := 1 inverse 0 (%2#0: f32[8]) -> f32[8] writes(%f) "isu"
-  %4 = switch [%f] 2 (%3#0: f32[8]) -> f32[8], f32[8] "route"
+  %4 = switch [%f] 2 (%3#0: f32[8]) -> f32[8], f32[8] reads(%f) "route"
   %5 = phi 2 (%4#0: f32[8], %4#1: f32[8]) -> f32[8] key(%inst) "merge"
   %6 = linear @b (%5#0: f32[8]) -> f32[3] key(%inst) "b"
   %7 = loss cross_entropy [$.label] (%6#0: f32[3]) -> () key(%inst) "loss"
