@@ -30,7 +30,7 @@ fn models() -> &'static Vec<(&'static str, Schema, Vec<Range>)> {
                 let (map, checked) = amp_sema::check_source(name, text, &amp_sema::Options { defines });
                 let (graph, _) = amp_lower::compile_model(&checked.program, &map, checked.program.models[0]).ok()?;
                 let ranges = model_ranges(&graph);
-                Some((name, graph.input?, ranges))
+                Some((name, graph.input.clone()?, ranges))
             })
             .collect()
     })

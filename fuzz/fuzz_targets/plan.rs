@@ -16,9 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let (graph_text, profile_text) = text.split_once("\n#profile\n").unwrap_or((&text, ""));
     let Ok(graph) = amp_ir::text::parse(graph_text) else { return };
-    if amp_ir::verify::verify(&graph).is_err() {
-        return;
-    }
+    let Ok(graph) = amp_ir::verify::verify(graph) else { return };
     let profile = Profile::from_json(profile_text).ok();
     for plain_sgd in [false, true] {
         let assumptions = Assumptions { update_every: 8.0, plain_sgd, ..Assumptions::default() };

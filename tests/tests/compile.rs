@@ -2,6 +2,7 @@
 //! on randomly generated well-typed programs; the IR text form and `.ampg` files
 //! round-trip.
 
+use amp_ir::verify::Verified;
 use amp_ir::{ampg, text, verify, Graph};
 use amp_sema::{check_source, Options};
 use proptest::prelude::*;
@@ -16,11 +17,11 @@ fn defines(name: &str) -> Vec<(String, i64)> {
 }
 
 /// Checks, lowers, optimises and verifies; panics with the reason when any step fails.
-fn compile(name: &str, source: &str) -> Graph {
+fn compile(name: &str, source: &str) -> Verified {
     compile_with(name, source, Vec::new())
 }
 
-fn compile_with(name: &str, source: &str, defines: Vec<(String, i64)>) -> Graph {
+fn compile_with(name: &str, source: &str, defines: Vec<(String, i64)>) -> Verified {
     let options = Options { defines };
     let (map, checked) = check_source(&format!("{name}.amp"), source, &options);
     assert!(
@@ -33,17 +34,23 @@ fn compile_with(name: &str, source: &str, defines: Vec<(String, i64)>) -> Graph 
         Err(d) => panic!("{name}: {}\n{source}", amp_diagnostics::render_human(&map, &d, false)),
     };
     amp_lower::passes::optimize(&mut graph);
-    if let Err(errors) = verify::verify(&graph) {
-        let list: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-        panic!("{name}: lowered graph fails verification:\n{}\n{}\n{source}", list.join("\n"), text::print(&graph));
+    match Verified::new(graph) {
+        Ok(graph) => graph,
+        Err(r) => {
+            let list: Vec<String> = r.errors.iter().map(|e| e.to_string()).collect();
+            panic!(
+                "{name}: lowered graph fails verification:\n{}\n{}\n{source}",
+                list.join("\n"),
+                text::print(&r.graph)
+            );
+        }
     }
-    graph
 }
 
 /// The planner on a graph, for 1 to 4 workers: every node placed once on a worker in
 /// range, the nodes' shares of the work summing to 1, utilisations in [0, 1], and a plan
 /// never predicted slower than the plan for half as many workers (its search starts there).
-fn assert_plans(graph: &Graph) {
+fn assert_plans(graph: &Verified) {
     let assumptions = amp_plan::Assumptions { update_every: 8.0, plain_sgd: true, ..Default::default() };
     let costs = amp_plan::estimate(graph, &assumptions, None).expect("the cost model takes a verified graph");
     let mut speedups = vec![0.0];

@@ -7,7 +7,7 @@
 
 use amp_data::{Instance, Tensor, Value};
 use amp_exec::{ExecConfig, Executor};
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::{OptimConfig, ParamSet};
 use amp_reference::Reference;
 use amp_sema::{check_source, Options, Program};
@@ -33,7 +33,7 @@ fn defines(name: &str) -> Vec<(String, i64)> {
 
 struct Compiled {
     program: Program,
-    graph: Graph,
+    graph: Verified,
 }
 
 fn compile(name: &str) -> Compiled {

@@ -152,7 +152,7 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-type Compiled = (amp_ir::Graph, Vec<amp_lower::passes::PassReport>);
+type Compiled = (amp_ir::verify::Verified, Vec<amp_lower::passes::PassReport>);
 
 /// The model `--model` names (default: the file's first), compiled; the exit code after
 /// saying why not.
@@ -250,10 +250,8 @@ fn read_profile(path: &Path) -> Result<amp_plan::Profile, ExitCode> {
 
 /// Compiles every fusion group's kernel (each distinct one once) and lists their
 /// Cranelift IR.
-fn kernels_clif(graph: &amp_ir::Graph) -> Result<String, String> {
-    let verified = amp_jit::VerifiedGraph::new(graph)
-        .map_err(|errors| format!("the graph failed verification ({} errors)", errors.len()))?;
+fn kernels_clif(graph: &amp_ir::verify::Verified) -> Result<String, String> {
     let mut cache = amp_jit::KernelCache::new().map_err(|e| e.to_string())?;
-    let compiled = amp_jit::compile_groups(&verified, &mut cache);
-    Ok(amp_jit::clif_listing(&verified, &compiled))
+    let compiled = amp_jit::compile_groups(graph, &mut cache);
+    Ok(amp_jit::clif_listing(graph, &compiled))
 }

@@ -31,7 +31,8 @@ fn emit_plan_prints_the_plan_of_every_example() {
         let graph = {
             let run = ampc(&["compile", &example(&format!("{model}.amp")), "--emit", "ir"]);
             ok(&run);
-            amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).expect("the IR parses")
+            let graph = amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).expect("the IR parses");
+            amp_ir::verify::verify(graph).expect("it verifies")
         };
         for workers in [1usize, 2, 4, 16] {
             let n = workers.to_string();
@@ -188,6 +189,7 @@ fn more_workers_never_plan_slower_than_half_as_many() {
         let run = ampc(&["compile", &example(&format!("{model}.amp")), "--emit", "ir"]);
         ok(&run);
         let graph = amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).expect("the IR parses");
+        let graph = amp_ir::verify::verify(graph).expect("it verifies");
         let costs = amp_plan::estimate(&graph, &setup, None).unwrap();
         let busiest = |workers: usize| {
             let plan = amp_plan::plan(&graph, &costs, workers).unwrap();

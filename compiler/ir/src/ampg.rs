@@ -206,6 +206,21 @@ pub fn read(bytes: &[u8]) -> Result<(Graph, Option<serde_json::Value>), AmpgErro
     Ok((graph, plan))
 }
 
+/// Why [`read_verified`] refused a file: it is not a graph file, or its graph fails the
+/// verifier.
+#[derive(Clone, Debug)]
+pub enum LoadError {
+    Read(AmpgError),
+    Verify(Vec<crate::verify::VerifyError>),
+}
+
+/// [`read`], then the verifier: how a runtime loads a graph it will run.
+pub fn read_verified(bytes: &[u8]) -> Result<(crate::verify::Verified, Option<serde_json::Value>), LoadError> {
+    let (graph, plan) = read(bytes).map_err(LoadError::Read)?;
+    let graph = crate::verify::verify(graph).map_err(LoadError::Verify)?;
+    Ok((graph, plan))
+}
+
 /// Builds the node graph with node `i` at index `i`; a `None` slot becomes a hole (added as
 /// a placeholder, then removed) so that indices match the original graph. Holes are removed
 /// from the highest down, so a later `add_node` reuses the lowest hole first. Edges whose

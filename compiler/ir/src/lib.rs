@@ -12,6 +12,7 @@ pub mod dot;
 pub mod limits;
 pub mod schema;
 pub mod text;
+pub mod units;
 pub mod verify;
 pub mod vocab;
 

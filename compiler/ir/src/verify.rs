@@ -1,8 +1,10 @@
 //! The verifier: every invariant the runtime relies on, checked before a graph runs.
 //!
-//! In: a [`Graph`], possibly read from a hostile file. Out: `Ok(())`, or every broken
-//! invariant as a [`VerifyError`] naming the node (index, label, op), what is wrong and,
-//! for type and shape errors, both types. The runtime refuses any graph that fails.
+//! In: a [`Graph`], possibly read from a hostile file. Out: the graph as [`Verified`], or
+//! every broken invariant as a [`VerifyError`] naming the node (index, label, op), what is
+//! wrong and, for type and shape errors, both types. The planner, the JIT and the
+//! executor take only a [`Verified`] graph, so a graph is verified once per load and
+//! nothing runs one that failed.
 //!
 //! The checks, by module:
 //! - here: the state schema (field 0 is the instance; names are unique identifiers; at
@@ -47,10 +49,63 @@ pub use ops::key_reason;
 use crate::{ConstValue, DataStep, FieldId, FieldRole, Graph, LossKind, Node, Op};
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::NodeIndexable;
+use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::ops::Deref;
 
-/// Checks every invariant the runtime relies on; see the module documentation.
-pub fn verify(graph: &Graph) -> Result<(), Vec<VerifyError>> {
+/// A graph the verifier accepted, owned (`Verified`, what a loader keeps) or borrowed
+/// (`Verified<&Graph>`). Only [`verify`] and [`Verified::new`] make one, and it gives
+/// out its graph only to read, so what it holds stays a graph that passed.
+#[derive(Clone, Debug)]
+pub struct Verified<G: Borrow<Graph> = Graph> {
+    graph: G,
+}
+
+impl<G: Borrow<Graph>> Verified<G> {
+    pub fn graph(&self) -> &Graph {
+        self.graph.borrow()
+    }
+
+    /// The graph, to change it (it must be verified again to run).
+    pub fn into_inner(self) -> G {
+        self.graph
+    }
+}
+
+impl Verified {
+    /// [`verify`] for an owned graph that gives the graph back with the errors when it
+    /// fails (to report them at its nodes' sources).
+    pub fn new(graph: Graph) -> Result<Verified, Box<Rejected>> {
+        match check(&graph) {
+            Ok(()) => Ok(Verified { graph }),
+            Err(errors) => Err(Box::new(Rejected { graph, errors })),
+        }
+    }
+}
+
+impl<G: Borrow<Graph>> Deref for Verified<G> {
+    type Target = Graph;
+
+    fn deref(&self) -> &Graph {
+        self.graph.borrow()
+    }
+}
+
+/// A graph the verifier refused, and why.
+#[derive(Clone, Debug)]
+pub struct Rejected {
+    pub graph: Graph,
+    pub errors: Vec<VerifyError>,
+}
+
+/// Checks every invariant the runtime relies on (see the module documentation) and
+/// returns the graph as [`Verified`]: pass it by value to keep it, by reference to ask.
+pub fn verify<G: Borrow<Graph>>(graph: G) -> Result<Verified<G>, Vec<VerifyError>> {
+    check(graph.borrow())?;
+    Ok(Verified { graph })
+}
+
+fn check(graph: &Graph) -> Result<(), Vec<VerifyError>> {
     let mut cx = Checker::new(graph);
     check_state(&mut cx);
     check_params(&mut cx);
@@ -69,7 +124,7 @@ pub fn verify(graph: &Graph) -> Result<(), Vec<VerifyError>> {
 
 /// The verifier's verdict as text: `ok`, or one error per line.
 pub fn verify_report(graph: &Graph) -> String {
-    match verify(graph) {
+    match check(graph) {
         Ok(()) => "ok\n".to_string(),
         Err(errors) => errors.iter().map(|e| format!("error: {e}\n")).collect(),
     }

@@ -7,13 +7,13 @@
 //! for the backward pass: the backward function recomputes from the inputs.
 //!
 //! Extraction trusts nothing it reads: every type, port and edge it relies on is checked
-//! again (a group is refused with a [`GroupError`], never a panic), although
-//! [`VerifiedGraph`] already guarantees the verifier passed. Memory safety does not depend
+//! again (a group is refused with a [`GroupError`], never a panic), although a
+//! [`Verified`] graph already passed the verifier. Memory safety does not depend
 //! on any of it (see [`crate::Kernel::run`]); these checks keep the kernel's buffer
 //! layout equal to the payload types the executor sees.
 
 use crate::spec::{Elementwise, KernelSpec, SpecError, SpecOp, ValueId, Width};
-use amp_ir::verify::{verify, VerifyError};
+use amp_ir::verify::Verified;
 use amp_ir::{FieldId, Graph, Node, PayloadTy};
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -21,24 +21,6 @@ use petgraph::Direction::{Incoming, Outgoing};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt;
-
-/// A graph the verifier accepted: the only way to ask for its kernels.
-#[derive(Clone, Copy, Debug)]
-pub struct VerifiedGraph<'g> {
-    graph: &'g Graph,
-}
-
-impl<'g> VerifiedGraph<'g> {
-    /// Runs `amp_ir::verify::verify`.
-    pub fn new(graph: &'g Graph) -> Result<VerifiedGraph<'g>, Vec<VerifyError>> {
-        verify(graph)?;
-        Ok(VerifiedGraph { graph })
-    }
-
-    pub fn graph(&self) -> &'g Graph {
-        self.graph
-    }
-}
 
 /// An output port of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -159,8 +141,8 @@ impl fmt::Display for GroupError {
 impl std::error::Error for GroupError {}
 
 /// Every fusion group of the graph, by id: a kernel spec with its wiring, or why not.
-pub fn fusion_groups(graph: &VerifiedGraph) -> Vec<Result<FusionGroup, GroupError>> {
-    extract_groups(graph.graph())
+pub fn fusion_groups(graph: &Verified) -> Vec<Result<FusionGroup, GroupError>> {
+    extract_groups(graph)
 }
 
 /// [`fusion_groups`] without the verifier's guarantee (for the hostile-graph tests).

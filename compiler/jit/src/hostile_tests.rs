@@ -6,7 +6,7 @@
 //! guarantee, which the public API does not offer.
 
 use crate::group::extract_groups;
-use crate::{KernelCache, KernelError, Pass, VerifiedGraph, Width};
+use crate::{KernelCache, KernelError, Pass, Width};
 use amp_ir::{BinaryFn, Edge, Graph, Op, PayloadTy, ReduceFn, UnaryFn};
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -21,7 +21,7 @@ fn example(file: &str, defines: &[(&str, i64)]) -> Graph {
     let checked = amp_sema::check_program(&mut map, main, &options);
     let model = checked.program.models[0];
     match amp_lower::compile_model(&checked.program, &map, model) {
-        Ok((graph, _)) => graph,
+        Ok((graph, _)) => graph.into_inner(),
         Err(_) => panic!("{file} compiles"),
     }
 }
@@ -191,7 +191,7 @@ fn layout(kernel: &crate::Kernel, pass: Pass, rows: usize) -> (Vec<usize>, Vec<u
 
 fn exercise(graph: &Graph, cache: &mut KernelCache) {
     let groups = extract_groups(graph);
-    if let Ok(verified) = VerifiedGraph::new(graph) {
+    if let Ok(verified) = amp_ir::verify::verify(graph.clone()) {
         let public = crate::fusion_groups(&verified);
         assert_eq!(public.len(), groups.len());
     }

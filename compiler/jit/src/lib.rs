@@ -1,7 +1,7 @@
 //! Amp's JIT: each NPPT fusion group of a graph becomes one native kernel, compiled with
 //! Cranelift when the graph is loaded, plus an interpreter of the same kernels.
 //!
-//! In: a graph the verifier accepted ([`VerifiedGraph`]), whose elementwise nodes carry
+//! In: a graph the verifier accepted (`amp_ir::verify::Verified`), whose elementwise nodes carry
 //! the `fusion` ids of `amp_lower::passes::group_fusable_nppts`. Out: per group, a
 //! [`FusionGroup`] (which ports feed the kernel, which values leave it) and a shared
 //! [`Kernel`] with a forward and a backward function, SIMD (`f32x4`) with a scalar tail.
@@ -20,7 +20,7 @@
 //!
 //! # Running a graph's groups (what an executor does)
 //!
-//! At load: `let verified = VerifiedGraph::new(&graph)?;` then, with one [`KernelCache`]
+//! At load: `let verified = amp_ir::verify::verify(graph)?;` then, with one [`KernelCache`]
 //! per process (or per loaded graph), `let fused = compile_groups(&verified, &mut cache);`.
 //! Each [`GroupKernel`] replaces its group's nodes by one node: it joins the messages
 //! arriving on [`FusionGroup::input_edges`] by [`FusionGroup::key`] (kernel input `i` is
@@ -47,7 +47,7 @@ pub mod math;
 pub mod spec;
 
 pub use error::{BufferRole, KernelError};
-pub use group::{fusion_groups, FusionGroup, GroupError, GroupErrorKind, PortRef, VerifiedGraph};
+pub use group::{fusion_groups, FusionGroup, GroupError, GroupErrorKind, PortRef};
 pub use interp::{interpret, Arith, Pass};
 pub use kernel::{CacheStats, Kernel, KernelCache};
 pub use listing::clif_listing;
@@ -71,7 +71,7 @@ pub struct CompiledGroups {
 }
 
 /// Extracts every fusion group of the graph and compiles its kernel through `cache`.
-pub fn compile_groups(graph: &VerifiedGraph, cache: &mut KernelCache) -> CompiledGroups {
+pub fn compile_groups(graph: &amp_ir::verify::Verified, cache: &mut KernelCache) -> CompiledGroups {
     let mut compiled = CompiledGroups::default();
     for group in fusion_groups(graph) {
         match group {

@@ -1,15 +1,14 @@
 //! `ampc compile --emit clif`: the Cranelift IR of every kernel of a graph.
 
-use crate::group::VerifiedGraph;
 use crate::interp::Pass;
 use crate::{CompiledGroups, GroupKernel};
+use amp_ir::verify::Verified;
 use std::fmt::Write as _;
 
 /// Each distinct kernel once (forward and backward, in Cranelift's text form), preceded
 /// by `;` comments naming the fusion groups that use it and their nodes; then the groups
 /// the JIT refused, with the reason.
-pub fn clif_listing(graph: &VerifiedGraph, compiled: &CompiledGroups) -> String {
-    let graph = graph.graph();
+pub fn clif_listing(graph: &Verified, compiled: &CompiledGroups) -> String {
     let mut kernels: Vec<usize> = compiled.kernels.iter().map(|g| g.kernel.id()).collect();
     kernels.sort_unstable();
     kernels.dedup();

@@ -22,6 +22,7 @@ mod uses;
 mod value;
 
 use amp_diagnostics::{Diagnostic, SourceMap};
+use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use amp_sema::{ComponentId, Program};
 
@@ -44,17 +45,17 @@ pub enum CompileError {
 }
 
 /// Lowers `model`, runs the passes (`passes::optimize`) and verifies the result: the whole
-/// middle end, as `ampc compile` and `amprun` run it. Returns the graph and what each pass
-/// changed.
+/// middle end, as `ampc compile` and `amprun` run it. Returns the verified graph (no
+/// later stage verifies it again) and what each pass changed.
 pub fn compile_model(
     program: &Program,
     map: &SourceMap,
     model: ComponentId,
-) -> Result<(Graph, Vec<passes::PassReport>), CompileError> {
+) -> Result<(Verified, Vec<passes::PassReport>), CompileError> {
     let mut graph = lower_model(program, map, model).map_err(CompileError::Lowering)?;
     let reports = passes::optimize(&mut graph);
     let model_span = program.components.get(model.0 as usize).map(|c| c.span);
-    amp_ir::verify::verify(&graph).map_err(|errors| over_limits(&graph, map, model_span, errors))?;
+    let graph = Verified::new(graph).map_err(|r| over_limits(&r.graph, map, model_span, r.errors))?;
     Ok((graph, reports))
 }
 

@@ -93,10 +93,10 @@ pub fn compile_network(
     network: usize,
     pattern: &Pattern,
     frames: Frames,
-) -> Result<(Graph, Vec<passes::PassReport>), CompileError> {
+) -> Result<(amp_ir::verify::Verified, Vec<passes::PassReport>), CompileError> {
     let mut graph = lower_network(program, map, network, pattern, frames).map_err(CompileError::Lowering)?;
     let reports = passes::optimize(&mut graph);
     let span = program.networks.get(network).map(|n| n.span);
-    amp_ir::verify::verify(&graph).map_err(|errors| crate::over_limits(&graph, map, span, errors))?;
+    let graph = amp_ir::verify::Verified::new(graph).map_err(|r| crate::over_limits(&r.graph, map, span, r.errors))?;
     Ok((graph, reports))
 }

@@ -39,7 +39,7 @@ fn compile(name: &str, which: &str, frames: Frames) -> Graph {
     let pattern = patterns(&rollout).into_iter().find(|(n, _)| *n == which).expect("pattern").1;
     let (graph, _) =
         compile_network(&program, &map, 0, &pattern, frames).unwrap_or_else(|e| panic!("{name} {which}: {e:?}"));
-    graph
+    graph.into_inner()
 }
 
 /// How many layers (`linear` nodes) lie on the longest path of one frame: from a

@@ -1,14 +1,14 @@
 //! The partition planner: a cost model per node, and the placement of a graph's nodes on
 //! `N` workers (SPEC §5 "Partition plan").
 //!
-//! In: a verified `amp_ir::Graph`, [`Assumptions`] (defaults, or amprun's settings) and
+//! In: a verified graph (`amp_ir::verify::Verified`), [`Assumptions`] (defaults, or amprun's settings) and
 //! optionally a [`Profile`] measured by `amprun train --profile`. Out: [`Costs`] (µs of
 //! work per instance for every node, traffic and cut cost for every edge) and a [`Plan`]
 //! (the worker of every node, predicted loads and utilisation, replica proposals) as JSON
 //! and as a table. Pure: no files, no terminal. Depends on `amp-ir`, petgraph (strongly
 //! connected components) and serde.
 //!
-//! Pipeline: `Graph → estimate → Costs → plan → Plan → Plan::placement → Vec<usize>`
+//! Pipeline: `verify → Verified → estimate → Costs → plan → Plan → Plan::placement → Vec<usize>`
 //! (what `amp_exec::Placement::Explicit` takes). A plan read from a file goes through
 //! [`Plan::from_json`] and [`Plan::placement`], which refuse one that does not fit the
 //! graph.
@@ -50,7 +50,7 @@ pub use cost::{estimate, Assumptions, Costs, EdgeCost, NodeCost};
 pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_WORKERS};
 pub use profile::{Event, Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
 
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use std::fmt;
 
 /// Why no plan (or no cost model) came out, or why a stored plan or profile was refused.
@@ -118,7 +118,7 @@ impl std::error::Error for PlanError {}
 
 /// Costs, then the plan: what `ampc compile --workers N` and `amprun --workers N` run.
 pub fn plan_graph(
-    graph: &Graph,
+    graph: &Verified,
     workers: usize,
     assumptions: &Assumptions,
     profile: Option<&Profile>,

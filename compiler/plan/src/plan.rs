@@ -6,6 +6,7 @@ use crate::cost::{Assumptions, Costs};
 use crate::partition::{self, Problem};
 use crate::topology::Topology;
 use crate::PlanError;
+use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::NodeIndexable;
@@ -95,7 +96,7 @@ pub struct CostSummary {
 }
 
 /// Plans `graph` for `workers` workers with its costs.
-pub fn plan(graph: &Graph, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
+pub fn plan(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
     check_workers(workers)?;
     let topo = Topology::new(graph);
     check_costs(&topo, costs)?;
@@ -107,7 +108,7 @@ pub fn plan(graph: &Graph, costs: &Costs, workers: usize) -> Result<Plan, PlanEr
 /// What the cost model predicts for a given placement (the worker of every node index,
 /// holes included), e.g. the executor's default one. The members of a fused unit are
 /// taken to run on its representative's worker, as the executor runs them.
-pub fn evaluate(graph: &Graph, costs: &Costs, workers: usize, placement: &[usize]) -> Result<Plan, PlanError> {
+pub fn evaluate(graph: &Verified, costs: &Costs, workers: usize, placement: &[usize]) -> Result<Plan, PlanError> {
     check_workers(workers)?;
     let topo = Topology::new(graph);
     check_costs(&topo, costs)?;

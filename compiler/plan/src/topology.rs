@@ -2,22 +2,23 @@
 //! node's producers and consumers, its strongly connected components (loops, tree
 //! traversals) in topological order, and the units the executor runs as one node.
 //!
-//! **Units.** With the JIT on (amprun's default) the executor replaces each fusion group
-//! by one node that calls its kernel, together with every `split` that only the group
-//! reads, and puts that node on the worker of the group's first node (`amp_exec`'s
-//! `fuse.rs`). The planner therefore places a group and its splits as one unit: splitting
-//! it would predict a placement the executor does not follow. A unit's representative is
-//! its lowest-index group node; every other node is a unit of its own.
+//! What runs as one node is decided by `amp_ir::units`, for the executor and for this
+//! model alike.
+//!
+//! **Units.** With the JIT on (amprun's default) the executor replaces each fused unit (a
+//! fusion group and every `split` only it reads) by one node that calls its kernel, on
+//! the worker of the group's first node. The planner therefore places a unit as one:
+//! splitting it would predict a placement the executor does not follow. A unit's
+//! representative is its lowest-index group node; every other node is a unit of its own.
 //!
 //! **Routing chains.** The executor also runs connected `phi`, `cond`, `switch` and `isu`
-//! nodes as one node when they share a worker (`amp_exec`'s `chain.rs`): a message goes
-//! through the whole chain in one worker step. These are not units (the executor forms a
-//! chain only where the placement keeps its nodes together); the cost model charges a
-//! member's messages only when it sits on another worker than its producer.
+//! nodes as one node when they share a worker: a message goes through the whole chain in
+//! one worker step. These are not units (the executor forms a chain only where the
+//! placement keeps its nodes together); the cost model charges a member's messages only
+//! when it sits on another worker than its producer.
 
-use amp_ir::{Graph, Op};
+use amp_ir::{units, Graph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
-use std::collections::BTreeMap;
 
 /// One edge, by node index and port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,84 +138,32 @@ impl Topology {
     }
 }
 
-/// The representative of every node's unit: a fusion group's nodes and the splits read
-/// only by that group share their lowest-index group node; everything else stands alone.
+/// The representative of every node's unit: the nodes of a fused unit
+/// (`amp_ir::units::fused_units`: a fusion group and the splits only it reads) share its
+/// lead (the lowest-index group node); everything else stands alone.
 fn fused_units(graph: &Graph, topo: &Topology) -> Vec<usize> {
     let mut unit_of: Vec<usize> = (0..topo.bound).collect();
-    let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for index in graph.nodes.node_indices() {
-        if let Some(id) = graph.nodes[index].fusion {
-            groups.entry(id).or_default().push(index.index());
-        }
-    }
-    for members in groups.values() {
-        // Node indices come in increasing order: the first is the lowest.
-        let Some(&lead) = members.first() else { continue };
-        if members.len() < 2 {
-            continue;
-        }
-        for &m in members {
-            unit_of[m] = lead;
-        }
-        // The splits feeding the group that nothing else reads.
-        for &m in members {
-            for link in topo.producers[m].iter().flatten().map(|&k| topo.links[k]) {
-                let split = link.from;
-                let is_split = graph
-                    .nodes
-                    .node_weight(petgraph::stable_graph::NodeIndex::new(split))
-                    .is_some_and(|n| matches!(n.op, Op::Split { .. }) && n.fusion.is_none());
-                let only_group = topo.consumers[split].iter().flatten().all(|&k| members.contains(&topo.links[k].to));
-                if is_split && only_group && unit_of[split] == split {
-                    unit_of[split] = lead;
-                }
+    for unit in units::fused_units(graph) {
+        let Some(lead) = unit.lead() else { continue };
+        for m in unit.members() {
+            if let Some(slot) = unit_of.get_mut(m as usize) {
+                *slot = lead as usize;
             }
         }
     }
     unit_of
 }
 
-/// Whether each node joins its producer's routing chain when the two share a worker, by
-/// the executor's rules (`amp_exec`'s `chain.rs`): a chain grows from a root (a routing
-/// node that joins no producer) along edges that are the only consumer of their port, to
-/// routing nodes with one input whose fanned-out ports (if any) sum their gradients under
-/// the root's key; a node summing under another key starts a chain of its own. Routing
-/// nodes on a cycle with no root stay alone.
+/// Whether each node joins its producer's routing chain when the two share a worker: the
+/// members, other than the roots, of the chains `amp_ir::units::routing_chains` finds
+/// with every node on one worker. A placement that puts a member elsewhere than its
+/// producer cuts the chain there (and the cost model charges that edge).
 fn chain_members(graph: &Graph, topo: &Topology) -> Vec<bool> {
-    let node = |v: usize| graph.nodes.node_weight(petgraph::stable_graph::NodeIndex::new(v));
-    let routing = |v: usize| {
-        node(v).is_some_and(|n| matches!(n.op, Op::Phi { .. } | Op::Cond { .. } | Op::Switch { .. } | Op::Isu { .. }))
-    };
-    // The link from the producer this node would join, when it may.
-    let joins = |v: usize| -> Option<usize> {
-        let [Some(k)] = topo.producers[v].as_slice() else { return None };
-        let link = topo.links[*k];
-        let only = topo.consumers[link.from].get(link.from_port).is_some_and(|c| c.len() == 1);
-        (routing(v) && routing(link.from) && link.from != v && only).then_some(*k)
-    };
-    let fan_in_key = |v: usize| node(v).map_or_else(|| vec![amp_ir::FieldId(0)], amp_ir::Node::fan_in_key);
     let mut chained = vec![false; topo.bound];
-    let mut roots: Vec<usize> = topo.nodes().filter(|&v| routing(v) && joins(v).is_none()).collect();
-    let mut seen = vec![false; topo.bound];
-    while let Some(root) = roots.pop() {
-        let root_key = fan_in_key(root);
-        let mut members = vec![root];
-        seen[root] = true;
-        while let Some(m) = members.pop() {
-            for list in &topo.consumers[m] {
-                let [k] = list.as_slice() else { continue };
-                let c = topo.links[*k].to;
-                if seen[c] || joins(c).is_none() {
-                    continue;
-                }
-                let fanned = topo.consumers[c].iter().any(|l| l.len() > 1);
-                seen[c] = true;
-                if fanned && fan_in_key(c) != root_key {
-                    roots.push(c);
-                } else {
-                    chained[c] = true;
-                    members.push(c);
-                }
+    for chain in units::routing_chains(&units::chain_nodes(graph, |_| 0)) {
+        for &m in chain.members.iter().skip(1) {
+            if let Some(slot) = chained.get_mut(m as usize) {
+                *slot = true;
             }
         }
     }

@@ -6,8 +6,9 @@ use amp_plan::{
 };
 use petgraph::visit::NodeIndexable;
 
-fn graph(text: &str) -> amp_ir::Graph {
-    amp_ir::text::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+fn graph(text: &str) -> amp_ir::verify::Verified {
+    let graph = amp_ir::text::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    amp_ir::verify::verify(graph).unwrap_or_else(|e| panic!("{e:?}\n{text}"))
 }
 
 /// source → read → linear [8 ← 4] → relu → linear [3 ← 8] → loss: one message per node.
@@ -170,7 +171,7 @@ const ROUTING_CHAIN: &str = r#"amp.graph @RoutingChain {
   %1 = read $.x (%0#0: unit) -> f32[8] "read"
   %2 = linear @a (%1#0: f32[8]) -> f32[8] key(%inst) "a"
   %3 = isu %f := 1 inverse 0 (%2#0: f32[8]) -> f32[8] writes(%f) "isu"
-  %4 = switch [%f] 2 (%3#0: f32[8]) -> f32[8], f32[8] "route"
+  %4 = switch [%f] 2 (%3#0: f32[8]) -> f32[8], f32[8] reads(%f) "route"
   %5 = phi 2 (%4#0: f32[8], %4#1: f32[8]) -> f32[8] key(%inst) "merge"
   %6 = linear @b (%5#0: f32[8]) -> f32[3] key(%inst) "b"
   %7 = loss cross_entropy [$.label] (%6#0: f32[3]) -> () key(%inst) "loss"
@@ -278,7 +279,7 @@ fn a_cycle_that_never_lets_its_messages_go_is_refused() {
         "%4 = phi 3 (%3#0: f32[256], %7#0: f32[256], %5#1: f32[256])",
     );
     let g = graph(&text);
-    assert!(amp_ir::verify::verify(&g).is_ok(), "the loop has a header, an exit and a step");
+    // `graph` verified it: the loop has a header, an exit and a step.
     let error = estimate(&g, &Assumptions::default(), None).unwrap_err();
     assert_eq!(error, PlanError::Unbounded { node: 4 });
     assert!(error.to_string().contains("%4"), "{error}");

@@ -9,7 +9,7 @@ use crate::report::{finite, Metrics};
 use crate::setup;
 use crate::steps::StepTiming;
 use amp_exec::Executor;
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::{OptimConfig, ParamSet};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -17,7 +17,7 @@ use std::io::Write;
 
 /// The model, its parameters, an executor and the data of a one-pass command.
 struct Session {
-    graph: Graph,
+    graph: Verified,
     executor: Executor,
     loader: Loader,
     data: DataSet,

@@ -6,14 +6,15 @@
 use crate::cli::ModelArgs;
 use crate::failure::{Exit, Failure};
 use amp_diagnostics::{render_human, SourceMap};
+use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use amp_sema::{check_program, Options};
 use std::io::IsTerminal;
 use std::path::Path;
 
-/// A verified graph, and the partition plan its `.ampg` file holds.
+/// A verified graph (verified once, here), and the partition plan its `.ampg` file holds.
 pub struct Model {
-    pub graph: Graph,
+    pub graph: Verified,
     pub plan: Option<amp_plan::Plan>,
 }
 
@@ -42,18 +43,22 @@ fn load_graph_file(args: &ModelArgs) -> Result<Model, Failure> {
         )));
     }
     let bytes = std::fs::read(path).map_err(|e| Failure::io("read", path, &e))?;
-    let (graph, plan) = amp_ir::ampg::read(&bytes)
-        .map_err(|e| Failure::bad_input(format!("`{}` is not a loadable graph file: {e}", path.display())))?;
-    if let Err(errors) = amp_ir::verify::verify(&graph) {
-        let mut message = format!("`{}` failed verification; amprun runs only verified graphs:", path.display());
-        for e in errors.iter().take(20) {
-            message.push_str(&format!("\n  {e}"));
+    let (graph, plan) = match amp_ir::ampg::read_verified(&bytes) {
+        Ok(loaded) => loaded,
+        Err(amp_ir::ampg::LoadError::Read(e)) => {
+            return Err(Failure::bad_input(format!("`{}` is not a loadable graph file: {e}", path.display())));
         }
-        if errors.len() > 20 {
-            message.push_str(&format!("\n  ... and {} more", errors.len() - 20));
+        Err(amp_ir::ampg::LoadError::Verify(errors)) => {
+            let mut message = format!("`{}` failed verification; amprun runs only verified graphs:", path.display());
+            for e in errors.iter().take(20) {
+                message.push_str(&format!("\n  {e}"));
+            }
+            if errors.len() > 20 {
+                message.push_str(&format!("\n  ... and {} more", errors.len() - 20));
+            }
+            return Err(Failure::bad_input(message));
         }
-        return Err(Failure::bad_input(message));
-    }
+    };
     if let Some(name) = &args.model_name {
         if *name != graph.name {
             let message = format!("`{}` holds model `{}`, not `{name}`", path.display(), graph.name);
@@ -73,7 +78,7 @@ fn load_graph_file(args: &ModelArgs) -> Result<Model, Failure> {
     Ok(Model { graph, plan })
 }
 
-fn compile_source(args: &ModelArgs) -> Result<Graph, Failure> {
+fn compile_source(args: &ModelArgs) -> Result<Verified, Failure> {
     let path = &args.path;
     let bytes = std::fs::read(path).map_err(|e| Failure::io("read", path, &e))?;
     let mut map = SourceMap::new();
@@ -123,7 +128,7 @@ fn compile_network(
     main: amp_diagnostics::FileId,
     name: &str,
     program: &amp_sema::Program,
-) -> Result<Graph, Failure> {
+) -> Result<Verified, Failure> {
     let path = &args.path;
     let ours = || program.networks.iter().enumerate().filter(|(_, n)| n.span.file == main);
     let Some((index, def)) = ours().find(|(_, n)| n.name == name) else {

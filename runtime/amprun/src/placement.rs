@@ -15,6 +15,7 @@
 use crate::cli::{ExecArgs, PlanChoice};
 use crate::failure::Failure;
 use amp_exec::{Executor, Placement, TraceEvent, TraceKind};
+use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimizerKind};
 use amp_plan::{Assumptions, Event, Plan, Profile, ProfileCounter, Work};
@@ -45,7 +46,7 @@ pub fn assumptions(update_every: u64, optimizer: Option<&OptimConfig>) -> Assump
 
 /// Chooses the placement for `graph` on `exec.workers` workers.
 pub fn choose(
-    graph: &Graph,
+    graph: &Verified,
     stored: Option<&Plan>,
     exec: &ExecArgs,
     model_path: &Path,
@@ -117,7 +118,7 @@ impl Choice {
     }
 
     /// For the executor's own placements, what the cost model predicts for them.
-    pub fn predict(&mut self, graph: &Graph, executor: &Executor) -> Result<(), Failure> {
+    pub fn predict(&mut self, graph: &Verified, executor: &Executor) -> Result<(), Failure> {
         if self.plan.is_some() {
             return Ok(());
         }

@@ -5,6 +5,7 @@ use crate::cli::ExecArgs;
 use crate::data::InstanceRef;
 use crate::failure::Failure;
 use amp_exec::{ExecConfig, Executor};
+use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use amp_params::{OptimConfig, ParamSet, ParamSpec};
 use std::path::Path;
@@ -53,7 +54,7 @@ pub fn check_target(flag: &str, path: &Path) -> Result<(), Failure> {
 
 /// An executor for `graph`. Runs it on no instances once, so that a graph with an op the
 /// executor cannot run yet is refused before any data is read or any work done.
-pub fn start(graph: &Graph, params: ParamSet, config: ExecConfig) -> Result<Executor, Failure> {
+pub fn start(graph: &Verified, params: ParamSet, config: ExecConfig) -> Result<Executor, Failure> {
     let no_instance = |_| String::from("no instance");
     let executor = Executor::new(graph, params, config).map_err(|e| Failure::exec(&e, &no_instance))?;
     executor.evaluate::<InstanceRef>(&[]).map_err(|e| Failure::exec(&e, &no_instance))?;

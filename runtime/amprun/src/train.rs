@@ -19,6 +19,7 @@ use crate::setup;
 use crate::start::{meta, starting_point};
 use amp_data::Instance;
 use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Observer, Placement, TraceEvent};
+use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::collections::BTreeMap;
@@ -31,7 +32,7 @@ use std::time::Instant;
 /// parameters on the validation set (forward only, through the same graph, on its own
 /// executor) while epoch `e + 1` trains; its report comes when it finishes.
 struct Validation {
-    graph: Arc<Graph>,
+    graph: Arc<Verified>,
     instances: Arc<Vec<Instance>>,
     config: ExecConfig,
     pending: Option<(u64, JoinHandle<Result<EvalStats, ExecError>>)>,

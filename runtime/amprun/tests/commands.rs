@@ -7,7 +7,7 @@ use common::*;
 
 /// Seed-0 parameters of list_reduce (hidden 8) saved as a plain safetensors file, as
 /// PyTorch would write them.
-fn saved_params(dir: &std::path::Path) -> (amp_ir::Graph, String) {
+fn saved_params(dir: &std::path::Path) -> (amp_ir::verify::Verified, String) {
     let graph = compile_example("list_reduce", &[("hidden", 8)]);
     let params = ParamSet::init(&ParamSpec::of_graph(&graph), 3);
     let path = dir.join("p.safetensors");

@@ -52,7 +52,7 @@ fn overflowing_and_huge_hyperparameters_are_refused_before_anything_is_allocated
 fn a_graph_file_with_a_huge_consistent_linear_is_refused() {
     let dir = scratch("huge-graph");
     let dir = dir.path();
-    let mut graph = compile_example("mlp", &[("hidden", 7)]);
+    let mut graph = compile_example("mlp", &[("hidden", 7)]).into_inner();
     let wide = |dims: &mut Vec<u64>| dims.iter_mut().filter(|d| **d == 7).for_each(|d| *d = 1_000_000_000);
     for p in &mut graph.params {
         wide(&mut p.shape);

@@ -22,14 +22,14 @@ mod common;
 
 use amp_data::Instance;
 use amp_exec::{ExecConfig, TraceKind};
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::OptimConfig;
 use common::*;
 
 const MODELS: [&str; 5] = ["mlp", "list_reduce", "tree_lstm", "ggsnn", "moe"];
 
 /// The model compiled with its default hyperparameters, and `n` instances for it.
-fn case(name: &str, n: usize) -> (Graph, Vec<Instance>) {
+fn case(name: &str, n: usize) -> (Verified, Vec<Instance>) {
     let graph = compile_example(name, &[]);
     let data = match name {
         "mlp" => digits(&graph, n, 1),
@@ -53,7 +53,7 @@ fn case(name: &str, n: usize) -> (Graph, Vec<Instance>) {
 }
 
 /// Training and inference instances per second, after a warm-up epoch.
-fn measure(graph: &Graph, data: &[Instance], config: ExecConfig) -> (f64, f64) {
+fn measure(graph: &Verified, data: &[Instance], config: ExecConfig) -> (f64, f64) {
     let mut ex = executor(graph, 1, config);
     ex.train_epoch(&data[..data.len() / 10]).expect("warm-up");
     let stats = ex.train_epoch(data).expect("training");
@@ -63,7 +63,7 @@ fn measure(graph: &Graph, data: &[Instance], config: ExecConfig) -> (f64, f64) {
 }
 
 /// Mean messages per Linear forward and backward call over a traced training epoch.
-fn mean_batch(graph: &Graph, data: &[Instance], config: ExecConfig) -> (f64, f64) {
+fn mean_batch(graph: &Verified, data: &[Instance], config: ExecConfig) -> (f64, f64) {
     let mut ex = executor(graph, 1, ExecConfig { trace: true, ..config });
     ex.train_epoch(data).expect("traced training");
     let trace = ex.take_trace();
@@ -78,7 +78,7 @@ fn mean_batch(graph: &Graph, data: &[Instance], config: ExecConfig) -> (f64, f64
     (mean(TraceKind::Forward), mean(TraceKind::Backward))
 }
 
-fn setups(name: &str, graph: &Graph, data: &[Instance]) {
+fn setups(name: &str, graph: &Verified, data: &[Instance]) {
     for (workers, keys, sync) in
         [(1, 1, true), (1, 8, false), (2, 1, true), (2, 8, true), (2, 8, false), (2, 16, false)]
     {
@@ -95,7 +95,7 @@ fn setups(name: &str, graph: &Graph, data: &[Instance]) {
 
 /// Training and inference instances/s of `off` and `on`, medians of `runs` alternating runs
 /// each (a busy machine slows both alike): `(train_off, infer_off, train_on, infer_on)`.
-fn compare(graph: &Graph, data: &[Instance], off: &ExecConfig, on: &ExecConfig, runs: usize) -> [f64; 4] {
+fn compare(graph: &Verified, data: &[Instance], off: &ExecConfig, on: &ExecConfig, runs: usize) -> [f64; 4] {
     let mut measured_off = Vec::new();
     let mut measured_on = Vec::new();
     for _ in 0..runs {
@@ -115,7 +115,7 @@ fn compare(graph: &Graph, data: &[Instance], off: &ExecConfig, on: &ExecConfig, 
     ]
 }
 
-fn batching(name: &str, graph: &Graph, data: &[Instance], keys: usize) {
+fn batching(name: &str, graph: &Verified, data: &[Instance], keys: usize) {
     let config = |max_batch| ExecConfig {
         max_active_keys: keys,
         sync_updates: false,
@@ -131,7 +131,7 @@ fn batching(name: &str, graph: &Graph, data: &[Instance], keys: usize) {
     );
 }
 
-fn jit(name: &str, graph: &Graph, data: &[Instance]) {
+fn jit(name: &str, graph: &Verified, data: &[Instance]) {
     let config = |jit| ExecConfig {
         max_active_keys: 16,
         sync_updates: false,
@@ -159,7 +159,7 @@ fn main() {
     if models.is_empty() {
         models = MODELS.iter().map(|m| m.to_string()).collect();
     }
-    let cases: Vec<(&str, Graph, Vec<Instance>)> =
+    let cases: Vec<(&str, Verified, Vec<Instance>)> =
         models.iter().map(|name| (name.as_str(), case(name, n))).map(|(name, (g, d))| (name, g, d)).collect();
     if only_jit {
         println!(

@@ -3,7 +3,7 @@
 //! (payload + state), cache what their backward pass needs under their keys, and each Ppt
 //! accumulates gradients and updates its own parameters locally.
 //!
-//! In: an `amp_ir::Graph` (refused unless `amp_ir::verify::verify` accepts it), an
+//! In: a verified graph (`amp_ir::verify::Verified`: only the verifier makes one), an
 //! `amp_params::ParamSet` with its parameters, an [`ExecConfig`], and instances
 //! ([`ExecInstance`], implemented by `amp_data::Instance`). Out: trained parameters and
 //! optimizer state, [`EpochStats`] / [`EvalStats`] (loss per instance, accuracy,

@@ -8,13 +8,13 @@ mod common;
 
 use amp_data::Instance;
 use amp_exec::{ExecConfig, ExecError, TraceKind};
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::OptimConfig;
 use common::*;
 
 /// The models at small sizes (the MoE keeps its 256 inputs), with enough instances that
 /// several of them meet at each Linear.
-fn models() -> Vec<(&'static str, Graph, Vec<Instance>)> {
+fn models() -> Vec<(&'static str, Verified, Vec<Instance>)> {
     let mlp = compile_example("mlp", &[("hidden", 16)]);
     let digits = digits(&mlp, 24, 1);
     let list = compile_example("list_reduce", &[("hidden", 12)]);

@@ -8,11 +8,11 @@ mod common;
 
 use amp_data::Instance;
 use amp_exec::{ExecConfig, Placement};
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::OptimConfig;
 use common::*;
 
-fn models() -> Vec<(&'static str, Graph, Vec<Instance>)> {
+fn models() -> Vec<(&'static str, Verified, Vec<Instance>)> {
     let list = compile_example("list_reduce", &[("hidden", 12)]);
     let lens: Vec<usize> = (0..16).map(|i| i % 6).collect();
     let lists = token_lists(&list, &lens, 14, 2);

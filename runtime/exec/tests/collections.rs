@@ -255,7 +255,7 @@ fn a_reduce_of_a_tensor_written_as_ir_text_runs() {
   %5 = loss mse (%3#0: f32, %4#0: f32) -> () key(%inst) "loss"
 }
 "#;
-    let graph = amp_ir::text::parse(text).unwrap();
+    let graph = amp_ir::verify::verify(amp_ir::text::parse(text).unwrap()).unwrap();
     let params = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
     let r: f32 = params.data(0).iter().sum::<f32>() + params.data(1).iter().sum::<f32>();
     let mut ex = Executor::new(&graph, params, ExecConfig::default()).unwrap();
@@ -301,10 +301,8 @@ fn a_forgotten_batch_gets_a_zero_gradient_of_its_size() {
   %8 = loss mse (%6#0: f32[2], %7#0: f32[2]) -> () key(%inst) "loss"
 }
 "#;
-    let graph = amp_ir::text::parse(text).unwrap();
-    if let Err(errors) = amp_ir::verify::verify(&graph) {
-        panic!("{errors:?}");
-    }
+    let graph =
+        amp_ir::verify::verify(amp_ir::text::parse(text).unwrap()).unwrap_or_else(|errors| panic!("{errors:?}"));
     let config = ExecConfig { workers: 2, placement: Placement::RoundRobin, ..ExecConfig::default() };
     let mut ex = executor(&graph, 0, config);
     let (loss, grads) = ex.grads(&NoData).unwrap();

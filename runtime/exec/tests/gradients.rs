@@ -13,7 +13,7 @@ mod common;
 
 use amp_data::{Instance, Tensor, Value};
 use amp_exec::{ExecConfig, Executor};
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::ParamSet;
 use common::*;
 
@@ -26,13 +26,13 @@ fn loss_at(ex: &mut Executor, params: &ParamSet, inst: &Instance) -> f32 {
 
 /// Checks the analytic gradient of every tensor along random directions and at random
 /// coordinates; returns how many checks ran.
-fn check_gradients(graph: &Graph, instances: &[Instance], seed: u64) -> usize {
+fn check_gradients(graph: &Verified, instances: &[Instance], seed: u64) -> usize {
     let params = ParamSet::init(&amp_params::ParamSpec::of_graph(graph), seed);
     check_gradients_at(graph, params, instances, seed)
 }
 
 /// [`check_gradients`] at the given parameters.
-fn check_gradients_at(graph: &Graph, base: ParamSet, instances: &[Instance], seed: u64) -> usize {
+fn check_gradients_at(graph: &Verified, base: ParamSet, instances: &[Instance], seed: u64) -> usize {
     let mut ex = Executor::new(graph, base.clone(), ExecConfig::default()).unwrap();
     let mut rng = Lcg(seed ^ 0x5eed);
     let mut checks = 0;
@@ -164,7 +164,7 @@ fn moe_gradients_match_finite_differences() {
 }
 
 /// The labels of the Linear nodes whose input does (or does not) depend on a parameter.
-fn linear_inputs(graph: &Graph) -> (Vec<String>, Vec<String>) {
+fn linear_inputs(graph: &Verified) -> (Vec<String>, Vec<String>) {
     let dependent = graph.parameter_dependent();
     let (mut with, mut without) = (Vec::new(), Vec::new());
     for index in graph.nodes.node_indices() {

@@ -9,7 +9,7 @@ use amp_exec::{ExecConfig, ExecError, NodeSelector, TraceKind};
 use amp_params::OptimConfig;
 use common::*;
 
-fn list_reduce() -> (amp_ir::Graph, Vec<amp_data::Instance>) {
+fn list_reduce() -> (amp_ir::verify::Verified, Vec<amp_data::Instance>) {
     let graph = compile_example("list_reduce", &[("hidden", 16)]);
     let lens: Vec<usize> = (0..48).map(|i| 1 + i % 5).collect();
     let data = token_lists(&graph, &lens, 10, 8);

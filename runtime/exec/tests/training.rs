@@ -11,13 +11,13 @@ mod common;
 
 use amp_data::Instance;
 use amp_exec::{ExecConfig, Executor, NodeSelector, Observer, Placement, Progress, TraceEvent, TraceKind};
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::checkpoint::{from_bytes, to_bytes};
 use amp_params::{OptimConfig, Optimizer, ParamSet, ParamSpec};
 use common::*;
 use std::collections::BTreeMap;
 
-fn list_reduce() -> (Graph, Vec<Instance>) {
+fn list_reduce() -> (Verified, Vec<Instance>) {
     let graph = compile_example("list_reduce", &[("hidden", 6)]);
     let data = token_lists(&graph, &[3, 0, 1, 4, 2, 2, 5, 1, 3, 0, 2], 14, 3);
     (graph, data)
@@ -25,7 +25,13 @@ fn list_reduce() -> (Graph, Vec<Instance>) {
 
 /// Minibatch training computed from per-instance gradients: mean over each `batch`
 /// instances (the last batch may be smaller), one optimizer step per batch.
-fn reference_training(graph: &Graph, data: &[Instance], batch: usize, config: OptimConfig, epochs: usize) -> ParamSet {
+fn reference_training(
+    graph: &Verified,
+    data: &[Instance],
+    batch: usize,
+    config: OptimConfig,
+    epochs: usize,
+) -> ParamSet {
     let mut ex = executor(graph, 1, ExecConfig::default());
     let mut params = ex.params().clone();
     let mut opt = Optimizer::new(config, &ParamSpec::of_graph(graph));
@@ -223,7 +229,7 @@ fn per_node_update_frequency_overrides() {
     assert!(diff < 1e-5, "differs by {diff}");
 }
 
-fn learns(graph: &Graph, data: &[Instance], config: ExecConfig, epochs: usize) -> (f32, f32) {
+fn learns(graph: &Verified, data: &[Instance], config: ExecConfig, epochs: usize) -> (f32, f32) {
     let mut ex = executor(graph, 3, config);
     let before = ex.evaluate(data).unwrap().loss;
     for _ in 0..epochs {

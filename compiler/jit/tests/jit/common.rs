@@ -311,7 +311,7 @@ pub fn random_call(kernel: &Kernel, rows: usize, seed: u64, edge: f64) -> (Vec<V
 }
 
 /// Compiles an example model with `-D` overrides, lowered, optimised and verified.
-pub fn compile_example(file: &str, defines: &[(&str, i64)]) -> amp_ir::Graph {
+pub fn compile_example(file: &str, defines: &[(&str, i64)]) -> amp_ir::verify::Verified {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(file);
     let text = std::fs::read_to_string(&path).expect("the example exists");
     let mut map = amp_diagnostics::SourceMap::new();
@@ -328,7 +328,7 @@ pub fn compile_example(file: &str, defines: &[(&str, i64)]) -> amp_ir::Graph {
 
 /// The five examples with small hyperparameters (and the two with fusion groups at their
 /// real sizes).
-pub fn examples() -> Vec<(&'static str, amp_ir::Graph)> {
+pub fn examples() -> Vec<(&'static str, amp_ir::verify::Verified)> {
     let small: [(&str, &[(&str, i64)]); 7] = [
         ("tree_lstm.amp", &[("vocab", 20), ("embed", 8), ("hidden", 6), ("classes", 3)]),
         ("ggsnn.amp", &[("kinds", 3), ("hidden", 5), ("steps", 2)]),

@@ -4,7 +4,7 @@
 //! errors (`common::Tracked`).
 
 use crate::common::{compile, differential, examples, random_call, Agreement};
-use amp_jit::{Elementwise, KernelSpec, SpecOp, ValueId, VerifiedGraph, Width};
+use amp_jit::{Elementwise, KernelSpec, SpecOp, ValueId, Width};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
@@ -64,8 +64,7 @@ proptest! {
 fn example_fusion_groups_match_the_interpreter() {
     let mut kernels = 0;
     let mut tally = Agreement::default();
-    for (file, graph) in examples() {
-        let verified = VerifiedGraph::new(&graph).expect("examples verify");
+    for (file, verified) in examples() {
         for group in amp_jit::fusion_groups(&verified) {
             let group = group.unwrap_or_else(|e| panic!("{file}: {e}"));
             let kernel = compile(&group.spec);
@@ -147,8 +146,7 @@ proptest! {
 
 #[test]
 fn the_examples_kernels_save_their_transcendentals() {
-    for (name, graph) in examples() {
-        let verified = VerifiedGraph::new(&graph).expect("the example verifies");
+    for (name, verified) in examples() {
         for group in amp_jit::fusion_groups(&verified).into_iter().flatten() {
             let kernel = compile(&group.spec);
             let expected = group.spec.saved().len() * group.spec.n();

@@ -2,12 +2,11 @@
 //! and `--emit clif`'s listing.
 
 use crate::common::{compile_example, examples};
-use amp_jit::{compile_groups, fusion_groups, KernelCache, VerifiedGraph, Width};
+use amp_jit::{compile_groups, fusion_groups, KernelCache, Width};
 
 #[test]
 fn tree_lstm_groups_have_the_expected_kernels() {
-    let graph = compile_example("tree_lstm.amp", &[]);
-    let verified = VerifiedGraph::new(&graph).unwrap();
+    let verified = compile_example("tree_lstm.amp", &[]);
     let groups: Vec<_> = fusion_groups(&verified).into_iter().map(Result::unwrap).collect();
     assert_eq!(groups.len(), 2);
     let leaf = &groups[0];
@@ -27,8 +26,7 @@ fn tree_lstm_groups_have_the_expected_kernels() {
 
 #[test]
 fn ggsnn_group_broadcasts_a_scalar() {
-    let graph = compile_example("ggsnn.amp", &[]);
-    let verified = VerifiedGraph::new(&graph).unwrap();
+    let verified = compile_example("ggsnn.amp", &[]);
     let groups: Vec<_> = fusion_groups(&verified).into_iter().map(Result::unwrap).collect();
     assert_eq!(groups.len(), 1);
     let gru = &groups[0];
@@ -42,8 +40,7 @@ fn ggsnn_group_broadcasts_a_scalar() {
 #[test]
 fn equal_groups_compile_once() {
     let mut cache = KernelCache::new().unwrap();
-    let graph = compile_example("tree_lstm.amp", &[]);
-    let verified = VerifiedGraph::new(&graph).unwrap();
+    let verified = compile_example("tree_lstm.amp", &[]);
     let first = compile_groups(&verified, &mut cache);
     let second = compile_groups(&verified, &mut cache);
     assert_eq!(cache.stats().compiled, 2);
@@ -64,8 +61,7 @@ fn equal_groups_in_one_graph_share_a_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("twins.amp");
     std::fs::write(&file, source).unwrap();
-    let graph = compile_example(file.to_str().unwrap(), &[]);
-    let verified = VerifiedGraph::new(&graph).unwrap();
+    let verified = compile_example(file.to_str().unwrap(), &[]);
     let mut cache = KernelCache::new().unwrap();
     let compiled = compile_groups(&verified, &mut cache);
     assert_eq!(compiled.kernels.len(), 2);
@@ -76,8 +72,7 @@ fn equal_groups_in_one_graph_share_a_kernel() {
 #[test]
 fn clif_listing_names_groups_and_prints_each_kernel_once() {
     let mut cache = KernelCache::new().unwrap();
-    for (file, graph) in examples() {
-        let verified = VerifiedGraph::new(&graph).unwrap();
+    for (file, verified) in examples() {
         let compiled = compile_groups(&verified, &mut cache);
         assert!(compiled.refused.is_empty(), "{file}: {:?}", compiled.refused);
         let text = amp_jit::clif_listing(&verified, &compiled);

@@ -57,7 +57,7 @@ pub fn shared_data(rel: &str) -> Option<String> {
 }
 
 /// Compiles `examples/NAME.amp` with overrides, as `amprun` and `ampc compile` do.
-pub fn compile_example(name: &str, defines: &[(&str, i64)]) -> Graph {
+pub fn compile_example(name: &str, defines: &[(&str, i64)]) -> amp_ir::verify::Verified {
     let text = std::fs::read_to_string(example(&format!("{name}.amp"))).expect("example source");
     let options = amp_sema::Options { defines: defines.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
     let (map, checked) = amp_sema::check_source(&format!("{name}.amp"), &text, &options);

@@ -6,106 +6,65 @@
 //! go through `phi`, `cond`, two `isu`, `switch` and an `isu` at the call site, two
 //! thirds of a tree's messages.
 //!
-//! A chain grows from a root along edges that are the only consumer of their port: a
-//! routing node joins the chain of its producer when it has one input, runs on the same
-//! worker, and its fanned-out ports (if any) sum their gradients under the same key as
-//! the root's (the worker sums a port's gradients under its node's key; a node that sums
-//! under another key starts a chain of its own). The root may
-//! have several inputs (a `phi`); they are the chain's. Every other output port of a
-//! member is an output of the chain, in the order met walking the chain from the root,
-//! and its consumer now reads the chain's port. The chain keeps the root's index (its
-//! producers see no change); the other members leave the table.
+//! Which nodes form a chain is `amp_ir::units::routing_chains`'s decision (the planner's
+//! cost model follows the same one), made here on the program's table with each node's
+//! worker: a chain grows from a root along edges that are the only consumer of their
+//! port, through routing nodes with one input on the same worker whose fanned-out ports
+//! sum their gradients under the root's key. The root may have several inputs (a `phi`);
+//! they are the chain's. Every other output port of a member is an output of the chain,
+//! in the order met walking the chain from the root, and its consumer now reads the
+//! chain's port. The chain keeps the root's index (its producers see no change); the other
+//! members leave the table.
 
 use super::program::{ChainSpec, ExecOp, Next, NodeInfo};
-use amp_ir::Op;
-use std::collections::HashSet;
+use amp_ir::units::{routing_chains, ChainNode, ChainStep};
 use std::sync::Arc;
 
 /// Replaces every chain of two or more routing nodes in `nodes` by one node; returns how
 /// many chains were made.
 pub(crate) fn compose(nodes: &mut [Option<NodeInfo>]) -> usize {
-    let mut roots: Vec<u32> =
-        nodes.iter().flatten().filter(|n| routing(n) && !joins_producer(nodes, n)).map(|n| n.index).collect();
+    let table: Vec<Option<ChainNode>> = nodes
+        .iter()
+        .map(|n| {
+            n.as_ref().map(|n| ChainNode {
+                routing: routing(n),
+                worker: n.worker,
+                producers: n.producers.clone(),
+                consumers: n.consumers.clone(),
+                fan_in_key: n.fan_in_key.clone(),
+            })
+        })
+        .collect();
     let mut count = 0;
-    while let Some(root) = roots.pop() {
-        let (spec, kept_out) = plan_chain(nodes, root);
-        // A node kept out of its producer's chain starts a chain of its own.
-        roots.extend(kept_out);
-        if let Some(spec) = spec {
-            apply(nodes, spec);
-            count += 1;
-        }
+    for chain in routing_chains(&table) {
+        // The members as they are now: a root kept out of an earlier chain reads that
+        // chain's port.
+        let members: Option<Vec<NodeInfo>> =
+            chain.members.iter().map(|&m| nodes.get(m as usize).and_then(Option::as_ref).cloned()).collect();
+        let Some(members) = members else { continue };
+        let next = chain
+            .next
+            .iter()
+            .map(|ports| {
+                ports
+                    .iter()
+                    .map(|step| match *step {
+                        ChainStep::Member(m) => Next::Member(m),
+                        ChainStep::Exit(e) => Next::Exit(e),
+                    })
+                    .collect()
+            })
+            .collect();
+        apply(nodes, ChainSpec { members, next, parent: chain.parent, exits: chain.exits });
+        count += 1;
     }
     count
 }
 
 /// A node a chain can hold: a routing op, no replica.
 fn routing(node: &NodeInfo) -> bool {
-    let op = matches!(node.op, ExecOp::Ir(Op::Phi { .. } | Op::Cond { .. } | Op::Switch { .. } | Op::Isu { .. }));
+    let op = matches!(&node.op, ExecOp::Ir(op) if amp_ir::units::is_routing(op));
     op && node.replicas.is_empty() && node.replica_of.is_none()
-}
-
-/// Whether a routing node may join its producer's chain (see the module doc): it has one
-/// input, and is the only consumer of a routing node's port on the same worker.
-fn joins_producer(nodes: &[Option<NodeInfo>], node: &NodeInfo) -> bool {
-    let [(producer, port)] = node.producers.as_slice() else { return false };
-    let Some(p) = nodes.get(*producer as usize).and_then(Option::as_ref) else { return false };
-    let only_consumer = p.consumers.get(usize::from(*port)).is_some_and(|c| c.len() == 1);
-    *producer != node.index && routing(node) && routing(p) && p.worker == node.worker && only_consumer
-}
-
-/// The chain grown from `root` (none when nothing joins it), and the nodes that would
-/// join it but for the key their fanned-out ports sum under.
-fn plan_chain(nodes: &[Option<NodeInfo>], root: u32) -> (Option<ChainSpec>, Vec<u32>) {
-    let mut kept_out = Vec::new();
-    let spec = grow(nodes, root, &mut kept_out);
-    (spec.filter(|spec| spec.members.len() >= 2), kept_out)
-}
-
-fn grow(nodes: &[Option<NodeInfo>], root: u32, kept_out: &mut Vec<u32>) -> Option<ChainSpec> {
-    let node = |i: u32| nodes.get(i as usize).and_then(Option::as_ref);
-    let mut members = vec![node(root)?.clone()];
-    let mut seen = HashSet::from([root]);
-    let mut next: Vec<Vec<Next>> = Vec::new();
-    let mut parent = vec![None];
-    let mut exits = Vec::new();
-    let mut at = 0;
-    while at < members.len() {
-        let mut ports = Vec::new();
-        let outputs = members[at].consumers.clone();
-        for (port, consumers) in outputs.iter().enumerate() {
-            let port = u16::try_from(port).ok()?;
-            let joining = match consumers.as_slice() {
-                [(c, 0)] => node(*c).filter(|c| joins_producer(nodes, c)),
-                _ => None,
-            };
-            // The chain's node sums a fanned-out port's gradients under the root's key: a
-            // node summing under another is kept out (and starts a chain of its own).
-            let joining = joining.filter(|c| {
-                let fanned = c.consumers.iter().any(|list| list.len() > 1);
-                let fits = !fanned || c.fan_in_key == members[0].fan_in_key;
-                if !fits {
-                    kept_out.push(c.index);
-                }
-                fits
-            });
-            match joining {
-                // A node whose producer is a member is reached once, from that member.
-                Some(c) if seen.insert(c.index) => {
-                    ports.push(Next::Member(members.len()));
-                    parent.push(Some((at, port)));
-                    members.push(c.clone());
-                }
-                _ => {
-                    ports.push(Next::Exit(u16::try_from(exits.len()).ok()?));
-                    exits.push((at, port));
-                }
-            }
-        }
-        next.push(ports);
-        at += 1;
-    }
-    Some(ChainSpec { members, next, parent, exits })
 }
 
 fn apply(nodes: &mut [Option<NodeInfo>], spec: ChainSpec) {
@@ -143,7 +102,7 @@ fn apply(nodes: &mut [Option<NodeInfo>], spec: ChainSpec) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amp_ir::{FieldId, PayloadTy, StateExpr};
+    use amp_ir::{FieldId, Op, PayloadTy, StateExpr};
 
     fn isu() -> Op {
         Op::Isu { field: FieldId(1), value: StateExpr::Const(1), inverse: Some(StateExpr::Const(0)) }

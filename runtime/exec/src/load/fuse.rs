@@ -11,17 +11,20 @@
 //! and a group wired directly to a group fused before it run node by node as without the
 //! JIT.
 //!
-//! A `split` whose every output feeds only the group (Tree-LSTM's gates) joins it too:
-//! its kernel inputs become slices of one input port, the split's own input, and the
+//! A `split` whose every output feeds only the group (Tree-LSTM's gates) joins it too
+//! (which splits do is `amp_ir::units::fused_units`'s decision, the planner's too): its
+//! kernel inputs become slices of one input port, the split's own input, and the
 //! gradients of those slices go back as one message (zeros where an output of the split
 //! is unused). A split costs a message per part each way plus a join of the gradients;
 //! in Tree-LSTM they were a sixth of every tree's messages.
 
 use super::program::{ExecOp, FusedGroup, InputSlice, NodeInfo};
-use amp_ir::{FieldId, Graph, Op, PayloadTy};
-use amp_jit::{compile_groups, FusionGroup, KernelCache, VerifiedGraph};
+use amp_ir::units::{fused_units, FusedUnit};
+use amp_ir::verify::Verified;
+use amp_ir::{FieldId, PayloadTy};
+use amp_jit::{compile_groups, FusionGroup, KernelCache};
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 thread_local! {
@@ -31,22 +34,23 @@ thread_local! {
 }
 
 /// Replaces every fusable group of `graph` in `nodes` by one fused node; returns how many.
-pub(crate) fn fuse(nodes: &mut Vec<Option<NodeInfo>>, graph: &Graph) -> usize {
-    let Ok(verified) = VerifiedGraph::new(graph) else { return 0 };
+pub(crate) fn fuse(nodes: &mut Vec<Option<NodeInfo>>, graph: &Verified) -> usize {
     let compiled = CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         if cache.is_none() {
             // A host Cranelift cannot compile for runs everything node by node.
             *cache = KernelCache::new().ok();
         }
-        cache.as_mut().map(|cache| compile_groups(&verified, cache))
+        cache.as_mut().map(|cache| compile_groups(graph, cache))
     });
     let Some(compiled) = compiled else { return 0 };
+    let units: HashMap<u32, FusedUnit> = fused_units(graph).into_iter().map(|u| (u.group, u)).collect();
     let mut fused_members: HashSet<u32> = HashSet::new();
     let mut count = 0;
     for group_kernel in compiled.kernels {
         let kernel = group_kernel.kernel;
-        if let Some(plan) = plan_group(nodes, &group_kernel.group, &fused_members) {
+        let Some(unit) = units.get(&group_kernel.group.id) else { continue };
+        if let Some(plan) = plan_group(nodes, &group_kernel.group, unit, &fused_members) {
             fused_members.extend(plan.members.iter().copied());
             apply(nodes, group_kernel.group, plan, kernel);
             count += 1;
@@ -68,7 +72,12 @@ struct GroupPlan {
     worker: usize,
 }
 
-fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u32>) -> Option<GroupPlan> {
+fn plan_group(
+    nodes: &[Option<NodeInfo>],
+    group: &FusionGroup,
+    unit: &FusedUnit,
+    fused: &HashSet<u32>,
+) -> Option<GroupPlan> {
     if matches!(group.vector_type, Some(PayloadTy::Batch(_))) {
         return None;
     }
@@ -84,7 +93,7 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
         if fused.contains(&source) {
             return None;
         }
-        let ((from, from_port), offset) = match absorbable_split(nodes, source, &members, fused) {
+        let ((from, from_port), offset) = match absorbable_split(nodes, source, unit, fused) {
             Some((producer, width)) => {
                 if !absorbed.contains(&source) {
                     absorbed.push(source);
@@ -135,29 +144,23 @@ fn plan_group(nodes: &[Option<NodeInfo>], group: &FusionGroup, fused: &HashSet<u
     Some(GroupPlan { members, inputs, outputs, producers, slices, consumers, state_from, worker })
 }
 
-/// When `source` is a `split` that only the group's nodes (`members`) read, its input
-/// port and the width of its parts: the group can read the parts as slices of that port.
+/// When `source` is a split the unit absorbs, its input port and the width of its parts:
+/// the group can read the parts as slices of that port. Not, by this executor's own
+/// rewiring, when the split's producer is a member of a group fused before, or the split
+/// has replicas.
 fn absorbable_split(
     nodes: &[Option<NodeInfo>],
     source: u32,
-    members: &[u32],
+    unit: &FusedUnit,
     fused: &HashSet<u32>,
 ) -> Option<((u32, u16), usize)> {
+    let absorbed = unit.split(source)?;
     let split = nodes.get(source as usize)?.as_ref()?;
-    let ExecOp::Ir(Op::Split { parts }) = split.op else { return None };
-    let (&[producer], &[PayloadTy::F32(_)]) = (split.producers.as_slice(), split.inputs.as_slice()) else {
-        return None;
-    };
+    let &[producer] = split.producers.as_slice() else { return None };
     if fused.contains(&producer.0) || !split.replicas.is_empty() || split.replica_of.is_some() {
         return None;
     }
-    let read_by_group = split.consumers.iter().flatten().all(|(c, _)| members.contains(c));
-    let width = split.outputs.first()?.elements();
-    let equal_parts = split.outputs.iter().all(|t| matches!(t, PayloadTy::F32(_)) && t.elements() == width);
-    let covers = width.checked_mul(u64::from(parts)) == Some(split.inputs[0].elements());
-    (read_by_group && equal_parts && covers && split.outputs.len() == parts as usize)
-        .then(|| usize::try_from(width).ok().map(|w| (producer, w)))
-        .flatten()
+    Some((producer, absorbed.width))
 }
 
 fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan, kernel: Arc<amp_jit::Kernel>) {

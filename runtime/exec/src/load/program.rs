@@ -4,6 +4,7 @@
 
 use crate::config::{ExecConfig, NodeSelector, Placement};
 use crate::error::{ExecError, OpError};
+use amp_ir::verify::Verified;
 use amp_ir::{FieldId, Graph, Op, PayloadTy};
 use amp_jit::Kernel;
 use amp_params::ParamSet;
@@ -153,11 +154,8 @@ pub(crate) struct Program {
 }
 
 impl Program {
-    /// Verifies the graph, checks the parameters against it, and places its nodes.
-    pub fn new(graph: &Graph, params: &ParamSet, config: &ExecConfig) -> Result<Program, ExecError> {
-        if let Err(errors) = amp_ir::verify::verify(graph) {
-            return Err(ExecError::Unverified { errors: errors.iter().map(|e| e.to_string()).collect() });
-        }
+    /// Checks the parameters against the verified graph, and places its nodes.
+    pub fn new(graph: &Verified, params: &ParamSet, config: &ExecConfig) -> Result<Program, ExecError> {
         config.check().map_err(|message| ExecError::Config { message })?;
         check_params(graph, params)?;
         let bound = graph.nodes.node_bound();

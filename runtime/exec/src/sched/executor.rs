@@ -11,7 +11,7 @@ use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAc
 use crate::ops::{RunMode, RunShared};
 use crate::sched::controller::{self, Judgement, Observer, RunOutput};
 use crate::trace::{write_chrome_trace, TraceEvent};
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -69,9 +69,10 @@ pub struct Executor {
 }
 
 impl Executor {
-    /// Verifies `graph` (an unverified graph is refused), checks that `params` has its
-    /// parameters, names and shapes, and places the nodes on `config.workers` workers.
-    pub fn new(graph: &Graph, params: ParamSet, config: ExecConfig) -> Result<Executor, ExecError> {
+    /// Checks that `params` has the verified graph's parameters, names and shapes, and
+    /// places the nodes on `config.workers` workers (a graph runs only once
+    /// `amp_ir::verify::verify` accepted it).
+    pub fn new(graph: &Verified, params: ParamSet, config: ExecConfig) -> Result<Executor, ExecError> {
         let program = Program::new(graph, &params, &config)?;
         check_ops(&program, &params)?;
         let grads = params.zeros_like();

@@ -5,20 +5,20 @@
 
 use amp_data::{Instance, Tensor, Value};
 use amp_exec::{EpochStats, ExecConfig, Executor};
-use amp_ir::Graph;
+use amp_ir::verify::Verified;
 use amp_params::ParamSet;
 use amp_reference::Reference;
 use amp_sema::{check_source, Options};
 
 /// A compiled model with the checked program it came from (for the reference evaluator).
 pub struct Compiled {
-    pub graph: Graph,
+    pub graph: Verified,
     pub program: amp_sema::Program,
     pub model: amp_sema::ComponentId,
 }
 
 /// Checks, lowers, optimises and verifies an Amp program (as `ampc compile` does).
-pub fn compile_source(name: &str, text: &str, defines: &[(&str, i64)]) -> Graph {
+pub fn compile_source(name: &str, text: &str, defines: &[(&str, i64)]) -> Verified {
     compile_with_program(name, text, defines).graph
 }
 
@@ -33,14 +33,15 @@ pub fn compile_with_program(name: &str, text: &str, defines: &[(&str, i64)]) -> 
         Err(d) => panic!("lowering failed: {}", amp_diagnostics::render_human(&map, &d, false)),
     };
     amp_lower::passes::optimize(&mut graph);
-    if let Err(e) = amp_ir::verify::verify(&graph) {
-        panic!("{e:?}\n{}", amp_ir::text::print(&graph));
-    }
+    let graph = match Verified::new(graph) {
+        Ok(graph) => graph,
+        Err(r) => panic!("{:?}\n{}", r.errors, amp_ir::text::print(&r.graph)),
+    };
     Compiled { graph, program: checked.program, model }
 }
 
 /// Compiles `examples/NAME.amp` with `-D` overrides.
-pub fn compile_example(name: &str, defines: &[(&str, i64)]) -> Graph {
+pub fn compile_example(name: &str, defines: &[(&str, i64)]) -> Verified {
     compile_example_with_program(name, defines).graph
 }
 
@@ -51,7 +52,7 @@ pub fn compile_example_with_program(name: &str, defines: &[(&str, i64)]) -> Comp
     compile_with_program(&format!("{name}.amp"), &text, defines)
 }
 
-pub fn instance(graph: &Graph, value: Value) -> Instance {
+pub fn instance(graph: &Verified, value: Value) -> Instance {
     Instance::new(graph.input.as_ref().expect("the graph has an input schema"), value).expect("a valid instance")
 }
 
@@ -75,7 +76,7 @@ impl Lcg {
 }
 
 /// `Digit { pixels: f32[64], label }` instances with random pixels.
-pub fn digits(graph: &Graph, n: usize, seed: u64) -> Vec<Instance> {
+pub fn digits(graph: &Verified, n: usize, seed: u64) -> Vec<Instance> {
     let mut rng = Lcg(seed);
     (0..n)
         .map(|_| {
@@ -90,7 +91,7 @@ pub fn digits(graph: &Graph, n: usize, seed: u64) -> Vec<Instance> {
 }
 
 /// `Example { tokens, label }` instances with `len` tokens below `vocab`.
-pub fn token_lists(graph: &Graph, lens: &[usize], vocab: u32, seed: u64) -> Vec<Instance> {
+pub fn token_lists(graph: &Verified, lens: &[usize], vocab: u32, seed: u64) -> Vec<Instance> {
     let mut rng = Lcg(seed);
     lens.iter()
         .map(|&len| {
@@ -104,7 +105,7 @@ pub fn token_lists(graph: &Graph, lens: &[usize], vocab: u32, seed: u64) -> Vec<
         .collect()
 }
 
-pub fn executor(graph: &Graph, seed: u64, config: ExecConfig) -> Executor {
+pub fn executor(graph: &Verified, seed: u64, config: ExecConfig) -> Executor {
     let params = ParamSet::init(&amp_params::ParamSpec::of_graph(graph), seed);
     Executor::new(graph, params, config).expect("the executor accepts the graph")
 }
@@ -172,7 +173,7 @@ impl Shape {
 }
 
 /// `Sentence { tree, label }` instances of tree_lstm, words below `vocab`, 5 classes.
-pub fn sentences(graph: &Graph, shapes: &[Shape], vocab: u32, seed: u64) -> Vec<Instance> {
+pub fn sentences(graph: &Verified, shapes: &[Shape], vocab: u32, seed: u64) -> Vec<Instance> {
     let mut rng = Lcg(seed);
     shapes
         .iter()
@@ -185,7 +186,7 @@ pub fn sentences(graph: &Graph, shapes: &[Shape], vocab: u32, seed: u64) -> Vec<
 }
 
 /// A ggsnn `Graph { nodes, edges: [Edge { src, dst, kind }], label }` instance.
-pub fn ggsnn_graph(graph: &Graph, nodes: &[i64], edges: &[(i64, i64, i64)], label: i64) -> Instance {
+pub fn ggsnn_graph(graph: &Verified, nodes: &[i64], edges: &[(i64, i64, i64)], label: i64) -> Instance {
     let nodes = Value::Seq(nodes.iter().map(|&k| Value::Int(k)).collect());
     let edges = Value::Seq(
         edges.iter().map(|&(s, d, k)| Value::Record(vec![Value::Int(s), Value::Int(d), Value::Int(k)])).collect(),
@@ -195,7 +196,7 @@ pub fn ggsnn_graph(graph: &Graph, nodes: &[i64], edges: &[(i64, i64, i64)], labe
 
 /// Random ggsnn graphs of `sizes[i]` nodes (kinds below 8) and about 1.5 edges per node
 /// (kinds below 2), labels below 2.
-pub fn ggsnn_graphs(graph: &Graph, sizes: &[usize], seed: u64) -> Vec<Instance> {
+pub fn ggsnn_graphs(graph: &Verified, sizes: &[usize], seed: u64) -> Vec<Instance> {
     let mut rng = Lcg(seed);
     sizes
         .iter()
@@ -216,13 +217,13 @@ pub fn ggsnn_graphs(graph: &Graph, sizes: &[usize], seed: u64) -> Vec<Instance> 
 }
 
 /// A moe `Sample { x: f32[d], label }` instance.
-pub fn moe_sample(graph: &Graph, x: Vec<f32>, label: i64) -> Instance {
+pub fn moe_sample(graph: &Verified, x: Vec<f32>, label: i64) -> Instance {
     let d = x.len();
     instance(graph, Value::Record(vec![Value::Tensor(Tensor::new(vec![d], x).unwrap()), Value::Int(label)]))
 }
 
 /// Random moe samples of `d` values, labels below 10.
-pub fn moe_samples(graph: &Graph, n: usize, d: usize, seed: u64) -> Vec<Instance> {
+pub fn moe_samples(graph: &Verified, n: usize, d: usize, seed: u64) -> Vec<Instance> {
     let mut rng = Lcg(seed);
     (0..n)
         .map(|_| {
