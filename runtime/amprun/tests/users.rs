@@ -152,6 +152,60 @@ fn infer_ignores_the_labels_of_ptb_trees() {
     assert_eq!(infer(&placeholders), reference);
 }
 
+/// SDF molecules without their label property give the outputs they give with it.
+#[test]
+fn infer_reads_molecules_without_the_label_property() {
+    let Some(molecules) = shared_data("molecules/solubility.test.sdf") else { return };
+    let dir = scratch("infer-sdf");
+    let dir = dir.path();
+    let defines = [("classes", 3), ("edge_kinds", 3), ("hidden", 4)];
+    let graph = compile_example("ggsnn", &defines);
+    let params = save_params(dir, &graph, 4);
+    let text = std::fs::read_to_string(molecules).unwrap();
+    // The first three molecules, then the same without `> <SOL_classification>` and its value.
+    let mut first = Vec::new();
+    for line in text.lines() {
+        first.push(line);
+        if first.iter().filter(|l| l.trim() == "$$$$").count() == 3 {
+            break;
+        }
+    }
+    let labeled = write(dir, "l.sdf", &(first.join("\n") + "\n"));
+    let mut stripped = String::new();
+    let mut lines = first.into_iter();
+    while let Some(line) = lines.next() {
+        if line.contains("<SOL_classification>") {
+            lines.next();
+            continue;
+        }
+        stripped.push_str(&line);
+        stripped.push('\n');
+    }
+    assert!(!stripped.contains("SOL_classification"));
+    let unlabeled = write(dir, "u.sdf", &stripped);
+    let model = example("ggsnn.amp");
+    let infer = |data: &str| {
+        let args = [
+            "infer",
+            &model,
+            "-D",
+            "classes=3",
+            "-D",
+            "edge_kinds=3",
+            "-D",
+            "hidden=4",
+            "--params",
+            &params,
+            "--data",
+            data,
+        ];
+        outputs(&stdout(&amprun_ok(dir, &args)))
+    };
+    let reference = infer(&labeled);
+    assert_eq!(reference.len(), 3);
+    assert_eq!(infer(&unlabeled), reference);
+}
+
 /// A vocabulary for list_reduce's 14 tokens and vectors for some of them.
 fn list_reduce_words(dir: &Path) -> (String, String) {
     let words: Vec<String> = std::iter::once("<unk>".to_string()).chain((1..14).map(|i| format!("w{i}"))).collect();
