@@ -178,7 +178,7 @@ fn infer_reads_molecules_without_the_label_property() {
             lines.next();
             continue;
         }
-        stripped.push_str(&line);
+        stripped.push_str(line);
         stripped.push('\n');
     }
     assert!(!stripped.contains("SOL_classification"));
