@@ -233,7 +233,8 @@ fn pretrained_vectors_fill_their_rows_and_frozen_groups_stay() {
         amprun_ok(dir, &args)
     };
     let spec = format!("embed={vectors}");
-    let out = train(&["--init-embedding", &spec, "--freeze", "embed", "--save", "frozen.safetensors"]);
+    let out =
+        train(&["--init-embedding", &spec, "--freeze", "embed", "--freeze", "head", "--save", "frozen.safetensors"]);
     assert!(
         stderr(&out).contains("--init-embedding embed: 2 of 14 vocabulary words found among 3 vectors"),
         "{}",
@@ -248,8 +249,11 @@ fn pretrained_vectors_fill_their_rows_and_frozen_groups_stay() {
     for row in (0..14).filter(|r| ![3, 5].contains(r)) {
         assert_eq!(&after[row * 8..(row + 1) * 8], &before[row * 8..(row + 1) * 8], "row {row} kept");
     }
-    let cell = |p: &ParamSet| p.data(p.index("cell.weight").unwrap()).to_vec();
-    assert_ne!(cell(&trained), cell(&start), "the other groups train");
+    let tensor = |p: &ParamSet, name: &str| p.data(p.index(name).unwrap()).to_vec();
+    for name in ["head.weight", "head.bias"] {
+        assert_eq!(tensor(&trained, name), tensor(&start, name), "the frozen Linear `{name}` stays");
+    }
+    assert_ne!(tensor(&trained, "cell.weight"), tensor(&start, "cell.weight"), "the other groups train");
     // Not frozen, the table trains too.
     train(&["--init-embedding", &spec, "--save", "free.safetensors"]);
     let free = checkpoint(&dir.join("free.safetensors"), &graph).params;
