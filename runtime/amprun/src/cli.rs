@@ -210,6 +210,24 @@ pub enum OptimizerName {
     Adam,
 }
 
+/// Learning-rate schedules (`crate::schedule`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ScheduleName {
+    Constant,
+    Step,
+    Cosine,
+}
+
+impl ScheduleName {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleName::Constant => "constant",
+            ScheduleName::Step => "step",
+            ScheduleName::Cosine => "cosine",
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     #[command(flatten)]
@@ -217,7 +235,7 @@ pub struct TrainArgs {
     /// The training data.
     #[arg(long, value_name = "FILE")]
     pub data: PathBuf,
-    /// Validation data, evaluated after every epoch.
+    /// Validation data, evaluated after every epoch (reported under its training line).
     #[arg(long, value_name = "FILE")]
     pub valid: Option<PathBuf>,
     #[command(flatten)]
@@ -251,6 +269,24 @@ pub struct TrainArgs {
     /// Clip each parameter group's gradient norm to this before the update.
     #[arg(long, value_name = "X")]
     pub clip_norm: Option<f32>,
+    /// How the learning rate changes from epoch to epoch (after `--warmup`): `constant`,
+    /// `step` (times `--gamma` every `--step-size` epochs, PyTorch's StepLR) or `cosine`
+    /// (down to `--min-lr` over the epochs after warmup, CosineAnnealingLR).
+    #[arg(long, value_enum, default_value = "constant")]
+    pub lr_schedule: ScheduleName,
+    /// Warm up over the first N epochs: epoch e <= N trains at lr * e / (N + 1).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub warmup: u64,
+    /// `--lr-schedule step`: epochs between two multiplications by `--gamma`.
+    #[arg(long, value_name = "N")]
+    pub step_size: Option<u64>,
+    /// `--lr-schedule step`: the factor applied every `--step-size` epochs.
+    /// (default 0.1).
+    #[arg(long, value_name = "X")]
+    pub gamma: Option<f32>,
+    /// `--lr-schedule cosine`: the rate it anneals to (PyTorch's eta_min; default 0).
+    #[arg(long, value_name = "X")]
+    pub min_lr: Option<f32>,
     /// Seed of the initialisation, of the shuffles and of `--frame-noise` (default 0).
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,
@@ -265,9 +301,7 @@ pub struct TrainArgs {
     /// `--valid`), each time an epoch beats the best so far.
     #[arg(long, value_name = "FILE", requires = "valid")]
     pub keep_best: Option<PathBuf>,
-    /// Stop after N epochs in a row without a better validation accuracy (needs `--valid`;
-    /// an epoch's validation runs beside the next epoch, so training stops one epoch after
-    /// the N-th).
+    /// Stop after N epochs in a row without a better validation accuracy (needs `--valid`).
     #[arg(long, value_name = "N", requires = "valid", value_parser = clap::value_parser!(u64).range(1..))]
     pub patience: Option<u64>,
     /// Continue from the `--save` checkpoint exactly (parameters, optimizer state, next
@@ -277,6 +311,15 @@ pub struct TrainArgs {
     /// Initial parameters from a safetensors file (e.g. written by PyTorch).
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
+    /// Start the Embedding NAME from pretrained word vectors (GloVe / word2vec text), row
+    /// by row through the run's vocabulary (PTB `--vocab`; for other data `--vocab FILE`
+    /// names the word of each index); words the file lacks keep their initialisation.
+    #[arg(long, value_name = "NAME=FILE", value_parser = parse_init_embedding, conflicts_with = "resume")]
+    pub init_embedding: Vec<(String, PathBuf)>,
+    /// Keep the parameter group NAME (a `param`: `emb`, `cell`, or an array's `msg`) as it
+    /// starts: it is never updated and no gradient is accumulated for it.
+    #[arg(long, value_name = "NAME")]
+    pub freeze: Vec<String>,
     /// Write one JSON object per report (train and valid, every epoch) to this file
     /// (appended to with --resume).
     #[arg(long, value_name = "FILE")]
@@ -312,6 +355,9 @@ pub struct EvalArgs {
     /// step, `{"split": "valid", "update_step": U, "accuracy": A}`.
     #[arg(long, value_name = "FILE")]
     pub metrics: Option<std::path::PathBuf>,
+    /// `infer`: write the JSON lines to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// Seed of the `--frame-noise` noise (default 0).
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,
@@ -351,6 +397,14 @@ fn parse_update_frequency(text: &str) -> Result<(NodeSelector, u64), String> {
         Ok(m) if m >= 1 => Ok((NodeSelector::parse(node), m)),
         _ => Err(format!("`{value}` is not a positive integer")),
     }
+}
+
+fn parse_init_embedding(text: &str) -> Result<(String, PathBuf), String> {
+    let (name, file) = text.split_once('=').ok_or_else(|| format!("expected NAME=FILE, got `{text}`"))?;
+    if name.trim().is_empty() || file.is_empty() {
+        return Err(format!("expected NAME=FILE, got `{text}`"));
+    }
+    Ok((name.trim().to_string(), PathBuf::from(file)))
 }
 
 fn parse_replicas(text: &str) -> Result<(NodeSelector, u64), String> {

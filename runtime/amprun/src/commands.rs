@@ -10,6 +10,7 @@ use crate::setup;
 use crate::steps::StepTiming;
 use amp_exec::Executor;
 use amp_ir::verify::Verified;
+use amp_ir::Graph;
 use amp_params::{OptimConfig, ParamSet};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -24,8 +25,8 @@ struct Session {
 }
 
 impl Session {
-    fn open(args: &EvalArgs) -> Result<Session, Failure> {
-        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed)
+    fn open(args: &EvalArgs, unlabeled: bool) -> Result<Session, Failure> {
+        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, unlabeled)
     }
 
     fn describe(&self, i: i64) -> String {
@@ -43,6 +44,7 @@ fn open(
     data_args: &crate::cli::DataArgs,
     exec: &crate::cli::ExecArgs,
     seed: Option<u64>,
+    unlabeled: bool,
 ) -> Result<Session, Failure> {
     let model = model::load(model_args)?;
     let graph = model.graph;
@@ -53,7 +55,10 @@ fn open(
     let config =
         amp_exec::ExecConfig { placement: choice.placement, ..setup::exec_config(exec, OptimConfig::sgd(0.0)) };
     let executor = setup::start(&graph, params, config)?;
-    let loader = Loader::new(&graph, data_args, &[data], None)?.with_noise_seed(seed.unwrap_or(0));
+    let mut loader = Loader::new(&graph, data_args, &[data], None)?.with_noise_seed(seed.unwrap_or(0));
+    if unlabeled {
+        loader = loader.unlabeled(&graph);
+    }
     let data = crate::frames::check(&graph, &loader, loader.load(data)?, data_args.skip_bad_data)?;
     Ok(Session { graph, executor, loader, data })
 }
@@ -65,7 +70,10 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
     if let Some(path) = &args.metrics {
         setup::check_output("--metrics", path)?;
     }
-    let session = Session::open(args)?;
+    if args.output.is_some() {
+        return Err(Failure::usage("--output applies to `amprun infer`; `eval` reports with --metrics".to_string()));
+    }
+    let session = Session::open(args, false)?;
     let stats =
         session.executor.evaluate(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
     let accuracy = stats.accuracy.map(|a| format!("  accuracy {:.2}%", 100.0 * a)).unwrap_or_default();
@@ -107,37 +115,107 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Prints one JSON line per instance: `{"instance": i, "output": [...], "argmax": k}`.
+/// Writes one JSON line per instance, in input order, to stdout or `--output`:
+/// `{"instance": i, "output": [...], "argmax": k}`, with `"probabilities"` (the softmax of
+/// the output) when the output is the logits of a cross-entropy loss. The labels may be
+/// absent from the data (see `Loader::unlabeled`).
 pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
     if args.metrics.is_some() {
         return Err(Failure::usage(
-            "--metrics applies to `amprun eval`; `infer` writes its outputs to stdout".to_string(),
+            "--metrics applies to `amprun eval`; `infer` writes its outputs to stdout or --output".to_string(),
         ));
     }
-    let session = Session::open(args)?;
+    if let Some(path) = &args.output {
+        setup::check_output("--output", path)?;
+    }
+    let session = Session::open(args, true)?;
     let outputs =
         session.executor.infer(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    for (i, output) in outputs.iter().enumerate() {
-        let mut line = json!({ "instance": i, "output": output });
-        if output.len() > 1 {
-            let best = output.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(k, _)| k);
-            line["argmax"] = json!(best);
+    let probabilities = feeds_cross_entropy(&session.graph);
+    let write = |out: &mut dyn Write| -> std::io::Result<()> {
+        for (i, output) in outputs.iter().enumerate() {
+            writeln!(out, "{}", infer_line(i, output, probabilities))?;
         }
-        if writeln!(out, "{line}").is_err() {
-            // stdout closed (e.g. piped into `head`): nothing more to say.
-            return Ok(());
+        out.flush()
+    };
+    match &args.output {
+        Some(path) => {
+            setup::check_target("--output", path)?;
+            let file = std::fs::File::create(path).map_err(|e| Failure::io("write", path, &e))?;
+            write(&mut std::io::BufWriter::new(file)).map_err(|e| Failure::io("write", path, &e))
+        }
+        None => {
+            let stdout = std::io::stdout();
+            // An error here is stdout closed (e.g. piped into `head`): nothing more to say.
+            let _ = write(&mut std::io::BufWriter::new(stdout.lock()));
+            Ok(())
         }
     }
-    let _ = out.flush();
-    Ok(())
+}
+
+/// One instance's line: its index, the output, the index of its largest element (for an
+/// output of more than one), and with `probabilities` their softmax.
+fn infer_line(i: usize, output: &[f32], probabilities: bool) -> serde_json::Value {
+    let mut line = json!({ "instance": i, "output": output });
+    if output.len() > 1 {
+        let best = output.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0))).map(|(k, _)| k);
+        line["argmax"] = json!(best);
+        if probabilities {
+            line["probabilities"] = json!(softmax(output));
+        }
+    }
+    line
+}
+
+/// The softmax of `logits`, computed from the largest (no overflow).
+fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f64> = logits.iter().map(|&x| f64::from(x - max).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.iter().map(|e| (e / sum) as f32).collect()
+}
+
+/// Whether the output `infer` returns (the sink named `forward`, else the first) is what
+/// a cross-entropy loss takes as its logits: the same port of the same node feeds both.
+fn feeds_cross_entropy(graph: &Graph) -> bool {
+    use amp_ir::{LossKind, Op};
+    let bound = graph.nodes.node_indices().map(|i| i.index() + 1).max().unwrap_or(0);
+    let mut ops: Vec<Option<&Op>> = vec![None; bound];
+    for i in graph.nodes.node_indices() {
+        ops[i.index()] = graph.nodes.node_weight(i).map(|n| &n.op);
+    }
+    let sinks: Vec<(usize, &str)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            Some(Op::Sink { name }) => Some((i, name.as_str())),
+            _ => None,
+        })
+        .collect();
+    let Some(&(sink, _)) = sinks.iter().find(|(_, n)| *n == "forward").or(sinks.first()) else { return false };
+    // (from node, from port, to node) of every edge.
+    let edges: Vec<(usize, u16, usize)> = graph
+        .nodes
+        .edge_indices()
+        .filter_map(|e| {
+            let (from, to) = graph.nodes.edge_endpoints(e)?;
+            Some((from.index(), graph.nodes.edge_weight(e)?.from_port, to.index()))
+        })
+        .collect();
+    let Some(&(logits, port, _)) = edges.iter().find(|(_, _, to)| *to == sink) else { return false };
+    edges.iter().any(|&(from, from_port, to)| {
+        (from, from_port) == (logits, port)
+            && matches!(
+                ops.get(to),
+                Some(Some(Op::Loss(LossKind::CrossEntropy { .. } | LossKind::CrossEntropyMean { .. })))
+            )
+    })
 }
 
 /// Writes the mean gradient over the instances and prints the mean loss.
 pub fn grad(args: &GradArgs) -> Result<(), Failure> {
     setup::check_output("--out", &args.out)?;
-    let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed)?;
+    let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, false)?;
     let instances = session.data.all();
     if instances.is_empty() {
         return Err(Failure::bad_input(format!("`{}` has no instances", args.data.display())));
@@ -177,4 +255,23 @@ pub fn grad(args: &GradArgs) -> Result<(), Failure> {
     println!("{name}: mean loss {loss:.6} over {n} instances");
     println!("wrote the mean gradient of {} parameters to {}", mean.len(), args.out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infer_lines_carry_argmax_and_probabilities() {
+        let line = infer_line(3, &[0.0, 2.0, 2.0, -1.0], true);
+        assert_eq!(line["instance"], 3);
+        assert_eq!(line["argmax"], 1, "the first of equal maxima");
+        let p: Vec<f64> = line["probabilities"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-6);
+        assert!((p[1] - p[2]).abs() < 1e-7 && p[1] > p[0] && p[0] > p[3]);
+        assert!(infer_line(0, &[1.0, 2.0], false).get("probabilities").is_none());
+        assert!(infer_line(0, &[1.5], true).get("argmax").is_none());
+        // Large logits do not overflow.
+        assert!(softmax(&[1000.0, 0.0]).iter().all(|x| x.is_finite()));
+    }
 }

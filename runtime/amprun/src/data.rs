@@ -11,6 +11,7 @@ use amp_data::jsonl::JsonlOptions;
 use amp_data::ptb::PtbOptions;
 use amp_data::ranges::{first_out_of_range, Range};
 use amp_data::sdf::SdfOptions;
+use amp_data::unlabeled::Unlabeled;
 use amp_data::{DataError, Instance, Loaded, PreparedSchema, Vocab, VocabOptions};
 use amp_exec::ExecInstance;
 use amp_ir::{Graph, InstanceData, ResolvedStep, Schema};
@@ -75,6 +76,8 @@ pub struct Loader {
     /// `--frame-noise`: files hold static instances (read with `schema`, the static
     /// schema), each turned into the network's frames.
     noise: Option<FrameNoise>,
+    /// Inference: the labels may be absent and are ignored (`amp_data::unlabeled`).
+    unlabeled: Option<Unlabeled>,
 }
 
 impl Loader {
@@ -100,7 +103,32 @@ impl Loader {
         let ranges = amp_data::ranges::model_ranges(graph);
         let noise = args.frame_noise.map(|sigma| FrameNoise::new(graph, sigma)).transpose()?;
         let schema = noise.as_ref().map_or(schema, |n| n.static_schema.clone());
-        Ok(Loader { schema, prepared, args: args.clone(), vocab, node_kinds, edge_kinds, ranges, noise })
+        Ok(Loader {
+            schema,
+            prepared,
+            args: args.clone(),
+            vocab,
+            node_kinds,
+            edge_kinds,
+            ranges,
+            noise,
+            unlabeled: None,
+        })
+    }
+
+    /// A loader for `amprun infer`: the fields only the loss reads (the labels) may be
+    /// absent, and are ignored when present (read as their type's zero). Data shown over a
+    /// network's frames (`--frame-noise`) keeps its schema.
+    pub fn unlabeled(mut self, graph: &Graph) -> Loader {
+        if self.noise.is_none() {
+            self.unlabeled = Unlabeled::of_graph(graph).filter(Unlabeled::has_labels);
+        }
+        self
+    }
+
+    /// The PTB vocabulary of the run, when its data is PTB.
+    pub fn vocab(&self) -> Option<&Vocab> {
+        self.vocab.as_ref()
     }
 
     /// The seed of `--frame-noise` (the run's `--seed`); nothing without it.
@@ -192,9 +220,36 @@ impl Loader {
         skip_bad: bool,
         limit: Option<usize>,
     ) -> Result<Loaded, DataError> {
-        let schema = &self.schema;
+        let Some(unlabeled) = &self.unlabeled else {
+            return self.parse_with(&self.schema, format, text, file, skip_bad, limit);
+        };
+        // CSV rows are positional: a file whose rows have the label columns is read with
+        // them, and the labels are then cleared; other formats name their fields (or, for
+        // PTB trees, the labels are syntax the reduced schema just does not store).
+        let with_labels = format == Format::Csv && csv_row_width(text) == Some(columns(&self.schema)?);
+        let schema = if with_labels { &self.schema } else { unlabeled.reduced() };
+        let mut loaded = self.parse_with(schema, format, text, file, skip_bad, limit)?;
+        let complete = |value| if with_labels { unlabeled.clear(value) } else { unlabeled.fill(value) };
+        loaded.instances =
+            loaded.instances.into_iter().map(complete).collect::<Result<_, _>>().map_err(|e| e.in_file(file))?;
+        Ok(loaded)
+    }
+
+    fn parse_with(
+        &self,
+        schema: &Schema,
+        format: Format,
+        text: &[u8],
+        file: &str,
+        skip_bad: bool,
+        limit: Option<usize>,
+    ) -> Result<Loaded, DataError> {
+        let ignored = self.unlabeled.as_ref().map(Unlabeled::field_names).unwrap_or_default();
         match format {
-            Format::Jsonl => amp_data::jsonl::parse(schema, text, file, &JsonlOptions { skip_bad, threads: 0, limit }),
+            Format::Jsonl => {
+                let options = JsonlOptions { skip_bad, threads: 0, limit };
+                amp_data::jsonl::parse_ignoring(schema, text, file, &options, &ignored)
+            }
             Format::Csv => {
                 let options = CsvOptions { skip_bad, scale: self.args.scale, limit, ..CsvOptions::default() };
                 amp_data::csv::parse(schema, text, file, &options)
@@ -257,6 +312,25 @@ pub fn format_of(path: &Path, explicit: Option<Format>) -> Result<Format, Failur
             path.display()
         ))),
     }
+}
+
+/// The columns of a CSV schema's rows.
+fn columns(schema: &Schema) -> Result<usize, DataError> {
+    amp_data::csv::columns(schema)
+}
+
+/// The cells of the first data row of a CSV text (after a header of names), if any.
+fn csv_row_width(text: &[u8]) -> Option<usize> {
+    let mut rows = text.split(|&b| b == b'\n').map(|l| String::from_utf8_lossy(l).trim().to_string());
+    let rows = rows.by_ref().filter(|l| !l.is_empty());
+    for (i, row) in rows.take(2).enumerate() {
+        let cells: Vec<&str> = row.split(',').map(str::trim).collect();
+        let header = i == 0 && !cells.iter().any(|c| c.parse::<f64>().is_ok());
+        if !header {
+            return Some(cells.len());
+        }
+    }
+    None
 }
 
 /// The PTB vocabulary: `--vocab` when the file exists, else built from the training file

@@ -16,8 +16,11 @@
 //!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
 //!        [--no-chains] [--keep-best best.safetensors] [--patience N]
 //!        [--replicate NODE=R ...] [--replica-sync N]
+//!        [--lr-schedule constant|step|cosine] [--warmup N] [--step-size N] [--gamma X]
+//!        [--min-lr X] [--init-embedding NAME=vectors.txt ...] [--freeze NAME ...]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
-//! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
+//! amprun infer MODEL --params ckpt.safetensors --data d.jsonl [--output FILE]
+//!                                         one JSON line per instance; labels may be absent
 //! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
 //! ```
 //!
@@ -51,13 +54,12 @@
 //! an infinity are refused there as in eval, infer and grad (exit 1, naming the tensor:
 //! ``tensor `l2.weight` holds NaN at index 5``). Each epoch shuffles the
 //! training instances deterministically from (seed, epoch) (`--no-shuffle` keeps file
-//! order), trains, reports, and writes the checkpoint atomically; the validation of
-//! `--valid` with that epoch's parameters then runs on its own thread (forward only,
-//! through the same graph) while the next epoch trains, and is reported when done; with
+//! order), trains, reports, and writes the checkpoint atomically; then `--valid` is
+//! evaluated with that epoch's parameters (forward only, through the same graph, on the
+//! training's workers) and reported on the line under the epoch's training line; with
 //! `--keep-best FILE` the parameters of each epoch that beats the best validation accuracy
 //! so far (or loss, for a model without one) are written there, and `--patience N` stops
-//! training once N validations in a row did not beat it (one epoch after the N-th, as
-//! validation runs beside the next epoch). The
+//! training once N validations in a row did not beat it. The
 //! checkpoint holds the parameters, optimizer state and the metadata `model`, `epoch` (epochs finished), `seed`,
 //! `shuffle_epoch`, `data_position`, `instances`, `status`, `optimizer`. `--epochs N` is
 //! the total: a resumed run trains the epochs after the checkpoint's up to N, and ends
@@ -85,6 +87,53 @@
 //! epoch is one run of the workers: the pipeline fills once, stays full (`--max-active-keys`
 //! in flight) and drains only at the epoch's end, where the owners apply what gradients
 //! are left (so every checkpoint is taken with none pending).
+//!
+//! **Learning-rate schedules.** The rate is set per epoch, as PyTorch's schedulers are
+//! stepped once per epoch (`scheduler.step()` after each, as their documentation shows),
+//! so a resumed run recomputes it from the epoch number. `--warmup N` trains epoch e <= N
+//! at `lr · e / (N + 1)` (PyTorch's `LinearLR(start_factor=1/(N+1), total_iters=N)`), then
+//! the schedule starts from `lr` with k = e − N − 1 epochs behind it: `constant` keeps
+//! `lr`; `step` multiplies it by `--gamma` (default 0.1) every `--step-size` epochs
+//! (`StepLR`); `cosine` anneals it to `--min-lr` (default 0) over the `--epochs` − N epochs
+//! after warmup, `min + (lr − min)(1 + cos(π k / T))/2` (`CosineAnnealingLR(T_max=T)`; an
+//! epoch past T, in a longer resumed run, stays at the minimum). A flag of another schedule
+//! is a usage error. Each epoch's rate is in its training line (`lr 1.000e-3`, when it
+//! varies) and its metrics (`lr`).
+//!
+//! **Pretrained embeddings, frozen groups.** `--init-embedding emb=glove.6B.300d.txt` writes
+//! word vectors (GloVe or word2vec text: a word and its numbers per line, word2vec's
+//! `COUNT DIM` first line allowed) into the rows of the Embedding `emb` whose vocabulary
+//! words the file has, after the usual initialisation (`--seed` or `--init`), and reports
+//! `--init-embedding emb: 4012 of 5000 vocabulary words found among 400000 vectors in
+//! glove.6B.300d.txt (80.2%)`; the other rows keep their values. The vocabulary is the PTB
+//! run's (`--vocab`, with `--lowercase` lowercasing the file's words too: the first of
+//! `The` and `the` gives `the`'s row); for other data `--vocab FILE` (one word per line,
+//! `<unk>` first) names the word of each row index. The file is read line by line and only
+//! its vocabulary words' vectors are kept (memory is the vocabulary's, whatever the file's
+//! size); the last DIM fields of a line are the vector (so GloVe 840B's words with spaces
+//! read), a word's first line counts. A dimension other than the table's, a short line, a
+//! number that is not finite and a line over `DIM · 64 + 4096` bytes are errors naming
+//! `file:line` (exit 1); a NAME that is not an Embedding, or a run without a vocabulary,
+//! is a usage error. `--freeze NAME` keeps the parameter group NAME (a `param`: `emb`,
+//! `cell`; an array's name freezes each of its layers) as it starts: no gradient is
+//! accumulated for it and it is never updated (nor decayed), while gradients still flow
+//! through it to what comes before. A Linear layer's weight and bias are one group
+//! (`--freeze cell.weight` is refused, naming `cell`).
+//!
+//! **Inference.** `amprun infer` writes one JSON object per instance, in input order, to
+//! stdout or `--output FILE`: `instance` (its index among the instances read), `output`
+//! (the forward output), `argmax` (for an output of more than one element; the first of
+//! equals), and `probabilities` (the output's softmax) when the output is the logits of a
+//! cross-entropy loss. It runs batched on `--workers N` with `--max-active-keys K` in
+//! flight, like training. Its data needs only what the forward computation reads: a field
+//! that only the loss reads (the label: `label` of the record, each tree node's `label`, an
+//! `mse` target) may be absent, and is ignored when present (it is not even range-checked).
+//! JSON Lines: leave the key out. CSV: rows without the label columns, or with them (told
+//! by the first row's width). SDF: the label property may be missing. PTB: the label is
+//! part of the bracket syntax, so unlabeled trees keep the brackets with any int in the
+//! labels' place (`(0 (0 The) (0 Rock))`); they are ignored. A rolled-out network reads
+//! `{"frames": [...]}` alone; with `--frame-noise` the static instances keep their labels.
+//! `eval` and `grad` still need every label.
 //!
 //! **Reports.** On a terminal a progress bar (stderr) shows instances/s, loss and
 //! accuracy; otherwise one line per epoch. `--metrics FILE` gets one JSON object per
@@ -168,18 +217,21 @@
 //! lines), `placement` (partition plan, utilization, profile), `setup` (executor and
 //! parameters), `start` (fresh, `--init` or resumed parameters; checkpoint metadata),
 //! `frames` (a rolled-out network's instances, `--frame-noise`), `steps` (accuracy per
-//! update step), `train`, `commands` (eval, infer, grad),
+//! update step), `schedule` (learning rate per epoch), `embeddings` (`--init-embedding`,
+//! `--freeze`), `train`, `commands` (eval, infer, grad),
 //! `report` (progress, metrics, traces),
 //! `failure` (messages and exit codes).
 
 mod cli;
 mod commands;
 mod data;
+mod embeddings;
 mod failure;
 mod frames;
 mod model;
 mod placement;
 mod report;
+mod schedule;
 mod setup;
 mod start;
 mod steps;

@@ -25,11 +25,14 @@ pub struct Report {
     pub elapsed_s: f64,
     /// Parameter-group updates applied (training only).
     pub updates: Option<u64>,
+    /// The epoch's learning rate (training only; `--lr-schedule`).
+    pub lr: Option<f32>,
 }
 
 impl Report {
     /// The metrics object: `split`, `epoch`, `instances`, `loss`, `accuracy` (when the
-    /// model classifies), `instances_per_s`, `elapsed_s`, and `updates` for training.
+    /// model classifies), `instances_per_s`, `elapsed_s`, and `updates` and `lr` for
+    /// training.
     pub fn to_json(&self) -> Value {
         let mut object = Map::new();
         object.insert("split".into(), json!(self.split));
@@ -43,6 +46,9 @@ impl Report {
         object.insert("elapsed_s".into(), finite(self.elapsed_s));
         if let Some(updates) = self.updates {
             object.insert("updates".into(), json!(updates));
+        }
+        if let Some(lr) = self.lr {
+            object.insert("lr".into(), finite(f64::from(lr)));
         }
         Value::Object(object)
     }
@@ -173,9 +179,11 @@ mod tests {
             instances_per_s: 100.0,
             elapsed_s: 1.5,
             updates: Some(30),
+            lr: Some(0.01),
         };
         let json = report.to_json();
-        for key in ["split", "epoch", "instances", "loss", "accuracy", "instances_per_s", "elapsed_s", "updates"] {
+        for key in ["split", "epoch", "instances", "loss", "accuracy", "instances_per_s", "elapsed_s", "updates", "lr"]
+        {
             assert!(json.get(key).is_some(), "{key} in {json}");
         }
         let nan = Report { loss: f32::NAN, accuracy: None, ..report };

@@ -1,5 +1,7 @@
-//! `amprun train`: epochs of shuffled training with validation beside it, checkpoints after every
-//! epoch, resume, metrics, traces, the partition plan (followed, and its predicted
+//! `amprun train`: epochs of shuffled training, each followed by its validation (on the
+//! training executor's workers), checkpoints after every epoch, resume, learning-rate
+//! schedules (`crate::schedule`), pretrained embeddings and frozen groups
+//! (`crate::embeddings`), metrics, traces, the partition plan (followed, and its predicted
 //! utilization reported beside the measured one), and a clean stop (with the last good
 //! parameters) on a non-finite loss.
 //!
@@ -9,59 +11,22 @@
 //! ends, when no gradient is pending. So a resumed run computes exactly what an
 //! uninterrupted one does.
 
+use crate::cli::ScheduleName;
 use crate::cli::{OptimizerName, TrainArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::Failure;
 use crate::model::{self, display_name};
 use crate::placement::{self, Choice, Measure};
 use crate::report::{self, Metrics, Progress, Report};
+use crate::schedule::{Schedule, Shape};
 use crate::setup;
 use crate::start::{meta, starting_point};
-use amp_data::Instance;
 use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Observer, Placement, TraceEvent};
-use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
-
-/// Validation runs beside training: after epoch `e`, a thread evaluates a snapshot of the
-/// parameters on the validation set (forward only, through the same graph, on its own
-/// executor) while epoch `e + 1` trains; its report comes when it finishes.
-struct Validation {
-    graph: Arc<Verified>,
-    instances: Arc<Vec<Instance>>,
-    config: ExecConfig,
-    pending: Option<(u64, JoinHandle<Result<EvalStats, ExecError>>)>,
-}
-
-impl Validation {
-    fn start(&mut self, epoch: u64, params: amp_params::ParamSet) {
-        let (graph, instances, config) = (self.graph.clone(), self.instances.clone(), self.config.clone());
-        let job = std::thread::spawn(move || {
-            let executor = Executor::new(&graph, params, config)?;
-            executor.evaluate(&instances)
-        });
-        self.pending = Some((epoch, job));
-    }
-
-    /// Waits for the validation in flight, if any: its epoch and result.
-    fn finish(&mut self) -> Option<(u64, Result<EvalStats, ExecError>)> {
-        let (epoch, job) = self.pending.take()?;
-        let result = job.join().unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "validation panicked".into());
-            Err(ExecError::Config { message: format!("the validation thread panicked: {message}") })
-        });
-        Some((epoch, result))
-    }
-}
 
 /// What hears of an epoch as it trains: the progress bar, and with `--profile`,
 /// `--report-utilization` or `--trace` the trace events, folded into the measurements as
@@ -99,10 +64,12 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let graph = model.graph;
     let name = display_name(&graph, &args.model.path);
     let optimizer = optimizer(args)?;
+    let schedule = schedule(args, optimizer.lr)?;
     check_update_overrides(&graph, &args.update_frequency)?;
     let assumptions = placement::assumptions(args.min_update_frequency, Some(&optimizer));
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
-    let config = train_config(args, optimizer, choice.placement.clone());
+    let mut config = train_config(args, optimizer, choice.placement.clone());
+    config.frozen = crate::embeddings::frozen_groups(&graph, &args.freeze)?;
     let start = starting_point(args, &graph, &name, &optimizer)?;
     let mut executor = setup::start(&graph, start.params, config.clone())?;
     choice.predict(&graph, &executor)?;
@@ -129,6 +96,13 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     if train.len() == 0 {
         return Err(Failure::bad_input(format!("`{}` has no instances to train on", args.data.display())));
     }
+    if !args.init_embedding.is_empty() {
+        let vocab = crate::embeddings::vocabulary(loader.vocab(), args.data_args.vocab.as_deref())?;
+        let mut params = executor.params().clone();
+        let lowercase = args.data_args.lowercase;
+        crate::embeddings::init_embeddings(&graph, &mut params, &args.init_embedding, vocab.as_ref(), lowercase)?;
+        executor.set_params(params).map_err(|e| Failure::exec(&e, &|_| String::new()))?;
+    }
     let valid = args.valid.as_deref().map(|v| loader.load(v)).transpose()?;
     let valid = valid.map(|v| crate::frames::check(&graph, &loader, v, skip_bad)).transpose()?;
     if let Some(saved) = start.saved_instances.filter(|&s| s != train.len()) {
@@ -139,20 +113,6 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         );
     }
 
-    let validation = valid.as_ref().map(|v| Validation {
-        graph: Arc::new(graph.clone()),
-        instances: Arc::new(v.instances.clone()),
-        // One worker: the validation shares the machine with training.
-        config: ExecConfig {
-            workers: 1,
-            max_active_keys: config.max_active_keys,
-            max_batch: config.max_batch,
-            jit: config.jit,
-            chain_routes: config.chain_routes,
-            ..ExecConfig::default()
-        },
-        pending: None,
-    });
     let measure = measuring(args).then(|| {
         let replicas = executor.replica_nodes().into_iter().map(|(replica, of)| (replica, vec![of]));
         let composed = executor.fused_nodes().into_iter().chain(executor.chained_nodes());
@@ -161,7 +121,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let mut run = TrainRun {
         args,
         name,
-        validation,
+        schedule,
+        optimizer,
         loader: &loader,
         executor: &mut executor,
         train: &train,
@@ -187,7 +148,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 break;
             }
         }
-        run.report_validation()
+        Ok(())
     })();
     run.progress.clear();
     let traced = run.write_trace();
@@ -229,7 +190,10 @@ fn tracing(args: &TrainArgs) -> bool {
 struct TrainRun<'a> {
     args: &'a TrainArgs,
     name: String,
-    validation: Option<Validation>,
+    /// The learning rate of each epoch (`--lr-schedule`, `--warmup`).
+    schedule: Schedule,
+    /// The optimizer settings the schedule's rate goes into.
+    optimizer: OptimConfig,
     loader: &'a Loader,
     executor: &'a mut Executor,
     train: &'a DataSet,
@@ -258,14 +222,12 @@ struct TrainRun<'a> {
 }
 
 /// The epoch with the best validation score (accuracy, or minus the loss for a model
-/// without one), how many validations since did not beat it, and with `--keep-best` the
-/// parameters of the validation in flight.
+/// without one) and how many validations since did not beat it.
 #[derive(Default)]
 struct Best {
     epoch: Option<u64>,
     score: f64,
     since: u64,
-    validated: Option<ParamSet>,
 }
 
 impl Best {
@@ -303,6 +265,11 @@ impl TrainRun<'_> {
             let state = (self.executor.params().clone(), self.executor.optimizer_state().clone());
             self.start_copy = Some(state);
         }
+        let lr = self.schedule.lr(epoch);
+        if self.schedule.varies() {
+            let optimizer = OptimConfig { lr, ..self.optimizer };
+            self.executor.set_optimizer(optimizer).map_err(|e| Failure::exec(&e, &|_| String::new()))?;
+        }
         let order = if self.args.no_shuffle { (0..n).collect() } else { shuffled(n, self.seed, epoch) };
         self.progress.start(format!("epoch {epoch}/{}", self.args.epochs), n);
         let epoch_start = Instant::now();
@@ -326,6 +293,7 @@ impl TrainRun<'_> {
             instances_per_s: n as f64 / seconds.max(1e-9),
             elapsed_s: self.started.elapsed().as_secs_f64(),
             updates: Some(stats.updates),
+            lr: Some(lr),
         };
         self.metrics.write(&report)?;
         let mut line = format!(
@@ -334,6 +302,9 @@ impl TrainRun<'_> {
             report.scores(),
             report.instances_per_s
         );
+        if self.schedule.varies() {
+            line.push_str(&format!(" lr {lr:.3e}"));
+        }
         self.last.0 = Some(report);
         line.push_str(&format!(" [{:.1}s]", self.started.elapsed().as_secs_f64()));
         if let Some(path) = &self.args.save {
@@ -343,29 +314,21 @@ impl TrainRun<'_> {
             self.start_copy = None;
         }
         self.progress.line(&line);
-        // The previous epoch's validation ran while this epoch trained.
-        self.report_validation()?;
-        let params = self.executor.params().clone();
-        if let Some(validation) = &mut self.validation {
-            if self.args.keep_best.is_some() {
-                self.best.validated = Some(params.clone());
-            }
-            validation.start(epoch, params);
-        }
-        Ok(())
+        self.validate(epoch)
     }
 
-    /// Reports the validation in flight, once it finished.
-    fn report_validation(&mut self) -> Result<(), Failure> {
-        let (Some(finished), Some(valid)) = (self.validation.as_mut().and_then(Validation::finish), self.valid) else {
-            return Ok(());
-        };
-        let (epoch, result) = finished;
+    /// Evaluates this epoch's parameters on `--valid` (forward only, on the training
+    /// executor's workers: nothing is pending at an epoch's end) and prints the report
+    /// right under the epoch's training line; with `--keep-best`, writes the parameters
+    /// when they beat the best so far.
+    fn validate(&mut self, epoch: u64) -> Result<(), Failure> {
+        let Some(valid) = self.valid else { return Ok(()) };
+        let result = self.executor.evaluate(&valid.all());
         let stats = result.map_err(|e| Failure::exec(&e, &|i| describe(self.loader, valid, None, i)))?;
         let report = self.valid_report(epoch, &stats)?;
         let improved = self.best.record(epoch, &stats);
         let mut kept = String::new();
-        if let (true, Some(path), Some(params)) = (improved, &self.args.keep_best, self.best.validated.take()) {
+        if let (true, Some(path)) = (improved, &self.args.keep_best) {
             let metadata: BTreeMap<String, String> = [
                 (meta::MODEL, self.name.clone()),
                 (meta::EPOCH, epoch.to_string()),
@@ -375,7 +338,7 @@ impl TrainRun<'_> {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
-            amp_params::save(&params, path, &metadata).map_err(|e| {
+            amp_params::save(self.executor.params(), path, &metadata).map_err(|e| {
                 Failure::params(&format!("cannot write the best parameters to `{}`", path.display()), &e)
             })?;
             kept = format!(", the best so far: {}", path.display());
@@ -402,6 +365,7 @@ impl TrainRun<'_> {
             instances_per_s: stats.instances_per_s,
             elapsed_s: self.started.elapsed().as_secs_f64(),
             updates: None,
+            lr: None,
         };
         self.metrics.write(&report)?;
         Ok(report)
@@ -591,6 +555,36 @@ fn optimizer(args: &TrainArgs) -> Result<OptimConfig, Failure> {
         config = config.with_clip_norm(max_norm);
     }
     Ok(config)
+}
+
+/// The learning rate of each epoch from `--lr-schedule`, `--warmup`, `--step-size`,
+/// `--gamma` and `--min-lr` (a flag of another schedule is refused: it would do nothing).
+fn schedule(args: &TrainArgs, lr: f32) -> Result<Schedule, Failure> {
+    let stray = |flag: &str, schedule: &str| {
+        Failure::usage(format!("{flag} applies to --lr-schedule {schedule}, not {}", args.lr_schedule.name()))
+    };
+    if args.lr_schedule != ScheduleName::Step {
+        if args.step_size.is_some() {
+            return Err(stray("--step-size", "step"));
+        }
+        if args.gamma.is_some() {
+            return Err(stray("--gamma", "step"));
+        }
+    }
+    if args.lr_schedule != ScheduleName::Cosine && args.min_lr.is_some() {
+        return Err(stray("--min-lr", "cosine"));
+    }
+    let shape = match args.lr_schedule {
+        ScheduleName::Constant => Shape::Constant,
+        ScheduleName::Step => {
+            let size = args
+                .step_size
+                .ok_or_else(|| Failure::usage("--lr-schedule step needs --step-size N (epochs)".to_string()))?;
+            Shape::Step { size, gamma: args.gamma.unwrap_or(0.1) }
+        }
+        ScheduleName::Cosine => Shape::Cosine { min_lr: args.min_lr.unwrap_or(0.0) },
+    };
+    Schedule::new(lr, args.warmup, shape, args.epochs)
 }
 
 fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) -> ExecConfig {

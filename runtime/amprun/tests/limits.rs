@@ -185,7 +185,9 @@ model Deep {{
 "
         )
     };
-    let ampc = env!("CARGO_BIN_EXE_amprun").replace("amprun", "ampc");
+    // The binary beside amprun's (not a replace over the whole path, which may name amprun).
+    let ampc = std::path::Path::new(env!("CARGO_BIN_EXE_amprun"))
+        .with_file_name(format!("ampc{}", std::env::consts::EXE_SUFFIX));
     let compile = |file: &str| {
         std::process::Command::new(&ampc).args(["compile", file, "-o", "deep.ampg"]).current_dir(dir).output().unwrap()
     };

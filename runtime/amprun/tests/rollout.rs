@@ -116,3 +116,31 @@ fn network_flags_are_refused_where_they_do_not_apply() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("no network `Nope`"), "{}", stderr(&out));
 }
+
+/// `infer` on a rolled-out network reads `{"frames": [...]}` without a label, and gives
+/// what it gives with one.
+#[test]
+fn a_rolled_out_network_infers_without_labels() {
+    let dir = scratch("rollout-infer");
+    let dir = dir.path();
+    let labeled = frames_jsonl(6, 4);
+    let unlabeled: String =
+        labeled.lines().map(|l| l.split(", \"label\"").next().unwrap_or(l).to_string() + "}\n").collect();
+    assert!(!unlabeled.contains("label"), "{unlabeled}");
+    let (labeled, unlabeled) = (write(dir, "l.jsonl", &labeled), write(dir, "u.jsonl", &unlabeled));
+    let model = example("rollout/skip_recurrent.amp");
+    let mut args = vec!["train", model.as_str()];
+    args.extend(network_args("streaming", &labeled));
+    args.extend(["--epochs", "1", "--save", "p.safetensors"]);
+    amprun_ok(dir, &args);
+    let infer = |data: &str| {
+        let mut args = vec!["infer", model.as_str()];
+        args.extend(network_args("streaming", data));
+        args.extend(["--params", "p.safetensors"]);
+        json_lines(&stdout(&amprun_ok(dir, &args)))
+    };
+    let (with, without) = (infer(&labeled), infer(&unlabeled));
+    assert_eq!(with.len(), 6);
+    assert_eq!(with, without);
+    assert!(with.iter().all(|l| l["output"].as_array().is_some_and(|o| o.len() == 10)), "{with:?}");
+}

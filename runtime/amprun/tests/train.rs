@@ -60,7 +60,7 @@ fn mlp_learns_digits_and_reports_metrics() {
     let summary = stdout(&out);
     assert!(summary.contains("Mlp3: trained epochs 1..2") && summary.contains("valid  loss"), "{summary}");
     // Not a terminal: plain lines on stderr, one per epoch for training and one for its
-    // validation (which runs while the next epoch trains).
+    // validation, right after it.
     let err = stderr(&out);
     assert_eq!(err.lines().filter(|l| l.starts_with("epoch ") && l.contains(": train ")).count(), 2, "{err}");
     assert_eq!(err.lines().filter(|l| l.starts_with("epoch ") && l.contains(": valid ")).count(), 2, "{err}");
@@ -274,16 +274,16 @@ fn keep_best_writes_the_best_epoch_and_patience_stops_early() {
     assert_eq!(kept.metadata["epoch"], best.0.to_string());
 
     // Nothing to learn (lr 0): epoch 1 stays the best, and with --patience 1 the run stops
-    // after epoch 3, whose training ran beside epoch 2's validation.
+    // after epoch 2, the first that did not beat it.
     std::fs::remove_file(dir.join("m.jsonl")).unwrap();
     let mut run = args("0", "10");
     run.extend(["--patience".to_string(), "1".to_string()]);
     let out = amprun_ok(dir, &run.iter().map(String::as_str).collect::<Vec<_>>());
     let (err, out) = (stderr(&out), stdout(&out));
     assert!(err.contains("stopping early: 1 epoch(s) without a better validation than epoch 1"), "{err}");
-    assert!(out.contains("trained epochs 1..3 (3 this run)"), "{out}");
+    assert!(out.contains("trained epochs 1..2 (2 this run)"), "{out}");
     assert!(out.contains("best   epoch 1: best.safetensors"), "{out}");
     let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
-    assert_eq!(reports(&metrics, "train").len(), 3);
+    assert_eq!(reports(&metrics, "train").len(), 2);
     assert_eq!(checkpoint(&dir.join("best.safetensors"), &graph).metadata["epoch"], "1");
 }

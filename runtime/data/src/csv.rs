@@ -74,6 +74,11 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &CsvOptions) -> 
 }
 
 /// The kind of one column.
+/// The number of columns a row of `schema`'s records has.
+pub fn columns(schema: &Schema) -> Result<usize, DataError> {
+    Ok(Layout::of(schema)?.columns.len())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Column {
     Int,

@@ -54,6 +54,19 @@ pub fn load(schema: &Schema, path: &Path, options: &JsonlOptions) -> Result<Load
 /// line gives one instance, one skip or the error), so a bad line after them is never
 /// seen and the work done is that of the lines taken.
 pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -> Result<Loaded, DataError> {
+    parse_ignoring(schema, text, file, options, &[])
+}
+
+/// [`parse`], skipping the keys `ignored` wherever an object's record or variant has no
+/// such field (inference reads data with its labels, which the schema it reads with lacks:
+/// see [`crate::unlabeled`]).
+pub fn parse_ignoring(
+    schema: &Schema,
+    text: &[u8],
+    file: &str,
+    options: &JsonlOptions,
+    ignored: &[String],
+) -> Result<Loaded, DataError> {
     schema.check().map_err(|m| DataError::schema(m).in_file(file))?;
     let mut lines = lines(text).filter(|(_, line)| !matches!(line, Ok(line) if line.trim().is_empty()));
     let mut loaded = Loaded::default();
@@ -66,7 +79,7 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -
         if round.is_empty() {
             break;
         }
-        for outcome in parse_lines(schema, &round, file, options) {
+        for outcome in parse_lines(schema, &round, file, options, ignored) {
             loaded.take(outcome, options.skip_bad)?;
         }
     }
@@ -75,7 +88,13 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -
 
 /// The outcomes of non-blank `lines`, in order, up to the first that fails the load: on
 /// several threads when there are many.
-fn parse_lines(schema: &Schema, lines: &[Line], file: &str, options: &JsonlOptions) -> Vec<Result<Value, DataError>> {
+fn parse_lines(
+    schema: &Schema,
+    lines: &[Line],
+    file: &str,
+    options: &JsonlOptions,
+    ignored: &[String],
+) -> Vec<Result<Value, DataError>> {
     let threads = match options.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS),
         n => n,
@@ -89,7 +108,7 @@ fn parse_lines(schema: &Schema, lines: &[Line], file: &str, options: &JsonlOptio
                 break;
             }
             let outcome = match line {
-                Ok(line) => parse_line(schema, line),
+                Ok(line) => read_line(schema, line, ignored),
                 Err(e) => Err(e.clone()),
             };
             let outcome = outcome.map_err(|e| e.at_line(*number).in_file(file));
@@ -122,9 +141,13 @@ const LINES_PER_THREAD: usize = 2048;
 
 /// One instance from one line of JSON.
 pub fn parse_line(schema: &Schema, line: &str) -> Result<Value, DataError> {
+    read_line(schema, line, &[])
+}
+
+fn read_line(schema: &Schema, line: &str, ignored: &[String]) -> Result<Value, DataError> {
     // Strict: a key given twice is an error, not the last one silently.
     let json: Json = crate::strict_json::from_str(line).map_err(|e| DataError::syntax(format!("invalid JSON: {e}")))?;
-    Reader { schema }.value(&json, &DataTy::Record(schema.input), &mut String::new(), 0)
+    Reader { schema, ignored }.value(&json, &DataTy::Record(schema.input), &mut String::new(), 0)
 }
 
 /// The JSON line of one instance (without the newline).
@@ -164,6 +187,8 @@ fn found(json: &Json) -> String {
 
 struct Reader<'s> {
     schema: &'s Schema,
+    /// Keys skipped when the object's type has no such field.
+    ignored: &'s [String],
 }
 
 impl Reader<'_> {
@@ -264,7 +289,8 @@ impl Reader<'_> {
                 .in_field(path.clone()));
         };
         let mark = path.len();
-        if let Some(unknown) = map.keys().find(|k| !fields.iter().any(|f| f.name == **k)) {
+        let unknown = |k: &&String| !fields.iter().any(|f| f.name == **k) && !self.ignored.contains(k);
+        if let Some(unknown) = map.keys().find(unknown) {
             let known = fields.iter().map(|f| f.name.clone()).collect();
             push_field(path, &excerpt(unknown));
             return Err(

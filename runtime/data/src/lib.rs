@@ -13,7 +13,10 @@
 //! - [`csv`]: fixed-size records, one row each;
 //! - [`sdf`]: SDF V2000 molecules as graphs;
 //! - [`generate`]: seeded synthetic tasks for the examples;
-//! - [`noise`]: a static input repeated over frames with Gaussian noise per frame.
+//! - [`noise`]: a static input repeated over frames with Gaussian noise per frame;
+//! - [`vectors`]: pretrained word vectors (GloVe / word2vec text) aligned with a [`Vocab`];
+//! - [`unlabeled`]: the schema inference reads with (the labels the loss alone reads may
+//!   be absent) and the instances of it made whole.
 //!
 //! Every loader checks what it builds against the schema, reports the first bad instance
 //! as a [`DataError`] naming file, line and field, or with `skip_bad` skips bad instances
@@ -29,7 +32,9 @@ pub mod ptb;
 pub mod ranges;
 pub mod sdf;
 mod strict_json;
+pub mod unlabeled;
 pub mod value;
+pub mod vectors;
 pub mod vocab;
 
 pub use error::{DataError, DataErrorKind, Loaded};

@@ -75,6 +75,11 @@ pub struct ExecConfig {
     /// (the last, smaller minibatch); otherwise it carries over to the next epoch.
     pub flush_at_epoch_end: bool,
     pub optimizer: OptimConfig,
+    /// Parameter groups (Ppt prefixes: `emb` for `emb.weight`) that training leaves as
+    /// they are (`amprun --freeze`): no gradient is accumulated for them, and their
+    /// updates only reset the count of instances, moving neither values nor optimizer
+    /// state. Gradients still flow through their nodes to the parameters before them.
+    pub frozen: Vec<String>,
     /// Dynamic batching: a node takes up to this many of the messages waiting in its
     /// queue (consecutive, of one direction and port) in one step of its worker; an op
     /// that batches (`linear`, a fused kernel) runs them as one matrix, one GEMM or kernel
@@ -126,6 +131,7 @@ impl Default for ExecConfig {
             sync_updates: true,
             flush_at_epoch_end: true,
             optimizer: OptimConfig::sgd(0.01),
+            frozen: Vec::new(),
             max_batch: 64,
             defer_weight_grads: true,
             jit: true,

@@ -140,6 +140,8 @@ pub(crate) struct GroupInfo {
     pub master: Option<usize>,
     /// The groups of the replicas of this group's nodes.
     pub replica_groups: Vec<usize>,
+    /// Never updated (`ExecConfig::frozen`; a replica's as its master's).
+    pub frozen: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -358,6 +360,7 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
                     min_update_frequency: config.min_update_frequency,
                     master: None,
                     replica_groups: Vec::new(),
+                    frozen: config.frozen.contains(prefix),
                 });
                 groups.len() - 1
             }

@@ -167,6 +167,7 @@ pub(super) fn replicate(
                     min_update_frequency: groups[master].min_update_frequency,
                     master: Some(master),
                     replica_groups: Vec::new(),
+                    frozen: groups[master].frozen,
                 });
                 groups[master].replica_groups.push(group);
                 nodes.push(Some(NodeInfo {

@@ -378,6 +378,7 @@ mod tests {
             min_update_frequency: 1,
             master: None,
             replica_groups: Vec::new(),
+            frozen: false,
         }];
         let held = {
             let live = live_groups(&groups, &mut params, &mut grads, &mut optim.tensors, &mut [], &[], true);

@@ -37,6 +37,8 @@ pub(crate) struct LiveGroup<'a> {
     /// gradient since the last update is still in `deferred` (then plain SGD adds the
     /// products straight to the weight, see [`LiveGroup::update`]).
     pub accumulated: bool,
+    /// Never updated (`ExecConfig::frozen`): ops add no gradient to it.
+    pub frozen: bool,
 }
 
 /// The weight gradient `dy^T x` of a linear group's backward batches, kept as the rows of
@@ -99,6 +101,11 @@ impl LiveGroup<'_> {
     /// not bit for bit.
     pub fn update(&mut self, config: &OptimConfig) -> bool {
         if self.pending == 0 {
+            return false;
+        }
+        if self.frozen {
+            // The instances are counted (the update interval starts again) and nothing moves.
+            self.pending = 0;
             return false;
         }
         let plain_sgd = config.kind == OptimizerKind::Sgd && config.weight_decay == 0.0;
@@ -250,10 +257,12 @@ impl GroupView<'_, '_> {
     }
 
     /// The gradient accumulator of row `row` (`width` values) of the group's first
-    /// tensor (training only; `None` past its end), logged for the row-sparse update.
+    /// tensor (training only; `None` past its end or for a frozen group), logged for the
+    /// row-sparse update.
     pub fn row_grad(&mut self, row: usize, width: usize) -> Option<&mut [f32]> {
         match self {
             GroupView::Frozen(_) => None,
+            GroupView::Live(g) if g.frozen => None,
             GroupView::Live(g) => {
                 g.touched = true;
                 g.accumulated = true;
@@ -270,10 +279,13 @@ impl GroupView<'_, '_> {
     /// of rows `dy: [rows, out]` with their inputs `x: [rows, inp]`: adds the column sums of
     /// `dy` to the bias gradient and `dy^T x` to the weight gradient, that one deferred (see
     /// [`DeferredProducts`]). The op computes `dx` itself, on its copy of `W` laid out for
-    /// the GEMM. Training only: false on frozen parameters or a group that is not a linear
-    /// layer's.
+    /// the GEMM. Training only: false on frozen parameters (a run's, or a frozen group's)
+    /// or a group that is not a linear layer's.
     pub fn linear_grads(&mut self, dy: &[f32], x: &[f32], inp: usize, out: usize) -> bool {
         let GroupView::Live(g) = self else { return false };
+        if g.frozen {
+            return false;
+        }
         let [_, b, ..] = g.tensors.as_mut_slice() else { return false };
         kernels::linear_bias_grad(dy, b.grad);
         g.touched = true;
@@ -409,6 +421,7 @@ pub(crate) fn live_groups<'a>(
                     rows,
                     deferred: deferred(),
                     accumulated: false,
+                    frozen: info.frozen,
                 };
             }
             let tensors = info
@@ -434,6 +447,7 @@ pub(crate) fn live_groups<'a>(
                 rows,
                 deferred: deferred(),
                 accumulated: pending > 0,
+                frozen: info.frozen,
             }
         })
         .collect()
@@ -500,6 +514,7 @@ mod tests {
             rows: None,
             deferred: DeferredProducts::default(),
             accumulated,
+            frozen: false,
         }
     }
 
@@ -594,6 +609,7 @@ mod tests {
                 rows,
                 deferred: DeferredProducts::default(),
                 accumulated: true,
+                frozen: false,
             };
             let config = OptimConfig::sgd(0.3).with_clip_norm(1.0);
             assert!(group.update(&config));
@@ -605,5 +621,28 @@ mod tests {
         assert_eq!(dense, sparse);
         assert!(dense.1.iter().all(|&g| g == 0.0));
         assert_ne!(dense.0, values, "the update moved the logged rows");
+    }
+
+    /// A frozen group takes no gradient and its updates move nothing (`--freeze`), under
+    /// every optimizer (Adam would move a parameter on a zero gradient).
+    #[test]
+    fn a_frozen_group_takes_no_gradient_and_never_moves() {
+        let (mut w, mut b) = (vec![0.5f32; 6], vec![0.25f32; 2]);
+        let (mut dw, mut db) = (vec![0.0f32; 6], vec![0.0f32; 2]);
+        let mut states = two_states();
+        let mut group = linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 0, false);
+        group.frozen = true;
+        let lock = Mutex::new(group);
+        assert!(!GroupView::Live(lock.lock().unwrap()).linear_grads(&[1.0, 2.0], &[1.0, 1.0, 1.0], 3, 2));
+        assert!(GroupView::Live(lock.lock().unwrap()).row_grad(0, 3).is_none());
+        let mut group = lock.into_inner().unwrap();
+        group.pending = 4;
+        let adam = OptimConfig::adam(0.1).with_weight_decay(0.5);
+        assert!(!group.update(&adam), "nothing was updated");
+        assert_eq!((group.pending, group.updates, group.version), (0, 0, 0));
+        assert!(group.tensors.iter().all(|t| t.optim.step == 0));
+        drop(group);
+        assert!(w.iter().all(|&x| x == 0.5) && b.iter().all(|&x| x == 0.25));
+        assert!(dw.iter().chain(&db).all(|&g| g == 0.0));
     }
 }
