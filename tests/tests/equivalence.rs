@@ -17,6 +17,9 @@ use rand_chacha::ChaCha8Rng;
 #[path = "equivalence/rollout.rs"]
 mod rollout;
 
+#[path = "equivalence/losses.rs"]
+mod losses;
+
 /// Small hyperparameters so that the suite stays fast; the structure is the model's.
 fn defines(name: &str) -> Vec<(String, i64)> {
     let d = |pairs: &[(&str, i64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();

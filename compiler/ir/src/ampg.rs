@@ -459,11 +459,7 @@ impl OpDoc {
                     inverse.fields(out);
                 }
             }
-            OpDoc::Loss(LossKind::CrossEntropy { label }) => label.fields(out),
-            OpDoc::Loss(LossKind::CrossEntropyMean { label, count }) => {
-                label.fields(out);
-                count.fields(out);
-            }
+            OpDoc::Loss(kind) => kind.exprs().for_each(|e| e.fields(out)),
             OpDoc::Flatmap { field, count } | OpDoc::Group { field, count } => {
                 out.push(*field);
                 count.fields(out);

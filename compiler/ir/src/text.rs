@@ -70,8 +70,8 @@ pub use expr::MAX_EXPR_DEPTH;
 pub use parse::parse;
 
 use crate::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, LossKind, Node, Op, PayloadInt, PayloadTy, ReduceFn,
-    StateExpr, UnaryFn,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, Graph, LossBase, LossKind, Node, Op, PayloadInt, PayloadTy,
+    ReduceFn, StateExpr, UnaryFn,
 };
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -222,6 +222,22 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
             format!("cross_entropy [{}] / [{}]", expr_text(graph, label), expr_text(graph, count))
         }
         Op::Loss(LossKind::Mse) => "mse".into(),
+        Op::Loss(LossKind::Term { base, weight, count, judge }) => {
+            let mut text = match base {
+                LossBase::CrossEntropy { label } => format!("term cross_entropy [{}]", expr_text(graph, label)),
+                LossBase::Mse => "term mse".into(),
+                LossBase::Scalar => "term scalar".into(),
+            };
+            // The bits keep a weight that has no short decimal exact (and NaN) round-tripping.
+            let _ = write!(text, " * bits({:#010x})", weight.to_bits());
+            if let Some(count) = count {
+                let _ = write!(text, " / [{}]", expr_text(graph, count));
+            }
+            if let Some(judge) = judge {
+                let _ = write!(text, " judged [{}]", expr_text(graph, judge));
+            }
+            text
+        }
         Op::Sink { name } => quote(name),
         Op::Flatmap { field: id, count } | Op::Group { field: id, count } => {
             format!("{} [{}]", field(*id), expr_text(graph, count))
