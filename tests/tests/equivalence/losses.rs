@@ -195,7 +195,7 @@ fn losses_that_are_not_weighted_sums_are_e0600() {
         let (map, checked) = amp_sema::check_source("m.amp", &source, &amp_sema::Options::default());
         assert!(!checked.has_errors(), "{loss} checks");
         let model = checked.program.models[0];
-        let errors = amp_lower::compile_model(&checked.program, &map, model).err().expect("refused");
+        let Err(errors) = amp_lower::compile_model(&checked.program, &map, model) else { panic!("refused") };
         let text = format!("{errors:?}");
         assert!(text.contains("E0600") || text.contains("NotLowered"), "{text}");
         assert!(text.contains(expected), "{loss}: {text}");
@@ -214,7 +214,7 @@ fn a_tree_loss_must_add_each_child_once() {
         let (map, checked) = amp_sema::check_source("m.amp", &source, &amp_sema::Options::default());
         assert!(!checked.has_errors());
         let model = checked.program.models[0];
-        let errors = amp_lower::compile_model(&checked.program, &map, model).err().expect("refused");
+        let Err(errors) = amp_lower::compile_model(&checked.program, &map, model) else { panic!("refused") };
         assert!(format!("{errors:?}").contains("each child's loss exactly once"), "{errors:?}");
     }
 }
