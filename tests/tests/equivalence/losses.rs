@@ -3,7 +3,7 @@
 //! loss nodes whose reports sum to the reference's loss, with every gradient equal (1e-5,
 //! JIT on and off).
 
-use super::{assert_values_match, compile_source, random_tree};
+use super::{assert_training_on, assert_values_match, compile_source, random_tree};
 use amp_data::{Tensor, Value};
 use amp_exec::ExecConfig;
 use rand::{Rng, SeedableRng};
@@ -46,6 +46,29 @@ fn tree_lstm_with_a_loss_at_every_node_matches_the_reference() {
     let kinds = losses(&c);
     assert_eq!(kinds.len(), 2, "{kinds:?}");
     assert!(kinds.iter().all(|k| matches!(k, amp_ir::LossKind::Term { weight, judge: Some(_), .. } if *weight == 1.0)));
+}
+
+/// Deterministic training with a loss at every node (many loss reports per instance,
+/// batched across instances) is minibatch SGD on the reference's gradients, with and
+/// without the JIT and on two workers.
+#[test]
+fn training_with_a_loss_at_every_node_is_minibatch_sgd() {
+    let defines = [("vocab", 20), ("embed", 6), ("hidden", 5)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let c = compile_source("tree_lstm_sst", SST, defines);
+    let mut rng = ChaCha8Rng::seed_from_u64(25);
+    let values: Vec<Value> = (0..8)
+        .map(|_| {
+            let leaves = rng.random_range(1..7);
+            Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..5))])
+        })
+        .collect();
+    for base in [
+        ExecConfig::default(),
+        ExecConfig { jit: false, ..ExecConfig::default() },
+        ExecConfig { workers: 2, ..ExecConfig::default() },
+    ] {
+        assert_training_on(&c, "tree_lstm_sst", 25, values.clone(), 4, base);
+    }
 }
 
 const TAGGER: &str = r#"
