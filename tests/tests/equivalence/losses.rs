@@ -241,3 +241,36 @@ fn a_tree_loss_must_add_each_child_once() {
         assert!(format!("{errors:?}").contains("each child's loss exactly once"), "{errors:?}");
     }
 }
+
+/// With a loss at every node, accuracy is still the root's answer: one verdict per
+/// instance, argmax of `forward`'s output against the root's label.
+#[test]
+fn accuracy_with_a_loss_at_every_node_is_the_roots() {
+    let defines = [("vocab", 20), ("embed", 6), ("hidden", 5)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let c = compile_source("tree_lstm_sst", SST, defines);
+    let reference = amp_reference::Reference::new(&c.program, c.program.models[0]).expect("reference");
+    let params = amp_params::ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 26);
+    let schema = c.graph.input.clone().expect("schema");
+    let mut rng = ChaCha8Rng::seed_from_u64(26);
+    let values: Vec<Value> = (0..24)
+        .map(|_| {
+            let leaves = rng.random_range(2..7);
+            Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..5))])
+        })
+        .collect();
+    let mut right = 0;
+    for v in &values {
+        let Value::Record(fields) = v else { unreachable!() };
+        let Value::Variant { fields: root, .. } = &fields[0] else { unreachable!() };
+        let Some(Value::Int(label)) = root.last() else { unreachable!() };
+        let logits = reference.forward(&params, v).expect("forward");
+        let best = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).expect("classes");
+        right += usize::from(best as i64 == *label);
+    }
+    let instances: Vec<amp_data::Instance> =
+        values.into_iter().map(|v| amp_data::Instance::new(&schema, v).expect("instance")).collect();
+    let executor = amp_exec::Executor::new(&c.graph, params, ExecConfig::default()).expect("executor");
+    let stats = executor.evaluate(&instances).expect("evaluates");
+    assert!(stats.judgements.iter().all(|j| j.len() == 1), "{:?}", stats.judgements);
+    assert_eq!(stats.accuracy, Some(right as f32 / 24.0));
+}
