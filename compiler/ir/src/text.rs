@@ -228,8 +228,12 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
                 LossBase::Mse => "term mse".into(),
                 LossBase::Scalar => "term scalar".into(),
             };
-            // The bits keep a weight that has no short decimal exact (and NaN) round-tripping.
-            let _ = write!(text, " * bits({:#010x})", weight.to_bits());
+            // As constants print: the shortest decimal that reads back exactly; NaN by its bits.
+            if weight.is_nan() {
+                let _ = write!(text, " * bits({:#010x})", weight.to_bits());
+            } else {
+                let _ = write!(text, " * {weight:?}");
+            }
             if let Some(count) = count {
                 let _ = write!(text, " / [{}]", expr_text(graph, count));
             }
