@@ -210,6 +210,14 @@ fn losses_that_are_not_weighted_sums_are_e0600() {
             "fn loss(r: R) -> f32 { cross_entropy(a(r.x), r.label) * mse(r.x, r.x) }",
             "a product or quotient of two losses",
         ),
+        (
+            "fn loss(r: R) -> f32 { var t = 0.0; for i in 0..3 { t = 0.5 * t + cross_entropy(a(r.x), r.label); } t }",
+            "a loss in a loop that is not accumulated as `total = total + term`",
+        ),
+        (
+            "fn loss(r: R) -> f32 { let l = cross_entropy(a(r.x), r.label); sum(range(3).map(|i| l + mse(r.x, r.x))) }",
+            "a `map` closure adding a loss computed outside it",
+        ),
     ];
     for (loss, expected) in cases {
         let source = format!(
