@@ -111,7 +111,9 @@ fn a_sequence_model_with_a_loss_per_step_matches_the_reference() {
             Value::Record(vec![Value::Seq(words), Value::Int(rng.random_range(0..3))])
         })
         .collect();
-    let c = check("tagger", TAGGER, &[], values);
+    let c = check("tagger", TAGGER, &[], values.clone());
+    // Several loss nodes per instance, batched across instances: still minibatch SGD.
+    assert_training_on(&c, "tagger", 22, values, 3, ExecConfig::default());
     // The step losses, the per-word mean (halved, over the length) and the sentence's.
     let kinds = losses(&c);
     assert_eq!(kinds.len(), 3, "{kinds:?}");
