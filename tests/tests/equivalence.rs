@@ -18,6 +18,9 @@ use rand_chacha::ChaCha8Rng;
 #[path = "equivalence/rollout.rs"]
 mod rollout;
 
+#[path = "equivalence/losses.rs"]
+mod losses;
+
 /// Small hyperparameters so that the suite stays fast; the structure is the model's.
 fn defines(name: &str) -> Vec<(String, i64)> {
     let d = |pairs: &[(&str, i64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
@@ -290,12 +293,17 @@ fn assert_training_is_minibatch_sgd(name: &str, seed: u64, count: usize, k: usiz
 /// As [`assert_training_is_minibatch_sgd`], with `base`'s workers, replicas and JIT.
 fn assert_training_with(name: &str, seed: u64, count: usize, k: usize, base: ExecConfig) {
     let c = compile(name);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let values: Vec<Value> = (0..count).map(|_| instance(name, &mut rng)).collect();
+    assert_training_on(&c, name, seed, values, k, base);
+}
+
+/// As [`assert_training_with`], on the compiled model `c` and the instances `values`.
+fn assert_training_on(c: &Compiled, name: &str, seed: u64, values: Vec<Value>, k: usize, base: ExecConfig) {
     let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
     let specs = amp_params::ParamSpec::of_graph(&c.graph);
     let initial = ParamSet::init(&specs, seed);
     let schema = c.graph.input.clone().expect("schema");
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let values: Vec<Value> = (0..count).map(|_| instance(name, &mut rng)).collect();
     let lr = 0.1;
     let mut expected = initial.clone();
     for batch in values.chunks(k) {

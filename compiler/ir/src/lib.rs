@@ -389,7 +389,7 @@ pub enum PayloadInt {
     TopK { k: u32, slot: StateExpr },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum LossKind {
     /// Cross-entropy of logits against the class the expression gives (e.g. `x.label`).
     CrossEntropy { label: StateExpr },
@@ -399,6 +399,51 @@ pub enum LossKind {
     CrossEntropyMean { label: StateExpr, count: StateExpr },
     /// Mean squared error between the two inputs.
     Mse,
+    /// One term of a loss that is a weighted sum of terms (losses computed in loops, maps,
+    /// arms and recursion, and terms computed from tensors): `weight · base`, divided by
+    /// `count` when there is one. `judge`: the cross-entropy's verdict counts towards
+    /// accuracy where this evaluates non-zero (none: never).
+    Term { base: LossBase, weight: f32, count: Option<StateExpr>, judge: Option<StateExpr> },
+}
+
+/// What a [`LossKind::Term`] weighs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LossBase {
+    /// Cross-entropy of the logits against `label`.
+    CrossEntropy { label: StateExpr },
+    /// Mean squared error between the two inputs.
+    Mse,
+    /// The input itself, an `f32[]` computed from tensors (e.g. a load-balancing term).
+    Scalar,
+}
+
+impl LossKind {
+    /// The state expressions the loss evaluates (label, count, judge).
+    pub fn exprs(&self) -> impl Iterator<Item = &StateExpr> {
+        let (a, b, c) = match self {
+            LossKind::CrossEntropy { label } => (Some(label), None, None),
+            LossKind::CrossEntropyMean { label, count } => (Some(label), Some(count), None),
+            LossKind::Mse => (None, None, None),
+            LossKind::Term { base, count, judge, .. } => {
+                let label = match base {
+                    LossBase::CrossEntropy { label } => Some(label),
+                    _ => None,
+                };
+                (label, count.as_ref(), judge.as_ref())
+            }
+        };
+        [a, b, c].into_iter().flatten()
+    }
+
+    /// The class label a cross-entropy loss reads.
+    pub fn label(&self) -> Option<&StateExpr> {
+        match self {
+            LossKind::CrossEntropy { label }
+            | LossKind::CrossEntropyMean { label, .. }
+            | LossKind::Term { base: LossBase::CrossEntropy { label }, .. } => Some(label),
+            _ => None,
+        }
+    }
 }
 
 /// What a node does. Ports and semantics per op are in `docs/IR.md`.
@@ -543,11 +588,7 @@ impl Op {
                 }
                 writes.push(*field);
             }
-            Op::Loss(LossKind::CrossEntropy { label }) => label.fields(&mut reads),
-            Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
-                label.fields(&mut reads);
-                count.fields(&mut reads);
-            }
+            Op::Loss(kind) => kind.exprs().for_each(|e| e.fields(&mut reads)),
             Op::Flatmap { field, count } | Op::Group { field, count } => {
                 count.fields(&mut reads);
                 writes.push(*field);
@@ -588,11 +629,7 @@ impl Op {
                     inverse.fields(out);
                 }
             }
-            Op::Loss(LossKind::CrossEntropy { label }) => label.fields(out),
-            Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
-                label.fields(out);
-                count.fields(out);
-            }
+            Op::Loss(kind) => kind.exprs().for_each(|e| e.fields(out)),
             Op::Flatmap { field, count } | Op::Group { field, count } => {
                 out.push(*field);
                 count.fields(out);

@@ -70,7 +70,8 @@ pub use expr::MAX_EXPR_DEPTH;
 pub use parse::parse;
 
 use crate::{
-    ConstValue, DataStep, Edge, FieldId, Graph, LossKind, Node, Op, PayloadInt, PayloadTy, ReduceFn, StateExpr,
+    ConstValue, DataStep, Edge, FieldId, Graph, LossBase, LossKind, Node, Op, PayloadInt, PayloadTy, ReduceFn,
+    StateExpr,
 };
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -221,6 +222,26 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
             format!("cross_entropy [{}] / [{}]", expr_text(graph, label), expr_text(graph, count))
         }
         Op::Loss(LossKind::Mse) => "mse".into(),
+        Op::Loss(LossKind::Term { base, weight, count, judge }) => {
+            let mut text = match base {
+                LossBase::CrossEntropy { label } => format!("term cross_entropy [{}]", expr_text(graph, label)),
+                LossBase::Mse => "term mse".into(),
+                LossBase::Scalar => "term scalar".into(),
+            };
+            // As constants print: the shortest decimal that reads back exactly; NaN by its bits.
+            if weight.is_nan() {
+                let _ = write!(text, " * bits({:#010x})", weight.to_bits());
+            } else {
+                let _ = write!(text, " * {weight:?}");
+            }
+            if let Some(count) = count {
+                let _ = write!(text, " / [{}]", expr_text(graph, count));
+            }
+            if let Some(judge) = judge {
+                let _ = write!(text, " judged [{}]", expr_text(graph, judge));
+            }
+            text
+        }
         Op::Sink { name } => quote(name),
         Op::Flatmap { field: id, count } | Op::Group { field: id, count } => {
             format!("{} [{}]", field(*id), expr_text(graph, count))

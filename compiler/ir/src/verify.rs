@@ -221,6 +221,7 @@ impl<'g> Checker<'g> {
                 "loss cross_entropy".to_string()
             }
             Op::Loss(LossKind::Mse) => "loss mse".to_string(),
+            Op::Loss(LossKind::Term { .. }) => "loss term".to_string(),
             Op::Sink { name } => format!("sink {name:?}"),
             Op::Flatmap { field, .. } | Op::Group { field, .. } | Op::Ungroup { field } => {
                 format!("{keyword} {}", self.field_ref(*field))

@@ -4,8 +4,8 @@
 
 use amp_ir::verify::{verify, verify_report, VerifyErrorKind};
 use amp_ir::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossKind, Node, Op, Param, ParamInit,
-    PayloadInt, PayloadTy, ReduceFn, StateExpr, StateField, UnaryFn,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, LossBase, LossKind, Node, Op, Param,
+    ParamInit, PayloadInt, PayloadTy, ReduceFn, StateExpr, StateField, UnaryFn,
 };
 use petgraph::stable_graph::{EdgeIndex, NodeIndex};
 use petgraph::visit::EdgeRef;
@@ -1176,4 +1176,24 @@ proptest! {
             }
         }
     }
+}
+
+/// A weighted loss term is accepted; a NaN or infinite weight is not, and a scalar term
+/// takes only an `f32[]`.
+#[test]
+fn loss_terms_need_finite_weights_and_scalar_inputs() {
+    let term = |weight: f32| {
+        let base = LossBase::CrossEntropy { label: StateExpr::Data(data(&["label"])) };
+        Op::Loss(LossKind::Term { base, weight, count: None, judge: Some(int(1)) })
+    };
+    let mut s = straight();
+    node(&mut s.b.graph, s.loss).op = term(0.25);
+    accepts(&s.b.graph);
+    for weight in [f32::NAN, f32::INFINITY] {
+        node(&mut s.b.graph, s.loss).op = term(weight);
+        rejects(&s.b.graph, &["loss weight", "not finite"]);
+    }
+    node(&mut s.b.graph, s.loss).op =
+        Op::Loss(LossKind::Term { base: LossBase::Scalar, weight: 1.0, count: None, judge: None });
+    rejects(&s.b.graph, &["input 0 has type f32[3], expected f32"]);
 }

@@ -3,6 +3,7 @@
 mod branch;
 mod collections;
 mod loops;
+mod losses;
 pub(crate) mod network;
 mod recursion;
 mod routing;
@@ -11,7 +12,7 @@ use crate::value::{ParamRef, Port, Value};
 use amp_diagnostics::{Code, Diagnostic, FileId, SourceMap, Span};
 use amp_grammar::ast::{BinOp, UnOp};
 use amp_ir::{
-    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, Loc, LossKind, Node, Op, Param, ParamInit,
+    BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, Loc, LossBase, Node, Op, Param, ParamInit,
     PayloadTy, StateExpr, StateField, UnaryFn,
 };
 use amp_sema::{
@@ -53,6 +54,13 @@ pub(crate) struct Lowerer<'p> {
     forward_sunk: bool,
     /// `graph.params` by name: a model with thousands of experts looks one up per Linear.
     param_index: HashMap<String, usize>,
+    /// The node ranges of the arms of the branch being merged (`losses::merge_losses`).
+    arm_ranges: Vec<(usize, usize)>,
+    /// The ports the forward function's result was sunk from.
+    forward_ports: Vec<(NodeIndex, u16)>,
+    /// Traversals already lowered, by function, tree, context and control: a second call
+    /// (`forward` and `loss` both walking the tree) reuses the first one's result.
+    traversals: HashMap<String, Value>,
 }
 
 /// How many fields of each kind exist, for their names (`e0`, `n0`, `slot0`).
@@ -147,6 +155,9 @@ impl<'p> Lowerer<'p> {
             recursions: Vec::new(),
             forward_sunk: false,
             param_index,
+            arm_ranges: Vec::new(),
+            forward_ports: Vec::new(),
+            traversals: HashMap::new(),
         }
     }
 
@@ -170,11 +181,12 @@ impl<'p> Lowerer<'p> {
             let result =
                 self.call_fn(FnId { component: self.model, index: loss as u32 }, vec![input.clone()], span, "", &[]);
             if let Ok(value) = result {
-                if !matches!(value, Value::Loss) {
-                    self.unsupported(span, "a `loss` that does not end in `cross_entropy` or `mse`");
-                } else if !self.forward_sunk {
-                    let _ =
-                        self.call_fn(FnId { component: self.model, index: forward as u32 }, vec![input], span, "", &[]);
+                let forward_ok = self.forward_sunk
+                    || self
+                        .call_fn(FnId { component: self.model, index: forward as u32 }, vec![input], span, "", &[])
+                        .is_ok();
+                if forward_ok {
+                    let _ = self.finish_loss(value, loss_def.span);
                 }
             }
         }
@@ -264,6 +276,12 @@ impl<'p> Lowerer<'p> {
         })
     }
 
+    /// One past the highest node index: nodes are only added while lowering, so the nodes a
+    /// construct emitted are those between its bounds before and after.
+    fn node_bound(&self) -> usize {
+        petgraph::visit::NodeIndexable::node_bound(&self.graph.nodes)
+    }
+
     fn connect(&mut self, from: &Port, to: NodeIndex, to_port: u16) {
         self.graph.nodes.add_edge(from.node, to, Edge { from_port: from.port, to_port });
     }
@@ -334,6 +352,7 @@ impl<'p> Lowerer<'p> {
         if is_forward && !self.forward_sunk {
             self.forward_sunk = true;
             for port in result.ports() {
+                self.forward_ports.push((port.node, port.port));
                 self.node(Op::Sink { name: "forward".into() }, &[port], Vec::new(), "forward", def.span);
             }
         }
@@ -421,6 +440,7 @@ impl<'p> Lowerer<'p> {
                 let x = self.expr(x)?;
                 match (op, x) {
                     (UnOp::Neg, Value::Tensor(p)) => Ok(self.unary(UnaryFn::Neg, p, "neg", span)),
+                    (UnOp::Neg, Value::Loss(l)) => Ok(self.loss_neg(l)),
                     (UnOp::Neg, Value::Int(x)) => Ok(Value::Int(StateExpr::bin(IntOp::Sub, StateExpr::Const(0), x))),
                     (UnOp::Not, Value::Bool(x)) => Ok(Value::Bool(StateExpr::Not(Box::new(x)))),
                     _ => Err(self.unsupported(span, "this unary operation")),
@@ -529,7 +549,7 @@ impl<'p> Lowerer<'p> {
             (Value::Bool(a), Value::Bool(b)) if matches!(op, BinOp::And | BinOp::Or | BinOp::Eq | BinOp::Ne) => {
                 Ok(Value::Bool(StateExpr::bin(int_op(op), a, b)))
             }
-            (Value::Loss, _) | (_, Value::Loss) => Err(self.unsupported(span, "a loss combined with other terms")),
+            (x @ Value::Loss(_), y) | (x, y @ Value::Loss(_)) => self.loss_binary(op, x, y, span),
             _ => Err(self.unsupported(span, "this binary operation")),
         }
     }
@@ -594,14 +614,12 @@ impl<'p> Lowerer<'p> {
                 let Value::Int(label) = self.expr(&args[1])? else {
                     return Err(self.unsupported(span, "this label"));
                 };
-                self.node(Op::Loss(LossKind::CrossEntropy { label }), &[logits], Vec::new(), "loss", span);
-                Ok(Value::Loss)
+                Ok(self.loss_node(LossBase::CrossEntropy { label }, &[logits], span))
             }
             Builtin::Mse => {
                 let (a, c) = (self.expr(&args[0])?, self.expr(&args[1])?);
                 let (a, c) = (self.tensor(a, span)?, self.tensor(c, span)?);
-                self.node(Op::Loss(LossKind::Mse), &[a, c], Vec::new(), "loss", span);
-                Ok(Value::Loss)
+                Ok(self.loss_node(LossBase::Mse, &[a, c], span))
             }
             Builtin::Len => {
                 let v = self.expr(&args[0])?;

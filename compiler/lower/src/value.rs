@@ -36,8 +36,11 @@ pub(crate) enum Value {
     Param(ParamRef),
     /// An element of a parameter array chosen at run time (`expert[i]`), before the call.
     ParamElem(ParamRef, Box<Value>),
-    /// The value of a `loss` function: a loss node was created.
-    Loss,
+    /// A loss: the weighted sum of the loss terms already emitted (see `lowerer/losses.rs`).
+    Loss(LossVal),
+    /// A sequence of losses (a `map` whose body is a loss), each element's terms emitted in
+    /// the element context: `sum`/`mean` make it a loss.
+    LossSeq(LossVal, StateExpr),
     Unit,
     /// A computed sequence of tensors: one message holding a batch `f32[?, d]`, with its
     /// length as an int expression.
@@ -72,6 +75,78 @@ pub(crate) enum Value {
     /// An int variable a loop updated: its state field is cleared when the loop ends, so
     /// it cannot be read after the loop.
     LoopInt,
+}
+
+/// A loss as the lowering carries it: the terms that make it up. A term is a loss node
+/// emitted where it was computed (it reports once per message of its context: per loop
+/// iteration, per element, per tree node), or, inside structural recursion, a child's loss
+/// (the child's own nodes report it), or, inside a loop body, the loss carried from the
+/// previous iterations. The node's op gets the term's weight and count once the whole loss
+/// is known.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct LossVal {
+    pub terms: Vec<Term>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Term {
+    /// The loss node, or for a child's loss the node that would receive the child's
+    /// value (which arm created it), or for a carried loss the source.
+    pub node: NodeIndex,
+    pub kind: TermKind,
+    pub weight: f32,
+    /// Divided by this count (a mean's length), when there is one.
+    pub count: Option<StateExpr>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum TermKind {
+    Node,
+    /// Result leaf `leaf` of the recursive call on call site `site`.
+    Child {
+        site: u32,
+        leaf: u32,
+    },
+    /// The value loss variable `local` had when loop iteration began.
+    Carry {
+        local: u32,
+    },
+}
+
+impl LossVal {
+    pub fn node(node: NodeIndex) -> LossVal {
+        LossVal { terms: vec![Term { node, kind: TermKind::Node, weight: 1.0, count: None }] }
+    }
+
+    /// `self + other`: terms of the same node (and kind) add their weights.
+    pub fn add(mut self, other: LossVal) -> Result<LossVal, &'static str> {
+        for t in other.terms {
+            match self.terms.iter_mut().find(|s| s.node == t.node && s.kind == t.kind) {
+                Some(s) if s.count == t.count => s.weight += t.weight,
+                Some(_) => return Err("one loss term divided by two different counts"),
+                None => self.terms.push(t),
+            }
+        }
+        self.terms.retain(|t| t.weight != 0.0);
+        Ok(self)
+    }
+
+    pub fn scale(mut self, c: f32) -> LossVal {
+        self.terms.iter_mut().for_each(|t| t.weight *= c);
+        self.terms.retain(|t| t.weight != 0.0);
+        self
+    }
+
+    /// Every term divided by `n` (evaluated where each term is computed).
+    pub fn over(mut self, n: &StateExpr) -> LossVal {
+        for t in &mut self.terms {
+            t.count = Some(match t.count.take() {
+                None => n.clone(),
+                Some(c) => StateExpr::bin(amp_ir::IntOp::Mul, c, n.clone()),
+            });
+        }
+        self
+    }
 }
 
 impl Value {

@@ -5,7 +5,7 @@
 //! not a node error mid-epoch that names no field (and `--skip-bad-data` skips it).
 
 use crate::instance::Instance;
-use amp_ir::{DataStep, Graph, LossKind, Op, PayloadTy, StateExpr};
+use amp_ir::{DataStep, Graph, Op, PayloadTy, StateExpr};
 
 /// One step of a ranged path: a field, every element of a sequence (or every node of a
 /// tree), or one element.
@@ -38,7 +38,8 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
                 let Some(rows) = rows else { continue };
                 (index, rows, format!("an index of the Embedding `{param}` ({rows} rows)"))
             }
-            Op::Loss(LossKind::CrossEntropy { label } | LossKind::CrossEntropyMean { label, .. }) => {
+            Op::Loss(kind) if kind.label().is_some() => {
+                let Some(label) = kind.label() else { continue };
                 let classes = match node.inputs.first() {
                     Some(PayloadTy::F32(dims)) => dims.last().copied(),
                     _ => None,

@@ -12,8 +12,8 @@ use super::cursor::{Cursor, PResult, ParseError};
 use super::REDUCE_NAMES;
 use crate::ampg::{graph_from_slots, MAX_NODES, MAX_PORTS};
 use crate::{
-    BinaryFn, ConstValue, FieldId, FieldRole, Graph, Loc, LossKind, Node, Op, Param, ParamInit, PayloadInt, PayloadTy,
-    StateField, UnaryFn,
+    BinaryFn, ConstValue, FieldId, FieldRole, Graph, Loc, LossBase, LossKind, Node, Op, Param, ParamInit, PayloadInt,
+    PayloadTy, StateField, UnaryFn,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -364,8 +364,26 @@ impl Parser {
                     }
                 } else if c.eat_word("mse") {
                     Op::Loss(LossKind::Mse)
+                } else if c.eat_word("term") {
+                    let base = if c.eat_word("cross_entropy") {
+                        LossBase::CrossEntropy { label: self.bracketed_expr(c)? }
+                    } else if c.eat_word("mse") {
+                        LossBase::Mse
+                    } else if c.eat_word("scalar") {
+                        LossBase::Scalar
+                    } else {
+                        return Err(c.expected("`cross_entropy`, `mse` or `scalar`"));
+                    };
+                    c.expect("*")?;
+                    let weight = match const_value(c)? {
+                        ConstValue::Scalar(w) => w,
+                        _ => return Err(c.expected("a weight (a number or `bits(0x...)`)")),
+                    };
+                    let count = if c.eat("/") { Some(self.bracketed_expr(c)?) } else { None };
+                    let judge = if c.eat_word("judged") { Some(self.bracketed_expr(c)?) } else { None };
+                    Op::Loss(LossKind::Term { base, weight, count, judge })
                 } else {
-                    return Err(c.expected("`cross_entropy` or `mse`"));
+                    return Err(c.expected("`cross_entropy`, `mse` or `term`"));
                 }
             }
             "sink" => Op::Sink { name: c.string()? },

@@ -145,6 +145,7 @@ pub enum VerifyErrorKind {
     ParamMismatch { dir: PortDir, found: PayloadTy, param: String, shape: Vec<u64>, expected: PayloadTy },
     SplitUneven { found: PayloadTy, parts: u32 },
     ConcatTooLarge,
+    LossWeightNotFinite { bits: u32 },
 
     // Sizes over `crate::limits`.
     OverLimit { error: crate::limits::LimitError },
@@ -409,6 +410,10 @@ impl fmt::Display for VerifyErrorKind {
                 write!(f, "input {found} cannot be split into {parts} equal parts (expects f32[n * {parts}])")
             }
             K::ConcatTooLarge => f.write_str("the concatenated width overflows u64"),
+            // By its bits, so that the kind stays `Eq`.
+            K::LossWeightNotFinite { bits } => {
+                write!(f, "has the loss weight {}, which is not finite", f32::from_bits(*bits))
+            }
             K::OverLimit { error } => write!(f, "{error}"),
             K::ParamTooLarge { name, error } => write!(f, "parameter `{name}`: {error}"),
             K::ExprTooDeep { limit } => write!(f, "a state expression nests deeper than {limit}"),

@@ -12,7 +12,8 @@
 //! its own `isu`s write (not those of inner loops), those with the `counter` role that an
 //! `isu` steps from their own value (`t := t + 1`: a `for` or `while` iteration count);
 //! when there are none (the traversal of a tree), those its exit tests; when no exit tests
-//! one of them, every field its own `isu`s write. A node that needs a key needs, besides the
+//! one of them, those an `isu` steps from their own value (`n := parent(n)`); failing
+//! that, every field its own `isu`s write. A node that needs a key needs, besides the
 //! instance, the counter of its loop and of every loop around it. This differs on
 //! purpose from "every field an `isu` in the component writes": the outer body's nodes
 //! after an inner loop do not vary with the inner counter (the inner loop's entry and
@@ -221,12 +222,19 @@ fn check_loop(cx: &mut Checker, adjacency: &Adjacency, marks: &mut Marks, lp: Lo
         .collect();
     let tested: Vec<Counter> =
         steps.iter().copied().filter(|c| marks.exit_field.get(usize::from(c.field.0)) == Some(&stamp)).collect();
+    // A traversal whose results all leave through other nodes (a result used only by the
+    // loss, none returned at the root) has no exit testing its node field: its steps
+    // proper (`n := parent(n)`) still tell its iterations apart, not the call-site field
+    // set on the way.
+    let stepped: Vec<Counter> = steps.iter().copied().filter(|c| stepping(c)).collect();
     let own_counters = if !counting.is_empty() {
         counting
-    } else if tested.is_empty() {
-        steps
-    } else {
+    } else if !tested.is_empty() {
         tested
+    } else if !stepped.is_empty() {
+        stepped
+    } else {
+        steps
     };
     let mut counters = lp.outer_counters;
     for c in &counters {

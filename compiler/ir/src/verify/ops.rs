@@ -3,7 +3,7 @@
 
 use super::structure::Adjacency;
 use super::{Arity, Checker, FieldUse, KeyReason, ParamExpectation, PortDir, TypeExpectation, VerifyErrorKind};
-use crate::{DataStep, FieldId, LossKind, Node, Op, PayloadInt, PayloadTy, StateExpr};
+use crate::{DataStep, FieldId, LossBase, LossKind, Node, Op, PayloadInt, PayloadTy, StateExpr};
 
 pub(super) fn check_nodes(cx: &mut Checker, adjacency: &Adjacency) {
     for i in 0..cx.bound() {
@@ -147,6 +147,27 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
             if ports(cx, i, node, one, Arity::Exactly(0)) {
                 expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::F32Rank1);
             }
+        }
+        Op::Loss(LossKind::Term { base: LossBase::CrossEntropy { .. }, weight, .. }) => {
+            if ports(cx, i, node, one, Arity::Exactly(0)) {
+                expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::F32Rank1);
+            }
+            finite_weight(cx, i, *weight);
+        }
+        Op::Loss(LossKind::Term { base: LossBase::Scalar, weight, .. }) => {
+            if ports(cx, i, node, one, Arity::Exactly(0)) {
+                let scalar = TypeExpectation::Exactly(PayloadTy::F32(Vec::new()));
+                expect(cx, i, PortDir::Input, 0, &node.inputs[0], &scalar);
+            }
+            finite_weight(cx, i, *weight);
+        }
+        Op::Loss(LossKind::Term { base: LossBase::Mse, weight, .. }) => {
+            if ports(cx, i, node, Arity::Exactly(2), Arity::Exactly(0))
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyF32)
+            {
+                inputs_equal(cx, i, &node.inputs);
+            }
+            finite_weight(cx, i, *weight);
         }
         Op::Loss(LossKind::Mse) => {
             if ports(cx, i, node, Arity::Exactly(2), Arity::Exactly(0))
@@ -301,6 +322,13 @@ fn same_as_input(cx: &mut Checker, i: usize, port: usize, output: &PayloadTy, in
     }
 }
 
+/// A loss term's weight must be finite: a NaN or infinite weight makes every loss useless.
+fn finite_weight(cx: &mut Checker, i: usize, weight: f32) {
+    if !weight.is_finite() {
+        cx.report(i, VerifyErrorKind::LossWeightNotFinite { bits: weight.to_bits() });
+    }
+}
+
 fn inputs_equal(cx: &mut Checker, i: usize, inputs: &[PayloadTy]) {
     let Some(first) = inputs.first() else { return };
     for (port, ty) in inputs.iter().enumerate().skip(1) {
@@ -446,6 +474,17 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
         Op::Loss(LossKind::CrossEntropyMean { label, count }) => {
             out.push((label, FieldUse::LossLabel));
             out.push((count, FieldUse::Count));
+        }
+        Op::Loss(LossKind::Term { base, count, judge, .. }) => {
+            if let LossBase::CrossEntropy { label } = base {
+                out.push((label, FieldUse::LossLabel));
+            }
+            if let Some(count) = count {
+                out.push((count, FieldUse::Count));
+            }
+            if let Some(judge) = judge {
+                out.push((judge, FieldUse::Predicate));
+            }
         }
         Op::Flatmap { count, .. } | Op::Group { count, .. } => out.push((count, FieldUse::Count)),
         Op::Gather { index } => out.push((index, FieldUse::RowIndex)),

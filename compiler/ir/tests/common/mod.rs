@@ -307,6 +307,26 @@ pub fn every_op() -> Graph {
         (Op::Loss(LossKind::CrossEntropy { label: field(3) }), vec![v.clone()], vec![u.clone()]),
         (Op::Loss(LossKind::CrossEntropyMean { label: field(3), count: field(1) }), vec![v.clone()], vec![u.clone()]),
         (Op::Loss(LossKind::Mse), vec![v.clone(), v.clone()], vec![u.clone()]),
+        (
+            Op::Loss(LossKind::Term {
+                base: LossBase::CrossEntropy { label: field(3) },
+                weight: 0.1,
+                count: Some(field(1)),
+                judge: Some(StateExpr::bin(IntOp::Eq, field(1), StateExpr::Const(-1))),
+            }),
+            vec![v.clone()],
+            vec![u.clone()],
+        ),
+        (
+            Op::Loss(LossKind::Term { base: LossBase::Mse, weight: -2.5, count: None, judge: None }),
+            vec![v.clone(), v.clone()],
+            vec![u.clone()],
+        ),
+        (
+            Op::Loss(LossKind::Term { base: LossBase::Scalar, weight: f32::MIN_POSITIVE, count: None, judge: None }),
+            vec![PayloadTy::F32(Vec::new())],
+            vec![u.clone()],
+        ),
         (Op::Sink { name: "out \"x\"\n".into() }, vec![v.clone()], vec![]),
     ];
     for bits in
@@ -501,6 +521,15 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
         e().prop_map(|label| Op::Loss(LossKind::CrossEntropy { label })),
         (e(), e()).prop_map(|(label, count)| Op::Loss(LossKind::CrossEntropyMean { label, count })),
         Just(Op::Loss(LossKind::Mse)),
+        (e(), any::<f32>(), prop::option::of(e()), prop::option::of(e())).prop_map(|(label, weight, count, judge)| {
+            Op::Loss(LossKind::Term { base: LossBase::CrossEntropy { label }, weight, count, judge })
+        }),
+        any::<f32>().prop_map(|weight| Op::Loss(LossKind::Term {
+            base: LossBase::Scalar,
+            weight,
+            count: None,
+            judge: None
+        })),
         any::<String>().prop_map(|name| Op::Sink { name }),
         (0..fields, e()).prop_map(|(f, count)| Op::Flatmap { field: FieldId(f), count }),
         (0..fields, e()).prop_map(|(f, count)| Op::Group { field: FieldId(f), count }),

@@ -86,6 +86,7 @@ impl Lowerer<'_> {
         let mut results = Vec::with_capacity(arms);
         let mut end_locals: Vec<Vec<Option<Value>>> = Vec::with_capacity(arms);
         let mut end_ctrls = Vec::with_capacity(arms);
+        let mut ranges = Vec::with_capacity(arms);
         for (i, (locals, values)) in per_arm_locals.into_iter().zip(per_arm_values).enumerate() {
             for (id, v) in &before {
                 if let Some(v) = v {
@@ -96,7 +97,9 @@ impl Lowerer<'_> {
                 self.set_local(id, v);
             }
             self.ctrl = Self::out(ctrl_router, i as u16, PayloadTy::Unit);
+            let first = self.node_bound();
             results.push(arm(self, i, values)?);
+            ranges.push((first, self.node_bound()));
             end_locals.push(routed.writes.iter().map(|&id| self.local(id)).collect());
             end_ctrls.push(self.ctrl.clone());
         }
@@ -105,6 +108,8 @@ impl Lowerer<'_> {
                 self.set_local(*id, v.clone());
             }
         }
+        // Which nodes each arm emitted, for merging losses.
+        self.arm_ranges = ranges;
         for (w, &id) in routed.writes.iter().enumerate() {
             let values: Option<Vec<Value>> = end_locals.iter().map(|ends| ends.get(w).cloned().flatten()).collect();
             if let Some(values) = values {
@@ -133,6 +138,9 @@ impl Lowerer<'_> {
     /// The value after a branch: a phi per tensor port, a select for ints.
     pub(super) fn merge(&mut self, sel: &Selector, values: Vec<Value>, span: Span) -> R<Value> {
         let Some(first) = values.first().cloned() else { return Ok(Value::Unit) };
+        if values.iter().any(|v| matches!(v, Value::Loss(_))) {
+            return self.merge_losses(values, span);
+        }
         match first {
             Value::Tensor(_) | Value::Batch { .. } => {
                 let mut ports = Vec::with_capacity(values.len());

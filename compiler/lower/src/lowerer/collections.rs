@@ -78,6 +78,7 @@ impl Lowerer<'_> {
             self.set_local(id, v.with_ports(&mut inside.into_iter()));
         }
         let ctrl = self.flatmap(outer_ctrl.clone(), e, &count, span);
+        let first = self.node_bound();
         self.context.push(e);
         self.ctrl = ctrl;
         let result = self.element_value(elements, e, span).and_then(|element| {
@@ -107,6 +108,7 @@ impl Lowerer<'_> {
                 Ok(Value::Batch { port: Self::out(n, 0, ty), len: count })
             }
             Value::Int(elem) | Value::Bool(elem) => Ok(Value::IntSeq { len: count, field: e, elem }),
+            Value::Loss(l) => self.loss_seq(l, count, first, span),
             _ => Err(self.unsupported(span, "a `map` producing this kind of value")),
         }
     }
@@ -219,6 +221,7 @@ impl Lowerer<'_> {
                 _ => return Err(self.unsupported(span, "a batch of this type (internal)")),
             },
             Value::Tensor(port) => (port, PayloadTy::F32(Vec::new())),
+            Value::LossSeq(l, count) => return Ok(self.reduce_losses(f == ReduceFn::Mean, l, count)),
             _ => return Err(self.unsupported(span, &format!("`{}` of this value", b.name()))),
         };
         let n = self.node(Op::Reduce(f), &[port], vec![out.clone()], b.name(), span);

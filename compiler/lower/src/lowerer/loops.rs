@@ -10,10 +10,12 @@
 //! each other see the old values), and cleared on exit.
 
 use super::{Lowerer, Unsupported, R};
-use crate::value::{Port, Value};
+use crate::value::{LossVal, Port, Term, TermKind, Value};
 use amp_diagnostics::Span;
 use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, StateExpr};
 use amp_sema::{Block, Expr, LocalId, Pattern, Ty};
+use petgraph::stable_graph::NodeIndex;
+use std::collections::BTreeSet;
 
 /// A `for` loop's elements: the data path of the sequence and the element type.
 type Element = (Vec<DataStep>, Ty);
@@ -60,6 +62,21 @@ impl Lowerer<'_> {
                 let field = self.new_field(format!("v{k}"), FieldRole::Data, span)?;
                 ints.push(IntVar { local: id, field, init });
             }
+        }
+        // Loss accumulators (`total = total + term`): a loss from the first iteration on,
+        // whatever they started as; not circulated (a loss is the terms already emitted).
+        let mut accumulators: BTreeSet<LocalId> =
+            writes.iter().copied().filter(|&id| matches!(self.local(id), Some(Value::Loss(_)))).collect();
+        crate::uses::loss_assignments(self.program, body, &mut accumulators);
+        let mut losses: Vec<(LocalId, LossVal)> = Vec::new();
+        for id in accumulators.into_iter().filter(|id| writes.contains(id)) {
+            let init = match self.local(id) {
+                Some(Value::Loss(l)) => l,
+                Some(Value::Tensor(p)) => self.tensor_loss(p, span)?,
+                _ => continue,
+            };
+            self.set_local(id, Value::Loss(init.clone()));
+            losses.push((id, init));
         }
         let carried = self.tensor_locals(&reads.union(&writes).copied().collect());
         let k = self.loops;
@@ -142,7 +159,32 @@ impl Lowerer<'_> {
             };
             self.bind(pattern, element, span)?;
         }
+        for (id, _) in &losses {
+            let carry =
+                Term { node: NodeIndex::new(0), kind: TermKind::Carry { local: id.0 }, weight: 1.0, count: None };
+            self.set_local(*id, Value::Loss(LossVal { terms: vec![carry] }));
+        }
+        let body_first = self.node_bound();
         self.block(body)?;
+        let mut after_losses = Vec::with_capacity(losses.len());
+        for (id, init) in losses {
+            let Some(Value::Loss(l)) = self.local(id) else {
+                return Err(self.loss_error(span, "a loss variable assigned a value that is not a loss in a loop"));
+            };
+            let is_carry = |t: &Term| t.kind == TermKind::Carry { local: id.0 };
+            let carried_once = l.terms.iter().filter(|t| is_carry(t)).all(|t| t.weight == 1.0 && t.count.is_none())
+                && l.terms.iter().any(is_carry);
+            let fresh =
+                l.terms.iter().all(|t| is_carry(t) || (t.kind == TermKind::Node && t.node.index() >= body_first));
+            if !carried_once || !fresh {
+                let what = "a loss in a loop that is not accumulated as `total = total + term` \
+                            (kept unscaled from one iteration to the next, with terms computed in the loop)";
+                return Err(self.loss_error(span, what));
+            }
+            let new = LossVal { terms: l.terms.into_iter().filter(|t| !is_carry(t)).collect() };
+            let total = init.add(new).map_err(|why| self.loss_error(span, why))?;
+            after_losses.push((id, total));
+        }
         let mut ends: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
         ends.push(self.ctrl.clone());
         if ends.len() != phis.len() {
@@ -201,6 +243,9 @@ impl Lowerer<'_> {
             }
         }
         self.ctrl = after.next().ok_or(Unsupported)?;
+        for (id, total) in after_losses {
+            self.set_local(id, Value::Loss(total));
+        }
         for (id, before) in outer_ints {
             if before.is_some() {
                 self.set_local(id, Value::LoopInt);

@@ -13,10 +13,11 @@
 
 use super::branch::{Routed, Selector};
 use super::{Frame, Lowerer, R};
-use crate::value::{Port, Value};
+use crate::value::{LossVal, Port, Term, TermKind, Value};
 use amp_diagnostics::Span;
 use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, PayloadTy, StateExpr};
 use amp_sema::{EnumId, Expr, FnId, LocalId, MatchArm, Ty};
+use petgraph::stable_graph::NodeIndex;
 use std::collections::{BTreeSet, HashMap};
 
 /// The recursion being lowered: one per traversal subgraph.
@@ -32,6 +33,14 @@ pub(super) struct Recursion {
     sites: HashMap<u32, Vec<(petgraph::stable_graph::NodeIndex, PayloadTy)>>,
     /// The value a call on that site gives (ports of the nodes above).
     site_values: HashMap<u32, Value>,
+    /// The tree-node field, and "this node is the root" over it.
+    pub(super) node: FieldId,
+    pub(super) is_root: StateExpr,
+    /// The receivers of scalar result leaves: (call site, leaf), a child's loss when added
+    /// to a loss.
+    pub(super) scalar_leaves: HashMap<NodeIndex, (u32, u32)>,
+    /// The result leaves used as children's losses.
+    pub(super) loss_leaves: BTreeSet<u32>,
 }
 
 impl Lowerer<'_> {
@@ -114,19 +123,24 @@ impl Lowerer<'_> {
         let shape = self.result_shape(&ret, span)?;
         let mut nodes = Vec::new();
         let mut ports = Vec::new();
-        for ty in shape {
+        let mut scalars = Vec::new();
+        for (leaf, ty) in shape.into_iter().enumerate() {
             let op = Op::Isu {
                 field: site_field,
                 value: StateExpr::Const(-1),
                 inverse: Some(StateExpr::Const(i64::from(site))),
             };
             let n = self.raw_node(op, vec![ty.clone()], vec![ty.clone()], "from child", span);
+            if ty == PayloadTy::F32(Vec::new()) {
+                scalars.push((n, (site, leaf as u32)));
+            }
             nodes.push((n, ty.clone()));
             ports.push(Self::out(n, 0, ty));
         }
         let value = self.value_of(&ret, &mut ports.into_iter(), span)?;
         if let Some(rec) = self.recursions.last_mut() {
             rec.sites.insert(site, nodes);
+            rec.scalar_leaves.extend(scalars);
             rec.site_values.insert(site, value.clone());
         }
         Ok(value)
@@ -172,6 +186,10 @@ impl Lowerer<'_> {
         if self.recursions.len() >= 8 {
             return Err(self.unsupported(span, "traversals nested more than 8 deep"));
         }
+        let memo = format!("{f:?} {path:?} {:?} {:?} {}", self.context, self.ctrl, self.frame().prefix);
+        if let Some(v) = self.traversals.get(&memo) {
+            return Ok(v.clone());
+        }
         let ret = def.ret.clone();
         let k = self.counters.trees;
         self.counters.trees += 1;
@@ -196,6 +214,7 @@ impl Lowerer<'_> {
         let outer_context = self.context.clone();
         self.context.push(node);
         self.ctrl = Self::out(ctrl, 0, PayloadTy::Unit);
+        let is_root = StateExpr::bin(IntOp::Eq, attr("$parent"), StateExpr::Const(-1));
         self.recursions.push(Recursion {
             function: f,
             enum_id,
@@ -203,6 +222,10 @@ impl Lowerer<'_> {
             ret: ret.clone(),
             sites: HashMap::new(),
             site_values: HashMap::new(),
+            node,
+            is_root: is_root.clone(),
+            scalar_leaves: HashMap::new(),
+            loss_leaves: BTreeSet::new(),
         });
         let mut locals = vec![None; def.locals.len()];
         locals[param.0 as usize] = Some(Value::Data(here.clone()));
@@ -213,11 +236,16 @@ impl Lowerer<'_> {
         let rec = self.recursions.pop();
         let result = body?;
         let Some(rec) = rec else { return Err(self.unsupported(span, "recursion (internal)")) };
+        let leaves = flatten(result.clone());
+        let result = self.tree_losses(&rec, enum_id, result, &leaves, span)?;
         // Route each result port: the root's back to the caller, the others up to the parent.
-        let is_root = StateExpr::bin(IntOp::Eq, attr("$parent"), StateExpr::Const(-1));
         let sites = self.schema_sites(enum_id);
         let mut at_root = Vec::new();
-        for (j, port) in result.ports().into_iter().enumerate() {
+        let ports = leaves.iter().enumerate().filter_map(|(j, v)| match v {
+            Value::Tensor(p) => Some((j, p.clone())),
+            _ => None,
+        });
+        for (j, port) in ports {
             let ty = port.ty.clone();
             let cond = self.node(Op::Cond { pred: is_root.clone() }, &[port], vec![ty.clone(); 2], "is root", span);
             let up_site = Op::Isu { field: site, value: attr("$site"), inverse: Some(StateExpr::Const(-1)) };
@@ -243,11 +271,101 @@ impl Lowerer<'_> {
         }
         self.context = outer_context;
         self.ctrl = outer_ctrl;
-        Ok(result.with_ports(&mut at_root.into_iter()))
+        let value = result.with_ports(&mut at_root.into_iter());
+        self.traversals.insert(memo, value.clone());
+        Ok(value)
+    }
+
+    /// Checks the losses of a traversal's result and returns the result with each loss as
+    /// the caller sees it. A result leaf that is a loss is the sum of the node's own terms
+    /// and its children's losses: its own terms are emitted at every node of the tree, so
+    /// the root's loss is the sum over the tree exactly when every child's loss is added
+    /// once and unscaled; the children's terms then drop out.
+    fn tree_losses(
+        &mut self,
+        rec: &Recursion,
+        enum_id: EnumId,
+        result: Value,
+        leaves: &[Value],
+        span: Span,
+    ) -> R<Value> {
+        let recursive_sites = self.recursive_sites(enum_id);
+        for (j, leaf) in leaves.iter().enumerate() {
+            let j = j as u32;
+            let Value::Loss(l) = leaf else {
+                if rec.loss_leaves.contains(&j) {
+                    return Err(
+                        self.loss_error(span, "a child's result added to a loss where the node's result is not a loss")
+                    );
+                }
+                continue;
+            };
+            for &site in &recursive_sites {
+                let terms: Vec<&Term> =
+                    l.terms.iter().filter(|t| matches!(t.kind, TermKind::Child { site: s, .. } if s == site)).collect();
+                let once = matches!(terms.as_slice(), [t] if t.kind == (TermKind::Child { site, leaf: j }) && t.weight == 1.0 && t.count.is_none());
+                if !once {
+                    let what = "a loss over a tree that does not add each child's loss exactly once, unscaled";
+                    return Err(self.loss_error(span, what));
+                }
+            }
+            // A child's loss used as a tensor besides (in a term of its own, an output)
+            // would need its value, which the children do not send.
+            let receivers: Vec<NodeIndex> =
+                rec.sites.values().filter_map(|r| r.get(j as usize).map(|(n, _)| *n)).collect();
+            if receivers.into_iter().any(|n| self.reaches_end(n)) {
+                return Err(self.loss_error(span, "a child's loss used other than added to the node's loss"));
+            }
+        }
+        let strip = |v: Value| match v {
+            Value::Loss(l) => {
+                Value::Loss(LossVal { terms: l.terms.into_iter().filter(|t| t.kind == TermKind::Node).collect() })
+            }
+            other => other,
+        };
+        Ok(map_leaves(result, &strip))
+    }
+
+    /// Whether a loss or sink node is downstream of `n`.
+    fn reaches_end(&self, n: NodeIndex) -> bool {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![n];
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) {
+                continue;
+            }
+            if x != n && matches!(self.graph.nodes[x].op, Op::Loss(_) | Op::Sink { .. }) {
+                return true;
+            }
+            stack.extend(self.graph.nodes.neighbors_directed(x, petgraph::Direction::Outgoing));
+        }
+        false
+    }
+
+    /// The call sites of an enum that hold a subtree (fields of the enum's own type).
+    fn recursive_sites(&self, enum_id: EnumId) -> Vec<u32> {
+        let Some(def) = self.program.enums.get(enum_id.0 as usize) else { return Vec::new() };
+        let fields = def.variants.iter().flat_map(|v| v.fields.iter());
+        fields.enumerate().filter(|(_, f)| f.ty == Ty::Enum(enum_id)).map(|(i, _)| i as u32).collect()
     }
 
     /// The number of call sites of an enum: the fields of all its variants.
     fn schema_sites(&self, enum_id: EnumId) -> u32 {
         self.program.enums.get(enum_id.0 as usize).map_or(0, |e| e.variants.iter().map(|v| v.fields.len() as u32).sum())
+    }
+}
+
+/// The leaves of a result (tuples flattened), in the order of the function's result type.
+fn flatten(v: Value) -> Vec<Value> {
+    match v {
+        Value::Tuple(vs) => vs.into_iter().flat_map(flatten).collect(),
+        other => vec![other],
+    }
+}
+
+fn map_leaves(v: Value, f: &impl Fn(Value) -> Value) -> Value {
+    match v {
+        Value::Tuple(vs) => Value::Tuple(vs.into_iter().map(|x| map_leaves(x, f)).collect()),
+        other => f(other),
     }
 }
