@@ -191,6 +191,47 @@ model M {
     assert_values_match(&c, values.collect(), ExecConfig::default());
 }
 
+/// `gelu` (fused by the JIT, and op by op without it) and `dot` (lowered to a product and
+/// a `reduce sum`) give the reference's loss and gradients.
+#[test]
+fn gelu_and_dot_match_the_reference() {
+    let source = r#"
+record R { x: f32[4], label: int }
+model M {
+    param a = Linear(4, 6);
+    param q = Linear(4, 6);
+    param b = Linear(6, 3);
+    fn forward(r: R) -> f32[3] {
+        let h = gelu(a(r.x));
+        let s = dot(h, q(r.x));
+        b(h * s + gelu(h * 2.0))
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let c = compile_source("gelu_dot", source, Vec::new());
+    let values: Vec<Value> = [[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0], [-0.7, 0.0, 4.0, -3.0]]
+        .into_iter()
+        .enumerate()
+        .map(|(i, x)| {
+            Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)])
+        })
+        .collect();
+    let gelus: Vec<u32> = c
+        .graph
+        .nodes
+        .node_indices()
+        .filter(|&i| c.graph.nodes[i].op == amp_ir::Op::Unary(amp_ir::UnaryFn::Gelu))
+        .map(|i| i.index() as u32)
+        .collect();
+    assert_eq!(gelus.len(), 2);
+    for jit in [true, false] {
+        let executor = assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
+        let fused = executor.fused_nodes().iter().flat_map(|(_, m)| m.clone()).filter(|m| gelus.contains(m)).count();
+        assert_eq!(fused, if jit { 2 } else { 0 }, "jit {jit}");
+    }
+}
+
 /// The executor's loss and gradients on each value equal the reference's; returns the
 /// executor.
 fn assert_values_match(c: &Compiled, values: Vec<Value>, config: ExecConfig) -> Executor {

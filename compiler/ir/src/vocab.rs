@@ -33,6 +33,7 @@ pub enum UnaryFn {
     Neg,
     Softmax,
     LogSoftmax,
+    Gelu,
 }
 
 /// Elementwise arithmetic of two tensors of one shape, or of a tensor and a scalar
@@ -98,7 +99,7 @@ pub struct BinarySpec {
 }
 
 /// Every unary function, in discriminant order.
-pub const UNARY: [UnarySpec; 8] = [
+pub const UNARY: [UnarySpec; 9] = [
     UnarySpec {
         f: UnaryFn::Relu,
         name: "relu",
@@ -164,7 +165,35 @@ pub const UNARY: [UnarySpec; 8] = [
         transcendental: false,
         flops: 6.0,
     },
+    UnarySpec {
+        f: UnaryFn::Gelu,
+        name: "gelu",
+        shape: elementwise(gelu, gelu_backward),
+        differentiable: true,
+        // Its backward needs `tanh` of the inner term, not the output: nothing to keep.
+        transcendental: false,
+        flops: 10.0,
+    },
 ];
+
+/// `sqrt(2 / pi)` and the cubic coefficient of GELU's tanh form.
+pub const GELU_C: f32 = 0.797_884_6;
+pub const GELU_K: f32 = 0.044_715;
+
+/// GELU in its tanh form (PyTorch's `gelu(x, approximate="tanh")`, as in BERT and GPT-2):
+/// `x/2 · (1 + tanh(c (x + k x³)))`.
+fn gelu(x: f32) -> f32 {
+    let t = (GELU_C * (x + GELU_K * (x * x * x))).tanh();
+    0.5 * x * (1.0 + t)
+}
+
+/// `dy/dx · g = (½(1 + t) + ½x (1 - t²) c (1 + 3k x²)) · g`, `t` computed again from `x`.
+fn gelu_backward(x: f32, _: f32, g: f32) -> f32 {
+    let x2 = x * x;
+    let t = (GELU_C * (x + GELU_K * (x2 * x))).tanh();
+    let d = 0.5 * (1.0 + t) + 0.5 * x * ((1.0 - t * t) * (GELU_C * (1.0 + 3.0 * GELU_K * x2)));
+    g * d
+}
 
 /// Every binary function, in discriminant order.
 pub const BINARY: [BinarySpec; 4] = [
@@ -288,6 +317,7 @@ impl UnaryFn {
             UnaryFn::Exp => run_unary::<{ UnaryFn::Exp as usize }, K>(kernel),
             UnaryFn::Log => run_unary::<{ UnaryFn::Log as usize }, K>(kernel),
             UnaryFn::Neg => run_unary::<{ UnaryFn::Neg as usize }, K>(kernel),
+            UnaryFn::Gelu => run_unary::<{ UnaryFn::Gelu as usize }, K>(kernel),
             UnaryFn::Softmax | UnaryFn::LogSoftmax => return None,
         })
     }

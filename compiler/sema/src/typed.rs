@@ -212,6 +212,8 @@ pub enum Builtin {
     Log,
     Softmax,
     LogSoftmax,
+    Gelu,
+    Dot,
     Concat,
     Split,
     Zeros,
@@ -237,6 +239,8 @@ impl Builtin {
         Builtin::Log,
         Builtin::Softmax,
         Builtin::LogSoftmax,
+        Builtin::Gelu,
+        Builtin::Dot,
         Builtin::Concat,
         Builtin::Split,
         Builtin::Zeros,
@@ -262,6 +266,8 @@ impl Builtin {
             Builtin::Log => "log",
             Builtin::Softmax => "softmax",
             Builtin::LogSoftmax => "log_softmax",
+            Builtin::Gelu => "gelu",
+            Builtin::Dot => "dot",
             Builtin::Concat => "concat",
             Builtin::Split => "split",
             Builtin::Zeros => "zeros",
@@ -285,7 +291,7 @@ impl Builtin {
 
     /// Elementwise functions that keep the shape.
     pub fn is_elementwise(self) -> bool {
-        matches!(self, Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log)
+        matches!(self, Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log | Builtin::Gelu)
     }
 }
 

@@ -4,7 +4,7 @@
 use super::expr::int_range;
 use super::{unevaluable, At, Evaluator, Frame, MAX_SEQ_LEN, R};
 use crate::error::{ErrorKind, RefError};
-use crate::tape::{self, NodeId, UnaryFn};
+use crate::tape::{self, BinaryFn, NodeId, UnaryFn};
 use crate::value::Val;
 use amp_sema::{Builtin, Expr, Ty};
 
@@ -44,6 +44,12 @@ impl<'r> Evaluator<'r> {
             Builtin::Sum | Builtin::Mean => self.reduce(f, b, args, e),
             Builtin::Len | Builtin::Zip | Builtin::Range => self.sequence(f, b, args, e),
             Builtin::ScatterSum => self.scatter_sum(f, args, e),
+            Builtin::Dot => {
+                let a = self.tensor_arg(f, args, 0, e)?;
+                let b = self.tensor_arg(f, args, 1, e)?;
+                let product = self.tape.binary(BinaryFn::Mul, a, b).at(e.span)?;
+                Ok(Val::Tensor(self.tape.sum_all(product)))
+            }
             _ => Err(unevaluable(e.span, "a built-in the reference does not implement")),
         }
     }
