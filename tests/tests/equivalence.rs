@@ -232,6 +232,20 @@ model M {
     }
 }
 
+/// `examples/attention.amp`: a softmax across a computed sequence of scalars (`dot`
+/// scores from a `map`), a weighted sum through `zip`, `gelu`, and a GRU; with and without
+/// the JIT, on list-reduce instances of every length the generator draws (empty ones too).
+#[test]
+fn the_attention_example_matches_the_reference() {
+    let source = include_str!("../../examples/attention.amp");
+    let c = compile_source("attention", source, vec![("hidden".to_string(), 8)]);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let values: Vec<Value> = (0..10).map(|_| instance("list_reduce", &mut rng)).collect();
+    for jit in [true, false] {
+        assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
+    }
+}
+
 /// The executor's loss and gradients on each value equal the reference's; returns the
 /// executor.
 fn assert_values_match(c: &Compiled, values: Vec<Value>, config: ExecConfig) -> Executor {

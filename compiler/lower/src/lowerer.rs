@@ -546,6 +546,13 @@ impl<'p> Lowerer<'p> {
         // A built-in named like a function of the IR's vocabulary is that `unary` node.
         if let Some(f) = UnaryFn::from_name(b.name()) {
             let x = self.expr(&args[0])?;
+            // A softmax across a computed sequence of scalars: one node on its batch.
+            if let (Value::Batch { port, len }, false) = (&x, f.is_elementwise()) {
+                let (port, len) = (port.clone(), len.clone());
+                let ty = port.ty.clone();
+                let n = self.node(Op::Unary(f), &[port], vec![ty.clone()], b.name(), span);
+                return Ok(Value::Batch { port: Self::out(n, 0, ty), len });
+            }
             let x = self.tensor(x, span)?;
             return Ok(self.unary(f, x, b.name(), span));
         }

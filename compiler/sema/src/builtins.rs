@@ -34,7 +34,7 @@ fn signature(b: Builtin) -> &'static str {
         Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log | Builtin::Gelu => {
             "(x: f32[...]) -> f32[...]"
         }
-        Builtin::Softmax | Builtin::LogSoftmax => "(v: f32[n, ...]) -> f32[n, ...]",
+        Builtin::Softmax | Builtin::LogSoftmax => "(v: f32[n, ...]) -> f32[n, ...]  or  (xs: [f32]) -> [f32]",
         Builtin::Concat => "(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]",
         Builtin::Split => "(v: f32[n], parts) -> (f32[n / parts], ...)",
         Builtin::Zeros | Builtin::Ones => "(dims...) -> f32[dims...]",
@@ -110,6 +110,10 @@ pub(crate) fn check_builtin(
         Builtin::Softmax | Builtin::LogSoftmax | Builtin::Argmax => {
             let x = fc.check(&args[0], None);
             let ty = match &x.ty {
+                // Across the elements of a sequence of scalars (attention weights).
+                Ty::Seq(inner) if b != Builtin::Argmax && matches!(&**inner, Ty::Tensor(s) if s.is_empty()) => {
+                    x.ty.clone()
+                }
                 Ty::Tensor(s) if !s.is_empty() => {
                     if b == Builtin::Argmax {
                         Ty::Int

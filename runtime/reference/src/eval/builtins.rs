@@ -59,8 +59,42 @@ impl<'r> Evaluator<'r> {
         let Some(func) = UnaryFn::from_name(b.name()) else {
             return Err(unevaluable(e.span, "a built-in that is not a unary function"));
         };
-        let x = self.tensor_arg(f, args, 0, e)?;
+        let x = match self.arg(f, args, 0, e)? {
+            Val::Seq(xs) => return self.softmax_across(&xs, func == UnaryFn::LogSoftmax, e),
+            other => other.tensor().at(args.first().map_or(e.span, |a| a.span))?,
+        };
         Ok(Val::Tensor(self.tape.unary(func, x).at(e.span)?))
+    }
+
+    /// `softmax` (`log_softmax` with `log`) across a sequence of scalars, from the tape's
+    /// elementwise ops: `exp(x_i - m) / sum_j exp(x_j - m)` with `m` the largest element, a
+    /// constant (the result does not depend on it, so neither does the gradient).
+    fn softmax_across(&mut self, xs: &[Val<'r>], log: bool, e: &'r Expr) -> R<Val<'r>> {
+        let ids: Vec<NodeId> = xs.iter().map(|x| x.tensor().at(e.span)).collect::<R<_>>()?;
+        let max = ids.iter().flat_map(|&id| self.tape.value(id).iter().copied()).fold(f32::NEG_INFINITY, f32::max);
+        let m = self.tape.scalar(if max.is_finite() { max } else { 0.0 });
+        let mut shifted = Vec::with_capacity(ids.len());
+        let mut exps = Vec::with_capacity(ids.len());
+        for &x in &ids {
+            let s = self.tape.binary(BinaryFn::Sub, x, m).at(e.span)?;
+            shifted.push(s);
+            exps.push(self.tape.unary(UnaryFn::Exp, s).at(e.span)?);
+        }
+        let total = self.tape.add_n(&exps, Vec::new()).at(e.span)?;
+        let out: Vec<Val<'r>> = if log {
+            let log_total = self.tape.unary(UnaryFn::Log, total).at(e.span)?;
+            shifted
+                .iter()
+                .map(|&s| self.tape.binary(BinaryFn::Sub, s, log_total).map(Val::Tensor))
+                .collect::<Result<_, _>>()
+                .at(e.span)?
+        } else {
+            exps.iter()
+                .map(|&x| self.tape.binary(BinaryFn::Div, x, total).map(Val::Tensor))
+                .collect::<Result<_, _>>()
+                .at(e.span)?
+        };
+        Ok(Val::Seq(out.into()))
     }
 
     /// `cross_entropy mse`.
