@@ -232,6 +232,35 @@ model M {
     }
 }
 
+/// `layer_norm` over a vector (the executor's row loop against the reference's tape),
+/// between fused elementwise groups, with and without the JIT.
+#[test]
+fn layer_norm_matches_the_reference() {
+    let source = r#"
+record R { x: f32[4], label: int }
+model M {
+    param a = Linear(4, 6);
+    param b = Linear(6, 3);
+    fn forward(r: R) -> f32[3] {
+        let h = tanh(a(r.x)) * 3.0;
+        b(gelu(layer_norm(h)) + h)
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let c = compile_source("layer_norm", source, Vec::new());
+    let values: Vec<Value> = [[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0], [-0.7, 0.0, 4.0, -3.0]]
+        .into_iter()
+        .enumerate()
+        .map(|(i, x)| {
+            Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)])
+        })
+        .collect();
+    for jit in [true, false] {
+        assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
+    }
+}
+
 /// `examples/attention.amp`: a softmax across a computed sequence of scalars (`dot`
 /// scores from a `map`), a weighted sum through `zip`, `gelu`, and a GRU; with and without
 /// the JIT, on list-reduce instances of every length the generator draws (empty ones too).

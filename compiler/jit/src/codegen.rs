@@ -315,7 +315,7 @@ impl<'f> Gen<'_, 'f> {
             Elementwise::Binary(BinaryFn::Sub) => self.b.ins().fsub(a, b),
             Elementwise::Binary(BinaryFn::Mul) => self.b.ins().fmul(a, b),
             Elementwise::Binary(BinaryFn::Div) => self.b.ins().fdiv(a, b),
-            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm) => {
                 unreachable!("KernelSpec::new refuses row-wise functions")
             }
         }
@@ -622,7 +622,7 @@ impl<'f> Gen<'_, 'f> {
                 let t = self.b.ins().fmul(ga, y);
                 vec![ga, self.b.ins().fneg(t)]
             }
-            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm) => {
                 unreachable!("KernelSpec::new refuses row-wise functions")
             }
         }

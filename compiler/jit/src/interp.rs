@@ -357,7 +357,7 @@ fn forward_row<T: Arith>(op: Elementwise, a: &[T], b: &[T], out: &mut Vec<T>) {
         Elementwise::Binary(BinaryFn::Sub) => out.extend(pairs().map(|(&x, &y)| x.sub(y))),
         Elementwise::Binary(BinaryFn::Mul) => out.extend(pairs().map(|(&x, &y)| x.mul(y))),
         Elementwise::Binary(BinaryFn::Div) => out.extend(pairs().map(|(&x, &y)| x.div(y))),
-        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm) => {
             unreachable!("KernelSpec::new refuses row-wise functions")
         }
     }
@@ -394,7 +394,7 @@ fn backward_row<T: Arith>(op: Elementwise, g: &[T], a: &[T], b: &[T], y: &[T], g
             ga.extend(g.iter().zip(b).map(|(&g, &b)| g.div(b)));
             gb.extend(ga[start..].iter().zip(y).map(|(&q, &y)| q.mul(y).neg()));
         }
-        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm) => {
             unreachable!("KernelSpec::new refuses row-wise functions")
         }
     }

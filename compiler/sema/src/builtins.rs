@@ -35,6 +35,7 @@ fn signature(b: Builtin) -> &'static str {
             "(x: f32[...]) -> f32[...]"
         }
         Builtin::Softmax | Builtin::LogSoftmax => "(v: f32[n, ...]) -> f32[n, ...]  or  (xs: [f32]) -> [f32]",
+        Builtin::LayerNorm => "(v: f32[n, ...]) -> f32[n, ...]",
         Builtin::Concat => "(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]",
         Builtin::Split => "(v: f32[n], parts) -> (f32[n / parts], ...)",
         Builtin::Zeros | Builtin::Ones => "(dims...) -> f32[dims...]",
@@ -107,11 +108,14 @@ pub(crate) fn check_builtin(
             };
             result(vec![x], ty)
         }
-        Builtin::Softmax | Builtin::LogSoftmax | Builtin::Argmax => {
+        Builtin::Softmax | Builtin::LogSoftmax | Builtin::LayerNorm | Builtin::Argmax => {
             let x = fc.check(&args[0], None);
             let ty = match &x.ty {
                 // Across the elements of a sequence of scalars (attention weights).
-                Ty::Seq(inner) if b != Builtin::Argmax && matches!(&**inner, Ty::Tensor(s) if s.is_empty()) => {
+                Ty::Seq(inner)
+                    if matches!(b, Builtin::Softmax | Builtin::LogSoftmax)
+                        && matches!(&**inner, Ty::Tensor(s) if s.is_empty()) =>
+                {
                     x.ty.clone()
                 }
                 Ty::Tensor(s) if !s.is_empty() => {

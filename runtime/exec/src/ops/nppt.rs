@@ -37,8 +37,8 @@ impl UnaryOp {
         match self.f {
             UnaryFn::Softmax => kernels::softmax_rows(x, self.row(x.len())),
             UnaryFn::LogSoftmax => kernels::log_softmax_rows(x, self.row(x.len())),
-            // Every other function is elementwise: the vocabulary's scalar function.
-            f => f.forward_elements(x).unwrap_or_default(),
+            // Every other function: the vocabulary's scalar or row function.
+            f => f.forward_elements(x).or_else(|| f.forward_rows(x, self.row(x.len()))).unwrap_or_default(),
         }
     }
 
@@ -62,7 +62,10 @@ impl UnaryOp {
                 }
                 dx
             }
-            f => f.backward_elements(x, y, dy).unwrap_or_default(),
+            f => f
+                .backward_elements(x, y, dy)
+                .or_else(|| f.backward_rows(x, y, dy, self.row(x.len())))
+                .unwrap_or_default(),
         }
     }
 }

@@ -60,7 +60,9 @@ impl<'r> Evaluator<'r> {
             return Err(unevaluable(e.span, "a built-in that is not a unary function"));
         };
         let x = match self.arg(f, args, 0, e)? {
-            Val::Seq(xs) => return self.softmax_across(&xs, func == UnaryFn::LogSoftmax, e),
+            Val::Seq(xs) if matches!(func, UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+                return self.softmax_across(&xs, func == UnaryFn::LogSoftmax, e)
+            }
             other => other.tensor().at(args.first().map_or(e.span, |a| a.span))?,
         };
         Ok(Val::Tensor(self.tape.unary(func, x).at(e.span)?))
