@@ -133,6 +133,9 @@ pub(crate) fn check_builtin(
                         Ty::Error
                     }
                 }
+                _ if matches!(b, Builtin::Softmax | Builtin::LogSoftmax) => {
+                    wrong(fc, Code::TypeMismatch, &x, "needs an f32 tensor or a sequence of scalars `[f32]`")
+                }
                 _ => wrong(fc, Code::TypeMismatch, &x, "needs an f32 tensor"),
             };
             result(vec![x], ty)
