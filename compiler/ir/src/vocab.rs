@@ -84,7 +84,9 @@ pub struct UnarySpec {
     /// The spelling in the IR text form and the Amp built-in of this name, if any.
     pub name: &'static str,
     pub shape: UnaryShape,
-    /// Whether gradients flow through it (the executor and reference run its backward).
+    /// Whether gradients flow through it: `Graph::parameter_dependent` stops at a node
+    /// whose function is not (every function today is; one that is not would also send
+    /// zeros from its backward).
     pub differentiable: bool,
     /// An exponential or a division per element: the JIT's saving forward keeps its vector
     /// values for the backward instead of computing them again.
