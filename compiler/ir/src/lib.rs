@@ -762,7 +762,9 @@ impl Graph {
                 let target = edge.target();
                 let Some(node) = self.nodes.node_weight(target) else { continue };
                 let routing_only = matches!(node.op, Op::StateFromPayload { .. }) && edge.weight().to_port == 0;
-                if !routing_only && !dependent[target.index()] {
+                // A function the vocabulary marks non-differentiable sends no gradient back.
+                let opaque = matches!(node.op, Op::Unary(f) if !f.spec().differentiable);
+                if !routing_only && !opaque && !dependent[target.index()] {
                     dependent[target.index()] = true;
                     work.push(target);
                 }

@@ -33,6 +33,8 @@ pub enum UnaryFn {
     Neg,
     Softmax,
     LogSoftmax,
+    Gelu,
+    LayerNorm,
 }
 
 /// Elementwise arithmetic of two tensors of one shape, or of a tensor and a scalar
@@ -51,8 +53,20 @@ pub enum UnaryShape {
     /// Each element on its own: any shape, fusable by the JIT, foldable on constants.
     Elementwise(UnaryScalar),
     /// Each row of the last dimension together (a tensor of rank at least 1).
-    Rowwise,
+    Rowwise(RowFns),
 }
+
+/// The row function of a row-wise unary function.
+#[derive(Clone, Copy, Debug)]
+pub struct RowFns {
+    /// `y = f(x)` of one row (`y` as long as `x`).
+    pub forward: fn(&[f32], &mut [f32]),
+    /// `dx` of one row from the input, the output and `dy` (all as long as `x`).
+    pub backward: RowBackward,
+}
+
+/// `(x, y, dy, dx)`: writes `dx` of one row.
+pub type RowBackward = fn(&[f32], &[f32], &[f32], &mut [f32]);
 
 /// The scalar function of an elementwise unary function.
 #[derive(Clone, Copy, Debug)]
@@ -70,7 +84,9 @@ pub struct UnarySpec {
     /// The spelling in the IR text form and the Amp built-in of this name, if any.
     pub name: &'static str,
     pub shape: UnaryShape,
-    /// Whether gradients flow through it (the executor and reference run its backward).
+    /// Whether gradients flow through it: `Graph::parameter_dependent` stops at a node
+    /// whose function is not (every function today is; one that is not would also send
+    /// zeros from its backward).
     pub differentiable: bool,
     /// An exponential or a division per element: the JIT's saving forward keeps its vector
     /// values for the backward instead of computing them again.
@@ -98,7 +114,7 @@ pub struct BinarySpec {
 }
 
 /// Every unary function, in discriminant order.
-pub const UNARY: [UnarySpec; 8] = [
+pub const UNARY: [UnarySpec; 10] = [
     UnarySpec {
         f: UnaryFn::Relu,
         name: "relu",
@@ -151,7 +167,7 @@ pub const UNARY: [UnarySpec; 8] = [
     UnarySpec {
         f: UnaryFn::Softmax,
         name: "softmax",
-        shape: UnaryShape::Rowwise,
+        shape: UnaryShape::Rowwise(RowFns { forward: softmax_row, backward: softmax_row_backward }),
         differentiable: true,
         transcendental: false,
         flops: 6.0,
@@ -159,12 +175,113 @@ pub const UNARY: [UnarySpec; 8] = [
     UnarySpec {
         f: UnaryFn::LogSoftmax,
         name: "log_softmax",
-        shape: UnaryShape::Rowwise,
+        shape: UnaryShape::Rowwise(RowFns { forward: log_softmax_row, backward: log_softmax_row_backward }),
         differentiable: true,
         transcendental: false,
         flops: 6.0,
     },
+    UnarySpec {
+        f: UnaryFn::Gelu,
+        name: "gelu",
+        shape: elementwise(gelu, gelu_backward),
+        differentiable: true,
+        // Its backward needs `tanh` of the inner term, not the output: nothing to keep.
+        transcendental: false,
+        flops: 10.0,
+    },
+    UnarySpec {
+        f: UnaryFn::LayerNorm,
+        name: "layer_norm",
+        shape: UnaryShape::Rowwise(RowFns { forward: layer_norm_row, backward: layer_norm_row_backward }),
+        differentiable: true,
+        transcendental: false,
+        flops: 8.0,
+    },
 ];
+
+/// `exp(x - max) / sum(exp(x - max))`.
+fn softmax_row(x: &[f32], y: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = (x - max).exp();
+        sum += *y;
+    }
+    y.iter_mut().for_each(|y| *y /= sum);
+}
+
+/// `dx = y (dy - <dy, y>)`.
+fn softmax_row_backward(_: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    let inner: f32 = y.iter().zip(dy).map(|(y, g)| y * g).sum();
+    for ((dx, &y), &g) in dx.iter_mut().zip(y).zip(dy) {
+        *dx = y * (g - inner);
+    }
+}
+
+/// `(x - max) - log(sum(exp(x - max)))`.
+fn log_softmax_row(x: &[f32], y: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_sum = x.iter().map(|&x| (x - max).exp()).sum::<f32>().ln();
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = (x - max) - log_sum;
+    }
+}
+
+/// `dx = dy - softmax(x) sum(dy)`, `softmax(x) = exp(y)`.
+fn log_softmax_row_backward(_: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    let total: f32 = dy.iter().sum();
+    for ((dx, &y), &g) in dx.iter_mut().zip(y).zip(dy) {
+        *dx = g - y.exp() * total;
+    }
+}
+
+/// PyTorch's `nn.LayerNorm` epsilon.
+pub const LAYER_NORM_EPS: f32 = 1e-5;
+
+/// `(x - mean) / sqrt(var + eps)` with the biased variance, as PyTorch's `layer_norm`
+/// without its affine part.
+fn layer_norm_row(x: &[f32], y: &mut [f32]) {
+    let n = x.len().max(1) as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|&x| (x - mean) * (x - mean)).sum::<f32>() / n;
+    let inv = 1.0 / (var + LAYER_NORM_EPS).sqrt();
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = (x - mean) * inv;
+    }
+}
+
+/// `dx = (dy - mean(dy) - y mean(dy y)) / sqrt(var + eps)`, the inverse deviation taken
+/// again from `x`.
+fn layer_norm_row_backward(x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    let n = x.len().max(1) as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|&x| (x - mean) * (x - mean)).sum::<f32>() / n;
+    let inv = 1.0 / (var + LAYER_NORM_EPS).sqrt();
+    let mean_g = dy.iter().sum::<f32>() / n;
+    let mean_gy = dy.iter().zip(y).map(|(g, y)| g * y).sum::<f32>() / n;
+    for ((dx, &y), &g) in dx.iter_mut().zip(y).zip(dy) {
+        *dx = inv * (g - mean_g - y * mean_gy);
+    }
+}
+
+/// `sqrt(2 / pi)` and the cubic coefficient of GELU's tanh form.
+pub const GELU_C: f32 = 0.797_884_6;
+pub const GELU_K: f32 = 0.044_715;
+
+/// GELU in its tanh form (PyTorch's `gelu(x, approximate="tanh")`, as in BERT and GPT-2):
+/// `x/2 · (1 + tanh(c (x + k x³)))`.
+fn gelu(x: f32) -> f32 {
+    let t = (GELU_C * (x + GELU_K * (x * x * x))).tanh();
+    0.5 * x * (1.0 + t)
+}
+
+/// `dy/dx · g = (½(1 + t) + ½x (1 - t²) c (1 + 3k x²)) · g`, `t` computed again from `x`.
+fn gelu_backward(x: f32, _: f32, g: f32) -> f32 {
+    let x2 = x * x;
+    let t = (GELU_C * (x + GELU_K * (x2 * x))).tanh();
+    let d = 0.5 * (1.0 + t) + 0.5 * x * ((1.0 - t * t) * (GELU_C * (1.0 + 3.0 * GELU_K * x2)));
+    g * d
+}
 
 /// Every binary function, in discriminant order.
 pub const BINARY: [BinarySpec; 4] = [
@@ -206,12 +323,45 @@ impl UnaryFn {
     pub fn scalar(self) -> Option<UnaryScalar> {
         match self.spec().shape {
             UnaryShape::Elementwise(scalar) => Some(scalar),
-            UnaryShape::Rowwise => None,
+            UnaryShape::Rowwise(_) => None,
         }
     }
 
     pub fn is_elementwise(self) -> bool {
         self.scalar().is_some()
+    }
+
+    /// The row function of a row-wise function; `None` for an elementwise one.
+    pub fn rows(self) -> Option<RowFns> {
+        match self.spec().shape {
+            UnaryShape::Rowwise(rows) => Some(rows),
+            UnaryShape::Elementwise(_) => None,
+        }
+    }
+
+    /// `f` of each row of `width` values (the whole of `x` when `width` is 0); `None` for
+    /// an elementwise function.
+    pub fn forward_rows(self, x: &[f32], width: usize) -> Option<Vec<f32>> {
+        let rows = self.rows()?;
+        let width = if width == 0 { x.len().max(1) } else { width };
+        let mut y = vec![0.0; x.len()];
+        for (xr, yr) in x.chunks(width).zip(y.chunks_mut(width)) {
+            (rows.forward)(xr, yr);
+        }
+        Some(y)
+    }
+
+    /// `dx` of each row of `width` values (the whole payload when 0) from the input, the
+    /// output and `dy` (all of one length); `None` for an elementwise function.
+    pub fn backward_rows(self, x: &[f32], y: &[f32], dy: &[f32], width: usize) -> Option<Vec<f32>> {
+        let rows = self.rows()?;
+        let width = if width == 0 { x.len().max(1) } else { width };
+        let mut dx = vec![0.0; x.len()];
+        for (((xr, yr), gr), dr) in x.chunks(width).zip(y.chunks(width)).zip(dy.chunks(width)).zip(dx.chunks_mut(width))
+        {
+            (rows.backward)(xr, yr, gr, dr);
+        }
+        Some(dx)
     }
 }
 
@@ -241,7 +391,7 @@ pub trait BinaryKernel {
 const fn unary_scalar_at(i: usize) -> UnaryScalar {
     match UNARY[i].shape {
         UnaryShape::Elementwise(scalar) => scalar,
-        UnaryShape::Rowwise => panic!("not an elementwise function"),
+        UnaryShape::Rowwise(_) => panic!("not an elementwise function"),
     }
 }
 
@@ -288,7 +438,8 @@ impl UnaryFn {
             UnaryFn::Exp => run_unary::<{ UnaryFn::Exp as usize }, K>(kernel),
             UnaryFn::Log => run_unary::<{ UnaryFn::Log as usize }, K>(kernel),
             UnaryFn::Neg => run_unary::<{ UnaryFn::Neg as usize }, K>(kernel),
-            UnaryFn::Softmax | UnaryFn::LogSoftmax => return None,
+            UnaryFn::Gelu => run_unary::<{ UnaryFn::Gelu as usize }, K>(kernel),
+            UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm => return None,
         })
     }
 
@@ -445,6 +596,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Each row-wise backward is the vector-Jacobian product of its forward (central
+    /// differences in f32 of a weighted sum of the outputs).
+    #[test]
+    fn row_gradients_match_finite_differences() {
+        let x = [0.3f32, -1.2, 2.0, 0.7, -0.4];
+        let w = [0.5f32, -1.0, 0.25, 2.0, 1.5];
+        for f in UnaryFn::all().filter(|f| !f.is_elementwise()) {
+            let y = f.forward_rows(&x, 0).expect("row-wise");
+            let dx = f.backward_rows(&x, &y, &w, 0).expect("row-wise");
+            let objective = |x: &[f32]| -> f64 {
+                let y = f.forward_rows(x, 0).expect("row-wise");
+                y.iter().zip(&w).map(|(y, w)| f64::from(y * w)).sum()
+            };
+            for i in 0..x.len() {
+                let h = 1e-2f32;
+                let (mut up, mut down) = (x, x);
+                up[i] += h;
+                down[i] -= h;
+                let numeric = (objective(&up) - objective(&down)) / f64::from(2.0 * h);
+                let err = (f64::from(dx[i]) - numeric).abs();
+                assert!(err < 2e-3 * numeric.abs().max(1.0), "{} d/dx{i}: {} vs {numeric}", f.name(), dx[i]);
+            }
+        }
+        // A normalised row has mean 0 and variance 1 (up to eps).
+        let y = UnaryFn::LayerNorm.forward_rows(&x, 0).expect("row-wise");
+        let mean = y.iter().sum::<f32>() / 5.0;
+        let var = y.iter().map(|y| (y - mean) * (y - mean)).sum::<f32>() / 5.0;
+        assert!(mean.abs() < 1e-6 && (var - 1.0).abs() < 1e-4, "{mean} {var}");
     }
 
     #[test]

@@ -30,6 +30,7 @@
 use crate::interp::Pass;
 use crate::math::Math;
 use crate::spec::{Elementwise, KernelSpec, ValueId, Width};
+use amp_ir::vocab::{GELU_C, GELU_K};
 use amp_ir::{BinaryFn, UnaryFn};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Block, BlockArg, Function, InstBuilder, MemFlagsData, Type, Value};
@@ -303,11 +304,18 @@ impl<'f> Gen<'_, 'f> {
             Elementwise::Unary(UnaryFn::Exp) => self.math().exp(ty, a),
             Elementwise::Unary(UnaryFn::Log) => self.math().log(ty, a),
             Elementwise::Unary(UnaryFn::Neg) => self.b.ins().fneg(a),
+            Elementwise::Unary(UnaryFn::Gelu) => {
+                let t = self.gelu_tanh(ty, a);
+                let (half, one) = (self.math().fconst(ty, 0.5), self.math().fconst(ty, 1.0));
+                let hx = self.b.ins().fmul(half, a);
+                let s = self.b.ins().fadd(one, t);
+                self.b.ins().fmul(hx, s)
+            }
             Elementwise::Binary(BinaryFn::Add) => self.b.ins().fadd(a, b),
             Elementwise::Binary(BinaryFn::Sub) => self.b.ins().fsub(a, b),
             Elementwise::Binary(BinaryFn::Mul) => self.b.ins().fmul(a, b),
             Elementwise::Binary(BinaryFn::Div) => self.b.ins().fdiv(a, b),
-            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm) => {
                 unreachable!("KernelSpec::new refuses row-wise functions")
             }
         }
@@ -544,6 +552,17 @@ impl<'f> Gen<'_, 'f> {
         }
     }
 
+    /// `tanh(c·(x + k·x²·x))`, GELU's inner term, as the interpreter's `gelu_tanh`.
+    fn gelu_tanh(&mut self, ty: Type, x: Value) -> Value {
+        let (c, k) = (self.math().fconst(ty, GELU_C), self.math().fconst(ty, GELU_K));
+        let x2 = self.b.ins().fmul(x, x);
+        let x3 = self.b.ins().fmul(x2, x);
+        let kx3 = self.b.ins().fmul(k, x3);
+        let sum = self.b.ins().fadd(x, kx3);
+        let u = self.b.ins().fmul(c, sum);
+        self.math().tanh(ty, u)
+    }
+
     /// The gradient terms of an op's operands; the interpreter's `binary_grads` and
     /// backward match these expression for expression.
     fn op_gradients(
@@ -562,6 +581,25 @@ impl<'f> Gen<'_, 'f> {
                 vec![self.math().select_cmp(ty, FloatCC::LessThanOrEqual, a, zero, zero, g)]
             }
             Elementwise::Unary(UnaryFn::Neg) => vec![self.b.ins().fneg(g)],
+            Elementwise::Unary(UnaryFn::Gelu) => {
+                // ½(1 + t) + ½x·((1 - t²)·c(1 + 3k x²)), as the interpreter's `gelu_grad`.
+                let t = self.gelu_tanh(ty, a);
+                let (half, one) = (self.math().fconst(ty, 0.5), self.math().fconst(ty, 1.0));
+                let (c, k3) = (self.math().fconst(ty, GELU_C), self.math().fconst(ty, 3.0 * GELU_K));
+                let s = self.b.ins().fadd(one, t);
+                let left = self.b.ins().fmul(half, s);
+                let t2 = self.b.ins().fmul(t, t);
+                let dt = self.b.ins().fsub(one, t2);
+                let x2 = self.b.ins().fmul(a, a);
+                let k3x2 = self.b.ins().fmul(k3, x2);
+                let p = self.b.ins().fadd(one, k3x2);
+                let du = self.b.ins().fmul(c, p);
+                let inner = self.b.ins().fmul(dt, du);
+                let hx = self.b.ins().fmul(half, a);
+                let right = self.b.ins().fmul(hx, inner);
+                let d = self.b.ins().fadd(left, right);
+                vec![self.b.ins().fmul(g, d)]
+            }
             Elementwise::Unary(UnaryFn::Exp) => vec![self.b.ins().fmul(g, y)],
             Elementwise::Unary(UnaryFn::Log) => vec![self.b.ins().fdiv(g, a)],
             Elementwise::Unary(UnaryFn::Tanh) => {
@@ -584,7 +622,7 @@ impl<'f> Gen<'_, 'f> {
                 let t = self.b.ins().fmul(ga, y);
                 vec![ga, self.b.ins().fneg(t)]
             }
-            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+            Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm) => {
                 unreachable!("KernelSpec::new refuses row-wise functions")
             }
         }

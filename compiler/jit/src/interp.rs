@@ -10,6 +10,7 @@
 
 use crate::error::{BufferRole, KernelError};
 use crate::spec::{Elementwise, KernelSpec, Width};
+use amp_ir::vocab::{GELU_C, GELU_K};
 use amp_ir::{BinaryFn, UnaryFn};
 
 /// Which function of a kernel a call runs.
@@ -322,6 +323,22 @@ impl<'s> Evaluator<'s> {
     }
 }
 
+/// `tanh(c·(x + k·x²·x))`, GELU's inner term, in codegen's order.
+fn gelu_tanh<T: Arith>(x: T) -> T {
+    let (c, k) = (T::from_f32(GELU_C), T::from_f32(GELU_K));
+    c.mul(x.add(k.mul(x.mul(x).mul(x)))).tanh()
+}
+
+/// GELU's derivative at `x`: `½(1 + t) + ½x·((1 - t²)·c(1 + 3k x²))`, in codegen's order.
+fn gelu_grad<T: Arith>(x: T) -> T {
+    let (half, one) = (T::from_f32(0.5), T::from_f32(1.0));
+    let (c, k3) = (T::from_f32(GELU_C), T::from_f32(3.0 * GELU_K));
+    let t = gelu_tanh(x);
+    let left = half.mul(one.add(t));
+    let du = c.mul(one.add(k3.mul(x.mul(x))));
+    left.add(half.mul(x).mul(one.sub(t.mul(t)).mul(du)))
+}
+
 /// One row of an op's forward function (`b` is ignored by unary ops).
 fn forward_row<T: Arith>(op: Elementwise, a: &[T], b: &[T], out: &mut Vec<T>) {
     let pairs = || a.iter().zip(b);
@@ -332,11 +349,15 @@ fn forward_row<T: Arith>(op: Elementwise, a: &[T], b: &[T], out: &mut Vec<T>) {
         Elementwise::Unary(UnaryFn::Exp) => out.extend(a.iter().map(|&x| x.exp())),
         Elementwise::Unary(UnaryFn::Log) => out.extend(a.iter().map(|&x| x.log())),
         Elementwise::Unary(UnaryFn::Neg) => out.extend(a.iter().map(|&x| x.neg())),
+        Elementwise::Unary(UnaryFn::Gelu) => {
+            let (half, one) = (T::from_f32(0.5), T::from_f32(1.0));
+            out.extend(a.iter().map(|&x| half.mul(x).mul(one.add(gelu_tanh(x)))))
+        }
         Elementwise::Binary(BinaryFn::Add) => out.extend(pairs().map(|(&x, &y)| x.add(y))),
         Elementwise::Binary(BinaryFn::Sub) => out.extend(pairs().map(|(&x, &y)| x.sub(y))),
         Elementwise::Binary(BinaryFn::Mul) => out.extend(pairs().map(|(&x, &y)| x.mul(y))),
         Elementwise::Binary(BinaryFn::Div) => out.extend(pairs().map(|(&x, &y)| x.div(y))),
-        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm) => {
             unreachable!("KernelSpec::new refuses row-wise functions")
         }
     }
@@ -350,6 +371,7 @@ fn backward_row<T: Arith>(op: Elementwise, g: &[T], a: &[T], b: &[T], y: &[T], g
     match op {
         Elementwise::Unary(UnaryFn::Relu) => ga.extend(a.iter().zip(g).map(|(&x, &g)| x.relu_grad(g))),
         Elementwise::Unary(UnaryFn::Neg) => ga.extend(g.iter().map(|&g| g.neg())),
+        Elementwise::Unary(UnaryFn::Gelu) => ga.extend(a.iter().zip(g).map(|(&x, &g)| g.mul(gelu_grad(x)))),
         Elementwise::Unary(UnaryFn::Exp) => ga.extend(g.iter().zip(y).map(|(&g, &y)| g.mul(y))),
         Elementwise::Unary(UnaryFn::Log) => ga.extend(g.iter().zip(a).map(|(&g, &x)| g.div(x))),
         Elementwise::Unary(UnaryFn::Tanh) => ga.extend(g.iter().zip(y).map(|(&g, &y)| g.mul(one.sub(y.mul(y))))),
@@ -372,7 +394,7 @@ fn backward_row<T: Arith>(op: Elementwise, g: &[T], a: &[T], b: &[T], y: &[T], g
             ga.extend(g.iter().zip(b).map(|(&g, &b)| g.div(b)));
             gb.extend(ga[start..].iter().zip(y).map(|(&q, &y)| q.mul(y).neg()));
         }
-        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+        Elementwise::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax | UnaryFn::LayerNorm) => {
             unreachable!("KernelSpec::new refuses row-wise functions")
         }
     }

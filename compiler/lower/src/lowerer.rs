@@ -13,7 +13,7 @@ use amp_diagnostics::{Code, Diagnostic, FileId, SourceMap, Span};
 use amp_grammar::ast::{BinOp, UnOp};
 use amp_ir::{
     BinaryFn, ConstValue, DataStep, Edge, FieldId, FieldRole, Graph, IntOp, Loc, LossBase, Node, Op, Param, ParamInit,
-    PayloadTy, StateExpr, StateField, UnaryFn,
+    PayloadTy, ReduceFn, StateExpr, StateField, UnaryFn,
 };
 use amp_sema::{
     Block, Builtin, ComponentId, Dim, Expr, ExprKind, FnId, Instance, InstanceCall, LocalId, Pattern, Program, Stmt,
@@ -566,6 +566,13 @@ impl<'p> Lowerer<'p> {
         // A built-in named like a function of the IR's vocabulary is that `unary` node.
         if let Some(f) = UnaryFn::from_name(b.name()) {
             let x = self.expr(&args[0])?;
+            // A softmax across a computed sequence of scalars: one node on its batch.
+            if let (Value::Batch { port, len }, false) = (&x, f.is_elementwise()) {
+                let (port, len) = (port.clone(), len.clone());
+                let ty = port.ty.clone();
+                let n = self.node(Op::Unary(f), &[port], vec![ty.clone()], b.name(), span);
+                return Ok(Value::Batch { port: Self::out(n, 0, ty), len });
+            }
             let x = self.tensor(x, span)?;
             return Ok(self.unary(f, x, b.name(), span));
         }
@@ -602,6 +609,17 @@ impl<'p> Lowerer<'p> {
                 let ty = PayloadTy::F32(shape);
                 let n = self.node(Op::Split { parts: parts as u32 }, &[p], vec![ty.clone(); parts], "split", span);
                 Ok(Value::Tuple((0..parts).map(|i| Value::Tensor(Self::out(n, i as u16, ty.clone()))).collect()))
+            }
+            Builtin::Dot => {
+                // `sum(a * b)`: two ops every stage knows (the product fuses with its
+                // neighbours; the sum is a `reduce`).
+                let (a, bx) = (self.expr(&args[0])?, self.expr(&args[1])?);
+                let Value::Tensor(product) = self.binary(BinOp::Mul, a, bx, span)? else {
+                    return Err(self.unsupported(span, "`dot` of these values"));
+                };
+                let out = PayloadTy::F32(Vec::new());
+                let n = self.node(Op::Reduce(ReduceFn::Sum), &[product], vec![out.clone()], "dot", span);
+                Ok(Value::Tensor(Self::out(n, 0, out)))
             }
             Builtin::Zeros | Builtin::Ones => {
                 let shape = self.shape_of(&e.ty, span)?;

@@ -7,7 +7,7 @@ use amp_ir::{ConstValue, Edge, Graph, Node, Op, PayloadTy};
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use petgraph::Direction::{Incoming, Outgoing};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// What one pass changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,6 +206,78 @@ fn fusable(op: &Op) -> bool {
     }
 }
 
+/// Splits groups until none is re-entered: a fused group runs as one node, so a value that
+/// leaves it and comes back (`h * sum(h * q)`: the `reduce` reads the group and feeds it)
+/// would wait for the group's own output. A member reached from another through a node
+/// outside the group, and everything after it, goes to a group of its own (the members
+/// before it keep theirs). Paths follow forward edges (a lower node index to a higher one:
+/// lowering creates a node after its operands, and only a loop's back edge into its `phi`
+/// runs the other way, carrying the next iteration's message, another kernel call), within
+/// the group's index range.
+fn convex_groups(graph: &Graph, groups: Vec<Vec<NodeIndex>>) -> Vec<Vec<NodeIndex>> {
+    let mut done = Vec::new();
+    // In order, so that a graph without re-entered groups keeps its group numbers.
+    for group in groups {
+        let mut pending = VecDeque::from([group]);
+        while let Some(group) = pending.pop_front() {
+            let tainted = reentered(graph, &group);
+            if tainted.is_empty() {
+                done.push(group);
+                continue;
+            }
+            let (moved, kept): (Vec<NodeIndex>, Vec<NodeIndex>) = group.into_iter().partition(|n| tainted.contains(n));
+            pending.extend(components(graph, &kept));
+            pending.extend(components(graph, &moved));
+        }
+    }
+    done
+}
+
+/// The members of `group` downstream of a path that leaves it (see [`convex_groups`]).
+fn reentered(graph: &Graph, group: &[NodeIndex]) -> BTreeSet<NodeIndex> {
+    let members: BTreeSet<NodeIndex> = group.iter().copied().collect();
+    let (Some(&first), Some(&last)) = (members.first(), members.last()) else { return BTreeSet::new() };
+    let forward =
+        |from: NodeIndex| graph.nodes.neighbors_directed(from, Outgoing).filter(move |&to| to > from && to <= last);
+    let mut tainted = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    let mut stack: Vec<NodeIndex> =
+        members.iter().flat_map(|&m| forward(m)).filter(|to| !members.contains(to) && *to > first).collect();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) {
+            continue;
+        }
+        if members.contains(&n) {
+            tainted.insert(n);
+        }
+        stack.extend(forward(n).filter(|to| !seen.contains(to)));
+    }
+    tainted
+}
+
+/// The connected parts of `nodes` (edges between them in either direction).
+fn components(graph: &Graph, nodes: &[NodeIndex]) -> Vec<Vec<NodeIndex>> {
+    let set: BTreeSet<NodeIndex> = nodes.iter().copied().collect();
+    let mut seen = BTreeSet::new();
+    let mut parts = Vec::new();
+    for &start in nodes {
+        if !seen.insert(start) {
+            continue;
+        }
+        let (mut part, mut stack) = (vec![start], vec![start]);
+        while let Some(n) = stack.pop() {
+            for m in graph.nodes.neighbors_undirected(n) {
+                if set.contains(&m) && seen.insert(m) {
+                    part.push(m);
+                    stack.push(m);
+                }
+            }
+        }
+        parts.push(part);
+    }
+    parts
+}
+
 /// Marks maximal connected groups of elementwise nodes in the same context (same key
 /// fields) as fusion groups, for the JIT to compile into one kernel each.
 pub fn group_fusable_nppts(graph: &mut Graph) -> PassReport {
@@ -235,6 +307,7 @@ pub fn group_fusable_nppts(graph: &mut Graph) -> PassReport {
         }
         groups.push(members);
     }
+    let groups = convex_groups(graph, groups);
     let mut details = Vec::new();
     let mut next = 0u32;
     for node in graph.nodes.node_weights_mut() {

@@ -220,6 +220,42 @@ model M {
     assert!(fused.iter().all(|f| *f == Some(0)), "tanh, mul, sigmoid, add form one fusion group: {fused:?}");
 }
 
+/// A value that leaves a fusion group and comes back (`dot` is a product and a `reduce`
+/// outside the group; `h * s` reads the reduce) splits the group: a fused group runs as
+/// one node, so it cannot wait for what its own output feeds. The part before the exit
+/// keeps its group, what follows it gets another.
+#[test]
+fn fusion_groups_are_never_reentered() {
+    let text = r#"
+record R { x: f32[4], label: int }
+model M {
+    param a = Linear(4, 6);
+    param q = Linear(4, 6);
+    param b = Linear(6, 3);
+    fn forward(r: R) -> f32[3] {
+        let h = gelu(a(r.x));
+        let s = dot(h, q(r.x));
+        b(tanh(h * s) + h)
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let mut g = lower(text).unwrap();
+    passes::optimize(&mut g);
+    let reduce = g.nodes.node_indices().find(|&i| g.nodes[i].op.keyword() == "reduce").expect("dot's reduce");
+    let (from, to) = (
+        g.nodes.neighbors_directed(reduce, petgraph::Direction::Incoming).next().expect("product"),
+        g.nodes.neighbors_directed(reduce, petgraph::Direction::Outgoing).next().expect("h * s"),
+    );
+    let (before, after) = (g.nodes[from].fusion, g.nodes[to].fusion);
+    assert!(before.is_some() && after.is_some(), "both sides still fuse: {before:?} {after:?}");
+    assert_ne!(before, after, "the product and `h * s` are in different groups");
+    // `h * s`, `tanh` and `+` stay together.
+    let late: Vec<Option<u32>> =
+        g.nodes.node_weights().filter(|n| matches!(n.label.as_str(), "tanh" | "+")).map(|n| n.fusion).collect();
+    assert!(late.iter().all(|f| *f == after), "{late:?} vs {after:?}");
+}
+
 #[test]
 fn optimized_examples_keep_their_structure() {
     let mut g = lower(&example("list_reduce")).unwrap();

@@ -15,7 +15,7 @@ fn arity(b: Builtin) -> (usize, usize) {
     match b {
         Builtin::Concat => (1, usize::MAX),
         Builtin::Zeros | Builtin::Ones => (0, 8),
-        Builtin::Split | Builtin::TopK | Builtin::CrossEntropy | Builtin::Mse | Builtin::Zip => (2, 2),
+        Builtin::Split | Builtin::TopK | Builtin::CrossEntropy | Builtin::Mse | Builtin::Zip | Builtin::Dot => (2, 2),
         Builtin::ScatterSum => (3, 3),
         _ => (1, 1),
     }
@@ -31,8 +31,11 @@ impl Builtin {
 
 fn signature(b: Builtin) -> &'static str {
     match b {
-        Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log => "(x: f32[...]) -> f32[...]",
-        Builtin::Softmax | Builtin::LogSoftmax => "(v: f32[n, ...]) -> f32[n, ...]",
+        Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log | Builtin::Gelu => {
+            "(x: f32[...]) -> f32[...]"
+        }
+        Builtin::Softmax | Builtin::LogSoftmax => "(v: f32[n, ...]) -> f32[n, ...]  or  (xs: [f32]) -> [f32]",
+        Builtin::LayerNorm => "(v: f32[n, ...]) -> f32[n, ...]",
         Builtin::Concat => "(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]",
         Builtin::Split => "(v: f32[n], parts) -> (f32[n / parts], ...)",
         Builtin::Zeros | Builtin::Ones => "(dims...) -> f32[dims...]",
@@ -41,6 +44,7 @@ fn signature(b: Builtin) -> &'static str {
         Builtin::Sum | Builtin::Mean => "(xs: [f32[...]]) -> f32[...]  or  (v: f32[...]) -> f32",
         Builtin::CrossEntropy => "(logits: f32[c], label: int) -> f32",
         Builtin::Mse => "(a: f32[...], b: f32[...]) -> f32",
+        Builtin::Dot => "(a: f32[n], b: f32[n]) -> f32",
         Builtin::Len => "(xs: [T]) -> int",
         Builtin::Zip => "(a: [A], b: [B]) -> [(A, B)]",
         Builtin::Range => "(n: int) -> [int]",
@@ -104,9 +108,16 @@ pub(crate) fn check_builtin(
             };
             result(vec![x], ty)
         }
-        Builtin::Softmax | Builtin::LogSoftmax | Builtin::Argmax => {
+        Builtin::Softmax | Builtin::LogSoftmax | Builtin::LayerNorm | Builtin::Argmax => {
             let x = fc.check(&args[0], None);
             let ty = match &x.ty {
+                // Across the elements of a sequence of scalars (attention weights).
+                Ty::Seq(inner)
+                    if matches!(b, Builtin::Softmax | Builtin::LogSoftmax)
+                        && matches!(&**inner, Ty::Tensor(s) if s.is_empty()) =>
+                {
+                    x.ty.clone()
+                }
                 Ty::Tensor(s) if !s.is_empty() => {
                     if b == Builtin::Argmax {
                         Ty::Int
@@ -121,6 +132,9 @@ pub(crate) fn check_builtin(
                     } else {
                         Ty::Error
                     }
+                }
+                _ if matches!(b, Builtin::Softmax | Builtin::LogSoftmax) => {
+                    wrong(fc, Code::TypeMismatch, &x, "needs an f32 tensor or a sequence of scalars `[f32]`")
                 }
                 _ => wrong(fc, Code::TypeMismatch, &x, "needs an f32 tensor"),
             };
@@ -327,6 +341,41 @@ pub(crate) fn check_builtin(
                 }
                 _ => {
                     wrong(fc, Code::LossOperands, &a, "compares two f32 tensors");
+                }
+            }
+            result(vec![a, bx], Ty::scalar())
+        }
+        Builtin::Dot => {
+            let a = fc.check(&args[0], None);
+            let bx = fc.check(&args[1], Some(&a.ty));
+            match (&a.ty, &bx.ty) {
+                (Ty::Error, _) | (_, Ty::Error) => {}
+                (Ty::Tensor(s), Ty::Tensor(t)) if s.len() == 1 && s == t => {}
+                (Ty::Tensor(s), Ty::Tensor(t)) if s.len() == 1 && t.len() == 1 => {
+                    let (sa, sb) = (ty_str(fc, &a.ty), ty_str(fc, &bx.ty));
+                    fc.error(
+                        Diagnostic::new(
+                            Code::ShapeMismatch,
+                            span,
+                            format!("`dot` multiplies vectors of one length: `{sa}` vs `{sb}`"),
+                        )
+                        .with_primary("lengths differ")
+                        .with_label(a.span, format!("this is `{sa}`"))
+                        .with_label(bx.span, format!("this is `{sb}`"))
+                        .with_note(format!("`dot{}`", signature(b))),
+                    );
+                }
+                (Ty::Tensor(s), _) if s.len() != 1 => {
+                    wrong(fc, Code::RankMismatch, &a, "takes vectors (rank-1 tensors)");
+                }
+                (_, Ty::Tensor(t)) if t.len() != 1 => {
+                    wrong(fc, Code::RankMismatch, &bx, "takes vectors (rank-1 tensors)");
+                }
+                (Ty::Tensor(_), _) => {
+                    wrong(fc, Code::TypeMismatch, &bx, "takes two f32 vectors");
+                }
+                _ => {
+                    wrong(fc, Code::TypeMismatch, &a, "takes two f32 vectors");
                 }
             }
             result(vec![a, bx], Ty::scalar())

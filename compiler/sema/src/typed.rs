@@ -212,6 +212,9 @@ pub enum Builtin {
     Log,
     Softmax,
     LogSoftmax,
+    Gelu,
+    LayerNorm,
+    Dot,
     Concat,
     Split,
     Zeros,
@@ -237,6 +240,9 @@ impl Builtin {
         Builtin::Log,
         Builtin::Softmax,
         Builtin::LogSoftmax,
+        Builtin::Gelu,
+        Builtin::LayerNorm,
+        Builtin::Dot,
         Builtin::Concat,
         Builtin::Split,
         Builtin::Zeros,
@@ -262,6 +268,9 @@ impl Builtin {
             Builtin::Log => "log",
             Builtin::Softmax => "softmax",
             Builtin::LogSoftmax => "log_softmax",
+            Builtin::Gelu => "gelu",
+            Builtin::LayerNorm => "layer_norm",
+            Builtin::Dot => "dot",
             Builtin::Concat => "concat",
             Builtin::Split => "split",
             Builtin::Zeros => "zeros",
@@ -285,7 +294,7 @@ impl Builtin {
 
     /// Elementwise functions that keep the shape.
     pub fn is_elementwise(self) -> bool {
-        matches!(self, Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log)
+        matches!(self, Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log | Builtin::Gelu)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Whole-model gradient checks on the five canonical examples (small hyperparameters,
+//! Whole-model gradient checks on the five canonical examples, the attention example and
+//! `layer_norm` (small hyperparameters,
 //! hand-built instances): the analytic gradient of every parameter against finite
 //! differences of the loss.
 
@@ -89,4 +90,34 @@ fn moe_gradients_match_finite_differences() {
     let routed =
         (0..4).filter(|e| grads.get(&format!("expert.{e}.l1.weight")).unwrap().iter().any(|&g| g != 0.0)).count();
     assert_eq!(routed, 2);
+}
+
+/// The new built-ins through the whole evaluator: `examples/attention.amp` (`gelu`, `dot`,
+/// a `softmax` across a sequence of scores, a weighted sum) and `layer_norm`.
+#[test]
+fn attention_gradients_match_finite_differences() {
+    let (program, model) = compile(&example("attention"), &[("hidden", 6)]);
+    let reference = Reference::new(&program, model).unwrap();
+    let params = init_params(&program, model, 3);
+    let input = Value::Record(vec![ints(&[3, 5, 1, 7, 2]), Value::Int(4)]);
+    grad_check(&reference, &params, &input, 13, 2);
+}
+
+#[test]
+fn layer_norm_gradients_match_finite_differences() {
+    let source = r#"
+record R { x: f32[5], label: int }
+model M {
+    param a = Linear(5, 4);
+    param b = Linear(4, 3);
+    fn forward(r: R) -> f32[3] { b(gelu(layer_norm(a(r.x)) * 2.0)) }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let (program, model) = compile(source, &[]);
+    let reference = Reference::new(&program, model).unwrap();
+    let params = init_params(&program, model, 4);
+    let mut rng = Rng::new(9);
+    let input = Value::Record(vec![tensor(rng.vec(5)), Value::Int(1)]);
+    grad_check(&reference, &params, &input, 14, 2);
 }

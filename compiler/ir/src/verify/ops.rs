@@ -60,8 +60,11 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
         }
         Op::Unary(f) => {
             if ports(cx, i, node, one, one) {
-                let needs_rank = !f.is_elementwise();
-                let input = if needs_rank { TypeExpectation::F32Ranked } else { TypeExpectation::AnyF32 };
+                // A row-wise function reads rows of the last dimension: of a tensor of rank
+                // 1 or more, or of a batch (a batch of scalars `f32[?]` is one row, the
+                // whole sequence).
+                let rowwise = !f.is_elementwise();
+                let input = if rowwise { TypeExpectation::Rows } else { TypeExpectation::AnyF32 };
                 if expect(cx, i, PortDir::Input, 0, &node.inputs[0], &input) {
                     same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
                 }

@@ -12,26 +12,33 @@ use amp_ir::{BinaryFn, PayloadTy, UnaryFn};
 /// `f(x)`, caching input and output (shared, not copied) for the backward.
 pub(crate) struct UnaryOp {
     f: UnaryFn,
-    /// Width of a row for the softmaxes (the last dimension).
-    width: usize,
+    /// Width of a row for the softmaxes (the last dimension); `None` for a batch of
+    /// scalars `f32[?]`, whose one row is the whole payload (a softmax across a sequence).
+    width: Option<usize>,
     cache: Keyed<(Payload, Payload)>,
 }
 
 impl UnaryOp {
     pub fn new(f: UnaryFn, node: &NodeInfo) -> UnaryOp {
         let width = match node.inputs.first() {
-            Some(PayloadTy::F32(dims) | PayloadTy::Batch(dims)) => dims.last().copied().unwrap_or(1) as usize,
-            _ => 1,
+            Some(PayloadTy::Batch(dims)) if dims.is_empty() => None,
+            Some(PayloadTy::F32(dims) | PayloadTy::Batch(dims)) => Some(dims.last().copied().unwrap_or(1) as usize),
+            _ => Some(1),
         };
         UnaryOp { f, width, cache: Keyed::new() }
     }
 
+    /// The row width for a payload of `len` values (at least 1, for `chunks`).
+    fn row(&self, len: usize) -> usize {
+        self.width.unwrap_or(len).max(1)
+    }
+
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         match self.f {
-            UnaryFn::Softmax => kernels::softmax_rows(x, self.width),
-            UnaryFn::LogSoftmax => kernels::log_softmax_rows(x, self.width),
-            // Every other function is elementwise: the vocabulary's scalar function.
-            f => f.forward_elements(x).unwrap_or_default(),
+            UnaryFn::Softmax => kernels::softmax_rows(x, self.row(x.len())),
+            UnaryFn::LogSoftmax => kernels::log_softmax_rows(x, self.row(x.len())),
+            // Every other function: the vocabulary's scalar or row function.
+            f => f.forward_elements(x).or_else(|| f.forward_rows(x, self.row(x.len()))).unwrap_or_default(),
         }
     }
 
@@ -39,8 +46,8 @@ impl UnaryOp {
         match self.f {
             UnaryFn::Softmax => {
                 // dx = y * (dy - <dy, y>) per row.
-                let mut dx = Vec::with_capacity(y.len());
-                for (yr, gr) in y.chunks(self.width.max(1)).zip(dy.chunks(self.width.max(1))) {
+                let (mut dx, row) = (Vec::with_capacity(y.len()), self.row(y.len()));
+                for (yr, gr) in y.chunks(row).zip(dy.chunks(row)) {
                     let inner = kernels::dot(yr, gr);
                     dx.extend(yr.iter().zip(gr).map(|(y, g)| y * (g - inner)));
                 }
@@ -48,14 +55,17 @@ impl UnaryOp {
             }
             UnaryFn::LogSoftmax => {
                 // dx = dy - softmax(x) * sum(dy) per row, softmax(x) = exp(y).
-                let mut dx = Vec::with_capacity(y.len());
-                for (yr, gr) in y.chunks(self.width.max(1)).zip(dy.chunks(self.width.max(1))) {
+                let (mut dx, row) = (Vec::with_capacity(y.len()), self.row(y.len()));
+                for (yr, gr) in y.chunks(row).zip(dy.chunks(row)) {
                     let total: f32 = gr.iter().sum();
                     dx.extend(yr.iter().zip(gr).map(|(y, g)| g - y.exp() * total));
                 }
                 dx
             }
-            f => f.backward_elements(x, y, dy).unwrap_or_default(),
+            f => f
+                .backward_elements(x, y, dy)
+                .or_else(|| f.backward_rows(x, y, dy, self.row(x.len())))
+                .unwrap_or_default(),
         }
     }
 }

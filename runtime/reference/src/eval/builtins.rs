@@ -4,7 +4,7 @@
 use super::expr::int_range;
 use super::{unevaluable, At, Evaluator, Frame, MAX_SEQ_LEN, R};
 use crate::error::{ErrorKind, RefError};
-use crate::tape::{self, NodeId, UnaryFn};
+use crate::tape::{self, BinaryFn, NodeId, UnaryFn};
 use crate::value::Val;
 use amp_sema::{Builtin, Expr, Ty};
 
@@ -44,6 +44,12 @@ impl<'r> Evaluator<'r> {
             Builtin::Sum | Builtin::Mean => self.reduce(f, b, args, e),
             Builtin::Len | Builtin::Zip | Builtin::Range => self.sequence(f, b, args, e),
             Builtin::ScatterSum => self.scatter_sum(f, args, e),
+            Builtin::Dot => {
+                let a = self.tensor_arg(f, args, 0, e)?;
+                let b = self.tensor_arg(f, args, 1, e)?;
+                let product = self.tape.binary(BinaryFn::Mul, a, b).at(e.span)?;
+                Ok(Val::Tensor(self.tape.sum_all(product)))
+            }
             _ => Err(unevaluable(e.span, "a built-in the reference does not implement")),
         }
     }
@@ -53,8 +59,44 @@ impl<'r> Evaluator<'r> {
         let Some(func) = UnaryFn::from_name(b.name()) else {
             return Err(unevaluable(e.span, "a built-in that is not a unary function"));
         };
-        let x = self.tensor_arg(f, args, 0, e)?;
+        let x = match self.arg(f, args, 0, e)? {
+            Val::Seq(xs) if matches!(func, UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
+                return self.softmax_across(&xs, func == UnaryFn::LogSoftmax, e)
+            }
+            other => other.tensor().at(args.first().map_or(e.span, |a| a.span))?,
+        };
         Ok(Val::Tensor(self.tape.unary(func, x).at(e.span)?))
+    }
+
+    /// `softmax` (`log_softmax` with `log`) across a sequence of scalars, from the tape's
+    /// elementwise ops: `exp(x_i - m) / sum_j exp(x_j - m)` with `m` the largest element, a
+    /// constant (the result does not depend on it, so neither does the gradient).
+    fn softmax_across(&mut self, xs: &[Val<'r>], log: bool, e: &'r Expr) -> R<Val<'r>> {
+        let ids: Vec<NodeId> = xs.iter().map(|x| x.tensor().at(e.span)).collect::<R<_>>()?;
+        let max = ids.iter().flat_map(|&id| self.tape.value(id).iter().copied()).fold(f32::NEG_INFINITY, f32::max);
+        let m = self.tape.scalar(if max.is_finite() { max } else { 0.0 });
+        let mut shifted = Vec::with_capacity(ids.len());
+        let mut exps = Vec::with_capacity(ids.len());
+        for &x in &ids {
+            let s = self.tape.binary(BinaryFn::Sub, x, m).at(e.span)?;
+            shifted.push(s);
+            exps.push(self.tape.unary(UnaryFn::Exp, s).at(e.span)?);
+        }
+        let total = self.tape.add_n(&exps, Vec::new()).at(e.span)?;
+        let out: Vec<Val<'r>> = if log {
+            let log_total = self.tape.unary(UnaryFn::Log, total).at(e.span)?;
+            shifted
+                .iter()
+                .map(|&s| self.tape.binary(BinaryFn::Sub, s, log_total).map(Val::Tensor))
+                .collect::<Result<_, _>>()
+                .at(e.span)?
+        } else {
+            exps.iter()
+                .map(|&x| self.tape.binary(BinaryFn::Div, x, total).map(Val::Tensor))
+                .collect::<Result<_, _>>()
+                .at(e.span)?
+        };
+        Ok(Val::Seq(out.into()))
     }
 
     /// `cross_entropy mse`.

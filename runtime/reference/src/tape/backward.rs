@@ -119,6 +119,12 @@ impl Tape {
                 self.accumulate(grads, *a, &ga);
                 self.accumulate(grads, *b, &gb);
             }
+            Op::Rows(f, x) => {
+                let row = node.shape.last().copied().unwrap_or(1).max(1);
+                if let Some(contribution) = f.backward_rows(self.value(*x), y, g, row) {
+                    self.accumulate(grads, *x, &contribution);
+                }
+            }
             Op::Softmax(x) => {
                 let row = node.shape.last().copied().unwrap_or(1).max(1);
                 let mut contribution = vec![0.0; y.len()];

@@ -42,6 +42,9 @@ pub enum Op {
     /// Over the last axis (the whole vector for rank 1), numerically stable.
     Softmax(NodeId),
     LogSoftmax(NodeId),
+    /// Another row-wise function of the vocabulary (`layer_norm`), over the last axis, with
+    /// the vocabulary's row function.
+    Rows(UnaryFn, NodeId),
     /// Vectors joined end to end.
     Concat(Vec<NodeId>),
     /// A contiguous part of the input starting at element `offset`, with the node's shape:
@@ -209,7 +212,10 @@ impl Tape {
     /// row-wise one (which needs rank 1 or more).
     pub fn unary(&mut self, f: UnaryFn, x: NodeId) -> R<NodeId> {
         let Some(scalar) = f.scalar() else {
-            return self.softmax(x, f == UnaryFn::LogSoftmax);
+            return match f {
+                UnaryFn::Softmax | UnaryFn::LogSoftmax => self.softmax(x, f == UnaryFn::LogSoftmax),
+                _ => self.rows(f, x),
+            };
         };
         let node = self.node(x);
         let value = node.value.iter().map(|&v| (scalar.forward)(v)).collect();
@@ -236,6 +242,16 @@ impl Tape {
             ));
         };
         Ok(self.push(Op::Binary(f, a, b), shape, value))
+    }
+
+    /// A row-wise function of the vocabulary over the last axis (rank 1 or more).
+    fn rows(&mut self, f: UnaryFn, x: NodeId) -> R<NodeId> {
+        let node = self.node(x);
+        let Some(value) = node.shape.last().and_then(|&row| f.forward_rows(&node.value, row.max(1))) else {
+            return Err(shape_error(f.name(), "needs a tensor of rank 1 or more".into()));
+        };
+        let shape = node.shape.clone();
+        Ok(self.push(Op::Rows(f, x), shape, value))
     }
 
     /// Softmax (`log = false`) or log-softmax over the last axis.
