@@ -237,6 +237,15 @@ pub struct TrainArgs {
     /// Asynchronous updates (AMPNet): instances keep flowing past update boundaries.
     #[arg(long = "async")]
     pub asynchronous: bool,
+    /// Bounded staleness (DSP): no gradient is applied more than K updates of its group
+    /// after the version its forward read; `K` for every group, `NODE=K` for one (a
+    /// layer's label, `%index` or a parameter array); repeatable.
+    #[arg(long, value_name = "K|NODE=K", value_parser = crate::staleness::parse_bound)]
+    pub max_staleness: Vec<crate::staleness::StalenessBound>,
+    /// `layerwise`: bounds that grow towards the input (DSP), from `--max-staleness K`
+    /// (0 without) at the group nearest the loss, one more per group before it.
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub staleness_schedule: crate::staleness::StalenessSchedule,
     #[arg(long, value_enum, default_value = "sgd")]
     pub optimizer: OptimizerName,
     /// Learning rate (default: 0.01 for sgd and momentum, 0.001 for adam).

@@ -16,6 +16,7 @@
 //!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
 //!        [--no-chains] [--keep-best best.safetensors] [--patience N]
 //!        [--replicate NODE=R ...] [--replica-sync N]
+//!        [--max-staleness K|NODE=K ...] [--staleness-schedule uniform|layerwise]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
 //! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
@@ -86,12 +87,34 @@
 //! in flight) and drains only at the epoch's end, where the owners apply what gradients
 //! are left (so every checkpoint is taken with none pending).
 //!
+//! **Staleness.** A gradient's staleness, in a parameter group, is the number of the
+//! group's updates between the version its instance's forward messages read (the oldest,
+//! when they read several) and the version it is applied to: 0 in synchronous training,
+//! often more under `--async` with several instances in flight. Each epoch's metrics
+//! report it per group (below); an epoch that measured any above 0 prints a line
+//! `staleness: embed 0.42 (max 3), ...` (mean and max per group) under its summary line.
+//! `--max-staleness K` bounds it for every group (DSP, bounded staleness): a group
+//! defers an update while an instance still in flight read a version K updates old
+//! (it keeps accumulating, and updates once that gradient came or the instance ended), so
+//! no gradient is applied more than K updates late; `--max-staleness NODE=K` bounds one
+//! group (a node's label, `%index` or a parameter array's name; it overrides the
+//! others). `--staleness-schedule layerwise` gives the group nearest the loss K (0 without
+//! `--max-staleness K`) and each group before it (in the graph's order) one more, as DSP
+//! lets lower layers use staler parameters. K = 0 with one instance in flight trains as
+//! synchronous training does (the same losses); without a bound, `--async` is unchanged.
+//! A bound holds updates, not admissions: with K = 0 and many instances in flight, a
+//! group updates only when no instance in flight has read it since its last update.
+//!
 //! **Reports.** On a terminal a progress bar (stderr) shows instances/s, loss and
 //! accuracy; otherwise one line per epoch. `--metrics FILE` gets one JSON object per
 //! report (appended to when resuming): `split` (`train`/`valid`), `epoch`, `instances`,
 //! `loss`, `accuracy` (when the model classifies), `instances_per_s`, `elapsed_s`, and
-//! `updates` for training. `--trace FILE` writes a Chrome/Perfetto trace of every
-//! worker's forward, backward and update work. A summary ends the run on stdout.
+//! for training `updates` and `staleness`: per parameter group `{"group", "mean", "max",
+//! "gradients", "bound"}` (the instances' gradients measured, an instance applied over
+//! two updates counting in both; `bound` null when unbounded). `--trace FILE` writes a
+//! Chrome/Perfetto trace of every worker's forward, backward and update work; an update
+//! carries `staleness` in its `args` (its stalest gradient). A summary ends the run on
+//! stdout.
 //!
 //! **Files written.** `--save`, `--metrics`, `--trace`, `--profile` and grad's `--out` are
 //! checked before any work: the directory must exist and take a new file, and a path that
@@ -181,6 +204,7 @@ mod model;
 mod placement;
 mod report;
 mod setup;
+mod staleness;
 mod start;
 mod steps;
 mod train;

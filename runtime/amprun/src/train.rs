@@ -16,6 +16,7 @@ use crate::model::{self, display_name};
 use crate::placement::{self, Choice, Measure};
 use crate::report::{self, Metrics, Progress, Report};
 use crate::setup;
+use crate::staleness;
 use crate::start::{meta, starting_point};
 use amp_data::Instance;
 use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Observer, Placement, TraceEvent};
@@ -99,6 +100,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let name = display_name(&graph, &args.model.path);
     let optimizer = optimizer(args)?;
     check_update_overrides(&graph, &args.update_frequency)?;
+    staleness::check_nodes(&graph, &args.max_staleness)?;
     let assumptions = placement::assumptions(args.min_update_frequency, Some(&optimizer));
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let config = train_config(args, optimizer, choice.placement.clone());
@@ -326,7 +328,9 @@ impl TrainRun<'_> {
             elapsed_s: self.started.elapsed().as_secs_f64(),
             updates: Some(stats.updates),
         };
-        self.metrics.write(&report)?;
+        let mut object = report.to_json();
+        object["staleness"] = staleness::to_json(&stats.staleness);
+        self.metrics.write_json(&object)?;
         let mut line = format!(
             "epoch {epoch}/{}: train {} ({n} instances, {:.0}/s)",
             self.args.epochs,
@@ -342,6 +346,9 @@ impl TrainRun<'_> {
             self.start_copy = None;
         }
         self.progress.line(&line);
+        if let Some(staleness) = staleness::line(&stats.staleness) {
+            self.progress.line(&format!("  {staleness}"));
+        }
         // The previous epoch's validation ran while this epoch trained.
         self.report_validation()?;
         let params = self.executor.params().clone();
@@ -600,7 +607,7 @@ fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) 
         sync_updates: !args.asynchronous,
         flush_at_epoch_end: true,
         trace: tracing(args),
-        ..setup::exec_config(&args.exec, optimizer)
+        ..staleness::apply(setup::exec_config(&args.exec, optimizer), &args.max_staleness, args.staleness_schedule)
     }
 }
 

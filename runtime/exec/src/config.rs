@@ -113,6 +113,19 @@ pub struct ExecConfig {
     /// this long while instances are in flight.
     pub stall_timeout: Duration,
     pub fault: Option<Fault>,
+    /// Bounded staleness (DSP): no parameter group applies a gradient more than this many
+    /// of its updates after the version the gradient's forward messages read; a group
+    /// defers an update that would leave a read still in flight staler than that. `None`
+    /// bounds nothing (asynchronous training as AMPNet's). 0 with one instance in flight
+    /// is synchronous training.
+    pub max_staleness: Option<u64>,
+    /// Per-node bounds (a parameter used by several nodes takes the smallest of theirs),
+    /// over `max_staleness` and the layer-wise schedule.
+    pub staleness_overrides: Vec<(NodeSelector, u64)>,
+    /// The DSP schedule: bounds that grow towards the input. The groups, ordered by their
+    /// last node (the lowering's order is topological), get `max_staleness` (0 when unset)
+    /// for the one nearest the loss, one more for each group before it.
+    pub staleness_layerwise: bool,
 }
 
 impl Default for ExecConfig {
@@ -136,6 +149,9 @@ impl Default for ExecConfig {
             max_trips: amp_ir::limits::DEFAULT_MAX_TRIPS,
             stall_timeout: Duration::from_secs(60),
             fault: None,
+            max_staleness: None,
+            staleness_overrides: Vec::new(),
+            staleness_layerwise: false,
         }
     }
 }

@@ -40,7 +40,7 @@ use crate::load::program::{GroupInfo, NodeInfo, Program};
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
-use crate::sched::admission::{owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
+use crate::sched::admission::{self, owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
 use crate::trace::{TraceEvent, TraceKind};
 use amp_params::OptimConfig;
 use crossbeam_channel::{Receiver, Sender};
@@ -187,6 +187,8 @@ struct Worker<'s, 'a> {
     /// [`Worker::count_instance`]), and the controller's `Confirm`s to answer once the
     /// updates they owe are applied.
     finished: u64,
+    /// A group this worker owns deferred an update for its staleness bound.
+    bound_deferred: bool,
     acks: usize,
 }
 
@@ -218,6 +220,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         owners,
         processed: 0,
         finished: 0,
+        bound_deferred: false,
         acks: 0,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
@@ -599,7 +602,8 @@ impl Worker<'_, '_> {
         let dur_us = start.elapsed().as_micros() as u64;
         let batch = u32::try_from(batch).unwrap_or(u32::MAX);
         let instances = u32::try_from(instances).unwrap_or(u32::MAX);
-        self.events.push(TraceEvent { worker: self.setup.id as u32, node, kind, start_us, dur_us, batch, instances });
+        let worker = self.setup.id as u32;
+        self.events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, instances, staleness: None });
         if self.events.len() >= TRACE_PIECE {
             let _ = self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
         }
@@ -634,7 +638,9 @@ impl Worker<'_, '_> {
     /// all of them is what those gradients are. Updating at the first `n` would apply the
     /// others' gradients scaled as if there were `n`, and leave the next update empty.
     fn update_due(&mut self) {
-        if self.finished > 0 {
+        // A group that deferred an update for its staleness bound tries again after every
+        // step: the gradient it waits for may have come.
+        if self.finished > 0 || self.bound_deferred {
             self.update_groups(false);
         }
         for _ in 0..std::mem::take(&mut self.acks) {
@@ -661,16 +667,42 @@ impl Worker<'_, '_> {
     /// or all of them with `flush` (the end of a run).
     fn update_groups(&mut self, flush: bool) {
         let finished = std::mem::take(&mut self.finished);
+        self.bound_deferred = false;
         for (g, info) in owned_masters(self.setup.program, self.setup.id) {
             let start = self.setup.trace.then(Instant::now);
-            let updated = self.setup.shared.params.live(g).is_some_and(|mut group| {
+            let mut deferred = false;
+            let updated = self.setup.shared.params.live(g).and_then(|mut group| {
                 group.pending += finished;
-                (flush || group.pending >= info.min_update_frequency) && self.update(info, &mut group, flush)
+                let due = flush || group.pending >= info.min_update_frequency;
+                // At a flush every instance ended: no read is owed a gradient any more.
+                deferred = due && !flush && !self.within_bound(info, &mut group);
+                (due && !deferred && self.update(info, &mut group, flush)).then_some(group.staleness.last)
             });
-            if let (true, Some(start)) = (updated, start) {
+            self.bound_deferred |= deferred;
+            if let (Some(staleness), Some(start)) = (updated, start) {
                 self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0, 0);
+                if let Some(event) = self.events.last_mut() {
+                    event.staleness = staleness;
+                }
             }
         }
+    }
+
+    /// Whether a master group may update under its staleness bound: no read of it or of
+    /// its replicas still owed a gradient is as old as the bound (see
+    /// [`admission::update_within_bound`]). Locks the replicas one at a time, as
+    /// [`Worker::update`] does.
+    fn within_bound(&self, info: &GroupInfo, master: &mut LiveGroup) -> bool {
+        let Some(bound) = info.max_staleness else { return true };
+        let credits = self.setup.credits;
+        let live = |i: usize| credits.live(i);
+        let mut oldest = master.staleness.oldest_owed(live);
+        for &r in &info.replica_groups {
+            if let Some(mut replica) = self.setup.shared.params.live(r) {
+                oldest = oldest.into_iter().chain(replica.staleness.oldest_owed(live)).min();
+            }
+        }
+        admission::update_within_bound(master.version, oldest, Some(bound))
     }
 }
 

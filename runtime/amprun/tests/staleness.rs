@@ -1,0 +1,79 @@
+//! `--max-staleness`, `--staleness-schedule` and the staleness the metrics and the trace
+//! report.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+mod common;
+
+use common::*;
+
+fn list_reduce_data(dir: &std::path::Path, n: usize) {
+    let text = std::fs::read_to_string(example("data/list_reduce.train.jsonl")).expect("example data");
+    let lines: Vec<&str> = text.lines().take(n).collect();
+    std::fs::write(dir.join("train.jsonl"), lines.join("\n") + "\n").unwrap();
+}
+
+/// A layer-wise bound from 1: `head` (nearest the loss) 1, `cell` 2, `embed` 3; each
+/// group's reported max stays within its bound, every instance is measured, and the
+/// trace's updates carry their staleness.
+#[test]
+fn metrics_report_each_groups_staleness_within_its_bound() {
+    let dir = scratch("staleness-metrics");
+    let dir = dir.path();
+    list_reduce_data(dir, 48);
+    let model = example("list_reduce.amp");
+    let args = [
+        "train",
+        &model,
+        "-D",
+        "hidden=8",
+        "--data",
+        "train.jsonl",
+        "--async",
+        "--max-active-keys",
+        "8",
+        "--max-staleness",
+        "1",
+        "--staleness-schedule",
+        "layerwise",
+        "--metrics",
+        "m.jsonl",
+        "--trace",
+        "t.json",
+        "--epochs",
+        "2",
+    ];
+    amprun_ok(dir, &args);
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
+    let train: Vec<&serde_json::Value> = metrics.iter().filter(|m| m["split"] == "train").collect();
+    assert_eq!(train.len(), 2);
+    for epoch in train {
+        let groups = epoch["staleness"].as_array().unwrap();
+        let bounds: Vec<(&str, u64)> =
+            groups.iter().map(|g| (g["group"].as_str().unwrap(), g["bound"].as_u64().unwrap())).collect();
+        assert_eq!(bounds, [("embed", 3), ("cell", 2), ("head", 1)]);
+        for g in groups {
+            assert!(g["max"].as_u64().unwrap() <= g["bound"].as_u64().unwrap(), "{g}");
+            assert!(g["mean"].as_f64().unwrap() <= g["max"].as_f64().unwrap(), "{g}");
+            assert!(g["gradients"].as_u64().unwrap() >= 48, "{g}");
+        }
+    }
+    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).unwrap()).unwrap();
+    let updates: Vec<&serde_json::Value> =
+        trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "update").collect();
+    assert!(updates.iter().any(|e| e["args"]["staleness"].is_u64()), "no update marks its staleness");
+}
+
+/// A node that is not one is a usage error naming those that are; a bound that is not a
+/// number too.
+#[test]
+fn a_bound_on_an_unknown_node_is_a_usage_error() {
+    let dir = scratch("staleness-usage");
+    let dir = dir.path();
+    list_reduce_data(dir, 4);
+    let model = example("list_reduce.amp");
+    let out = amprun(dir, &["train", &model, "-D", "hidden=8", "--data", "train.jsonl", "--max-staleness", "nope=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--max-staleness: `nope` is not a node with parameters"), "{}", stderr(&out));
+    let out = amprun(dir, &["train", &model, "-D", "hidden=8", "--data", "train.jsonl", "--max-staleness", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+}
