@@ -191,6 +191,11 @@ pub struct ExecArgs {
     /// `while` whose condition never turns false).
     #[arg(long, default_value_t = amp_ir::limits::DEFAULT_MAX_TRIPS, value_name = "N")]
     pub max_trips: u64,
+    /// A straggler: worker W takes F times as long for each step (it sleeps F - 1 times
+    /// the step's measured time after it); `W=F@START..END` only between those seconds
+    /// since the executor started. Repeatable.
+    #[arg(long, value_name = "W=F[@START..END]", value_parser = crate::staleness::parse_slow_worker)]
+    pub slow_worker: Vec<amp_exec::SlowWorker>,
     /// Inject a fault (testing): `panic:NODE:N` or `delay:NODE:N:MILLIS`.
     #[arg(long, hide = true, value_parser = parse_fault)]
     pub fault: Option<Fault>,

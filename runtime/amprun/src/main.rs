@@ -17,6 +17,7 @@
 //!        [--no-chains] [--keep-best best.safetensors] [--patience N]
 //!        [--replicate NODE=R ...] [--replica-sync N]
 //!        [--max-staleness K|NODE=K ...] [--staleness-schedule uniform|layerwise]
+//!        [--slow-worker W=F[@START..END] ...]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
 //! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
@@ -104,6 +105,18 @@
 //! synchronous training does (the same losses); without a bound, `--async` is unchanged.
 //! A bound holds updates, not admissions: with K = 0 and many instances in flight, a
 //! group updates only when no instance in flight has read it since its last update.
+//!
+//! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step
+//! (a batch and the updates after it): it sleeps F - 1 times the step's measured time
+//! after it, so its work stays real (the sleeps are summed and taken a millisecond or more
+//! at a time, since a sleep overshoots by tens of microseconds and steps take a few).
+//! `W=F@START..END` slows it only between those seconds since the executor started (a
+//! straggler that comes and goes); F is 1 to 1000, and a worker that the run does not
+//! have is an error. What is trained does not change (synchronous runs give the same
+//! losses to rounding), only when. Replicas (`--replicate`) send each message to the
+//! copy with the fewest messages queued or running; that does not by itself move work
+//! off a slow copy when steps take microseconds and queues are short (measured in
+//! docs/experiments/stragglers/).
 //!
 //! **Reports.** On a terminal a progress bar (stderr) shows instances/s, loss and
 //! accuracy; otherwise one line per epoch. `--metrics FILE` gets one JSON object per

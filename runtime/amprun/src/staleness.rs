@@ -1,9 +1,10 @@
-//! Bounded staleness on the command line (`--max-staleness`, `--staleness-schedule`): the
-//! flags' values, the executor's settings they make, and the per-group staleness each
-//! epoch reports (`--metrics` field `staleness`, the summary's line).
+//! Bounded staleness and stragglers on the command line (`--max-staleness`,
+//! `--staleness-schedule`, `--slow-worker`): the flags' values, the executor's settings
+//! they make, and the per-group staleness each epoch reports (`--metrics` field
+//! `staleness`, the summary's line).
 
 use crate::failure::Failure;
-use amp_exec::{ExecConfig, GroupStaleness, NodeSelector};
+use amp_exec::{ExecConfig, GroupStaleness, NodeSelector, SlowWorker};
 use clap::ValueEnum;
 use serde_json::{json, Value};
 
@@ -37,6 +38,32 @@ pub fn parse_bound(text: &str) -> Result<StalenessBound, String> {
             Ok(StalenessBound::Node(NodeSelector::parse(node), number(k)?))
         }
     }
+}
+
+/// Parses `--slow-worker W=F` or `W=F@START..END` (seconds since the executor started).
+/// The executor checks the worker against the run's workers.
+pub fn parse_slow_worker(text: &str) -> Result<SlowWorker, String> {
+    let (worker, rest) = text.split_once('=').ok_or_else(|| format!("expected W=F or W=F@START..END, got `{text}`"))?;
+    let worker = worker.trim().parse::<usize>().map_err(|_| format!("`{worker}` is not a worker number"))?;
+    let (factor, during) = match rest.split_once('@') {
+        None => (rest, None),
+        Some((factor, window)) => {
+            let (start, end) =
+                window.split_once("..").ok_or_else(|| format!("expected START..END seconds, got `{window}`"))?;
+            let seconds = |v: &str| v.trim().parse::<f64>().map_err(|_| format!("`{v}` is not a number of seconds"));
+            let (start, end) = (seconds(start)?, seconds(end)?);
+            if !(start.is_finite() && end.is_finite() && 0.0 <= start && start < end) {
+                return Err(format!("`{window}` is not an interval of seconds from 0"));
+            }
+            (factor, Some((start, end)))
+        }
+    };
+    let factor = factor.trim().parse::<f64>().map_err(|_| format!("`{factor}` is not a number"))?;
+    let max = amp_exec::config::MAX_SLOWDOWN;
+    if !(1.0..=max).contains(&factor) {
+        return Err(format!("a slowdown is 1 to {max}, not {factor}"));
+    }
+    Ok(SlowWorker { worker, factor, during })
 }
 
 /// The executor's staleness settings from the flags. The last `K` for all groups wins;
@@ -144,6 +171,18 @@ mod tests {
         assert!(parse_bound("-1").is_err());
         assert!(parse_bound("=2").is_err());
         assert!(parse_bound("cell=x").is_err());
+    }
+
+    #[test]
+    fn slow_workers_parse_with_and_without_a_window() {
+        assert_eq!(parse_slow_worker("1=4"), Ok(SlowWorker { worker: 1, factor: 4.0, during: None }));
+        assert_eq!(
+            parse_slow_worker("0=2.5@10..20.5"),
+            Ok(SlowWorker { worker: 0, factor: 2.5, during: Some((10.0, 20.5)) })
+        );
+        for bad in ["1", "x=2", "1=0.5", "1=NaN", "1=2@5", "1=2@5..3", "1=2@-1..3"] {
+            assert!(parse_slow_worker(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

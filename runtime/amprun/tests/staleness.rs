@@ -77,3 +77,49 @@ fn a_bound_on_an_unknown_node_is_a_usage_error() {
     let out = amprun(dir, &["train", &model, "-D", "hidden=8", "--data", "train.jsonl", "--max-staleness", "x"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `--slow-worker 1=3` on two workers, synchronous: the same losses as without (to
+/// rounding), so nothing was lost or trained twice; a worker that does not exist is an
+/// error naming it.
+#[test]
+fn a_slow_worker_trains_the_same_instances() {
+    let dir = scratch("slow-worker");
+    let dir = dir.path();
+    list_reduce_data(dir, 24);
+    let model = example("list_reduce.amp");
+    let base = [
+        "train",
+        &model,
+        "-D",
+        "hidden=8",
+        "--data",
+        "train.jsonl",
+        "--workers",
+        "2",
+        "--max-active-keys",
+        "4",
+        "--min-update-frequency",
+        "4",
+        "--plan",
+        "round-robin",
+    ];
+    let losses = |extra: &[&str], metrics: &str| -> Vec<f64> {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--metrics", metrics, "--epochs", "2"]);
+        amprun_ok(dir, &args);
+        let lines = json_lines(&std::fs::read_to_string(dir.join(metrics)).unwrap());
+        lines.iter().filter(|m| m["split"] == "train").map(|m| m["loss"].as_f64().unwrap()).collect()
+    };
+    let plain = losses(&[], "plain.jsonl");
+    let slowed = losses(&["--slow-worker", "1=3", "--slow-worker", "0=2@0..0.01"], "slow.jsonl");
+    assert_eq!(plain.len(), 2);
+    for (a, b) in plain.iter().zip(&slowed) {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + a.abs()), "{a} vs {b}");
+    }
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--slow-worker", "5=2"]);
+    let out = amprun(dir, &args);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("slow worker 5 does not exist"), "{}", stderr(&out));
+}

@@ -68,7 +68,7 @@ mod load;
 mod ops;
 mod sched;
 
-pub use config::{ExecConfig, Fault, NodeSelector, Placement};
+pub use config::{ExecConfig, Fault, NodeSelector, Placement, SlowWorker};
 pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;
 pub use ops::kernels;

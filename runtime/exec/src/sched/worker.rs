@@ -34,7 +34,7 @@
 //! controller's thread to be scheduled, and what it does depends on nothing but its own
 //! order of work.
 
-use crate::config::Fault;
+use crate::config::{Fault, SlowWorker};
 use crate::error::{ExecError, OpError};
 use crate::load::program::{GroupInfo, NodeInfo, Program};
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
@@ -47,7 +47,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the controller and other workers send a worker.
 pub(crate) enum ToWorker {
@@ -110,6 +110,9 @@ pub(crate) struct WorkerGauges {
     pub waited_ns: AtomicU64,
 }
 
+/// A straggler sleeps what it owes once it owes this much (see `Worker::straggle`).
+const STRAGGLE_SLICE: Duration = Duration::from_millis(1);
+
 /// Everything a worker works with.
 pub(crate) struct WorkerSetup<'s, 'a> {
     pub id: usize,
@@ -133,6 +136,8 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     /// Replicas take their master's values after every this many of its updates.
     pub replica_sync: u64,
     pub fault: Option<Fault>,
+    /// This worker is a straggler: it sleeps after each step (see `ExecConfig::slow_workers`).
+    pub slow: Option<SlowWorker>,
 }
 
 /// A node on this worker: its op, its queue, and the gradients of fanned-out ports being
@@ -189,6 +194,8 @@ struct Worker<'s, 'a> {
     finished: u64,
     /// A group this worker owns deferred an update for its staleness bound.
     bound_deferred: bool,
+    /// Seconds a straggler still owes to sleep (negative: it overslept).
+    owed_sleep: f64,
     acks: usize,
 }
 
@@ -221,6 +228,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         processed: 0,
         finished: 0,
         bound_deferred: false,
+        owed_sleep: 0.0,
         acks: 0,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
@@ -260,12 +268,14 @@ impl Worker<'_, '_> {
         }
         loop {
             if let Some(batch) = self.next_batch() {
+                let step = Instant::now();
                 if !self.process(batch) {
                     return;
                 }
                 // The instances this batch finished are counted already: the groups whose
                 // interval they completed update now, over all of them.
                 self.update_due();
+                self.straggle(step);
                 continue;
             }
             if self.admitted.is_empty() {
@@ -291,6 +301,22 @@ impl Worker<'_, '_> {
                 }
             }
             self.update_due();
+        }
+    }
+
+    /// A straggler owes a sleep after a step begun at `step`, so that the step takes
+    /// `factor` times its measured time; the sleep counts as busy time (a slow device
+    /// works). Steps take microseconds and a sleep overshoots by tens of them, so the
+    /// owed time is summed and slept once it reaches [`STRAGGLE_SLICE`], with what the
+    /// sleep overshot taken off the next.
+    fn straggle(&mut self, step: Instant) {
+        let Some(slow) = &self.setup.slow else { return };
+        let pause = slow.pause(step.elapsed(), step.saturating_duration_since(self.setup.origin));
+        self.owed_sleep += pause.as_secs_f64();
+        if self.owed_sleep >= STRAGGLE_SLICE.as_secs_f64() {
+            let start = Instant::now();
+            std::thread::sleep(Duration::from_secs_f64(self.owed_sleep));
+            self.owed_sleep -= start.elapsed().as_secs_f64();
         }
     }
 
