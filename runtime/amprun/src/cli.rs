@@ -196,6 +196,10 @@ pub struct ExecArgs {
     /// since the executor started. Repeatable.
     #[arg(long, value_name = "W=F[@START..END]", value_parser = crate::staleness::parse_slow_worker)]
     pub slow_worker: Vec<amp_exec::SlowWorker>,
+    /// Tells the planner that worker W runs at speed S relative to the others (`1=0.33`:
+    /// three times slower), so the plan moves load away from it. Repeatable.
+    #[arg(long, value_name = "W=S", value_parser = crate::staleness::parse_worker_speed)]
+    pub worker_speed: Vec<(usize, f64)>,
     /// Inject a fault (testing): `panic:NODE:N` or `delay:NODE:N:MILLIS`.
     #[arg(long, hide = true, value_parser = parse_fault)]
     pub fault: Option<Fault>,

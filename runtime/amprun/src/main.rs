@@ -17,7 +17,7 @@
 //!        [--no-chains] [--keep-best best.safetensors] [--patience N]
 //!        [--replicate NODE=R ...] [--replica-sync N]
 //!        [--max-staleness K|NODE=K ...] [--staleness-schedule uniform|layerwise]
-//!        [--slow-worker W=F[@START..END] ...]
+//!        [--slow-worker W=F[@START..END] ...] [--worker-speed W=S ...]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl   one JSON line per instance
 //! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
@@ -116,7 +116,11 @@
 //! losses to rounding), only when. Replicas (`--replicate`) send each message to the
 //! copy with the fewest messages queued or running; that does not by itself move work
 //! off a slow copy when steps take microseconds and queues are short (measured in
-//! docs/experiments/stragglers/).
+//! docs/experiments/stragglers/). `--worker-speed W=S` tells the planner (`--plan auto`)
+//! that worker W runs at S times the others' speed (`1=0.33`: three times slower): a
+//! worker's predicted time is its work over its speed, so the plan gives a slow worker
+//! less (the metrics' `predicted_speedup` counts it); a plan stored in the `.ampg` file
+//! for other speeds is not used. It changes the placement only, not how fast a worker is.
 //!
 //! **Reports.** On a terminal a progress bar (stderr) shows instances/s, loss and
 //! accuracy; otherwise one line per epoch. `--metrics FILE` gets one JSON object per

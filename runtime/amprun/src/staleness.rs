@@ -66,6 +66,37 @@ pub fn parse_slow_worker(text: &str) -> Result<SlowWorker, String> {
     Ok(SlowWorker { worker, factor, during })
 }
 
+/// Parses `--worker-speed W=S` (S positive, at most 1000).
+pub fn parse_worker_speed(text: &str) -> Result<(usize, f64), String> {
+    let (worker, speed) = text.split_once('=').ok_or_else(|| format!("expected W=S, got `{text}`"))?;
+    let worker = worker.trim().parse::<usize>().map_err(|_| format!("`{worker}` is not a worker number"))?;
+    let speed = speed.trim().parse::<f64>().map_err(|_| format!("`{speed}` is not a number"))?;
+    if !(speed > 0.0 && speed <= 1000.0) {
+        return Err(format!("a speed is above 0 and at most 1000, not {speed}"));
+    }
+    Ok((worker, speed))
+}
+
+/// The planner's assumptions with the workers' speeds of `--worker-speed` (a worker named
+/// twice takes the last); a worker the run does not have is a usage error.
+pub fn with_speeds(
+    assumptions: amp_plan::Assumptions,
+    speeds: &[(usize, f64)],
+    workers: usize,
+) -> Result<amp_plan::Assumptions, Failure> {
+    if speeds.is_empty() {
+        return Ok(assumptions);
+    }
+    let mut worker_speed = vec![1.0; workers];
+    for &(w, speed) in speeds {
+        let slot = worker_speed
+            .get_mut(w)
+            .ok_or_else(|| Failure::usage(format!("--worker-speed: worker {w} does not exist ({workers} workers)")))?;
+        *slot = speed;
+    }
+    Ok(amp_plan::Assumptions { worker_speed, ..assumptions })
+}
+
 /// The executor's staleness settings from the flags. The last `K` for all groups wins;
 /// a schedule without one starts from 0.
 pub fn apply(config: ExecConfig, bounds: &[StalenessBound], schedule: StalenessSchedule) -> ExecConfig {
@@ -183,6 +214,17 @@ mod tests {
         for bad in ["1", "x=2", "1=0.5", "1=NaN", "1=2@5", "1=2@5..3", "1=2@-1..3"] {
             assert!(parse_slow_worker(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn worker_speeds_parse_and_fill_the_planners_assumptions() {
+        assert_eq!(parse_worker_speed("1=0.33"), Ok((1, 0.33)));
+        for bad in ["1", "1=0", "1=-2", "x=1", "1=inf"] {
+            assert!(parse_worker_speed(bad).is_err(), "{bad}");
+        }
+        let a = with_speeds(amp_plan::Assumptions::default(), &[(1, 0.5), (1, 0.25)], 3).unwrap();
+        assert_eq!(a.worker_speed, [1.0, 0.25, 1.0]);
+        assert!(with_speeds(amp_plan::Assumptions::default(), &[(3, 0.5)], 3).is_err());
     }
 
     #[test]

@@ -102,6 +102,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     check_update_overrides(&graph, &args.update_frequency)?;
     staleness::check_nodes(&graph, &args.max_staleness)?;
     let assumptions = placement::assumptions(args.min_update_frequency, Some(&optimizer));
+    let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, usize::from(args.exec.workers))?;
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let config = train_config(args, optimizer, choice.placement.clone());
     let start = starting_point(args, &graph, &name, &optimizer)?;

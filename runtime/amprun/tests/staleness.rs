@@ -123,3 +123,32 @@ fn a_slow_worker_trains_the_same_instances() {
     assert_ne!(out.status.code(), Some(0));
     assert!(stderr(&out).contains("slow worker 5 does not exist"), "{}", stderr(&out));
 }
+
+/// `--worker-speed 1=0.25` tells the planner: the MoE's plan for two workers still uses
+/// both, balanced on their times (work over speed), and predicts less speed-up than with
+/// equal workers; a worker the run does not have is a usage error.
+#[test]
+fn the_planner_gives_a_slow_worker_less() {
+    let dir = scratch("worker-speed");
+    let dir = dir.path();
+    let text = std::fs::read_to_string(example("data/moe.train.jsonl")).expect("example data");
+    let lines: Vec<&str> = text.lines().take(32).collect();
+    std::fs::write(dir.join("moe.jsonl"), lines.join("\n") + "\n").unwrap();
+    let model = example("moe.amp");
+    let plan = |extra: &[&str], metrics: &str| -> serde_json::Value {
+        let mut args = vec!["train", &model, "--data", "moe.jsonl", "--workers", "2", "--metrics", metrics];
+        args.extend_from_slice(extra);
+        amprun_ok(dir, &args);
+        let lines = json_lines(&std::fs::read_to_string(dir.join(metrics)).unwrap());
+        lines.into_iter().find(|m| m["split"] == "plan").unwrap()
+    };
+    let even = plan(&[], "even.jsonl");
+    let slow = plan(&["--worker-speed", "1=0.25"], "slow.jsonl");
+    let speedup = |p: &serde_json::Value| p["predicted_speedup"].as_f64().unwrap();
+    assert!(speedup(&slow) < speedup(&even), "{slow} vs {even}");
+    let used = slow["predicted_utilization"].as_array().unwrap();
+    assert!(used.iter().all(|u| u.as_f64().unwrap() > 0.5), "{slow}");
+    let out = amprun(dir, &["train", &model, "--data", "moe.jsonl", "--workers", "2", "--worker-speed", "2=0.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("worker 2 does not exist"), "{}", stderr(&out));
+}
