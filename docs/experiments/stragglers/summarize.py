@@ -10,12 +10,12 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TARGETS = {"list_reduce": 0.60, "tree_lstm": 0.38}
+TARGETS = {"list_reduce": 0.56, "tree_lstm": 0.38}
 MODES = ["sync", "async", "bounded", "replicas"]
 LABELS = {
     "sync": "lock-step synchronous",
     "async": "asynchronous",
-    "bounded": "async, layer-wise bound (K=1)",
+    "bounded": "async, layer-wise bound (from K=0)",
     "replicas": "async, heaviest Ppt replicated",
 }
 SLOWDOWNS = [1, 2, 4]
