@@ -701,7 +701,7 @@ impl Worker<'_, '_> {
                 group.pending += finished;
                 let due = flush || group.pending >= info.min_update_frequency;
                 // At a flush every instance ended: no read is owed a gradient any more.
-                deferred = due && !flush && !self.within_bound(info, &mut group);
+                deferred = due && !self.within_bound(info, &mut group) && !flush;
                 (due && !deferred && self.update(info, &mut group, flush)).then_some(group.staleness.last)
             });
             self.bound_deferred |= deferred;
@@ -718,8 +718,9 @@ impl Worker<'_, '_> {
     /// its replicas still owed a gradient is as old as the bound (see
     /// [`admission::update_within_bound`]). Locks the replicas one at a time, as
     /// [`Worker::update`] does.
+    /// The reads of instances that ended are forgotten here, bound or not (a read whose
+    /// gradient never comes would otherwise stay for the rest of the run).
     fn within_bound(&self, info: &GroupInfo, master: &mut LiveGroup) -> bool {
-        let Some(bound) = info.max_staleness else { return true };
         let credits = self.setup.credits;
         let live = |i: usize| credits.live(i);
         let mut oldest = master.staleness.oldest_owed(live);
@@ -728,7 +729,7 @@ impl Worker<'_, '_> {
                 oldest = oldest.into_iter().chain(replica.staleness.oldest_owed(live)).min();
             }
         }
-        admission::update_within_bound(master.version, oldest, Some(bound))
+        admission::update_within_bound(master.version, oldest, info.max_staleness)
     }
 }
 
