@@ -109,6 +109,12 @@ pub struct Assumptions {
     /// amp-benches --bench wake` measures after 50 µs idle on the 2-core development
     /// machine (docs/PERFORMANCE.md, "What a wake-up costs").
     pub wake_us: f64,
+    /// Each worker's speed relative to the others (amprun's `--worker-speed W=S`: 0.33 is
+    /// a worker three times slower): a worker's time is its nodes' work and cuts over its
+    /// speed, so the planner moves load away from a slow one. Empty, or a worker past the
+    /// list's end: 1.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub worker_speed: Vec<f64>,
 }
 
 impl Default for Assumptions {
@@ -128,12 +134,19 @@ impl Default for Assumptions {
             cross_us: 1.0,
             bytes_per_us: 4_000.0,
             wake_us: 35.0,
+            worker_speed: Vec::new(),
         }
     }
 }
 
 impl Assumptions {
-    /// Every value must be finite; counts non-negative, rates and `update_every` positive.
+    /// Worker `w`'s speed (1 when not given).
+    pub fn speed(&self, w: usize) -> f64 {
+        self.worker_speed.get(w).copied().unwrap_or(1.0)
+    }
+
+    /// Every value must be finite; counts non-negative, rates, speeds and `update_every`
+    /// positive.
     pub fn check(&self) -> Result<(), PlanError> {
         let fields = [
             ("trip_count", self.trip_count, false),
@@ -150,11 +163,15 @@ impl Assumptions {
             ("bytes_per_us", self.bytes_per_us, true),
             ("wake_us", self.wake_us, false),
         ];
-        for (name, value, positive) in fields {
+        let speeds = self.worker_speed.iter().map(|&s| ("worker_speed", s, true));
+        for (name, value, positive) in fields.into_iter().chain(speeds) {
             let fine = value.is_finite() && value <= 1e12 && if positive { value > 0.0 } else { value >= 0.0 };
             if !fine {
                 return Err(PlanError::Assumption { name, value });
             }
+        }
+        if self.worker_speed.len() > crate::MAX_WORKERS {
+            return Err(PlanError::Workers { workers: self.worker_speed.len() });
         }
         Ok(())
     }

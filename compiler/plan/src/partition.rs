@@ -80,6 +80,8 @@ pub(crate) struct Problem<'a> {
     pub latency: f64,
     pub ppt: Vec<bool>,
     pub total: f64,
+    /// Per worker, its speed (`Assumptions::worker_speed`): its time is its work over it.
+    pub speed: Vec<f64>,
 }
 
 impl<'a> Problem<'a> {
@@ -118,7 +120,8 @@ impl<'a> Problem<'a> {
         let latency = topo.nodes().filter_map(|v| costs.node(v)).map(|c| c.latency_us).sum::<f64>() / in_flight;
         let latency = if latency.is_finite() { latency } else { 0.0 };
         let total = load.iter().sum();
-        Problem { workers, topo, load, own_load, adj, waits, latency, ppt, total }
+        let speed = (0..workers).map(|w| costs.assumptions.speed(w)).collect();
+        Problem { workers, topo, load, own_load, adj, waits, latency, ppt, total, speed }
     }
 
     /// The units' representatives, in index order: what the search places.
@@ -146,7 +149,13 @@ impl<'a> Problem<'a> {
                 }
             }
         }
+        times.iter_mut().enumerate().for_each(|(w, t)| *t /= self.speed_of(w));
         times
+    }
+
+    /// Worker `w`'s speed (1 past the list).
+    fn speed_of(&self, w: usize) -> f64 {
+        self.speed.get(w).copied().unwrap_or(1.0)
     }
 
     /// The latency bound under `assign`: no worker starts instances faster than one every
@@ -346,7 +355,7 @@ fn greedy(problem: &Problem) -> Vec<usize> {
         }
         let mut best = (f64::INFINITY, 0);
         for (w, time) in times.iter().enumerate() {
-            let score = time + load + all - per_worker.get(&w).copied().unwrap_or(0.0);
+            let score = (time + load + all - per_worker.get(&w).copied().unwrap_or(0.0)) / problem.speed_of(w);
             if score < best.0 {
                 best = (score, w);
             }
@@ -481,5 +490,6 @@ fn move_deltas(problem: &Problem, assign: &[usize], set: &[usize], moving: &[boo
             }
         }
     }
-    deltas.into_iter().collect()
+    // A worker's time is its work over its speed (the bound, past the workers, is not).
+    deltas.into_iter().map(|(w, d)| (w, if w < bound { d / problem.speed_of(w) } else { d })).collect()
 }

@@ -668,3 +668,31 @@ fn plain_sgd_updates_only_what_instances_used() {
     let costs = estimate(&g, &Assumptions { update_every: 4.0, ..adam }, None).unwrap();
     assert!(close(node(&costs, 3).update_us, 72.0 / 600.0 / 4.0));
 }
+
+/// A worker three times slower (`worker_speed`) gets less of the work: the plan's
+/// predicted share of the slow worker's load falls, each worker's time is its work over
+/// its speed, and a speed that is not positive is refused.
+#[test]
+fn a_slow_worker_is_given_less_work() {
+    let g = graph(LOOP);
+    let cheap = Assumptions { hop_us: 0.5, cross_us: 0.5, ..Assumptions::default() };
+    let even = plan(&g, &estimate(&g, &cheap, None).unwrap(), 2).unwrap();
+    let slow_setup = Assumptions { worker_speed: vec![1.0, 0.33], ..cheap.clone() };
+    let slow = plan(&g, &estimate(&g, &slow_setup, None).unwrap(), 2).unwrap();
+    assert!(
+        slow.workers_load[1] < even.workers_load[1],
+        "worker 1's share {} with speed 0.33, {} at equal speeds\n{}",
+        slow.workers_load[1],
+        even.workers_load[1],
+        slow.table("Loop")
+    );
+    // The slow worker's predicted time is its load over its speed.
+    let model = slow.cost_model.as_ref().unwrap();
+    let on_one: f64 =
+        slow.nodes.iter().filter(|n| n.worker == 1).map(|n| n.predicted_load * model.total_us_per_instance).sum();
+    assert!(model.workers_us[1] >= on_one / 0.33 - 1e-6, "{:?} vs {on_one}", model.workers_us);
+    for bad in [0.0, -1.0, f64::NAN] {
+        let setup = Assumptions { worker_speed: vec![1.0, bad], ..Assumptions::default() };
+        assert!(estimate(&g, &setup, None).is_err() || plan_graph(&g, 2, &setup, None).is_err(), "speed {bad}");
+    }
+}

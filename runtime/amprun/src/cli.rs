@@ -191,6 +191,15 @@ pub struct ExecArgs {
     /// `while` whose condition never turns false).
     #[arg(long, default_value_t = amp_ir::limits::DEFAULT_MAX_TRIPS, value_name = "N")]
     pub max_trips: u64,
+    /// A straggler: worker W takes F times as long for each step (it sleeps F - 1 times
+    /// the step's measured time after it); `W=F@START..END` only between those seconds
+    /// since the executor started. Repeatable.
+    #[arg(long, value_name = "W=F[@START..END]", value_parser = crate::staleness::parse_slow_worker)]
+    pub slow_worker: Vec<amp_exec::SlowWorker>,
+    /// Tells the planner that worker W runs at speed S relative to the others (`1=0.33`:
+    /// three times slower), so the plan moves load away from it. Repeatable.
+    #[arg(long, value_name = "W=S", value_parser = crate::staleness::parse_worker_speed)]
+    pub worker_speed: Vec<(usize, f64)>,
     /// Inject a fault (testing): `panic:NODE:N` or `delay:NODE:N:MILLIS`.
     #[arg(long, hide = true, value_parser = parse_fault)]
     pub fault: Option<Fault>,
@@ -255,6 +264,15 @@ pub struct TrainArgs {
     /// Asynchronous updates (AMPNet): instances keep flowing past update boundaries.
     #[arg(long = "async")]
     pub asynchronous: bool,
+    /// Bounded staleness (DSP): no gradient is applied more than K updates of its group
+    /// after the version its forward read; `K` for every group, `NODE=K` for one (a
+    /// layer's label, `%index` or a parameter array); repeatable.
+    #[arg(long, value_name = "K|NODE=K", value_parser = crate::staleness::parse_bound)]
+    pub max_staleness: Vec<crate::staleness::StalenessBound>,
+    /// `layerwise`: bounds that grow towards the input (DSP), from `--max-staleness K`
+    /// (0 without) at the group nearest the loss, one more per group before it.
+    #[arg(long, value_enum, default_value = "uniform")]
+    pub staleness_schedule: crate::staleness::StalenessSchedule,
     #[arg(long, value_enum, default_value = "sgd")]
     pub optimizer: OptimizerName,
     /// Learning rate (default: 0.01 for sgd and momentum, 0.001 for adam).

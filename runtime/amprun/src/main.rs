@@ -18,6 +18,8 @@
 //!        [--replicate NODE=R ...] [--replica-sync N]
 //!        [--lr-schedule constant|step|cosine] [--warmup N] [--step-size N] [--gamma X]
 //!        [--min-lr X] [--init-embedding NAME=vectors.txt ...] [--freeze NAME ...]
+//!        [--max-staleness K|NODE=K ...] [--staleness-schedule uniform|layerwise]
+//!        [--slow-worker W=F[@START..END] ...] [--worker-speed W=S ...]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl [--output FILE]
 //!                                         one JSON line per instance; labels may be absent
@@ -135,12 +137,50 @@
 //! `{"frames": [...]}` alone; with `--frame-noise` the static instances keep their labels.
 //! `eval` and `grad` still need every label.
 //!
+//! **Staleness.** A gradient's staleness, in a parameter group, is the number of the
+//! group's updates between the version its instance's forward messages read (the oldest,
+//! when they read several) and the version it is applied to: 0 in synchronous training,
+//! often more under `--async` with several instances in flight. Each epoch's metrics
+//! report it per group (below); an epoch that measured any above 0 prints a line
+//! `staleness: embed 0.42 (max 3), ...` (mean and max per group) under its summary line.
+//! `--max-staleness K` bounds it for every group (DSP, bounded staleness): a group
+//! defers an update while an instance still in flight read a version K updates old
+//! (it keeps accumulating, and updates once that gradient came or the instance ended), so
+//! no gradient is applied more than K updates late; `--max-staleness NODE=K` bounds one
+//! group (a node's label, `%index` or a parameter array's name; it overrides the
+//! others). `--staleness-schedule layerwise` gives the group nearest the loss K (0 without
+//! `--max-staleness K`) and each group before it (in the graph's order) one more, as DSP
+//! lets lower layers use staler parameters. K = 0 with one instance in flight trains as
+//! synchronous training does (the same losses); without a bound, `--async` is unchanged.
+//! A bound holds updates, not admissions: with K = 0 and many instances in flight, a
+//! group updates only when no instance in flight has read it since its last update.
+//!
+//! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step
+//! (a batch and the updates after it): it sleeps F - 1 times the step's measured time
+//! after it, so its work stays real (the sleeps are summed and taken a millisecond or more
+//! at a time, since a sleep overshoots by tens of microseconds and steps take a few).
+//! `W=F@START..END` slows it only between those seconds since the executor started (a
+//! straggler that comes and goes); F is 1 to 1000, and a worker that the run does not
+//! have is an error. What is trained does not change (synchronous runs give the same
+//! losses to rounding), only when. Replicas (`--replicate`) send each message to the
+//! copy with the fewest messages queued or running; that does not by itself move work
+//! off a slow copy when steps take microseconds and queues are short (measured in
+//! docs/experiments/stragglers/). `--worker-speed W=S` tells the planner (`--plan auto`)
+//! that worker W runs at S times the others' speed (`1=0.33`: three times slower): a
+//! worker's predicted time is its work over its speed, so the plan gives a slow worker
+//! less (the metrics' `predicted_speedup` counts it); a plan stored in the `.ampg` file
+//! for other speeds is not used. It changes the placement only, not how fast a worker is.
+//!
 //! **Reports.** On a terminal a progress bar (stderr) shows instances/s, loss and
 //! accuracy; otherwise one line per epoch. `--metrics FILE` gets one JSON object per
 //! report (appended to when resuming): `split` (`train`/`valid`), `epoch`, `instances`,
 //! `loss`, `accuracy` (when the model classifies), `instances_per_s`, `elapsed_s`, and
-//! `updates` for training. `--trace FILE` writes a Chrome/Perfetto trace of every
-//! worker's forward, backward and update work. A summary ends the run on stdout.
+//! for training `updates` and `staleness`: per parameter group `{"group", "mean", "max",
+//! "gradients", "bound"}` (the instances' gradients measured, an instance applied over
+//! two updates counting in both; `bound` null when unbounded). `--trace FILE` writes a
+//! Chrome/Perfetto trace of every worker's forward, backward and update work; an update
+//! carries `staleness` in its `args` (its stalest gradient). A summary ends the run on
+//! stdout.
 //!
 //! **Files written.** `--save`, `--metrics`, `--trace`, `--profile` and grad's `--out` are
 //! checked before any work: the directory must exist and take a new file, and a path that
@@ -233,6 +273,7 @@ mod placement;
 mod report;
 mod schedule;
 mod setup;
+mod staleness;
 mod start;
 mod steps;
 mod train;

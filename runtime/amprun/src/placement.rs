@@ -67,6 +67,7 @@ pub fn choose(
                 p.cost_model.as_ref().is_none_or(|c| {
                     c.assumptions.update_every == choice.assumptions.update_every
                         && c.assumptions.plain_sgd == choice.assumptions.plain_sgd
+                        && c.assumptions.worker_speed == choice.assumptions.worker_speed
                 })
             };
             let usable = stored.filter(|p| p.workers == workers && choice.profile.is_none() && same_run(p));

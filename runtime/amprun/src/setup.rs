@@ -25,6 +25,7 @@ pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
         chain_routes: !args.no_chains,
         replicas: args.replicate.iter().map(|(node, r)| (node.clone(), usize::try_from(*r).unwrap_or(1))).collect(),
         replica_sync: args.replica_sync,
+        slow_workers: args.slow_worker.clone(),
         ..ExecConfig::default()
     }
 }

@@ -20,6 +20,7 @@ use crate::placement::{self, Choice, Measure};
 use crate::report::{self, Metrics, Progress, Report};
 use crate::schedule::{Schedule, Shape};
 use crate::setup;
+use crate::staleness;
 use crate::start::{meta, starting_point};
 use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Observer, Placement, TraceEvent};
 use amp_ir::Graph;
@@ -66,7 +67,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let optimizer = optimizer(args)?;
     let schedule = schedule(args, optimizer.lr)?;
     check_update_overrides(&graph, &args.update_frequency)?;
+    staleness::check_nodes(&graph, &args.max_staleness)?;
     let assumptions = placement::assumptions(args.min_update_frequency, Some(&optimizer));
+    let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, usize::from(args.exec.workers))?;
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
     config.frozen = crate::embeddings::frozen_groups(&graph, &args.freeze)?;
@@ -295,7 +298,9 @@ impl TrainRun<'_> {
             updates: Some(stats.updates),
             lr: Some(lr),
         };
-        self.metrics.write(&report)?;
+        let mut object = report.to_json();
+        object["staleness"] = staleness::to_json(&stats.staleness);
+        self.metrics.write_json(&object)?;
         let mut line = format!(
             "epoch {epoch}/{}: train {} ({n} instances, {:.0}/s)",
             self.args.epochs,
@@ -314,6 +319,9 @@ impl TrainRun<'_> {
             self.start_copy = None;
         }
         self.progress.line(&line);
+        if let Some(staleness) = staleness::line(&stats.staleness) {
+            self.progress.line(&format!("  {staleness}"));
+        }
         self.validate(epoch)
     }
 
@@ -595,7 +603,7 @@ fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) 
         sync_updates: !args.asynchronous,
         flush_at_epoch_end: true,
         trace: tracing(args),
-        ..setup::exec_config(&args.exec, optimizer)
+        ..staleness::apply(setup::exec_config(&args.exec, optimizer), &args.max_staleness, args.staleness_schedule)
     }
 }
 

@@ -46,6 +46,35 @@ pub enum Fault {
     DelayAt { node: u32, after: u64, delay: Duration },
 }
 
+/// A worker made slower, to study stragglers (`amprun --slow-worker`): after each step
+/// (a batch and the updates after it) it sleeps `factor - 1` times the step's measured
+/// time, so its work stays real and takes `factor` times as long. `during` limits it to a
+/// window of seconds since the executor was made (a straggler that comes and goes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowWorker {
+    pub worker: usize,
+    /// At least 1, at most [`MAX_SLOWDOWN`].
+    pub factor: f64,
+    /// `(start, end)` in seconds; `None`: always.
+    pub during: Option<(f64, f64)>,
+}
+
+/// The largest slowdown a [`SlowWorker`] may have.
+pub const MAX_SLOWDOWN: f64 = 1000.0;
+
+impl SlowWorker {
+    /// How long to sleep after a step of `step` at `since_start` (time since the executor
+    /// was made).
+    pub fn pause(&self, step: Duration, since_start: Duration) -> Duration {
+        let now = since_start.as_secs_f64();
+        let active = self.during.is_none_or(|(start, end)| (start..end).contains(&now));
+        if !active {
+            return Duration::ZERO;
+        }
+        step.mul_f64(self.factor - 1.0)
+    }
+}
+
 /// The most replicas of one node.
 pub const MAX_REPLICAS: usize = 64;
 
@@ -118,6 +147,22 @@ pub struct ExecConfig {
     /// this long while instances are in flight.
     pub stall_timeout: Duration,
     pub fault: Option<Fault>,
+    /// Bounded staleness (DSP): no parameter group applies a gradient more than this many
+    /// of its updates after the version the gradient's forward messages read; a group
+    /// defers an update that would leave a read still in flight staler than that. `None`
+    /// bounds nothing (asynchronous training as AMPNet's). 0 with one instance in flight
+    /// is synchronous training.
+    pub max_staleness: Option<u64>,
+    /// Per-node bounds (a parameter used by several nodes takes the smallest of theirs),
+    /// over `max_staleness` and the layer-wise schedule.
+    pub staleness_overrides: Vec<(NodeSelector, u64)>,
+    /// The DSP schedule: bounds that grow towards the input. The groups, ordered by their
+    /// last node (the lowering's order is topological), get `max_staleness` (0 when unset)
+    /// for the one nearest the loss, one more for each group before it.
+    pub staleness_layerwise: bool,
+    /// Stragglers: workers made slower (see [`SlowWorker`]); a worker named twice takes
+    /// the last.
+    pub slow_workers: Vec<SlowWorker>,
 }
 
 impl Default for ExecConfig {
@@ -142,6 +187,10 @@ impl Default for ExecConfig {
             max_trips: amp_ir::limits::DEFAULT_MAX_TRIPS,
             stall_timeout: Duration::from_secs(60),
             fault: None,
+            max_staleness: None,
+            staleness_overrides: Vec::new(),
+            staleness_layerwise: false,
+            slow_workers: Vec::new(),
         }
     }
 }
@@ -181,6 +230,38 @@ impl ExecConfig {
         if self.stall_timeout.is_zero() {
             return Err("stall_timeout must be positive".into());
         }
+        for slow in &self.slow_workers {
+            if slow.worker >= self.workers {
+                return Err(format!("slow worker {} does not exist ({} workers)", slow.worker, self.workers));
+            }
+            if !(1.0..=MAX_SLOWDOWN).contains(&slow.factor) {
+                return Err(format!("a slow worker's factor is 1 to {MAX_SLOWDOWN}, not {}", slow.factor));
+            }
+            if let Some((start, end)) = slow.during {
+                if !(start.is_finite() && end.is_finite() && 0.0 <= start && start < end) {
+                    return Err(format!("a slow worker's window {start}..{end} is not an interval of seconds"));
+                }
+            }
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A straggler sleeps `factor - 1` times the step, only inside its window.
+    #[test]
+    fn a_slow_worker_pauses_in_its_window_only() {
+        let step = Duration::from_millis(10);
+        let always = SlowWorker { worker: 0, factor: 4.0, during: None };
+        assert_eq!(always.pause(step, Duration::from_secs(100)), Duration::from_millis(30));
+        let window = SlowWorker { worker: 0, factor: 2.0, during: Some((1.0, 2.0)) };
+        assert_eq!(window.pause(step, Duration::from_millis(500)), Duration::ZERO);
+        assert_eq!(window.pause(step, Duration::from_millis(1500)), step);
+        assert_eq!(window.pause(step, Duration::from_secs(2)), Duration::ZERO);
+        let none = SlowWorker { worker: 0, factor: 1.0, during: None };
+        assert_eq!(none.pause(step, Duration::ZERO), Duration::ZERO);
     }
 }

@@ -68,10 +68,11 @@ mod load;
 mod ops;
 mod sched;
 
-pub use config::{ExecConfig, Fault, NodeSelector, Placement};
+pub use config::{ExecConfig, Fault, NodeSelector, Placement, SlowWorker};
 pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;
 pub use ops::kernels;
+pub use ops::train::StalenessStats;
 pub use sched::controller::{Judgement, Observer, Progress};
-pub use sched::executor::{EpochStats, EvalStats, Executor};
+pub use sched::executor::{EpochStats, EvalStats, Executor, GroupStaleness};
 pub use trace::{write_chrome_trace, TraceEvent, TraceKind};

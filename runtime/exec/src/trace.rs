@@ -2,7 +2,8 @@
 //! and their Chrome / Perfetto trace JSON: `{"traceEvents": [{"name", "cat", "ph": "X",
 //! "ts", "dur", "pid", "tid", "args": {"batch"}}]}`, one row (`tid`) per worker; `batch`
 //! is how many messages the work took at once (dynamic batching; 0 for an update), and
-//! `instances` how many instances they belong to.
+//! `instances` how many instances they belong to; an update also has `staleness` (see
+//! [`TraceEvent::staleness`]) when it applied a measured gradient.
 
 use serde_json::json;
 use std::io::Write;
@@ -38,6 +39,10 @@ pub struct TraceEvent {
     pub batch: u32,
     /// The distinct instances those messages belong to (0 for an update).
     pub instances: u32,
+    /// For an update, the staleness of the stalest gradient it applied: how many updates
+    /// of the group came between the version its forward read and this one (`None`: no
+    /// gradient measured, or not an update).
+    pub staleness: Option<u64>,
 }
 
 /// Writes events as Chrome trace JSON; `name` gives each node's display name.
@@ -61,7 +66,7 @@ pub fn write_chrome_trace(
         serde_json::to_writer(&mut *out, &meta)?;
     }
     for e in events {
-        let event = json!({
+        let mut event = json!({
             "name": name(e.node),
             "cat": e.kind.as_str(),
             "ph": "X",
@@ -71,6 +76,9 @@ pub fn write_chrome_trace(
             "tid": e.worker,
             "args": {"batch": e.batch, "instances": e.instances},
         });
+        if let Some(staleness) = e.staleness {
+            event["args"]["staleness"] = json!(staleness);
+        }
         if !first {
             out.write_all(b",\n")?;
         }
@@ -87,8 +95,26 @@ mod tests {
     #[test]
     fn chrome_trace_is_json_with_one_row_per_worker() {
         let events = vec![
-            TraceEvent { worker: 0, node: 3, kind: TraceKind::Forward, start_us: 5, dur_us: 2, batch: 7, instances: 3 },
-            TraceEvent { worker: 1, node: 4, kind: TraceKind::Update, start_us: 9, dur_us: 1, batch: 0, instances: 0 },
+            TraceEvent {
+                worker: 0,
+                node: 3,
+                kind: TraceKind::Forward,
+                start_us: 5,
+                dur_us: 2,
+                batch: 7,
+                instances: 3,
+                staleness: None,
+            },
+            TraceEvent {
+                worker: 1,
+                node: 4,
+                kind: TraceKind::Update,
+                start_us: 9,
+                dur_us: 1,
+                batch: 0,
+                instances: 0,
+                staleness: Some(2),
+            },
         ];
         let mut out = Vec::new();
         write_chrome_trace(&events, |n| format!("node \"{n}\""), &mut out).unwrap();
@@ -101,5 +127,7 @@ mod tests {
         assert_eq!(list[2]["ph"], "X");
         assert_eq!(list[2]["args"]["batch"], 7);
         assert_eq!(list[2]["args"]["instances"], 3);
+        assert!(list[2]["args"].get("staleness").is_none());
+        assert_eq!(list[3]["args"]["staleness"], 2);
     }
 }

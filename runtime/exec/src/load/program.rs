@@ -135,6 +135,9 @@ pub(crate) struct GroupInfo {
     /// The worker that counts finished instances for the group and applies its updates.
     pub owner: usize,
     pub min_update_frequency: u64,
+    /// The most updates between the version a gradient's forward read and the one it is
+    /// applied to (`None`: unbounded; see `ExecConfig::max_staleness`).
+    pub max_staleness: Option<u64>,
     /// A replica's group: the group it copies (which gathers its gradients and gives it
     /// its values); the replica's node is its only node.
     pub master: Option<usize>,
@@ -358,6 +361,7 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
                     nodes: Vec::new(),
                     owner: node.worker,
                     min_update_frequency: config.min_update_frequency,
+                    max_staleness: config.max_staleness,
                     master: None,
                     replica_groups: Vec::new(),
                     frozen: config.frozen.contains(prefix),
@@ -389,7 +393,37 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
             group.min_update_frequency = k;
         }
     }
+    staleness_bounds(&mut groups, nodes, config);
     groups
+}
+
+/// Each group's staleness bound: the layer-wise schedule (when asked) over the global
+/// bound, then the per-node overrides (the smallest of a group's nodes').
+fn staleness_bounds(groups: &mut [GroupInfo], nodes: &[Option<NodeInfo>], config: &ExecConfig) {
+    if config.staleness_layerwise {
+        let base = config.max_staleness.unwrap_or(0);
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        // Nearest the loss first: the group whose last node comes latest.
+        order.sort_by_key(|&g| std::cmp::Reverse(groups[g].nodes.last().copied().unwrap_or(0)));
+        for (depth, g) in order.into_iter().enumerate() {
+            groups[g].max_staleness = Some(base.saturating_add(depth as u64));
+        }
+    }
+    for group in groups.iter_mut() {
+        let named = config.staleness_overrides.iter().filter(|(sel, _)| {
+            // A label names a node (a layer) or the group's parameter prefix (an array).
+            group.nodes.iter().any(|&n| match sel {
+                NodeSelector::Id(id) => *id == n,
+                NodeSelector::Label(label) => {
+                    *label == group.prefix
+                        || nodes.get(n as usize).and_then(Option::as_ref).is_some_and(|node| node.label == *label)
+                }
+            })
+        });
+        if let Some(k) = named.map(|(_, k)| *k).min() {
+            group.max_staleness = Some(k);
+        }
+    }
 }
 
 impl ExecError {

@@ -165,6 +165,7 @@ pub(super) fn replicate(
                     nodes: vec![replica],
                     owner: worker,
                     min_update_frequency: groups[master].min_update_frequency,
+                    max_staleness: groups[master].max_staleness,
                     master: Some(master),
                     replica_groups: Vec::new(),
                     frozen: groups[master].frozen,

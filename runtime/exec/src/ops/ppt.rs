@@ -190,7 +190,8 @@ impl NodeOp for LinearOp {
         let x = stack(msgs.iter().map(|m| m.payload.values()));
         let total: usize = rows.iter().sum();
         let (y, stride) = {
-            let view = cx.params().group(self.group);
+            let mut view = cx.params().group(self.group);
+            msgs.iter().for_each(|m| view.note_read(instance_of(&m.state)));
             let (w, b, version) = (view.value(0), view.value(1), view.version());
             self.weight_t.serve(version, total);
             if total < 2 || !self.weight_t.takes(version, total) {
@@ -253,6 +254,7 @@ impl NodeOp for LinearOp {
                 (dx, ld)
             };
             view.linear_grads(&dy, &x, self.inp, self.out);
+            grads.iter().for_each(|g| view.note_gradient(instance_of(&g.state)));
             (dx, ld)
         };
         for (grad, dx) in grads.into_iter().zip(unstack(dx, &rows, self.inp, stride)) {
@@ -264,6 +266,12 @@ impl NodeOp for LinearOp {
     fn held(&self) -> usize {
         self.cache.len()
     }
+}
+
+/// The instance a message belongs to (the first state field, see
+/// `sched::admission::source_message`), for the group's staleness.
+fn instance_of(state: &[i64]) -> Option<usize> {
+    state.first().and_then(|&i| usize::try_from(i).ok())
 }
 
 /// Row `index` of the table; the backward adds the gradient into that row (recomputing
@@ -292,7 +300,11 @@ impl EmbeddingOp {
 impl NodeOp for EmbeddingOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
         let row = self.row(cx, &msg.state)?;
-        let values = cx.params().group(self.group).value(0)[row * self.dim..(row + 1) * self.dim].to_vec();
+        let values = {
+            let mut view = cx.params().group(self.group);
+            view.note_read(instance_of(&msg.state));
+            view.value(0)[row * self.dim..(row + 1) * self.dim].to_vec()
+        };
         cx.forward(0, msg.with_payload(Payload::from_vec(values)));
         Ok(())
     }
@@ -304,6 +316,7 @@ impl NodeOp for EmbeddingOp {
             if let Some(acc) = view.row_grad(row, self.dim) {
                 kernels::axpy(1.0, grad.payload.values(), acc);
             }
+            view.note_gradient(instance_of(&grad.state));
         }
         cx.backward(0, grad.with_payload(Payload::Unit));
         Ok(())
@@ -376,6 +389,7 @@ mod tests {
             nodes: vec![1],
             owner: 0,
             min_update_frequency: 1,
+            max_staleness: None,
             master: None,
             replica_groups: Vec::new(),
             frozen: false,

@@ -39,6 +39,128 @@ pub(crate) struct LiveGroup<'a> {
     pub accumulated: bool,
     /// Never updated (`ExecConfig::frozen`): ops add no gradient to it.
     pub frozen: bool,
+    /// Which versions the instances in flight read, and the staleness of the gradients
+    /// applied so far in this run.
+    pub staleness: Staleness,
+}
+
+/// The staleness of a group's gradients: for each instance, the number of updates of the
+/// group between the version its forward messages read (the oldest, when they read
+/// several) and the version its gradient is applied to. Versions count the updates that
+/// moved the values in this run, so a gradient carried over to the next run (no flush at
+/// the end of an epoch) is not measured. A replica reads at the version of its master it
+/// was last given (`base`), and hands its gradients' versions to the master with the
+/// gradients, so the master measures its replicas' gradients too.
+#[derive(Default)]
+pub(crate) struct Staleness {
+    /// The master's version the group's values are: its own version for a master, the
+    /// version of the last sync for a replica.
+    pub base: u64,
+    /// Instances that read the group and whose gradients did not all come back: the
+    /// instance, the oldest version it read, and its reads still owed a gradient.
+    reads: Vec<Read>,
+    /// Instances whose gradients are in the accumulators, with the oldest version they
+    /// read: measured at the next update.
+    applied: Vec<(usize, u64)>,
+    pub stats: StalenessStats,
+    /// The most staleness of the gradients the last update applied (`None`: none measured).
+    pub last: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Read {
+    instance: usize,
+    version: u64,
+    owed: u64,
+}
+
+/// The staleness of the gradients a group applied in a run: how many instances' gradients
+/// were measured (per update: an instance whose gradients two updates applied counts
+/// twice, once at each), their total and their most.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StalenessStats {
+    pub gradients: u64,
+    pub total: u64,
+    pub max: u64,
+}
+
+impl StalenessStats {
+    /// The mean staleness (0 with nothing measured).
+    pub fn mean(&self) -> f64 {
+        if self.gradients == 0 {
+            0.0
+        } else {
+            self.total as f64 / self.gradients as f64
+        }
+    }
+
+    fn add(&mut self, staleness: u64) {
+        self.gradients += 1;
+        self.total = self.total.saturating_add(staleness);
+        self.max = self.max.max(staleness);
+    }
+
+    /// Adds another group's (a replica's) measures.
+    pub fn merge(&mut self, other: &StalenessStats) {
+        self.gradients += other.gradients;
+        self.total = self.total.saturating_add(other.total);
+        self.max = self.max.max(other.max);
+    }
+}
+
+impl Staleness {
+    /// A forward message of `instance` read the group's values.
+    pub fn read(&mut self, instance: usize) {
+        match self.reads.iter_mut().find(|r| r.instance == instance) {
+            Some(r) => r.owed += 1,
+            None => self.reads.push(Read { instance, version: self.base, owed: 1 }),
+        }
+    }
+
+    /// A gradient of `instance` reached the accumulators (one per read; a gradient with no
+    /// read before it is not measured).
+    pub fn gradient(&mut self, instance: usize) {
+        let Some(at) = self.reads.iter().position(|r| r.instance == instance) else { return };
+        let read = &mut self.reads[at];
+        read.owed = read.owed.saturating_sub(1);
+        let version = read.version;
+        if read.owed == 0 {
+            self.reads.swap_remove(at);
+        }
+        self.note_applied(instance, version);
+    }
+
+    fn note_applied(&mut self, instance: usize, version: u64) {
+        match self.applied.iter_mut().find(|(i, _)| *i == instance) {
+            Some((_, v)) => *v = (*v).min(version),
+            None => self.applied.push((instance, version)),
+        }
+    }
+
+    /// The oldest version a read still owed a gradient used, among the instances `live`
+    /// says are in flight; the reads of the others (ended with a read whose gradient never
+    /// came, such as an output no loss depends on) are forgotten.
+    pub fn oldest_owed(&mut self, live: impl Fn(usize) -> bool) -> Option<u64> {
+        self.reads.retain(|r| live(r.instance));
+        self.reads.iter().map(|r| r.version).min()
+    }
+
+    /// A replica's gradients moved to its master: their versions go with them.
+    fn hand_over(&mut self, master: &mut Staleness) {
+        for (instance, version) in std::mem::take(&mut self.applied) {
+            master.note_applied(instance, version);
+        }
+    }
+
+    /// The gradients in the accumulators are applied to version `version`.
+    fn measure(&mut self, version: u64) {
+        self.last = None;
+        for (_, read) in std::mem::take(&mut self.applied) {
+            let staleness = version.saturating_sub(read);
+            self.stats.add(staleness);
+            self.last = Some(self.last.map_or(staleness, |m| m.max(staleness)));
+        }
+    }
 }
 
 /// The weight gradient `dy^T x` of a linear group's backward batches, kept as the rows of
@@ -177,12 +299,14 @@ impl LiveGroup<'_> {
     /// The bookkeeping of every update: nothing pending, accumulators (now zero) complete
     /// in the row log; `moved` when the values changed.
     fn finish_update(&mut self, moved: bool) {
+        self.staleness.measure(self.version);
         self.pending = 0;
         self.updates += 1;
         if moved {
             self.touched = false;
             self.accumulated = false;
             self.version += 1;
+            self.staleness.base = self.version;
         }
         self.rows = Some(RowLog::default());
     }
@@ -243,6 +367,20 @@ impl GroupView<'_, '_> {
         match self {
             GroupView::Frozen(values) => values.get(i).copied().unwrap_or(&[]),
             GroupView::Live(g) => g.tensors.get(i).map_or(&[], |t| &*t.value),
+        }
+    }
+
+    /// A forward message of `instance` read the values (training only: staleness).
+    pub fn note_read(&mut self, instance: Option<usize>) {
+        if let (GroupView::Live(g), Some(i)) = (self, instance) {
+            g.staleness.read(i);
+        }
+    }
+
+    /// A gradient of `instance` reached the accumulators (training only: staleness).
+    pub fn note_gradient(&mut self, instance: Option<usize>) {
+        if let (GroupView::Live(g), Some(i)) = (self, instance) {
+            g.staleness.gradient(i);
         }
     }
 
@@ -422,6 +560,7 @@ pub(crate) fn live_groups<'a>(
                     deferred: deferred(),
                     accumulated: false,
                     frozen: info.frozen,
+                    staleness: Staleness::default(),
                 };
             }
             let tensors = info
@@ -448,6 +587,7 @@ pub(crate) fn live_groups<'a>(
                 deferred: deferred(),
                 accumulated: pending > 0,
                 frozen: info.frozen,
+                staleness: Staleness::default(),
             }
         })
         .collect()
@@ -455,6 +595,7 @@ pub(crate) fn live_groups<'a>(
 
 /// Adds a replica's accumulated gradients into the master's and clears them.
 pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
+    replica.staleness.hand_over(&mut master.staleness);
     if !replica.touched {
         return;
     }
@@ -486,6 +627,7 @@ pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup) {
         r.value.copy_from_slice(m.value);
     }
     replica.version += 1;
+    replica.staleness.base = master.version;
 }
 
 #[cfg(test)]
@@ -515,6 +657,7 @@ mod tests {
             deferred: DeferredProducts::default(),
             accumulated,
             frozen: false,
+            staleness: Staleness::default(),
         }
     }
 
@@ -610,6 +753,7 @@ mod tests {
                 deferred: DeferredProducts::default(),
                 accumulated: true,
                 frozen: false,
+                staleness: Staleness::default(),
             };
             let config = OptimConfig::sgd(0.3).with_clip_norm(1.0);
             assert!(group.update(&config));
@@ -644,5 +788,65 @@ mod tests {
         drop(group);
         assert!(w.iter().all(|&x| x == 0.5) && b.iter().all(|&x| x == 0.25));
         assert!(dw.iter().chain(&db).all(|&g| g == 0.0));
+    }
+
+    /// Staleness counted by hand: instance 0 reads at version 0 twice, instance 1 at
+    /// version 0; 0's gradients come and the group updates (version 0 → 1, both of 0's
+    /// reads measured once, at 0); instance 2 reads at 1; 1's gradient is applied at the
+    /// next update, to version 1 (staleness 1), with 2's (0); a replica read at the
+    /// master's version 0 and applied at version 2 measures 2; an instance that ended with
+    /// a read owed no gradient no longer holds the oldest read.
+    #[test]
+    fn staleness_counts_the_updates_between_a_read_and_its_gradient() {
+        let (mut w, mut b) = (vec![0.5f32; 6], vec![0.0f32; 2]);
+        let (mut dw, mut db) = (vec![0.0f32; 6], vec![0.0f32; 2]);
+        let mut states = two_states();
+        let mut group = linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 0, false);
+        let config = OptimConfig::sgd(0.1);
+        let update = |group: &mut LiveGroup| {
+            group.pending = 1;
+            group.touched = true;
+            group.accumulated = true;
+            group.tensors[0].grad.iter_mut().for_each(|g| *g = 1.0);
+            assert!(group.update(&config));
+        };
+        let s = &mut group.staleness;
+        s.read(0);
+        s.read(0);
+        s.read(1);
+        assert_eq!(s.oldest_owed(|_| true), Some(0));
+        s.gradient(0);
+        s.gradient(0);
+        update(&mut group);
+        assert_eq!((group.version, group.staleness.last), (1, Some(0)));
+        assert_eq!(group.staleness.stats, StalenessStats { gradients: 1, total: 0, max: 0 });
+        let s = &mut group.staleness;
+        s.read(2);
+        s.gradient(1);
+        s.gradient(2);
+        assert_eq!(s.oldest_owed(|_| true), None);
+        update(&mut group);
+        assert_eq!((group.version, group.staleness.last), (2, Some(1)));
+        assert_eq!(group.staleness.stats, StalenessStats { gradients: 3, total: 1, max: 1 });
+
+        // A replica given the master's values at version 0 (sync_values sets its base).
+        let (mut rw, mut rb) = (vec![0.5f32; 6], vec![0.0f32; 2]);
+        let (mut rdw, mut rdb) = (vec![0.0f32; 6], vec![0.0f32; 2]);
+        let mut rstates = two_states();
+        let mut replica = linear_group([&mut rw, &mut rb], [&mut rdw, &mut rdb], &mut rstates, 0, false);
+        replica.staleness.read(3);
+        replica.staleness.gradient(3);
+        gather_grads(&mut group, &mut replica);
+        update(&mut group);
+        assert_eq!((group.version, group.staleness.last), (3, Some(2)));
+        assert_eq!(group.staleness.stats, StalenessStats { gradients: 4, total: 3, max: 2 });
+        sync_values(&group, &mut replica);
+        assert_eq!(replica.staleness.base, 3);
+
+        // Instance 4 reads and ends without its gradient: only a live one's read counts.
+        group.staleness.read(4);
+        group.staleness.read(5);
+        assert_eq!(group.staleness.oldest_owed(|i| i != 4), Some(3));
+        assert_eq!(group.staleness.reads.len(), 1);
     }
 }

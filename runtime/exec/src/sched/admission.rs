@@ -1,6 +1,6 @@
-//! Admission, update boundaries and credits: the life of one instance in a run, and the
-//! rules that keep training what it says (docs/ARCHITECTURE.md, invariants 10, 12, 13
-//! and 17 point here).
+//! Admission, update boundaries, credits and staleness bounds: the life of one instance
+//! in a run, and the rules that keep training what it says (docs/ARCHITECTURE.md,
+//! invariants 10, 12, 13, 17 and 21 point here).
 //!
 //! One instance, from admission to its end:
 //!
@@ -56,6 +56,16 @@
 //! 5. **Halting.** A training loss that is not finite halts admission ([`Admission::halt`])
 //!    and wakes the controller, which reports the instance: the parameters are those of the
 //!    last update.
+//! 6. **Staleness** (DSP). A Ppt's forward notes, in its group, the version its instance
+//!    read (the master's version a replica was last given); its backward notes that the
+//!    gradient of that read is in the accumulators; the update that applies it measures
+//!    the updates in between (`ops::train::Staleness`). Under a bound K
+//!    (`ExecConfig::max_staleness`, per group `GroupInfo::max_staleness`), an owner
+//!    defers an update due while a read still owed a gradient, by an instance in flight
+//!    ([`Credits::live`]), of the group or of its replicas, is K updates old
+//!    ([`update_within_bound`]): no gradient is applied more than K updates after the
+//!    version it read. Deferring never blocks a message, so the read it waits for ends,
+//!    and the owner tries again after each of its steps (`Worker::update_groups`).
 
 use crate::load::program::{GroupInfo, Program};
 use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
@@ -257,6 +267,21 @@ pub(crate) fn source_message(program: &Program, credits: &Credits, instance: usi
     (program.source_worker(), env)
 }
 
+/// The staleness bound (DSP; `ExecConfig::max_staleness`): a group at `version` may update
+/// unless a read still owed a gradient used a version `bound` or more updates old
+/// (`oldest_owed`), since that gradient would then be applied more than `bound` updates
+/// after its version. The gradients already accumulated are applied at most `bound`
+/// updates late: every update before let their reads through. So the bound holds by
+/// deferring updates alone; a deferred group keeps accumulating and tries again after its
+/// worker's next step, and the read it waits for ends (its gradient comes, or its
+/// instance ends) whatever the updates do, since no message waits for an update.
+pub(crate) fn update_within_bound(version: u64, oldest_owed: Option<u64>, bound: Option<u64>) -> bool {
+    match (bound, oldest_owed) {
+        (Some(k), Some(read)) => version.saturating_sub(read) < k,
+        _ => true,
+    }
+}
+
 /// Per instance of a run, the messages of it in flight.
 pub(crate) struct Credits {
     counts: Vec<AtomicU32>,
@@ -272,6 +297,11 @@ impl Credits {
         if let Some(count) = self.counts.get(instance) {
             count.store(1, Ordering::Release);
         }
+    }
+
+    /// Whether `instance` was admitted and has not ended: some message of it is in flight.
+    pub fn live(&self, instance: usize) -> bool {
+        self.counts.get(instance).is_some_and(|c| c.load(Ordering::Acquire) > 0)
     }
 
     /// A message of `instance` leaves for another worker: its credit is taken before it is
@@ -468,6 +498,24 @@ mod tests {
             }
             prop_assert_eq!(admitted, (0..n).collect::<Vec<_>>());
             prop_assert_eq!(ended, n);
+        }
+
+        /// The staleness bound: an update is let through exactly when every read still
+        /// owed a gradient ends up at most `bound` updates old after it; no bound lets
+        /// every update through, as does no read owed.
+        #[test]
+        fn an_update_never_makes_an_owed_read_staler_than_the_bound(
+            version in 0u64..50,
+            age in 0u64..50,
+            bound in proptest::option::of(0u64..10),
+        ) {
+            let read = version.saturating_sub(age);
+            let allowed = update_within_bound(version, Some(read), bound);
+            match bound {
+                None => prop_assert!(allowed),
+                Some(k) => prop_assert_eq!(allowed, version + 1 - read <= k),
+            }
+            prop_assert!(update_within_bound(version, None, bound));
         }
 
         /// Credit netting: an instance's messages, handled in batches at one worker, some

@@ -140,6 +140,7 @@ pub(crate) fn run(
                 max_batch: config.max_batch,
                 replica_sync: config.replica_sync,
                 fault: config.fault.clone(),
+                slow: config.slow_workers.iter().rev().find(|s| s.worker == id).cloned(),
             };
             std::thread::Builder::new()
                 .name(format!("amp-worker-{id}"))

@@ -7,7 +7,7 @@ use crate::error::ExecError;
 use crate::instance::ExecInstance;
 use crate::load::program::Program;
 use crate::load::replicas::Routes;
-use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess};
+use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess, StalenessStats};
 use crate::ops::{RunMode, RunShared};
 use crate::sched::controller::{self, Judgement, Observer, RunOutput};
 use crate::trace::{write_chrome_trace, TraceEvent};
@@ -34,6 +34,21 @@ pub struct EpochStats {
     /// Per worker, the time it waited for messages with nothing to do; `elapsed` minus
     /// it is the worker's busy time (its ops, routing, queues and updates).
     pub waited: Vec<Duration>,
+    /// Per parameter group (its replicas' gradients included), the staleness of the
+    /// gradients it applied in the epoch, in the groups' order (by first node).
+    pub staleness: Vec<GroupStaleness>,
+}
+
+/// The staleness a parameter group's updates applied in one epoch: per instance whose
+/// gradient reached the group, the updates of the group between the version its forward
+/// read and the one its gradient was applied to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupStaleness {
+    /// The group's parameter prefix (`encoder.cell`).
+    pub group: String,
+    /// Its bound (`ExecConfig::max_staleness`, overrides, schedule); `None`: unbounded.
+    pub bound: Option<u64>,
+    pub stats: StalenessStats,
 }
 
 /// What an evaluation measured (forward only, parameters unchanged).
@@ -207,7 +222,7 @@ impl Executor {
         let list: Vec<&(dyn ExecInstance + Sync)> = instances.iter().map(|i| i as &(dyn ExecInstance + Sync)).collect();
         let mut stores = replica_stores(&self.program.groups, &self.params);
         // The live groups end in this block: dropping them settles their accumulators.
-        let (result, updates, pending) = {
+        let (result, updates, pending, staleness) = {
             let groups = live_groups(
                 &self.program.groups,
                 &mut self.params,
@@ -228,7 +243,19 @@ impl Executor {
             let masters = self.program.groups.iter().map(|info| info.master.is_none());
             let updates: u64 = groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).sum();
             let pending: Vec<u64> = groups.iter().map(|g| g.pending).collect();
-            (result, updates, pending)
+            let staleness = self
+                .program
+                .groups
+                .iter()
+                .zip(&groups)
+                .filter(|(info, _)| info.master.is_none())
+                .map(|(info, g)| GroupStaleness {
+                    group: info.prefix.clone(),
+                    bound: info.max_staleness,
+                    stats: g.staleness.stats,
+                })
+                .collect();
+            (result, updates, pending, staleness)
         };
         fold_replica_grads(&self.program.groups, &stores, &mut self.grads);
         let mut output = match result {
@@ -251,6 +278,7 @@ impl Executor {
             elapsed: stats.elapsed,
             instances_per_s: stats.instances_per_s,
             waited,
+            staleness,
         })
     }
 

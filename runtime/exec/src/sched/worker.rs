@@ -34,20 +34,20 @@
 //! controller's thread to be scheduled, and what it does depends on nothing but its own
 //! order of work.
 
-use crate::config::Fault;
+use crate::config::{Fault, SlowWorker};
 use crate::error::{ExecError, OpError};
 use crate::load::program::{GroupInfo, NodeInfo, Program};
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
-use crate::sched::admission::{owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
+use crate::sched::admission::{self, owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
 use crate::trace::{TraceEvent, TraceKind};
 use amp_params::OptimConfig;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the controller and other workers send a worker.
 pub(crate) enum ToWorker {
@@ -110,6 +110,9 @@ pub(crate) struct WorkerGauges {
     pub waited_ns: AtomicU64,
 }
 
+/// A straggler sleeps what it owes once it owes this much (see `Worker::straggle`).
+const STRAGGLE_SLICE: Duration = Duration::from_millis(1);
+
 /// Everything a worker works with.
 pub(crate) struct WorkerSetup<'s, 'a> {
     pub id: usize,
@@ -133,6 +136,8 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     /// Replicas take their master's values after every this many of its updates.
     pub replica_sync: u64,
     pub fault: Option<Fault>,
+    /// This worker is a straggler: it sleeps after each step (see `ExecConfig::slow_workers`).
+    pub slow: Option<SlowWorker>,
 }
 
 /// A node on this worker: its op, its queue, and the gradients of fanned-out ports being
@@ -187,6 +192,10 @@ struct Worker<'s, 'a> {
     /// [`Worker::count_instance`]), and the controller's `Confirm`s to answer once the
     /// updates they owe are applied.
     finished: u64,
+    /// A group this worker owns deferred an update for its staleness bound.
+    bound_deferred: bool,
+    /// Seconds a straggler still owes to sleep (negative: it overslept).
+    owed_sleep: f64,
     acks: usize,
 }
 
@@ -218,6 +227,8 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         owners,
         processed: 0,
         finished: 0,
+        bound_deferred: false,
+        owed_sleep: 0.0,
         acks: 0,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
@@ -257,12 +268,14 @@ impl Worker<'_, '_> {
         }
         loop {
             if let Some(batch) = self.next_batch() {
+                let step = Instant::now();
                 if !self.process(batch) {
                     return;
                 }
                 // The instances this batch finished are counted already: the groups whose
                 // interval they completed update now, over all of them.
                 self.update_due();
+                self.straggle(step);
                 continue;
             }
             if self.admitted.is_empty() {
@@ -288,6 +301,22 @@ impl Worker<'_, '_> {
                 }
             }
             self.update_due();
+        }
+    }
+
+    /// A straggler owes a sleep after a step begun at `step`, so that the step takes
+    /// `factor` times its measured time; the sleep counts as busy time (a slow device
+    /// works). Steps take microseconds and a sleep overshoots by tens of them, so the
+    /// owed time is summed and slept once it reaches [`STRAGGLE_SLICE`], with what the
+    /// sleep overshot taken off the next.
+    fn straggle(&mut self, step: Instant) {
+        let Some(slow) = &self.setup.slow else { return };
+        let pause = slow.pause(step.elapsed(), step.saturating_duration_since(self.setup.origin));
+        self.owed_sleep += pause.as_secs_f64();
+        if self.owed_sleep >= STRAGGLE_SLICE.as_secs_f64() {
+            let start = Instant::now();
+            std::thread::sleep(Duration::from_secs_f64(self.owed_sleep));
+            self.owed_sleep -= start.elapsed().as_secs_f64();
         }
     }
 
@@ -599,7 +628,8 @@ impl Worker<'_, '_> {
         let dur_us = start.elapsed().as_micros() as u64;
         let batch = u32::try_from(batch).unwrap_or(u32::MAX);
         let instances = u32::try_from(instances).unwrap_or(u32::MAX);
-        self.events.push(TraceEvent { worker: self.setup.id as u32, node, kind, start_us, dur_us, batch, instances });
+        let worker = self.setup.id as u32;
+        self.events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, instances, staleness: None });
         if self.events.len() >= TRACE_PIECE {
             let _ = self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
         }
@@ -634,7 +664,9 @@ impl Worker<'_, '_> {
     /// all of them is what those gradients are. Updating at the first `n` would apply the
     /// others' gradients scaled as if there were `n`, and leave the next update empty.
     fn update_due(&mut self) {
-        if self.finished > 0 {
+        // A group that deferred an update for its staleness bound tries again after every
+        // step: the gradient it waits for may have come.
+        if self.finished > 0 || self.bound_deferred {
             self.update_groups(false);
         }
         for _ in 0..std::mem::take(&mut self.acks) {
@@ -661,16 +693,43 @@ impl Worker<'_, '_> {
     /// or all of them with `flush` (the end of a run).
     fn update_groups(&mut self, flush: bool) {
         let finished = std::mem::take(&mut self.finished);
+        self.bound_deferred = false;
         for (g, info) in owned_masters(self.setup.program, self.setup.id) {
             let start = self.setup.trace.then(Instant::now);
-            let updated = self.setup.shared.params.live(g).is_some_and(|mut group| {
+            let mut deferred = false;
+            let updated = self.setup.shared.params.live(g).and_then(|mut group| {
                 group.pending += finished;
-                (flush || group.pending >= info.min_update_frequency) && self.update(info, &mut group, flush)
+                let due = flush || group.pending >= info.min_update_frequency;
+                // At a flush every instance ended: no read is owed a gradient any more.
+                deferred = due && !self.within_bound(info, &mut group) && !flush;
+                (due && !deferred && self.update(info, &mut group, flush)).then_some(group.staleness.last)
             });
-            if let (true, Some(start)) = (updated, start) {
+            self.bound_deferred |= deferred;
+            if let (Some(staleness), Some(start)) = (updated, start) {
                 self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0, 0);
+                if let Some(event) = self.events.last_mut() {
+                    event.staleness = staleness;
+                }
             }
         }
+    }
+
+    /// Whether a master group may update under its staleness bound: no read of it or of
+    /// its replicas still owed a gradient is as old as the bound (see
+    /// [`admission::update_within_bound`]). Locks the replicas one at a time, as
+    /// [`Worker::update`] does.
+    /// The reads of instances that ended are forgotten here, bound or not (a read whose
+    /// gradient never comes would otherwise stay for the rest of the run).
+    fn within_bound(&self, info: &GroupInfo, master: &mut LiveGroup) -> bool {
+        let credits = self.setup.credits;
+        let live = |i: usize| credits.live(i);
+        let mut oldest = master.staleness.oldest_owed(live);
+        for &r in &info.replica_groups {
+            if let Some(mut replica) = self.setup.shared.params.live(r) {
+                oldest = oldest.into_iter().chain(replica.staleness.oldest_owed(live)).min();
+            }
+        }
+        admission::update_within_bound(master.version, oldest, info.max_staleness)
     }
 }
 
