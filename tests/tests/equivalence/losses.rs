@@ -48,6 +48,27 @@ fn tree_lstm_with_a_loss_at_every_node_matches_the_reference() {
     assert!(kinds.iter().all(|k| matches!(k, amp_ir::LossKind::Term { weight, judge: Some(_), .. } if *weight == 1.0)));
 }
 
+/// SST's binary task (`-D classes=2`): a node whose label is not a class takes no loss,
+/// and the executor still matches the reference, also on trees where no node has a class
+/// (an instance with no loss term at all).
+#[test]
+fn tree_lstm_sst_binary_skips_the_nodes_whose_label_is_not_a_class() {
+    let mut rng = ChaCha8Rng::seed_from_u64(23);
+    let mut values: Vec<Value> = (0..10)
+        .map(|_| {
+            let leaves = rng.random_range(1..8);
+            Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..2))])
+        })
+        .collect();
+    let neutral = Value::Variant { tag: 0, fields: vec![Value::Int(3), Value::Int(2)] };
+    values.push(Value::Record(vec![
+        Value::Variant { tag: 1, fields: vec![neutral.clone(), neutral, Value::Int(4)] },
+        Value::Int(2),
+    ]));
+    let c = check("tree_lstm_sst", SST, &[("vocab", 20), ("embed", 6), ("hidden", 5), ("classes", 2)], values);
+    assert_eq!(losses(&c).len(), 2);
+}
+
 /// Deterministic training with a loss at every node (many loss reports per instance,
 /// batched across instances) is minibatch SGD on the reference's gradients, with and
 /// without the JIT and on two workers.
