@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Reproduces the SST runs of docs/learning.md: the Tree-LSTM with a loss at every node
 # (examples/tree_lstm_sst.amp), random 300-d embeddings, no dropout. Fine-grained (5
 # classes) over four seeds and binary (neutral sentences dropped), each trained with early
@@ -7,7 +7,7 @@
 # usage: docs/experiments/sst/run.sh [OUT]   (from the repository root; OUT defaults to
 #        sst-runs; AMPRUN names the binary, default `amprun`; SST the data folder, default
 #        ../shared/data/sst)
-set -eu
+set -euo pipefail
 AMPRUN=${AMPRUN:-amprun}
 SST=${SST:-../shared/data/sst}
 OUT=${1:-sst-runs}
