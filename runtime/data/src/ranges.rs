@@ -3,9 +3,13 @@
 //! loaders know only the schema (an `int` is any int); these come from the graph, so that
 //! a label of 2 for a model of 2 classes is bad data at file:line:field before training,
 //! not a node error mid-epoch that names no field (and `--skip-bad-data` skips it).
+//! A loss the model itself guards, `if label < k { cross_entropy(y, label) } else { .. }`
+//! with `k` at most the classes, takes labels past the classes on purpose (they mark
+//! nodes without a loss, e.g. SST's neutral phrases in the binary task), so its label
+//! gets no range.
 
 use crate::instance::Instance;
-use amp_ir::{DataStep, Graph, Op, PayloadTy, StateExpr};
+use amp_ir::{DataStep, Graph, IntOp, Op, PayloadTy, StateExpr};
 
 /// One step of a ranged path: a field, every element of a sequence (or every node of a
 /// tree), or one element.
@@ -31,7 +35,8 @@ pub struct Range {
 /// must be in range.
 pub fn model_ranges(graph: &Graph) -> Vec<Range> {
     let mut out: Vec<Range> = Vec::new();
-    for node in graph.nodes.node_weights() {
+    for at in graph.nodes.node_indices() {
+        let node = &graph.nodes[at];
         let (expr, limit, what) = match &node.op {
             Op::Embedding { param, index } => {
                 let rows = graph.param(&format!("{param}.weight")).and_then(|p| p.shape.first().copied());
@@ -45,6 +50,13 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
                     _ => None,
                 };
                 let Some(classes) = classes else { continue };
+                // What feeds the prediction: the source node's op and output port.
+                let feed = graph.input_edges(at).first().copied().flatten();
+                let feed =
+                    feed.and_then(|(source, edge)| graph.nodes.node_weight(source).map(|n| (&n.op, edge.from_port)));
+                if guarded_below(feed, label, classes) {
+                    continue;
+                }
                 (label, classes, format!("a class label of the loss `{}` ({classes} classes)", node.label))
             }
             Op::Switch { index, arms } => {
@@ -59,6 +71,20 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
         }
     }
     out
+}
+
+/// Whether a loss whose prediction comes from `feed` (op, output port) runs only on the
+/// taken side of a `cond` on `label < k` (or `label <= k - 1`) with `k <= classes`: the
+/// lowering routes an `if`'s values through its `cond`, so a guarded loss's prediction
+/// comes straight from the cond's output 0.
+fn guarded_below(feed: Option<(&Op, u16)>, label: &StateExpr, classes: u64) -> bool {
+    let Some((Op::Cond { pred: StateExpr::Bin(op, read, bound) }, port)) = feed else { return false };
+    let bound = match (op, bound.as_ref()) {
+        (IntOp::Lt, StateExpr::Const(k)) => Some(*k),
+        (IntOp::Le, StateExpr::Const(k)) => k.checked_add(1),
+        _ => None,
+    };
+    port == 0 && read.as_ref() == label && bound.is_some_and(|k| u64::try_from(k).is_ok_and(|k| k <= classes))
 }
 
 fn ranged_path(expr: &StateExpr) -> Option<Vec<RangeStep>> {
