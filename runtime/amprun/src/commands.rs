@@ -178,7 +178,7 @@ fn softmax(logits: &[f32]) -> Vec<f32> {
 /// Whether the output `infer` returns (the sink named `forward`, else the first) is what
 /// a cross-entropy loss takes as its logits: the same port of the same node feeds both.
 fn feeds_cross_entropy(graph: &Graph) -> bool {
-    use amp_ir::{LossKind, Op};
+    use amp_ir::Op;
     let bound = graph.nodes.node_indices().map(|i| i.index() + 1).max().unwrap_or(0);
     let mut ops: Vec<Option<&Op>> = vec![None; bound];
     for i in graph.nodes.node_indices() {
@@ -205,10 +205,8 @@ fn feeds_cross_entropy(graph: &Graph) -> bool {
     let Some(&(logits, port, _)) = edges.iter().find(|(_, _, to)| *to == sink) else { return false };
     edges.iter().any(|&(from, from_port, to)| {
         (from, from_port) == (logits, port)
-            && matches!(
-                ops.get(to),
-                Some(Some(Op::Loss(LossKind::CrossEntropy { .. } | LossKind::CrossEntropyMean { .. })))
-            )
+            // Every cross-entropy (plain, a mean's term, a weighted term) has a label.
+            && matches!(ops.get(to), Some(Some(Op::Loss(kind))) if kind.label().is_some())
     })
 }
 

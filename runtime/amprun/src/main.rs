@@ -154,6 +154,8 @@
 //! synchronous training does (the same losses); without a bound, `--async` is unchanged.
 //! A bound holds updates, not admissions: with K = 0 and many instances in flight, a
 //! group updates only when no instance in flight has read it since its last update.
+//! A replicated group's bound is at least `--replica-sync` (its replicas read values up to
+//! a sync old); a smaller one is refused.
 //!
 //! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step
 //! (a batch and the updates after it): it sleeps F - 1 times the step's measured time

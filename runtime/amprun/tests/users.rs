@@ -102,6 +102,29 @@ fn infer_reads_jsonl_without_labels() {
     assert!(stderr(&out).contains("bad.jsonl:1: field `tokens`: missing"), "{}", stderr(&out));
 }
 
+/// A weighted cross-entropy (a loss term) is still a classifier's loss: its label may be
+/// absent, and `infer` gives the probabilities.
+#[test]
+fn infer_knows_the_label_of_a_weighted_loss() {
+    let dir = scratch("infer-weighted");
+    let dir = dir.path();
+    let graph = compile_example("list_reduce", &[("hidden", 8)]);
+    let params = save_params(dir, &graph, 5);
+    let source = std::fs::read_to_string(example("list_reduce.amp")).unwrap();
+    let weighted =
+        source.replace("{ cross_entropy(forward(x), x.label) }", "{ 0.5 * cross_entropy(forward(x), x.label) }");
+    assert_ne!(weighted, source, "the example's loss line changed");
+    let model = write(dir, "weighted.amp", &weighted);
+    let data = write(dir, "d.jsonl", "{\"tokens\": [1, 3, 4]}\n{\"tokens\": [2, 5]}\n");
+    let out = amprun_ok(dir, &["infer", &model, "-D", "hidden=8", "--params", &params, "--data", &data]);
+    let lines = json_lines(&stdout(&out));
+    assert_eq!(lines.len(), 2);
+    for line in lines {
+        let p = line["probabilities"].as_array().expect("the probabilities of a classifier");
+        assert_eq!(p.len(), 10);
+    }
+}
+
 /// CSV rows with the label column or without it give the same outputs.
 #[test]
 fn infer_reads_csv_rows_with_or_without_the_label_column() {

@@ -15,7 +15,7 @@
 //! computation never reads, so that the instance fits the graph's schema.
 
 use crate::{DataError, Tensor, Value};
-use amp_ir::{DataStep, DataTy, Graph, LossKind, Op, Schema, StateExpr};
+use amp_ir::{DataStep, DataTy, Graph, Op, Schema, StateExpr};
 
 /// The record or enum variant a field belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -227,8 +227,7 @@ fn data_paths(op: &Op) -> Vec<&[DataStep]> {
         Op::Embedding { index, .. } | Op::Switch { index, .. } | Op::Gather { index } => exprs.push(index),
         Op::Cond { pred } => exprs.push(pred),
         Op::Isu { value, inverse, .. } => exprs.extend(std::iter::once(value).chain(inverse)),
-        Op::Loss(LossKind::CrossEntropy { label }) => exprs.push(label),
-        Op::Loss(LossKind::CrossEntropyMean { label, count }) => exprs.extend([label, count]),
+        Op::Loss(kind) => exprs.extend(kind.exprs()),
         Op::Flatmap { count, .. } | Op::Group { count, .. } => exprs.push(count),
         Op::ScatterSum { index, count, .. } => exprs.extend([index, count]),
         Op::StateFromPayload { int: amp_ir::PayloadInt::TopK { slot, .. }, .. } => exprs.push(slot),

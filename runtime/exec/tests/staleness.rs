@@ -151,7 +151,8 @@ proptest! {
             sync_updates: false,
             max_batch,
             replicas: if replicas > 1 { vec![(NodeSelector::Label("cell".into()), replicas.min(workers))] } else { Vec::new() },
-            max_staleness: Some(bound),
+            // Replicas read values up to a sync old: a smaller bound is refused (tested below).
+            max_staleness: Some(if replicas > 1 { bound.max(1) } else { bound }),
             staleness_layerwise: layerwise,
             ..ExecConfig::deterministic(interval, OptimConfig::sgd(0.05))
         };
@@ -184,4 +185,25 @@ fn a_bound_holds_back_what_asynchronous_training_lets_go_stale() {
     let bounded = executor(graph, 3, ExecConfig { max_staleness: Some(1), ..config }).train_epoch(data).unwrap();
     assert!(bounded.staleness.iter().all(|g| g.stats.max <= 1), "{:?}", bounded.staleness);
     assert_eq!(bounded.losses.len(), data.len());
+}
+
+/// A bound a replicated group cannot keep (its replicas read values up to `replica_sync`
+/// updates old) is refused when the executor is made, naming the group.
+#[test]
+fn a_bound_under_the_replica_sync_interval_is_refused() {
+    let (graph, _) = list_reduce();
+    let config = ExecConfig {
+        workers: 2,
+        sync_updates: false,
+        replicas: vec![(NodeSelector::Label("cell".into()), 2)],
+        replica_sync: 4,
+        max_staleness: Some(1),
+        ..ExecConfig::deterministic(1, OptimConfig::sgd(0.05))
+    };
+    let params = amp_params::ParamSet::init(&amp_params::ParamSpec::of_graph(graph), 1);
+    let Err(err) = amp_exec::Executor::new(graph, params.clone(), config.clone()) else {
+        panic!("a bound of 1 with replicas synced every 4 updates was accepted")
+    };
+    assert!(err.to_string().contains("`cell` has replicas synced every 4 updates"), "{err}");
+    assert!(amp_exec::Executor::new(graph, params, ExecConfig { max_staleness: Some(4), ..config }).is_ok());
 }

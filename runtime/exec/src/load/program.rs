@@ -229,6 +229,7 @@ impl Program {
         }
         let mut groups = group_params(&mut nodes, params, config);
         super::replicas::replicate(&mut nodes, &mut groups, config)?;
+        check_replica_bounds(&groups, config)?;
         let sinks: Vec<(u32, &str)> = nodes
             .iter()
             .flatten()
@@ -395,6 +396,25 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
     }
     staleness_bounds(&mut groups, nodes, config);
     groups
+}
+
+/// Replicas read their master's values as of the last sync, which comes every
+/// `replica_sync` updates and just after the update that calls for it: a read can be
+/// `replica_sync` updates old when it is made, so a smaller bound cannot hold (the group
+/// would defer the very update whose sync refreshes the replicas, or apply a gradient
+/// staler than the bound).
+fn check_replica_bounds(groups: &[GroupInfo], config: &ExecConfig) -> Result<(), ExecError> {
+    for group in groups.iter().filter(|g| g.master.is_none() && !g.replica_groups.is_empty()) {
+        if let Some(k) = group.max_staleness.filter(|&k| k < config.replica_sync) {
+            let message = format!(
+                "`{}` has replicas synced every {} updates and a staleness bound of {k}: a replica's reads \
+                 can be {} updates old; bound it at {} or more",
+                group.prefix, config.replica_sync, config.replica_sync, config.replica_sync
+            );
+            return Err(ExecError::Config { message });
+        }
+    }
+    Ok(())
 }
 
 /// Each group's staleness bound: the layer-wise schedule (when asked) over the global

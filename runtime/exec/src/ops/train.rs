@@ -6,6 +6,7 @@ use crate::load::program::GroupInfo;
 use crate::ops::kernels;
 use amp_params::optim::{clip_coefficient, global_norm, update_tensor};
 use amp_params::{OptimConfig, OptimizerKind, ParamSet, TensorState};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 /// One tensor of a live group.
@@ -58,10 +59,10 @@ pub(crate) struct Staleness {
     pub base: u64,
     /// Instances that read the group and whose gradients did not all come back: the
     /// instance, the oldest version it read, and its reads still owed a gradient.
-    reads: Vec<Read>,
+    reads: HashMap<usize, Read>,
     /// Instances whose gradients are in the accumulators, with the oldest version they
     /// read: measured at the next update.
-    applied: Vec<(usize, u64)>,
+    applied: HashMap<usize, u64>,
     pub stats: StalenessStats,
     /// The most staleness of the gradients the last update applied (`None`: none measured).
     pub last: Option<u64>,
@@ -69,7 +70,6 @@ pub(crate) struct Staleness {
 
 #[derive(Clone, Copy, Debug)]
 struct Read {
-    instance: usize,
     version: u64,
     owed: u64,
 }
@@ -111,38 +111,33 @@ impl StalenessStats {
 impl Staleness {
     /// A forward message of `instance` read the group's values.
     pub fn read(&mut self, instance: usize) {
-        match self.reads.iter_mut().find(|r| r.instance == instance) {
-            Some(r) => r.owed += 1,
-            None => self.reads.push(Read { instance, version: self.base, owed: 1 }),
-        }
+        // Maps, not lists: this runs for every Ppt message, with many instances in flight.
+        self.reads.entry(instance).or_insert(Read { version: self.base, owed: 0 }).owed += 1;
     }
 
     /// A gradient of `instance` reached the accumulators (one per read; a gradient with no
     /// read before it is not measured).
     pub fn gradient(&mut self, instance: usize) {
-        let Some(at) = self.reads.iter().position(|r| r.instance == instance) else { return };
-        let read = &mut self.reads[at];
+        let Some(read) = self.reads.get_mut(&instance) else { return };
         read.owed = read.owed.saturating_sub(1);
         let version = read.version;
         if read.owed == 0 {
-            self.reads.swap_remove(at);
+            self.reads.remove(&instance);
         }
         self.note_applied(instance, version);
     }
 
     fn note_applied(&mut self, instance: usize, version: u64) {
-        match self.applied.iter_mut().find(|(i, _)| *i == instance) {
-            Some((_, v)) => *v = (*v).min(version),
-            None => self.applied.push((instance, version)),
-        }
+        let applied = self.applied.entry(instance).or_insert(version);
+        *applied = (*applied).min(version);
     }
 
     /// The oldest version a read still owed a gradient used, among the instances `live`
     /// says are in flight; the reads of the others (ended with a read whose gradient never
     /// came, such as an output no loss depends on) are forgotten.
     pub fn oldest_owed(&mut self, live: impl Fn(usize) -> bool) -> Option<u64> {
-        self.reads.retain(|r| live(r.instance));
-        self.reads.iter().map(|r| r.version).min()
+        self.reads.retain(|&instance, _| live(instance));
+        self.reads.values().map(|r| r.version).min()
     }
 
     /// A replica's gradients moved to its master: their versions go with them.
@@ -370,17 +365,22 @@ impl GroupView<'_, '_> {
         }
     }
 
-    /// A forward message of `instance` read the values (training only: staleness).
+    /// A forward message of `instance` read the values (training only: staleness; a
+    /// frozen group never updates, so its reads are never stale and are not kept).
     pub fn note_read(&mut self, instance: Option<usize>) {
         if let (GroupView::Live(g), Some(i)) = (self, instance) {
-            g.staleness.read(i);
+            if !g.frozen {
+                g.staleness.read(i);
+            }
         }
     }
 
     /// A gradient of `instance` reached the accumulators (training only: staleness).
     pub fn note_gradient(&mut self, instance: Option<usize>) {
         if let (GroupView::Live(g), Some(i)) = (self, instance) {
-            g.staleness.gradient(i);
+            if !g.frozen {
+                g.staleness.gradient(i);
+            }
         }
     }
 
