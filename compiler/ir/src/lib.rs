@@ -743,6 +743,18 @@ impl Graph {
         self.params.iter().find(|p| p.name == name)
     }
 
+    /// The inference output: the sink named `forward`, else the first sink (what `infer`
+    /// returns and what the executor reports as an instance's output).
+    pub fn main_sink(&self) -> Option<NodeIndex> {
+        let sinks = || {
+            self.nodes.node_indices().filter_map(|i| match &self.nodes[i].op {
+                Op::Sink { name } => Some((i, name.as_str())),
+                _ => None,
+            })
+        };
+        sinks().find(|&(_, name)| name == "forward").or_else(|| sinks().next()).map(|(i, _)| i)
+    }
+
     /// Per node index (holes `false`), whether the node's output depends on a parameter
     /// through inputs that carry gradients back: a Ppt's does, and so does that of any
     /// node reading such an output through a differentiable port (every port but the

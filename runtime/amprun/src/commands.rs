@@ -179,34 +179,19 @@ fn softmax(logits: &[f32]) -> Vec<f32> {
 /// a cross-entropy loss takes as its logits: the same port of the same node feeds both.
 fn feeds_cross_entropy(graph: &Graph) -> bool {
     use amp_ir::Op;
-    let bound = graph.nodes.node_indices().map(|i| i.index() + 1).max().unwrap_or(0);
-    let mut ops: Vec<Option<&Op>> = vec![None; bound];
-    for i in graph.nodes.node_indices() {
-        ops[i.index()] = graph.nodes.node_weight(i).map(|n| &n.op);
-    }
-    let sinks: Vec<(usize, &str)> = ops
-        .iter()
-        .enumerate()
-        .filter_map(|(i, op)| match op {
-            Some(Op::Sink { name }) => Some((i, name.as_str())),
-            _ => None,
-        })
-        .collect();
-    let Some(&(sink, _)) = sinks.iter().find(|(_, n)| *n == "forward").or(sinks.first()) else { return false };
+    let Some(sink) = graph.main_sink() else { return false };
     // (from node, from port, to node) of every edge.
-    let edges: Vec<(usize, u16, usize)> = graph
-        .nodes
-        .edge_indices()
-        .filter_map(|e| {
+    let edges = || {
+        graph.nodes.edge_indices().filter_map(|e| {
             let (from, to) = graph.nodes.edge_endpoints(e)?;
-            Some((from.index(), graph.nodes.edge_weight(e)?.from_port, to.index()))
+            Some((from, graph.nodes[e].from_port, to))
         })
-        .collect();
-    let Some(&(logits, port, _)) = edges.iter().find(|(_, _, to)| *to == sink) else { return false };
-    edges.iter().any(|&(from, from_port, to)| {
+    };
+    let Some((logits, port, _)) = edges().find(|&(_, _, to)| to == sink) else { return false };
+    edges().any(|(from, from_port, to)| {
         (from, from_port) == (logits, port)
             // Every cross-entropy (plain, a mean's term, a weighted term) has a label.
-            && matches!(ops.get(to), Some(Some(Op::Loss(kind))) if kind.label().is_some())
+            && matches!(&graph.nodes[to].op, Op::Loss(kind) if kind.label().is_some())
     })
 }
 

@@ -189,16 +189,8 @@ const MAX_DEPTH: usize = 4096;
 /// from the main sink: the one named `forward`, else the first).
 fn forward_nodes(graph: &Graph) -> Vec<bool> {
     let bound = graph.nodes.node_indices().map(|i| i.index() + 1).max().unwrap_or(0);
-    let sinks: Vec<(usize, &str)> = graph
-        .nodes
-        .node_indices()
-        .filter_map(|i| match &graph.nodes.node_weight(i)?.op {
-            Op::Sink { name } => Some((i.index(), name.as_str())),
-            _ => None,
-        })
-        .collect();
     let mut seen = vec![false; bound];
-    let Some(&(sink, _)) = sinks.iter().find(|(_, n)| *n == "forward").or(sinks.first()) else { return seen };
+    let Some(sink) = graph.main_sink().map(|i| i.index()) else { return seen };
     let mut inputs: Vec<Vec<usize>> = vec![Vec::new(); bound];
     for edge in graph.nodes.edge_indices() {
         if let Some((from, to)) = graph.nodes.edge_endpoints(edge) {

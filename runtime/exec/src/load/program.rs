@@ -230,15 +230,8 @@ impl Program {
         let mut groups = group_params(&mut nodes, params, config);
         super::replicas::replicate(&mut nodes, &mut groups, config)?;
         check_replica_bounds(&groups, config)?;
-        let sinks: Vec<(u32, &str)> = nodes
-            .iter()
-            .flatten()
-            .filter_map(|n| match &n.op {
-                ExecOp::Ir(Op::Sink { name }) => Some((n.index, name.as_str())),
-                _ => None,
-            })
-            .collect();
-        let main_sink = sinks.iter().find(|(_, name)| *name == "forward").or(sinks.first()).map(|(i, _)| *i);
+        // Sinks are neither fused nor chained: they keep their graph index.
+        let main_sink = graph.main_sink().map(|i| i.index() as u32);
         Ok(Program { nodes, source, groups, workers: config.workers, state_len: graph.state.len(), main_sink })
     }
 
