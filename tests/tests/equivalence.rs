@@ -214,13 +214,7 @@ model M {
 }
 "#;
     let c = compile_source("gelu_dot", source, Vec::new());
-    let values: Vec<Value> = [[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0], [-0.7, 0.0, 4.0, -3.0]]
-        .into_iter()
-        .enumerate()
-        .map(|(i, x)| {
-            Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)])
-        })
-        .collect();
+    let values = labelled_vectors(&[[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0], [-0.7, 0.0, 4.0, -3.0]]);
     let gelus: Vec<u32> = c
         .graph
         .nodes
@@ -253,13 +247,7 @@ model M {
 }
 "#;
     let c = compile_source("layer_norm", source, Vec::new());
-    let values: Vec<Value> = [[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0], [-0.7, 0.0, 4.0, -3.0]]
-        .into_iter()
-        .enumerate()
-        .map(|(i, x)| {
-            Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)])
-        })
-        .collect();
+    let values = labelled_vectors(&[[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0], [-0.7, 0.0, 4.0, -3.0]]);
     for jit in [true, false] {
         assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
     }
@@ -299,6 +287,16 @@ fn assert_values_match(c: &Compiled, values: Vec<Value>, config: ExecConfig) -> 
     executor
 }
 
+/// Instances of `record R { x: f32[4], label: int }`: the vectors, labelled 0, 1, 2, ...
+fn labelled_vectors(xs: &[[f32; 4]]) -> Vec<Value> {
+    xs.iter()
+        .enumerate()
+        .map(|(i, x)| {
+            Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)])
+        })
+        .collect()
+}
+
 /// A fusion group reads the parts of a split that only it reads as slices of the split's
 /// input (one message each way instead of one per part): a part read twice, a part read
 /// by nobody (its gradient is zero), and beside them a split with a part read outside the
@@ -320,13 +318,7 @@ model M {
 }
 "#;
     let c = compile_source("splits", source, Vec::new());
-    let values: Vec<Value> = [[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0]]
-        .into_iter()
-        .enumerate()
-        .map(|(i, x)| {
-            Value::Record(vec![Value::Tensor(Tensor::new(vec![4], x.to_vec()).unwrap()), Value::Int(i as i64)])
-        })
-        .collect();
+    let values = labelled_vectors(&[[1.0, -2.0, 0.5, 3.0], [0.3, 0.1, -1.5, 2.0]]);
     for jit in [true, false] {
         let executor = assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
         let splits: Vec<u32> = c
