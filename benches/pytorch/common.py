@@ -36,8 +36,11 @@ class Spec:
     `prepare(json_objects, args)` -> instances; `loss(model, instances)` -> mean loss;
     `amp_args(args)` -> the `amprun` model file and `-D` flags."""
 
-    def __init__(self, name, build, prepare, loss, amp_args, add_args=None, strategy="batched"):
+    def __init__(self, name, build, prepare, loss, amp_args, add_args=None, strategy="batched", batcher=None):
         self.name = name
+        # `batcher(instances, batch, count, rng, args)` -> minibatches, when the strategy
+        # chooses which instances share a minibatch (list-reduce's length buckets).
+        self.batcher = batcher
         self.build = build
         self.prepare = prepare
         self.loss = loss
@@ -125,15 +128,16 @@ def bench(spec, args, instances):
     """Training instances/s per batch size: forward, backward and SGD step per minibatch,
     the Python bookkeeping of the batching included. One line per batch size:
     `train MODEL STRATEGY BATCH RATE LOSS`, which table.py reads."""
-    print(f"{spec.name}: torch {torch.__version__}, {torch.get_num_threads()} thread(s), {len(instances)} "
+    print(f"{spec.name} ({spec.strategy}): torch {torch.__version__}, {torch.get_num_threads()} thread(s), {len(instances)} "
           f"instances from {args.data}, plain SGD lr {args.lr}", flush=True)
     for b in args.batch:
         torch.manual_seed(args.seed)
         model = spec.build(args)
         opt = sgd(model, args.lr)
         rng = random.Random(args.seed + b)
-        warm = minibatches(instances, b, max(args.warmup, b), rng)
-        timed = minibatches(instances, b, args.instances, rng)
+        make = spec.batcher or (lambda inst, size, count, r, _: minibatches(inst, size, count, r))
+        warm = make(instances, b, max(args.warmup, b), rng, args)
+        timed = make(instances, b, args.instances, rng, args)
         n = sum(len(mb) for mb in timed)
         train(spec, model, opt, warm)
         t0 = time.perf_counter()
@@ -212,6 +216,7 @@ def run(cmd):
 
 def main(spec, doc):
     args = parser(spec, doc).parse_args()
+    spec.strategy = getattr(args, "strategy", spec.strategy)
     setup(args)
     objects = read_jsonl(args.data)
     if args.check:

@@ -8,9 +8,17 @@ The model is Amp's exactly, with the same `state_dict` names:
     head  = Linear(hidden, classes=10)        loss: cross_entropy(head(h_T), label),
                                               mean over the minibatch
 
-A minibatch is split into buckets of lists of equal length; each bucket runs its steps as
-one embedding lookup and one matmul per step over all its lists (no padding, no masks),
-then one head matmul and one loss over the whole minibatch.
+Two strategies (`--strategy`), both without padding or masks:
+
+  bucketed  (default, the faster) the usual length bucketing: each pass over the data
+            groups the lists by length, shuffles each group, cuts it into minibatches of
+            `--batch` lists (a group's last one may be smaller) and shuffles the
+            minibatches; a minibatch is then one embedding lookup and one matmul per step.
+  mixed     minibatches drawn at random as Amp draws them; each is split into buckets of
+            equal length, each bucket run as above, then one head matmul and one loss.
+
+The loss is the mean over the minibatch either way; `--check` compares the gradient of a
+minibatch of mixed lengths (which both strategies compute the same way).
 
     python3 benches/pytorch/list_reduce.py --data examples/data/list_reduce.train.jsonl
     python3 benches/pytorch/list_reduce.py --data examples/data/list_reduce.train.jsonl --check
@@ -52,6 +60,30 @@ class ListReduce(nn.Module):
         return self.head(h.index_select(0, inverse))
 
 
+def length_buckets(instances, batch, count, rng, args):
+    """`count` instances (rounded up to whole minibatches) in minibatches of lists of one
+    length each, through passes over `instances` (the `bucketed` strategy)."""
+    if args.strategy == "mixed":
+        return common.minibatches(instances, batch, count, rng)
+    by_length = collections.defaultdict(list)
+    for inst in instances:
+        by_length[len(inst[0])].append(inst)
+    out, total = [], 0
+    while total < count:
+        epoch = []
+        for length in sorted(by_length):
+            group = by_length[length][:]
+            rng.shuffle(group)
+            epoch.extend(group[i:i + batch] for i in range(0, len(group), batch))
+        rng.shuffle(epoch)
+        for mb in epoch:
+            if total >= count:
+                break
+            out.append(mb)
+            total += len(mb)
+    return out
+
+
 def build(args):
     return ListReduce(args.vocab, args.hidden, args.classes)
 
@@ -73,9 +105,11 @@ def add_args(ap):
     ap.add_argument("--vocab", type=int, default=14)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--strategy", choices=["bucketed", "mixed"], default="bucketed")
 
 
-SPEC = common.Spec("list_reduce", build, prepare, loss, amp_args, add_args, strategy="bucketed")
+SPEC = common.Spec("list_reduce", build, prepare, loss, amp_args, add_args, strategy="bucketed",
+                   batcher=length_buckets)
 
 if __name__ == "__main__":
     common.main(SPEC, __doc__)
