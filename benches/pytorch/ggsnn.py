@@ -57,7 +57,7 @@ class Ggsnn(nn.Module):
 
     def forward(self, batch):
         """Logits (G, classes) of the minibatch's graphs, in order."""
-        kinds, graph_of, labels = [], [], []
+        kinds, graph_of = [], []
         per_kind = [([], []) for _ in self.msg]  # (sources, destinations) per edge kind
         for g, (nodes, edges, _) in enumerate(batch):
             base = len(kinds)
