@@ -39,12 +39,15 @@ usage:
     python3 benches/pytorch/tree_lstm.py --sst ../shared/data/sst/train.txt
     python3 benches/pytorch/tree_lstm.py --threads 2 --batch 1 25 100 --trees 4000
     python3 benches/pytorch/tree_lstm.py --strategy levels --batch 25 --optimizer sgd --lr 0.01
+    python3 benches/pytorch/tree_lstm.py --data /tmp/ampdata/tree_lstm.jsonl   # Amp's JSON Lines trees
+    python3 benches/pytorch/tree_lstm.py --data /tmp/ampdata/tree_lstm.jsonl --check   # against amprun grad
 
 Only torch and the standard library are needed.
 """
 
 import argparse
 import collections
+import json
 import random
 import re
 import sys
@@ -90,6 +93,50 @@ def random_tree(rng, min_leaves, max_leaves, vocab, classes):
 
     build(rng.randint(min_leaves, max_leaves))
     return Tree(nodes, rng.randrange(classes))
+
+
+def json_tree(obj):
+    """Amp's JSON Lines form of `record Sentence { tree: Tree, label: int }` (the enum
+    externally tagged: `{"Leaf": {"word": 3, "label": 2}}`, `{"Node": {"left": ..., "right":
+    ..., "label": 1}}`) -> Tree. Node labels are unused, as in Amp's loss."""
+    nodes = []
+
+    def build(t):
+        if "Leaf" in t:
+            nodes.append((0, t["Leaf"]["word"], -1, -1))
+            return len(nodes) - 1, 0
+        body = t["Node"]
+        left, ll = build(body["left"])
+        right, lr = build(body["right"])
+        level = 1 + max(ll, lr)
+        nodes.append((level, -1, left, right))
+        return len(nodes) - 1, level
+
+    build(obj["tree"])
+    return Tree(nodes, obj["label"])
+
+
+def read_json_trees(path):
+    with open(path, encoding="utf-8") as f:
+        return [json_tree(json.loads(line)) for line in f if line.strip()]
+
+
+def amp_spec():
+    """This model for `common.amp_check`: the levels strategy against `amprun grad`."""
+    import common
+
+    def loss(model, batch):
+        return F.cross_entropy(model.forward_levels(batch), torch.tensor([t.label for t in batch]))
+
+    return common.Spec(
+        "tree_lstm",
+        lambda a: TreeLstm(a.vocab, a.embed, a.hidden, a.classes),
+        lambda objects, a: [json_tree(o) for o in objects],
+        loss,
+        lambda a: ["examples/tree_lstm.amp", "-D", f"vocab={a.vocab}", "-D", f"embed={a.embed}",
+                   "-D", f"hidden={a.hidden}", "-D", f"classes={a.classes}"],
+        strategy="levels",
+    )
 
 
 def parse_ptb(line):
@@ -330,6 +377,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sst", metavar="PATH", help="PTB-format SST trees (e.g. ../shared/data/sst/train.txt) "
                     "instead of random trees")
+    ap.add_argument("--data", metavar="PATH", help="trees in Amp's JSON Lines form (as amprun reads them, e.g. "
+                    "written by datasets.py) instead of random trees")
+    ap.add_argument("--check", action="store_true", help="with --data: compare the loss and every gradient "
+                    "with Amp's (`amprun grad`) on the file's first --check-instances trees, then stop")
+    ap.add_argument("--check-instances", type=int, default=16)
+    ap.add_argument("--params", help="--check: an Amp checkpoint to load (default: amprun trains one)")
+    ap.add_argument("--amprun", help="--check: the amprun binary (default /tmp/amprun.main, else "
+                    "target/release/amprun)")
+    ap.add_argument("--train-only", action="store_true", help="time training only, not inference")
     ap.add_argument("--min-leaves", type=int, default=5, help="random trees: fewest leaves (default 5)")
     ap.add_argument("--max-leaves", type=int, default=50, help="random trees: most leaves (default 50)")
     ap.add_argument("--pool", type=int, default=2000, help="random trees: how many to generate (default 2000)")
@@ -359,7 +415,20 @@ def main():
         pass
     rng = random.Random(args.seed)
 
-    if args.sst:
+    if args.check:
+        import common
+
+        if not args.data:
+            sys.exit("--check needs --data (Amp's JSON Lines trees)")
+        args.amprun = args.amprun or common.DEFAULT_AMPRUN
+        with open(args.data, encoding="utf-8") as f:
+            objects = [json.loads(line) for line in f if line.strip()]
+        common.amp_check(amp_spec(), args, objects)
+        return
+    if args.data:
+        trees = read_json_trees(args.data)
+        source = f"{args.data}: {len(trees)} trees"
+    elif args.sst:
         raw = read_sst(args.sst)
         vocab = sst_vocab(raw, args.vocab)
         trees = [sst_tree(t, vocab) for t in raw]
@@ -395,10 +464,12 @@ def main():
             loss = train(model, opt, timed, strategy)
             t_train = time.perf_counter() - t0
 
-            infer(model, warm, strategy)
-            t0 = time.perf_counter()
-            infer(model, timed, strategy)
-            t_infer = time.perf_counter() - t0
+            t_infer = float("nan")
+            if not args.train_only:
+                infer(model, warm, strategy)
+                t0 = time.perf_counter()
+                infer(model, timed, strategy)
+                t_infer = time.perf_counter() - t0
 
             print(f"{strategy:<10} {b:>5} {n / t_train:>14.1f} {3 * flops / t_train / 1e9:>8.2f} "
                   f"{n / t_infer:>14.1f} {flops / t_infer / 1e9:>8.2f} {loss:>9.4f}", flush=True)
