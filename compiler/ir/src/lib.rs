@@ -9,6 +9,7 @@
 
 pub mod ampg;
 pub mod dot;
+pub mod dropout;
 pub mod limits;
 pub mod schema;
 pub mod text;
@@ -538,6 +539,18 @@ pub enum Op {
         field: FieldId,
         int: PayloadInt,
     },
+    /// Inverted dropout at rate `rate` (in `[0, 1)`): in training each element is zeroed
+    /// or scaled by `1 / (1 - rate)`, by a mask that `dropout::mask` computes from the
+    /// run, `site` (where the call is written, `dropout::site`) and the values of the
+    /// `context` fields (the call's dynamic context: loop counters, elements, tree nodes,
+    /// outermost first), which the node reads from the message's state in both directions
+    /// (so it caches nothing); the identity elsewhere.
+    Dropout {
+        #[serde(with = "f32_bits")]
+        rate: f32,
+        site: u64,
+        context: Vec<FieldId>,
+    },
 }
 
 impl Op {
@@ -568,6 +581,7 @@ impl Op {
             Op::Reduce(_) => "reduce",
             Op::TopK { .. } => "top_k",
             Op::StateFromPayload { .. } => "state_from_payload",
+            Op::Dropout { .. } => "dropout",
         }
     }
 
@@ -607,6 +621,7 @@ impl Op {
                 }
                 writes.push(*field);
             }
+            Op::Dropout { context, .. } => reads.extend(context.iter().copied()),
             _ => {}
         }
         reads.sort();
@@ -646,6 +661,7 @@ impl Op {
                     slot.fields(out);
                 }
             }
+            Op::Dropout { context, .. } => out.extend(context.iter().copied()),
             _ => {}
         }
     }

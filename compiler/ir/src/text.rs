@@ -47,7 +47,7 @@
 //! bit for bit); `linear @P`; `embedding @P[INDEX]`;
 //! `unary NAME`, `binary NAME` (the names of [`crate::vocab`]: `unary relu`, `binary add`);
 //! `split N`; `cond [PRED]`; `switch [INDEX] N`; `phi N`; `isu %f := EXPR [inverse EXPR]`;
-//! `loss cross_entropy [LABEL] | mse`; `sink "name"`.
+//! `loss cross_entropy [LABEL] | mse`; `sink "name"`; `dropout RATE site S over(%f, ...)`.
 //!
 //! State expressions: `%field`, integers, data paths `$.field[EXPR]."quoted field"` (`$` is
 //! the instance record), `len(PATH)`, `!e`, and binary operators with C precedence
@@ -257,6 +257,10 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
             PayloadInt::Argmax => format!("{} := argmax", field(*id)),
             PayloadInt::TopK { k, slot } => format!("{} := top_k {k} [{}]", field(*id), expr_text(graph, slot)),
         },
+        Op::Dropout { rate, site, context } => {
+            let rate = if rate.is_nan() { format!("bits({:#010x})", rate.to_bits()) } else { format!("{rate:?}") };
+            format!("{rate} site {site} over({})", field_list(graph, context))
+        }
     }
 }
 

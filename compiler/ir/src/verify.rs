@@ -228,7 +228,7 @@ impl<'g> Checker<'g> {
             }
             Op::StateFromPayload { field, .. } => format!("{keyword} {}", self.field_ref(*field)),
             Op::Reduce(_) | Op::TopK { .. } | Op::Gather { .. } | Op::ScatterSum { .. } => keyword.to_string(),
-            Op::Source | Op::Concat | Op::Forget | Op::Cond { .. } => keyword.to_string(),
+            Op::Source | Op::Concat | Op::Forget | Op::Cond { .. } | Op::Dropout { .. } => keyword.to_string(),
         }
     }
 

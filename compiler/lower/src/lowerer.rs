@@ -621,6 +621,21 @@ impl<'p> Lowerer<'p> {
                 let n = self.node(Op::Reduce(ReduceFn::Sum), &[product], vec![out.clone()], "dot", span);
                 Ok(Value::Tensor(Self::out(n, 0, out)))
             }
+            Builtin::Dropout => {
+                let x = self.expr(&args[0])?;
+                let x = self.tensor(x, span)?;
+                let rate = match args.get(1).map(|a| &a.kind) {
+                    Some(ExprKind::Float(p)) => *p as f32,
+                    _ => return Err(self.unsupported(span, "a dropout rate that is not a constant")),
+                };
+                // The mask hashes where the call is written and the context's fields
+                // (without the instance, which the run names by its index in the data).
+                let site = amp_ir::dropout::site(span.file.0, span.start);
+                let context = self.context.get(1..).unwrap_or(&[]).to_vec();
+                let ty = x.ty.clone();
+                let n = self.node(Op::Dropout { rate, site, context }, &[x], vec![ty.clone()], "dropout", span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
             Builtin::Zeros | Builtin::Ones => {
                 let shape = self.shape_of(&e.ty, span)?;
                 let value = if b == Builtin::Zeros { ConstValue::Zeros } else { ConstValue::Ones };

@@ -563,6 +563,8 @@ pub(crate) fn work(
         Op::Embedding { .. } => (output, output),
         Op::Unary(f) => (f.spec().flops * output, 2.0 * output),
         Op::Binary(_) => (output, 2.0 * output),
+        // A hash and a multiply per element; the backward recomputes the mask.
+        Op::Dropout { .. } => (4.0 * output, 4.0 * output),
         Op::Concat | Op::Split { .. } => (all_outputs, all_outputs),
         Op::Group { .. } => (output, output),
         Op::Ungroup { .. } | Op::Reduce(_) | Op::ScatterSum { .. } => (input.max(output), input.max(output)),

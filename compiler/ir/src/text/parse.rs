@@ -418,6 +418,20 @@ impl Parser {
                 };
                 Op::StateFromPayload { field, int }
             }
+            "dropout" => {
+                let rate = match const_value(c)? {
+                    ConstValue::Scalar(rate) => rate,
+                    _ => return Err(c.expected("a rate (a number or `bits(0x...)`)")),
+                };
+                if !c.eat_word("site") {
+                    return Err(c.expected("`site`"));
+                }
+                let site = c.number("a site")?;
+                if !c.eat_word("over") {
+                    return Err(c.expected("`over`"));
+                }
+                Op::Dropout { rate, site, context: self.field_list(c)? }
+            }
             other => return Err(c.error_at(at, format!("unknown op `{other}`"))),
         })
     }

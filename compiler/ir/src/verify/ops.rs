@@ -146,6 +146,16 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
             }
         }
+        Op::Dropout { rate, .. } => {
+            if ports(cx, i, node, one, one)
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyF32)
+            {
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+            if !crate::dropout::valid_rate(*rate) {
+                cx.report(i, VerifyErrorKind::DropoutRate { bits: rate.to_bits() });
+            }
+        }
         Op::Loss(LossKind::CrossEntropy { .. } | LossKind::CrossEntropyMean { .. }) => {
             if ports(cx, i, node, one, Arity::Exactly(0)) {
                 expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::F32Rank1);
@@ -508,6 +518,9 @@ pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
         _ => None,
     };
     let mut out = Vec::new();
+    if let Op::Dropout { context, .. } = op {
+        out.extend(context.iter().map(|&f| (f, FieldUse::DropoutContext)));
+    }
     for (expr, used_as) in attribute_exprs(op) {
         let mut fields = Vec::new();
         expr_fields(&mut vec![expr], &mut fields);

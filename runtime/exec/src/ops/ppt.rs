@@ -401,6 +401,7 @@ mod tests {
                 params: ParamAccess::Live { groups: live.into_iter().map(Mutex::new).collect() },
                 mode: RunMode::Train,
                 routes: Default::default(),
+                dropout: None,
             };
             let mut op = LinearOp::new(&node, &shared.params).unwrap();
             let mut out = Vec::new();
