@@ -21,6 +21,9 @@ mod rollout;
 #[path = "equivalence/losses.rs"]
 mod losses;
 
+#[path = "equivalence/dropout.rs"]
+mod dropout;
+
 /// Small hyperparameters so that the suite stays fast; the structure is the model's.
 fn defines(name: &str) -> Vec<(String, i64)> {
     let d = |pairs: &[(&str, i64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();

@@ -628,6 +628,10 @@ impl<'p> Lowerer<'p> {
                     Some(ExprKind::Float(p)) => *p as f32,
                     _ => return Err(self.unsupported(span, "a dropout rate that is not a constant")),
                 };
+                // A rate of 0 keeps every unit as it is: no node.
+                if rate == 0.0 {
+                    return Ok(Value::Tensor(x));
+                }
                 // The mask hashes where the call is written and the context's fields
                 // (without the instance, which the run names by its index in the data).
                 let site = amp_ir::dropout::site(span.file.0, span.start);

@@ -73,8 +73,17 @@ fn dropout_rate(fc: &mut dyn BodyChecker, e: &ast::Expr) -> Option<f64> {
             _ => false,
         }
     }
+    // Literals, names, parentheses and arithmetic: what a constant can be written with.
+    fn constant_form(e: &ast::Expr) -> bool {
+        match &e.kind {
+            ast::ExprKind::Float(_) | ast::ExprKind::Int(_) | ast::ExprKind::Name(_) => true,
+            ast::ExprKind::Paren(x) | ast::ExprKind::Unary(ast::UnOp::Neg, x) => constant_form(x),
+            ast::ExprKind::Binary(_, a, b) => constant_form(a) && constant_form(b),
+            _ => false,
+        }
+    }
     fn eval(fc: &mut dyn BodyChecker, e: &ast::Expr) -> Option<f64> {
-        if !has_float(e) {
+        if constant_form(e) && !has_float(e) {
             let dim = fc.const_dim(e)?;
             return match dim.value {
                 Some(v) => Some(v as f64),
