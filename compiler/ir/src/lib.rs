@@ -128,13 +128,18 @@ pub struct Param {
     pub init: ParamInit,
 }
 
-/// How a parameter is initialised (as PyTorch initialises `nn.Linear` and `nn.Embedding`).
+/// How a parameter is initialised (as PyTorch initialises `nn.Linear`, `nn.Embedding` and
+/// `nn.LayerNorm`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ParamInit {
     /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`.
     Uniform { fan_in: u64 },
     /// `N(0, 1)`.
     Normal,
+    /// All ones (a LayerNorm's weight).
+    Ones,
+    /// All zeros (a LayerNorm's bias).
+    Zeros,
 }
 
 impl fmt::Display for ParamInit {
@@ -142,6 +147,8 @@ impl fmt::Display for ParamInit {
         match self {
             ParamInit::Uniform { fan_in } => write!(f, "uniform({fan_in})"),
             ParamInit::Normal => f.write_str("normal"),
+            ParamInit::Ones => f.write_str("ones"),
+            ParamInit::Zeros => f.write_str("zeros"),
         }
     }
 }
@@ -467,6 +474,11 @@ pub enum Op {
         param: String,
         index: StateExpr,
     },
+    /// An elementwise affine map along the last dimension, `x * param.weight +
+    /// param.bias` with both `[d]`: a LayerNorm's learned scale and shift.
+    Affine {
+        param: String,
+    },
     Unary(UnaryFn),
     Binary(BinaryFn),
     Concat,
@@ -562,6 +574,7 @@ impl Op {
             Op::Const { .. } => "const",
             Op::Linear { .. } => "linear",
             Op::Embedding { .. } => "embedding",
+            Op::Affine { .. } => "affine",
             Op::Unary(_) => "unary",
             Op::Binary(_) => "binary",
             Op::Concat => "concat",
@@ -668,7 +681,7 @@ impl Op {
 
     /// Parameterized payload transforms (they own parameters and accumulate gradients).
     pub fn is_ppt(&self) -> bool {
-        matches!(self, Op::Linear { .. } | Op::Embedding { .. })
+        matches!(self, Op::Linear { .. } | Op::Embedding { .. } | Op::Affine { .. })
     }
 }
 

@@ -210,7 +210,7 @@ impl<'g> Checker<'g> {
                 ConstValue::Ones => "const ones".to_string(),
                 ConstValue::Scalar(v) => format!("const {v}"),
             },
-            Op::Linear { param } | Op::Embedding { param, .. } => format!("{keyword} @{param}"),
+            Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } => format!("{keyword} @{param}"),
             Op::Unary(f) => format!("unary {}", f.name()),
             Op::Binary(f) => format!("binary {}", f.name()),
             Op::Split { parts } => format!("split {parts}"),

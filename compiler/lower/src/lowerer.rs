@@ -125,6 +125,8 @@ impl<'p> Lowerer<'p> {
                 init: match t.init {
                     amp_sema::ParamInit::Uniform { fan_in } => ParamInit::Uniform { fan_in: fan_in.max(0) as u64 },
                     amp_sema::ParamInit::Normal => ParamInit::Normal,
+                    amp_sema::ParamInit::Ones => ParamInit::Ones,
+                    amp_sema::ParamInit::Zeros => ParamInit::Zeros,
                 },
             })
             .collect();
@@ -688,6 +690,23 @@ impl<'p> Lowerer<'p> {
                 let ty = PayloadTy::F32(dims);
                 let label = param.prefix.clone();
                 let n = self.node(Op::Linear { param: param.prefix }, &[x], vec![ty.clone()], &label, span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
+            (Instance::LayerNorm { .. }, InstanceCall::Primitive) => {
+                // `layer_norm(x)` (the vocabulary's row function), then the learned scale
+                // and shift as one Ppt node that owns `NAME.weight` and `NAME.bias`.
+                let x = args.into_iter().next().ok_or(Unsupported)?;
+                let x = self.tensor(x, span)?;
+                let ty = x.ty.clone();
+                let normed = self.node(Op::Unary(UnaryFn::LayerNorm), &[x], vec![ty.clone()], "layer_norm", span);
+                let label = param.prefix.clone();
+                let n = self.node(
+                    Op::Affine { param: param.prefix },
+                    &[Self::out(normed, 0, ty.clone())],
+                    vec![ty.clone()],
+                    &label,
+                    span,
+                );
                 Ok(Value::Tensor(Self::out(n, 0, ty)))
             }
             (Instance::Embedding { .. }, InstanceCall::Primitive) => {

@@ -31,6 +31,8 @@ pub enum Instance {
     Linear { input: Dim, output: Dim },
     /// weight `[count, dim]`.
     Embedding { count: Dim, dim: Dim },
+    /// weight `[dim]` (ones) and bias `[dim]` (zeros): `layer_norm(x) * weight + bias`.
+    LayerNorm { dim: Dim },
     /// A `layer` with its hyperparameter arguments (one per hyperparameter, in order).
     Layer { layer: ComponentId, args: Vec<Dim> },
     /// `[elem; len]`, indexed at run time.
@@ -201,7 +203,7 @@ pub struct NetworkDef {
     pub span: Span,
 }
 
-/// The built-in functions. Parameterized primitives (`Linear`, `Embedding`) are
+/// The built-in functions. Parameterized primitives (`Linear`, `Embedding`, `LayerNorm`) are
 /// [`Instance`]s, not built-ins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Builtin {
@@ -311,7 +313,7 @@ pub struct Expr {
 /// What an instance call invokes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InstanceCall {
-    /// `Linear` or `Embedding` applied to its input.
+    /// `Linear`, `Embedding` or `LayerNorm` applied to its input.
     Primitive,
     /// A function of the layer (`apply` for a plain call).
     LayerFn(u32),

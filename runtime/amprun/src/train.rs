@@ -617,7 +617,7 @@ fn check_update_overrides(graph: &amp_ir::Graph, overrides: &[(NodeSelector, u64
         .nodes
         .node_indices()
         .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n)))
-        .filter(|(_, n)| matches!(n.op, amp_ir::Op::Linear { .. } | amp_ir::Op::Embedding { .. }))
+        .filter(|(_, n)| n.op.is_ppt())
         .map(|(i, n)| (i, n.label.as_str()))
         .collect();
     for (selector, _) in overrides {

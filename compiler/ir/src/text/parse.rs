@@ -224,13 +224,17 @@ impl Parser {
         c.skip_spaces();
         let init = if c.eat_word("normal") {
             ParamInit::Normal
+        } else if c.eat_word("ones") {
+            ParamInit::Ones
+        } else if c.eat_word("zeros") {
+            ParamInit::Zeros
         } else if c.eat_word("uniform") {
             c.expect("(")?;
             let fan_in = c.number("a fan-in")?;
             c.expect(")")?;
             ParamInit::Uniform { fan_in }
         } else {
-            return Err(c.expected("an initialisation `uniform(FAN_IN)` or `normal`"));
+            return Err(c.expected("an initialisation `uniform(FAN_IN)` or `normal`, `ones` or `zeros`"));
         };
         self.graph.params.push(Param { name, shape, init });
         Ok(())
@@ -332,6 +336,10 @@ impl Parser {
             "linear" => {
                 c.expect("@")?;
                 Op::Linear { param: c.symbol()? }
+            }
+            "affine" => {
+                c.expect("@")?;
+                Op::Affine { param: c.symbol()? }
             }
             "embedding" => {
                 c.expect("@")?;

@@ -35,6 +35,11 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 check_linear(cx, i, param, &node.inputs[0], &node.outputs[0]);
             }
         }
+        Op::Affine { param } => {
+            if ports(cx, i, node, one, one) {
+                check_affine(cx, i, param, &node.inputs[0], &node.outputs[0]);
+            }
+        }
         Op::Embedding { param, .. } => {
             if ports(cx, i, node, one, one) {
                 expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::Unit);
@@ -373,6 +378,44 @@ fn matrix(cx: &mut Checker, i: usize, name: &str, dims: &'static str) -> Option<
     }
 }
 
+/// `affine @p`: `p.weight [d]`, `p.bias [d]`, `f32[.., d] -> f32[.., d]`.
+fn check_affine(cx: &mut Checker, i: usize, param: &str, input: &PayloadTy, output: &PayloadTy) {
+    let weight = format!("{param}.weight");
+    let mut width = None;
+    for name in [weight.clone(), format!("{param}.bias")] {
+        match cx.param(&name).map(|p| p.shape.clone()) {
+            None => cx.report(i, VerifyErrorKind::MissingParam { name }),
+            Some(shape) => match (shape.as_slice(), width) {
+                (&[d], None) => width = Some(d),
+                (&[d], Some(w)) if d == w => {}
+                _ => {
+                    let expected = ParamExpectation::Exactly(vec![width.unwrap_or(0)]);
+                    cx.report(i, VerifyErrorKind::ParamShape { name, shape, expected });
+                }
+            },
+        }
+    }
+    let Some(d) = width else {
+        if expect(cx, i, PortDir::Input, 0, input, &TypeExpectation::F32Ranked) {
+            same_as_input(cx, i, 0, output, input);
+        }
+        return;
+    };
+    if !matches!(input, PayloadTy::F32(dims) if dims.last() == Some(&d)) {
+        let expected = PayloadTy::F32(vec![d]);
+        let kind = VerifyErrorKind::ParamMismatch {
+            dir: PortDir::Input,
+            found: input.clone(),
+            param: weight,
+            shape: vec![d],
+            expected,
+        };
+        cx.report(i, kind);
+        return;
+    }
+    same_as_input(cx, i, 0, output, input);
+}
+
 /// `linear @p`: `p.weight [out, in]`, `p.bias [out]`, `f32[.., in] -> f32[.., out]`.
 fn check_linear(cx: &mut Checker, i: usize, param: &str, input: &PayloadTy, output: &PayloadTy) {
     let weight = format!("{param}.weight");
@@ -633,7 +676,7 @@ fn check_fields(cx: &mut Checker, i: usize, node: &Node) {
 /// the split widths are static.
 pub fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
     let caches = match &node.op {
-        Op::Linear { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
+        Op::Linear { .. } | Op::Affine { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
         // Row counts (gather, scatter_sum, reduce), the chosen indices (top_k), the field
         // value the write replaced (state_from_payload).
         Op::Gather { .. } | Op::ScatterSum { .. } | Op::Reduce(_) | Op::TopK { .. } | Op::StateFromPayload { .. } => {

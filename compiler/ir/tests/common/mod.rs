@@ -252,6 +252,8 @@ pub fn every_op() -> Graph {
     g.state.push(StateField { name: "s".into(), role: FieldRole::Slot });
     g.params.push(Param { name: "layers.0.weight".into(), shape: vec![4, 4], init: ParamInit::Uniform { fan_in: 4 } });
     g.params.push(Param { name: "scalar param".into(), shape: vec![], init: ParamInit::Normal });
+    g.params.push(Param { name: "norm.weight".into(), shape: vec![4], init: ParamInit::Ones });
+    g.params.push(Param { name: "norm.bias".into(), shape: vec![4], init: ParamInit::Zeros });
     g.meta.insert("quote\"key".into(), "line\nbreak\tand \\ \u{7}".into());
     g.meta.insert("empty".into(), String::new());
     let u = PayloadTy::Unit;
@@ -375,6 +377,7 @@ pub fn every_op() -> Graph {
             vec![v.clone()],
         ),
         (Op::Dropout { rate: f32::from_bits(0x7fc0_0001), site: 0, context: vec![] }, vec![v.clone()], vec![v.clone()]),
+        (Op::Affine { param: "norm".into() }, vec![v.clone()], vec![v.clone()]),
     ]);
     let mut indices = Vec::new();
     for (i, (op, inputs, outputs)) in ops.into_iter().enumerate() {
@@ -514,6 +517,7 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
         any::<u32>().prop_map(|bits| Op::Const { value: ConstValue::Scalar(f32::from_bits(bits)) }),
         Just(Op::Const { value: ConstValue::Ones }),
         any_name().prop_map(|param| Op::Linear { param }),
+        any_name().prop_map(|param| Op::Affine { param }),
         (any_name(), e()).prop_map(|(param, index)| Op::Embedding { param, index }),
         Just(Op::Unary(UnaryFn::Softmax)),
         Just(Op::Binary(BinaryFn::Div)),

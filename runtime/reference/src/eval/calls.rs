@@ -104,6 +104,14 @@ impl<'r> Evaluator<'r> {
                 let x = x.tensor().at(span)?;
                 Ok(Val::Tensor(self.tape.linear(self.params, x, *weight, *bias).at(span)?))
             }
+            (Bound::LayerNorm { weight, bias }, InstanceCall::Primitive) => {
+                let [x] = &vals[..] else {
+                    return Err(unevaluable(span, "a `LayerNorm` call without exactly one argument"));
+                };
+                let x = x.tensor().at(span)?;
+                let normed = self.tape.unary(crate::tape::UnaryFn::LayerNorm, x).at(span)?;
+                Ok(Val::Tensor(self.tape.affine(self.params, normed, *weight, *bias).at(span)?))
+            }
             (Bound::Embedding { weight }, InstanceCall::Primitive) => {
                 let [index] = &vals[..] else {
                     return Err(unevaluable(span, "an `Embedding` call without exactly one argument"));
