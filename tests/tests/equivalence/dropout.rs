@@ -240,7 +240,7 @@ fn a_seed_repeats_its_losses_and_another_seed_changes_them() {
 
 /// A rate of 0 keeps every unit as it is: training's loss and gradients are those of no
 /// dropout, bit for bit. Evaluation and inference apply no mask at any rate: their losses
-/// and outputs are those of the rate-0 graph, bit for bit, and the reference's.
+/// and outputs are those of the rate-0 graph and the reference's.
 #[test]
 fn rate_zero_is_no_dropout_and_evaluation_ignores_dropout() {
     let values = loop_and_map_values(8, 7);
@@ -252,12 +252,21 @@ fn rate_zero_is_no_dropout_and_evaluation_ignores_dropout() {
     let with_masks = ExecConfig { dropout_seed: 9, dropout_in_grads: true, ..ExecConfig::default() };
     let mut masked = Executor::new(&zero.graph, params.clone(), with_masks).expect("executor");
     let mut plain = Executor::new(&zero.graph, params.clone(), ExecConfig::default()).expect("executor");
-    for (value, input) in values.iter().zip(&inputs) {
+    let dropouts =
+        |c: &Compiled| c.graph.nodes.node_weights().filter(|n| matches!(n.op, amp_ir::Op::Dropout { .. })).count();
+    assert_eq!((dropouts(&zero), dropouts(&half)), (0, 3), "a rate of 0 lowers to no node");
+    for (i, (value, input)) in values.iter().zip(&inputs).enumerate() {
         let (loss, grads) = masked.grads(input).expect("grads");
         let (plain_loss, plain_grads) = plain.grads(input).expect("grads");
         assert_eq!(loss, plain_loss);
         assert_eq!(grads, plain_grads);
-        let (ref_loss, _) = reference.loss_and_grads(&params, value).expect("reference");
+        // The reference applies rate-0 masks (all ones): the same bits as none.
+        let run = DropoutRun { seed: 9, epoch: 0, instance: i as u64 };
+        let (ref_loss, ref_grads) = reference.loss_and_grads(&params, value).expect("reference");
+        assert_eq!(
+            (ref_loss, ref_grads.clone()),
+            reference.loss_and_grads_with(&params, value, Some(run)).expect("reference")
+        );
         assert!(relative_error(&[loss], &[ref_loss]) <= 1e-5);
     }
     let evaluate = |c: &Compiled| {
@@ -265,9 +274,13 @@ fn rate_zero_is_no_dropout_and_evaluation_ignores_dropout() {
         let executor = Executor::new(&c.graph, params.clone(), config).expect("executor");
         (executor.evaluate(&inputs).expect("evaluate").losses, executor.infer(&inputs).expect("infer"))
     };
+    // On two workers, batches form as messages arrive, and a batch's path changes the
+    // rounding only (ARCHITECTURE, invariant 14): equal to f32 rounding, not bit for bit.
     let (losses, outputs) = evaluate(&half);
-    assert_eq!((losses.clone(), outputs.clone()), evaluate(&zero));
+    let (zero_losses, zero_outputs) = evaluate(&zero);
+    assert!(relative_error(&losses, &zero_losses) <= 1e-6);
     for (i, value) in values.iter().enumerate() {
+        assert!(relative_error(&outputs[i], &zero_outputs[i]) <= 1e-6, "#{i}: output");
         let want = reference.loss(&params, value).expect("reference");
         assert!(relative_error(&[losses[i]], &[want]) <= 1e-5, "#{i}: {} vs {want}", losses[i]);
         let forward = reference.forward(&params, value).expect("reference");
