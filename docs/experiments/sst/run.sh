@@ -64,5 +64,6 @@ python3 docs/experiments/plot.py "$OUT/sst_accuracy.svg" accuracy valid \
     "fine seed 0=$OUT/fine.seed0.metrics.jsonl" "fine seed 1=$OUT/fine.seed1.metrics.jsonl" \
     "fine seed 2=$OUT/fine.seed2.metrics.jsonl" "fine seed 3=$OUT/fine.seed3.metrics.jsonl" \
     "binary seed 0=$OUT/binary.seed0.metrics.jsonl" \
-    "fine dropout seed 0=$OUT/fine.drop50.seed0.metrics.jsonl" "fine dropout seed 1=$OUT/fine.drop50.seed1.metrics.jsonl"
+    "fine dropout seed 0=$OUT/fine.drop50.seed0.metrics.jsonl" "fine dropout seed 1=$OUT/fine.drop50.seed1.metrics.jsonl" \
+    "binary dropout seed 0=$OUT/binary.drop50.seed0.metrics.jsonl"
 grep -h accuracy "$OUT"/fine.seed*.test.log "$OUT"/binary.seed*.test.log "$OUT"/*.drop50.*.test.log
