@@ -287,3 +287,40 @@ fn rate_zero_is_no_dropout_and_evaluation_ignores_dropout() {
         assert!(relative_error(&outputs[i], &forward) <= 1e-5, "#{i}: output");
     }
 }
+
+/// Dropout in a `while` loop (its counter numbers the iterations from 0) and in a `for`
+/// over a range that does not start at 0 (its counter is the range's value), with an int
+/// variable the loop updates: the reference keeps the same words.
+#[test]
+fn dropout_in_while_and_range_loops_matches_the_reference() {
+    let source = r#"
+record R { tokens: [int], label: int }
+model W(hidden: int = 5) {
+    param embed = Embedding(10, hidden);
+    param cell = Linear(2 * hidden, hidden);
+    param head = Linear(hidden, 3);
+    fn forward(r: R) -> f32[3] {
+        var h: f32[hidden] = zeros();
+        var i = 0;
+        while i < len(r.tokens) {
+            h = tanh(cell(concat(dropout(embed(r.tokens[i]), 0.4), h)));
+            i = i + 1;
+        }
+        for k in 2..5 {
+            h = tanh(cell(concat(dropout(h, 0.3), embed(k))));
+        }
+        head(h)
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let c = compile_source("dropout_while", source, Vec::new());
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let values: Vec<Value> = (0..10)
+        .map(|_| {
+            let tokens = (0..rng.random_range(0..5)).map(|_| Value::Int(rng.random_range(0..10))).collect();
+            Value::Record(vec![Value::Seq(tokens), Value::Int(rng.random_range(0..3))])
+        })
+        .collect();
+    assert_grads_match(&c, &values);
+}
