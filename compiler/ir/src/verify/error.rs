@@ -117,169 +117,58 @@ pub enum LoopPart {
 pub enum VerifyErrorKind {
     // The state schema and the parameters.
     EmptyState,
-    FirstFieldNotInstance {
-        name: String,
-        role: FieldRole,
-    },
-    TooManyFields {
-        count: usize,
-    },
-    FieldNameNotIdentifier {
-        field: u16,
-        name: String,
-    },
-    DuplicateFieldName {
-        name: String,
-        first: u16,
-        second: u16,
-    },
-    DuplicateParam {
-        name: String,
-    },
+    FirstFieldNotInstance { name: String, role: FieldRole },
+    TooManyFields { count: usize },
+    FieldNameNotIdentifier { field: u16, name: String },
+    DuplicateFieldName { name: String, first: u16, second: u16 },
+    DuplicateParam { name: String },
 
     // Sources and ends.
     NoSource,
-    ExtraSource {
-        first: NodeIndex,
-    },
+    ExtraSource { first: NodeIndex },
     NoLossOrSink,
 
     // Ports and edges.
-    OutputPortOutOfRange {
-        port: u16,
-        outputs: usize,
-        target: NodeIndex,
-    },
-    InputPortOutOfRange {
-        port: u16,
-        inputs: usize,
-        source: NodeIndex,
-    },
-    InputUnconnected {
-        port: usize,
-    },
-    InputMultiplyConnected {
-        port: usize,
-        edges: usize,
-    },
-    EdgeTypeMismatch {
-        port: u16,
-        source: NodeIndex,
-        source_port: u16,
-        found: PayloadTy,
-        expected: PayloadTy,
-    },
-    SelfLoop {
-        from_port: u16,
-        to_port: u16,
-    },
+    OutputPortOutOfRange { port: u16, outputs: usize, target: NodeIndex },
+    InputPortOutOfRange { port: u16, inputs: usize, source: NodeIndex },
+    InputUnconnected { port: usize },
+    InputMultiplyConnected { port: usize, edges: usize },
+    EdgeTypeMismatch { port: u16, source: NodeIndex, source_port: u16, found: PayloadTy, expected: PayloadTy },
+    SelfLoop { from_port: u16, to_port: u16 },
 
     // Arity and types of each op.
-    PortCount {
-        dir: PortDir,
-        expected: Arity,
-        found: usize,
-    },
-    PortType {
-        dir: PortDir,
-        port: usize,
-        found: PayloadTy,
-        expected: TypeExpectation,
-    },
-    InputsDiffer {
-        port: usize,
-        found: PayloadTy,
-        first: PayloadTy,
-    },
-    BinaryShapes {
-        lhs: PayloadTy,
-        rhs: PayloadTy,
-    },
+    PortCount { dir: PortDir, expected: Arity, found: usize },
+    PortType { dir: PortDir, port: usize, found: PayloadTy, expected: TypeExpectation },
+    InputsDiffer { port: usize, found: PayloadTy, first: PayloadTy },
+    BinaryShapes { lhs: PayloadTy, rhs: PayloadTy },
     NoArms,
-    MissingParam {
-        name: String,
-    },
-    ParamShape {
-        name: String,
-        shape: Vec<u64>,
-        expected: ParamExpectation,
-    },
-    ParamMismatch {
-        dir: PortDir,
-        found: PayloadTy,
-        param: String,
-        shape: Vec<u64>,
-        expected: PayloadTy,
-    },
-    SplitUneven {
-        found: PayloadTy,
-        parts: u32,
-    },
+    MissingParam { name: String },
+    ParamShape { name: String, shape: Vec<u64>, expected: ParamExpectation },
+    ParamMismatch { dir: PortDir, found: PayloadTy, param: String, shape: Vec<u64>, expected: PayloadTy },
+    SplitUneven { found: PayloadTy, parts: u32 },
     ConcatTooLarge,
-    LossWeightNotFinite {
-        bits: u32,
-    },
-    /// A dropout rate outside `[0, 1)`, by its bits.
-    DropoutRate {
-        bits: u32,
-    },
+    LossWeightNotFinite { bits: u32 },
+    DropoutRate { bits: u32 },
 
     // Sizes over `crate::limits`.
-    OverLimit {
-        error: crate::limits::LimitError,
-    },
-    ParamTooLarge {
-        name: String,
-        error: crate::limits::LimitError,
-    },
-    ExprTooDeep {
-        limit: usize,
-    },
+    OverLimit { error: crate::limits::LimitError },
+    ParamTooLarge { name: String, error: crate::limits::LimitError },
+    ExprTooDeep { limit: usize },
 
     // State fields.
-    FieldOutOfRange {
-        field: FieldId,
-        fields: usize,
-        used_as: FieldUse,
-    },
-    ReadNotDeclared {
-        field: FieldRef,
-        used_as: FieldUse,
-    },
-    WriteNotDeclared {
-        field: FieldRef,
-        used_as: FieldUse,
-    },
-    UndueWrite {
-        field: FieldRef,
-    },
-    WritesInstance {
-        field: FieldRef,
-    },
+    FieldOutOfRange { field: FieldId, fields: usize, used_as: FieldUse },
+    ReadNotDeclared { field: FieldRef, used_as: FieldUse },
+    WriteNotDeclared { field: FieldRef, used_as: FieldUse },
+    UndueWrite { field: FieldRef },
+    WritesInstance { field: FieldRef },
 
     // Keys.
-    KeyMissingInstance {
-        reason: KeyReason,
-        key: Vec<FieldRef>,
-        instance: FieldRef,
-    },
-    KeyMissingCounter {
-        reason: KeyReason,
-        key: Vec<FieldRef>,
-        counter: FieldRef,
-        step: NodeIndex,
-        more: usize,
-    },
+    KeyMissingInstance { reason: KeyReason, key: Vec<FieldRef>, instance: FieldRef },
+    KeyMissingCounter { reason: KeyReason, key: Vec<FieldRef>, counter: FieldRef, step: NodeIndex, more: usize },
 
     // Loops.
-    LoopMissing {
-        part: LoopPart,
-        size: usize,
-        members: Vec<NodeIndex>,
-    },
-    LoopTooDeep {
-        limit: usize,
-    },
+    LoopMissing { part: LoopPart, size: usize, members: Vec<NodeIndex> },
+    LoopTooDeep { limit: usize },
 
     // Reachability.
     UnreachableFromSource,
@@ -287,10 +176,7 @@ pub enum VerifyErrorKind {
     Dead,
 
     // Defined before use.
-    ReadBeforeWrite {
-        field: FieldRef,
-        via: Option<NodeIndex>,
-    },
+    ReadBeforeWrite { field: FieldRef, via: Option<NodeIndex> },
 }
 
 impl fmt::Display for VerifyError {
@@ -532,9 +418,8 @@ impl fmt::Display for VerifyErrorKind {
             K::LossWeightNotFinite { bits } => {
                 write!(f, "has the loss weight {}, which is not finite", f32::from_bits(*bits))
             }
-            K::DropoutRate { bits } => {
-                write!(f, "has the dropout rate {}, outside [0, 1)", f32::from_bits(*bits))
-            }
+            // By its bits, as the loss weight.
+            K::DropoutRate { bits } => write!(f, "has the dropout rate {}, outside [0, 1)", f32::from_bits(*bits)),
             K::OverLimit { error } => write!(f, "{error}"),
             K::ParamTooLarge { name, error } => write!(f, "parameter `{name}`: {error}"),
             K::ExprTooDeep { limit } => write!(f, "a state expression nests deeper than {limit}"),
