@@ -311,7 +311,31 @@ model M(hidden: int = 6) {
             }
         }
     }
-    assert_training_on(&c, "layer_norm_layer", 9, values, 3, ExecConfig::default());
+    assert_training_on(&c, "layer_norm_layer", 9, values.clone(), 3, ExecConfig::default());
+    // Every Ppt replicated on two workers, the `affine` nodes too.
+    let replicas = c
+        .graph
+        .nodes
+        .node_indices()
+        .filter(|&i| c.graph.nodes[i].op.is_ppt())
+        .map(|i| (amp_exec::NodeSelector::Id(i.index() as u32), 2))
+        .collect();
+    let config = ExecConfig { workers: 2, replicas, ..ExecConfig::default() };
+    let replicated: Vec<u32> = Executor::new(&c.graph, params.clone(), config.clone())
+        .expect("executor")
+        .replica_nodes()
+        .into_iter()
+        .map(|(_, of)| of)
+        .collect();
+    let affines: Vec<u32> = c
+        .graph
+        .nodes
+        .node_indices()
+        .filter(|&i| matches!(c.graph.nodes[i].op, amp_ir::Op::Affine { .. }))
+        .map(|i| i.index() as u32)
+        .collect();
+    assert!(affines.iter().all(|i| replicated.contains(i)), "{affines:?} replicated in {replicated:?}");
+    assert_training_on(&c, "layer_norm_layer", 9, values, 3, config);
 }
 
 /// `examples/attention.amp`: a softmax across a computed sequence of scalars (`dot`
