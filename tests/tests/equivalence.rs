@@ -21,6 +21,9 @@ mod rollout;
 #[path = "equivalence/losses.rs"]
 mod losses;
 
+#[path = "equivalence/dropout.rs"]
+mod dropout;
+
 /// Small hyperparameters so that the suite stays fast; the structure is the model's.
 fn defines(name: &str) -> Vec<(String, i64)> {
     let d = |pairs: &[(&str, i64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
@@ -251,6 +254,88 @@ model M {
     for jit in [true, false] {
         assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
     }
+}
+
+/// A `LayerNorm(d)` layer in a loop's body and after it (two groups, one of them read at
+/// every step), with parameters away from their ones/zeros start: the executor's `affine`
+/// nodes give the reference's loss and gradients, with the JIT and without, and
+/// deterministic training updates them as minibatch SGD does.
+#[test]
+fn the_layer_norm_layer_matches_the_reference() {
+    let source = r#"
+record R { tokens: [int], label: int }
+model M(hidden: int = 6) {
+    param embed = Embedding(10, hidden);
+    param cell = Linear(2 * hidden, hidden);
+    param norm = LayerNorm(hidden);
+    param out = LayerNorm(hidden);
+    param head = Linear(hidden, 3);
+    fn forward(r: R) -> f32[3] {
+        var h: f32[hidden] = zeros();
+        for t in r.tokens {
+            h = tanh(norm(cell(concat(embed(t), h))));
+        }
+        head(out(h + 1.0))
+    }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let c = compile_source("layer_norm_layer", source, Vec::new());
+    let affine = c.graph.nodes.node_weights().filter(|n| matches!(n.op, amp_ir::Op::Affine { .. })).count();
+    assert_eq!(affine, 2);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let values: Vec<Value> = (0..8)
+        .map(|_| {
+            let tokens = (0..rng.random_range(0..5)).map(|_| Value::Int(rng.random_range(0..10))).collect();
+            Value::Record(vec![Value::Seq(tokens), Value::Int(rng.random_range(0..3))])
+        })
+        .collect();
+    let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
+    let mut params = ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 9);
+    for name in ["norm.weight", "norm.bias", "out.weight", "out.bias"] {
+        let i = params.index(name).expect("a LayerNorm tensor");
+        params.data_mut(i).iter_mut().for_each(|v| *v = rng.random_range(-1.0..1.5));
+    }
+    let schema = c.graph.input.clone().expect("schema");
+    for jit in [true, false] {
+        let mut executor =
+            Executor::new(&c.graph, params.clone(), ExecConfig { jit, ..ExecConfig::default() }).expect("executor");
+        for (i, value) in values.iter().enumerate() {
+            let (ref_loss, ref_grads) = reference.loss_and_grads(&params, value).expect("reference runs");
+            let (loss, grads) =
+                executor.grads(&Instance::new(&schema, value.clone()).expect("instance")).expect("runs");
+            assert!(relative_error(&[loss], &[ref_loss]) <= 1e-5, "jit {jit} #{i}: {loss} vs {ref_loss}");
+            for (spec, expected) in ref_grads.iter() {
+                let err = relative_error(grads.get(&spec.name).expect("gradient"), expected);
+                assert!(err <= 1e-5, "jit {jit} #{i}: gradient of `{}` differs by {err:e}", spec.name);
+            }
+        }
+    }
+    assert_training_on(&c, "layer_norm_layer", 9, values.clone(), 3, ExecConfig::default());
+    // Every Ppt replicated on two workers, the `affine` nodes too.
+    let replicas = c
+        .graph
+        .nodes
+        .node_indices()
+        .filter(|&i| c.graph.nodes[i].op.is_ppt())
+        .map(|i| (amp_exec::NodeSelector::Id(i.index() as u32), 2))
+        .collect();
+    let config = ExecConfig { workers: 2, replicas, ..ExecConfig::default() };
+    let replicated: Vec<u32> = Executor::new(&c.graph, params.clone(), config.clone())
+        .expect("executor")
+        .replica_nodes()
+        .into_iter()
+        .map(|(_, of)| of)
+        .collect();
+    let affines: Vec<u32> = c
+        .graph
+        .nodes
+        .node_indices()
+        .filter(|&i| matches!(c.graph.nodes[i].op, amp_ir::Op::Affine { .. }))
+        .map(|i| i.index() as u32)
+        .collect();
+    assert!(affines.iter().all(|i| replicated.contains(i)), "{affines:?} replicated in {replicated:?}");
+    assert_training_on(&c, "layer_norm_layer", 9, values, 3, config);
 }
 
 /// `examples/attention.amp`: a softmax across a computed sequence of scalars (`dot`

@@ -81,6 +81,7 @@ codes! {
     RankMismatch = "E0308", Error, "tensor has the wrong rank";
     LossOperands = "E0309", Error, "loss operands do not fit";
     TooLarge = "E0310", Error, "tensor or model over Amp's size limits";
+    DropoutRate = "E0311", Error, "dropout rate is not a constant in [0, 1)";
     // Control flow and recursion.
     NonExhaustiveMatch = "E0400", Error, "non-exhaustive match";
     NonStructuralRecursion = "E0401", Error, "recursion is not structural";

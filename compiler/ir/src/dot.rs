@@ -57,8 +57,12 @@ pub fn to_dot(graph: &Graph) -> String {
 
 fn node_style(op: &Op) -> &'static str {
     match op {
-        Op::Linear { .. } | Op::Embedding { .. } => "shape=box, style=filled, fillcolor=\"#cfe2ff\"",
-        Op::Unary(_) | Op::Binary(_) | Op::Concat | Op::Split { .. } | Op::Forget => "shape=ellipse",
+        Op::Linear { .. } | Op::Embedding { .. } | Op::Affine { .. } => {
+            "shape=box, style=filled, fillcolor=\"#cfe2ff\""
+        }
+        Op::Unary(_) | Op::Binary(_) | Op::Concat | Op::Split { .. } | Op::Forget | Op::Dropout { .. } => {
+            "shape=ellipse"
+        }
         Op::Cond { .. } | Op::Switch { .. } => "shape=diamond, style=filled, fillcolor=\"#fff3cd\"",
         Op::Phi { .. } => "shape=invtriangle, style=filled, fillcolor=\"#fff3cd\"",
         Op::Isu { .. } => "shape=hexagon, style=filled, fillcolor=\"#e2d9f3\"",

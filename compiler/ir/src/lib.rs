@@ -9,6 +9,7 @@
 
 pub mod ampg;
 pub mod dot;
+pub mod dropout;
 pub mod limits;
 pub mod schema;
 pub mod text;
@@ -127,13 +128,18 @@ pub struct Param {
     pub init: ParamInit,
 }
 
-/// How a parameter is initialised (as PyTorch initialises `nn.Linear` and `nn.Embedding`).
+/// How a parameter is initialised (as PyTorch initialises `nn.Linear`, `nn.Embedding` and
+/// `nn.LayerNorm`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ParamInit {
     /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`.
     Uniform { fan_in: u64 },
     /// `N(0, 1)`.
     Normal,
+    /// All ones (a LayerNorm's weight).
+    Ones,
+    /// All zeros (a LayerNorm's bias).
+    Zeros,
 }
 
 impl fmt::Display for ParamInit {
@@ -141,6 +147,8 @@ impl fmt::Display for ParamInit {
         match self {
             ParamInit::Uniform { fan_in } => write!(f, "uniform({fan_in})"),
             ParamInit::Normal => f.write_str("normal"),
+            ParamInit::Ones => f.write_str("ones"),
+            ParamInit::Zeros => f.write_str("zeros"),
         }
     }
 }
@@ -466,6 +474,11 @@ pub enum Op {
         param: String,
         index: StateExpr,
     },
+    /// An elementwise affine map along the last dimension, `x * param.weight +
+    /// param.bias` with both `[d]`: a LayerNorm's learned scale and shift.
+    Affine {
+        param: String,
+    },
     Unary(UnaryFn),
     Binary(BinaryFn),
     Concat,
@@ -538,6 +551,18 @@ pub enum Op {
         field: FieldId,
         int: PayloadInt,
     },
+    /// Inverted dropout at rate `rate` (in `[0, 1)`): in training each element is zeroed
+    /// or scaled by `1 / (1 - rate)`, by a mask that `dropout::mask` computes from the
+    /// run, `site` (where the call is written, `dropout::site`) and the values of the
+    /// `context` fields (the call's dynamic context: loop counters, elements, tree nodes,
+    /// outermost first), which the node reads from the message's state in both directions
+    /// (so it caches nothing); the identity elsewhere.
+    Dropout {
+        #[serde(with = "f32_bits")]
+        rate: f32,
+        site: u64,
+        context: Vec<FieldId>,
+    },
 }
 
 impl Op {
@@ -549,6 +574,7 @@ impl Op {
             Op::Const { .. } => "const",
             Op::Linear { .. } => "linear",
             Op::Embedding { .. } => "embedding",
+            Op::Affine { .. } => "affine",
             Op::Unary(_) => "unary",
             Op::Binary(_) => "binary",
             Op::Concat => "concat",
@@ -568,6 +594,7 @@ impl Op {
             Op::Reduce(_) => "reduce",
             Op::TopK { .. } => "top_k",
             Op::StateFromPayload { .. } => "state_from_payload",
+            Op::Dropout { .. } => "dropout",
         }
     }
 
@@ -607,6 +634,7 @@ impl Op {
                 }
                 writes.push(*field);
             }
+            Op::Dropout { context, .. } => reads.extend(context.iter().copied()),
             _ => {}
         }
         reads.sort();
@@ -646,13 +674,14 @@ impl Op {
                     slot.fields(out);
                 }
             }
+            Op::Dropout { context, .. } => out.extend(context.iter().copied()),
             _ => {}
         }
     }
 
     /// Parameterized payload transforms (they own parameters and accumulate gradients).
     pub fn is_ppt(&self) -> bool {
-        matches!(self, Op::Linear { .. } | Op::Embedding { .. })
+        matches!(self, Op::Linear { .. } | Op::Embedding { .. } | Op::Affine { .. })
     }
 }
 

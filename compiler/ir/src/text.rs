@@ -30,7 +30,7 @@
 //! - `state %name: role, ...` on one line (left out when the schema is empty).
 //! - the input schema: `record NAME { field: TYPE, ... }`, `enum NAME { Variant { ... }, ... }`,
 //!   `input NAME` (see [`crate::schema`]).
-//! - `param NAME: f32[d, ...] INIT` with INIT `uniform(FAN_IN)` or `normal`.
+//! - `param NAME: f32[d, ...] INIT` with INIT `uniform(FAN_IN)`, `normal`, `ones` or `zeros`.
 //! - Nodes in index order: `%N = OP ATTRS (INPUTS) -> OUTPUTS [reads(..)] [writes(..)]
 //!   [key(..)] "label" [fusion(G)] [loc(FILE:START..END @LINE:COL)]`. A missing index is a
 //!   hole left by a removed node: parsing recreates it, so indices survive the round trip.
@@ -44,10 +44,10 @@
 //!
 //! Op attributes: `read PATH`; `const zeros | ones | <f32> | bits(0xHEX)` (decimals are
 //! Rust's shortest round-tripping form; NaNs print their bits, so every scalar round-trips
-//! bit for bit); `linear @P`; `embedding @P[INDEX]`;
+//! bit for bit); `linear @P`; `affine @P`; `embedding @P[INDEX]`;
 //! `unary NAME`, `binary NAME` (the names of [`crate::vocab`]: `unary relu`, `binary add`);
 //! `split N`; `cond [PRED]`; `switch [INDEX] N`; `phi N`; `isu %f := EXPR [inverse EXPR]`;
-//! `loss cross_entropy [LABEL] | mse`; `sink "name"`.
+//! `loss cross_entropy [LABEL] | mse`; `sink "name"`; `dropout RATE site S over(%f, ...)`.
 //!
 //! State expressions: `%field`, integers, data paths `$.field[EXPR]."quoted field"` (`$` is
 //! the instance record), `len(PATH)`, `!e`, and binary operators with C precedence
@@ -202,7 +202,7 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
             ConstValue::Scalar(x) if x.is_nan() => format!("bits({:#010x})", x.to_bits()),
             ConstValue::Scalar(x) => format!("{x:?}"),
         },
-        Op::Linear { param } => format!("@{}", symbol(param)),
+        Op::Linear { param } | Op::Affine { param } => format!("@{}", symbol(param)),
         Op::Embedding { param, index } => format!("@{}[{}]", symbol(param), expr_text(graph, index)),
         Op::Unary(f) => f.name().into(),
         Op::Binary(f) => f.name().into(),
@@ -257,6 +257,10 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
             PayloadInt::Argmax => format!("{} := argmax", field(*id)),
             PayloadInt::TopK { k, slot } => format!("{} := top_k {k} [{}]", field(*id), expr_text(graph, slot)),
         },
+        Op::Dropout { rate, site, context } => {
+            let rate = if rate.is_nan() { format!("bits({:#010x})", rate.to_bits()) } else { format!("{rate:?}") };
+            format!("{rate} site {site} over({})", field_list(graph, context))
+        }
     }
 }
 

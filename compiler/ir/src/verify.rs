@@ -210,7 +210,7 @@ impl<'g> Checker<'g> {
                 ConstValue::Ones => "const ones".to_string(),
                 ConstValue::Scalar(v) => format!("const {v}"),
             },
-            Op::Linear { param } | Op::Embedding { param, .. } => format!("{keyword} @{param}"),
+            Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } => format!("{keyword} @{param}"),
             Op::Unary(f) => format!("unary {}", f.name()),
             Op::Binary(f) => format!("binary {}", f.name()),
             Op::Split { parts } => format!("split {parts}"),
@@ -228,7 +228,7 @@ impl<'g> Checker<'g> {
             }
             Op::StateFromPayload { field, .. } => format!("{keyword} {}", self.field_ref(*field)),
             Op::Reduce(_) | Op::TopK { .. } | Op::Gather { .. } | Op::ScatterSum { .. } => keyword.to_string(),
-            Op::Source | Op::Concat | Op::Forget | Op::Cond { .. } => keyword.to_string(),
+            Op::Source | Op::Concat | Op::Forget | Op::Cond { .. } | Op::Dropout { .. } => keyword.to_string(),
         }
     }
 

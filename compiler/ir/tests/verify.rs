@@ -1200,3 +1200,31 @@ fn loss_terms_need_finite_weights_and_scalar_inputs() {
         Op::Loss(LossKind::Term { base: LossBase::Scalar, weight: 1.0, count: None, judge: None });
     rejects(&s.b.graph, &["input 0 has type f32[3], expected f32"]);
 }
+
+/// A dropout in a loop's body, hashing the loop's counter: accepted with a rate in
+/// [0, 1) and its context field declared as read; refused with a rate of 1 or NaN, with
+/// the context field left out of `reads`, and on a unit payload.
+#[test]
+fn dropout_needs_a_rate_below_one_and_declared_context() {
+    let with = |rate: f32, declare: bool, unit: bool| {
+        let mut l = looped();
+        let e = edge_into(&l.b.graph, l.step, 0);
+        let tanh = l.b.graph.nodes.edge_endpoints(e).map(|(from, _)| from).unwrap();
+        l.b.graph.nodes.remove_edge(e);
+        let d = l.b.add(Op::Dropout { rate, site: 7, context: vec![l.t] }, &[(tanh, 0)], vec![f32(&[4])], &[]);
+        if !declare {
+            l.b.graph.nodes[d].reads.clear();
+        }
+        if unit {
+            l.b.graph.nodes[d].inputs = vec![PayloadTy::Unit];
+        }
+        l.b.connect(d, 0, l.step, 0);
+        l.b.graph
+    };
+    accepts(&with(0.5, true, false));
+    accepts(&with(0.0, true, false));
+    rejects(&with(1.0, true, false), &["dropout rate 1", "outside [0, 1)"]);
+    rejects(&with(f32::NAN, true, false), &["dropout rate NaN"]);
+    rejects(&with(0.5, false, false), &["the dropout context", "reads"]);
+    rejects(&with(0.5, true, true), &["`dropout`", "an f32 tensor"]);
+}

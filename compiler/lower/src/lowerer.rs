@@ -125,6 +125,8 @@ impl<'p> Lowerer<'p> {
                 init: match t.init {
                     amp_sema::ParamInit::Uniform { fan_in } => ParamInit::Uniform { fan_in: fan_in.max(0) as u64 },
                     amp_sema::ParamInit::Normal => ParamInit::Normal,
+                    amp_sema::ParamInit::Ones => ParamInit::Ones,
+                    amp_sema::ParamInit::Zeros => ParamInit::Zeros,
                 },
             })
             .collect();
@@ -621,6 +623,25 @@ impl<'p> Lowerer<'p> {
                 let n = self.node(Op::Reduce(ReduceFn::Sum), &[product], vec![out.clone()], "dot", span);
                 Ok(Value::Tensor(Self::out(n, 0, out)))
             }
+            Builtin::Dropout => {
+                let x = self.expr(&args[0])?;
+                let x = self.tensor(x, span)?;
+                let rate = match args.get(1).map(|a| &a.kind) {
+                    Some(ExprKind::Float(p)) => *p as f32,
+                    _ => return Err(self.unsupported(span, "a dropout rate that is not a constant")),
+                };
+                // A rate of 0 keeps every unit as it is: no node.
+                if rate == 0.0 {
+                    return Ok(Value::Tensor(x));
+                }
+                // The mask hashes where the call is written and the context's fields
+                // (without the instance, which the run names by its index in the data).
+                let site = amp_ir::dropout::site(span.file.0, span.start);
+                let context = self.context.get(1..).unwrap_or(&[]).to_vec();
+                let ty = x.ty.clone();
+                let n = self.node(Op::Dropout { rate, site, context }, &[x], vec![ty.clone()], "dropout", span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
             Builtin::Zeros | Builtin::Ones => {
                 let shape = self.shape_of(&e.ty, span)?;
                 let value = if b == Builtin::Zeros { ConstValue::Zeros } else { ConstValue::Ones };
@@ -669,6 +690,23 @@ impl<'p> Lowerer<'p> {
                 let ty = PayloadTy::F32(dims);
                 let label = param.prefix.clone();
                 let n = self.node(Op::Linear { param: param.prefix }, &[x], vec![ty.clone()], &label, span);
+                Ok(Value::Tensor(Self::out(n, 0, ty)))
+            }
+            (Instance::LayerNorm { .. }, InstanceCall::Primitive) => {
+                // `layer_norm(x)` (the vocabulary's row function), then the learned scale
+                // and shift as one Ppt node that owns `NAME.weight` and `NAME.bias`.
+                let x = args.into_iter().next().ok_or(Unsupported)?;
+                let x = self.tensor(x, span)?;
+                let ty = x.ty.clone();
+                let normed = self.node(Op::Unary(UnaryFn::LayerNorm), &[x], vec![ty.clone()], "layer_norm", span);
+                let label = param.prefix.clone();
+                let n = self.node(
+                    Op::Affine { param: param.prefix },
+                    &[Self::out(normed, 0, ty.clone())],
+                    vec![ty.clone()],
+                    &label,
+                    span,
+                );
                 Ok(Value::Tensor(Self::out(n, 0, ty)))
             }
             (Instance::Embedding { .. }, InstanceCall::Primitive) => {

@@ -287,7 +287,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
     let mut update_owner: BTreeMap<&str, usize> = BTreeMap::new();
     for i in topo.nodes() {
         let Some(node) = graph.nodes.node_weight(NodeIndex::new(i)) else { continue };
-        if let Op::Linear { param } | Op::Embedding { param, .. } = &node.op {
+        if let Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } = &node.op {
             update_owner.entry(param.as_str()).or_insert(i);
         }
     }
@@ -337,7 +337,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             latency_us: 0.0,
             measured: false,
         };
-        if let Op::Linear { param } | Op::Embedding { param, .. } = &node.op {
+        if let Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } = &node.op {
             if update_owner.get(param.as_str()) == Some(&i) {
                 cost.update_us = update_us(graph, &node.op, param, flow.forward[i], a);
             }
@@ -561,8 +561,13 @@ pub(crate) fn work(
             (forward, if input_grad { 2.0 * forward } else { forward })
         }
         Op::Embedding { .. } => (output, output),
+        // A product and a sum per element; backward the input's gradient and the two
+        // parameters' (three products and sums).
+        Op::Affine { .. } => (2.0 * output, 6.0 * output),
         Op::Unary(f) => (f.spec().flops * output, 2.0 * output),
         Op::Binary(_) => (output, 2.0 * output),
+        // A hash and a multiply per element; the backward recomputes the mask.
+        Op::Dropout { .. } => (4.0 * output, 4.0 * output),
         Op::Concat | Op::Split { .. } => (all_outputs, all_outputs),
         Op::Group { .. } => (output, output),
         Op::Ungroup { .. } | Op::Reduce(_) | Op::ScatterSum { .. } => (input.max(output), input.max(output)),

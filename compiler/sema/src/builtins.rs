@@ -15,7 +15,13 @@ fn arity(b: Builtin) -> (usize, usize) {
     match b {
         Builtin::Concat => (1, usize::MAX),
         Builtin::Zeros | Builtin::Ones => (0, 8),
-        Builtin::Split | Builtin::TopK | Builtin::CrossEntropy | Builtin::Mse | Builtin::Zip | Builtin::Dot => (2, 2),
+        Builtin::Split
+        | Builtin::TopK
+        | Builtin::CrossEntropy
+        | Builtin::Mse
+        | Builtin::Zip
+        | Builtin::Dot
+        | Builtin::Dropout => (2, 2),
         Builtin::ScatterSum => (3, 3),
         _ => (1, 1),
     }
@@ -36,6 +42,7 @@ fn signature(b: Builtin) -> &'static str {
         }
         Builtin::Softmax | Builtin::LogSoftmax => "(v: f32[n, ...]) -> f32[n, ...]  or  (xs: [f32]) -> [f32]",
         Builtin::LayerNorm => "(v: f32[n, ...]) -> f32[n, ...]",
+        Builtin::Dropout => "(x: f32[...], p: a constant in [0, 1)) -> f32[...]",
         Builtin::Concat => "(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]",
         Builtin::Split => "(v: f32[n], parts) -> (f32[n / parts], ...)",
         Builtin::Zeros | Builtin::Ones => "(dims...) -> f32[dims...]",
@@ -50,6 +57,86 @@ fn signature(b: Builtin) -> &'static str {
         Builtin::Range => "(n: int) -> [int]",
         Builtin::ScatterSum => "(values: [f32[...]], index: [int], n: int) -> [f32[...]]",
     }
+}
+
+/// The rate of a `dropout`: a constant expression of float literals and ints (literals,
+/// hyperparameters, constants; an int-only part is evaluated as ints are, so `drop / 100`
+/// truncates where `drop / 100.0` does not), whose value must be known where the call is
+/// checked (not in a layer whose hyperparameters it reads) and in `[0, 1)`. `None` after
+/// reporting why not.
+fn dropout_rate(fc: &mut dyn BodyChecker, e: &ast::Expr) -> Option<f64> {
+    fn has_float(e: &ast::Expr) -> bool {
+        match &e.kind {
+            ast::ExprKind::Float(_) => true,
+            ast::ExprKind::Paren(x) | ast::ExprKind::Unary(_, x) => has_float(x),
+            ast::ExprKind::Binary(_, a, b) => has_float(a) || has_float(b),
+            _ => false,
+        }
+    }
+    // Literals, names, parentheses and arithmetic: what a constant can be written with.
+    fn constant_form(e: &ast::Expr) -> bool {
+        match &e.kind {
+            ast::ExprKind::Float(_) | ast::ExprKind::Int(_) | ast::ExprKind::Name(_) => true,
+            ast::ExprKind::Paren(x) | ast::ExprKind::Unary(ast::UnOp::Neg, x) => constant_form(x),
+            ast::ExprKind::Binary(_, a, b) => constant_form(a) && constant_form(b),
+            _ => false,
+        }
+    }
+    fn eval(fc: &mut dyn BodyChecker, e: &ast::Expr) -> Option<f64> {
+        if constant_form(e) && !has_float(e) {
+            let dim = fc.const_dim(e)?;
+            return match dim.value {
+                Some(v) => Some(v as f64),
+                None => {
+                    fc.error(
+                        Diagnostic::new(Code::DropoutRate, e.span, "the dropout rate must be known here")
+                            .with_primary(format!("`{dim}` has no value until the layer is instantiated"))
+                            .with_help("write the rate as a literal, or apply dropout in the model"),
+                    );
+                    None
+                }
+            };
+        }
+        match &e.kind {
+            ast::ExprKind::Float(v) => Some(*v),
+            ast::ExprKind::Paren(x) => eval(fc, x),
+            ast::ExprKind::Unary(ast::UnOp::Neg, x) => eval(fc, x).map(|v| -v),
+            ast::ExprKind::Binary(
+                op @ (ast::BinOp::Add | ast::BinOp::Sub | ast::BinOp::Mul | ast::BinOp::Div),
+                a,
+                b,
+            ) => {
+                let (a, b) = (eval(fc, a)?, eval(fc, b)?);
+                Some(match op {
+                    ast::BinOp::Add => a + b,
+                    ast::BinOp::Sub => a - b,
+                    ast::BinOp::Mul => a * b,
+                    _ => a / b,
+                })
+            }
+            _ => {
+                fc.error(
+                    Diagnostic::new(Code::DropoutRate, e.span, "the dropout rate is not a constant")
+                        .with_primary("not a constant expression")
+                        .with_note(format!("`dropout{}`", signature(Builtin::Dropout)))
+                        .with_help(
+                            "write a number such as `0.5`, or an expression of constants such as `drop / 100.0`",
+                        ),
+                );
+                None
+            }
+        }
+    }
+    let p = eval(fc, e)?;
+    if !(0.0..1.0).contains(&p) || !amp_ir::dropout::valid_rate(p as f32) {
+        fc.error(
+            Diagnostic::new(Code::DropoutRate, e.span, format!("the dropout rate {p} is outside [0, 1)"))
+                .with_primary("not in [0, 1)")
+                .with_note("`dropout(x, p)` zeroes each unit with probability p and scales the rest by 1 / (1 - p)"),
+        );
+        return None;
+    }
+    Some(p)
 }
 
 pub(crate) fn check_builtin(
@@ -139,6 +226,18 @@ pub(crate) fn check_builtin(
                 _ => wrong(fc, Code::TypeMismatch, &x, "needs an f32 tensor"),
             };
             result(vec![x], ty)
+        }
+        Builtin::Dropout => {
+            let x = fc.check(&args[0], None);
+            let ty = match &x.ty {
+                Ty::Tensor(_) | Ty::Error => x.ty.clone(),
+                _ => wrong(fc, Code::TypeMismatch, &x, "needs an f32 tensor"),
+            };
+            // The rate becomes a float literal: lowering and the reference read it as such.
+            let Some(p) = dropout_rate(fc, &args[1]) else {
+                return result(vec![x], Ty::Error);
+            };
+            result(vec![x, mk(ExprKind::Float(p), Ty::scalar(), args[1].span)], ty)
         }
         Builtin::Concat => {
             let xs: Vec<Expr> = args.iter().map(|a| fc.check(a, None)).collect();

@@ -29,6 +29,7 @@ pub(crate) fn instance_to_string(program: &Program, inst: &Instance) -> String {
     match inst {
         Instance::Linear { input, output } => format!("Linear({})", dims(&[input, output])),
         Instance::Embedding { count, dim } => format!("Embedding({})", dims(&[count, dim])),
+        Instance::LayerNorm { dim } => format!("LayerNorm({})", dims(&[dim])),
         Instance::Layer { layer, args } => {
             let name = program.components.get(layer.0 as usize).map_or("?", |c| c.name.as_str());
             format!("{name}({})", dims(&args.iter().collect::<Vec<_>>()))

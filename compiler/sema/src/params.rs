@@ -12,13 +12,18 @@ pub struct ParamTensor {
     pub init: ParamInit,
 }
 
-/// How a parameter is initialised, as PyTorch initialises `nn.Linear` and `nn.Embedding`.
+/// How a parameter is initialised, as PyTorch initialises `nn.Linear`, `nn.Embedding` and
+/// `nn.LayerNorm`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamInit {
     /// `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`: Linear weight and bias.
     Uniform { fan_in: i64 },
     /// `N(0, 1)`: Embedding weight.
     Normal,
+    /// All ones: LayerNorm weight.
+    Ones,
+    /// All zeros: LayerNorm bias.
+    Zeros,
 }
 
 /// How many parameter tensors and elements an instance declares, counted without expanding
@@ -85,6 +90,10 @@ impl Program {
                 ParamCount::tensor(i.saturating_mul(o)).plus(ParamCount::tensor(o))
             }
             Instance::Embedding { count, dim } => ParamCount::tensor(value(count)?.saturating_mul(value(dim)?)),
+            Instance::LayerNorm { dim } => {
+                let d = value(dim)?;
+                ParamCount::tensor(d).plus(ParamCount::tensor(d))
+            }
             Instance::Array { elem, len } => self.count(elem, env, depth + 1)?.times(value(len)?),
             Instance::Layer { layer, args } => {
                 let def = self.components.get(layer.0 as usize)?;
@@ -160,6 +169,11 @@ impl Program {
                     shape: vec![value(count)?, value(dim)?],
                     init: ParamInit::Normal,
                 });
+            }
+            Instance::LayerNorm { dim } => {
+                let d = value(dim)?;
+                out.push(ParamTensor { name: format!("{prefix}.weight"), shape: vec![d], init: ParamInit::Ones });
+                out.push(ParamTensor { name: format!("{prefix}.bias"), shape: vec![d], init: ParamInit::Zeros });
             }
             Instance::Array { elem, len } => {
                 for i in 0..value(len)? {

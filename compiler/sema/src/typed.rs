@@ -31,6 +31,8 @@ pub enum Instance {
     Linear { input: Dim, output: Dim },
     /// weight `[count, dim]`.
     Embedding { count: Dim, dim: Dim },
+    /// weight `[dim]` (ones) and bias `[dim]` (zeros): `layer_norm(x) * weight + bias`.
+    LayerNorm { dim: Dim },
     /// A `layer` with its hyperparameter arguments (one per hyperparameter, in order).
     Layer { layer: ComponentId, args: Vec<Dim> },
     /// `[elem; len]`, indexed at run time.
@@ -201,7 +203,7 @@ pub struct NetworkDef {
     pub span: Span,
 }
 
-/// The built-in functions. Parameterized primitives (`Linear`, `Embedding`) are
+/// The built-in functions. Parameterized primitives (`Linear`, `Embedding`, `LayerNorm`) are
 /// [`Instance`]s, not built-ins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Builtin {
@@ -214,6 +216,7 @@ pub enum Builtin {
     LogSoftmax,
     Gelu,
     LayerNorm,
+    Dropout,
     Dot,
     Concat,
     Split,
@@ -242,6 +245,7 @@ impl Builtin {
         Builtin::LogSoftmax,
         Builtin::Gelu,
         Builtin::LayerNorm,
+        Builtin::Dropout,
         Builtin::Dot,
         Builtin::Concat,
         Builtin::Split,
@@ -270,6 +274,7 @@ impl Builtin {
             Builtin::LogSoftmax => "log_softmax",
             Builtin::Gelu => "gelu",
             Builtin::LayerNorm => "layer_norm",
+            Builtin::Dropout => "dropout",
             Builtin::Dot => "dot",
             Builtin::Concat => "concat",
             Builtin::Split => "split",
@@ -308,7 +313,7 @@ pub struct Expr {
 /// What an instance call invokes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InstanceCall {
-    /// `Linear` or `Embedding` applied to its input.
+    /// `Linear`, `Embedding` or `LayerNorm` applied to its input.
     Primitive,
     /// A function of the layer (`apply` for a plain call).
     LayerFn(u32),

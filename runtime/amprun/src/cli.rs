@@ -305,7 +305,8 @@ pub struct TrainArgs {
     /// `--lr-schedule cosine`: the rate it anneals to (PyTorch's eta_min; default 0).
     #[arg(long, value_name = "X")]
     pub min_lr: Option<f32>,
-    /// Seed of the initialisation, of the shuffles and of `--frame-noise` (default 0).
+    /// Seed of the initialisation, of the shuffles, of `dropout`'s masks and of
+    /// `--frame-noise` (default 0).
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,
     /// Keep the data in file order (no shuffle per epoch).

@@ -34,18 +34,19 @@ impl DataSet {
 
     /// The instances in `order` (indices into the set), borrowed.
     pub fn view(&self, order: &[usize]) -> Vec<InstanceRef<'_>> {
-        order.iter().filter_map(|&i| self.instances.get(i)).map(InstanceRef).collect()
+        order.iter().filter_map(|&i| self.instances.get(i).map(|x| InstanceRef(x, i as u64))).collect()
     }
 
     pub fn all(&self) -> Vec<InstanceRef<'_>> {
-        self.instances.iter().map(InstanceRef).collect()
+        self.instances.iter().enumerate().map(|(i, x)| InstanceRef(x, i as u64)).collect()
     }
 }
 
 /// An instance lent to the executor, so that a shuffled epoch costs a vector of
-/// references rather than a copy of the data.
+/// references rather than a copy of the data, with its index in the data set (what
+/// dropout's masks hash, whatever the epoch's order).
 #[derive(Clone, Copy)]
-pub struct InstanceRef<'a>(pub &'a Instance);
+pub struct InstanceRef<'a>(pub &'a Instance, pub u64);
 
 impl InstanceData for InstanceRef<'_> {
     fn int_at(&self, path: &[ResolvedStep]) -> Option<i64> {
@@ -60,6 +61,10 @@ impl InstanceData for InstanceRef<'_> {
 impl ExecInstance for InstanceRef<'_> {
     fn f32_at(&self, path: &[ResolvedStep]) -> Option<&[f32]> {
         self.0.f32_at(path)
+    }
+
+    fn data_index(&self) -> Option<u64> {
+        Some(self.1)
     }
 }
 

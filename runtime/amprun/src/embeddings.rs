@@ -14,7 +14,7 @@ fn groups(graph: &Graph) -> Vec<(String, bool)> {
     let mut out: Vec<(String, bool)> = Vec::new();
     for node in graph.nodes.node_weights() {
         let (prefix, embedding) = match &node.op {
-            Op::Linear { param } => (param, false),
+            Op::Linear { param } | Op::Affine { param } => (param, false),
             Op::Embedding { param, .. } => (param, true),
             _ => continue,
         };

@@ -56,7 +56,8 @@
 //! an infinity are refused there as in eval, infer and grad (exit 1, naming the tensor:
 //! ``tensor `l2.weight` holds NaN at index 5``). Each epoch shuffles the
 //! training instances deterministically from (seed, epoch) (`--no-shuffle` keeps file
-//! order), trains, reports, and writes the checkpoint atomically; then `--valid` is
+//! order) and trains with the `dropout` masks of (seed, epoch, each instance's index in
+//! the file), so a resumed run masks as an uninterrupted one; then it reports, and writes the checkpoint atomically; then `--valid` is
 //! evaluated with that epoch's parameters (forward only, through the same graph, on the
 //! training's workers) and reported on the line under the epoch's training line; with
 //! `--keep-best FILE` the parameters of each epoch that beats the best validation accuracy

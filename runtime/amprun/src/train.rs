@@ -74,6 +74,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let mut config = train_config(args, optimizer, choice.placement.clone());
     config.frozen = crate::embeddings::frozen_groups(&graph, &args.freeze)?;
     let start = starting_point(args, &graph, &name, &optimizer)?;
+    config.dropout_seed = start.seed;
     let mut executor = setup::start(&graph, start.params, config.clone())?;
     choice.predict(&graph, &executor)?;
     if let Some(state) = start.optim {
@@ -277,6 +278,8 @@ impl TrainRun<'_> {
         self.progress.start(format!("epoch {epoch}/{}", self.args.epochs), n);
         let epoch_start = Instant::now();
         let batch = self.train.view(&order);
+        // Dropout's masks are those of this epoch, whatever ran before (a resumed run).
+        self.executor.set_epoch(epoch);
         let keep = self.args.trace.is_some().then_some(&mut self.trace);
         let mut watch = Watch { progress: &self.progress, start: epoch_start, measure: self.measure.as_mut(), keep };
         let result = self.executor.train_epoch_observed(&batch, &mut watch);
@@ -614,7 +617,7 @@ fn check_update_overrides(graph: &amp_ir::Graph, overrides: &[(NodeSelector, u64
         .nodes
         .node_indices()
         .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n)))
-        .filter(|(_, n)| matches!(n.op, amp_ir::Op::Linear { .. } | amp_ir::Op::Embedding { .. }))
+        .filter(|(_, n)| n.op.is_ppt())
         .map(|(i, n)| (i, n.label.as_str()))
         .collect();
     for (selector, _) in overrides {

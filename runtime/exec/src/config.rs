@@ -163,6 +163,13 @@ pub struct ExecConfig {
     /// Stragglers: workers made slower (see [`SlowWorker`]); a worker named twice takes
     /// the last.
     pub slow_workers: Vec<SlowWorker>,
+    /// The seed of dropout's masks (`amprun --seed`), hashed with the epoch, each
+    /// instance's index in its data set and the call's site and context
+    /// (`amp_ir::dropout`).
+    pub dropout_seed: u64,
+    /// Whether [`crate::Executor::grads`] applies dropout's masks as training does (to
+    /// check its gradients against the reference's); evaluation and inference never do.
+    pub dropout_in_grads: bool,
 }
 
 impl Default for ExecConfig {
@@ -191,6 +198,8 @@ impl Default for ExecConfig {
             staleness_overrides: Vec::new(),
             staleness_layerwise: false,
             slow_workers: Vec::new(),
+            dropout_seed: 0,
+            dropout_in_grads: false,
         }
     }
 }

@@ -9,6 +9,13 @@ pub trait ExecInstance: InstanceData {
     /// The f32 leaf (a tensor or a scalar) at `path`, row-major; `None` when the path does
     /// not lead to one.
     fn f32_at(&self, path: &[ResolvedStep]) -> Option<&[f32]>;
+
+    /// The instance's index in its data set, which dropout's masks hash (so that a
+    /// shuffled epoch masks an instance as the reference does); `None`: its position in
+    /// the run's list of instances.
+    fn data_index(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl ExecInstance for amp_data::Instance {

@@ -78,8 +78,8 @@ impl ParamSet {
 
     /// Deterministic initialisation: each tensor from its own stream, seeded by `seed` and
     /// its name, so a tensor's values do not depend on which other parameters exist.
-    /// Linear weight and bias: `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`; Embedding: `N(0, 1)`
-    /// (PyTorch's defaults).
+    /// Linear weight and bias: `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`; Embedding: `N(0, 1)`;
+    /// LayerNorm weight ones, bias zeros (PyTorch's defaults).
     pub fn init(specs: &[ParamSpec], seed: u64) -> ParamSet {
         let mut set = ParamSet::zeros(specs);
         for (spec, values) in set.specs.iter().zip(&mut set.data) {
@@ -92,6 +92,8 @@ impl ParamSet {
                     values.iter_mut().for_each(|v| *v = dist.sample(&mut rng));
                 }
                 ParamInit::Normal => values.iter_mut().for_each(|v| *v = StandardNormal.sample(&mut rng)),
+                ParamInit::Ones => values.iter_mut().for_each(|v| *v = 1.0),
+                ParamInit::Zeros => values.iter_mut().for_each(|v| *v = 0.0),
             }
         }
         set

@@ -37,6 +37,7 @@ mod params;
 pub mod tape;
 mod value;
 
+pub use amp_ir::dropout::DropoutRun;
 pub use error::{ErrorKind, RefError};
 pub use network::NetworkReference;
 pub use params::param_specs;
@@ -107,16 +108,22 @@ impl<'p> Reference<'p> {
     /// The output of `forward` on `input`, flattened: every tensor element in order
     /// (through tuples, sequences and records), ints and bools as `f32`.
     pub fn forward(&self, params: &ParamSet, input: &Value) -> Result<Vec<f32>, RefError> {
-        self.run(params, input, self.forward, |ev, out| {
+        self.run(params, input, self.forward, None, |ev, out| {
             let mut flat = Vec::new();
             flatten(ev, &out, &mut flat).at(self.span)?;
             Ok(flat)
         })
     }
 
-    /// The value of `loss` on `input`.
+    /// The value of `loss` on `input` (dropout is the identity, as in evaluation).
     pub fn loss(&self, params: &ParamSet, input: &Value) -> Result<f32, RefError> {
-        self.run(params, input, self.loss, |ev, out| {
+        self.loss_with(params, input, None)
+    }
+
+    /// The value of `loss` on `input`, with the masks of `dropout` (training's) when
+    /// given: those the executor applies to the same instance of the same run and epoch.
+    pub fn loss_with(&self, params: &ParamSet, input: &Value, dropout: Option<DropoutRun>) -> Result<f32, RefError> {
+        self.run(params, input, self.loss, dropout, |ev, out| {
             let root = self.scalar_loss(ev, &out)?;
             Ok(ev.tape.value(root)[0])
         })
@@ -124,9 +131,20 @@ impl<'p> Reference<'p> {
 
     /// The value of `loss` on `input` and its gradient with respect to every parameter
     /// (same names, shapes and order as `params`; zero where the loss does not depend on
-    /// a parameter, e.g. experts that were not routed to).
+    /// a parameter, e.g. experts that were not routed to). Dropout is the identity.
     pub fn loss_and_grads(&self, params: &ParamSet, input: &Value) -> Result<(f32, ParamSet), RefError> {
-        self.run(params, input, self.loss, |ev, out| {
+        self.loss_and_grads_with(params, input, None)
+    }
+
+    /// [`Reference::loss_and_grads`] with the masks of `dropout` when given (see
+    /// [`Reference::loss_with`]): the gradient given those masks.
+    pub fn loss_and_grads_with(
+        &self,
+        params: &ParamSet,
+        input: &Value,
+        dropout: Option<DropoutRun>,
+    ) -> Result<(f32, ParamSet), RefError> {
+        self.run(params, input, self.loss, dropout, |ev, out| {
             let root = self.scalar_loss(ev, &out)?;
             let mut grads = ParamSet::zeros(&self.specs);
             ev.tape.backward(root, &[1.0], params, &mut grads).at(self.span)?;
@@ -155,6 +173,7 @@ impl<'p> Reference<'p> {
         params: &ParamSet,
         input: &Value,
         entry: FnId,
+        dropout: Option<DropoutRun>,
         finish: impl FnOnce(&mut Evaluator<'_>, Val<'_>) -> Result<T, RefError> + Send,
     ) -> Result<T, RefError> {
         self.check_params(params)?;
@@ -165,6 +184,7 @@ impl<'p> Reference<'p> {
                 return Err(unevaluable(def.span, "an entry point without its input parameter"));
             };
             let mut ev = Evaluator::new(program, params, EVAL_STACK_BYTES - EVAL_STACK_RESERVE);
+            ev.dropout = dropout;
             let arg = value::from_data(program, &mut ev.tape, input, &input_local.ty, 0)
                 .map_err(|kind| RefError::new(input_local.span, kind))?;
             let ctx = Ctx { component: self.model, params: &self.bound, hyper: &[] };

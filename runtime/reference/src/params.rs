@@ -18,6 +18,8 @@ pub(crate) enum Bound {
     Linear { weight: usize, bias: usize },
     /// Position of `.weight` (`[count, dim]`).
     Embedding { weight: usize },
+    /// Positions of a LayerNorm's `.weight` and `.bias` (both `[dim]`).
+    LayerNorm { weight: usize, bias: usize },
     /// A layer instance: its component, the values of its hyperparameters, and its own
     /// params bound in declaration order.
     Layer { component: ComponentId, hyper: Vec<(Symbol, i64)>, params: Vec<Bound> },
@@ -43,6 +45,8 @@ pub(crate) fn specs_of(tensors: Vec<amp_sema::ParamTensor>) -> Option<Vec<ParamS
                     amp_ir::ParamInit::Uniform { fan_in: u64::try_from(fan_in).ok()? }
                 }
                 amp_sema::ParamInit::Normal => amp_ir::ParamInit::Normal,
+                amp_sema::ParamInit::Ones => amp_ir::ParamInit::Ones,
+                amp_sema::ParamInit::Zeros => amp_ir::ParamInit::Zeros,
             };
             Some(ParamSpec { name: t.name, shape, init })
         })
@@ -86,6 +90,11 @@ pub(crate) fn bind(
         Instance::Embedding { .. } => {
             let bound = Bound::Embedding { weight: *next };
             *next += 1;
+            Some(bound)
+        }
+        Instance::LayerNorm { .. } => {
+            let bound = Bound::LayerNorm { weight: *next, bias: *next + 1 };
+            *next += 2;
             Some(bound)
         }
         Instance::Array { elem, len } => {

@@ -121,3 +121,42 @@ model M {
     let input = Value::Record(vec![tensor(rng.vec(5)), Value::Int(1)]);
     grad_check(&reference, &params, &input, 14, 2);
 }
+
+/// A `LayerNorm(d)` layer: its parameters are PyTorch's (`ln.weight` ones, `ln.bias`
+/// zeros, both `[d]`), and with other values the gradients of both, and of what feeds the
+/// layer, agree with finite differences.
+#[test]
+fn layer_norm_layer_gradients_match_finite_differences() {
+    let source = r#"
+record R { x: f32[5], label: int }
+model M {
+    param a = Linear(5, 4);
+    param ln = LayerNorm(4);
+    param b = Linear(4, 3);
+    fn forward(r: R) -> f32[3] { b(tanh(ln(a(r.x)))) }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}
+"#;
+    let (program, model) = compile(source, &[]);
+    let reference = Reference::new(&program, model).unwrap();
+    let specs = amp_reference::param_specs(&program, model).unwrap();
+    let ln: Vec<(&str, &[usize], amp_ir::ParamInit)> =
+        specs.iter().filter(|s| s.name.starts_with("ln.")).map(|s| (s.name.as_str(), &s.shape[..], s.init)).collect();
+    assert_eq!(
+        ln,
+        vec![
+            ("ln.weight", &[4usize][..], amp_ir::ParamInit::Ones),
+            ("ln.bias", &[4usize][..], amp_ir::ParamInit::Zeros)
+        ]
+    );
+    let mut params = init_params(&program, model, 4);
+    assert!(params.get("ln.weight").unwrap().iter().all(|&w| w == 1.0));
+    assert!(params.get("ln.bias").unwrap().iter().all(|&b| b == 0.0));
+    let mut rng = Rng::new(10);
+    for name in ["ln.weight", "ln.bias"] {
+        let i = params.index(name).unwrap();
+        params.data_mut(i).iter_mut().for_each(|v| *v = rng.uniform() * 2.0 - 0.5);
+    }
+    let input = Value::Record(vec![tensor(rng.vec(5)), Value::Int(1)]);
+    grad_check(&reference, &params, &input, 15, 2);
+}

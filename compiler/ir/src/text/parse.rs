@@ -224,13 +224,17 @@ impl Parser {
         c.skip_spaces();
         let init = if c.eat_word("normal") {
             ParamInit::Normal
+        } else if c.eat_word("ones") {
+            ParamInit::Ones
+        } else if c.eat_word("zeros") {
+            ParamInit::Zeros
         } else if c.eat_word("uniform") {
             c.expect("(")?;
             let fan_in = c.number("a fan-in")?;
             c.expect(")")?;
             ParamInit::Uniform { fan_in }
         } else {
-            return Err(c.expected("an initialisation `uniform(FAN_IN)` or `normal`"));
+            return Err(c.expected("an initialisation `uniform(FAN_IN)` or `normal`, `ones` or `zeros`"));
         };
         self.graph.params.push(Param { name, shape, init });
         Ok(())
@@ -333,6 +337,10 @@ impl Parser {
                 c.expect("@")?;
                 Op::Linear { param: c.symbol()? }
             }
+            "affine" => {
+                c.expect("@")?;
+                Op::Affine { param: c.symbol()? }
+            }
             "embedding" => {
                 c.expect("@")?;
                 let param = c.symbol()?;
@@ -417,6 +425,20 @@ impl Parser {
                     return Err(c.expected("`argmax` or `top_k`"));
                 };
                 Op::StateFromPayload { field, int }
+            }
+            "dropout" => {
+                let rate = match const_value(c)? {
+                    ConstValue::Scalar(rate) => rate,
+                    _ => return Err(c.expected("a rate (a number or `bits(0x...)`)")),
+                };
+                if !c.eat_word("site") {
+                    return Err(c.expected("`site`"));
+                }
+                let site = c.number("a site")?;
+                if !c.eat_word("over") {
+                    return Err(c.expected("`over`"));
+                }
+                Op::Dropout { rate, site, context: self.field_list(c)? }
             }
             other => return Err(c.error_at(at, format!("unknown op `{other}`"))),
         })

@@ -91,6 +91,8 @@ pub enum FieldUse {
     RowIndex,
     /// The field state_from_payload writes, or its slot expression.
     PayloadInt,
+    /// A field of a dropout's context, whose value its mask hashes.
+    DropoutContext,
 }
 
 /// Why a node must have a key.
@@ -146,6 +148,7 @@ pub enum VerifyErrorKind {
     SplitUneven { found: PayloadTy, parts: u32 },
     ConcatTooLarge,
     LossWeightNotFinite { bits: u32 },
+    DropoutRate { bits: u32 },
 
     // Sizes over `crate::limits`.
     OverLimit { error: crate::limits::LimitError },
@@ -266,6 +269,7 @@ impl fmt::Display for FieldUse {
             FieldUse::RowIndex => "the row index",
             FieldUse::PayloadInt => "the int from a payload",
             FieldUse::SourceInstance => "the source",
+            FieldUse::DropoutContext => "the dropout context",
         })
     }
 }
@@ -414,6 +418,8 @@ impl fmt::Display for VerifyErrorKind {
             K::LossWeightNotFinite { bits } => {
                 write!(f, "has the loss weight {}, which is not finite", f32::from_bits(*bits))
             }
+            // By its bits, as the loss weight.
+            K::DropoutRate { bits } => write!(f, "has the dropout rate {}, outside [0, 1)", f32::from_bits(*bits)),
             K::OverLimit { error } => write!(f, "{error}"),
             K::ParamTooLarge { name, error } => write!(f, "parameter `{name}`: {error}"),
             K::ExprTooDeep { limit } => write!(f, "a state expression nests deeper than {limit}"),

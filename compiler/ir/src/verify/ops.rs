@@ -35,6 +35,11 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 check_linear(cx, i, param, &node.inputs[0], &node.outputs[0]);
             }
         }
+        Op::Affine { param } => {
+            if ports(cx, i, node, one, one) {
+                check_affine(cx, i, param, &node.inputs[0], &node.outputs[0]);
+            }
+        }
         Op::Embedding { param, .. } => {
             if ports(cx, i, node, one, one) {
                 expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::Unit);
@@ -144,6 +149,16 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
         Op::Isu { .. } => {
             if ports(cx, i, node, one, one) {
                 same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+        }
+        Op::Dropout { rate, .. } => {
+            if ports(cx, i, node, one, one)
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyF32)
+            {
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+            if !crate::dropout::valid_rate(*rate) {
+                cx.report(i, VerifyErrorKind::DropoutRate { bits: rate.to_bits() });
             }
         }
         Op::Loss(LossKind::CrossEntropy { .. } | LossKind::CrossEntropyMean { .. }) => {
@@ -363,6 +378,44 @@ fn matrix(cx: &mut Checker, i: usize, name: &str, dims: &'static str) -> Option<
     }
 }
 
+/// `affine @p`: `p.weight [d]`, `p.bias [d]`, `f32[.., d] -> f32[.., d]`.
+fn check_affine(cx: &mut Checker, i: usize, param: &str, input: &PayloadTy, output: &PayloadTy) {
+    let weight = format!("{param}.weight");
+    let mut width = None;
+    for name in [weight.clone(), format!("{param}.bias")] {
+        match cx.param(&name).map(|p| p.shape.clone()) {
+            None => cx.report(i, VerifyErrorKind::MissingParam { name }),
+            Some(shape) => match (shape.as_slice(), width) {
+                (&[d], None) => width = Some(d),
+                (&[d], Some(w)) if d == w => {}
+                _ => {
+                    let expected = ParamExpectation::Exactly(vec![width.unwrap_or(0)]);
+                    cx.report(i, VerifyErrorKind::ParamShape { name, shape, expected });
+                }
+            },
+        }
+    }
+    let Some(d) = width else {
+        if expect(cx, i, PortDir::Input, 0, input, &TypeExpectation::F32Ranked) {
+            same_as_input(cx, i, 0, output, input);
+        }
+        return;
+    };
+    if !matches!(input, PayloadTy::F32(dims) if dims.last() == Some(&d)) {
+        let expected = PayloadTy::F32(vec![d]);
+        let kind = VerifyErrorKind::ParamMismatch {
+            dir: PortDir::Input,
+            found: input.clone(),
+            param: weight,
+            shape: vec![d],
+            expected,
+        };
+        cx.report(i, kind);
+        return;
+    }
+    same_as_input(cx, i, 0, output, input);
+}
+
 /// `linear @p`: `p.weight [out, in]`, `p.bias [out]`, `f32[.., in] -> f32[.., out]`.
 fn check_linear(cx: &mut Checker, i: usize, param: &str, input: &PayloadTy, output: &PayloadTy) {
     let weight = format!("{param}.weight");
@@ -508,6 +561,9 @@ pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
         _ => None,
     };
     let mut out = Vec::new();
+    if let Op::Dropout { context, .. } = op {
+        out.extend(context.iter().map(|&f| (f, FieldUse::DropoutContext)));
+    }
     for (expr, used_as) in attribute_exprs(op) {
         let mut fields = Vec::new();
         expr_fields(&mut vec![expr], &mut fields);
@@ -620,7 +676,7 @@ fn check_fields(cx: &mut Checker, i: usize, node: &Node) {
 /// the split widths are static.
 pub fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
     let caches = match &node.op {
-        Op::Linear { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
+        Op::Linear { .. } | Op::Affine { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
         // Row counts (gather, scatter_sum, reduce), the chosen indices (top_k), the field
         // value the write replaced (state_from_payload).
         Op::Gather { .. } | Op::ScatterSum { .. } | Op::Reduce(_) | Op::TopK { .. } | Op::StateFromPayload { .. } => {

@@ -252,6 +252,8 @@ pub fn every_op() -> Graph {
     g.state.push(StateField { name: "s".into(), role: FieldRole::Slot });
     g.params.push(Param { name: "layers.0.weight".into(), shape: vec![4, 4], init: ParamInit::Uniform { fan_in: 4 } });
     g.params.push(Param { name: "scalar param".into(), shape: vec![], init: ParamInit::Normal });
+    g.params.push(Param { name: "norm.weight".into(), shape: vec![4], init: ParamInit::Ones });
+    g.params.push(Param { name: "norm.bias".into(), shape: vec![4], init: ParamInit::Zeros });
     g.meta.insert("quote\"key".into(), "line\nbreak\tand \\ \u{7}".into());
     g.meta.insert("empty".into(), String::new());
     let u = PayloadTy::Unit;
@@ -369,6 +371,13 @@ pub fn every_op() -> Graph {
             vec![v.clone(), rows.clone()],
             vec![rows.clone()],
         ),
+        (
+            Op::Dropout { rate: 0.25, site: (3 << 32) | 17, context: vec![FieldId(2), FieldId(1)] },
+            vec![v.clone()],
+            vec![v.clone()],
+        ),
+        (Op::Dropout { rate: f32::from_bits(0x7fc0_0001), site: 0, context: vec![] }, vec![v.clone()], vec![v.clone()]),
+        (Op::Affine { param: "norm".into() }, vec![v.clone()], vec![v.clone()]),
     ]);
     let mut indices = Vec::new();
     for (i, (op, inputs, outputs)) in ops.into_iter().enumerate() {
@@ -407,7 +416,7 @@ pub fn fixtures() -> Vec<(&'static str, Graph)> {
 }
 
 /// Node-for-node equality: same header tables, same indices (holes included), same node
-/// weights (const scalars compared by bits, so NaNs count), same edges.
+/// weights (const scalars and dropout rates compared by bits, so NaNs count), same edges.
 pub fn assert_same_graph(a: &Graph, b: &Graph) {
     assert_eq!(a.name, b.name, "name");
     assert_eq!(a.files, b.files, "files");
@@ -430,6 +439,10 @@ fn comparable(node: &Node) -> (Node, Option<u32>) {
     match node.op {
         Op::Const { value: ConstValue::Scalar(x) } => {
             (Node { op: Op::Const { value: ConstValue::Zeros }, ..node.clone() }, Some(x.to_bits()))
+        }
+        Op::Dropout { rate, site, ref context } => {
+            let op = Op::Dropout { rate: 0.0, site, context: context.clone() };
+            (Node { op, ..node.clone() }, Some(rate.to_bits()))
         }
         _ => (node.clone(), None),
     }
@@ -504,6 +517,7 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
         any::<u32>().prop_map(|bits| Op::Const { value: ConstValue::Scalar(f32::from_bits(bits)) }),
         Just(Op::Const { value: ConstValue::Ones }),
         any_name().prop_map(|param| Op::Linear { param }),
+        any_name().prop_map(|param| Op::Affine { param }),
         (any_name(), e()).prop_map(|(param, index)| Op::Embedding { param, index }),
         Just(Op::Unary(UnaryFn::Softmax)),
         Just(Op::Binary(BinaryFn::Div)),
@@ -542,6 +556,8 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
             field: FieldId(f),
             int: top_k.map_or(PayloadInt::Argmax, |(k, slot)| PayloadInt::TopK { k, slot }),
         }),
+        (any::<f32>(), any::<u64>(), prop::collection::vec((0..fields).prop_map(FieldId), 0..3))
+            .prop_map(|(rate, site, context)| Op::Dropout { rate, site, context }),
     ]
 }
 

@@ -25,7 +25,7 @@ pub(super) const KEYWORDS: &[&str] = &[
 ];
 pub(super) const TYPES: &[&str] = &["int", "bool", "f32"];
 /// Parameterized primitives: `param l = Linear(4, 8)`.
-const PRIMITIVES: &[&str] = &["Linear", "Embedding"];
+const PRIMITIVES: &[&str] = &["Linear", "Embedding", "LayerNorm"];
 
 /// Ranks of the groups, as `sort_text` prefixes: nearer names first.
 const RANK_LOCAL: char = '0';

@@ -105,6 +105,10 @@ fn constructor_hover(analysis: &Analysis, offset: usize) -> Option<DeclarationHo
             let table = shape_with_values(&[count.clone(), dim.clone()]);
             (format!("{held}\nEmbedding(count, dim): weight {table}"), Some(EMBEDDING_DOC))
         }
+        Instance::LayerNorm { dim } if word == "LayerNorm" => {
+            let vector = shape_with_values(std::slice::from_ref(dim));
+            (format!("{held}\nLayerNorm(dim): weight {vector}, bias {vector}"), Some(LAYER_NORM_DOC))
+        }
         Instance::Layer { layer, .. } => {
             let layer = program.components.get(layer.0 as usize).filter(|l| l.name == word)?;
             (format!("{held}\n{}", component_signature(program, layer)), doc_at(program, layer.span).map(str::trim))
@@ -118,6 +122,10 @@ const LINEAR_DOC: &str = "A fully connected layer: applied to `x: f32[input]` it
                           `weight x + bias: f32[output]`.";
 const EMBEDDING_DOC: &str = "A lookup table: applied to an `int` `i` it gives row `i` of its \
                              weight, `f32[dim]`.";
+
+const LAYER_NORM_DOC: &str = "Layer normalisation with a learned scale and shift: applied to \
+                              `x: f32[.., dim]` it gives `layer_norm(x) * weight + bias` over the \
+                              last axis (weight starts at ones, bias at zeros).";
 
 /// The identifier around `offset` (a cursor just after it counts), as a byte range.
 fn word_around(text: &str, offset: usize) -> Option<(usize, usize)> {

@@ -123,6 +123,10 @@ fn signatures_of(program: &Program, main: amp_diagnostics::FileId, callee: &str)
                 let row = shape_with_values(std::slice::from_ref(dim));
                 vec![signature(callee, &["i: int".to_string()], &row, None)]
             }
+            Instance::LayerNorm { dim } => {
+                let x = shape_with_values(std::slice::from_ref(dim));
+                vec![signature(callee, &[format!("x: {x}")], &x, None)]
+            }
             Instance::Layer { layer, .. } => {
                 let Some(layer) = program.components.get(layer.0 as usize) else {
                     return Vec::new();

@@ -71,7 +71,7 @@ impl FnChecker<'_, '_> {
                 if let Some(b) = Builtin::from_name(&name.name) {
                     return crate::builtins::check_builtin(self, b, args, span, expected);
                 }
-                if matches!(name.name.as_str(), "Linear" | "Embedding")
+                if matches!(name.name.as_str(), "Linear" | "Embedding" | "LayerNorm")
                     || matches!(
                         self.ck.modules[self.module].scope.get(&name.name),
                         Some((Global::Component(_) | Global::Imported(..), _))
@@ -248,6 +248,37 @@ impl FnChecker<'_, '_> {
                             Code::LinearInputShape,
                             x.span,
                             format!("`{inst_str}` expects input `{expected}`, found `{shown}`"),
+                        )
+                        .with_primary(format!("this is `{shown}`"));
+                        if let Some(o) = origin {
+                            d = d.with_label(o, format!("declared as `{inst_str}` here"));
+                        }
+                        self.ck.error(d);
+                        Ty::Error
+                    }
+                };
+                mk(
+                    ExprKind::CallInstance { callee: Box::new(callee), call: InstanceCall::Primitive, args: vec![x] },
+                    ty,
+                    span,
+                )
+            }
+            Instance::LayerNorm { dim } => {
+                let [arg] = args else {
+                    return self.primitive_arity(&inst_str, args, span);
+                };
+                let x = self.check_expr(arg, None);
+                let ty = match &x.ty {
+                    // Normalised over the last axis, which the weight and bias scale and shift.
+                    Ty::Tensor(s) if s.last() == Some(dim) => x.ty.clone(),
+                    Ty::Error => Ty::Error,
+                    other => {
+                        let expected = crate::shape::shape_with_values(std::slice::from_ref(dim));
+                        let shown = self.ck.ty_str(other);
+                        let mut d = Diagnostic::new(
+                            Code::LinearInputShape,
+                            x.span,
+                            format!("`{inst_str}` expects input `{expected}` (or `f32[.., {dim}]`), found `{shown}`"),
                         )
                         .with_primary(format!("this is `{shown}`"));
                         if let Some(o) = origin {

@@ -235,7 +235,9 @@ impl FnChecker<'_, '_> {
                 err_expr(span)
             }
             None => {
-                if Builtin::from_name(&name.name).is_some() || name.name == "Linear" || name.name == "Embedding" {
+                if Builtin::from_name(&name.name).is_some()
+                    || matches!(name.name.as_str(), "Linear" | "Embedding" | "LayerNorm")
+                {
                     self.ck.error(
                         Diagnostic::new(
                             Code::NotCallable,

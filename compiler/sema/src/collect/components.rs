@@ -189,7 +189,7 @@ impl Checker<'_> {
                         )
                         .with_primary("declares no parameters")
                         .with_help(
-                            "declare a `Linear`, `Embedding` or layer here and apply the function in `fn` bodies",
+                            "declare a `Linear`, `Embedding`, `LayerNorm` or layer here and apply the function in `fn` bodies",
                         ),
                     );
                     return None;
@@ -199,6 +199,23 @@ impl Checker<'_> {
                     dims.push((self.eval_dim_in(module, comp, a)?, a.span));
                 }
                 match name.name.as_str() {
+                    "LayerNorm" => {
+                        let [(d, span)] = &dims[..] else {
+                            self.error(
+                                Diagnostic::new(
+                                    Code::ArityMismatch,
+                                    init.span,
+                                    format!("`LayerNorm` takes 1 argument, {} given", dims.len()),
+                                )
+                                .with_primary("expected LayerNorm(dim)"),
+                            );
+                            return None;
+                        };
+                        if !self.check_positive(d, *span, "parameter dimension") {
+                            return None;
+                        }
+                        Some(Instance::LayerNorm { dim: d.clone() })
+                    }
                     "Linear" | "Embedding" => {
                         if dims.len() != 2 {
                             let what = if name.name == "Linear" { "Linear(in, out)" } else { "Embedding(count, dim)" };
@@ -238,14 +255,15 @@ impl Checker<'_> {
                             self.error(
                                 Diagnostic::new(Code::InvalidParam, name.span, format!("`{other}` is not a layer"))
                                     .with_primary(
-                                        "parameters are `Linear`, `Embedding`, a `layer`, or an array of them",
+                                        "parameters are `Linear`, `Embedding`, `LayerNorm`, a `layer`, or an array of them",
                                     )
                                     .with_label(def, "defined here"),
                             );
                             None
                         }
                         None => {
-                            let mut candidates: Vec<String> = vec!["Linear".into(), "Embedding".into()];
+                            let mut candidates: Vec<String> =
+                                vec!["Linear".into(), "Embedding".into(), "LayerNorm".into()];
                             candidates.extend(self.modules[module].scope.keys().cloned());
                             let mut d =
                                 Diagnostic::new(Code::UnknownName, name.span, format!("unknown layer `{other}`"))
@@ -273,10 +291,9 @@ impl Checker<'_> {
     }
 
     pub(super) fn invalid_param(&mut self, span: Span) -> Option<Instance> {
-        self.error(
-            Diagnostic::new(Code::InvalidParam, span, "invalid parameter declaration")
-                .with_primary("expected `Linear(in, out)`, `Embedding(n, d)`, a layer, or `[Layer(...); n]`"),
-        );
+        self.error(Diagnostic::new(Code::InvalidParam, span, "invalid parameter declaration").with_primary(
+            "expected `Linear(in, out)`, `Embedding(n, d)`, `LayerNorm(d)`, a layer, or `[Layer(...); n]`",
+        ));
         None
     }
 
@@ -359,6 +376,7 @@ impl Checker<'_> {
                 check(count, "an Embedding size", out);
                 check(dim, "an Embedding dimension", out);
             }
+            Instance::LayerNorm { dim } => check(dim, "a LayerNorm dimension", out),
             Instance::Array { elem, len } => {
                 check(len, "an array length", out);
                 self.collect_non_positive(elem, out, stack, depth + 1);
@@ -449,6 +467,7 @@ pub(crate) fn substitute_instance_with(instance: &Instance, map: &dyn Fn(&Symbol
         Instance::Embedding { count, dim } => {
             Instance::Embedding { count: count.substitute(map), dim: dim.substitute(map) }
         }
+        Instance::LayerNorm { dim } => Instance::LayerNorm { dim: dim.substitute(map) },
         Instance::Layer { layer, args } => {
             Instance::Layer { layer: *layer, args: args.iter().map(|a| a.substitute(map)).collect() }
         }

@@ -337,7 +337,7 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
     let mut overrides: Vec<Option<u64>> = Vec::new();
     for node in nodes.iter_mut().flatten() {
         let (prefix, with_bias) = match &node.op {
-            ExecOp::Ir(Op::Linear { param }) => (param, true),
+            ExecOp::Ir(Op::Linear { param } | Op::Affine { param }) => (param, true),
             ExecOp::Ir(Op::Embedding { param, .. }) => (param, false),
             _ => continue,
         };

@@ -17,7 +17,7 @@
 //! context under the node's key, which excludes the element field. Families: `data`
 //! (source, read, const, forget, sink), `ppt`, `nppt`, `shape` (concat, split), `route`
 //! (cond, switch, phi, isu), `loss`, `elements` (flatmap, group, ungroup), `rows`
-//! (gather, scatter_sum, reduce), `select` (top_k, state_from_payload).
+//! (gather, scatter_sum, reduce), `select` (top_k, state_from_payload), `dropout`.
 //!
 //! Adding an op: a type implementing [`NodeOp`] in the module of its family and an arm
 //! in [`build`].
@@ -31,6 +31,7 @@
 
 mod chain;
 mod data;
+mod dropout;
 mod elements;
 mod fused;
 pub mod kernels;
@@ -50,6 +51,8 @@ use crate::message::{key_of, Key, KeyMap, Msg, Payload};
 use crate::ops::train::ParamAccess;
 use amp_ir::{Op, PayloadTy, StateExpr};
 use std::sync::Arc;
+
+pub(crate) use dropout::DropoutPass;
 
 /// What a run is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +103,8 @@ pub(crate) struct RunShared<'a> {
     pub params: ParamAccess<'a>,
     pub mode: RunMode,
     pub routes: crate::load::replicas::Routes,
+    /// The masks dropout applies in this run (training's); `None`: it is the identity.
+    pub dropout: Option<DropoutPass>,
 }
 
 /// An op's view of the run while it handles one message.
@@ -327,6 +332,7 @@ pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn Nod
         Op::Sink { .. } => Box::new(data::SinkOp),
         Op::Linear { .. } => Box::new(ppt::LinearOp::new(node, access)?),
         Op::Embedding { index, .. } => Box::new(ppt::EmbeddingOp::new(node, index.clone(), access)?),
+        Op::Affine { .. } => Box::new(ppt::AffineOp::new(node)?),
         Op::Unary(f) => Box::new(nppt::UnaryOp::new(*f, node)),
         Op::Binary(f) => Box::new(nppt::BinaryOp::new(*f, node)),
         Op::Concat => Box::new(shape::ConcatOp::new(node)),
@@ -348,6 +354,7 @@ pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn Nod
         Op::Reduce(f) => Box::new(rows::ReduceOp::new(*f, node)),
         Op::TopK { k } => Box::new(select::TopKOp::new(*k as usize, node)),
         Op::StateFromPayload { field, int } => Box::new(select::StateFromPayloadOp::new(*field, int.clone(), node)),
+        Op::Dropout { rate, site, context } => Box::new(dropout::DropoutOp::new(*rate, *site, context.clone())),
         other => return Err(OpError::Unsupported { op: other.keyword() }),
     })
 }

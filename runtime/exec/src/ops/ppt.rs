@@ -1,4 +1,4 @@
-//! Parameterized payload transforms: `linear` and `embedding`. They read their group's
+//! Parameterized payload transforms: `linear`, `embedding` and `affine`. They read their group's
 //! tensors under its lock and accumulate gradients into its accumulators; the group's
 //! owner applies the updates (see `train`).
 
@@ -274,6 +274,73 @@ fn instance_of(state: &[i64]) -> Option<usize> {
     state.first().and_then(|&i| usize::try_from(i).ok())
 }
 
+/// `x * w + b` along the last axis (a LayerNorm's scale and shift, `w` and `b` `[dim]`),
+/// caching `x` for the backward: `dx = dy * w`, and `dy * x`, `dy` summed over the rows
+/// into the accumulators, in the reference's order.
+pub(crate) struct AffineOp {
+    group: usize,
+    dim: usize,
+    cache: Keyed<Payload>,
+}
+
+impl AffineOp {
+    pub fn new(node: &NodeInfo) -> Result<AffineOp, OpError> {
+        let group = node.group.ok_or(OpError::Unsupported { op: "affine without parameters" })?;
+        Ok(AffineOp { group, dim: last_dim(node.inputs.first()).max(1), cache: Keyed::new() })
+    }
+}
+
+impl NodeOp for AffineOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let y: Vec<f32> = {
+            let mut view = cx.params().group(self.group);
+            view.note_read(instance_of(&msg.state));
+            let (w, b) = (view.value(0), view.value(1));
+            if w.len() != self.dim || b.len() != self.dim {
+                return Err(OpError::PayloadSize { expected: self.dim, found: w.len().min(b.len()) });
+            }
+            let rows = msg.payload.values().chunks(self.dim);
+            rows.flat_map(|row| row.iter().zip(w).zip(b).map(|((x, w), b)| x * w + b)).collect()
+        };
+        if cx.training() {
+            self.cache.put(cx.key(&msg.state), msg.payload.clone())?;
+        }
+        cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let x = self.cache.take(&cx.key(&grad.state))?;
+        let (x, dy) = (x.values(), grad.payload.values());
+        if x.len() != dy.len() {
+            return Err(OpError::PayloadSize { expected: x.len(), found: dy.len() });
+        }
+        let dim = self.dim;
+        let dx: Vec<f32> = {
+            let mut view = cx.params().group(self.group);
+            let w = view.value(0).to_vec();
+            if let Some(mut accs) = view.dense_grads() {
+                if let [gw, gb, ..] = accs.as_mut_slice() {
+                    for (gr, xr) in dy.chunks(dim).zip(x.chunks(dim)) {
+                        gw.iter_mut().zip(gr.iter().zip(xr)).for_each(|(acc, (g, x))| *acc += g * x);
+                    }
+                    for gr in dy.chunks(dim) {
+                        gb.iter_mut().zip(gr).for_each(|(acc, g)| *acc += g);
+                    }
+                }
+            }
+            view.note_gradient(instance_of(&grad.state));
+            dy.chunks(dim).flat_map(|gr| gr.iter().zip(&w).map(|(g, w)| g * w)).collect()
+        };
+        cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+        Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.cache.len()
+    }
+}
+
 /// Row `index` of the table; the backward adds the gradient into that row (recomputing
 /// the index from the backward message's state, which equals the forward one's).
 pub(crate) struct EmbeddingOp {
@@ -401,6 +468,7 @@ mod tests {
                 params: ParamAccess::Live { groups: live.into_iter().map(Mutex::new).collect() },
                 mode: RunMode::Train,
                 routes: Default::default(),
+                dropout: None,
             };
             let mut op = LinearOp::new(&node, &shared.params).unwrap();
             let mut out = Vec::new();

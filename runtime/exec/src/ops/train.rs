@@ -413,6 +413,19 @@ impl GroupView<'_, '_> {
         }
     }
 
+    /// The gradient accumulators of all the group's tensors, in order, for a dense
+    /// update (training only; `None` on frozen parameters, a run's or a frozen group's).
+    pub fn dense_grads(&mut self) -> Option<Vec<&mut [f32]>> {
+        let GroupView::Live(g) = self else { return None };
+        if g.frozen {
+            return None;
+        }
+        g.touched = true;
+        g.accumulated = true;
+        g.rows = None;
+        Some(g.tensors.iter_mut().map(|t| &mut *t.grad).collect())
+    }
+
     /// The parameter gradients of a linear group (`W: [out, inp]`, `b: [out]`) over a batch
     /// of rows `dy: [rows, out]` with their inputs `x: [rows, inp]`: adds the column sums of
     /// `dy` to the bias gradient and `dy^T x` to the weight gradient, that one deferred (see

@@ -81,6 +81,9 @@ pub struct Executor {
     config: ExecConfig,
     trace: Vec<TraceEvent>,
     origin: Instant,
+    /// The epoch dropout's masks are drawn for: counts the training epochs run, unless
+    /// set ([`Executor::set_epoch`]).
+    epoch: u64,
 }
 
 impl Executor {
@@ -93,7 +96,17 @@ impl Executor {
         let grads = params.zeros_like();
         let optim = OptimState::new(&config.optimizer.kind, params.specs());
         let pending = vec![0; program.groups.len()];
-        Ok(Executor { program, params, grads, optim, pending, config, trace: Vec::new(), origin: Instant::now() })
+        Ok(Executor {
+            program,
+            params,
+            grads,
+            optim,
+            pending,
+            config,
+            trace: Vec::new(),
+            origin: Instant::now(),
+            epoch: 0,
+        })
     }
 
     /// Continues from a saved optimizer state (`--resume`); it must be of the configured
@@ -118,6 +131,22 @@ impl Executor {
 
     pub fn params(&self) -> &ParamSet {
         &self.params
+    }
+
+    /// The epoch the next training epoch (and `grads`) draws dropout's masks for (from 0;
+    /// each training epoch moves it on by one). A run resumed at epoch `e` sets it, so
+    /// that its masks are those of an uninterrupted run.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch;
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The masks of the current epoch.
+    fn dropout_pass(&self) -> crate::ops::DropoutPass {
+        crate::ops::DropoutPass { seed: self.config.dropout_seed, epoch: self.epoch }
     }
 
     /// Replaces the parameters (same names and shapes, e.g. loaded from a checkpoint).
@@ -220,6 +249,7 @@ impl Executor {
     ) -> Result<EpochStats, ExecError> {
         let start = Instant::now();
         let list: Vec<&(dyn ExecInstance + Sync)> = instances.iter().map(|i| i as &(dyn ExecInstance + Sync)).collect();
+        let dropout = Some(self.dropout_pass());
         let mut stores = replica_stores(&self.program.groups, &self.params);
         // The live groups end in this block: dropping them settles their accumulators.
         let (result, updates, pending, staleness) = {
@@ -237,6 +267,7 @@ impl Executor {
                 params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
                 mode: RunMode::Train,
                 routes: Routes::new(&self.program),
+                dropout,
             };
             let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin, observer);
             let groups = shared.params.into_live_groups();
@@ -267,6 +298,7 @@ impl Executor {
             }
         };
         self.pending = pending;
+        self.epoch += 1;
         let waited = std::mem::take(&mut output.waited);
         let stats = self.summarize(output, start);
         Ok(EpochStats {
@@ -301,6 +333,7 @@ impl Executor {
     pub fn grads<I: ExecInstance + Sync>(&mut self, instance: &I) -> Result<(f32, ParamSet), ExecError> {
         let list: Vec<&(dyn ExecInstance + Sync)> = vec![instance as &(dyn ExecInstance + Sync)];
         let mut grads = self.params.zeros_like();
+        let dropout = self.config.dropout_in_grads.then(|| self.dropout_pass());
         let mut scratch = self.optim.clone();
         let mut stores = replica_stores(&self.program.groups, &self.params);
         let groups = live_groups(
@@ -317,6 +350,7 @@ impl Executor {
             params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
             mode: RunMode::Grad,
             routes: Routes::new(&self.program),
+            dropout,
         };
         let config = ExecConfig { max_active_keys: 1, ..self.config.clone() };
         let result = controller::run(&self.program, &shared, &config, &[], self.origin, None);
@@ -342,6 +376,7 @@ impl Executor {
             params: ParamAccess::Frozen { params: &self.params, groups: &self.program.groups },
             mode,
             routes: Routes::new(&self.program),
+            dropout: None,
         };
         let output = controller::run(&self.program, &shared, &self.config, &[], self.origin, None)?;
         Ok((output, start.elapsed()))

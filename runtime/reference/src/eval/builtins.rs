@@ -44,6 +44,7 @@ impl<'r> Evaluator<'r> {
             Builtin::Sum | Builtin::Mean => self.reduce(f, b, args, e),
             Builtin::Len | Builtin::Zip | Builtin::Range => self.sequence(f, b, args, e),
             Builtin::ScatterSum => self.scatter_sum(f, args, e),
+            Builtin::Dropout => self.dropout(f, args, e),
             Builtin::Dot => {
                 let a = self.tensor_arg(f, args, 0, e)?;
                 let b = self.tensor_arg(f, args, 1, e)?;
@@ -52,6 +53,25 @@ impl<'r> Evaluator<'r> {
             }
             _ => Err(unevaluable(e.span, "a built-in the reference does not implement")),
         }
+    }
+
+    /// `dropout(x, p)`: with a run's masks, `x` times `amp_ir::dropout::mask` of this call's
+    /// site and context (a constant on the tape: the gradient passes through the kept
+    /// units, scaled); the identity without.
+    fn dropout(&mut self, f: &mut Frame<'r>, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
+        let x = self.tensor_arg(f, args, 0, e)?;
+        let Some(run) = self.dropout else {
+            return Ok(Val::Tensor(x));
+        };
+        let p = match args.get(1).map(|a| &a.kind) {
+            Some(amp_sema::ExprKind::Float(p)) => *p as f32,
+            _ => return Err(unevaluable(e.span, "a dropout rate that is not a constant")),
+        };
+        let site = amp_ir::dropout::site(e.span.file.0, e.span.start);
+        let shape = self.tape.shape(x).to_vec();
+        let mask = amp_ir::dropout::mask(&run, site, &self.context, p, self.tape.value(x).len());
+        let mask = self.tape.leaf(shape, mask).at(e.span)?;
+        Ok(Val::Tensor(self.tape.binary(BinaryFn::Mul, x, mask).at(e.span)?))
     }
 
     /// `relu sigmoid tanh exp log softmax log_softmax`: the vocabulary's unary functions.

@@ -1,7 +1,7 @@
 //! Calls: functions of the running component (recursion included) and parameter instances
 //! (`Linear`, `Embedding`, layer functions).
 
-use super::{unevaluable, At, Ctx, Evaluator, Frame, MAX_CALL_DEPTH, R};
+use super::{unevaluable, At, Ctx, Evaluator, Frame, Traversal, MAX_CALL_DEPTH, R};
 use crate::error::{ErrorKind, RefError};
 use crate::params::Bound;
 use crate::value::Val;
@@ -32,6 +32,7 @@ impl<'r> Evaluator<'r> {
                 },
             ));
         }
+        let entered = if def.recursive { self.enter_tree(id, def, &args) } else { None };
         let mut frame = Frame { def, ctx, locals: vec![None; def.locals.len()] };
         for (&p, a) in def.params.iter().zip(args) {
             frame.set(p, a, span)?;
@@ -39,7 +40,43 @@ impl<'r> Evaluator<'r> {
         self.depth += 1;
         let out = self.block(&mut frame, &def.body);
         self.depth -= 1;
+        if let Some((context, started)) = entered {
+            self.context = context;
+            if started {
+                self.traversals.pop();
+            }
+        }
         out
+    }
+
+    /// The context of a call of recursive function `id` on a tree, as the lowering's
+    /// traversal has it: a call from outside starts a traversal whose nodes are numbered
+    /// in pre-order, the argument node 0, on top of the caller's context; a call on a
+    /// child replaces its parent's number with its own. Returns the context to restore
+    /// after the call and whether a traversal started; `None` without a tree argument.
+    fn enter_tree(&mut self, id: FnId, def: &amp_sema::FnDef, args: &[Val<'r>]) -> Option<(Vec<i64>, bool)> {
+        let (root, tree, enum_id) =
+            def.params.iter().zip(args).find_map(|(p, a)| match (a, def.locals.get(p.0 as usize)) {
+                (Val::Variant(_, fields), Some(local)) => match local.ty {
+                    amp_sema::Ty::Enum(e) => Some((a, fields, e)),
+                    _ => None,
+                },
+                _ => None,
+            })?;
+        let key = tree_key(tree);
+        let saved = self.context.clone();
+        if let Some(t) = self.traversals.last().filter(|t| t.function == id) {
+            if let Some(&number) = t.numbers.get(&key) {
+                let base = t.base;
+                self.context.truncate(base);
+                self.context.push(number);
+                return Some((saved, false));
+            }
+        }
+        let numbers = number_tree(self.program, root, enum_id);
+        self.traversals.push(Traversal { function: id, numbers, base: self.context.len() });
+        self.context.push(0);
+        Some((saved, true))
     }
 
     /// `cell(x)`, `expert[i](x)`, `tree.leaf(x)`.
@@ -67,6 +104,14 @@ impl<'r> Evaluator<'r> {
                 let x = x.tensor().at(span)?;
                 Ok(Val::Tensor(self.tape.linear(self.params, x, *weight, *bias).at(span)?))
             }
+            (Bound::LayerNorm { weight, bias }, InstanceCall::Primitive) => {
+                let [x] = &vals[..] else {
+                    return Err(unevaluable(span, "a `LayerNorm` call without exactly one argument"));
+                };
+                let x = x.tensor().at(span)?;
+                let normed = self.tape.unary(crate::tape::UnaryFn::LayerNorm, x).at(span)?;
+                Ok(Val::Tensor(self.tape.affine(self.params, normed, *weight, *bias).at(span)?))
+            }
             (Bound::Embedding { weight }, InstanceCall::Primitive) => {
                 let [index] = &vals[..] else {
                     return Err(unevaluable(span, "an `Embedding` call without exactly one argument"));
@@ -82,4 +127,33 @@ impl<'r> Evaluator<'r> {
             _ => Err(unevaluable(span, "this call of a parameter instance")),
         }
     }
+}
+
+/// The address that identifies a tree node's value (its fields, shared by every copy).
+fn tree_key(fields: &std::rc::Rc<[Val<'_>]>) -> usize {
+    std::rc::Rc::as_ptr(fields) as *const u8 as usize
+}
+
+/// The pre-order number of every node of the tree `root` (an enum value of `enum_id`), by [`tree_key`]: the value is node 0, then the subtrees of its recursive
+/// fields (of the enum's own type) in field order, depth first, as `amp-data` numbers
+/// `$.tree[%n]`. Walked with an explicit stack: data trees may be deep.
+fn number_tree(
+    program: &amp_sema::Program,
+    root: &Val<'_>,
+    enum_id: amp_sema::EnumId,
+) -> std::collections::HashMap<usize, i64> {
+    let mut numbers = std::collections::HashMap::new();
+    let Some(def) = program.enums.get(enum_id.0 as usize) else { return numbers };
+    let mut stack = vec![root];
+    while let Some(value) = stack.pop() {
+        let Val::Variant(tag, fields) = value else { continue };
+        numbers.insert(tree_key(fields), numbers.len() as i64);
+        let Some(variant) = def.variants.get(*tag as usize) else { continue };
+        for (field, def) in fields.iter().zip(&variant.fields).rev() {
+            if def.ty == amp_sema::Ty::Enum(enum_id) {
+                stack.push(field);
+            }
+        }
+    }
+    numbers
 }

@@ -85,9 +85,9 @@ impl<'r> Evaluator<'r> {
     fn map(&mut self, f: &mut Frame<'r>, seq: &'r Expr, param: &'r Pattern, body: &'r Expr) -> R<Val<'r>> {
         let items = self.expr(f, seq)?.seq().at(seq.span)?.clone();
         let mut out = Vec::with_capacity(items.len());
-        for item in items.iter() {
+        for (i, item) in items.iter().enumerate() {
             bind(f, param, item.clone(), seq.span)?;
-            out.push(self.expr(f, body)?);
+            out.push(self.in_context(i as i64, |ev| ev.expr(f, body))?);
         }
         Ok(Val::Seq(out.into()))
     }

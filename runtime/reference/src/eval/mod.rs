@@ -15,6 +15,7 @@ use crate::params::{dim_value, Bound};
 use crate::tape::Tape;
 use crate::value::Val;
 use amp_grammar::Span;
+use amp_ir::dropout::DropoutRun;
 use amp_params::ParamSet;
 use amp_sema::{Block, ComponentId, Dim, FnDef, LocalId, Pattern, Program, Stmt, Symbol, Ty};
 
@@ -40,6 +41,17 @@ impl<T> At<T> for Result<T, ErrorKind> {
 
 pub(crate) fn unevaluable(span: Span, what: &str) -> RefError {
     RefError::new(span, ErrorKind::Unevaluable { what: what.to_string() })
+}
+
+/// A structural recursion over a tree, as the lowering runs it: once per tree node, the
+/// nodes numbered in pre-order (the data's `$.tree[%n]`).
+pub(crate) struct Traversal {
+    pub function: amp_sema::FnId,
+    /// Each node's number, by the address of its fields (shared by every copy of the
+    /// value, so a child bound by `match` finds its number).
+    pub numbers: std::collections::HashMap<usize, i64>,
+    /// The context's length outside the traversal; the node's number comes next.
+    pub base: usize,
 }
 
 /// Whose function is running: the component, its bound params, and (in a layer) the
@@ -82,6 +94,15 @@ pub(crate) struct Evaluator<'r> {
     pub program: &'r Program,
     pub params: &'r ParamSet,
     pub tape: Tape,
+    /// Whose masks `dropout` applies; `None`: dropout is the identity.
+    pub dropout: Option<DropoutRun>,
+    /// The values the compiled graph's context fields hold here, outermost first, the
+    /// instance left out: a loop's counter per enclosing loop, the element's index per
+    /// enclosing `map`, the tree node's pre-order number per enclosing traversal. What a
+    /// dropout mask hashes, as the executor hashes the fields of `Op::Dropout`'s context.
+    pub(crate) context: Vec<i64>,
+    /// The structural recursions running, innermost last.
+    pub(crate) traversals: Vec<Traversal>,
     depth: usize,
     /// The address of a local of the thread's first frame, and how many bytes below (or
     /// above) it evaluation may use: the backstop behind [`MAX_CALL_DEPTH`] for programs
@@ -99,7 +120,17 @@ fn stack_position() -> usize {
 impl<'r> Evaluator<'r> {
     /// An evaluator that may use `stack_budget` bytes of stack below the caller's frame.
     pub fn new(program: &'r Program, params: &'r ParamSet, stack_budget: usize) -> Evaluator<'r> {
-        Evaluator { program, params, tape: Tape::new(), depth: 0, stack_base: stack_position(), stack_budget }
+        Evaluator {
+            program,
+            params,
+            tape: Tape::new(),
+            dropout: None,
+            context: Vec::new(),
+            traversals: Vec::new(),
+            depth: 0,
+            stack_base: stack_position(),
+            stack_budget,
+        }
     }
 
     /// Refuses to nest further when the stack budget is spent.
@@ -128,6 +159,14 @@ impl<'r> Evaluator<'r> {
             .collect()
     }
 
+    /// Runs `work` with `word` on top of the context (a loop's counter, an element's index).
+    pub(crate) fn in_context<T>(&mut self, word: i64, work: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+        self.context.push(word);
+        let out = work(self);
+        self.context.pop();
+        out
+    }
+
     fn block(&mut self, f: &mut Frame<'r>, block: &'r Block) -> R<Val<'r>> {
         for stmt in &block.stmts {
             self.stmt(f, stmt)?;
@@ -151,14 +190,24 @@ impl<'r> Evaluator<'r> {
             Stmt::For(pattern, iter, body) => self.for_loop(f, pattern, iter, body),
             Stmt::While(cond, body) => {
                 let mut iterations: u64 = 0;
-                while self.expr(f, cond)?.bool().at(cond.span)? {
+                // The lowering's counter starts at 0; the condition is tested in the
+                // loop's context too, with the counter of the iteration it would start.
+                loop {
+                    self.context.push(iterations as i64);
+                    let go = self.expr(f, cond).and_then(|v| v.bool().at(cond.span));
+                    let go = match go {
+                        Ok(true) => self.block(f, body).map(|_| true),
+                        other => other,
+                    };
+                    self.context.pop();
+                    if !go? {
+                        return Ok(());
+                    }
                     iterations += 1;
                     if iterations > MAX_WHILE_ITERATIONS {
                         return Err(RefError::new(cond.span, ErrorKind::LoopLimit { limit: MAX_WHILE_ITERATIONS }));
                     }
-                    self.block(f, body)?;
                 }
-                Ok(())
             }
             Stmt::Expr(e) => self.expr(f, e).map(drop),
         }
@@ -176,16 +225,17 @@ impl<'r> Evaluator<'r> {
             let lo = self.expr(f, lo)?.int().at(lo.span)?;
             let hi = self.expr(f, hi)?.int().at(hi.span)?;
             check_range_len(lo, hi).at(iter.span)?;
+            // The lowering's counter runs from the range's start.
             for i in lo..hi {
                 bind(f, pattern, Val::Int(i), iter.span)?;
-                self.block(f, body)?;
+                self.in_context(i, |ev| ev.block(f, body))?;
             }
             return Ok(());
         }
         let items = self.expr(f, iter)?.seq().at(iter.span)?.clone();
-        for item in items.iter() {
+        for (i, item) in items.iter().enumerate() {
             bind(f, pattern, item.clone(), iter.span)?;
-            self.block(f, body)?;
+            self.in_context(i as i64, |ev| ev.block(f, body))?;
         }
         Ok(())
     }

@@ -69,6 +69,10 @@ impl Tape {
                     let shape = super::param_shape(params, *weight, "Embedding")?;
                     matches!(shape[..], [count, dim] if *row < count && node.shape == [dim])
                 }
+                Op::Affine { input, weight, bias } => {
+                    let dim = super::affine_dim(params, *weight, *bias)?;
+                    node.shape.last() == Some(&dim) && self.shape(*input) == node.shape.as_slice()
+                }
                 _ => true,
             };
             if !fits {
@@ -228,6 +232,21 @@ impl Tape {
                     for o in 0..out_dim {
                         gb[o] += g[r * out_dim + o];
                     }
+                }
+                self.accumulate(grads, *input, &gx);
+            }
+            Op::Affine { input, weight, bias } => {
+                let xv = self.value(*input);
+                let dim = node.shape.last().copied().unwrap_or(1).max(1);
+                let w = params.data(*weight);
+                let gx: Vec<f32> = g.chunks(dim).flat_map(|gr| gr.iter().zip(w).map(|(g, w)| g * w)).collect();
+                let gw = param_grads.data_mut(*weight);
+                for (gr, xr) in g.chunks(dim).zip(xv.chunks(dim)) {
+                    gw.iter_mut().zip(gr.iter().zip(xr)).for_each(|(acc, (g, x))| *acc += g * x);
+                }
+                let gb = param_grads.data_mut(*bias);
+                for gr in g.chunks(dim) {
+                    gb.iter_mut().zip(gr).for_each(|(acc, g)| *acc += g);
                 }
                 self.accumulate(grads, *input, &gx);
             }

@@ -85,6 +85,13 @@ pub enum Op {
         weight: usize,
         row: usize,
     },
+    /// `x * w + b` elementwise along the last axis of `x`, `weight` and `bias` `[dim]`
+    /// indices into the parameter set (a LayerNorm's scale and shift).
+    Affine {
+        input: NodeId,
+        weight: usize,
+        bias: usize,
+    },
 }
 
 /// One operation's output.
@@ -431,6 +438,21 @@ impl Tape {
         Ok(self.push(Op::Linear { input: x, weight, bias }, shape, value))
     }
 
+    /// `x * w + b` along the last axis of `x`, `w = params[weight]` and `b = params[bias]`
+    /// both `[dim]`.
+    pub fn affine(&mut self, params: &ParamSet, x: NodeId, weight: usize, bias: usize) -> R<NodeId> {
+        let dim = affine_dim(params, weight, bias)?;
+        let node = self.node(x);
+        if node.shape.last() != Some(&dim) {
+            return Err(shape_error("LayerNorm", format!("expects input [.., {dim}], found shape {:?}", node.shape)));
+        }
+        let (w, b) = (params.data(weight), params.data(bias));
+        let value: Vec<f32> =
+            node.value.chunks(dim).flat_map(|row| row.iter().zip(w).zip(b).map(|((x, w), b)| x * w + b)).collect();
+        let shape = node.shape.clone();
+        Ok(self.push(Op::Affine { input: x, weight, bias }, shape, value))
+    }
+
     /// Row `row` of `params[weight]` (`[count, dim]`).
     pub fn embedding(&mut self, params: &ParamSet, weight: usize, row: i64) -> R<NodeId> {
         let [count, dim] = param_shape(params, weight, "Embedding")?[..] else {
@@ -455,6 +477,16 @@ pub(super) fn param_shape(params: &ParamSet, index: usize, what: &str) -> R<Vec<
         return Err(ErrorKind::ParamMismatch { detail: format!("`{}` has the wrong number of values", spec.name) });
     }
     Ok(spec.shape.clone())
+}
+
+/// `dim` of an affine map whose weight and bias are both `[dim]`.
+pub(super) fn affine_dim(params: &ParamSet, weight: usize, bias: usize) -> R<usize> {
+    let w = param_shape(params, weight, "LayerNorm weight")?;
+    let b = param_shape(params, bias, "LayerNorm bias")?;
+    match (&w[..], &b[..]) {
+        (&[d], &[db]) if d == db => Ok(d),
+        _ => Err(ErrorKind::ParamMismatch { detail: format!("LayerNorm weight {w:?} and bias {b:?} do not fit") }),
+    }
 }
 
 /// `(out, in)` of a Linear whose weight is `[out, in]` and bias `[out]`.

@@ -5,7 +5,7 @@
 
 use amp_data::{Tensor, Value};
 use amp_params::ParamSet;
-use amp_reference::{param_specs, Reference};
+use amp_reference::{param_specs, DropoutRun, Reference};
 use amp_sema::{check_source, ComponentId, Options, Program};
 
 /// Checks `text` with `-D` overrides; panics with the diagnostics if it has errors.
@@ -88,10 +88,11 @@ fn finite_differences(
     reference: &Reference<'_>,
     params: &ParamSet,
     input: &Value,
+    dropout: Option<DropoutRun>,
     i: usize,
     direction: &dyn Fn(usize) -> f32,
 ) -> Vec<f64> {
-    let loss_at = |p: &ParamSet| f64::from(reference.loss(p, input).expect("loss"));
+    let loss_at = |p: &ParamSet| f64::from(reference.loss_with(p, input, dropout).expect("loss"));
     let here = loss_at(params);
     STEPS
         .iter()
@@ -110,9 +111,22 @@ fn finite_differences(
 /// differences of `loss`: one random unit direction per tensor, plus the coordinate with
 /// the largest gradient and `coords` random coordinates. Panics naming the first failure.
 pub fn grad_check(reference: &Reference<'_>, params: &ParamSet, input: &Value, seed: u64, coords: usize) {
-    let (loss, grads) = reference.loss_and_grads(params, input).expect("loss_and_grads");
+    grad_check_with(reference, params, input, None, seed, coords)
+}
+
+/// [`grad_check`] with dropout's masks of `dropout` (the same masks for every evaluation of
+/// the loss: the gradient given a mask).
+pub fn grad_check_with(
+    reference: &Reference<'_>,
+    params: &ParamSet,
+    input: &Value,
+    dropout: Option<DropoutRun>,
+    seed: u64,
+    coords: usize,
+) {
+    let (loss, grads) = reference.loss_and_grads_with(params, input, dropout).expect("loss_and_grads");
     assert!(loss.is_finite(), "loss {loss}");
-    assert_eq!(reference.loss(params, input).expect("loss"), loss, "loss and loss_and_grads agree");
+    assert_eq!(reference.loss_with(params, input, dropout).expect("loss"), loss, "loss and loss_and_grads agree");
     let mut rng = Rng::new(seed);
     let agrees = |analytic: f64, numeric: &[f64]| numeric.iter().any(|&n| close(analytic, n, 2e-4, 1e-2));
     let mut checked_nonzero = 0;
@@ -124,7 +138,7 @@ pub fn grad_check(reference: &Reference<'_>, params: &ParamSet, input: &Value, s
         let norm = d.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
         d.iter_mut().for_each(|v| *v /= norm);
         let analytic: f64 = g.iter().zip(&d).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
-        let numeric = finite_differences(reference, params, input, i, &|j| d[j]);
+        let numeric = finite_differences(reference, params, input, dropout, i, &|j| d[j]);
         assert!(
             agrees(analytic, &numeric),
             "`{name}`: directional derivative {analytic} (analytic) vs {numeric:?} (central, forward, backward differences at steps {STEPS:?})"
@@ -137,7 +151,7 @@ pub fn grad_check(reference: &Reference<'_>, params: &ParamSet, input: &Value, s
         let mut picks = vec![largest];
         picks.extend((0..coords).map(|_| rng.below(g.len().max(1))));
         for &j in picks.iter().filter(|&&j| j < g.len()) {
-            let numeric = finite_differences(reference, params, input, i, &|k| if k == j { 1.0 } else { 0.0 });
+            let numeric = finite_differences(reference, params, input, dropout, i, &|k| if k == j { 1.0 } else { 0.0 });
             let analytic = f64::from(g[j]);
             assert!(
                 agrees(analytic, &numeric),
