@@ -369,6 +369,19 @@ pub fn every_op() -> Graph {
             vec![v.clone(), rows.clone()],
             vec![rows.clone()],
         ),
+        (
+            Op::GatherRows { field: FieldId(2), index: element_of("edges", field(2), "src"), count: len_xs() },
+            vec![rows.clone()],
+            vec![rows.clone()],
+        ),
+        (
+            Op::MaskRows {
+                field: FieldId(2),
+                pred: StateExpr::bin(IntOp::Eq, element_of("edges", field(2), "dst"), StateExpr::Const(1)),
+            },
+            vec![rows.clone()],
+            vec![rows.clone()],
+        ),
     ]);
     let mut indices = Vec::new();
     for (i, (op, inputs, outputs)) in ops.into_iter().enumerate() {
