@@ -56,7 +56,7 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
         let (expr, limit, what) = match &node.op {
             Op::Embedding { param, index } => {
                 let rows = graph.param(&format!("{param}.weight")).and_then(|p| p.shape.first().copied());
-                let Some(rows) = rows else { return None };
+                let rows = rows?;
                 (index, rows, format!("an index of the Embedding `{param}` ({rows} rows)"))
             }
             Op::Loss(kind) if kind.label().is_some() => {
