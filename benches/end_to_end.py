@@ -11,6 +11,7 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py refined    # 2 workers: the model's plan vs one refined by a profile
     python3 benches/end_to_end.py placement --workers 16   # on a 16-core machine: 1 vs 16 workers
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
+    python3 benches/end_to_end.py maps --models ggsnn    # --per-element-maps vs batched maps
     cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before --extra=--workers=2
@@ -73,6 +74,7 @@ SETUPS = {
         ("max-batch 64", ["--max-batch", "64"]),
     ),
     "build": (("baseline", []), ("this build", [])),
+    "maps": (("per-element maps", ["--per-element-maps"]), ("batched maps", [])),
     "placement": (
         ("1 worker", ["--workers", "1"]),
         ("{w} w plan", ["--workers", "{w}", "--plan", "auto"]),
