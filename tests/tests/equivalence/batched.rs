@@ -146,3 +146,23 @@ fn both_lowerings_train_as_minibatch_sgd() {
         }
     }
 }
+
+/// An edge whose source is not a node is an error naming the `gather_rows` index, not a
+/// panic, in both lowerings.
+#[test]
+fn a_row_index_past_the_collection_is_an_error() {
+    let edge = |src: i64| Value::Record(vec![Value::Int(src), Value::Int(0), Value::Int(1)]);
+    let bad = Value::Record(vec![
+        Value::Seq(vec![Value::Int(1), Value::Int(2)]),
+        Value::Seq(vec![edge(0), edge(7)]),
+        Value::Int(0),
+    ]);
+    for (which, lowering) in lowerings() {
+        let c = compile_ggsnn(&lowering);
+        let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 1);
+        let mut executor = Executor::new(&c.graph, params, ExecConfig::default()).expect("executor");
+        let inst = Instance::new(c.graph.input.as_ref().expect("schema"), bad.clone()).expect("instance");
+        let error = executor.grads(&inst).expect_err("an edge from node 7 of 2").to_string();
+        assert!(error.contains("index") && error.contains('7'), "{which}: {error}");
+    }
+}
