@@ -28,7 +28,8 @@ pub(crate) struct RowCtx {
 }
 
 /// What a batched attempt must put back when it fails: it may have added nodes, fields,
-/// files and diagnostics.
+/// files and diagnostics, bound locals, or sunk `forward`'s result. Branches, loops,
+/// recursion and traversals record more, but the attempt refuses them before they start.
 struct Snapshot {
     graph: amp_ir::Graph,
     diags: usize,
@@ -36,6 +37,8 @@ struct Snapshot {
     counters: (u32, u32, u32),
     locals: Vec<Option<Value>>,
     loops: u32,
+    /// A `forward` called inside the body sinks its result once.
+    forward: (bool, usize),
 }
 
 /// Where the elements of a mapped sequence come from, once the element field exists.
@@ -174,6 +177,7 @@ impl Lowerer<'_> {
             counters: (self.counters.elements, self.counters.trees, self.counters.slots),
             locals: self.frame().locals.clone(),
             loops: self.loops,
+            forward: (self.forward_sunk, self.forward_ports.len()),
         };
         let result = self.new_element_field(span).and_then(|field| {
             self.rows = Some(RowCtx { field, count: count.clone() });
@@ -202,6 +206,8 @@ impl Lowerer<'_> {
                 (self.counters.elements, self.counters.trees, self.counters.slots) = snapshot.counters;
                 self.frame_mut().locals = snapshot.locals;
                 self.loops = snapshot.loops;
+                self.forward_sunk = snapshot.forward.0;
+                self.forward_ports.truncate(snapshot.forward.1);
                 None
             }
         }
