@@ -693,6 +693,12 @@ impl<'p> Lowerer<'p> {
     }
 
     fn call_instance(&mut self, param: ParamRef, call: &InstanceCall, args: Vec<Value>, span: Span) -> R<Value> {
+        // In a batched map's body only Linear layers (one GEMM over the rows) and layers
+        // built of what the body may use have a row-wise form; any other parameter kind
+        // sends the map back to the per-element lowering.
+        if self.rows.is_some() && !matches!(&*param.instance, Instance::Linear { .. } | Instance::Layer { .. }) {
+            return Err(self.not_row_wise());
+        }
         match (&*param.instance, call) {
             (Instance::Linear { .. }, InstanceCall::Primitive) => {
                 let x = args.into_iter().next().ok_or(Unsupported)?;
@@ -714,7 +720,6 @@ impl<'p> Lowerer<'p> {
                 let n = self.node(Op::Linear { param: param.prefix }, &[x], vec![ty.clone()], &label, span);
                 Ok(Value::Tensor(Self::out(n, 0, ty)))
             }
-            (Instance::Embedding { .. }, InstanceCall::Primitive) if self.rows.is_some() => Err(self.not_row_wise()),
             (Instance::Embedding { .. }, InstanceCall::Primitive) => {
                 let Some(Value::Int(index)) = args.into_iter().next() else {
                     return Err(self.unsupported(span, "this embedding index"));
