@@ -11,6 +11,8 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py refined    # 2 workers: the model's plan vs one refined by a profile
     python3 benches/end_to_end.py placement --workers 16   # on a 16-core machine: 1 vs 16 workers
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
+    python3 benches/end_to_end.py maps --models ggsnn    # --per-element-maps vs batched maps
+    python3 benches/end_to_end.py build-maps --baseline /tmp/amprun.before --models ggsnn   # and a build before
     cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before --extra=--workers=2
@@ -73,6 +75,8 @@ SETUPS = {
         ("max-batch 64", ["--max-batch", "64"]),
     ),
     "build": (("baseline", []), ("this build", [])),
+    "maps": (("per-element maps", ["--per-element-maps"]), ("batched maps", [])),
+    "build-maps": (("baseline", []), ("per-element maps", ["--per-element-maps"]), ("batched maps", [])),
     "placement": (
         ("1 worker", ["--workers", "1"]),
         ("{w} w plan", ["--workers", "{w}", "--plan", "auto"]),
@@ -129,7 +133,7 @@ def main():
     parser.add_argument("--extra", action="append", default=[], help="an argument added to every run")
     parser.add_argument("--workers", type=int, default=2, help="placement, refined: the workers of the plans compared")
     opts = parser.parse_args()
-    if (opts.setup == "build") != (opts.baseline is not None):
+    if opts.setup.startswith("build") != (opts.baseline is not None):
         sys.exit("--baseline BINARY goes with the build setup, and only with it")
     baseline = os.path.abspath(opts.baseline) if opts.baseline else AMPRUN
     if not os.path.exists(AMPRUN):

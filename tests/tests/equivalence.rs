@@ -23,6 +23,8 @@ mod losses;
 
 #[path = "equivalence/dropout.rs"]
 mod dropout;
+#[path = "equivalence/batched.rs"]
+mod batched;
 
 /// Small hyperparameters so that the suite stays fast; the structure is the model's.
 fn defines(name: &str) -> Vec<(String, i64)> {
@@ -48,12 +50,22 @@ fn compile(name: &str) -> Compiled {
 }
 
 fn compile_source(name: &str, source: &str, defines: Vec<(String, i64)>) -> Compiled {
+    compile_source_with(name, source, defines, &amp_lower::LowerOptions::default())
+}
+
+/// As [`compile_source`], lowered with `lowering`'s options (maps batched or per element).
+fn compile_source_with(
+    name: &str,
+    source: &str,
+    defines: Vec<(String, i64)>,
+    lowering: &amp_lower::LowerOptions,
+) -> Compiled {
     let options = Options { defines };
     let (map, checked) = check_source(&format!("{name}.amp"), source, &options);
     assert!(!checked.has_errors(), "{name} checks");
     let model = checked.program.models[0];
-    let (graph, _) =
-        amp_lower::compile_model(&checked.program, &map, model).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let (graph, _) = amp_lower::compile_model_with(&checked.program, &map, model, lowering)
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
     Compiled { program: checked.program, graph }
 }
 

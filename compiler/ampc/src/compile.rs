@@ -37,6 +37,8 @@ pub(crate) struct CompileArgs {
     /// The cost model's view of the training run the plan is for.
     pub assumptions: amp_plan::Assumptions,
     pub verbose: bool,
+    /// Lower every `map` per element (`amp_lower::LowerOptions::per_element_maps`).
+    pub per_element_maps: bool,
 }
 
 /// `--network NAME --pattern P --frames F`.
@@ -176,7 +178,8 @@ fn compile_model(
         }
         return Err(ExitCode::from(2));
     };
-    match amp_lower::compile_model(program, map, model) {
+    let options = amp_lower::LowerOptions { per_element_maps: args.per_element_maps };
+    match amp_lower::compile_model_with(program, map, model, &options) {
         Ok(compiled) => Ok(compiled),
         Err(amp_lower::CompileError::Lowering(diagnostics)) => {
             let _ = printer.print(map, &diagnostics);

@@ -106,6 +106,11 @@ enum Command {
         /// Report what each pass changed (and, with --workers, the plan as a table).
         #[arg(short, long)]
         verbose: bool,
+        /// Lower every `map` per element (one message per element) even where its body
+        /// is row-wise and would be batched (one message per collection, `gather_rows`,
+        /// `mask_rows`): to compare the two lowerings.
+        #[arg(long)]
+        per_element_maps: bool,
         #[arg(long, value_enum, default_value = "human")]
         message_format: MessageFormat,
         #[arg(long, value_enum, default_value = "auto")]
@@ -200,6 +205,7 @@ fn main() -> ExitCode {
             min_update_frequency,
             optimizer,
             verbose,
+            per_element_maps,
             message_format,
             color,
         } => compile::compile(
@@ -221,6 +227,7 @@ fn main() -> ExitCode {
                     plain_sgd: optimizer == compile::Optimizer::Sgd,
                     ..amp_plan::Assumptions::default()
                 },
+                per_element_maps,
                 verbose,
             },
             &Printer::new(message_format, color),

@@ -161,3 +161,31 @@ fn never_writes_the_graph_over_an_input_or_a_special_file() {
         assert_eq!(std::fs::read(&kept).unwrap(), b"precious");
     }
 }
+
+/// `--emit ir` shows GGSNN's message step batched (`gather_rows`, `mask_rows`), and
+/// `--per-element-maps` the per-element lowering (a `flatmap` per edge, a `switch`); both
+/// graphs write as `.ampg` files that load and verify.
+#[test]
+fn per_element_maps_switches_the_lowering() {
+    let batched = ampc(&["compile", &example("ggsnn.amp"), "--emit", "ir"]);
+    let per_element = ampc(&["compile", &example("ggsnn.amp"), "--emit", "ir", "--per-element-maps"]);
+    let (batched, per_element) =
+        (String::from_utf8_lossy(&batched.stdout), String::from_utf8_lossy(&per_element.stdout));
+    assert!(batched.contains("gather_rows %e1 [$.edges[%e1].src] [len($.edges)]"), "{batched}");
+    assert!(batched.contains("mask_rows %e1 [$.edges[%e1].kind == 1]"), "{batched}");
+    assert!(!batched.contains("switch"), "{batched}");
+    assert!(per_element.contains("switch [$.edges[%e1].kind] 2"), "{per_element}");
+    assert!(!per_element.contains("gather_rows") && !per_element.contains("mask_rows"), "{per_element}");
+    let dir = temp_dir();
+    for flags in [&[][..], &["--per-element-maps"][..]] {
+        let out = dir.path().join("g.ampg");
+        let mut args = vec!["compile", &example("ggsnn.amp"), "-o", out.to_str().unwrap()]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        args.extend(flags.iter().map(|f| f.to_string()));
+        let run = ampc(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+        amp_ir::ampg::read_verified(&std::fs::read(&out).expect("written")).expect("loads and verifies");
+    }
+}

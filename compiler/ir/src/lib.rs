@@ -539,6 +539,21 @@ pub enum Op {
         index: StateExpr,
         count: StateExpr,
     },
+    /// `f32[?, d] -> f32[?, d]` with `count` rows: output row `r` is input row `index`
+    /// evaluated with `field` = r (a batched map's `xs[e.src]`, every element at once).
+    /// Backward adds each output row's gradient into its source row.
+    GatherRows {
+        field: FieldId,
+        index: StateExpr,
+        count: StateExpr,
+    },
+    /// `f32[?, d] -> f32[?, d]`: row `r` passes where `pred` (with `field` = r) holds and is
+    /// zero elsewhere (a batched map's parameter-array call `msg[e.kind](x)`: every arm runs
+    /// on all rows, each keeps its own). Backward masks the gradient the same way.
+    MaskRows {
+        field: FieldId,
+        pred: StateExpr,
+    },
     /// Sums or averages the rows of a batch, or the elements of a tensor.
     Reduce(ReduceFn),
     /// The `k` largest elements of a vector, largest first.
@@ -591,6 +606,8 @@ impl Op {
             Op::Ungroup { .. } => "ungroup",
             Op::Gather { .. } => "gather",
             Op::ScatterSum { .. } => "scatter_sum",
+            Op::GatherRows { .. } => "gather_rows",
+            Op::MaskRows { .. } => "mask_rows",
             Op::Reduce(_) => "reduce",
             Op::TopK { .. } => "top_k",
             Op::StateFromPayload { .. } => "state_from_payload",
@@ -622,11 +639,15 @@ impl Op {
             }
             Op::Ungroup { field } => writes.push(*field),
             Op::Gather { index } => index.fields(&mut reads),
-            Op::ScatterSum { field, index, count } => {
+            Op::ScatterSum { field, index, count } | Op::GatherRows { field, index, count } => {
                 index.fields(&mut reads);
                 // The row field is bound by the op while `index` is evaluated, not read.
                 reads.retain(|f| f != field);
                 count.fields(&mut reads);
+            }
+            Op::MaskRows { field, pred } => {
+                pred.fields(&mut reads);
+                reads.retain(|f| f != field);
             }
             Op::StateFromPayload { field, int } => {
                 if let PayloadInt::TopK { slot, .. } = int {
@@ -663,10 +684,14 @@ impl Op {
                 count.fields(out);
             }
             Op::Ungroup { field } => out.push(*field),
-            Op::ScatterSum { field, index, count } => {
+            Op::ScatterSum { field, index, count } | Op::GatherRows { field, index, count } => {
                 out.push(*field);
                 index.fields(out);
                 count.fields(out);
+            }
+            Op::MaskRows { field, pred } => {
+                out.push(*field);
+                pred.fields(out);
             }
             Op::StateFromPayload { field, int } => {
                 out.push(*field);

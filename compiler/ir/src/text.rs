@@ -251,6 +251,10 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
         Op::ScatterSum { field: id, index, count } => {
             format!("{} [{}] [{}]", field(*id), expr_text(graph, index), expr_text(graph, count))
         }
+        Op::GatherRows { field: id, index, count } => {
+            format!("{} [{}] [{}]", field(*id), expr_text(graph, index), expr_text(graph, count))
+        }
+        Op::MaskRows { field: id, pred } => format!("{} [{}]", field(*id), expr_text(graph, pred)),
         Op::Reduce(f) => reduce_name(*f).into(),
         Op::TopK { k } => k.to_string(),
         Op::StateFromPayload { field: id, int } => match int {

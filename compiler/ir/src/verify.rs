@@ -228,6 +228,9 @@ impl<'g> Checker<'g> {
             }
             Op::StateFromPayload { field, .. } => format!("{keyword} {}", self.field_ref(*field)),
             Op::Reduce(_) | Op::TopK { .. } | Op::Gather { .. } | Op::ScatterSum { .. } => keyword.to_string(),
+            Op::GatherRows { field, .. } | Op::MaskRows { field, .. } => {
+                format!("{keyword} {}", self.field_ref(*field))
+            }
             Op::Source | Op::Concat | Op::Forget | Op::Cond { .. } | Op::Dropout { .. } => keyword.to_string(),
         }
     }

@@ -178,7 +178,8 @@ fn structural_errors() {
 fn collection_ops_and_the_input_schema_round_trip() {
     let graph = every_op();
     let keywords: Vec<&str> = graph.nodes.node_weights().map(|n| n.op.keyword()).collect();
-    for op in ["flatmap", "group", "ungroup", "gather", "scatter_sum", "reduce", "top_k", "state_from_payload"] {
+    let ops = ["flatmap", "group", "ungroup", "gather", "scatter_sum", "reduce", "top_k", "state_from_payload"];
+    for op in ops.into_iter().chain(["gather_rows", "mask_rows"]) {
         assert!(keywords.contains(&op), "the fixture lost its `{op}` node");
     }
     check_round_trip(&graph, None);

@@ -109,6 +109,8 @@ fn collection_ops_batches_and_schema_print_as_documented() {
         "top_k 2 (_: f32[4]) -> f32[2] ",
         "state_from_payload %s := argmax (_: f32[4], _: unit) -> unit ",
         "state_from_payload %s := top_k 2 [%\"odd name\"] (_: f32[4], _: f32[?, 32]) -> f32[?, 32] ",
+        "gather_rows %\"odd name\" [$.edges[%\"odd name\"].src] [len($.xs)] (_: f32[?, 32]) -> f32[?, 32] ",
+        "mask_rows %\"odd name\" [$.edges[%\"odd name\"].dst == 1] (_: f32[?, 32]) -> f32[?, 32] ",
     ] {
         assert!(text.contains(op), "{op:?} missing from\n{text}");
     }

@@ -450,6 +450,40 @@ fn scatter_sum_binding_its_own_row_field_is_accepted() {
     );
 }
 
+/// A batched map's body (`x.edges.map(|e| tanh(lin(h[e.src])))` with `h` the tokens'
+/// batch, then masked by the edge's destination): `gather_rows` and `mask_rows` bind their
+/// row field like `scatter_sum`; `linear`, `unary`, `binary` and `split` take the rows of a
+/// batch and give a batch.
+#[test]
+fn batched_row_ops_are_accepted() {
+    let mut m = mapped();
+    m.b.graph.state.push(StateField { name: "r".into(), role: FieldRole::Element });
+    let r = FieldId(2);
+    let op = Op::GatherRows { field: r, index: element("edges", field(r), Some("src")), count: len("edges") };
+    let rows = m.b.add(op, &[(m.group, 0)], vec![batch(&[8])], &[INST]);
+    assert!(m.b.graph.nodes[rows].reads.is_empty(), "the bound row field is not a read");
+    m.b.linear_params("lin", 8, 8);
+    let lin = m.b.add(Op::Linear { param: "lin".into() }, &[(rows, 0)], vec![batch(&[8])], &[INST]);
+    let t = m.b.add(Op::Unary(UnaryFn::Tanh), &[(lin, 0)], vec![batch(&[8])], &[INST]);
+    let parts = m.b.add(Op::Split { parts: 2 }, &[(t, 0)], vec![batch(&[4]), batch(&[4])], &[INST]);
+    let product = m.b.add(Op::Binary(BinaryFn::Mul), &[(parts, 0), (parts, 1)], vec![batch(&[4])], &[INST]);
+    let both = m.b.add(Op::Concat, &[(product, 0), (product, 0)], vec![batch(&[8])], &[INST]);
+    let pred = StateExpr::Bin(IntOp::Eq, Box::new(element("edges", field(r), Some("dst"))), Box::new(int(1)));
+    let mask = m.b.add(Op::MaskRows { field: r, pred }, &[(both, 0)], vec![batch(&[8])], &[]);
+    assert!(m.b.graph.nodes[mask].reads.is_empty(), "the bound row field is not a read");
+    let sum = m.b.add(Op::Reduce(ReduceFn::Sum), &[(mask, 0)], vec![f32(&[8])], &[INST]);
+    head(&mut m.b, sum);
+    accepts(&m.b.graph);
+    // A mask gives its input's batch type; a batch and a vector do not combine.
+    let mut broken = m.b.graph.clone();
+    node(&mut broken, mask).outputs[0] = f32(&[8]);
+    let at = format!("node %{}", mask.index());
+    rejects(&broken, &[&at, "mask_rows", "output 0 has type f32[8], expected f32[?, 8]"]);
+    let mut broken = m.b.graph.clone();
+    node(&mut broken, lin).outputs[0] = f32(&[8]);
+    rejects(&broken, &[&format!("node %{}", lin.index()), "(expects f32[?, 8])"]);
+}
+
 #[test]
 fn argmax_routing_is_accepted() {
     accepts(&routed(false).b.graph);

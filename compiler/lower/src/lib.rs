@@ -32,7 +32,26 @@ pub use schema::input_schema;
 /// Lowers `model` to a graph. The graph's keys are derived; it is not yet verified or
 /// optimised (run `amp_ir::verify::verify` and the passes after this).
 pub fn lower_model(program: &Program, map: &SourceMap, model: ComponentId) -> Result<Graph, Vec<Diagnostic>> {
-    lowerer::Lowerer::new(program, map, model).and_then(|l| l.run())
+    lower_model_with(program, map, model, &LowerOptions::default())
+}
+
+/// Choices the lowering leaves to its caller.
+#[derive(Clone, Debug, Default)]
+pub struct LowerOptions {
+    /// Lower every `map` per element (one message per element, in an element context),
+    /// even where its body is row-wise and would be batched (`docs/IR.md`, Collections):
+    /// `ampc compile --per-element-maps` and `amprun --per-element-maps`, for comparison.
+    pub per_element_maps: bool,
+}
+
+/// [`lower_model`] with options.
+pub fn lower_model_with(
+    program: &Program,
+    map: &SourceMap,
+    model: ComponentId,
+    options: &LowerOptions,
+) -> Result<Graph, Vec<Diagnostic>> {
+    lowerer::Lowerer::new(program, map, model).and_then(|l| l.per_element_maps(options.per_element_maps).run())
 }
 
 /// Why a model did not compile to a verified graph.
@@ -52,7 +71,17 @@ pub fn compile_model(
     map: &SourceMap,
     model: ComponentId,
 ) -> Result<(Verified, Vec<passes::PassReport>), CompileError> {
-    let mut graph = lower_model(program, map, model).map_err(CompileError::Lowering)?;
+    compile_model_with(program, map, model, &LowerOptions::default())
+}
+
+/// [`compile_model`] with options.
+pub fn compile_model_with(
+    program: &Program,
+    map: &SourceMap,
+    model: ComponentId,
+    options: &LowerOptions,
+) -> Result<(Verified, Vec<passes::PassReport>), CompileError> {
+    let mut graph = lower_model_with(program, map, model, options).map_err(CompileError::Lowering)?;
     let reports = passes::optimize(&mut graph);
     let model_span = program.components.get(model.0 as usize).map(|c| c.span);
     let graph = Verified::new(graph).map_err(|r| over_limits(&r.graph, map, model_span, r.errors))?;

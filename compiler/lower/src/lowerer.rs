@@ -61,6 +61,10 @@ pub(crate) struct Lowerer<'p> {
     /// Traversals already lowered, by function, tree, context and control: a second call
     /// (`forward` and `loss` both walking the tree) reuses the first one's result.
     traversals: HashMap<String, Value>,
+    /// Inside a batched `map` body: the row field and the row count (`collections.rs`).
+    rows: Option<collections::RowCtx>,
+    /// Lower every `map` per element (`LowerOptions::per_element_maps`).
+    per_element_maps: bool,
 }
 
 /// How many fields of each kind exist, for their names (`e0`, `n0`, `slot0`).
@@ -160,7 +164,15 @@ impl<'p> Lowerer<'p> {
             arm_ranges: Vec::new(),
             forward_ports: Vec::new(),
             traversals: HashMap::new(),
+            rows: None,
+            per_element_maps: false,
         }
+    }
+
+    /// Lowers every `map` per element, as before batched maps (for comparison).
+    pub(crate) fn per_element_maps(mut self, on: bool) -> Self {
+        self.per_element_maps = on;
+        self
     }
 
     pub(crate) fn run(mut self) -> Result<Graph, Vec<Diagnostic>> {
@@ -334,6 +346,9 @@ impl<'p> Lowerer<'p> {
 
     fn call_fn(&mut self, f: FnId, args: Vec<Value>, span: Span, prefix: &str, subst: &[(Symbol, Dim)]) -> R<Value> {
         let def = &self.program.components[f.component.0 as usize].fns[f.index as usize];
+        if def.recursive && self.rows.is_some() {
+            return Err(self.not_row_wise());
+        }
         if def.recursive {
             return self.recursive_call(f, args, span);
         }
@@ -400,6 +415,7 @@ impl<'p> Lowerer<'p> {
                 let v = self.expr(e)?;
                 self.bind(&Pattern::Bind(*id), v, e.span)
             }
+            Stmt::For(..) | Stmt::While(..) if self.rows.is_some() => Err(self.not_row_wise()),
             Stmt::For(p, iter, body) => self.lower_loop(loops::Loop::For(p, iter), body),
             Stmt::While(c, body) => self.lower_loop(loops::Loop::While(c), body),
             Stmt::Expr(e) => self.expr(e).map(|_| ()),
@@ -412,6 +428,9 @@ impl<'p> Lowerer<'p> {
         let span = e.span;
         if self.graph.nodes.node_count() > amp_ir::limits::MAX_NODES {
             return Err(self.too_many_nodes(span));
+        }
+        if self.rows.is_some() && !self.row_wise_expr(e) {
+            return Err(self.not_row_wise());
         }
         match &e.kind {
             ExprKind::Int(v) => Ok(Value::Int(StateExpr::Const(*v))),
@@ -512,6 +531,8 @@ impl<'p> Lowerer<'p> {
         match ty {
             Ty::Int => Ok(Value::Int(StateExpr::Data(path))),
             Ty::Bool => Ok(Value::Bool(StateExpr::Data(path))),
+            // A batched map's rows have no per-row data reads yet.
+            Ty::Tensor(_) if self.rows.is_some() => Err(self.not_row_wise()),
             Ty::Tensor(_) => {
                 let shape = self.shape_of(ty, span)?;
                 let ctrl = self.ctrl.clone();
@@ -540,6 +561,12 @@ impl<'p> Lowerer<'p> {
                     BinOp::Div => BinaryFn::Div,
                     _ => return Err(self.unsupported(span, "this operation on tensors")),
                 };
+                // Rows pair with rows or a scalar; a vector would need repeating per row.
+                let scalar = PayloadTy::F32(Vec::new());
+                let batch = |t: &PayloadTy| matches!(t, PayloadTy::Batch(_));
+                if (batch(&a.ty) || batch(&b.ty)) && a.ty != b.ty && a.ty != scalar && b.ty != scalar {
+                    return Err(self.not_row_wise());
+                }
                 let ty = if a.ty == PayloadTy::F32(Vec::new()) { b.ty.clone() } else { a.ty.clone() };
                 let n = self.node(Op::Binary(f), &[a, b], vec![ty.clone()], op.symbol(), span);
                 Ok(Value::Tensor(Self::out(n, 0, ty)))
@@ -576,6 +603,10 @@ impl<'p> Lowerer<'p> {
                 return Ok(Value::Batch { port: Self::out(n, 0, ty), len });
             }
             let x = self.tensor(x, span)?;
+            // A row-wise function of a batched map's scalar rows would read them all as one row.
+            if !f.is_elementwise() && x.ty == PayloadTy::Batch(Vec::new()) {
+                return Err(self.not_row_wise());
+            }
             return Ok(self.unary(f, x, b.name(), span));
         }
         if let Some(result) = self.collection_builtin(b, args, e) {
@@ -585,15 +616,22 @@ impl<'p> Lowerer<'p> {
             Builtin::Concat => {
                 let mut ports = Vec::new();
                 let mut total = 0u64;
+                let mut batches = 0;
                 for a in args {
                     let v = self.expr(a)?;
                     let p = self.tensor(v, a.span)?;
-                    if let PayloadTy::F32(d) = &p.ty {
+                    if let PayloadTy::F32(d) | PayloadTy::Batch(d) = &p.ty {
                         total += d.first().copied().unwrap_or(0);
                     }
+                    batches += usize::from(matches!(p.ty, PayloadTy::Batch(_)));
                     ports.push(p);
                 }
-                let ty = PayloadTy::F32(vec![total]);
+                // Row by row when every part is rows (a batched map's body).
+                let ty = match batches {
+                    0 => PayloadTy::F32(vec![total]),
+                    n if n == ports.len() => PayloadTy::Batch(vec![total]),
+                    _ => return Err(self.not_row_wise()),
+                };
                 let n = self.node(Op::Concat, &ports, vec![ty.clone()], "concat", span);
                 Ok(Value::Tensor(Self::out(n, 0, ty)))
             }
@@ -608,7 +646,10 @@ impl<'p> Lowerer<'p> {
                     Ty::Tuple(ps) => ps.len(),
                     _ => 0,
                 };
-                let ty = PayloadTy::F32(shape);
+                let ty = match &p.ty {
+                    PayloadTy::Batch(_) => PayloadTy::Batch(shape),
+                    _ => PayloadTy::F32(shape),
+                };
                 let n = self.node(Op::Split { parts: parts as u32 }, &[p], vec![ty.clone(); parts], "split", span);
                 Ok(Value::Tuple((0..parts).map(|i| Value::Tensor(Self::out(n, i as u16, ty.clone()))).collect()))
             }
@@ -673,13 +714,21 @@ impl<'p> Lowerer<'p> {
     }
 
     fn call_instance(&mut self, param: ParamRef, call: &InstanceCall, args: Vec<Value>, span: Span) -> R<Value> {
+        // In a batched map's body only Linear layers (one GEMM over the rows) and layers
+        // built of what the body may use have a row-wise form; any other parameter kind
+        // sends the map back to the per-element lowering.
+        if self.rows.is_some() && !matches!(&*param.instance, Instance::Linear { .. } | Instance::Layer { .. }) {
+            return Err(self.not_row_wise());
+        }
         match (&*param.instance, call) {
             (Instance::Linear { .. }, InstanceCall::Primitive) => {
                 let x = args.into_iter().next().ok_or(Unsupported)?;
                 let x = self.tensor(x, span)?;
                 let out = self.param_shape(&format!("{}.weight", param.prefix), span)?.first().copied().unwrap_or(0);
-                let mut dims = match &x.ty {
-                    PayloadTy::F32(d) => d.clone(),
+                // A batched map's rows go through as one batch (one GEMM).
+                let (mut dims, rows) = match &x.ty {
+                    PayloadTy::F32(d) => (d.clone(), false),
+                    PayloadTy::Batch(d) if self.rows.is_some() => (d.clone(), true),
                     PayloadTy::Unit | PayloadTy::Batch(_) => {
                         return Err(self.unsupported(span, "a batch into `Linear`"))
                     }
@@ -687,7 +736,7 @@ impl<'p> Lowerer<'p> {
                 if let Some(last) = dims.last_mut() {
                     *last = out;
                 }
-                let ty = PayloadTy::F32(dims);
+                let ty = if rows { PayloadTy::Batch(dims) } else { PayloadTy::F32(dims) };
                 let label = param.prefix.clone();
                 let n = self.node(Op::Linear { param: param.prefix }, &[x], vec![ty.clone()], &label, span);
                 Ok(Value::Tensor(Self::out(n, 0, ty)))

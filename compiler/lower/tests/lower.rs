@@ -5,9 +5,13 @@ use amp_lower::passes::{self, PassReport};
 use amp_sema::{check_source, Options};
 
 fn lower(text: &str) -> Result<Graph, String> {
+    lower_with(text, &amp_lower::LowerOptions::default())
+}
+
+fn lower_with(text: &str, options: &amp_lower::LowerOptions) -> Result<Graph, String> {
     let (map, checked) = check_source("t.amp", text, &Options::default());
     assert!(!checked.has_errors(), "{}", amp_diagnostics::render_human(&map, &checked.diagnostics, false));
-    amp_lower::lower_model(&checked.program, &map, checked.program.models[0])
+    amp_lower::lower_model_with(&checked.program, &map, checked.program.models[0], options)
         .map_err(|d| format!("{}: {}", d[0].code, d[0].message))
 }
 
@@ -85,9 +89,27 @@ fn tree_lstm_keys_branch_activations_by_instance_and_tree_node() {
     assert!(switches.iter().any(|s| s.contains("[%site0] 5")), "{switches:?}");
 }
 
+/// Batched (the default), GGSNN's message step and GRU update are one message per step:
+/// keyed by (instance, step), the edges' sources a `gather_rows`, the edge kinds a
+/// `mask_rows` per message layer; only the embedding map keeps an element context.
+#[test]
+fn ggsnn_batched_keys_messages_and_updates_by_step() {
+    let g = lower(&example("ggsnn")).unwrap();
+    let (inst, t) = (field(&g, "inst"), field(&g, "t0"));
+    for label in ["msg.0", "msg.1", "gru.ih", "gru.hh"] {
+        let linear = nodes(&g, "linear").find(|x| x.label == label).unwrap();
+        assert_eq!(linear.key, vec![inst, t], "{label}: per (instance, step)");
+        assert!(matches!(linear.inputs[0], PayloadTy::Batch(_)), "{label} takes all rows");
+    }
+    assert_eq!((count(&g, "gather_rows"), count(&g, "mask_rows")), (1, 2));
+    assert_eq!((count(&g, "flatmap"), count(&g, "group"), count(&g, "ungroup"), count(&g, "switch")), (1, 1, 0, 0));
+}
+
+/// Per element (`LowerOptions::per_element_maps`): one message per edge and per node.
 #[test]
 fn ggsnn_keys_messages_by_edge_and_updates_by_node() {
-    let g = lower(&example("ggsnn")).unwrap();
+    let per_element = amp_lower::LowerOptions { per_element_maps: true };
+    let g = lower_with(&example("ggsnn"), &per_element).unwrap();
     let inst = field(&g, "inst");
     let t = field(&g, "t0");
     let msg = nodes(&g, "linear").find(|x| x.label == "msg.0").unwrap();

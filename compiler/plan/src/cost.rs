@@ -572,6 +572,9 @@ pub(crate) fn work(
         Op::Group { .. } => (output, output),
         Op::Ungroup { .. } | Op::Reduce(_) | Op::ScatterSum { .. } => (input.max(output), input.max(output)),
         Op::Gather { .. } => (output, input),
+        // Copies the rows forward, adds them back (into zeros of the input's size).
+        Op::GatherRows { .. } => (output, input.max(output)),
+        Op::MaskRows { .. } => (output, output),
         Op::TopK { k } => (input * f64::from(*k).max(1.0), output),
         Op::Loss(_) => (4.0 * input, 2.0 * input),
         Op::StateFromPayload { .. } => (input, 0.0),

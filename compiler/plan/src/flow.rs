@@ -191,7 +191,7 @@ impl Rules {
                     let tree = graph.field(*field).is_some_and(|f| f.role == FieldRole::TreeNode);
                     rules.count[i] = expected(count, if tree { a.tree_nodes } else { a.elements }, a.elements);
                 }
-                Op::Group { count, .. } | Op::ScatterSum { count, .. } => {
+                Op::Group { count, .. } | Op::ScatterSum { count, .. } | Op::GatherRows { count, .. } => {
                     rules.count[i] = expected(count, a.elements, a.elements);
                 }
                 _ => {}
@@ -238,7 +238,8 @@ impl Rules {
                 rows = vec![self.count[v]; outputs];
                 fires = gate;
             }
-            Op::ScatterSum { .. } => rows = vec![self.count[v]; outputs],
+            // One message whatever the rows: a batched map's collection moves as one.
+            Op::ScatterSum { .. } | Op::GatherRows { .. } => rows = vec![self.count[v]; outputs],
             Op::Cond { .. } => {
                 let p = self.cond_true[v];
                 out = vec![rate0 * p, rate0 * (1.0 - p)];

@@ -696,3 +696,41 @@ fn a_slow_worker_is_given_less_work() {
         assert!(estimate(&g, &setup, None).is_err() || plan_graph(&g, 2, &setup, None).is_err(), "speed {bad}");
     }
 }
+
+/// A batched map's body (`x.edges.map(|e| tanh(lin(h[e.src])))` masked by the edge's
+/// kind, then summed): one message per collection at every node, and the work of all
+/// its rows (`gather_rows` yields `len($.edges)` rows).
+const BATCHED_MAP: &str = r#"amp.graph @BatchedMap {
+  state %inst: instance, %e0: element, %e1: element
+  param emb.weight: f32[10, 4] normal
+  param lin.weight: f32[8, 4] uniform(4)
+  param lin.bias: f32[8] uniform(4)
+  param head.weight: f32[3, 8] uniform(8)
+  param head.bias: f32[3] uniform(8)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = flatmap %e0 [len($.nodes)] (%0#0: unit) -> unit writes(%e0) key(%inst) "nodes"
+  %2 = embedding @emb[$.nodes[%e0]] (%1#0: unit) -> f32[4] reads(%e0) "emb"
+  %3 = group %e0 [len($.nodes)] (%2#0: f32[4], %0#0: unit) -> f32[?, 4] writes(%e0) key(%inst) "h"
+  %4 = gather_rows %e1 [$.edges[%e1].src] [len($.edges)] (%3#0: f32[?, 4]) -> f32[?, 4] key(%inst) "rows"
+  %5 = linear @lin (%4#0: f32[?, 4]) -> f32[?, 8] key(%inst) "lin"
+  %6 = unary tanh (%5#0: f32[?, 8]) -> f32[?, 8] key(%inst) "tanh"
+  %7 = mask_rows %e1 [$.edges[%e1].kind == 0] (%6#0: f32[?, 8]) -> f32[?, 8] "route"
+  %8 = reduce sum (%7#0: f32[?, 8]) -> f32[8] key(%inst) "sum"
+  %9 = linear @head (%8#0: f32[8]) -> f32[3] key(%inst) "head"
+  %10 = loss cross_entropy [$.label] (%9#0: f32[3]) -> () key(%inst) "loss"
+}
+"#;
+
+#[test]
+fn a_batched_map_is_one_message_per_collection_and_the_work_of_its_rows() {
+    let a = Assumptions { elements: 6.0, ..Assumptions::default() };
+    let costs = estimate(&graph(BATCHED_MAP), &a, None).unwrap();
+    for id in [4, 5, 6, 7, 8] {
+        assert!(close(node(&costs, id).forward_messages, 1.0), "%{id}: one message per instance");
+    }
+    assert_eq!(node(&costs, 5).forward_work, 6.0 * 2.0 * 4.0 * 8.0, "one GEMM over the 6 rows");
+    assert_eq!(node(&costs, 6).forward_work, 6.0 * 8.0 * amp_ir::UnaryFn::Tanh.spec().flops);
+    assert_eq!(node(&costs, 7).forward_work, 6.0 * 8.0);
+    let edge = costs.edges.iter().find(|e| e.from == 4).expect("the gathered rows' edge");
+    assert_eq!(edge.bytes, 4.0 * 6.0 * 4.0 + 3.0 * 8.0);
+}

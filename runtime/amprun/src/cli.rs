@@ -71,6 +71,11 @@ pub struct ModelArgs {
     /// has).
     #[arg(long, value_name = "F", requires = "network", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub frames: Option<u32>,
+    /// Lower every `map` of an `.amp` model per element (one message per element) even
+    /// where its body is row-wise and would run batched, one message per collection (to
+    /// compare; results agree to rounding).
+    #[arg(long)]
+    pub per_element_maps: bool,
 }
 
 /// Data file formats.

@@ -14,7 +14,7 @@
 //!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
 //!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--profile p.json]
 //!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
-//!        [--no-chains] [--keep-best best.safetensors] [--patience N]
+//!        [--no-chains] [--per-element-maps] [--keep-best best.safetensors] [--patience N]
 //!        [--replicate NODE=R ...] [--replica-sync N]
 //!        [--lr-schedule constant|step|cosine] [--warmup N] [--step-size N] [--gamma X]
 //!        [--min-lr X] [--init-embedding NAME=vectors.txt ...] [--freeze NAME ...]
@@ -224,7 +224,10 @@
 //! compiled when the graph was loaded (`amp-jit`); `--no-jit` runs its nodes one by one
 //! instead (same results to rounding, to compare speed). Each chain of routing nodes
 //! (`phi`, `cond`, `switch`, `isu` passing messages to one another) runs as one node;
-//! `--no-chains` runs them one by one (same results). Linear nodes and fused kernels
+//! `--no-chains` runs them one by one (same results). A `map` whose body is row-wise runs
+//! as one message per collection (docs/IR.md, Batched maps); `--per-element-maps` compiles
+//! an `.amp` model with every `map` one message per element instead (same results to
+//! rounding, to compare speed). Linear nodes and fused kernels
 //! take up to `--max-batch` waiting messages (default 64) as one call (other nodes take
 //! them in one step of the worker, one by one), and a Linear node's
 //! weight-gradient products are kept and added as one GEMM; `--no-deferred-grads` adds them

@@ -104,7 +104,8 @@ fn compile_source(args: &ModelArgs) -> Result<Verified, Failure> {
             None => format!("`{}` defines no model to run", path.display()),
         }));
     };
-    match amp_lower::compile_model(program, &map, model) {
+    let options = amp_lower::LowerOptions { per_element_maps: args.per_element_maps };
+    match amp_lower::compile_model_with(program, &map, model, &options) {
         Ok((graph, _reports)) => Ok(graph),
         Err(amp_lower::CompileError::Lowering(diagnostics)) => {
             print_diagnostics(&map, &diagnostics);

@@ -1,5 +1,7 @@
 //! The ranges a model puts on the ints of its data: an Embedding index below the table's
-//! rows, a cross-entropy label below the classes, a `switch` index below its arms. The
+//! rows, a cross-entropy label below the classes, a `switch` index below its arms (and
+//! the index of a batched map's parameter-array call below the arms its `mask_rows`
+//! nodes keep: `X == 0`, ..., `X == n - 1`, where a row outside would be zeros). The
 //! loaders know only the schema (an `int` is any int); these come from the graph, so that
 //! a label of 2 for a model of 2 classes is bad data at file:line:field before training,
 //! not a node error mid-epoch that names no field (and `--skip-bad-data` skips it).
@@ -35,35 +37,52 @@ pub struct Range {
 /// must be in range.
 pub fn model_ranges(graph: &Graph) -> Vec<Range> {
     let mut out: Vec<Range> = Vec::new();
-    for at in graph.nodes.node_indices() {
+    // The arms the masks of one index keep: `index == k` for k below the count.
+    let mut masks: Vec<(&StateExpr, u64, String)> = Vec::new();
+    for node in graph.nodes.node_weights() {
+        if let Op::MaskRows { pred: StateExpr::Bin(IntOp::Eq, index, arm), .. } = &node.op {
+            let StateExpr::Const(k) = arm.as_ref() else { continue };
+            let Ok(arms) = u64::try_from(*k + 1) else { continue };
+            match masks.iter_mut().find(|(e, _, _)| *e == index.as_ref()) {
+                Some(entry) => entry.1 = entry.1.max(arms),
+                None => masks.push((index, arms, node.label.clone())),
+            }
+        }
+    }
+    let masked =
+        masks.into_iter().map(|(index, arms, label)| (index, arms, format!("a choice of `{label}` ({arms} arms)")));
+    let nodes = graph.nodes.node_indices().filter_map(|at| {
         let node = &graph.nodes[at];
         let (expr, limit, what) = match &node.op {
             Op::Embedding { param, index } => {
                 let rows = graph.param(&format!("{param}.weight")).and_then(|p| p.shape.first().copied());
-                let Some(rows) = rows else { continue };
+                let rows = rows?;
                 (index, rows, format!("an index of the Embedding `{param}` ({rows} rows)"))
             }
             Op::Loss(kind) if kind.label().is_some() => {
-                let Some(label) = kind.label() else { continue };
+                let label = kind.label()?;
                 let classes = match node.inputs.first() {
                     Some(PayloadTy::F32(dims)) => dims.last().copied(),
                     _ => None,
                 };
-                let Some(classes) = classes else { continue };
+                let classes = classes?;
                 // What feeds the prediction: the source node's op and output port.
                 let feed = graph.input_edges(at).first().copied().flatten();
                 let feed =
                     feed.and_then(|(source, edge)| graph.nodes.node_weight(source).map(|n| (&n.op, edge.from_port)));
                 if guarded_below(feed, label, classes) {
-                    continue;
+                    return None;
                 }
                 (label, classes, format!("a class label of the loss `{}` ({classes} classes)", node.label))
             }
             Op::Switch { index, arms } => {
                 (index, u64::from(*arms), format!("a choice of `{}` ({arms} arms)", node.label))
             }
-            _ => continue,
+            _ => return None,
         };
+        Some((expr, limit, what))
+    });
+    for (expr, limit, what) in nodes.collect::<Vec<_>>().into_iter().chain(masked) {
         let (Some(path), Ok(limit)) = (ranged_path(expr), i64::try_from(limit)) else { continue };
         if !out.iter().any(|r| r.path == path && r.limit <= limit) {
             out.retain(|r| !(r.path == path && r.limit > limit));

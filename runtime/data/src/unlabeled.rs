@@ -221,7 +221,8 @@ fn data_paths(op: &Op) -> Vec<&[DataStep]> {
         Op::Isu { value, inverse, .. } => exprs.extend(std::iter::once(value).chain(inverse)),
         Op::Loss(kind) => exprs.extend(kind.exprs()),
         Op::Flatmap { count, .. } | Op::Group { count, .. } => exprs.push(count),
-        Op::ScatterSum { index, count, .. } => exprs.extend([index, count]),
+        Op::ScatterSum { index, count, .. } | Op::GatherRows { index, count, .. } => exprs.extend([index, count]),
+        Op::MaskRows { pred, .. } => exprs.push(pred),
         Op::StateFromPayload { int: amp_ir::PayloadInt::TopK { slot, .. }, .. } => exprs.push(slot),
         _ => {}
     }

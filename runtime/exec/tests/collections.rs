@@ -208,12 +208,18 @@ fn asynchronous_training_finishes_without_leaks() {
 }
 
 /// Bit for bit unbatched; batched, rows of a batch go through another GEMM path than a
-/// lone row, so to rounding (1e-5).
+/// lone row, so to rounding (1e-5). A batched map's Linear (GGSNN's) gets many rows in one
+/// message even unbatched, and which path they take depends on the rows the weight served
+/// before (invariant 14): to rounding too.
 #[test]
 fn inference_and_evaluation_agree_with_the_training_forward_pass() {
     for max_batch in [1, 64] {
-        let agree = |a: f32, b: f32| if max_batch == 1 { a == b } else { (a - b).abs() <= 1e-5 * (1.0 + b.abs()) };
         for (name, c, data) in models() {
+            let rows_in_one_message = c.graph.nodes.node_weights().any(|n| {
+                matches!(n.op, amp_ir::Op::Linear { .. }) && matches!(n.inputs[0], amp_ir::PayloadTy::Batch(_))
+            });
+            let exact = max_batch == 1 && !rows_in_one_message;
+            let agree = |a: f32, b: f32| if exact { a == b } else { (a - b).abs() <= 1e-5 * (1.0 + b.abs()) };
             let config = ExecConfig {
                 workers: 2,
                 max_active_keys: 4,

@@ -411,6 +411,15 @@ impl Parser {
                 let index = self.bracketed_expr(c)?;
                 Op::ScatterSum { field, index, count: self.bracketed_expr(c)? }
             }
+            "gather_rows" => {
+                let field = self.field(c)?;
+                let index = self.bracketed_expr(c)?;
+                Op::GatherRows { field, index, count: self.bracketed_expr(c)? }
+            }
+            "mask_rows" => {
+                let field = self.field(c)?;
+                Op::MaskRows { field, pred: self.bracketed_expr(c)? }
+            }
             "reduce" => Op::Reduce(lookup(c, &REDUCE_NAMES, "`sum` or `mean`")?),
             "top_k" => Op::TopK { k: c.number("k")? },
             "state_from_payload" => {

@@ -69,7 +69,12 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 // 1 or more, or of a batch (a batch of scalars `f32[?]` is one row, the
                 // whole sequence).
                 let rowwise = !f.is_elementwise();
-                let input = if rowwise { TypeExpectation::Rows } else { TypeExpectation::AnyF32 };
+                // An elementwise function maps a batch's rows too (a batched map's body).
+                let input = match (&node.inputs[0], rowwise) {
+                    (_, true) => TypeExpectation::Rows,
+                    (PayloadTy::Batch(_), false) => TypeExpectation::AnyBatch,
+                    (_, false) => TypeExpectation::AnyF32,
+                };
                 if expect(cx, i, PortDir::Input, 0, &node.inputs[0], &input) {
                     same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
                 }
@@ -77,8 +82,13 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
         }
         Op::Binary(_) => {
             if ports(cx, i, node, Arity::Exactly(2), one) {
-                let lhs_ok = expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyF32);
-                let rhs_ok = expect(cx, i, PortDir::Input, 1, &node.inputs[1], &TypeExpectation::AnyF32);
+                // Batches (a batched map's rows) pair with a batch of the same rows or a scalar.
+                let operand = |ty: &PayloadTy| match ty {
+                    PayloadTy::Batch(_) => TypeExpectation::AnyBatch,
+                    _ => TypeExpectation::AnyF32,
+                };
+                let lhs_ok = expect(cx, i, PortDir::Input, 0, &node.inputs[0], &operand(&node.inputs[0]));
+                let rhs_ok = expect(cx, i, PortDir::Input, 1, &node.inputs[1], &operand(&node.inputs[1]));
                 if lhs_ok && rhs_ok {
                     check_binary(cx, i, &node.inputs[0], &node.inputs[1], &node.outputs[0]);
                 }
@@ -86,24 +96,38 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
         }
         Op::Concat => {
             if ports(cx, i, node, Arity::AtLeast(1), one) {
+                // Vectors, or batches of vectors row by row (a batched map's body): all one kind.
+                let rows = matches!(node.inputs[0], PayloadTy::Batch(_));
                 let mut width = Some(0u64);
                 for (port, ty) in node.inputs.iter().enumerate() {
                     match ty {
-                        PayloadTy::F32(dims) if dims.len() == 1 => {
+                        PayloadTy::F32(dims) if dims.len() == 1 && !rows => {
+                            width = width.and_then(|w| w.checked_add(dims[0]));
+                        }
+                        PayloadTy::Batch(dims) if dims.len() == 1 && rows => {
                             width = width.and_then(|w| w.checked_add(dims[0]));
                         }
                         _ => {
-                            expect(cx, i, PortDir::Input, port, ty, &TypeExpectation::F32Rank1);
+                            let like = if rows {
+                                TypeExpectation::Exactly(PayloadTy::Batch(vec![ty.elements()]))
+                            } else {
+                                TypeExpectation::F32Rank1
+                            };
+                            expect(cx, i, PortDir::Input, port, ty, &like);
                             width = None;
                         }
                     }
                 }
                 match width {
                     Some(w) => {
-                        let expected = TypeExpectation::Exactly(PayloadTy::F32(vec![w]));
-                        expect(cx, i, PortDir::Output, 0, &node.outputs[0], &expected);
+                        let out = if rows { PayloadTy::Batch(vec![w]) } else { PayloadTy::F32(vec![w]) };
+                        expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::Exactly(out));
                     }
-                    None if node.inputs.iter().all(|t| matches!(t, PayloadTy::F32(d) if d.len() == 1)) => {
+                    None if node.inputs.iter().all(|t| match t {
+                        PayloadTy::F32(d) | PayloadTy::Batch(d) => d.len() == 1,
+                        PayloadTy::Unit => false,
+                    }) =>
+                    {
                         cx.report(i, VerifyErrorKind::ConcatTooLarge);
                     }
                     None => {}
@@ -241,6 +265,13 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
             }
         }
         Op::ScatterSum { .. } => {
+            if ports(cx, i, node, one, one)
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch)
+            {
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+        }
+        Op::GatherRows { .. } | Op::MaskRows { .. } => {
             if ports(cx, i, node, one, one)
                 && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch)
             {
@@ -443,12 +474,21 @@ fn check_linear(cx: &mut Checker, i: usize, param: &str, input: &PayloadTy, outp
         Some(_) => {}
     }
     // The leading dims pass through; the last is `in` on the way in and `out` on the way out.
-    let leading: &[u64] = match input {
-        PayloadTy::F32(dims) => dims.split_last().map_or(&[], |(_, lead)| lead),
-        PayloadTy::Unit | PayloadTy::Batch(_) => &[],
+    // A batch (a batched map's rows) stays a batch.
+    let (leading, batch): (&[u64], bool) = match input {
+        PayloadTy::F32(dims) => (dims.split_last().map_or(&[], |(_, lead)| lead), false),
+        PayloadTy::Batch(dims) => (dims.split_last().map_or(&[], |(_, lead)| lead), true),
+        PayloadTy::Unit => (&[], false),
     };
-    let with_last = |last: u64| PayloadTy::F32(leading.iter().copied().chain([last]).collect());
-    let input_ok = matches!(input, PayloadTy::F32(dims) if dims.last() == Some(&inp));
+    let with_last = |last: u64| {
+        let dims = leading.iter().copied().chain([last]).collect();
+        if batch {
+            PayloadTy::Batch(dims)
+        } else {
+            PayloadTy::F32(dims)
+        }
+    };
+    let input_ok = matches!(input, PayloadTy::F32(dims) | PayloadTy::Batch(dims) if dims.last() == Some(&inp));
     if !input_ok {
         let kind = VerifyErrorKind::ParamMismatch {
             dir: PortDir::Input,
@@ -488,18 +528,22 @@ fn check_binary(cx: &mut Checker, i: usize, lhs: &PayloadTy, rhs: &PayloadTy, ou
 
 /// `split n`: `f32[n * m] -> n x f32[m]`.
 fn check_split(cx: &mut Checker, i: usize, parts: u32, input: &PayloadTy, outputs: &[PayloadTy]) {
-    if !expect(cx, i, PortDir::Input, 0, input, &TypeExpectation::F32Rank1) {
-        return;
-    }
-    let width = match input {
-        PayloadTy::F32(dims) => dims.first().copied().unwrap_or(0),
-        PayloadTy::Unit | PayloadTy::Batch(_) => return,
+    // A batch of vectors splits row by row (a batched map's body).
+    let (width, batch) = match input {
+        PayloadTy::F32(dims) | PayloadTy::Batch(dims) if dims.len() == 1 => {
+            (dims[0], matches!(input, PayloadTy::Batch(_)))
+        }
+        _ => {
+            expect(cx, i, PortDir::Input, 0, input, &TypeExpectation::F32Rank1);
+            return;
+        }
     };
     if width % u64::from(parts) != 0 {
         cx.report(i, VerifyErrorKind::SplitUneven { found: input.clone(), parts });
         return;
     }
-    let part = PayloadTy::F32(vec![width / u64::from(parts)]);
+    let part_dims = vec![width / u64::from(parts)];
+    let part = if batch { PayloadTy::Batch(part_dims) } else { PayloadTy::F32(part_dims) };
     for (port, out) in outputs.iter().enumerate() {
         expect(cx, i, PortDir::Output, port, out, &TypeExpectation::Exactly(part.clone()));
     }
@@ -544,10 +588,11 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
         }
         Op::Flatmap { count, .. } | Op::Group { count, .. } => out.push((count, FieldUse::Count)),
         Op::Gather { index } => out.push((index, FieldUse::RowIndex)),
-        Op::ScatterSum { index, count, .. } => {
+        Op::ScatterSum { index, count, .. } | Op::GatherRows { index, count, .. } => {
             out.push((index, FieldUse::RowIndex));
             out.push((count, FieldUse::Count));
         }
+        Op::MaskRows { pred, .. } => out.push((pred, FieldUse::Predicate)),
         Op::StateFromPayload { int: PayloadInt::TopK { slot, .. }, .. } => out.push((slot, FieldUse::PayloadInt)),
         _ => {}
     }
@@ -556,8 +601,9 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
 
 /// Every state field the op's attributes read, with where.
 pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
+    // The row field these ops bind while evaluating their per-row expressions.
     let written_by_scatter = match op {
-        Op::ScatterSum { field, .. } => Some(*field),
+        Op::ScatterSum { field, .. } | Op::GatherRows { field, .. } | Op::MaskRows { field, .. } => Some(*field),
         _ => None,
     };
     let mut out = Vec::new();
@@ -567,7 +613,8 @@ pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
     for (expr, used_as) in attribute_exprs(op) {
         let mut fields = Vec::new();
         expr_fields(&mut vec![expr], &mut fields);
-        let own = |f: &FieldId| used_as == FieldUse::RowIndex && Some(*f) == written_by_scatter;
+        let own =
+            |f: &FieldId| matches!(used_as, FieldUse::RowIndex | FieldUse::Predicate) && Some(*f) == written_by_scatter;
         out.extend(fields.into_iter().filter(|f| !own(f)).map(|f| (f, used_as)));
     }
     out
@@ -679,9 +726,12 @@ pub fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
         Op::Linear { .. } | Op::Affine { .. } | Op::Unary(_) | Op::Binary(_) | Op::Phi { .. } | Op::Loss(_) => true,
         // Row counts (gather, scatter_sum, reduce), the chosen indices (top_k), the field
         // value the write replaced (state_from_payload).
-        Op::Gather { .. } | Op::ScatterSum { .. } | Op::Reduce(_) | Op::TopK { .. } | Op::StateFromPayload { .. } => {
-            true
-        }
+        Op::Gather { .. }
+        | Op::ScatterSum { .. }
+        | Op::GatherRows { .. }
+        | Op::Reduce(_)
+        | Op::TopK { .. }
+        | Op::StateFromPayload { .. } => true,
         Op::Isu { inverse, .. } => inverse.is_none(),
         _ => false,
     };

@@ -3,13 +3,43 @@
 //! grouped back into a batch `f32[?, d]` (or, for ints, kept as an expression of the
 //! element). `zip`, `sum`/`mean`, `len`, `scatter_sum`, gathers `xs[i]` and `top_k` work
 //! on these values. See `docs/IR.md`.
+//!
+//! A `map` whose body is row-wise (no per-element control flow: see
+//! [`Lowerer::row_wise_expr`]) is lowered *batched* instead: no element context opens, the
+//! element is the whole collection as a batch `f32[?, d]` (one row per element), and the
+//! body's nodes work on all rows at once in the enclosing context: `linear` on the batch,
+//! elementwise ops on it, `xs[e.src]` a `gather_rows`, a parameter-array call one call per
+//! arm on all rows kept by `mask_rows`. The attempt is undone, and the map lowered per
+//! element, at the first construct that is not row-wise.
 
-use super::{Lowerer, R};
+use super::{Lowerer, Unsupported, R};
 use crate::value::{Port, Value};
 use amp_diagnostics::Span;
-use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, PayloadInt, PayloadTy, ReduceFn, StateExpr};
-use amp_sema::{Builtin, Expr, LocalId, Pattern, Ty};
+use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, PayloadInt, PayloadTy, ReduceFn, StateExpr, UnaryFn};
+use amp_sema::{Builtin, Expr, ExprKind, LocalId, Pattern, Ty};
 use std::collections::BTreeSet;
+
+/// Inside a batched `map` body: the field that names a row in per-row expressions
+/// (`$.edges[%e].src`; no message carries it) and the collection's length.
+#[derive(Clone)]
+pub(crate) struct RowCtx {
+    pub field: FieldId,
+    pub count: StateExpr,
+}
+
+/// What a batched attempt must put back when it fails: it may have added nodes, fields,
+/// files and diagnostics, bound locals, or sunk `forward`'s result. Branches, loops,
+/// recursion and traversals record more, but the attempt refuses them before they start.
+struct Snapshot {
+    graph: amp_ir::Graph,
+    diags: usize,
+    files: std::collections::HashMap<amp_diagnostics::FileId, u32>,
+    counters: (u32, u32, u32),
+    locals: Vec<Option<Value>>,
+    loops: u32,
+    /// A `forward` called inside the body sinks its result once.
+    forward: (bool, usize),
+}
 
 /// Where the elements of a mapped sequence come from, once the element field exists.
 enum Elements {
@@ -66,6 +96,15 @@ impl Lowerer<'_> {
             return Err(self.unsupported(span, "a `map` closure that assigns variables"));
         }
         let carried = self.tensor_locals(&reads.difference(&bound).copied().collect());
+        if self.rows.is_some() {
+            // A map inside a batched body is per-element control flow.
+            return Err(self.not_row_wise());
+        }
+        if !self.per_element_maps {
+            if let Some(v) = self.batched_map(&seq_value, &seq.ty, pattern, body, &carried, &count, span) {
+                return Ok(v);
+            }
+        }
         let e = self.new_element_field(span)?;
         let elements = self.prepare_elements(seq_value, &seq.ty, e, span)?;
         // Every tensor from outside that the body uses, and the control, enter the element
@@ -110,6 +149,114 @@ impl Lowerer<'_> {
             Value::Int(elem) | Value::Bool(elem) => Ok(Value::IntSeq { len: count, field: e, elem }),
             Value::Loss(l) => self.loss_seq(l, count, first, span),
             _ => Err(self.unsupported(span, "a `map` producing this kind of value")),
+        }
+    }
+
+    /// `seq.map(|pattern| body)` with every element a row of one batch, when the body is
+    /// row-wise; `None` (and nothing changed) when it is not.
+    #[allow(clippy::too_many_arguments)]
+    fn batched_map(
+        &mut self,
+        seq: &Value,
+        seq_ty: &Ty,
+        pattern: &Pattern,
+        body: &Expr,
+        carried: &[LocalId],
+        count: &StateExpr,
+        span: Span,
+    ) -> Option<Value> {
+        // Tensors from outside would have to be repeated per row; whole collections are
+        // fine (the body can only gather their rows).
+        if carried.iter().any(|&id| !matches!(self.local(id), Some(Value::Batch { .. }))) {
+            return None;
+        }
+        let snapshot = Snapshot {
+            graph: self.graph.clone(),
+            diags: self.diags.len(),
+            files: self.files.clone(),
+            counters: (self.counters.elements, self.counters.trees, self.counters.slots),
+            locals: self.frame().locals.clone(),
+            loops: self.loops,
+            forward: (self.forward_sunk, self.forward_ports.len()),
+        };
+        let result = self.new_element_field(span).and_then(|field| {
+            self.rows = Some(RowCtx { field, count: count.clone() });
+            let value = self.row_elements(seq.clone(), seq_ty, field, span).and_then(|element| {
+                self.bind(pattern, element, span)?;
+                self.expr(body)
+            });
+            self.rows = None;
+            match value? {
+                Value::Tensor(port) if matches!(port.ty, PayloadTy::Batch(_)) => {
+                    Ok(Value::Batch { port, len: count.clone() })
+                }
+                Value::Int(elem) | Value::Bool(elem) => Ok(Value::IntSeq { len: count.clone(), field, elem }),
+                _ => Err(self.not_row_wise()),
+            }
+        });
+        match result {
+            Ok(v) => {
+                self.frame_mut().locals = snapshot.locals;
+                Some(v)
+            }
+            Err(_) => {
+                self.graph = snapshot.graph;
+                self.diags.truncate(snapshot.diags);
+                self.files = snapshot.files;
+                (self.counters.elements, self.counters.trees, self.counters.slots) = snapshot.counters;
+                self.frame_mut().locals = snapshot.locals;
+                self.loops = snapshot.loops;
+                self.forward_sunk = snapshot.forward.0;
+                self.forward_ports.truncate(snapshot.forward.1);
+                None
+            }
+        }
+    }
+
+    /// The element of a batched map: a collection's rows are the batch itself; ints are
+    /// expressions of the row field.
+    fn row_elements(&mut self, v: Value, ty: &Ty, field: FieldId, span: Span) -> R<Value> {
+        let row = StateExpr::Field(field);
+        Ok(match (v, ty) {
+            (Value::Data(mut path), Ty::Seq(elem)) => {
+                path.push(DataStep::Index(Box::new(row)));
+                self.data_leaf(path, elem, span)?
+            }
+            (Value::Range(StateExpr::Const(0), _), _) => Value::Int(row),
+            (Value::Range(a, _), _) => Value::Int(StateExpr::bin(IntOp::Add, a, row)),
+            (Value::Batch { port, .. }, _) => Value::Tensor(port),
+            (Value::IntSeq { field: f, elem, .. }, _) => Value::Int(substitute(&elem, f, &row)),
+            (Value::Zip(parts), Ty::Seq(elem)) => {
+                let Ty::Tuple(tys) = &**elem else { return Err(self.not_row_wise()) };
+                let mut out = Vec::with_capacity(parts.len());
+                for (part, part_ty) in parts.into_iter().zip(tys) {
+                    out.push(self.row_elements(part, &Ty::Seq(Box::new(part_ty.clone())), field, span)?);
+                }
+                Value::Tuple(out)
+            }
+            _ => return Err(self.not_row_wise()),
+        })
+    }
+
+    /// A batched attempt met something that is not row-wise: it is undone (no diagnostic).
+    pub(super) fn not_row_wise(&mut self) -> Unsupported {
+        Unsupported
+    }
+
+    /// Whether `e` itself (not its operands, which are checked as they are lowered) has a
+    /// row-wise form: arithmetic, elementwise and row-wise built-ins, `concat`/`split`,
+    /// calls, Linear layers, indexing and data ints. Branches, loops, nested maps,
+    /// reductions, losses and constants other than scalars do not.
+    pub(super) fn row_wise_expr(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Map { .. } | ExprKind::Match(..) | ExprKind::If(..) | ExprKind::List(_) | ExprKind::Error => {
+                false
+            }
+            ExprKind::Builtin(b, _) => {
+                UnaryFn::from_name(b.name()).is_some()
+                    || matches!(b, Builtin::Concat | Builtin::Split | Builtin::Len | Builtin::Range)
+            }
+            _ => true,
         }
     }
 
@@ -172,6 +319,16 @@ impl Lowerer<'_> {
             Value::Int(i) => i,
             _ => return Err(self.unsupported(span, "an index that is not an int of the state or data")),
         };
+        if let (Some(rows), Value::Batch { port, .. }) = (self.rows.clone(), &obj) {
+            // Row r of the result is row `i` (with the row field = r) of the collection.
+            let ty = port.ty.clone();
+            let op = Op::GatherRows { field: rows.field, index: i, count: rows.count };
+            let n = self.node(op, std::slice::from_ref(port), vec![ty.clone()], "gather_rows", span);
+            return Ok(Value::Tensor(Self::out(n, 0, ty)));
+        }
+        if self.rows.is_some() && !matches!(obj, Value::IntSeq { .. }) {
+            return Err(self.not_row_wise());
+        }
         match obj {
             Value::Batch { port, .. } => {
                 let PayloadTy::Batch(dims) = port.ty.clone() else {

@@ -42,6 +42,45 @@ impl Lowerer<'_> {
         ParamRef { prefix: format!("{}.{i}", array.prefix), instance: elem, subst: array.subst.clone() }
     }
 
+    /// In a batched map: every arm called on all rows, each result's rows kept where the
+    /// index picks that arm (`mask_rows`), summed. Each row is one arm's value plus zeros,
+    /// so the values are the per-element lowering's; the work is `n` times the rows'.
+    #[allow(clippy::too_many_arguments)]
+    fn masked_arms(
+        &mut self,
+        array: ParamRef,
+        n: u64,
+        index: StateExpr,
+        rows: super::collections::RowCtx,
+        call: &InstanceCall,
+        args: Vec<Value>,
+        span: Span,
+    ) -> R<Value> {
+        let mut sum: Option<Port> = None;
+        for i in 0..n {
+            let element = self.element(&array, i);
+            let Value::Tensor(y) = self.call_instance(element, call, args.clone(), span)? else {
+                return Err(self.not_row_wise());
+            };
+            if !matches!(y.ty, amp_ir::PayloadTy::Batch(_)) {
+                return Err(self.not_row_wise());
+            }
+            let pred = StateExpr::bin(amp_ir::IntOp::Eq, index.clone(), StateExpr::Const(i as i64));
+            let ty = y.ty.clone();
+            let mask = self.node(Op::MaskRows { field: rows.field, pred }, &[y], vec![ty.clone()], "route", span);
+            let kept = Self::out(mask, 0, ty.clone());
+            sum = Some(match sum {
+                None => kept,
+                Some(acc) => {
+                    let add =
+                        self.node(Op::Binary(amp_ir::BinaryFn::Add), &[acc, kept], vec![ty.clone()], "route", span);
+                    Self::out(add, 0, ty)
+                }
+            });
+        }
+        sum.map(Value::Tensor).ok_or_else(|| self.not_row_wise())
+    }
+
     /// Calls element `index` of `array` with `args`, routing by the index at run time.
     pub(super) fn call_element(
         &mut self,
@@ -55,6 +94,12 @@ impl Lowerer<'_> {
             return Err(self.unsupported(span, "indexing a parameter that is not an array"));
         };
         let n = self.array_len(&array, len, span)?;
+        if let (Some(rows), Value::Int(i)) = (self.rows.clone(), &index) {
+            return self.masked_arms(array, n, i.clone(), rows, call, args, span);
+        }
+        if self.rows.is_some() {
+            return Err(self.not_row_wise());
+        }
         let outer_ctrl = self.ctrl.clone();
         let (selector, args, slot) = match index {
             Value::Int(i) => (i, args, None),

@@ -7,9 +7,11 @@
 //! rewired: a source port that fed the group through several edges now feeds it once (the
 //! kernel's input gradient is already the sum over those edges, so the source counts the
 //! group as one consumer when it sums gradients), and each consumer outside the group
-//! reads the fused node's output port. Groups the JIT refuses, groups of batch payloads,
-//! and a group wired directly to a group fused before it run node by node as without the
-//! JIT.
+//! reads the fused node's output port. Groups the JIT refuses, groups of batch payloads
+//! with a scalar output (a batch of no rows would leave it undefined), and a group wired
+//! directly to a group fused before it run node by node as without the JIT. A group of
+//! batch payloads (a batched map's elementwise chain) runs each message's rows in one
+//! kernel call; it absorbs no split (its parts are not contiguous in a batch).
 //!
 //! A `split` whose every output feeds only the group (Tree-LSTM's gates) joins it too
 //! (which splits do is `amp_ir::units::fused_units`'s decision, the planner's too): its
@@ -70,6 +72,7 @@ struct GroupPlan {
     consumers: Vec<Vec<(u32, u16)>>,
     state_from: Vec<usize>,
     worker: usize,
+    batch: bool,
 }
 
 fn plan_group(
@@ -78,10 +81,16 @@ fn plan_group(
     unit: &FusedUnit,
     fused: &HashSet<u32>,
 ) -> Option<GroupPlan> {
-    if matches!(group.vector_type, Some(PayloadTy::Batch(_))) {
-        return None;
-    }
+    let batch = matches!(group.vector_type, Some(PayloadTy::Batch(_)));
     let node = |i: u32| nodes.get(i as usize).and_then(Option::as_ref);
+    if batch {
+        let scalar_output = group.outputs.iter().any(|o| {
+            node(o.index() as u32).and_then(|n| n.outputs.first()).is_some_and(|t| !matches!(t, PayloadTy::Batch(_)))
+        });
+        if scalar_output {
+            return None;
+        }
+    }
     let mut members: Vec<u32> = group.nodes.iter().map(|n| n.index() as u32).collect();
     let mut absorbed: Vec<u32> = Vec::new();
     let worker = node(*members.first()?)?.worker;
@@ -93,7 +102,8 @@ fn plan_group(
         if fused.contains(&source) {
             return None;
         }
-        let ((from, from_port), offset) = match absorbable_split(nodes, source, unit, fused) {
+        let absorbed_split = if batch { None } else { absorbable_split(nodes, source, unit, fused) };
+        let ((from, from_port), offset) = match absorbed_split {
             Some((producer, width)) => {
                 if !absorbed.contains(&source) {
                     absorbed.push(source);
@@ -141,7 +151,7 @@ fn plan_group(
         state_from.push(from?);
     }
     members.extend(absorbed);
-    Some(GroupPlan { members, inputs, outputs, producers, slices, consumers, state_from, worker })
+    Some(GroupPlan { members, inputs, outputs, producers, slices, consumers, state_from, worker, batch })
 }
 
 /// When `source` is a split the unit absorbs, its input port and the width of its parts:
@@ -200,8 +210,14 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
     }
     let members_text: Vec<String> = plan.members.iter().map(|m| format!("%{m}")).collect();
     let port_widths = plan.inputs.iter().map(|t| usize::try_from(t.elements()).unwrap_or(0)).collect();
-    let fused =
-        FusedGroup { kernel, members: plan.members, slices: plan.slices, port_widths, state_from: plan.state_from };
+    let fused = FusedGroup {
+        kernel,
+        members: plan.members,
+        slices: plan.slices,
+        port_widths,
+        state_from: plan.state_from,
+        batch: plan.batch,
+    };
     nodes.push(Some(NodeInfo {
         index,
         op: ExecOp::Fused(Arc::new(fused)),

@@ -45,6 +45,9 @@ pub(crate) struct FusedGroup {
     /// by following input port 0 back from the output node (the state a node-by-node run
     /// would give it: unary, binary and split ops pass on their first input's state).
     pub state_from: Vec<usize>,
+    /// Whether the group's vectors are batches (a batched map's body): a message then
+    /// holds any number of rows, all of one kernel call, a scalar input repeated per row.
+    pub batch: bool,
 }
 
 /// Kernel input `i` reads its row at `offset` in input port `port`'s payload: the whole

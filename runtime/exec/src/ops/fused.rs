@@ -17,8 +17,11 @@
 //! gradient (its kernel inputs' gradients at their offsets) goes back with port `p`'s
 //! forward state.
 //!
-//! A group's payloads are `f32[..]` tensors (one row of `n`) or scalars (one value):
-//! `crate::load::fuse` leaves groups of batch payloads to run node by node.
+//! A group's payloads are `f32[..]` tensors (one row of `n`) or scalars (one value); in a
+//! group of batches (a batched map's elementwise chain, `FusedGroup::batch`) a message's
+//! vectors hold any number of rows, all of them rows of the same kernel call, and a
+//! scalar input (a constant) is repeated for each of its key's rows (its gradient is the
+//! sum over them).
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
@@ -51,6 +54,8 @@ pub(crate) struct FusedOp {
     output_widths: Vec<usize>,
     /// Per input port, the kernel input that alone reads all of it (not an absorbed split).
     whole_input: Vec<Option<usize>>,
+    /// Per kernel input, whether it is a scalar (one value per row).
+    scalar_input: Vec<bool>,
     forward_join: Join,
     backward_join: Join,
     saved: Keyed<Saved>,
@@ -73,8 +78,10 @@ impl FusedOp {
                 }
             })
             .collect();
+        let scalar_input = spec.inputs().iter().map(|&w| w == Width::Scalar).collect();
         FusedOp {
             whole_input,
+            scalar_input,
             forward_join: Join::new(group.port_widths.len()),
             backward_join: Join::new(output_widths.len()),
             input_widths,
@@ -84,40 +91,50 @@ impl FusedOp {
         }
     }
 
-    /// One kernel call over `rows` rows: row `r` of buffer `b` is `args[r][b]`; returns the
-    /// `widths.len()` outputs, each `rows × width` values.
+    /// One kernel call over the rows of every key: key `k` brings `counts[k]` rows (one
+    /// but in a group of batches), buffer `b` of it is `args[k][b]` (a kernel input's
+    /// scalar, one value, stands for each of the key's rows); returns the `widths.len()`
+    /// outputs, each `rows × width` values.
     fn call(
         &self,
         pass: Pass,
-        rows: &[Vec<&[f32]>],
+        args: &[Vec<&[f32]>],
+        counts: &[usize],
         widths: &[usize],
         saved: SavedValues,
     ) -> Result<Vec<Vec<f32>>, OpError> {
-        let buffers = rows.first().map_or(0, Vec::len);
+        let buffers = args.first().map_or(0, Vec::len);
+        let rows: usize = counts.iter().sum();
+        let repeats = |b: usize| self.scalar_input.get(b).copied().unwrap_or(false);
         let stacked: Vec<Vec<f32>>;
-        let inputs: Vec<&[f32]> = if rows.len() == 1 {
-            rows[0].clone()
+        let inputs: Vec<&[f32]> = if args.len() == 1 && (rows == 1 || (0..buffers).all(|b| !repeats(b))) {
+            args[0].clone()
         } else {
             stacked = (0..buffers)
                 .map(|b| {
-                    let mut all = Vec::with_capacity(rows.iter().map(|row| row[b].len()).sum());
-                    rows.iter().for_each(|row| all.extend_from_slice(row[b]));
+                    let mut all = Vec::new();
+                    for (key, &count) in args.iter().zip(counts) {
+                        match key[b] {
+                            [value] if repeats(b) => all.extend(std::iter::repeat_n(*value, count)),
+                            values => all.extend_from_slice(values),
+                        }
+                    }
                     all
                 })
                 .collect();
             stacked.iter().map(Vec::as_slice).collect()
         };
-        let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows.len()]).collect();
+        let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows]).collect();
         let mut views: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
         let kernel = &self.group.kernel;
         let done = match saved {
-            SavedValues::None => kernel.run(pass, rows.len(), &inputs, &mut views),
+            SavedValues::None => kernel.run(pass, rows, &inputs, &mut views),
             SavedValues::Write(values) => {
                 values.clear();
-                values.resize(rows.len() * kernel.saved_per_row(), 0.0);
-                kernel.run_forward_saving(rows.len(), &inputs, &mut views, values)
+                values.resize(rows * kernel.saved_per_row(), 0.0);
+                kernel.run_forward_saving(rows, &inputs, &mut views, values)
             }
-            SavedValues::Read(values) => kernel.run_backward_from_saved(rows.len(), &inputs, values, &mut views),
+            SavedValues::Read(values) => kernel.run_backward_from_saved(rows, &inputs, values, &mut views),
         };
         done.map_err(|e| OpError::Kernel { message: e.to_string() })?;
         Ok(outputs)
@@ -128,22 +145,25 @@ impl FusedOp {
         if ready.is_empty() {
             return Ok(());
         }
-        let rows = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
+        let args = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
+        let counts = args.iter().map(|a| self.rows_of(a)).collect::<Result<Vec<_>, _>>()?;
         let per_row = self.group.kernel.saved_per_row();
         let mut kept = Vec::new();
         let saving = if cx.training() && per_row > 0 { SavedValues::Write(&mut kept) } else { SavedValues::None };
-        let mut outputs = self.call(Pass::Forward, &rows, &self.output_widths, saving)?;
-        for (r, (key, msgs)) in ready.into_iter().enumerate() {
+        let mut outputs = self.call(Pass::Forward, &args, &counts, &self.output_widths, saving)?;
+        let mut start = 0;
+        for ((key, msgs), &count) in ready.into_iter().zip(&counts) {
             for (j, (values, &w)) in outputs.iter_mut().zip(&self.output_widths).enumerate() {
                 let from = self.group.state_from.get(j).copied().unwrap_or(0);
                 let state = msgs.get(from).or(msgs.first()).map(|m| m.state.clone()).unwrap_or_default();
-                let payload = Payload::from_vec(row_of(values, r, w));
+                let payload = Payload::from_vec(rows_of(values, start, count, w));
                 cx.forward(j as u16, Msg::new(payload, state));
             }
             if cx.training() {
-                let values = row_of(&mut kept, r, per_row);
+                let values = rows_of(&mut kept, start, count, per_row);
                 self.saved.put(key, Saved { inputs: msgs, values })?;
             }
+            start += count;
         }
         Ok(())
     }
@@ -158,16 +178,25 @@ impl FusedOp {
             saved.push(self.saved.take(key)?);
         }
         let mut rows = Vec::with_capacity(ready.len());
+        let mut counts = Vec::with_capacity(ready.len());
         for ((_, grads), s) in ready.iter().zip(&saved) {
             let mut row = self.kernel_inputs(&s.inputs)?;
+            let count = self.rows_of(&row)?;
+            for (g, &w) in grads.iter().zip(&self.output_widths) {
+                if g.payload.values().len() != count * w {
+                    return Err(OpError::PayloadSize { expected: count * w, found: g.payload.values().len() });
+                }
+            }
             row.extend(grads.iter().map(|g| g.payload.values()));
             rows.push(row);
+            counts.push(count);
         }
         // The saved values of every row, stacked, when every row has its own.
         let per_row = self.group.kernel.saved_per_row();
         let mut stacked = Vec::new();
+        let complete = saved.iter().zip(&counts).all(|(s, &count)| s.values.len() == count * per_row);
         let from_saved = match saved.as_slice() {
-            _ if per_row == 0 || saved.iter().any(|s| s.values.len() != per_row) => SavedValues::None,
+            _ if per_row == 0 || !complete => SavedValues::None,
             [one] => SavedValues::Read(&one.values),
             all => {
                 stacked.reserve(all.len() * per_row);
@@ -175,13 +204,19 @@ impl FusedOp {
                 SavedValues::Read(&stacked)
             }
         };
-        let mut grads = self.call(Pass::Backward, &rows, &self.input_widths, from_saved)?;
+        let mut grads = self.call(Pass::Backward, &rows, &counts, &self.input_widths, from_saved)?;
         let group = &self.group;
-        for (r, s) in saved.into_iter().enumerate() {
+        let mut start = 0;
+        for (r, (s, &count)) in saved.into_iter().zip(&counts).enumerate() {
             for (port, (input, &width)) in s.inputs.into_iter().zip(&group.port_widths).enumerate() {
                 // A port read whole by one kernel input takes that input's gradient.
                 if let Some(i) = self.whole_input.get(port).copied().flatten() {
-                    let grad = row_of(&mut grads[i], r, width);
+                    let grad = if group.batch && self.scalar_input.get(i).copied().unwrap_or(false) {
+                        // A scalar repeated for each row: the sum of its rows' gradients.
+                        vec![grads[i][start..start + count].iter().sum::<f32>()]
+                    } else {
+                        rows_of(&mut grads[i], start, count, width)
+                    };
                     cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
                     continue;
                 }
@@ -199,8 +234,30 @@ impl FusedOp {
                 }
                 cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
             }
+            start += count;
         }
         Ok(())
+    }
+
+    /// The rows a key's kernel inputs bring: one, but in a group of batches, where every
+    /// vector input must hold the same number of rows (a scalar stands for each).
+    fn rows_of(&self, inputs: &[&[f32]]) -> Result<usize, OpError> {
+        if !self.group.batch {
+            return Ok(1);
+        }
+        let mut rows = None;
+        for ((values, &w), &scalar) in inputs.iter().zip(&self.input_widths).zip(&self.scalar_input) {
+            if scalar || w == 0 {
+                continue;
+            }
+            let count = values.len() / w;
+            let expected = rows.unwrap_or(count) * w;
+            if values.len() != expected {
+                return Err(OpError::PayloadSize { expected, found: values.len() });
+            }
+            rows.get_or_insert(count);
+        }
+        Ok(rows.unwrap_or(1))
     }
 
     /// One row of kernel inputs: each kernel input's slice of the joined port payloads.
@@ -211,6 +268,10 @@ impl FusedOp {
             .zip(&self.input_widths)
             .map(|(slice, &w)| {
                 let values = msgs.get(slice.port).map_or(&[][..], |m| m.payload.values());
+                if self.group.batch {
+                    // All the rows (a batch group reads its ports whole).
+                    return Ok(values);
+                }
                 values
                     .get(slice.offset..slice.offset + w)
                     .ok_or(OpError::PayloadSize { expected: slice.offset + w, found: values.len() })
@@ -231,13 +292,13 @@ impl FusedOp {
     }
 }
 
-/// Row `r` (of `w` values) of a kernel's output: the whole vector, moved, when it is that
-/// one row (a call of a single row).
-fn row_of(values: &mut Vec<f32>, r: usize, w: usize) -> Vec<f32> {
-    if r == 0 && values.len() == w {
+/// `count` rows (of `w` values) from row `start` of a kernel's output: the whole vector,
+/// moved, when it is those rows (a call for one key).
+fn rows_of(values: &mut Vec<f32>, start: usize, count: usize, w: usize) -> Vec<f32> {
+    if start == 0 && values.len() == count * w {
         std::mem::take(values)
     } else {
-        values[r * w..(r + 1) * w].to_vec()
+        values[start * w..(start + count) * w].to_vec()
     }
 }
 

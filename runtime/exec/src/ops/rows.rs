@@ -1,5 +1,7 @@
 //! Row work on batches and tensors: `gather` (one row), `scatter_sum` (rows added into
-//! others) and `reduce` (sum or mean of the rows, or of every element). Their outputs'
+//! others), `gather_rows` (rows picked by an index per output row), `mask_rows` (rows
+//! zeroed where a predicate fails) and `reduce` (sum or mean of the rows, or of every
+//! element). Their outputs'
 //! sizes depend on run-time row counts, which training caches under the key for the
 //! backward pass.
 
@@ -109,6 +111,111 @@ impl NodeOp for ScatterSumOp {
 
     fn held(&self) -> usize {
         self.cache.len()
+    }
+}
+
+/// `gather_rows %r [INDEX] [COUNT]`: COUNT output rows, row `r` a copy of input row INDEX
+/// evaluated with `%r` = r; backward, each output row's gradient added into its source
+/// row (in output-row order, as the per-element lowering's gathers sum theirs).
+pub(crate) struct GatherRowsOp {
+    field: usize,
+    index: StateExpr,
+    count: StateExpr,
+    row: usize,
+    /// The source row of every output row, and the input's row count.
+    cache: Keyed<(Vec<usize>, usize)>,
+}
+
+impl GatherRowsOp {
+    pub fn new(field: FieldId, index: StateExpr, count: StateExpr, node: &NodeInfo) -> GatherRowsOp {
+        let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
+        GatherRowsOp { field: usize::from(field.0), index, count, row, cache: Keyed::new() }
+    }
+}
+
+impl NodeOp for GatherRowsOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let x = msg.payload.values();
+        let rows = x.len().checked_div(self.row).unwrap_or(0);
+        let count = cx.eval_count(&self.count, &msg.state, "gather_rows row count")?;
+        let mut y = Vec::with_capacity(count * self.row);
+        let mut sources = Vec::with_capacity(count);
+        let mut state = msg.state.to_vec();
+        for r in 0..count {
+            set_field(&mut state, self.field, r as i64)?;
+            let i = cx.eval_index(&self.index, &state, "gather_rows index", rows)?;
+            y.extend_from_slice(&x[i * self.row..(i + 1) * self.row]);
+            sources.push(i);
+        }
+        if cx.training() {
+            self.cache.put(cx.key(&msg.state), (sources, rows))?;
+        }
+        cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let (sources, rows) = self.cache.take(&cx.key(&grad.state))?;
+        let dy = grad.payload.values();
+        if dy.len() != sources.len() * self.row {
+            return Err(OpError::PayloadSize { expected: sources.len() * self.row, found: dy.len() });
+        }
+        let mut dx = vec![0.0; rows * self.row];
+        for (r, i) in sources.into_iter().enumerate() {
+            kernels::axpy(1.0, &dy[r * self.row..(r + 1) * self.row], &mut dx[i * self.row..(i + 1) * self.row]);
+        }
+        cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+        Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.cache.len()
+    }
+}
+
+/// `mask_rows %r [PRED]`: row `r` passes where PRED (with `%r` = r) holds, zeros elsewhere;
+/// backward the same on the gradient. It keeps nothing: the mask is the state's and the
+/// data's, which the gradient's message carries too.
+pub(crate) struct MaskRowsOp {
+    field: usize,
+    pred: StateExpr,
+    row: usize,
+}
+
+impl MaskRowsOp {
+    pub fn new(field: FieldId, pred: StateExpr, node: &NodeInfo) -> MaskRowsOp {
+        let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
+        MaskRowsOp { field: usize::from(field.0), pred, row }
+    }
+
+    /// `values` with the rows whose predicate fails set to zero (not multiplied: an
+    /// infinite value in a dropped row must not become NaN).
+    fn mask(&self, cx: &NodeCx, state: &[i64], values: Vec<f32>) -> Result<Vec<f32>, OpError> {
+        let mut values = values;
+        let mut state = state.to_vec();
+        for (r, row) in values.chunks_mut(self.row.max(1)).enumerate() {
+            set_field(&mut state, self.field, r as i64)?;
+            if cx.eval(&self.pred, &state, "mask_rows predicate")? == 0 {
+                row.fill(0.0);
+            }
+        }
+        Ok(values)
+    }
+}
+
+impl NodeOp for MaskRowsOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let Msg { payload, state } = msg;
+        let y = self.mask(cx, &state, payload.into_vec())?;
+        cx.forward(0, Msg::new(Payload::from_vec(y), state));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let Msg { payload, state } = grad;
+        let dx = self.mask(cx, &state, payload.into_vec())?;
+        cx.backward(0, Msg::new(Payload::from_vec(dx), state));
+        Ok(())
     }
 }
 

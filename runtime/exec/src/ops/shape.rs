@@ -1,5 +1,6 @@
 //! `concat` (joins its inputs by key) and `split` (joins its outputs' gradients by key),
-//! both along the last (only) dimension.
+//! both along the last (only) dimension: of a vector, or of every row of a batch (a
+//! batched map's body), a vector being a batch of one row.
 
 use super::{Join, NodeCx, NodeOp};
 use crate::error::OpError;
@@ -11,16 +12,44 @@ fn widths(ports: &[amp_ir::PayloadTy]) -> Vec<usize> {
     ports.iter().map(|t| t.elements() as usize).collect()
 }
 
+/// The rows every part holds (one for vectors), the same in all of them: parts of one key
+/// with different row counts are an error, not a panic.
+fn row_count(parts: &[Msg], widths: &[usize], batch: bool) -> Result<usize, OpError> {
+    if !batch {
+        // The worker checked each vector against its port's width.
+        return Ok(1);
+    }
+    let mut rows = None;
+    for (part, &w) in parts.iter().zip(widths) {
+        let len = part.payload.values().len();
+        if w == 0 {
+            continue;
+        }
+        let r = len.checked_div(w).unwrap_or(0);
+        let expected = rows.map_or(r * w, |rows: usize| rows * w);
+        if len != expected {
+            return Err(OpError::PayloadSize { expected, found: len });
+        }
+        rows.get_or_insert(r);
+    }
+    Ok(rows.unwrap_or(0))
+}
+
 pub(crate) struct ConcatOp {
     widths: Vec<usize>,
+    batch: bool,
     join: Join,
+}
+
+fn is_batch(ports: &[amp_ir::PayloadTy]) -> bool {
+    matches!(ports.first(), Some(amp_ir::PayloadTy::Batch(_)))
 }
 
 impl ConcatOp {
     pub fn new(node: &NodeInfo) -> ConcatOp {
         let widths = widths(&node.inputs);
         let join = Join::new(widths.len());
-        ConcatOp { widths, join }
+        ConcatOp { widths, batch: is_batch(&node.inputs), join }
     }
 }
 
@@ -28,9 +57,12 @@ impl NodeOp for ConcatOp {
     fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
         let key = cx.key(&msg.state);
         let Some((_, parts)) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
-        let mut values = Vec::with_capacity(self.widths.iter().sum());
-        for part in &parts {
-            values.extend_from_slice(part.payload.values());
+        let rows = row_count(&parts, &self.widths, self.batch)?;
+        let mut values = Vec::with_capacity(rows * self.widths.iter().sum::<usize>());
+        for r in 0..rows {
+            for (part, &w) in parts.iter().zip(&self.widths) {
+                values.extend_from_slice(&part.payload.values()[r * w..(r + 1) * w]);
+            }
         }
         let Some(first) = parts.into_iter().next() else { return Ok(()) };
         cx.forward(0, first.with_payload(Payload::from_vec(values)));
@@ -39,10 +71,18 @@ impl NodeOp for ConcatOp {
 
     fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
         let dy = grad.payload.values();
+        let total: usize = self.widths.iter().sum();
+        let rows = dy.len().checked_div(total).unwrap_or(0);
+        if rows * total != dy.len() || (total == 0 && !dy.is_empty()) {
+            return Err(OpError::PayloadSize { expected: rows * total, found: dy.len() });
+        }
         let mut start = 0;
         for (port, &w) in self.widths.iter().enumerate() {
-            let part = dy.get(start..start + w).ok_or(OpError::PayloadSize { expected: start + w, found: dy.len() })?;
-            cx.backward(port as u16, grad.sibling(Payload::from_vec(part.to_vec())));
+            let mut part = Vec::with_capacity(rows * w);
+            for r in 0..rows {
+                part.extend_from_slice(&dy[r * total + start..r * total + start + w]);
+            }
+            cx.backward(port as u16, grad.sibling(Payload::from_vec(part)));
             start += w;
         }
         Ok(())
@@ -56,6 +96,7 @@ impl NodeOp for ConcatOp {
 pub(crate) struct SplitOp {
     parts: usize,
     width: usize,
+    batch: bool,
     grads: Join,
 }
 
@@ -63,15 +104,21 @@ impl SplitOp {
     pub fn new(parts: usize, node: &NodeInfo) -> SplitOp {
         let total = node.inputs.first().map_or(0, |t| t.elements() as usize);
         let width = total.checked_div(parts).unwrap_or(0);
-        SplitOp { parts, width, grads: Join::new(parts) }
+        SplitOp { parts, width, batch: is_batch(&node.inputs), grads: Join::new(parts) }
     }
 }
 
 impl NodeOp for SplitOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
         let x = msg.payload.values();
+        let total = self.parts * self.width;
+        let rows = x.len().checked_div(total).unwrap_or(0);
         for port in 0..self.parts {
-            let part = x[port * self.width..(port + 1) * self.width].to_vec();
+            let mut part = Vec::with_capacity(rows * self.width);
+            for r in 0..rows {
+                let start = r * total + port * self.width;
+                part.extend_from_slice(&x[start..start + self.width]);
+            }
             cx.forward(port as u16, msg.sibling(Payload::from_vec(part)));
         }
         Ok(())
@@ -80,9 +127,13 @@ impl NodeOp for SplitOp {
     fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
         let key = cx.key(&grad.state);
         let Some((_, parts)) = self.grads.offer(key, usize::from(port), grad)? else { return Ok(()) };
-        let mut dx = Vec::with_capacity(self.parts * self.width);
-        for part in &parts {
-            dx.extend_from_slice(part.payload.values());
+        let widths = vec![self.width; self.parts];
+        let rows = row_count(&parts, &widths, self.batch)?;
+        let mut dx = Vec::with_capacity(rows * self.parts * self.width);
+        for r in 0..rows {
+            for part in &parts {
+                dx.extend_from_slice(&part.payload.values()[r * self.width..(r + 1) * self.width]);
+            }
         }
         let Some(first) = parts.into_iter().next() else { return Ok(()) };
         cx.backward(0, first.with_payload(Payload::from_vec(dx)));

@@ -1,0 +1,168 @@
+//! Batched maps (`docs/IR.md`, Collections): a `map` whose body is row-wise runs on one
+//! batch per collection (`gather_rows`, `mask_rows`, `linear` and elementwise ops on all
+//! rows); `LowerOptions::per_element_maps` forces the per-element lowering. Both lowerings
+//! of every model they apply to give the reference's loss and gradients (JIT on and off)
+//! and train as minibatch SGD (one worker; two workers with batching), and the compiler
+//! chose the batched one where it should.
+
+use super::*;
+use amp_ir::{Op, PayloadTy};
+use amp_lower::LowerOptions;
+
+/// A list model whose maps are Linear layers and elementwise chains over the rows of a
+/// computed sequence (the embeddings, one message per element: an `embedding` is not
+/// row-wise yet), a `zip` with `concat`, `split`, a gather by a computed index from a
+/// range, and a parameter array chosen per element by the data.
+const LIST_MAPS: &str = r#"
+record Example { tokens: [int], label: int }
+model ListMaps(vocab: int = 14, hidden: int = 8, classes: int = 10) {
+    param embed = Embedding(vocab, hidden);
+    param lin = Linear(hidden, hidden);
+    param gate = Linear(2 * hidden, 2 * hidden);
+    param by_parity = [Linear(hidden, hidden); 2];
+    param head = Linear(hidden, classes);
+
+    fn forward(x: Example) -> f32[classes] {
+        let es = x.tokens.map(|t| embed(t));
+        let hs = es.map(|e| tanh(lin(e)) * sigmoid(e) + 0.5);
+        let gs = zip(hs, es).map(|(h, e)| {
+            let [a, b] = split(gate(concat(h, e)), 2);
+            relu(a) - b * 0.25
+        });
+        let n = len(x.tokens);
+        let rev = range(n).map(|i| gs[n - 1 - i] * hs[i]);
+        let routed = zip(rev, x.tokens).map(|(r, t)| by_parity[t % 2](r));
+        head(sum(routed) + sum(gs))
+    }
+    fn loss(x: Example) -> f32 { cross_entropy(forward(x), x.label) }
+}
+"#;
+
+fn lowerings() -> [(&'static str, LowerOptions); 2] {
+    [("batched", LowerOptions::default()), ("per element", LowerOptions { per_element_maps: true })]
+}
+
+fn ops_named(c: &Compiled, keyword: &str) -> usize {
+    c.graph.nodes.node_indices().filter(|&i| c.graph.nodes[i].op.keyword() == keyword).count()
+}
+
+fn compile_list_maps(lowering: &LowerOptions) -> Compiled {
+    compile_source_with("list_maps", LIST_MAPS, Vec::new(), lowering)
+}
+
+fn compile_ggsnn(lowering: &LowerOptions) -> Compiled {
+    compile_source_with("ggsnn", amp_tests::example("ggsnn").expect("example"), defines("ggsnn"), lowering)
+}
+
+fn list_values(seed: u64, count: usize) -> Vec<Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // list_reduce's generator: 0 to 5 tokens below 14, empty lists included.
+    (0..count).map(|_| instance("list_reduce", &mut rng)).collect()
+}
+
+fn ggsnn_values(seed: u64, count: usize) -> Vec<Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..count).map(|_| instance("ggsnn", &mut rng)).collect()
+}
+
+/// The compiler batches GGSNN's message step and the GRU update (one `gather_rows` of
+/// the sources, one `mask_rows` per edge kind, GEMMs on batches, no element context in
+/// the loop), keeps the embedding map per element, and `per_element_maps` keeps every
+/// map per element.
+#[test]
+fn the_compiler_batches_row_wise_maps_only() {
+    let batched = compile_ggsnn(&LowerOptions::default());
+    assert_eq!(ops_named(&batched, "gather_rows"), 1);
+    assert_eq!(ops_named(&batched, "mask_rows"), 2);
+    // The embedding map is the only element context left.
+    assert_eq!(ops_named(&batched, "group"), 1);
+    assert_eq!(ops_named(&batched, "ungroup"), 0);
+    let batch_linears = batched
+        .graph
+        .nodes
+        .node_indices()
+        .filter(|&i| {
+            let n = &batched.graph.nodes[i];
+            matches!(n.op, Op::Linear { .. }) && matches!(n.inputs[0], PayloadTy::Batch(_))
+        })
+        .count();
+    // msg.0, msg.1, gru.ih, gru.hh.
+    assert_eq!(batch_linears, 4);
+    let per_element = compile_ggsnn(&LowerOptions { per_element_maps: true });
+    assert_eq!(ops_named(&per_element, "gather_rows") + ops_named(&per_element, "mask_rows"), 0);
+    assert_eq!(ops_named(&per_element, "group"), 3);
+
+    let list = compile_list_maps(&LowerOptions::default());
+    assert_eq!(ops_named(&list, "group"), 1, "only the embedding map is per element");
+    assert_eq!(ops_named(&list, "gather_rows"), 2);
+    assert_eq!(ops_named(&list, "mask_rows"), 2);
+}
+
+/// Loss and every gradient equal the reference's, in both lowerings, JIT on and off;
+/// with the JIT, the elementwise chains of the batched bodies are kernels too.
+#[test]
+fn both_lowerings_match_the_reference() {
+    for (which, lowering) in lowerings() {
+        for (name, c, values) in [
+            ("ggsnn", compile_ggsnn(&lowering), ggsnn_values(21, 12)),
+            ("list_maps", compile_list_maps(&lowering), list_values(22, 12)),
+        ] {
+            for jit in [true, false] {
+                eprintln!("{name}, {which}, jit {jit}");
+                let executor = assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
+                // The elementwise chains run as kernels, on all rows of a batch at once
+                // when batched (a scalar constant repeated per row).
+                assert_eq!(executor.fused_nodes().is_empty(), !jit, "{name}, {which}");
+            }
+        }
+    }
+}
+
+/// Deterministic training is minibatch SGD in both lowerings: one worker, and two
+/// workers with dynamic batching and every Ppt replicated, JIT on and off.
+#[test]
+fn both_lowerings_train_as_minibatch_sgd() {
+    for (which, lowering) in lowerings() {
+        for (name, c, values) in [
+            ("ggsnn", compile_ggsnn(&lowering), ggsnn_values(23, 8)),
+            ("list_maps", compile_list_maps(&lowering), list_values(24, 9)),
+        ] {
+            let ppts: Vec<amp_exec::NodeSelector> = c
+                .graph
+                .nodes
+                .node_indices()
+                .filter(|&i| c.graph.nodes[i].op.is_ppt())
+                .map(|i| amp_exec::NodeSelector::Id(i.index() as u32))
+                .collect();
+            let replicas: Vec<_> = ppts.into_iter().map(|s| (s, 2)).collect();
+            for jit in [true, false] {
+                eprintln!("{name}, {which}, jit {jit}");
+                let one = ExecConfig { jit, ..ExecConfig::default() };
+                assert_training_on(&c, name, 31, values.clone(), 3, one);
+                let two =
+                    ExecConfig { jit, workers: 2, max_batch: 8, replicas: replicas.clone(), ..ExecConfig::default() };
+                assert_training_on(&c, name, 32, values.clone(), 4, two);
+            }
+        }
+    }
+}
+
+/// An edge whose source is not a node is an error naming the `gather_rows` index, not a
+/// panic, in both lowerings.
+#[test]
+fn a_row_index_past_the_collection_is_an_error() {
+    let edge = |src: i64| Value::Record(vec![Value::Int(src), Value::Int(0), Value::Int(1)]);
+    let bad = Value::Record(vec![
+        Value::Seq(vec![Value::Int(1), Value::Int(2)]),
+        Value::Seq(vec![edge(0), edge(7)]),
+        Value::Int(0),
+    ]);
+    for (which, lowering) in lowerings() {
+        let c = compile_ggsnn(&lowering);
+        let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 1);
+        let mut executor = Executor::new(&c.graph, params, ExecConfig::default()).expect("executor");
+        let inst = Instance::new(c.graph.input.as_ref().expect("schema"), bad.clone()).expect("instance");
+        let error = executor.grads(&inst).expect_err("an edge from node 7 of 2").to_string();
+        assert!(error.contains("index") && error.contains('7'), "{which}: {error}");
+    }
+}
