@@ -378,6 +378,7 @@ pub fn every_op() -> Graph {
         ),
         (Op::Dropout { rate: f32::from_bits(0x7fc0_0001), site: 0, context: vec![] }, vec![v.clone()], vec![v.clone()]),
         (Op::Affine { param: "norm".into() }, vec![v.clone()], vec![v.clone()]),
+        (
             Op::GatherRows { field: FieldId(2), index: element_of("edges", field(2), "src"), count: len_xs() },
             vec![rows.clone()],
             vec![rows.clone()],
