@@ -151,6 +151,15 @@ def main():
         t, results = table(model, workers)
         text.append(t)
         all_results[model] = results
+    copies = os.path.join(HERE, f"copies_w{workers}.txt")
+    if os.path.exists(copies):
+        with open(copies) as f:
+            lines = [line.strip() for line in f if line.strip()]
+        text.append(
+            f"### Forward messages each copy of list_reduce's `cell` served (worker {workers - 1} slowed)\n\n"
+            + "\n".join(f"- {line}" for line in lines)
+            + "\n"
+        )
     with open(os.path.join(HERE, f"RESULTS_w{workers}.md"), "w") as f:
         f.write("\n".join(text))
     with open(os.path.join(HERE, f"stragglers_w{workers}.svg"), "w") as f:

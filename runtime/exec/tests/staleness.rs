@@ -2,7 +2,8 @@
 //! each parameter group reports equals the count by hand on deterministic runs; a bound of
 //! K is never exceeded over random setups (up to 3 workers, replicas, several instances in
 //! flight), and every instance is still trained once; K = 0 with one instance in flight
-//! is synchronous training.
+//! is synchronous training; K = 0 with many in flight updates all through the epoch
+//! (admission holds while a group defers).
 
 mod common;
 
