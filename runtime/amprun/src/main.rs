@@ -154,8 +154,8 @@
 //! synchronous training does (the same losses); without a bound, `--async` is unchanged.
 //! While a group defers an update, admission holds: no new instance starts until the
 //! instances in flight that it waits for have ended and it updated (DSP's FIFO between
-//! stages), so a group updates at most `--max-active-keys` instances past its
-//! `--min-update-frequency`, never all at the end of the epoch. A replicated group's bound is at least `--replica-sync` (its replicas read values up to
+//! stages), so a group updates within about `--max-active-keys` instances past its
+//! `--min-update-frequency`, not all at the end of the epoch. A replicated group's bound is at least `--replica-sync` (its replicas read values up to
 //! a sync old); a smaller one is refused.
 //!
 //! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step

@@ -72,8 +72,9 @@
 //!    ([`Admission::hold`]); the instances in flight drain, the update goes through, and
 //!    the last owner to release makes the owed admissions ([`Admission::release`]). So
 //!    every instance is still admitted once, in order, at most `max_active_keys` in
-//!    flight, and a group updates at most a window of instances after its interval, not
-//!    all at the end of the epoch (with K = 0 and many in flight some read is nearly
+//!    flight, and a group updates about a window of instances after its interval (in the
+//!    model the proptest runs, at most a window and a batch), not all at the end of the
+//!    epoch (with K = 0 and many in flight some read is nearly
 //!    always owed).
 
 use crate::load::program::{GroupInfo, Program};
