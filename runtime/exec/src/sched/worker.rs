@@ -446,9 +446,8 @@ impl Worker<'_, '_> {
         }
         let start = self.setup.trace.then(Instant::now);
         let (dir, count) = (batch.dir, batch.msgs.len());
-        let routes = &self.setup.shared.routes;
         // A replica's service time steers the routing to its node (`load::replicas`).
-        let served = routes.tracks(node.index).then(Instant::now);
+        let served = self.setup.shared.routes.tracks(node.index).then(Instant::now);
         let result = self.dispatch(node, batch);
         let routes = &self.setup.shared.routes;
         routes.processed(node.index, count);
