@@ -10,12 +10,12 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TARGETS = {"list_reduce": 0.56, "tree_lstm": 0.38}
+TARGETS = {"list_reduce": 0.56, "tree_lstm": 0.70}
 MODES = ["sync", "async", "bounded", "replicas"]
 LABELS = {
     "sync": "lock-step synchronous",
     "async": "asynchronous",
-    "bounded": "async, layer-wise bound (from K=0)",
+    "bounded": "async, layer-wise bound (from K=1)",
     "replicas": "async, heaviest Ppt replicated",
 }
 SLOWDOWNS = [1, 2, 4]
@@ -75,7 +75,26 @@ def table(model, workers):
         if rs[0] and rs[-1] and rs[0]["time"] and rs[-1]["time"]:
             ratio = f"{rs[-1]['time'] / rs[0]['time']:.2f}"
         lines.append(f"| {LABELS[mode]} | " + " | ".join(cell(r) for r in rs) + f" | {ratio} |")
+    load = loads(model, workers)
+    if load:
+        lines += ["", f"Load average (1 min) around the runs: {load}."]
     return "\n".join(lines) + "\n", results
+
+
+def loads(model, workers):
+    """The 1-minute load averages run.sh recorded before and after each of the model's runs."""
+    path = os.path.join(HERE, f"load_w{workers}.txt")
+    if not os.path.exists(path):
+        return None
+    values = []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 9 and parts[0] == model:
+                values += [float(parts[3]), float(parts[6])]
+    if not values:
+        return None
+    return f"{min(values):.1f} to {max(values):.1f} (mean {sum(values) / len(values):.1f})"
 
 
 def svg(all_results, workers):
@@ -132,6 +151,15 @@ def main():
         t, results = table(model, workers)
         text.append(t)
         all_results[model] = results
+    copies = os.path.join(HERE, f"copies_w{workers}.txt")
+    if os.path.exists(copies):
+        with open(copies) as f:
+            lines = [line.strip() for line in f if line.strip()]
+        text.append(
+            f"### Forward messages each copy of list_reduce's `cell` served (worker {workers - 1} slowed)\n\n"
+            + "\n".join(f"- {line}" for line in lines)
+            + "\n"
+        )
     with open(os.path.join(HERE, f"RESULTS_w{workers}.md"), "w") as f:
         f.write("\n".join(text))
     with open(os.path.join(HERE, f"stragglers_w{workers}.svg"), "w") as f:

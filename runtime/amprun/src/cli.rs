@@ -181,7 +181,7 @@ pub struct ExecArgs {
     #[arg(long)]
     pub no_chains: bool,
     /// Run a Linear or Embedding node (a label or `%index`) as R copies on consecutive
-    /// workers, each message going to the least loaded: `--replicate cell=2`.
+    /// workers, each message going to the copy expected to finish it first: `--replicate cell=2`.
     #[arg(long, value_name = "NODE=R", value_parser = parse_replicas)]
     pub replicate: Vec<(NodeSelector, u64)>,
     /// Replicas take the trained values after every this many updates (1: training is

@@ -153,9 +153,10 @@
 //! `--max-staleness K`) and each group before it (in the graph's order) one more, as DSP
 //! lets lower layers use staler parameters. K = 0 with one instance in flight trains as
 //! synchronous training does (the same losses); without a bound, `--async` is unchanged.
-//! A bound holds updates, not admissions: with K = 0 and many instances in flight, a
-//! group updates only when no instance in flight has read it since its last update.
-//! A replicated group's bound is at least `--replica-sync` (its replicas read values up to
+//! While a group defers an update, admission holds: no new instance starts until the
+//! instances in flight that it waits for have ended and it updated (DSP's FIFO between
+//! stages), so a group updates within about `--max-active-keys` instances past its
+//! `--min-update-frequency`, not all at the end of the epoch. A replicated group's bound is at least `--replica-sync` (its replicas read values up to
 //! a sync old); a smaller one is refused.
 //!
 //! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step
@@ -166,9 +167,11 @@
 //! straggler that comes and goes); F is 1 to 1000, and a worker that the run does not
 //! have is an error. What is trained does not change (synchronous runs give the same
 //! losses to rounding), only when. Replicas (`--replicate`) send each message to the
-//! copy with the fewest messages queued or running; that does not by itself move work
-//! off a slow copy when steps take microseconds and queues are short (measured in
-//! docs/experiments/stragglers/). `--worker-speed W=S` tells the planner (`--plan auto`)
+//! copy expected to finish it first: its messages queued or running, plus this one, times
+//! its service time (a moving average of its measured time per message, a straggler's
+//! sleep included); one message in 32 goes to each copy in turn, so a copy that sped up is
+//! measured again. A copy F times slower gets a message only once the others have about F
+//! messages ahead of it (measured in docs/experiments/stragglers/). `--worker-speed W=S` tells the planner (`--plan auto`)
 //! that worker W runs at S times the others' speed (`1=0.33`: three times slower): a
 //! worker's predicted time is its work over its speed, so the plan gives a slow worker
 //! less (the metrics' `predicted_speedup` counts it); a plan stored in the `.ampg` file
@@ -234,7 +237,8 @@
 //! per backward batch (with `--max-batch 1`, nothing is batched: to measure what batching
 //! gains). `--replicate
 //! cell=2` runs the Linear or Embedding node `cell` (a label or `%index`) as 2 copies on
-//! consecutive workers, each message going to the least loaded copy; the copies take the
+//! consecutive workers, each message going to the copy expected to finish it first (see
+//! Stragglers); the copies take the
 //! trained values after every `--replica-sync N` updates (default 1: training is then
 //! exactly that without replicas). `ampc compile --workers N --emit plan` proposes
 //! replicas for bottleneck nodes.

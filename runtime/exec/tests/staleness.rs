@@ -2,7 +2,8 @@
 //! each parameter group reports equals the count by hand on deterministic runs; a bound of
 //! K is never exceeded over random setups (up to 3 workers, replicas, several instances in
 //! flight), and every instance is still trained once; K = 0 with one instance in flight
-//! is synchronous training.
+//! is synchronous training; K = 0 with many in flight updates all through the epoch
+//! (admission holds while a group defers).
 
 mod common;
 
@@ -206,4 +207,48 @@ fn a_bound_under_the_replica_sync_interval_is_refused() {
     };
     assert!(err.to_string().contains("`cell` has replicas synced every 4 updates"), "{err}");
     assert!(amp_exec::Executor::new(graph, params, ExecConfig { max_staleness: Some(4), ..config }).is_ok());
+}
+
+/// With K = 0 and many instances in flight, admission holds while a group defers its
+/// update, so the groups update all through the epoch, not at its end: each group
+/// updates at least once per interval and window of instances (96 instances, an update
+/// every 2, 8 in flight: at least 9 times a group), on one worker and across two, with
+/// the same instances trained once each and no gradient applied late. Without the hold,
+/// on two workers some instance in flight nearly always owed `embed` and `cell` a read:
+/// they updated twice in the epoch (12 times each with it; on one worker the batches keep
+/// the instances in step, 16 either way).
+#[test]
+fn a_zero_bound_with_many_in_flight_updates_all_through_the_epoch() {
+    let (graph, _) = list_reduce();
+    let lens: Vec<usize> = (0..96).map(|i| 1 + (i * 5) % 6).collect();
+    let data = token_lists(graph, &lens, 14, 7);
+    let (interval, window) = (2, 8);
+    for workers in [1, 2] {
+        let config = ExecConfig {
+            workers,
+            placement: Placement::RoundRobin,
+            sync_updates: false,
+            max_active_keys: window,
+            max_staleness: Some(0),
+            flush_at_epoch_end: false,
+            trace: true,
+            ..ExecConfig::deterministic(interval, OptimConfig::sgd(0.05))
+        };
+        let mut ex = executor(graph, 5, config);
+        let stats = ex.train_epoch(&data).unwrap();
+        assert_eq!(stats.losses.len(), data.len());
+        assert!(stats.losses.iter().all(|l| l.is_finite()));
+        let trace = ex.take_trace();
+        for g in &stats.staleness {
+            assert_eq!(g.stats.max, 0, "{workers} workers: {g:?}");
+        }
+        // Per group (an update's event is at the group's first node), its updates.
+        let mut per_group = std::collections::BTreeMap::new();
+        for e in trace.iter().filter(|e| e.kind == TraceKind::Update) {
+            *per_group.entry(e.node).or_insert(0usize) += 1;
+        }
+        let least = data.len() / (interval as usize + window);
+        assert_eq!(per_group.len(), stats.staleness.len(), "{workers} workers: {per_group:?}");
+        assert!(per_group.values().all(|&u| u >= least), "{workers} workers: {per_group:?}, at least {least} each");
+    }
 }

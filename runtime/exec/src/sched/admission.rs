@@ -66,6 +66,16 @@
 //!    ([`update_within_bound`]): no gradient is applied more than K updates after the
 //!    version it read. Deferring never blocks a message, so the read it waits for ends,
 //!    and the owner tries again after each of its steps (`Worker::update_groups`).
+//!    While an owner defers, admission holds (DSP's FIFO between stages; asynchronous
+//!    training only): an end admits no new instance, which would read the current
+//!    versions and could defer the update again, but owes its admission
+//!    ([`Admission::hold`]); the instances in flight drain, the update goes through, and
+//!    the last owner to release makes the owed admissions ([`Admission::release`]). So
+//!    every instance is still admitted once, in order, at most `max_active_keys` in
+//!    flight, and a group updates about a window of instances after its interval (in the
+//!    model the proptest runs, at most a window and a batch), not all at the end of the
+//!    epoch (with K = 0 and many in flight some read is nearly
+//!    always owed).
 
 use crate::load::program::{GroupInfo, Program};
 use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
@@ -119,6 +129,11 @@ pub(crate) struct Admission {
     pub boundaries: Boundaries,
     /// The most instances in flight at once (`max_active_keys`).
     window: usize,
+    /// Owners deferring an update for a staleness bound (see [`Admission::hold`]): while
+    /// any does, an end admits no new instance.
+    held: AtomicUsize,
+    /// Admissions the ends made while held, still to make (see [`Admission::after_end`]).
+    owed: AtomicUsize,
 }
 
 impl Admission {
@@ -133,6 +148,8 @@ impl Admission {
             ended: AtomicUsize::new(0),
             boundaries,
             window,
+            held: AtomicUsize::new(0),
+            owed: AtomicUsize::new(0),
         }
     }
 
@@ -206,7 +223,7 @@ impl Admission {
     /// of its end, in their order (see the module doc, 3).
     pub fn instance_ended(&self, instance: usize, program: &Program, credits: &Credits, worker: &mut impl Courier) {
         worker.tell_owners();
-        if let Some(next) = self.take() {
+        if let Some(next) = self.after_end() {
             let (to, env) = source_message(program, credits, next);
             worker.admit(to, env);
         }
@@ -214,6 +231,53 @@ impl Admission {
         if self.count_end() {
             worker.wake_controller();
         }
+    }
+
+    /// The instance an end admits: the next one, unless an owner holds admissions for its
+    /// staleness bound (asynchronous training only; synchronous windows hold by
+    /// themselves), when the admission is owed instead and made by the last owner to
+    /// release ([`Admission::release`]). The owed count is raised before the hold is read
+    /// and the releaser drops the hold before it takes the count (all `SeqCst`), so an
+    /// owed admission is made exactly once: here, or by a releaser that saw it.
+    fn after_end(&self) -> Option<usize> {
+        if self.boundaries != Boundaries::Free {
+            return self.take();
+        }
+        self.owed.fetch_add(1, Ordering::SeqCst);
+        if self.held.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let claimed = self.owed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |o| o.checked_sub(1)).is_ok();
+        if claimed {
+            self.take()
+        } else {
+            None
+        }
+    }
+
+    /// An owner began deferring an update for a staleness bound (DSP's FIFO between
+    /// stages): until it releases, ends admit nothing. An instance admitted now would read
+    /// the current versions, and its reads, owed until its backward comes, could defer
+    /// the update again; held, the instances in flight drain and the update goes through
+    /// once the reads it waits for are in. Without the hold, with K = 0 and many
+    /// instances in flight, some read is always owed and the updates bunch up at the end
+    /// of the epoch. Each owner holds at most once at a time (`Worker::update_groups`
+    /// tracks its own), and only in asynchronous training.
+    pub fn hold(&self) {
+        if self.boundaries == Boundaries::Free {
+            self.held.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// An owner that held ([`Admission::hold`]) applied its deferred update: when it was
+    /// the last one holding, the admissions owed meanwhile, each made once (see
+    /// [`Admission::after_end`]). Every hold is released: an owner defers only while an
+    /// instance in flight owes a read, instances in flight never wait for an update, and
+    /// each end tells the owners, who try their updates again; so nothing owed is left.
+    pub fn release(&self) -> impl Iterator<Item = usize> + '_ {
+        let last = self.boundaries == Boundaries::Free && self.held.fetch_sub(1, Ordering::SeqCst) == 1;
+        let owed = if last { self.owed.swap(0, Ordering::SeqCst) } else { 0 };
+        (0..owed).map_while(|_| self.take())
     }
 
     /// Counts an instance's end (reported on the results channel, before this call); true
@@ -425,6 +489,27 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A parameter group in the model of `held_admissions_keep_bounds_without_bunching_updates`.
+    #[derive(Default)]
+    struct ModelGroup {
+        owner: usize,
+        interval: u64,
+        bound: Option<u64>,
+        /// Replicated, its replicas synchronised after every this many updates.
+        sync: Option<u64>,
+        version: u64,
+        /// The master's version the replicas hold.
+        base: u64,
+        pending: u64,
+        /// Reads owed a gradient: the instance and the version it read.
+        reads: Vec<(usize, u64)>,
+        /// The versions read by the gradients in the accumulators.
+        applied: Vec<u64>,
+        measured: u64,
+        ends_since_update: usize,
+        most_ends_between_updates: usize,
+    }
+
     proptest! {
         /// The boundary rule: at least 1 (a run always moves), no more than any group's
         /// room left, and exactly the least of them.
@@ -516,6 +601,148 @@ mod tests {
                 Some(k) => prop_assert_eq!(allowed, version + 1 - read <= k),
             }
             prop_assert!(update_within_bound(version, None, bound));
+        }
+
+        /// Admission held under staleness bounds, on a model of the protocol: instances
+        /// read each group (a replicated group's master or a replica that holds the
+        /// master's values of its last sync), then give its gradients back in reverse,
+        /// advancing in random batches; owners (up to 3 workers) count every end, update a
+        /// group that counted its interval unless [`update_within_bound`] defers it, and
+        /// hold admissions while any of their groups defers. Every instance is admitted
+        /// and ends exactly once, in order; no gradient is applied more than its group's
+        /// bound late; the run never stalls with instances left; and updates are spread
+        /// over the run, not bunched at its end: a group that counted its interval updates
+        /// before the instances then in flight (at most the window) and one batch more
+        /// ended. Without the hold, with K = 0 and a window of 8, some read is nearly
+        /// always owed and that count grows to the run's length.
+        #[test]
+        fn held_admissions_keep_bounds_without_bunching_updates(
+            n in 0usize..120,
+            window in 1usize..=8,
+            max_batch in 1usize..=4,
+            workers in 1usize..=3,
+            groups in proptest::collection::vec(
+                (0usize..3, 1u64..=4, proptest::option::weighted(0.8, 0u64..=3), proptest::option::of(1u64..=3)),
+                1..=4,
+            ),
+            seed in any::<u64>(),
+        ) {
+            let mut rng = seed | 1;
+            let mut next_random = move |below: usize| {
+                // xorshift64: the interleaving only needs to vary with the seed.
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                (rng % below.max(1) as u64) as usize
+            };
+            let mut model: Vec<ModelGroup> = groups
+                .iter()
+                .map(|&(owner, interval, bound, sync)| ModelGroup {
+                    owner: owner % workers,
+                    interval,
+                    // A replicated group's bound is at least its sync interval (the
+                    // executor refuses less: its replicas read values up to that old).
+                    bound: bound.map(|k| sync.map_or(k, |s| k.max(s))),
+                    sync,
+                    ..ModelGroup::default()
+                })
+                .collect();
+            let admission = Admission::new(n, Boundaries::Free, window);
+            let mut in_flight: Vec<(usize, usize)> = admission.first_window().map(|i| (i, 0)).collect();
+            let mut admitted: Vec<usize> = in_flight.iter().map(|&(i, _)| i).collect();
+            let mut holding = vec![false; workers];
+            let mut ended = 0usize;
+            let steps_per_instance = 2 * model.len();
+            loop {
+                // Each owner tries its due updates, then holds or releases admissions.
+                let live: Vec<usize> = in_flight.iter().map(|&(i, _)| i).collect();
+                let mut deferring = vec![false; workers];
+                for g in &mut model {
+                    if g.pending < g.interval {
+                        continue;
+                    }
+                    let oldest = g.reads.iter().filter(|(i, _)| live.contains(i)).map(|&(_, v)| v).min();
+                    if !update_within_bound(g.version, oldest, g.bound) {
+                        deferring[g.owner] = true;
+                        continue;
+                    }
+                    for read in g.applied.drain(..) {
+                        let late = g.version - read;
+                        prop_assert!(g.bound.is_none_or(|k| late <= k), "{} updates late, bound {:?}", late, g.bound);
+                        g.measured += 1;
+                    }
+                    g.version += 1;
+                    g.pending = 0;
+                    g.most_ends_between_updates = g.most_ends_between_updates.max(g.ends_since_update);
+                    g.ends_since_update = 0;
+                    if g.sync.is_some_and(|s| g.version % s == 0) {
+                        g.base = g.version;
+                    }
+                }
+                for (w, held) in holding.iter_mut().enumerate() {
+                    if deferring[w] && !*held {
+                        admission.hold();
+                    } else if !deferring[w] && *held {
+                        for i in admission.release() {
+                            admitted.push(i);
+                            in_flight.push((i, 0));
+                        }
+                    }
+                    *held = deferring[w];
+                }
+                if in_flight.is_empty() {
+                    break;
+                }
+                prop_assert!(in_flight.len() <= window);
+                // A batch of instances each takes its next step: a read of group s (the
+                // master's current version, or a replica's last sync), or the gradient of
+                // group 2G - 1 - s.
+                let batch = 1 + next_random(max_batch.min(in_flight.len()));
+                let mut ends = Vec::new();
+                for _ in 0..batch {
+                    let at = next_random(in_flight.len());
+                    let (instance, step) = &mut in_flight[at];
+                    let (instance, s) = (*instance, *step);
+                    *step += 1;
+                    if s < model.len() {
+                        let g = &mut model[s];
+                        let version = if g.sync.is_some() && next_random(2) == 1 { g.base } else { g.version };
+                        g.reads.push((instance, version));
+                    } else {
+                        let g = &mut model[steps_per_instance - 1 - s];
+                        let read = g.reads.iter().position(|&(i, _)| i == instance);
+                        prop_assert!(read.is_some(), "a gradient without its read");
+                        let (_, version) = g.reads.swap_remove(read.unwrap_or(0));
+                        g.applied.push(version);
+                    }
+                    if s + 1 == steps_per_instance {
+                        in_flight.swap_remove(at);
+                        ends.push(instance);
+                    }
+                }
+                for _ in ends {
+                    ended += 1;
+                    for g in &mut model {
+                        g.pending += 1;
+                        g.ends_since_update += 1;
+                    }
+                    if let Some(i) = admission.after_end() {
+                        admitted.push(i);
+                        in_flight.push((i, 0));
+                    }
+                }
+            }
+            prop_assert_eq!(&admitted, &(0..n).collect::<Vec<_>>(), "admitted once each, in order");
+            prop_assert_eq!(ended, n);
+            for g in &model {
+                // The end of the run's flush applies what is left.
+                prop_assert_eq!(g.measured + g.applied.len() as u64, n as u64);
+                let most = g.interval as usize + window + max_batch;
+                prop_assert!(
+                    g.most_ends_between_updates <= most,
+                    "{} ends between two updates, interval {}, window {}", g.most_ends_between_updates, g.interval, window
+                );
+            }
         }
 
         /// Credit netting: an instance's messages, handled in batches at one worker, some

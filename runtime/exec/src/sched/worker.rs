@@ -194,6 +194,8 @@ struct Worker<'s, 'a> {
     finished: u64,
     /// A group this worker owns deferred an update for its staleness bound.
     bound_deferred: bool,
+    /// This worker holds admissions for a deferred update (`Admission::hold`).
+    holding: bool,
     /// Seconds a straggler still owes to sleep (negative: it overslept).
     owed_sleep: f64,
     acks: usize,
@@ -228,6 +230,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         processed: 0,
         finished: 0,
         bound_deferred: false,
+        holding: false,
         owed_sleep: 0.0,
         acks: 0,
     };
@@ -443,8 +446,19 @@ impl Worker<'_, '_> {
         }
         let start = self.setup.trace.then(Instant::now);
         let (dir, count) = (batch.dir, batch.msgs.len());
+        // A replica's service time steers the routing to its node (`load::replicas`).
+        let served = self.setup.shared.routes.tracks(node.index).then(Instant::now);
         let result = self.dispatch(node, batch);
-        self.setup.shared.routes.processed(node.index, count);
+        let routes = &self.setup.shared.routes;
+        routes.processed(node.index, count);
+        if let Some(served) = served {
+            // A straggler's step takes its sleep too (`Worker::straggle`): a copy on a slow
+            // worker is that much slower to serve.
+            let took = served.elapsed();
+            let at = served.saturating_duration_since(self.setup.origin);
+            let pause = self.setup.slow.as_ref().map_or(Duration::ZERO, |slow| slow.pause(took, at));
+            routes.served(node.index, count, took + pause);
+        }
         if let Some(start) = start {
             let kind = if dir == Dir::Forward { TraceKind::Forward } else { TraceKind::Backward };
             self.distinct.clear();
@@ -711,6 +725,26 @@ impl Worker<'_, '_> {
                     event.staleness = staleness;
                 }
             }
+        }
+        self.hold_admissions();
+    }
+
+    /// While a group of this worker defers an update for its bound, admissions are held
+    /// (see `Admission::hold`); once none does, this worker releases its hold and makes
+    /// the admissions owed meanwhile, when its hold was the last.
+    fn hold_admissions(&mut self) {
+        if self.bound_deferred == self.holding {
+            return;
+        }
+        self.holding = self.bound_deferred;
+        let (admission, program, credits) = (self.setup.admission, self.setup.program, self.setup.credits);
+        if self.holding {
+            admission.hold();
+            return;
+        }
+        for next in admission.release() {
+            let (to, env) = source_message(program, credits, next);
+            self.admit(to, env);
         }
     }
 
