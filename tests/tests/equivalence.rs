@@ -21,10 +21,10 @@ mod rollout;
 #[path = "equivalence/losses.rs"]
 mod losses;
 
-#[path = "equivalence/dropout.rs"]
-mod dropout;
 #[path = "equivalence/batched.rs"]
 mod batched;
+#[path = "equivalence/dropout.rs"]
+mod dropout;
 
 /// Small hyperparameters so that the suite stays fast; the structure is the model's.
 fn defines(name: &str) -> Vec<(String, i64)> {
