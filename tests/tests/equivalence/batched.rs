@@ -98,6 +98,23 @@ fn the_compiler_batches_row_wise_maps_only() {
     assert_eq!(ops_named(&list, "mask_rows"), 2);
 }
 
+/// A map whose body calls `dropout` stays per element: the mask hashes the element's
+/// index, which a batch has no field for (invariants 22 and 23). The other maps are still
+/// batched, and the reference replays the masks of the mixed graph.
+#[test]
+fn a_map_with_dropout_stays_per_element() {
+    let source = LIST_MAPS.replace("es.map(|e| tanh(lin(e))", "es.map(|e| dropout(tanh(lin(e)), 0.5)");
+    assert_ne!(source, LIST_MAPS, "the body to change is in the model");
+    let c = compile_source_with("list_maps_dropout", &source, Vec::new(), &LowerOptions::default());
+    assert_eq!(ops_named(&c, "dropout"), 1);
+    assert_eq!(ops_named(&c, "group"), 2, "the embedding map and the dropout map are per element");
+    assert_eq!(ops_named(&c, "gather_rows"), 2, "the later maps are still batched");
+    let dropout =
+        c.graph.nodes.node_indices().find(|&i| c.graph.nodes[i].op.keyword() == "dropout").expect("a dropout node");
+    assert!(matches!(c.graph.nodes[dropout].inputs[0], PayloadTy::F32(_)), "one element per message");
+    super::dropout::assert_grads_match(&c, &list_values(3, 12));
+}
+
 /// Loss and every gradient equal the reference's, in both lowerings, JIT on and off;
 /// with the JIT, the elementwise chains of the batched bodies are kernels too.
 #[test]

@@ -129,7 +129,7 @@ fn instances(c: &Compiled, values: &[Value], index: impl Fn(usize) -> u64) -> Ve
 /// `Executor::grads` with training's masks gives the reference's loss and gradients given
 /// the same masks, for instances of several indices and epochs, with the JIT and without;
 /// and the masks matter (some loss differs from the one without dropout).
-fn assert_grads_match(c: &Compiled, values: &[Value]) {
+pub(super) fn assert_grads_match(c: &Compiled, values: &[Value]) {
     let reference = Reference::new(&c.program, c.program.models[0]).expect("reference");
     let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 4);
     let seed = 17;
