@@ -59,6 +59,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+import common  # noqa: E402  (beside this script)
+
 UNK = "<unk>"
 
 
@@ -123,8 +125,6 @@ def read_json_trees(path):
 
 def amp_spec():
     """This model for `common.amp_check`: the levels strategy against `amprun grad`."""
-    import common
-
     def loss(model, batch):
         return F.cross_entropy(model.forward_levels(batch), torch.tensor([t.label for t in batch]))
 
@@ -320,19 +320,6 @@ def make_optimizer(args, model):
         return cls(model.parameters(), lr=lr)
 
 
-def batches(trees, batch, count, rng):
-    """`count` trees (a multiple of `batch`) in minibatches, cycling through shuffled passes."""
-    order = []
-    out = []
-    while len(out) * batch < count:
-        if len(order) < batch:
-            order = list(range(len(trees)))
-            rng.shuffle(order)
-        out.append([trees[k] for k in order[:batch]])
-        order = order[batch:]
-    return out
-
-
 def train(model, opt, mbs, strategy):
     losses = 0.0
     for mb in mbs:
@@ -416,8 +403,6 @@ def main():
     rng = random.Random(args.seed)
 
     if args.check:
-        import common
-
         if not args.data:
             sys.exit("--check needs --data (Amp's JSON Lines trees)")
         args.amprun = args.amprun or common.DEFAULT_AMPRUN
@@ -454,8 +439,8 @@ def main():
             model = TreeLstm(args.vocab, args.embed, args.hidden, args.classes)
             opt = make_optimizer(args, model)
             brng = random.Random(args.seed + b)
-            warm = batches(trees, b, max(args.warmup, b), brng)
-            timed = batches(trees, b, args.trees, brng)
+            warm = common.minibatches(trees, b, max(args.warmup, b), brng)
+            timed = common.minibatches(trees, b, args.trees, brng)
             n = sum(len(mb) for mb in timed)
             flops = sum(forward_flops(t, args.embed, args.hidden, args.classes) for mb in timed for t in mb)
 

@@ -243,18 +243,7 @@ impl FnChecker<'_, '_> {
                     Ty::Error => Ty::Error,
                     other => {
                         let expected = crate::shape::shape_with_values(std::slice::from_ref(input));
-                        let shown = self.ck.ty_str(other);
-                        let mut d = Diagnostic::new(
-                            Code::LinearInputShape,
-                            x.span,
-                            format!("`{inst_str}` expects input `{expected}`, found `{shown}`"),
-                        )
-                        .with_primary(format!("this is `{shown}`"));
-                        if let Some(o) = origin {
-                            d = d.with_label(o, format!("declared as `{inst_str}` here"));
-                        }
-                        self.ck.error(d);
-                        Ty::Error
+                        self.input_shape_error(&x, other, &inst_str, format!("`{expected}`"), origin)
                     }
                 };
                 mk(
@@ -274,18 +263,8 @@ impl FnChecker<'_, '_> {
                     Ty::Error => Ty::Error,
                     other => {
                         let expected = crate::shape::shape_with_values(std::slice::from_ref(dim));
-                        let shown = self.ck.ty_str(other);
-                        let mut d = Diagnostic::new(
-                            Code::LinearInputShape,
-                            x.span,
-                            format!("`{inst_str}` expects input `{expected}` (or `f32[.., {dim}]`), found `{shown}`"),
-                        )
-                        .with_primary(format!("this is `{shown}`"));
-                        if let Some(o) = origin {
-                            d = d.with_label(o, format!("declared as `{inst_str}` here"));
-                        }
-                        self.ck.error(d);
-                        Ty::Error
+                        let expected = format!("`{expected}` (or `f32[.., {dim}]`)");
+                        self.input_shape_error(&x, other, &inst_str, expected, origin)
                     }
                 };
                 mk(
@@ -402,6 +381,22 @@ impl FnChecker<'_, '_> {
                 }
             }
         }
+    }
+
+    /// E0301 for a layer's input of the wrong shape; `Ty::Error` for the call.
+    fn input_shape_error(&mut self, x: &Expr, found: &Ty, inst: &str, expected: String, origin: Option<Span>) -> Ty {
+        let shown = self.ck.ty_str(found);
+        let mut d = Diagnostic::new(
+            Code::LinearInputShape,
+            x.span,
+            format!("`{inst}` expects input {expected}, found `{shown}`"),
+        )
+        .with_primary(format!("this is `{shown}`"));
+        if let Some(o) = origin {
+            d = d.with_label(o, format!("declared as `{inst}` here"));
+        }
+        self.ck.error(d);
+        Ty::Error
     }
 
     pub(super) fn primitive_arity(&mut self, inst: &str, args: &[ast::Expr], span: Span) -> Expr {
