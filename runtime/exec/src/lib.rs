@@ -63,6 +63,7 @@ pub mod error;
 pub mod instance;
 pub mod message;
 pub mod trace;
+pub mod wire;
 
 mod load;
 mod ops;
@@ -73,6 +74,7 @@ pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;
 pub use ops::kernels;
 pub use ops::train::StalenessStats;
+pub use sched::cluster::{process_of, workers_of, Cluster, ClusterSpec};
 pub use sched::controller::{Judgement, Observer, Progress};
 pub use sched::executor::{EpochStats, EvalStats, Executor, GroupStaleness};
 pub use trace::{write_chrome_trace, TraceEvent, TraceKind};

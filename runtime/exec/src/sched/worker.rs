@@ -41,9 +41,10 @@ use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
 use crate::sched::admission::{self, owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
+use crate::sched::cluster::{Peers, ReportTo};
 use crate::trace::{TraceEvent, TraceKind};
 use amp_params::OptimConfig;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -62,6 +63,9 @@ pub(crate) enum ToWorker {
     Stop {
         flush: bool,
     },
+    /// A run split over processes: a credit of this instance that another process kept
+    /// comes back (`sched::cluster`); netted like a consumed message.
+    Release(usize),
 }
 
 /// What workers tell the controller.
@@ -119,11 +123,12 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     pub program: &'s Program,
     pub shared: &'s RunShared<'a>,
     pub inbox: Receiver<ToWorker>,
-    pub peers: Vec<Sender<ToWorker>>,
-    pub reports: Sender<Report>,
+    /// Every worker's inbox, in this process or through the bridge (`sched::cluster`).
+    pub peers: Peers,
+    pub reports: ReportTo,
     /// Where losses, outputs and pieces of the trace go (`Report::Loss`, `Output`,
     /// `Trace`): read by the controller whenever it wakes, so sending them wakes nobody.
-    pub results: Sender<Report>,
+    pub results: ReportTo,
     pub credits: &'s Credits,
     /// Admits the next instance when this worker finishes one.
     pub admission: &'s Admission,
@@ -240,7 +245,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
             label: "(parameter update)".to_string(),
             message: panic_message(panic.as_ref()),
         };
-        let _ = worker.setup.reports.send(Report::Failed(error));
+        worker.setup.reports.send(Report::Failed(error));
     }
     // Instances counted and not yet added (a stop without flush): the groups keep them
     // for the next run.
@@ -253,7 +258,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         .filter(|(_, held)| *held > 0)
         .collect();
     let stopped = Report::Stopped { worker: worker.setup.id, trace: std::mem::take(&mut worker.events), held };
-    let _ = worker.setup.reports.send(stopped);
+    worker.setup.reports.send(stopped);
 }
 
 impl Worker<'_, '_> {
@@ -338,6 +343,11 @@ impl Worker<'_, '_> {
                 self.acks += 1;
                 true
             }
+            ToWorker::Release(instance) => {
+                self.credits.add(instance, -1);
+                self.settle_credits();
+                true
+            }
             ToWorker::Stop { flush } => {
                 if flush {
                     self.update_groups(true);
@@ -362,7 +372,7 @@ impl Worker<'_, '_> {
                 let error = ExecError::Config {
                     message: format!("message for node %{}, which worker {} does not run", env.node, self.setup.id),
                 };
-                let _ = self.setup.reports.send(Report::Failed(error));
+                self.setup.reports.send(Report::Failed(error));
             }
         }
     }
@@ -408,7 +418,7 @@ impl Worker<'_, '_> {
         };
         match failure {
             Some(e) => {
-                let _ = self.setup.reports.send(Report::Failed(e));
+                self.setup.reports.send(Report::Failed(e));
                 false
             }
             None => true,
@@ -557,16 +567,16 @@ impl Worker<'_, '_> {
                 }
             }
             Emit::Loss { instance, value, correct, state } => {
-                let _ = self.setup.results.send(Report::Loss { instance, node: node.index, value, correct, state });
+                self.setup.results.send(Report::Loss { instance, node: node.index, value, correct, state });
                 // Training stops at a loss that is not finite: nothing more is admitted,
                 // and the controller wakes to read the loss and stop the run.
                 if !value.is_finite() && self.setup.shared.mode.backward() {
                     self.setup.admission.halt();
-                    let _ = self.setup.reports.send(Report::Wake);
+                    self.setup.reports.send(Report::Wake);
                 }
             }
             Emit::Output { instance, values } => {
-                let _ = self.setup.results.send(Report::Output { instance, node: node.index, values });
+                self.setup.results.send(Report::Output { instance, node: node.index, values });
             }
         }
     }
@@ -597,12 +607,12 @@ impl Worker<'_, '_> {
                 self.credits.add(i, 1);
             }
             self.enqueue(env);
-        } else if let Some(peer) = self.setup.peers.get(worker) {
+        } else if worker < self.setup.peers.len() {
             if let Some(i) = instance {
                 self.setup.credits.take(i);
             }
             // A peer that is gone has failed; the controller is already stopping the run.
-            let _ = peer.send(ToWorker::Work(env));
+            self.setup.peers.send(worker, ToWorker::Work(env));
         }
     }
 
@@ -618,6 +628,12 @@ impl Worker<'_, '_> {
     /// Instance `i` finished here: the steps of its end are admission's
     /// ([`Admission::instance_ended`]), this worker delivers them (its [`Courier`]).
     fn finished_here(&mut self, i: usize) {
+        // Across processes, the count reached zero here while the instance lives on
+        // elsewhere: the credit this process kept goes back (see `sched::cluster`).
+        if let Some(parent) = self.setup.credits.depart(i) {
+            self.setup.peers.release(parent, i);
+            return;
+        }
         let (admission, program, credits) = (self.setup.admission, self.setup.program, self.setup.credits);
         admission.instance_ended(i, program, credits, self);
     }
@@ -631,7 +647,7 @@ impl Worker<'_, '_> {
         let worker = self.setup.id as u32;
         self.events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, instances, staleness: None });
         if self.events.len() >= TRACE_PIECE {
-            let _ = self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
+            self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
         }
     }
 
@@ -670,7 +686,7 @@ impl Worker<'_, '_> {
             self.update_groups(false);
         }
         for _ in 0..std::mem::take(&mut self.acks) {
-            let _ = self.setup.reports.send(Report::Updated);
+            self.setup.reports.send(Report::Updated);
         }
         self.admit_held();
     }
@@ -814,8 +830,8 @@ impl Courier for Worker<'_, '_> {
         for &owner in &self.owners {
             if owner == self.setup.id {
                 self.finished += 1;
-            } else if let Some(peer) = self.setup.peers.get(owner) {
-                let _ = peer.send(ToWorker::InstanceDone);
+            } else {
+                self.setup.peers.send(owner, ToWorker::InstanceDone);
             }
         }
     }
@@ -824,18 +840,18 @@ impl Courier for Worker<'_, '_> {
         if to == self.setup.id {
             // Joins the queues when they run dry, where the controller's admissions would.
             self.admitted.push(env);
-        } else if let Some(peer) = self.setup.peers.get(to) {
-            let _ = peer.send(ToWorker::Work(env));
+        } else {
+            self.setup.peers.send(to, ToWorker::Work(env));
         }
     }
 
     fn report_done(&mut self, instance: usize) {
         // On the results channel, which wakes nobody: a wake-up of the controller's thread
         // per instance would cost a context switch per instance.
-        let _ = self.setup.results.send(Report::Done { instance });
+        self.setup.results.send(Report::Done { instance });
     }
 
     fn wake_controller(&mut self) {
-        let _ = self.setup.reports.send(Report::Wake);
+        self.setup.reports.send(Report::Wake);
     }
 }
