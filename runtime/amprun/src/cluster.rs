@@ -175,7 +175,7 @@ fn launch(processes: usize) -> Result<State, Failure> {
     }
     let exe = std::env::current_exe().map_err(|e| Failure::usage(format!("cannot find this program's binary: {e}")))?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    for process in 1..processes {
+    for (process, address) in addresses.iter().enumerate().skip(1) {
         let mut child = Command::new(&exe)
             .args(&args)
             .arg("--process")
@@ -188,7 +188,7 @@ fn launch(processes: usize) -> Result<State, Failure> {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| Failure::usage(format!("cannot start process {process}: {e}")))?;
-        eprintln!("amprun: process {process} is pid {} on {}", child.id(), addresses[process]);
+        eprintln!("amprun: process {process} is pid {} on {address}", child.id());
         if let Some(stderr) = child.stderr.take() {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {

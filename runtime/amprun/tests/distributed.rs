@@ -163,6 +163,8 @@ fn a_killed_process_ends_the_run_on_the_other() {
             "hidden=16",
             "--data",
             &example("data/list_reduce.train.jsonl"),
+            "--limit",
+            "100",
             // Far more epochs than it will live to train.
             "--epochs",
             "1000",

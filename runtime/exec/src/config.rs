@@ -149,7 +149,7 @@ pub struct ExecConfig {
     pub fault: Option<Fault>,
     /// The run is split over processes (`Cluster::connect`): this process runs its range
     /// of the workers (`workers_of`), process 0 the controller. `None`: every worker here.
-    pub cluster: Option<crate::sched::cluster::Cluster>,
+    pub cluster: Option<crate::cluster::Cluster>,
     /// Bounded staleness (DSP): no parameter group applies a gradient more than this many
     /// of its updates after the version the gradient's forward messages read; a group
     /// defers an update that would leave a read still in flight staler than that. `None`

@@ -58,6 +58,7 @@
 //!   [`ExecError::NonFiniteLoss`] naming the instance, accumulators are cleared and the
 //!   parameters are those of the last update.
 
+mod cluster;
 pub mod config;
 pub mod error;
 pub mod instance;
@@ -69,12 +70,12 @@ mod load;
 mod ops;
 mod sched;
 
+pub use cluster::{process_of, workers_of, Cluster, ClusterSpec};
 pub use config::{ExecConfig, Fault, NodeSelector, Placement, SlowWorker};
 pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;
 pub use ops::kernels;
 pub use ops::train::StalenessStats;
-pub use sched::cluster::{process_of, workers_of, Cluster, ClusterSpec};
 pub use sched::controller::{Judgement, Observer, Progress};
 pub use sched::executor::{EpochStats, EvalStats, Executor, GroupStaleness};
 pub use trace::{write_chrome_trace, TraceEvent, TraceKind};

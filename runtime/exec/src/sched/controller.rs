@@ -5,15 +5,17 @@
 //! across workers the controller holds each update boundary ([`ControllerHold`]). The
 //! protocol is `sched::admission`'s.
 
+use crate::cluster::{cluster_error, workers_of, Peers, ReportTo, RunPort, RunSink};
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
 use crate::load::program::Program;
+use crate::message::Envelope;
 use crate::message::UNSET;
 use crate::ops::{self, RunMode, RunShared};
 use crate::sched::admission::{source_message, Admission, Boundaries, ControllerHold, Credits};
-use crate::sched::cluster::{workers_of, Peers, ReportTo, RunPort};
 use crate::sched::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crate::trace::TraceEvent;
+use crate::wire::Item;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -144,13 +146,16 @@ pub(crate) fn run(
         Some(c) => {
             let run = c.next_run();
             let outbox = c.outbox(run);
-            c.begin(RunPort {
-                run,
-                local: local.clone(),
+            let sink = Delivery {
                 senders: senders.clone(),
                 credits: Arc::clone(&credits),
                 reports: controls.then(|| report_tx.clone()),
                 results: controls.then(|| result_tx.clone()),
+            };
+            c.begin(RunPort {
+                run,
+                local: local.clone(),
+                sink: Box::new(sink),
                 instances: n,
                 nodes: program.nodes.len(),
                 state_len: program.state_len.max(1),
@@ -264,6 +269,71 @@ pub(crate) fn run(
     }))
 }
 
+/// A run split over processes: where the bridge delivers what other processes send
+/// (`crate::cluster`): this process's workers' channels and credits, and on process 0 the
+/// controller's channels.
+struct Delivery {
+    senders: Vec<Sender<ToWorker>>,
+    credits: Arc<Credits>,
+    reports: Option<Sender<Report>>,
+    results: Option<Sender<Report>>,
+}
+
+impl RunSink for Delivery {
+    fn worker(&self, index: usize, item: Item) {
+        let to_worker = match item {
+            Item::Work { node, port, dir, msg, .. } => ToWorker::Work(Envelope { node, port, dir, msg }),
+            Item::InstanceDone { .. } => ToWorker::InstanceDone,
+            Item::Confirm { .. } => ToWorker::Confirm,
+            Item::Stop { flush, .. } => ToWorker::Stop { flush },
+            Item::Release { instance } => ToWorker::Release(usize::try_from(instance).unwrap_or(usize::MAX)),
+            _ => return,
+        };
+        if let Some(tx) = self.senders.get(index) {
+            let _ = tx.send(to_worker);
+        }
+    }
+
+    fn controller(&self, item: Item, from: &str) -> bool {
+        let (Some(reports), Some(results)) = (&self.reports, &self.results) else { return false };
+        // Losses, outputs, ends and trace pieces on the results channel, the rest on the
+        // reports channel, as a local worker sends them (invariant 17).
+        let (to_results, report) = match item {
+            Item::Loss { instance, node, value, correct, state } => {
+                (true, Report::Loss { instance, node, value, correct, state })
+            }
+            Item::Output { instance, node, values } => (true, Report::Output { instance, node, values }),
+            Item::Done { instance } => {
+                (true, Report::Done { instance: usize::try_from(instance).unwrap_or(usize::MAX) })
+            }
+            Item::Trace(events) => (true, Report::Trace(events)),
+            Item::Updated => (false, Report::Updated),
+            Item::Wake => (false, Report::Wake),
+            Item::Failed { message } => (false, Report::Failed(cluster_error(format!("{from}: {message}")))),
+            Item::Stopped { worker, trace, held } => {
+                let held = held.into_iter().map(|(n, h)| (n, usize::try_from(h).unwrap_or(usize::MAX))).collect();
+                (false, Report::Stopped { worker: worker as usize, trace, held })
+            }
+            _ => return true,
+        };
+        let _ = if to_results { results.send(report) } else { reports.send(report) };
+        true
+    }
+
+    fn arrive(&self, instance: usize, from: usize) -> bool {
+        self.credits.arrive(instance, from)
+    }
+
+    fn fail(&self, message: &str) {
+        if let Some(reports) = &self.reports {
+            let _ = reports.send(Report::Failed(cluster_error(message.to_string())));
+        }
+        for tx in &self.senders {
+            let _ = tx.send(ToWorker::Stop { flush: false });
+        }
+    }
+}
+
 /// The instances in flight as the controller knows them: those admitted (by it or by the
 /// workers) and not yet reported done.
 #[derive(Default)]
@@ -285,7 +355,7 @@ struct Controller<'r, 'o> {
     program: &'r Program,
     config: &'r ExecConfig,
     mode: RunMode,
-    peers: &'r Peers,
+    peers: &'r Peers<ToWorker>,
     reports: &'r Receiver<Report>,
     /// Losses and outputs (see `run`).
     results: &'r Receiver<Report>,

@@ -296,7 +296,7 @@ impl Executor {
         let mut own = Vec::new();
         let mut expected = Vec::new();
         for group in self.program.groups.iter().filter(|g| g.master.is_none()) {
-            let owner = crate::sched::cluster::process_of(group.owner, processes, workers);
+            let owner = crate::cluster::process_of(group.owner, processes, workers);
             for &t in &group.tensors {
                 let base =
                     u32::try_from(t * 4).map_err(|_| ExecError::Config { message: "too many tensors".into() })?;
@@ -469,7 +469,7 @@ fn check_split(program: &Program, config: &ExecConfig, processes: usize) -> Resu
     if config.max_staleness.is_some() || program.groups.iter().any(|g| g.max_staleness.is_some()) {
         return refuse("staleness bounds are not supported in a run split over processes yet".into());
     }
-    let process = |worker: usize| crate::sched::cluster::process_of(worker, processes, program.workers);
+    let process = |worker: usize| crate::cluster::process_of(worker, processes, program.workers);
     for group in &program.groups {
         let owner = process(group.owner);
         for &node in &group.nodes {

@@ -1,5 +1,4 @@
 pub(crate) mod admission;
-pub(crate) mod cluster;
 pub(crate) mod controller;
 pub(crate) mod executor;
 pub(crate) mod worker;

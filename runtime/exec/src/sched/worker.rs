@@ -34,6 +34,7 @@
 //! controller's thread to be scheduled, and what it does depends on nothing but its own
 //! order of work.
 
+use crate::cluster::{Peers, ReportTo, Wire};
 use crate::config::{Fault, SlowWorker};
 use crate::error::{ExecError, OpError};
 use crate::load::program::{GroupInfo, NodeInfo, Program};
@@ -41,8 +42,8 @@ use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
 use crate::sched::admission::{self, owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
-use crate::sched::cluster::{Peers, ReportTo};
 use crate::trace::{TraceEvent, TraceKind};
+use crate::wire::Item;
 use amp_params::OptimConfig;
 use crossbeam_channel::Receiver;
 use std::collections::VecDeque;
@@ -102,6 +103,41 @@ pub(crate) enum Report {
     },
 }
 
+impl Wire for ToWorker {
+    fn into_item(self, worker: u32) -> Option<Item> {
+        Some(match self {
+            ToWorker::Work(Envelope { node, port, dir, msg }) => Item::Work { worker, node, port, dir, msg },
+            ToWorker::InstanceDone => Item::InstanceDone { worker },
+            ToWorker::Confirm => Item::Confirm { worker },
+            ToWorker::Stop { flush } => Item::Stop { worker, flush },
+            // Credits go back to processes, not workers (`Peers::release`).
+            ToWorker::Release(_) => return None,
+        })
+    }
+}
+
+impl Wire for Report {
+    /// A report as it crosses to process 0's controller (an error as its message).
+    fn into_item(self, _: u32) -> Option<Item> {
+        Some(match self {
+            Report::Loss { instance, node, value, correct, state } => {
+                Item::Loss { instance, node, value, correct, state }
+            }
+            Report::Output { instance, node, values } => Item::Output { instance, node, values },
+            Report::Done { instance } => Item::Done { instance: instance as u64 },
+            Report::Updated => Item::Updated,
+            Report::Wake => Item::Wake,
+            Report::Trace(events) => Item::Trace(events),
+            Report::Failed(error) => Item::Failed { message: error.to_string() },
+            Report::Stopped { worker, trace, held } => Item::Stopped {
+                worker: u32::try_from(worker).unwrap_or(u32::MAX),
+                trace,
+                held: held.into_iter().map(|(n, h)| (n, h as u64)).collect(),
+            },
+        })
+    }
+}
+
 /// A worker hands its trace events over in pieces of this many (2 MiB).
 const TRACE_PIECE: usize = 1 << 16;
 
@@ -124,11 +160,11 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     pub shared: &'s RunShared<'a>,
     pub inbox: Receiver<ToWorker>,
     /// Every worker's inbox, in this process or through the bridge (`sched::cluster`).
-    pub peers: Peers,
-    pub reports: ReportTo,
+    pub peers: Peers<ToWorker>,
+    pub reports: ReportTo<Report>,
     /// Where losses, outputs and pieces of the trace go (`Report::Loss`, `Output`,
     /// `Trace`): read by the controller whenever it wakes, so sending them wakes nobody.
-    pub results: ReportTo,
+    pub results: ReportTo<Report>,
     pub credits: &'s Credits,
     /// Admits the next instance when this worker finishes one.
     pub admission: &'s Admission,

@@ -34,9 +34,6 @@
 //! start.
 
 use crate::error::ExecError;
-use crate::message::Envelope;
-use crate::sched::admission::Credits;
-use crate::sched::worker::{Report, ToWorker};
 use crate::wire::{self, Item, Limits, Packet};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sha3::{Digest, Sha3_256};
@@ -147,16 +144,36 @@ enum Control {
     Shutdown,
 }
 
+/// What a process-local message becomes on the wire (the scheduler's `ToWorker` and
+/// `Report` say, in `sched::worker`).
+pub(crate) trait Wire {
+    /// The item for worker `worker` (or the controller) of another process; `None` for
+    /// what never crosses.
+    fn into_item(self, worker: u32) -> Option<Item>;
+}
+
+/// Where the bridge delivers a run's items: the scheduler's channels and credits
+/// (`sched::controller` implements it).
+pub(crate) trait RunSink: Send {
+    /// This process's `index`-th worker takes `item` (a message, an instance's end, a
+    /// confirmation request, a stop, a credit given back).
+    fn worker(&self, index: usize, item: Item);
+    /// A report for the controller, from `from` (named in a failure); false when this
+    /// process runs none.
+    fn controller(&self, item: Item, from: &str) -> bool;
+    /// A message of `instance` arrived from process `from`: true when this process keeps
+    /// the sender's credit until its own count returns to zero (see the module doc).
+    fn arrive(&self, instance: usize, from: usize) -> bool;
+    /// The cluster failed: the controller hears why, every local worker stops.
+    fn fail(&self, message: &str);
+}
+
 /// What the bridge needs of a run to deliver into it.
 pub(crate) struct RunPort {
     pub run: u64,
-    /// This process's workers, and their channels in that order.
+    /// This process's workers.
     pub local: Range<usize>,
-    pub senders: Vec<Sender<ToWorker>>,
-    pub credits: Arc<Credits>,
-    /// Process 0: the controller's channels.
-    pub reports: Option<Sender<Report>>,
-    pub results: Option<Sender<Report>>,
+    pub sink: Box<dyn RunSink>,
     pub instances: usize,
     pub nodes: usize,
     pub state_len: usize,
@@ -328,7 +345,7 @@ impl Cluster {
     }
 }
 
-fn cluster_error(message: String) -> ExecError {
+pub(crate) fn cluster_error(message: String) -> ExecError {
     ExecError::Cluster { message }
 }
 
@@ -350,29 +367,34 @@ impl Outbox {
 /// Where a worker's messages for another worker go: that worker's channel in this
 /// process, or the bridge for a worker of another process. The one seam between the
 /// scheduler and the cluster.
-#[derive(Clone)]
-pub(crate) struct Peers {
+pub(crate) struct Peers<T> {
     /// Per worker (global index), its channel when it runs in this process.
-    local: Vec<Option<Sender<ToWorker>>>,
+    local: Vec<Option<Sender<T>>>,
     remote: Option<(Outbox, Vec<u16>)>,
 }
 
-impl Peers {
+impl<T> Clone for Peers<T> {
+    fn clone(&self) -> Peers<T> {
+        Peers { local: self.local.clone(), remote: self.remote.clone() }
+    }
+}
+
+impl<T: Wire> Peers<T> {
     /// Every worker in this process.
-    pub fn local(senders: &[Sender<ToWorker>]) -> Peers {
+    pub fn local(senders: &[Sender<T>]) -> Peers<T> {
         Peers { local: senders.iter().cloned().map(Some).collect(), remote: None }
     }
 
     /// This process's workers `range` (their channels in `senders`) out of `workers`, the
     /// others through `outbox`.
     pub fn split(
-        senders: &[Sender<ToWorker>],
+        senders: &[Sender<T>],
         range: Range<usize>,
         workers: usize,
         cluster: &Cluster,
         outbox: Outbox,
-    ) -> Peers {
-        let mut local: Vec<Option<Sender<ToWorker>>> = vec![None; workers];
+    ) -> Peers<T> {
+        let mut local: Vec<Option<Sender<T>>> = (0..workers).map(|_| None).collect();
         for (slot, tx) in local.get_mut(range).into_iter().flatten().zip(senders) {
             *slot = Some(tx.clone());
         }
@@ -387,21 +409,13 @@ impl Peers {
     }
 
     /// Sends `item` to worker `worker`, wherever it runs; false when it is gone.
-    pub fn send(&self, worker: usize, item: ToWorker) -> bool {
+    pub fn send(&self, worker: usize, item: T) -> bool {
         if let Some(Some(tx)) = self.local.get(worker) {
             return tx.send(item).is_ok();
         }
         let Some((outbox, owner)) = &self.remote else { return false };
         let Some(&process) = owner.get(worker) else { return false };
-        let worker = u32::try_from(worker).unwrap_or(u32::MAX);
-        let item = match item {
-            ToWorker::Work(Envelope { node, port, dir, msg }) => Item::Work { worker, node, port, dir, msg },
-            ToWorker::InstanceDone => Item::InstanceDone { worker },
-            ToWorker::Confirm => Item::Confirm { worker },
-            ToWorker::Stop { flush } => Item::Stop { worker, flush },
-            // Credits go back to processes, not workers (`Peers::release`).
-            ToWorker::Release(_) => return false,
-        };
+        let Some(item) = item.into_item(u32::try_from(worker).unwrap_or(u32::MAX)) else { return false };
         outbox.send(usize::from(process), item);
         true
     }
@@ -418,6 +432,7 @@ impl Peers {
         self.local.get(worker).and_then(Option::as_ref).map_or(0, Sender::len)
     }
 
+    /// Workers in the run, in every process.
     pub fn len(&self) -> usize {
         self.local.len()
     }
@@ -425,38 +440,32 @@ impl Peers {
 
 /// Where a worker's reports go: the controller's channel in this process, or process 0's
 /// controller through the bridge.
-#[derive(Clone)]
-pub(crate) enum ReportTo {
-    Local(Sender<Report>),
+pub(crate) enum ReportTo<R> {
+    Local(Sender<R>),
     Remote(Outbox),
 }
 
-impl ReportTo {
-    pub fn send(&self, report: Report) {
+impl<R> Clone for ReportTo<R> {
+    fn clone(&self) -> ReportTo<R> {
         match self {
-            ReportTo::Local(tx) => {
-                let _ = tx.send(report);
-            }
-            ReportTo::Remote(outbox) => outbox.send(0, report_item(report)),
+            ReportTo::Local(tx) => ReportTo::Local(tx.clone()),
+            ReportTo::Remote(outbox) => ReportTo::Remote(outbox.clone()),
         }
     }
 }
 
-/// A report as it crosses to process 0 (an error as its message).
-fn report_item(report: Report) -> Item {
-    match report {
-        Report::Loss { instance, node, value, correct, state } => Item::Loss { instance, node, value, correct, state },
-        Report::Output { instance, node, values } => Item::Output { instance, node, values },
-        Report::Done { instance } => Item::Done { instance: instance as u64 },
-        Report::Updated => Item::Updated,
-        Report::Wake => Item::Wake,
-        Report::Trace(events) => Item::Trace(events),
-        Report::Failed(error) => Item::Failed { message: error.to_string() },
-        Report::Stopped { worker, trace, held } => Item::Stopped {
-            worker: u32::try_from(worker).unwrap_or(u32::MAX),
-            trace,
-            held: held.into_iter().map(|(n, h)| (n, h as u64)).collect(),
-        },
+impl<R: Wire> ReportTo<R> {
+    pub fn send(&self, report: R) {
+        match self {
+            ReportTo::Local(tx) => {
+                let _ = tx.send(report);
+            }
+            ReportTo::Remote(outbox) => {
+                if let Some(item) = report.into_item(0) {
+                    outbox.send(0, item);
+                }
+            }
+        }
     }
 }
 
@@ -521,7 +530,10 @@ const MAX_EARLY_ITEMS: usize = 1 << 24;
 
 /// Network threads that panicked (timely ends a broken connection with a panic in its
 /// `timely:recv-N` or `timely:send-N` thread): the peer, and the bridge to wake.
-static LOST: OnceLock<Mutex<(Vec<(usize, String)>, Option<Thread>)>> = OnceLock::new();
+static LOST: OnceLock<Mutex<Lost>> = OnceLock::new();
+
+/// The peers whose network threads broke (and why), and the bridge thread to wake.
+type Lost = (Vec<(usize, String)>, Option<Thread>);
 
 /// Installs, once, a panic hook that turns a timely network thread's panic into a lost
 /// peer for the bridge (quietly: the run's error names the peer), and leaves every other
@@ -666,12 +678,7 @@ impl Bridge {
             *failure = Some(message.clone());
         }
         if let Some(run) = self.run.take() {
-            if let Some(reports) = &run.reports {
-                let _ = reports.send(Report::Failed(cluster_error(message)));
-            }
-            for tx in &run.senders {
-                let _ = tx.send(ToWorker::Stop { flush: false });
-            }
+            run.sink.fail(&message);
         }
     }
 
@@ -739,9 +746,8 @@ impl Bridge {
 
     fn begin(&mut self, port: Box<RunPort>) {
         if self.failed() {
-            for tx in &port.senders {
-                let _ = tx.send(ToWorker::Stop { flush: false });
-            }
+            let failure = self.failure.lock().ok().and_then(|f| f.clone()).unwrap_or_default();
+            port.sink.fail(&failure);
             return;
         }
         let run = port.run;
@@ -814,20 +820,19 @@ impl Bridge {
         let mut releases = Vec::new();
         {
             let Some(port) = self.run.as_ref() else { return Ok(()) };
-            let local = |worker: u32| {
+            let bad = |what: String| format!("{who} sent {what}");
+            let local = |worker: u32, what: &str| {
                 let w = worker as usize;
                 if port.local.contains(&w) {
-                    port.senders.get(w - port.local.start).ok_or(())
+                    Ok(w - port.local.start)
                 } else {
-                    Err(())
+                    Err(bad(format!("{what} for worker {worker}, not one of this process's")))
                 }
             };
-            let bad = |what: String| format!("{who} sent {what}");
             for item in packet.items {
                 match item {
                     Item::Work { worker, node, port: p, dir, msg } => {
-                        let tx = local(worker)
-                            .map_err(|_| bad(format!("a message for worker {worker}, not one of this process's")))?;
+                        let index = local(worker, "a message")?;
                         if node as usize >= port.nodes || msg.state.len() != port.state_len {
                             return Err(bad(format!(
                                 "a message for node {node} with {} state fields",
@@ -837,32 +842,22 @@ impl Bridge {
                         let instance = usize::try_from(msg.instance()).ok().filter(|&i| i < port.instances);
                         let instance =
                             instance.ok_or_else(|| bad(format!("a message of instance {}", msg.instance())))?;
-                        if !port.credits.arrive(instance, from) {
+                        if !port.sink.arrive(instance, from) {
                             releases.push(instance);
                         }
-                        let _ = tx.send(ToWorker::Work(Envelope { node, port: p, dir, msg }));
+                        port.sink.worker(index, Item::Work { worker, node, port: p, dir, msg });
                     }
-                    Item::InstanceDone { worker } => {
-                        let tx = local(worker).map_err(|_| bad(format!("an instance's end for worker {worker}")))?;
-                        let _ = tx.send(ToWorker::InstanceDone);
-                    }
-                    Item::Confirm { worker } => {
-                        let tx =
-                            local(worker).map_err(|_| bad(format!("a confirmation request for worker {worker}")))?;
-                        let _ = tx.send(ToWorker::Confirm);
-                    }
-                    Item::Stop { worker, flush } => {
-                        let tx = local(worker).map_err(|_| bad(format!("a stop for worker {worker}")))?;
-                        let _ = tx.send(ToWorker::Stop { flush });
+                    Item::InstanceDone { worker } | Item::Confirm { worker } | Item::Stop { worker, .. } => {
+                        let index = local(worker, "a control word")?;
+                        port.sink.worker(index, item);
                     }
                     Item::Release { instance } => {
-                        let instance = usize::try_from(instance).ok().filter(|&i| i < port.instances);
-                        let instance = instance.ok_or_else(|| bad("a credit of an unknown instance".into()))?;
+                        if usize::try_from(instance).ok().filter(|&i| i < port.instances).is_none() {
+                            return Err(bad("a credit of an unknown instance".into()));
+                        }
                         // Any worker of this process settles it (and ends the instance when
                         // that was its last credit).
-                        if let Some(tx) = port.senders.first() {
-                            let _ = tx.send(ToWorker::Release(instance));
-                        }
+                        port.sink.worker(0, item);
                     }
                     Item::Heartbeat => {}
                     Item::Shutdown => self.shutdown_heard[from] = true,
@@ -870,33 +865,9 @@ impl Bridge {
                         let _ = self.tensors.send((from, tensor, values));
                     }
                     report => {
-                        let (Some(reports), Some(results)) = (&port.reports, &port.results) else {
+                        if !port.sink.controller(report, &who) {
                             return Err(bad("a report to a process without the controller".into()));
-                        };
-                        let (to_results, report) = match report {
-                            Item::Loss { instance, node, value, correct, state } => {
-                                (true, Report::Loss { instance, node, value, correct, state })
-                            }
-                            Item::Output { instance, node, values } => {
-                                (true, Report::Output { instance, node, values })
-                            }
-                            Item::Done { instance } => {
-                                let instance = usize::try_from(instance).unwrap_or(usize::MAX);
-                                (true, Report::Done { instance })
-                            }
-                            Item::Trace(events) => (true, Report::Trace(events)),
-                            Item::Updated => (false, Report::Updated),
-                            Item::Wake => (false, Report::Wake),
-                            Item::Failed { message } => {
-                                (false, Report::Failed(cluster_error(format!("{who}: {message}"))))
-                            }
-                            Item::Stopped { worker, trace, held } => {
-                                let held = held.into_iter().map(|(n, h)| (n, usize::try_from(h).unwrap_or(usize::MAX)));
-                                (false, Report::Stopped { worker: worker as usize, trace, held: held.collect() })
-                            }
-                            _ => continue,
-                        };
-                        let _ = if to_results { results.send(report) } else { reports.send(report) };
+                        }
                     }
                 }
             }
@@ -925,8 +896,7 @@ fn connect_all(spec: &ClusterSpec) -> Result<Vec<Option<TcpStream>>, ExecError> 
     } else {
         None
     };
-    for peer in 0..me {
-        let address = &spec.addresses[peer];
+    for (peer, address) in spec.addresses.iter().enumerate().take(me) {
         let stream = loop {
             let attempt = address
                 .to_socket_addrs()
