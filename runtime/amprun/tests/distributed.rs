@@ -255,3 +255,27 @@ fn a_process_without_the_key_is_refused() {
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(stderr(&out).contains("did not prove the cluster key"), "{}", stderr(&out));
 }
+
+/// `eval` over two processes reports the loss and accuracy of one process (process 0
+/// prints them; the other prints nothing).
+#[test]
+fn eval_over_two_processes_reports_what_one_process_does() {
+    let dir = scratch("split-eval");
+    let dir = dir.path();
+    let data = example("data/list_reduce.train.jsonl");
+    let model = example("list_reduce.amp");
+    let train = ["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "20", "--save", "p.safetensors"];
+    amprun_ok(dir, &train);
+    let eval = |extra: &[&str]| {
+        let mut args = vec!["eval", &model, "-D", "hidden=16", "--params", "p.safetensors", "--data", &data];
+        args.extend(["--limit", "30", "--workers", "2", "--plan", "round-robin"]);
+        args.extend(extra);
+        let out = stdout(&amprun_ok(dir, &args));
+        // `ListReduce: loss L  accuracy A%  instances N  instances/s R  (...)`: all but the rate.
+        let line = out.lines().next().expect("a result line").to_string();
+        line.split("  instances/s").next().expect("the line").to_string()
+    };
+    let one = eval(&[]);
+    assert!(one.contains("loss"), "{one}");
+    assert_eq!(eval(&["--processes", "2"]), one);
+}

@@ -42,6 +42,7 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
@@ -544,16 +545,20 @@ fn watch_network_threads(bridge: Thread) {
         std::panic::set_hook(Box::new(move |info| {
             let name = std::thread::current().name().map(str::to_string).unwrap_or_default();
             let peer = name.strip_prefix("timely:recv-").or_else(|| name.strip_prefix("timely:send-"));
+            let what = info
+                .payload()
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            // The bridge meets a dead network thread's queues as a panic it catches.
+            if name == "amp-bridge" && what.contains("poisoned") {
+                return;
+            }
             match peer.and_then(|p| p.parse::<usize>().ok()) {
                 Some(peer) => {
                     if let Some(lost) = LOST.get() {
                         if let Ok(mut lost) = lost.lock() {
-                            let what = info
-                                .payload()
-                                .downcast_ref::<String>()
-                                .cloned()
-                                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
-                                .unwrap_or_default();
                             lost.0.push((peer, what));
                             if let Some(bridge) = &lost.1 {
                                 bridge.unpark();
@@ -587,15 +592,32 @@ impl Bridge {
         let mut shutting_down: Option<Instant> = None;
         loop {
             let mut busy = false;
-            allocator.receive();
-            while let Some(frame) = puller.recv() {
+            // Timely's queues panic once a network thread died (its peer is gone): the
+            // allocator is then given up and the peer reported lost.
+            let frames = if self.failed() {
+                Vec::new()
+            } else {
+                let received = catch_unwind(AssertUnwindSafe(|| {
+                    allocator.receive();
+                    let mut frames = Vec::new();
+                    while let Some(frame) = puller.recv() {
+                        frames.push(frame);
+                    }
+                    // Timely counts events per channel; nobody else reads them here.
+                    allocator.events().borrow_mut().clear();
+                    frames
+                }));
+                received.unwrap_or_else(|_| {
+                    self.network_failed();
+                    Vec::new()
+                })
+            };
+            for frame in frames {
                 busy = true;
                 if let Err(message) = self.on_frame(frame.bytes()) {
                     self.fail(message);
                 }
             }
-            // Timely counts events per channel; nobody else reads them here.
-            allocator.events().borrow_mut().clear();
             while let Ok(control) = self.controls.try_recv() {
                 busy = true;
                 match control {
@@ -626,10 +648,15 @@ impl Bridge {
                 self.shutdown_sent = true;
             }
             if !failed {
-                self.flush(&mut pushers);
-                self.beat(&mut pushers);
+                let sent = catch_unwind(AssertUnwindSafe(|| {
+                    self.flush(&mut pushers);
+                    self.beat(&mut pushers);
+                    allocator.release();
+                }));
+                if sent.is_err() {
+                    self.network_failed();
+                }
             }
-            allocator.release();
             let everyone_left = (0..self.addresses.len()).all(|p| p == self.process || self.shutdown_heard[p]);
             if let Some(since) = shutting_down {
                 if failed || everyone_left {
@@ -648,16 +675,25 @@ impl Bridge {
                 allocator.await_events(Some(self.heartbeat / 2));
             }
         }
-        let failed = self.failed();
-        drop(pushers);
-        drop(puller);
-        drop(allocator);
-        if failed {
-            // A broken connection's network thread panicked; joining it would panic too.
+        if self.failed() {
+            // A broken connection's network thread panicked, and timely's queues with it:
+            // dropping them, or joining the thread, would panic again.
+            std::mem::forget(pushers);
+            std::mem::forget(puller);
+            std::mem::forget(allocator);
             std::mem::forget(guard);
         } else {
+            drop(pushers);
+            drop(puller);
+            drop(allocator);
             drop(guard);
         }
+    }
+
+    /// Timely's side failed (a network thread died): the peer it names is lost.
+    fn network_failed(&mut self) {
+        self.check_lost();
+        self.fail("lost the connection to a peer (a network thread failed)".into());
     }
 
     fn peer(&self, process: usize) -> String {

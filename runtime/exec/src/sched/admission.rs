@@ -289,7 +289,7 @@ pub(crate) fn update_within_bound(version: u64, oldest_owed: Option<u64>, bound:
 /// Per instance of a run, the messages of it in flight (in this process).
 pub(crate) struct Credits {
     counts: Vec<AtomicU32>,
-    /// A run split over processes (`sched::cluster`): per instance, the processes whose
+    /// A run split over processes (`crate::cluster`): per instance, the processes whose
     /// credit this process keeps until its count returns to zero, oldest first (empty
     /// otherwise, and for a one-process run).
     parents: Vec<Mutex<VecDeque<u16>>>,

@@ -108,7 +108,7 @@ pub(crate) fn run(
     let n = shared.instances.len();
     let workers = program.workers;
     // Split over processes, this process runs its range of workers; the others run
-    // theirs, and process 0 the controller (see `sched::cluster`).
+    // theirs, and process 0 the controller (see `crate::cluster`).
     let cluster = config.cluster.as_ref();
     let local = match cluster {
         Some(c) => workers_of(c.process(), c.processes(), workers),

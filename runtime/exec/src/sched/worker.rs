@@ -65,7 +65,7 @@ pub(crate) enum ToWorker {
         flush: bool,
     },
     /// A run split over processes: a credit of this instance that another process kept
-    /// comes back (`sched::cluster`); netted like a consumed message.
+    /// comes back (`crate::cluster`); netted like a consumed message.
     Release(usize),
 }
 
@@ -159,7 +159,7 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     pub program: &'s Program,
     pub shared: &'s RunShared<'a>,
     pub inbox: Receiver<ToWorker>,
-    /// Every worker's inbox, in this process or through the bridge (`sched::cluster`).
+    /// Every worker's inbox, in this process or through the bridge (`crate::cluster`).
     pub peers: Peers<ToWorker>,
     pub reports: ReportTo<Report>,
     /// Where losses, outputs and pieces of the trace go (`Report::Loss`, `Output`,
@@ -665,7 +665,7 @@ impl Worker<'_, '_> {
     /// ([`Admission::instance_ended`]), this worker delivers them (its [`Courier`]).
     fn finished_here(&mut self, i: usize) {
         // Across processes, the count reached zero here while the instance lives on
-        // elsewhere: the credit this process kept goes back (see `sched::cluster`).
+        // elsewhere: the credit this process kept goes back (see `crate::cluster`).
         if let Some(parent) = self.setup.credits.depart(i) {
             self.setup.peers.release(parent, i);
             return;
