@@ -603,4 +603,26 @@ mod tests {
             }
         }
     }
+
+    /// Across processes: the sender of the message that finds an instance absent here is
+    /// its parent, given its credit back when the count returns to zero (oldest first);
+    /// a message that finds the instance here gives its sender's credit back at once.
+    #[test]
+    fn a_process_keeps_the_credit_of_the_message_that_engaged_it() {
+        let credits = Credits::across_processes(2);
+        assert!(credits.arrive(1, 0), "the first message engages the process");
+        assert!(!credits.arrive(1, 2), "an engaged process gives the credit back at once");
+        let mut netting = CreditNetting::default();
+        netting.add(1, -2);
+        let mut ended = Vec::new();
+        netting.settle(&credits, |i| ended.push(i));
+        assert_eq!(ended, [1]);
+        assert_eq!(credits.depart(1), Some(0));
+        // Engaged again by process 2, then back to zero: 2 is the parent this time.
+        assert!(credits.arrive(1, 2));
+        assert_eq!(credits.depart(1), Some(2));
+        assert_eq!(credits.depart(1), None, "where the instance was admitted it ends");
+        // One process: no parents, an instance ends where its count reaches zero.
+        assert_eq!(Credits::new(1).depart(0), None);
+    }
 }
