@@ -204,9 +204,10 @@ fn a_killed_process_ends_the_run_on_the_other() {
 }
 
 /// A process whose key differs is refused before anything else is read: the one that
-/// connects says the other did not prove the key.
+/// connects says the other did not prove the key. One with the key but another graph is
+/// refused too, on both sides.
 #[test]
-fn a_process_without_the_key_is_refused() {
+fn a_process_without_the_key_or_with_another_graph_is_refused() {
     let dir = scratch("split-key");
     let dir = dir.path();
     let ports: Vec<u16> = (0..2)
@@ -218,12 +219,12 @@ fn a_process_without_the_key_is_refused() {
     std::fs::write(dir.join("hosts.txt"), format!("127.0.0.1:{}\n127.0.0.1:{}\n", ports[0], ports[1])).unwrap();
     std::fs::write(dir.join("a.key"), "the right key").unwrap();
     std::fs::write(dir.join("b.key"), "a wrong key").unwrap();
-    let args = |process: &str, key: &str| {
+    let args = |process: &str, key: &str, hidden: &str| {
         vec![
             "train".to_string(),
             example("list_reduce.amp"),
             "-D".into(),
-            "hidden=16".into(),
+            hidden.into(),
             "--data".into(),
             example("data/list_reduce.train.jsonl"),
             "--limit".into(),
@@ -241,19 +242,26 @@ fn a_process_without_the_key_is_refused() {
         ]
     };
     let mut zero = Command::new(env!("CARGO_BIN_EXE_amprun"))
-        .args(args("0", "a.key"))
+        .args(args("0", "a.key", "hidden=16"))
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("process 0 starts");
-    let refs = args("1", "b.key");
+    let refs = args("1", "b.key", "hidden=16");
     let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
     let out = amprun(dir, &refs);
-    let _ = zero.kill();
-    let _ = zero.wait();
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(stderr(&out).contains("did not prove the cluster key"), "{}", stderr(&out));
+    // With the key but another graph (another hidden size), process 1 is refused by name
+    // (process 0, still waiting for a process that proves the key, is refused too).
+    let refs = args("1", "a.key", "hidden=8");
+    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+    let out = amprun(dir, &refs);
+    let zero_status = zero.wait().expect("process 0 ends");
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("runs another binary or graph"), "{}", stderr(&out));
+    assert_eq!(zero_status.code(), Some(4));
 }
 
 /// `eval` over two processes reports the loss and accuracy of one process (process 0
