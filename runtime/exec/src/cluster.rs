@@ -1104,6 +1104,58 @@ mod tests {
         }
     }
 
+    /// A peer that proves the key and then sends bytes that are no packet ends the
+    /// cluster with an error naming it, without a panic.
+    #[test]
+    fn a_malformed_packet_ends_the_cluster_naming_its_sender() {
+        let ports: Vec<u16> = (0..2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap())
+            .collect();
+        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let key = b"test key".to_vec();
+        let peer_spec = ClusterSpec::new(1, addresses.clone(), key.clone(), b"same".to_vec());
+        let first = addresses[0].clone();
+        // Process 1, by hand: the handshake, then one timely frame of garbage.
+        let peer = std::thread::spawn(move || {
+            let stream = loop {
+                match TcpStream::connect(&first) {
+                    Ok(stream) => break stream,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            };
+            let Ok((_, mut stream)) = handshake(stream, &peer_spec, Some(0)) else { panic!("the handshake fails") };
+            let mut body = Vec::new();
+            body.extend_from_slice(&wire::MAGIC.to_le_bytes());
+            body.extend_from_slice(&1u32.to_le_bytes());
+            body.extend_from_slice(&1u64.to_le_bytes());
+            body.extend_from_slice(&1000u32.to_le_bytes());
+            let mut frame = Vec::new();
+            // timely's header: channel, source, target range, length, sequence number.
+            for word in [0u64, 1, 0, 1, body.len() as u64, 0] {
+                frame.extend_from_slice(&word.to_be_bytes());
+            }
+            frame.extend_from_slice(&body);
+            stream.write_all(&frame).unwrap();
+            // Held open until the other side gave up on it.
+            let mut rest = Vec::new();
+            let _ = stream.read_to_end(&mut rest);
+        });
+        let cluster = Cluster::connect(ClusterSpec::new(0, addresses.clone(), key, b"same".to_vec())).unwrap();
+        let mut failure = None;
+        for _ in 0..500 {
+            failure = cluster.failure();
+            if failure.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let failure = failure.expect("the cluster failed");
+        assert!(failure.contains(&format!("process 1 ({})", addresses[1])), "{failure}");
+        assert!(failure.contains("1000 items announced"), "{failure}");
+        drop(cluster);
+        drop(peer);
+    }
+
     #[test]
     fn the_proof_depends_on_the_key_the_prover_and_both_nonces() {
         let (a, b) = ([1u8; 16], [2u8; 16]);
