@@ -287,3 +287,33 @@ fn eval_over_two_processes_reports_what_one_process_does() {
     assert!(one.contains("loss"), "{one}");
     assert_eq!(eval(&["--processes", "2"]), one);
 }
+
+/// A checkpoint written over two processes resumes in one: the run ends with the
+/// parameters of an uninterrupted one-process run (to rounding).
+#[test]
+fn a_checkpoint_of_two_processes_resumes_in_one() {
+    let dir = scratch("split-resume");
+    let dir = dir.path();
+    let model = example("list_reduce.amp");
+    let data = example("data/list_reduce.train.jsonl");
+    let train = |epochs: &str, save: &str, extra: &[&str]| {
+        let mut args = vec!["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "40"];
+        args.extend(["--workers", "2", "--plan", "round-robin", "--min-update-frequency", "4", "--optimizer", "adam"]);
+        args.extend(["--epochs", epochs, "--save", save]);
+        args.extend(extra);
+        amprun_ok(dir, &args);
+    };
+    train("2", "whole.safetensors", &[]);
+    train("1", "split.safetensors", &["--processes", "2"]);
+    train("2", "split.safetensors", &["--resume"]);
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let whole = checkpoint(&dir.join("whole.safetensors"), &graph);
+    let resumed = checkpoint(&dir.join("split.safetensors"), &graph);
+    assert_eq!(resumed.metadata["epoch"], "2");
+    for (spec, values) in whole.params.iter() {
+        let other = resumed.params.get(&spec.name).expect("the same tensors");
+        for (x, y) in values.iter().zip(other) {
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{}`: {x} uninterrupted, {y} resumed", spec.name);
+        }
+    }
+}
