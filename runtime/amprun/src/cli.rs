@@ -208,6 +208,22 @@ pub struct ExecArgs {
     /// Inject a fault (testing): `panic:NODE:N` or `delay:NODE:N:MILLIS`.
     #[arg(long, hide = true, value_parser = parse_fault)]
     pub fault: Option<Fault>,
+    /// Split the workers over P processes (docs/distributed.md). Alone, runs P processes
+    /// on this machine over loopback (this one is process 0); with `--process` and
+    /// `--hostfile`, this is one process of a run across hosts.
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub processes: Option<u16>,
+    /// This process's index in the hostfile (0 reads the data's results, writes metrics
+    /// and checkpoints).
+    #[arg(long, value_name = "I", requires_all = ["processes", "hostfile"])]
+    pub process: Option<u16>,
+    /// One `host:port` per line, process 0 first: where each process listens.
+    #[arg(long, value_name = "FILE", requires = "process")]
+    pub hostfile: Option<PathBuf>,
+    /// The shared secret every process of the run must prove (any bytes; the same file
+    /// on every host). `--processes P` alone generates one for its processes.
+    #[arg(long, value_name = "FILE", requires = "process")]
+    pub cluster_key: Option<PathBuf>,
 }
 
 impl ExecArgs {
@@ -242,7 +258,7 @@ impl ScheduleName {
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct TrainArgs {
     #[command(flatten)]
     pub model: ModelArgs,

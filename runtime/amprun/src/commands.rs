@@ -76,6 +76,10 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
     let session = Session::open(args, false)?;
     let stats =
         session.executor.evaluate(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
+    // A split run's followers ran their workers' part; process 0 reports.
+    if crate::cluster::follower() {
+        return Ok(());
+    }
     let accuracy = stats.accuracy.map(|a| format!("  accuracy {:.2}%", 100.0 * a)).unwrap_or_default();
     println!(
         "{}: loss {:.6}{accuracy}  instances {}  instances/s {:.1}  ({})",
@@ -131,6 +135,9 @@ pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
     let session = Session::open(args, true)?;
     let outputs =
         session.executor.infer(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
+    if crate::cluster::follower() {
+        return Ok(());
+    }
     let probabilities = feeds_cross_entropy(&session.graph);
     let write = |out: &mut dyn Write| -> std::io::Result<()> {
         for (i, output) in outputs.iter().enumerate() {
@@ -197,6 +204,9 @@ fn feeds_cross_entropy(graph: &Graph) -> bool {
 
 /// Writes the mean gradient over the instances and prints the mean loss.
 pub fn grad(args: &GradArgs) -> Result<(), Failure> {
+    if args.exec.processes.is_some_and(|p| p > 1) {
+        return Err(Failure::usage("`amprun grad` does not split over --processes yet"));
+    }
     setup::check_output("--out", &args.out)?;
     let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, false)?;
     let instances = session.data.all();

@@ -20,6 +20,7 @@
 //!        [--min-lr X] [--init-embedding NAME=vectors.txt ...] [--freeze NAME ...]
 //!        [--max-staleness K|NODE=K ...] [--staleness-schedule uniform|layerwise]
 //!        [--slow-worker W=F[@START..END] ...] [--worker-speed W=S ...]
+//!        [--processes P [--process I --hostfile FILE --cluster-key FILE]]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl [--output FILE]
 //!                                         one JSON line per instance; labels may be absent
@@ -159,6 +160,20 @@
 //! `--min-update-frequency`, not all at the end of the epoch. A replicated group's bound is at least `--replica-sync` (its replicas read values up to
 //! a sync old); a smaller one is refused.
 //!
+//! **Several processes.** `--processes P` splits the workers over P processes
+//! (docs/distributed.md): alone, it starts P - 1 more processes of this binary on this
+//! machine over loopback (this one is process 0, and names each child's pid); with
+//! `--process I --hostfile FILE --cluster-key FILE`, this is process I of a run across
+//! hosts (the hostfile lists one `host:port` per process; the key file is the same on every
+//! host). Process `p` runs a contiguous block of the `--workers`; process 0 runs the
+//! controller and writes metrics, progress and checkpoints (gathered from every process:
+//! the file is a one-process run's), the others print only errors. Every process reads the
+//! data itself. Processes prove the shared key before anything else is read from their
+//! connection, and refuse a peer whose binary, graph or worker count differs. A lost
+//! process ends the run on the others within seconds, naming it (exit 4). Not yet with
+//! `--replicate`, `--max-staleness`, `--patience` or `--keep-best`, nor with a parameter
+//! used on workers of two processes (each refused with a clear error).
+//!
 //! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step
 //! (a batch and the updates after it): it sleeps F - 1 times the step's measured time
 //! after it, so its work stays real (the sleeps are summed and taken a millisecond or more
@@ -273,6 +288,7 @@
 //! `failure` (messages and exit codes).
 
 mod cli;
+mod cluster;
 mod commands;
 mod data;
 mod embeddings;
@@ -303,12 +319,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     report_worker_panics_briefly();
-    let result = match &cli.command {
+    let exec = match &cli.command {
+        Command::Train(args) => &args.exec,
+        Command::Eval(args) | Command::Infer(args) => &args.exec,
+        Command::Grad(args) => &args.exec,
+    };
+    let result = cluster::prepare(exec).and_then(|()| match &cli.command {
         Command::Train(args) => train::run(args),
         Command::Eval(args) => commands::eval(args),
         Command::Infer(args) => commands::infer(args),
         Command::Grad(args) => commands::grad(args),
-    };
+    });
+    let result = cluster::finish(result);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {

@@ -143,6 +143,10 @@ impl Progress {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
+        // A split run's followers see no losses: process 0 reports.
+        if crate::cluster::follower() {
+            return;
+        }
         eprintln!("{line}");
     }
 

@@ -60,6 +60,23 @@ impl Observer for Watch<'_> {
 
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let started = Instant::now();
+    if args.exec.processes.is_some_and(|p| p > 1) && (args.patience.is_some() || args.keep_best.is_some()) {
+        // Only process 0 sees the validation, and every process must make the same runs.
+        return Err(Failure::usage("--patience and --keep-best do not work with --processes yet"));
+    }
+    // A follower of a split run trains its workers' part and writes nothing: process 0
+    // writes the metrics, checkpoints and traces.
+    let follower;
+    let args = if crate::cluster::follower() {
+        let mut quiet = args.clone();
+        quiet.metrics = None;
+        quiet.trace = None;
+        quiet.profile = None;
+        follower = quiet;
+        &follower
+    } else {
+        args
+    };
     check_outputs(args)?;
     let model = model::load(&args.model)?;
     let graph = model.graph;
@@ -316,6 +333,8 @@ impl TrainRun<'_> {
         self.last.0 = Some(report);
         line.push_str(&format!(" [{:.1}s]", self.started.elapsed().as_secs_f64()));
         if let Some(path) = &self.args.save {
+            // Split over processes, every group's values come to process 0 first.
+            self.executor.gather().map_err(|e| Failure::exec(&e, &|_| String::new()))?;
             let (params, optim) = (self.executor.params(), self.executor.optimizer_state());
             self.save(path, params, optim, epoch, "complete")?;
             self.save_holds_start = true;
@@ -391,6 +410,9 @@ impl TrainRun<'_> {
         epochs_done: u64,
         status: &str,
     ) -> Result<(), Failure> {
+        if crate::cluster::follower() {
+            return Ok(());
+        }
         let metadata: BTreeMap<String, String> = [
             (meta::MODEL, self.name.clone()),
             (meta::EPOCH, epochs_done.to_string()),

@@ -109,6 +109,9 @@ pub enum ExecError {
     /// a cache never released): the graph's keys or routing are wrong. `worker` runs the
     /// node.
     Leaked { worker: usize, node: u32, label: String, held: usize },
+    /// A run split over processes failed between them: a process was lost or refused, or
+    /// sent what could not be read (the message names the process and its address).
+    Cluster { message: String },
 }
 
 impl ExecError {
@@ -163,6 +166,7 @@ impl fmt::Display for ExecError {
                 f,
                 "node %{node} `{label}` on worker {worker} still holds {held} message(s) after the run (bad keys or routing)"
             ),
+            ExecError::Cluster { message } => f.write_str(message),
         }
     }
 }

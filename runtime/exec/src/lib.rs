@@ -54,20 +54,27 @@
 //!   one node calling its Cranelift kernel, batching like a Linear node; results equal
 //!   node-by-node execution to rounding.
 //! - Replicas (`ExecConfig::replicas`): see the `load::replicas` module.
+//! - Several processes (`ExecConfig::cluster`, [`Cluster::connect`]): each runs its block
+//!   of the workers ([`workers_of`]) and process 0 the controller; what crosses processes
+//!   goes through one bridge thread per process over timely_communication, encoded by
+//!   [`wire`] (docs/distributed.md).
 //! - A non-finite loss sends no gradient back; the run stops with
 //!   [`ExecError::NonFiniteLoss`] naming the instance, accumulators are cleared and the
 //!   parameters are those of the last update.
 
+mod cluster;
 pub mod config;
 pub mod error;
 pub mod instance;
 pub mod message;
 pub mod trace;
+pub mod wire;
 
 mod load;
 mod ops;
 mod sched;
 
+pub use cluster::{process_of, workers_of, Cluster, ClusterSpec};
 pub use config::{ExecConfig, Fault, NodeSelector, Placement, SlowWorker};
 pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;

@@ -80,7 +80,9 @@
 use crate::load::program::{GroupInfo, Program};
 use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
 use crate::ops::train::ParamAccess;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// Whether admissions stop at update boundaries, and who opens the next window.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -103,9 +105,11 @@ pub(crate) enum Holder {
 }
 
 impl Boundaries {
-    /// The boundaries of a run: held only in synchronous training.
-    pub fn of_run(synchronous_training: bool, program: &Program) -> Boundaries {
-        match (synchronous_training, program.on_one_worker()) {
+    /// The boundaries of a run: held only in synchronous training; by the controller
+    /// when the run is split over processes (the instances end on process 0, where it
+    /// runs).
+    pub fn of_run(synchronous_training: bool, program: &Program, across_processes: bool) -> Boundaries {
+        match (synchronous_training, program.on_one_worker() && !across_processes) {
             (false, _) => Boundaries::Free,
             (true, true) => Boundaries::Held(Holder::SourceWorker),
             (true, false) => Boundaries::Held(Holder::Controller),
@@ -346,14 +350,51 @@ pub(crate) fn update_within_bound(version: u64, oldest_owed: Option<u64>, bound:
     }
 }
 
-/// Per instance of a run, the messages of it in flight.
+/// Per instance of a run, the messages of it in flight (in this process).
 pub(crate) struct Credits {
     counts: Vec<AtomicU32>,
+    /// A run split over processes (`crate::cluster`): per instance, the processes whose
+    /// credit this process keeps until its count returns to zero, oldest first (empty
+    /// otherwise, and for a one-process run).
+    parents: Vec<Mutex<VecDeque<u16>>>,
 }
 
 impl Credits {
     pub fn new(instances: usize) -> Credits {
-        Credits { counts: (0..instances).map(|_| AtomicU32::new(0)).collect() }
+        Credits { counts: (0..instances).map(|_| AtomicU32::new(0)).collect(), parents: Vec::new() }
+    }
+
+    /// Credits of a run split over processes.
+    pub fn across_processes(instances: usize) -> Credits {
+        let parents = (0..instances).map(|_| Mutex::new(VecDeque::new())).collect();
+        Credits { counts: (0..instances).map(|_| AtomicU32::new(0)).collect(), parents }
+    }
+
+    /// A message of `instance` arrived from process `from`, holding a credit there: it
+    /// takes one here. False when the sender's credit goes back at once (the instance had
+    /// messages here already); true when this process keeps it until its count returns
+    /// to zero ([`Credits::depart`]).
+    pub fn arrive(&self, instance: usize, from: usize) -> bool {
+        let (Some(count), Some(parents)) = (self.counts.get(instance), self.parents.get(instance)) else {
+            return false;
+        };
+        // Under the instance's lock, so that the parents queue in the order of the
+        // engagements they belong to; a count that returns to zero meanwhile pops the
+        // older one.
+        let Ok(mut parents) = parents.lock() else { return false };
+        if count.fetch_add(1, Ordering::AcqRel) == 0 {
+            parents.push_back(u16::try_from(from).unwrap_or(u16::MAX));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// `instance`'s count returned to zero here: the process whose credit to give back
+    /// now, or `None` where the instance was admitted (it ended).
+    pub fn depart(&self, instance: usize) -> Option<usize> {
+        let parents = self.parents.get(instance)?;
+        parents.lock().ok()?.pop_front().map(usize::from)
     }
 
     /// The admission message's credit.
@@ -788,5 +829,27 @@ mod tests {
                 prop_assert_eq!(ends, usize::from(live == 0));
             }
         }
+    }
+
+    /// Across processes: the sender of the message that finds an instance absent here is
+    /// its parent, given its credit back when the count returns to zero (oldest first);
+    /// a message that finds the instance here gives its sender's credit back at once.
+    #[test]
+    fn a_process_keeps_the_credit_of_the_message_that_engaged_it() {
+        let credits = Credits::across_processes(2);
+        assert!(credits.arrive(1, 0), "the first message engages the process");
+        assert!(!credits.arrive(1, 2), "an engaged process gives the credit back at once");
+        let mut netting = CreditNetting::default();
+        netting.add(1, -2);
+        let mut ended = Vec::new();
+        netting.settle(&credits, |i| ended.push(i));
+        assert_eq!(ended, [1]);
+        assert_eq!(credits.depart(1), Some(0));
+        // Engaged again by process 2, then back to zero: 2 is the parent this time.
+        assert!(credits.arrive(1, 2));
+        assert_eq!(credits.depart(1), Some(2));
+        assert_eq!(credits.depart(1), None, "where the instance was admitted it ends");
+        // One process: no parents, an instance ends where its count reaches zero.
+        assert_eq!(Credits::new(1).depart(0), None);
     }
 }

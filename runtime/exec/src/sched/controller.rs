@@ -5,17 +5,21 @@
 //! across workers the controller holds each update boundary ([`ControllerHold`]). The
 //! protocol is `sched::admission`'s.
 
+use crate::cluster::{cluster_error, workers_of, Peers, ReportTo, RunPort, RunSink};
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
 use crate::load::program::Program;
+use crate::message::Envelope;
 use crate::message::UNSET;
 use crate::ops::{self, RunMode, RunShared};
 use crate::sched::admission::{source_message, Admission, Boundaries, ControllerHold, Credits};
 use crate::sched::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crate::trace::TraceEvent;
+use crate::wire::Item;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One cross-entropy loss report of an evaluation: the state of the message it judged
@@ -103,34 +107,78 @@ pub(crate) fn run(
 ) -> Result<RunOutput, ExecError> {
     let n = shared.instances.len();
     let workers = program.workers;
-    let credits = Credits::new(n);
+    // Split over processes, this process runs its range of workers; the others run
+    // theirs, and process 0 the controller (see `crate::cluster`).
+    let cluster = config.cluster.as_ref();
+    let local = match cluster {
+        Some(c) => workers_of(c.process(), c.processes(), workers),
+        None => 0..workers,
+    };
+    let credits = Arc::new(match cluster {
+        Some(_) => Credits::across_processes(n),
+        None => Credits::new(n),
+    });
     let gauges: Vec<WorkerGauges> = (0..workers).map(|_| WorkerGauges::default()).collect();
     let mut ops: Vec<Vec<(u32, Box<dyn ops::NodeOp>)>> = (0..workers).map(|_| Vec::new()).collect();
-    for node in program.nodes.iter().flatten() {
+    for node in program.nodes.iter().flatten().filter(|node| local.contains(&node.worker)) {
         let op = ops::build(node, &shared.params).map_err(|error| ExecError::at_node(node, UNSET, error))?;
         if let Some(list) = ops.get_mut(node.worker) {
             list.push((node.index, op));
         }
     }
     let (senders, receivers): (Vec<Sender<ToWorker>>, Vec<Receiver<ToWorker>>) =
-        (0..workers).map(|_| unbounded()).unzip();
+        local.clone().map(|_| unbounded()).unzip();
     let (report_tx, report_rx) = unbounded::<Report>();
     // Losses, outputs and the instances' ends travel apart, on a channel nobody waits on:
     // the controller reads them whenever a report (or its watchdog's tick) wakes it, so
     // sending one wakes no thread (the worker would pay for a wake-up per instance).
     let (result_tx, result_rx) = unbounded::<Report>();
-    let boundaries = Boundaries::of_run(shared.mode == RunMode::Train && config.sync_updates, program);
+    let synchronous = shared.mode == RunMode::Train && config.sync_updates;
+    let boundaries = Boundaries::of_run(synchronous, program, cluster.is_some());
     let admission = Admission::new(n, boundaries, config.max_active_keys);
-    std::thread::scope(|scope| {
-        for (id, (inbox, ops)) in receivers.into_iter().zip(ops).enumerate() {
+    let controls = cluster.is_none_or(|c| c.process() == 0);
+    if !controls {
+        // Every instance is admitted, and ends, on process 0.
+        admission.halt();
+    }
+    let (peers, reports, results, run_id) = match cluster {
+        None => (Peers::local(&senders), ReportTo::Local(report_tx.clone()), ReportTo::Local(result_tx.clone()), 0),
+        Some(c) => {
+            let run = c.next_run();
+            let outbox = c.outbox(run);
+            let sink = Delivery {
+                senders: senders.clone(),
+                credits: Arc::clone(&credits),
+                reports: controls.then(|| report_tx.clone()),
+                results: controls.then(|| result_tx.clone()),
+            };
+            c.begin(RunPort {
+                run,
+                local: local.clone(),
+                sink: Box::new(sink),
+                instances: n,
+                nodes: program.nodes.len(),
+                state_len: program.state_len.max(1),
+            })?;
+            let peers = Peers::split(&senders, local.clone(), workers, c, outbox.clone());
+            let (reports, results) = if controls {
+                (ReportTo::Local(report_tx.clone()), ReportTo::Local(result_tx.clone()))
+            } else {
+                (ReportTo::Remote(outbox.clone()), ReportTo::Remote(outbox))
+            };
+            (peers, reports, results, run)
+        }
+    };
+    let output = std::thread::scope(|scope| {
+        for ((id, inbox), ops) in local.clone().zip(receivers).zip(ops.into_iter().skip(local.start)) {
             let setup = WorkerSetup {
                 id,
                 program,
                 shared,
                 inbox,
-                peers: senders.clone(),
-                reports: report_tx.clone(),
-                results: result_tx.clone(),
+                peers: peers.clone(),
+                reports: reports.clone(),
+                results: results.clone(),
                 credits: &credits,
                 admission: &admission,
                 gauges: &gauges[id],
@@ -149,11 +197,18 @@ pub(crate) fn run(
         }
         drop(report_tx);
         drop(result_tx);
+        drop(reports);
+        drop(results);
+        if !controls {
+            // The workers here run until process 0's controller stops them (or the bridge
+            // does, when the cluster failed); the scope waits for them.
+            return Ok(None);
+        }
         let mut control = Controller {
             program,
             config,
             mode: shared.mode,
-            senders: &senders,
+            peers: &peers,
             reports: &report_rx,
             results: &result_rx,
             credits: &credits,
@@ -177,6 +232,13 @@ pub(crate) fn run(
             ended: Vec::new(),
             observed: Instant::now(),
         };
+        // Across processes the controller admits the first window when the source's
+        // worker runs elsewhere (where it would admit it itself).
+        if !peers.is_local(program.source_worker()) {
+            for instance in admission.first_window() {
+                control.admit(instance);
+            }
+        }
         let result = control.admit_all(n);
         let flush = result.is_ok() && shared.mode == RunMode::Train && config.flush_at_epoch_end;
         control.stop(flush);
@@ -188,8 +250,88 @@ pub(crate) fn run(
         // Every worker reported `Stopped`: its waits are all counted.
         control.output.waited =
             gauges.iter().map(|g| Duration::from_nanos(g.waited_ns.load(Ordering::Relaxed))).collect();
-        Ok(control.output)
-    })
+        Ok(Some(control.output))
+    });
+    if let Some(c) = cluster {
+        c.end(run_id);
+        // A process that lost its cluster says so, whatever its workers reported.
+        if let Some(failure) = c.failure() {
+            return Err(ExecError::Cluster { message: failure });
+        }
+    }
+    Ok(output?.unwrap_or_else(|| RunOutput {
+        losses: vec![None; n],
+        correct: vec![None; n],
+        judgements: Vec::new(),
+        outputs: vec![None; n],
+        trace: Vec::new(),
+        waited: gauges.iter().map(|g| Duration::from_nanos(g.waited_ns.load(Ordering::Relaxed))).collect(),
+    }))
+}
+
+/// A run split over processes: where the bridge delivers what other processes send
+/// (`crate::cluster`): this process's workers' channels and credits, and on process 0 the
+/// controller's channels.
+struct Delivery {
+    senders: Vec<Sender<ToWorker>>,
+    credits: Arc<Credits>,
+    reports: Option<Sender<Report>>,
+    results: Option<Sender<Report>>,
+}
+
+impl RunSink for Delivery {
+    fn worker(&self, index: usize, item: Item) {
+        let to_worker = match item {
+            Item::Work { node, port, dir, msg, .. } => ToWorker::Work(Envelope { node, port, dir, msg }),
+            Item::InstanceDone { .. } => ToWorker::InstanceDone,
+            Item::Confirm { .. } => ToWorker::Confirm,
+            Item::Stop { flush, .. } => ToWorker::Stop { flush },
+            Item::Release { instance } => ToWorker::Release(usize::try_from(instance).unwrap_or(usize::MAX)),
+            _ => return,
+        };
+        if let Some(tx) = self.senders.get(index) {
+            let _ = tx.send(to_worker);
+        }
+    }
+
+    fn controller(&self, item: Item, from: &str) -> bool {
+        let (Some(reports), Some(results)) = (&self.reports, &self.results) else { return false };
+        // Losses, outputs, ends and trace pieces on the results channel, the rest on the
+        // reports channel, as a local worker sends them (invariant 17).
+        let (to_results, report) = match item {
+            Item::Loss { instance, node, value, correct, state } => {
+                (true, Report::Loss { instance, node, value, correct, state })
+            }
+            Item::Output { instance, node, values } => (true, Report::Output { instance, node, values }),
+            Item::Done { instance } => {
+                (true, Report::Done { instance: usize::try_from(instance).unwrap_or(usize::MAX) })
+            }
+            Item::Trace(events) => (true, Report::Trace(events)),
+            Item::Updated => (false, Report::Updated),
+            Item::Wake => (false, Report::Wake),
+            Item::Failed { message } => (false, Report::Failed(cluster_error(format!("{from}: {message}")))),
+            Item::Stopped { worker, trace, held } => {
+                let held = held.into_iter().map(|(n, h)| (n, usize::try_from(h).unwrap_or(usize::MAX))).collect();
+                (false, Report::Stopped { worker: worker as usize, trace, held })
+            }
+            _ => return true,
+        };
+        let _ = if to_results { results.send(report) } else { reports.send(report) };
+        true
+    }
+
+    fn arrive(&self, instance: usize, from: usize) -> bool {
+        self.credits.arrive(instance, from)
+    }
+
+    fn fail(&self, message: &str) {
+        if let Some(reports) = &self.reports {
+            let _ = reports.send(Report::Failed(cluster_error(message.to_string())));
+        }
+        for tx in &self.senders {
+            let _ = tx.send(ToWorker::Stop { flush: false });
+        }
+    }
 }
 
 /// The instances in flight as the controller knows them: those admitted (by it or by the
@@ -213,7 +355,7 @@ struct Controller<'r, 'o> {
     program: &'r Program,
     config: &'r ExecConfig,
     mode: RunMode,
-    senders: &'r [Sender<ToWorker>],
+    peers: &'r Peers<ToWorker>,
     reports: &'r Receiver<Report>,
     /// Losses and outputs (see `run`).
     results: &'r Receiver<Report>,
@@ -252,9 +394,7 @@ impl Controller<'_, '_> {
 
     fn admit(&self, instance: usize) {
         let (worker, env) = source_message(self.program, self.credits, instance);
-        if let Some(tx) = self.senders.get(worker) {
-            let _ = tx.send(ToWorker::Work(env));
-        }
+        self.peers.send(worker, ToWorker::Work(env));
     }
 
     fn admit_all(&mut self, n: usize) -> Result<(), ExecError> {
@@ -406,7 +546,7 @@ impl Controller<'_, '_> {
     /// boundary asks the owners of the groups that update there to confirm when they did.
     fn instance_done(&mut self) {
         for owner in self.hold.ended(self.program, self.admission, self.done) {
-            if self.senders.get(owner).is_some_and(|tx| tx.send(ToWorker::Confirm).is_ok()) {
+            if self.peers.send(owner, ToWorker::Confirm) {
                 self.hold.asked();
             }
         }
@@ -414,13 +554,12 @@ impl Controller<'_, '_> {
 
     fn stalled(&self, idle: Duration) -> ExecError {
         let queues = self
-            .senders
+            .gauges
             .iter()
-            .zip(self.gauges)
             .enumerate()
-            .map(|(worker, (tx, g))| QueueReport {
+            .map(|(worker, g)| QueueReport {
                 worker,
-                inbox: tx.len(),
+                inbox: self.peers.queued(worker),
                 local: g.local.load(Ordering::Relaxed),
                 processed: g.processed.load(Ordering::Relaxed),
             })
@@ -430,18 +569,23 @@ impl Controller<'_, '_> {
 
     /// Stops every worker and waits for each to report.
     fn stop(&mut self, flush: bool) {
-        for tx in self.senders {
-            let _ = tx.send(ToWorker::Stop { flush });
+        for worker in 0..self.peers.len() {
+            self.peers.send(worker, ToWorker::Stop { flush });
         }
-        while self.stopped < self.senders.len() {
-            match self.reports.recv() {
+        let cluster = self.config.cluster.as_ref();
+        while self.stopped < self.peers.len() {
+            match self.reports.recv_timeout(Duration::from_millis(100)) {
                 Ok(Report::Stopped { trace, held, .. }) => {
                     self.stopped += 1;
                     self.last_trace(trace);
                     self.held.extend(held);
                 }
                 Ok(_) => {}
-                Err(_) => break,
+                // The workers of a lost process never answer; this process's stopped
+                // when the bridge told them.
+                Err(RecvTimeoutError::Timeout) if cluster.is_some_and(|c| c.failure().is_some()) => break,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
             }
         }
         self.held.sort_unstable();

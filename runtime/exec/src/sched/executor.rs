@@ -93,6 +93,9 @@ impl Executor {
     pub fn new(graph: &Verified, params: ParamSet, config: ExecConfig) -> Result<Executor, ExecError> {
         let program = Program::new(graph, &params, &config)?;
         check_ops(&program, &params)?;
+        if let Some(cluster) = &config.cluster {
+            check_split(&program, &config, cluster.processes())?;
+        }
         let grads = params.zeros_like();
         let optim = OptimState::new(&config.optimizer.kind, params.specs());
         let pending = vec![0; program.groups.len()];
@@ -314,6 +317,62 @@ impl Executor {
         })
     }
 
+    /// A run split over processes: brings every parameter group's values and optimizer
+    /// state to process 0, where the checkpoint is written (each process trained only the
+    /// groups its workers own). Every process calls it at the same point of its runs;
+    /// without a cluster it does nothing.
+    pub fn gather(&mut self) -> Result<(), ExecError> {
+        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
+        // Each tensor travels as four slots: values, the optimizer's two moments, its step.
+        let mut own = Vec::new();
+        let mut expected = Vec::new();
+        for group in self.program.groups.iter().filter(|g| g.master.is_none()) {
+            let owner = crate::cluster::process_of(group.owner, processes, workers);
+            for &t in &group.tensors {
+                let base =
+                    u32::try_from(t * 4).map_err(|_| ExecError::Config { message: "too many tensors".into() })?;
+                if owner == me && me != 0 {
+                    let state = self.optim.tensors.get(t);
+                    let step = state.map_or(0, |s| s.step);
+                    own.push((base, self.params.data(t).to_vec()));
+                    own.push((base + 1, state.map(|s| s.m.clone()).unwrap_or_default()));
+                    own.push((base + 2, state.map(|s| s.v.clone()).unwrap_or_default()));
+                    let (lo, hi) = (step as u32, (step >> 32) as u32);
+                    own.push((base + 3, vec![f32::from_bits(lo), f32::from_bits(hi)]));
+                } else if owner != 0 && me == 0 {
+                    expected.extend((0..4).map(|k| (base + k, owner)));
+                }
+            }
+        }
+        for (slot, values) in cluster.gather(own, &expected)? {
+            let (t, kind) = (slot as usize / 4, slot % 4);
+            let wrong = |what: &str| ExecError::Cluster {
+                message: format!("a gathered {what} of `{}` has {} values", self.params.spec(t).name, values.len()),
+            };
+            let len = self.params.data(t).len();
+            match kind {
+                0 if values.len() == len => self.params.data_mut(t).copy_from_slice(&values),
+                1 | 2 if values.is_empty() || values.len() == len => {
+                    if let Some(state) = self.optim.tensors.get_mut(t) {
+                        if kind == 1 {
+                            state.m = values;
+                        } else {
+                            state.v = values;
+                        }
+                    }
+                }
+                3 if values.len() == 2 => {
+                    if let Some(state) = self.optim.tensors.get_mut(t) {
+                        state.step = u64::from(values[0].to_bits()) | (u64::from(values[1].to_bits()) << 32);
+                    }
+                }
+                _ => return Err(wrong(["tensor", "first moment", "second moment", "step"][kind as usize])),
+            }
+        }
+        Ok(())
+    }
+
     /// Forward passes only: mean loss and accuracy; parameters unchanged.
     pub fn evaluate<I: ExecInstance + Sync>(&self, instances: &[I]) -> Result<EvalStats, ExecError> {
         let start = Instant::now();
@@ -426,6 +485,41 @@ fn check_ops(program: &Program, params: &ParamSet) -> Result<(), ExecError> {
     let access = ParamAccess::Frozen { params, groups: &program.groups };
     for node in program.nodes.iter().flatten() {
         crate::ops::build(node, &access).map_err(|error| ExecError::at_node(node, crate::message::UNSET, error))?;
+    }
+    Ok(())
+}
+
+/// What a run split over processes cannot do yet: parameters live with their owner's
+/// process, so a group's nodes must all run there (a replica reads and writes its
+/// master's values in memory, so none), and a staleness bound reads every instance's
+/// credits, which only process 0 holds in full.
+fn check_split(program: &Program, config: &ExecConfig, processes: usize) -> Result<(), ExecError> {
+    let refuse = |message: String| Err(ExecError::Config { message });
+    if program.workers < processes {
+        return refuse(format!("{} workers cannot be split over {processes} processes", program.workers));
+    }
+    if !config.replicas.is_empty() {
+        return refuse("replicas are not supported in a run split over processes yet".into());
+    }
+    if config.max_staleness.is_some() || program.groups.iter().any(|g| g.max_staleness.is_some()) {
+        return refuse("staleness bounds are not supported in a run split over processes yet".into());
+    }
+    let process = |worker: usize| crate::cluster::process_of(worker, processes, program.workers);
+    for group in &program.groups {
+        let owner = process(group.owner);
+        for &node in &group.nodes {
+            let Some(info) = program.node(node) else { continue };
+            if process(info.worker) != owner {
+                return refuse(format!(
+                    "parameter `{}` is used on worker {} (process {}) and owned by worker {} (process {owner}); \
+                     its nodes must run in one process (place them on workers of one process)",
+                    group.prefix,
+                    info.worker,
+                    process(info.worker),
+                    group.owner
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -34,6 +34,7 @@
 //! controller's thread to be scheduled, and what it does depends on nothing but its own
 //! order of work.
 
+use crate::cluster::{Peers, ReportTo, Wire};
 use crate::config::{Fault, SlowWorker};
 use crate::error::{ExecError, OpError};
 use crate::load::program::{GroupInfo, NodeInfo, Program};
@@ -42,8 +43,9 @@ use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
 use crate::sched::admission::{self, owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
 use crate::trace::{TraceEvent, TraceKind};
+use crate::wire::Item;
 use amp_params::OptimConfig;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -62,6 +64,9 @@ pub(crate) enum ToWorker {
     Stop {
         flush: bool,
     },
+    /// A run split over processes: a credit of this instance that another process kept
+    /// comes back (`crate::cluster`); netted like a consumed message.
+    Release(usize),
 }
 
 /// What workers tell the controller.
@@ -98,6 +103,41 @@ pub(crate) enum Report {
     },
 }
 
+impl Wire for ToWorker {
+    fn into_item(self, worker: u32) -> Option<Item> {
+        Some(match self {
+            ToWorker::Work(Envelope { node, port, dir, msg }) => Item::Work { worker, node, port, dir, msg },
+            ToWorker::InstanceDone => Item::InstanceDone { worker },
+            ToWorker::Confirm => Item::Confirm { worker },
+            ToWorker::Stop { flush } => Item::Stop { worker, flush },
+            // Credits go back to processes, not workers (`Peers::release`).
+            ToWorker::Release(_) => return None,
+        })
+    }
+}
+
+impl Wire for Report {
+    /// A report as it crosses to process 0's controller (an error as its message).
+    fn into_item(self, _: u32) -> Option<Item> {
+        Some(match self {
+            Report::Loss { instance, node, value, correct, state } => {
+                Item::Loss { instance, node, value, correct, state }
+            }
+            Report::Output { instance, node, values } => Item::Output { instance, node, values },
+            Report::Done { instance } => Item::Done { instance: instance as u64 },
+            Report::Updated => Item::Updated,
+            Report::Wake => Item::Wake,
+            Report::Trace(events) => Item::Trace(events),
+            Report::Failed(error) => Item::Failed { message: error.to_string() },
+            Report::Stopped { worker, trace, held } => Item::Stopped {
+                worker: u32::try_from(worker).unwrap_or(u32::MAX),
+                trace,
+                held: held.into_iter().map(|(n, h)| (n, h as u64)).collect(),
+            },
+        })
+    }
+}
+
 /// A worker hands its trace events over in pieces of this many (2 MiB).
 const TRACE_PIECE: usize = 1 << 16;
 
@@ -119,11 +159,12 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     pub program: &'s Program,
     pub shared: &'s RunShared<'a>,
     pub inbox: Receiver<ToWorker>,
-    pub peers: Vec<Sender<ToWorker>>,
-    pub reports: Sender<Report>,
+    /// Every worker's inbox, in this process or through the bridge (`crate::cluster`).
+    pub peers: Peers<ToWorker>,
+    pub reports: ReportTo<Report>,
     /// Where losses, outputs and pieces of the trace go (`Report::Loss`, `Output`,
     /// `Trace`): read by the controller whenever it wakes, so sending them wakes nobody.
-    pub results: Sender<Report>,
+    pub results: ReportTo<Report>,
     pub credits: &'s Credits,
     /// Admits the next instance when this worker finishes one.
     pub admission: &'s Admission,
@@ -243,7 +284,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
             label: "(parameter update)".to_string(),
             message: panic_message(panic.as_ref()),
         };
-        let _ = worker.setup.reports.send(Report::Failed(error));
+        worker.setup.reports.send(Report::Failed(error));
     }
     // Instances counted and not yet added (a stop without flush): the groups keep them
     // for the next run.
@@ -256,7 +297,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         .filter(|(_, held)| *held > 0)
         .collect();
     let stopped = Report::Stopped { worker: worker.setup.id, trace: std::mem::take(&mut worker.events), held };
-    let _ = worker.setup.reports.send(stopped);
+    worker.setup.reports.send(stopped);
 }
 
 impl Worker<'_, '_> {
@@ -341,6 +382,11 @@ impl Worker<'_, '_> {
                 self.acks += 1;
                 true
             }
+            ToWorker::Release(instance) => {
+                self.credits.add(instance, -1);
+                self.settle_credits();
+                true
+            }
             ToWorker::Stop { flush } => {
                 if flush {
                     self.update_groups(true);
@@ -365,7 +411,7 @@ impl Worker<'_, '_> {
                 let error = ExecError::Config {
                     message: format!("message for node %{}, which worker {} does not run", env.node, self.setup.id),
                 };
-                let _ = self.setup.reports.send(Report::Failed(error));
+                self.setup.reports.send(Report::Failed(error));
             }
         }
     }
@@ -411,7 +457,7 @@ impl Worker<'_, '_> {
         };
         match failure {
             Some(e) => {
-                let _ = self.setup.reports.send(Report::Failed(e));
+                self.setup.reports.send(Report::Failed(e));
                 false
             }
             None => true,
@@ -571,16 +617,16 @@ impl Worker<'_, '_> {
                 }
             }
             Emit::Loss { instance, value, correct, state } => {
-                let _ = self.setup.results.send(Report::Loss { instance, node: node.index, value, correct, state });
+                self.setup.results.send(Report::Loss { instance, node: node.index, value, correct, state });
                 // Training stops at a loss that is not finite: nothing more is admitted,
                 // and the controller wakes to read the loss and stop the run.
                 if !value.is_finite() && self.setup.shared.mode.backward() {
                     self.setup.admission.halt();
-                    let _ = self.setup.reports.send(Report::Wake);
+                    self.setup.reports.send(Report::Wake);
                 }
             }
             Emit::Output { instance, values } => {
-                let _ = self.setup.results.send(Report::Output { instance, node: node.index, values });
+                self.setup.results.send(Report::Output { instance, node: node.index, values });
             }
         }
     }
@@ -611,12 +657,12 @@ impl Worker<'_, '_> {
                 self.credits.add(i, 1);
             }
             self.enqueue(env);
-        } else if let Some(peer) = self.setup.peers.get(worker) {
+        } else if worker < self.setup.peers.len() {
             if let Some(i) = instance {
                 self.setup.credits.take(i);
             }
             // A peer that is gone has failed; the controller is already stopping the run.
-            let _ = peer.send(ToWorker::Work(env));
+            self.setup.peers.send(worker, ToWorker::Work(env));
         }
     }
 
@@ -632,6 +678,12 @@ impl Worker<'_, '_> {
     /// Instance `i` finished here: the steps of its end are admission's
     /// ([`Admission::instance_ended`]), this worker delivers them (its [`Courier`]).
     fn finished_here(&mut self, i: usize) {
+        // Across processes, the count reached zero here while the instance lives on
+        // elsewhere: the credit this process kept goes back (see `crate::cluster`).
+        if let Some(parent) = self.setup.credits.depart(i) {
+            self.setup.peers.release(parent, i);
+            return;
+        }
         let (admission, program, credits) = (self.setup.admission, self.setup.program, self.setup.credits);
         admission.instance_ended(i, program, credits, self);
     }
@@ -645,7 +697,7 @@ impl Worker<'_, '_> {
         let worker = self.setup.id as u32;
         self.events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, instances, staleness: None });
         if self.events.len() >= TRACE_PIECE {
-            let _ = self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
+            self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
         }
     }
 
@@ -684,7 +736,7 @@ impl Worker<'_, '_> {
             self.update_groups(false);
         }
         for _ in 0..std::mem::take(&mut self.acks) {
-            let _ = self.setup.reports.send(Report::Updated);
+            self.setup.reports.send(Report::Updated);
         }
         self.admit_held();
     }
@@ -848,8 +900,8 @@ impl Courier for Worker<'_, '_> {
         for &owner in &self.owners {
             if owner == self.setup.id {
                 self.finished += 1;
-            } else if let Some(peer) = self.setup.peers.get(owner) {
-                let _ = peer.send(ToWorker::InstanceDone);
+            } else {
+                self.setup.peers.send(owner, ToWorker::InstanceDone);
             }
         }
     }
@@ -858,18 +910,18 @@ impl Courier for Worker<'_, '_> {
         if to == self.setup.id {
             // Joins the queues when they run dry, where the controller's admissions would.
             self.admitted.push(env);
-        } else if let Some(peer) = self.setup.peers.get(to) {
-            let _ = peer.send(ToWorker::Work(env));
+        } else {
+            self.setup.peers.send(to, ToWorker::Work(env));
         }
     }
 
     fn report_done(&mut self, instance: usize) {
         // On the results channel, which wakes nobody: a wake-up of the controller's thread
         // per instance would cost a context switch per instance.
-        let _ = self.setup.results.send(Report::Done { instance });
+        self.setup.results.send(Report::Done { instance });
     }
 
     fn wake_controller(&mut self) {
-        let _ = self.setup.reports.send(Report::Wake);
+        self.setup.reports.send(Report::Wake);
     }
 }

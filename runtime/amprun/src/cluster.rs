@@ -1,0 +1,288 @@
+//! Runs split over processes (`--processes`, docs/distributed.md): the flags, the local
+//! launcher, and joining the cluster once the graph is known.
+//!
+//! Every process runs the same command: it reads the same data, makes the same runs in
+//! the same order (epochs, validations), and runs its range of the workers
+//! (`amp_exec::workers_of`); process 0 runs the controller, so it alone sees the losses
+//! and writes metrics, checkpoints and traces. The others print nothing but errors.
+//!
+//! `--processes P` alone is the launcher: this process is process 0; it picks P free
+//! loopback ports, writes them to a temporary hostfile, generates a key, and starts P - 1
+//! children of the same binary with the same arguments plus `--process I --hostfile
+//! FILE`, the key in their environment ([`KEY_ENV`]); their standard error comes out on
+//! this one's, each line prefixed with `process I: `.
+
+use crate::cli::ExecArgs;
+use crate::failure::{Exit, Failure};
+use amp_exec::{Cluster, ClusterSpec, ExecConfig};
+use amp_ir::verify::Verified;
+use sha3::{Digest, Sha3_256};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The environment variable through which the launcher hands its children the cluster
+/// key (hex).
+pub const KEY_ENV: &str = "AMPRUN_CLUSTER_KEY";
+
+/// The most bytes of a `--cluster-key` file.
+const MAX_KEY_BYTES: u64 = 1 << 16;
+
+/// The most lines of a hostfile.
+const MAX_HOSTS: usize = 256;
+
+enum State {
+    /// One process (no `--processes`, or 1).
+    Single,
+    /// Split, not yet connected (the graph is not known yet).
+    Pending {
+        process: usize,
+        addresses: Vec<String>,
+        key: Vec<u8>,
+    },
+    Joined(Cluster),
+}
+
+static STATE: Mutex<State> = Mutex::new(State::Single);
+static CHILDREN: Mutex<Vec<(usize, Child)>> = Mutex::new(Vec::new());
+static HOSTFILE: Mutex<Option<PathBuf>> = Mutex::new(None);
+static FOLLOWER: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is one of a split run's followers (not process 0): it writes and
+/// prints nothing but errors.
+pub fn follower() -> bool {
+    FOLLOWER.load(Ordering::Relaxed)
+}
+
+/// Reads the cluster flags; as the launcher, starts the children.
+pub fn prepare(args: &ExecArgs) -> Result<(), Failure> {
+    let Some(processes) = args.processes.map(usize::from).filter(|&p| p > 1) else {
+        return Ok(());
+    };
+    if processes > usize::from(args.workers) {
+        return Err(Failure::usage(format!(
+            "--processes {processes} needs at least as many --workers (there are {})",
+            args.workers
+        )));
+    }
+    let state = match (args.process, &args.hostfile) {
+        (Some(process), Some(hostfile)) => {
+            let process = usize::from(process);
+            let addresses = read_hostfile(hostfile)?;
+            if addresses.len() != processes {
+                return Err(Failure::usage(format!(
+                    "--processes {processes}, but `{}` lists {} host(s)",
+                    hostfile.display(),
+                    addresses.len()
+                )));
+            }
+            if process >= processes {
+                return Err(Failure::usage(format!("--process {process} is not below --processes {processes}")));
+            }
+            let key = read_key(args)?;
+            FOLLOWER.store(process != 0, Ordering::Relaxed);
+            State::Pending { process, addresses, key }
+        }
+        _ => launch(processes)?,
+    };
+    if let Ok(mut slot) = STATE.lock() {
+        *slot = state;
+    }
+    Ok(())
+}
+
+fn read_hostfile(path: &PathBuf) -> Result<Vec<String>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::io("read the hostfile", path, &e))?;
+    let mut hosts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let port_ok = line.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(Failure::usage(format!("{}:{}: `{line}` is not host:port", path.display(), i + 1)));
+        }
+        if hosts.len() == MAX_HOSTS {
+            return Err(Failure::usage(format!("{}: more than {MAX_HOSTS} hosts", path.display())));
+        }
+        hosts.push(line.to_string());
+    }
+    Ok(hosts)
+}
+
+fn read_key(args: &ExecArgs) -> Result<Vec<u8>, Failure> {
+    if let Some(path) = &args.cluster_key {
+        let file = std::fs::File::open(path).map_err(|e| Failure::io("read the cluster key", path, &e))?;
+        let mut key = Vec::new();
+        std::io::Read::take(file, MAX_KEY_BYTES + 1)
+            .read_to_end(&mut key)
+            .map_err(|e| Failure::io("read the cluster key", path, &e))?;
+        if key.is_empty() || key.len() as u64 > MAX_KEY_BYTES {
+            return Err(Failure::usage(format!(
+                "the cluster key `{}` must hold 1 to {MAX_KEY_BYTES} bytes",
+                path.display()
+            )));
+        }
+        return Ok(key);
+    }
+    match std::env::var(KEY_ENV) {
+        Ok(hex) => from_hex(&hex).ok_or_else(|| Failure::usage(format!("{KEY_ENV} is not a hex key"))),
+        Err(_) => Err(Failure::usage(
+            "a process of a split run needs the cluster's key: --cluster-key FILE (the same file on every host)",
+        )),
+    }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim();
+    if text.is_empty() || text.len() % 2 != 0 || text.len() > 2 * MAX_KEY_BYTES as usize {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()
+}
+
+/// The launcher: free loopback ports, a hostfile, a key, and the children.
+fn launch(processes: usize) -> Result<State, Failure> {
+    // Each port is held until all are chosen, so that no two are the same; another
+    // program could still take one before its process listens (it then fails to start).
+    let listeners: Vec<TcpListener> = (0..processes)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(|e| Failure::usage(format!("cannot find a free loopback port: {e}")))?;
+    let addresses: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.to_string()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| Failure::usage(format!("cannot find a free loopback port: {e}")))?;
+    drop(listeners);
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| Failure::usage(format!("cannot generate a cluster key: {e}")))?;
+    let mut nonce = [0u8; 8];
+    getrandom::fill(&mut nonce).map_err(|e| Failure::usage(format!("cannot generate a file name: {e}")))?;
+    let hostfile = std::env::temp_dir().join(format!("amprun-hosts-{}-{}.txt", std::process::id(), to_hex(&nonce)));
+    std::fs::write(&hostfile, addresses.join("\n") + "\n").map_err(|e| Failure::io("write", &hostfile, &e))?;
+    if let Ok(mut slot) = HOSTFILE.lock() {
+        *slot = Some(hostfile.clone());
+    }
+    let exe = std::env::current_exe().map_err(|e| Failure::usage(format!("cannot find this program's binary: {e}")))?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    for (process, address) in addresses.iter().enumerate().skip(1) {
+        let mut child = Command::new(&exe)
+            .args(&args)
+            .arg("--process")
+            .arg(process.to_string())
+            .arg("--hostfile")
+            .arg(&hostfile)
+            .env(KEY_ENV, to_hex(&key))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Failure::usage(format!("cannot start process {process}: {e}")))?;
+        eprintln!("amprun: process {process} is pid {} on {address}", child.id());
+        if let Some(stderr) = child.stderr.take() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let mut err = std::io::stderr().lock();
+                    let _ = writeln!(err, "process {process}: {line}");
+                }
+            });
+        }
+        if let Ok(mut children) = CHILDREN.lock() {
+            children.push((process, child));
+        }
+    }
+    Ok(State::Pending { process: 0, addresses, key: key.to_vec() })
+}
+
+/// Connects this process to the others (once), before its executor starts: the
+/// fingerprint is the hash of this binary and of the graph, so processes that differ in
+/// either refuse to run together.
+pub fn join(config: &mut ExecConfig, graph: &Verified) -> Result<(), Failure> {
+    let mut state = STATE.lock().map_err(|_| Failure::new(Exit::Executor, "the cluster state is poisoned"))?;
+    let cluster = match &*state {
+        State::Single => return Ok(()),
+        State::Joined(cluster) => cluster.clone(),
+        State::Pending { process, addresses, key } => {
+            let mut hash = Sha3_256::new();
+            let exe = std::env::current_exe().and_then(std::fs::read);
+            let exe = exe.map_err(|e| Failure::usage(format!("cannot read this program's binary to hash it: {e}")))?;
+            // The binary (tens of MB) through SipHash: a fingerprint catches mismatched
+            // builds, not adversaries (the key keeps those out), and SHA3 in software took
+            // seconds per process.
+            let mut sip = std::hash::DefaultHasher::new();
+            std::hash::Hasher::write(&mut sip, &exe);
+            hash.update((exe.len() as u64).to_le_bytes());
+            hash.update(std::hash::Hasher::finish(&sip).to_le_bytes());
+            hash.update(amp_ir::ampg::write(graph, None));
+            hash.update(config.workers.to_le_bytes());
+            let spec = ClusterSpec::new(*process, addresses.clone(), key.clone(), hash.finalize().to_vec());
+            let cluster = Cluster::connect(spec).map_err(|e| Failure::new(Exit::Executor, e.to_string()))?;
+            *state = State::Joined(cluster.clone());
+            cluster
+        }
+    };
+    config.cluster = Some(cluster);
+    Ok(())
+}
+
+/// After the command: leaves the cluster, and as the launcher waits for the children
+/// (ended at once when this process failed). A failure of the cluster or of a child
+/// becomes the run's when the command itself succeeded.
+pub fn finish(result: Result<(), Failure>) -> Result<(), Failure> {
+    let joined = STATE.lock().ok().and_then(|mut s| match std::mem::replace(&mut *s, State::Single) {
+        State::Joined(cluster) => Some(cluster),
+        _ => None,
+    });
+    let mut result = result;
+    if let Some(cluster) = joined {
+        // A failed process leaves at once: the others see it lost.
+        if result.is_ok() {
+            if let Err(e) = cluster.shutdown() {
+                result = Err(Failure::new(Exit::Executor, e.to_string()));
+            }
+        }
+    }
+    let children = CHILDREN.lock().map(|mut c| std::mem::take(&mut *c)).unwrap_or_default();
+    for (process, mut child) in children {
+        if result.is_err() {
+            let _ = child.kill();
+        }
+        let status = child.wait();
+        let failed = status.as_ref().map_or(true, |s| !s.success());
+        if failed && result.is_ok() {
+            let how = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+            result = Err(Failure::new(Exit::Executor, format!("process {process} failed ({how})")));
+        }
+    }
+    // Its children read the hostfile when they started.
+    if let Some(path) = HOSTFILE.lock().ok().and_then(|mut h| h.take()) {
+        let _ = std::fs::remove_file(path);
+    }
+    // The children's output threads print what is left.
+    std::thread::sleep(Duration::from_millis(20));
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_cross_the_environment_as_hex() {
+        let key = [0u8, 1, 0xab, 0xff];
+        assert_eq!(from_hex(&to_hex(&key)).as_deref(), Some(&key[..]));
+        assert_eq!(from_hex("abc"), None);
+        assert_eq!(from_hex("zz"), None);
+        assert_eq!(from_hex(""), None);
+    }
+}

@@ -1,0 +1,319 @@
+//! Runs split over processes (`--processes`, docs/distributed.md), on loopback only: the
+//! same losses and checkpoint as the same workers in one process, a lost process ends the
+//! run on the other with an error naming it, and a process without the key is refused.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// The training losses of every epoch in a metrics file.
+fn train_losses(dir: &Path, metrics: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(dir.join(metrics)).expect("metrics");
+    json_lines(&text)
+        .iter()
+        .filter(|m| m["split"] == "train")
+        .map(|m| m["loss"].as_f64().expect("a finite loss"))
+        .collect()
+}
+
+/// Trains with `args` twice, in one process and split over two, and checks that the
+/// losses agree to rounding and that the checkpoint process 0 writes holds the one-process
+/// run's tensors (same names and shapes, values to rounding) and metadata.
+fn same_in_one_and_two_processes(test: &str, model: &str, defines: &[(&str, i64)], args: &[&str]) {
+    let dir = scratch(test);
+    let dir = dir.path();
+    let mut common: Vec<String> = vec!["train".into(), example(&format!("{model}.amp"))];
+    for (k, v) in defines {
+        common.push("-D".into());
+        common.push(format!("{k}={v}"));
+    }
+    common.extend(args.iter().map(|a| a.to_string()));
+    let run = |processes: Option<&str>, name: &str| {
+        let mut all = common.clone();
+        all.extend(["--save".into(), format!("{name}.safetensors"), "--metrics".into(), format!("{name}.jsonl")]);
+        if let Some(p) = processes {
+            all.extend(["--processes".into(), p.into()]);
+        }
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        amprun_ok(dir, &refs);
+        train_losses(dir, &format!("{name}.jsonl"))
+    };
+    let one = run(None, "one");
+    let two = run(Some("2"), "two");
+    assert_eq!(one.len(), two.len());
+    for (epoch, (a, b)) in one.iter().zip(&two).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "epoch {}: {a} in one process, {b} in two", epoch + 1);
+    }
+    let graph = compile_example(model, defines);
+    let (a, b) = (checkpoint(&dir.join("one.safetensors"), &graph), checkpoint(&dir.join("two.safetensors"), &graph));
+    assert_eq!(a.metadata, b.metadata);
+    let names = |c: &amp_params::checkpoint::Checkpoint| c.params.specs().to_vec();
+    assert_eq!(names(&a), names(&b));
+    for (spec, values) in a.params.iter() {
+        let other = b.params.get(&spec.name).expect("the same tensors");
+        for (x, y) in values.iter().zip(other) {
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{}`: {x} in one process, {y} in two", spec.name);
+        }
+    }
+    let (sa, sb) = (a.optim.expect("optimizer state"), b.optim.expect("optimizer state"));
+    assert_eq!(sa.kind, sb.kind);
+    let steps = |s: &amp_params::OptimState| s.tensors.iter().map(|t| t.step).collect::<Vec<_>>();
+    assert_eq!(steps(&sa), steps(&sb));
+}
+
+#[test]
+fn list_reduce_trains_the_same_over_two_processes() {
+    same_in_one_and_two_processes(
+        "split-list-reduce",
+        "list_reduce",
+        &[("hidden", 16)],
+        &[
+            "--data",
+            &example("data/list_reduce.train.jsonl"),
+            "--limit",
+            "60",
+            "--epochs",
+            "2",
+            "--optimizer",
+            "adam",
+            "--workers",
+            "2",
+            // Dealt out, both workers (so both processes) hold nodes and parameters.
+            "--plan",
+            "round-robin",
+            "--min-update-frequency",
+            "4",
+        ],
+    );
+}
+
+#[test]
+fn tree_lstm_trains_the_same_over_two_processes() {
+    let dir = scratch("split-tree-lstm-data");
+    let vocab = dir.path().join("v.txt");
+    std::fs::write(&vocab, "<unk>\nthe\nrock\nis\ngreat\nbad\nfilm\n").unwrap();
+    let trees = dir.path().join("t.txt");
+    let lines = [
+        "(3 (2 The) (4 (2 rock) (3 (2 is) (4 great))))",
+        "(1 (2 the) (0 bad))",
+        "(4 (2 (2 the) (2 film)) (4 (2 is) (4 great)))",
+        "(0 (2 (2 the) (2 rock)) (0 (2 is) (0 bad)))",
+    ];
+    std::fs::write(&trees, lines.join("\n") + "\n").unwrap();
+    let (vocab, trees) = (vocab.display().to_string(), trees.display().to_string());
+    same_in_one_and_two_processes(
+        "split-tree-lstm",
+        "tree_lstm",
+        &[("vocab", 8), ("embed", 4), ("hidden", 3)],
+        &[
+            "--data",
+            &trees,
+            "--vocab",
+            &vocab,
+            "--epochs",
+            "2",
+            "--workers",
+            "2",
+            "--plan",
+            "round-robin",
+            "--min-update-frequency",
+            "2",
+        ],
+    );
+}
+
+#[test]
+fn ggsnn_trains_the_same_over_two_processes() {
+    let Some(molecules) = shared_data("molecules/solubility.test.sdf") else { return };
+    same_in_one_and_two_processes(
+        "split-ggsnn",
+        "ggsnn",
+        &[("classes", 3), ("edge_kinds", 3), ("hidden", 4)],
+        &[
+            "--data",
+            &molecules,
+            "--limit",
+            "8",
+            "--epochs",
+            "2",
+            "--workers",
+            "2",
+            "--plan",
+            "round-robin",
+            "--min-update-frequency",
+            "4",
+        ],
+    );
+}
+
+/// Killing process 1 mid-epoch ends process 0's run with an error naming the lost process
+/// (its heartbeats stop and its connection breaks), instead of a hang.
+#[test]
+fn a_killed_process_ends_the_run_on_the_other() {
+    let dir = scratch("split-kill");
+    let dir = dir.path();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_amprun"))
+        .args([
+            "train",
+            &example("list_reduce.amp"),
+            "-D",
+            "hidden=16",
+            "--data",
+            &example("data/list_reduce.train.jsonl"),
+            "--limit",
+            "100",
+            // Far more epochs than it will live to train.
+            "--epochs",
+            "1000",
+            "--workers",
+            "2",
+            "--plan",
+            "round-robin",
+            "--processes",
+            "2",
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("amprun starts");
+    let mut lines = BufReader::new(run.stderr.take().expect("stderr")).lines().map_while(Result::ok);
+    let mut seen = Vec::new();
+    let mut child = None;
+    for line in lines.by_ref() {
+        seen.push(line.clone());
+        if let Some(rest) = line.strip_prefix("amprun: process 1 is pid ") {
+            child = rest.split_whitespace().next().and_then(|p| p.parse::<u32>().ok());
+        }
+        // Once an epoch is done, the next one is under way in both processes.
+        if line.starts_with("epoch 1/") {
+            break;
+        }
+    }
+    let child = child.unwrap_or_else(|| panic!("the launcher names its child:\n{}", seen.join("\n")));
+    let killed = Command::new("kill").args(["-9", &child.to_string()]).status().expect("kill runs");
+    assert!(killed.success());
+    seen.extend(lines);
+    let status = run.wait().expect("process 0 ends");
+    let text = seen.join("\n");
+    assert_eq!(status.code(), Some(4), "{text}");
+    assert!(text.contains("lost process 1 (127.0.0.1:"), "{text}");
+}
+
+/// A process whose key differs is refused before anything else is read: the one that
+/// connects says the other did not prove the key. One with the key but another graph is
+/// refused too, on both sides.
+#[test]
+fn a_process_without_the_key_or_with_another_graph_is_refused() {
+    let dir = scratch("split-key");
+    let dir = dir.path();
+    let ports: Vec<u16> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    std::fs::write(dir.join("hosts.txt"), format!("127.0.0.1:{}\n127.0.0.1:{}\n", ports[0], ports[1])).unwrap();
+    std::fs::write(dir.join("a.key"), "the right key").unwrap();
+    std::fs::write(dir.join("b.key"), "a wrong key").unwrap();
+    let args = |process: &str, key: &str, hidden: &str| {
+        vec![
+            "train".to_string(),
+            example("list_reduce.amp"),
+            "-D".into(),
+            hidden.into(),
+            "--data".into(),
+            example("data/list_reduce.train.jsonl"),
+            "--limit".into(),
+            "4".into(),
+            "--workers".into(),
+            "2".into(),
+            "--processes".into(),
+            "2".into(),
+            "--process".into(),
+            process.into(),
+            "--hostfile".into(),
+            "hosts.txt".into(),
+            "--cluster-key".into(),
+            key.into(),
+        ]
+    };
+    let mut zero = Command::new(env!("CARGO_BIN_EXE_amprun"))
+        .args(args("0", "a.key", "hidden=16"))
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("process 0 starts");
+    let refs = args("1", "b.key", "hidden=16");
+    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+    let out = amprun(dir, &refs);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("did not prove the cluster key"), "{}", stderr(&out));
+    // With the key but another graph (another hidden size), process 1 is refused by name
+    // (process 0, still waiting for a process that proves the key, is refused too).
+    let refs = args("1", "a.key", "hidden=8");
+    let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+    let out = amprun(dir, &refs);
+    let zero_status = zero.wait().expect("process 0 ends");
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("runs another binary or graph"), "{}", stderr(&out));
+    assert_eq!(zero_status.code(), Some(4));
+}
+
+/// `eval` over two processes reports the loss and accuracy of one process (process 0
+/// prints them; the other prints nothing).
+#[test]
+fn eval_over_two_processes_reports_what_one_process_does() {
+    let dir = scratch("split-eval");
+    let dir = dir.path();
+    let data = example("data/list_reduce.train.jsonl");
+    let model = example("list_reduce.amp");
+    let train = ["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "20", "--save", "p.safetensors"];
+    amprun_ok(dir, &train);
+    let eval = |extra: &[&str]| {
+        let mut args = vec!["eval", &model, "-D", "hidden=16", "--params", "p.safetensors", "--data", &data];
+        args.extend(["--limit", "30", "--workers", "2", "--plan", "round-robin"]);
+        args.extend(extra);
+        let out = stdout(&amprun_ok(dir, &args));
+        // `ListReduce: loss L  accuracy A%  instances N  instances/s R  (...)`: all but the rate.
+        let line = out.lines().next().expect("a result line").to_string();
+        line.split("  instances/s").next().expect("the line").to_string()
+    };
+    let one = eval(&[]);
+    assert!(one.contains("loss"), "{one}");
+    assert_eq!(eval(&["--processes", "2"]), one);
+}
+
+/// A checkpoint written over two processes resumes in one: the run ends with the
+/// parameters of an uninterrupted one-process run (to rounding).
+#[test]
+fn a_checkpoint_of_two_processes_resumes_in_one() {
+    let dir = scratch("split-resume");
+    let dir = dir.path();
+    let model = example("list_reduce.amp");
+    let data = example("data/list_reduce.train.jsonl");
+    let train = |epochs: &str, save: &str, extra: &[&str]| {
+        let mut args = vec!["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "40"];
+        args.extend(["--workers", "2", "--plan", "round-robin", "--min-update-frequency", "4", "--optimizer", "adam"]);
+        args.extend(["--epochs", epochs, "--save", save]);
+        args.extend(extra);
+        amprun_ok(dir, &args);
+    };
+    train("2", "whole.safetensors", &[]);
+    train("1", "split.safetensors", &["--processes", "2"]);
+    train("2", "split.safetensors", &["--resume"]);
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let whole = checkpoint(&dir.join("whole.safetensors"), &graph);
+    let resumed = checkpoint(&dir.join("split.safetensors"), &graph);
+    assert_eq!(resumed.metadata["epoch"], "2");
+    for (spec, values) in whole.params.iter() {
+        let other = resumed.params.get(&spec.name).expect("the same tensors");
+        for (x, y) in values.iter().zip(other) {
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{}`: {x} uninterrupted, {y} resumed", spec.name);
+        }
+    }
+}

@@ -1,0 +1,1168 @@
+//! Scale-out: one program's workers in several processes, over timely_communication.
+//!
+//! Workers are numbered globally; process `p` runs a contiguous range of them
+//! ([`workers_of`]). Inside a process, workers exchange messages on their channels as in a
+//! one-process run; each process runs one **bridge** thread, the process's only
+//! timely_communication worker (`Config::Cluster`-style, one timely thread per process,
+//! built from sockets this module connects and authenticates itself). A worker hands
+//! what is for a worker of another process to the bridge's outbox ([`Peers`]); the
+//! bridge encodes it (`crate::wire`), sends one packet per peer per round, and delivers
+//! what arrives into the local workers' channels, or, on process 0, into the
+//! controller's report and result channels.
+//!
+//! **Credits across processes** (Dijkstra–Scholten): every process keeps its own counts
+//! (`Credits`). A message for another process keeps the credit its sender took until the
+//! receiver gives it back ([`wire::Item::Release`]). The receiving bridge adds the
+//! message to its own count: if the instance had nothing there (the count was zero), the
+//! sender becomes the instance's parent there, given its credit back when the count
+//! returns to zero; otherwise the credit goes back at once. So process 0, where every
+//! instance is admitted, sees an instance's count reach zero exactly when nothing of it
+//! is left anywhere, and ends it there as in one process (`sched::admission`).
+//!
+//! **Who may connect**: process `p` listens only on its own hostfile address, connects to
+//! the processes before it, and accepts the ones after it. Each connection first proves
+//! the shared key (a challenge–response over SHA3-256 with a nonce from each side); a
+//! connection that fails is closed before anything else is read. Then each side sends a
+//! fingerprint (the caller's hash of the binary and the graph): a mismatch refuses the
+//! run, naming the process. Only then do the sockets go to timely_communication, whose
+//! framing trusts its peer; what is inside its frames is ours and decoded as untrusted.
+//!
+//! **Faults**: every bridge sends a heartbeat when it sent nothing else for
+//! [`ClusterSpec::heartbeat`]; a peer heard from for none of [`ClusterSpec::timeout`],
+//! whose connection broke, or that sent a packet that cannot be read is lost: the run ends
+//! on this process with [`ExecError::Cluster`] naming it, and every later run refuses to
+//! start.
+
+use crate::error::ExecError;
+use crate::wire::{self, Item, Limits, Packet};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use sha3::{Digest, Sha3_256};
+use std::collections::VecDeque;
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+use timely_communication::allocator::zero_copy::allocator::TcpBuilder;
+use timely_communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
+use timely_communication::allocator::ProcessBuilder;
+use timely_communication::{Allocator, Bytesable, Hooks, Pull, Push};
+
+/// How a process joins a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    /// This process's index.
+    pub process: usize,
+    /// `host:port` of every process, in process order (a hostfile's lines).
+    pub addresses: Vec<String>,
+    /// The shared secret every process must prove.
+    pub key: Vec<u8>,
+    /// What must be the same in every process (the caller hashes its binary and graph).
+    pub fingerprint: Vec<u8>,
+    /// A bridge with nothing else to send sends a heartbeat this often.
+    pub heartbeat: Duration,
+    /// A peer heard from for none of this long is lost.
+    pub timeout: Duration,
+    /// How long to wait for every peer to connect.
+    pub connect_timeout: Duration,
+}
+
+impl ClusterSpec {
+    pub fn new(process: usize, addresses: Vec<String>, key: Vec<u8>, fingerprint: Vec<u8>) -> ClusterSpec {
+        ClusterSpec {
+            process,
+            addresses,
+            key,
+            fingerprint,
+            heartbeat: Duration::from_millis(200),
+            timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The worker range of process `process` of `processes` among `workers`: contiguous
+/// blocks, the first `workers % processes` one larger.
+pub fn workers_of(process: usize, processes: usize, workers: usize) -> Range<usize> {
+    let processes = processes.max(1);
+    let (base, extra) = (workers / processes, workers % processes);
+    let start = process * base + process.min(extra);
+    let len = base + usize::from(process < extra);
+    start..(start + len).min(workers)
+}
+
+/// The process that runs worker `worker`.
+pub fn process_of(worker: usize, processes: usize, workers: usize) -> usize {
+    (0..processes).find(|&p| workers_of(p, processes, workers).contains(&worker)).unwrap_or(0)
+}
+
+/// A process's membership in a cluster: the bridge thread and what the runs use to reach
+/// it. Cloned handles share it; [`Cluster::shutdown`] ends it.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Cluster {{ process: {}, processes: {} }}", self.inner.process, self.inner.addresses.len())
+    }
+}
+
+impl PartialEq for Cluster {
+    fn eq(&self, other: &Cluster) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+struct Inner {
+    process: usize,
+    addresses: Vec<String>,
+    outbox: Sender<Outgoing>,
+    control: Sender<Control>,
+    bridge: Thread,
+    runs: AtomicU64,
+    failure: Arc<Mutex<Option<String>>>,
+    join: Mutex<Option<JoinHandle<()>>>,
+    /// Tensors other processes sent for a gather (`Cluster::gather`).
+    tensors: Receiver<(usize, u32, Vec<f32>)>,
+}
+
+/// Something a local worker or controller sends another process.
+pub(crate) struct Outgoing {
+    pub process: usize,
+    pub run: u64,
+    pub item: Item,
+}
+
+enum Control {
+    Begin(Box<RunPort>),
+    End(u64),
+    Shutdown,
+}
+
+/// What a process-local message becomes on the wire (the scheduler's `ToWorker` and
+/// `Report` say, in `sched::worker`).
+pub(crate) trait Wire {
+    /// The item for worker `worker` (or the controller) of another process; `None` for
+    /// what never crosses.
+    fn into_item(self, worker: u32) -> Option<Item>;
+}
+
+/// Where the bridge delivers a run's items: the scheduler's channels and credits
+/// (`sched::controller` implements it).
+pub(crate) trait RunSink: Send {
+    /// This process's `index`-th worker takes `item` (a message, an instance's end, a
+    /// confirmation request, a stop, a credit given back).
+    fn worker(&self, index: usize, item: Item);
+    /// A report for the controller, from `from` (named in a failure); false when this
+    /// process runs none.
+    fn controller(&self, item: Item, from: &str) -> bool;
+    /// A message of `instance` arrived from process `from`: true when this process keeps
+    /// the sender's credit until its own count returns to zero (see the module doc).
+    fn arrive(&self, instance: usize, from: usize) -> bool;
+    /// The cluster failed: the controller hears why, every local worker stops.
+    fn fail(&self, message: &str);
+}
+
+/// What the bridge needs of a run to deliver into it.
+pub(crate) struct RunPort {
+    pub run: u64,
+    /// This process's workers.
+    pub local: Range<usize>,
+    pub sink: Box<dyn RunSink>,
+    pub instances: usize,
+    pub nodes: usize,
+    pub state_len: usize,
+}
+
+impl Cluster {
+    /// Connects to every other process of `spec.addresses` (authenticating each, checking
+    /// fingerprints) and starts the bridge thread.
+    pub fn connect(spec: ClusterSpec) -> Result<Cluster, ExecError> {
+        let processes = spec.addresses.len();
+        if processes < 2 || spec.process >= processes {
+            return Err(cluster_error(format!(
+                "process {} of {processes}: a cluster has at least 2 processes, numbered from 0",
+                spec.process
+            )));
+        }
+        if processes > usize::from(u16::MAX) {
+            return Err(cluster_error(format!("{processes} processes is more than supported")));
+        }
+        let sockets = connect_all(&spec)?;
+        let builders = ProcessBuilder::new_typed_vector(1, Hooks::default().refill, None);
+        let (mut tcp, guard) = initialize_networking_from_sockets(builders, sockets, spec.process, 1, Hooks::default())
+            .map_err(|e| cluster_error(format!("cannot start the network threads: {e}")))?;
+        let builder = tcp.pop().ok_or_else(|| cluster_error("no network allocator".into()))?;
+        let (outbox, outgoing) = unbounded();
+        let (control, controls) = unbounded();
+        let (tensor_tx, tensors) = unbounded();
+        let failure = Arc::new(Mutex::new(None));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let bridge = Bridge {
+            process: spec.process,
+            addresses: spec.addresses.clone(),
+            outgoing,
+            controls,
+            tensors: tensor_tx,
+            failure: Arc::clone(&failure),
+            heartbeat: spec.heartbeat,
+            timeout: spec.timeout,
+            limits: Limits::default(),
+            run: None,
+            ended: 0,
+            early: VecDeque::new(),
+            buffers: (0..processes).map(|_| (0, Vec::new())).collect(),
+            last_heard: vec![Instant::now(); processes],
+            last_sent: vec![Instant::now(); processes],
+            shutdown_sent: false,
+            shutdown_heard: vec![false; processes],
+            pending_packets: Vec::new(),
+            scratch: Vec::new(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("amp-bridge".into())
+            .spawn(move || bridge.run(builder, guard, ready_tx))
+            .map_err(|e| cluster_error(format!("cannot start the bridge thread: {e}")))?;
+        let thread = handle.thread().clone();
+        // The bridge builds its allocator first (timely wakes the thread that built it).
+        let _ = ready_rx.recv();
+        Ok(Cluster {
+            inner: Arc::new(Inner {
+                process: spec.process,
+                addresses: spec.addresses,
+                outbox,
+                control,
+                bridge: thread,
+                runs: AtomicU64::new(0),
+                failure,
+                join: Mutex::new(Some(handle)),
+                tensors,
+            }),
+        })
+    }
+
+    pub fn process(&self) -> usize {
+        self.inner.process
+    }
+
+    pub fn processes(&self) -> usize {
+        self.inner.addresses.len()
+    }
+
+    /// Why the cluster failed, once it did.
+    pub fn failure(&self) -> Option<String> {
+        self.inner.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// The next run's number: every process makes the same runs in the same order.
+    pub(crate) fn next_run(&self) -> u64 {
+        self.inner.runs.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Registers a run with the bridge; messages of it that arrived early are delivered.
+    pub(crate) fn begin(&self, port: RunPort) -> Result<(), ExecError> {
+        if let Some(failure) = self.failure() {
+            return Err(cluster_error(failure));
+        }
+        self.control(Control::Begin(Box::new(port)));
+        Ok(())
+    }
+
+    /// The run ended here: what still comes for it is dropped.
+    pub(crate) fn end(&self, run: u64) {
+        self.control(Control::End(run));
+    }
+
+    fn control(&self, control: Control) {
+        let _ = self.inner.control.send(control);
+        self.inner.bridge.unpark();
+    }
+
+    /// A handle the workers of run `run` send through.
+    pub(crate) fn outbox(&self, run: u64) -> Outbox {
+        Outbox { tx: self.inner.outbox.clone(), bridge: self.inner.bridge.clone(), run }
+    }
+
+    /// Gathers parameter tensors on process 0: each other process sends the values of the
+    /// tensors it owns (`own`, by index into the parameter set), process 0 receives every
+    /// tensor that `expected` lists as another process's and returns them. Every process
+    /// calls it at the same point of its runs.
+    pub fn gather(
+        &self,
+        own: Vec<(u32, Vec<f32>)>,
+        expected: &[(u32, usize)],
+    ) -> Result<Vec<(u32, Vec<f32>)>, ExecError> {
+        let run = self.next_run();
+        if self.inner.process != 0 {
+            let outbox = self.outbox(run);
+            for (tensor, values) in own {
+                outbox.send(0, Item::Tensor { tensor, values });
+            }
+            return self.failure().map_or(Ok(Vec::new()), |f| Err(cluster_error(f)));
+        }
+        let mut got: Vec<(u32, Vec<f32>)> = Vec::new();
+        while got.len() < expected.len() {
+            match self.inner.tensors.recv_timeout(Duration::from_millis(100)) {
+                Ok((from, tensor, values)) => {
+                    let wanted = expected.iter().any(|&(t, p)| t == tensor && p == from);
+                    if !wanted || got.iter().any(|(t, _)| *t == tensor) {
+                        return Err(cluster_error(format!(
+                            "process {from} ({}) sent tensor {tensor}, which is not its to send",
+                            self.address(from)
+                        )));
+                    }
+                    got.push((tensor, values));
+                }
+                Err(_) => {
+                    if let Some(failure) = self.failure() {
+                        return Err(cluster_error(failure));
+                    }
+                }
+            }
+        }
+        Ok(got)
+    }
+
+    fn address(&self, process: usize) -> &str {
+        self.inner.addresses.get(process).map_or("?", String::as_str)
+    }
+
+    /// Leaves the cluster: tells every peer, waits (a few heartbeat timeouts at most) for
+    /// each to say the same, and stops the bridge. Every process calls it after its last
+    /// run.
+    pub fn shutdown(&self) -> Result<(), ExecError> {
+        self.control(Control::Shutdown);
+        let handle = self.inner.join.lock().ok().and_then(|mut j| j.take());
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+        self.failure().map_or(Ok(()), |f| Err(cluster_error(f)))
+    }
+}
+
+pub(crate) fn cluster_error(message: String) -> ExecError {
+    ExecError::Cluster { message }
+}
+
+/// Where a worker's messages for other processes go (the bridge's outbox for one run).
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    tx: Sender<Outgoing>,
+    bridge: Thread,
+    run: u64,
+}
+
+impl Outbox {
+    pub fn send(&self, process: usize, item: Item) {
+        let _ = self.tx.send(Outgoing { process, run: self.run, item });
+        self.bridge.unpark();
+    }
+}
+
+/// Where a worker's messages for another worker go: that worker's channel in this
+/// process, or the bridge for a worker of another process. The one seam between the
+/// scheduler and the cluster.
+pub(crate) struct Peers<T> {
+    /// Per worker (global index), its channel when it runs in this process.
+    local: Vec<Option<Sender<T>>>,
+    remote: Option<(Outbox, Vec<u16>)>,
+}
+
+impl<T> Clone for Peers<T> {
+    fn clone(&self) -> Peers<T> {
+        Peers { local: self.local.clone(), remote: self.remote.clone() }
+    }
+}
+
+impl<T: Wire> Peers<T> {
+    /// Every worker in this process.
+    pub fn local(senders: &[Sender<T>]) -> Peers<T> {
+        Peers { local: senders.iter().cloned().map(Some).collect(), remote: None }
+    }
+
+    /// This process's workers `range` (their channels in `senders`) out of `workers`, the
+    /// others through `outbox`.
+    pub fn split(
+        senders: &[Sender<T>],
+        range: Range<usize>,
+        workers: usize,
+        cluster: &Cluster,
+        outbox: Outbox,
+    ) -> Peers<T> {
+        let mut local: Vec<Option<Sender<T>>> = (0..workers).map(|_| None).collect();
+        for (slot, tx) in local.get_mut(range).into_iter().flatten().zip(senders) {
+            *slot = Some(tx.clone());
+        }
+        let processes = cluster.processes();
+        let owner = (0..workers).map(|w| u16::try_from(process_of(w, processes, workers)).unwrap_or(0)).collect();
+        Peers { local, remote: Some((outbox, owner)) }
+    }
+
+    /// Whether worker `worker` runs in this process.
+    pub fn is_local(&self, worker: usize) -> bool {
+        self.local.get(worker).is_some_and(Option::is_some)
+    }
+
+    /// Sends `item` to worker `worker`, wherever it runs; false when it is gone.
+    pub fn send(&self, worker: usize, item: T) -> bool {
+        if let Some(Some(tx)) = self.local.get(worker) {
+            return tx.send(item).is_ok();
+        }
+        let Some((outbox, owner)) = &self.remote else { return false };
+        let Some(&process) = owner.get(worker) else { return false };
+        let Some(item) = item.into_item(u32::try_from(worker).unwrap_or(u32::MAX)) else { return false };
+        outbox.send(usize::from(process), item);
+        true
+    }
+
+    /// Gives a credit of `instance` back to process `process` (see the module doc).
+    pub fn release(&self, process: usize, instance: usize) {
+        if let Some((outbox, _)) = &self.remote {
+            outbox.send(process, Item::Release { instance: instance as u64 });
+        }
+    }
+
+    /// The length of a local worker's channel (for a stall report).
+    pub fn queued(&self, worker: usize) -> usize {
+        self.local.get(worker).and_then(Option::as_ref).map_or(0, Sender::len)
+    }
+
+    /// Workers in the run, in every process.
+    pub fn len(&self) -> usize {
+        self.local.len()
+    }
+}
+
+/// Where a worker's reports go: the controller's channel in this process, or process 0's
+/// controller through the bridge.
+pub(crate) enum ReportTo<R> {
+    Local(Sender<R>),
+    Remote(Outbox),
+}
+
+impl<R> Clone for ReportTo<R> {
+    fn clone(&self) -> ReportTo<R> {
+        match self {
+            ReportTo::Local(tx) => ReportTo::Local(tx.clone()),
+            ReportTo::Remote(outbox) => ReportTo::Remote(outbox.clone()),
+        }
+    }
+}
+
+impl<R: Wire> ReportTo<R> {
+    pub fn send(&self, report: R) {
+        match self {
+            ReportTo::Local(tx) => {
+                let _ = tx.send(report);
+            }
+            ReportTo::Remote(outbox) => {
+                if let Some(item) = report.into_item(0) {
+                    outbox.send(0, item);
+                }
+            }
+        }
+    }
+}
+
+/// A packet on timely's channel: ours to send, or bytes received.
+enum Frame {
+    Out(Vec<u8>),
+    In(timely_bytes::arc::Bytes),
+}
+
+impl Bytesable for Frame {
+    fn from_bytes(bytes: timely_bytes::arc::Bytes) -> Frame {
+        Frame::In(bytes)
+    }
+
+    fn length_in_bytes(&self) -> usize {
+        self.bytes().len()
+    }
+
+    fn into_bytes<W: Write>(&self, writer: &mut W) {
+        // Writing into timely's in-memory buffer does not fail.
+        let _ = writer.write_all(self.bytes());
+    }
+}
+
+impl Frame {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Frame::Out(v) => v,
+            Frame::In(b) => b,
+        }
+    }
+}
+
+struct Bridge {
+    process: usize,
+    addresses: Vec<String>,
+    outgoing: Receiver<Outgoing>,
+    controls: Receiver<Control>,
+    tensors: Sender<(usize, u32, Vec<f32>)>,
+    failure: Arc<Mutex<Option<String>>>,
+    heartbeat: Duration,
+    timeout: Duration,
+    limits: Limits,
+    run: Option<Box<RunPort>>,
+    /// The last run that ended here: packets of it or before are dropped.
+    ended: u64,
+    /// Packets of runs that have not begun here yet.
+    early: VecDeque<Packet>,
+    /// Per peer, items waiting to be sent, and their run.
+    buffers: Vec<(u64, Vec<Item>)>,
+    last_heard: Vec<Instant>,
+    last_sent: Vec<Instant>,
+    shutdown_sent: bool,
+    shutdown_heard: Vec<bool>,
+    /// Packets of an earlier run queued before the buffer moved to another run.
+    pending_packets: Vec<(usize, u64, Vec<Item>)>,
+    scratch: Vec<u8>,
+}
+
+/// At most this many items of runs not begun are kept (a peer far ahead is a fault).
+const MAX_EARLY_ITEMS: usize = 1 << 24;
+
+/// Network threads that panicked (timely ends a broken connection with a panic in its
+/// `timely:recv-N` or `timely:send-N` thread): the peer, and the bridge to wake.
+static LOST: OnceLock<Mutex<Lost>> = OnceLock::new();
+
+/// The peers whose network threads broke (and why), and the bridge thread to wake.
+type Lost = (Vec<(usize, String)>, Option<Thread>);
+
+/// Installs, once, a panic hook that turns a timely network thread's panic into a lost
+/// peer for the bridge (quietly: the run's error names the peer), and leaves every other
+/// panic to the previous hook.
+fn watch_network_threads(bridge: Thread) {
+    let lost = LOST.get_or_init(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let name = std::thread::current().name().map(str::to_string).unwrap_or_default();
+            let peer = name.strip_prefix("timely:recv-").or_else(|| name.strip_prefix("timely:send-"));
+            let what = info
+                .payload()
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            // The bridge meets a dead network thread's queues as a panic it catches.
+            if name == "amp-bridge" && what.contains("poisoned") {
+                return;
+            }
+            match peer.and_then(|p| p.parse::<usize>().ok()) {
+                Some(peer) => {
+                    if let Some(lost) = LOST.get() {
+                        if let Ok(mut lost) = lost.lock() {
+                            lost.0.push((peer, what));
+                            if let Some(bridge) = &lost.1 {
+                                bridge.unpark();
+                            }
+                        }
+                    }
+                }
+                None => previous(info),
+            }
+        }));
+        Mutex::new((Vec::new(), None))
+    });
+    if let Ok(mut lost) = lost.lock() {
+        lost.0.clear();
+        lost.1 = Some(bridge);
+    }
+}
+
+impl Bridge {
+    fn run(
+        mut self,
+        builder: TcpBuilder,
+        guard: timely_communication::allocator::zero_copy::initialize::CommsGuard,
+        ready: std::sync::mpsc::Sender<()>,
+    ) {
+        watch_network_threads(std::thread::current());
+        let mut allocator = Allocator::Tcp(builder.build());
+        let (pushers, mut puller) = allocator.allocate::<Frame>(0);
+        let mut pushers: Vec<Box<dyn Push<Frame>>> = pushers;
+        let _ = ready.send(());
+        let mut shutting_down: Option<Instant> = None;
+        loop {
+            let mut busy = false;
+            // Timely's queues panic once a network thread died (its peer is gone): the
+            // allocator is then given up and the peer reported lost.
+            let frames = if self.failed() {
+                Vec::new()
+            } else {
+                let received = catch_unwind(AssertUnwindSafe(|| {
+                    allocator.receive();
+                    let mut frames = Vec::new();
+                    while let Some(frame) = puller.recv() {
+                        frames.push(frame);
+                    }
+                    // Timely counts events per channel; nobody else reads them here.
+                    allocator.events().borrow_mut().clear();
+                    frames
+                }));
+                received.unwrap_or_else(|_| {
+                    self.network_failed();
+                    Vec::new()
+                })
+            };
+            for frame in frames {
+                busy = true;
+                if let Err(message) = self.on_frame(frame.bytes()) {
+                    self.fail(message);
+                }
+            }
+            while let Ok(control) = self.controls.try_recv() {
+                busy = true;
+                match control {
+                    Control::Begin(port) => self.begin(port),
+                    Control::End(run) => {
+                        if self.run.as_ref().is_some_and(|r| r.run == run) {
+                            self.run = None;
+                        }
+                        self.ended = self.ended.max(run);
+                    }
+                    Control::Shutdown => {
+                        shutting_down.get_or_insert_with(Instant::now);
+                    }
+                }
+            }
+            while let Ok(out) = self.outgoing.try_recv() {
+                busy = true;
+                self.queue(out.process, out.run, out.item);
+            }
+            self.check_lost();
+            let failed = self.failed();
+            if shutting_down.is_some() && !self.shutdown_sent && !failed {
+                for peer in 0..self.addresses.len() {
+                    if peer != self.process {
+                        self.queue(peer, 0, Item::Shutdown);
+                    }
+                }
+                self.shutdown_sent = true;
+            }
+            if !failed {
+                let sent = catch_unwind(AssertUnwindSafe(|| {
+                    self.flush(&mut pushers);
+                    self.beat(&mut pushers);
+                    allocator.release();
+                }));
+                if sent.is_err() {
+                    self.network_failed();
+                }
+            }
+            let everyone_left = (0..self.addresses.len()).all(|p| p == self.process || self.shutdown_heard[p]);
+            if let Some(since) = shutting_down {
+                if failed || everyone_left {
+                    break;
+                }
+                if since.elapsed() > self.timeout * 2 {
+                    let waiting: Vec<String> = (0..self.addresses.len())
+                        .filter(|&p| p != self.process && !self.shutdown_heard[p])
+                        .map(|p| self.peer(p))
+                        .collect();
+                    self.fail(format!("{} did not leave the cluster", waiting.join(", ")));
+                    break;
+                }
+            }
+            if !busy {
+                allocator.await_events(Some(self.heartbeat / 2));
+            }
+        }
+        if self.failed() {
+            // A broken connection's network thread panicked, and timely's queues with it:
+            // dropping them, or joining the thread, would panic again.
+            std::mem::forget(pushers);
+            std::mem::forget(puller);
+            std::mem::forget(allocator);
+            std::mem::forget(guard);
+        } else {
+            drop(pushers);
+            drop(puller);
+            drop(allocator);
+            drop(guard);
+        }
+    }
+
+    /// Timely's side failed (a network thread died): the peer it names is lost.
+    fn network_failed(&mut self) {
+        self.check_lost();
+        self.fail("lost the connection to a peer (a network thread failed)".into());
+    }
+
+    fn peer(&self, process: usize) -> String {
+        format!("process {process} ({})", self.addresses.get(process).map_or("?", String::as_str))
+    }
+
+    fn failed(&self) -> bool {
+        self.failure.lock().map_or(true, |f| f.is_some())
+    }
+
+    /// The first failure ends every run: the controller (process 0) hears of it, and this
+    /// process's workers stop.
+    fn fail(&mut self, message: String) {
+        if let Ok(mut failure) = self.failure.lock() {
+            if failure.is_some() {
+                return;
+            }
+            *failure = Some(message.clone());
+        }
+        if let Some(run) = self.run.take() {
+            run.sink.fail(&message);
+        }
+    }
+
+    /// A peer whose network thread broke, or that was silent for too long, is lost.
+    fn check_lost(&mut self) {
+        let broken = LOST.get().and_then(|l| l.lock().ok().map(|mut l| std::mem::take(&mut l.0)));
+        for (peer, what) in broken.unwrap_or_default() {
+            if !self.shutdown_heard.get(peer).copied().unwrap_or(true) {
+                let message = format!("lost {}: its connection broke ({what})", self.peer(peer));
+                self.fail(message);
+            }
+        }
+        for peer in 0..self.addresses.len() {
+            if peer != self.process && !self.shutdown_heard[peer] && self.last_heard[peer].elapsed() > self.timeout {
+                let silent = self.last_heard[peer].elapsed().as_secs_f64();
+                self.fail(format!("lost {}: nothing heard from it for {silent:.1}s", self.peer(peer)));
+            }
+        }
+    }
+
+    fn queue(&mut self, process: usize, run: u64, item: Item) {
+        let Some((buffered_run, items)) = self.buffers.get_mut(process) else { return };
+        if !items.is_empty() && *buffered_run != run {
+            // One packet holds one run's items: what was queued for the last run goes first.
+            let (old_run, old) = (*buffered_run, std::mem::take(items));
+            self.pending_packets.push((process, old_run, old));
+        }
+        let (buffered_run, items) = &mut self.buffers[process];
+        if items.is_empty() {
+            *buffered_run = run;
+        }
+        items.push(item);
+    }
+
+    fn send_packet(&mut self, pushers: &mut [Box<dyn Push<Frame>>], process: usize, run: u64, items: &[Item]) {
+        self.scratch.clear();
+        wire::encode(self.process as u32, run, items, &mut self.scratch);
+        if let Some(pusher) = pushers.get_mut(process) {
+            pusher.send(Frame::Out(std::mem::take(&mut self.scratch)));
+            pusher.done();
+        }
+        self.last_sent[process] = Instant::now();
+    }
+
+    fn flush(&mut self, pushers: &mut [Box<dyn Push<Frame>>]) {
+        for (process, run, items) in std::mem::take(&mut self.pending_packets) {
+            self.send_packet(pushers, process, run, &items);
+        }
+        for process in 0..self.buffers.len() {
+            if self.buffers[process].1.is_empty() {
+                continue;
+            }
+            let (run, items) = std::mem::take(&mut self.buffers[process]);
+            self.send_packet(pushers, process, run, &items);
+        }
+    }
+
+    fn beat(&mut self, pushers: &mut [Box<dyn Push<Frame>>]) {
+        for process in 0..self.addresses.len() {
+            if process != self.process && self.last_sent[process].elapsed() >= self.heartbeat {
+                self.send_packet(pushers, process, 0, &[Item::Heartbeat]);
+            }
+        }
+    }
+
+    fn begin(&mut self, port: Box<RunPort>) {
+        if self.failed() {
+            let failure = self.failure.lock().ok().and_then(|f| f.clone()).unwrap_or_default();
+            port.sink.fail(&failure);
+            return;
+        }
+        let run = port.run;
+        self.run = Some(port);
+        let early = std::mem::take(&mut self.early);
+        for packet in early {
+            if packet.run == run {
+                if let Err(message) = self.deliver(packet) {
+                    self.fail(message);
+                }
+            } else if packet.run > run {
+                self.early.push_back(packet);
+            }
+        }
+    }
+
+    fn on_frame(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let packet = match wire::decode(bytes, &self.limits) {
+            Ok(packet) => packet,
+            // Which peer sent it is in the packet itself; a packet that cannot be read
+            // names it when its header could be read.
+            Err(error) => {
+                let from = bytes.get(4..8).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+                let who = from.filter(|&p| p < self.addresses.len()).map_or("a peer".to_string(), |p| self.peer(p));
+                return Err(format!("{who} sent a packet that cannot be read: {error}"));
+            }
+        };
+        let from = packet.from as usize;
+        if from >= self.addresses.len() || from == self.process {
+            return Err(format!("a packet names process {from} as its sender"));
+        }
+        self.last_heard[from] = Instant::now();
+        let run = packet.run;
+        if run == 0 || run <= self.ended {
+            // Heartbeats and shutdowns (run 0), and what a finished run left behind.
+            for item in &packet.items {
+                match item {
+                    Item::Shutdown => self.shutdown_heard[from] = true,
+                    Item::Tensor { tensor, values } => {
+                        let _ = self.tensors.send((from, *tensor, values.clone()));
+                    }
+                    _ => {}
+                }
+            }
+            return Ok(());
+        }
+        if self.run.as_ref().is_some_and(|r| r.run == run) {
+            return self.deliver(packet);
+        }
+        if packet.items.iter().all(|i| matches!(i, Item::Tensor { .. })) {
+            for item in packet.items {
+                if let Item::Tensor { tensor, values } = item {
+                    let _ = self.tensors.send((from, tensor, values));
+                }
+            }
+            return Ok(());
+        }
+        let early: usize = self.early.iter().map(|p| p.items.len()).sum();
+        if early + packet.items.len() > MAX_EARLY_ITEMS {
+            return Err(format!("{} sent more than {MAX_EARLY_ITEMS} items ahead of this process", self.peer(from)));
+        }
+        self.early.push_back(packet);
+        Ok(())
+    }
+
+    /// Delivers a packet of the current run into its workers' and controller's channels.
+    fn deliver(&mut self, packet: Packet) -> Result<(), String> {
+        let from = packet.from as usize;
+        let who = self.peer(from);
+        let mut releases = Vec::new();
+        {
+            let Some(port) = self.run.as_ref() else { return Ok(()) };
+            let bad = |what: String| format!("{who} sent {what}");
+            let local = |worker: u32, what: &str| {
+                let w = worker as usize;
+                if port.local.contains(&w) {
+                    Ok(w - port.local.start)
+                } else {
+                    Err(bad(format!("{what} for worker {worker}, not one of this process's")))
+                }
+            };
+            for item in packet.items {
+                match item {
+                    Item::Work { worker, node, port: p, dir, msg } => {
+                        let index = local(worker, "a message")?;
+                        if node as usize >= port.nodes || msg.state.len() != port.state_len {
+                            return Err(bad(format!(
+                                "a message for node {node} with {} state fields",
+                                msg.state.len()
+                            )));
+                        }
+                        let instance = usize::try_from(msg.instance()).ok().filter(|&i| i < port.instances);
+                        let instance =
+                            instance.ok_or_else(|| bad(format!("a message of instance {}", msg.instance())))?;
+                        if !port.sink.arrive(instance, from) {
+                            releases.push(instance);
+                        }
+                        port.sink.worker(index, Item::Work { worker, node, port: p, dir, msg });
+                    }
+                    Item::InstanceDone { worker } | Item::Confirm { worker } | Item::Stop { worker, .. } => {
+                        let index = local(worker, "a control word")?;
+                        port.sink.worker(index, item);
+                    }
+                    Item::Release { instance } => {
+                        if usize::try_from(instance).ok().filter(|&i| i < port.instances).is_none() {
+                            return Err(bad("a credit of an unknown instance".into()));
+                        }
+                        // Any worker of this process settles it (and ends the instance when
+                        // that was its last credit).
+                        port.sink.worker(0, item);
+                    }
+                    Item::Heartbeat => {}
+                    Item::Shutdown => self.shutdown_heard[from] = true,
+                    Item::Tensor { tensor, values } => {
+                        let _ = self.tensors.send((from, tensor, values));
+                    }
+                    report => {
+                        if !port.sink.controller(report, &who) {
+                            return Err(bad("a report to a process without the controller".into()));
+                        }
+                    }
+                }
+            }
+        }
+        for instance in releases {
+            self.queue(from, packet.run, Item::Release { instance: instance as u64 });
+        }
+        Ok(())
+    }
+}
+
+/// The handshake's first words: "AMPH", the protocol's version.
+const HELLO: u32 = 0x4850_4d41;
+const VERSION: u32 = 1;
+
+/// Connects process `spec.process` to every other: to those before it, accepts those
+/// after it, authenticating each. The result has `None` at this process's index.
+fn connect_all(spec: &ClusterSpec) -> Result<Vec<Option<TcpStream>>, ExecError> {
+    let me = spec.process;
+    let processes = spec.addresses.len();
+    let mut sockets: Vec<Option<TcpStream>> = (0..processes).map(|_| None).collect();
+    let deadline = Instant::now() + spec.connect_timeout;
+    let listener = if me + 1 < processes {
+        let address = &spec.addresses[me];
+        Some(TcpListener::bind(address).map_err(|e| cluster_error(format!("cannot listen on {address}: {e}")))?)
+    } else {
+        None
+    };
+    for (peer, address) in spec.addresses.iter().enumerate().take(me) {
+        let stream = loop {
+            let attempt = address
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| format!("cannot resolve {address}"))
+                .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).map_err(|e| e.to_string()));
+            match attempt {
+                Ok(stream) => break stream,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(cluster_error(format!("cannot connect to process {peer} at {address}: {e}")));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        let stream = handshake(stream, spec, Some(peer))
+            .map_err(|e| cluster_error(format!("process {peer} at {address}: {e}")))?;
+        sockets[peer] = Some(stream.1);
+    }
+    if let Some(listener) = listener {
+        listener.set_nonblocking(true).map_err(|e| cluster_error(format!("listener: {e}")))?;
+        while sockets.iter().enumerate().any(|(p, s)| p > me && s.is_none()) {
+            match listener.accept() {
+                Ok((stream, from)) => {
+                    let _ = stream.set_nonblocking(false);
+                    match handshake(stream, spec, None) {
+                        Ok((peer, stream)) if peer > me && sockets[peer].is_none() => sockets[peer] = Some(stream),
+                        Ok((peer, _)) => eprintln!("amp cluster: refused {from}: process {peer} is connected already"),
+                        Err(Refusal::Fatal(e)) => return Err(cluster_error(format!("{from}: {e}"))),
+                        Err(Refusal::Refused(e)) => eprintln!("amp cluster: refused a connection from {from}: {e}"),
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        let missing: Vec<String> = (me + 1..processes)
+                            .filter(|&p| sockets[p].is_none())
+                            .map(|p| format!("process {p} ({})", spec.addresses[p]))
+                            .collect();
+                        return Err(cluster_error(format!(
+                            "{} did not connect within {}s",
+                            missing.join(", "),
+                            spec.connect_timeout.as_secs()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(cluster_error(format!("accepting on {}: {e}", spec.addresses[me]))),
+            }
+        }
+    }
+    Ok(sockets)
+}
+
+/// Why a handshake failed: a stranger (refused, the listener goes on) or a peer that
+/// proved the key but cannot run with this process (the run stops).
+enum Refusal {
+    Refused(String),
+    Fatal(String),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Refused(e) | Refusal::Fatal(e) => f.write_str(e),
+        }
+    }
+}
+
+fn proof(key: &[u8], prover: u32, their_nonce: &[u8; 16], own_nonce: &[u8; 16]) -> [u8; 32] {
+    let mut h = Sha3_256::new();
+    h.update(b"amp-cluster-proof-v1");
+    h.update((key.len() as u64).to_le_bytes());
+    h.update(key);
+    h.update(prover.to_le_bytes());
+    h.update(their_nonce);
+    h.update(own_nonce);
+    h.finalize().into()
+}
+
+/// Both sides: hello (magic, version, index, processes, nonce), then the proof of the key
+/// over the other's nonce, checked before anything else is read; then the fingerprints.
+/// `expect`: the peer this side connected to (`None`: an accepted connection, any later
+/// process).
+fn handshake(mut stream: TcpStream, spec: &ClusterSpec, expect: Option<usize>) -> Result<(usize, TcpStream), Refusal> {
+    let io = |e: std::io::Error| Refusal::Refused(format!("handshake: {e}"));
+    stream.set_nodelay(true).map_err(io)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(io)?;
+    let mut nonce = [0u8; 16];
+    getrandom::fill(&mut nonce).map_err(|e| Refusal::Fatal(format!("no random nonce: {e}")))?;
+    let me = spec.process as u32;
+    let processes = spec.addresses.len() as u32;
+    let mut hello = Vec::with_capacity(32);
+    hello.extend_from_slice(&HELLO.to_le_bytes());
+    hello.extend_from_slice(&VERSION.to_le_bytes());
+    hello.extend_from_slice(&me.to_le_bytes());
+    hello.extend_from_slice(&processes.to_le_bytes());
+    hello.extend_from_slice(&nonce);
+    stream.write_all(&hello).map_err(io)?;
+    let mut theirs = [0u8; 32];
+    stream.read_exact(&mut theirs).map_err(io)?;
+    let word = |i: usize| u32::from_le_bytes([theirs[i], theirs[i + 1], theirs[i + 2], theirs[i + 3]]);
+    if word(0) != HELLO {
+        return Err(Refusal::Refused("not an Amp cluster process".into()));
+    }
+    if word(4) != VERSION {
+        return Err(Refusal::Refused(format!("cluster protocol version {} (this is {VERSION})", word(4))));
+    }
+    let peer = word(8);
+    let mut their_nonce = [0u8; 16];
+    their_nonce.copy_from_slice(&theirs[16..32]);
+    stream.write_all(&proof(&spec.key, me, &their_nonce, &nonce)).map_err(io)?;
+    let mut their_proof = [0u8; 32];
+    stream.read_exact(&mut their_proof).map_err(io)?;
+    let expected = proof(&spec.key, peer, &nonce, &their_nonce);
+    // Compared in full whatever differs first: how long a refusal takes says nothing.
+    let differs = their_proof.iter().zip(&expected).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    if differs != 0 {
+        return Err(Refusal::Refused("it did not prove the cluster key".into()));
+    }
+    // Authenticated: from here on a mismatch is the run's error.
+    if word(12) != processes {
+        return Err(Refusal::Fatal(format!("it runs with {} processes, this one with {processes}", word(12))));
+    }
+    let peer = peer as usize;
+    if expect.is_some_and(|e| e != peer) || peer >= spec.addresses.len() || peer == spec.process {
+        return Err(Refusal::Fatal(format!("it says it is process {peer}")));
+    }
+    let mine: [u8; 32] = Sha3_256::digest(&spec.fingerprint).into();
+    stream.write_all(&mine).map_err(io)?;
+    let mut their_print = [0u8; 32];
+    stream.read_exact(&mut their_print).map_err(io)?;
+    if their_print != mine {
+        return Err(Refusal::Fatal(format!(
+            "process {peer} ({}) runs another binary or graph (fingerprint {} here, {} there); \
+             every process must run the same amprun build on the same model and flags",
+            spec.addresses.get(peer).map_or("?", String::as_str),
+            hex(&mine[..6]),
+            hex(&their_print[..6])
+        )));
+    }
+    stream.set_read_timeout(None).map_err(io)?;
+    Ok((peer, stream))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_ranges_are_contiguous_and_cover_every_worker() {
+        for processes in 1..5 {
+            for workers in processes..9 {
+                let mut next = 0;
+                for p in 0..processes {
+                    let range = workers_of(p, processes, workers);
+                    assert_eq!(range.start, next);
+                    assert!(!range.is_empty(), "process {p} of {processes} has no worker of {workers}");
+                    for w in range.clone() {
+                        assert_eq!(process_of(w, processes, workers), p);
+                    }
+                    next = range.end;
+                }
+                assert_eq!(next, workers);
+            }
+        }
+    }
+
+    /// A peer that proves the key and then sends bytes that are no packet ends the
+    /// cluster with an error naming it, without a panic.
+    #[test]
+    fn a_malformed_packet_ends_the_cluster_naming_its_sender() {
+        let ports: Vec<u16> = (0..2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap())
+            .collect();
+        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let key = b"test key".to_vec();
+        let peer_spec = ClusterSpec::new(1, addresses.clone(), key.clone(), b"same".to_vec());
+        let first = addresses[0].clone();
+        // Process 1, by hand: the handshake, then one timely frame of garbage.
+        let peer = std::thread::spawn(move || {
+            let stream = loop {
+                match TcpStream::connect(&first) {
+                    Ok(stream) => break stream,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            };
+            let Ok((_, mut stream)) = handshake(stream, &peer_spec, Some(0)) else { panic!("the handshake fails") };
+            let mut body = Vec::new();
+            body.extend_from_slice(&wire::MAGIC.to_le_bytes());
+            body.extend_from_slice(&1u32.to_le_bytes());
+            body.extend_from_slice(&1u64.to_le_bytes());
+            body.extend_from_slice(&1000u32.to_le_bytes());
+            let mut frame = Vec::new();
+            // timely's header: channel, source, target range, length, sequence number.
+            for word in [0u64, 1, 0, 1, body.len() as u64, 0] {
+                frame.extend_from_slice(&word.to_be_bytes());
+            }
+            frame.extend_from_slice(&body);
+            stream.write_all(&frame).unwrap();
+            // Held open until the other side gave up on it.
+            let mut rest = Vec::new();
+            let _ = stream.read_to_end(&mut rest);
+        });
+        let cluster = Cluster::connect(ClusterSpec::new(0, addresses.clone(), key, b"same".to_vec())).unwrap();
+        let mut failure = None;
+        for _ in 0..500 {
+            failure = cluster.failure();
+            if failure.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let failure = failure.expect("the cluster failed");
+        assert!(failure.contains(&format!("process 1 ({})", addresses[1])), "{failure}");
+        assert!(failure.contains("1000 items announced"), "{failure}");
+        drop(cluster);
+        drop(peer);
+    }
+
+    #[test]
+    fn the_proof_depends_on_the_key_the_prover_and_both_nonces() {
+        let (a, b) = ([1u8; 16], [2u8; 16]);
+        let p = proof(b"key", 0, &a, &b);
+        assert_ne!(p, proof(b"kez", 0, &a, &b));
+        assert_ne!(p, proof(b"key", 1, &a, &b));
+        assert_ne!(p, proof(b"key", 0, &b, &a));
+        assert_eq!(p, proof(b"key", 0, &a, &b));
+    }
+}

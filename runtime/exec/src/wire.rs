@@ -1,0 +1,609 @@
+//! The binary form of what crosses processes (`sched::bridge`): forward and backward
+//! messages, the control words workers and the controller exchange, credits given back,
+//! reports, heartbeats. A packet is one run's items for one process, little-endian:
+//!
+//! ```text
+//! packet  = magic:u32 from:u32 run:u64 count:u32 item*count
+//! item    = tag:u8 fields...
+//! payload = 0 | 1 len:u32 f32*len          state = len:u16 i64*len
+//! ```
+//!
+//! Bytes from the network are untrusted like a graph file: [`decode`] checks every length
+//! against the bytes that remain before it allocates anything of that length, and
+//! against [`Limits`]; a malformed packet is a [`WireError`], never a panic or an
+//! out-of-bounds read. Whether a worker or node index is one of the run's is for the
+//! receiver to check (`sched::bridge` does).
+
+use crate::message::{Dir, Msg, Payload};
+use crate::trace::{TraceEvent, TraceKind};
+use std::fmt;
+
+/// The first four bytes of every packet ("AMPW").
+pub const MAGIC: u32 = 0x5750_4d41;
+
+/// One thing a process sends another.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// A message for node `node` on worker `worker` (its instance's credit travels with it).
+    Work {
+        worker: u32,
+        node: u32,
+        port: u16,
+        dir: Dir,
+        msg: Msg,
+    },
+    /// One more instance finished: the owner `worker` counts it.
+    InstanceDone {
+        worker: u32,
+    },
+    /// The controller asks owner `worker` to confirm its updates at a boundary.
+    Confirm {
+        worker: u32,
+    },
+    /// Worker `worker` ends its part of the run.
+    Stop {
+        worker: u32,
+        flush: bool,
+    },
+    /// A credit of `instance` the receiver lent with a message comes back.
+    Release {
+        instance: u64,
+    },
+    Loss {
+        instance: i64,
+        node: u32,
+        value: f32,
+        correct: Option<bool>,
+        state: Option<Box<[i64]>>,
+    },
+    Output {
+        instance: i64,
+        node: u32,
+        values: Vec<f32>,
+    },
+    Done {
+        instance: u64,
+    },
+    Updated,
+    Wake,
+    Trace(Vec<TraceEvent>),
+    /// A worker failed; the message says where and why.
+    Failed {
+        message: String,
+    },
+    Stopped {
+        worker: u32,
+        trace: Vec<TraceEvent>,
+        held: Vec<(u32, u64)>,
+    },
+    /// Gathering a checkpoint: the values of tensor `tensor` of the parameter set.
+    Tensor {
+        tensor: u32,
+        values: Vec<f32>,
+    },
+    /// The sender is alive (sent when it has nothing else to send).
+    Heartbeat,
+    /// The sender leaves the cluster: it sends nothing more.
+    Shutdown,
+}
+
+/// Bounds on what one packet may hold, beyond the bytes it has.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// State fields per message.
+    pub state: usize,
+    /// Values per payload, output or tensor.
+    pub values: usize,
+    /// Bytes of a failure message.
+    pub text: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { state: 1 << 12, values: 1 << 28, text: 1 << 16 }
+    }
+}
+
+/// A packet that could not be read: what was wrong, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireError {
+    pub offset: usize,
+    pub what: String,
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed packet at byte {}: {}", self.offset, self.what)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+const TAG_WORK: u8 = 1;
+const TAG_INSTANCE_DONE: u8 = 2;
+const TAG_CONFIRM: u8 = 3;
+const TAG_STOP: u8 = 4;
+const TAG_RELEASE: u8 = 5;
+const TAG_LOSS: u8 = 6;
+const TAG_OUTPUT: u8 = 7;
+const TAG_DONE: u8 = 8;
+const TAG_UPDATED: u8 = 9;
+const TAG_WAKE: u8 = 10;
+const TAG_TRACE: u8 = 11;
+const TAG_FAILED: u8 = 12;
+const TAG_STOPPED: u8 = 13;
+const TAG_TENSOR: u8 = 14;
+const TAG_HEARTBEAT: u8 = 15;
+const TAG_SHUTDOWN: u8 = 16;
+
+/// Bytes of one encoded trace event.
+const EVENT_BYTES: usize = 4 + 4 + 1 + 8 + 8 + 4 + 4 + 1 + 8;
+
+/// One packet: the process that sent it, the run its items belong to (heartbeats and
+/// shutdowns belong to none in particular), and the items.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Packet {
+    pub from: u32,
+    pub run: u64,
+    pub items: Vec<Item>,
+}
+
+/// Appends the packet of `items` from process `from` for run `run` to `out`.
+pub fn encode(from: u32, run: u64, items: &[Item], out: &mut Vec<u8>) {
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&from.to_le_bytes());
+    out.extend_from_slice(&run.to_le_bytes());
+    out.extend_from_slice(&u32::try_from(items.len()).unwrap_or(u32::MAX).to_le_bytes());
+    for item in items.iter().take(u32::MAX as usize) {
+        encode_item(item, out);
+    }
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// A length as written: lengths past `u32::MAX` cannot occur (limits bound every vector
+/// far below), and are written saturated so that the reader refuses them.
+fn put_len(out: &mut Vec<u8>, len: usize) {
+    put_u32(out, u32::try_from(len).unwrap_or(u32::MAX));
+}
+
+fn put_f32s(out: &mut Vec<u8>, values: &[f32]) {
+    put_len(out, values.len());
+    out.reserve(values.len() * 4);
+    for v in values {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn put_state(out: &mut Vec<u8>, state: &[i64]) {
+    out.extend_from_slice(&u16::try_from(state.len()).unwrap_or(u16::MAX).to_le_bytes());
+    for v in state {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn put_events(out: &mut Vec<u8>, events: &[TraceEvent]) {
+    put_len(out, events.len());
+    for e in events {
+        put_u32(out, e.worker);
+        put_u32(out, e.node);
+        out.push(match e.kind {
+            TraceKind::Forward => 0,
+            TraceKind::Backward => 1,
+            TraceKind::Update => 2,
+        });
+        put_u64(out, e.start_us);
+        put_u64(out, e.dur_us);
+        put_u32(out, e.batch);
+        put_u32(out, e.instances);
+        out.push(u8::from(e.staleness.is_some()));
+        put_u64(out, e.staleness.unwrap_or(0));
+    }
+}
+
+fn encode_item(item: &Item, out: &mut Vec<u8>) {
+    match item {
+        Item::Work { worker, node, port, dir, msg } => {
+            out.push(TAG_WORK);
+            put_u32(out, *worker);
+            put_u32(out, *node);
+            out.extend_from_slice(&port.to_le_bytes());
+            out.push(match dir {
+                Dir::Forward => 0,
+                Dir::Backward => 1,
+            });
+            put_state(out, &msg.state);
+            match &msg.payload {
+                Payload::Unit => out.push(0),
+                Payload::F32(values) => {
+                    out.push(1);
+                    put_f32s(out, values);
+                }
+            }
+        }
+        Item::InstanceDone { worker } => {
+            out.push(TAG_INSTANCE_DONE);
+            put_u32(out, *worker);
+        }
+        Item::Confirm { worker } => {
+            out.push(TAG_CONFIRM);
+            put_u32(out, *worker);
+        }
+        Item::Stop { worker, flush } => {
+            out.push(TAG_STOP);
+            put_u32(out, *worker);
+            out.push(u8::from(*flush));
+        }
+        Item::Release { instance } => {
+            out.push(TAG_RELEASE);
+            put_u64(out, *instance);
+        }
+        Item::Loss { instance, node, value, correct, state } => {
+            out.push(TAG_LOSS);
+            out.extend_from_slice(&instance.to_le_bytes());
+            put_u32(out, *node);
+            out.extend_from_slice(&value.to_le_bytes());
+            out.push(match correct {
+                None => 0,
+                Some(false) => 1,
+                Some(true) => 2,
+            });
+            match state {
+                None => out.push(0),
+                Some(state) => {
+                    out.push(1);
+                    put_state(out, state);
+                }
+            }
+        }
+        Item::Output { instance, node, values } => {
+            out.push(TAG_OUTPUT);
+            out.extend_from_slice(&instance.to_le_bytes());
+            put_u32(out, *node);
+            put_f32s(out, values);
+        }
+        Item::Done { instance } => {
+            out.push(TAG_DONE);
+            put_u64(out, *instance);
+        }
+        Item::Updated => out.push(TAG_UPDATED),
+        Item::Wake => out.push(TAG_WAKE),
+        Item::Trace(events) => {
+            out.push(TAG_TRACE);
+            put_events(out, events);
+        }
+        Item::Failed { message } => {
+            out.push(TAG_FAILED);
+            put_len(out, message.len());
+            out.extend_from_slice(message.as_bytes());
+        }
+        Item::Stopped { worker, trace, held } => {
+            out.push(TAG_STOPPED);
+            put_u32(out, *worker);
+            put_events(out, trace);
+            put_len(out, held.len());
+            for (node, count) in held {
+                put_u32(out, *node);
+                put_u64(out, *count);
+            }
+        }
+        Item::Tensor { tensor, values } => {
+            out.push(TAG_TENSOR);
+            put_u32(out, *tensor);
+            put_f32s(out, values);
+        }
+        Item::Heartbeat => out.push(TAG_HEARTBEAT),
+        Item::Shutdown => out.push(TAG_SHUTDOWN),
+    }
+}
+
+/// Reads one packet. Every length is checked against the bytes left and against
+/// `limits` before anything of that length is allocated.
+pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Packet, WireError> {
+    let mut r = Reader { bytes, at: 0 };
+    let magic = r.u32()?;
+    if magic != MAGIC {
+        return Err(r.error(format!("not an Amp packet (magic {magic:#010x})")));
+    }
+    let from = r.u32()?;
+    let run = r.u64()?;
+    let count = r.u32()? as usize;
+    // Every item takes at least its tag's byte.
+    if count > r.left() {
+        return Err(r.error(format!("{count} items announced, {} bytes left", r.left())));
+    }
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        items.push(r.item(limits)?);
+    }
+    if r.left() > 0 {
+        return Err(r.error(format!("{} bytes after the last item", r.left())));
+    }
+    Ok(Packet { from, run, items })
+}
+
+struct Reader<'b> {
+    bytes: &'b [u8],
+    at: usize,
+}
+
+impl<'b> Reader<'b> {
+    fn error(&self, what: String) -> WireError {
+        WireError { offset: self.at, what }
+    }
+
+    fn left(&self) -> usize {
+        self.bytes.len().saturating_sub(self.at)
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'b [u8], WireError> {
+        let end = self.at.checked_add(n).filter(|&end| end <= self.bytes.len());
+        match end.and_then(|end| self.bytes.get(self.at..end)) {
+            Some(slice) => {
+                self.at += n;
+                Ok(slice)
+            }
+            None => Err(self.error(format!("{n} bytes wanted, {} left", self.left()))),
+        }
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let slice = self.take(N)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(slice);
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn i64(&mut self) -> Result<i64, WireError> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+
+    fn f32(&mut self) -> Result<f32, WireError> {
+        Ok(f32::from_le_bytes(self.array()?))
+    }
+
+    fn flag(&mut self, what: &str) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(self.error(format!("{what} is {other}, not 0 or 1"))),
+        }
+    }
+
+    /// A count of things of `size` bytes each, at most `limit`: refused when the bytes
+    /// left cannot hold them, before anything is allocated.
+    fn count(&mut self, size: usize, limit: usize, what: &str) -> Result<usize, WireError> {
+        let n = self.u32()? as usize;
+        self.check_count(n, size, limit, what)
+    }
+
+    fn check_count(&self, n: usize, size: usize, limit: usize, what: &str) -> Result<usize, WireError> {
+        if n > limit {
+            return Err(self.error(format!("{n} {what}, over the limit of {limit}")));
+        }
+        if n.saturating_mul(size) > self.left() {
+            return Err(self.error(format!("{n} {what} announced, {} bytes left", self.left())));
+        }
+        Ok(n)
+    }
+
+    fn f32s(&mut self, limits: &Limits) -> Result<Vec<f32>, WireError> {
+        let n = self.count(4, limits.values, "values")?;
+        let bytes = self.take(n * 4)?;
+        Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    fn state(&mut self, limits: &Limits) -> Result<Box<[i64]>, WireError> {
+        let n = usize::from(self.u16()?);
+        let n = self.check_count(n, 8, limits.state, "state fields")?;
+        let bytes = self.take(n * 8)?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect())
+    }
+
+    fn events(&mut self) -> Result<Vec<TraceEvent>, WireError> {
+        let n = self.count(EVENT_BYTES, usize::MAX, "trace events")?;
+        let mut events = Vec::with_capacity(n);
+        for _ in 0..n {
+            let worker = self.u32()?;
+            let node = self.u32()?;
+            let kind = match self.u8()? {
+                0 => TraceKind::Forward,
+                1 => TraceKind::Backward,
+                2 => TraceKind::Update,
+                other => return Err(self.error(format!("trace event kind {other}"))),
+            };
+            let start_us = self.u64()?;
+            let dur_us = self.u64()?;
+            let batch = self.u32()?;
+            let instances = self.u32()?;
+            let has_staleness = self.flag("a trace event's staleness flag")?;
+            let staleness = self.u64()?;
+            let staleness = has_staleness.then_some(staleness);
+            events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, instances, staleness });
+        }
+        Ok(events)
+    }
+
+    fn item(&mut self, limits: &Limits) -> Result<Item, WireError> {
+        let tag = self.u8()?;
+        Ok(match tag {
+            TAG_WORK => {
+                let worker = self.u32()?;
+                let node = self.u32()?;
+                let port = self.u16()?;
+                let dir = if self.flag("a message's direction")? { Dir::Backward } else { Dir::Forward };
+                let state = self.state(limits)?;
+                let payload =
+                    if self.flag("a payload's kind")? { Payload::from_vec(self.f32s(limits)?) } else { Payload::Unit };
+                Item::Work { worker, node, port, dir, msg: Msg::new(payload, state) }
+            }
+            TAG_INSTANCE_DONE => Item::InstanceDone { worker: self.u32()? },
+            TAG_CONFIRM => Item::Confirm { worker: self.u32()? },
+            TAG_STOP => Item::Stop { worker: self.u32()?, flush: self.flag("a stop's flush")? },
+            TAG_RELEASE => Item::Release { instance: self.u64()? },
+            TAG_LOSS => {
+                let instance = self.i64()?;
+                let node = self.u32()?;
+                let value = self.f32()?;
+                let correct = match self.u8()? {
+                    0 => None,
+                    1 => Some(false),
+                    2 => Some(true),
+                    other => return Err(self.error(format!("a loss's judgement is {other}"))),
+                };
+                let state = if self.flag("a loss's state flag")? { Some(self.state(limits)?) } else { None };
+                Item::Loss { instance, node, value, correct, state }
+            }
+            TAG_OUTPUT => {
+                let instance = self.i64()?;
+                let node = self.u32()?;
+                Item::Output { instance, node, values: self.f32s(limits)? }
+            }
+            TAG_DONE => Item::Done { instance: self.u64()? },
+            TAG_UPDATED => Item::Updated,
+            TAG_WAKE => Item::Wake,
+            TAG_TRACE => Item::Trace(self.events()?),
+            TAG_FAILED => {
+                let n = self.count(1, limits.text, "bytes of text")?;
+                let bytes = self.take(n)?;
+                let message = String::from_utf8_lossy(bytes).into_owned();
+                Item::Failed { message }
+            }
+            TAG_STOPPED => {
+                let worker = self.u32()?;
+                let trace = self.events()?;
+                let n = self.count(12, usize::MAX, "held counts")?;
+                let mut held = Vec::with_capacity(n);
+                for _ in 0..n {
+                    held.push((self.u32()?, self.u64()?));
+                }
+                Item::Stopped { worker, trace, held }
+            }
+            TAG_TENSOR => {
+                let tensor = self.u32()?;
+                Item::Tensor { tensor, values: self.f32s(limits)? }
+            }
+            TAG_HEARTBEAT => Item::Heartbeat,
+            TAG_SHUTDOWN => Item::Shutdown,
+            other => return Err(WireError { offset: self.at - 1, what: format!("unknown item tag {other}") }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Item> {
+        let event = TraceEvent {
+            worker: 3,
+            node: 7,
+            kind: TraceKind::Update,
+            start_us: 12,
+            dur_us: 5,
+            batch: 0,
+            instances: 0,
+            staleness: Some(2),
+        };
+        vec![
+            Item::Work {
+                worker: 1,
+                node: 42,
+                port: 2,
+                dir: Dir::Backward,
+                msg: Msg::new(Payload::from_vec(vec![1.5, -0.25, f32::MIN_POSITIVE]), vec![9, -1, 3].into()),
+            },
+            Item::Work { worker: 0, node: 0, port: 0, dir: Dir::Forward, msg: Msg::new(Payload::Unit, vec![0].into()) },
+            Item::InstanceDone { worker: 2 },
+            Item::Confirm { worker: 5 },
+            Item::Stop { worker: 1, flush: true },
+            Item::Release { instance: 77 },
+            Item::Loss { instance: 4, node: 9, value: 0.5, correct: Some(true), state: Some(vec![4, 1].into()) },
+            Item::Loss { instance: 5, node: 9, value: f32::INFINITY, correct: None, state: None },
+            Item::Output { instance: 6, node: 2, values: vec![0.0, 1.0] },
+            Item::Done { instance: 8 },
+            Item::Updated,
+            Item::Wake,
+            Item::Trace(vec![event.clone()]),
+            Item::Failed { message: "worker 3 failed: ünïcode".into() },
+            Item::Stopped { worker: 3, trace: vec![event], held: vec![(4, 2)] },
+            Item::Tensor { tensor: 1, values: vec![3.0; 5] },
+            Item::Heartbeat,
+            Item::Shutdown,
+        ]
+    }
+
+    #[test]
+    fn every_item_reads_back_as_written() {
+        let items = sample();
+        let mut bytes = Vec::new();
+        encode(3, 11, &items, &mut bytes);
+        let packet = decode(&bytes, &Limits::default()).unwrap();
+        assert_eq!(packet, Packet { from: 3, run: 11, items });
+    }
+
+    #[test]
+    fn every_truncation_is_an_error() {
+        let mut bytes = Vec::new();
+        encode(0, 1, &sample(), &mut bytes);
+        for len in 0..bytes.len() {
+            assert!(decode(&bytes[..len], &Limits::default()).is_err(), "a packet cut at {len} bytes was accepted");
+        }
+    }
+
+    #[test]
+    fn an_oversized_length_is_refused_before_allocating() {
+        // A payload announcing 2^31 values in a packet of a few bytes.
+        let mut bytes = Vec::new();
+        encode(0, 0, &[Item::Output { instance: 0, node: 0, values: vec![] }], &mut bytes);
+        let len_at = bytes.len() - 4;
+        bytes[len_at..].copy_from_slice(&(1u32 << 31).to_le_bytes());
+        let error = decode(&bytes, &Limits::default()).unwrap_err();
+        assert!(error.what.contains("values"), "{error}");
+        // And past the limit even when the bytes are there.
+        let limits = Limits { values: 2, ..Limits::default() };
+        let mut bytes = Vec::new();
+        encode(0, 0, &[Item::Output { instance: 0, node: 0, values: vec![1.0; 3] }], &mut bytes);
+        assert!(decode(&bytes, &limits).unwrap_err().what.contains("over the limit"));
+    }
+
+    #[test]
+    fn wrong_magic_unknown_tags_and_trailing_bytes_are_refused() {
+        let mut bytes = Vec::new();
+        encode(0, 0, &[Item::Wake], &mut bytes);
+        let mut bad = bytes.clone();
+        bad[0] ^= 1;
+        assert!(decode(&bad, &Limits::default()).unwrap_err().what.contains("magic"));
+        let mut bad = bytes.clone();
+        *bad.last_mut().unwrap() = 200;
+        assert!(decode(&bad, &Limits::default()).unwrap_err().what.contains("unknown item tag 200"));
+        let mut bad = bytes;
+        bad.push(0);
+        assert!(decode(&bad, &Limits::default()).unwrap_err().what.contains("after the last item"));
+    }
+}
