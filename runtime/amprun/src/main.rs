@@ -172,7 +172,8 @@
 //! connection, and refuse a peer whose binary, graph or worker count differs. A lost
 //! process ends the run on the others within seconds, naming it (exit 4). Not yet with
 //! `--replicate`, `--max-staleness`, `--patience` or `--keep-best`, nor with a parameter
-//! used on workers of two processes (each refused with a clear error).
+//! used on workers of two processes, nor over more than two processes (each refused with
+//! a clear error).
 //!
 //! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step
 //! (a batch and the updates after it): it sleeps F - 1 times the step's measured time

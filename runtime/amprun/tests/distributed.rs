@@ -317,3 +317,17 @@ fn a_checkpoint_of_two_processes_resumes_in_one() {
         }
     }
 }
+
+/// Three processes are refused before anything starts (docs/distributed.md, Limits today):
+/// an instance's losses and its end would travel on different connections.
+#[test]
+fn more_than_two_processes_are_refused() {
+    let dir = scratch("split-three");
+    let dir = dir.path();
+    let data = example("data/list_reduce.train.jsonl");
+    let model = example("list_reduce.amp");
+    let args = ["train", &model, "--data", &data, "--limit", "4", "--workers", "3", "--processes", "3"];
+    let out = amprun(dir, &args);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("at most 2 processes"), "{}", stderr(&out));
+}
