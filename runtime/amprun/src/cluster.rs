@@ -14,7 +14,7 @@
 
 use crate::cli::ExecArgs;
 use crate::failure::{Exit, Failure};
-use amp_exec::{Cluster, ClusterSpec, ExecConfig};
+use amp_exec::{Cluster, ClusterSpec, ExecConfig, MAX_PROCESSES};
 use amp_ir::verify::Verified;
 use sha3::{Digest, Sha3_256};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -58,17 +58,12 @@ pub fn follower() -> bool {
     FOLLOWER.load(Ordering::Relaxed)
 }
 
-/// The most processes a run may be split over (see `prepare`).
-const MAX_PROCESSES: usize = 2;
-
 /// Reads the cluster flags; as the launcher, starts the children.
 pub fn prepare(args: &ExecArgs) -> Result<(), Failure> {
     let Some(processes) = args.processes.map(usize::from).filter(|&p| p > 1) else {
         return Ok(());
     };
-    // With three or more, an instance's losses (sent straight to process 0) and its end
-    // (credits returned through the process that sent it work) take different connections,
-    // so process 0 could end an instance before a loss arrives: refused until that is ordered.
+    // Refused before any child starts (the executor's own limit, `Cluster::connect`).
     if processes > MAX_PROCESSES {
         return Err(Failure::usage(format!(
             "--processes {processes}: at most {MAX_PROCESSES} processes are supported today \

@@ -85,6 +85,11 @@ impl ClusterSpec {
     }
 }
 
+/// The most processes a run may be split over. With three or more, an instance's losses
+/// (sent straight to process 0) and its end (credits returned through the process that
+/// sent it work) would take different connections, so process 0 could end an instance
+/// before a loss arrives; two keep them on one connection.
+pub const MAX_PROCESSES: usize = 2;
 /// The worker range of process `process` of `processes` among `workers`: contiguous
 /// blocks, the first `workers % processes` one larger.
 pub fn workers_of(process: usize, processes: usize, workers: usize) -> Range<usize> {
@@ -191,8 +196,10 @@ impl Cluster {
                 spec.process
             )));
         }
-        if processes > usize::from(u16::MAX) {
-            return Err(cluster_error(format!("{processes} processes is more than supported")));
+        if processes > MAX_PROCESSES {
+            return Err(cluster_error(format!(
+                "{processes} processes: at most {MAX_PROCESSES} are supported (see `MAX_PROCESSES`)"
+            )));
         }
         let sockets = connect_all(&spec)?;
         let builders = ProcessBuilder::new_typed_vector(1, Hooks::default().refill, None);

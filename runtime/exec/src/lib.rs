@@ -74,7 +74,7 @@ mod load;
 mod ops;
 mod sched;
 
-pub use cluster::{process_of, workers_of, Cluster, ClusterSpec};
+pub use cluster::{process_of, workers_of, Cluster, ClusterSpec, MAX_PROCESSES};
 pub use config::{ExecConfig, Fault, NodeSelector, Placement, SlowWorker};
 pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;
