@@ -9,7 +9,7 @@ use amp_exec::wire::{decode, encode, Limits};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { state: 64, values: 1 << 16, text: 1 << 12 };
+    let limits = Limits { state: 64, values: 1 << 16, text: 1 << 12, events: 1 << 10 };
     if let Ok(packet) = decode(data, &limits) {
         let mut once = Vec::new();
         encode(packet.from, packet.run, &packet.items, &mut once);

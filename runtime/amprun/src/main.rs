@@ -172,7 +172,7 @@
 //! connection, and refuse a peer whose binary, graph or worker count differs. A lost
 //! process ends the run on the others within seconds, naming it (exit 4). Not yet with
 //! `--replicate`, `--max-staleness`, `--patience` or `--keep-best`, nor with a parameter
-//! used on workers of two processes, nor over more than two processes (each refused with
+//! used on workers of two processes, nor over more than 16 processes (each refused with
 //! a clear error).
 //!
 //! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step
@@ -199,9 +199,13 @@
 //! `loss`, `accuracy` (when the model classifies), `instances_per_s`, `elapsed_s`, and
 //! for training `updates` and `staleness`: per parameter group `{"group", "mean", "max",
 //! "gradients", "bound"}` (the instances' gradients measured, an instance applied over
-//! two updates counting in both; `bound` null when unbounded). `--trace FILE` writes a
-//! Chrome/Perfetto trace of every worker's forward, backward and update work; an update
-//! carries `staleness` in its `args` (its stalest gradient). A summary ends the run on
+//! two updates counting in both; `bound` null when unbounded); split over processes,
+//! `network`: what process 0 exchanged with the others during the epoch's training
+//! (`messages_sent`/`_received`: forward and backward messages; `packets_*`; `bytes_*`:
+//! Amp's packets, without timely's 48-byte frame header each). `--trace FILE` writes a
+//! Chrome/Perfetto trace of every worker's forward, backward and update work (split over
+//! processes, one file on process 0: a process per process, a row per worker, one
+//! clock); an update carries `staleness` in its `args` (its stalest gradient). A summary ends the run on
 //! stdout.
 //!
 //! **Files written.** `--save`, `--metrics`, `--trace`, `--profile` and grad's `--out` are

@@ -65,7 +65,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         return Err(Failure::usage("--patience and --keep-best do not work with --processes yet"));
     }
     // A follower of a split run trains its workers' part and writes nothing: process 0
-    // writes the metrics, checkpoints and traces.
+    // writes the metrics, checkpoints and traces. Its workers still record what a trace or
+    // profile asks for, and send it to process 0, which writes one trace of every process.
+    let traced = tracing(args);
     let follower;
     let args = if crate::cluster::follower() {
         let mut quiet = args.clone();
@@ -89,6 +91,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, usize::from(args.exec.workers))?;
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
+    config.trace |= traced;
     config.frozen = crate::embeddings::frozen_groups(&graph, &args.freeze)?;
     let start = starting_point(args, &graph, &name, &optimizer)?;
     config.dropout_seed = start.seed;
@@ -294,6 +297,7 @@ impl TrainRun<'_> {
         let order = if self.args.no_shuffle { (0..n).collect() } else { shuffled(n, self.seed, epoch) };
         self.progress.start(format!("epoch {epoch}/{}", self.args.epochs), n);
         let epoch_start = Instant::now();
+        let traffic = self.executor.config().cluster.as_ref().map(amp_exec::Cluster::traffic);
         let batch = self.train.view(&order);
         // Dropout's masks are those of this epoch, whatever ran before (a resumed run).
         self.executor.set_epoch(epoch);
@@ -320,6 +324,9 @@ impl TrainRun<'_> {
         };
         let mut object = report.to_json();
         object["staleness"] = staleness::to_json(&stats.staleness);
+        if let (Some(before), Some(cluster)) = (traffic, &self.executor.config().cluster) {
+            object["network"] = network_json(&cluster.traffic().since(&before));
+        }
         self.metrics.write_json(&object)?;
         let mut line = format!(
             "epoch {epoch}/{}: train {} ({n} instances, {:.0}/s)",
@@ -618,6 +625,19 @@ fn schedule(args: &TrainArgs, lr: f32) -> Result<Schedule, Failure> {
         ScheduleName::Cosine => Shape::Cosine { min_lr: args.min_lr.unwrap_or(0.0) },
     };
     Schedule::new(lr, args.warmup, shape, args.epochs)
+}
+
+/// What process 0 exchanged with the other processes during an epoch's training (the
+/// metrics' `network`).
+fn network_json(t: &amp_exec::Traffic) -> serde_json::Value {
+    serde_json::json!({
+        "messages_sent": t.messages_sent,
+        "messages_received": t.messages_received,
+        "packets_sent": t.packets_sent,
+        "packets_received": t.packets_received,
+        "bytes_sent": t.bytes_sent,
+        "bytes_received": t.bytes_received,
+    })
 }
 
 fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) -> ExecConfig {

@@ -1,6 +1,7 @@
 //! Runs split over processes (`--processes`, docs/distributed.md), on loopback only: the
-//! same losses and checkpoint as the same workers in one process, a lost process ends the
-//! run on the other with an error naming it, and a process without the key is refused.
+//! same losses and checkpoint as the same workers in one process (over two and three
+//! processes), a lost process ends the run on the others with an error naming it, and a
+//! process without the key is refused.
 
 mod common;
 
@@ -23,6 +24,11 @@ fn train_losses(dir: &Path, metrics: &str) -> Vec<f64> {
 /// losses agree to rounding and that the checkpoint process 0 writes holds the one-process
 /// run's tensors (same names and shapes, values to rounding) and metadata.
 fn same_in_one_and_two_processes(test: &str, model: &str, defines: &[(&str, i64)], args: &[&str]) {
+    same_in_one_and_split(test, model, defines, args, "2");
+}
+
+/// [`same_in_one_and_two_processes`] over `processes` processes.
+fn same_in_one_and_split(test: &str, model: &str, defines: &[(&str, i64)], args: &[&str], processes: &str) {
     let dir = scratch(test);
     let dir = dir.path();
     let mut common: Vec<String> = vec!["train".into(), example(&format!("{model}.amp"))];
@@ -42,10 +48,11 @@ fn same_in_one_and_two_processes(test: &str, model: &str, defines: &[(&str, i64)
         train_losses(dir, &format!("{name}.jsonl"))
     };
     let one = run(None, "one");
-    let two = run(Some("2"), "two");
+    let two = run(Some(processes), "two");
     assert_eq!(one.len(), two.len());
     for (epoch, (a, b)) in one.iter().zip(&two).enumerate() {
-        assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "epoch {}: {a} in one process, {b} in two", epoch + 1);
+        let epoch = epoch + 1;
+        assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "epoch {epoch}: {a} in one process, {b} in {processes}");
     }
     let graph = compile_example(model, defines);
     let (a, b) = (checkpoint(&dir.join("one.safetensors"), &graph), checkpoint(&dir.join("two.safetensors"), &graph));
@@ -55,7 +62,8 @@ fn same_in_one_and_two_processes(test: &str, model: &str, defines: &[(&str, i64)
     for (spec, values) in a.params.iter() {
         let other = b.params.get(&spec.name).expect("the same tensors");
         for (x, y) in values.iter().zip(other) {
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{}`: {x} in one process, {y} in two", spec.name);
+            let name = &spec.name;
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{name}`: {x} in one process, {y} in {processes}");
         }
     }
     let (sa, sb) = (a.optim.expect("optimizer state"), b.optim.expect("optimizer state"));
@@ -149,11 +157,78 @@ fn ggsnn_trains_the_same_over_two_processes() {
     );
 }
 
-/// Killing process 1 mid-epoch ends process 0's run with an error naming the lost process
-/// (its heartbeats stop and its connection breaks), instead of a hang.
+/// Three processes, each with one worker of a round-robin plan: every edge between two
+/// nodes crosses processes, so an instance's messages, credits and losses take all three
+/// connections, and a loss computed on a process whose parent is another one must still
+/// reach process 0 before the instance ends there (a loss missing from an epoch's mean
+/// would change it).
 #[test]
-fn a_killed_process_ends_the_run_on_the_other() {
-    let dir = scratch("split-kill");
+fn list_reduce_trains_the_same_over_three_processes() {
+    same_in_one_and_split(
+        "split3-list-reduce",
+        "list_reduce",
+        &[("hidden", 16)],
+        &[
+            "--data",
+            &example("data/list_reduce.train.jsonl"),
+            "--limit",
+            "16",
+            "--epochs",
+            "2",
+            "--optimizer",
+            "adam",
+            "--workers",
+            "3",
+            "--plan",
+            "round-robin",
+            "--min-update-frequency",
+            "4",
+        ],
+        "3",
+    );
+}
+
+#[test]
+fn tree_lstm_trains_the_same_over_three_processes() {
+    let dir = scratch("split3-tree-lstm-data");
+    let vocab = dir.path().join("v.txt");
+    std::fs::write(&vocab, "<unk>\nthe\nrock\nis\ngreat\nbad\nfilm\n").unwrap();
+    let trees = dir.path().join("t.txt");
+    let lines = [
+        "(3 (2 The) (4 (2 rock) (3 (2 is) (4 great))))",
+        "(1 (2 the) (0 bad))",
+        "(4 (2 (2 the) (2 film)) (4 (2 is) (4 great)))",
+        "(0 (2 (2 the) (2 rock)) (0 (2 is) (0 bad)))",
+    ];
+    std::fs::write(&trees, lines.join("\n") + "\n").unwrap();
+    let (vocab, trees) = (vocab.display().to_string(), trees.display().to_string());
+    same_in_one_and_split(
+        "split3-tree-lstm",
+        "tree_lstm",
+        &[("vocab", 8), ("embed", 4), ("hidden", 3)],
+        &[
+            "--data",
+            &trees,
+            "--vocab",
+            &vocab,
+            "--epochs",
+            "2",
+            "--workers",
+            "3",
+            "--plan",
+            "round-robin",
+            "--min-update-frequency",
+            "2",
+        ],
+        "3",
+    );
+}
+
+/// Starts a training run over `processes` processes that would last far longer than the
+/// test, kills process `victim` once the first epoch is done, and returns process 0's exit
+/// status and standard error (its children's lines included).
+fn kill_mid_run(test: &str, processes: &str, victim: usize) -> (Option<i32>, String) {
+    let dir = scratch(test);
     let dir = dir.path();
     let mut run = Command::new(env!("CARGO_BIN_EXE_amprun"))
         .args([
@@ -164,16 +239,16 @@ fn a_killed_process_ends_the_run_on_the_other() {
             "--data",
             &example("data/list_reduce.train.jsonl"),
             "--limit",
-            "100",
+            "30",
             // Far more epochs than it will live to train.
             "--epochs",
             "1000",
             "--workers",
-            "2",
+            processes,
             "--plan",
             "round-robin",
             "--processes",
-            "2",
+            processes,
         ])
         .current_dir(dir)
         .stdout(Stdio::null())
@@ -183,12 +258,13 @@ fn a_killed_process_ends_the_run_on_the_other() {
     let mut lines = BufReader::new(run.stderr.take().expect("stderr")).lines().map_while(Result::ok);
     let mut seen = Vec::new();
     let mut child = None;
+    let announced = format!("amprun: process {victim} is pid ");
     for line in lines.by_ref() {
         seen.push(line.clone());
-        if let Some(rest) = line.strip_prefix("amprun: process 1 is pid ") {
+        if let Some(rest) = line.strip_prefix(&announced) {
             child = rest.split_whitespace().next().and_then(|p| p.parse::<u32>().ok());
         }
-        // Once an epoch is done, the next one is under way in both processes.
+        // Once an epoch is done, the next one is under way in every process.
         if line.starts_with("epoch 1/") {
             break;
         }
@@ -198,8 +274,24 @@ fn a_killed_process_ends_the_run_on_the_other() {
     assert!(killed.success());
     seen.extend(lines);
     let status = run.wait().expect("process 0 ends");
-    let text = seen.join("\n");
-    assert_eq!(status.code(), Some(4), "{text}");
+    (status.code(), seen.join("\n"))
+}
+
+/// Killing the last of three processes mid-epoch ends the run on both others (process 1
+/// loses it too, and leaves) with an error naming it, instead of a hang.
+#[test]
+fn a_killed_process_among_three_ends_the_run_on_the_others() {
+    let (status, text) = kill_mid_run("split3-kill", "3", 2);
+    assert_eq!(status, Some(4), "{text}");
+    assert!(text.contains("lost process 2 (127.0.0.1:"), "{text}");
+}
+
+/// Killing process 1 mid-epoch ends process 0's run with an error naming the lost process
+/// (its heartbeats stop and its connection breaks), instead of a hang.
+#[test]
+fn a_killed_process_ends_the_run_on_the_other() {
+    let (status, text) = kill_mid_run("split-kill", "2", 1);
+    assert_eq!(status, Some(4), "{text}");
     assert!(text.contains("lost process 1 (127.0.0.1:"), "{text}");
 }
 
@@ -318,16 +410,51 @@ fn a_checkpoint_of_two_processes_resumes_in_one() {
     }
 }
 
-/// Three processes are refused before anything starts (docs/distributed.md, Limits today):
-/// an instance's losses and its end would travel on different connections.
+/// `--trace` over two processes: process 0 writes one trace, with a named process per
+/// process, each worker's row in its own, and events on both; worker 1 (process 1) starts
+/// no earlier than the source's worker (process 0) that sent its first message, on the one
+/// clock they share (to far more than the loopback clock probe's error).
 #[test]
-fn more_than_two_processes_are_refused() {
-    let dir = scratch("split-three");
+fn a_trace_over_two_processes_merges_both() {
+    let dir = scratch("split-trace");
     let dir = dir.path();
     let data = example("data/list_reduce.train.jsonl");
     let model = example("list_reduce.amp");
-    let args = ["train", &model, "--data", &data, "--limit", "4", "--workers", "3", "--processes", "3"];
+    let args = ["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "12", "--workers", "2"];
+    let mut args = args.to_vec();
+    args.extend(["--plan", "round-robin", "--processes", "2", "--trace", "t.json"]);
+    amprun_ok(dir, &args);
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("t.json")).expect("a trace")).expect("the trace is JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    for (pid, process) in [(1, 0), (2, 1)] {
+        let named = events.iter().find(|e| e["name"] == "process_name" && e["pid"] == pid);
+        let name = named.map(|e| e["args"]["name"].as_str().unwrap_or_default()).unwrap_or_default();
+        assert!(name.starts_with(&format!("process {process} (127.0.0.1:")), "pid {pid}: {name:?}");
+    }
+    let work = |pid: u64, tid: u64| -> Vec<u64> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid)
+            .map(|e| e["ts"].as_u64().expect("a time"))
+            .collect()
+    };
+    let (zero, one) = (work(1, 0), work(2, 1));
+    assert!(!zero.is_empty() && !one.is_empty(), "events on both: {} and {}", zero.len(), one.len());
+    assert!(work(1, 1).is_empty() && work(2, 0).is_empty(), "each worker in its own process");
+    let (first_zero, first_one) = (zero.iter().min().unwrap(), one.iter().min().unwrap());
+    assert!(first_one + 50_000 >= *first_zero, "worker 1 began at {first_one} us, worker 0 at {first_zero} us");
+}
+
+/// More processes than `amp_exec::MAX_PROCESSES` are refused before anything starts.
+#[test]
+fn too_many_processes_are_refused() {
+    let dir = scratch("split-many");
+    let dir = dir.path();
+    let data = example("data/list_reduce.train.jsonl");
+    let model = example("list_reduce.amp");
+    let args = ["train", &model, "--data", &data, "--limit", "4", "--workers", "17", "--processes", "17"];
     let out = amprun(dir, &args);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("at most 2 processes"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("at most 16 processes"), "{}", stderr(&out));
 }

@@ -19,6 +19,15 @@
 //! instance is admitted, sees an instance's count reach zero exactly when nothing of it
 //! is left anywhere, and ends it there as in one process (`sched::admission`).
 //!
+//! **Reports before ends**: a loss or output computed on process `p` goes straight to
+//! process 0, while the instance's end reaches process 0 through the credits `p` gives back
+//! to its parent, which may be a third process. When `p`'s parent for the instance is
+//! process 0, the credit goes back after the report on the same connection, in order.
+//! Otherwise the report takes a credit of its own ([`ReportTo::receipt`]): process 0 gives
+//! it back ([`wire::Item::Receipt`], answered by a `Release`) once the report is in its
+//! controller's channel, so `p`'s count, and with it process 0's, cannot return to zero
+//! before the report arrived, whatever the number of processes.
+//!
 //! **Who may connect**: process `p` listens only on its own hostfile address, connects to
 //! the processes before it, and accepts the ones after it. Each connection first proves
 //! the shared key (a challenge–response over SHA3-256 with a nonce from each side); a
@@ -27,6 +36,12 @@
 //! run, naming the process. Only then do the sockets go to timely_communication, whose
 //! framing trusts its peer; what is inside its frames is ours and decoded as untrusted.
 //!
+//! **Clocks** (for the merged trace): each process measures, in its handshake with process
+//! 0, the offset between its clock and process 0's (the probe with the shortest round trip
+//! of [`CLOCK_PROBES`], accurate to half of it). Trace events that cross to process 0 are
+//! moved onto its timeline as they leave ([`Cluster::clock_us`]), so process 0 writes
+//! one trace in which every process's workers share one time axis.
+//!
 //! **Faults**: every bridge sends a heartbeat when it sent nothing else for
 //! [`ClusterSpec::heartbeat`]; a peer heard from for none of [`ClusterSpec::timeout`],
 //! whose connection broke, or that sent a packet that cannot be read is lost: the run ends
@@ -34,6 +49,7 @@
 //! start.
 
 use crate::error::ExecError;
+use crate::trace::TraceEvent;
 use crate::wire::{self, Item, Limits, Packet};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sha3::{Digest, Sha3_256};
@@ -85,11 +101,10 @@ impl ClusterSpec {
     }
 }
 
-/// The most processes a run may be split over. With three or more, an instance's losses
-/// (sent straight to process 0) and its end (credits returned through the process that
-/// sent it work) would take different connections, so process 0 could end an instance
-/// before a loss arrives; two keep them on one connection.
-pub const MAX_PROCESSES: usize = 2;
+/// The most processes a run may be split over (checked before anything is connected or
+/// allocated for them): every process holds a connection, two network threads and a
+/// heartbeat to each other one, and the loopback tests and benches go no further.
+pub const MAX_PROCESSES: usize = 16;
 /// The worker range of process `process` of `processes` among `workers`: contiguous
 /// blocks, the first `workers % processes` one larger.
 pub fn workers_of(process: usize, processes: usize, workers: usize) -> Range<usize> {
@@ -103,6 +118,59 @@ pub fn workers_of(process: usize, processes: usize, workers: usize) -> Range<usi
 /// The process that runs worker `worker`.
 pub fn process_of(worker: usize, processes: usize, workers: usize) -> usize {
     (0..processes).find(|&p| workers_of(p, processes, workers).contains(&worker)).unwrap_or(0)
+}
+
+/// What this process's bridge sent to and received from the others since it connected
+/// (every peer together; heartbeats and control words included in packets and bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Packets (one per peer per round of the bridge that had something for it).
+    pub packets_sent: u64,
+    pub packets_received: u64,
+    /// Forward and backward messages between workers.
+    pub messages_sent: u64,
+    pub messages_received: u64,
+    /// Bytes of Amp's packets (`wire`), without timely's 48-byte frame header each.
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
+impl Traffic {
+    /// What moved between `earlier` and this reading.
+    pub fn since(&self, earlier: &Traffic) -> Traffic {
+        Traffic {
+            packets_sent: self.packets_sent.saturating_sub(earlier.packets_sent),
+            packets_received: self.packets_received.saturating_sub(earlier.packets_received),
+            messages_sent: self.messages_sent.saturating_sub(earlier.messages_sent),
+            messages_received: self.messages_received.saturating_sub(earlier.messages_received),
+            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
+            bytes_received: self.bytes_received.saturating_sub(earlier.bytes_received),
+        }
+    }
+}
+
+/// The bridge's counters behind [`Traffic`].
+#[derive(Default)]
+struct Counters([AtomicU64; 6]);
+
+impl Counters {
+    fn add(&self, which: usize, n: u64) {
+        if let Some(c) = self.0.get(which) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn read(&self) -> Traffic {
+        let c = |i: usize| self.0[i].load(Ordering::Relaxed);
+        Traffic {
+            packets_sent: c(0),
+            packets_received: c(1),
+            messages_sent: c(2),
+            messages_received: c(3),
+            bytes_sent: c(4),
+            bytes_received: c(5),
+        }
+    }
 }
 
 /// A process's membership in a cluster: the bridge thread and what the runs use to reach
@@ -135,6 +203,11 @@ struct Inner {
     join: Mutex<Option<JoinHandle<()>>>,
     /// Tensors other processes sent for a gather (`Cluster::gather`).
     tensors: Receiver<(usize, u32, Vec<f32>)>,
+    /// This process's clock: the instant it began to connect.
+    base: Instant,
+    /// Process 0's clock when this one's reads 0, in microseconds (0 on process 0).
+    offset_us: i64,
+    traffic: Arc<Counters>,
 }
 
 /// Something a local worker or controller sends another process.
@@ -183,6 +256,11 @@ pub(crate) struct RunPort {
     pub instances: usize,
     pub nodes: usize,
     pub state_len: usize,
+    /// Workers in the run, in every process (a peer's trace names only its own).
+    pub workers: usize,
+    /// Microseconds added to the trace events that arrive (on process 0's clock) to time
+    /// them from this process's executor start: minus [`Cluster::clock_us`] of it.
+    pub trace_shift: i64,
 }
 
 impl Cluster {
@@ -201,7 +279,9 @@ impl Cluster {
                 "{processes} processes: at most {MAX_PROCESSES} are supported (see `MAX_PROCESSES`)"
             )));
         }
-        let sockets = connect_all(&spec)?;
+        // The clock trace events are measured against (see the module doc, Clocks).
+        let base = Instant::now();
+        let (sockets, offset_us) = connect_all(&spec, base)?;
         let builders = ProcessBuilder::new_typed_vector(1, Hooks::default().refill, None);
         let (mut tcp, guard) = initialize_networking_from_sockets(builders, sockets, spec.process, 1, Hooks::default())
             .map_err(|e| cluster_error(format!("cannot start the network threads: {e}")))?;
@@ -210,6 +290,7 @@ impl Cluster {
         let (control, controls) = unbounded();
         let (tensor_tx, tensors) = unbounded();
         let failure = Arc::new(Mutex::new(None));
+        let traffic = Arc::new(Counters::default());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let bridge = Bridge {
             process: spec.process,
@@ -231,6 +312,7 @@ impl Cluster {
             shutdown_heard: vec![false; processes],
             pending_packets: Vec::new(),
             scratch: Vec::new(),
+            traffic: Arc::clone(&traffic),
         };
         let handle = std::thread::Builder::new()
             .name("amp-bridge".into())
@@ -250,6 +332,9 @@ impl Cluster {
                 failure,
                 join: Mutex::new(Some(handle)),
                 tensors,
+                base,
+                offset_us,
+                traffic,
             }),
         })
     }
@@ -293,7 +378,34 @@ impl Cluster {
 
     /// A handle the workers of run `run` send through.
     pub(crate) fn outbox(&self, run: u64) -> Outbox {
-        Outbox { tx: self.inner.outbox.clone(), bridge: self.inner.bridge.clone(), run }
+        Outbox { tx: self.inner.outbox.clone(), bridge: self.inner.bridge.clone(), run, trace_shift: 0 }
+    }
+
+    /// A run's handle whose trace events, timed from `origin` (the executor's start here),
+    /// leave on process 0's clock ([`Cluster::clock_us`]).
+    pub(crate) fn run_outbox(&self, run: u64, origin: Instant) -> Outbox {
+        Outbox { trace_shift: self.clock_us(origin), ..self.outbox(run) }
+    }
+
+    /// `instant` of this process on process 0's clock: microseconds since process 0's
+    /// base (see the module doc, Clocks). On process 0, its own time since its base.
+    pub fn clock_us(&self, instant: Instant) -> i64 {
+        let base = self.inner.base;
+        let since = match instant.checked_duration_since(base) {
+            Some(after) => i64::try_from(after.as_micros()).unwrap_or(i64::MAX),
+            None => -i64::try_from(base.duration_since(instant).as_micros()).unwrap_or(i64::MAX),
+        };
+        since.saturating_add(self.inner.offset_us)
+    }
+
+    /// What this process sent and received so far (see [`Traffic`]).
+    pub fn traffic(&self) -> Traffic {
+        self.inner.traffic.read()
+    }
+
+    /// The `host:port` of process `process` (`?` for none).
+    pub fn address_of(&self, process: usize) -> &str {
+        self.address(process)
     }
 
     /// Gathers parameter tensors on process 0: each other process sends the values of the
@@ -363,12 +475,38 @@ pub(crate) struct Outbox {
     tx: Sender<Outgoing>,
     bridge: Thread,
     run: u64,
+    /// Microseconds added to the start of every trace event sent (see `Cluster::run_outbox`).
+    trace_shift: i64,
 }
 
 impl Outbox {
-    pub fn send(&self, process: usize, item: Item) {
+    pub fn send(&self, process: usize, mut item: Item) {
+        match &mut item {
+            Item::Trace(events) | Item::Stopped { trace: events, .. } => shift_events(events, self.trace_shift),
+            _ => {}
+        }
         let _ = self.tx.send(Outgoing { process, run: self.run, item });
         self.bridge.unpark();
+    }
+}
+
+/// Trace events from process `from` name only its own workers.
+fn check_trace(events: &[TraceEvent], from: usize, processes: usize, workers: usize) -> Result<(), String> {
+    let theirs = workers_of(from, processes, workers);
+    match events.iter().find(|e| !theirs.contains(&(e.worker as usize))) {
+        Some(e) => Err(format!("a trace event of worker {}, not one of its own", e.worker)),
+        None => Ok(()),
+    }
+}
+
+/// Moves trace events `shift` microseconds later (earlier when negative), none before 0.
+pub(crate) fn shift_events(events: &mut [TraceEvent], shift: i64) {
+    if shift == 0 {
+        return;
+    }
+    for e in events {
+        let start = i128::from(e.start_us) + i128::from(shift);
+        e.start_us = u64::try_from(start.max(0)).unwrap_or(u64::MAX);
     }
 }
 
@@ -463,6 +601,20 @@ impl<R> Clone for ReportTo<R> {
 }
 
 impl<R: Wire> ReportTo<R> {
+    /// Whether reports cross to another process (this is not process 0).
+    pub fn is_remote(&self) -> bool {
+        matches!(self, ReportTo::Remote(_))
+    }
+
+    /// After a report of `instance` that took a credit here: asks process 0 to give the
+    /// credit back once the report arrived (see the module doc). Nothing for a local
+    /// controller.
+    pub fn receipt(&self, instance: usize) {
+        if let ReportTo::Remote(outbox) = self {
+            outbox.send(0, Item::Receipt { instance: instance as u64 });
+        }
+    }
+
     pub fn send(&self, report: R) {
         match self {
             ReportTo::Local(tx) => {
@@ -531,6 +683,7 @@ struct Bridge {
     /// Packets of an earlier run queued before the buffer moved to another run.
     pending_packets: Vec<(usize, u64, Vec<Item>)>,
     scratch: Vec<u8>,
+    traffic: Arc<Counters>,
 }
 
 /// At most this many items of runs not begun are kept (a peer far ahead is a fault).
@@ -759,6 +912,10 @@ impl Bridge {
     fn send_packet(&mut self, pushers: &mut [Box<dyn Push<Frame>>], process: usize, run: u64, items: &[Item]) {
         self.scratch.clear();
         wire::encode(self.process as u32, run, items, &mut self.scratch);
+        let messages = items.iter().filter(|i| matches!(i, Item::Work { .. })).count();
+        self.traffic.add(0, 1);
+        self.traffic.add(2, messages as u64);
+        self.traffic.add(4, self.scratch.len() as u64);
         if let Some(pusher) = pushers.get_mut(process) {
             pusher.send(Frame::Out(std::mem::take(&mut self.scratch)));
             pusher.done();
@@ -822,6 +979,10 @@ impl Bridge {
         if from >= self.addresses.len() || from == self.process {
             return Err(format!("a packet names process {from} as its sender"));
         }
+        let messages = packet.items.iter().filter(|i| matches!(i, Item::Work { .. })).count();
+        self.traffic.add(1, 1);
+        self.traffic.add(3, messages as u64);
+        self.traffic.add(5, bytes.len() as u64);
         self.last_heard[from] = Instant::now();
         let run = packet.run;
         if run == 0 || run <= self.ended {
@@ -902,10 +1063,37 @@ impl Bridge {
                         // that was its last credit).
                         port.sink.worker(0, item);
                     }
+                    Item::Receipt { instance } => {
+                        let known = usize::try_from(instance).ok().filter(|&i| i < port.instances);
+                        match known {
+                            // The reports before it are in the controller's channel: the
+                            // credit they took goes back (see the module doc).
+                            Some(i) if self.process == 0 => releases.push(i),
+                            _ => return Err(bad(format!("a receipt of instance {instance}"))),
+                        }
+                    }
                     Item::Heartbeat => {}
                     Item::Shutdown => self.shutdown_heard[from] = true,
                     Item::Tensor { tensor, values } => {
                         let _ = self.tensors.send((from, tensor, values));
+                    }
+                    Item::Trace(mut events) => {
+                        check_trace(&events, from, self.addresses.len(), port.workers).map_err(bad)?;
+                        shift_events(&mut events, port.trace_shift);
+                        if !port.sink.controller(Item::Trace(events), &who) {
+                            return Err(bad("a report to a process without the controller".into()));
+                        }
+                    }
+                    Item::Stopped { worker, mut trace, held } => {
+                        let theirs = workers_of(from, self.addresses.len(), port.workers);
+                        if !theirs.contains(&(worker as usize)) {
+                            return Err(bad(format!("the end of worker {worker}, not one of its own")));
+                        }
+                        check_trace(&trace, from, self.addresses.len(), port.workers).map_err(bad)?;
+                        shift_events(&mut trace, port.trace_shift);
+                        if !port.sink.controller(Item::Stopped { worker, trace, held }, &who) {
+                            return Err(bad("a report to a process without the controller".into()));
+                        }
                     }
                     report => {
                         if !port.sink.controller(report, &who) {
@@ -924,15 +1112,17 @@ impl Bridge {
 
 /// The handshake's first words: "AMPH", the protocol's version.
 const HELLO: u32 = 0x4850_4d41;
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Connects process `spec.process` to every other: to those before it, accepts those
-/// after it, authenticating each. The result has `None` at this process's index.
-fn connect_all(spec: &ClusterSpec) -> Result<Vec<Option<TcpStream>>, ExecError> {
+/// after it, authenticating each. The result has `None` at this process's index, and
+/// process 0's clock when `base` is 0 here, in microseconds (0 on process 0).
+fn connect_all(spec: &ClusterSpec, base: Instant) -> Result<(Vec<Option<TcpStream>>, i64), ExecError> {
     let me = spec.process;
     let processes = spec.addresses.len();
     let mut sockets: Vec<Option<TcpStream>> = (0..processes).map(|_| None).collect();
     let deadline = Instant::now() + spec.connect_timeout;
+    let mut offset_us = 0;
     let listener = if me + 1 < processes {
         let address = &spec.addresses[me];
         Some(TcpListener::bind(address).map_err(|e| cluster_error(format!("cannot listen on {address}: {e}")))?)
@@ -955,9 +1145,12 @@ fn connect_all(spec: &ClusterSpec) -> Result<Vec<Option<TcpStream>>, ExecError> 
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         };
-        let stream = handshake(stream, spec, Some(peer))
+        let (_, stream, offset) = handshake(stream, spec, Some(peer), base)
             .map_err(|e| cluster_error(format!("process {peer} at {address}: {e}")))?;
-        sockets[peer] = Some(stream.1);
+        if peer == 0 {
+            offset_us = offset.unwrap_or(0);
+        }
+        sockets[peer] = Some(stream);
     }
     if let Some(listener) = listener {
         listener.set_nonblocking(true).map_err(|e| cluster_error(format!("listener: {e}")))?;
@@ -965,9 +1158,11 @@ fn connect_all(spec: &ClusterSpec) -> Result<Vec<Option<TcpStream>>, ExecError> 
             match listener.accept() {
                 Ok((stream, from)) => {
                     let _ = stream.set_nonblocking(false);
-                    match handshake(stream, spec, None) {
-                        Ok((peer, stream)) if peer > me && sockets[peer].is_none() => sockets[peer] = Some(stream),
-                        Ok((peer, _)) => eprintln!("amp cluster: refused {from}: process {peer} is connected already"),
+                    match handshake(stream, spec, None, base) {
+                        Ok((peer, stream, _)) if peer > me && sockets[peer].is_none() => sockets[peer] = Some(stream),
+                        Ok((peer, _, _)) => {
+                            eprintln!("amp cluster: refused {from}: process {peer} is connected already")
+                        }
                         Err(Refusal::Fatal(e)) => return Err(cluster_error(format!("{from}: {e}"))),
                         Err(Refusal::Refused(e)) => eprintln!("amp cluster: refused a connection from {from}: {e}"),
                     }
@@ -990,7 +1185,7 @@ fn connect_all(spec: &ClusterSpec) -> Result<Vec<Option<TcpStream>>, ExecError> 
             }
         }
     }
-    Ok(sockets)
+    Ok((sockets, offset_us))
 }
 
 /// Why a handshake failed: a stranger (refused, the listener goes on) or a peer that
@@ -1020,10 +1215,17 @@ fn proof(key: &[u8], prover: u32, their_nonce: &[u8; 16], own_nonce: &[u8; 16]) 
 }
 
 /// Both sides: hello (magic, version, index, processes, nonce), then the proof of the key
-/// over the other's nonce, checked before anything else is read; then the fingerprints.
-/// `expect`: the peer this side connected to (`None`: an accepted connection, any later
-/// process).
-fn handshake(mut stream: TcpStream, spec: &ClusterSpec, expect: Option<usize>) -> Result<(usize, TcpStream), Refusal> {
+/// over the other's nonce, checked before anything else is read; then the fingerprints;
+/// then the clocks ([`probe_clock`]). `expect`: the peer this side connected to (`None`:
+/// an accepted connection, any later process). Returns the peer, the stream and, on the
+/// side that connected, the peer's clock minus this one's in microseconds (clocks read
+/// against `base`).
+fn handshake(
+    mut stream: TcpStream,
+    spec: &ClusterSpec,
+    expect: Option<usize>,
+    base: Instant,
+) -> Result<(usize, TcpStream, Option<i64>), Refusal> {
     let io = |e: std::io::Error| Refusal::Refused(format!("handshake: {e}"));
     stream.set_nodelay(true).map_err(io)?;
     stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(io)?;
@@ -1080,8 +1282,49 @@ fn handshake(mut stream: TcpStream, spec: &ClusterSpec, expect: Option<usize>) -
             hex(&their_print[..6])
         )));
     }
+    let offset = probe_clock(&mut stream, base, expect.is_some()).map_err(io)?;
     stream.set_read_timeout(None).map_err(io)?;
-    Ok((peer, stream))
+    Ok((peer, stream, offset))
+}
+
+/// Round trips measured per connection to estimate the offset between two clocks.
+pub const CLOCK_PROBES: usize = 8;
+
+/// Microseconds since `base`, as a probe carries them.
+fn clock_now(base: Instant) -> u64 {
+    u64::try_from(base.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The handshake's last step (both sides authenticated): the connecting side sends its
+/// clock [`CLOCK_PROBES`] times, the other answers each with its own; the probe with the
+/// shortest round trip gives the offset, the answer against the midpoint of its send and
+/// receipt (off by at most half that round trip). The connecting side returns the peer's
+/// clock minus its own, in microseconds; the other `None`.
+fn probe_clock(stream: &mut TcpStream, base: Instant, connecting: bool) -> std::io::Result<Option<i64>> {
+    let mut word = [0u8; 8];
+    if !connecting {
+        for _ in 0..CLOCK_PROBES {
+            stream.read_exact(&mut word)?;
+            stream.write_all(&clock_now(base).to_le_bytes())?;
+        }
+        return Ok(None);
+    }
+    let mut best: Option<(u64, i64)> = None;
+    for _ in 0..CLOCK_PROBES {
+        let sent = clock_now(base);
+        stream.write_all(&sent.to_le_bytes())?;
+        stream.read_exact(&mut word)?;
+        let received = clock_now(base);
+        // The peer's answer is a number from an authenticated peer: any value is an offset.
+        let theirs = i128::from(u64::from_le_bytes(word));
+        let midpoint = (i128::from(sent) + i128::from(received)) / 2;
+        let offset = i64::try_from(theirs - midpoint).unwrap_or(if theirs > midpoint { i64::MAX } else { i64::MIN });
+        let round_trip = received.saturating_sub(sent);
+        if best.is_none_or(|(rt, _)| round_trip < rt) {
+            best = Some((round_trip, offset));
+        }
+    }
+    Ok(best.map(|(_, offset)| offset))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -1130,7 +1373,9 @@ mod tests {
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
             };
-            let Ok((_, mut stream)) = handshake(stream, &peer_spec, Some(0)) else { panic!("the handshake fails") };
+            let Ok((_, mut stream, _)) = handshake(stream, &peer_spec, Some(0), Instant::now()) else {
+                panic!("the handshake fails")
+            };
             let mut body = Vec::new();
             body.extend_from_slice(&wire::MAGIC.to_le_bytes());
             body.extend_from_slice(&1u32.to_le_bytes());
@@ -1161,6 +1406,25 @@ mod tests {
         assert!(failure.contains("1000 items announced"), "{failure}");
         drop(cluster);
         drop(peer);
+    }
+
+    /// Two clocks a second apart (bases one second apart in one process): the probe finds
+    /// the second, to within the loopback round trip.
+    #[test]
+    fn the_clock_probe_finds_the_offset_between_two_bases() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let now = Instant::now();
+        let Some(earlier) = now.checked_sub(Duration::from_secs(1)) else { return };
+        let answering = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            probe_clock(&mut stream, earlier, false).unwrap()
+        });
+        let mut stream = TcpStream::connect(address).unwrap();
+        let offset = probe_clock(&mut stream, now, true).unwrap().expect("the connecting side measures");
+        assert_eq!(answering.join().unwrap(), None);
+        // The answering side's clock started a second earlier: it reads a second more.
+        assert!((offset - 1_000_000).abs() < 50_000, "offset {offset} us");
     }
 
     #[test]

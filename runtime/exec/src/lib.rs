@@ -74,7 +74,7 @@ mod load;
 mod ops;
 mod sched;
 
-pub use cluster::{process_of, workers_of, Cluster, ClusterSpec, MAX_PROCESSES};
+pub use cluster::{process_of, workers_of, Cluster, ClusterSpec, Traffic, MAX_PROCESSES};
 pub use config::{ExecConfig, Fault, NodeSelector, Placement, SlowWorker};
 pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;
@@ -82,4 +82,4 @@ pub use ops::kernels;
 pub use ops::train::StalenessStats;
 pub use sched::controller::{Judgement, Observer, Progress};
 pub use sched::executor::{EpochStats, EvalStats, Executor, GroupStaleness};
-pub use trace::{write_chrome_trace, TraceEvent, TraceKind};
+pub use trace::{write_chrome_trace, write_merged_trace, TraceEvent, TraceKind};

@@ -4,6 +4,10 @@
 //! is how many messages the work took at once (dynamic batching; 0 for an update), and
 //! `instances` how many instances they belong to; an update also has `staleness` (see
 //! [`TraceEvent::staleness`]) when it applied a measured gradient.
+//!
+//! A run split over processes writes one trace on process 0 ([`write_merged_trace`]): a
+//! process (`pid`, named `process I (host:port)`) per process and a row per worker in it,
+//! every event on process 0's clock (`crate::cluster`, Clocks).
 
 use serde_json::json;
 use std::io::Write;
@@ -51,18 +55,56 @@ pub fn write_chrome_trace(
     name: impl Fn(u32) -> String,
     out: &mut impl Write,
 ) -> std::io::Result<()> {
+    write_trace(events, name, None::<(fn(u32) -> u32, fn(u32) -> String)>, out)
+}
+
+/// Writes the events of a run split over processes as one Chrome trace: `process` gives
+/// the process that ran each worker, `process_name` each process's label; process `p` is
+/// `pid` p + 1 (some viewers treat 0 as no process).
+pub fn write_merged_trace(
+    events: &[TraceEvent],
+    name: impl Fn(u32) -> String,
+    process: impl Fn(u32) -> u32,
+    process_name: impl Fn(u32) -> String,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    write_trace(events, name, Some((process, process_name)), out)
+}
+
+fn write_trace<P: Fn(u32) -> u32, N: Fn(u32) -> String>(
+    events: &[TraceEvent],
+    name: impl Fn(u32) -> String,
+    processes: Option<(P, N)>,
+    out: &mut impl Write,
+) -> std::io::Result<()> {
+    let pid = |worker: u32| processes.as_ref().map_or(1, |(process, _)| u64::from(process(worker)) + 1);
     out.write_all(b"{\"traceEvents\":[\n")?;
     let mut workers: Vec<u32> = events.iter().map(|e| e.worker).collect();
     workers.sort_unstable();
     workers.dedup();
     let mut first = true;
-    for w in &workers {
-        let meta =
-            json!({"name": "thread_name", "ph": "M", "pid": 1, "tid": w, "args": {"name": format!("worker {w}")}});
+    let mut separate = |out: &mut dyn Write| -> std::io::Result<()> {
         if !first {
             out.write_all(b",\n")?;
         }
         first = false;
+        Ok(())
+    };
+    if let Some((process, process_name)) = &processes {
+        let mut seen: Vec<u32> = workers.iter().map(|&w| process(w)).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for p in seen {
+            let meta =
+                json!({"name": "process_name", "ph": "M", "pid": u64::from(p) + 1, "args": {"name": process_name(p)}});
+            separate(out)?;
+            serde_json::to_writer(&mut *out, &meta)?;
+        }
+    }
+    for &w in &workers {
+        let meta =
+            json!({"name": "thread_name", "ph": "M", "pid": pid(w), "tid": w, "args": {"name": format!("worker {w}")}});
+        separate(out)?;
         serde_json::to_writer(&mut *out, &meta)?;
     }
     for e in events {
@@ -72,17 +114,14 @@ pub fn write_chrome_trace(
             "ph": "X",
             "ts": e.start_us,
             "dur": e.dur_us,
-            "pid": 1,
+            "pid": pid(e.worker),
             "tid": e.worker,
             "args": {"batch": e.batch, "instances": e.instances},
         });
         if let Some(staleness) = e.staleness {
             event["args"]["staleness"] = json!(staleness);
         }
-        if !first {
-            out.write_all(b",\n")?;
-        }
-        first = false;
+        separate(out)?;
         serde_json::to_writer(&mut *out, &event)?;
     }
     out.write_all(b"\n]}\n")
@@ -129,5 +168,38 @@ mod tests {
         assert_eq!(list[2]["args"]["instances"], 3);
         assert!(list[2]["args"].get("staleness").is_none());
         assert_eq!(list[3]["args"]["staleness"], 2);
+    }
+
+    /// Split over processes: a named process per process, each worker's row and events in
+    /// its own process.
+    #[test]
+    fn a_merged_trace_has_a_process_per_process_and_a_row_per_worker() {
+        let event = |worker| TraceEvent {
+            worker,
+            node: 1,
+            kind: TraceKind::Backward,
+            start_us: 3,
+            dur_us: 1,
+            batch: 1,
+            instances: 1,
+            staleness: None,
+        };
+        let events = vec![event(0), event(2), event(1)];
+        let mut out = Vec::new();
+        write_merged_trace(&events, |n| n.to_string(), |w| u32::from(w >= 2), |p| format!("process {p}"), &mut out)
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let list = doc["traceEvents"].as_array().unwrap();
+        let named: Vec<_> = list
+            .iter()
+            .filter(|e| e["name"] == "process_name")
+            .map(|e| (e["pid"].clone(), e["args"]["name"].clone()))
+            .collect();
+        assert_eq!(named, [(json!(1), json!("process 0")), (json!(2), json!("process 1"))]);
+        let work: Vec<_> =
+            list.iter().filter(|e| e["ph"] == "X").map(|e| (e["pid"].clone(), e["tid"].clone())).collect();
+        assert_eq!(work, [(json!(1), json!(0)), (json!(2), json!(2)), (json!(1), json!(1))]);
+        let rows = list.iter().filter(|e| e["name"] == "thread_name").count();
+        assert_eq!(rows, 3);
     }
 }

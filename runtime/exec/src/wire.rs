@@ -49,6 +49,11 @@ pub enum Item {
     Release {
         instance: u64,
     },
+    /// To process 0, after a loss or output of `instance` that took a credit: give it back
+    /// (a `Release`) now that the report before it arrived (`crate::cluster`).
+    Receipt {
+        instance: u64,
+    },
     Loss {
         instance: i64,
         node: u32,
@@ -96,11 +101,13 @@ pub struct Limits {
     pub values: usize,
     /// Bytes of a failure message.
     pub text: usize,
+    /// Trace events per item (a worker hands its events over in pieces of 2^16).
+    pub events: usize,
 }
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { state: 1 << 12, values: 1 << 28, text: 1 << 16 }
+        Limits { state: 1 << 12, values: 1 << 28, text: 1 << 16, events: 1 << 17 }
     }
 }
 
@@ -135,6 +142,7 @@ const TAG_STOPPED: u8 = 13;
 const TAG_TENSOR: u8 = 14;
 const TAG_HEARTBEAT: u8 = 15;
 const TAG_SHUTDOWN: u8 = 16;
+const TAG_RECEIPT: u8 = 17;
 
 /// Bytes of one encoded trace event.
 const EVENT_BYTES: usize = 4 + 4 + 1 + 8 + 8 + 4 + 4 + 1 + 8;
@@ -242,6 +250,10 @@ fn encode_item(item: &Item, out: &mut Vec<u8>) {
         }
         Item::Release { instance } => {
             out.push(TAG_RELEASE);
+            put_u64(out, *instance);
+        }
+        Item::Receipt { instance } => {
+            out.push(TAG_RECEIPT);
             put_u64(out, *instance);
         }
         Item::Loss { instance, node, value, correct, state } => {
@@ -425,8 +437,8 @@ impl<'b> Reader<'b> {
             .collect())
     }
 
-    fn events(&mut self) -> Result<Vec<TraceEvent>, WireError> {
-        let n = self.count(EVENT_BYTES, usize::MAX, "trace events")?;
+    fn events(&mut self, limits: &Limits) -> Result<Vec<TraceEvent>, WireError> {
+        let n = self.count(EVENT_BYTES, limits.events, "trace events")?;
         let mut events = Vec::with_capacity(n);
         for _ in 0..n {
             let worker = self.u32()?;
@@ -466,6 +478,7 @@ impl<'b> Reader<'b> {
             TAG_CONFIRM => Item::Confirm { worker: self.u32()? },
             TAG_STOP => Item::Stop { worker: self.u32()?, flush: self.flag("a stop's flush")? },
             TAG_RELEASE => Item::Release { instance: self.u64()? },
+            TAG_RECEIPT => Item::Receipt { instance: self.u64()? },
             TAG_LOSS => {
                 let instance = self.i64()?;
                 let node = self.u32()?;
@@ -487,7 +500,7 @@ impl<'b> Reader<'b> {
             TAG_DONE => Item::Done { instance: self.u64()? },
             TAG_UPDATED => Item::Updated,
             TAG_WAKE => Item::Wake,
-            TAG_TRACE => Item::Trace(self.events()?),
+            TAG_TRACE => Item::Trace(self.events(limits)?),
             TAG_FAILED => {
                 let n = self.count(1, limits.text, "bytes of text")?;
                 let bytes = self.take(n)?;
@@ -496,7 +509,7 @@ impl<'b> Reader<'b> {
             }
             TAG_STOPPED => {
                 let worker = self.u32()?;
-                let trace = self.events()?;
+                let trace = self.events(limits)?;
                 let n = self.count(12, usize::MAX, "held counts")?;
                 let mut held = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -543,6 +556,7 @@ mod tests {
             Item::Confirm { worker: 5 },
             Item::Stop { worker: 1, flush: true },
             Item::Release { instance: 77 },
+            Item::Receipt { instance: 78 },
             Item::Loss { instance: 4, node: 9, value: 0.5, correct: Some(true), state: Some(vec![4, 1].into()) },
             Item::Loss { instance: 5, node: 9, value: f32::INFINITY, correct: None, state: None },
             Item::Output { instance: 6, node: 2, values: vec![0.0, 1.0] },

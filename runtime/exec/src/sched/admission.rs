@@ -397,6 +397,17 @@ impl Credits {
         parents.lock().ok()?.pop_front().map(usize::from)
     }
 
+    /// Whether a report of `instance` sent to process 0 from here must take a credit of
+    /// its own (`crate::cluster`, Reports before ends): unless this process's one parent
+    /// for the instance is process 0, its end reaches process 0 through another process
+    /// and could overtake the report. Asked while a message of the instance holds a
+    /// credit here, so the instance is engaged here and its parent is the queue's last;
+    /// an older one still queued (its count just returned to zero) asks for a receipt too.
+    pub fn report_needs_receipt(&self, instance: usize) -> bool {
+        let Some(parents) = self.parents.get(instance) else { return false };
+        parents.lock().map_or(true, |p| p.len() != 1 || p.front() != Some(&0))
+    }
+
     /// The admission message's credit.
     fn start(&self, instance: usize) {
         if let Some(count) = self.counts.get(instance) {
@@ -851,5 +862,31 @@ mod tests {
         assert_eq!(credits.depart(1), None, "where the instance was admitted it ends");
         // One process: no parents, an instance ends where its count reaches zero.
         assert_eq!(Credits::new(1).depart(0), None);
+    }
+
+    /// A report needs a receipt from process 0 exactly when the credit that ends its
+    /// instance here would not go to process 0 on the report's own connection: the parent
+    /// is another process, or an older engagement's parent is still queued.
+    #[test]
+    fn a_report_takes_a_credit_unless_its_end_follows_it_to_process_0() {
+        let credits = Credits::across_processes(3);
+        assert!(credits.arrive(0, 0));
+        assert!(!credits.report_needs_receipt(0), "engaged by process 0: the end follows the report");
+        assert!(!credits.arrive(0, 2));
+        assert!(!credits.report_needs_receipt(0), "a message from a third process changes no parent");
+        assert!(credits.arrive(1, 1));
+        assert!(credits.report_needs_receipt(1), "engaged by process 1: the end goes through it");
+        // The count returned to zero and a message re-engaged the process before the old
+        // parent was popped: which one the report's credit will go to is not settled.
+        assert!(credits.arrive(2, 0));
+        let mut netting = CreditNetting::default();
+        netting.add(2, -1);
+        netting.settle(&credits, |_| {});
+        assert!(credits.arrive(2, 0));
+        assert!(credits.report_needs_receipt(2));
+        assert_eq!(credits.depart(2), Some(0));
+        assert!(!credits.report_needs_receipt(2));
+        // One process: every report is local.
+        assert!(!Credits::new(1).report_needs_receipt(0));
     }
 }

@@ -145,7 +145,9 @@ pub(crate) fn run(
         None => (Peers::local(&senders), ReportTo::Local(report_tx.clone()), ReportTo::Local(result_tx.clone()), 0),
         Some(c) => {
             let run = c.next_run();
-            let outbox = c.outbox(run);
+            // Trace events leave on process 0's clock and arrive there timed from its
+            // executor's start, as its own workers' are (`crate::cluster`, Clocks).
+            let outbox = c.run_outbox(run, origin);
             let sink = Delivery {
                 senders: senders.clone(),
                 credits: Arc::clone(&credits),
@@ -159,6 +161,8 @@ pub(crate) fn run(
                 instances: n,
                 nodes: program.nodes.len(),
                 state_len: program.state_len.max(1),
+                workers,
+                trace_shift: c.clock_us(origin).saturating_neg(),
             })?;
             let peers = Peers::split(&senders, local.clone(), workers, c, outbox.clone());
             let (reports, results) = if controls {

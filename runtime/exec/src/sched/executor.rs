@@ -10,7 +10,7 @@ use crate::load::replicas::Routes;
 use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess, StalenessStats};
 use crate::ops::{RunMode, RunShared};
 use crate::sched::controller::{self, Judgement, Observer, RunOutput};
-use crate::trace::{write_chrome_trace, TraceEvent};
+use crate::trace::{write_chrome_trace, write_merged_trace, TraceEvent};
 use amp_ir::verify::Verified;
 use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::sync::Mutex;
@@ -219,9 +219,15 @@ impl Executor {
         std::mem::take(&mut self.trace)
     }
 
-    /// Writes trace events as Chrome trace JSON with this graph's node names.
+    /// Writes trace events as Chrome trace JSON with this graph's node names; split over
+    /// processes, with a process per process (`trace::write_merged_trace`).
     pub fn write_trace(&self, events: &[TraceEvent], out: &mut impl std::io::Write) -> std::io::Result<()> {
-        write_chrome_trace(events, |n| self.program.node_name(n), out)
+        let name = |n| self.program.node_name(n);
+        let Some(cluster) = &self.config.cluster else { return write_chrome_trace(events, name, out) };
+        let (processes, workers) = (cluster.processes(), self.program.workers);
+        let process = |w: u32| crate::cluster::process_of(w as usize, processes, workers) as u32;
+        let process_name = |p: u32| format!("process {p} ({})", cluster.address_of(p as usize));
+        write_merged_trace(events, name, process, process_name, out)
     }
 
     /// One pass over `instances` (in order), updating parameters as configured. On a

@@ -617,7 +617,7 @@ impl Worker<'_, '_> {
                 }
             }
             Emit::Loss { instance, value, correct, state } => {
-                self.setup.results.send(Report::Loss { instance, node: node.index, value, correct, state });
+                self.report(instance, Report::Loss { instance, node: node.index, value, correct, state });
                 // Training stops at a loss that is not finite: nothing more is admitted,
                 // and the controller wakes to read the loss and stop the run.
                 if !value.is_finite() && self.setup.shared.mode.backward() {
@@ -626,8 +626,25 @@ impl Worker<'_, '_> {
                 }
             }
             Emit::Output { instance, values } => {
-                self.setup.results.send(Report::Output { instance, node: node.index, values });
+                self.report(instance, Report::Output { instance, node: node.index, values });
             }
+        }
+    }
+
+    /// Sends a loss or output of `instance` to the controller. From a process whose parent
+    /// for the instance is not process 0 it takes a credit, given back once the report
+    /// reached process 0, so that the instance cannot end there first (`crate::cluster`).
+    fn report(&mut self, instance: i64, report: Report) {
+        let results = &self.setup.results;
+        let credits = self.setup.credits;
+        let receipt =
+            usize::try_from(instance).ok().filter(|&i| results.is_remote() && credits.report_needs_receipt(i));
+        if let Some(i) = receipt {
+            credits.take(i);
+        }
+        results.send(report);
+        if let Some(i) = receipt {
+            results.receipt(i);
         }
     }
 
