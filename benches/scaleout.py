@@ -55,7 +55,7 @@ def run(amprun, args, extra, tmp, name):
 # `--messages`: a chain of nodes dealt out in turn, many instances in flight.
 MESSAGES_MODEL = "mlp"
 MESSAGES_ARGS = ["--no-jit", "--workers", "2", "--plan", "round-robin", "--max-active-keys", "64", "--async",
-                 "--min-update-frequency", "64", "--optimizer", "sgd", "--lr", "0.01", "--epochs", "2"]
+                 "--min-update-frequency", "64", "--optimizer", "sgd", "--lr", "0.01"]
 
 
 def train_rows(amprun, args, tmp, name, extra=()):
@@ -85,7 +85,7 @@ def messages(amprun, opts):
     base, _ = end_to_end.CASES[MESSAGES_MODEL]
     with tempfile.TemporaryDirectory() as tmp:
         args = [a.replace("{tmp}", tmp) for a in base] + MESSAGES_ARGS
-        args_limited = args + ["--limit", opts.limit]
+        args_limited = args + ["--limit", opts.limit, "--epochs", opts.epochs]
         one_rates, split_rates, msg_rates, byte_rates, per_instance = [], [], [], [], []
         for _ in range(int(opts.repeats)):
             one = train_rows(amprun, args_limited, tmp, "one")[-1]
@@ -101,7 +101,7 @@ def messages(amprun, opts):
         handled = handled_per_instance(amprun, args, tmp)
     per = statistics.median(per_instance)
     one_rate, split_rate = statistics.median(one_rates), statistics.median(split_rates)
-    print(f"model {MESSAGES_MODEL}, {' '.join(MESSAGES_ARGS)}, --limit {opts.limit}; "
+    print(f"model {MESSAGES_MODEL}, {' '.join(MESSAGES_ARGS)}, --limit {opts.limit} --epochs {opts.epochs}; "
           f"medians of {opts.repeats} runs (last epoch)")
     print(f"messages per instance: {per:.1f} cross processes, of {handled:.1f} handled in one process")
     print("| run | instances/s | messages/s between the workers | bytes/s between the processes |")

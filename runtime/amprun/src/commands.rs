@@ -202,12 +202,14 @@ fn feeds_cross_entropy(graph: &Graph) -> bool {
     })
 }
 
-/// Writes the mean gradient over the instances and prints the mean loss.
+/// Writes the mean gradient over the instances and prints the mean loss. Split over
+/// processes, each sums the gradients of the groups it owns and process 0 gathers the
+/// sums, then writes the file.
 pub fn grad(args: &GradArgs) -> Result<(), Failure> {
-    if args.exec.processes.is_some_and(|p| p > 1) {
-        return Err(Failure::usage("`amprun grad` does not split over --processes yet"));
+    let follower = crate::cluster::follower();
+    if !follower {
+        setup::check_output("--out", &args.out)?;
     }
-    setup::check_output("--out", &args.out)?;
     let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, false)?;
     let instances = session.data.all();
     if instances.is_empty() {
@@ -230,6 +232,10 @@ pub fn grad(args: &GradArgs) -> Result<(), Failure> {
     }
     let n = instances.len();
     let mut mean = sum.unwrap_or_else(|| session.executor.params().zeros_like());
+    session.executor.gather_grads(&mut mean).map_err(|e| Failure::exec(&e, &|_| String::new()))?;
+    if follower {
+        return Ok(());
+    }
     let scale = 1.0 / n as f32;
     for t in 0..mean.len() {
         mean.data_mut(t).iter_mut().for_each(|g| *g *= scale);

@@ -167,8 +167,8 @@
 //! hosts (the hostfile lists one `host:port` per process; the key file is the same on every
 //! host). Process `p` runs a contiguous block of the `--workers`; process 0 runs the
 //! controller and writes metrics, progress and checkpoints (gathered from every process:
-//! the file is a one-process run's), the others print only errors. Every process reads the
-//! data itself. Processes prove the shared key before anything else is read from their
+//! the file is a one-process run's; `grad`'s file the same way), the others print only
+//! errors. Every process reads the data itself. Processes prove the shared key before anything else is read from their
 //! connection, and refuse a peer whose binary, graph or worker count differs. A lost
 //! process ends the run on the others within seconds, naming it (exit 4). Not yet with
 //! `--replicate`, `--max-staleness`, `--patience` or `--keep-best`, nor with a parameter

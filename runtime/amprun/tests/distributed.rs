@@ -446,6 +446,40 @@ fn a_trace_over_two_processes_merges_both() {
     assert!(first_one + 50_000 >= *first_zero, "worker 1 began at {first_one} us, worker 0 at {first_zero} us");
 }
 
+/// `grad` over two processes, each owning some parameters, writes the mean gradient of a
+/// one-process run (every tensor, to rounding) and prints the same loss.
+#[test]
+fn grad_over_two_processes_writes_what_one_process_does() {
+    let dir = scratch("split-grad");
+    let dir = dir.path();
+    let data = example("data/list_reduce.train.jsonl");
+    let model = example("list_reduce.amp");
+    let train = ["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "20", "--save", "p.safetensors"];
+    amprun_ok(dir, &train);
+    let grad = |out: &str, extra: &[&str]| {
+        let mut args = vec!["grad", &model, "-D", "hidden=16", "--params", "p.safetensors", "--data", &data];
+        args.extend(["--limit", "12", "--workers", "2", "--plan", "round-robin", "--out", out]);
+        args.extend(extra);
+        let printed = stdout(&amprun_ok(dir, &args));
+        printed.lines().next().expect("the loss line").to_string()
+    };
+    let one = grad("one.safetensors", &[]);
+    assert_eq!(grad("two.safetensors", &["--processes", "2"]), one);
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let (a, b) = (checkpoint(&dir.join("one.safetensors"), &graph), checkpoint(&dir.join("two.safetensors"), &graph));
+    let (a, b) = (a.params, b.params);
+    let mut nonzero = 0;
+    for (spec, values) in a.iter() {
+        let other = b.get(&spec.name).expect("the same tensors");
+        assert_eq!(values.len(), other.len(), "`{}`", spec.name);
+        for (x, y) in values.iter().zip(other) {
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-3), "`{}`: {x} in one process, {y} in two", spec.name);
+            nonzero += usize::from(*y != 0.0);
+        }
+    }
+    assert!(nonzero > 0, "the gradients are not all zero");
+}
+
 /// More processes than `amp_exec::MAX_PROCESSES` are refused before anything starts.
 #[test]
 fn too_many_processes_are_refused() {

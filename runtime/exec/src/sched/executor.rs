@@ -394,7 +394,10 @@ impl Executor {
     }
 
     /// The loss of one instance and the gradient of every parameter (zero for unused
-    /// ones); nothing is updated and nothing accumulated for training.
+    /// ones); nothing is updated and nothing accumulated for training. Split over
+    /// processes, each process has the gradients of the groups its workers own (the others
+    /// zero; [`Executor::gather_grads`] brings them to process 0), and only process 0 the
+    /// loss (NaN on the others).
     pub fn grads<I: ExecInstance + Sync>(&mut self, instance: &I) -> Result<(f32, ParamSet), ExecError> {
         let list: Vec<&(dyn ExecInstance + Sync)> = vec![instance as &(dyn ExecInstance + Sync)];
         let mut grads = self.params.zeros_like();
@@ -422,11 +425,49 @@ impl Executor {
         drop(shared);
         fold_replica_grads(&self.program.groups, &stores, &mut grads);
         let output = result?;
-        let loss =
-            output.losses.first().copied().flatten().ok_or_else(|| ExecError::Config {
-                message: "the graph computed no loss for this instance".to_string(),
-            })?;
+        let follower = self.config.cluster.as_ref().is_some_and(|c| c.process() != 0);
+        let loss = match output.losses.first().copied().flatten() {
+            Some(loss) => loss,
+            None if follower => f32::NAN,
+            None => {
+                return Err(ExecError::Config { message: "the graph computed no loss for this instance".to_string() })
+            }
+        };
         Ok((loss, grads))
+    }
+
+    /// A run split over processes: brings to process 0 the gradients in `grads` (shaped
+    /// as the parameters, e.g. what [`Executor::grads`] returns, or a sum of those) of the
+    /// groups other processes own, each from its owner's `grads`. Every process calls it
+    /// at the same point; without a cluster it does nothing.
+    pub fn gather_grads(&self, grads: &mut ParamSet) -> Result<(), ExecError> {
+        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
+        let mut own = Vec::new();
+        let mut expected = Vec::new();
+        for group in self.program.groups.iter().filter(|g| g.master.is_none()) {
+            let owner = crate::cluster::process_of(group.owner, processes, workers);
+            for &t in &group.tensors {
+                let slot = u32::try_from(t).map_err(|_| ExecError::Config { message: "too many tensors".into() })?;
+                if owner == me && me != 0 {
+                    own.push((slot, grads.data(t).to_vec()));
+                } else if owner != 0 && me == 0 {
+                    expected.push((slot, owner));
+                }
+            }
+        }
+        for (slot, values) in cluster.gather(own, &expected)? {
+            let t = slot as usize;
+            let target = grads.data_mut(t);
+            if values.len() != target.len() {
+                let name = &self.params.spec(t).name;
+                let message =
+                    format!("the gathered gradient of `{name}` has {} values, not {}", values.len(), target.len());
+                return Err(ExecError::Cluster { message });
+            }
+            target.copy_from_slice(&values);
+        }
+        Ok(())
     }
 
     fn run_frozen<I: ExecInstance + Sync>(
