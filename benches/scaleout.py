@@ -18,8 +18,8 @@ the same run in one process, where the same messages pass between the two worker
 memory (its messages/s: its instances/s times the messages per instance that the split
 run counted). The split run's counts are process 0's metrics `network` (all the traffic,
 with two processes); the messages one process handles per instance come from a short
-traced run, so the share of them that crosses is printed too. Medians of `--repeats`
-alternating runs:
+traced run, so the share of them that crosses is printed too. Each run's rates are over
+its epochs after the first; medians (and ranges) of `--repeats` alternating runs:
 
     python3 benches/scaleout.py target/release/amprun --messages [--limit N] [--repeats R]
 """
@@ -70,6 +70,11 @@ def train_rows(amprun, args, tmp, name, extra=()):
         return [r for r in (json.loads(line) for line in f if line.strip()) if r.get("split") == "train"]
 
 
+def seconds(row):
+    """An epoch's training time, from its metrics."""
+    return row["instances"] / row["instances_per_s"]
+
+
 def handled_per_instance(amprun, args, tmp):
     """Messages one process handles per instance (forward and backward), from a trace."""
     trace = os.path.join(tmp, "messages.trace.json")
@@ -88,27 +93,35 @@ def messages(amprun, opts):
         args_limited = args + ["--limit", opts.limit, "--epochs", opts.epochs]
         one_rates, split_rates, msg_rates, byte_rates, per_instance = [], [], [], [], []
         for _ in range(int(opts.repeats)):
-            one = train_rows(amprun, args_limited, tmp, "one")[-1]
-            one_rates.append(one["instances_per_s"])
-            split = train_rows(amprun, args_limited, tmp, "split", ["--processes", "2"])[-1]
-            net = split["network"]
-            seconds = split["instances"] / split["instances_per_s"]
-            crossed = net["messages_sent"] + net["messages_received"]
-            split_rates.append(split["instances_per_s"])
-            msg_rates.append(crossed / seconds)
-            byte_rates.append((net["bytes_sent"] + net["bytes_received"]) / seconds)
-            per_instance.append(crossed / split["instances"])
+            # Every epoch but the first (warming up), as one stretch: an epoch alone is
+            # tens of milliseconds here, too short for a rate on a shared machine.
+            one = train_rows(amprun, args_limited, tmp, "one")[1:]
+            one_rates.append(sum(r["instances"] for r in one) / sum(seconds(r) for r in one))
+            split = train_rows(amprun, args_limited, tmp, "split", ["--processes", "2"])[1:]
+            took = sum(seconds(r) for r in split)
+            instances = sum(r["instances"] for r in split)
+            crossed = sum(r["network"]["messages_sent"] + r["network"]["messages_received"] for r in split)
+            moved = sum(r["network"]["bytes_sent"] + r["network"]["bytes_received"] for r in split)
+            split_rates.append(instances / took)
+            msg_rates.append(crossed / took)
+            byte_rates.append(moved / took)
+            per_instance.append(crossed / instances)
         handled = handled_per_instance(amprun, args, tmp)
     per = statistics.median(per_instance)
     one_rate, split_rate = statistics.median(one_rates), statistics.median(split_rates)
     print(f"model {MESSAGES_MODEL}, {' '.join(MESSAGES_ARGS)}, --limit {opts.limit} --epochs {opts.epochs}; "
-          f"medians of {opts.repeats} runs (last epoch)")
+          f"medians of {opts.repeats} runs (every epoch after the first)")
     print(f"messages per instance: {per:.1f} cross processes, of {handled:.1f} handled in one process")
-    print("| run | instances/s | messages/s between the workers | bytes/s between the processes |")
+    print("| run | instances/s (range) | messages/s between the workers | bytes/s between the processes |")
     print("|---|---|---|---|")
-    print(f"| 1 process x 2 workers (in memory) | {one_rate:.0f} | {one_rate * per:.0f} | - |")
-    print(f"| 2 processes x 1 worker (loopback TCP) | {split_rate:.0f} | {statistics.median(msg_rates):.0f} | "
-          f"{statistics.median(byte_rates):.0f} |")
+    spread = lambda xs: f"{min(xs):.0f}-{max(xs):.0f}"  # noqa: E731
+    print(f"| 1 process x 2 workers (in memory) | {one_rate:.0f} ({spread(one_rates)}) | "
+          f"{one_rate * per:.0f} | - |")
+    print(f"| 2 processes x 1 worker (loopback TCP) | {split_rate:.0f} ({spread(split_rates)}) | "
+          f"{statistics.median(msg_rates):.0f} ({spread(msg_rates)}) | "
+          f"{statistics.median(byte_rates):.0f} ({spread(byte_rates)}) |")
+    ratios = [o / s for o, s in zip(one_rates, split_rates)]
+    print(f"one process / two, run by run: median {statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f}x)")
 
 
 def main():
