@@ -634,7 +634,7 @@ impl Worker<'_, '_> {
     /// Sends a loss or output of `instance` to the controller. From a process whose parent
     /// for the instance is not process 0 it takes a credit, given back once the report
     /// reached process 0, so that the instance cannot end there first (`crate::cluster`).
-    fn report(&mut self, instance: i64, report: Report) {
+    fn report(&self, instance: i64, report: Report) {
         let results = &self.setup.results;
         let credits = self.setup.credits;
         let receipt =
