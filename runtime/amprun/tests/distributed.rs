@@ -157,11 +157,10 @@ fn ggsnn_trains_the_same_over_two_processes() {
     );
 }
 
-/// Three processes, each with one worker of a round-robin plan: every edge between two
-/// nodes crosses processes, so an instance's messages, credits and losses take all three
-/// connections, and a loss computed on a process whose parent is another one must still
-/// reach process 0 before the instance ends there (a loss missing from an epoch's mean
-/// would change it).
+/// Three processes, each with one worker of a round-robin plan: an instance's messages,
+/// credits and losses take all three connections, and a loss computed on a process whose
+/// parent is another one must still reach process 0 before the instance ends there (the
+/// run ends with its last instance: a loss arriving later would be missing).
 #[test]
 fn list_reduce_trains_the_same_over_three_processes() {
     same_in_one_and_split(
