@@ -1427,6 +1427,30 @@ mod tests {
         assert!((offset - 1_000_000).abs() < 50_000, "offset {offset} us");
     }
 
+    /// A peer's trace names only its own workers (process 1 of 2 over 5 workers runs 3 and
+    /// 4); its events move by the shift, none before 0.
+    #[test]
+    fn a_peer_trace_names_its_own_workers_and_moves_onto_the_clock() {
+        let event = |worker, start_us| TraceEvent {
+            worker,
+            node: 0,
+            kind: crate::trace::TraceKind::Forward,
+            start_us,
+            dur_us: 1,
+            batch: 1,
+            instances: 1,
+            staleness: None,
+        };
+        assert!(check_trace(&[event(3, 0), event(4, 0)], 1, 2, 5).is_ok());
+        let error = check_trace(&[event(3, 0), event(2, 0)], 1, 2, 5).unwrap_err();
+        assert!(error.contains("worker 2, not one of its own"), "{error}");
+        let mut events = vec![event(3, 10), event(3, 1_000)];
+        shift_events(&mut events, -100);
+        assert_eq!(events.iter().map(|e| e.start_us).collect::<Vec<_>>(), [0, 900]);
+        shift_events(&mut events, 50);
+        assert_eq!(events.iter().map(|e| e.start_us).collect::<Vec<_>>(), [50, 950]);
+    }
+
     #[test]
     fn the_proof_depends_on_the_key_the_prover_and_both_nonces() {
         let (a, b) = ([1u8; 16], [2u8; 16]);

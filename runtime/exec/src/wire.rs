@@ -604,6 +604,16 @@ mod tests {
         let mut bytes = Vec::new();
         encode(0, 0, &[Item::Output { instance: 0, node: 0, values: vec![1.0; 3] }], &mut bytes);
         assert!(decode(&bytes, &limits).unwrap_err().what.contains("over the limit"));
+        // Trace events too, in a piece or with a worker's end.
+        let events = sample().into_iter().find_map(|i| if let Item::Trace(e) = i { Some(e) } else { None });
+        let three: Vec<TraceEvent> = events.expect("a trace piece").iter().cycle().take(3).cloned().collect();
+        let limits = Limits { events: 2, ..Limits::default() };
+        for item in [Item::Trace(three.clone()), Item::Stopped { worker: 0, trace: three, held: vec![] }] {
+            let mut bytes = Vec::new();
+            encode(0, 0, &[item], &mut bytes);
+            let error = decode(&bytes, &limits).unwrap_err();
+            assert!(error.what.contains("3 trace events, over the limit of 2"), "{error}");
+        }
     }
 
     #[test]
