@@ -599,3 +599,91 @@ fn move_deltas(problem: &Problem, assign: &[usize], set: &[usize], moving: &[boo
     // A worker's time is its work over its speed (the bound, past the workers, is not).
     deltas.into_iter().map(|(w, d)| (w, if w < bound { d / problem.speed_of(w) } else { d })).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::{estimate, Assumptions};
+
+    /// A loop whose body is two products (an edge inside the loop) and one after it.
+    const GRAPH: &str = r#"amp.graph @Loop {
+  state %inst: instance, %t0: counter
+  param a.weight: f32[64, 64] uniform(64)
+  param a.bias: f32[64] uniform(64)
+  param b.weight: f32[64, 64] uniform(64)
+  param b.bias: f32[64] uniform(64)
+  param c.weight: f32[64, 64] uniform(64)
+  param c.bias: f32[64] uniform(64)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[64] key(%inst) "read"
+  %2 = isu %t0 := 0 inverse -1 (%1#0: f32[64]) -> f32[64] writes(%t0) "loop entry"
+  %3 = phi 2 (%2#0: f32[64], %8#0: f32[64]) -> f32[64] key(%inst, %t0) "loop"
+  %4 = cond [%t0 < 4] (%3#0: f32[64]) -> f32[64], f32[64] reads(%t0) key(%inst, %t0) "loop test"
+  %5 = linear @a (%4#0: f32[64]) -> f32[64] key(%inst, %t0) "a"
+  %6 = unary tanh (%5#0: f32[64]) -> f32[64] key(%inst, %t0) "tanh"
+  %7 = linear @b (%6#0: f32[64]) -> f32[64] key(%inst, %t0) "b"
+  %8 = isu %t0 := %t0 + 1 inverse %t0 - 1 (%7#0: f32[64]) -> f32[64] reads(%t0) writes(%t0) "loop step"
+  %9 = isu %t0 := -1 inverse 4 (%4#1: f32[64]) -> f32[64] writes(%t0) "loop exit"
+  %10 = linear @c (%9#0: f32[64]) -> f32[64] key(%inst) "c"
+  %11 = loss mse (%10#0: f32[64], %1#0: f32[64]) -> () key(%inst) "loss"
+}
+"#;
+
+    /// The search's incremental times (each move's deltas added) stay the times computed
+    /// afresh, workers, bound and links, over many moves of single nodes and pairs
+    /// between workers of one process and of different ones.
+    #[test]
+    fn move_deltas_keep_the_times_computed_afresh() {
+        let graph = amp_ir::verify::verify(amp_ir::text::parse(GRAPH).unwrap()).unwrap();
+        let topo = Topology::new(&graph);
+        for processes in [1, 2, 3] {
+            let a = Assumptions { processes, link_latency_us: 80.0, link_bandwidth_mbps: 800.0, ..Default::default() };
+            let costs = estimate(&graph, &a, None).unwrap();
+            let problem = Problem::new(&costs, &topo, 5);
+            let nodes: Vec<usize> = problem.leads().collect();
+            let mut assign = vec![0; topo.bound];
+            let mut times = problem.search_times(&assign);
+            let mut moving = vec![false; topo.bound];
+            let mut crossed = false;
+            // A fixed pseudo-random walk (a linear congruential generator).
+            let mut state: u64 = 12345;
+            let mut next = |n: usize| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (state >> 33) as usize % n
+            };
+            for step in 0..400 {
+                let first = nodes[next(nodes.len())];
+                let mut set = vec![first];
+                if step % 3 == 0 {
+                    let second = nodes[next(nodes.len())];
+                    if second != first {
+                        set.push(second);
+                    }
+                }
+                let to = next(problem.workers);
+                for &v in &set {
+                    moving[v] = true;
+                }
+                let deltas = move_deltas(&problem, &assign, &set, &moving, to);
+                for &v in &set {
+                    moving[v] = false;
+                    assign[v] = to;
+                }
+                for (w, d) in deltas {
+                    times[w] += d;
+                }
+                let fresh = problem.search_times(&assign);
+                crossed |= fresh[problem.workers + 1..].iter().any(|&t| t > 0.0);
+                assert_eq!(times.len(), fresh.len());
+                for (k, (got, want)) in times.iter().zip(&fresh).enumerate() {
+                    assert!(
+                        (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                        "{processes} processes, step {step}, time {k}: {got} incrementally, {want} afresh"
+                    );
+                }
+            }
+            // With several processes the walk cut edges between them (links busy).
+            assert_eq!(crossed, processes > 1, "{processes} processes");
+        }
+    }
+}
