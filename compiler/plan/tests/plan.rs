@@ -852,3 +852,40 @@ fn processes_follow_the_executors_blocks_and_bad_link_assumptions_are_refused() 
         assert!(!refused.unwrap_err().to_string().is_empty());
     }
 }
+
+#[test]
+fn plans_for_hosts_are_no_worse_than_one_worker_or_naive_placements() {
+    let links = [
+        Assumptions { processes: 2, ..Assumptions::default() },
+        Assumptions { processes: 3, link_latency_us: 1_000.0, link_bandwidth_mbps: 100.0, ..Assumptions::default() },
+    ];
+    for text in ALL.iter().chain([&CHATTY]) {
+        let g = graph(text);
+        let bound = g.nodes.node_bound();
+        for link in &links {
+            let costs = estimate(&g, link, None).unwrap();
+            for workers in [3, 4, 8] {
+                let planned = plan(&g, &costs, workers).unwrap();
+                let busiest = |p: &Plan| p.cost_model.as_ref().unwrap().bottleneck_us_per_instance;
+                // The link times are part of the bottleneck a plan reports.
+                let model = planned.cost_model.as_ref().unwrap();
+                assert_eq!(model.links_us.len(), link.processes);
+                assert!(model.links_us.iter().all(|&us| us <= busiest(&planned) + 1e-9));
+                let one = vec![0; bound];
+                let round_robin: Vec<usize> = (0..bound).map(|i| i % workers).collect();
+                let stages: Vec<usize> = (0..bound).map(|i| i * workers / bound).collect();
+                for placement in [one, round_robin, stages] {
+                    let other = evaluate(&g, &costs, workers, &placement).unwrap();
+                    assert!(
+                        busiest(&planned) <= busiest(&other) * (1.0 + 1e-9) + 1e-9,
+                        "{} at {workers} workers over {} processes: {} against {}",
+                        g.name,
+                        link.processes,
+                        busiest(&planned),
+                        busiest(&other)
+                    );
+                }
+            }
+        }
+    }
+}
