@@ -305,6 +305,9 @@ pub struct NodeCost {
     pub latency_us: f64,
     /// Whether messages and times come from a profile.
     pub measured: bool,
+    /// The parameter group it reads and trains (`linear`, `embedding`, `affine`): the
+    /// executor keeps a group's nodes in its owner's process (`partition.rs`).
+    pub group: Option<String>,
 }
 
 /// One edge's traffic and what cutting it costs.
@@ -421,6 +424,10 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             backward_joined: 0.0,
             latency_us: 0.0,
             measured: false,
+            group: match &node.op {
+                Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } => Some(param.clone()),
+                _ => None,
+            },
         };
         if let Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } = &node.op {
             if update_owner.get(param.as_str()) == Some(&i) {

@@ -22,6 +22,11 @@
 //! every link is one more "worker" of the search, never a target of a move, so a plan
 //! crosses a slow link only where that pays (a plan for hosts differs from one for cores).
 //!
+//! The executor keeps a parameter group's nodes in its owner's process, so with several
+//! processes every starting point puts a group split over processes on the worker of its
+//! heaviest unit, and local search takes no move that would split one again; a group's
+//! units move between processes together (one more kind of move, beside cycles).
+//!
 //! **Algorithm.** Four starting points (five from 3 workers on), each improved by local
 //! search, the best kept (ties to the earlier):
 //! 1. *Heavy Ppts isolated*: every Ppt whose load is at least an ideal share (total / N),
@@ -93,6 +98,12 @@ pub(crate) struct Problem<'a> {
     pub process: Vec<usize>,
     /// Processes: each one's link is a resource of the search (after the bound).
     pub processes: usize,
+    /// With several processes, the units of each parameter group used by more than one
+    /// (their leads): the executor runs a group's nodes in its owner's process, so the
+    /// search keeps them in one process and moves them between processes together.
+    pub groups: Vec<Vec<usize>>,
+    /// Per node, its index in `groups` (none with one process).
+    pub group_of: Vec<Option<usize>>,
 }
 
 /// What a pair of neighbours costs when cut: µs per instance each of the two workers pays
@@ -162,7 +173,68 @@ impl<'a> Problem<'a> {
         let speed = (0..workers).map(|w| a.speed(w)).collect();
         let processes = a.processes.clamp(1, workers.max(1));
         let process = (0..workers).map(|w| process_of(w, processes, workers)).collect();
-        Problem { workers, topo, load, own_load, adj, waits, latency, ppt, total, speed, process, processes }
+        let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        if processes > 1 {
+            for v in topo.nodes() {
+                if let Some(group) = costs.node(v).and_then(|c| c.group.as_deref()) {
+                    by_name.entry(group).or_default().push(topo.unit_of[v]);
+                }
+            }
+        }
+        let mut groups = Vec::new();
+        let mut group_of = vec![None; n];
+        for mut leads in by_name.into_values() {
+            leads.sort_unstable();
+            leads.dedup();
+            if leads.len() > 1 {
+                for &v in &leads {
+                    group_of[v] = Some(groups.len());
+                }
+                groups.push(leads);
+            }
+        }
+        Problem {
+            workers,
+            topo,
+            load,
+            own_load,
+            adj,
+            waits,
+            latency,
+            ppt,
+            total,
+            speed,
+            process,
+            processes,
+            groups,
+            group_of,
+        }
+    }
+
+    /// Whether moving the units of `set` (marked in `moving`) to worker `to` keeps every
+    /// parameter group in one process.
+    fn keeps_groups(&self, assign: &[usize], set: &[usize], moving: &[bool], to: usize) -> bool {
+        set.iter()
+            .filter_map(|&v| self.group_of[v])
+            .all(|g| self.groups[g].iter().all(|&u| moving[u] || self.process[assign[u]] == self.process[to]))
+    }
+
+    /// Puts each parameter group split over processes on the worker of its heaviest unit.
+    fn join_groups(&self, assign: &mut [usize]) {
+        for leads in &self.groups {
+            let Some(&heaviest) = leads.iter().max_by(|&&a, &&b| self.load[a].total_cmp(&self.load[b]).then(b.cmp(&a)))
+            else {
+                continue;
+            };
+            let home = self.process[assign[heaviest]];
+            if leads.iter().any(|&u| self.process[assign[u]] != home) {
+                for &u in leads {
+                    if self.process[assign[u]] != home {
+                        assign[u] = assign[heaviest];
+                    }
+                }
+            }
+        }
     }
 
     /// The same problem on the first `workers` workers (each in the process it has here).
@@ -356,6 +428,7 @@ fn candidates(problem: &Problem) -> Vec<Partition> {
             assign[v] = rest + k;
             fixed[v] = true;
         }
+        problem.join_groups(&mut assign);
         improve(problem, &mut assign, &fixed, rest);
         candidates.push(Partition { assign, isolated: heavy });
     }
@@ -366,16 +439,19 @@ fn candidates(problem: &Problem) -> Vec<Partition> {
     candidates.push(Partition { assign, isolated: Vec::new() });
     // 3. Contiguous stages.
     let mut assign = contiguous(problem, workers, &[]);
+    problem.join_groups(&mut assign);
     improve(problem, &mut assign, &vec![false; n], workers);
     candidates.push(Partition { assign, isolated: Vec::new() });
     // 4. Greedy.
     let mut assign = greedy(problem);
+    problem.join_groups(&mut assign);
     improve(problem, &mut assign, &vec![false; n], workers);
     candidates.push(Partition { assign, isolated: Vec::new() });
     // 5. Half as many workers.
     if workers >= 3 {
         let half = problem.first(workers.div_ceil(2));
         let mut assign = partition(&half).assign;
+        problem.join_groups(&mut assign);
         improve(problem, &mut assign, &vec![false; n], workers);
         candidates.push(Partition { assign, isolated: Vec::new() });
     }
@@ -492,7 +568,8 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
         // Recomputed every sweep, updated by each move's deltas within it (the bound last).
         let mut times = problem.search_times(assign);
         let singles = problem.leads().filter(|&v| !fixed[v]).map(|v| vec![v]);
-        for set in singles.chain(cycles.iter().cloned()) {
+        let groups = problem.groups.iter().map(|g| g.iter().copied().filter(|&v| !fixed[v]).collect::<Vec<_>>());
+        for set in singles.chain(cycles.iter().cloned()).chain(groups.filter(|g| g.len() > 1)) {
             let current = Score::of(&times);
             let least = (0..open).min_by(|&a, &b| times[a].total_cmp(&times[b]).then(a.cmp(&b))).unwrap_or(0);
             let mut targets: Vec<usize> = set
@@ -508,7 +585,7 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
             }
             let mut best: Option<Move> = None;
             for t in targets {
-                if set.iter().all(|&v| assign[v] == t) {
+                if set.iter().all(|&v| assign[v] == t) || !problem.keeps_groups(assign, &set, &moving, t) {
                     continue;
                 }
                 let deltas = move_deltas(problem, assign, &set, &moving, t);

@@ -889,3 +889,37 @@ fn plans_for_hosts_are_no_worse_than_one_worker_or_naive_placements() {
         }
     }
 }
+
+/// One 1024-wide product applied twice (one parameter group, two nodes): on two cores
+/// worth separating, but the executor runs a group's nodes in one process.
+const SHARED_PARAMS: &str = r#"amp.graph @Shared {
+  state %inst: instance
+  param a.weight: f32[1024, 1024] uniform(1024)
+  param a.bias: f32[1024] uniform(1024)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[1024] key(%inst) "read"
+  %2 = linear @a (%1#0: f32[1024]) -> f32[1024] key(%inst) "first"
+  %3 = unary tanh (%2#0: f32[1024]) -> f32[1024] key(%inst) "tanh"
+  %4 = linear @a (%3#0: f32[1024]) -> f32[1024] key(%inst) "second"
+  %5 = loss mse (%4#0: f32[1024], %1#0: f32[1024]) -> () key(%inst) "loss"
+}
+"#;
+
+#[test]
+fn a_parameter_groups_nodes_stay_in_one_process() {
+    let g = graph(SHARED_PARAMS);
+    let worker_of = |p: &Plan, id: u32| p.nodes.iter().find(|n| n.id == id).unwrap().worker;
+    let cores = plan_graph(&g, 2, &Assumptions::default(), None).unwrap();
+    assert_ne!(worker_of(&cores, 2), worker_of(&cores, 4), "{}", cores.table("Shared"));
+    let fast = Assumptions { processes: 2, link_latency_us: 0.0, link_bandwidth_mbps: 1e6, ..Assumptions::default() };
+    for workers in [2, 3, 4, 8] {
+        let hosts = plan_graph(&g, workers, &fast, None).unwrap();
+        let (first, second) = (worker_of(&hosts, 2), worker_of(&hosts, 4));
+        assert_eq!(
+            amp_plan::process_of(first, 2, workers),
+            amp_plan::process_of(second, 2, workers),
+            "{workers} workers\n{}",
+            hosts.table("Shared")
+        );
+    }
+}
