@@ -126,16 +126,16 @@ impl<'a> Problem<'a> {
         let ppt: Vec<bool> = (0..n).map(|i| topo.leads(i) && costs.node(i).is_some_and(|c| c.ppt)).collect();
         // Instances in flight bound the throughput only when a profile said how many.
         let in_flight = if costs.in_flight >= 1.0 { costs.in_flight } else { f64::INFINITY };
-        let a = &costs.assumptions;
-        let wake_us = a.wake_us / in_flight;
+        let assumed = &costs.assumptions;
+        let wake_us = assumed.wake_us / in_flight;
         // A message crossing processes adds the link's latency to its instance's time:
         // with a profile, at each step that waits for what crossed (as the wake-ups);
         // without, at every message each way, hidden by the run's instances in flight.
         let remote_wait = |waits: f64, messages: f64| {
             if in_flight.is_finite() {
-                waits * (a.wake_us + a.link_latency_us) / in_flight
+                waits * (assumed.wake_us + assumed.link_latency_us) / in_flight
             } else {
-                2.0 * messages * a.link_latency_us / a.in_flight
+                2.0 * messages * assumed.link_latency_us / assumed.in_flight
             }
         };
         let mut pairs: Vec<BTreeMap<usize, (Cut, f64, f64)>> = vec![BTreeMap::new(); n];
@@ -170,8 +170,8 @@ impl<'a> Problem<'a> {
         let latency = topo.nodes().filter_map(|v| costs.node(v)).map(|c| c.latency_us).sum::<f64>() / in_flight;
         let latency = if latency.is_finite() { latency } else { 0.0 };
         let total = load.iter().sum();
-        let speed = (0..workers).map(|w| a.speed(w)).collect();
-        let processes = a.processes.clamp(1, workers.max(1));
+        let speed = (0..workers).map(|w| assumed.speed(w)).collect();
+        let processes = assumed.processes.clamp(1, workers.max(1));
         let process = (0..workers).map(|w| process_of(w, processes, workers)).collect();
         let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         if processes > 1 {
