@@ -48,6 +48,15 @@ pub(crate) struct NetworkArgs {
     pub frames: amp_lower::Frames,
 }
 
+/// A link's latency or bandwidth: a finite number, not negative (the planner refuses a
+/// bandwidth of 0 by name).
+pub(crate) fn parse_link_value(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{text}` is not a finite number of at least 0")),
+    }
+}
+
 /// The optimizer a plan assumes (`amprun train --optimizer`).
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 pub(crate) enum Optimizer {

@@ -103,6 +103,25 @@ enum Command {
         /// only what instances used). amprun re-plans when it runs another setup.
         #[arg(long, value_enum, default_value = "sgd", requires = "workers")]
         optimizer: compile::Optimizer,
+        /// ...with its instances in flight (amprun's `--max-active-keys`), which hide the
+        /// latency of a link between processes.
+        #[arg(long, value_name = "K", default_value_t = 1, requires = "workers",
+              value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        max_active_keys: u64,
+        /// ...with the workers split over P processes or hosts (amprun's `--processes`;
+        /// process p runs a contiguous block of the workers): the plan charges an edge cut
+        /// between processes the link below (docs/distributed.md).
+        #[arg(long, alias = "hosts", value_name = "P", default_value_t = 1, requires = "workers",
+              value_parser = clap::value_parser!(u16).range(1..=256))]
+        processes: u16,
+        /// One-way latency of the link between processes, in µs (default 50: TCP over
+        /// 10 Gb/s Ethernet).
+        #[arg(long, value_name = "US", requires = "workers", value_parser = compile::parse_link_value)]
+        link_latency_us: Option<f64>,
+        /// Bandwidth of each process's link, in megabits per second each way (default
+        /// 10000: 10 Gb/s Ethernet).
+        #[arg(long, value_name = "MBPS", requires = "workers", value_parser = compile::parse_link_value)]
+        link_bandwidth_mbps: Option<f64>,
         /// Report what each pass changed (and, with --workers, the plan as a table).
         #[arg(short, long)]
         verbose: bool,
@@ -204,6 +223,10 @@ fn main() -> ExitCode {
             profile,
             min_update_frequency,
             optimizer,
+            max_active_keys,
+            processes,
+            link_latency_us,
+            link_bandwidth_mbps,
             verbose,
             per_element_maps,
             message_format,
@@ -222,10 +245,17 @@ fn main() -> ExitCode {
                 }),
                 workers: workers.map(usize::from),
                 profile,
-                assumptions: amp_plan::Assumptions {
-                    update_every: min_update_frequency as f64,
-                    plain_sgd: optimizer == compile::Optimizer::Sgd,
-                    ..amp_plan::Assumptions::default()
+                assumptions: {
+                    let defaults = amp_plan::Assumptions::default();
+                    amp_plan::Assumptions {
+                        update_every: min_update_frequency as f64,
+                        plain_sgd: optimizer == compile::Optimizer::Sgd,
+                        in_flight: max_active_keys as f64,
+                        processes: usize::from(processes),
+                        link_latency_us: link_latency_us.unwrap_or(defaults.link_latency_us),
+                        link_bandwidth_mbps: link_bandwidth_mbps.unwrap_or(defaults.link_bandwidth_mbps),
+                        ..defaults
+                    }
                 },
                 per_element_maps,
                 verbose,

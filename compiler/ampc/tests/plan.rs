@@ -123,6 +123,45 @@ fn the_ampg_file_keeps_the_plan_and_verbose_prints_the_table() {
     let without = ampc(&["compile", &example("list_reduce.amp"), "--optimizer", "adam"]);
     assert_eq!(without.status.code(), Some(2), "the setup of a plan needs --workers");
 
+    // The processes and the link between them go into the assumptions too; a plan for
+    // more processes than workers, or a link with no bandwidth, is refused by name.
+    let run = ampc(&[
+        "compile",
+        &example("tree_lstm.amp"),
+        "--workers",
+        "4",
+        "--hosts",
+        "2",
+        "--link-latency-us",
+        "200",
+        "--link-bandwidth-mbps",
+        "1000",
+        "--max-active-keys",
+        "16",
+        "--emit",
+        "plan",
+    ]);
+    ok(&run);
+    let hosts: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let assumptions = &hosts["cost_model"]["assumptions"];
+    assert_eq!(assumptions["processes"], 2);
+    assert_eq!(assumptions["link_latency_us"], 200.0);
+    assert_eq!(assumptions["link_bandwidth_mbps"], 1000.0);
+    assert_eq!(assumptions["in_flight"], 16.0);
+    assert_eq!(hosts["cost_model"]["links_us"].as_array().map(Vec::len), Some(2));
+    let defaults = &printed["cost_model"]["assumptions"];
+    assert_eq!((defaults["processes"].as_u64(), defaults["link_latency_us"].as_f64()), (Some(1), Some(50.0)));
+    let too_many =
+        ampc(&["compile", &example("tree_lstm.amp"), "--workers", "2", "--processes", "3", "--emit", "plan"]);
+    assert_eq!(too_many.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&too_many.stderr).contains("3 processes but 2 workers"));
+    let no_bandwidth =
+        ampc(&["compile", &example("tree_lstm.amp"), "--workers", "2", "--link-bandwidth-mbps", "0", "--emit", "plan"]);
+    assert_eq!(no_bandwidth.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&no_bandwidth.stderr).contains("link_bandwidth_mbps"));
+    let nonsense = ampc(&["compile", &example("tree_lstm.amp"), "--workers", "2", "--link-latency-us", "-1"]);
+    assert_eq!(nonsense.status.code(), Some(2));
+
     // Without --workers nothing changes: no plan in the file.
     let plain = dir.join("plain.ampg");
     ok(&ampc(&["compile", &example("list_reduce.amp"), "-o", plain.to_str().unwrap()]));

@@ -24,6 +24,18 @@
 //! leaf gate kernel took its ~19 forward messages per tree in a third of a step, batched
 //! with other trees' leaves).
 //!
+//! Workers may run in several processes, on several hosts (`Assumptions::processes`;
+//! worker `w` in process `process_of(w)`, the executor's contiguous blocks). An edge cut
+//! between workers of different processes costs each worker `link_message_us + bytes /
+//! bytes_per_us` per message each way instead (the message encoded, with its 19 bytes of
+//! wire header, and passed through the bridge thread), the same `hop_us` per step; each
+//! of the two processes' links is busy `bytes / link_bytes_per_us` per message (the
+//! forward message one way, its gradient the other, on a full-duplex link): the planner
+//! treats each link as one more resource whose time bounds the throughput
+//! (`partition.rs`). The link's latency adds to the instance's time, not to a worker's:
+//! over the instances in flight it bounds the throughput like the wake-ups below (without
+//! a profile, `2 × messages × link_latency_us / in_flight` per cut edge).
+//!
 //! The nodes of a fused group (and the splits only it reads: a unit, see `topology.rs`)
 //! run as one node that calls one kernel: their messages to one another cost nothing, and
 //! the unit's representative pays `message_us` for every message that enters or leaves the
@@ -115,6 +127,49 @@ pub struct Assumptions {
     /// list's end: 1.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub worker_speed: Vec<f64>,
+    /// Processes (hosts) the workers are split over (amprun's `--processes`): process `p`
+    /// runs a contiguous block of the globally numbered workers ([`process_of`], as
+    /// `amp_exec::workers_of` splits them). An edge cut between workers of one process
+    /// costs what the fields above say; one cut between processes crosses the link below.
+    pub processes: usize,
+    /// Extra cost, for each of the two workers, of each message crossing between
+    /// processes instead of `cross_us`: encoding or decoding it and handing it to or
+    /// taking it from the process's bridge thread, in µs.
+    pub link_message_us: f64,
+    /// One-way latency of the link between two processes, in µs: what a message crossing
+    /// it adds to its instance's time (not to a worker's), which the instances in flight
+    /// hide (`in_flight`, or the profile's).
+    pub link_latency_us: f64,
+    /// Bandwidth of each process's link, in megabits per second, each direction (full
+    /// duplex): the bytes a process sends (or receives) per instance over it bound the
+    /// throughput like a worker's time.
+    pub link_bandwidth_mbps: f64,
+    /// Instances in flight (amprun's `--max-active-keys`), which hide the link's latency
+    /// when no profile tells how many were in flight.
+    pub in_flight: f64,
+}
+
+/// Bytes the wire format adds to each message that crosses processes (worker, node, port
+/// and direction: docs/distributed.md, "What crosses the network").
+pub const WIRE_MESSAGE_BYTES: f64 = 19.0;
+
+/// The most processes a plan may assume (more than amprun's `--processes` accepts).
+pub const MAX_PROCESSES: usize = 256;
+
+/// The process that runs worker `worker` of `workers` split over `processes`: each holds
+/// `workers / processes`, the first `workers % processes` one more (what
+/// `amp_exec::workers_of` runs; `amp-tests` checks that the two agree).
+pub fn process_of(worker: usize, processes: usize, workers: usize) -> usize {
+    let processes = processes.clamp(1, workers.max(1));
+    let (base, extra) = (workers / processes, workers % processes);
+    // The first `extra` processes hold base + 1 workers each.
+    let long = extra * (base + 1);
+    if worker < long {
+        worker / (base + 1)
+    } else {
+        // `base` is 0 only without workers.
+        (worker - long).checked_div(base).map_or(processes - 1, |k| (extra + k).min(processes - 1))
+    }
 }
 
 impl Default for Assumptions {
@@ -135,6 +190,18 @@ impl Default for Assumptions {
             bytes_per_us: 4_000.0,
             wake_us: 35.0,
             worker_speed: Vec::new(),
+            processes: 1,
+            // The in-process crossing (1 µs) plus the bridge's share: timely's TCP
+            // allocator moved about 2 million messages/s between two processes on
+            // loopback (docs/distributed.md, "Why timely_communication").
+            link_message_us: 1.5,
+            // Kernel TCP between two hosts on 10 Gb/s Ethernet takes some 25-50 µs
+            // round trip; one way, plus the bridge and timely's threads on each side.
+            link_latency_us: 50.0,
+            // 10 Gb/s Ethernet.
+            link_bandwidth_mbps: 10_000.0,
+            // amprun's default `--max-active-keys`.
+            in_flight: 1.0,
         }
     }
 }
@@ -145,8 +212,13 @@ impl Assumptions {
         self.worker_speed.get(w).copied().unwrap_or(1.0)
     }
 
-    /// Every value must be finite; counts non-negative, rates, speeds and `update_every`
-    /// positive.
+    /// Bytes per µs of the link between processes (`link_bandwidth_mbps` / 8).
+    pub fn link_bytes_per_us(&self) -> f64 {
+        self.link_bandwidth_mbps / 8.0
+    }
+
+    /// Every value must be finite; counts non-negative, rates, speeds, `update_every` and
+    /// `in_flight` positive; 1 to 256 processes.
     pub fn check(&self) -> Result<(), PlanError> {
         let fields = [
             ("trip_count", self.trip_count, false),
@@ -162,6 +234,10 @@ impl Assumptions {
             ("cross_us", self.cross_us, false),
             ("bytes_per_us", self.bytes_per_us, true),
             ("wake_us", self.wake_us, false),
+            ("link_message_us", self.link_message_us, false),
+            ("link_latency_us", self.link_latency_us, false),
+            ("link_bandwidth_mbps", self.link_bandwidth_mbps, true),
+            ("in_flight", self.in_flight, true),
         ];
         let speeds = self.worker_speed.iter().map(|&s| ("worker_speed", s, true));
         for (name, value, positive) in fields.into_iter().chain(speeds) {
@@ -172,6 +248,9 @@ impl Assumptions {
         }
         if self.worker_speed.len() > crate::MAX_WORKERS {
             return Err(PlanError::Workers { workers: self.worker_speed.len() });
+        }
+        if self.processes == 0 || self.processes > MAX_PROCESSES {
+            return Err(PlanError::Assumption { name: "processes", value: self.processes as f64 });
         }
         Ok(())
     }
@@ -226,6 +305,9 @@ pub struct NodeCost {
     pub latency_us: f64,
     /// Whether messages and times come from a profile.
     pub measured: bool,
+    /// The parameter group it reads and trains (`linear`, `embedding`, `affine`): the
+    /// executor keeps a group's nodes in its owner's process (`partition.rs`).
+    pub group: Option<String>,
 }
 
 /// One edge's traffic and what cutting it costs.
@@ -237,8 +319,14 @@ pub struct EdgeCost {
     pub messages: f64,
     /// Bytes per message (payload and state).
     pub bytes: f64,
-    /// µs per instance that each of the two workers pays when the edge is cut.
+    /// µs per instance that each of the two workers pays when the edge is cut between
+    /// workers of one process.
     pub cut_us: f64,
+    /// The same when the edge is cut between workers of different processes.
+    pub remote_cut_us: f64,
+    /// µs per instance of each of the two processes' links when the edge is cut between
+    /// them (its bytes each way over the bandwidth).
+    pub link_us: f64,
     /// Steps per instance, both directions, in which an instance waits for what crossed
     /// the edge, when it is cut, to be taken by the other worker (a wake-up each); from a
     /// profile, 0 without one.
@@ -336,6 +424,10 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             backward_joined: 0.0,
             latency_us: 0.0,
             measured: false,
+            group: match &node.op {
+                Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } => Some(param.clone()),
+                _ => None,
+            },
         };
         if let Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } = &node.op {
             if update_owner.get(param.as_str()) == Some(&i) {
@@ -485,10 +577,20 @@ fn edge_costs(
             let steps = per_message(nodes, l.to, |c| (c.forward_messages, c.arrivals), 1.0)
                 + per_message(nodes, l.from, |c| (c.backward_messages, c.backward_arrivals), 1.0);
             let mut cut_us = messages * (2.0 * (a.cross_us + bytes / a.bytes_per_us) + steps * a.hop_us);
+            // Between processes a message is encoded, passes the bridge and is decoded:
+            // the copy of its bytes stays, the channel's cost is the link's per message.
+            let wire_bytes = bytes + WIRE_MESSAGE_BYTES;
+            let mut remote_cut_us =
+                messages * (2.0 * (a.link_message_us + wire_bytes / a.bytes_per_us) + steps * a.hop_us);
+            // Forward messages go one way, their gradients the other: each process sends
+            // (and receives) the edge's bytes once per message, in parallel on a duplex link.
+            let link_us = messages * wire_bytes / a.link_bytes_per_us();
             // A chain member cut from its producer handles its messages in steps of its own.
             if topo.chained[l.to] {
                 if let Some(target) = nodes.get(l.to).and_then(Option::as_ref) {
-                    cut_us += a.message_us * (target.forward_messages + target.backward_messages) / 2.0;
+                    let own = a.message_us * (target.forward_messages + target.backward_messages) / 2.0;
+                    cut_us += own;
+                    remote_cut_us += own;
                 }
             }
             // The steps an instance takes part in per message it sends over the edge,
@@ -502,6 +604,8 @@ fn edge_costs(
                 messages,
                 bytes,
                 cut_us: if cut_us.is_finite() { cut_us } else { 0.0 },
+                remote_cut_us: if remote_cut_us.is_finite() { remote_cut_us } else { 0.0 },
+                link_us: if link_us.is_finite() { link_us } else { 0.0 },
                 waits: if waits.is_finite() { waits } else { 0.0 },
             }
         })

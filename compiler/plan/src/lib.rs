@@ -38,6 +38,15 @@
 //! each step it waits on across a cut) over the instances in flight (`cost.rs`). The fused
 //! groups of the graph are placed as units (`topology.rs`), as the executor runs them;
 //! its routing chains cost a member's messages only where the plan cuts the chain.
+//!
+//! Workers split over processes or hosts (`Assumptions::processes`, amprun's
+//! `--processes`) pay, for a cut between processes, 1.5 µs per message each side (the
+//! in-process 1 µs plus the bridge's share of the ~2 million messages/s measured between
+//! two processes on loopback) instead of 1, and the link's latency (default 50 µs one
+//! way: kernel TCP over 10 Gb/s Ethernet, 25-50 µs round trip, plus the bridge threads)
+//! over the instances in flight (amprun's `--max-active-keys`, default 1) and its
+//! bandwidth (default 10,000 Mb/s, each direction) bound the throughput; `ampc compile`
+//! and `amprun` take `--link-latency-us` and `--link-bandwidth-mbps`.
 
 mod cost;
 mod flow;
@@ -46,7 +55,7 @@ mod plan;
 mod profile;
 mod topology;
 
-pub use cost::{estimate, Assumptions, Costs, EdgeCost, NodeCost};
+pub use cost::{estimate, process_of, Assumptions, Costs, EdgeCost, NodeCost, MAX_PROCESSES, WIRE_MESSAGE_BYTES};
 pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_WORKERS};
 pub use profile::{Event, Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
 
@@ -58,6 +67,8 @@ use std::fmt;
 pub enum PlanError {
     /// A worker count outside 1..=1024.
     Workers { workers: usize },
+    /// More processes than workers (each process runs at least one).
+    Processes { processes: usize, workers: usize },
     /// An assumption that is not a finite number in its range.
     Assumption { name: &'static str, value: f64 },
     /// The costs were not estimated on this graph.
@@ -85,6 +96,9 @@ impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PlanError::Workers { workers } => write!(f, "{workers} workers: a plan has 1 to {MAX_WORKERS}"),
+            PlanError::Processes { processes, workers } => {
+                write!(f, "{processes} processes but {workers} workers: each process needs a worker")
+            }
             PlanError::Assumption { name, value } => {
                 write!(f, "the cost assumption `{name}` = {value} is out of range")
             }

@@ -16,6 +16,17 @@
 //! its bound, whichever is larger, so a split of a model whose instances move in one wave
 //! (each worker waiting for the other) predicts no gain and loses to one worker.
 //!
+//! With workers in several processes (`Assumptions::processes`), a cut between two
+//! processes costs its workers the link's per-message cost instead of the in-process one,
+//! adds the link's latency to the bound, and keeps each process's link busy for its bytes:
+//! every link is one more "worker" of the search, never a target of a move, so a plan
+//! crosses a slow link only where that pays (a plan for hosts differs from one for cores).
+//!
+//! The executor keeps a parameter group's nodes in its owner's process, so with several
+//! processes every starting point puts a group split over processes on the worker of its
+//! heaviest unit, and local search takes no move that would split one again; a group's
+//! units move between processes together (one more kind of move, beside cycles).
+//!
 //! **Algorithm.** Four starting points (five from 3 workers on), each improved by local
 //! search, the best kept (ties to the earlier):
 //! 1. *Heavy Ppts isolated*: every Ppt whose load is at least an ideal share (total / N),
@@ -46,7 +57,7 @@
 //! it reads is one item that moves as a whole, with its members' summed load and merged
 //! neighbours, and every member ends on its representative's worker.
 
-use crate::cost::Costs;
+use crate::cost::{process_of, Costs};
 use crate::topology::Topology;
 use std::collections::BTreeMap;
 
@@ -71,17 +82,37 @@ pub(crate) struct Problem<'a> {
     pub load: Vec<f64>,
     /// Every node's own load, for the plan's table.
     pub own_load: Vec<f64>,
-    /// Per node: (neighbour, µs per instance each end pays when the pair is cut).
-    pub adj: Vec<Vec<(usize, f64)>>,
-    /// Per node: (neighbour, µs per instance the pair adds to the latency bound when cut:
-    /// its wake-ups over the instances in flight); empty without a latency bound.
-    pub waits: Vec<Vec<(usize, f64)>>,
+    /// Per node: (neighbour, what the pair costs when cut).
+    pub adj: Vec<Vec<(usize, Cut)>>,
+    /// Per node: (neighbour, µs per instance the pair adds to the latency bound when cut
+    /// inside a process: its wake-ups over the instances in flight; and when cut between
+    /// processes: the link's latency too); only pairs that add something.
+    pub waits: Vec<Vec<(usize, f64, f64)>>,
     /// The latency bound of a plan without cuts: µs per instance (0 without one).
     pub latency: f64,
     pub ppt: Vec<bool>,
     pub total: f64,
     /// Per worker, its speed (`Assumptions::worker_speed`): its time is its work over it.
     pub speed: Vec<f64>,
+    /// Per worker, its process (`Assumptions::processes`, `cost::process_of`).
+    pub process: Vec<usize>,
+    /// Processes: each one's link is a resource of the search (after the bound).
+    pub processes: usize,
+    /// With several processes, the units of each parameter group used by more than one
+    /// (their leads): the executor runs a group's nodes in its owner's process, so the
+    /// search keeps them in one process and moves them between processes together.
+    pub groups: Vec<Vec<usize>>,
+    /// Per node, its index in `groups` (none with one process).
+    pub group_of: Vec<Option<usize>>,
+}
+
+/// What a pair of neighbours costs when cut: µs per instance each of the two workers pays
+/// inside a process and between processes, and each of the two processes' links.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Cut {
+    pub local: f64,
+    pub remote: f64,
+    pub link: f64,
 }
 
 impl<'a> Problem<'a> {
@@ -95,8 +126,19 @@ impl<'a> Problem<'a> {
         let ppt: Vec<bool> = (0..n).map(|i| topo.leads(i) && costs.node(i).is_some_and(|c| c.ppt)).collect();
         // Instances in flight bound the throughput only when a profile said how many.
         let in_flight = if costs.in_flight >= 1.0 { costs.in_flight } else { f64::INFINITY };
-        let wake_us = costs.assumptions.wake_us / in_flight;
-        let mut pairs: Vec<BTreeMap<usize, (f64, f64)>> = vec![BTreeMap::new(); n];
+        let assumed = &costs.assumptions;
+        let wake_us = assumed.wake_us / in_flight;
+        // A message crossing processes adds the link's latency to its instance's time:
+        // with a profile, at each step that waits for what crossed (as the wake-ups);
+        // without, at every message each way, hidden by the run's instances in flight.
+        let remote_wait = |waits: f64, messages: f64| {
+            if in_flight.is_finite() {
+                waits * (assumed.wake_us + assumed.link_latency_us) / in_flight
+            } else {
+                2.0 * messages * assumed.link_latency_us / assumed.in_flight
+            }
+        };
+        let mut pairs: Vec<BTreeMap<usize, (Cut, f64, f64)>> = vec![BTreeMap::new(); n];
         for e in &costs.edges {
             let (a, b) = (e.from as usize, e.to as usize);
             if a >= n || b >= n || !topo.present[a] || !topo.present[b] {
@@ -108,20 +150,110 @@ impl<'a> Problem<'a> {
             }
             for (x, y) in [(a, b), (b, a)] {
                 let pair = pairs[x].entry(y).or_default();
-                pair.0 += e.cut_us;
+                pair.0.local += e.cut_us;
+                pair.0.remote += e.remote_cut_us;
+                pair.0.link += e.link_us;
                 pair.1 += e.waits * wake_us;
+                pair.2 += remote_wait(e.waits, e.messages);
             }
         }
-        let adj = pairs.iter().map(|m| m.iter().map(|(&u, &(cut, _))| (u, cut)).collect()).collect();
+        let adj = pairs.iter().map(|m| m.iter().map(|(&u, &(cut, _, _))| (u, cut)).collect()).collect();
         let waits = pairs
             .iter()
-            .map(|m| m.iter().filter(|(_, &(_, wait))| wait > 0.0).map(|(&u, &(_, wait))| (u, wait)).collect())
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, &(_, local, remote))| local > 0.0 || remote > 0.0)
+                    .map(|(&u, &(_, local, remote))| (u, local, remote))
+                    .collect()
+            })
             .collect();
         let latency = topo.nodes().filter_map(|v| costs.node(v)).map(|c| c.latency_us).sum::<f64>() / in_flight;
         let latency = if latency.is_finite() { latency } else { 0.0 };
         let total = load.iter().sum();
-        let speed = (0..workers).map(|w| costs.assumptions.speed(w)).collect();
-        Problem { workers, topo, load, own_load, adj, waits, latency, ppt, total, speed }
+        let speed = (0..workers).map(|w| assumed.speed(w)).collect();
+        let processes = assumed.processes.clamp(1, workers.max(1));
+        let process = (0..workers).map(|w| process_of(w, processes, workers)).collect();
+        let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        if processes > 1 {
+            for v in topo.nodes() {
+                if let Some(group) = costs.node(v).and_then(|c| c.group.as_deref()) {
+                    by_name.entry(group).or_default().push(topo.unit_of[v]);
+                }
+            }
+        }
+        let mut groups = Vec::new();
+        let mut group_of = vec![None; n];
+        for mut leads in by_name.into_values() {
+            leads.sort_unstable();
+            leads.dedup();
+            if leads.len() > 1 {
+                for &v in &leads {
+                    group_of[v] = Some(groups.len());
+                }
+                groups.push(leads);
+            }
+        }
+        Problem {
+            workers,
+            topo,
+            load,
+            own_load,
+            adj,
+            waits,
+            latency,
+            ppt,
+            total,
+            speed,
+            process,
+            processes,
+            groups,
+            group_of,
+        }
+    }
+
+    /// Whether moving the units of `set` (marked in `moving`) to worker `to` keeps every
+    /// parameter group in one process.
+    fn keeps_groups(&self, assign: &[usize], set: &[usize], moving: &[bool], to: usize) -> bool {
+        set.iter()
+            .filter_map(|&v| self.group_of[v])
+            .all(|g| self.groups[g].iter().all(|&u| moving[u] || self.process[assign[u]] == self.process[to]))
+    }
+
+    /// Puts each parameter group split over processes on the worker of its heaviest unit.
+    fn join_groups(&self, assign: &mut [usize]) {
+        for leads in &self.groups {
+            let Some(&heaviest) = leads.iter().max_by(|&&a, &&b| self.load[a].total_cmp(&self.load[b]).then(b.cmp(&a)))
+            else {
+                continue;
+            };
+            let home = self.process[assign[heaviest]];
+            if leads.iter().any(|&u| self.process[assign[u]] != home) {
+                for &u in leads {
+                    if self.process[assign[u]] != home {
+                        assign[u] = assign[heaviest];
+                    }
+                }
+            }
+        }
+    }
+
+    /// The same problem on the first `workers` workers (each in the process it has here).
+    fn first(&self, workers: usize) -> Problem<'a> {
+        Problem { workers, process: self.process[..workers].to_vec(), ..self.clone() }
+    }
+
+    /// What a cut pair costs each of its workers when they are `a` and `b` (different).
+    fn cut(&self, c: &Cut, a: usize, b: usize) -> f64 {
+        if self.process[a] == self.process[b] {
+            c.local
+        } else {
+            c.remote
+        }
+    }
+
+    /// The index of process `p`'s link among the search's times.
+    fn link_index(&self, p: usize) -> usize {
+        self.workers + 1 + p
     }
 
     /// The units' representatives, in index order: what the search places.
@@ -142,10 +274,12 @@ impl<'a> Problem<'a> {
         let mut times = vec![0.0; self.workers];
         for v in self.topo.nodes() {
             times[assign[v]] += self.load[v];
-            for &(u, c) in &self.adj[v] {
-                if u > v && assign[u] != assign[v] {
-                    times[assign[u]] += c;
-                    times[assign[v]] += c;
+            for (u, c) in &self.adj[v] {
+                let (a, b) = (assign[*u], assign[v]);
+                if *u > v && a != b {
+                    let cost = self.cut(c, a, b);
+                    times[a] += cost;
+                    times[b] += cost;
                 }
             }
         }
@@ -163,19 +297,41 @@ impl<'a> Problem<'a> {
     pub fn bound(&self, assign: &[usize]) -> f64 {
         let mut bound = self.latency;
         for v in self.topo.nodes() {
-            for &(u, wait) in &self.waits[v] {
-                if u > v && assign[u] != assign[v] {
-                    bound += wait;
+            for &(u, local, remote) in &self.waits[v] {
+                let (a, b) = (assign[u], assign[v]);
+                if u > v && a != b {
+                    bound += if self.process[a] == self.process[b] { local } else { remote };
                 }
             }
         }
         bound
     }
 
-    /// What the search compares: every worker's time, then the latency bound.
+    /// Every process's link time per instance under `assign`: the bytes of the edges cut
+    /// between it and another process, over the bandwidth (empty with one process).
+    pub fn link_times(&self, assign: &[usize]) -> Vec<f64> {
+        if self.processes <= 1 {
+            return Vec::new();
+        }
+        let mut links = vec![0.0; self.processes];
+        for v in self.topo.nodes() {
+            for (u, c) in &self.adj[v] {
+                let (p, q) = (self.process[assign[*u]], self.process[assign[v]]);
+                if *u > v && p != q {
+                    links[p] += c.link;
+                    links[q] += c.link;
+                }
+            }
+        }
+        links
+    }
+
+    /// What the search compares: every worker's time, the latency bound, then every
+    /// process's link.
     fn search_times(&self, assign: &[usize]) -> Vec<f64> {
         let mut times = self.worker_times(assign);
         times.push(self.bound(assign));
+        times.extend(self.link_times(assign));
         times
     }
 
@@ -183,10 +339,12 @@ impl<'a> Problem<'a> {
     pub fn worker_comm(&self, assign: &[usize]) -> Vec<f64> {
         let mut comm = vec![0.0; self.workers];
         for v in self.topo.nodes() {
-            for &(u, c) in &self.adj[v] {
-                if u > v && assign[u] != assign[v] {
-                    comm[assign[u]] += c;
-                    comm[assign[v]] += c;
+            for (u, c) in &self.adj[v] {
+                let (a, b) = (assign[*u], assign[v]);
+                if *u > v && a != b {
+                    let cost = self.cut(c, a, b);
+                    comm[a] += cost;
+                    comm[b] += cost;
                 }
             }
         }
@@ -270,6 +428,7 @@ fn candidates(problem: &Problem) -> Vec<Partition> {
             assign[v] = rest + k;
             fixed[v] = true;
         }
+        problem.join_groups(&mut assign);
         improve(problem, &mut assign, &fixed, rest);
         candidates.push(Partition { assign, isolated: heavy });
     }
@@ -280,16 +439,19 @@ fn candidates(problem: &Problem) -> Vec<Partition> {
     candidates.push(Partition { assign, isolated: Vec::new() });
     // 3. Contiguous stages.
     let mut assign = contiguous(problem, workers, &[]);
+    problem.join_groups(&mut assign);
     improve(problem, &mut assign, &vec![false; n], workers);
     candidates.push(Partition { assign, isolated: Vec::new() });
     // 4. Greedy.
     let mut assign = greedy(problem);
+    problem.join_groups(&mut assign);
     improve(problem, &mut assign, &vec![false; n], workers);
     candidates.push(Partition { assign, isolated: Vec::new() });
     // 5. Half as many workers.
     if workers >= 3 {
-        let half = Problem { workers: workers.div_ceil(2), ..problem.clone() };
+        let half = problem.first(workers.div_ceil(2));
         let mut assign = partition(&half).assign;
+        problem.join_groups(&mut assign);
         improve(problem, &mut assign, &vec![false; n], workers);
         candidates.push(Partition { assign, isolated: Vec::new() });
     }
@@ -344,18 +506,18 @@ fn greedy(problem: &Problem) -> Vec<usize> {
     let mut times = vec![0.0; workers];
     for item in items(problem, workers, &[]) {
         let load: f64 = item.iter().map(|&v| problem.load[v]).sum();
-        // The cut to worker w's placed neighbours is all placed neighbours' but w's own.
-        let mut all = 0.0;
-        let mut per_worker: BTreeMap<usize, f64> = BTreeMap::new();
-        for (u, c) in item.iter().flat_map(|&v| &problem.adj[v]) {
-            if assign[*u] != UNPLACED {
-                all += c;
-                *per_worker.entry(assign[*u]).or_default() += c;
-            }
-        }
+        // The cut to worker w's placed neighbours: those on other workers, each at the
+        // cost of its link (inside w's process or across).
+        let placed: Vec<(usize, Cut)> = item
+            .iter()
+            .flat_map(|&v| &problem.adj[v])
+            .filter(|(u, _)| assign[*u] != UNPLACED)
+            .map(|&(u, c)| (assign[u], c))
+            .collect();
         let mut best = (f64::INFINITY, 0);
         for (w, time) in times.iter().enumerate() {
-            let score = (time + load + all - per_worker.get(&w).copied().unwrap_or(0.0)) / problem.speed_of(w);
+            let cuts: f64 = placed.iter().filter(|(o, _)| *o != w).map(|(o, c)| problem.cut(c, w, *o)).sum();
+            let score = (time + load + cuts) / problem.speed_of(w);
             if score < best.0 {
                 best = (score, w);
             }
@@ -366,10 +528,12 @@ fn greedy(problem: &Problem) -> Vec<usize> {
         }
         for &v in &item {
             times[w] += problem.load[v];
-            for &(u, c) in &problem.adj[v] {
-                if assign[u] != UNPLACED && assign[u] != w {
-                    times[w] += c;
-                    times[assign[u]] += c;
+            for (u, c) in &problem.adj[v] {
+                let other = assign[*u];
+                if other != UNPLACED && other != w {
+                    let cost = problem.cut(c, w, other);
+                    times[w] += cost;
+                    times[other] += cost;
                 }
             }
         }
@@ -404,7 +568,8 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
         // Recomputed every sweep, updated by each move's deltas within it (the bound last).
         let mut times = problem.search_times(assign);
         let singles = problem.leads().filter(|&v| !fixed[v]).map(|v| vec![v]);
-        for set in singles.chain(cycles.iter().cloned()) {
+        let groups = problem.groups.iter().map(|g| g.iter().copied().filter(|&v| !fixed[v]).collect::<Vec<_>>());
+        for set in singles.chain(cycles.iter().cloned()).chain(groups.filter(|g| g.len() > 1)) {
             let current = Score::of(&times);
             let least = (0..open).min_by(|&a, &b| times[a].total_cmp(&times[b]).then(a.cmp(&b))).unwrap_or(0);
             let mut targets: Vec<usize> = set
@@ -420,7 +585,7 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
             }
             let mut best: Option<Move> = None;
             for t in targets {
-                if set.iter().all(|&v| assign[v] == t) {
+                if set.iter().all(|&v| assign[v] == t) || !problem.keeps_groups(assign, &set, &moving, t) {
                     continue;
                 }
                 let deltas = move_deltas(problem, assign, &set, &moving, t);
@@ -453,43 +618,149 @@ fn improve(problem: &Problem, assign: &mut [usize], fixed: &[bool], open: usize)
     }
 }
 
-/// How each worker's time (and the bound, index `workers`) changes when the nodes of
-/// `set` (marked in `moving`) move to worker `to`.
+/// How each worker's time (the bound, index `workers`, and each process's link after it)
+/// changes when the nodes of `set` (marked in `moving`) move to worker `to`.
 fn move_deltas(problem: &Problem, assign: &[usize], set: &[usize], moving: &[bool], to: usize) -> Vec<(usize, f64)> {
     let mut deltas: BTreeMap<usize, f64> = BTreeMap::new();
     let bound = problem.workers;
+    let same = |a: usize, b: usize| problem.process[a] == problem.process[b];
+    // Adds `sign` times the pair (a, b)'s cut (a != b): to both workers, and to both
+    // processes' links when it crosses them.
+    let pair = |deltas: &mut BTreeMap<usize, f64>, c: &Cut, a: usize, b: usize, sign: f64| {
+        let cost = sign * problem.cut(c, a, b);
+        *deltas.entry(a).or_default() += cost;
+        *deltas.entry(b).or_default() += cost;
+        if !same(a, b) {
+            *deltas.entry(problem.link_index(problem.process[a])).or_default() += sign * c.link;
+            *deltas.entry(problem.link_index(problem.process[b])).or_default() += sign * c.link;
+        }
+    };
     for &v in set {
         let from = assign[v];
         *deltas.entry(from).or_default() -= problem.load[v];
         *deltas.entry(to).or_default() += problem.load[v];
-        for &(u, wait) in &problem.waits[v] {
+        for &(u, local, remote) in &problem.waits[v] {
+            let wait = |a: usize, b: usize| if same(a, b) { local } else { remote };
+            let other = assign[u];
             // Both ends move: the pair ends up together (counted once).
-            let (before, after) =
-                if moving[u] { (u > v && assign[u] != from, false) } else { (assign[u] != from, assign[u] != to) };
-            if before != after {
-                *deltas.entry(bound).or_default() += if after { wait } else { -wait };
-            }
-        }
-        for &(u, c) in &problem.adj[v] {
             if moving[u] {
-                // Both ends move: the pair ends up together. Count the pair once.
-                if u > v && assign[u] != from {
-                    *deltas.entry(from).or_default() -= c;
-                    *deltas.entry(assign[u]).or_default() -= c;
+                if u > v && other != from {
+                    *deltas.entry(bound).or_default() -= wait(from, other);
                 }
                 continue;
             }
-            let other = assign[u];
             if other != from {
-                *deltas.entry(from).or_default() -= c;
-                *deltas.entry(other).or_default() -= c;
+                *deltas.entry(bound).or_default() -= wait(from, other);
             }
             if other != to {
-                *deltas.entry(to).or_default() += c;
-                *deltas.entry(other).or_default() += c;
+                *deltas.entry(bound).or_default() += wait(to, other);
+            }
+        }
+        for (u, c) in &problem.adj[v] {
+            let other = assign[*u];
+            if moving[*u] {
+                // Both ends move: the pair ends up together. Count the pair once.
+                if *u > v && other != from {
+                    pair(&mut deltas, c, from, other, -1.0);
+                }
+                continue;
+            }
+            if other != from {
+                pair(&mut deltas, c, from, other, -1.0);
+            }
+            if other != to {
+                pair(&mut deltas, c, to, other, 1.0);
             }
         }
     }
     // A worker's time is its work over its speed (the bound, past the workers, is not).
     deltas.into_iter().map(|(w, d)| (w, if w < bound { d / problem.speed_of(w) } else { d })).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::{estimate, Assumptions};
+
+    /// A loop whose body is two products (an edge inside the loop) and one after it.
+    const GRAPH: &str = r#"amp.graph @Loop {
+  state %inst: instance, %t0: counter
+  param a.weight: f32[64, 64] uniform(64)
+  param a.bias: f32[64] uniform(64)
+  param b.weight: f32[64, 64] uniform(64)
+  param b.bias: f32[64] uniform(64)
+  param c.weight: f32[64, 64] uniform(64)
+  param c.bias: f32[64] uniform(64)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[64] key(%inst) "read"
+  %2 = isu %t0 := 0 inverse -1 (%1#0: f32[64]) -> f32[64] writes(%t0) "loop entry"
+  %3 = phi 2 (%2#0: f32[64], %8#0: f32[64]) -> f32[64] key(%inst, %t0) "loop"
+  %4 = cond [%t0 < 4] (%3#0: f32[64]) -> f32[64], f32[64] reads(%t0) key(%inst, %t0) "loop test"
+  %5 = linear @a (%4#0: f32[64]) -> f32[64] key(%inst, %t0) "a"
+  %6 = unary tanh (%5#0: f32[64]) -> f32[64] key(%inst, %t0) "tanh"
+  %7 = linear @b (%6#0: f32[64]) -> f32[64] key(%inst, %t0) "b"
+  %8 = isu %t0 := %t0 + 1 inverse %t0 - 1 (%7#0: f32[64]) -> f32[64] reads(%t0) writes(%t0) "loop step"
+  %9 = isu %t0 := -1 inverse 4 (%4#1: f32[64]) -> f32[64] writes(%t0) "loop exit"
+  %10 = linear @c (%9#0: f32[64]) -> f32[64] key(%inst) "c"
+  %11 = loss mse (%10#0: f32[64], %1#0: f32[64]) -> () key(%inst) "loss"
+}
+"#;
+
+    /// The search's incremental times (each move's deltas added) stay the times computed
+    /// afresh, workers, bound and links, over many moves of single nodes and pairs
+    /// between workers of one process and of different ones.
+    #[test]
+    fn move_deltas_keep_the_times_computed_afresh() {
+        let graph = amp_ir::verify::verify(amp_ir::text::parse(GRAPH).unwrap()).unwrap();
+        let topo = Topology::new(&graph);
+        for processes in [1, 2, 3] {
+            let a = Assumptions { processes, link_latency_us: 80.0, link_bandwidth_mbps: 800.0, ..Default::default() };
+            let costs = estimate(&graph, &a, None).unwrap();
+            let problem = Problem::new(&costs, &topo, 5);
+            let nodes: Vec<usize> = problem.leads().collect();
+            let mut assign = vec![0; topo.bound];
+            let mut times = problem.search_times(&assign);
+            let mut moving = vec![false; topo.bound];
+            let mut crossed = false;
+            // A fixed pseudo-random walk (a linear congruential generator).
+            let mut state: u64 = 12345;
+            let mut next = |n: usize| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (state >> 33) as usize % n
+            };
+            for step in 0..400 {
+                let first = nodes[next(nodes.len())];
+                let mut set = vec![first];
+                if step % 3 == 0 {
+                    let second = nodes[next(nodes.len())];
+                    if second != first {
+                        set.push(second);
+                    }
+                }
+                let to = next(problem.workers);
+                for &v in &set {
+                    moving[v] = true;
+                }
+                let deltas = move_deltas(&problem, &assign, &set, &moving, to);
+                for &v in &set {
+                    moving[v] = false;
+                    assign[v] = to;
+                }
+                for (w, d) in deltas {
+                    times[w] += d;
+                }
+                let fresh = problem.search_times(&assign);
+                crossed |= fresh[problem.workers + 1..].iter().any(|&t| t > 0.0);
+                assert_eq!(times.len(), fresh.len());
+                for (k, (got, want)) in times.iter().zip(&fresh).enumerate() {
+                    assert!(
+                        (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                        "{processes} processes, step {step}, time {k}: {got} incrementally, {want} afresh"
+                    );
+                }
+            }
+            // With several processes the walk cut edges between them (links busy).
+            assert_eq!(crossed, processes > 1, "{processes} processes");
+        }
+    }
 }

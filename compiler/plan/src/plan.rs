@@ -92,12 +92,19 @@ pub struct CostSummary {
     /// Each worker's predicted time per instance, communication included.
     #[serde(default)]
     pub workers_us: Vec<f64>,
+    /// With several processes (`assumptions.processes`), each process's link time per
+    /// instance: the bytes it sends over the link (as many come back), over the bandwidth;
+    /// the bottleneck when it exceeds every worker's time. Absent with one process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links_us: Vec<f64>,
+    /// What the costs were estimated with, the link between processes included.
     pub assumptions: Assumptions,
 }
 
 /// Plans `graph` for `workers` workers with its costs.
 pub fn plan(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
     check_workers(workers)?;
+    check_processes(&costs.assumptions, workers)?;
     let topo = Topology::new(graph);
     check_costs(&topo, costs)?;
     let problem = Problem::new(costs, &topo, workers);
@@ -110,6 +117,7 @@ pub fn plan(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, Pla
 /// taken to run on its representative's worker, as the executor runs them.
 pub fn evaluate(graph: &Verified, costs: &Costs, workers: usize, placement: &[usize]) -> Result<Plan, PlanError> {
     check_workers(workers)?;
+    check_processes(&costs.assumptions, workers)?;
     let topo = Topology::new(graph);
     check_costs(&topo, costs)?;
     let mut assign = vec![0; topo.bound];
@@ -129,6 +137,14 @@ pub fn evaluate(graph: &Verified, costs: &Costs, workers: usize, placement: &[us
 fn check_workers(workers: usize) -> Result<(), PlanError> {
     if workers == 0 || workers > MAX_WORKERS {
         return Err(PlanError::Workers { workers });
+    }
+    Ok(())
+}
+
+/// Every process runs at least one worker (as amprun requires).
+fn check_processes(assumptions: &Assumptions, workers: usize) -> Result<(), PlanError> {
+    if assumptions.processes > workers {
+        return Err(PlanError::Processes { processes: assumptions.processes, workers });
     }
     Ok(())
 }
@@ -164,7 +180,8 @@ fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u3
     let comm = problem.worker_comm(assign);
     // The pipeline goes as fast as its busiest worker, or its latency bound allows.
     let latency_bound = problem.bound(assign);
-    let busiest = times.iter().copied().fold(latency_bound, f64::max);
+    let links = problem.link_times(assign);
+    let busiest = times.iter().chain(&links).copied().fold(latency_bound, f64::max);
     let predicted_utilization: Vec<f64> =
         times.iter().map(|&t| if busiest > 0.0 { t / busiest } else { 1.0 }).collect();
     let (speedup, utilization) =
@@ -197,6 +214,7 @@ fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u3
             bottleneck_us_per_instance: busiest,
             latency_us_per_instance: latency_bound,
             workers_us: times,
+            links_us: links,
             assumptions: costs.assumptions.clone(),
         }),
     }
@@ -215,10 +233,16 @@ impl Plan {
 
     /// The worker of every node index of `graph` (holes get 0), after checking that the
     /// plan fits the graph: a worker count in 1..=1024, every node of the graph placed
-    /// exactly once, no node the graph lacks, every worker below the count, and per-worker
-    /// lists as long as the count.
+    /// exactly once, no node the graph lacks, every worker below the count, per-worker
+    /// lists as long as the count, and the cost model's assumptions in range (processes
+    /// no more than workers).
     pub fn placement(&self, graph: &Graph) -> Result<Vec<usize>, PlanError> {
         check_workers(self.workers)?;
+        // The assumptions say which run the plan is for (amprun compares them with its own).
+        if let Some(model) = &self.cost_model {
+            model.assumptions.check()?;
+            check_processes(&model.assumptions, self.workers)?;
+        }
         for (field, len) in [
             ("workers_load", self.workers_load.len()),
             ("workers_comm", self.workers_comm.len()),
@@ -300,6 +324,18 @@ impl Plan {
                 out,
                 "  latency bound {:.1} us/instance (an instance's time in its steps and wake-ups over the instances in flight){binds}",
                 c.latency_us_per_instance
+            );
+        }
+        if let Some(c) = self.cost_model.as_ref().filter(|c| c.assumptions.processes > 1) {
+            let a = &c.assumptions;
+            let links: Vec<String> = c.links_us.iter().map(|us| format!("{us:.1}")).collect();
+            let _ = writeln!(
+                out,
+                "  {} processes, link {} us one way, {} Mb/s: each link's us/instance {}",
+                a.processes,
+                a.link_latency_us,
+                a.link_bandwidth_mbps,
+                links.join(" / ")
             );
         }
         let name_of = |id: u32| self.nodes.iter().find(|n| n.id == id).map_or(String::new(), |n| n.name.clone());

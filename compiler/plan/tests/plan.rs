@@ -734,3 +734,192 @@ fn a_batched_map_is_one_message_per_collection_and_the_work_of_its_rows() {
     let edge = costs.edges.iter().find(|e| e.from == 4).expect("the gathered rows' edge");
     assert_eq!(edge.bytes, 4.0 * 6.0 * 4.0 + 3.0 * 8.0);
 }
+
+/// A chatty loop: 8 iterations whose body is two 1024-wide products; split between them,
+/// every iteration sends a 4 KiB message each way across the cut, twice.
+const CHATTY: &str = r#"amp.graph @Chatty {
+  state %inst: instance, %t0: counter
+  param a.weight: f32[1024, 1024] uniform(1024)
+  param a.bias: f32[1024] uniform(1024)
+  param b.weight: f32[1024, 1024] uniform(1024)
+  param b.bias: f32[1024] uniform(1024)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[1024] key(%inst) "read"
+  %2 = isu %t0 := 0 inverse -1 (%1#0: f32[1024]) -> f32[1024] writes(%t0) "loop entry"
+  %3 = phi 2 (%2#0: f32[1024], %8#0: f32[1024]) -> f32[1024] key(%inst, %t0) "loop"
+  %4 = cond [%t0 < 8] (%3#0: f32[1024]) -> f32[1024], f32[1024] reads(%t0) key(%inst, %t0) "loop test"
+  %5 = linear @a (%4#0: f32[1024]) -> f32[1024] key(%inst, %t0) "a"
+  %6 = unary tanh (%5#0: f32[1024]) -> f32[1024] key(%inst, %t0) "tanh"
+  %7 = linear @b (%6#0: f32[1024]) -> f32[1024] key(%inst, %t0) "b"
+  %8 = isu %t0 := %t0 + 1 inverse %t0 - 1 (%7#0: f32[1024]) -> f32[1024] reads(%t0) writes(%t0) "loop step"
+  %9 = isu %t0 := -1 inverse 8 (%4#1: f32[1024]) -> f32[1024] writes(%t0) "loop exit"
+  %10 = loss mse (%9#0: f32[1024], %1#0: f32[1024]) -> () key(%inst) "loss"
+}
+"#;
+
+/// The pairs of workers between which `plan` cuts an edge of `g`.
+fn cut_pairs(g: &amp_ir::verify::Verified, p: &Plan) -> Vec<(usize, usize)> {
+    let worker: std::collections::BTreeMap<u32, usize> = p.nodes.iter().map(|n| (n.id, n.worker)).collect();
+    let mut pairs: Vec<(usize, usize)> = g
+        .nodes
+        .edge_indices()
+        .filter_map(|e| g.nodes.edge_endpoints(e))
+        .map(|(a, b)| (worker[&(a.index() as u32)], worker[&(b.index() as u32)]))
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| (a.min(b), a.max(b)))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    pairs
+}
+
+#[test]
+fn a_slow_link_keeps_a_chatty_models_cuts_inside_a_host_and_a_fast_one_cuts_across() {
+    let g = graph(CHATTY);
+    let slow = Assumptions {
+        processes: 2,
+        link_latency_us: 500.0,
+        link_bandwidth_mbps: 1_000.0,
+        link_message_us: 5.0,
+        ..Assumptions::default()
+    };
+    let fast = Assumptions {
+        processes: 2,
+        link_latency_us: 0.0,
+        link_bandwidth_mbps: 1e6,
+        link_message_us: 1.0,
+        ..Assumptions::default()
+    };
+    // On the cores of one machine the two products are worth separating.
+    let cores = plan_graph(&g, 2, &Assumptions::default(), None).unwrap();
+    assert_eq!(cut_pairs(&g, &cores), [(0, 1)], "{}", cores.table("Chatty"));
+    // One worker per host: a slow link is not worth crossing, a fast one is.
+    let hosts_slow = plan_graph(&g, 2, &slow, None).unwrap();
+    assert_eq!(cut_pairs(&g, &hosts_slow), [], "{}", hosts_slow.table("Chatty"));
+    let hosts_fast = plan_graph(&g, 2, &fast, None).unwrap();
+    assert_eq!(cut_pairs(&g, &hosts_fast), [(0, 1)], "{}", hosts_fast.table("Chatty"));
+    // Two hosts of two cores (workers 0, 1 and 2, 3): over a slow link the cut stays
+    // between the cores of one host.
+    let four = plan_graph(&g, 4, &slow, None).unwrap();
+    let pairs = cut_pairs(&g, &four);
+    assert!(!pairs.is_empty(), "{}", four.table("Chatty"));
+    for (a, b) in pairs {
+        assert_eq!(amp_plan::process_of(a, 2, 4), amp_plan::process_of(b, 2, 4), "{}", four.table("Chatty"));
+    }
+    // The plan says which link it assumed, and predicts the link's time when crossed.
+    let model = hosts_fast.cost_model.as_ref().unwrap();
+    assert_eq!(model.assumptions, fast);
+    assert_eq!(model.links_us.len(), 2);
+    assert!(model.links_us.iter().all(|&us| us > 0.0), "{:?}", model.links_us);
+    let json = hosts_fast.to_json();
+    assert_eq!(json["cost_model"]["assumptions"]["link_latency_us"], 0.0);
+    assert_eq!(json["cost_model"]["assumptions"]["processes"], 2);
+    assert!(hosts_slow.cost_model.as_ref().unwrap().links_us.iter().all(|&us| us == 0.0));
+    assert!(cores.to_json()["cost_model"].get("links_us").is_none());
+}
+
+#[test]
+fn processes_follow_the_executors_blocks_and_bad_link_assumptions_are_refused() {
+    // 10 workers over 4 processes: 3, 3, 2, 2.
+    let of: Vec<usize> = (0..10).map(|w| amp_plan::process_of(w, 4, 10)).collect();
+    assert_eq!(of, [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]);
+    assert_eq!((0..4).map(|w| amp_plan::process_of(w, 1, 4)).collect::<Vec<_>>(), [0, 0, 0, 0]);
+    let g = graph(CHAIN);
+    for bad in [
+        Assumptions { processes: 0, ..Assumptions::default() },
+        Assumptions { processes: 100_000, ..Assumptions::default() },
+        Assumptions { link_latency_us: -1.0, ..Assumptions::default() },
+        Assumptions { link_bandwidth_mbps: 0.0, ..Assumptions::default() },
+        Assumptions { link_message_us: f64::NAN, ..Assumptions::default() },
+        Assumptions { in_flight: 0.0, ..Assumptions::default() },
+    ] {
+        assert!(matches!(estimate(&g, &bad, None), Err(PlanError::Assumption { .. })), "{bad:?}");
+    }
+    let three = Assumptions { processes: 3, ..Assumptions::default() };
+    assert_eq!(plan_graph(&g, 2, &three, None), Err(PlanError::Processes { processes: 3, workers: 2 }));
+    // A stored plan's link assumptions are untrusted like the rest of it.
+    let good = plan_graph(&g, 2, &Assumptions { processes: 2, ..Assumptions::default() }, None).unwrap();
+    assert!(good.placement(&g).is_ok());
+    for (field, value) in [
+        ("link_bandwidth_mbps", serde_json::json!(-5.0)),
+        ("processes", serde_json::json!(3)),
+        ("link_latency_us", serde_json::json!("slow")),
+    ] {
+        let mut json = good.to_json();
+        json["cost_model"]["assumptions"][field] = value;
+        let refused = Plan::from_json(&json).and_then(|p| p.placement(&g));
+        assert!(refused.is_err(), "{field}");
+        assert!(!refused.unwrap_err().to_string().is_empty());
+    }
+}
+
+#[test]
+fn plans_for_hosts_are_no_worse_than_one_worker_or_naive_placements() {
+    let links = [
+        Assumptions { processes: 2, ..Assumptions::default() },
+        Assumptions { processes: 3, link_latency_us: 1_000.0, link_bandwidth_mbps: 100.0, ..Assumptions::default() },
+    ];
+    for text in ALL.iter().chain([&CHATTY]) {
+        let g = graph(text);
+        let bound = g.nodes.node_bound();
+        for link in &links {
+            let costs = estimate(&g, link, None).unwrap();
+            for workers in [3, 4, 8] {
+                let planned = plan(&g, &costs, workers).unwrap();
+                let busiest = |p: &Plan| p.cost_model.as_ref().unwrap().bottleneck_us_per_instance;
+                // The link times are part of the bottleneck a plan reports.
+                let model = planned.cost_model.as_ref().unwrap();
+                assert_eq!(model.links_us.len(), link.processes);
+                assert!(model.links_us.iter().all(|&us| us <= busiest(&planned) + 1e-9));
+                let one = vec![0; bound];
+                let round_robin: Vec<usize> = (0..bound).map(|i| i % workers).collect();
+                let stages: Vec<usize> = (0..bound).map(|i| i * workers / bound).collect();
+                for placement in [one, round_robin, stages] {
+                    let other = evaluate(&g, &costs, workers, &placement).unwrap();
+                    assert!(
+                        busiest(&planned) <= busiest(&other) * (1.0 + 1e-9) + 1e-9,
+                        "{} at {workers} workers over {} processes: {} against {}",
+                        g.name,
+                        link.processes,
+                        busiest(&planned),
+                        busiest(&other)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// One 1024-wide product applied twice (one parameter group, two nodes): on two cores
+/// worth separating, but the executor runs a group's nodes in one process.
+const SHARED_PARAMS: &str = r#"amp.graph @Shared {
+  state %inst: instance
+  param a.weight: f32[1024, 1024] uniform(1024)
+  param a.bias: f32[1024] uniform(1024)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[1024] key(%inst) "read"
+  %2 = linear @a (%1#0: f32[1024]) -> f32[1024] key(%inst) "first"
+  %3 = unary tanh (%2#0: f32[1024]) -> f32[1024] key(%inst) "tanh"
+  %4 = linear @a (%3#0: f32[1024]) -> f32[1024] key(%inst) "second"
+  %5 = loss mse (%4#0: f32[1024], %1#0: f32[1024]) -> () key(%inst) "loss"
+}
+"#;
+
+#[test]
+fn a_parameter_groups_nodes_stay_in_one_process() {
+    let g = graph(SHARED_PARAMS);
+    let worker_of = |p: &Plan, id: u32| p.nodes.iter().find(|n| n.id == id).unwrap().worker;
+    let cores = plan_graph(&g, 2, &Assumptions::default(), None).unwrap();
+    assert_ne!(worker_of(&cores, 2), worker_of(&cores, 4), "{}", cores.table("Shared"));
+    let fast = Assumptions { processes: 2, link_latency_us: 0.0, link_bandwidth_mbps: 1e6, ..Assumptions::default() };
+    for workers in [2, 3, 4, 8] {
+        let hosts = plan_graph(&g, workers, &fast, None).unwrap();
+        let (first, second) = (worker_of(&hosts, 2), worker_of(&hosts, 4));
+        assert_eq!(
+            amp_plan::process_of(first, 2, workers),
+            amp_plan::process_of(second, 2, workers),
+            "{workers} workers\n{}",
+            hosts.table("Shared")
+        );
+    }
+}

@@ -224,6 +224,14 @@ pub struct ExecArgs {
     /// on every host). `--processes P` alone generates one for its processes.
     #[arg(long, value_name = "FILE", requires = "process")]
     pub cluster_key: Option<PathBuf>,
+    /// The planner's one-way latency of the link between processes, in µs (default 50:
+    /// TCP over 10 Gb/s Ethernet); `--plan auto` keeps what crosses it to what pays.
+    #[arg(long, value_name = "US", value_parser = parse_link_value)]
+    pub link_latency_us: Option<f64>,
+    /// The planner's bandwidth of each process's link, in megabits per second each way
+    /// (default 10000: 10 Gb/s Ethernet).
+    #[arg(long, value_name = "MBPS", value_parser = parse_link_value)]
+    pub link_bandwidth_mbps: Option<f64>,
 }
 
 impl ExecArgs {
@@ -460,6 +468,15 @@ fn parse_positive(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(x) if x.is_finite() && x > 0.0 && x < 1e9 => Ok(x),
         _ => Err(format!("`{text}` is not a positive number of seconds")),
+    }
+}
+
+/// A link's latency or bandwidth: finite, not negative (the planner refuses a bandwidth
+/// of 0 by name).
+fn parse_link_value(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("`{text}` is not a finite number of at least 0")),
     }
 }
 

@@ -21,6 +21,7 @@
 //!        [--max-staleness K|NODE=K ...] [--staleness-schedule uniform|layerwise]
 //!        [--slow-worker W=F[@START..END] ...] [--worker-speed W=S ...]
 //!        [--processes P [--process I --hostfile FILE --cluster-key FILE]]
+//!        [--link-latency-us US] [--link-bandwidth-mbps MBPS]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl [--output FILE]
 //!                                         one JSON line per instance; labels may be absent
@@ -173,7 +174,12 @@
 //! process ends the run on the others within seconds, naming it (exit 4). Not yet with
 //! `--replicate`, `--max-staleness`, `--patience` or `--keep-best`, nor with a parameter
 //! used on workers of two processes, nor over more than 16 processes (each refused with
-//! a clear error).
+//! a clear error). `--plan auto` plans for the processes: an edge cut between two of them
+//! costs the link's latency (`--link-latency-us`, default 50 µs one way) over the
+//! `--max-active-keys` in flight, its bandwidth (`--link-bandwidth-mbps`, default 10000)
+//! and more per message than between threads, so the plan crosses a slow link only where
+//! that pays; a plan stored in the `.ampg` file for other processes or another link is not
+//! used (`ampc compile --processes P --link-latency-us ...` makes one).
 //!
 //! **Stragglers.** `--slow-worker W=F` makes worker W take F times as long for each step
 //! (a batch and the updates after it): it sleeps F - 1 times the step's measured time

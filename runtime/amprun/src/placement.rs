@@ -53,6 +53,7 @@ pub fn choose(
     assumptions: Assumptions,
 ) -> Result<Choice, Failure> {
     let workers = usize::from(exec.workers);
+    let assumptions = with_link(assumptions, exec)?;
     let profile = exec.plan_profile.as_deref().map(read_profile).transpose()?;
     let mut choice =
         Choice { placement: Placement::Contiguous, plan: None, source: String::new(), workers, assumptions, profile };
@@ -68,6 +69,7 @@ pub fn choose(
                     c.assumptions.update_every == choice.assumptions.update_every
                         && c.assumptions.plain_sgd == choice.assumptions.plain_sgd
                         && c.assumptions.worker_speed == choice.assumptions.worker_speed
+                        && same_link(&c.assumptions, &choice.assumptions)
                 })
             };
             let usable = stored.filter(|p| p.workers == workers && choice.profile.is_none() && same_run(p));
@@ -86,7 +88,8 @@ pub fn choose(
                     } else if stored.is_some_and(|p| !same_run(&p)) && choice.profile.is_none() {
                         eprintln!(
                             "amprun: note: `{}` holds a plan for another training setup (see `ampc compile \
-                             --min-update-frequency` and `--optimizer`); planning in-process",
+                             --min-update-frequency`, `--optimizer`, `--processes` and the link's \
+                             flags); planning in-process",
                             model_path.display()
                         );
                     }
@@ -129,6 +132,33 @@ impl Choice {
         self.plan = Some(amp_plan::evaluate(graph, &costs, self.workers, &placement).map_err(|e| plan_failure(&e))?);
         Ok(())
     }
+}
+
+/// The planner's assumptions with this run's processes, the link between them
+/// (`--link-latency-us`, `--link-bandwidth-mbps`) and its instances in flight; a value
+/// the planner refuses (a bandwidth of 0) is a usage error.
+fn with_link(assumptions: Assumptions, exec: &ExecArgs) -> Result<Assumptions, Failure> {
+    let defaults = Assumptions::default();
+    let assumptions = Assumptions {
+        processes: exec.processes.map_or(1, usize::from).max(1),
+        link_latency_us: exec.link_latency_us.unwrap_or(defaults.link_latency_us),
+        link_bandwidth_mbps: exec.link_bandwidth_mbps.unwrap_or(defaults.link_bandwidth_mbps),
+        in_flight: exec.max_active_keys as f64,
+        ..assumptions
+    };
+    assumptions.check().map_err(|e| Failure::usage(format!("the planner's link: {e}")))?;
+    Ok(assumptions)
+}
+
+/// Whether a stored plan was made for this run's processes and link (the link and the
+/// instances in flight matter only between processes).
+fn same_link(stored: &Assumptions, run: &Assumptions) -> bool {
+    stored.processes == run.processes
+        && (run.processes == 1
+            || (stored.link_latency_us == run.link_latency_us
+                && stored.link_bandwidth_mbps == run.link_bandwidth_mbps
+                && stored.link_message_us == run.link_message_us
+                && stored.in_flight == run.in_flight))
 }
 
 fn plan_failure(error: &amp_plan::PlanError) -> Failure {

@@ -86,6 +86,21 @@ fn training_follows_the_plan_in_the_graph_file() {
     assert!(stderr(&out).contains("holds a plan for 2 workers; planning for 3"), "{}", stderr(&out));
     assert!(stdout(&out).contains("placement   plan on 3 worker(s)"), "{}", stdout(&out));
 
+    // Nor is a plan made for workers split over processes (whose cuts cross a link).
+    let setup = Assumptions { update_every: 8.0, plain_sgd: true, processes: 2, ..Assumptions::default() };
+    let hosts = amp_plan::plan_graph(&graph, 2, &setup, None).unwrap();
+    let hosts_model = ampg_with_plan(dir, "hosts", Some(hosts.to_json()));
+    let mut args = train_args(&hosts_model, &data);
+    args.extend(["--workers", "2"]);
+    let out = amprun_ok(dir, &args);
+    assert!(stderr(&out).contains("holds a plan for another training setup"), "{}", stderr(&out));
+    // A link without bandwidth is refused by name, before anything trains.
+    let mut args = train_args(&model, &data);
+    args.extend(["--workers", "2", "--link-bandwidth-mbps", "0"]);
+    let out = amprun(dir, &args);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("link_bandwidth_mbps"), "{}", stderr(&out));
+
     // Nor is a plan made for another training setup (here Adam's dense updates).
     let mut args = train_args(&model, &data);
     args.extend(["--workers", "2", "--optimizer", "adam"]);
@@ -294,5 +309,20 @@ fn plans_are_computed_for_any_worker_count_of_an_amp_source() {
         // One worker and no --report-utilization: nothing about the placement.
         assert_eq!(reported, workers != "1", "{workers}: {metrics:?}");
         assert_eq!(stdout(&out).contains("placement"), workers != "1");
+    }
+}
+
+#[test]
+fn the_planner_puts_each_worker_in_the_process_the_executor_runs_it_in() {
+    for workers in 1..=20 {
+        for processes in 1..=workers.min(6) {
+            for w in 0..workers {
+                assert_eq!(
+                    amp_plan::process_of(w, processes, workers),
+                    amp_exec::process_of(w, processes, workers),
+                    "worker {w} of {workers} over {processes} processes"
+                );
+            }
+        }
     }
 }
