@@ -160,9 +160,15 @@ pub struct ExecArgs {
     /// cost model (instead of following the plan in an `.ampg` file).
     #[arg(long, value_name = "FILE")]
     pub plan_profile: Option<PathBuf>,
-    /// At most this many instances in flight.
-    #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_active_keys: u64,
+    /// At most this many instances in flight (default: training, the update size
+    /// `--min-update-frequency`; eval, infer and grad, 16).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_active_keys: Option<u64>,
+    /// One instance in flight and, in training without `--min-update-frequency`, an
+    /// update after every instance: per-instance SGD, the same bits on any number of
+    /// workers (the defaults batch instances for speed; see `amprun train --help`).
+    #[arg(long, conflicts_with = "max_active_keys")]
+    pub deterministic: bool,
     /// Dynamic batching: a Linear node or fused kernel takes up to this many waiting
     /// messages as one call (1 turns batching off).
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -226,9 +232,28 @@ pub struct ExecArgs {
     pub cluster_key: Option<PathBuf>,
 }
 
+/// Instances in flight in eval, infer and grad without `--max-active-keys`: enough that
+/// Linear nodes and fused kernels see batches (forward only, so no update boundary
+/// limits it).
+pub const DEFAULT_IN_FLIGHT: u64 = 16;
+
+/// The update size (`--min-update-frequency`) of training without one: an update per
+/// minibatch of 16, each in flight together (see the crate doc, Defaults).
+pub const DEFAULT_UPDATE_SIZE: u64 = 16;
+
 impl ExecArgs {
     pub fn stall_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.stall_timeout)
+    }
+
+    /// Instances in flight: `--max-active-keys`, 1 with `--deterministic`, else
+    /// `default`.
+    pub fn in_flight(&self, default: u64) -> u64 {
+        match (self.max_active_keys, self.deterministic) {
+            (Some(k), _) => k,
+            (None, true) => 1,
+            (None, false) => default,
+        }
     }
 }
 
@@ -276,9 +301,9 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub exec: ExecArgs,
     /// A parameter updates after this many finished instances, with their mean gradient
-    /// (the minibatch size).
-    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
-    pub min_update_frequency: u64,
+    /// (the minibatch size; default 16, 1 with `--deterministic`).
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_update_frequency: Option<u64>,
     /// Per-node minibatch size: `--update-frequency cell=8` (a node label or `%index`).
     #[arg(long, value_name = "NODE=M", value_parser = parse_update_frequency)]
     pub update_frequency: Vec<(NodeSelector, u64)>,
@@ -376,6 +401,18 @@ pub struct TrainArgs {
     /// --profile.
     #[arg(long)]
     pub report_utilization: bool,
+}
+
+impl TrainArgs {
+    /// The update size: `--min-update-frequency`, 1 with `--deterministic`, else
+    /// [`DEFAULT_UPDATE_SIZE`].
+    pub fn update_size(&self) -> u64 {
+        match (self.min_update_frequency, self.exec.deterministic) {
+            (Some(m), _) => m,
+            (None, true) => 1,
+            (None, false) => DEFAULT_UPDATE_SIZE,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

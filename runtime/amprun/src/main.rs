@@ -288,6 +288,7 @@
 //! `report` (progress, metrics, traces),
 //! `failure` (messages and exit codes).
 
+mod batches;
 mod cli;
 mod cluster;
 mod commands;

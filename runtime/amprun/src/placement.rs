@@ -12,6 +12,7 @@
 //! count it. The executor measures the waits with two clock reads each; the trace (which
 //! costs two per message) is needed only for the profile.
 
+use crate::batches::BatchSizes;
 use crate::cli::{ExecArgs, PlanChoice};
 use crate::failure::Failure;
 use amp_exec::{Executor, Placement, TraceEvent, TraceKind};
@@ -150,13 +151,21 @@ pub struct Measure {
     /// the profile, which is over the graph's nodes, shares the call's time among them.
     fused: HashMap<u32, Vec<u32>>,
     in_flight: usize,
+    batches: BatchSizes,
 }
 
 impl Measure {
     /// A measure of runs on `workers` workers with `in_flight` instances in flight.
     pub fn new(workers: usize, in_flight: usize, fused: Vec<(u32, Vec<u32>)>) -> Measure {
         let fused = fused.into_iter().collect();
-        Measure { busy_s: vec![0.0; workers], wall_s: 0.0, profile: ProfileCounter::default(), fused, in_flight }
+        Measure {
+            busy_s: vec![0.0; workers],
+            wall_s: 0.0,
+            profile: ProfileCounter::default(),
+            fused,
+            in_flight,
+            batches: BatchSizes::default(),
+        }
     }
 
     /// One training run over `instances` instances that took `wall_s`, and each worker's
@@ -173,6 +182,7 @@ impl Measure {
     /// Trace events of a run, folded into the profile (a fused node's time shared among
     /// its members).
     pub fn record_events(&mut self, events: &[TraceEvent]) {
+        self.batches.record(events);
         for e in events {
             let work = match e.kind {
                 TraceKind::Forward => Work::Forward,
@@ -212,6 +222,21 @@ impl Measure {
 
     pub fn profile(&self, graph: &Graph) -> Profile {
         self.profile.finish(graph, self.busy_s.len(), self.in_flight as u64)
+    }
+
+    /// The profile file: the planner's [`Profile`] and the batch sizes (`batches`, see
+    /// `crate::batches`), which the planner does not read.
+    pub fn profile_json(&self, graph: &Graph) -> Value {
+        let mut value = self.profile(graph).to_json();
+        if let Some(object) = value.as_object_mut() {
+            object.insert("batches".to_string(), self.batches.to_json(graph, &self.fused));
+        }
+        value
+    }
+
+    /// Rows per call by kind of node, for the summary (see `crate::batches`).
+    pub fn batch_lines(&self, graph: &Graph) -> Vec<String> {
+        self.batches.summary_lines(graph, &self.fused)
     }
 }
 

@@ -85,7 +85,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let schedule = schedule(args, optimizer.lr)?;
     check_update_overrides(&graph, &args.update_frequency)?;
     staleness::check_nodes(&graph, &args.max_staleness)?;
-    let assumptions = placement::assumptions(args.min_update_frequency, Some(&optimizer));
+    let assumptions = placement::assumptions(args.update_size(), Some(&optimizer));
     let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, usize::from(args.exec.workers))?;
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
@@ -498,7 +498,7 @@ impl TrainRun<'_> {
             self.metrics.write_json(&value)?;
         }
         if let (Some(path), Some(measure)) = (&self.args.profile, &self.measure) {
-            let text = format!("{:#}\n", measure.profile(self.graph).to_json());
+            let text = format!("{:#}\n", measure.profile_json(self.graph));
             setup::check_target("--profile", path)?;
             std::fs::write(path, text).map_err(|e| Failure::io("write", path, &e))?;
         }
@@ -539,6 +539,9 @@ impl TrainRun<'_> {
         }
         if let Some(path) = &self.args.profile {
             println!("  profile     {}", path.display());
+            for line in self.measure.iter().flat_map(|m| m.batch_lines(self.graph)) {
+                println!("  batches     {line}");
+            }
         }
         if self.reports_placement() {
             for line in placement::summary_lines(&self.choice, self.measure.as_ref()) {
@@ -623,12 +626,16 @@ fn schedule(args: &TrainArgs, lr: f32) -> Result<Schedule, Failure> {
 fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) -> ExecConfig {
     ExecConfig {
         placement,
-        min_update_frequency: args.min_update_frequency,
+        min_update_frequency: args.update_size(),
         update_overrides: args.update_frequency.clone(),
         sync_updates: !args.asynchronous,
         flush_at_epoch_end: true,
         trace: tracing(args),
-        ..staleness::apply(setup::exec_config(&args.exec, optimizer), &args.max_staleness, args.staleness_schedule)
+        ..staleness::apply(
+            setup::exec_config(&args.exec, optimizer, args.update_size()),
+            &args.max_staleness,
+            args.staleness_schedule,
+        )
     }
 }
 

@@ -1,8 +1,9 @@
 //! Per-worker trace events (forward, backward and update work, with start and duration)
 //! and their Chrome / Perfetto trace JSON: `{"traceEvents": [{"name", "cat", "ph": "X",
 //! "ts", "dur", "pid", "tid", "args": {"batch"}}]}`, one row (`tid`) per worker; `batch`
-//! is how many messages the work took at once (dynamic batching; 0 for an update), and
-//! `instances` how many instances they belong to; an update also has `staleness` (see
+//! is how many messages the work took at once (dynamic batching; 0 for an update),
+//! `rows` how many rows they carried (a message of a batched map's `f32[?, d]` carries
+//! one per element, any other one) and `instances` how many instances they belong to; an update also has `staleness` (see
 //! [`TraceEvent::staleness`]) when it applied a measured gradient.
 
 use serde_json::json;
@@ -37,6 +38,9 @@ pub struct TraceEvent {
     pub dur_us: u64,
     /// Messages handled together (1 unbatched; 0 for an update).
     pub batch: u32,
+    /// The rows of those messages: a batched payload's (`f32[?, d]`) rows, one for any
+    /// other message (0 for an update).
+    pub rows: u32,
     /// The distinct instances those messages belong to (0 for an update).
     pub instances: u32,
     /// For an update, the staleness of the stalest gradient it applied: how many updates
@@ -74,7 +78,7 @@ pub fn write_chrome_trace(
             "dur": e.dur_us,
             "pid": 1,
             "tid": e.worker,
-            "args": {"batch": e.batch, "instances": e.instances},
+            "args": {"batch": e.batch, "rows": e.rows, "instances": e.instances},
         });
         if let Some(staleness) = e.staleness {
             event["args"]["staleness"] = json!(staleness);
@@ -102,6 +106,7 @@ mod tests {
                 start_us: 5,
                 dur_us: 2,
                 batch: 7,
+                rows: 9,
                 instances: 3,
                 staleness: None,
             },
@@ -112,6 +117,7 @@ mod tests {
                 start_us: 9,
                 dur_us: 1,
                 batch: 0,
+                rows: 0,
                 instances: 0,
                 staleness: Some(2),
             },
@@ -127,6 +133,7 @@ mod tests {
         assert_eq!(list[2]["ph"], "X");
         assert_eq!(list[2]["args"]["batch"], 7);
         assert_eq!(list[2]["args"]["instances"], 3);
+        assert_eq!(list[2]["args"]["rows"], 9);
         assert!(list[2]["args"].get("staleness").is_none());
         assert_eq!(list[3]["args"]["staleness"], 2);
     }
