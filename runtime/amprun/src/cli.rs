@@ -321,7 +321,8 @@ pub struct TrainArgs {
     pub staleness_schedule: crate::staleness::StalenessSchedule,
     #[arg(long, value_enum, default_value = "sgd")]
     pub optimizer: OptimizerName,
-    /// Learning rate (default: 0.01 for sgd and momentum, 0.001 for adam).
+    /// Learning rate (default: 0.01 · √M for sgd and momentum with an update every M
+    /// instances, 0.04 at the default M = 16; 0.001 for adam).
     #[arg(long, value_name = "X")]
     pub lr: Option<f32>,
     /// Momentum of `--optimizer momentum`.

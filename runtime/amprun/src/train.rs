@@ -565,7 +565,14 @@ fn describe(loader: &Loader, set: &DataSet, order: Option<&[usize]>, i: i64) -> 
 }
 
 fn optimizer(args: &TrainArgs) -> Result<OptimConfig, Failure> {
-    let default_lr = if args.optimizer == OptimizerName::Adam { 0.001 } else { 0.01 };
+    // SGD's step on the mean gradient of M instances has about 1/√M of one instance's
+    // noise, so √M times the rate keeps an epoch's progress near per-instance SGD's at 0.01
+    // (M times, the linear rule, diverged on list-reduce and GGSNN at M = 16); Adam
+    // normalises the gradient's scale itself.
+    let default_lr = match args.optimizer {
+        OptimizerName::Adam => 0.001,
+        OptimizerName::Sgd | OptimizerName::Momentum => 0.01 * (args.update_size() as f32).sqrt(),
+    };
     let lr = args.lr.unwrap_or(default_lr);
     if !(lr.is_finite() && lr >= 0.0) {
         return Err(Failure::usage(format!("--lr {lr} is not a finite, non-negative learning rate")));

@@ -457,14 +457,23 @@ impl Worker<'_, '_> {
             self.queued -= msgs.len();
             return Some(Batch { node, dir, port, msgs });
         }
-        let (node, dir, port, _) = self.agenda.choose()?;
-        let mut msgs = std::mem::take(&mut self.spare);
-        if let Some(slot) = self.slots.get_mut(node as usize).and_then(Option::as_mut) {
-            take_lane(&mut slot.queue, dir, port, limit, &mut msgs);
+        loop {
+            let (node, dir, port, count) = self.agenda.choose()?;
+            let mut msgs = std::mem::take(&mut self.spare);
+            if let Some(slot) = self.slots.get_mut(node as usize).and_then(Option::as_mut) {
+                take_lane(&mut slot.queue, dir, port, limit, &mut msgs);
+            }
+            if msgs.is_empty() {
+                // Never (the agenda counts what the queues hold); dropping the lane keeps
+                // a miscount from choosing it forever.
+                self.agenda.taken(node, dir, port, count);
+                self.spare = msgs;
+                continue;
+            }
+            self.agenda.taken(node, dir, port, msgs.len());
+            self.queued -= msgs.len();
+            return Some(Batch { node, dir, port, msgs });
         }
-        self.agenda.taken(node, dir, port, msgs.len());
-        self.queued -= msgs.len();
-        Some(Batch { node, dir, port, msgs })
     }
 
     /// Runs a batch and reports a failure; false when the worker must stop.
