@@ -6,8 +6,9 @@
 //! it feeds, as DyNet's agenda (lowest depth first) and TensorFlow Fold's depth batching
 //! do: forward lanes before backward ones, forward lanes of the nodes nearest the source
 //! first, backward lanes of the nodes farthest from it first (a node's *depth*: its place
-//! in a topological order from the source along consumer edges, a cycle's edge back
-//! not counted, computed by the worker). A node served while a node before it still has
+//! in a topological order from the source along consumer edges, where a loop or a
+//! recursion, a strongly connected component, comes before what its exit feeds; computed
+//! by the worker). A node served while a node before it still has
 //! work would get more of it afterwards and be called again on a few rows. So a Tree-LSTM's classifier waits while the cell takes each level of all
 //! trees in flight, runs once on all their roots, and every tree's backward starts there
 //! together: the backward levels of different trees then meet at the cell as the forward
@@ -40,7 +41,7 @@ struct Lane {
     dir: Dir,
     port: u16,
     /// The node's depth (see the module doc).
-    depth: u32,
+    depth: u64,
     /// Messages queued.
     count: usize,
     /// The choice count when the lane filled or was last served.
@@ -67,7 +68,7 @@ impl Agenda {
     }
 
     /// One more message queued at `node`, of depth `depth`, on (`dir`, `port`).
-    pub fn push(&mut self, node: u32, depth: u32, dir: Dir, port: u16) {
+    pub fn push(&mut self, node: u32, depth: u64, dir: Dir, port: u16) {
         // A worker's waiting nodes are few (its Linear nodes), and a lane lives only
         // while it has messages: a linear search beats hashing here.
         match self.lanes.iter_mut().find(|l| l.node == node && l.dir == dir && l.port == port) {
@@ -98,7 +99,7 @@ impl Agenda {
             self.lanes.iter().min_by_key(|l| {
                 let order = match l.dir {
                     Dir::Forward => (false, l.depth),
-                    Dir::Backward => (true, u32::MAX - l.depth),
+                    Dir::Backward => (true, u64::MAX - l.depth),
                 };
                 (order, std::cmp::Reverse(l.count), l.since, l.node, l.port)
             })
@@ -144,8 +145,8 @@ mod tests {
     }
 
     /// A Tree-LSTM's cell (node 3, depth 4) and classifier (node 9, depth 8).
-    const CELL: (u32, u32) = (3, 4);
-    const HEAD: (u32, u32) = (9, 8);
+    const CELL: (u32, u64) = (3, 4);
+    const HEAD: (u32, u64) = (9, 8);
 
     #[test]
     fn the_classifier_waits_for_every_level_of_the_cell_and_its_backward_goes_first() {
@@ -245,7 +246,7 @@ mod tests {
             let lane = (node, backward, port);
             for _ in 0..n {
                 // Depths that do not follow the node numbers.
-                agenda.push(node, (node * 7) % 5, dir(backward), port);
+                agenda.push(node, u64::from((node * 7) % 5), dir(backward), port);
                 self.queues.entry(lane).or_default().push_back(self.next_id);
                 self.next_id += 1;
             }
