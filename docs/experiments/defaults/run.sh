@@ -36,7 +36,7 @@ case "$1" in
           flag=""; [ "$setup" = deterministic ] && flag="--deterministic"
           rm -f "$OUT/$name.$setup.jsonl"
           # shellcheck disable=SC2086
-          "$AMPRUN" train $args --limit 2000 --epochs 1 $flag --metrics "$OUT/$name.$setup.jsonl" > /dev/null
+          "$AMPRUN" train $args --limit 2000 --epochs 1 $flag --metrics "$OUT/$name.$setup.jsonl" > /dev/null 2>&1
           echo "$name $setup run$r $(rate "$OUT/$name.$setup.jsonl")"
         done
       done

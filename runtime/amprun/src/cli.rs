@@ -165,8 +165,8 @@ pub struct ExecArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_active_keys: Option<u64>,
     /// One instance in flight and, in training without `--min-update-frequency`, an
-    /// update after every instance: per-instance SGD, the same bits on any number of
-    /// workers (the defaults batch instances for speed; see `amprun train --help`).
+    /// update after every instance at SGD's rate 0.01: per-instance SGD, the defaults
+    /// before (today's batch a minibatch of 16 for speed; docs/amprun.md, Defaults).
     #[arg(long, conflicts_with = "max_active_keys")]
     pub deterministic: bool,
     /// Dynamic batching: a Linear node or fused kernel takes up to this many waiting
