@@ -8,12 +8,13 @@
 //! first, backward lanes of the nodes farthest from it first (a node's *depth*: its place
 //! in a topological order from the source along consumer edges, where a loop or a
 //! recursion, a strongly connected component, comes before what its exit feeds; computed
-//! by the worker). A node served while a node before it still has
-//! work would get more of it afterwards and be called again on a few rows. So a Tree-LSTM's classifier waits while the cell takes each level of all
-//! trees in flight, runs once on all their roots, and every tree's backward starts there
-//! together: the backward levels of different trees then meet at the cell as the forward
-//! ones did (the frontier is what the other nodes carried as far as it goes). Among
-//! lanes of one depth and direction, the one with the most messages goes first.
+//! by the worker). A node served while a node before it still has work would get more of
+//! it afterwards and be called again on a few rows. So a Tree-LSTM's classifier waits
+//! while the cell takes each level of all trees in flight, runs once on all their roots,
+//! and every tree's backward starts there together: the backward levels of different
+//! trees then meet at the cell as the forward ones did (the frontier is what the other
+//! nodes carried as far as it goes). Among lanes of one depth and direction, the one with
+//! the most messages goes first.
 //!
 //! Starvation-free: a lane passed over `patience` times since it was last served (or
 //! since it filled) goes first, the oldest of such lanes before the others, and a lane
@@ -70,7 +71,7 @@ impl Agenda {
     /// One more message queued at `node`, of depth `depth`, on (`dir`, `port`).
     pub fn push(&mut self, node: u32, depth: u64, dir: Dir, port: u16) {
         // A worker's waiting nodes are few (its Linear nodes), and a lane lives only
-        // while it has messages: a linear search beats hashing here.
+        // while it has messages: a linear search is enough.
         match self.lanes.iter_mut().find(|l| l.node == node && l.dir == dir && l.port == port) {
             Some(lane) => lane.count += 1,
             None => self.lanes.push(Lane { node, dir, port, depth, count: 1, since: self.clock }),
