@@ -7,12 +7,14 @@
 #   docs/experiments/defaults/run.sh learn      # held-out accuracy per epoch
 #
 # From the repository root; AMPRUN names the binary (default target/release/amprun), SHARED
-# the data folder (default ../shared/data); writes into ${OUT:-/tmp/amp-defaults}.
+# the data folder (default ../shared/data), MODELS some of the five (default all: mlp
+# list_reduce tree_lstm ggsnn moe); writes into ${OUT:-/tmp/amp-defaults}.
 set -e
 AMPRUN=${AMPRUN:-target/release/amprun}
 SHARED=${SHARED:-../shared/data}
 OUT=${OUT:-/tmp/amp-defaults}
 RUNS=${RUNS:-3}
+MODELS=${MODELS:-mlp list_reduce tree_lstm ggsnn moe}
 mkdir -p "$OUT"
 
 # name, then amprun's arguments after `train` (the end_to_end.py cases; --valid for learn)
@@ -24,12 +26,15 @@ cases() {
   echo "moe examples/moe.amp --data examples/data/moe.train.jsonl --valid examples/data/moe.valid.jsonl"
 }
 
+# The cases MODELS names.
+chosen() { cases | while read -r name args; do case " $MODELS " in *" $name "*) echo "$name $args";; esac; done; }
+
 rate() { python3 -c "import json,sys; print(round([json.loads(l) for l in open(sys.argv[1])][0]['instances_per_s']))" "$1"; }
 
 case "$1" in
   speed)
     # One epoch of the training data (up to 2,000 instances), no validation.
-    cases | while read -r name args; do
+    chosen | while read -r name args; do
       args=$(echo "$args" | sed 's/ --valid [^ ]*//')
       for r in $(seq "$RUNS"); do
         for setup in defaults deterministic; do
@@ -44,11 +49,11 @@ case "$1" in
     ;;
   learn)
     epochs() { case $1 in mlp) echo 10;; list_reduce) echo 4;; tree_lstm) echo 2;; ggsnn) echo 8;; moe) echo 5;; esac; }
-    cases | while read -r name args; do
+    chosen | while read -r name args; do
       for setup in defaults deterministic; do
         flag=""; [ "$setup" = deterministic ] && flag="--deterministic"
         # shellcheck disable=SC2086
-        "$AMPRUN" train $args --epochs "$(epochs "$name")" $flag > "$OUT/$name.$setup.learn.txt"
+        "$AMPRUN" train $args --epochs "$(epochs "$name")" $flag > "$OUT/$name.$setup.learn.txt" 2>&1
         # MLP has no held-out file here: its training accuracy.
         split=valid; [ "$name" = mlp ] && split=train
         echo "$name $setup ($split): $(grep -E "^epoch [0-9]+/[0-9]+: $split" "$OUT/$name.$setup.learn.txt" \
