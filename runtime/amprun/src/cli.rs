@@ -166,7 +166,8 @@ pub struct ExecArgs {
     pub max_active_keys: Option<u64>,
     /// One instance in flight and, in training without `--min-update-frequency`, an
     /// update after every instance at SGD's rate 0.01: per-instance SGD, the defaults
-    /// before (today's batch a minibatch of 16 for speed; docs/amprun.md, Defaults).
+    /// before (the defaults now train a minibatch of 16 at once, for speed; docs/amprun.md,
+    /// Defaults).
     #[arg(long, conflicts_with = "max_active_keys")]
     pub deterministic: bool,
     /// Dynamic batching: a Linear node or fused kernel takes up to this many waiting
