@@ -18,7 +18,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import end_to_end  # noqa: E402  (the cases: model, data, limits)
 
-MODES = (["--max-active-keys", "8"], ["--async", "--max-active-keys", "8", "--min-update-frequency", "4"])
+MODES = (["--max-active-keys", "8", "--min-update-frequency", "1"],
+         ["--async", "--max-active-keys", "8", "--min-update-frequency", "4"])
 
 
 def main():

@@ -95,8 +95,8 @@ enum Command {
         #[arg(long, value_name = "FILE", requires = "workers")]
         profile: Option<PathBuf>,
         /// The plan's training setup, as `amprun train` will run it: a parameter update
-        /// every M instances...
-        #[arg(long, value_name = "M", default_value_t = 1, requires = "workers",
+        /// every M instances (default 16, amprun's)...
+        #[arg(long, value_name = "M", default_value_t = 16, requires = "workers",
               value_parser = clap::value_parser!(u64).range(1..))]
         min_update_frequency: u64,
         /// ...with this optimizer (`sgd`: plain SGD, no weight decay, whose updates touch

@@ -65,9 +65,10 @@ fn emit_plan_prints_the_plan_of_every_example() {
             let cpu = plan["critical_path_utilization"].as_f64().expect("critical_path_utilization");
             assert!(cpu > 0.0 && cpu <= 1.0 + 1e-9, "{at}: {cpu}");
             // The plan is what the planner computes from the same graph for amprun's
-            // default run, plain SGD with an update every instance (JSON text keeps floats
-            // to within a rounding).
-            let setup = amp_plan::Assumptions { plain_sgd: true, ..amp_plan::Assumptions::default() };
+            // default run, plain SGD with an update every 16 instances (JSON text keeps
+            // floats to within a rounding).
+            let setup =
+                amp_plan::Assumptions { plain_sgd: true, update_every: 16.0, ..amp_plan::Assumptions::default() };
             let again = amp_plan::plan_graph(&graph, workers, &setup, None).unwrap();
             let printed = amp_plan::Plan::from_json(&plan).unwrap();
             for (a, b) in printed.nodes.iter().zip(&again.nodes) {

@@ -68,7 +68,7 @@ def experiment(args, amprun, train, test, scratch):
             metrics = os.path.join(scratch, f"{network}-{pattern}.jsonl")
             started = time.time()
             run([amprun, "train", model, *flags, "--data", train, *noise, "--epochs", str(args.epochs),
-                 "--lr", str(args.lr), "--seed", "0", "--save", params])
+                 "--lr", str(args.lr), "--seed", "0", "--save", params, "--deterministic"])
             run([amprun, "eval", model, *flags, "--data", test, *noise, "--seed", "1", "--params", params,
                  "--metrics", metrics])
             with open(metrics) as f:

@@ -160,9 +160,16 @@ pub struct ExecArgs {
     /// cost model (instead of following the plan in an `.ampg` file).
     #[arg(long, value_name = "FILE")]
     pub plan_profile: Option<PathBuf>,
-    /// At most this many instances in flight.
-    #[arg(long, default_value_t = 1, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_active_keys: u64,
+    /// At most this many instances in flight (default: training, the update size
+    /// `--min-update-frequency`; eval, infer and grad, 16).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_active_keys: Option<u64>,
+    /// One instance in flight and, in training without `--min-update-frequency`, an
+    /// update after every instance at SGD's rate 0.01: per-instance SGD, the defaults
+    /// before (the defaults now train a minibatch of 16 at once, for speed; docs/amprun.md,
+    /// Defaults).
+    #[arg(long, conflicts_with = "max_active_keys")]
+    pub deterministic: bool,
     /// Dynamic batching: a Linear node or fused kernel takes up to this many waiting
     /// messages as one call (1 turns batching off).
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -234,9 +241,28 @@ pub struct ExecArgs {
     pub link_bandwidth_mbps: Option<f64>,
 }
 
+/// Instances in flight in eval, infer and grad without `--max-active-keys`: enough that
+/// Linear nodes and fused kernels see batches (forward only, so no update boundary
+/// limits it).
+pub const DEFAULT_IN_FLIGHT: u64 = 16;
+
+/// The update size (`--min-update-frequency`) of training without one: an update per
+/// minibatch of 16, each in flight together (see the crate doc, Defaults).
+pub const DEFAULT_UPDATE_SIZE: u64 = 16;
+
 impl ExecArgs {
     pub fn stall_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.stall_timeout)
+    }
+
+    /// Instances in flight: `--max-active-keys`, 1 with `--deterministic`, else
+    /// `default`.
+    pub fn in_flight(&self, default: u64) -> u64 {
+        match (self.max_active_keys, self.deterministic) {
+            (Some(k), _) => k,
+            (None, true) => 1,
+            (None, false) => default,
+        }
     }
 }
 
@@ -284,9 +310,9 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub exec: ExecArgs,
     /// A parameter updates after this many finished instances, with their mean gradient
-    /// (the minibatch size).
-    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
-    pub min_update_frequency: u64,
+    /// (the minibatch size; default 16, 1 with `--deterministic`).
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_update_frequency: Option<u64>,
     /// Per-node minibatch size: `--update-frequency cell=8` (a node label or `%index`).
     #[arg(long, value_name = "NODE=M", value_parser = parse_update_frequency)]
     pub update_frequency: Vec<(NodeSelector, u64)>,
@@ -304,7 +330,8 @@ pub struct TrainArgs {
     pub staleness_schedule: crate::staleness::StalenessSchedule,
     #[arg(long, value_enum, default_value = "sgd")]
     pub optimizer: OptimizerName,
-    /// Learning rate (default: 0.01 for sgd and momentum, 0.001 for adam).
+    /// Learning rate (default: 0.01 · √M for sgd and momentum with an update every M
+    /// instances, 0.04 at the default M = 16; 0.001 for adam).
     #[arg(long, value_name = "X")]
     pub lr: Option<f32>,
     /// Momentum of `--optimizer momentum`.
@@ -384,6 +411,18 @@ pub struct TrainArgs {
     /// --profile.
     #[arg(long)]
     pub report_utilization: bool,
+}
+
+impl TrainArgs {
+    /// The update size: `--min-update-frequency`, 1 with `--deterministic`, else
+    /// [`DEFAULT_UPDATE_SIZE`].
+    pub fn update_size(&self) -> u64 {
+        match (self.min_update_frequency, self.exec.deterministic) {
+            (Some(m), _) => m,
+            (None, true) => 1,
+            (None, false) => DEFAULT_UPDATE_SIZE,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

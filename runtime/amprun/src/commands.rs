@@ -48,12 +48,16 @@ fn open(
 ) -> Result<Session, Failure> {
     let model = model::load(model_args)?;
     let graph = model.graph;
-    let assumptions = crate::placement::assumptions(1, None);
+    // A forward pass never updates; the update period is the default's, so that a plan
+    // `ampc compile --workers N` stored for the default training setup is followed.
+    let assumptions = crate::placement::assumptions(crate::cli::DEFAULT_UPDATE_SIZE, None);
     let choice = crate::placement::choose(&graph, model.plan.as_ref(), exec, &model_args.path, assumptions)?;
     let params = setup::load_params(params, &graph)?;
     // Forward passes and single gradients never update: the optimizer is never used.
-    let config =
-        amp_exec::ExecConfig { placement: choice.placement, ..setup::exec_config(exec, OptimConfig::sgd(0.0)) };
+    let config = amp_exec::ExecConfig {
+        placement: choice.placement,
+        ..setup::exec_config(exec, OptimConfig::sgd(0.0), crate::cli::DEFAULT_IN_FLIGHT)
+    };
     let executor = setup::start(&graph, params, config)?;
     let mut loader = Loader::new(&graph, data_args, &[data], None)?.with_noise_seed(seed.unwrap_or(0));
     if unlabeled {

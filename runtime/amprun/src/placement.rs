@@ -12,6 +12,7 @@
 //! count it. The executor measures the waits with two clock reads each; the trace (which
 //! costs two per message) is needed only for the profile.
 
+use crate::batches::BatchSizes;
 use crate::cli::{ExecArgs, PlanChoice};
 use crate::failure::Failure;
 use amp_exec::{Executor, Placement, TraceEvent, TraceKind};
@@ -143,7 +144,8 @@ fn with_link(assumptions: Assumptions, exec: &ExecArgs) -> Result<Assumptions, F
         processes: exec.processes.map_or(1, usize::from).max(1),
         link_latency_us: exec.link_latency_us.unwrap_or(defaults.link_latency_us),
         link_bandwidth_mbps: exec.link_bandwidth_mbps.unwrap_or(defaults.link_bandwidth_mbps),
-        in_flight: exec.max_active_keys as f64,
+        // The run's default in flight is its update size (train) or the default one.
+        in_flight: exec.in_flight(assumptions.update_every as u64) as f64,
         ..assumptions
     };
     assumptions.check().map_err(|e| Failure::usage(format!("the planner's link: {e}")))?;
@@ -180,13 +182,21 @@ pub struct Measure {
     /// the profile, which is over the graph's nodes, shares the call's time among them.
     fused: HashMap<u32, Vec<u32>>,
     in_flight: usize,
+    batches: BatchSizes,
 }
 
 impl Measure {
     /// A measure of runs on `workers` workers with `in_flight` instances in flight.
     pub fn new(workers: usize, in_flight: usize, fused: Vec<(u32, Vec<u32>)>) -> Measure {
         let fused = fused.into_iter().collect();
-        Measure { busy_s: vec![0.0; workers], wall_s: 0.0, profile: ProfileCounter::default(), fused, in_flight }
+        Measure {
+            busy_s: vec![0.0; workers],
+            wall_s: 0.0,
+            profile: ProfileCounter::default(),
+            fused,
+            in_flight,
+            batches: BatchSizes::default(),
+        }
     }
 
     /// One training run over `instances` instances that took `wall_s`, and each worker's
@@ -203,6 +213,7 @@ impl Measure {
     /// Trace events of a run, folded into the profile (a fused node's time shared among
     /// its members).
     pub fn record_events(&mut self, events: &[TraceEvent]) {
+        self.batches.record(events);
         for e in events {
             let work = match e.kind {
                 TraceKind::Forward => Work::Forward,
@@ -242,6 +253,21 @@ impl Measure {
 
     pub fn profile(&self, graph: &Graph) -> Profile {
         self.profile.finish(graph, self.busy_s.len(), self.in_flight as u64)
+    }
+
+    /// The profile file: the planner's [`Profile`] and the batch sizes (`batches`, see
+    /// `crate::batches`), which the planner does not read.
+    pub fn profile_json(&self, graph: &Graph) -> Value {
+        let mut value = self.profile(graph).to_json();
+        if let Some(object) = value.as_object_mut() {
+            object.insert("batches".to_string(), self.batches.to_json(graph, &self.fused));
+        }
+        value
+    }
+
+    /// Rows per call by kind of node, for the summary (see `crate::batches`).
+    pub fn batch_lines(&self, graph: &Graph) -> Vec<String> {
+        self.batches.summary_lines(graph, &self.fused)
     }
 }
 

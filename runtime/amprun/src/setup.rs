@@ -10,11 +10,13 @@ use amp_ir::Graph;
 use amp_params::{OptimConfig, ParamSet, ParamSpec};
 use std::path::Path;
 
-/// The executor settings shared by every command (training adds its own on top).
-pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig) -> ExecConfig {
+/// The executor settings shared by every command (training adds its own on top), with
+/// `in_flight` instances in flight unless the flags say otherwise
+/// ([`ExecArgs::in_flight`]).
+pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig, in_flight: u64) -> ExecConfig {
     ExecConfig {
         workers: usize::from(args.workers),
-        max_active_keys: usize::try_from(args.max_active_keys).unwrap_or(usize::MAX),
+        max_active_keys: usize::try_from(args.in_flight(in_flight)).unwrap_or(usize::MAX),
         optimizer,
         stall_timeout: args.stall_timeout(),
         max_trips: args.max_trips,

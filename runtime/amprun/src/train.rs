@@ -87,7 +87,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let schedule = schedule(args, optimizer.lr)?;
     check_update_overrides(&graph, &args.update_frequency)?;
     staleness::check_nodes(&graph, &args.max_staleness)?;
-    let assumptions = placement::assumptions(args.min_update_frequency, Some(&optimizer));
+    let assumptions = placement::assumptions(args.update_size(), Some(&optimizer));
     let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, usize::from(args.exec.workers))?;
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
@@ -505,7 +505,7 @@ impl TrainRun<'_> {
             self.metrics.write_json(&value)?;
         }
         if let (Some(path), Some(measure)) = (&self.args.profile, &self.measure) {
-            let text = format!("{:#}\n", measure.profile(self.graph).to_json());
+            let text = format!("{:#}\n", measure.profile_json(self.graph));
             setup::check_target("--profile", path)?;
             std::fs::write(path, text).map_err(|e| Failure::io("write", path, &e))?;
         }
@@ -546,6 +546,9 @@ impl TrainRun<'_> {
         }
         if let Some(path) = &self.args.profile {
             println!("  profile     {}", path.display());
+            for line in self.measure.iter().flat_map(|m| m.batch_lines(self.graph)) {
+                println!("  batches     {line}");
+            }
         }
         if self.reports_placement() {
             for line in placement::summary_lines(&self.choice, self.measure.as_ref()) {
@@ -569,7 +572,14 @@ fn describe(loader: &Loader, set: &DataSet, order: Option<&[usize]>, i: i64) -> 
 }
 
 fn optimizer(args: &TrainArgs) -> Result<OptimConfig, Failure> {
-    let default_lr = if args.optimizer == OptimizerName::Adam { 0.001 } else { 0.01 };
+    // SGD's step on the mean gradient of M instances has about 1/√M of one instance's
+    // noise, so √M times the rate keeps an epoch's progress near per-instance SGD's at 0.01
+    // (M times, the linear rule, diverged on list-reduce and GGSNN at M = 16); Adam
+    // normalises the gradient's scale itself.
+    let default_lr = match args.optimizer {
+        OptimizerName::Adam => 0.001,
+        OptimizerName::Sgd | OptimizerName::Momentum => 0.01 * (args.update_size() as f32).sqrt(),
+    };
     let lr = args.lr.unwrap_or(default_lr);
     if !(lr.is_finite() && lr >= 0.0) {
         return Err(Failure::usage(format!("--lr {lr} is not a finite, non-negative learning rate")));
@@ -643,12 +653,16 @@ fn network_json(t: &amp_exec::Traffic) -> serde_json::Value {
 fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) -> ExecConfig {
     ExecConfig {
         placement,
-        min_update_frequency: args.min_update_frequency,
+        min_update_frequency: args.update_size(),
         update_overrides: args.update_frequency.clone(),
         sync_updates: !args.asynchronous,
         flush_at_epoch_end: true,
         trace: tracing(args),
-        ..staleness::apply(setup::exec_config(&args.exec, optimizer), &args.max_staleness, args.staleness_schedule)
+        ..staleness::apply(
+            setup::exec_config(&args.exec, optimizer, args.update_size()),
+            &args.max_staleness,
+            args.staleness_schedule,
+        )
     }
 }
 

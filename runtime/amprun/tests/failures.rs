@@ -86,7 +86,19 @@ fn a_non_finite_loss_after_a_good_epoch_leaves_the_good_checkpoint_untouched() {
     let dir = dir.path();
     let data = digits_csv(dir, usize::MAX);
     let model = example("mlp.amp");
-    let base = ["train", &model, "-D", "hidden=4", "--data", &data, "--no-shuffle", "--save", "c.safetensors"];
+    // An update after every instance, so that the first one blows up within the epoch.
+    let base = [
+        "train",
+        &model,
+        "-D",
+        "hidden=4",
+        "--data",
+        &data,
+        "--no-shuffle",
+        "--save",
+        "c.safetensors",
+        "--deterministic",
+    ];
     amprun_ok(dir, &base);
     let good = std::fs::read(dir.join("c.safetensors")).unwrap();
     // A learning rate that blows the parameters up at the first update.

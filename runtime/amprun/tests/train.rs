@@ -287,3 +287,52 @@ fn keep_best_writes_the_best_epoch_and_patience_stops_early() {
     assert_eq!(reports(&metrics, "train").len(), 2);
     assert_eq!(checkpoint(&dir.join("best.safetensors"), &graph).metadata["epoch"], "1");
 }
+
+/// One epoch of 64 list-reduce instances with `flags`: the training report and the profile.
+fn profiled_run(dir: &std::path::Path, flags: &[&str]) -> (serde_json::Value, serde_json::Value, String) {
+    let data = example("data/list_reduce.train.jsonl");
+    let model = example("list_reduce.amp");
+    let _ = std::fs::remove_file(dir.join("m.jsonl"));
+    let mut args = vec!["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "64", "--epochs", "1"];
+    args.extend(["--metrics", "m.jsonl", "--profile", "p.json"]);
+    args.extend(flags);
+    let out = amprun_ok(dir, &args);
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).expect("metrics file"));
+    let train = reports(&metrics, "train")[0].clone();
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("p.json")).expect("profile")).expect("JSON");
+    (train, profile, stdout(&out))
+}
+
+/// The mean rows per call of the profile's `batches` entry for Linear nodes, forward.
+fn linear_forward_rows(profile: &serde_json::Value) -> f64 {
+    let batches = profile["batches"].as_array().expect("a `batches` list");
+    let linear = batches.iter().find(|b| b["kind"] == "linear" && b["work"] == "forward").expect("linear forward");
+    let histogram = linear["histogram"].as_array().expect("a histogram");
+    let calls: u64 = histogram.iter().map(|h| h["calls"].as_u64().expect("calls")).sum();
+    assert_eq!(Some(calls), linear["calls"].as_u64(), "the histogram counts every call: {linear}");
+    linear["mean_rows"].as_f64().expect("mean_rows")
+}
+
+#[test]
+fn by_default_training_batches_a_minibatch_of_16_and_deterministic_runs_one_at_a_time() {
+    let dir = scratch("defaults");
+    let dir = dir.path();
+    let (batched, profile, summary) = profiled_run(dir, &[]);
+    assert_eq!(profile["in_flight"], 16, "the update size in flight");
+    let rows = linear_forward_rows(&profile);
+    assert!(rows > 2.0, "Linear calls take several instances' rows: {rows}");
+    assert!(summary.contains("batches     linear forward: "), "{summary}");
+    let (single, profile, _) = profiled_run(dir, &["--deterministic"]);
+    assert_eq!(profile["in_flight"], 1);
+    assert_eq!(linear_forward_rows(&profile), 1.0, "one instance in flight: one row per call");
+    // An update per instance instead of per 16 (the metrics sum the groups' updates).
+    let updates = |r: &serde_json::Value| r["updates"].as_u64().expect("updates");
+    assert!(updates(&batched) > 0);
+    assert_eq!(updates(&single), 16 * updates(&batched), "{batched} / {single}");
+    // The old default is one flag away, and not mixed with an explicit count.
+    let data = example("data/list_reduce.train.jsonl");
+    let model = example("list_reduce.amp");
+    let out = amprun(dir, &["train", &model, "--data", &data, "--deterministic", "--max-active-keys", "4"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

@@ -1438,6 +1438,7 @@ mod tests {
             start_us,
             dur_us: 1,
             batch: 1,
+            rows: 1,
             instances: 1,
             staleness: None,
         };

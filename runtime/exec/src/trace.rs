@@ -1,8 +1,9 @@
 //! Per-worker trace events (forward, backward and update work, with start and duration)
 //! and their Chrome / Perfetto trace JSON: `{"traceEvents": [{"name", "cat", "ph": "X",
 //! "ts", "dur", "pid", "tid", "args": {"batch"}}]}`, one row (`tid`) per worker; `batch`
-//! is how many messages the work took at once (dynamic batching; 0 for an update), and
-//! `instances` how many instances they belong to; an update also has `staleness` (see
+//! is how many messages the work took at once (dynamic batching; 0 for an update),
+//! `rows` how many rows they carried (a message of a batched map's `f32[?, d]` carries
+//! one per element, any other one) and `instances` how many instances they belong to; an update also has `staleness` (see
 //! [`TraceEvent::staleness`]) when it applied a measured gradient.
 //!
 //! A run split over processes writes one trace on process 0 ([`write_merged_trace`]): a
@@ -41,6 +42,9 @@ pub struct TraceEvent {
     pub dur_us: u64,
     /// Messages handled together (1 unbatched; 0 for an update).
     pub batch: u32,
+    /// The rows of those messages: a batched payload's (`f32[?, d]`) rows, one for any
+    /// other message (0 for an update).
+    pub rows: u32,
     /// The distinct instances those messages belong to (0 for an update).
     pub instances: u32,
     /// For an update, the staleness of the stalest gradient it applied: how many updates
@@ -116,7 +120,7 @@ fn write_trace<P: Fn(u32) -> u32, N: Fn(u32) -> String>(
             "dur": e.dur_us,
             "pid": pid(e.worker),
             "tid": e.worker,
-            "args": {"batch": e.batch, "instances": e.instances},
+            "args": {"batch": e.batch, "rows": e.rows, "instances": e.instances},
         });
         if let Some(staleness) = e.staleness {
             event["args"]["staleness"] = json!(staleness);
@@ -141,6 +145,7 @@ mod tests {
                 start_us: 5,
                 dur_us: 2,
                 batch: 7,
+                rows: 9,
                 instances: 3,
                 staleness: None,
             },
@@ -151,6 +156,7 @@ mod tests {
                 start_us: 9,
                 dur_us: 1,
                 batch: 0,
+                rows: 0,
                 instances: 0,
                 staleness: Some(2),
             },
@@ -166,6 +172,7 @@ mod tests {
         assert_eq!(list[2]["ph"], "X");
         assert_eq!(list[2]["args"]["batch"], 7);
         assert_eq!(list[2]["args"]["instances"], 3);
+        assert_eq!(list[2]["args"]["rows"], 9);
         assert!(list[2]["args"].get("staleness").is_none());
         assert_eq!(list[3]["args"]["staleness"], 2);
     }
@@ -181,6 +188,7 @@ mod tests {
             start_us: 3,
             dur_us: 1,
             batch: 1,
+            rows: 1,
             instances: 1,
             staleness: None,
         };

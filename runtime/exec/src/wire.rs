@@ -145,7 +145,7 @@ const TAG_SHUTDOWN: u8 = 16;
 const TAG_RECEIPT: u8 = 17;
 
 /// Bytes of one encoded trace event.
-const EVENT_BYTES: usize = 4 + 4 + 1 + 8 + 8 + 4 + 4 + 1 + 8;
+const EVENT_BYTES: usize = 4 + 4 + 1 + 8 + 8 + 4 + 4 + 4 + 1 + 8;
 
 /// One packet: the process that sent it, the run its items belong to (heartbeats and
 /// shutdowns belong to none in particular), and the items.
@@ -209,6 +209,7 @@ fn put_events(out: &mut Vec<u8>, events: &[TraceEvent]) {
         put_u64(out, e.start_us);
         put_u64(out, e.dur_us);
         put_u32(out, e.batch);
+        put_u32(out, e.rows);
         put_u32(out, e.instances);
         out.push(u8::from(e.staleness.is_some()));
         put_u64(out, e.staleness.unwrap_or(0));
@@ -452,11 +453,12 @@ impl<'b> Reader<'b> {
             let start_us = self.u64()?;
             let dur_us = self.u64()?;
             let batch = self.u32()?;
+            let rows = self.u32()?;
             let instances = self.u32()?;
             let has_staleness = self.flag("a trace event's staleness flag")?;
             let staleness = self.u64()?;
             let staleness = has_staleness.then_some(staleness);
-            events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, instances, staleness });
+            events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, rows, instances, staleness });
         }
         Ok(events)
     }
@@ -540,6 +542,7 @@ mod tests {
             start_us: 12,
             dur_us: 5,
             batch: 0,
+            rows: 0,
             instances: 0,
             staleness: Some(2),
         };

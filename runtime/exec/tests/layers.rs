@@ -3,7 +3,7 @@
 //! becomes) uses neither `ops/` nor `sched/`; `ops/` (op semantics) does not use
 //! `sched/`; the leaf modules at the crate root (`error`, `config`, `message`, `trace`,
 //! `instance`) use none of the three. Inside `sched/` the modules are ordered too
-//! (executor, controller, worker, admission: each uses only those after it), so the
+//! (executor, controller, worker, admission, agenda: each uses only those after it), so the
 //! controller and the workers share the protocol through `admission` and do not import
 //! each other. Read from the source text: every `crate::` path, and every `super::` path
 //! resolved against the file's module, outside comments.
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&str] = &["load", "ops", "sched"];
 
 /// `sched/`'s modules, lowest first: each may use only those before it.
-const SCHED: &[&str] = &["admission", "worker", "controller", "executor"];
+const SCHED: &[&str] = &["agenda", "admission", "worker", "controller", "executor"];
 
 /// The `sched/` modules a file of `sched/` uses that are not below it.
 fn sched_violations(module: &[String], text: &str) -> Vec<String> {

@@ -19,14 +19,21 @@
 //! messages right behind it of the same direction and port, up to `max_batch` (an op
 //! that batches, `linear` or a fused kernel, runs them as one; any other one by one in
 //! the same step), and their later tickets find the queue emptier (a ticket for an empty
-//! queue is skipped). The tickets of nodes whose op waits for batches (`linear`, not the
-//! fused kernels) wait in a second line, served only when no other work is queued: the
-//! other nodes first carry every instance as far as it goes, so that a Linear node then
-//! finds the messages of all of them in one batch, where a GEMM costs much less per row
-//! than for one message. With `max_batch` 1 there is no second line and this is exactly
-//! first-come first-served. When its queues run dry the worker waits on its channel,
-//! then takes everything already there, so that the messages of all instances in flight
-//! wait together.
+//! queue is skipped); a node whose op batches (a fused kernel) takes them from anywhere
+//! in its queue, so that the gradients of its ports, which often arrive interleaved, each
+//! make one call. Nodes whose op waits for batches (`linear`, not the fused kernels)
+//! take no tickets: their messages wait on the [`Agenda`], served only when no other
+//! work is queued: the other nodes first carry every instance as far as it goes, so that
+//! a Linear node then finds the messages of all of them in one batch, where a GEMM costs
+//! much less per row than for one message. The agenda then takes a lane (a node's
+//! messages of one direction and port, wherever they are in its queue): forward before
+//! backward, and in each the node that nothing still queued on the agenda would feed
+//! more rows (by the node's depth in the graph), so that a node runs once on everything
+//! that reaches it; any lane passed over too often goes first (`sched::agenda`:
+//! starvation-free, deterministic). With `max_batch` 1 there is no
+//! agenda and this is exactly first-come first-served. When its queues run dry the
+//! worker waits on its channel, then takes everything already there, so that the
+//! messages of all instances in flight wait together.
 //!
 //! Admissions this worker makes for its own source join its queues when they run dry,
 //! where the controller's admissions join them. Between one instance's end and the
@@ -42,6 +49,7 @@ use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
 use crate::sched::admission::{self, owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
+use crate::sched::agenda::Agenda;
 use crate::trace::{TraceEvent, TraceKind};
 use crate::wire::Item;
 use amp_params::OptimConfig;
@@ -189,6 +197,8 @@ struct Slot {
     /// message otherwise).
     batches: bool,
     waits: bool,
+    /// The node's depth, which orders the agenda (see `sched::agenda`).
+    depth: u64,
     queue: VecDeque<Envelope>,
     fan_in: KeyMap<(u16, Key), (Payload, usize)>,
     messages: u64,
@@ -207,8 +217,9 @@ struct Worker<'s, 'a> {
     slots: Vec<Option<Slot>>,
     /// The node of every message queued here, in arrival order (see the module doc).
     tickets: VecDeque<u32>,
-    /// The same for nodes whose op batches, served once `tickets` is empty.
-    deferred: VecDeque<u32>,
+    /// The messages of nodes whose op waits for batches, by lane, served once `tickets`
+    /// is empty (see `sched::agenda`).
+    agenda: Agenda,
     /// Messages in the nodes' queues.
     queued: usize,
     events: Vec<TraceEvent>,
@@ -245,10 +256,13 @@ struct Worker<'s, 'a> {
 /// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
 pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let mut slots: Vec<Option<Slot>> = (0..setup.program.nodes.len()).map(|_| None).collect();
+    let depths = depths(setup.program);
     for (index, op) in ops {
         if let Some(slot) = slots.get_mut(index as usize) {
             let (batches, waits) = (op.batches(), op.waits_for_batches());
-            *slot = Some(Slot { op, batches, waits, queue: VecDeque::new(), fan_in: KeyMap::default(), messages: 0 });
+            let depth = depths.get(index as usize).copied().unwrap_or(u64::MAX);
+            let (queue, fan_in) = (VecDeque::new(), KeyMap::default());
+            *slot = Some(Slot { op, batches, waits, depth, queue, fan_in, messages: 0 });
         }
     }
     let mut owners: Vec<usize> = setup.program.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner).collect();
@@ -258,7 +272,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         setup,
         slots,
         tickets: VecDeque::new(),
-        deferred: VecDeque::new(),
+        agenda: Agenda::default(),
         queued: 0,
         events: Vec::new(),
         emitted: Vec::new(),
@@ -400,7 +414,7 @@ impl Worker<'_, '_> {
         match self.slots.get_mut(env.node as usize).and_then(Option::as_mut) {
             Some(slot) => {
                 if slot.waits && self.setup.max_batch > 1 {
-                    self.deferred.push_back(env.node);
+                    self.agenda.push(env.node, slot.depth, env.dir, env.port);
                 } else {
                     self.tickets.push_back(env.node);
                 }
@@ -417,25 +431,49 @@ impl Worker<'_, '_> {
     }
 
     /// The next ticket's node takes its front message and the messages of the same
-    /// direction and port right behind it (see [`Worker::dispatch`]).
+    /// direction and port right behind it, or, for an op that batches (a fused kernel),
+    /// anywhere in its queue (see [`Worker::dispatch`]); with no ticket left, the agenda's
+    /// lane, up to `max_batch` of its messages in queue order.
     fn next_batch(&mut self) -> Option<Batch> {
-        while let Some(node) = self.tickets.pop_front().or_else(|| self.deferred.pop_front()) {
+        let limit = self.setup.max_batch.max(1);
+        while let Some(node) = self.tickets.pop_front() {
             let Some(slot) = self.slots.get_mut(node as usize).and_then(Option::as_mut) else { continue };
             let Some(first) = slot.queue.pop_front() else { continue };
-            let limit = self.setup.max_batch.max(1);
             let (dir, port) = (first.dir, first.port);
             // The vector of the last lone message, emptied, when there is one.
             let mut msgs = std::mem::take(&mut self.spare);
             msgs.push(first.msg);
-            while msgs.len() < limit && slot.queue.front().is_some_and(|e| e.dir == dir && e.port == port) {
-                if let Some(env) = slot.queue.pop_front() {
-                    msgs.push(env.msg);
+            if slot.batches {
+                // A kernel call over more rows: its lane from anywhere in the queue (a
+                // fused backward's two ports' gradients often arrive interleaved).
+                take_lane(&mut slot.queue, dir, port, limit, &mut msgs);
+            } else {
+                while msgs.len() < limit && slot.queue.front().is_some_and(|e| e.dir == dir && e.port == port) {
+                    if let Some(env) = slot.queue.pop_front() {
+                        msgs.push(env.msg);
+                    }
                 }
             }
             self.queued -= msgs.len();
             return Some(Batch { node, dir, port, msgs });
         }
-        None
+        loop {
+            let (node, dir, port, count) = self.agenda.choose()?;
+            let mut msgs = std::mem::take(&mut self.spare);
+            if let Some(slot) = self.slots.get_mut(node as usize).and_then(Option::as_mut) {
+                take_lane(&mut slot.queue, dir, port, limit, &mut msgs);
+            }
+            if msgs.is_empty() {
+                // Never (the agenda counts what the queues hold); dropping the lane keeps
+                // a miscount from choosing it forever.
+                self.agenda.taken(node, dir, port, count);
+                self.spare = msgs;
+                continue;
+            }
+            self.agenda.taken(node, dir, port, msgs.len());
+            self.queued -= msgs.len();
+            return Some(Batch { node, dir, port, msgs });
+        }
     }
 
     /// Runs a batch and reports a failure; false when the worker must stop.
@@ -492,6 +530,7 @@ impl Worker<'_, '_> {
         }
         let start = self.setup.trace.then(Instant::now);
         let (dir, count) = (batch.dir, batch.msgs.len());
+        let rows = if start.is_some() { rows_of(ty, &batch.msgs) } else { 0 };
         // A replica's service time steers the routing to its node (`load::replicas`).
         let served = self.setup.shared.routes.tracks(node.index).then(Instant::now);
         let result = self.dispatch(node, batch);
@@ -511,7 +550,7 @@ impl Worker<'_, '_> {
             self.distinct.extend_from_slice(&instances);
             self.distinct.sort_unstable();
             self.distinct.dedup();
-            self.record(node.index, kind, start, count, self.distinct.len());
+            self.record(node.index, kind, start, (count, rows), self.distinct.len());
         }
         // An error names the instance of the message that failed (a batching op's, the
         // batch's first); the op's error names the key.
@@ -705,14 +744,16 @@ impl Worker<'_, '_> {
         admission.instance_ended(i, program, credits, self);
     }
 
-    /// A traced piece of work: `batch` messages of `instances` distinct instances.
-    fn record(&mut self, node: u32, kind: TraceKind, start: Instant, batch: usize, instances: usize) {
+    /// A traced piece of work: `batch` messages carrying `rows` rows, of `instances`
+    /// distinct instances.
+    fn record(&mut self, node: u32, kind: TraceKind, start: Instant, (batch, rows): (usize, usize), instances: usize) {
         let start_us = start.saturating_duration_since(self.setup.origin).as_micros() as u64;
         let dur_us = start.elapsed().as_micros() as u64;
         let batch = u32::try_from(batch).unwrap_or(u32::MAX);
+        let rows = u32::try_from(rows).unwrap_or(u32::MAX);
         let instances = u32::try_from(instances).unwrap_or(u32::MAX);
         let worker = self.setup.id as u32;
-        self.events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, instances, staleness: None });
+        self.events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, rows, instances, staleness: None });
         if self.events.len() >= TRACE_PIECE {
             self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
         }
@@ -789,7 +830,7 @@ impl Worker<'_, '_> {
             });
             self.bound_deferred |= deferred;
             if let (Some(staleness), Some(start)) = (updated, start) {
-                self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, 0, 0);
+                self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
                 if let Some(event) = self.events.last_mut() {
                     event.staleness = staleness;
                 }
@@ -857,6 +898,167 @@ impl Worker<'_, '_> {
         }
         updated
     }
+}
+
+/// Each node's depth, which orders the agenda (see `sched::agenda`): first the place of
+/// its strongly connected component in a topological order of the components (a loop or
+/// a recursion is one component, before every node its exit feeds: a loop's cell before
+/// the classifier after it), then, within a component, its place in the reverse
+/// postorder of a depth-first search from the source (every node after the nodes that
+/// feed it but for a cycle's edge back). `u64::MAX` for a node the program does not have;
+/// a replica has its node's.
+fn depths(program: &Program) -> Vec<u64> {
+    let consumers = |i: usize| -> Vec<usize> {
+        let node = program.nodes.get(i).and_then(Option::as_ref);
+        node.map(|node| node.consumers.iter().flatten().map(|&(c, _)| c as usize).collect()).unwrap_or_default()
+    };
+    let components = components(program.nodes.len(), program.source as usize, &consumers);
+    let order = reverse_postorder(program.nodes.len(), program.source as usize, &consumers);
+    let mut depth: Vec<u64> = components
+        .iter()
+        .zip(&order)
+        .map(|(&c, &o)| if c == u32::MAX { u64::MAX } else { (u64::from(c) << 32) | u64::from(o) })
+        .collect();
+    for (i, node) in program.nodes.iter().enumerate() {
+        if let Some(master) = node.as_ref().and_then(|n| n.replica_of) {
+            depth[i] = depth.get(master as usize).copied().unwrap_or(u64::MAX);
+        }
+    }
+    depth
+}
+
+/// The place of each of `n` nodes' strongly connected component in a topological order of
+/// the components (Tarjan's algorithm, iterative for graphs deeper than a thread's stack;
+/// searched from `source` first, then from every node it does not reach).
+fn components(n: usize, source: usize, consumers: &dyn Fn(usize) -> Vec<usize>) -> Vec<u32> {
+    const NONE: u32 = u32::MAX;
+    let (mut index, mut low, mut component) = (vec![NONE; n], vec![0u32; n], vec![NONE; n]);
+    let (mut on_stack, mut stack) = (vec![false; n], Vec::new());
+    let (mut next, mut found) = (0u32, 0u32);
+    // Each entry: a node, its consumers and how many of them it has visited.
+    let mut work: Vec<(usize, Vec<usize>, usize)> = Vec::new();
+    for root in std::iter::once(source).chain(0..n).filter(|&r| r < n) {
+        if index[root] != NONE {
+            continue;
+        }
+        index[root] = next;
+        low[root] = next;
+        next += 1;
+        stack.push(root);
+        on_stack[root] = true;
+        work.push((root, consumers(root), 0));
+        while let Some(top) = work.last_mut() {
+            let v = top.0;
+            let w = top.1.get(top.2).copied();
+            top.2 += 1;
+            match w {
+                Some(w) if w >= n => {}
+                Some(w) if index[w] == NONE => {
+                    index[w] = next;
+                    low[w] = next;
+                    next += 1;
+                    stack.push(w);
+                    on_stack[w] = true;
+                    work.push((w, consumers(w), 0));
+                }
+                Some(w) => {
+                    if on_stack[w] {
+                        low[v] = low[v].min(index[w]);
+                    }
+                }
+                None => {
+                    work.pop();
+                    if let Some(parent) = work.last() {
+                        low[parent.0] = low[parent.0].min(low[v]);
+                    }
+                    if low[v] == index[v] {
+                        while let Some(w) = stack.pop() {
+                            on_stack[w] = false;
+                            component[w] = found;
+                            if w == v {
+                                break;
+                            }
+                        }
+                        found += 1;
+                    }
+                }
+            }
+        }
+    }
+    // Tarjan completes a component after every component it reaches: reversed, a
+    // component comes before those it feeds.
+    component.iter().map(|&c| if c == NONE { NONE } else { found - 1 - c }).collect()
+}
+
+/// Each of `n` nodes' place in the reverse postorder of a depth-first search from
+/// `source` (then from every node it does not reach), iterative.
+fn reverse_postorder(n: usize, source: usize, consumers: &dyn Fn(usize) -> Vec<usize>) -> Vec<u32> {
+    let mut seen = vec![false; n];
+    let mut postorder = Vec::with_capacity(n);
+    let mut work: Vec<(usize, Vec<usize>, usize)> = Vec::new();
+    for root in std::iter::once(source).chain(0..n).filter(|&r| r < n) {
+        if seen[root] {
+            continue;
+        }
+        seen[root] = true;
+        work.push((root, consumers(root), 0));
+        while let Some(top) = work.last_mut() {
+            let w = top.1.get(top.2).copied();
+            top.2 += 1;
+            match w {
+                Some(w) if w < n && !seen[w] => {
+                    seen[w] = true;
+                    work.push((w, consumers(w), 0));
+                }
+                Some(_) => {}
+                None => {
+                    postorder.push(top.0);
+                    work.pop();
+                }
+            }
+        }
+    }
+    let mut order = vec![u32::MAX; n];
+    for (rank, &node) in postorder.iter().rev().enumerate() {
+        order[node] = u32::try_from(rank).unwrap_or(u32::MAX);
+    }
+    order
+}
+
+/// The rows of a batch's messages on a port of type `ty`: a batched payload's
+/// (`f32[?, d]`: its values over a row's), one for any other message.
+fn rows_of(ty: Option<&amp_ir::PayloadTy>, msgs: &[Msg]) -> usize {
+    match ty {
+        Some(amp_ir::PayloadTy::Batch(dims)) => {
+            let width = usize::try_from(dims.iter().product::<u64>()).unwrap_or(usize::MAX).max(1);
+            msgs.iter().map(|m| m.payload.values().len() / width).sum()
+        }
+        _ => msgs.len(),
+    }
+}
+
+/// Moves up to `limit` messages of direction `dir` on `port` from `queue` to `msgs`, in
+/// queue order, keeping the others in theirs.
+fn take_lane(queue: &mut VecDeque<Envelope>, dir: Dir, port: u16, limit: usize, msgs: &mut Vec<Msg>) {
+    let in_lane = |e: &Envelope| e.dir == dir && e.port == port;
+    // Mostly the lane is the whole queue, or its front.
+    while msgs.len() < limit && queue.front().is_some_and(in_lane) {
+        if let Some(env) = queue.pop_front() {
+            msgs.push(env.msg);
+        }
+    }
+    if msgs.len() >= limit || !queue.iter().any(in_lane) {
+        return;
+    }
+    let mut kept = VecDeque::with_capacity(queue.len());
+    for env in queue.drain(..) {
+        if msgs.len() < limit && in_lane(&env) {
+            msgs.push(env.msg);
+        } else {
+            kept.push_back(env);
+        }
+    }
+    *queue = kept;
 }
 
 /// Adds a gradient of a port with `consumers` consumers to its sum under the node's
@@ -940,5 +1142,53 @@ impl Courier for Worker<'_, '_> {
 
     fn wake_controller(&mut self) {
         self.setup.reports.send(Report::Wake);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{components, reverse_postorder};
+
+    /// A loop (phi 1, cell 2 back to phi) whose exit (3) feeds a classifier (4), with the
+    /// search visiting the exit before the loop's body or after it.
+    #[test]
+    fn a_loop_comes_before_what_its_exit_feeds() {
+        for body_first in [false, true] {
+            let edges = |i: usize| -> Vec<usize> {
+                match i {
+                    0 => vec![1],
+                    1 if body_first => vec![2, 3],
+                    1 => vec![3, 2],
+                    2 => vec![1],
+                    3 => vec![4],
+                    _ => vec![],
+                }
+            };
+            let c = components(5, 0, &edges);
+            assert_eq!(c[1], c[2], "the loop is one component");
+            assert!(c[0] < c[1] && c[2] < c[3] && c[3] < c[4], "{c:?}");
+            let order = reverse_postorder(5, 0, &edges);
+            assert!(order[1] < order[2] && order[1] < order[3] && order[3] < order[4], "{order:?}");
+        }
+    }
+
+    /// Nodes the source does not reach still get a place, and a consumer past the
+    /// graph is ignored.
+    #[test]
+    fn every_node_gets_a_place() {
+        let edges = |i: usize| -> Vec<usize> {
+            match i {
+                0 => vec![1, 9],
+                2 => vec![1],
+                _ => vec![],
+            }
+        };
+        let c = components(3, 0, &edges);
+        assert!(c.iter().all(|&c| c < 3), "{c:?}");
+        assert!(c[2] < c[1] && c[0] < c[1]);
+        let order = reverse_postorder(3, 0, &edges);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [0, 1, 2]);
     }
 }

@@ -1,0 +1,198 @@
+//! Batch sizes for `--profile`: rows per call by kind of node and direction, from the
+//! executor's trace events (one event per call a worker timed).
+//!
+//! A call's rows are its messages' rows (`TraceEvent::rows`: a batched map's message
+//! carries one per element, any other message one). The profile file gets, beside the
+//! planner's per-node entries, a `batches` list with one object per kind and direction:
+//!
+//! ```json
+//! {"kind": "linear", "work": "forward", "calls": 1200, "rows": 30000, "messages": 30000,
+//!  "mean_rows": 25.0, "histogram": [{"rows": "1", "calls": 10}, {"rows": "2", ...},
+//!  {"rows": "3-4", ...}, ..., {"rows": "129+", ...}]}
+//! ```
+//!
+//! and the run's summary prints the mean and the median bucket per kind. A node's kind is
+//! its op's keyword (`linear`, `embedding`, `phi`, ...), `fused` for a fused unit of
+//! elementwise nodes run as one kernel; a replica counts as its node.
+
+use amp_exec::{TraceEvent, TraceKind};
+use amp_ir::Graph;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// Histogram buckets: calls of 1, 2, 3–4, 5–8, ... rows; the last holds everything above.
+const BUCKETS: usize = 9;
+
+/// The bucket of a call of `rows` rows (0 rows, as a call of unit messages, counts as 1).
+fn bucket(rows: u64) -> usize {
+    let rows = rows.max(1);
+    // 1 → 0, 2 → 1, 3..=4 → 2, 5..=8 → 3, ...
+    let b = (u64::BITS - (rows - 1).leading_zeros()) as usize;
+    b.min(BUCKETS - 1)
+}
+
+/// The rows bucket `b` stands for, as printed.
+fn bucket_label(b: usize) -> String {
+    match b {
+        0 => "1".to_string(),
+        1 => "2".to_string(),
+        b if b == BUCKETS - 1 => format!("{}+", (1u64 << (b - 1)) + 1),
+        b => format!("{}-{}", (1u64 << (b - 1)) + 1, 1u64 << b),
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    calls: u64,
+    rows: u64,
+    messages: u64,
+    histogram: [u64; BUCKETS],
+}
+
+impl Tally {
+    fn add(&mut self, rows: u64, messages: u64) {
+        self.calls += 1;
+        self.rows = self.rows.saturating_add(rows);
+        self.messages = self.messages.saturating_add(messages);
+        self.histogram[bucket(rows)] += 1;
+    }
+
+    fn merge(&mut self, other: &Tally) {
+        self.calls += other.calls;
+        self.rows = self.rows.saturating_add(other.rows);
+        self.messages = self.messages.saturating_add(other.messages);
+        self.histogram.iter_mut().zip(other.histogram).for_each(|(a, b)| *a += b);
+    }
+
+    fn mean(&self) -> f64 {
+        if self.calls == 0 {
+            0.0
+        } else {
+            self.rows as f64 / self.calls as f64
+        }
+    }
+
+    /// The bucket holding the median call.
+    fn median_bucket(&self) -> usize {
+        let half = self.calls.div_ceil(2);
+        let mut seen = 0;
+        for (b, &n) in self.histogram.iter().enumerate() {
+            seen += n;
+            if seen >= half && n > 0 {
+                return b;
+            }
+        }
+        0
+    }
+}
+
+/// Calls by executor node and direction, resolved to kinds at the end.
+#[derive(Debug, Default)]
+pub struct BatchSizes {
+    per_node: HashMap<(u32, bool), Tally>,
+}
+
+impl BatchSizes {
+    /// Counts the forward and backward calls among `events` (updates are not calls).
+    pub fn record(&mut self, events: &[TraceEvent]) {
+        for e in events {
+            let backward = match e.kind {
+                TraceKind::Forward => false,
+                TraceKind::Backward => true,
+                TraceKind::Update => continue,
+            };
+            // A call always handles one message or more; an event from a build that did
+            // not count rows has 0, and its messages stand in.
+            let rows = if e.rows == 0 { e.batch } else { e.rows };
+            self.per_node.entry((e.node, backward)).or_default().add(u64::from(rows), u64::from(e.batch));
+        }
+    }
+
+    /// Tallies by (kind, backward), in kind order; `units` gives the graph nodes a fused
+    /// unit or a replica (an executor node past the graph's) stands for.
+    fn by_kind(&self, graph: &Graph, units: &HashMap<u32, Vec<u32>>) -> BTreeMap<(String, bool), Tally> {
+        let ops: HashMap<u32, &str> = graph
+            .nodes
+            .node_indices()
+            .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n.op.keyword())))
+            .collect();
+        let op_of = |node: u32| ops.get(&node).map(|op| op.to_string());
+        let mut kinds: BTreeMap<(String, bool), Tally> = BTreeMap::new();
+        for (&(node, backward), tally) in &self.per_node {
+            let kind = match units.get(&node).map(Vec::as_slice) {
+                Some([one]) => op_of(*one),
+                Some([_, _, ..]) => Some("fused".to_string()),
+                _ => op_of(node),
+            };
+            let kind = kind.unwrap_or_else(|| "other".to_string());
+            kinds.entry((kind, backward)).or_default().merge(tally);
+        }
+        kinds
+    }
+
+    /// The profile file's `batches` list (see the module doc).
+    pub fn to_json(&self, graph: &Graph, units: &HashMap<u32, Vec<u32>>) -> Value {
+        let list: Vec<Value> = self
+            .by_kind(graph, units)
+            .into_iter()
+            .map(|((kind, backward), t)| {
+                let histogram: Vec<Value> =
+                    (0..BUCKETS).map(|b| json!({"rows": bucket_label(b), "calls": t.histogram[b]})).collect();
+                json!({
+                    "kind": kind,
+                    "work": if backward { "backward" } else { "forward" },
+                    "calls": t.calls,
+                    "rows": t.rows,
+                    "messages": t.messages,
+                    "mean_rows": t.mean(),
+                    "histogram": histogram,
+                })
+            })
+            .collect();
+        Value::Array(list)
+    }
+
+    /// One summary line per kind and direction that batches (a mean above one row), or
+    /// of every one when none does: `linear forward: 23.1 rows/call (median 17-32), 1200 calls`.
+    pub fn summary_lines(&self, graph: &Graph, units: &HashMap<u32, Vec<u32>>) -> Vec<String> {
+        let kinds = self.by_kind(graph, units);
+        let batched = kinds.values().any(|t| t.mean() > 1.0);
+        kinds
+            .into_iter()
+            .filter(|(_, t)| !batched || t.mean() > 1.0)
+            .map(|((kind, backward), t)| {
+                format!(
+                    "{kind} {}: {:.1} rows/call (median {}), {} calls",
+                    if backward { "backward" } else { "forward" },
+                    t.mean(),
+                    bucket_label(t.median_bucket()),
+                    t.calls
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_double() {
+        let labels: Vec<String> = (0..BUCKETS).map(bucket_label).collect();
+        assert_eq!(labels, ["1", "2", "3-4", "5-8", "9-16", "17-32", "33-64", "65-128", "129+"]);
+        for (rows, b) in
+            [(0, 0), (1, 0), (2, 1), (3, 2), (4, 2), (5, 3), (64, 6), (65, 7), (128, 7), (129, 8), (10_000, 8)]
+        {
+            assert_eq!(bucket(rows), b, "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn the_median_bucket_holds_the_middle_call() {
+        let mut t = Tally::default();
+        [1, 1, 30, 40, 50].iter().for_each(|&r| t.add(r, r));
+        assert_eq!(bucket_label(t.median_bucket()), "17-32");
+        assert!((t.mean() - 122.0 / 5.0).abs() < 1e-9);
+    }
+}
