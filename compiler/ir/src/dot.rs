@@ -72,9 +72,12 @@ fn node_style(op: &Op) -> &'static str {
         Op::Group { .. } | Op::Reduce(_) | Op::ScatterSum { .. } => {
             "shape=invtrapezium, style=filled, fillcolor=\"#d1e7dd\""
         }
-        Op::Gather { .. } | Op::TopK { .. } | Op::GatherRows { .. } | Op::MaskRows { .. } => {
-            "shape=ellipse, style=dashed"
-        }
+        Op::Gather { .. }
+        | Op::TopK { .. }
+        | Op::GatherRows { .. }
+        | Op::MaskRows { .. }
+        | Op::PartitionRows { .. }
+        | Op::MergeRows { .. } => "shape=ellipse, style=dashed",
         Op::StateFromPayload { .. } => "shape=hexagon, style=\"filled,dashed\", fillcolor=\"#e2d9f3\"",
     }
 }

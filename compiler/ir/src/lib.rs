@@ -554,6 +554,23 @@ pub enum Op {
         field: FieldId,
         pred: StateExpr,
     },
+    /// `f32[?, d]` in, `arms` outputs `f32[?, d]`: output `k` holds the input rows `r` whose
+    /// `index` (with `field` = r) is `k`, in input order (a batched map's parameter-array
+    /// call `msg[e.kind](x)`: each arm runs on its own rows only). An index outside
+    /// `0..arms` is an error. Backward puts each arm's gradient rows back in their places.
+    PartitionRows {
+        field: FieldId,
+        index: StateExpr,
+        arms: u32,
+    },
+    /// `arms` inputs `f32[?, d]`, one output with the rows of all of them: output row `r`
+    /// is the next unused row of input `index` (with `field` = r); the inverse of the
+    /// `partition_rows` with the same index. Backward partitions the gradient the same way.
+    MergeRows {
+        field: FieldId,
+        index: StateExpr,
+        arms: u32,
+    },
     /// Sums or averages the rows of a batch, or the elements of a tensor.
     Reduce(ReduceFn),
     /// The `k` largest elements of a vector, largest first.
@@ -608,6 +625,8 @@ impl Op {
             Op::ScatterSum { .. } => "scatter_sum",
             Op::GatherRows { .. } => "gather_rows",
             Op::MaskRows { .. } => "mask_rows",
+            Op::PartitionRows { .. } => "partition_rows",
+            Op::MergeRows { .. } => "merge_rows",
             Op::Reduce(_) => "reduce",
             Op::TopK { .. } => "top_k",
             Op::StateFromPayload { .. } => "state_from_payload",
@@ -645,7 +664,9 @@ impl Op {
                 reads.retain(|f| f != field);
                 count.fields(&mut reads);
             }
-            Op::MaskRows { field, pred } => {
+            Op::MaskRows { field, pred }
+            | Op::PartitionRows { field, index: pred, .. }
+            | Op::MergeRows { field, index: pred, .. } => {
                 pred.fields(&mut reads);
                 reads.retain(|f| f != field);
             }
@@ -689,7 +710,9 @@ impl Op {
                 index.fields(out);
                 count.fields(out);
             }
-            Op::MaskRows { field, pred } => {
+            Op::MaskRows { field, pred }
+            | Op::PartitionRows { field, index: pred, .. }
+            | Op::MergeRows { field, index: pred, .. } => {
                 out.push(*field);
                 pred.fields(out);
             }

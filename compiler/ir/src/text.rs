@@ -255,6 +255,9 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
             format!("{} [{}] [{}]", field(*id), expr_text(graph, index), expr_text(graph, count))
         }
         Op::MaskRows { field: id, pred } => format!("{} [{}]", field(*id), expr_text(graph, pred)),
+        Op::PartitionRows { field: id, index, arms } | Op::MergeRows { field: id, index, arms } => {
+            format!("{} [{}] {arms}", field(*id), expr_text(graph, index))
+        }
         Op::Reduce(f) => reduce_name(*f).into(),
         Op::TopK { k } => k.to_string(),
         Op::StateFromPayload { field: id, int } => match int {

@@ -231,6 +231,9 @@ impl<'g> Checker<'g> {
             Op::GatherRows { field, .. } | Op::MaskRows { field, .. } => {
                 format!("{keyword} {}", self.field_ref(*field))
             }
+            Op::PartitionRows { field, arms, .. } | Op::MergeRows { field, arms, .. } => {
+                format!("{keyword} {} {arms}", self.field_ref(*field))
+            }
             Op::Source | Op::Concat | Op::Forget | Op::Cond { .. } | Op::Dropout { .. } => keyword.to_string(),
         }
     }

@@ -65,6 +65,9 @@ pub(crate) struct Lowerer<'p> {
     rows: Option<collections::RowCtx>,
     /// Lower every `map` per element (`LowerOptions::per_element_maps`).
     per_element_maps: bool,
+    /// Mask a batched parameter-array call's arms instead of partitioning its rows
+    /// (`LowerOptions::masked_arms`).
+    masked_arms_only: bool,
 }
 
 /// How many fields of each kind exist, for their names (`e0`, `n0`, `slot0`).
@@ -166,12 +169,19 @@ impl<'p> Lowerer<'p> {
             traversals: HashMap::new(),
             rows: None,
             per_element_maps: false,
+            masked_arms_only: false,
         }
     }
 
     /// Lowers every `map` per element, as before batched maps (for comparison).
     pub(crate) fn per_element_maps(mut self, on: bool) -> Self {
         self.per_element_maps = on;
+        self
+    }
+
+    /// Masks a batched parameter-array call's arms instead of partitioning its rows.
+    pub(crate) fn mask_arms(mut self, on: bool) -> Self {
+        self.masked_arms_only = on;
         self
     }
 

@@ -575,6 +575,9 @@ pub(crate) fn work(
         // Copies the rows forward, adds them back (into zeros of the input's size).
         Op::GatherRows { .. } => (output, input.max(output)),
         Op::MaskRows { .. } => (output, output),
+        // Every row copied once each way.
+        Op::PartitionRows { .. } => (input, input),
+        Op::MergeRows { .. } => (output, output),
         Op::TopK { k } => (input * f64::from(*k).max(1.0), output),
         Op::Loss(_) => (4.0 * input, 2.0 * input),
         Op::StateFromPayload { .. } => (input, 0.0),

@@ -240,6 +240,9 @@ impl Rules {
             }
             // One message whatever the rows: a batched map's collection moves as one.
             Op::ScatterSum { .. } | Op::GatherRows { .. } => rows = vec![self.count[v]; outputs],
+            // Each arm gets one message with its share of the rows (even shares expected).
+            Op::PartitionRows { arms, .. } => rows = vec![rows0 / f64::from((*arms).max(1)); outputs],
+            Op::MergeRows { .. } => rows = vec![(0..inputs).map(|p| input(p).1).sum(); outputs],
             Op::Cond { .. } => {
                 let p = self.cond_true[v];
                 out = vec![rate0 * p, rate0 * (1.0 - p)];

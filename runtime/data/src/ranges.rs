@@ -75,7 +75,7 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
                 }
                 (label, classes, format!("a class label of the loss `{}` ({classes} classes)", node.label))
             }
-            Op::Switch { index, arms } => {
+            Op::Switch { index, arms } | Op::PartitionRows { index, arms, .. } => {
                 (index, u64::from(*arms), format!("a choice of `{}` ({arms} arms)", node.label))
             }
             _ => return None,

@@ -222,7 +222,9 @@ fn data_paths(op: &Op) -> Vec<&[DataStep]> {
         Op::Loss(kind) => exprs.extend(kind.exprs()),
         Op::Flatmap { count, .. } | Op::Group { count, .. } => exprs.push(count),
         Op::ScatterSum { index, count, .. } | Op::GatherRows { index, count, .. } => exprs.extend([index, count]),
-        Op::MaskRows { pred, .. } => exprs.push(pred),
+        Op::MaskRows { pred, .. } | Op::PartitionRows { index: pred, .. } | Op::MergeRows { index: pred, .. } => {
+            exprs.push(pred)
+        }
         Op::StateFromPayload { int: amp_ir::PayloadInt::TopK { slot, .. }, .. } => exprs.push(slot),
         _ => {}
     }

@@ -112,7 +112,7 @@ fn a_parameter_array_index_is_ranged_in_both_lowerings() {
     for per_element_maps in [false, true] {
         let (map, checked) = amp_sema::check_source("ggsnn.amp", source, &amp_sema::Options::default());
         let model = checked.program.models[0];
-        let options = amp_lower::LowerOptions { per_element_maps };
+        let options = amp_lower::LowerOptions { per_element_maps, ..Default::default() };
         let (graph, _) = amp_lower::compile_model_with(&checked.program, &map, model, &options).expect("compiles");
         let ranges = model_ranges(&graph);
         let kind = ranges.iter().find(|r| r.path == kinds).expect("the edge kinds are ranged");

@@ -420,6 +420,16 @@ impl Parser {
                 let field = self.field(c)?;
                 Op::MaskRows { field, pred: self.bracketed_expr(c)? }
             }
+            "partition_rows" | "merge_rows" => {
+                let field = self.field(c)?;
+                let index = self.bracketed_expr(c)?;
+                let arms = c.number("an arm count")?;
+                if keyword == "partition_rows" {
+                    Op::PartitionRows { field, index, arms }
+                } else {
+                    Op::MergeRows { field, index, arms }
+                }
+            }
             "reduce" => Op::Reduce(lookup(c, &REDUCE_NAMES, "`sum` or `mean`")?),
             "top_k" => Op::TopK { k: c.number("k")? },
             "state_from_payload" => {

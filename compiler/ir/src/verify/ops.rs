@@ -278,6 +278,27 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
             }
         }
+        Op::PartitionRows { arms, .. } => {
+            if *arms == 0 {
+                cx.report(i, VerifyErrorKind::NoArms);
+            } else if ports(cx, i, node, one, Arity::Exactly(*arms as usize))
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch)
+            {
+                for (port, out) in node.outputs.iter().enumerate() {
+                    same_as_input(cx, i, port, out, &node.inputs[0]);
+                }
+            }
+        }
+        Op::MergeRows { arms, .. } => {
+            if *arms == 0 {
+                cx.report(i, VerifyErrorKind::NoArms);
+            } else if ports(cx, i, node, Arity::Exactly(*arms as usize), one)
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch)
+            {
+                inputs_equal(cx, i, &node.inputs);
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+        }
         Op::Reduce(_) => {
             if ports(cx, i, node, one, one) {
                 let expected = match &node.inputs[0] {
@@ -593,6 +614,7 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
             out.push((count, FieldUse::Count));
         }
         Op::MaskRows { pred, .. } => out.push((pred, FieldUse::Predicate)),
+        Op::PartitionRows { index, .. } | Op::MergeRows { index, .. } => out.push((index, FieldUse::RowIndex)),
         Op::StateFromPayload { int: PayloadInt::TopK { slot, .. }, .. } => out.push((slot, FieldUse::PayloadInt)),
         _ => {}
     }
@@ -603,7 +625,11 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
 pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
     // The row field these ops bind while evaluating their per-row expressions.
     let written_by_scatter = match op {
-        Op::ScatterSum { field, .. } | Op::GatherRows { field, .. } | Op::MaskRows { field, .. } => Some(*field),
+        Op::ScatterSum { field, .. }
+        | Op::GatherRows { field, .. }
+        | Op::MaskRows { field, .. }
+        | Op::PartitionRows { field, .. }
+        | Op::MergeRows { field, .. } => Some(*field),
         _ => None,
     };
     let mut out = Vec::new();
@@ -739,7 +765,7 @@ pub fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
         Some(KeyReason::Caches)
     } else if node.inputs.len() >= 2 {
         Some(KeyReason::JoinsInputs)
-    } else if matches!(node.op, Op::Split { .. }) && node.outputs.len() >= 2 {
+    } else if matches!(node.op, Op::Split { .. } | Op::PartitionRows { .. }) && node.outputs.len() >= 2 {
         Some(KeyReason::JoinsGradients)
     } else if matches!(node.op, Op::Flatmap { .. } | Op::Ungroup { .. }) {
         // The element messages' gradients are collected by the enclosing context's key.
