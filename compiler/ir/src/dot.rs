@@ -57,7 +57,7 @@ pub fn to_dot(graph: &Graph) -> String {
 
 fn node_style(op: &Op) -> &'static str {
     match op {
-        Op::Linear { .. } | Op::Embedding { .. } | Op::Affine { .. } => {
+        Op::Linear { .. } | Op::Embedding { .. } | Op::EmbeddingRows { .. } | Op::Affine { .. } => {
             "shape=box, style=filled, fillcolor=\"#cfe2ff\""
         }
         Op::Unary(_) | Op::Binary(_) | Op::Concat | Op::Split { .. } | Op::Forget | Op::Dropout { .. } => {

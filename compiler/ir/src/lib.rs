@@ -474,6 +474,15 @@ pub enum Op {
         param: String,
         index: StateExpr,
     },
+    /// `count` rows of `param.weight` as one batch `f32[?, dim]`: output row `r` is table
+    /// row `index` evaluated with `field` = r (a batched map's `emb(k)`, every element at
+    /// once). Backward adds each row's gradient into its table row's (an index-add).
+    EmbeddingRows {
+        param: String,
+        field: FieldId,
+        index: StateExpr,
+        count: StateExpr,
+    },
     /// An elementwise affine map along the last dimension, `x * param.weight +
     /// param.bias` with both `[d]`: a LayerNorm's learned scale and shift.
     Affine {
@@ -606,6 +615,7 @@ impl Op {
             Op::Const { .. } => "const",
             Op::Linear { .. } => "linear",
             Op::Embedding { .. } => "embedding",
+            Op::EmbeddingRows { .. } => "embedding_rows",
             Op::Affine { .. } => "affine",
             Op::Unary(_) => "unary",
             Op::Binary(_) => "binary",
@@ -658,7 +668,9 @@ impl Op {
             }
             Op::Ungroup { field } => writes.push(*field),
             Op::Gather { index } => index.fields(&mut reads),
-            Op::ScatterSum { field, index, count } | Op::GatherRows { field, index, count } => {
+            Op::ScatterSum { field, index, count }
+            | Op::GatherRows { field, index, count }
+            | Op::EmbeddingRows { field, index, count, .. } => {
                 index.fields(&mut reads);
                 // The row field is bound by the op while `index` is evaluated, not read.
                 reads.retain(|f| f != field);
@@ -705,7 +717,9 @@ impl Op {
                 count.fields(out);
             }
             Op::Ungroup { field } => out.push(*field),
-            Op::ScatterSum { field, index, count } | Op::GatherRows { field, index, count } => {
+            Op::ScatterSum { field, index, count }
+            | Op::GatherRows { field, index, count }
+            | Op::EmbeddingRows { field, index, count, .. } => {
                 out.push(*field);
                 index.fields(out);
                 count.fields(out);
@@ -729,7 +743,7 @@ impl Op {
 
     /// Parameterized payload transforms (they own parameters and accumulate gradients).
     pub fn is_ppt(&self) -> bool {
-        matches!(self, Op::Linear { .. } | Op::Embedding { .. } | Op::Affine { .. })
+        matches!(self, Op::Linear { .. } | Op::Embedding { .. } | Op::EmbeddingRows { .. } | Op::Affine { .. })
     }
 }
 

@@ -204,6 +204,9 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
         },
         Op::Linear { param } | Op::Affine { param } => format!("@{}", symbol(param)),
         Op::Embedding { param, index } => format!("@{}[{}]", symbol(param), expr_text(graph, index)),
+        Op::EmbeddingRows { param, field: id, index, count } => {
+            format!("@{} {} [{}] [{}]", symbol(param), field(*id), expr_text(graph, index), expr_text(graph, count))
+        }
         Op::Unary(f) => f.name().into(),
         Op::Binary(f) => f.name().into(),
         Op::Split { parts } => parts.to_string(),

@@ -211,6 +211,7 @@ impl<'g> Checker<'g> {
                 ConstValue::Scalar(v) => format!("const {v}"),
             },
             Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } => format!("{keyword} @{param}"),
+            Op::EmbeddingRows { param, field, .. } => format!("{keyword} @{param} {}", self.field_ref(*field)),
             Op::Unary(f) => format!("unary {}", f.name()),
             Op::Binary(f) => format!("binary {}", f.name()),
             Op::Split { parts } => format!("split {parts}"),

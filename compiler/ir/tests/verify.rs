@@ -524,6 +524,34 @@ fn partitioned_rows_are_accepted() {
     rejects(&broken, &[&at(parts)]);
 }
 
+/// `x.tokens.map(|t| emb(t))` batched: one `embedding_rows` of the instance's control
+/// gives the batch of rows (it caches nothing and needs no key; its row field is bound,
+/// not read), as wide as the table's rows.
+#[test]
+fn embedding_rows_are_accepted() {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance), ("r", FieldRole::Element)]);
+    let r = FieldId(1);
+    b.graph.params.push(Param { name: "emb.weight".into(), shape: vec![10, 8], init: ParamInit::Normal });
+    let source = b.source();
+    let op = Op::EmbeddingRows {
+        param: "emb".into(),
+        field: r,
+        index: element("tokens", field(r), None),
+        count: len("tokens"),
+    };
+    let rows = b.add(op, &[(source, 0)], vec![batch(&[8])], &[]);
+    assert!(b.graph.nodes[rows].reads.is_empty(), "the bound row field is not a read");
+    let sum = b.add(Op::Reduce(ReduceFn::Sum), &[(rows, 0)], vec![f32(&[8])], &[INST]);
+    head(&mut b, sum);
+    accepts(&b.graph);
+    // A batch as wide as the table's rows, not a vector, not another width.
+    for wrong in [f32(&[8]), batch(&[4])] {
+        let mut broken = b.graph.clone();
+        node(&mut broken, rows).outputs[0] = wrong;
+        rejects(&broken, &[&format!("node %{}", rows.index()), "emb.weight"]);
+    }
+}
+
 #[test]
 fn argmax_routing_is_accepted() {
     accepts(&routed(false).b.graph);

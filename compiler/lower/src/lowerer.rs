@@ -724,10 +724,16 @@ impl<'p> Lowerer<'p> {
     }
 
     fn call_instance(&mut self, param: ParamRef, call: &InstanceCall, args: Vec<Value>, span: Span) -> R<Value> {
-        // In a batched map's body only Linear layers (one GEMM over the rows) and layers
-        // built of what the body may use have a row-wise form; any other parameter kind
-        // sends the map back to the per-element lowering.
-        if self.rows.is_some() && !matches!(&*param.instance, Instance::Linear { .. } | Instance::Layer { .. }) {
+        // In a batched map's body only Linear layers (one GEMM over the rows), Embedding
+        // lookups (one gather of table rows) and layers built of what the body may use
+        // have a row-wise form; any other parameter kind sends the map back to the
+        // per-element lowering.
+        if self.rows.is_some()
+            && !matches!(
+                &*param.instance,
+                Instance::Linear { .. } | Instance::Layer { .. } | Instance::Embedding { .. }
+            )
+        {
             return Err(self.not_row_wise());
         }
         match (&*param.instance, call) {
@@ -773,9 +779,22 @@ impl<'p> Lowerer<'p> {
                     return Err(self.unsupported(span, "this embedding index"));
                 };
                 let d = self.param_shape(&format!("{}.weight", param.prefix), span)?.get(1).copied().unwrap_or(0);
-                let ty = PayloadTy::F32(vec![d]);
                 let ctrl = self.ctrl.clone();
                 let label = param.prefix.clone();
+                if let Some(rows) = self.rows.clone() {
+                    // One lookup per row of the map: only an index that names the row has
+                    // one value per row (a constant index would be one vector, not a batch).
+                    let mut fields = Vec::new();
+                    index.fields(&mut fields);
+                    if !fields.contains(&rows.field) {
+                        return Err(self.not_row_wise());
+                    }
+                    let ty = PayloadTy::Batch(vec![d]);
+                    let op = Op::EmbeddingRows { param: param.prefix, field: rows.field, index, count: rows.count };
+                    let n = self.node(op, &[ctrl], vec![ty.clone()], &label, span);
+                    return Ok(Value::Tensor(Self::out(n, 0, ty)));
+                }
+                let ty = PayloadTy::F32(vec![d]);
                 let n =
                     self.node(Op::Embedding { param: param.prefix, index }, &[ctrl], vec![ty.clone()], &label, span);
                 Ok(Value::Tensor(Self::out(n, 0, ty)))

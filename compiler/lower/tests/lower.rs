@@ -92,7 +92,7 @@ fn tree_lstm_keys_branch_activations_by_instance_and_tree_node() {
 /// Batched (the default), GGSNN's message step and GRU update are one message per step:
 /// keyed by (instance, step), the edges' sources a `gather_rows`, split by edge kind
 /// (`partition_rows`) into one part per message layer and put back in edge order
-/// (`merge_rows`); only the embedding map keeps an element context.
+/// (`merge_rows`); the embedding map is one `embedding_rows`: no element context is left.
 #[test]
 fn ggsnn_batched_keys_messages_and_updates_by_step() {
     let g = lower(&example("ggsnn")).unwrap();
@@ -104,7 +104,8 @@ fn ggsnn_batched_keys_messages_and_updates_by_step() {
     }
     assert_eq!((count(&g, "gather_rows"), count(&g, "mask_rows")), (1, 0));
     assert_eq!((count(&g, "partition_rows"), count(&g, "merge_rows")), (1, 1));
-    assert_eq!((count(&g, "flatmap"), count(&g, "group"), count(&g, "ungroup"), count(&g, "switch")), (1, 1, 0, 0));
+    assert_eq!((count(&g, "flatmap"), count(&g, "group"), count(&g, "ungroup"), count(&g, "switch")), (0, 0, 0, 0));
+    assert_eq!((count(&g, "embedding_rows"), count(&g, "embedding")), (1, 0));
 }
 
 /// Per element (`LowerOptions::per_element_maps`): one message per edge and per node.

@@ -54,7 +54,7 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
     let nodes = graph.nodes.node_indices().filter_map(|at| {
         let node = &graph.nodes[at];
         let (expr, limit, what) = match &node.op {
-            Op::Embedding { param, index } => {
+            Op::Embedding { param, index } | Op::EmbeddingRows { param, index, .. } => {
                 let rows = graph.param(&format!("{param}.weight")).and_then(|p| p.shape.first().copied());
                 let rows = rows?;
                 (index, rows, format!("an index of the Embedding `{param}` ({rows} rows)"))

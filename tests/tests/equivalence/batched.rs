@@ -11,10 +11,10 @@ use super::*;
 use amp_ir::{Op, PayloadTy};
 use amp_lower::LowerOptions;
 
-/// A list model whose maps are Linear layers and elementwise chains over the rows of a
-/// computed sequence (the embeddings, one message per element: an `embedding` is not
-/// row-wise yet), a `zip` with `concat`, `split`, a gather by a computed index from a
-/// range, and a parameter array chosen per element by the data.
+/// A list model whose maps are an embedding lookup per token (`embedding_rows`), Linear
+/// layers and elementwise chains over the rows of a computed sequence, a `zip` with
+/// `concat`, `split`, a gather by a computed index from a range, and a parameter array
+/// chosen per element by the data.
 const LIST_MAPS: &str = r#"
 record Example { tokens: [int], label: int }
 model ListMaps(vocab: int = 14, hidden: int = 8, classes: int = 10) {
@@ -73,9 +73,9 @@ fn ggsnn_values(seed: u64, count: usize) -> Vec<Value> {
 
 /// The compiler batches GGSNN's message step and the GRU update (one `gather_rows` of
 /// the sources, one `partition_rows` of them by edge kind and one `merge_rows` of the
-/// arms' results, GEMMs on batches, no element context in the loop), keeps the embedding
-/// map per element; `masked_arms` masks instead (one `mask_rows` per edge kind), and
-/// `per_element_maps` keeps every map per element.
+/// arms' results, GEMMs on batches, no element context in the loop) and the embedding map
+/// (one `embedding_rows`); `masked_arms` masks instead (one `mask_rows` per edge kind),
+/// and `per_element_maps` keeps every map per element.
 #[test]
 fn the_compiler_batches_row_wise_maps_only() {
     let batched = compile_ggsnn(&LowerOptions::default());
@@ -96,9 +96,10 @@ fn the_compiler_batches_row_wise_maps_only() {
     let masked = compile_ggsnn(&LowerOptions { masked_arms: true, ..Default::default() });
     assert_eq!(ops_named(&masked, "mask_rows"), 2);
     assert_eq!(ops_named(&masked, "partition_rows") + ops_named(&masked, "merge_rows"), 0);
-    // The embedding map is the only element context left.
-    assert_eq!(ops_named(&batched, "group"), 1);
-    assert_eq!(ops_named(&batched, "ungroup"), 0);
+    // No element context is left: the embedding map is one lookup of all the nodes' rows.
+    assert_eq!(ops_named(&batched, "embedding_rows"), 1);
+    assert_eq!(ops_named(&batched, "embedding"), 0);
+    assert_eq!(ops_named(&batched, "group") + ops_named(&batched, "ungroup") + ops_named(&batched, "flatmap"), 0);
     let batch_linears = batched
         .graph
         .nodes
@@ -112,10 +113,12 @@ fn the_compiler_batches_row_wise_maps_only() {
     assert_eq!(batch_linears, 4);
     let per_element = compile_ggsnn(&LowerOptions { per_element_maps: true, ..Default::default() });
     assert_eq!(ops_named(&per_element, "gather_rows") + ops_named(&per_element, "mask_rows"), 0);
+    assert_eq!(ops_named(&per_element, "embedding_rows"), 0);
     assert_eq!(ops_named(&per_element, "group"), 3);
 
     let list = compile_list_maps(&LowerOptions::default());
-    assert_eq!(ops_named(&list, "group"), 1, "only the embedding map is per element");
+    assert_eq!(ops_named(&list, "group"), 0, "every map is batched");
+    assert_eq!(ops_named(&list, "embedding_rows"), 1);
     assert_eq!(ops_named(&list, "gather_rows"), 2);
     assert_eq!(ops_named(&list, "partition_rows"), 1);
     assert_eq!(ops_named(&list, "mask_rows"), 0);
@@ -130,7 +133,7 @@ fn a_map_with_dropout_stays_per_element() {
     assert_ne!(source, LIST_MAPS, "the body to change is in the model");
     let c = compile_source_with("list_maps_dropout", &source, Vec::new(), &LowerOptions::default());
     assert_eq!(ops_named(&c, "dropout"), 1);
-    assert_eq!(ops_named(&c, "group"), 2, "the embedding map and the dropout map are per element");
+    assert_eq!(ops_named(&c, "group"), 1, "the dropout map is per element");
     assert_eq!(ops_named(&c, "gather_rows"), 2, "the later maps are still batched");
     let dropout =
         c.graph.nodes.node_indices().find(|&i| c.graph.nodes[i].op.keyword() == "dropout").expect("a dropout node");

@@ -346,6 +346,13 @@ impl Parser {
                 let param = c.symbol()?;
                 Op::Embedding { param, index: self.bracketed_expr(c)? }
             }
+            "embedding_rows" => {
+                c.expect("@")?;
+                let param = c.symbol()?;
+                let field = self.field(c)?;
+                let index = self.bracketed_expr(c)?;
+                Op::EmbeddingRows { param, field, index, count: self.bracketed_expr(c)? }
+            }
             "unary" => Op::Unary(named(c, UnaryFn::from_name, "a unary function")?),
             "binary" => Op::Binary(named(c, BinaryFn::from_name, "a binary function")?),
             "split" => Op::Split { parts: c.number("a part count")? },

@@ -40,12 +40,13 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 check_affine(cx, i, param, &node.inputs[0], &node.outputs[0]);
             }
         }
-        Op::Embedding { param, .. } => {
+        Op::Embedding { param, .. } | Op::EmbeddingRows { param, .. } => {
             if ports(cx, i, node, one, one) {
                 expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::Unit);
                 let weight = format!("{param}.weight");
+                let rows = matches!(node.op, Op::EmbeddingRows { .. });
                 if let Some([_, dim]) = matrix(cx, i, &weight, "[rows, dim]") {
-                    let expected = PayloadTy::F32(vec![dim]);
+                    let expected = if rows { PayloadTy::Batch(vec![dim]) } else { PayloadTy::F32(vec![dim]) };
                     if node.outputs[0] != expected {
                         let shape = cx.param(&weight).map(|p| p.shape.clone()).unwrap_or_default();
                         let found = node.outputs[0].clone();
@@ -58,6 +59,8 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                         };
                         cx.report(i, kind);
                     }
+                } else if rows {
+                    expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::AnyBatch);
                 } else {
                     expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::F32Rank1);
                 }
@@ -583,6 +586,10 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
             out.extend(exprs.into_iter().map(|e| (e, FieldUse::ReadPath)));
         }
         Op::Embedding { index, .. } => out.push((index, FieldUse::EmbeddingIndex)),
+        Op::EmbeddingRows { index, count, .. } => {
+            out.push((index, FieldUse::EmbeddingIndex));
+            out.push((count, FieldUse::Count));
+        }
         Op::Cond { pred } => out.push((pred, FieldUse::Predicate)),
         Op::Switch { index, .. } => out.push((index, FieldUse::SwitchIndex)),
         Op::Isu { value, inverse, .. } => {
@@ -629,7 +636,8 @@ pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
         | Op::GatherRows { field, .. }
         | Op::MaskRows { field, .. }
         | Op::PartitionRows { field, .. }
-        | Op::MergeRows { field, .. } => Some(*field),
+        | Op::MergeRows { field, .. }
+        | Op::EmbeddingRows { field, .. } => Some(*field),
         _ => None,
     };
     let mut out = Vec::new();
@@ -639,8 +647,10 @@ pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
     for (expr, used_as) in attribute_exprs(op) {
         let mut fields = Vec::new();
         expr_fields(&mut vec![expr], &mut fields);
-        let own =
-            |f: &FieldId| matches!(used_as, FieldUse::RowIndex | FieldUse::Predicate) && Some(*f) == written_by_scatter;
+        let own = |f: &FieldId| {
+            matches!(used_as, FieldUse::RowIndex | FieldUse::Predicate | FieldUse::EmbeddingIndex)
+                && Some(*f) == written_by_scatter
+        };
         out.extend(fields.into_iter().filter(|f| !own(f)).map(|f| (f, used_as)));
     }
     out

@@ -401,6 +401,16 @@ pub fn every_op() -> Graph {
             vec![rows.clone(), rows.clone()],
             vec![rows.clone()],
         ),
+        (
+            Op::EmbeddingRows {
+                param: "e".into(),
+                field: FieldId(2),
+                index: element_of("edges", field(2), "src"),
+                count: len_xs(),
+            },
+            vec![u.clone()],
+            vec![rows.clone()],
+        ),
     ]);
     let mut indices = Vec::new();
     for (i, (op, inputs, outputs)) in ops.into_iter().enumerate() {
@@ -542,6 +552,12 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
         any_name().prop_map(|param| Op::Linear { param }),
         any_name().prop_map(|param| Op::Affine { param }),
         (any_name(), e()).prop_map(|(param, index)| Op::Embedding { param, index }),
+        (any_name(), 0..fields, e(), e()).prop_map(|(param, f, index, count)| Op::EmbeddingRows {
+            param,
+            field: FieldId(f),
+            index,
+            count
+        }),
         Just(Op::Unary(UnaryFn::Softmax)),
         Just(Op::Binary(BinaryFn::Div)),
         Just(Op::Concat),

@@ -332,6 +332,9 @@ pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn Nod
         Op::Sink { .. } => Box::new(data::SinkOp),
         Op::Linear { .. } => Box::new(ppt::LinearOp::new(node, access)?),
         Op::Embedding { index, .. } => Box::new(ppt::EmbeddingOp::new(node, index.clone(), access)?),
+        Op::EmbeddingRows { field, index, count, .. } => {
+            Box::new(ppt::EmbeddingRowsOp::new(node, *field, index.clone(), count.clone(), access)?)
+        }
         Op::Affine { .. } => Box::new(ppt::AffineOp::new(node)?),
         Op::Unary(f) => Box::new(nppt::UnaryOp::new(*f, node)),
         Op::Binary(f) => Box::new(nppt::BinaryOp::new(*f, node)),
