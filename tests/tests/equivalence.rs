@@ -524,7 +524,12 @@ fn training_with_replicas_is_minibatch_sgd() {
         let ppts: Vec<amp_exec::NodeSelector> = graph
             .nodes
             .node_indices()
-            .filter(|&i| matches!(graph.nodes[i].op, amp_ir::Op::Linear { .. } | amp_ir::Op::Embedding { .. }))
+            .filter(|&i| {
+                matches!(
+                    graph.nodes[i].op,
+                    amp_ir::Op::Linear { .. } | amp_ir::Op::Embedding { .. } | amp_ir::Op::EmbeddingRows { .. }
+                )
+            })
             .map(|i| amp_exec::NodeSelector::Id(i.index() as u32))
             .collect();
         let replicas = ppts.into_iter().map(|s| (s, 3)).collect();

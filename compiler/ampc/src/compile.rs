@@ -187,7 +187,7 @@ fn compile_model(
         }
         return Err(ExitCode::from(2));
     };
-    let options = amp_lower::LowerOptions { per_element_maps: args.per_element_maps };
+    let options = amp_lower::LowerOptions { per_element_maps: args.per_element_maps, ..Default::default() };
     match amp_lower::compile_model_with(program, map, model, &options) {
         Ok(compiled) => Ok(compiled),
         Err(amp_lower::CompileError::Lowering(diagnostics)) => {

@@ -162,7 +162,8 @@ fn never_writes_the_graph_over_an_input_or_a_special_file() {
     }
 }
 
-/// `--emit ir` shows GGSNN's message step batched (`gather_rows`, `mask_rows`), and
+/// `--emit ir` shows GGSNN's maps batched (`embedding_rows`, `gather_rows`, the edges'
+/// rows split by kind with `partition_rows` and put back with `merge_rows`), and
 /// `--per-element-maps` the per-element lowering (a `flatmap` per edge, a `switch`); both
 /// graphs write as `.ampg` files that load and verify.
 #[test]
@@ -172,10 +173,14 @@ fn per_element_maps_switches_the_lowering() {
     let (batched, per_element) =
         (String::from_utf8_lossy(&batched.stdout), String::from_utf8_lossy(&per_element.stdout));
     assert!(batched.contains("gather_rows %e1 [$.edges[%e1].src] [len($.edges)]"), "{batched}");
-    assert!(batched.contains("mask_rows %e1 [$.edges[%e1].kind == 1]"), "{batched}");
-    assert!(!batched.contains("switch"), "{batched}");
+    assert!(batched.contains("partition_rows %e1 [$.edges[%e1].kind] 2"), "{batched}");
+    assert!(batched.contains("merge_rows %e1 [$.edges[%e1].kind] 2"), "{batched}");
+    assert!(batched.contains("embedding_rows @emb %e0 [$.nodes[%e0]] [len($.nodes)]"), "{batched}");
+    assert!(!batched.contains("switch") && !batched.contains("flatmap"), "{batched}");
     assert!(per_element.contains("switch [$.edges[%e1].kind] 2"), "{per_element}");
-    assert!(!per_element.contains("gather_rows") && !per_element.contains("mask_rows"), "{per_element}");
+    for op in ["gather_rows", "partition_rows", "merge_rows", "embedding_rows"] {
+        assert!(!per_element.contains(op), "{op}: {per_element}");
+    }
     let dir = temp_dir();
     for flags in [&[][..], &["--per-element-maps"][..]] {
         let out = dir.path().join("g.ampg");

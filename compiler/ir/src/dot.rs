@@ -57,7 +57,7 @@ pub fn to_dot(graph: &Graph) -> String {
 
 fn node_style(op: &Op) -> &'static str {
     match op {
-        Op::Linear { .. } | Op::Embedding { .. } | Op::Affine { .. } => {
+        Op::Linear { .. } | Op::Embedding { .. } | Op::EmbeddingRows { .. } | Op::Affine { .. } => {
             "shape=box, style=filled, fillcolor=\"#cfe2ff\""
         }
         Op::Unary(_) | Op::Binary(_) | Op::Concat | Op::Split { .. } | Op::Forget | Op::Dropout { .. } => {
@@ -72,9 +72,12 @@ fn node_style(op: &Op) -> &'static str {
         Op::Group { .. } | Op::Reduce(_) | Op::ScatterSum { .. } => {
             "shape=invtrapezium, style=filled, fillcolor=\"#d1e7dd\""
         }
-        Op::Gather { .. } | Op::TopK { .. } | Op::GatherRows { .. } | Op::MaskRows { .. } => {
-            "shape=ellipse, style=dashed"
-        }
+        Op::Gather { .. }
+        | Op::TopK { .. }
+        | Op::GatherRows { .. }
+        | Op::MaskRows { .. }
+        | Op::PartitionRows { .. }
+        | Op::MergeRows { .. } => "shape=ellipse, style=dashed",
         Op::StateFromPayload { .. } => "shape=hexagon, style=\"filled,dashed\", fillcolor=\"#e2d9f3\"",
     }
 }

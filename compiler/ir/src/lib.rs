@@ -474,6 +474,15 @@ pub enum Op {
         param: String,
         index: StateExpr,
     },
+    /// `count` rows of `param.weight` as one batch `f32[?, dim]`: output row `r` is table
+    /// row `index` evaluated with `field` = r (a batched map's `emb(k)`, every element at
+    /// once). Backward adds each row's gradient into its table row's (an index-add).
+    EmbeddingRows {
+        param: String,
+        field: FieldId,
+        index: StateExpr,
+        count: StateExpr,
+    },
     /// An elementwise affine map along the last dimension, `x * param.weight +
     /// param.bias` with both `[d]`: a LayerNorm's learned scale and shift.
     Affine {
@@ -554,6 +563,23 @@ pub enum Op {
         field: FieldId,
         pred: StateExpr,
     },
+    /// `f32[?, d]` in, `arms` outputs `f32[?, d]`: output `k` holds the input rows `r` whose
+    /// `index` (with `field` = r) is `k`, in input order (a batched map's parameter-array
+    /// call `msg[e.kind](x)`: each arm runs on its own rows only). An index outside
+    /// `0..arms` is an error. Backward puts each arm's gradient rows back in their places.
+    PartitionRows {
+        field: FieldId,
+        index: StateExpr,
+        arms: u32,
+    },
+    /// `arms` inputs `f32[?, d]`, one output with the rows of all of them: output row `r`
+    /// is the next unused row of input `index` (with `field` = r); the inverse of the
+    /// `partition_rows` with the same index. Backward partitions the gradient the same way.
+    MergeRows {
+        field: FieldId,
+        index: StateExpr,
+        arms: u32,
+    },
     /// Sums or averages the rows of a batch, or the elements of a tensor.
     Reduce(ReduceFn),
     /// The `k` largest elements of a vector, largest first.
@@ -589,6 +615,7 @@ impl Op {
             Op::Const { .. } => "const",
             Op::Linear { .. } => "linear",
             Op::Embedding { .. } => "embedding",
+            Op::EmbeddingRows { .. } => "embedding_rows",
             Op::Affine { .. } => "affine",
             Op::Unary(_) => "unary",
             Op::Binary(_) => "binary",
@@ -608,6 +635,8 @@ impl Op {
             Op::ScatterSum { .. } => "scatter_sum",
             Op::GatherRows { .. } => "gather_rows",
             Op::MaskRows { .. } => "mask_rows",
+            Op::PartitionRows { .. } => "partition_rows",
+            Op::MergeRows { .. } => "merge_rows",
             Op::Reduce(_) => "reduce",
             Op::TopK { .. } => "top_k",
             Op::StateFromPayload { .. } => "state_from_payload",
@@ -639,13 +668,17 @@ impl Op {
             }
             Op::Ungroup { field } => writes.push(*field),
             Op::Gather { index } => index.fields(&mut reads),
-            Op::ScatterSum { field, index, count } | Op::GatherRows { field, index, count } => {
+            Op::ScatterSum { field, index, count }
+            | Op::GatherRows { field, index, count }
+            | Op::EmbeddingRows { field, index, count, .. } => {
                 index.fields(&mut reads);
                 // The row field is bound by the op while `index` is evaluated, not read.
                 reads.retain(|f| f != field);
                 count.fields(&mut reads);
             }
-            Op::MaskRows { field, pred } => {
+            Op::MaskRows { field, pred }
+            | Op::PartitionRows { field, index: pred, .. }
+            | Op::MergeRows { field, index: pred, .. } => {
                 pred.fields(&mut reads);
                 reads.retain(|f| f != field);
             }
@@ -684,12 +717,16 @@ impl Op {
                 count.fields(out);
             }
             Op::Ungroup { field } => out.push(*field),
-            Op::ScatterSum { field, index, count } | Op::GatherRows { field, index, count } => {
+            Op::ScatterSum { field, index, count }
+            | Op::GatherRows { field, index, count }
+            | Op::EmbeddingRows { field, index, count, .. } => {
                 out.push(*field);
                 index.fields(out);
                 count.fields(out);
             }
-            Op::MaskRows { field, pred } => {
+            Op::MaskRows { field, pred }
+            | Op::PartitionRows { field, index: pred, .. }
+            | Op::MergeRows { field, index: pred, .. } => {
                 out.push(*field);
                 pred.fields(out);
             }
@@ -706,7 +743,7 @@ impl Op {
 
     /// Parameterized payload transforms (they own parameters and accumulate gradients).
     pub fn is_ppt(&self) -> bool {
-        matches!(self, Op::Linear { .. } | Op::Embedding { .. } | Op::Affine { .. })
+        matches!(self, Op::Linear { .. } | Op::Embedding { .. } | Op::EmbeddingRows { .. } | Op::Affine { .. })
     }
 }
 

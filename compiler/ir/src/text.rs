@@ -204,6 +204,9 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
         },
         Op::Linear { param } | Op::Affine { param } => format!("@{}", symbol(param)),
         Op::Embedding { param, index } => format!("@{}[{}]", symbol(param), expr_text(graph, index)),
+        Op::EmbeddingRows { param, field: id, index, count } => {
+            format!("@{} {} [{}] [{}]", symbol(param), field(*id), expr_text(graph, index), expr_text(graph, count))
+        }
         Op::Unary(f) => f.name().into(),
         Op::Binary(f) => f.name().into(),
         Op::Split { parts } => parts.to_string(),
@@ -255,6 +258,9 @@ pub(crate) fn op_attributes(graph: &Graph, op: &Op) -> String {
             format!("{} [{}] [{}]", field(*id), expr_text(graph, index), expr_text(graph, count))
         }
         Op::MaskRows { field: id, pred } => format!("{} [{}]", field(*id), expr_text(graph, pred)),
+        Op::PartitionRows { field: id, index, arms } | Op::MergeRows { field: id, index, arms } => {
+            format!("{} [{}] {arms}", field(*id), expr_text(graph, index))
+        }
         Op::Reduce(f) => reduce_name(*f).into(),
         Op::TopK { k } => k.to_string(),
         Op::StateFromPayload { field: id, int } => match int {

@@ -211,6 +211,7 @@ impl<'g> Checker<'g> {
                 ConstValue::Scalar(v) => format!("const {v}"),
             },
             Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } => format!("{keyword} @{param}"),
+            Op::EmbeddingRows { param, field, .. } => format!("{keyword} @{param} {}", self.field_ref(*field)),
             Op::Unary(f) => format!("unary {}", f.name()),
             Op::Binary(f) => format!("binary {}", f.name()),
             Op::Split { parts } => format!("split {parts}"),
@@ -230,6 +231,9 @@ impl<'g> Checker<'g> {
             Op::Reduce(_) | Op::TopK { .. } | Op::Gather { .. } | Op::ScatterSum { .. } => keyword.to_string(),
             Op::GatherRows { field, .. } | Op::MaskRows { field, .. } => {
                 format!("{keyword} {}", self.field_ref(*field))
+            }
+            Op::PartitionRows { field, arms, .. } | Op::MergeRows { field, arms, .. } => {
+                format!("{keyword} {} {arms}", self.field_ref(*field))
             }
             Op::Source | Op::Concat | Op::Forget | Op::Cond { .. } | Op::Dropout { .. } => keyword.to_string(),
         }

@@ -484,6 +484,74 @@ fn batched_row_ops_are_accepted() {
     rejects(&broken, &[&format!("node %{}", lin.index()), "(expects f32[?, 8])"]);
 }
 
+/// A parameter array's call in a batched body: the rows split by the edge's kind among
+/// two layers (`partition_rows`, which joins its arms' gradients, so its key holds the
+/// instance) and put back in order (`merge_rows`, which joins its inputs); both bind the
+/// row field, and every part has the input's batch type.
+#[test]
+fn partitioned_rows_are_accepted() {
+    let mut m = mapped();
+    m.b.graph.state.push(StateField { name: "r".into(), role: FieldRole::Element });
+    let r = FieldId(2);
+    let kind = element("edges", field(r), Some("dst"));
+    let op = Op::PartitionRows { field: r, index: kind.clone(), arms: 2 };
+    let parts = m.b.add(op, &[(m.group, 0)], vec![batch(&[8]), batch(&[8])], &[INST]);
+    assert!(m.b.graph.nodes[parts].reads.is_empty(), "the bound row field is not a read");
+    m.b.linear_params("a", 8, 8);
+    m.b.linear_params("b", 8, 8);
+    let a = m.b.add(Op::Linear { param: "a".into() }, &[(parts, 0)], vec![batch(&[8])], &[INST]);
+    let b = m.b.add(Op::Linear { param: "b".into() }, &[(parts, 1)], vec![batch(&[8])], &[INST]);
+    let merged =
+        m.b.add(Op::MergeRows { field: r, index: kind, arms: 2 }, &[(a, 0), (b, 0)], vec![batch(&[8])], &[INST]);
+    let sum = m.b.add(Op::Reduce(ReduceFn::Sum), &[(merged, 0)], vec![f32(&[8])], &[INST]);
+    head(&mut m.b, sum);
+    accepts(&m.b.graph);
+    let at = |n: petgraph::stable_graph::NodeIndex| format!("node %{}", n.index());
+    // A part of another type, a merge of a vector, no key to join by, no arms.
+    let mut broken = m.b.graph.clone();
+    node(&mut broken, parts).outputs[1] = batch(&[4]);
+    rejects(&broken, &[&at(parts), "output 1 has type f32[?, 4], expected f32[?, 8]"]);
+    let mut broken = m.b.graph.clone();
+    node(&mut broken, merged).outputs[0] = f32(&[8]);
+    rejects(&broken, &[&at(merged), "output 0 has type f32[8], expected f32[?, 8]"]);
+    for n in [parts, merged] {
+        let mut broken = m.b.graph.clone();
+        node(&mut broken, n).key.clear();
+        rejects(&broken, &[&at(n), "instance"]);
+    }
+    let mut broken = m.b.graph.clone();
+    node(&mut broken, parts).op = Op::PartitionRows { field: r, index: int(0), arms: 0 };
+    rejects(&broken, &[&at(parts)]);
+}
+
+/// `x.tokens.map(|t| emb(t))` batched: one `embedding_rows` of the instance's control
+/// gives the batch of rows (it caches nothing and needs no key; its row field is bound,
+/// not read), as wide as the table's rows.
+#[test]
+fn embedding_rows_are_accepted() {
+    let mut b = Builder::new(&[("inst", FieldRole::Instance), ("r", FieldRole::Element)]);
+    let r = FieldId(1);
+    b.graph.params.push(Param { name: "emb.weight".into(), shape: vec![10, 8], init: ParamInit::Normal });
+    let source = b.source();
+    let op = Op::EmbeddingRows {
+        param: "emb".into(),
+        field: r,
+        index: element("tokens", field(r), None),
+        count: len("tokens"),
+    };
+    let rows = b.add(op, &[(source, 0)], vec![batch(&[8])], &[]);
+    assert!(b.graph.nodes[rows].reads.is_empty(), "the bound row field is not a read");
+    let sum = b.add(Op::Reduce(ReduceFn::Sum), &[(rows, 0)], vec![f32(&[8])], &[INST]);
+    head(&mut b, sum);
+    accepts(&b.graph);
+    // A batch as wide as the table's rows, not a vector, not another width.
+    for wrong in [f32(&[8]), batch(&[4])] {
+        let mut broken = b.graph.clone();
+        node(&mut broken, rows).outputs[0] = wrong;
+        rejects(&broken, &[&format!("node %{}", rows.index()), "emb.weight"]);
+    }
+}
+
 #[test]
 fn argmax_routing_is_accepted() {
     accepts(&routed(false).b.graph);

@@ -42,6 +42,11 @@ pub struct LowerOptions {
     /// even where its body is row-wise and would be batched (`docs/IR.md`, Collections):
     /// `ampc compile --per-element-maps` and `amprun --per-element-maps`, for comparison.
     pub per_element_maps: bool,
+    /// In a batched map, run every arm of a parameter-array call on all rows and mask
+    /// (`mask_rows`), as the calls that pass ints do, instead of partitioning the rows by
+    /// arm (`partition_rows`/`merge_rows`): the earlier batched form, kept for comparison
+    /// and so that tests cover both.
+    pub masked_arms: bool,
 }
 
 /// [`lower_model`] with options.
@@ -51,7 +56,8 @@ pub fn lower_model_with(
     model: ComponentId,
     options: &LowerOptions,
 ) -> Result<Graph, Vec<Diagnostic>> {
-    lowerer::Lowerer::new(program, map, model).and_then(|l| l.per_element_maps(options.per_element_maps).run())
+    lowerer::Lowerer::new(program, map, model)
+        .and_then(|l| l.per_element_maps(options.per_element_maps).mask_arms(options.masked_arms).run())
 }
 
 /// Why a model did not compile to a verified graph.

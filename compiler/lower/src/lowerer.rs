@@ -65,6 +65,9 @@ pub(crate) struct Lowerer<'p> {
     rows: Option<collections::RowCtx>,
     /// Lower every `map` per element (`LowerOptions::per_element_maps`).
     per_element_maps: bool,
+    /// Mask a batched parameter-array call's arms instead of partitioning its rows
+    /// (`LowerOptions::masked_arms`).
+    masked_arms_only: bool,
 }
 
 /// How many fields of each kind exist, for their names (`e0`, `n0`, `slot0`).
@@ -166,12 +169,19 @@ impl<'p> Lowerer<'p> {
             traversals: HashMap::new(),
             rows: None,
             per_element_maps: false,
+            masked_arms_only: false,
         }
     }
 
     /// Lowers every `map` per element, as before batched maps (for comparison).
     pub(crate) fn per_element_maps(mut self, on: bool) -> Self {
         self.per_element_maps = on;
+        self
+    }
+
+    /// Masks a batched parameter-array call's arms instead of partitioning its rows.
+    pub(crate) fn mask_arms(mut self, on: bool) -> Self {
+        self.masked_arms_only = on;
         self
     }
 
@@ -714,10 +724,16 @@ impl<'p> Lowerer<'p> {
     }
 
     fn call_instance(&mut self, param: ParamRef, call: &InstanceCall, args: Vec<Value>, span: Span) -> R<Value> {
-        // In a batched map's body only Linear layers (one GEMM over the rows) and layers
-        // built of what the body may use have a row-wise form; any other parameter kind
-        // sends the map back to the per-element lowering.
-        if self.rows.is_some() && !matches!(&*param.instance, Instance::Linear { .. } | Instance::Layer { .. }) {
+        // In a batched map's body only Linear layers (one GEMM over the rows), Embedding
+        // lookups (one gather of table rows) and layers built of what the body may use
+        // have a row-wise form; any other parameter kind sends the map back to the
+        // per-element lowering.
+        if self.rows.is_some()
+            && !matches!(
+                &*param.instance,
+                Instance::Linear { .. } | Instance::Layer { .. } | Instance::Embedding { .. }
+            )
+        {
             return Err(self.not_row_wise());
         }
         match (&*param.instance, call) {
@@ -763,9 +779,22 @@ impl<'p> Lowerer<'p> {
                     return Err(self.unsupported(span, "this embedding index"));
                 };
                 let d = self.param_shape(&format!("{}.weight", param.prefix), span)?.get(1).copied().unwrap_or(0);
-                let ty = PayloadTy::F32(vec![d]);
                 let ctrl = self.ctrl.clone();
                 let label = param.prefix.clone();
+                if let Some(rows) = self.rows.clone() {
+                    // One lookup per row of the map: only an index that names the row has
+                    // one value per row (a constant index would be one vector, not a batch).
+                    let mut fields = Vec::new();
+                    index.fields(&mut fields);
+                    if !fields.contains(&rows.field) {
+                        return Err(self.not_row_wise());
+                    }
+                    let ty = PayloadTy::Batch(vec![d]);
+                    let op = Op::EmbeddingRows { param: param.prefix, field: rows.field, index, count: rows.count };
+                    let n = self.node(op, &[ctrl], vec![ty.clone()], &label, span);
+                    return Ok(Value::Tensor(Self::out(n, 0, ty)));
+                }
+                let ty = PayloadTy::F32(vec![d]);
                 let n =
                     self.node(Op::Embedding { param: param.prefix, index }, &[ctrl], vec![ty.clone()], &label, span);
                 Ok(Value::Tensor(Self::out(n, 0, ty)))

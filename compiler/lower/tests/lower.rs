@@ -90,8 +90,9 @@ fn tree_lstm_keys_branch_activations_by_instance_and_tree_node() {
 }
 
 /// Batched (the default), GGSNN's message step and GRU update are one message per step:
-/// keyed by (instance, step), the edges' sources a `gather_rows`, the edge kinds a
-/// `mask_rows` per message layer; only the embedding map keeps an element context.
+/// keyed by (instance, step), the edges' sources a `gather_rows`, split by edge kind
+/// (`partition_rows`) into one part per message layer and put back in edge order
+/// (`merge_rows`); the embedding map is one `embedding_rows`: no element context is left.
 #[test]
 fn ggsnn_batched_keys_messages_and_updates_by_step() {
     let g = lower(&example("ggsnn")).unwrap();
@@ -101,14 +102,16 @@ fn ggsnn_batched_keys_messages_and_updates_by_step() {
         assert_eq!(linear.key, vec![inst, t], "{label}: per (instance, step)");
         assert!(matches!(linear.inputs[0], PayloadTy::Batch(_)), "{label} takes all rows");
     }
-    assert_eq!((count(&g, "gather_rows"), count(&g, "mask_rows")), (1, 2));
-    assert_eq!((count(&g, "flatmap"), count(&g, "group"), count(&g, "ungroup"), count(&g, "switch")), (1, 1, 0, 0));
+    assert_eq!((count(&g, "gather_rows"), count(&g, "mask_rows")), (1, 0));
+    assert_eq!((count(&g, "partition_rows"), count(&g, "merge_rows")), (1, 1));
+    assert_eq!((count(&g, "flatmap"), count(&g, "group"), count(&g, "ungroup"), count(&g, "switch")), (0, 0, 0, 0));
+    assert_eq!((count(&g, "embedding_rows"), count(&g, "embedding")), (1, 0));
 }
 
 /// Per element (`LowerOptions::per_element_maps`): one message per edge and per node.
 #[test]
 fn ggsnn_keys_messages_by_edge_and_updates_by_node() {
-    let per_element = amp_lower::LowerOptions { per_element_maps: true };
+    let per_element = amp_lower::LowerOptions { per_element_maps: true, ..Default::default() };
     let g = lower_with(&example("ggsnn"), &per_element).unwrap();
     let inst = field(&g, "inst");
     let t = field(&g, "t0");

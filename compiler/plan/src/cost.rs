@@ -375,7 +375,11 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
     let mut update_owner: BTreeMap<&str, usize> = BTreeMap::new();
     for i in topo.nodes() {
         let Some(node) = graph.nodes.node_weight(NodeIndex::new(i)) else { continue };
-        if let Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } = &node.op {
+        if let Op::Linear { param }
+        | Op::Embedding { param, .. }
+        | Op::EmbeddingRows { param, .. }
+        | Op::Affine { param } = &node.op
+        {
             update_owner.entry(param.as_str()).or_insert(i);
         }
     }
@@ -429,9 +433,15 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
                 _ => None,
             },
         };
-        if let Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } = &node.op {
+        if let Op::Linear { param }
+        | Op::Embedding { param, .. }
+        | Op::EmbeddingRows { param, .. }
+        | Op::Affine { param } = &node.op
+        {
             if update_owner.get(param.as_str()) == Some(&i) {
-                cost.update_us = update_us(graph, &node.op, param, flow.forward[i], a);
+                // A batch of looked-up rows touches one table row per row.
+                let lookups = if matches!(node.op, Op::EmbeddingRows { .. }) { out_rows } else { 1.0 };
+                cost.update_us = update_us(graph, &node.op, param, flow.forward[i] * lookups, a);
             }
         }
         if let Some(m) = measured.as_ref().and_then(|m| m.get(&(i as u32))) {
@@ -526,7 +536,7 @@ fn update_us(graph: &Graph, op: &Op, param: &str, messages: f64, a: &Assumptions
     let elements = size(weight) + size(shape(format!("{param}.bias")));
     let touched = if !a.plain_sgd {
         elements
-    } else if let Op::Embedding { .. } = op {
+    } else if let Op::Embedding { .. } | Op::EmbeddingRows { .. } = op {
         // Rows looked up between two updates, each as wide as the table's rows.
         let width = weight.get(1).map_or(1.0, |&d| d as f64);
         (messages * a.update_every * width).min(elements)
@@ -664,7 +674,7 @@ pub(crate) fn work(
             let forward = 2.0 * inp * out * rows;
             (forward, if input_grad { 2.0 * forward } else { forward })
         }
-        Op::Embedding { .. } => (output, output),
+        Op::Embedding { .. } | Op::EmbeddingRows { .. } => (output, output),
         // A product and a sum per element; backward the input's gradient and the two
         // parameters' (three products and sums).
         Op::Affine { .. } => (2.0 * output, 6.0 * output),
@@ -679,6 +689,9 @@ pub(crate) fn work(
         // Copies the rows forward, adds them back (into zeros of the input's size).
         Op::GatherRows { .. } => (output, input.max(output)),
         Op::MaskRows { .. } => (output, output),
+        // Every row copied once each way.
+        Op::PartitionRows { .. } => (input, input),
+        Op::MergeRows { .. } => (output, output),
         Op::TopK { k } => (input * f64::from(*k).max(1.0), output),
         Op::Loss(_) => (4.0 * input, 2.0 * input),
         Op::StateFromPayload { .. } => (input, 0.0),

@@ -191,7 +191,10 @@ impl Rules {
                     let tree = graph.field(*field).is_some_and(|f| f.role == FieldRole::TreeNode);
                     rules.count[i] = expected(count, if tree { a.tree_nodes } else { a.elements }, a.elements);
                 }
-                Op::Group { count, .. } | Op::ScatterSum { count, .. } | Op::GatherRows { count, .. } => {
+                Op::Group { count, .. }
+                | Op::ScatterSum { count, .. }
+                | Op::GatherRows { count, .. }
+                | Op::EmbeddingRows { count, .. } => {
                     rules.count[i] = expected(count, a.elements, a.elements);
                 }
                 _ => {}
@@ -239,7 +242,12 @@ impl Rules {
                 fires = gate;
             }
             // One message whatever the rows: a batched map's collection moves as one.
-            Op::ScatterSum { .. } | Op::GatherRows { .. } => rows = vec![self.count[v]; outputs],
+            Op::ScatterSum { .. } | Op::GatherRows { .. } | Op::EmbeddingRows { .. } => {
+                rows = vec![self.count[v]; outputs]
+            }
+            // Each arm gets one message with its share of the rows (even shares expected).
+            Op::PartitionRows { arms, .. } => rows = vec![rows0 / f64::from((*arms).max(1)); outputs],
+            Op::MergeRows { .. } => rows = vec![(0..inputs).map(|p| input(p).1).sum(); outputs],
             Op::Cond { .. } => {
                 let p = self.cond_true[v];
                 out = vec![rate0 * p, rate0 * (1.0 - p)];

@@ -15,7 +15,7 @@ fn groups(graph: &Graph) -> Vec<(String, bool)> {
     for node in graph.nodes.node_weights() {
         let (prefix, embedding) = match &node.op {
             Op::Linear { param } | Op::Affine { param } => (param, false),
-            Op::Embedding { param, .. } => (param, true),
+            Op::Embedding { param, .. } | Op::EmbeddingRows { param, .. } => (param, true),
             _ => continue,
         };
         if !out.iter().any(|(p, _)| p == prefix) {

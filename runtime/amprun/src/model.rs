@@ -104,7 +104,7 @@ fn compile_source(args: &ModelArgs) -> Result<Verified, Failure> {
             None => format!("`{}` defines no model to run", path.display()),
         }));
     };
-    let options = amp_lower::LowerOptions { per_element_maps: args.per_element_maps };
+    let options = amp_lower::LowerOptions { per_element_maps: args.per_element_maps, ..Default::default() };
     match amp_lower::compile_model_with(program, &map, model, &options) {
         Ok((graph, _reports)) => Ok(graph),
         Err(amp_lower::CompileError::Lowering(diagnostics)) => {

@@ -54,7 +54,7 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
     let nodes = graph.nodes.node_indices().filter_map(|at| {
         let node = &graph.nodes[at];
         let (expr, limit, what) = match &node.op {
-            Op::Embedding { param, index } => {
+            Op::Embedding { param, index } | Op::EmbeddingRows { param, index, .. } => {
                 let rows = graph.param(&format!("{param}.weight")).and_then(|p| p.shape.first().copied());
                 let rows = rows?;
                 (index, rows, format!("an index of the Embedding `{param}` ({rows} rows)"))
@@ -75,7 +75,7 @@ pub fn model_ranges(graph: &Graph) -> Vec<Range> {
                 }
                 (label, classes, format!("a class label of the loss `{}` ({classes} classes)", node.label))
             }
-            Op::Switch { index, arms } => {
+            Op::Switch { index, arms } | Op::PartitionRows { index, arms, .. } => {
                 (index, u64::from(*arms), format!("a choice of `{}` ({arms} arms)", node.label))
             }
             _ => return None,

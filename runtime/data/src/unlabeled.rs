@@ -221,8 +221,12 @@ fn data_paths(op: &Op) -> Vec<&[DataStep]> {
         Op::Isu { value, inverse, .. } => exprs.extend(std::iter::once(value).chain(inverse)),
         Op::Loss(kind) => exprs.extend(kind.exprs()),
         Op::Flatmap { count, .. } | Op::Group { count, .. } => exprs.push(count),
-        Op::ScatterSum { index, count, .. } | Op::GatherRows { index, count, .. } => exprs.extend([index, count]),
-        Op::MaskRows { pred, .. } => exprs.push(pred),
+        Op::ScatterSum { index, count, .. }
+        | Op::GatherRows { index, count, .. }
+        | Op::EmbeddingRows { index, count, .. } => exprs.extend([index, count]),
+        Op::MaskRows { pred, .. } | Op::PartitionRows { index: pred, .. } | Op::MergeRows { index: pred, .. } => {
+            exprs.push(pred)
+        }
         Op::StateFromPayload { int: amp_ir::PayloadInt::TopK { slot, .. }, .. } => exprs.push(slot),
         _ => {}
     }

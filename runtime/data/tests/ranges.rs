@@ -102,21 +102,26 @@ fn a_guarded_tree_with_a_neutral_node_is_in_range_and_an_unguarded_one_is_not() 
     assert_eq!((field.as_str(), value), ("tree[1].label", 2));
 }
 
-/// GGSNN's edge kinds choose among the message layers in both lowerings: a `switch` per
-/// edge, or (batched) one `mask_rows` per layer; either way every edge's kind must be
-/// below the layers.
+/// GGSNN's edge kinds choose among the message layers in every lowering: a `switch` per
+/// edge, or (batched) one `partition_rows` of the edges, or one `mask_rows` per layer;
+/// either way every edge's kind must be below the layers. Its node kinds index the
+/// Embedding, looked up per node or (batched) by one `embedding_rows`.
 #[test]
 fn a_parameter_array_index_is_ranged_in_both_lowerings() {
     let source = include_str!("../../../examples/ggsnn.amp");
     let kinds = vec![RangeStep::Field("edges".into()), RangeStep::Each, RangeStep::Field("kind".into())];
-    for per_element_maps in [false, true] {
+    let nodes = vec![RangeStep::Field("nodes".into()), RangeStep::Each];
+    for (per_element_maps, masked_arms) in [(false, false), (false, true), (true, false)] {
         let (map, checked) = amp_sema::check_source("ggsnn.amp", source, &amp_sema::Options::default());
         let model = checked.program.models[0];
-        let options = amp_lower::LowerOptions { per_element_maps };
+        let options = amp_lower::LowerOptions { per_element_maps, masked_arms };
         let (graph, _) = amp_lower::compile_model_with(&checked.program, &map, model, &options).expect("compiles");
         let ranges = model_ranges(&graph);
         let kind = ranges.iter().find(|r| r.path == kinds).expect("the edge kinds are ranged");
-        assert_eq!(kind.limit, 2, "per element: {per_element_maps}");
+        assert_eq!(kind.limit, 2, "per element: {per_element_maps}, masked: {masked_arms}");
         assert!(kind.what.contains("2 arms"), "{}", kind.what);
+        let node = ranges.iter().find(|r| r.path == nodes).expect("the node kinds are ranged");
+        assert_eq!(node.limit, 8, "per element: {per_element_maps}, masked: {masked_arms}");
+        assert!(node.what.contains("Embedding `emb`"), "{}", node.what);
     }
 }

@@ -4,7 +4,9 @@
 //! uses every straight-line op the lowering emits (split, the unary functions, broadcast
 //! arithmetic, if/else, loops, embedding, softmaxes, mse), and the collection models:
 //! tree_lstm (trees of 1, 2 and 5 leaves, unbalanced), ggsnn (no edges, a self-loop,
-//! parallel edges) and moe (random routing and tied gates). These hold with the input
+//! parallel edges, every edge of one kind, a node kind twice: its batched message step
+//! partitions the edges' rows by kind and merges them back, its embeddings are one
+//! `embedding_rows`) and moe (random routing and tied gates). These hold with the input
 //! gradients that reach no parameter skipped (`Graph::parameter_dependent`, whose
 //! verdicts on the canonical models are checked here too).
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -143,8 +145,12 @@ fn ggsnn_gradients_match_finite_differences() {
     let data = [
         // No edges: every message context is empty.
         ggsnn_graph(&graph, &[1, 4], &[], 0),
-        // A self-loop and parallel edges into one node.
+        // A self-loop and parallel edges into one node; the kinds interleave, so the rows
+        // `partition_rows` splits by kind come back in order from `merge_rows`.
         ggsnn_graph(&graph, &[3, 0, 7], &[(1, 1, 0), (0, 2, 1), (1, 2, 1), (2, 0, 0)], 1),
+        // Every edge of one kind: the other arm's Linear runs on no rows. Two nodes of one
+        // kind: `embedding_rows` adds both rows' gradients into one table row.
+        ggsnn_graph(&graph, &[2, 5, 2], &[(0, 1, 1), (2, 1, 1), (1, 0, 1)], 0),
     ];
     check_gradients(&graph, &data, 17);
 }

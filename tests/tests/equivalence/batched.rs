@@ -1,6 +1,8 @@
 //! Batched maps (`docs/IR.md`, Collections): a `map` whose body is row-wise runs on one
-//! batch per collection (`gather_rows`, `mask_rows`, `linear` and elementwise ops on all
-//! rows); `LowerOptions::per_element_maps` forces the per-element lowering. Both lowerings
+//! batch per collection (`gather_rows`, `partition_rows`/`merge_rows` around a parameter
+//! array's arms, `linear` and elementwise ops on all rows); `LowerOptions::masked_arms`
+//! runs every arm on all rows and masks them (`mask_rows`) instead, and
+//! `LowerOptions::per_element_maps` forces the per-element lowering. All three lowerings
 //! of every model they apply to give the reference's loss and gradients (JIT on and off)
 //! and train as minibatch SGD (one worker; two workers with batching), and the compiler
 //! chose the batched one where it should.
@@ -9,10 +11,10 @@ use super::*;
 use amp_ir::{Op, PayloadTy};
 use amp_lower::LowerOptions;
 
-/// A list model whose maps are Linear layers and elementwise chains over the rows of a
-/// computed sequence (the embeddings, one message per element: an `embedding` is not
-/// row-wise yet), a `zip` with `concat`, `split`, a gather by a computed index from a
-/// range, and a parameter array chosen per element by the data.
+/// A list model whose maps are an embedding lookup per token (`embedding_rows`), Linear
+/// layers and elementwise chains over the rows of a computed sequence, a `zip` with
+/// `concat`, `split`, a gather by a computed index from a range, and a parameter array
+/// chosen per element by the data.
 const LIST_MAPS: &str = r#"
 record Example { tokens: [int], label: int }
 model ListMaps(vocab: int = 14, hidden: int = 8, classes: int = 10) {
@@ -38,8 +40,12 @@ model ListMaps(vocab: int = 14, hidden: int = 8, classes: int = 10) {
 }
 "#;
 
-fn lowerings() -> [(&'static str, LowerOptions); 2] {
-    [("batched", LowerOptions::default()), ("per element", LowerOptions { per_element_maps: true })]
+fn lowerings() -> [(&'static str, LowerOptions); 3] {
+    [
+        ("batched", LowerOptions::default()),
+        ("batched, masked arms", LowerOptions { masked_arms: true, ..Default::default() }),
+        ("per element", LowerOptions { per_element_maps: true, ..Default::default() }),
+    ]
 }
 
 fn ops_named(c: &Compiled, keyword: &str) -> usize {
@@ -66,17 +72,34 @@ fn ggsnn_values(seed: u64, count: usize) -> Vec<Value> {
 }
 
 /// The compiler batches GGSNN's message step and the GRU update (one `gather_rows` of
-/// the sources, one `mask_rows` per edge kind, GEMMs on batches, no element context in
-/// the loop), keeps the embedding map per element, and `per_element_maps` keeps every
-/// map per element.
+/// the sources, one `partition_rows` of them by edge kind and one `merge_rows` of the
+/// arms' results, GEMMs on batches, no element context in the loop) and the embedding map
+/// (one `embedding_rows`); `masked_arms` masks instead (one `mask_rows` per edge kind),
+/// and `per_element_maps` keeps every map per element.
 #[test]
 fn the_compiler_batches_row_wise_maps_only() {
     let batched = compile_ggsnn(&LowerOptions::default());
     assert_eq!(ops_named(&batched, "gather_rows"), 1);
-    assert_eq!(ops_named(&batched, "mask_rows"), 2);
-    // The embedding map is the only element context left.
-    assert_eq!(ops_named(&batched, "group"), 1);
-    assert_eq!(ops_named(&batched, "ungroup"), 0);
+    assert_eq!(ops_named(&batched, "mask_rows"), 0);
+    assert_eq!(ops_named(&batched, "partition_rows"), 1);
+    assert_eq!(ops_named(&batched, "merge_rows"), 1);
+    // Each arm's Linear reads its own part of the partition.
+    for i in batched.graph.nodes.node_indices() {
+        if let Op::Linear { param } = &batched.graph.nodes[i].op {
+            if let Some(arm) = param.strip_prefix("msg.") {
+                let (producer, edge) = batched.graph.input_edge(i, 0).expect("an input");
+                assert_eq!(batched.graph.nodes[producer].op.keyword(), "partition_rows");
+                assert_eq!(edge.from_port.to_string(), arm);
+            }
+        }
+    }
+    let masked = compile_ggsnn(&LowerOptions { masked_arms: true, ..Default::default() });
+    assert_eq!(ops_named(&masked, "mask_rows"), 2);
+    assert_eq!(ops_named(&masked, "partition_rows") + ops_named(&masked, "merge_rows"), 0);
+    // No element context is left: the embedding map is one lookup of all the nodes' rows.
+    assert_eq!(ops_named(&batched, "embedding_rows"), 1);
+    assert_eq!(ops_named(&batched, "embedding"), 0);
+    assert_eq!(ops_named(&batched, "group") + ops_named(&batched, "ungroup") + ops_named(&batched, "flatmap"), 0);
     let batch_linears = batched
         .graph
         .nodes
@@ -88,14 +111,17 @@ fn the_compiler_batches_row_wise_maps_only() {
         .count();
     // msg.0, msg.1, gru.ih, gru.hh.
     assert_eq!(batch_linears, 4);
-    let per_element = compile_ggsnn(&LowerOptions { per_element_maps: true });
+    let per_element = compile_ggsnn(&LowerOptions { per_element_maps: true, ..Default::default() });
     assert_eq!(ops_named(&per_element, "gather_rows") + ops_named(&per_element, "mask_rows"), 0);
+    assert_eq!(ops_named(&per_element, "embedding_rows"), 0);
     assert_eq!(ops_named(&per_element, "group"), 3);
 
     let list = compile_list_maps(&LowerOptions::default());
-    assert_eq!(ops_named(&list, "group"), 1, "only the embedding map is per element");
+    assert_eq!(ops_named(&list, "group"), 0, "every map is batched");
+    assert_eq!(ops_named(&list, "embedding_rows"), 1);
     assert_eq!(ops_named(&list, "gather_rows"), 2);
-    assert_eq!(ops_named(&list, "mask_rows"), 2);
+    assert_eq!(ops_named(&list, "partition_rows"), 1);
+    assert_eq!(ops_named(&list, "mask_rows"), 0);
 }
 
 /// A map whose body calls `dropout` stays per element: the mask hashes the element's
@@ -107,7 +133,7 @@ fn a_map_with_dropout_stays_per_element() {
     assert_ne!(source, LIST_MAPS, "the body to change is in the model");
     let c = compile_source_with("list_maps_dropout", &source, Vec::new(), &LowerOptions::default());
     assert_eq!(ops_named(&c, "dropout"), 1);
-    assert_eq!(ops_named(&c, "group"), 2, "the embedding map and the dropout map are per element");
+    assert_eq!(ops_named(&c, "group"), 1, "the dropout map is per element");
     assert_eq!(ops_named(&c, "gather_rows"), 2, "the later maps are still batched");
     let dropout =
         c.graph.nodes.node_indices().find(|&i| c.graph.nodes[i].op.keyword() == "dropout").expect("a dropout node");
@@ -115,7 +141,8 @@ fn a_map_with_dropout_stays_per_element() {
     super::dropout::assert_grads_match(&c, &list_values(3, 12));
 }
 
-/// Loss and every gradient equal the reference's, in both lowerings, JIT on and off;
+/// Loss and every gradient equal the reference's, in every lowering, JIT on and off, on
+/// one worker and on two with batching;
 /// with the JIT, the elementwise chains of the batched bodies are kernels too.
 #[test]
 fn both_lowerings_match_the_reference() {
@@ -130,6 +157,10 @@ fn both_lowerings_match_the_reference() {
                 // The elementwise chains run as kernels, on all rows of a batch at once
                 // when batched (a scalar constant repeated per row).
                 assert_eq!(executor.fused_nodes().is_empty(), !jit, "{name}, {which}");
+                // Two workers with dynamic batching: an arm's rows of several instances
+                // meet at its Linear.
+                let two = ExecConfig { jit, workers: 2, max_batch: 8, ..ExecConfig::default() };
+                assert_values_match(&c, values.clone(), two);
             }
         }
     }
@@ -182,4 +213,23 @@ fn a_row_index_past_the_collection_is_an_error() {
         let error = executor.grads(&inst).expect_err("an edge from node 7 of 2").to_string();
         assert!(error.contains("index") && error.contains('7'), "{which}: {error}");
     }
+}
+
+/// An edge kind past the message array is an error naming the arm index, not a panic,
+/// when the rows are partitioned by it (`amprun` refuses such data before training, from
+/// the graph's ranges; the executor still checks).
+#[test]
+fn an_arm_index_past_the_array_is_an_error() {
+    let edge = |kind: i64| Value::Record(vec![Value::Int(0), Value::Int(1), Value::Int(kind)]);
+    let bad = Value::Record(vec![
+        Value::Seq(vec![Value::Int(1), Value::Int(2)]),
+        Value::Seq(vec![edge(1), edge(5)]),
+        Value::Int(0),
+    ]);
+    let c = compile_ggsnn(&LowerOptions::default());
+    let params = ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 1);
+    let mut executor = Executor::new(&c.graph, params, ExecConfig::default()).expect("executor");
+    let inst = Instance::new(c.graph.input.as_ref().expect("schema"), bad).expect("instance");
+    let error = executor.grads(&inst).expect_err("an edge of kind 5 of 2").to_string();
+    assert!(error.contains("arm index") && error.contains('5'), "{error}");
 }

@@ -346,6 +346,13 @@ impl Parser {
                 let param = c.symbol()?;
                 Op::Embedding { param, index: self.bracketed_expr(c)? }
             }
+            "embedding_rows" => {
+                c.expect("@")?;
+                let param = c.symbol()?;
+                let field = self.field(c)?;
+                let index = self.bracketed_expr(c)?;
+                Op::EmbeddingRows { param, field, index, count: self.bracketed_expr(c)? }
+            }
             "unary" => Op::Unary(named(c, UnaryFn::from_name, "a unary function")?),
             "binary" => Op::Binary(named(c, BinaryFn::from_name, "a binary function")?),
             "split" => Op::Split { parts: c.number("a part count")? },
@@ -419,6 +426,16 @@ impl Parser {
             "mask_rows" => {
                 let field = self.field(c)?;
                 Op::MaskRows { field, pred: self.bracketed_expr(c)? }
+            }
+            "partition_rows" | "merge_rows" => {
+                let field = self.field(c)?;
+                let index = self.bracketed_expr(c)?;
+                let arms = c.number("an arm count")?;
+                if keyword == "partition_rows" {
+                    Op::PartitionRows { field, index, arms }
+                } else {
+                    Op::MergeRows { field, index, arms }
+                }
             }
             "reduce" => Op::Reduce(lookup(c, &REDUCE_NAMES, "`sum` or `mean`")?),
             "top_k" => Op::TopK { k: c.number("k")? },

@@ -40,12 +40,13 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                 check_affine(cx, i, param, &node.inputs[0], &node.outputs[0]);
             }
         }
-        Op::Embedding { param, .. } => {
+        Op::Embedding { param, .. } | Op::EmbeddingRows { param, .. } => {
             if ports(cx, i, node, one, one) {
                 expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::Unit);
                 let weight = format!("{param}.weight");
+                let rows = matches!(node.op, Op::EmbeddingRows { .. });
                 if let Some([_, dim]) = matrix(cx, i, &weight, "[rows, dim]") {
-                    let expected = PayloadTy::F32(vec![dim]);
+                    let expected = if rows { PayloadTy::Batch(vec![dim]) } else { PayloadTy::F32(vec![dim]) };
                     if node.outputs[0] != expected {
                         let shape = cx.param(&weight).map(|p| p.shape.clone()).unwrap_or_default();
                         let found = node.outputs[0].clone();
@@ -58,6 +59,8 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
                         };
                         cx.report(i, kind);
                     }
+                } else if rows {
+                    expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::AnyBatch);
                 } else {
                     expect(cx, i, PortDir::Output, 0, &node.outputs[0], &TypeExpectation::F32Rank1);
                 }
@@ -275,6 +278,27 @@ fn check_op(cx: &mut Checker, i: usize, node: &Node) {
             if ports(cx, i, node, one, one)
                 && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch)
             {
+                same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
+            }
+        }
+        Op::PartitionRows { arms, .. } => {
+            if *arms == 0 {
+                cx.report(i, VerifyErrorKind::NoArms);
+            } else if ports(cx, i, node, one, Arity::Exactly(*arms as usize))
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch)
+            {
+                for (port, out) in node.outputs.iter().enumerate() {
+                    same_as_input(cx, i, port, out, &node.inputs[0]);
+                }
+            }
+        }
+        Op::MergeRows { arms, .. } => {
+            if *arms == 0 {
+                cx.report(i, VerifyErrorKind::NoArms);
+            } else if ports(cx, i, node, Arity::Exactly(*arms as usize), one)
+                && expect(cx, i, PortDir::Input, 0, &node.inputs[0], &TypeExpectation::AnyBatch)
+            {
+                inputs_equal(cx, i, &node.inputs);
                 same_as_input(cx, i, 0, &node.outputs[0], &node.inputs[0]);
             }
         }
@@ -562,6 +586,10 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
             out.extend(exprs.into_iter().map(|e| (e, FieldUse::ReadPath)));
         }
         Op::Embedding { index, .. } => out.push((index, FieldUse::EmbeddingIndex)),
+        Op::EmbeddingRows { index, count, .. } => {
+            out.push((index, FieldUse::EmbeddingIndex));
+            out.push((count, FieldUse::Count));
+        }
         Op::Cond { pred } => out.push((pred, FieldUse::Predicate)),
         Op::Switch { index, .. } => out.push((index, FieldUse::SwitchIndex)),
         Op::Isu { value, inverse, .. } => {
@@ -593,6 +621,7 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
             out.push((count, FieldUse::Count));
         }
         Op::MaskRows { pred, .. } => out.push((pred, FieldUse::Predicate)),
+        Op::PartitionRows { index, .. } | Op::MergeRows { index, .. } => out.push((index, FieldUse::RowIndex)),
         Op::StateFromPayload { int: PayloadInt::TopK { slot, .. }, .. } => out.push((slot, FieldUse::PayloadInt)),
         _ => {}
     }
@@ -603,7 +632,12 @@ pub(super) fn attribute_exprs(op: &Op) -> Vec<(&StateExpr, FieldUse)> {
 pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
     // The row field these ops bind while evaluating their per-row expressions.
     let written_by_scatter = match op {
-        Op::ScatterSum { field, .. } | Op::GatherRows { field, .. } | Op::MaskRows { field, .. } => Some(*field),
+        Op::ScatterSum { field, .. }
+        | Op::GatherRows { field, .. }
+        | Op::MaskRows { field, .. }
+        | Op::PartitionRows { field, .. }
+        | Op::MergeRows { field, .. }
+        | Op::EmbeddingRows { field, .. } => Some(*field),
         _ => None,
     };
     let mut out = Vec::new();
@@ -613,8 +647,10 @@ pub(super) fn attribute_reads(op: &Op) -> Vec<(FieldId, FieldUse)> {
     for (expr, used_as) in attribute_exprs(op) {
         let mut fields = Vec::new();
         expr_fields(&mut vec![expr], &mut fields);
-        let own =
-            |f: &FieldId| matches!(used_as, FieldUse::RowIndex | FieldUse::Predicate) && Some(*f) == written_by_scatter;
+        let own = |f: &FieldId| {
+            matches!(used_as, FieldUse::RowIndex | FieldUse::Predicate | FieldUse::EmbeddingIndex)
+                && Some(*f) == written_by_scatter
+        };
         out.extend(fields.into_iter().filter(|f| !own(f)).map(|f| (f, used_as)));
     }
     out
@@ -739,7 +775,7 @@ pub fn key_reason(node: &Node, fans_out: bool) -> Option<KeyReason> {
         Some(KeyReason::Caches)
     } else if node.inputs.len() >= 2 {
         Some(KeyReason::JoinsInputs)
-    } else if matches!(node.op, Op::Split { .. }) && node.outputs.len() >= 2 {
+    } else if matches!(node.op, Op::Split { .. } | Op::PartitionRows { .. }) && node.outputs.len() >= 2 {
         Some(KeyReason::JoinsGradients)
     } else if matches!(node.op, Op::Flatmap { .. } | Op::Ungroup { .. }) {
         // The element messages' gradients are collected by the enclosing context's key.

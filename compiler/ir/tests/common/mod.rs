@@ -391,6 +391,26 @@ pub fn every_op() -> Graph {
             vec![rows.clone()],
             vec![rows.clone()],
         ),
+        (
+            Op::PartitionRows { field: FieldId(2), index: element_of("edges", field(2), "dst"), arms: 3 },
+            vec![rows.clone()],
+            vec![rows.clone(), rows.clone(), rows.clone()],
+        ),
+        (
+            Op::MergeRows { field: FieldId(2), index: element_of("edges", field(2), "dst"), arms: 2 },
+            vec![rows.clone(), rows.clone()],
+            vec![rows.clone()],
+        ),
+        (
+            Op::EmbeddingRows {
+                param: "e".into(),
+                field: FieldId(2),
+                index: element_of("edges", field(2), "src"),
+                count: len_xs(),
+            },
+            vec![u.clone()],
+            vec![rows.clone()],
+        ),
     ]);
     let mut indices = Vec::new();
     for (i, (op, inputs, outputs)) in ops.into_iter().enumerate() {
@@ -532,6 +552,12 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
         any_name().prop_map(|param| Op::Linear { param }),
         any_name().prop_map(|param| Op::Affine { param }),
         (any_name(), e()).prop_map(|(param, index)| Op::Embedding { param, index }),
+        (any_name(), 0..fields, e(), e()).prop_map(|(param, f, index, count)| Op::EmbeddingRows {
+            param,
+            field: FieldId(f),
+            index,
+            count
+        }),
         Just(Op::Unary(UnaryFn::Softmax)),
         Just(Op::Binary(BinaryFn::Div)),
         Just(Op::Concat),
@@ -563,6 +589,12 @@ fn any_op(fields: u16) -> impl Strategy<Value = Op> {
         (0..fields).prop_map(|f| Op::Ungroup { field: FieldId(f) }),
         e().prop_map(|index| Op::Gather { index }),
         (0..fields, e(), e()).prop_map(|(f, index, count)| Op::ScatterSum { field: FieldId(f), index, count }),
+        (0..fields, e(), any::<u32>()).prop_map(|(f, index, arms)| Op::PartitionRows {
+            field: FieldId(f),
+            index,
+            arms
+        }),
+        (0..fields, e(), any::<u32>()).prop_map(|(f, index, arms)| Op::MergeRows { field: FieldId(f), index, arms }),
         prop_oneof![Just(ReduceFn::Sum), Just(ReduceFn::Mean)].prop_map(Op::Reduce),
         any::<u32>().prop_map(|k| Op::TopK { k }),
         (0..fields, prop::option::of((any::<u32>(), e()))).prop_map(|(f, top_k)| Op::StateFromPayload {

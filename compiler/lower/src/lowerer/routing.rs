@@ -42,9 +42,55 @@ impl Lowerer<'_> {
         ParamRef { prefix: format!("{}.{i}", array.prefix), instance: elem, subst: array.subst.clone() }
     }
 
+    /// In a batched map whose call passes only batches: each argument's rows split by the
+    /// index among the arms (`partition_rows`), each arm called on its own rows, and the
+    /// results put back in row order (`merge_rows`), so the work is the rows' whatever the
+    /// arm count. The arm's body sees fewer rows than the map has, which is sound because
+    /// a layer reads nothing per row but its arguments (ints among them would index the
+    /// map's rows: those calls take [`Self::masked_arms`] instead).
+    #[allow(clippy::too_many_arguments)]
+    fn partitioned_arms(
+        &mut self,
+        array: ParamRef,
+        n: u64,
+        index: StateExpr,
+        rows: super::collections::RowCtx,
+        call: &InstanceCall,
+        args: Vec<Value>,
+        span: Span,
+    ) -> R<Value> {
+        let arms = u32::try_from(n).map_err(|_| self.not_row_wise())?;
+        let mut per_arm: Vec<Vec<Value>> = vec![Vec::with_capacity(args.len()); n as usize];
+        for arg in args {
+            let Value::Tensor(port) = arg else { return Err(self.not_row_wise()) };
+            let ty = port.ty.clone();
+            let op = Op::PartitionRows { field: rows.field, index: index.clone(), arms };
+            let node = self.node(op, &[port], vec![ty.clone(); n as usize], "route", span);
+            for (k, arm_args) in per_arm.iter_mut().enumerate() {
+                arm_args.push(Value::Tensor(Self::out(node, k as u16, ty.clone())));
+            }
+        }
+        let mut results = Vec::with_capacity(n as usize);
+        for (i, arm_args) in per_arm.into_iter().enumerate() {
+            let element = self.element(&array, i as u64);
+            let Value::Tensor(y) = self.call_instance(element, call, arm_args, span)? else {
+                return Err(self.not_row_wise());
+            };
+            if !matches!(y.ty, amp_ir::PayloadTy::Batch(_)) || results.first().is_some_and(|f: &Port| f.ty != y.ty) {
+                return Err(self.not_row_wise());
+            }
+            results.push(y);
+        }
+        let Some(ty) = results.first().map(|p| p.ty.clone()) else { return Err(self.not_row_wise()) };
+        let op = Op::MergeRows { field: rows.field, index, arms };
+        let merged = self.node(op, &results, vec![ty.clone()], "end route", span);
+        Ok(Value::Tensor(Self::out(merged, 0, ty)))
+    }
+
     /// In a batched map: every arm called on all rows, each result's rows kept where the
     /// index picks that arm (`mask_rows`), summed. Each row is one arm's value plus zeros,
-    /// so the values are the per-element lowering's; the work is `n` times the rows'.
+    /// so the values are the per-element lowering's; the work is `n` times the rows'. Used
+    /// when the call passes ints, which [`Self::partitioned_arms`] cannot split.
     #[allow(clippy::too_many_arguments)]
     fn masked_arms(
         &mut self,
@@ -95,6 +141,11 @@ impl Lowerer<'_> {
         };
         let n = self.array_len(&array, len, span)?;
         if let (Some(rows), Value::Int(i)) = (self.rows.clone(), &index) {
+            let batches = !args.is_empty()
+                && args.iter().all(|a| matches!(a, Value::Tensor(p) if matches!(p.ty, amp_ir::PayloadTy::Batch(_))));
+            if batches && !self.masked_arms_only {
+                return self.partitioned_arms(array, n, i.clone(), rows, call, args, span);
+            }
             return self.masked_arms(array, n, i.clone(), rows, call, args, span);
         }
         if self.rows.is_some() {

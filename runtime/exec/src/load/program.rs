@@ -291,7 +291,8 @@ fn cost(graph: &Graph, node: &NodeInfo) -> u64 {
     let ExecOp::Ir(op) = &node.op else { return 1 };
     match op {
         Op::Linear { param } => graph.param(&format!("{param}.weight")).map_or(1, |p| p.shape.iter().product()) * 2,
-        Op::Embedding { .. } => out * 2,
+        // Per row for a batch of rows: their count is known only at run time.
+        Op::Embedding { .. } | Op::EmbeddingRows { .. } => out * 2,
         _ => out + node.inputs.iter().map(PayloadTy::elements).sum::<u64>() + 1,
     }
 }
@@ -341,7 +342,7 @@ fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &Exec
     for node in nodes.iter_mut().flatten() {
         let (prefix, with_bias) = match &node.op {
             ExecOp::Ir(Op::Linear { param } | Op::Affine { param }) => (param, true),
-            ExecOp::Ir(Op::Embedding { param, .. }) => (param, false),
+            ExecOp::Ir(Op::Embedding { param, .. } | Op::EmbeddingRows { param, .. }) => (param, false),
             _ => continue,
         };
         let overridden = config.update_overrides.iter().filter(|(sel, _)| match sel {

@@ -17,7 +17,7 @@
 //! context under the node's key, which excludes the element field. Families: `data`
 //! (source, read, const, forget, sink), `ppt`, `nppt`, `shape` (concat, split), `route`
 //! (cond, switch, phi, isu), `loss`, `elements` (flatmap, group, ungroup), `rows`
-//! (gather, scatter_sum, gather_rows, mask_rows, reduce), `select` (top_k, state_from_payload), `dropout`.
+//! (gather, scatter_sum, gather_rows, mask_rows, partition_rows, merge_rows, reduce), `select` (top_k, state_from_payload), `dropout`.
 //!
 //! Adding an op: a type implementing [`NodeOp`] in the module of its family and an arm
 //! in [`build`].
@@ -332,6 +332,9 @@ pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn Nod
         Op::Sink { .. } => Box::new(data::SinkOp),
         Op::Linear { .. } => Box::new(ppt::LinearOp::new(node, access)?),
         Op::Embedding { index, .. } => Box::new(ppt::EmbeddingOp::new(node, index.clone(), access)?),
+        Op::EmbeddingRows { field, index, count, .. } => {
+            Box::new(ppt::EmbeddingRowsOp::new(node, *field, index.clone(), count.clone(), access)?)
+        }
         Op::Affine { .. } => Box::new(ppt::AffineOp::new(node)?),
         Op::Unary(f) => Box::new(nppt::UnaryOp::new(*f, node)),
         Op::Binary(f) => Box::new(nppt::BinaryOp::new(*f, node)),
@@ -355,6 +358,12 @@ pub(crate) fn build(node: &NodeInfo, access: &ParamAccess) -> Result<Box<dyn Nod
             Box::new(rows::GatherRowsOp::new(*field, index.clone(), count.clone(), node))
         }
         Op::MaskRows { field, pred } => Box::new(rows::MaskRowsOp::new(*field, pred.clone(), node)),
+        Op::PartitionRows { field, index, arms } => {
+            Box::new(rows::PartitionRowsOp::new(*field, index.clone(), *arms as usize, node))
+        }
+        Op::MergeRows { field, index, arms } => {
+            Box::new(rows::MergeRowsOp::new(*field, index.clone(), *arms as usize, node))
+        }
         Op::Reduce(f) => Box::new(rows::ReduceOp::new(*f, node)),
         Op::TopK { k } => Box::new(select::TopKOp::new(*k as usize, node)),
         Op::StateFromPayload { field, int } => Box::new(select::StateFromPayloadOp::new(*field, int.clone(), node)),

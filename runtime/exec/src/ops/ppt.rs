@@ -390,6 +390,81 @@ impl NodeOp for EmbeddingOp {
     }
 }
 
+/// `embedding_rows @P %r [INDEX] [COUNT]` (a batched map's `emb(k)`): COUNT table rows as
+/// one batch, row `r` the table's row INDEX evaluated with `%r` = r; backward adds each
+/// row's gradient into its table row's accumulator (an index-add, rows in order, as the
+/// per-element lookups add theirs). It caches nothing: the gradient's state recomputes
+/// the rows.
+pub(crate) struct EmbeddingRowsOp {
+    lookup: EmbeddingOp,
+    field: usize,
+    count: StateExpr,
+}
+
+impl EmbeddingRowsOp {
+    pub fn new(
+        node: &NodeInfo,
+        field: amp_ir::FieldId,
+        index: StateExpr,
+        count: StateExpr,
+        access: &ParamAccess,
+    ) -> Result<EmbeddingRowsOp, OpError> {
+        let lookup = EmbeddingOp::new(node, index, access)?;
+        Ok(EmbeddingRowsOp { lookup, field: usize::from(field.0), count })
+    }
+
+    /// The table row of every output row.
+    fn rows(&self, cx: &NodeCx, state: &[i64]) -> Result<Vec<usize>, OpError> {
+        let count = cx.eval_count(&self.count, state, "embedding_rows row count")?;
+        let mut state = state.to_vec();
+        let mut rows = Vec::with_capacity(count);
+        for r in 0..count {
+            super::set_field(&mut state, self.field, r as i64)?;
+            rows.push(self.lookup.row(cx, &state)?);
+        }
+        Ok(rows)
+    }
+}
+
+impl NodeOp for EmbeddingRowsOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let rows = self.rows(cx, &msg.state)?;
+        let dim = self.lookup.dim;
+        let values = {
+            let mut view = cx.params().group(self.lookup.group);
+            view.note_read(instance_of(&msg.state));
+            let table = view.value(0);
+            let mut values = Vec::with_capacity(rows.len() * dim);
+            for row in rows {
+                values.extend_from_slice(&table[row * dim..(row + 1) * dim]);
+            }
+            values
+        };
+        cx.forward(0, msg.with_payload(Payload::from_vec(values)));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let rows = self.rows(cx, &grad.state)?;
+        let dim = self.lookup.dim;
+        let dy = grad.payload.values();
+        if dy.len() != rows.len() * dim {
+            return Err(OpError::PayloadSize { expected: rows.len() * dim, found: dy.len() });
+        }
+        {
+            let mut view = cx.params().group(self.lookup.group);
+            for (r, row) in rows.into_iter().enumerate() {
+                if let Some(acc) = view.row_grad(row, dim) {
+                    kernels::axpy(1.0, &dy[r * dim..(r + 1) * dim], acc);
+                }
+            }
+            view.note_gradient(instance_of(&grad.state));
+        }
+        cx.backward(0, grad.with_payload(Payload::Unit));
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

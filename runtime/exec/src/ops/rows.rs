@@ -1,11 +1,12 @@
 //! Row work on batches and tensors: `gather` (one row), `scatter_sum` (rows added into
 //! others), `gather_rows` (rows picked by an index per output row), `mask_rows` (rows
-//! zeroed where a predicate fails) and `reduce` (sum or mean of the rows, or of every
-//! element). Their outputs'
+//! zeroed where a predicate fails), `partition_rows` and `merge_rows` (rows split among
+//! a parameter array's arms and put back in order) and `reduce` (sum or mean of the rows,
+//! or of every element). Their outputs'
 //! sizes depend on run-time row counts, which training caches under the key for the
 //! backward pass.
 
-use super::{row_elements, set_field, Keyed, NodeCx, NodeOp};
+use super::{row_elements, set_field, Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
@@ -216,6 +217,169 @@ impl NodeOp for MaskRowsOp {
         let dx = self.mask(cx, &state, payload.into_vec())?;
         cx.backward(0, Msg::new(Payload::from_vec(dx), state));
         Ok(())
+    }
+}
+
+/// The arm of each of `rows` rows: `index` evaluated with the row field = r, checked
+/// against `arms`. Both row ops recompute it from the message's state (the gradient's is
+/// the forward's), so they cache nothing.
+fn arms_of_rows(
+    cx: &NodeCx,
+    field: usize,
+    index: &StateExpr,
+    state: &[i64],
+    rows: usize,
+    arms: usize,
+) -> Result<Vec<usize>, OpError> {
+    let mut state = state.to_vec();
+    let mut out = Vec::with_capacity(rows);
+    for r in 0..rows {
+        set_field(&mut state, field, r as i64)?;
+        out.push(cx.eval_index(index, &state, "row arm index", arms)?);
+    }
+    Ok(out)
+}
+
+/// `rows` rows of `row` elements each, in `arms` parts by `arm_of` (each part's rows in
+/// order).
+fn partition(values: &[f32], row: usize, arm_of: &[usize], arms: usize) -> Vec<Vec<f32>> {
+    let mut counts = vec![0usize; arms];
+    for &k in arm_of {
+        counts[k] += 1;
+    }
+    let mut parts: Vec<Vec<f32>> = counts.iter().map(|&c| Vec::with_capacity(c * row)).collect();
+    for (r, &k) in arm_of.iter().enumerate() {
+        parts[k].extend_from_slice(&values[r * row..(r + 1) * row]);
+    }
+    parts
+}
+
+/// The inverse of [`partition`]: row `r` is the next unused row of part `arm_of[r]`. A part
+/// whose size is not its rows' is an error.
+fn merge(parts: &[&[f32]], row: usize, arm_of: &[usize]) -> Result<Vec<f32>, OpError> {
+    let mut counts = vec![0usize; parts.len()];
+    for &k in arm_of {
+        counts[k] += 1;
+    }
+    for (part, &c) in parts.iter().zip(&counts) {
+        if part.len() != c * row {
+            return Err(OpError::PayloadSize { expected: c * row, found: part.len() });
+        }
+    }
+    let mut next = vec![0usize; parts.len()];
+    let mut out = Vec::with_capacity(arm_of.len() * row);
+    for &k in arm_of {
+        let at = next[k];
+        out.extend_from_slice(&parts[k][at * row..(at + 1) * row]);
+        next[k] += 1;
+    }
+    Ok(out)
+}
+
+/// The rows a batch payload of `len` elements holds (none for zero-width rows).
+fn rows_in(len: usize, row: usize) -> Result<usize, OpError> {
+    let rows = len.checked_div(row).unwrap_or(0);
+    if rows * row != len {
+        return Err(OpError::PayloadSize { expected: rows * row, found: len });
+    }
+    Ok(rows)
+}
+
+/// `partition_rows %r [INDEX] ARMS`: output `k` gets the input rows whose INDEX (with
+/// `%r` = the row) is `k`, in order, so each arm's layer runs on its own rows only;
+/// backward joins the arms' gradients by key and puts their rows back in place.
+pub(crate) struct PartitionRowsOp {
+    field: usize,
+    index: StateExpr,
+    arms: usize,
+    row: usize,
+    grads: Join,
+}
+
+impl PartitionRowsOp {
+    pub fn new(field: FieldId, index: StateExpr, arms: usize, node: &NodeInfo) -> PartitionRowsOp {
+        let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
+        PartitionRowsOp { field: usize::from(field.0), index, arms, row, grads: Join::new(arms) }
+    }
+}
+
+impl NodeOp for PartitionRowsOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let x = msg.payload.values();
+        let rows = rows_in(x.len(), self.row)?;
+        let arm_of = arms_of_rows(cx, self.field, &self.index, &msg.state, rows, self.arms)?;
+        for (k, part) in partition(x, self.row, &arm_of, self.arms).into_iter().enumerate() {
+            cx.forward(k as u16, msg.sibling(Payload::from_vec(part)));
+        }
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
+        let key = cx.key(&grad.state);
+        let Some((_, parts)) = self.grads.offer(key, usize::from(port), grad)? else { return Ok(()) };
+        let mut rows = 0;
+        for part in &parts {
+            rows += rows_in(part.payload.values().len(), self.row)?;
+        }
+        let Some(first) = parts.first() else { return Ok(()) };
+        let arm_of = arms_of_rows(cx, self.field, &self.index, &first.state, rows, self.arms)?;
+        let slices: Vec<&[f32]> = parts.iter().map(|p| p.payload.values()).collect();
+        let dx = merge(&slices, self.row, &arm_of)?;
+        cx.backward(0, first.sibling(Payload::from_vec(dx)));
+        Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.grads.len()
+    }
+}
+
+/// `merge_rows %r [INDEX] ARMS`: joins the arms' batches by key; output row `r` is the
+/// next row of input INDEX (with `%r` = r), the order `partition_rows` took them from;
+/// backward partitions the gradient the same way.
+pub(crate) struct MergeRowsOp {
+    field: usize,
+    index: StateExpr,
+    arms: usize,
+    row: usize,
+    join: Join,
+}
+
+impl MergeRowsOp {
+    pub fn new(field: FieldId, index: StateExpr, arms: usize, node: &NodeInfo) -> MergeRowsOp {
+        let row = node.outputs.first().map_or(0, |t| row_elements(t).0);
+        MergeRowsOp { field: usize::from(field.0), index, arms, row, join: Join::new(arms) }
+    }
+}
+
+impl NodeOp for MergeRowsOp {
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
+        let key = cx.key(&msg.state);
+        let Some((_, parts)) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
+        let mut rows = 0;
+        for part in &parts {
+            rows += rows_in(part.payload.values().len(), self.row)?;
+        }
+        let Some(first) = parts.first() else { return Ok(()) };
+        let arm_of = arms_of_rows(cx, self.field, &self.index, &first.state, rows, self.arms)?;
+        let slices: Vec<&[f32]> = parts.iter().map(|p| p.payload.values()).collect();
+        let y = merge(&slices, self.row, &arm_of)?;
+        cx.forward(0, first.sibling(Payload::from_vec(y)));
+        Ok(())
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
+        let dy = grad.payload.values();
+        let rows = rows_in(dy.len(), self.row)?;
+        let arm_of = arms_of_rows(cx, self.field, &self.index, &grad.state, rows, self.arms)?;
+        for (k, part) in partition(dy, self.row, &arm_of, self.arms).into_iter().enumerate() {
+            cx.backward(k as u16, grad.sibling(Payload::from_vec(part)));
+        }
+        Ok(())
+    }
+
+    fn held(&self) -> usize {
+        self.join.len()
     }
 }
 
