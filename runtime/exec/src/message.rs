@@ -71,8 +71,87 @@ impl Msg {
     }
 }
 
+/// Key fields kept inline in a [`Key`]; longer keys (deep nesting) go to the heap.
+const KEY_INLINE: usize = 4;
+
 /// The values of a node's key fields in a state: what its caches and joins are indexed by.
-pub type Key = Box<[i64]>;
+/// Most keys are a few fields (the instance, a loop counter, an element), so they are
+/// kept inline: every keyed op makes one per message in each direction, and a boxed
+/// slice cost an allocation and a free each time. Compares and hashes as its slice of
+/// fields, whichever way it is stored.
+#[derive(Clone)]
+pub enum Key {
+    Inline { len: u8, fields: [i64; KEY_INLINE] },
+    Heap(Box<[i64]>),
+}
+
+impl Key {
+    pub fn as_slice(&self) -> &[i64] {
+        match self {
+            Key::Inline { len, fields } => &fields[..usize::from(*len)],
+            Key::Heap(fields) => fields,
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        self.as_slice()
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_slice().fmt(f)
+    }
+}
+
+impl From<&[i64]> for Key {
+    fn from(values: &[i64]) -> Key {
+        if values.len() <= KEY_INLINE {
+            let mut fields = [0; KEY_INLINE];
+            fields[..values.len()].copy_from_slice(values);
+            Key::Inline { len: values.len() as u8, fields }
+        } else {
+            Key::Heap(values.into())
+        }
+    }
+}
+
+impl FromIterator<i64> for Key {
+    fn from_iter<I: IntoIterator<Item = i64>>(values: I) -> Key {
+        let mut fields = [0; KEY_INLINE];
+        let mut len = 0;
+        let mut values = values.into_iter();
+        for v in values.by_ref() {
+            if len == KEY_INLINE {
+                // Longer than the inline room: the rest joins what was read, on the heap.
+                let mut all = fields.to_vec();
+                all.push(v);
+                all.extend(values);
+                return Key::Heap(all.into_boxed_slice());
+            }
+            fields[len] = v;
+            len += 1;
+        }
+        Key::Inline { len: len as u8, fields }
+    }
+}
 
 /// The hash maps keyed by [`Key`]s (and ports): Fx hashing, as the keys are a few small
 /// ints hashed several times per message, where SipHash would cost more than the lookups
