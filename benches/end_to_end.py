@@ -16,6 +16,7 @@ medians of alternating runs (a busy machine slows both alike).
     cp target/release/amprun /tmp/amprun.before   # then change and rebuild, and:
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before --extra=--workers=2
+    python3 benches/end_to_end.py build --baseline /tmp/amprun.before --cpu --repeat 4   # CPU time, data 4x
 
 Data: the shipped list-reduce and MoE files, the digits, SST and molecule files of
 `../shared/data` (first N instances each, see CASES). One worker (but in `placement`), 16 instances
@@ -29,6 +30,11 @@ setting of the MoE comparison of docs/PERFORMANCE.md ("Dynamic batching"): 256 i
 in flight, an update every 64, and the data ten times over (20,000 MoE instances: an epoch
 long enough for a steady rate).
 
+`--cpu` rates each run by the CPU time (user + system) of the whole `amprun` command,
+compiling and loading included, instead of `--metrics`' wall-clock rate: on a machine
+other processes load, wall time swings with their turns on the cores. `--repeat N`
+reads the data N times over, for epochs long enough that starting up weighs little.
+
 `refined` first profiles each model on one worker (`--profile`), then compares, at two
 workers, the plan of the cost model alone with the plan that profile refines
 (`--plan-profile`).
@@ -37,6 +43,7 @@ workers, the plan of the cost model alone with the plan that profile refines
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -107,7 +114,13 @@ def repeated(args, tmp, times):
     return args
 
 
-def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1):
+def cpu_seconds():
+    """CPU time (user + system) of the children waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1, cpu=False):
     args, limit = CASES[model]
     args = [a.replace("{tmp}", tmp) for a in args]
     if repeat > 1:
@@ -116,12 +129,20 @@ def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1):
     if os.path.exists(metrics):
         os.remove(metrics)
     cmd = [amprun, "train", *args, "--limit", str(limit), *common, *extra, "--metrics", metrics]
+    before = cpu_seconds()
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+    spent = cpu_seconds() - before
     with open(metrics) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return [r for r in rows if r.get("split") == "train"][-1]["instances_per_s"]
+    train = [r for r in rows if r.get("split") == "train"][-1]
+    if cpu:
+        # Instances per CPU second of the whole command (compiling and loading included):
+        # on a machine other processes share, what the run spent rather than how long it
+        # waited for the cores.
+        return train["instances"] / spent if "instances" in train and spent > 0 else limit / spent
+    return train["instances_per_s"]
 
 
 def main():
@@ -131,6 +152,9 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--baseline", help="build: the amprun binary to compare this build's with")
     parser.add_argument("--extra", action="append", default=[], help="an argument added to every run")
+    parser.add_argument("--cpu", action="store_true",
+                        help="instances per CPU second of the whole amprun command instead of --metrics' rate")
+    parser.add_argument("--repeat", type=int, default=None, help="read the data this many times over")
     parser.add_argument("--workers", type=int, default=2, help="placement, refined: the workers of the plans compared")
     opts = parser.parse_args()
     if opts.setup.startswith("build") != (opts.baseline is not None):
@@ -142,8 +166,10 @@ def main():
     setups = [(name.replace("{w}", workers), [a.replace("{w}", workers) for a in extra])
               for name, extra in SETUPS[opts.setup]]
     common, repeat = (UNBATCHED_COMMON, UNBATCHED_REPEAT) if opts.setup == "unbatched" else (COMMON, 1)
+    repeat = opts.repeat or repeat
     names = [name for name, _ in setups]
-    print(f"training instances/s, medians of {opts.runs} alternating runs: {' vs '.join(names)}")
+    unit = "training instances per CPU second (whole command)" if opts.cpu else "training instances/s"
+    print(f"{unit}, medians of {opts.runs} alternating runs: {' vs '.join(names)}")
     widths = [max(12, len(n)) for n in names]
     print(f"{'model':<12} " + " ".join(f"{n:>{w}}" for n, w in zip(names, widths)) + " "
           + " ".join(f"{'ratio':>7}" for _ in names[1:]))
@@ -157,7 +183,7 @@ def main():
                 for i, (_, extra) in enumerate(setups):
                     args = [a.replace("{tmp}", tmp) for a in [*extra, *opts.extra]]
                     amprun = baseline if i == 0 else AMPRUN
-                    runs[i].append(throughput(model, args, tmp, amprun, common, repeat))
+                    runs[i].append(throughput(model, args, tmp, amprun, common, repeat, opts.cpu))
             medians = [statistics.median(r) for r in runs]
             cells = " ".join(f"{m:>{w}.0f}" for m, w in zip(medians, widths))
             ratios = " ".join(f"{m / medians[0]:>6.2f}x" for m in medians[1:])

@@ -31,10 +31,15 @@ use amp_sema::{check_source, Options};
 use std::collections::VecDeque;
 use std::time::Instant;
 
+// `amprun`'s allocator: allocation is a large part of a message's cost, and glibc's
+// malloc costs more than the one users run with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// One kind of node, as the construct a model repeats.
 struct Kind {
     name: &'static str,
-    /// The forward's body; `{K}` is the number of repetitions.
+    /// The forward's body for `K` repetitions.
     body: fn(usize) -> String,
     jit: bool,
 }

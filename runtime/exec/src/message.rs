@@ -182,3 +182,37 @@ pub(crate) struct Envelope {
     pub dir: Dir,
     pub msg: Msg,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_their_fields_however_long() {
+        for len in 0..9 {
+            let fields: Vec<i64> = (0..len).map(|i| i * 7 - 3).collect();
+            let collected: Key = fields.iter().copied().collect();
+            let copied = Key::from(fields.as_slice());
+            assert_eq!(&*collected, fields.as_slice(), "{len} fields");
+            assert_eq!(collected, copied);
+            assert_eq!(matches!(collected, Key::Inline { .. }), len <= KEY_INLINE as i64, "{len} fields");
+            // A key made either way finds the other's entry.
+            let mut map: KeyMap<Key, usize> = KeyMap::default();
+            map.insert(collected, 1);
+            assert_eq!(map.get(&copied), Some(&1));
+            // One more or one less field is another key (the length counts, not only
+            // the fields the shorter one has).
+            let longer: Key = fields.iter().copied().chain([0]).collect();
+            assert_ne!(longer, copied);
+            assert!(!map.contains_key(&longer));
+        }
+    }
+
+    #[test]
+    fn key_of_reads_fields_and_unset_past_the_state() {
+        let state = [4, 9, 2, 7, 5, 1];
+        let fields: Vec<FieldId> = [5, 0, 3, 1, 2, 9].into_iter().map(FieldId).collect();
+        assert_eq!(&*key_of(&fields, &state), &[1, 4, 7, 9, 2, UNSET]);
+        assert_eq!(&*key_of(&fields[..2], &state), &[1, 4]);
+    }
+}
