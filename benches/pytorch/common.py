@@ -71,7 +71,7 @@ def parser(spec, doc):
                     help="instances timed per batch size, cycling through the file (default 2000)")
     ap.add_argument("--warmup", type=int, default=200, help="instances trained before timing (default 200)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
-    ap.add_argument("--lr", type=float, default=0.01, help="plain SGD learning rate (default 0.01, amprun's)")
+    ap.add_argument("--lr", type=float, default=0.01, help="plain SGD learning rate (default 0.01, as the table's Amp runs)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", action="store_true",
                     help="compare loss and gradients with Amp's (`amprun grad`) instead of timing")

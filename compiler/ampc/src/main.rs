@@ -103,11 +103,11 @@ enum Command {
         /// only what instances used). amprun re-plans when it runs another setup.
         #[arg(long, value_enum, default_value = "sgd", requires = "workers")]
         optimizer: compile::Optimizer,
-        /// ...with its instances in flight (amprun's `--max-active-keys`), which hide the
-        /// latency of a link between processes.
-        #[arg(long, value_name = "K", default_value_t = 1, requires = "workers",
+        /// ...with its instances in flight (amprun's `--max-active-keys`; default M, as
+        /// amprun's), which hide the latency of a link between processes.
+        #[arg(long, value_name = "K", requires = "workers",
               value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-        max_active_keys: u64,
+        max_active_keys: Option<u64>,
         /// ...with the workers split over P processes or hosts (amprun's `--processes`;
         /// process p runs a contiguous block of the workers): the plan charges an edge cut
         /// between processes the link below (docs/distributed.md).
@@ -250,7 +250,7 @@ fn main() -> ExitCode {
                     amp_plan::Assumptions {
                         update_every: min_update_frequency as f64,
                         plain_sgd: optimizer == compile::Optimizer::Sgd,
-                        in_flight: max_active_keys as f64,
+                        in_flight: max_active_keys.unwrap_or(min_update_frequency) as f64,
                         processes: usize::from(processes),
                         link_latency_us: link_latency_us.unwrap_or(defaults.link_latency_us),
                         link_bandwidth_mbps: link_bandwidth_mbps.unwrap_or(defaults.link_bandwidth_mbps),

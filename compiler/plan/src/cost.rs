@@ -200,7 +200,8 @@ impl Default for Assumptions {
             link_latency_us: 50.0,
             // 10 Gb/s Ethernet.
             link_bandwidth_mbps: 10_000.0,
-            // amprun's default `--max-active-keys`.
+            // One instance in flight with an update after each (amprun's `--deterministic`;
+            // its defaults are set by the caller).
             in_flight: 1.0,
         }
     }

@@ -44,7 +44,7 @@
 //! in-process 1 µs plus the bridge's share of the ~2 million messages/s measured between
 //! two processes on loopback) instead of 1, and the link's latency (default 50 µs one
 //! way: kernel TCP over 10 Gb/s Ethernet, 25-50 µs round trip, plus the bridge threads)
-//! over the instances in flight (amprun's `--max-active-keys`, default 1) and its
+//! over the instances in flight (amprun's `--max-active-keys`, by default its update size) and its
 //! bandwidth (default 10,000 Mb/s, each direction) bound the throughput; `ampc compile`
 //! and `amprun` take `--link-latency-us` and `--link-bandwidth-mbps`.
 
