@@ -197,9 +197,11 @@
 //! the file is a one-process run's; `grad`'s file the same way), the others print only
 //! errors. Every process reads the data itself. Processes prove the shared key before anything else is read from their
 //! connection, and refuse a peer whose binary, graph or worker count differs. A lost
-//! process ends the run on the others within seconds, naming it (exit 4). Not yet with
-//! `--replicate`, `--max-staleness`, `--patience` or `--keep-best`, nor with a parameter
-//! used on workers of two processes, nor over more than 16 processes (each refused with
+//! process ends the run on the others within seconds, naming it (exit 4). Only process 0
+//! sees the validation: after each epoch's it tells the others whether the epoch is the
+//! best and whether `--patience` ran out, so every process gathers the `--keep-best` file
+//! (a one-process run's) and stops after the same epoch. Not yet with `--replicate` or
+//! `--max-staleness`, nor with a parameter used on workers of two processes, nor over more than 16 processes (each refused with
 //! a clear error). `--plan auto` plans for the processes: an edge cut between two of them
 //! costs the link's latency (`--link-latency-us`, default 50 µs one way) over the
 //! `--max-active-keys` in flight, its bandwidth (`--link-bandwidth-mbps`, default 10000)

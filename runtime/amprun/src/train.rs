@@ -60,13 +60,10 @@ impl Observer for Watch<'_> {
 
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let started = Instant::now();
-    if args.exec.processes.is_some_and(|p| p > 1) && (args.patience.is_some() || args.keep_best.is_some()) {
-        // Only process 0 sees the validation, and every process must make the same runs.
-        return Err(Failure::usage("--patience and --keep-best do not work with --processes yet"));
-    }
     // A follower of a split run trains its workers' part and writes nothing: process 0
     // writes the metrics, checkpoints and traces. Its workers still record what a trace or
     // profile asks for, and send it to process 0, which writes one trace of every process.
+    // Whether to keep an epoch as the best, or stop, process 0 decides (`decide`).
     let traced = tracing(args);
     let follower;
     let args = if crate::cluster::follower() {
@@ -74,6 +71,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         quiet.metrics = None;
         quiet.trace = None;
         quiet.profile = None;
+        quiet.keep_best = None;
         follower = quiet;
         &follower
     } else {
@@ -164,6 +162,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         save_holds_start: args.resume,
         start_copy: None,
         best: Best::default(),
+        stop: false,
     };
     let result = (|| {
         for epoch in first..=args.epochs {
@@ -243,6 +242,9 @@ struct TrainRun<'a> {
     start_copy: Option<(ParamSet, OptimState)>,
     /// The best validation so far, for `--keep-best` and `--patience`.
     best: Best,
+    /// Whether the last validation ran out of `--patience` (decided by process 0 in a
+    /// split run).
+    stop: bool,
 }
 
 /// The epoch with the best validation score (accuracy, or minus the loss for a model
@@ -258,29 +260,71 @@ impl Best {
     /// Records `epoch`'s validation; whether it is the best so far.
     fn record(&mut self, epoch: u64, stats: &EvalStats) -> bool {
         let score = stats.accuracy.map_or(-f64::from(stats.loss), f64::from);
-        if self.epoch.is_none() || score > self.score {
+        let improved = self.epoch.is_none() || score > self.score;
+        self.follow(epoch, improved, score);
+        improved
+    }
+
+    /// Records `epoch`'s validation as judged elsewhere (a split run's follower sees no
+    /// losses: process 0 tells it whether the epoch improved).
+    fn follow(&mut self, epoch: u64, improved: bool, score: f64) {
+        if improved {
             (self.epoch, self.score, self.since) = (Some(epoch), score, 0);
-            true
         } else {
             self.since += 1;
-            false
         }
     }
 }
 
 impl TrainRun<'_> {
-    /// With `--patience N`: whether the last N validations did not beat the best.
+    /// With `--patience N`: whether the last N validations did not beat the best (as
+    /// process 0 decided, in a split run).
     fn out_of_patience(&mut self) -> bool {
-        let Some(patience) = self.args.patience else { return false };
-        if self.best.since < patience {
+        if !self.stop {
             return false;
         }
         self.progress.line(&format!(
-            "stopping early: {} epoch(s) without a better validation than epoch {} (--patience {patience})",
+            "stopping early: {} epoch(s) without a better validation than epoch {} (--patience {})",
             self.best.since,
-            self.best.epoch.unwrap_or(0)
+            self.best.epoch.unwrap_or(0),
+            self.args.patience.unwrap_or(0)
         ));
         true
+    }
+
+    /// After `epoch`'s validation: whether it improved on the best, whether its
+    /// parameters are kept (`--keep-best`) and whether the run stops here (`--patience`).
+    /// Only process 0 sees the validation's losses; in a split run it tells the others
+    /// (`Cluster::agree`), which then take its path: the same gather for the best
+    /// checkpoint, a stop after the same epoch.
+    fn decide(&mut self, epoch: u64, stats: &EvalStats) -> Result<(bool, bool), Failure> {
+        let cluster = self.executor.config().cluster.clone();
+        let Some(cluster) = cluster else {
+            let improved = self.best.record(epoch, stats);
+            return Ok((improved && self.args.keep_best.is_some(), self.patience_ran_out()));
+        };
+        let exec = |e: &ExecError| Failure::exec(e, &|_| String::new());
+        if crate::cluster::follower() {
+            let words = cluster.agree(&[0; 3]).map_err(|e| exec(&e))?;
+            // Flags only: anything else is a misbehaving process 0.
+            if let Some(other) = words.iter().find(|&&w| w > 1) {
+                let message = format!("process 0 sent a decision word of {other}, not 0 or 1");
+                return Err(exec(&ExecError::Cluster { message }));
+            }
+            let (improved, keep, stop) = (words[0] == 1, words[1] == 1, words[2] == 1);
+            self.best.follow(epoch, improved, 0.0);
+            return Ok((keep, stop));
+        }
+        let improved = self.best.record(epoch, stats);
+        let keep = improved && self.args.keep_best.is_some();
+        let stop = self.patience_ran_out();
+        cluster.agree(&[u64::from(improved), u64::from(keep), u64::from(stop)]).map_err(|e| exec(&e))?;
+        Ok((keep, stop))
+    }
+
+    /// With `--patience N`, whether the last N validations did not beat the best.
+    fn patience_ran_out(&self) -> bool {
+        self.args.patience.is_some_and(|patience| self.best.since >= patience)
     }
 
     fn epoch(&mut self, epoch: u64) -> Result<(), Failure> {
@@ -363,9 +407,15 @@ impl TrainRun<'_> {
         let result = self.executor.evaluate(&valid.all());
         let stats = result.map_err(|e| Failure::exec(&e, &|i| describe(self.loader, valid, None, i)))?;
         let report = self.valid_report(epoch, &stats)?;
-        let improved = self.best.record(epoch, &stats);
+        let (keep, stop) = self.decide(epoch, &stats)?;
+        self.stop = stop;
         let mut kept = String::new();
-        if let (true, Some(path)) = (improved, &self.args.keep_best) {
+        if keep {
+            // Split over processes, every group's values come to process 0 first (every
+            // process gathers: process 0 said so).
+            self.executor.gather().map_err(|e| Failure::exec(&e, &|_| String::new()))?;
+        }
+        if let (true, Some(path)) = (keep, &self.args.keep_best) {
             let metadata: BTreeMap<String, String> = [
                 (meta::MODEL, self.name.clone()),
                 (meta::EPOCH, epoch.to_string()),

@@ -157,6 +157,89 @@ fn ggsnn_trains_the_same_over_two_processes() {
     );
 }
 
+/// List-reduce with a validation set and `extra` flags, trained in one process and split
+/// over two with the same workers and plan, synchronously: each run's metrics and the
+/// standard error of the split one.
+fn validated_in_one_and_two_processes(
+    test: &str,
+    extra: &[&str],
+) -> (tempfile::TempDir, Vec<serde_json::Value>, Vec<serde_json::Value>, String) {
+    let dir = scratch(test);
+    let (data, valid) = (example("data/list_reduce.train.jsonl"), example("data/list_reduce.valid.jsonl"));
+    let model = example("list_reduce.amp");
+    let mut common = vec!["train", &model, "-D", "hidden=16", "--data", &data, "--valid", &valid];
+    common.extend(["--limit", "40", "--optimizer", "adam", "--lr", "0.02", "--workers", "2"]);
+    common.extend(["--plan", "round-robin", "--min-update-frequency", "4"]);
+    common.extend(extra);
+    let run = |name: &str, split: bool| {
+        let (best, metrics) = (format!("{name}.safetensors"), format!("{name}.jsonl"));
+        let mut args = common.clone();
+        args.extend(["--keep-best", &best, "--metrics", &metrics]);
+        if split {
+            args.extend(["--processes", "2"]);
+        }
+        let out = amprun_ok(dir.path(), &args);
+        let text = std::fs::read_to_string(dir.path().join(&metrics)).expect("metrics");
+        (json_lines(&text), stderr(&out))
+    };
+    let (one, _) = run("one", false);
+    let (two, err) = run("two", true);
+    (dir, one, two, err)
+}
+
+/// The losses of every `split` report in order, with their epochs.
+fn losses(metrics: &[serde_json::Value], split: &str) -> Vec<(u64, f64)> {
+    metrics
+        .iter()
+        .filter(|m| m["split"] == split)
+        .map(|m| (m["epoch"].as_u64().expect("an epoch"), m["loss"].as_f64().expect("a finite loss")))
+        .collect()
+}
+
+fn assert_same_losses(one: &[serde_json::Value], two: &[serde_json::Value]) {
+    for split in ["train", "valid"] {
+        let (a, b) = (losses(one, split), losses(two, split));
+        assert_eq!(a.len(), b.len(), "{split}: {a:?} in one process, {b:?} in two");
+        for ((epoch, x), (other, y)) in a.iter().zip(&b) {
+            assert_eq!(epoch, other);
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "{split} epoch {epoch}: {x} in one process, {y} in two");
+        }
+    }
+}
+
+/// `--patience` over two processes: process 0 sees the validation and tells process 1,
+/// so both stop after the same epoch, the one a one-process run stops after, with the same
+/// losses on the way.
+#[test]
+fn patience_stops_two_processes_where_it_stops_one() {
+    let (_dir, one, two, err) =
+        validated_in_one_and_two_processes("split-patience", &["--epochs", "8", "--patience", "1"]);
+    let trained = losses(&one, "train").len();
+    assert!((2..8).contains(&trained), "the one-process run stopped early: {one:?}");
+    assert_same_losses(&one, &two);
+    assert!(err.contains("stopping early: 1 epoch(s) without a better validation"), "{err}");
+}
+
+/// `--keep-best` over two processes: every process gathers when process 0 says the epoch
+/// is the best, so process 0 writes the file a one-process run writes (names, metadata,
+/// values to rounding), with parameters that live in process 1 among them.
+#[test]
+fn keep_best_over_two_processes_writes_what_one_process_does() {
+    let (dir, one, two, _) = validated_in_one_and_two_processes("split-keep-best", &["--epochs", "3"]);
+    assert_same_losses(&one, &two);
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let read = |name: &str| checkpoint(&dir.path().join(name), &graph);
+    let (a, b) = (read("one.safetensors"), read("two.safetensors"));
+    assert_eq!(a.metadata, b.metadata);
+    assert_eq!(a.params.specs(), b.params.specs());
+    for (spec, values) in a.params.iter() {
+        let other = b.params.get(&spec.name).expect("the same tensors");
+        for (x, y) in values.iter().zip(other) {
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{}`: {x} in one process, {y} in two", spec.name);
+        }
+    }
+}
+
 /// Three processes, each with one worker of a round-robin plan: an instance's messages,
 /// credits and losses take all three connections, and a loss computed on a process whose
 /// parent is another one must still reach process 0 before the instance ends there (the

@@ -42,6 +42,12 @@
 //! moved onto its timeline as they leave ([`Cluster::clock_us`]), so process 0 writes
 //! one trace in which every process's workers share one time axis.
 //!
+//! **Decisions**: what only process 0 knows (its validation: improved, out of patience)
+//! but every process must act on, process 0 sends as a [`wire::Item::Decision`] between
+//! runs ([`Cluster::agree`]); it takes a run number, like a gather, so a process reads it
+//! at the same point of its runs. A decision from any other process, or on process 0, is
+//! a misbehaving peer.
+//!
 //! **Faults**: every bridge sends a heartbeat when it sent nothing else for
 //! [`ClusterSpec::heartbeat`]; a peer heard from for none of [`ClusterSpec::timeout`],
 //! whose connection broke, or that sent a packet that cannot be read is lost: the run ends
@@ -203,6 +209,8 @@ struct Inner {
     join: Mutex<Option<JoinHandle<()>>>,
     /// Tensors other processes sent for a gather (`Cluster::gather`).
     tensors: Receiver<(usize, u32, Vec<f32>)>,
+    /// Process 0's decisions with their run numbers (`Cluster::agree`).
+    decisions: Receiver<(u64, Vec<u64>)>,
     /// This process's clock: the instant it began to connect.
     base: Instant,
     /// Process 0's clock when this one's reads 0, in microseconds (0 on process 0).
@@ -289,6 +297,7 @@ impl Cluster {
         let (outbox, outgoing) = unbounded();
         let (control, controls) = unbounded();
         let (tensor_tx, tensors) = unbounded();
+        let (decision_tx, decisions) = unbounded();
         let failure = Arc::new(Mutex::new(None));
         let traffic = Arc::new(Counters::default());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -298,6 +307,7 @@ impl Cluster {
             outgoing,
             controls,
             tensors: tensor_tx,
+            decisions: decision_tx,
             failure: Arc::clone(&failure),
             heartbeat: spec.heartbeat,
             timeout: spec.timeout,
@@ -332,6 +342,7 @@ impl Cluster {
                 failure,
                 join: Mutex::new(Some(handle)),
                 tensors,
+                decisions,
                 base,
                 offset_us,
                 traffic,
@@ -446,6 +457,70 @@ impl Cluster {
             }
         }
         Ok(got)
+    }
+
+    /// Process 0's `decision` becomes every process's: process 0 sends it to the others
+    /// and returns it; every other process waits for process 0's and returns that (its own
+    /// `decision` says only how many words it expects). Every process calls it at the same
+    /// point of its runs. A decision of another length or for another point of the runs
+    /// ends the run with an error naming process 0; a lost process ends the wait as it
+    /// ends a run. At most [`wire::MAX_DECISION_WORDS`] words.
+    pub fn agree(&self, decision: &[u64]) -> Result<Vec<u64>, ExecError> {
+        if decision.len() > wire::MAX_DECISION_WORDS {
+            return Err(ExecError::Config {
+                message: format!("a decision of {} words (at most {})", decision.len(), wire::MAX_DECISION_WORDS),
+            });
+        }
+        let run = self.next_run();
+        if let Some(failure) = self.failure() {
+            return Err(cluster_error(failure));
+        }
+        if self.inner.process == 0 {
+            let outbox = self.outbox(run);
+            for peer in 1..self.processes() {
+                outbox.send(peer, Item::Decision { words: decision.to_vec() });
+            }
+            return Ok(decision.to_vec());
+        }
+        loop {
+            match self.inner.decisions.recv_timeout(Duration::from_millis(100)) {
+                Ok((sent_at, words)) => {
+                    let wrong = if sent_at != run {
+                        Some(format!("a decision for step {sent_at} of its runs at step {run} of this one's"))
+                    } else if words.len() != decision.len() {
+                        Some(format!("a decision of {} words, not {}", words.len(), decision.len()))
+                    } else {
+                        None
+                    };
+                    return match wrong {
+                        Some(what) => {
+                            let message = format!("process 0 ({}) sent {what}", self.address(0));
+                            self.fail(&message);
+                            Err(cluster_error(message))
+                        }
+                        None => Ok(words),
+                    };
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    if let Some(failure) = self.failure() {
+                        return Err(cluster_error(failure));
+                    }
+                }
+                // The bridge has stopped: nothing more can come.
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    let failure = self.failure().unwrap_or_else(|| "the cluster was shut down".into());
+                    return Err(cluster_error(failure));
+                }
+            }
+        }
+    }
+
+    /// Records this process's failure (the first one stands): every later run refuses to
+    /// start.
+    fn fail(&self, message: &str) {
+        if let Ok(mut failure) = self.inner.failure.lock() {
+            failure.get_or_insert_with(|| message.to_string());
+        }
     }
 
     fn address(&self, process: usize) -> &str {
@@ -665,6 +740,7 @@ struct Bridge {
     outgoing: Receiver<Outgoing>,
     controls: Receiver<Control>,
     tensors: Sender<(usize, u32, Vec<f32>)>,
+    decisions: Sender<(u64, Vec<u64>)>,
     failure: Arc<Mutex<Option<String>>>,
     heartbeat: Duration,
     timeout: Duration,
@@ -688,6 +764,11 @@ struct Bridge {
 
 /// At most this many items of runs not begun are kept (a peer far ahead is a fault).
 const MAX_EARLY_ITEMS: usize = 1 << 24;
+
+/// The most decisions a process holds before it asks for them: process 0 runs ahead of
+/// the others by a few runs at most (a run needs every process's workers, except one whose
+/// plan uses only process 0's), so more is a misbehaving peer, not a slow one.
+const MAX_PENDING_DECISIONS: usize = 1 << 10;
 
 /// Network threads that panicked (timely ends a broken connection with a panic in its
 /// `timely:recv-N` or `timely:send-N` thread): the peer, and the bridge to wake.
@@ -984,6 +1065,9 @@ impl Bridge {
         self.traffic.add(3, messages as u64);
         self.traffic.add(5, bytes.len() as u64);
         self.last_heard[from] = Instant::now();
+        if packet.items.iter().any(|i| matches!(i, Item::Decision { .. })) {
+            return self.decision(packet);
+        }
         let run = packet.run;
         if run == 0 || run <= self.ended {
             // Heartbeats and shutdowns (run 0), and what a finished run left behind.
@@ -1014,6 +1098,27 @@ impl Bridge {
             return Err(format!("{} sent more than {MAX_EARLY_ITEMS} items ahead of this process", self.peer(from)));
         }
         self.early.push_back(packet);
+        Ok(())
+    }
+
+    /// A decision of process 0 (`Cluster::agree`) waits for the follower to ask for it.
+    /// Only process 0 sends them, each alone in its packet, and never more than a run's
+    /// worth ahead: a peer that does otherwise is misbehaving.
+    fn decision(&mut self, packet: Packet) -> Result<(), String> {
+        let who = self.peer(packet.from as usize);
+        if packet.from != 0 || self.process == 0 {
+            return Err(format!("{who} sent a decision; only process 0 sends them, to the others"));
+        }
+        let [Item::Decision { words }] = &packet.items[..] else {
+            return Err(format!("{who} sent a decision among other items"));
+        };
+        if packet.run == 0 || self.decisions.len() >= MAX_PENDING_DECISIONS {
+            return Err(format!(
+                "{who} sent a decision for step {} of its runs, which this process cannot take",
+                packet.run
+            ));
+        }
+        let _ = self.decisions.send((packet.run, words.clone()));
         Ok(())
     }
 
@@ -1354,18 +1459,35 @@ mod tests {
         }
     }
 
-    /// A peer that proves the key and then sends bytes that are no packet ends the
-    /// cluster with an error naming it, without a panic.
-    #[test]
-    fn a_malformed_packet_ends_the_cluster_naming_its_sender() {
-        let ports: Vec<u16> = (0..2)
+    /// The tests that connect clusters run one at a time: a connection that breaks is
+    /// reported through a hook shared by the whole test binary (`watch_network_threads`).
+    static NETWORK: Mutex<()> = Mutex::new(());
+
+    fn free_addresses(n: usize) -> Vec<String> {
+        let ports: Vec<u16> = (0..n)
             .map(|_| TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap())
             .collect();
-        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
+    }
+
+    /// One timely frame holding `body`, from process `source` to process `target`.
+    fn frame(source: u64, target: u64, sequence: u64, body: &[u8]) -> Vec<u8> {
+        let mut frame = Vec::new();
+        // timely's header: channel, source, target range, length, sequence number.
+        for word in [0u64, source, target, target + 1, body.len() as u64, sequence] {
+            frame.extend_from_slice(&word.to_be_bytes());
+        }
+        frame.extend_from_slice(body);
+        frame
+    }
+
+    /// Process 0 runs for real; process 1, by hand, proves the key and sends one frame of
+    /// `body`. What process 0's cluster failed with, and the addresses.
+    fn failure_when_process_1_sends(body: Vec<u8>) -> (String, Vec<String>) {
+        let addresses = free_addresses(2);
         let key = b"test key".to_vec();
         let peer_spec = ClusterSpec::new(1, addresses.clone(), key.clone(), b"same".to_vec());
         let first = addresses[0].clone();
-        // Process 1, by hand: the handshake, then one timely frame of garbage.
         let peer = std::thread::spawn(move || {
             let stream = loop {
                 match TcpStream::connect(&first) {
@@ -1376,18 +1498,7 @@ mod tests {
             let Ok((_, mut stream, _)) = handshake(stream, &peer_spec, Some(0), Instant::now()) else {
                 panic!("the handshake fails")
             };
-            let mut body = Vec::new();
-            body.extend_from_slice(&wire::MAGIC.to_le_bytes());
-            body.extend_from_slice(&1u32.to_le_bytes());
-            body.extend_from_slice(&1u64.to_le_bytes());
-            body.extend_from_slice(&1000u32.to_le_bytes());
-            let mut frame = Vec::new();
-            // timely's header: channel, source, target range, length, sequence number.
-            for word in [0u64, 1, 0, 1, body.len() as u64, 0] {
-                frame.extend_from_slice(&word.to_be_bytes());
-            }
-            frame.extend_from_slice(&body);
-            stream.write_all(&frame).unwrap();
+            stream.write_all(&frame(1, 0, 0, &body)).unwrap();
             // Held open until the other side gave up on it.
             let mut rest = Vec::new();
             let _ = stream.read_to_end(&mut rest);
@@ -1401,11 +1512,90 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let failure = failure.expect("the cluster failed");
-        assert!(failure.contains(&format!("process 1 ({})", addresses[1])), "{failure}");
-        assert!(failure.contains("1000 items announced"), "{failure}");
         drop(cluster);
         drop(peer);
+        (failure.expect("the cluster failed"), addresses)
+    }
+
+    /// A peer that proves the key and then sends bytes that are no packet ends the
+    /// cluster with an error naming it, without a panic.
+    #[test]
+    fn a_malformed_packet_ends_the_cluster_naming_its_sender() {
+        let _one = NETWORK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut body = Vec::new();
+        body.extend_from_slice(&wire::MAGIC.to_le_bytes());
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(&1u64.to_le_bytes());
+        body.extend_from_slice(&1000u32.to_le_bytes());
+        let (failure, addresses) = failure_when_process_1_sends(body);
+        assert!(failure.contains(&format!("process 1 ({})", addresses[1])), "{failure}");
+        assert!(failure.contains("1000 items announced"), "{failure}");
+    }
+
+    /// Only process 0 decides: a decision from process 1 ends the cluster naming it.
+    #[test]
+    fn a_decision_from_another_process_than_0_ends_the_cluster() {
+        let _one = NETWORK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut body = Vec::new();
+        wire::encode(1, 1, &[Item::Decision { words: vec![1, 0] }], &mut body);
+        let (failure, addresses) = failure_when_process_1_sends(body);
+        assert!(failure.contains(&format!("process 1 ({})", addresses[1])), "{failure}");
+        assert!(failure.contains("only process 0 sends them"), "{failure}");
+    }
+
+    /// Process 1 runs for real, process 0 by hand: a decision process 0 sent is what
+    /// `agree` returns at that step; one of another length, or for another step, ends the
+    /// cluster with an error naming process 0; so does one mixed with other items.
+    #[test]
+    fn a_follower_agrees_to_process_0s_decision_and_refuses_a_wrong_one() {
+        let _one = NETWORK.lock().unwrap_or_else(|e| e.into_inner());
+        let decision = |run: u64, items: &[Item]| {
+            let mut body = Vec::new();
+            wire::encode(0, run, items, &mut body);
+            body
+        };
+        let two_words = |run| decision(run, &[Item::Decision { words: vec![7, 9] }]);
+        let cases: Vec<(Vec<Vec<u8>>, Option<&str>)> = vec![
+            (vec![two_words(1), two_words(2)], None),
+            (vec![decision(1, &[Item::Decision { words: vec![7] }])], Some("a decision of 1 words, not 2")),
+            (vec![two_words(2)], Some("a decision for step 2 of its runs at step 1 of this one's")),
+            (vec![decision(1, &[Item::Decision { words: vec![7, 9] }, Item::Heartbeat])], Some("among other items")),
+        ];
+        for (packets, wrong) in cases {
+            let addresses = free_addresses(2);
+            let key = b"test key".to_vec();
+            let zero = ClusterSpec::new(0, addresses.clone(), key.clone(), b"same".to_vec());
+            let listener = TcpListener::bind(&addresses[0]).unwrap();
+            let sent = packets.len();
+            let peer = std::thread::spawn(move || {
+                let (stream, _) = listener.accept().unwrap();
+                let Ok((_, mut stream, _)) = handshake(stream, &zero, None, Instant::now()) else {
+                    panic!("the handshake fails")
+                };
+                for (sequence, body) in packets.iter().enumerate() {
+                    stream.write_all(&frame(0, 1, sequence as u64, body)).unwrap();
+                }
+                let mut rest = Vec::new();
+                let _ = stream.read_to_end(&mut rest);
+            });
+            let cluster = Cluster::connect(ClusterSpec::new(1, addresses.clone(), key, b"same".to_vec())).unwrap();
+            match wrong {
+                None => {
+                    for _ in 0..sent {
+                        assert_eq!(cluster.agree(&[0, 0]).unwrap(), [7, 9]);
+                    }
+                }
+                Some(what) => {
+                    let error = cluster.agree(&[0, 0]).unwrap_err().to_string();
+                    assert!(error.contains(&format!("process 0 ({})", addresses[0])), "{error}");
+                    assert!(error.contains(what), "{error}");
+                    // The cluster stays failed: the next step refuses at once.
+                    assert!(cluster.agree(&[0, 0]).is_err());
+                }
+            }
+            drop(cluster);
+            drop(peer);
+        }
     }
 
     /// Two clocks a second apart (bases one second apart in one process): the probe finds

@@ -1,6 +1,6 @@
 //! The binary form of what crosses processes (`sched::bridge`): forward and backward
 //! messages, the control words workers and the controller exchange, credits given back,
-//! reports, heartbeats. A packet is one run's items for one process, little-endian:
+//! reports, process 0's decisions between runs, heartbeats. A packet is one run's items for one process, little-endian:
 //!
 //! ```text
 //! packet  = magic:u32 from:u32 run:u64 count:u32 item*count
@@ -86,6 +86,11 @@ pub enum Item {
         tensor: u32,
         values: Vec<f32>,
     },
+    /// From process 0 only, alone in its packet: what every process does next
+    /// (`Cluster::agree`), at most [`MAX_DECISION_WORDS`] words.
+    Decision {
+        words: Vec<u64>,
+    },
     /// The sender is alive (sent when it has nothing else to send).
     Heartbeat,
     /// The sender leaves the cluster: it sends nothing more.
@@ -143,6 +148,10 @@ const TAG_TENSOR: u8 = 14;
 const TAG_HEARTBEAT: u8 = 15;
 const TAG_SHUTDOWN: u8 = 16;
 const TAG_RECEIPT: u8 = 17;
+const TAG_DECISION: u8 = 18;
+
+/// The most words of a decision (`Item::Decision`): a few flags and counts, never data.
+pub const MAX_DECISION_WORDS: usize = 16;
 
 /// Bytes of one encoded trace event.
 const EVENT_BYTES: usize = 4 + 4 + 1 + 8 + 8 + 4 + 4 + 4 + 1 + 8;
@@ -310,6 +319,13 @@ fn encode_item(item: &Item, out: &mut Vec<u8>) {
             out.push(TAG_TENSOR);
             put_u32(out, *tensor);
             put_f32s(out, values);
+        }
+        Item::Decision { words } => {
+            out.push(TAG_DECISION);
+            put_len(out, words.len());
+            for &word in words {
+                put_u64(out, word);
+            }
         }
         Item::Heartbeat => out.push(TAG_HEARTBEAT),
         Item::Shutdown => out.push(TAG_SHUTDOWN),
@@ -523,6 +539,14 @@ impl<'b> Reader<'b> {
                 let tensor = self.u32()?;
                 Item::Tensor { tensor, values: self.f32s(limits)? }
             }
+            TAG_DECISION => {
+                let n = self.count(8, MAX_DECISION_WORDS, "decision words")?;
+                let mut words = Vec::with_capacity(n);
+                for _ in 0..n {
+                    words.push(self.u64()?);
+                }
+                Item::Decision { words }
+            }
             TAG_HEARTBEAT => Item::Heartbeat,
             TAG_SHUTDOWN => Item::Shutdown,
             other => return Err(WireError { offset: self.at - 1, what: format!("unknown item tag {other}") }),
@@ -570,6 +594,8 @@ mod tests {
             Item::Failed { message: "worker 3 failed: ünïcode".into() },
             Item::Stopped { worker: 3, trace: vec![event], held: vec![(4, 2)] },
             Item::Tensor { tensor: 1, values: vec![3.0; 5] },
+            Item::Decision { words: vec![1, 0, u64::MAX] },
+            Item::Decision { words: vec![] },
             Item::Heartbeat,
             Item::Shutdown,
         ]
@@ -617,6 +643,24 @@ mod tests {
             let error = decode(&bytes, &limits).unwrap_err();
             assert!(error.what.contains("3 trace events, over the limit of 2"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_decision_longer_than_its_limit_or_its_bytes_is_refused() {
+        let mut bytes = Vec::new();
+        encode(0, 4, &[Item::Decision { words: vec![7; MAX_DECISION_WORDS + 1] }], &mut bytes);
+        let error = decode(&bytes, &Limits::default()).unwrap_err();
+        assert!(error.what.contains("17 decision words, over the limit of 16"), "{error}");
+        // A count within the limit that the bytes cannot hold, before allocating.
+        let mut bytes = Vec::new();
+        encode(0, 4, &[Item::Decision { words: vec![7; 2] }], &mut bytes);
+        let count_at = bytes.len() - 2 * 8 - 4;
+        bytes[count_at..count_at + 4].copy_from_slice(&3u32.to_le_bytes());
+        let error = decode(&bytes, &Limits::default()).unwrap_err();
+        assert!(error.what.contains("3 decision words announced, 16 bytes left"), "{error}");
+        let mut bytes = Vec::new();
+        encode(0, 4, &[Item::Decision { words: vec![7; MAX_DECISION_WORDS] }], &mut bytes);
+        assert_eq!(decode(&bytes, &Limits::default()).unwrap().items, [Item::Decision { words: vec![7; 16] }]);
     }
 
     #[test]
