@@ -72,35 +72,47 @@ fn same_in_one_and_split(test: &str, model: &str, defines: &[(&str, i64)], args:
     assert_eq!(steps(&sa), steps(&sb));
 }
 
-#[test]
-fn list_reduce_trains_the_same_over_two_processes() {
-    same_in_one_and_two_processes(
-        "split-list-reduce",
+/// List-reduce trained over `processes` processes, a worker each, against one process.
+fn list_reduce_trains_the_same(test: &str, processes: &str, limit: &str) {
+    same_in_one_and_split(
+        test,
         "list_reduce",
         &[("hidden", 16)],
         &[
             "--data",
             &example("data/list_reduce.train.jsonl"),
             "--limit",
-            "60",
+            limit,
             "--epochs",
             "2",
             "--optimizer",
             "adam",
             "--workers",
-            "2",
-            // Dealt out, both workers (so both processes) hold nodes and parameters.
+            processes,
+            // Dealt out, every worker (so every process) holds nodes and parameters.
             "--plan",
             "round-robin",
             "--min-update-frequency",
             "4",
         ],
+        processes,
     );
 }
 
 #[test]
-fn tree_lstm_trains_the_same_over_two_processes() {
-    let dir = scratch("split-tree-lstm-data");
+fn list_reduce_trains_the_same_over_two_processes() {
+    list_reduce_trains_the_same("split-list-reduce", "2", "60");
+}
+
+#[test]
+fn list_reduce_trains_the_same_over_three_processes() {
+    list_reduce_trains_the_same("split3-list-reduce", "3", "16");
+}
+
+/// A small Tree-LSTM trained over `processes` processes, a worker each, against one
+/// process.
+fn tree_lstm_trains_the_same(test: &str, processes: &str) {
+    let dir = scratch(&format!("{test}-data"));
     let vocab = dir.path().join("v.txt");
     std::fs::write(&vocab, "<unk>\nthe\nrock\nis\ngreat\nbad\nfilm\n").unwrap();
     let trees = dir.path().join("t.txt");
@@ -112,8 +124,8 @@ fn tree_lstm_trains_the_same_over_two_processes() {
     ];
     std::fs::write(&trees, lines.join("\n") + "\n").unwrap();
     let (vocab, trees) = (vocab.display().to_string(), trees.display().to_string());
-    same_in_one_and_two_processes(
-        "split-tree-lstm",
+    same_in_one_and_split(
+        test,
         "tree_lstm",
         &[("vocab", 8), ("embed", 4), ("hidden", 3)],
         &[
@@ -124,13 +136,24 @@ fn tree_lstm_trains_the_same_over_two_processes() {
             "--epochs",
             "2",
             "--workers",
-            "2",
+            processes,
             "--plan",
             "round-robin",
             "--min-update-frequency",
             "2",
         ],
+        processes,
     );
+}
+
+#[test]
+fn tree_lstm_trains_the_same_over_two_processes() {
+    tree_lstm_trains_the_same("split-tree-lstm", "2");
+}
+
+#[test]
+fn tree_lstm_trains_the_same_over_three_processes() {
+    tree_lstm_trains_the_same("split3-tree-lstm", "3");
 }
 
 #[test]
@@ -244,68 +267,6 @@ fn keep_best_over_two_processes_writes_what_one_process_does() {
 /// credits and losses take all three connections, and a loss computed on a process whose
 /// parent is another one must still reach process 0 before the instance ends there (the
 /// run ends with its last instance: a loss arriving later would be missing).
-#[test]
-fn list_reduce_trains_the_same_over_three_processes() {
-    same_in_one_and_split(
-        "split3-list-reduce",
-        "list_reduce",
-        &[("hidden", 16)],
-        &[
-            "--data",
-            &example("data/list_reduce.train.jsonl"),
-            "--limit",
-            "16",
-            "--epochs",
-            "2",
-            "--optimizer",
-            "adam",
-            "--workers",
-            "3",
-            "--plan",
-            "round-robin",
-            "--min-update-frequency",
-            "4",
-        ],
-        "3",
-    );
-}
-
-#[test]
-fn tree_lstm_trains_the_same_over_three_processes() {
-    let dir = scratch("split3-tree-lstm-data");
-    let vocab = dir.path().join("v.txt");
-    std::fs::write(&vocab, "<unk>\nthe\nrock\nis\ngreat\nbad\nfilm\n").unwrap();
-    let trees = dir.path().join("t.txt");
-    let lines = [
-        "(3 (2 The) (4 (2 rock) (3 (2 is) (4 great))))",
-        "(1 (2 the) (0 bad))",
-        "(4 (2 (2 the) (2 film)) (4 (2 is) (4 great)))",
-        "(0 (2 (2 the) (2 rock)) (0 (2 is) (0 bad)))",
-    ];
-    std::fs::write(&trees, lines.join("\n") + "\n").unwrap();
-    let (vocab, trees) = (vocab.display().to_string(), trees.display().to_string());
-    same_in_one_and_split(
-        "split3-tree-lstm",
-        "tree_lstm",
-        &[("vocab", 8), ("embed", 4), ("hidden", 3)],
-        &[
-            "--data",
-            &trees,
-            "--vocab",
-            &vocab,
-            "--epochs",
-            "2",
-            "--workers",
-            "3",
-            "--plan",
-            "round-robin",
-            "--min-update-frequency",
-            "2",
-        ],
-        "3",
-    );
-}
-
 /// Starts a training run over `processes` processes that would last far longer than the
 /// test, kills process `victim` once the first epoch is done, and returns process 0's exit
 /// status and standard error (its children's lines included).
