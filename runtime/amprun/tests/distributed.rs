@@ -114,7 +114,7 @@ fn list_reduce_trains_the_same_over_three_processes() {
 fn tree_lstm_trains_the_same(test: &str, processes: &str) {
     let dir = scratch(&format!("{test}-data"));
     let vocab = dir.path().join("v.txt");
-    std::fs::write(&vocab, "<unk>\nthe\nrock\nis\ngreat\nbad\nfilm\n").unwrap();
+    std::fs::write(&vocab, "<unk>\nthe\nrock\nis\ngreat\nbad\nfilm\n").expect("a vocabulary");
     let trees = dir.path().join("t.txt");
     let lines = [
         "(3 (2 The) (4 (2 rock) (3 (2 is) (4 great))))",
@@ -122,7 +122,7 @@ fn tree_lstm_trains_the_same(test: &str, processes: &str) {
         "(4 (2 (2 the) (2 film)) (4 (2 is) (4 great)))",
         "(0 (2 (2 the) (2 rock)) (0 (2 is) (0 bad)))",
     ];
-    std::fs::write(&trees, lines.join("\n") + "\n").unwrap();
+    std::fs::write(&trees, lines.join("\n") + "\n").expect("trees");
     let (vocab, trees) = (vocab.display().to_string(), trees.display().to_string());
     same_in_one_and_split(
         test,
