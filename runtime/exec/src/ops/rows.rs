@@ -285,30 +285,56 @@ fn rows_in(len: usize, row: usize) -> Result<usize, OpError> {
     Ok(rows)
 }
 
-/// `partition_rows %r [INDEX] ARMS`: output `k` gets the input rows whose INDEX (with
-/// `%r` = the row) is `k`, in order, so each arm's layer runs on its own rows only;
-/// backward joins the arms' gradients by key and puts their rows back in place.
-pub(crate) struct PartitionRowsOp {
+/// What `partition_rows` and `merge_rows` share: the row field, the arm index, the arm
+/// count and the row's width, from which both split a batch among the arms and put the
+/// arms' rows back in order, in either direction.
+struct ArmRows {
     field: usize,
     index: StateExpr,
     arms: usize,
     row: usize,
+}
+
+impl ArmRows {
+    /// `values`, a batch whose message state is `state`, in one part per arm.
+    fn split(&self, cx: &NodeCx, values: &[f32], state: &[i64]) -> Result<Vec<Vec<f32>>, OpError> {
+        let rows = rows_in(values.len(), self.row)?;
+        let arm_of = arms_of_rows(cx, self.field, &self.index, state, rows, self.arms)?;
+        Ok(partition(values, self.row, &arm_of, self.arms))
+    }
+
+    /// The arms' parts (joined by key, in port order) as one batch in row order, in a
+    /// sibling of the first part's message; `None` for no parts.
+    fn merge(&self, cx: &NodeCx, parts: &[Msg]) -> Result<Option<Msg>, OpError> {
+        let mut rows = 0;
+        for part in parts {
+            rows += rows_in(part.payload.values().len(), self.row)?;
+        }
+        let Some(first) = parts.first() else { return Ok(None) };
+        let arm_of = arms_of_rows(cx, self.field, &self.index, &first.state, rows, self.arms)?;
+        let slices: Vec<&[f32]> = parts.iter().map(|p| p.payload.values()).collect();
+        Ok(Some(first.sibling(Payload::from_vec(merge(&slices, self.row, &arm_of)?))))
+    }
+}
+
+/// `partition_rows %r [INDEX] ARMS`: output `k` gets the input rows whose INDEX (with
+/// `%r` = the row) is `k`, in order, so each arm's layer runs on its own rows only;
+/// backward joins the arms' gradients by key and puts their rows back in place.
+pub(crate) struct PartitionRowsOp {
+    rows: ArmRows,
     grads: Join,
 }
 
 impl PartitionRowsOp {
     pub fn new(field: FieldId, index: StateExpr, arms: usize, node: &NodeInfo) -> PartitionRowsOp {
         let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
-        PartitionRowsOp { field: usize::from(field.0), index, arms, row, grads: Join::new(arms) }
+        PartitionRowsOp { rows: ArmRows { field: usize::from(field.0), index, arms, row }, grads: Join::new(arms) }
     }
 }
 
 impl NodeOp for PartitionRowsOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        let x = msg.payload.values();
-        let rows = rows_in(x.len(), self.row)?;
-        let arm_of = arms_of_rows(cx, self.field, &self.index, &msg.state, rows, self.arms)?;
-        for (k, part) in partition(x, self.row, &arm_of, self.arms).into_iter().enumerate() {
+        for (k, part) in self.rows.split(cx, msg.payload.values(), &msg.state)?.into_iter().enumerate() {
             cx.forward(k as u16, msg.sibling(Payload::from_vec(part)));
         }
         Ok(())
@@ -317,15 +343,9 @@ impl NodeOp for PartitionRowsOp {
     fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
         let key = cx.key(&grad.state);
         let Some((_, parts)) = self.grads.offer(key, usize::from(port), grad)? else { return Ok(()) };
-        let mut rows = 0;
-        for part in &parts {
-            rows += rows_in(part.payload.values().len(), self.row)?;
+        if let Some(dx) = self.rows.merge(cx, &parts)? {
+            cx.backward(0, dx);
         }
-        let Some(first) = parts.first() else { return Ok(()) };
-        let arm_of = arms_of_rows(cx, self.field, &self.index, &first.state, rows, self.arms)?;
-        let slices: Vec<&[f32]> = parts.iter().map(|p| p.payload.values()).collect();
-        let dx = merge(&slices, self.row, &arm_of)?;
-        cx.backward(0, first.sibling(Payload::from_vec(dx)));
         Ok(())
     }
 
@@ -338,17 +358,14 @@ impl NodeOp for PartitionRowsOp {
 /// next row of input INDEX (with `%r` = r), the order `partition_rows` took them from;
 /// backward partitions the gradient the same way.
 pub(crate) struct MergeRowsOp {
-    field: usize,
-    index: StateExpr,
-    arms: usize,
-    row: usize,
+    rows: ArmRows,
     join: Join,
 }
 
 impl MergeRowsOp {
     pub fn new(field: FieldId, index: StateExpr, arms: usize, node: &NodeInfo) -> MergeRowsOp {
         let row = node.outputs.first().map_or(0, |t| row_elements(t).0);
-        MergeRowsOp { field: usize::from(field.0), index, arms, row, join: Join::new(arms) }
+        MergeRowsOp { rows: ArmRows { field: usize::from(field.0), index, arms, row }, join: Join::new(arms) }
     }
 }
 
@@ -356,23 +373,14 @@ impl NodeOp for MergeRowsOp {
     fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
         let key = cx.key(&msg.state);
         let Some((_, parts)) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
-        let mut rows = 0;
-        for part in &parts {
-            rows += rows_in(part.payload.values().len(), self.row)?;
+        if let Some(y) = self.rows.merge(cx, &parts)? {
+            cx.forward(0, y);
         }
-        let Some(first) = parts.first() else { return Ok(()) };
-        let arm_of = arms_of_rows(cx, self.field, &self.index, &first.state, rows, self.arms)?;
-        let slices: Vec<&[f32]> = parts.iter().map(|p| p.payload.values()).collect();
-        let y = merge(&slices, self.row, &arm_of)?;
-        cx.forward(0, first.sibling(Payload::from_vec(y)));
         Ok(())
     }
 
     fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
-        let dy = grad.payload.values();
-        let rows = rows_in(dy.len(), self.row)?;
-        let arm_of = arms_of_rows(cx, self.field, &self.index, &grad.state, rows, self.arms)?;
-        for (k, part) in partition(dy, self.row, &arm_of, self.arms).into_iter().enumerate() {
+        for (k, part) in self.rows.split(cx, grad.payload.values(), &grad.state)?.into_iter().enumerate() {
             cx.backward(k as u16, grad.sibling(Payload::from_vec(part)));
         }
         Ok(())

@@ -329,27 +329,25 @@ impl Executor {
     /// without a cluster it does nothing.
     pub fn gather(&mut self) -> Result<(), ExecError> {
         let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
-        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
         // Each tensor travels as four slots: values, the optimizer's two moments, its step.
+        let slot =
+            |t: usize| u32::try_from(t * 4).map_err(|_| ExecError::Config { message: "too many tensors".into() });
+        let (sent, received) = self.gathered_tensors(&cluster);
         let mut own = Vec::new();
+        for t in sent {
+            let base = slot(t)?;
+            let state = self.optim.tensors.get(t);
+            let step = state.map_or(0, |s| s.step);
+            own.push((base, self.params.data(t).to_vec()));
+            own.push((base + 1, state.map(|s| s.m.clone()).unwrap_or_default()));
+            own.push((base + 2, state.map(|s| s.v.clone()).unwrap_or_default()));
+            let (lo, hi) = (step as u32, (step >> 32) as u32);
+            own.push((base + 3, vec![f32::from_bits(lo), f32::from_bits(hi)]));
+        }
         let mut expected = Vec::new();
-        for group in self.program.groups.iter().filter(|g| g.master.is_none()) {
-            let owner = crate::cluster::process_of(group.owner, processes, workers);
-            for &t in &group.tensors {
-                let base =
-                    u32::try_from(t * 4).map_err(|_| ExecError::Config { message: "too many tensors".into() })?;
-                if owner == me && me != 0 {
-                    let state = self.optim.tensors.get(t);
-                    let step = state.map_or(0, |s| s.step);
-                    own.push((base, self.params.data(t).to_vec()));
-                    own.push((base + 1, state.map(|s| s.m.clone()).unwrap_or_default()));
-                    own.push((base + 2, state.map(|s| s.v.clone()).unwrap_or_default()));
-                    let (lo, hi) = (step as u32, (step >> 32) as u32);
-                    own.push((base + 3, vec![f32::from_bits(lo), f32::from_bits(hi)]));
-                } else if owner != 0 && me == 0 {
-                    expected.extend((0..4).map(|k| (base + k, owner)));
-                }
-            }
+        for (t, owner) in received {
+            let base = slot(t)?;
+            expected.extend((0..4).map(|k| (base + k, owner)));
         }
         for (slot, values) in cluster.gather(own, &expected)? {
             let (t, kind) = (slot as usize / 4, slot % 4);
@@ -442,20 +440,11 @@ impl Executor {
     /// at the same point; without a cluster it does nothing.
     pub fn gather_grads(&self, grads: &mut ParamSet) -> Result<(), ExecError> {
         let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
-        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
-        let mut own = Vec::new();
-        let mut expected = Vec::new();
-        for group in self.program.groups.iter().filter(|g| g.master.is_none()) {
-            let owner = crate::cluster::process_of(group.owner, processes, workers);
-            for &t in &group.tensors {
-                let slot = u32::try_from(t).map_err(|_| ExecError::Config { message: "too many tensors".into() })?;
-                if owner == me && me != 0 {
-                    own.push((slot, grads.data(t).to_vec()));
-                } else if owner != 0 && me == 0 {
-                    expected.push((slot, owner));
-                }
-            }
-        }
+        let slot = |t: usize| u32::try_from(t).map_err(|_| ExecError::Config { message: "too many tensors".into() });
+        let (sent, received) = self.gathered_tensors(&cluster);
+        let own = sent.into_iter().map(|t| Ok((slot(t)?, grads.data(t).to_vec()))).collect::<Result<_, ExecError>>()?;
+        let expected =
+            received.into_iter().map(|(t, owner)| Ok((slot(t)?, owner))).collect::<Result<Vec<_>, ExecError>>()?;
         for (slot, values) in cluster.gather(own, &expected)? {
             let t = slot as usize;
             let target = grads.data_mut(t);
@@ -468,6 +457,23 @@ impl Executor {
             target.copy_from_slice(&values);
         }
         Ok(())
+    }
+
+    /// What a gather to process 0 moves, by parameter tensor (replicas' masters only):
+    /// the tensors this process sends (those its workers own, unless it is process 0),
+    /// and on process 0 the tensors it receives with their owning process.
+    fn gathered_tensors(&self, cluster: &crate::cluster::Cluster) -> (Vec<usize>, Vec<(usize, usize)>) {
+        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
+        let (mut sent, mut received) = (Vec::new(), Vec::new());
+        for group in self.program.groups.iter().filter(|g| g.master.is_none()) {
+            let owner = crate::cluster::process_of(group.owner, processes, workers);
+            if owner == me && me != 0 {
+                sent.extend(group.tensors.iter().copied());
+            } else if owner != 0 && me == 0 {
+                received.extend(group.tensors.iter().map(|&t| (t, owner)));
+            }
+        }
+        (sent, received)
     }
 
     fn run_frozen<I: ExecInstance + Sync>(
