@@ -1032,11 +1032,8 @@ fn reverse_postorder(n: usize, source: usize, consumers: &dyn Fn(usize) -> Vec<u
 /// The rows of a batch's messages on a port of type `ty`: a batched payload's
 /// (`f32[?, d]`: its values over a row's), one for any other message.
 fn rows_of(ty: Option<&amp_ir::PayloadTy>, msgs: &[Msg]) -> usize {
-    match ty {
-        Some(amp_ir::PayloadTy::Batch(dims)) => {
-            let width = usize::try_from(dims.iter().product::<u64>()).unwrap_or(usize::MAX).max(1);
-            msgs.iter().map(|m| m.payload.values().len() / width).sum()
-        }
+    match ty.map(crate::ops::row_elements) {
+        Some((width, true)) => msgs.iter().map(|m| m.payload.values().len() / width.max(1)).sum(),
         _ => msgs.len(),
     }
 }
