@@ -7,8 +7,8 @@ it the measured throughput of the points this machine can run.
 
     cargo build --release -p amprun -p ampc
     python3 benches/predict.py                      # predict; measure 1 and 2 workers
-    python3 benches/predict.py --measure            # on a larger machine: every worker
-                                                    # count up to its cores, 1 and 2 processes
+    python3 benches/predict.py --measure --repeat 4 # on a larger machine: every worker
+                                                    # count up to its cores, 1 to 4 processes
     python3 benches/predict.py --no-measure --link-latency-us 500 --link-bandwidth-mbps 1000  # another link
 
 How: `amprun train --workers 1 --profile` (the settings of `end_to_end.py`: 16 instances
@@ -18,7 +18,7 @@ prints the plan, whose `cost_model.bottleneck_us_per_instance` (the busiest work
 or latency bound) gives the prediction: 10^6 / that. It is a prediction: the cost model
 assumes a worker per core and ignores the controller's own thread, memory bandwidth and
 the operating system. A measured point is `amprun train --workers W` (with `--processes H`
-over loopback when H > 1, at most 2 today) and the planner's plan (`--plan auto`, the same
+over loopback when H > 1) and the planner's plan (`--plan auto`, the same
 link flags), the median of `--runs` runs.
 
 Hosts hold contiguous blocks of the workers (worker w on host w * H / W, as amprun splits
@@ -34,13 +34,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from end_to_end import AMPRUN, CASES, COMMON, ROOT  # noqa: E402
+from end_to_end import AMPRUN, CASES, COMMON, ROOT, repeated  # noqa: E402
 
 AMPC = os.path.join(ROOT, "target", "release", "ampc")
 WORKERS = [1, 2, 4, 8, 16]
 HOSTS = [1, 2, 3, 4]
-# amprun runs at most this many processes today (docs/distributed.md, "Limits today").
-MAX_PROCESSES = 2
+# amprun runs at most this many processes (`amp_exec::MAX_PROCESSES`).
+MAX_PROCESSES = 16
 
 
 def flag(args, name, default):
@@ -71,6 +71,8 @@ def train(opts, args, limit, tmp, extra):
     metrics = os.path.join(tmp, "metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
+    if opts.repeat > 1:
+        args, limit = repeated(args, tmp, opts.repeat), limit * opts.repeat
     cmd = [opts.amprun, "train", *args, "--limit", str(limit), *COMMON, *extra, "--metrics", metrics]
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
@@ -98,8 +100,11 @@ def main():
     parser.add_argument("--link-latency-us", type=float, default=50.0)
     parser.add_argument("--link-bandwidth-mbps", type=float, default=10000.0)
     parser.add_argument("--runs", type=int, default=3, help="measured points: the median of this many runs")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="read each data set this many times over (on many workers one pass is too short "
+                             "for a steady rate)")
     parser.add_argument("--measure", action="store_true",
-                        help="measure every worker count up to this machine's cores, over 1 and 2 processes "
+                        help="measure every worker count up to this machine's cores, over 1 to 4 processes "
                              "(without it: 1 and 2 workers in one process)")
     parser.add_argument("--no-measure", action="store_true", help="predictions only (still one profiled run)")
     parser.add_argument("--profiles", metavar="DIR",
