@@ -53,10 +53,11 @@ mod flow;
 mod partition;
 mod plan;
 mod profile;
+mod replicas;
 mod topology;
 
 pub use cost::{estimate, process_of, Assumptions, Costs, EdgeCost, NodeCost, MAX_PROCESSES, WIRE_MESSAGE_BYTES};
-pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_WORKERS};
+pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_REPLICAS, MAX_WORKERS};
 pub use profile::{Event, Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
 
 use amp_ir::verify::Verified;
@@ -87,6 +88,8 @@ pub enum PlanError {
     FieldLength { field: &'static str, len: usize, workers: usize },
     /// A profile that cannot be read or was not measured on this graph.
     Profile { message: String },
+    /// A replica proposal the graph or the placement does not allow.
+    Replica { node: u32, message: String },
     /// A cycle that sends back into itself at least as many messages as go around it
     /// (its way out leads back in): an instance's messages there would never end.
     Unbounded { node: u32 },
@@ -119,6 +122,7 @@ impl fmt::Display for PlanError {
                 write!(f, "the plan's `{field}` has {len} entries for {workers} workers")
             }
             PlanError::Profile { message } => write!(f, "the profile does not fit: {message}"),
+            PlanError::Replica { node, message } => write!(f, "the plan's replicas of node %{node}: {message}"),
             PlanError::Unbounded { node } => write!(
                 f,
                 "the cycle through node %{node} never lets its messages go: every turn sends at least as many \
