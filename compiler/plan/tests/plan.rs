@@ -806,6 +806,16 @@ fn a_batched_map_is_one_message_per_collection_and_the_work_of_its_rows() {
     assert_eq!(node(&costs, 7).forward_work, 6.0 * 8.0);
     let edge = costs.edges.iter().find(|e| e.from == 4).expect("the gathered rows' edge");
     assert_eq!(edge.bytes, 4.0 * 6.0 * 4.0 + 3.0 * 8.0);
+    // The ops that evaluate an index or an arm per row (`gather_rows`, `mask_rows`) pay
+    // `row_us` for each of the 6 rows, each direction, besides their elements; the
+    // product and the elementwise node do not.
+    let free = Assumptions { row_us: 0.0, ..a.clone() };
+    let without = estimate(&graph(BATCHED_MAP), &free, None).unwrap();
+    for (id, per_row) in [(4, true), (5, false), (6, false), (7, true)] {
+        let extra = node(&costs, id).load_us - node(&without, id).load_us;
+        let expected = if per_row { 2.0 * 6.0 * a.row_us } else { 0.0 };
+        assert!(close(extra, expected), "%{id}: {extra} µs for its rows, expected {expected}");
+    }
 }
 
 /// A chatty loop: 8 iterations whose body is two 1024-wide products; split between them,
