@@ -19,6 +19,8 @@
 //! - `cost`: FLOPs, bytes and µs per message; node loads and edge cut costs.
 //! - `profile`: the measured counts and times that replace the modelled ones.
 //! - `partition`: the search (objective and algorithm in its header).
+//! - `replicas`: which Ppts are predicted to pay as copies on several workers (what a
+//!   copy takes over, the crossings it adds, keeping it in sync), proposed in the plan.
 //! - `plan`: the plan type, its JSON, its checks and its table.
 //!
 //! The default assumptions: loops whose bound comes from the data run 8 times,
@@ -27,7 +29,9 @@
 //! its `--min-update-frequency` and whether it runs plain SGD); a message costs 0.4 µs at
 //! its node besides its work (a worker step: nothing for a routing node that runs in its
 //! producer's chain on the same worker), dense products run at 50 GFLOP/s (batched
-//! GEMMs), other ops touch 2,000 elements per µs and those inside a fused kernel 1,000, an optimizer update
+//! GEMMs), other ops touch 2,000 elements per µs and those inside a fused kernel 1,000 (an op
+//! that evaluates an index or arm per row of a batch, such as `gather_rows`, 0.12 µs per
+//! row besides), an optimizer update
 //! 600 parameter elements per µs (plain SGD four times that), and a message crossing
 //! workers costs each side 4 µs plus 0.25 ns per byte. They were fitted to profiles of
 //! the five canonical models on this project's 2-core machine (`benches/calibrate.py`,

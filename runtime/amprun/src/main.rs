@@ -268,7 +268,7 @@
 //! plan table's `replicas:` lines, with the predicted speedup with them); `--plan-replicas`
 //! runs them (`--replica-sync` applies, `--replicate` overrides a node's count). They are
 //! off by default: on two workers, replicas of the heaviest products of Tree-LSTM, GGSNN
-//! (hidden 32 and 128) and the MLP each ran slower than the plan without them (0.47-0.94x
+//! (hidden 32 and 128) and the MLP each ran slower than the plan without them (0.44-0.91x
 //! of it; docs/PERFORMANCE.md, "Replicas"), and the planner proposes none there. A plan in an `.ampg` file that does not fit its graph (a worker out of
 //! range, a node missing or unknown) is refused (exit 1), whatever the worker count, and so,
 //! in training, is a graph in which the cost model finds a cycle that never lets its
