@@ -46,6 +46,10 @@ pub struct Plan {
     /// before replicas were predicted.
     #[serde(default)]
     pub replica_speedup: f64,
+    /// Per worker, `predicted_utilization` with the proposed replicas running (empty when
+    /// none is proposed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replica_utilization: Vec<f64>,
     /// The share of all workers' time spent on useful work when the busiest worker (the
     /// critical resource of the pipeline) is saturated: total work / (workers × busiest
     /// worker's time). 1 is a perfect split; 1 / workers is no parallelism at all.
@@ -216,6 +220,11 @@ fn describe(graph: &Graph, problem: &Problem, costs: &Costs, assign: &[usize], i
         .collect();
     replicas.sort_by(|a, b| b.predicted_load.total_cmp(&a.predicted_load).then(a.id.cmp(&b.id)));
     let busiest_with = with_copies.iter().chain(&links).copied().fold(0.0, f64::max);
+    let replica_utilization: Vec<f64> = if replicas.is_empty() {
+        Vec::new()
+    } else {
+        with_copies[..workers].iter().map(|&t| if busiest_with > 0.0 { t / busiest_with } else { 1.0 }).collect()
+    };
     let replica_speedup = if replicas.is_empty() {
         speedup
     } else if busiest_with > 0.0 {
@@ -231,6 +240,7 @@ fn describe(graph: &Graph, problem: &Problem, costs: &Costs, assign: &[usize], i
         predicted_utilization,
         replicas,
         replica_speedup,
+        replica_utilization,
         critical_path_utilization: utilization,
         predicted_speedup: speedup,
         isolated,
@@ -273,6 +283,7 @@ impl Plan {
             ("workers_load", self.workers_load.len()),
             ("workers_comm", self.workers_comm.len()),
             ("predicted_utilization", self.predicted_utilization.len()),
+            ("replica_utilization", self.replica_utilization.len()),
         ] {
             if len != 0 && len != self.workers {
                 return Err(PlanError::FieldLength { field, len, workers: self.workers });

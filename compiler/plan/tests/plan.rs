@@ -389,6 +389,12 @@ fn a_heavy_ppt_gets_its_own_worker_and_a_replica_proposal() {
         let expected: Vec<usize> = (0..proposal.replicas as usize).map(|r| (big + r) % workers).collect();
         assert_eq!(proposal.workers, expected);
         assert!(p.replica_speedup > p.predicted_speedup * 1.05, "{}", p.table("OneHeavy"));
+        // With the copies, the busiest worker is at 100% and the copies' workers busier.
+        assert_eq!(p.replica_utilization.len(), workers);
+        assert!(p.replica_utilization.iter().any(|&u| close(u, 1.0)));
+        for &w in &proposal.workers[1..] {
+            assert!(p.replica_utilization[w] > p.predicted_utilization[w], "{}", p.table("OneHeavy"));
+        }
         let placement = p.placement(&g).unwrap();
         let proposed: Vec<(u32, usize)> = p.replicas.iter().map(|r| (r.id, r.replicas as usize)).collect();
         assert_eq!(p.replica_nodes(&g, &placement).unwrap(), proposed);
@@ -408,6 +414,7 @@ fn replicas_are_proposed_only_where_predicted_to_pay() {
         let p = plan_graph(&g, workers, &Assumptions::default(), None).unwrap();
         assert!(p.replicas.is_empty(), "{}", p.table(&g.name));
         assert_eq!(p.replica_speedup, p.predicted_speedup);
+        assert!(p.replica_utilization.is_empty());
         assert!(p.table(&g.name).contains("replicas: none predicted to pay"));
     }
 }

@@ -138,6 +138,15 @@ impl Choice {
         self.workers
     }
 
+    /// `plan`'s predicted utilization per worker, with its replicas when the run adds them.
+    fn predicted_utilization<'p>(&self, plan: &'p Plan) -> &'p [f64] {
+        if self.replicas.is_empty() || plan.replica_utilization.len() != self.workers {
+            &plan.predicted_utilization
+        } else {
+            &plan.replica_utilization
+        }
+    }
+
     /// For the executor's own placements, what the cost model predicts for them.
     pub fn predict(&mut self, graph: &Verified, executor: &Executor) -> Result<(), Failure> {
         if self.plan.is_some() {
@@ -320,7 +329,7 @@ pub fn report_json(choice: &Choice, measure: Option<&Measure>, epoch: u64, elaps
     });
     if let Some(plan) = &choice.plan {
         object["predicted_utilization"] =
-            json!(plan.predicted_utilization.iter().map(|&u| finite(u)).collect::<Vec<_>>());
+            json!(choice.predicted_utilization(plan).iter().map(|&u| finite(u)).collect::<Vec<_>>());
         object["predicted_speedup"] = finite(plan.predicted_speedup);
         if !choice.replicas.is_empty() {
             object["replicated_nodes"] = json!(choice
@@ -346,7 +355,7 @@ pub fn report_json(choice: &Choice, measure: Option<&Measure>, epoch: u64, elaps
 /// The summary's lines about the placement.
 pub fn summary_lines(choice: &Choice, measure: Option<&Measure>) -> Vec<String> {
     let mut lines = Vec::new();
-    let predicted = choice.plan.as_ref().map(|p| p.predicted_utilization.clone()).unwrap_or_default();
+    let predicted = choice.plan.as_ref().map(|p| choice.predicted_utilization(p).to_vec()).unwrap_or_default();
     let speedup = choice.plan.as_ref().map_or(String::new(), |p| {
         if choice.replicas.is_empty() {
             format!(", predicted speedup {:.2}x", p.predicted_speedup)
