@@ -266,7 +266,9 @@
 //! Linear or Embedding node as copies on the next workers, each copy taking a share of the
 //! node's messages but making them cross workers, and synchronised after every update; the
 //! plan table's `replicas:` lines, with the predicted speedup with them); `--plan-replicas`
-//! runs them (`--replica-sync` applies, `--replicate` overrides a node's count). They are
+//! runs them (`--replica-sync` applies, `--replicate` overrides a node's count; the
+//! summary and the metrics' plan object then give the utilization and speedup predicted
+//! with them, and the object lists them as `replicated_nodes`). They are
 //! off by default: on two workers, replicas of the heaviest products of Tree-LSTM, GGSNN
 //! (hidden 32 and 128) and the MLP each ran slower than the plan without them (0.44-0.91x
 //! of it; docs/PERFORMANCE.md, "Replicas"), and the planner proposes none there. A plan in an `.ampg` file that does not fit its graph (a worker out of
