@@ -10,6 +10,8 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py placement  # 1 worker; 2 workers: plan, contiguous, round-robin
     python3 benches/end_to_end.py refined    # 2 workers: the model's plan vs one refined by a profile
     python3 benches/end_to_end.py placement --workers 16   # on a 16-core machine: 1 vs 16 workers
+    python3 benches/end_to_end.py replicas --models ggsnn tree_lstm mlp   # the plan with and without replicas
+    python3 benches/end_to_end.py placement --cpus 0,1   # on a bigger machine: amprun on two of its cores
     python3 benches/end_to_end.py jit --runs 5 --models tree_lstm ggsnn
     python3 benches/end_to_end.py maps --models ggsnn    # --per-element-maps vs batched maps
     python3 benches/end_to_end.py build-maps --baseline /tmp/amprun.before --models ggsnn   # and a build before
@@ -34,6 +36,13 @@ long enough for a steady rate).
 compiling and loading included, instead of `--metrics`' wall-clock rate: on a machine
 other processes load, wall time swings with their turns on the cores. `--repeat N`
 reads the data N times over, for epochs long enough that starting up weighs little.
+
+`replicas` runs, beside one worker and the plan, the plan with each model's heaviest
+products replicated (`--replicate`, `REPLICAS`: one copy more on the next worker) and with
+the replicas the plan proposes (`--plan-replicas`; none where it proposes none).
+
+`--cpus LIST` runs every `amprun` under `taskset -c LIST`: two cores of a larger, quiet
+machine stand in for this project's shared 2-core one.
 
 `refined` first profiles each model on one worker (`--profile`), then compares, at two
 workers, the plan of the cost model alone with the plan that profile refines
@@ -65,6 +74,16 @@ CASES = {
     "moe": (["examples/moe.amp", "--data", "examples/data/moe.train.jsonl"], 2000),
 }
 
+# The heaviest products of each model (the plan tables' largest linear loads), for the
+# `replicas` setup.
+REPLICAS = {
+    "mlp": ["l1=2", "l2=2"],
+    "list_reduce": ["cell=2"],
+    "tree_lstm": ["branch=2"],
+    "ggsnn": ["gru.ih=2", "gru.hh=2"],
+    "moe": [],
+}
+
 COMMON = ["--epochs", "1", "--max-active-keys", "16", "--async", "--min-update-frequency", "8",
           "--optimizer", "sgd", "--lr", "0.01"]
 
@@ -89,6 +108,12 @@ SETUPS = {
         ("{w} w plan", ["--workers", "{w}", "--plan", "auto"]),
         ("{w} w naive", ["--workers", "{w}", "--plan", "naive"]),
         ("{w} w rr", ["--workers", "{w}", "--plan", "round-robin"]),
+    ),
+    "replicas": (
+        ("1 worker", ["--workers", "1"]),
+        ("{w} w plan", ["--workers", "{w}"]),
+        ("{w} w replicated", ["--workers", "{w}", "{replicas}"]),
+        ("{w} w --plan-replicas", ["--workers", "{w}", "--plan-replicas"]),
     ),
     "refined": (
         ("{w} w model plan", ["--workers", "{w}"]),
@@ -120,7 +145,18 @@ def cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1, cpu=False):
+def with_replicas(model, args):
+    """`args` with `{replicas}` replaced by the model's `--replicate` flags."""
+    out = []
+    for a in args:
+        if a == "{replicas}":
+            out += [x for r in REPLICAS[model] for x in ("--replicate", r)]
+        else:
+            out.append(a)
+    return out
+
+
+def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1, cpu=False, cpus=None):
     args, limit = CASES[model]
     args = [a.replace("{tmp}", tmp) for a in args]
     if repeat > 1:
@@ -128,7 +164,9 @@ def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1, cpu=Fa
     metrics = os.path.join(tmp, f"{model}.metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = [amprun, "train", *args, "--limit", str(limit), *common, *extra, "--metrics", metrics]
+    cmd = [amprun, "train", *args, "--limit", str(limit), *common, *with_replicas(model, extra), "--metrics", metrics]
+    if cpus:
+        cmd = ["taskset", "-c", cpus, *cmd]
     before = cpu_seconds()
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
@@ -155,7 +193,9 @@ def main():
     parser.add_argument("--cpu", action="store_true",
                         help="instances per CPU second of the whole amprun command instead of --metrics' rate")
     parser.add_argument("--repeat", type=int, default=None, help="read the data this many times over")
-    parser.add_argument("--workers", type=int, default=2, help="placement, refined: the workers of the plans compared")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="placement, replicas, refined: the workers of the plans compared")
+    parser.add_argument("--cpus", help="run amprun under `taskset -c CPUS` (e.g. 0,1)")
     opts = parser.parse_args()
     if opts.setup.startswith("build") != (opts.baseline is not None):
         sys.exit("--baseline BINARY goes with the build setup, and only with it")
@@ -177,13 +217,14 @@ def main():
         for model in opts.models:
             if opts.setup == "refined":
                 profile = os.path.join(tmp, "profile.json")
-                throughput(model, ["--workers", "1", "--profile", profile, *opts.extra], tmp, common=common)
+                throughput(model, ["--workers", "1", "--profile", profile, *opts.extra], tmp, common=common,
+                           cpus=opts.cpus)
             runs = [[] for _ in setups]
             for _ in range(opts.runs):
                 for i, (_, extra) in enumerate(setups):
                     args = [a.replace("{tmp}", tmp) for a in [*extra, *opts.extra]]
                     amprun = baseline if i == 0 else AMPRUN
-                    runs[i].append(throughput(model, args, tmp, amprun, common, repeat, opts.cpu))
+                    runs[i].append(throughput(model, args, tmp, amprun, common, repeat, opts.cpu, opts.cpus))
             medians = [statistics.median(r) for r in runs]
             cells = " ".join(f"{m:>{w}.0f}" for m, w in zip(medians, widths))
             ratios = " ".join(f"{m / medians[0]:>6.2f}x" for m in medians[1:])

@@ -101,6 +101,11 @@ pub struct Assumptions {
     pub flops_per_us: f64,
     /// Elements per µs of the other ops (elementwise, copies, collections).
     pub elements_per_us: f64,
+    /// µs per row of an op that handles each row of a batch on its own, besides its
+    /// elements: `gather_rows`, `scatter_sum`, `partition_rows`, `merge_rows`, `mask_rows`
+    /// and `embedding_rows` evaluate each row's index, arm or table row from the message's
+    /// state, both directions.
+    pub row_us: f64,
     /// Elements per µs of an op inside a fused kernel (the JIT's f32x4 code, its
     /// transcendental functions as polynomials).
     pub fused_elements_per_us: f64,
@@ -183,6 +188,10 @@ impl Default for Assumptions {
             message_us: 0.4,
             flops_per_us: 50_000.0,
             elements_per_us: 2_000.0,
+            // GGSNN (hidden 32) on two quiet cores: 0.12-0.17 µs per row of these ops, of
+            // which its 32 elements are 0.016 (docs/PERFORMANCE.md, "Placement and
+            // workers").
+            row_us: 0.12,
             fused_elements_per_us: 1_000.0,
             update_elements_per_us: 600.0,
             hop_us: 3.0,
@@ -229,6 +238,7 @@ impl Assumptions {
             ("message_us", self.message_us, false),
             ("flops_per_us", self.flops_per_us, true),
             ("elements_per_us", self.elements_per_us, true),
+            ("row_us", self.row_us, false),
             ("fused_elements_per_us", self.fused_elements_per_us, true),
             ("update_elements_per_us", self.update_elements_per_us, true),
             ("hop_us", self.hop_us, false),
@@ -400,8 +410,9 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
         // Inside a fused unit, a message is a value the kernel passes on in registers; a
         // chain member's messages are its producer's step (or, cut, the edge's cost).
         let message_us = if fused || topo.chained[i] { 0.0 } else { a.message_us };
+        let rows_each = indexed_rows(&node.op, &node.inputs, flow.in_rows[i], out_rows) * a.row_us;
         let per_message = |messages: f64, work: f64| {
-            let compute = if messages > 0.0 { fires * work / rate / messages } else { 0.0 };
+            let compute = if messages > 0.0 { fires * (work / rate + rows_each) / messages } else { 0.0 };
             message_us + compute
         };
         let mut cost = NodeCost {
@@ -639,6 +650,17 @@ fn per_message(nodes: &[Option<NodeCost>], i: usize, counts: impl Fn(&NodeCost) 
             }
         }
         _ => otherwise,
+    }
+}
+
+/// Rows of one computation of `op` that it handles one by one (an index, arm or table
+/// row evaluated per row: `Assumptions::row_us` each), 0 for an op that does not.
+fn indexed_rows(op: &Op, inputs: &[PayloadTy], in_rows: f64, out_rows: f64) -> f64 {
+    let batch = matches!(inputs.first(), Some(PayloadTy::Batch(_)));
+    match op {
+        Op::PartitionRows { .. } | Op::ScatterSum { .. } if batch => in_rows,
+        Op::GatherRows { .. } | Op::MergeRows { .. } | Op::MaskRows { .. } | Op::EmbeddingRows { .. } => out_rows,
+        _ => 0.0,
     }
 }
 

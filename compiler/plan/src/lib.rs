@@ -19,6 +19,8 @@
 //! - `cost`: FLOPs, bytes and µs per message; node loads and edge cut costs.
 //! - `profile`: the measured counts and times that replace the modelled ones.
 //! - `partition`: the search (objective and algorithm in its header).
+//! - `replicas`: which Ppts are predicted to pay as copies on several workers (what a
+//!   copy takes over, the crossings it adds, keeping it in sync), proposed in the plan.
 //! - `plan`: the plan type, its JSON, its checks and its table.
 //!
 //! The default assumptions: loops whose bound comes from the data run 8 times,
@@ -27,7 +29,9 @@
 //! its `--min-update-frequency` and whether it runs plain SGD); a message costs 0.4 µs at
 //! its node besides its work (a worker step: nothing for a routing node that runs in its
 //! producer's chain on the same worker), dense products run at 50 GFLOP/s (batched
-//! GEMMs), other ops touch 2,000 elements per µs and those inside a fused kernel 1,000, an optimizer update
+//! GEMMs), other ops touch 2,000 elements per µs and those inside a fused kernel 1,000 (an op
+//! that evaluates an index or arm per row of a batch, such as `gather_rows`, 0.12 µs per
+//! row besides), an optimizer update
 //! 600 parameter elements per µs (plain SGD four times that), and a message crossing
 //! workers costs each side 4 µs plus 0.25 ns per byte. They were fitted to profiles of
 //! the five canonical models on this project's 2-core machine (`benches/calibrate.py`,
@@ -53,10 +57,11 @@ mod flow;
 mod partition;
 mod plan;
 mod profile;
+mod replicas;
 mod topology;
 
 pub use cost::{estimate, process_of, Assumptions, Costs, EdgeCost, NodeCost, MAX_PROCESSES, WIRE_MESSAGE_BYTES};
-pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_WORKERS};
+pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_REPLICAS, MAX_WORKERS};
 pub use profile::{Event, Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
 
 use amp_ir::verify::Verified;
@@ -87,6 +92,8 @@ pub enum PlanError {
     FieldLength { field: &'static str, len: usize, workers: usize },
     /// A profile that cannot be read or was not measured on this graph.
     Profile { message: String },
+    /// A replica proposal the graph or the placement does not allow.
+    Replica { node: u32, message: String },
     /// A cycle that sends back into itself at least as many messages as go around it
     /// (its way out leads back in): an instance's messages there would never end.
     Unbounded { node: u32 },
@@ -119,6 +126,7 @@ impl fmt::Display for PlanError {
                 write!(f, "the plan's `{field}` has {len} entries for {workers} workers")
             }
             PlanError::Profile { message } => write!(f, "the profile does not fit: {message}"),
+            PlanError::Replica { node, message } => write!(f, "the plan's replicas of node %{node}: {message}"),
             PlanError::Unbounded { node } => write!(
                 f,
                 "the cycle through node %{node} never lets its messages go: every turn sends at least as many \

@@ -243,7 +243,7 @@ impl<'a> Problem<'a> {
     }
 
     /// What a cut pair costs each of its workers when they are `a` and `b` (different).
-    fn cut(&self, c: &Cut, a: usize, b: usize) -> f64 {
+    pub(crate) fn cut(&self, c: &Cut, a: usize, b: usize) -> f64 {
         if self.process[a] == self.process[b] {
             c.local
         } else {
@@ -257,7 +257,7 @@ impl<'a> Problem<'a> {
     }
 
     /// The units' representatives, in index order: what the search places.
-    fn leads(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn leads(&self) -> impl Iterator<Item = usize> + '_ {
         self.topo.nodes().filter(|&v| self.topo.leads(v))
     }
 
@@ -288,7 +288,7 @@ impl<'a> Problem<'a> {
     }
 
     /// Worker `w`'s speed (1 past the list).
-    fn speed_of(&self, w: usize) -> f64 {
+    pub(crate) fn speed_of(&self, w: usize) -> f64 {
         self.speed.get(w).copied().unwrap_or(1.0)
     }
 
@@ -328,7 +328,7 @@ impl<'a> Problem<'a> {
 
     /// What the search compares: every worker's time, the latency bound, then every
     /// process's link.
-    fn search_times(&self, assign: &[usize]) -> Vec<f64> {
+    pub(crate) fn search_times(&self, assign: &[usize]) -> Vec<f64> {
         let mut times = self.worker_times(assign);
         times.push(self.bound(assign));
         times.extend(self.link_times(assign));
@@ -351,7 +351,7 @@ impl<'a> Problem<'a> {
         comm
     }
 
-    fn eps(&self) -> f64 {
+    pub(crate) fn eps(&self) -> f64 {
         1e-9 * (self.total + 1.0)
     }
 }
@@ -361,15 +361,15 @@ type Move = (Score, usize, Vec<(usize, f64)>);
 
 /// (busiest worker, sum, sum of squares): smaller is better.
 #[derive(Clone, Copy, Debug)]
-struct Score(f64, f64, f64);
+pub(crate) struct Score(pub f64, pub f64, pub f64);
 
 impl Score {
-    fn of(times: &[f64]) -> Score {
+    pub(crate) fn of(times: &[f64]) -> Score {
         let max = times.iter().copied().fold(0.0, f64::max);
         Score(max, times.iter().sum(), times.iter().map(|t| t * t).sum())
     }
 
-    fn better_than(&self, other: &Score, eps: f64) -> bool {
+    pub(crate) fn better_than(&self, other: &Score, eps: f64) -> bool {
         if self.0 < other.0 - eps {
             return true;
         }

@@ -4,6 +4,7 @@
 
 use crate::cost::{Assumptions, Costs};
 use crate::partition::{self, Problem};
+use crate::replicas;
 use crate::topology::Topology;
 use crate::PlanError;
 use amp_ir::verify::Verified;
@@ -15,6 +16,9 @@ use std::fmt::Write;
 
 /// The most workers a plan may have (the executor's limit).
 pub const MAX_WORKERS: usize = 1024;
+
+/// The most copies of one node (the executor's limit).
+pub const MAX_REPLICAS: usize = 64;
 
 /// A partition plan and its predictions. Shares are of the total predicted work per
 /// instance (communication not included), so the nodes' `predicted_load` sum to 1.
@@ -33,9 +37,19 @@ pub struct Plan {
     /// busiest worker's: the share of time it is busy once the busiest one is saturated.
     #[serde(default)]
     pub predicted_utilization: Vec<f64>,
-    /// Bottleneck Ppts worth replicating (a proposal: replicas do not run yet).
+    /// Ppts the cost model predicts are worth running as several copies on this
+    /// placement (`replicas.rs`): amprun runs them with `--plan-replicas`, not by default.
     #[serde(default)]
     pub replicas: Vec<Replica>,
+    /// Total work over the busiest worker's time (or the latency bound) with the proposed
+    /// replicas: the predicted speedup over one worker when they run. 0 in plans written
+    /// before replicas were predicted.
+    #[serde(default)]
+    pub replica_speedup: f64,
+    /// Per worker, `predicted_utilization` with the proposed replicas running (empty when
+    /// none is proposed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replica_utilization: Vec<f64>,
     /// The share of all workers' time spent on useful work when the busiest worker (the
     /// critical resource of the pipeline) is saturated: total work / (workers × busiest
     /// worker's time). 1 is a perfect split; 1 / workers is no parallelism at all.
@@ -64,16 +78,21 @@ pub struct PlannedNode {
     pub predicted_load: f64,
 }
 
-/// A proposal to replicate a Ppt whose load alone exceeds an ideal worker's share.
+/// A proposal to run a Ppt as several copies, each on its own worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Replica {
     pub id: u32,
     #[serde(default)]
     pub name: String,
-    /// Replicas that would bring each one's load under a share.
+    /// Copies, the node itself included.
     pub replicas: u32,
+    /// The node's share of the total predicted work (all copies together).
     #[serde(default)]
     pub predicted_load: f64,
+    /// The worker of each copy, the node's own first: `(worker + r) mod workers`, where
+    /// the executor puts copy `r`.
+    #[serde(default)]
+    pub workers: Vec<usize>,
 }
 
 /// Where the predictions came from.
@@ -109,7 +128,8 @@ pub fn plan(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, Pla
     check_costs(&topo, costs)?;
     let problem = Problem::new(costs, &topo, workers);
     let chosen = partition::partition(&problem);
-    Ok(describe(&problem, costs, &chosen.assign, chosen.isolated.iter().map(|&v| v as u32).collect()))
+    let isolated = chosen.isolated.iter().map(|&v| v as u32).collect();
+    Ok(describe(graph, &problem, costs, &chosen.assign, isolated))
 }
 
 /// What the cost model predicts for a given placement (the worker of every node index,
@@ -131,7 +151,7 @@ pub fn evaluate(graph: &Verified, costs: &Costs, workers: usize, placement: &[us
     let problem = Problem::new(costs, &topo, workers);
     // The executor runs a fused unit where its first node is.
     problem.follow(&mut assign);
-    Ok(describe(&problem, costs, &assign, Vec::new()))
+    Ok(describe(graph, &problem, costs, &assign, Vec::new()))
 }
 
 fn check_workers(workers: usize) -> Result<(), PlanError> {
@@ -156,7 +176,7 @@ fn check_costs(topo: &Topology, costs: &Costs) -> Result<(), PlanError> {
     Ok(())
 }
 
-fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u32>) -> Plan {
+fn describe(graph: &Graph, problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u32>) -> Plan {
     let workers = problem.workers;
     let total = problem.total;
     let share_of = |us: f64| if total > 0.0 { us / total } else { 0.0 };
@@ -186,18 +206,32 @@ fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u3
         times.iter().map(|&t| if busiest > 0.0 { t / busiest } else { 1.0 }).collect();
     let (speedup, utilization) =
         if busiest > 0.0 { (total / busiest, total / busiest / workers as f64) } else { (1.0, 1.0) };
-    let share = total / workers as f64;
-    let mut replicas: Vec<Replica> = topo
-        .nodes()
-        .filter(|&v| problem.ppt[v] && workers > 1 && problem.load[v] > 1.01 * share && share > 0.0)
-        .map(|v| Replica {
-            id: v as u32,
-            name: costs.node(v).map(|c| c.name.clone()).unwrap_or_default(),
-            replicas: ((problem.load[v] / share).ceil() as u32).clamp(2, MAX_WORKERS as u32),
-            predicted_load: share_of(problem.load[v]),
+    let sync = replicas::sync_costs(graph, costs);
+    let (copies, with_copies) = replicas::propose(problem, costs, &sync, assign);
+    let mut replicas: Vec<Replica> = copies
+        .into_iter()
+        .map(|c| Replica {
+            id: c.node as u32,
+            name: costs.node(c.node).map(|n| n.name.clone()).unwrap_or_default(),
+            replicas: c.workers.len() as u32,
+            predicted_load: share_of(problem.load[c.node]),
+            workers: c.workers,
         })
         .collect();
     replicas.sort_by(|a, b| b.predicted_load.total_cmp(&a.predicted_load).then(a.id.cmp(&b.id)));
+    let busiest_with = with_copies.iter().chain(&links).copied().fold(0.0, f64::max);
+    let replica_utilization: Vec<f64> = if replicas.is_empty() {
+        Vec::new()
+    } else {
+        with_copies[..workers].iter().map(|&t| if busiest_with > 0.0 { t / busiest_with } else { 1.0 }).collect()
+    };
+    let replica_speedup = if replicas.is_empty() {
+        speedup
+    } else if busiest_with > 0.0 {
+        total / busiest_with
+    } else {
+        1.0
+    };
     Plan {
         workers,
         nodes,
@@ -205,6 +239,8 @@ fn describe(problem: &Problem, costs: &Costs, assign: &[usize], isolated: Vec<u3
         workers_comm: comm.iter().map(|&c| share_of(c)).collect(),
         predicted_utilization,
         replicas,
+        replica_speedup,
+        replica_utilization,
         critical_path_utilization: utilization,
         predicted_speedup: speedup,
         isolated,
@@ -247,6 +283,7 @@ impl Plan {
             ("workers_load", self.workers_load.len()),
             ("workers_comm", self.workers_comm.len()),
             ("predicted_utilization", self.predicted_utilization.len()),
+            ("replica_utilization", self.replica_utilization.len()),
         ] {
             if len != 0 && len != self.workers {
                 return Err(PlanError::FieldLength { field, len, workers: self.workers });
@@ -273,6 +310,42 @@ impl Plan {
             return Err(PlanError::Length { placed: self.nodes.len(), nodes });
         }
         Ok(placement)
+    }
+
+    /// The proposed replicas as the executor takes them (node, copies), after checking
+    /// them against `graph` and the placement (`Plan::placement`'s): each names a
+    /// parameterised node (linear, embedding, affine) once, with 2 to 64 copies whose
+    /// workers, when listed, are where the executor puts them (`(worker + r) mod
+    /// workers`, from the node's own).
+    pub fn replica_nodes(&self, graph: &Graph, placement: &[usize]) -> Result<Vec<(u32, usize)>, PlanError> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for r in &self.replicas {
+            let refuse = |message: String| PlanError::Replica { node: r.id, message };
+            let node = graph
+                .nodes
+                .node_weight(NodeIndex::new(r.id as usize))
+                .ok_or_else(|| refuse("the graph has no such node".into()))?;
+            if !node.op.is_ppt() {
+                return Err(refuse(format!("a `{}` node has no parameters to copy", node.op.keyword())));
+            }
+            if !seen.insert(r.id) {
+                return Err(refuse("proposed twice".into()));
+            }
+            let copies = r.replicas as usize;
+            if !(2..=MAX_REPLICAS).contains(&copies) {
+                return Err(refuse(format!("{copies} copies: a replicated node has 2 to {MAX_REPLICAS}")));
+            }
+            let worker = placement.get(r.id as usize).copied().unwrap_or(0);
+            if !r.workers.is_empty() && r.workers != replicas::copy_workers(worker, copies, self.workers) {
+                return Err(refuse(format!(
+                    "its copies' workers {:?} are not where the executor puts them, from worker {worker}",
+                    r.workers
+                )));
+            }
+            out.push((r.id, copies));
+        }
+        Ok(out)
     }
 
     /// A readable table: every node with its worker and predicted share, then the
@@ -344,19 +417,25 @@ impl Plan {
             let _ = writeln!(out, "  own worker: {}", list.join(", "));
         }
         if self.replicas.is_empty() {
-            let _ = writeln!(out, "  replicas: none proposed");
+            let _ = writeln!(out, "  replicas: none predicted to pay");
         } else {
             for r in &self.replicas {
+                let on: Vec<String> = r.workers.iter().map(usize::to_string).collect();
                 let _ = writeln!(
                     out,
-                    "  replicas: %{} {} x{} (its load {:.1}% exceeds a worker's share {:.1}%)",
+                    "  replicas: %{} {} x{} on workers {} (its load {:.1}%)",
                     r.id,
                     r.name,
                     r.replicas,
-                    100.0 * r.predicted_load,
-                    100.0 / self.workers as f64
+                    on.join(", "),
+                    100.0 * r.predicted_load
                 );
             }
+            let _ = writeln!(
+                out,
+                "  with these replicas (amprun --plan-replicas): predicted speedup {:.2}x",
+                self.replica_speedup
+            );
         }
         out
     }

@@ -357,8 +357,17 @@ fn a_cheap_loop_stays_on_one_worker() {
 fn a_heavy_ppt_gets_its_own_worker_and_a_replica_proposal() {
     let g = graph(ONE_HEAVY);
     // Cheap messages between workers (with the default 4 µs each, the cheap nodes after
-    // the big product rather join it than pay for the cut).
-    let cheap = Assumptions { hop_us: 0.5, cross_us: 0.5, ..Assumptions::default() };
+    // the big product rather join it than pay for the cut), slow products and rare plain
+    // SGD updates, so that the big product's load is its per-message work, which copies
+    // share.
+    let cheap = Assumptions {
+        hop_us: 0.5,
+        cross_us: 0.5,
+        flops_per_us: 10.0,
+        update_every: 64.0,
+        plain_sgd: true,
+        ..Assumptions::default()
+    };
     let costs = estimate(&g, &cheap, None).unwrap();
     let share = node(&costs, 4).load_us / costs.total_us();
     assert!(share > 0.34, "the big Ppt is a third of the work at least ({share})");
@@ -372,11 +381,82 @@ fn a_heavy_ppt_gets_its_own_worker_and_a_replica_proposal() {
             p.table("OneHeavy")
         );
         assert_eq!(p.isolated, vec![4]);
-        // It is the bottleneck, so replicating it is proposed.
+        // It is the bottleneck, and its copies on the next workers take their share of
+        // its messages for less than they save: proposed, where the executor puts them.
         let proposal = p.replicas.iter().find(|r| r.id == 4).expect("a replica proposal for %4");
         assert!(proposal.replicas >= 2);
         assert!(close(proposal.predicted_load, share));
+        let expected: Vec<usize> = (0..proposal.replicas as usize).map(|r| (big + r) % workers).collect();
+        assert_eq!(proposal.workers, expected);
+        assert!(p.replica_speedup > p.predicted_speedup * 1.05, "{}", p.table("OneHeavy"));
+        // With the copies, the busiest worker is at 100% and the copies' workers busier.
+        assert_eq!(p.replica_utilization.len(), workers);
+        assert!(p.replica_utilization.iter().any(|&u| close(u, 1.0)));
+        for &w in &proposal.workers[1..] {
+            assert!(p.replica_utilization[w] > p.predicted_utilization[w], "{}", p.table("OneHeavy"));
+        }
+        let placement = p.placement(&g).unwrap();
+        let proposed: Vec<(u32, usize)> = p.replicas.iter().map(|r| (r.id, r.replicas as usize)).collect();
+        assert_eq!(p.replica_nodes(&g, &placement).unwrap(), proposed);
+        assert!(p.table("OneHeavy").contains("--plan-replicas"));
     }
+}
+
+/// What a copy saves its node's worker must pay for the messages it makes cross: with
+/// the default per-message cost, a chain of small products stays unreplicated (as
+/// measured on the MLP: replicas of its products on a second worker ran it at 0.5-0.8x),
+/// and so does a product whose load is mostly its Adam updates, which stay with the
+/// master (and each copy adds a gather and a copy of the values per update).
+#[test]
+fn replicas_are_proposed_only_where_predicted_to_pay() {
+    for (text, workers) in [(CHAIN, 2), (CHAIN, 4), (ONE_HEAVY, 2), (ONE_HEAVY, 4), (LOOP, 4)] {
+        let g = graph(text);
+        let p = plan_graph(&g, workers, &Assumptions::default(), None).unwrap();
+        assert!(p.replicas.is_empty(), "{}", p.table(&g.name));
+        assert_eq!(p.replica_speedup, p.predicted_speedup);
+        assert!(p.replica_utilization.is_empty());
+        assert!(p.table(&g.name).contains("replicas: none predicted to pay"));
+    }
+}
+
+/// A stored plan's replicas are untrusted: each must name a parameterised node once, with
+/// 2 to 64 copies where the executor puts them.
+#[test]
+fn replica_proposals_read_from_a_file_are_checked() {
+    let g = graph(ONE_HEAVY);
+    let cheap = Assumptions {
+        hop_us: 0.5,
+        cross_us: 0.5,
+        flops_per_us: 10.0,
+        update_every: 64.0,
+        plain_sgd: true,
+        ..Assumptions::default()
+    };
+    let good = plan(&g, &estimate(&g, &cheap, None).unwrap(), 4).unwrap();
+    let placement = good.placement(&g).unwrap();
+    assert!(good.replica_nodes(&g, &placement).is_ok());
+    let edit = |f: &dyn Fn(&mut Plan)| {
+        let mut p = Plan::from_json(&good.to_json()).unwrap();
+        f(&mut p);
+        p.replica_nodes(&g, &placement).unwrap_err().to_string()
+    };
+    assert!(edit(&|p| p.replicas[0].id = 3).contains("no parameters"), "{}", edit(&|p| p.replicas[0].id = 3));
+    assert!(edit(&|p| p.replicas[0].id = 99).contains("no such node"));
+    assert!(edit(&|p| {
+        let again = p.replicas[0].clone();
+        p.replicas.push(again)
+    })
+    .contains("twice"));
+    assert!(edit(&|p| {
+        p.replicas[0].replicas = 65;
+        p.replicas[0].workers.clear()
+    })
+    .contains("2 to 64"));
+    assert!(edit(&|p| p.replicas[0].workers.reverse()).contains("not where the executor puts them"));
+    // Plans written before the workers were listed leave them to the executor's rule.
+    let mut older = good.clone();
+    older.replicas[0].workers.clear();
+    assert!(older.replica_nodes(&g, &placement).is_ok());
 }
 
 #[test]
@@ -733,6 +813,16 @@ fn a_batched_map_is_one_message_per_collection_and_the_work_of_its_rows() {
     assert_eq!(node(&costs, 7).forward_work, 6.0 * 8.0);
     let edge = costs.edges.iter().find(|e| e.from == 4).expect("the gathered rows' edge");
     assert_eq!(edge.bytes, 4.0 * 6.0 * 4.0 + 3.0 * 8.0);
+    // The ops that evaluate an index or an arm per row (`gather_rows`, `mask_rows`) pay
+    // `row_us` for each of the 6 rows, each direction, besides their elements; the
+    // product and the elementwise node do not.
+    let free = Assumptions { row_us: 0.0, ..a.clone() };
+    let without = estimate(&graph(BATCHED_MAP), &free, None).unwrap();
+    for (id, per_row) in [(4, true), (5, false), (6, false), (7, true)] {
+        let extra = node(&costs, id).load_us - node(&without, id).load_us;
+        let expected = if per_row { 2.0 * 6.0 * a.row_us } else { 0.0 };
+        assert!(close(extra, expected), "%{id}: {extra} µs for its rows, expected {expected}");
+    }
 }
 
 /// A chatty loop: 8 iterations whose body is two 1024-wide products; split between them,

@@ -160,6 +160,11 @@ pub struct ExecArgs {
     /// cost model (instead of following the plan in an `.ampg` file).
     #[arg(long, value_name = "FILE")]
     pub plan_profile: Option<PathBuf>,
+    /// Also run the replicas the plan proposes (`--plan auto`): each Ppt it names as copies
+    /// on the workers it names. Off by default: on two workers no replica measured faster
+    /// (docs/PERFORMANCE.md, "Replicas").
+    #[arg(long)]
+    pub plan_replicas: bool,
     /// At most this many instances in flight (default: training, the update size
     /// `--min-update-frequency`; eval, infer and grad, 16).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]

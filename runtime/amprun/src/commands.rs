@@ -54,10 +54,11 @@ fn open(
     let choice = crate::placement::choose(&graph, model.plan.as_ref(), exec, &model_args.path, assumptions)?;
     let params = setup::load_params(params, &graph)?;
     // Forward passes and single gradients never update: the optimizer is never used.
-    let config = amp_exec::ExecConfig {
+    let mut config = amp_exec::ExecConfig {
         placement: choice.placement,
         ..setup::exec_config(exec, OptimConfig::sgd(0.0), crate::cli::DEFAULT_IN_FLIGHT)
     };
+    config.replicas.extend(choice.replicas);
     let executor = setup::start(&graph, params, config)?;
     let mut loader = Loader::new(&graph, data_args, &[data], None)?.with_noise_seed(seed.unwrap_or(0));
     if unlabeled {

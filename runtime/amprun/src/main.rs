@@ -12,7 +12,7 @@
 //!        [--lr X] [--momentum X] [--weight-decay X] [--clip-norm X] [--seed S]
 //!        [--save ckpt.safetensors] [--resume] [--init p.safetensors] [--metrics m.jsonl]
 //!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
-//!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--profile p.json]
+//!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--plan-replicas] [--profile p.json]
 //!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
 //!        [--no-chains] [--per-element-maps] [--keep-best best.safetensors] [--patience N]
 //!        [--replicate NODE=R ...] [--replica-sync N]
@@ -262,7 +262,16 @@
 //! plan may leave workers without nodes when splitting the model costs more in messages
 //! between workers than it takes over (amprun notes it; `--plan naive` splits anyway).
 //! `--plan naive` keeps the executor's contiguous ranges, `--plan round-robin` deals the
-//! nodes out in turn. A plan in an `.ampg` file that does not fit its graph (a worker out of
+//! nodes out in turn. The plan also lists the replicas its cost model predicts to pay (a
+//! Linear or Embedding node as copies on the next workers, each copy taking a share of the
+//! node's messages but making them cross workers, and synchronised after every update; the
+//! plan table's `replicas:` lines, with the predicted speedup with them); `--plan-replicas`
+//! runs them (`--replica-sync` applies, `--replicate` overrides a node's count; the
+//! summary and the metrics' plan object then give the utilization and speedup predicted
+//! with them, and the object lists them as `replicated_nodes`). They are
+//! off by default: on two workers, replicas of the heaviest products of Tree-LSTM, GGSNN
+//! (hidden 32 and 128) and the MLP each ran slower than the plan without them (0.44-0.91x
+//! of it; docs/PERFORMANCE.md, "Replicas"), and the planner proposes none there. A plan in an `.ampg` file that does not fit its graph (a worker out of
 //! range, a node missing or unknown) is refused (exit 1), whatever the worker count, and so,
 //! in training, is a graph in which the cost model finds a cycle that never lets its
 //! messages go (its exit leads back into it: an instance's messages would never end). With
@@ -307,7 +316,8 @@
 //! Stragglers); the copies take the
 //! trained values after every `--replica-sync N` updates (default 1: training is then
 //! exactly that without replicas). `ampc compile --workers N --emit plan` proposes
-//! replicas for bottleneck nodes.
+//! replicas where its cost model predicts they pay, and `--plan-replicas` runs them (see
+//! Placement).
 //!
 //! **Exit codes.**
 //!

@@ -15,6 +15,7 @@
 use crate::batches::BatchSizes;
 use crate::cli::{ExecArgs, PlanChoice};
 use crate::failure::Failure;
+use amp_exec::config::NodeSelector;
 use amp_exec::{Executor, Placement, TraceEvent, TraceKind};
 use amp_ir::verify::Verified;
 use amp_ir::Graph;
@@ -33,6 +34,8 @@ pub struct Choice {
     pub plan: Option<Plan>,
     /// `plan (file.ampg)`, `plan`, `naive`, `round-robin`.
     pub source: String,
+    /// The plan's replicas the run adds (`--plan-replicas`): node and copies.
+    pub replicas: Vec<(NodeSelector, usize)>,
     workers: usize,
     assumptions: Assumptions,
     profile: Option<Profile>,
@@ -56,8 +59,18 @@ pub fn choose(
     let workers = usize::from(exec.workers);
     let assumptions = with_link(assumptions, exec)?;
     let profile = exec.plan_profile.as_deref().map(read_profile).transpose()?;
-    let mut choice =
-        Choice { placement: Placement::Contiguous, plan: None, source: String::new(), workers, assumptions, profile };
+    if exec.plan_replicas && exec.plan != PlanChoice::Auto {
+        return Err(Failure::usage("--plan-replicas runs the plan's replicas: it goes with `--plan auto`"));
+    }
+    let mut choice = Choice {
+        placement: Placement::Contiguous,
+        plan: None,
+        source: String::new(),
+        replicas: Vec::new(),
+        workers,
+        assumptions,
+        profile,
+    };
     match exec.plan {
         PlanChoice::Naive => choice.source = "naive".into(),
         PlanChoice::RoundRobin => {
@@ -110,6 +123,9 @@ pub fn choose(
                     idle.join(", ")
                 );
             }
+            if exec.plan_replicas {
+                choice.replicas = plan_replicas(graph, &plan, &placement, &exec.replicate)?;
+            }
             choice.placement = Placement::Explicit(placement);
             choice.plan = Some(plan);
         }
@@ -120,6 +136,15 @@ pub fn choose(
 impl Choice {
     pub fn workers(&self) -> usize {
         self.workers
+    }
+
+    /// `plan`'s predicted utilization per worker, with its replicas when the run adds them.
+    fn predicted_utilization<'p>(&self, plan: &'p Plan) -> &'p [f64] {
+        if self.replicas.is_empty() || plan.replica_utilization.len() != self.workers {
+            &plan.predicted_utilization
+        } else {
+            &plan.replica_utilization
+        }
     }
 
     /// For the executor's own placements, what the cost model predicts for them.
@@ -133,6 +158,27 @@ impl Choice {
         self.plan = Some(amp_plan::evaluate(graph, &costs, self.workers, &placement).map_err(|e| plan_failure(&e))?);
         Ok(())
     }
+}
+
+/// The plan's replicas as the executor takes them, less the nodes `--replicate` names
+/// (the user's count wins); a stored plan's are checked first.
+fn plan_replicas(
+    graph: &Graph,
+    plan: &Plan,
+    placement: &[usize],
+    named: &[(NodeSelector, u64)],
+) -> Result<Vec<(NodeSelector, usize)>, Failure> {
+    let nodes = plan.replica_nodes(graph, placement).map_err(|e| plan_failure(&e))?;
+    let label = |id: u32| {
+        graph.nodes.node_indices().find(|i| i.index() == id as usize).and_then(|i| graph.nodes.node_weight(i))
+    };
+    let by_user = |id: u32| {
+        named.iter().any(|(s, _)| match s {
+            NodeSelector::Id(n) => *n == id,
+            NodeSelector::Label(l) => label(id).is_some_and(|n| n.label == *l),
+        })
+    };
+    Ok(nodes.into_iter().filter(|&(id, _)| !by_user(id)).map(|(id, r)| (NodeSelector::Id(id), r)).collect())
 }
 
 /// The planner's assumptions with this run's processes, the link between them
@@ -283,8 +329,19 @@ pub fn report_json(choice: &Choice, measure: Option<&Measure>, epoch: u64, elaps
     });
     if let Some(plan) = &choice.plan {
         object["predicted_utilization"] =
-            json!(plan.predicted_utilization.iter().map(|&u| finite(u)).collect::<Vec<_>>());
+            json!(choice.predicted_utilization(plan).iter().map(|&u| finite(u)).collect::<Vec<_>>());
         object["predicted_speedup"] = finite(plan.predicted_speedup);
+        if !choice.replicas.is_empty() {
+            object["replicated_nodes"] = json!(choice
+                .replicas
+                .iter()
+                .filter_map(|(s, r)| match s {
+                    NodeSelector::Id(id) => Some(json!({"id": id, "replicas": r})),
+                    NodeSelector::Label(_) => None,
+                })
+                .collect::<Vec<_>>());
+            object["predicted_speedup"] = finite(plan.replica_speedup);
+        }
         object["critical_path_utilization"] = finite(plan.critical_path_utilization);
     }
     if let Some(m) = measure {
@@ -298,9 +355,14 @@ pub fn report_json(choice: &Choice, measure: Option<&Measure>, epoch: u64, elaps
 /// The summary's lines about the placement.
 pub fn summary_lines(choice: &Choice, measure: Option<&Measure>) -> Vec<String> {
     let mut lines = Vec::new();
-    let predicted = choice.plan.as_ref().map(|p| p.predicted_utilization.clone()).unwrap_or_default();
-    let speedup =
-        choice.plan.as_ref().map_or(String::new(), |p| format!(", predicted speedup {:.2}x", p.predicted_speedup));
+    let predicted = choice.plan.as_ref().map(|p| choice.predicted_utilization(p).to_vec()).unwrap_or_default();
+    let speedup = choice.plan.as_ref().map_or(String::new(), |p| {
+        if choice.replicas.is_empty() {
+            format!(", predicted speedup {:.2}x", p.predicted_speedup)
+        } else {
+            format!(", {} node(s) replicated, predicted speedup {:.2}x", choice.replicas.len(), p.replica_speedup)
+        }
+    });
     lines.push(format!("placement   {} on {} worker(s){speedup}", choice.source, choice.workers));
     let measured = measure.map(Measure::utilization);
     for w in 0..choice.workers {

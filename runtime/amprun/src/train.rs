@@ -89,6 +89,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, usize::from(args.exec.workers))?;
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
+    config.replicas.extend(choice.replicas.iter().cloned());
     config.trace |= traced;
     config.frozen = crate::embeddings::frozen_groups(&graph, &args.freeze)?;
     let start = starting_point(args, &graph, &name, &optimizer)?;

@@ -224,6 +224,86 @@ fn a_profile_is_written_and_refines_the_next_plan() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+/// A plan that carries replicas: `--plan-replicas` runs them where the plan says (both
+/// workers run the replicated product), training as without them (`--replica-sync 1`);
+/// without the flag the plan's placement alone runs; a stored proposal the executor
+/// could not follow is refused by name.
+#[test]
+fn a_plan_that_carries_replicas_trains_as_without_them() {
+    let dir = scratch("plan-replicas");
+    let dir = dir.path();
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let setup = Assumptions { update_every: 8.0, plain_sgd: true, ..Assumptions::default() };
+    let mut plan = amp_plan::plan_graph(&graph, 2, &setup, None).unwrap();
+    let cell = plan.nodes.iter().find(|n| n.name == "linear cell").expect("the cell's product").clone();
+    // The cost model proposes no replica here (list-reduce's products are too small for
+    // the crossings a copy adds); the plan file below carries one, as a plan for a model
+    // where one pays would.
+    assert!(plan.replicas.is_empty());
+    plan.replicas.push(amp_plan::Replica {
+        id: cell.id,
+        name: cell.name.clone(),
+        replicas: 2,
+        predicted_load: cell.predicted_load,
+        workers: vec![cell.worker, (cell.worker + 1) % 2],
+    });
+    let model = ampg_with_plan(dir, "replicas", Some(plan.to_json()));
+    let data = example("data/list_reduce.train.jsonl");
+    let run = |extra: &[&str], save: &str, metrics: &str| {
+        let mut args = train_args(&model, &data);
+        args.extend(["--workers", "2", "--save", save, "--metrics", metrics, "--trace", "t.json"]);
+        args.extend(extra);
+        amprun_ok(dir, &args)
+    };
+    let workers_of_cell = || -> Vec<u64> {
+        let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
+        let mut tids: Vec<u64> = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["name"].as_str().is_some_and(|n| n.starts_with("linear cell")))
+            .filter_map(|e| e["tid"].as_u64())
+            .collect();
+        tids.sort_unstable();
+        tids.dedup();
+        tids
+    };
+    let plain = run(&[], "plain.safetensors", "plain.jsonl");
+    assert!(!stdout(&plain).contains("replicated"), "{}", stdout(&plain));
+    assert_eq!(workers_of_cell(), vec![cell.worker as u64]);
+    let replicated = run(&["--plan-replicas", "--replica-sync", "1"], "rep.safetensors", "rep.jsonl");
+    assert!(stdout(&replicated).contains("1 node(s) replicated"), "{}", stdout(&replicated));
+    assert_eq!(workers_of_cell(), vec![0, 1], "both copies of the cell's product ran");
+    let report = json_lines(&std::fs::read_to_string(dir.join("rep.jsonl")).unwrap())
+        .into_iter()
+        .find(|m| m["split"] == "plan")
+        .expect("a plan report");
+    assert_eq!(report["replicated_nodes"], serde_json::json!([{"id": cell.id, "replicas": 2}]));
+    let (a, b) = (checkpoint(&dir.join("plain.safetensors"), &graph), checkpoint(&dir.join("rep.safetensors"), &graph));
+    for ((name, x), (_, y)) in a.params.iter().zip(b.params.iter()) {
+        for (p, q) in x.iter().zip(y.iter()) {
+            assert!((p - q).abs() <= 1e-4 * (1.0 + p.abs()), "{} differs: {p} vs {q}", name.name);
+        }
+    }
+
+    // The flag goes with the plan only.
+    let mut args = train_args(&model, &data);
+    args.extend(["--workers", "2", "--plan", "naive", "--plan-replicas"]);
+    let out = amprun(dir, &args);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--plan-replicas"), "{}", stderr(&out));
+
+    // A proposal the executor could not follow is refused by name, not run.
+    let mut bad = plan.clone();
+    bad.replicas[0].id = plan.nodes.iter().find(|n| n.name.starts_with("concat")).unwrap().id;
+    let bad_model = ampg_with_plan(dir, "bad-replicas", Some(bad.to_json()));
+    let mut args = train_args(&bad_model, &data);
+    args.extend(["--workers", "2", "--plan-replicas"]);
+    let out = amprun(dir, &args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("has no parameters to copy"), "{}", stderr(&out));
+}
+
 #[test]
 fn a_plan_that_does_not_fit_the_graph_is_refused() {
     let dir = scratch("plan-bad");
