@@ -180,6 +180,54 @@ fn ggsnn_trains_the_same_over_two_processes() {
     );
 }
 
+/// 8x8 "digits" for the MLP: `rows` rows of varied pixels, labels 0 to 9 in turn.
+fn digits(dir: &Path, rows: usize) -> String {
+    let mut text = (0..64).map(|i| format!("p{i}")).collect::<Vec<_>>().join(",") + ",label\n";
+    for row in 0..rows {
+        let pixels: Vec<String> = (0..64).map(|i| ((row * 7 + i * 3) % 17).to_string()).collect();
+        text += &format!("{},{}\n", pixels.join(","), row % 10);
+    }
+    let path = dir.join("digits.csv");
+    std::fs::write(&path, text).expect("digits");
+    path.display().to_string()
+}
+
+/// A `--replicate` copy in the other process than its node: with two workers split over
+/// two processes, the MLP's hidden layer `l2` runs on one and its copy on the other, so its
+/// gradients cross before every update and its values after it. Synchronous, with
+/// `--replica-sync 1`: the losses and the checkpoint of the one-process run with the same
+/// copies (to rounding).
+#[test]
+fn a_replica_in_another_process_trains_the_same() {
+    let data = scratch("split-replica-data");
+    let digits = digits(data.path(), 24);
+    same_in_one_and_two_processes(
+        "split-replica",
+        "mlp",
+        &[("hidden", 8)],
+        &[
+            "--data",
+            &digits,
+            "--epochs",
+            "2",
+            "--workers",
+            "2",
+            "--plan",
+            "naive",
+            "--replicate",
+            "l2=2",
+            "--replica-sync",
+            "1",
+            "--max-active-keys",
+            "4",
+            "--min-update-frequency",
+            "4",
+            "--optimizer",
+            "adam",
+        ],
+    );
+}
+
 /// List-reduce with a validation set and `extra` flags, trained in one process and split
 /// over two with the same workers and plan, synchronously: each run's metrics and the
 /// standard error of the split one.

@@ -636,11 +636,83 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
 
 /// Gives a replica the master's values.
 pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup) {
-    for (m, r) in master.tensors.iter().zip(replica.tensors.iter_mut()) {
-        r.value.copy_from_slice(m.value);
+    let values: Vec<&[f32]> = master.tensors.iter().map(|t| &*t.value).collect();
+    set_replica_values(replica, &values, master.version);
+}
+
+/// Gives a replica values of its master at version `base` (from memory, or from another
+/// process: `sched::worker`'s remote replicas). Tensors of another length are skipped
+/// (the bridge refuses them first).
+pub(crate) fn set_replica_values(replica: &mut LiveGroup, values: &[&[f32]], base: u64) {
+    for (r, m) in replica.tensors.iter_mut().zip(values) {
+        if r.value.len() == m.len() {
+            r.value.copy_from_slice(m);
+        }
     }
     replica.version += 1;
-    replica.staleness.base = master.version;
+    replica.staleness.base = base;
+}
+
+/// A replica's gradients on their way to a master in another process (what
+/// [`gather_grads`] moves in memory): the tensors' accumulators (none when nothing was
+/// accumulated), the rows of tensor 0 they reached when that is all they reached
+/// (`(width, rows)`), and the versions their instances read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ReplicaGrads {
+    pub tensors: Vec<Vec<f32>>,
+    pub rows: Option<(usize, Vec<usize>)>,
+    pub applied: Vec<(usize, u64)>,
+}
+
+/// Takes what a replica accumulated (clearing it), as [`gather_grads`] would hand it to
+/// its master.
+pub(crate) fn take_replica_grads(replica: &mut LiveGroup) -> ReplicaGrads {
+    let mut applied: Vec<(usize, u64)> = std::mem::take(&mut replica.staleness.applied).into_iter().collect();
+    // In instance order: the same bytes for the same accumulators.
+    applied.sort_unstable();
+    if !replica.touched {
+        return ReplicaGrads { tensors: Vec::new(), rows: None, applied };
+    }
+    replica.settle();
+    let tensors = replica
+        .tensors
+        .iter_mut()
+        .map(|t| {
+            let grad = t.grad.to_vec();
+            t.grad.iter_mut().for_each(|g| *g = 0.0);
+            grad
+        })
+        .collect();
+    let rows = replica.rows.take().map(|log| (log.width, log.rows));
+    replica.touched = false;
+    replica.accumulated = false;
+    replica.rows = Some(RowLog::default());
+    ReplicaGrads { tensors, rows, applied }
+}
+
+/// Adds a replica's gradients taken by [`take_replica_grads`] into its master's, as
+/// [`gather_grads`] does in memory (the same sums in the same order).
+pub(crate) fn add_replica_grads(master: &mut LiveGroup, grads: ReplicaGrads) {
+    for (instance, version) in grads.applied {
+        master.staleness.note_applied(instance, version);
+    }
+    if grads.tensors.is_empty() {
+        return;
+    }
+    for (m, r) in master.tensors.iter_mut().zip(&grads.tensors) {
+        for (g, x) in m.grad.iter_mut().zip(r) {
+            *g += *x;
+        }
+    }
+    master.touched = true;
+    master.accumulated = true;
+    match (&mut master.rows, grads.rows) {
+        (Some(m), Some((width, rows))) => {
+            m.width = width;
+            m.rows.extend(rows);
+        }
+        _ => master.rows = None,
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,8 @@
 //! controller's thread to be scheduled, and what it does depends on nothing but its own
 //! order of work.
 
+mod remote;
+
 use crate::cluster::{Peers, ReportTo, Wire};
 use crate::config::{Fault, SlowWorker};
 use crate::error::{ExecError, OpError};
@@ -54,6 +56,8 @@ use crate::trace::{TraceEvent, TraceKind};
 use crate::wire::Item;
 use amp_params::OptimConfig;
 use crossbeam_channel::Receiver;
+pub(crate) use remote::ReplicaWord;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -75,6 +79,9 @@ pub(crate) enum ToWorker {
     /// A run split over processes: a credit of this instance that another process kept
     /// comes back (`crate::cluster`); netted like a consumed message.
     Release(usize),
+    /// A run split over processes: a replica and its master in different processes, or
+    /// a copy's service time for this process's routes (`worker::remote`).
+    Replica(ReplicaWord),
 }
 
 /// What workers tell the controller.
@@ -120,6 +127,7 @@ impl Wire for ToWorker {
             ToWorker::Stop { flush } => Item::Stop { worker, flush },
             // Credits go back to processes, not workers (`Peers::release`).
             ToWorker::Release(_) => return None,
+            ToWorker::Replica(word) => return word.into_item(worker),
         })
     }
 }
@@ -251,6 +259,9 @@ struct Worker<'s, 'a> {
     /// Seconds a straggler still owes to sleep (negative: it overslept).
     owed_sleep: f64,
     acks: usize,
+    /// Replicas and masters in other processes: the updates waiting for their gradients
+    /// (see `worker::remote`).
+    remote: RefCell<remote::Remote>,
 }
 
 /// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
@@ -268,6 +279,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let mut owners: Vec<usize> = setup.program.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner).collect();
     owners.sort_unstable();
     owners.dedup();
+    let remote = RefCell::new(remote::Remote::new(&setup));
     let mut worker = Worker {
         setup,
         slots,
@@ -288,6 +300,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         holding: false,
         owed_sleep: 0.0,
         acks: 0,
+        remote,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
     // so that the controller always hears from every worker.
@@ -405,12 +418,8 @@ impl Worker<'_, '_> {
                 self.settle_credits();
                 true
             }
-            ToWorker::Stop { flush } => {
-                if flush {
-                    self.update_groups(true);
-                }
-                false
-            }
+            ToWorker::Stop { flush } => self.stop(flush),
+            ToWorker::Replica(word) => self.on_replica(word),
         }
     }
 
@@ -547,6 +556,7 @@ impl Worker<'_, '_> {
             let at = served.saturating_duration_since(self.setup.origin);
             let pause = self.setup.slow.as_ref().map_or(Duration::ZERO, |slow| slow.pause(took, at));
             routes.served(node.index, count, took + pause);
+            self.report_served(node.index, count, took + pause);
         }
         if let Some(start) = start {
             let kind = if dir == Dir::Forward { TraceKind::Forward } else { TraceKind::Backward };
@@ -797,8 +807,12 @@ impl Worker<'_, '_> {
         if self.finished > 0 || self.bound_deferred {
             self.update_groups(false);
         }
-        for _ in 0..std::mem::take(&mut self.acks) {
-            self.setup.reports.send(Report::Updated);
+        // An update waiting for the gradients of a replica in another process, or for it
+        // to take the values, is not applied yet (`worker::remote`).
+        if self.remote.borrow().settled() {
+            for _ in 0..std::mem::take(&mut self.acks) {
+                self.setup.reports.send(Report::Updated);
+            }
         }
         self.admit_held();
     }
@@ -885,19 +899,29 @@ impl Worker<'_, '_> {
     /// Updates a master group: first gathers its replicas' gradients, then, after every
     /// `replica_sync`-th update (and at a flush), gives them its values. The master is
     /// locked throughout and each replica in turn (ops hold one group lock at a time).
+    /// With replicas in other processes, the update first waits for their gradients
+    /// (false: not updated yet; `worker::remote`), and the values go to them too.
     fn update(&self, info: &GroupInfo, master: &mut LiveGroup, flush: bool) -> bool {
+        if !flush && self.pull_remote(info) {
+            return false;
+        }
         let params = &self.setup.shared.params;
-        for &r in &info.replica_groups {
+        for r in self.local_replicas(info) {
             if let Some(mut replica) = params.live(r) {
                 train::gather_grads(master, &mut replica);
             }
         }
         let updated = master.update(&self.setup.optimizer);
         if updated && (flush || master.updates % self.setup.replica_sync == 0) {
-            for &r in &info.replica_groups {
+            for r in self.local_replicas(info) {
                 if let Some(mut replica) = params.live(r) {
                     train::sync_values(master, &mut replica);
                 }
+            }
+            // After a flush the run ends: the replicas elsewhere get the values before the
+            // next one (`Executor::share_replica_values`).
+            if !flush {
+                self.push_values(info, master);
             }
         }
         updated
