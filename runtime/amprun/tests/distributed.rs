@@ -228,6 +228,58 @@ fn a_replica_in_another_process_trains_the_same() {
     );
 }
 
+/// A staleness bound over two processes, synchronous: deterministic, so the losses and
+/// checkpoint of the one-process run.
+#[test]
+fn a_bounded_run_over_two_processes_trains_as_one_synchronously() {
+    list_reduce_with(
+        "split-bounded-sync",
+        &["--max-staleness", "0", "--optimizer", "adam", "--min-update-frequency", "4", "--limit", "40"],
+    );
+}
+
+/// List-reduce over two processes, a worker each, nodes dealt round-robin (every process
+/// owns parameters), with `extra` flags, against one process.
+fn list_reduce_with(test: &str, extra: &[&str]) {
+    let mut args = vec!["--data".to_string(), example("data/list_reduce.train.jsonl"), "--epochs".into(), "2".into()];
+    args.extend(["--workers", "2", "--plan", "round-robin"].map(String::from));
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    same_in_one_and_two_processes(test, "list_reduce", &[("hidden", 16)], &refs);
+}
+
+/// Asynchronous training under `--max-staleness 1` over two processes, eight instances
+/// in flight: the owners in process 1 hear of every instance's end from process 0 and
+/// hold its admissions while they defer, so no group applies a gradient more than one
+/// update late. Every group's staleness (process 1's gathered to process 0) is in the
+/// metrics, within the bound, and every epoch ran to its end.
+#[test]
+fn a_bounded_asynchronous_run_over_two_processes_keeps_its_bound() {
+    let dir = scratch("split-bounded-async");
+    let dir = dir.path();
+    let (model, data) = (example("list_reduce.amp"), example("data/list_reduce.train.jsonl"));
+    let mut args = vec!["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "60", "--epochs", "2"];
+    args.extend(["--workers", "2", "--plan", "round-robin", "--processes", "2", "--async"]);
+    args.extend(["--max-active-keys", "8", "--min-update-frequency", "2", "--max-staleness", "1"]);
+    args.extend(["--metrics", "m.jsonl"]);
+    amprun_ok(dir, &args);
+    let text = std::fs::read_to_string(dir.join("m.jsonl")).expect("metrics");
+    let epochs: Vec<serde_json::Value> = json_lines(&text).into_iter().filter(|m| m["split"] == "train").collect();
+    assert_eq!(epochs.len(), 2, "{text}");
+    for epoch in &epochs {
+        assert_eq!(epoch["instances"], 60, "{epoch}");
+        let groups = epoch["staleness"].as_array().expect("staleness per group");
+        let names: Vec<&str> = groups.iter().map(|g| g["group"].as_str().expect("a name")).collect();
+        assert_eq!(names, ["embed", "cell", "head"], "{epoch}");
+        for group in groups {
+            assert_eq!(group["bound"], 1, "{group}");
+            assert!(group["max"].as_u64().expect("a max") <= 1, "{group}");
+            // 60 instances each reached every group at least once.
+            assert!(group["gradients"].as_u64().expect("a count") >= 60, "{group}");
+        }
+    }
+}
+
 /// List-reduce with a validation set and `extra` flags, trained in one process and split
 /// over two with the same workers and plan, synchronously: each run's metrics and the
 /// standard error of the split one.

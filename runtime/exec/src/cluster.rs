@@ -1228,9 +1228,23 @@ impl Bridge {
                         }
                         port.sink.worker(index, Item::Work { worker, node, port: p, dir, msg });
                     }
-                    Item::InstanceDone { worker } | Item::Confirm { worker } | Item::Stop { worker, .. } => {
+                    Item::InstanceDone { worker, instance } => {
+                        let index = local(worker, "a control word")?;
+                        if usize::try_from(instance).ok().filter(|&i| i < port.instances).is_none() {
+                            return Err(bad(format!("the end of instance {instance}")));
+                        }
+                        port.sink.worker(index, item);
+                    }
+                    Item::Confirm { worker } | Item::Stop { worker, .. } => {
                         let index = local(worker, "a control word")?;
                         port.sink.worker(index, item);
+                    }
+                    Item::Hold { .. } => {
+                        if self.process != 0 {
+                            return Err(bad("a hold of admissions, which only process 0 makes".into()));
+                        }
+                        // Process 0's admissions: any worker of it holds or releases them.
+                        port.sink.worker(0, item);
                     }
                     Item::ReplicaPull { worker, group }
                     | Item::ReplicaGrads { worker, group, .. }

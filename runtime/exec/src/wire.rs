@@ -32,9 +32,11 @@ pub enum Item {
         dir: Dir,
         msg: Msg,
     },
-    /// One more instance finished: the owner `worker` counts it.
+    /// Instance `instance` finished: the owner `worker` counts it (and forgets its reads
+    /// owed a gradient, for a staleness bound).
     InstanceDone {
         worker: u32,
+        instance: u64,
     },
     /// The controller asks owner `worker` to confirm its updates at a boundary.
     Confirm {
@@ -133,6 +135,11 @@ pub enum Item {
         count: u32,
         nanos: u64,
     },
+    /// To process 0, from an owner in another process: admissions hold while it defers an
+    /// update for a staleness bound (`hold`), or it released its hold.
+    Hold {
+        hold: bool,
+    },
     /// The sender is alive (sent when it has nothing else to send).
     Heartbeat,
     /// The sender leaves the cluster: it sends nothing more.
@@ -196,6 +203,7 @@ const TAG_REPLICA_GRADS: u8 = 20;
 const TAG_REPLICA_VALUES: u8 = 21;
 const TAG_REPLICA_SYNCED: u8 = 22;
 const TAG_SERVED: u8 = 23;
+const TAG_HOLD: u8 = 24;
 
 /// The most tensors of a parameter group a replica's message carries (a Linear's two, an
 /// Embedding's one, a LayerNorm's two: far fewer).
@@ -303,9 +311,10 @@ fn encode_item(item: &Item, out: &mut Vec<u8>) {
                 }
             }
         }
-        Item::InstanceDone { worker } => {
+        Item::InstanceDone { worker, instance } => {
             out.push(TAG_INSTANCE_DONE);
             put_u32(out, *worker);
+            put_u64(out, *instance);
         }
         Item::Confirm { worker } => {
             out.push(TAG_CONFIRM);
@@ -428,6 +437,10 @@ fn encode_item(item: &Item, out: &mut Vec<u8>) {
             put_u32(out, *node);
             put_u32(out, *count);
             put_u64(out, *nanos);
+        }
+        Item::Hold { hold } => {
+            out.push(TAG_HOLD);
+            out.push(u8::from(*hold));
         }
         Item::Heartbeat => out.push(TAG_HEARTBEAT),
         Item::Shutdown => out.push(TAG_SHUTDOWN),
@@ -605,7 +618,7 @@ impl<'b> Reader<'b> {
                     if self.flag("a payload's kind")? { Payload::from_vec(self.f32s(limits)?) } else { Payload::Unit };
                 Item::Work { worker, node, port, dir, msg: Msg::new(payload, state) }
             }
-            TAG_INSTANCE_DONE => Item::InstanceDone { worker: self.u32()? },
+            TAG_INSTANCE_DONE => Item::InstanceDone { worker: self.u32()?, instance: self.u64()? },
             TAG_CONFIRM => Item::Confirm { worker: self.u32()? },
             TAG_STOP => Item::Stop { worker: self.u32()?, flush: self.flag("a stop's flush")? },
             TAG_RELEASE => Item::Release { instance: self.u64()? },
@@ -692,6 +705,7 @@ impl<'b> Reader<'b> {
             }
             TAG_REPLICA_SYNCED => Item::ReplicaSynced { worker: self.u32()?, group: self.u32()? },
             TAG_SERVED => Item::Served { node: self.u32()?, count: self.u32()?, nanos: self.u64()? },
+            TAG_HOLD => Item::Hold { hold: self.flag("a hold's flag")? },
             TAG_HEARTBEAT => Item::Heartbeat,
             TAG_SHUTDOWN => Item::Shutdown,
             other => return Err(WireError { offset: self.at - 1, what: format!("unknown item tag {other}") }),
@@ -724,7 +738,9 @@ mod tests {
                 msg: Msg::new(Payload::from_vec(vec![1.5, -0.25, f32::MIN_POSITIVE]), vec![9, -1, 3].into()),
             },
             Item::Work { worker: 0, node: 0, port: 0, dir: Dir::Forward, msg: Msg::new(Payload::Unit, vec![0].into()) },
-            Item::InstanceDone { worker: 2 },
+            Item::InstanceDone { worker: 2, instance: 31 },
+            Item::Hold { hold: true },
+            Item::Hold { hold: false },
             Item::Confirm { worker: 5 },
             Item::Stop { worker: 1, flush: true },
             Item::Release { instance: 77 },
@@ -829,10 +845,20 @@ mod tests {
         assert_eq!(decode(&bytes, &Limits::default()).unwrap().items, [Item::Decision { words: vec![7; 16] }]);
     }
 
-    /// The fuzz target's seed of the replicas' items (`fuzz/seeds_wire/replicas`) is a
-    /// packet the decoder reads whole, so the fuzzer starts from the valid form.
+    /// Every seed of the fuzz target (`fuzz/seeds_wire/`) is a packet the decoder reads
+    /// whole, so the fuzzer starts from valid forms (a format change must update them).
     #[test]
-    fn the_replicas_fuzz_seed_is_a_valid_packet() {
+    fn every_fuzz_seed_is_a_valid_packet() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds_wire");
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let read = decode(&bytes, &Limits::default());
+            assert!(read.is_ok(), "{}: {:?}", path.display(), read.err());
+            seeds += 1;
+        }
+        assert!(seeds >= 5, "{seeds} seeds in {}", dir.display());
         let packet = decode(include_bytes!("../../../fuzz/seeds_wire/replicas"), &Limits::default()).unwrap();
         assert_eq!(packet.items.len(), 6);
         assert!(matches!(packet.items[2], Item::ReplicaGrads { last: true, rows: Some((3, _)), .. }));

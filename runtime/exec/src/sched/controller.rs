@@ -13,7 +13,7 @@ use crate::message::Envelope;
 use crate::message::UNSET;
 use crate::ops::{self, RunMode, RunShared};
 use crate::sched::admission::{source_message, Admission, Boundaries, ControllerHold, Credits};
-use crate::sched::worker::{run_worker, ReplicaWord, Report, ToWorker, WorkerGauges, WorkerSetup};
+use crate::sched::worker::{run_worker, RemoteWord, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crate::trace::TraceEvent;
 use crate::wire::Item;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
@@ -305,11 +305,13 @@ impl RunSink for Delivery {
     fn worker(&self, index: usize, item: Item) {
         let to_worker = match item {
             Item::Work { node, port, dir, msg, .. } => ToWorker::Work(Envelope { node, port, dir, msg }),
-            Item::InstanceDone { .. } => ToWorker::InstanceDone,
+            Item::InstanceDone { instance, .. } => {
+                ToWorker::InstanceDone(usize::try_from(instance).unwrap_or(usize::MAX))
+            }
             Item::Confirm { .. } => ToWorker::Confirm,
             Item::Stop { flush, .. } => ToWorker::Stop { flush },
             Item::Release { instance } => ToWorker::Release(usize::try_from(instance).unwrap_or(usize::MAX)),
-            item => match ReplicaWord::from_item(item) {
+            item => match RemoteWord::from_item(item) {
                 Some(word) => ToWorker::Replica(word),
                 None => return,
             },

@@ -281,9 +281,10 @@ impl Executor {
             let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin, observer);
             let groups = shared.params.into_live_groups();
             let masters = self.program.groups.iter().map(|info| info.master.is_none());
-            let updates: u64 = groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).sum();
+            let updates: Vec<u64> =
+                groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).collect();
             let pending: Vec<u64> = groups.iter().map(|g| g.pending).collect();
-            let staleness = self
+            let staleness: Vec<GroupStaleness> = self
                 .program
                 .groups
                 .iter()
@@ -308,6 +309,9 @@ impl Executor {
         };
         self.pending = pending;
         self.epoch += 1;
+        let (mut updates, mut staleness) = (updates, staleness);
+        self.gather_group_stats(&mut updates, &mut staleness)?;
+        let updates = updates.iter().sum();
         self.share_replica_values()?;
         let waited = std::mem::take(&mut output.waited);
         let stats = self.summarize(output, start);
@@ -374,6 +378,51 @@ impl Executor {
                 }
                 _ => return Err(wrong(["tensor", "first moment", "second moment", "step"][kind as usize])),
             }
+        }
+        Ok(())
+    }
+
+    /// A run split over processes, after a training run: each master group's updates and
+    /// staleness (per master, in the groups' order) come to process 0 from its owner's
+    /// process, where the metrics are written (each process measured only the groups its
+    /// workers own). Every process calls it at the same point.
+    fn gather_group_stats(&self, updates: &mut [u64], staleness: &mut [GroupStaleness]) -> Result<(), ExecError> {
+        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
+        let owners: Vec<usize> = self
+            .program
+            .groups
+            .iter()
+            .filter(|g| g.master.is_none())
+            .map(|g| crate::cluster::process_of(g.owner, processes, workers))
+            .collect();
+        // Four counts a group, each as two f32 words of its bits (the gather moves f32s).
+        let words = |x: u64| [f32::from_bits(x as u32), f32::from_bits((x >> 32) as u32)];
+        let count = |w: &[f32]| u64::from(w[0].to_bits()) | (u64::from(w[1].to_bits()) << 32);
+        let slot = |k: usize| u32::try_from(k).map_err(|_| ExecError::Config { message: "too many groups".into() });
+        let mut own = Vec::new();
+        let mut expected = Vec::new();
+        for (k, &owner) in owners.iter().enumerate() {
+            if owner == me && me != 0 {
+                let (u, s) = (updates[k], &staleness[k].stats);
+                own.push((slot(k)?, [u, s.gradients, s.total, s.max].into_iter().flat_map(words).collect()));
+            } else if owner != 0 && me == 0 {
+                expected.push((slot(k)?, owner));
+            }
+        }
+        for (k, values) in cluster.gather(own, &expected)? {
+            let k = k as usize;
+            let (Some(u), Some(s), 8) = (updates.get_mut(k), staleness.get_mut(k), values.len()) else {
+                return Err(ExecError::Cluster {
+                    message: format!("the counts of group {k} came with {} values", values.len()),
+                });
+            };
+            *u = count(&values[0..2]);
+            s.stats = StalenessStats {
+                gradients: count(&values[2..4]),
+                total: count(&values[4..6]),
+                max: count(&values[6..8]),
+            };
         }
         Ok(())
     }
@@ -620,17 +669,27 @@ fn check_ops(program: &Program, params: &ParamSet) -> Result<(), ExecError> {
 /// routed where its producers and consumers run, which must be one process (it keeps the
 /// table that sends a key's backward messages to the copy that served its forward); a
 /// replica away from its master hands its gradients over at a flush, which training
-/// without one (`flush_at_epoch_end` off) would lose; and a staleness bound reads every
-/// instance's credits, which only process 0 holds in full.
+/// without one (`flush_at_epoch_end` off) would lose; and a bounded group's owner reads
+/// the reads owed by its replicas in memory, so those run in its process.
 fn check_split(program: &Program, config: &ExecConfig, processes: usize) -> Result<(), ExecError> {
     let refuse = |message: String| Err(ExecError::Config { message });
     if program.workers < processes {
         return refuse(format!("{} workers cannot be split over {processes} processes", program.workers));
     }
-    if config.max_staleness.is_some() || program.groups.iter().any(|g| g.max_staleness.is_some()) {
-        return refuse("staleness bounds are not supported in a run split over processes yet".into());
-    }
     let process = |worker: usize| crate::cluster::process_of(worker, processes, program.workers);
+    for master in program.groups.iter().filter(|g| g.master.is_none() && g.max_staleness.is_some()) {
+        let away = master.replica_groups.iter().filter_map(|&r| program.groups.get(r));
+        if let Some(replica) = away.into_iter().find(|r| process(r.owner) != process(master.owner)) {
+            return refuse(format!(
+                "parameter `{}` has a staleness bound and a replica on worker {} (process {}), away from its owner's \
+                 process {}: split over processes, a bounded group's replicas must run in its owner's process",
+                master.prefix,
+                replica.owner,
+                process(replica.owner),
+                process(master.owner)
+            ));
+        }
+    }
     for node in program.nodes.iter().flatten().filter(|n| n.replicas.len() > 1) {
         let neighbours = node.producers.iter().map(|&(p, _)| p).chain(node.consumers.iter().flatten().map(|&(c, _)| c));
         let mut routers: Vec<usize> = neighbours.filter_map(|n| program.node(n)).map(|n| process(n.worker)).collect();

@@ -56,7 +56,7 @@ use crate::trace::{TraceEvent, TraceKind};
 use crate::wire::Item;
 use amp_params::OptimConfig;
 use crossbeam_channel::Receiver;
-pub(crate) use remote::ReplicaWord;
+pub(crate) use remote::RemoteWord;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -66,9 +66,9 @@ use std::time::{Duration, Instant};
 /// What the controller and other workers send a worker.
 pub(crate) enum ToWorker {
     Work(Envelope),
-    /// One more instance finished (from the worker that finished it): each group the
-    /// worker owns counts it, and updates when it reached its `min_update_frequency`.
-    InstanceDone,
+    /// Instance `0` finished (from the worker that finished it): each group the worker
+    /// owns counts it, and updates when it reached its `min_update_frequency`.
+    InstanceDone(usize),
     /// From the controller at a synchronous update boundary across workers (after every
     /// `InstanceDone` before it): answer `Updated` once the updates owed are applied.
     Confirm,
@@ -81,7 +81,7 @@ pub(crate) enum ToWorker {
     Release(usize),
     /// A run split over processes: a replica and its master in different processes, or
     /// a copy's service time for this process's routes (`worker::remote`).
-    Replica(ReplicaWord),
+    Replica(RemoteWord),
 }
 
 /// What workers tell the controller.
@@ -122,7 +122,7 @@ impl Wire for ToWorker {
     fn into_item(self, worker: u32) -> Option<Item> {
         Some(match self {
             ToWorker::Work(Envelope { node, port, dir, msg }) => Item::Work { worker, node, port, dir, msg },
-            ToWorker::InstanceDone => Item::InstanceDone { worker },
+            ToWorker::InstanceDone(instance) => Item::InstanceDone { worker, instance: instance as u64 },
             ToWorker::Confirm => Item::Confirm { worker },
             ToWorker::Stop { flush } => Item::Stop { worker, flush },
             // Credits go back to processes, not workers (`Peers::release`).
@@ -405,8 +405,8 @@ impl Worker<'_, '_> {
                 self.enqueue(env);
                 true
             }
-            ToWorker::InstanceDone => {
-                self.count_instance();
+            ToWorker::InstanceDone(instance) => {
+                self.count_instance(instance);
                 true
             }
             ToWorker::Confirm => {
@@ -419,7 +419,7 @@ impl Worker<'_, '_> {
                 true
             }
             ToWorker::Stop { flush } => self.stop(flush),
-            ToWorker::Replica(word) => self.on_replica(word),
+            ToWorker::Replica(word) => self.on_remote(word),
         }
     }
 
@@ -776,8 +776,9 @@ impl Worker<'_, '_> {
     /// One more instance finished: the groups this worker owns count it at the next
     /// [`Worker::update_due`], all the instances of a drained inbox at once (not a lock of
     /// every owned group per instance, which adds up on a model with many groups).
-    fn count_instance(&mut self) {
+    fn count_instance(&mut self, instance: usize) {
         self.finished += 1;
+        self.remote.borrow_mut().ended(instance);
     }
 
     /// Adds the instances finished since the last count to the owned groups' counts.
@@ -865,6 +866,9 @@ impl Worker<'_, '_> {
             return;
         }
         self.holding = self.bound_deferred;
+        if self.hold_elsewhere(self.holding) {
+            return;
+        }
         let (admission, program, credits) = (self.setup.admission, self.setup.program, self.setup.credits);
         if self.holding {
             admission.hold();
@@ -881,10 +885,11 @@ impl Worker<'_, '_> {
     /// [`admission::update_within_bound`]). Locks the replicas one at a time, as
     /// [`Worker::update`] does.
     /// The reads of instances that ended are forgotten here, bound or not (a read whose
-    /// gradient never comes would otherwise stay for the rest of the run).
+    /// gradient never comes would otherwise stay for the rest of the run); split over
+    /// processes, those whose end this worker heard of (`Remote::in_flight`).
     fn within_bound(&self, info: &GroupInfo, master: &mut LiveGroup) -> bool {
-        let credits = self.setup.credits;
-        let live = |i: usize| credits.live(i);
+        let (credits, remote) = (self.setup.credits, self.remote.borrow());
+        let live = |i: usize| remote.in_flight(i, credits);
         let mut oldest = master.staleness.oldest_owed(live);
         for &r in &info.replica_groups {
             if let Some(mut replica) = self.setup.shared.params.live(r) {
@@ -1137,15 +1142,17 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Courier for Worker<'_, '_> {
-    fn tell_owners(&mut self) {
+    fn tell_owners(&mut self, instance: usize) {
         if self.setup.shared.mode != RunMode::Train {
             return;
         }
         for &owner in &self.owners {
             if owner == self.setup.id {
+                // `count_instance`, on fields apart from `owners`.
                 self.finished += 1;
+                self.remote.borrow_mut().ended(instance);
             } else {
-                self.setup.peers.send(owner, ToWorker::InstanceDone);
+                self.setup.peers.send(owner, ToWorker::InstanceDone(instance));
             }
         }
     }

@@ -5,16 +5,16 @@
 //!
 //! - **Gradients before the master's update.** When a master with replicas in other
 //!   processes is due to update, its owner sends each of them a pull
-//!   ([`ReplicaWord::Pull`]) and defers the update (no message waits: the owner goes on
+//!   ([`RemoteWord::Pull`]) and defers the update (no message waits: the owner goes on
 //!   working) until every one answered with the gradients it accumulated
-//!   ([`ReplicaWord::Grads`], with the versions their reads used, for the staleness);
+//!   ([`RemoteWord::Grads`], with the versions their reads used, for the staleness);
 //!   then the update runs as in one process, the remote gradients added to the master's
 //!   as `gather_grads` adds a local replica's. An instance counted for the update ended,
 //!   so every gradient of it reached its replica before the pull, which the replica's
 //!   worker answers ahead of its queued messages.
 //! - **Values after it.** After every `replica_sync`-th update the owner sends the
-//!   values ([`ReplicaWord::Values`]); the replica's worker takes them at once and
-//!   acknowledges ([`ReplicaWord::Synced`]). The owner confirms a synchronous boundary to
+//!   values ([`RemoteWord::Values`]); the replica's worker takes them at once and
+//!   acknowledges ([`RemoteWord::Synced`]). The owner confirms a synchronous boundary to
 //!   the controller (`Report::Updated`) only once no update of its waits for gradients
 //!   and every replica acknowledged its values, so no instance of the next window can
 //!   reach a replica before its values, whatever path its messages take.
@@ -28,7 +28,7 @@
 //!   producers and consumers, which must be one process (`Executor::new` refuses
 //!   otherwise): it keeps the table that sends a key's backward messages to the copy that
 //!   served its forward, and counts the messages it queued at each copy. A copy that runs
-//!   in another process reports each batch it served there ([`ReplicaWord::Served`]: the
+//!   in another process reports each batch it served there ([`RemoteWord::Served`]: the
 //!   messages and the time, a straggler's sleep included), which that process's routes
 //!   take as if the copy ran locally: the estimates travel, so the router compares a
 //!   remote copy's measured service time with a local one's, and a remote copy counts as
@@ -38,14 +38,14 @@ use super::{ToWorker, Worker, WorkerSetup};
 use crate::load::program::GroupInfo;
 use crate::ops::train::{self, LiveGroup, ReplicaGrads};
 use crate::ops::RunMode;
-use crate::sched::admission::owned_masters;
+use crate::sched::admission::{owned_masters, source_message, Courier, Credits};
 use crate::wire::Item;
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// What a master and its replica in another process tell each other (replica groups are
 /// numbered as the program's parameter groups), and a copy's service to its router.
-pub(crate) enum ReplicaWord {
+pub(crate) enum RemoteWord {
     /// To a replica's worker: send what the replica accumulated.
     Pull { group: usize },
     /// To a master's owner: the replica `group`'s gradients (`last`: its final ones of
@@ -58,16 +58,19 @@ pub(crate) enum ReplicaWord {
     /// To any worker of the process that routes to `node` (a copy that runs elsewhere):
     /// it served `count` messages in `elapsed`.
     Served { node: u32, count: usize, elapsed: Duration },
+    /// To any worker of process 0, from an owner elsewhere: hold admissions while it
+    /// defers an update for a staleness bound (`true`), or release its hold.
+    Hold(bool),
 }
 
-impl ReplicaWord {
+impl RemoteWord {
     /// The item for worker `worker` of another process (a copy's service goes to a
     /// process, `Worker::report_served`, never to a worker).
     pub fn into_item(self, worker: u32) -> Option<Item> {
         let id = |g: usize| u32::try_from(g).unwrap_or(u32::MAX);
         Some(match self {
-            ReplicaWord::Pull { group } => Item::ReplicaPull { worker, group: id(group) },
-            ReplicaWord::Grads { group, last, grads } => Item::ReplicaGrads {
+            RemoteWord::Pull { group } => Item::ReplicaPull { worker, group: id(group) },
+            RemoteWord::Grads { group, last, grads } => Item::ReplicaGrads {
                 worker,
                 group: id(group),
                 last,
@@ -75,21 +78,21 @@ impl ReplicaWord {
                 rows: grads.rows.map(|(width, rows)| (id(width), rows.into_iter().map(id).collect())),
                 applied: grads.applied.into_iter().map(|(i, v)| (i as u64, v)).collect(),
             },
-            ReplicaWord::Values { group, base, tensors } => {
+            RemoteWord::Values { group, base, tensors } => {
                 Item::ReplicaValues { worker, group: id(group), base, tensors }
             }
-            ReplicaWord::Synced { group } => Item::ReplicaSynced { worker, group: id(group) },
-            ReplicaWord::Served { .. } => return None,
+            RemoteWord::Synced { group } => Item::ReplicaSynced { worker, group: id(group) },
+            RemoteWord::Served { .. } | RemoteWord::Hold(_) => return None,
         })
     }
 
     /// The word a replica's item from another process is for a worker here (the bridge
     /// checked it against the run: `cluster::check_replica_item`).
-    pub fn from_item(item: Item) -> Option<ReplicaWord> {
+    pub fn from_item(item: Item) -> Option<RemoteWord> {
         let at = |g: u32| g as usize;
         Some(match item {
-            Item::ReplicaPull { group, .. } => ReplicaWord::Pull { group: at(group) },
-            Item::ReplicaGrads { group, last, tensors, rows, applied, .. } => ReplicaWord::Grads {
+            Item::ReplicaPull { group, .. } => RemoteWord::Pull { group: at(group) },
+            Item::ReplicaGrads { group, last, tensors, rows, applied, .. } => RemoteWord::Grads {
                 group: at(group),
                 last,
                 grads: ReplicaGrads {
@@ -98,11 +101,12 @@ impl ReplicaWord {
                     applied: applied.into_iter().map(|(i, v)| (usize::try_from(i).unwrap_or(usize::MAX), v)).collect(),
                 },
             },
-            Item::ReplicaValues { group, base, tensors, .. } => ReplicaWord::Values { group: at(group), base, tensors },
-            Item::ReplicaSynced { group, .. } => ReplicaWord::Synced { group: at(group) },
+            Item::ReplicaValues { group, base, tensors, .. } => RemoteWord::Values { group: at(group), base, tensors },
+            Item::ReplicaSynced { group, .. } => RemoteWord::Synced { group: at(group) },
             Item::Served { node, count, nanos } => {
-                ReplicaWord::Served { node, count: count as usize, elapsed: Duration::from_nanos(nanos) }
+                RemoteWord::Served { node, count: count as usize, elapsed: Duration::from_nanos(nanos) }
             }
+            Item::Hold { hold } => RemoteWord::Hold(hold),
             _ => return None,
         })
     }
@@ -136,6 +140,9 @@ pub(super) struct Remote {
     /// Per node this worker runs, the process to report its service to: a copy of a
     /// replicated node whose router is another process.
     report_to: HashMap<u32, usize>,
+    /// A run split over processes whose groups here have a staleness bound: per instance,
+    /// whether this worker heard of its end (see [`Remote::in_flight`]).
+    ended: Option<Vec<bool>>,
 }
 
 impl Remote {
@@ -145,8 +152,13 @@ impl Remote {
         if peers.this_process().is_none() {
             return remote;
         }
+        let mut bounded = false;
         for (_, info) in owned_masters(program, setup.id) {
             remote.lasts_owed += info.replica_groups.iter().filter(|&&r| !is_local(setup, r)).count();
+            bounded |= info.max_staleness.is_some();
+        }
+        if bounded && setup.shared.mode == RunMode::Train {
+            remote.ended = Some(vec![false; setup.shared.instances.len()]);
         }
         let here = peers.this_process();
         for node in program.nodes.iter().flatten().filter(|n| n.worker == setup.id) {
@@ -158,6 +170,26 @@ impl Remote {
             }
         }
         remote
+    }
+
+    /// This worker heard that `instance` ended (it counts it for its groups).
+    pub fn ended(&mut self, instance: usize) {
+        if let Some(flag) = self.ended.as_mut().and_then(|e| e.get_mut(instance)) {
+            *flag = true;
+        }
+    }
+
+    /// Whether `instance` may still send a gradient to this worker's groups, for a
+    /// staleness bound (`Worker::within_bound`): in one process, while its credit count
+    /// is not zero; split over processes, where this process's count says nothing of the
+    /// others', until this worker heard of its end. An owner hears of every end (its
+    /// `InstanceDone`, or its own), after it happened: a read is forgotten only once its
+    /// gradient can no longer come, and every read is forgotten or answered in the end.
+    pub fn in_flight(&self, instance: usize, credits: &Credits) -> bool {
+        match &self.ended {
+            Some(ended) => !ended.get(instance).copied().unwrap_or(true),
+            None => credits.live(instance),
+        }
     }
 
     /// No update waits for remote gradients and every value sent was taken: the updates
@@ -199,7 +231,7 @@ impl Worker<'_, '_> {
             None => {
                 for &r in &remote {
                     let owner = self.setup.program.groups[r].owner;
-                    self.setup.peers.send(owner, ToWorker::Replica(ReplicaWord::Pull { group: r }));
+                    self.setup.peers.send(owner, ToWorker::Replica(RemoteWord::Pull { group: r }));
                 }
                 state.pulled.insert(master, Pulled::Awaiting(remote.len()));
                 true
@@ -212,7 +244,7 @@ impl Worker<'_, '_> {
     pub(super) fn push_values(&self, info: &GroupInfo, master: &LiveGroup) {
         for &r in info.replica_groups.iter().filter(|&&r| !is_local(&self.setup, r)) {
             let tensors = master.tensors.iter().map(|t| t.value.to_vec()).collect();
-            let word = ReplicaWord::Values { group: r, base: master.version, tensors };
+            let word = RemoteWord::Values { group: r, base: master.version, tensors };
             let owner = self.setup.program.groups[r].owner;
             if self.setup.peers.send(owner, ToWorker::Replica(word)) {
                 self.remote.borrow_mut().unsynced += 1;
@@ -249,26 +281,26 @@ impl Worker<'_, '_> {
                 continue;
             }
             let grads = self.setup.shared.params.live(r).map(|mut g| train::take_replica_grads(&mut g));
-            let word = ReplicaWord::Grads { group: r, last: true, grads: grads.unwrap_or_default() };
+            let word = RemoteWord::Grads { group: r, last: true, grads: grads.unwrap_or_default() };
             self.setup.peers.send(owner, ToWorker::Replica(word));
         }
         self.remote.borrow_mut().sent_last = true;
     }
 
     /// A replica's word from another process; false when the worker must stop.
-    pub(super) fn on_replica(&mut self, word: ReplicaWord) -> bool {
+    pub(super) fn on_remote(&mut self, word: RemoteWord) -> bool {
         let (program, params) = (self.setup.program, &self.setup.shared.params);
         match word {
-            ReplicaWord::Pull { group } => {
+            RemoteWord::Pull { group } => {
                 let master = program.groups.get(group).and_then(|g| g.master).and_then(|m| program.groups.get(m));
                 let Some(owner) = master.map(|m| m.owner) else { return true };
                 if self.remote.borrow().sent_last {
                     return true;
                 }
                 let grads = params.live(group).map(|mut g| train::take_replica_grads(&mut g)).unwrap_or_default();
-                self.setup.peers.send(owner, ToWorker::Replica(ReplicaWord::Grads { group, last: false, grads }));
+                self.setup.peers.send(owner, ToWorker::Replica(RemoteWord::Grads { group, last: false, grads }));
             }
-            ReplicaWord::Grads { group, last, grads } => {
+            RemoteWord::Grads { group, last, grads } => {
                 let Some(master) = program.groups.get(group).and_then(|g| g.master) else { return true };
                 if let Some(mut g) = params.live(master) {
                     train::add_replica_grads(&mut g, grads);
@@ -291,26 +323,47 @@ impl Worker<'_, '_> {
                     }
                 }
             }
-            ReplicaWord::Values { group, base, tensors } => {
+            RemoteWord::Values { group, base, tensors } => {
                 if let Some(mut replica) = params.live(group) {
                     let values: Vec<&[f32]> = tensors.iter().map(Vec::as_slice).collect();
                     train::set_replica_values(&mut replica, &values, base);
                 }
                 let master = program.groups.get(group).and_then(|g| g.master).and_then(|m| program.groups.get(m));
                 if let Some(owner) = master.map(|m| m.owner) {
-                    self.setup.peers.send(owner, ToWorker::Replica(ReplicaWord::Synced { group }));
+                    self.setup.peers.send(owner, ToWorker::Replica(RemoteWord::Synced { group }));
                 }
             }
-            ReplicaWord::Synced { .. } => {
+            RemoteWord::Synced { .. } => {
                 let mut remote = self.remote.borrow_mut();
                 remote.unsynced = remote.unsynced.saturating_sub(1);
             }
-            ReplicaWord::Served { node, count, elapsed } => {
+            RemoteWord::Served { node, count, elapsed } => {
                 let routes = &self.setup.shared.routes;
                 routes.processed(node, count);
                 routes.served(node, count, elapsed);
             }
+            RemoteWord::Hold(hold) => {
+                let (admission, program, credits) = (self.setup.admission, program, self.setup.credits);
+                if hold {
+                    admission.hold();
+                } else {
+                    for next in admission.release() {
+                        let (to, env) = source_message(program, credits, next);
+                        self.admit(to, env);
+                    }
+                }
+            }
         }
+        true
+    }
+
+    /// An owner outside process 0 holds or releases admissions (see `Admission::hold`) on
+    /// process 0, where every instance is admitted: true when it did (this is a follower).
+    pub(super) fn hold_elsewhere(&self, hold: bool) -> bool {
+        if !self.setup.reports.is_remote() {
+            return false;
+        }
+        self.setup.peers.send_to_process(0, Item::Hold { hold });
         true
     }
 
