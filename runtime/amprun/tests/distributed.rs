@@ -10,12 +10,13 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// The training losses of every epoch in a metrics file.
+/// The training losses of every epoch in a metrics file, each followed by its validation
+/// loss when there is one.
 fn train_losses(dir: &Path, metrics: &str) -> Vec<f64> {
     let text = std::fs::read_to_string(dir.join(metrics)).expect("metrics");
     json_lines(&text)
         .iter()
-        .filter(|m| m["split"] == "train")
+        .filter(|m| m["split"] == "train" || m["split"] == "valid")
         .map(|m| m["loss"].as_f64().expect("a finite loss"))
         .collect()
 }
@@ -196,7 +197,8 @@ fn digits(dir: &Path, rows: usize) -> String {
 /// two processes, the MLP's hidden layer `l2` runs on one and its copy on the other, so its
 /// gradients cross before every update and its values after it. Synchronous, with
 /// `--replica-sync 1`: the losses and the checkpoint of the one-process run with the same
-/// copies (to rounding).
+/// copies (to rounding); the validation, whose copy reads the values its process was
+/// sent after the epoch, too.
 #[test]
 fn a_replica_in_another_process_trains_the_same() {
     let data = scratch("split-replica-data");
@@ -207,6 +209,8 @@ fn a_replica_in_another_process_trains_the_same() {
         &[("hidden", 8)],
         &[
             "--data",
+            &digits,
+            "--valid",
             &digits,
             "--epochs",
             "2",
@@ -621,6 +625,37 @@ fn grad_over_two_processes_writes_what_one_process_does() {
         }
     }
     assert!(nonzero > 0, "the gradients are not all zero");
+}
+
+/// `grad` with the MLP's `l2` copied into the other process writes the one-process run's
+/// file (every tensor, to rounding). Each instance runs alone on fresh routes, which send
+/// it to the node itself (the first copy, in turn), so this checks that a remote copy
+/// changes nothing here; the gather adds a remote copy's part when one served.
+#[test]
+fn grad_with_a_replica_in_another_process_writes_what_one_process_does() {
+    let dir = scratch("split-grad-replica");
+    let dir = dir.path();
+    let data = digits(dir, 12);
+    let model = example("mlp.amp");
+    let train = ["train", &model, "-D", "hidden=8", "--data", &data, "--save", "p.safetensors"];
+    amprun_ok(dir, &train);
+    let grad = |out: &str, extra: &[&str]| {
+        let mut args = vec!["grad", &model, "-D", "hidden=8", "--params", "p.safetensors", "--data", &data];
+        args.extend(["--workers", "2", "--plan", "naive", "--replicate", "l2=2", "--out", out]);
+        args.extend(extra);
+        amprun_ok(dir, &args);
+    };
+    grad("one.safetensors", &[]);
+    grad("two.safetensors", &["--processes", "2"]);
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let (a, b) = (checkpoint(&dir.join("one.safetensors"), &graph), checkpoint(&dir.join("two.safetensors"), &graph));
+    for (spec, values) in a.params.iter() {
+        let other = b.params.get(&spec.name).expect("the same tensors");
+        assert!(values.iter().any(|&x| x != 0.0), "`{}` has a gradient", spec.name);
+        for (x, y) in values.iter().zip(other) {
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-3), "`{}`: {x} in one process, {y} in two", spec.name);
+        }
+    }
 }
 
 /// More processes than `amp_exec::MAX_PROCESSES` are refused before anything starts.
