@@ -1663,6 +1663,73 @@ mod tests {
         (failure.expect("the cluster failed"), addresses)
     }
 
+    /// A sink that takes nothing (the replica checks run before any delivery).
+    struct Nowhere;
+
+    impl RunSink for Nowhere {
+        fn worker(&self, _: usize, _: Item) {}
+        fn controller(&self, _: Item, _: &str) -> bool {
+            false
+        }
+        fn arrive(&self, _: usize, _: usize) -> bool {
+            false
+        }
+        fn fail(&self, _: &str) {}
+    }
+
+    /// A replica's messages must fit the run: the group is a replica's, each side sends
+    /// only its own words (the replica's worker gradients and acknowledgements, the
+    /// master's owner pulls and values), and sizes, rows and instances are the run's.
+    /// (The bridge names the sender in the error that ends the run.)
+    #[test]
+    fn a_replicas_message_must_fit_the_run() {
+        // Two processes of one worker each; group 1 is a replica on worker 1 of a master
+        // owned by worker 0, with tensors of 6 and 2 values; 4 instances.
+        let port = RunPort {
+            run: 1,
+            local: 0..1,
+            sink: Box::new(Nowhere),
+            instances: 4,
+            nodes: 3,
+            state_len: 1,
+            workers: 2,
+            trace_shift: 0,
+            replicas: vec![None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![6, 2] })],
+            node_workers: vec![0, 0, 1],
+        };
+        let check = |item: Item, from: usize| check_replica_item(&item, &port, from, 2);
+        let grads = |tensors: Vec<Vec<f32>>, rows: Option<(u32, Vec<u32>)>, applied: Vec<(u64, u64)>| {
+            Item::ReplicaGrads { worker: 0, group: 1, last: false, tensors, rows, applied }
+        };
+        assert_eq!(check(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((3, vec![0, 1])), vec![(3, 0)]), 1), Ok(()));
+        assert_eq!(check(grads(vec![], None, vec![]), 1), Ok(()));
+        assert_eq!(check(Item::ReplicaPull { worker: 1, group: 1 }, 0), Ok(()));
+        assert_eq!(check(Item::ReplicaSynced { worker: 0, group: 1 }, 1), Ok(()));
+        let values = |lens: [usize; 2]| Item::ReplicaValues {
+            worker: 1,
+            group: 1,
+            base: 3,
+            tensors: lens.iter().map(|&n| vec![1.0; n]).collect(),
+        };
+        assert_eq!(check(values([6, 2]), 0), Ok(()));
+        let refused = |item: Item, from: usize, what: &str| {
+            let error = check(item, from).expect_err("refused");
+            assert!(error.contains(what), "{error}");
+        };
+        refused(grads(vec![vec![0.0; 5], vec![0.0; 2]], None, vec![]), 1, "gradients of other sizes");
+        refused(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((3, vec![2])), vec![]), 1, "rows past");
+        refused(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((0, vec![0])), vec![]), 1, "rows past");
+        refused(grads(vec![], None, vec![(4, 0)]), 1, "unknown instance");
+        refused(values([6, 3]), 0, "values of other sizes");
+        // The wrong side: gradients from the master's process, a pull from the replica's.
+        refused(grads(vec![], None, vec![]), 0, "not from its worker");
+        refused(Item::ReplicaPull { worker: 1, group: 1 }, 1, "not from its owner");
+        refused(Item::ReplicaSynced { worker: 1, group: 1 }, 1, "not from its worker");
+        // No replica group 0, nor 7.
+        refused(Item::ReplicaPull { worker: 1, group: 0 }, 0, "a message");
+        refused(Item::ReplicaSynced { worker: 0, group: 7 }, 1, "a message");
+    }
+
     /// A peer that proves the key and then sends bytes that are no packet ends the
     /// cluster with an error naming it, without a panic.
     #[test]

@@ -746,6 +746,61 @@ mod tests {
         }
     }
 
+    /// A replica's gradients moved across processes (`take_replica_grads` on its side,
+    /// `add_replica_grads` on its master's) leave both groups as `gather_grads` in memory
+    /// does: the master's accumulators bit for bit (the replica's deferred products
+    /// settled first), its flags, row log and read versions; the replica emptied. With
+    /// the replica's rows known (an Embedding's) and not (dense), and untouched.
+    #[test]
+    fn a_replicas_gradients_moved_between_processes_equal_a_gather_in_memory() {
+        let (inp, out) = (3, 2);
+        let values = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n).map(|i| ((i * 29 + seed * 11) % 19) as f32 / 9.0 - 1.0).collect()
+        };
+        for case in 0..3 {
+            // (master's accumulators, flags, rows, applied) and the replica's after.
+            let run = |moved: bool| {
+                let (mut w, mut b, mut rw, mut rb) = (values(6, 1), values(2, 2), values(6, 1), values(2, 2));
+                let (mut dw, mut db) = (values(6, 3), values(2, 4));
+                let (mut rdw, mut rdb) = (values(6, 5), values(2, 6));
+                let (mut states, mut replica_states) = (two_states(), two_states());
+                let mut master = linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 2, true);
+                let mut replica = linear_group([&mut rw, &mut rb], [&mut rdw, &mut rdb], &mut replica_states, 0, false);
+                master.rows = Some(RowLog { width: 3, rows: vec![1] });
+                if case < 2 {
+                    replica.touched = true;
+                    replica.deferred.inp = inp;
+                    replica.deferred.out = out;
+                    replica.deferred.dy = values(out, 7);
+                    replica.deferred.x = values(inp, 8);
+                    replica.rows = (case == 0).then(|| RowLog { width: 3, rows: vec![0, 1] });
+                }
+                replica.staleness.read(5);
+                replica.staleness.gradient(5);
+                if moved {
+                    let grads = take_replica_grads(&mut replica);
+                    add_replica_grads(&mut master, grads);
+                } else {
+                    gather_grads(&mut master, &mut replica);
+                }
+                let rows = master.rows.as_ref().map(|r| (r.width, r.rows.clone()));
+                let flags = (master.touched, master.accumulated, replica.touched, replica.accumulated);
+                let applied: Vec<(usize, u64)> = master.staleness.applied.iter().map(|(&i, &v)| (i, v)).collect();
+                let replica_rows = replica.rows.as_ref().map(|r| r.rows.len());
+                let left = replica.deferred.x.len();
+                drop((master, replica));
+                (dw, db, rdw, rdb, flags, rows, applied, replica_rows, left)
+            };
+            let (memory, moved) = (run(false), run(true));
+            assert_eq!(memory, moved, "case {case}");
+            assert_eq!(moved.6, vec![(5, 0)], "case {case}: the read's version travels");
+            if case < 2 {
+                assert!(moved.2.iter().all(|&g| g == 0.0), "case {case}: the replica is emptied");
+                assert_ne!(moved.0, values(6, 3), "case {case}: the master took the gradients");
+            }
+        }
+    }
+
     /// Deferred weight-gradient products add up to the direct ones: before a settle (what
     /// an update does first), across the automatic flushes, and when the group ends.
     #[test]
