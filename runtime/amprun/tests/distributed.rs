@@ -658,6 +658,29 @@ fn grad_with_a_replica_in_another_process_writes_what_one_process_does() {
     }
 }
 
+/// What a split run cannot do with replicas is refused before it trains, by name: a
+/// replicated node whose producer and consumer run in two processes (one process must
+/// route its messages), and a bounded group whose replica runs away from its owner's
+/// process.
+#[test]
+fn replicas_a_split_run_cannot_route_or_bound_are_refused() {
+    let dir = scratch("split-replica-refused");
+    let dir = dir.path();
+    let data = digits(dir, 4);
+    let model = example("mlp.amp");
+    let refused = |extra: &[&str], what: &str| {
+        let mut args = vec!["train", &model, "-D", "hidden=8", "--data", &data, "--workers", "2"];
+        args.extend(["--plan", "naive", "--processes", "2"]);
+        args.extend(extra);
+        let out = amprun(dir, &args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(what), "{}", stderr(&out));
+    };
+    // The contiguous plan puts `l1`'s input on worker 0 and its consumer on worker 1.
+    refused(&["--replicate", "l1=2"], "(l1) is replicated, and its producers and consumers run in processes 0, 1");
+    refused(&["--replicate", "l2=2", "--max-staleness", "2"], "parameter `l2` has a staleness bound and a replica");
+}
+
 /// More processes than `amp_exec::MAX_PROCESSES` are refused before anything starts.
 #[test]
 fn too_many_processes_are_refused() {
