@@ -242,6 +242,17 @@ fn a_bounded_run_over_two_processes_trains_as_one_synchronously() {
     );
 }
 
+/// List-reduce's embedding table copied into the other process, under plain SGD: the
+/// copy sends only the rows its gradients reached, the owner updates those rows, and the
+/// run is the one-process run with the same copies.
+#[test]
+fn a_tables_replica_in_another_process_trains_the_same() {
+    list_reduce_with(
+        "split-replica-embed",
+        &["--replicate", "embed=2", "--optimizer", "sgd", "--min-update-frequency", "4", "--limit", "40"],
+    );
+}
+
 /// List-reduce over two processes, a worker each, nodes dealt round-robin (every process
 /// owns parameters), with `extra` flags, against one process.
 fn list_reduce_with(test: &str, extra: &[&str]) {

@@ -1342,7 +1342,13 @@ fn check_replica_item(item: &Item, port: &RunPort, from: usize, processes: usize
         }
         Item::ReplicaValues { tensors, .. } if !lens_fit(tensors) => Err("values of other sizes".into()),
         Item::ReplicaGrads { tensors, rows, applied, .. } => {
-            if !tensors.is_empty() && !lens_fit(tensors) {
+            // A table's rows only (`ops::train::ReplicaGrads`): one tensor of a row's
+            // values per row named.
+            let table_rows = match (rows, tensors.as_slice(), shape.lens.len()) {
+                (Some((width, rows)), [values], 1) => values.len() as u64 == rows.len() as u64 * u64::from(*width),
+                _ => false,
+            };
+            if !tensors.is_empty() && !lens_fit(tensors) && !table_rows {
                 return Err("gradients of other sizes".into());
             }
             if let Some((width, rows)) = rows {
@@ -1712,11 +1718,37 @@ mod tests {
             tensors: lens.iter().map(|&n| vec![1.0; n]).collect(),
         };
         assert_eq!(check(values([6, 2]), 0), Ok(()));
+        // A table of 4 rows of 3 (group 2): two rows' values, or rows past its end.
+        let table = RunPort {
+            run: 1,
+            local: 0..1,
+            sink: Box::new(Nowhere),
+            instances: 4,
+            nodes: 3,
+            state_len: 1,
+            workers: 2,
+            trace_shift: 0,
+            replicas: vec![None, None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![12] })],
+            node_workers: vec![0, 0, 1],
+        };
+        let rows = |values: usize, rows: Vec<u32>| Item::ReplicaGrads {
+            worker: 0,
+            group: 2,
+            last: true,
+            tensors: vec![vec![0.5; values]],
+            rows: Some((3, rows)),
+            applied: vec![],
+        };
+        assert_eq!(check_replica_item(&rows(6, vec![1, 3]), &table, 1, 2), Ok(()));
+        assert!(check_replica_item(&rows(9, vec![1, 3]), &table, 1, 2).is_err());
+        assert!(check_replica_item(&rows(6, vec![1, 4]), &table, 1, 2).unwrap_err().contains("rows past"));
         let refused = |item: Item, from: usize, what: &str| {
             let error = check(item, from).expect_err("refused");
             assert!(error.contains(what), "{error}");
         };
         refused(grads(vec![vec![0.0; 5], vec![0.0; 2]], None, vec![]), 1, "gradients of other sizes");
+        // A table's rows alone only for a group of one tensor.
+        refused(grads(vec![vec![0.0; 6]], Some((3, vec![0, 1])), vec![]), 1, "gradients of other sizes");
         refused(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((3, vec![2])), vec![]), 1, "rows past");
         refused(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((0, vec![0])), vec![]), 1, "rows past");
         refused(grads(vec![], None, vec![(4, 0)]), 1, "unknown instance");

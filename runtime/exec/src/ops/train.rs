@@ -656,7 +656,9 @@ pub(crate) fn set_replica_values(replica: &mut LiveGroup, values: &[&[f32]], bas
 /// A replica's gradients on their way to a master in another process (what
 /// [`gather_grads`] moves in memory): the tensors' accumulators (none when nothing was
 /// accumulated), the rows of tensor 0 they reached when that is all they reached
-/// (`(width, rows)`), and the versions their instances read.
+/// (`(width, rows)`), and the versions their instances read. A one-tensor group whose
+/// rows are known (an Embedding's table) sends those rows only: `tensors` is then one
+/// vector of `rows.len() × width` values, row after row, the rows sorted and distinct.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct ReplicaGrads {
     pub tensors: Vec<Vec<f32>>,
@@ -674,16 +676,35 @@ pub(crate) fn take_replica_grads(replica: &mut LiveGroup) -> ReplicaGrads {
         return ReplicaGrads { tensors: Vec::new(), rows: None, applied };
     }
     replica.settle();
-    let tensors = replica
-        .tensors
-        .iter_mut()
-        .map(|t| {
-            let grad = t.grad.to_vec();
-            t.grad.iter_mut().for_each(|g| *g = 0.0);
-            grad
-        })
-        .collect();
     let rows = replica.rows.take().map(|log| (log.width, log.rows));
+    let tensors = match (&rows, replica.tensors.as_mut_slice()) {
+        // A table's rows: the others' gradients are zero (a few rows of a large table
+        // travel instead of all of it).
+        (Some((width, rows)), [table]) if *width > 0 => {
+            let mut sorted: Vec<usize> = rows.iter().copied().filter(|r| (r + 1) * width <= table.grad.len()).collect();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let mut values = Vec::with_capacity(sorted.len() * width);
+            for &r in &sorted {
+                let row = &mut table.grad[r * width..(r + 1) * width];
+                values.extend_from_slice(row);
+                row.iter_mut().for_each(|g| *g = 0.0);
+            }
+            replica.touched = false;
+            replica.accumulated = false;
+            replica.rows = Some(RowLog::default());
+            return ReplicaGrads { tensors: vec![values], rows: Some((*width, sorted)), applied };
+        }
+        _ => replica
+            .tensors
+            .iter_mut()
+            .map(|t| {
+                let grad = t.grad.to_vec();
+                t.grad.iter_mut().for_each(|g| *g = 0.0);
+                grad
+            })
+            .collect(),
+    };
     replica.touched = false;
     replica.accumulated = false;
     replica.rows = Some(RowLog::default());
@@ -699,9 +720,21 @@ pub(crate) fn add_replica_grads(master: &mut LiveGroup, grads: ReplicaGrads) {
     if grads.tensors.is_empty() {
         return;
     }
-    for (m, r) in master.tensors.iter_mut().zip(&grads.tensors) {
-        for (g, x) in m.grad.iter_mut().zip(r) {
-            *g += *x;
+    match (&grads.rows, grads.tensors.as_slice(), master.tensors.as_mut_slice()) {
+        // A table's rows, row after row (see [`ReplicaGrads`]).
+        (Some((width, rows)), [values], [table]) if *width > 0 && values.len() == rows.len() * width => {
+            for (&r, x) in rows.iter().zip(values.chunks_exact(*width)) {
+                if let Some(row) = table.grad.get_mut(r * width..(r + 1) * width) {
+                    row.iter_mut().zip(x).for_each(|(g, x)| *g += *x);
+                }
+            }
+        }
+        _ => {
+            for (m, r) in master.tensors.iter_mut().zip(&grads.tensors) {
+                for (g, x) in m.grad.iter_mut().zip(r) {
+                    *g += *x;
+                }
+            }
         }
     }
     master.touched = true;
@@ -799,6 +832,59 @@ mod tests {
                 assert_ne!(moved.0, values(6, 3), "case {case}: the master took the gradients");
             }
         }
+    }
+
+    /// An Embedding's replica sends the rows its gradients reached, each once and in
+    /// order, not its whole table; added to the master, they make the accumulator and row
+    /// log of a gather in memory (the rows updated, and their values, are the same).
+    #[test]
+    fn a_tables_replica_sends_only_the_rows_it_reached() {
+        let width = 2;
+        let run = |moved: bool| {
+            let (mut table, mut grad) = (vec![0.5; 10], vec![0.25; 10]);
+            let (mut replica_table, mut replica_grad) = (vec![0.5; 10], vec![0.0; 10]);
+            let (mut states, mut replica_states) = (two_states(), two_states());
+            let group = |value, grad, optim, pending| LiveGroup {
+                tensors: vec![LiveTensor { value, grad, optim }],
+                pending,
+                updates: 0,
+                touched: pending > 0,
+                version: 0,
+                rows: None,
+                deferred: DeferredProducts::default(),
+                accumulated: pending > 0,
+                frozen: false,
+                staleness: Staleness::default(),
+            };
+            let mut master = group(&mut table[..], &mut grad[..], &mut states[0], 1);
+            master.rows = Some(RowLog { width, rows: vec![4] });
+            let mut replica = group(&mut replica_table[..], &mut replica_grad[..], &mut replica_states[0], 0);
+            // Rows 3 and 1 reached, row 3 twice.
+            for (row, x) in [(3, 1.0), (1, -2.0), (3, 0.5)] {
+                replica.tensors[0].grad[row * width..(row + 1) * width].iter_mut().for_each(|g| *g += x);
+            }
+            replica.touched = true;
+            replica.rows = Some(RowLog { width, rows: vec![3, 1, 3] });
+            let sent = if moved {
+                let grads = take_replica_grads(&mut replica);
+                let sent = (grads.tensors.clone(), grads.rows.clone());
+                add_replica_grads(&mut master, grads);
+                Some(sent)
+            } else {
+                gather_grads(&mut master, &mut replica);
+                None
+            };
+            let mut rows = master.rows.as_ref().map(|r| r.rows.clone()).unwrap_or_default();
+            rows.sort_unstable();
+            rows.dedup();
+            drop((master, replica));
+            (grad, replica_grad, rows, sent)
+        };
+        let (memory, moved) = (run(false), run(true));
+        assert_eq!((&memory.0, &memory.1, &memory.2), (&moved.0, &moved.1, &moved.2));
+        let (tensors, rows) = moved.3.expect("what was sent");
+        assert_eq!(rows, Some((2, vec![1, 3])), "each row once, in order");
+        assert_eq!(tensors, vec![vec![-2.0, -2.0, 1.5, 1.5]], "two rows of the table, not ten values");
     }
 
     /// Deferred weight-gradient products add up to the direct ones: before a settle (what
