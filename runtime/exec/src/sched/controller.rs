@@ -312,7 +312,7 @@ impl RunSink for Delivery {
             Item::Stop { flush, .. } => ToWorker::Stop { flush },
             Item::Release { instance } => ToWorker::Release(usize::try_from(instance).unwrap_or(usize::MAX)),
             item => match RemoteWord::from_item(item) {
-                Some(word) => ToWorker::Replica(word),
+                Some(word) => ToWorker::Remote(word),
                 None => return,
             },
         };

@@ -66,8 +66,8 @@ use std::time::{Duration, Instant};
 /// What the controller and other workers send a worker.
 pub(crate) enum ToWorker {
     Work(Envelope),
-    /// Instance `0` finished (from the worker that finished it): each group the worker
-    /// owns counts it, and updates when it reached its `min_update_frequency`.
+    /// An instance finished (its index; from the worker that finished it): each group the
+    /// worker owns counts it, and updates when it reached its `min_update_frequency`.
     InstanceDone(usize),
     /// From the controller at a synchronous update boundary across workers (after every
     /// `InstanceDone` before it): answer `Updated` once the updates owed are applied.
@@ -81,7 +81,7 @@ pub(crate) enum ToWorker {
     Release(usize),
     /// A run split over processes: a replica and its master in different processes, or
     /// a copy's service time for this process's routes (`worker::remote`).
-    Replica(RemoteWord),
+    Remote(RemoteWord),
 }
 
 /// What workers tell the controller.
@@ -127,7 +127,7 @@ impl Wire for ToWorker {
             ToWorker::Stop { flush } => Item::Stop { worker, flush },
             // Credits go back to processes, not workers (`Peers::release`).
             ToWorker::Release(_) => return None,
-            ToWorker::Replica(word) => return word.into_item(worker),
+            ToWorker::Remote(word) => return word.into_item(worker),
         })
     }
 }
@@ -419,7 +419,7 @@ impl Worker<'_, '_> {
                 true
             }
             ToWorker::Stop { flush } => self.stop(flush),
-            ToWorker::Replica(word) => self.on_remote(word),
+            ToWorker::Remote(word) => self.on_remote(word),
         }
     }
 

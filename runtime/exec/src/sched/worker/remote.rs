@@ -231,7 +231,7 @@ impl Worker<'_, '_> {
             None => {
                 for &r in &remote {
                     let owner = self.setup.program.groups[r].owner;
-                    self.setup.peers.send(owner, ToWorker::Replica(RemoteWord::Pull { group: r }));
+                    self.setup.peers.send(owner, ToWorker::Remote(RemoteWord::Pull { group: r }));
                 }
                 state.pulled.insert(master, Pulled::Awaiting(remote.len()));
                 true
@@ -246,7 +246,7 @@ impl Worker<'_, '_> {
             let tensors = master.tensors.iter().map(|t| t.value.to_vec()).collect();
             let word = RemoteWord::Values { group: r, base: master.version, tensors };
             let owner = self.setup.program.groups[r].owner;
-            if self.setup.peers.send(owner, ToWorker::Replica(word)) {
+            if self.setup.peers.send(owner, ToWorker::Remote(word)) {
                 self.remote.borrow_mut().unsynced += 1;
             }
         }
@@ -282,7 +282,7 @@ impl Worker<'_, '_> {
             }
             let grads = self.setup.shared.params.live(r).map(|mut g| train::take_replica_grads(&mut g));
             let word = RemoteWord::Grads { group: r, last: true, grads: grads.unwrap_or_default() };
-            self.setup.peers.send(owner, ToWorker::Replica(word));
+            self.setup.peers.send(owner, ToWorker::Remote(word));
         }
         self.remote.borrow_mut().sent_last = true;
     }
@@ -298,7 +298,7 @@ impl Worker<'_, '_> {
                     return true;
                 }
                 let grads = params.live(group).map(|mut g| train::take_replica_grads(&mut g)).unwrap_or_default();
-                self.setup.peers.send(owner, ToWorker::Replica(RemoteWord::Grads { group, last: false, grads }));
+                self.setup.peers.send(owner, ToWorker::Remote(RemoteWord::Grads { group, last: false, grads }));
             }
             RemoteWord::Grads { group, last, grads } => {
                 let Some(master) = program.groups.get(group).and_then(|g| g.master) else { return true };
@@ -330,7 +330,7 @@ impl Worker<'_, '_> {
                 }
                 let master = program.groups.get(group).and_then(|g| g.master).and_then(|m| program.groups.get(m));
                 if let Some(owner) = master.map(|m| m.owner) {
-                    self.setup.peers.send(owner, ToWorker::Replica(RemoteWord::Synced { group }));
+                    self.setup.peers.send(owner, ToWorker::Remote(RemoteWord::Synced { group }));
                 }
             }
             RemoteWord::Synced { .. } => {
