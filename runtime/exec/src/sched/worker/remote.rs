@@ -1,7 +1,8 @@
-//! Replicas in another process than their master (a run split over processes,
-//! `crate::cluster`): what the in-memory exchange between a master and its replicas
-//! (`Worker::update`: `train::gather_grads`, `train::sync_values`) becomes across the
-//! bridge, and the service times of copies that run away from their router.
+//! A worker's dealings with other processes beyond messages and credits (a run split over
+//! processes, `crate::cluster`): what the in-memory exchange between a master and its
+//! replicas (`Worker::update`: `train::gather_grads`, `train::sync_values`) becomes across
+//! the bridge, the service times of copies that run away from their router, and what a
+//! staleness bound needs of the others.
 //!
 //! - **Gradients before the master's update.** When a master with replicas in other
 //!   processes is due to update, its owner sends each of them a pull
@@ -33,6 +34,11 @@
 //!   take as if the copy ran locally: the estimates travel, so the router compares a
 //!   remote copy's measured service time with a local one's, and a remote copy counts as
 //!   busy with what is in transit to it until its report is back.
+//! - **Staleness bounds.** An owner forgets a read owed a gradient once its instance is
+//!   no longer in flight; split over processes, its process's credit count cannot say
+//!   that, so the owner keeps the ends it heard of ([`Remote::in_flight`]), and an owner
+//!   outside process 0 holds and releases process 0's admissions ([`RemoteWord::Hold`]),
+//!   where every instance is admitted.
 
 use super::{ToWorker, Worker, WorkerSetup};
 use crate::load::program::GroupInfo;
@@ -44,7 +50,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// What a master and its replica in another process tell each other (replica groups are
-/// numbered as the program's parameter groups), and a copy's service to its router.
+/// numbered as the program's parameter groups), a copy's service to its router, and an
+/// owner's hold of process 0's admissions.
 pub(crate) enum RemoteWord {
     /// To a replica's worker: send what the replica accumulated.
     Pull { group: usize },
