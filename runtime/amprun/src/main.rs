@@ -200,9 +200,15 @@
 //! process ends the run on the others within seconds, naming it (exit 4). Only process 0
 //! sees the validation: after each epoch's it tells the others whether the epoch is the
 //! best and whether `--patience` ran out, so every process gathers the `--keep-best` file
-//! (a one-process run's) and stops after the same epoch. Not yet with `--replicate` or
-//! `--max-staleness`, nor with a parameter used on workers of two processes, nor over more than 16 processes (each refused with
-//! a clear error). `--plan auto` plans for the processes: an edge cut between two of them
+//! (a one-process run's) and stops after the same epoch. A `--replicate` copy may run in
+//! another process than its node: its gradients come to the node's process before each
+//! update, the values go back after every `--replica-sync`-th (synchronous training
+//! then gives the one-process losses), provided the node's producers and consumers run in
+//! one process. `--max-staleness` holds across processes too (an owner forgets a read
+//! once it heard that its instance ended; owners elsewhere hold process 0's admissions),
+//! and every group's staleness reaches the metrics. Not yet with a parameter used on
+//! workers of two processes, a bounded group's replica in another process, nor over
+//! more than 16 processes (each refused with a clear error). `--plan auto` plans for the processes: an edge cut between two of them
 //! costs the link's latency (`--link-latency-us`, default 50 µs one way) over the
 //! `--max-active-keys` in flight, its bandwidth (`--link-bandwidth-mbps`, default 10000)
 //! and more per message than between threads, so the plan crosses a slow link only where

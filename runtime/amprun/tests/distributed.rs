@@ -10,12 +10,13 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// The training losses of every epoch in a metrics file.
+/// The training losses of every epoch in a metrics file, each followed by its validation
+/// loss when there is one.
 fn train_losses(dir: &Path, metrics: &str) -> Vec<f64> {
     let text = std::fs::read_to_string(dir.join(metrics)).expect("metrics");
     json_lines(&text)
         .iter()
-        .filter(|m| m["split"] == "train")
+        .filter(|m| m["split"] == "train" || m["split"] == "valid")
         .map(|m| m["loss"].as_f64().expect("a finite loss"))
         .collect()
 }
@@ -178,6 +179,120 @@ fn ggsnn_trains_the_same_over_two_processes() {
             "4",
         ],
     );
+}
+
+/// 8x8 "digits" for the MLP: `rows` rows of varied pixels, labels 0 to 9 in turn.
+fn digits(dir: &Path, rows: usize) -> String {
+    let mut text = (0..64).map(|i| format!("p{i}")).collect::<Vec<_>>().join(",") + ",label\n";
+    for row in 0..rows {
+        let pixels: Vec<String> = (0..64).map(|i| ((row * 7 + i * 3) % 17).to_string()).collect();
+        text += &format!("{},{}\n", pixels.join(","), row % 10);
+    }
+    let path = dir.join("digits.csv");
+    std::fs::write(&path, text).expect("digits");
+    path.display().to_string()
+}
+
+/// A `--replicate` copy in the other process than its node: with two workers split over
+/// two processes, the MLP's hidden layer `l2` runs on one and its copy on the other, so its
+/// gradients cross before every update and its values after it. Synchronous, with
+/// `--replica-sync 1`: the losses and the checkpoint of the one-process run with the same
+/// copies (to rounding); the validation, whose copy reads the values its process was
+/// sent after the epoch, too.
+#[test]
+fn a_replica_in_another_process_trains_the_same() {
+    let data = scratch("split-replica-data");
+    let digits = digits(data.path(), 24);
+    same_in_one_and_two_processes(
+        "split-replica",
+        "mlp",
+        &[("hidden", 8)],
+        &[
+            "--data",
+            &digits,
+            "--valid",
+            &digits,
+            "--epochs",
+            "2",
+            "--workers",
+            "2",
+            "--plan",
+            "naive",
+            "--replicate",
+            "l2=2",
+            "--replica-sync",
+            "1",
+            "--max-active-keys",
+            "4",
+            "--min-update-frequency",
+            "4",
+            "--optimizer",
+            "adam",
+        ],
+    );
+}
+
+/// A staleness bound over two processes, synchronous: deterministic, so the losses and
+/// checkpoint of the one-process run.
+#[test]
+fn a_bounded_run_over_two_processes_trains_as_one_synchronously() {
+    list_reduce_with(
+        "split-bounded-sync",
+        &["--max-staleness", "0", "--optimizer", "adam", "--min-update-frequency", "4", "--limit", "40"],
+    );
+}
+
+/// List-reduce's embedding table copied into the other process, under plain SGD: the
+/// copy sends only the rows its gradients reached, the owner updates those rows, and the
+/// run is the one-process run with the same copies.
+#[test]
+fn a_tables_replica_in_another_process_trains_the_same() {
+    list_reduce_with(
+        "split-replica-embed",
+        &["--replicate", "embed=2", "--optimizer", "sgd", "--min-update-frequency", "4", "--limit", "40"],
+    );
+}
+
+/// List-reduce over two processes, a worker each, nodes dealt round-robin (every process
+/// owns parameters), with `extra` flags, against one process.
+fn list_reduce_with(test: &str, extra: &[&str]) {
+    let mut args = vec!["--data".to_string(), example("data/list_reduce.train.jsonl"), "--epochs".into(), "2".into()];
+    args.extend(["--workers", "2", "--plan", "round-robin"].map(String::from));
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    same_in_one_and_two_processes(test, "list_reduce", &[("hidden", 16)], &refs);
+}
+
+/// Asynchronous training under `--max-staleness 1` over two processes, eight instances
+/// in flight: the owners in process 1 hear of every instance's end from process 0 and
+/// hold its admissions while they defer, so no group applies a gradient more than one
+/// update late. Every group's staleness (process 1's gathered to process 0) is in the
+/// metrics, within the bound, and every epoch ran to its end.
+#[test]
+fn a_bounded_asynchronous_run_over_two_processes_keeps_its_bound() {
+    let dir = scratch("split-bounded-async");
+    let dir = dir.path();
+    let (model, data) = (example("list_reduce.amp"), example("data/list_reduce.train.jsonl"));
+    let mut args = vec!["train", &model, "-D", "hidden=16", "--data", &data, "--limit", "60", "--epochs", "2"];
+    args.extend(["--workers", "2", "--plan", "round-robin", "--processes", "2", "--async"]);
+    args.extend(["--max-active-keys", "8", "--min-update-frequency", "2", "--max-staleness", "1"]);
+    args.extend(["--metrics", "m.jsonl"]);
+    amprun_ok(dir, &args);
+    let text = std::fs::read_to_string(dir.join("m.jsonl")).expect("metrics");
+    let epochs: Vec<serde_json::Value> = json_lines(&text).into_iter().filter(|m| m["split"] == "train").collect();
+    assert_eq!(epochs.len(), 2, "{text}");
+    for epoch in &epochs {
+        assert_eq!(epoch["instances"], 60, "{epoch}");
+        let groups = epoch["staleness"].as_array().expect("staleness per group");
+        let names: Vec<&str> = groups.iter().map(|g| g["group"].as_str().expect("a name")).collect();
+        assert_eq!(names, ["embed", "cell", "head"], "{epoch}");
+        for group in groups {
+            assert_eq!(group["bound"], 1, "{group}");
+            assert!(group["max"].as_u64().expect("a max") <= 1, "{group}");
+            // 60 instances each reached every group at least once.
+            assert!(group["gradients"].as_u64().expect("a count") >= 60, "{group}");
+        }
+    }
 }
 
 /// List-reduce with a validation set and `extra` flags, trained in one process and split
@@ -521,6 +636,60 @@ fn grad_over_two_processes_writes_what_one_process_does() {
         }
     }
     assert!(nonzero > 0, "the gradients are not all zero");
+}
+
+/// `grad` with the MLP's `l2` copied into the other process writes the one-process run's
+/// file (every tensor, to rounding). Each instance runs alone on fresh routes, which send
+/// it to the node itself (the first copy, in turn), so this checks that a remote copy
+/// changes nothing here; the gather adds a remote copy's part when one served.
+#[test]
+fn grad_with_a_replica_in_another_process_writes_what_one_process_does() {
+    let dir = scratch("split-grad-replica");
+    let dir = dir.path();
+    let data = digits(dir, 12);
+    let model = example("mlp.amp");
+    let train = ["train", &model, "-D", "hidden=8", "--data", &data, "--save", "p.safetensors"];
+    amprun_ok(dir, &train);
+    let grad = |out: &str, extra: &[&str]| {
+        let mut args = vec!["grad", &model, "-D", "hidden=8", "--params", "p.safetensors", "--data", &data];
+        args.extend(["--workers", "2", "--plan", "naive", "--replicate", "l2=2", "--out", out]);
+        args.extend(extra);
+        amprun_ok(dir, &args);
+    };
+    grad("one.safetensors", &[]);
+    grad("two.safetensors", &["--processes", "2"]);
+    let graph = compile_example("mlp", &[("hidden", 8)]);
+    let (a, b) = (checkpoint(&dir.join("one.safetensors"), &graph), checkpoint(&dir.join("two.safetensors"), &graph));
+    for (spec, values) in a.params.iter() {
+        let other = b.params.get(&spec.name).expect("the same tensors");
+        assert!(values.iter().any(|&x| x != 0.0), "`{}` has a gradient", spec.name);
+        for (x, y) in values.iter().zip(other) {
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-3), "`{}`: {x} in one process, {y} in two", spec.name);
+        }
+    }
+}
+
+/// What a split run cannot do with replicas is refused before it trains, by name: a
+/// replicated node whose producer and consumer run in two processes (one process must
+/// route its messages), and a bounded group whose replica runs away from its owner's
+/// process.
+#[test]
+fn replicas_a_split_run_cannot_route_or_bound_are_refused() {
+    let dir = scratch("split-replica-refused");
+    let dir = dir.path();
+    let data = digits(dir, 4);
+    let model = example("mlp.amp");
+    let refused = |extra: &[&str], what: &str| {
+        let mut args = vec!["train", &model, "-D", "hidden=8", "--data", &data, "--workers", "2"];
+        args.extend(["--plan", "naive", "--processes", "2"]);
+        args.extend(extra);
+        let out = amprun(dir, &args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(what), "{}", stderr(&out));
+    };
+    // The contiguous plan puts `l1`'s input on worker 0 and its consumer on worker 1.
+    refused(&["--replicate", "l1=2"], "(l1) is replicated, and its producers and consumers run in processes 0, 1");
+    refused(&["--replicate", "l2=2", "--max-staleness", "2"], "parameter `l2` has a staleness bound and a replica");
 }
 
 /// More processes than `amp_exec::MAX_PROCESSES` are refused before anything starts.

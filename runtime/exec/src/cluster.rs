@@ -207,8 +207,11 @@ struct Inner {
     runs: AtomicU64,
     failure: Arc<Mutex<Option<String>>>,
     join: Mutex<Option<JoinHandle<()>>>,
-    /// Tensors other processes sent for a gather (`Cluster::gather`).
-    tensors: Receiver<(usize, u32, Vec<f32>)>,
+    /// Tensors other processes sent for a gather or an exchange (`Cluster::exchange`):
+    /// sender, step of the runs, slot, values.
+    tensors: Receiver<Tensor>,
+    /// Tensors that arrived for a later exchange than the one reading (a peer ahead).
+    later: Mutex<Vec<Tensor>>,
     /// Process 0's decisions with their run numbers (`Cluster::agree`).
     decisions: Receiver<(u64, Vec<u64>)>,
     /// This process's clock: the instant it began to connect.
@@ -217,6 +220,10 @@ struct Inner {
     offset_us: i64,
     traffic: Arc<Counters>,
 }
+
+/// A tensor from another process: its sender, the step of the runs it belongs to, its slot
+/// and values (see [`Cluster::exchange`]).
+type Tensor = (usize, u64, u32, Vec<f32>);
 
 /// Something a local worker or controller sends another process.
 pub(crate) struct Outgoing {
@@ -269,6 +276,20 @@ pub(crate) struct RunPort {
     /// Microseconds added to the trace events that arrive (on process 0's clock) to time
     /// them from this process's executor start: minus [`Cluster::clock_us`] of it.
     pub trace_shift: i64,
+    /// Per parameter group, for a replica's: what its messages must match.
+    pub replicas: Vec<Option<ReplicaShape>>,
+    /// Per node, the worker that runs it (`usize::MAX` for holes).
+    pub node_workers: Vec<usize>,
+}
+
+/// A replica group as the bridge checks the messages about it (`wire::Item::ReplicaPull`
+/// and the others): the worker that runs it, the worker that owns its master, and the
+/// length of each of its tensors.
+#[derive(Clone, Debug)]
+pub(crate) struct ReplicaShape {
+    pub worker: usize,
+    pub owner: usize,
+    pub lens: Vec<usize>,
 }
 
 impl Cluster {
@@ -342,6 +363,7 @@ impl Cluster {
                 failure,
                 join: Mutex::new(Some(handle)),
                 tensors,
+                later: Mutex::new(Vec::new()),
                 decisions,
                 base,
                 offset_us,
@@ -428,27 +450,56 @@ impl Cluster {
         own: Vec<(u32, Vec<f32>)>,
         expected: &[(u32, usize)],
     ) -> Result<Vec<(u32, Vec<f32>)>, ExecError> {
-        let run = self.next_run();
         if self.inner.process != 0 {
-            let outbox = self.outbox(run);
-            for (tensor, values) in own {
-                outbox.send(0, Item::Tensor { tensor, values });
-            }
-            return self.failure().map_or(Ok(Vec::new()), |f| Err(cluster_error(f)));
+            let sends = own.into_iter().map(|(slot, values)| (0, slot, values)).collect();
+            return self.exchange(sends, &[]);
+        }
+        self.exchange(Vec::new(), expected)
+    }
+
+    /// Moves tensors between any processes: this process sends each of `sends` (to
+    /// process, slot, values) and returns the tensors `expected` lists (slot, sender),
+    /// each once. Slots name what a tensor is to the caller, unique within one exchange.
+    /// Every process calls it at the same point of its runs (it takes a step of the runs,
+    /// so a tensor of a later exchange that arrives early waits for it).
+    pub fn exchange(
+        &self,
+        sends: Vec<(usize, u32, Vec<f32>)>,
+        expected: &[(u32, usize)],
+    ) -> Result<Vec<(u32, Vec<f32>)>, ExecError> {
+        let run = self.next_run();
+        let outbox = self.outbox(run);
+        for (process, tensor, values) in sends {
+            outbox.send(process, Item::Tensor { tensor, values });
         }
         let mut got: Vec<(u32, Vec<f32>)> = Vec::new();
+        let take = |(from, at, tensor, values): Tensor, got: &mut Vec<(u32, Vec<f32>)>| {
+            let wanted = at == run && expected.iter().any(|&(t, p)| t == tensor && p == from);
+            if !wanted || got.iter().any(|(t, _)| *t == tensor) {
+                return Err(cluster_error(format!(
+                    "process {from} ({}) sent tensor {tensor}, which is not its to send",
+                    self.address(from)
+                )));
+            }
+            got.push((tensor, values));
+            Ok(())
+        };
+        let early: Vec<Tensor> = self.inner.later.lock().map(|mut l| std::mem::take(&mut *l)).unwrap_or_default();
+        let (now, later): (Vec<Tensor>, Vec<Tensor>) = early.into_iter().partition(|t| t.1 <= run);
+        if let Ok(mut l) = self.inner.later.lock() {
+            l.extend(later);
+        }
+        for tensor in now {
+            take(tensor, &mut got)?;
+        }
         while got.len() < expected.len() {
             match self.inner.tensors.recv_timeout(Duration::from_millis(100)) {
-                Ok((from, tensor, values)) => {
-                    let wanted = expected.iter().any(|&(t, p)| t == tensor && p == from);
-                    if !wanted || got.iter().any(|(t, _)| *t == tensor) {
-                        return Err(cluster_error(format!(
-                            "process {from} ({}) sent tensor {tensor}, which is not its to send",
-                            self.address(from)
-                        )));
+                Ok(tensor) if tensor.1 > run => {
+                    if let Ok(mut l) = self.inner.later.lock() {
+                        l.push(tensor);
                     }
-                    got.push((tensor, values));
                 }
+                Ok(tensor) => take(tensor, &mut got)?,
                 Err(_) => {
                     if let Some(failure) = self.failure() {
                         return Err(cluster_error(failure));
@@ -456,7 +507,7 @@ impl Cluster {
                 }
             }
         }
-        Ok(got)
+        self.failure().map_or(Ok(got), |f| Err(cluster_error(f)))
     }
 
     /// Process 0's `decision` becomes every process's: process 0 sends it to the others
@@ -641,6 +692,27 @@ impl<T: Wire> Peers<T> {
         true
     }
 
+    /// This process's index, in a run split over processes.
+    pub fn this_process(&self) -> Option<usize> {
+        let (_, owner) = self.remote.as_ref()?;
+        let local = self.local.iter().position(Option::is_some)?;
+        owner.get(local).map(|&p| usize::from(p))
+    }
+
+    /// The process that runs worker `worker`, in a run split over processes.
+    pub fn process_of(&self, worker: usize) -> Option<usize> {
+        let (_, owner) = self.remote.as_ref()?;
+        owner.get(worker).map(|&p| usize::from(p))
+    }
+
+    /// Sends `item` to process `process` (not to one of its workers); false when this
+    /// run is not split.
+    pub fn send_to_process(&self, process: usize, item: Item) -> bool {
+        let Some((outbox, _)) = &self.remote else { return false };
+        outbox.send(process, item);
+        true
+    }
+
     /// Gives a credit of `instance` back to process `process` (see the module doc).
     pub fn release(&self, process: usize, instance: usize) {
         if let Some((outbox, _)) = &self.remote {
@@ -739,7 +811,7 @@ struct Bridge {
     addresses: Vec<String>,
     outgoing: Receiver<Outgoing>,
     controls: Receiver<Control>,
-    tensors: Sender<(usize, u32, Vec<f32>)>,
+    tensors: Sender<Tensor>,
     decisions: Sender<(u64, Vec<u64>)>,
     failure: Arc<Mutex<Option<String>>>,
     heartbeat: Duration,
@@ -1075,7 +1147,7 @@ impl Bridge {
                 match item {
                     Item::Shutdown => self.shutdown_heard[from] = true,
                     Item::Tensor { tensor, values } => {
-                        let _ = self.tensors.send((from, *tensor, values.clone()));
+                        let _ = self.tensors.send((from, run, *tensor, values.clone()));
                     }
                     _ => {}
                 }
@@ -1088,7 +1160,7 @@ impl Bridge {
         if packet.items.iter().all(|i| matches!(i, Item::Tensor { .. })) {
             for item in packet.items {
                 if let Item::Tensor { tensor, values } = item {
-                    let _ = self.tensors.send((from, tensor, values));
+                    let _ = self.tensors.send((from, run, tensor, values));
                 }
             }
             return Ok(());
@@ -1156,9 +1228,40 @@ impl Bridge {
                         }
                         port.sink.worker(index, Item::Work { worker, node, port: p, dir, msg });
                     }
-                    Item::InstanceDone { worker } | Item::Confirm { worker } | Item::Stop { worker, .. } => {
+                    Item::InstanceDone { worker, instance } => {
+                        let index = local(worker, "a control word")?;
+                        if usize::try_from(instance).ok().filter(|&i| i < port.instances).is_none() {
+                            return Err(bad(format!("the end of instance {instance}")));
+                        }
+                        port.sink.worker(index, item);
+                    }
+                    Item::Confirm { worker } | Item::Stop { worker, .. } => {
                         let index = local(worker, "a control word")?;
                         port.sink.worker(index, item);
+                    }
+                    Item::Hold { .. } => {
+                        if self.process != 0 {
+                            return Err(bad("a hold of admissions, which only process 0 makes".into()));
+                        }
+                        // Process 0's admissions: any worker of it holds or releases them.
+                        port.sink.worker(0, item);
+                    }
+                    Item::ReplicaPull { worker, group }
+                    | Item::ReplicaGrads { worker, group, .. }
+                    | Item::ReplicaValues { worker, group, .. }
+                    | Item::ReplicaSynced { worker, group } => {
+                        let index = local(worker, "a replica's message")?;
+                        check_replica_item(&item, port, from, self.addresses.len())
+                            .map_err(|what| bad(format!("{what} for replica group {group}")))?;
+                        port.sink.worker(index, item);
+                    }
+                    Item::Served { node, .. } => {
+                        let runs = port.node_workers.get(node as usize).copied().unwrap_or(usize::MAX);
+                        if !workers_of(from, self.addresses.len(), port.workers).contains(&runs) {
+                            return Err(bad(format!("the service time of node {node}, which it does not run")));
+                        }
+                        // The routes are the process's: any worker of it notes them.
+                        port.sink.worker(0, item);
                     }
                     Item::Release { instance } => {
                         if usize::try_from(instance).ok().filter(|&i| i < port.instances).is_none() {
@@ -1180,7 +1283,7 @@ impl Bridge {
                     Item::Heartbeat => {}
                     Item::Shutdown => self.shutdown_heard[from] = true,
                     Item::Tensor { tensor, values } => {
-                        let _ = self.tensors.send((from, tensor, values));
+                        let _ = self.tensors.send((from, packet.run, tensor, values));
                     }
                     Item::Trace(mut events) => {
                         check_trace(&events, from, self.addresses.len(), port.workers).map_err(bad)?;
@@ -1212,6 +1315,55 @@ impl Bridge {
             self.queue(from, packet.run, Item::Release { instance: instance as u64 });
         }
         Ok(())
+    }
+}
+
+/// Whether a replica's message (`item`) from process `from` fits the run: the group is a
+/// replica's, the sender runs the side that sends it (the replica's worker its gradients
+/// and acknowledgements, the master's owner pulls and values), and tensors, rows and
+/// instances are within the group's and run's sizes. `Err`: what is wrong.
+fn check_replica_item(item: &Item, port: &RunPort, from: usize, processes: usize) -> Result<(), String> {
+    let (worker, group) = match item {
+        Item::ReplicaPull { worker, group }
+        | Item::ReplicaGrads { worker, group, .. }
+        | Item::ReplicaValues { worker, group, .. }
+        | Item::ReplicaSynced { worker, group } => (*worker as usize, *group as usize),
+        _ => return Err("not a replica's message".into()),
+    };
+    let shape = port.replicas.get(group).and_then(Option::as_ref).ok_or("a message")?;
+    let runs = |w: usize| workers_of(from, processes, port.workers).contains(&w);
+    let lens_fit = |tensors: &[Vec<f32>]| tensors.iter().map(Vec::len).eq(shape.lens.iter().copied());
+    match item {
+        Item::ReplicaPull { .. } | Item::ReplicaValues { .. } if shape.worker != worker || !runs(shape.owner) => {
+            Err("a master's message, not from its owner,".into())
+        }
+        Item::ReplicaGrads { .. } | Item::ReplicaSynced { .. } if shape.owner != worker || !runs(shape.worker) => {
+            Err("a replica's message, not from its worker,".into())
+        }
+        Item::ReplicaValues { tensors, .. } if !lens_fit(tensors) => Err("values of other sizes".into()),
+        Item::ReplicaGrads { tensors, rows, applied, .. } => {
+            // A table's rows only (`ops::train::ReplicaGrads`): one tensor of a row's
+            // values per row named.
+            let table_rows = match (rows, tensors.as_slice(), shape.lens.len()) {
+                (Some((width, rows)), [values], 1) => values.len() as u64 == rows.len() as u64 * u64::from(*width),
+                _ => false,
+            };
+            if !tensors.is_empty() && !lens_fit(tensors) && !table_rows {
+                return Err("gradients of other sizes".into());
+            }
+            if let Some((width, rows)) = rows {
+                let len = shape.lens.first().copied().unwrap_or(0) as u64;
+                let past = |&r: &u32| (u64::from(r) + 1) * u64::from(*width) > len;
+                if *width == 0 || rows.iter().any(past) {
+                    return Err("rows past its first tensor".into());
+                }
+            }
+            if applied.iter().any(|&(i, _)| i >= port.instances as u64) {
+                return Err("a read of an unknown instance".into());
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -1515,6 +1667,99 @@ mod tests {
         drop(cluster);
         drop(peer);
         (failure.expect("the cluster failed"), addresses)
+    }
+
+    /// A sink that takes nothing (the replica checks run before any delivery).
+    struct Nowhere;
+
+    impl RunSink for Nowhere {
+        fn worker(&self, _: usize, _: Item) {}
+        fn controller(&self, _: Item, _: &str) -> bool {
+            false
+        }
+        fn arrive(&self, _: usize, _: usize) -> bool {
+            false
+        }
+        fn fail(&self, _: &str) {}
+    }
+
+    /// A replica's messages must fit the run: the group is a replica's, each side sends
+    /// only its own words (the replica's worker gradients and acknowledgements, the
+    /// master's owner pulls and values), and sizes, rows and instances are the run's.
+    /// (The bridge names the sender in the error that ends the run.)
+    #[test]
+    fn a_replicas_message_must_fit_the_run() {
+        // Two processes of one worker each; group 1 is a replica on worker 1 of a master
+        // owned by worker 0, with tensors of 6 and 2 values; 4 instances.
+        let port = RunPort {
+            run: 1,
+            local: 0..1,
+            sink: Box::new(Nowhere),
+            instances: 4,
+            nodes: 3,
+            state_len: 1,
+            workers: 2,
+            trace_shift: 0,
+            replicas: vec![None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![6, 2] })],
+            node_workers: vec![0, 0, 1],
+        };
+        let check = |item: Item, from: usize| check_replica_item(&item, &port, from, 2);
+        let grads = |tensors: Vec<Vec<f32>>, rows: Option<(u32, Vec<u32>)>, applied: Vec<(u64, u64)>| {
+            Item::ReplicaGrads { worker: 0, group: 1, last: false, tensors, rows, applied }
+        };
+        assert_eq!(check(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((3, vec![0, 1])), vec![(3, 0)]), 1), Ok(()));
+        assert_eq!(check(grads(vec![], None, vec![]), 1), Ok(()));
+        assert_eq!(check(Item::ReplicaPull { worker: 1, group: 1 }, 0), Ok(()));
+        assert_eq!(check(Item::ReplicaSynced { worker: 0, group: 1 }, 1), Ok(()));
+        let values = |lens: [usize; 2]| Item::ReplicaValues {
+            worker: 1,
+            group: 1,
+            base: 3,
+            tensors: lens.iter().map(|&n| vec![1.0; n]).collect(),
+        };
+        assert_eq!(check(values([6, 2]), 0), Ok(()));
+        // A table of 4 rows of 3 (group 2): two rows' values, or rows past its end.
+        let table = RunPort {
+            run: 1,
+            local: 0..1,
+            sink: Box::new(Nowhere),
+            instances: 4,
+            nodes: 3,
+            state_len: 1,
+            workers: 2,
+            trace_shift: 0,
+            replicas: vec![None, None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![12] })],
+            node_workers: vec![0, 0, 1],
+        };
+        let rows = |values: usize, rows: Vec<u32>| Item::ReplicaGrads {
+            worker: 0,
+            group: 2,
+            last: true,
+            tensors: vec![vec![0.5; values]],
+            rows: Some((3, rows)),
+            applied: vec![],
+        };
+        assert_eq!(check_replica_item(&rows(6, vec![1, 3]), &table, 1, 2), Ok(()));
+        assert!(check_replica_item(&rows(9, vec![1, 3]), &table, 1, 2).is_err());
+        assert!(check_replica_item(&rows(6, vec![1, 4]), &table, 1, 2).unwrap_err().contains("rows past"));
+        let refused = |item: Item, from: usize, what: &str| {
+            let error = check(item, from).expect_err("refused");
+            assert!(error.contains(what), "{error}");
+        };
+        refused(grads(vec![vec![0.0; 5], vec![0.0; 2]], None, vec![]), 1, "gradients of other sizes");
+        // A table's rows alone only for a group of one tensor.
+        refused(grads(vec![vec![0.0; 6]], Some((3, vec![0, 1])), vec![]), 1, "gradients of other sizes");
+        refused(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((3, vec![2])), vec![]), 1, "rows past");
+        refused(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((0, vec![0])), vec![]), 1, "rows past");
+        refused(grads(vec![], None, vec![(4, 0)]), 1, "unknown instance");
+        refused(values([6, 3]), 0, "values of other sizes");
+        // The wrong side: gradients from the master's process, a pull from the replica's.
+        refused(grads(vec![], None, vec![]), 0, "not from its worker");
+        refused(Item::ReplicaPull { worker: 1, group: 1 }, 1, "not from its owner");
+        refused(Item::ReplicaSynced { worker: 1, group: 1 }, 1, "not from its worker");
+        // No replica group 0, nor 7.
+        refused(Item::ReplicaPull { worker: 1, group: 0 }, 0, "a message");
+        refused(Item::ReplicaSynced { worker: 0, group: 7 }, 1, "a message");
     }
 
     /// A peer that proves the key and then sends bytes that are no packet ends the

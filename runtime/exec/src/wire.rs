@@ -32,9 +32,11 @@ pub enum Item {
         dir: Dir,
         msg: Msg,
     },
-    /// One more instance finished: the owner `worker` counts it.
+    /// Instance `instance` finished: the owner `worker` counts it (and forgets its reads
+    /// owed a gradient, for a staleness bound).
     InstanceDone {
         worker: u32,
+        instance: u64,
     },
     /// The controller asks owner `worker` to confirm its updates at a boundary.
     Confirm {
@@ -90,6 +92,53 @@ pub enum Item {
     /// (`Cluster::agree`), at most [`MAX_DECISION_WORDS`] words.
     Decision {
         words: Vec<u64>,
+    },
+    /// To worker `worker`, which runs replica group `group` of a master owned in the
+    /// sender's process: send the gradients accumulated since the last (a
+    /// `ReplicaGrads`). Replica groups are numbered as the executor's parameter groups.
+    ReplicaPull {
+        worker: u32,
+        group: u32,
+    },
+    /// To worker `worker`, the owner of replica group `group`'s master: the replica's
+    /// gradients (`tensors` empty when it accumulated none; `rows`: the rows of tensor 0
+    /// they reached, `(width, rows)`, when that is all they reached; `applied`: per
+    /// instance, the master's version its read used). `last`: the replica's final word of
+    /// the run (sent when the run stops with a flush).
+    ReplicaGrads {
+        worker: u32,
+        group: u32,
+        last: bool,
+        tensors: Vec<Vec<f32>>,
+        rows: Option<(u32, Vec<u32>)>,
+        applied: Vec<(u64, u64)>,
+    },
+    /// To worker `worker`, which runs replica group `group`: its master's values, at the
+    /// master's version `base`.
+    ReplicaValues {
+        worker: u32,
+        group: u32,
+        base: u64,
+        tensors: Vec<Vec<f32>>,
+    },
+    /// To worker `worker`, the owner of replica group `group`'s master: the replica took
+    /// the values sent.
+    ReplicaSynced {
+        worker: u32,
+        group: u32,
+    },
+    /// To a process that routes messages to a copy of a replicated node (`node`) that
+    /// runs in the sender's process: the copy served `count` messages in `nanos`
+    /// nanoseconds (`load::replicas`: its queue and service time, as if it ran there).
+    Served {
+        node: u32,
+        count: u32,
+        nanos: u64,
+    },
+    /// To process 0, from an owner in another process: admissions hold while it defers an
+    /// update for a staleness bound (`hold`), or it released its hold.
+    Hold {
+        hold: bool,
     },
     /// The sender is alive (sent when it has nothing else to send).
     Heartbeat,
@@ -149,6 +198,16 @@ const TAG_HEARTBEAT: u8 = 15;
 const TAG_SHUTDOWN: u8 = 16;
 const TAG_RECEIPT: u8 = 17;
 const TAG_DECISION: u8 = 18;
+const TAG_REPLICA_PULL: u8 = 19;
+const TAG_REPLICA_GRADS: u8 = 20;
+const TAG_REPLICA_VALUES: u8 = 21;
+const TAG_REPLICA_SYNCED: u8 = 22;
+const TAG_SERVED: u8 = 23;
+const TAG_HOLD: u8 = 24;
+
+/// The most tensors of a parameter group a replica's message carries (a Linear's two, an
+/// Embedding's one, a LayerNorm's two: far fewer).
+pub const MAX_GROUP_TENSORS: usize = 64;
 
 /// The most words of a decision (`Item::Decision`): a few flags and counts, never data.
 pub const MAX_DECISION_WORDS: usize = 16;
@@ -225,6 +284,13 @@ fn put_events(out: &mut Vec<u8>, events: &[TraceEvent]) {
     }
 }
 
+fn put_tensors(out: &mut Vec<u8>, tensors: &[Vec<f32>]) {
+    put_len(out, tensors.len());
+    for t in tensors {
+        put_f32s(out, t);
+    }
+}
+
 fn encode_item(item: &Item, out: &mut Vec<u8>) {
     match item {
         Item::Work { worker, node, port, dir, msg } => {
@@ -245,9 +311,10 @@ fn encode_item(item: &Item, out: &mut Vec<u8>) {
                 }
             }
         }
-        Item::InstanceDone { worker } => {
+        Item::InstanceDone { worker, instance } => {
             out.push(TAG_INSTANCE_DONE);
             put_u32(out, *worker);
+            put_u64(out, *instance);
         }
         Item::Confirm { worker } => {
             out.push(TAG_CONFIRM);
@@ -326,6 +393,54 @@ fn encode_item(item: &Item, out: &mut Vec<u8>) {
             for &word in words {
                 put_u64(out, word);
             }
+        }
+        Item::ReplicaPull { worker, group } => {
+            out.push(TAG_REPLICA_PULL);
+            put_u32(out, *worker);
+            put_u32(out, *group);
+        }
+        Item::ReplicaGrads { worker, group, last, tensors, rows, applied } => {
+            out.push(TAG_REPLICA_GRADS);
+            put_u32(out, *worker);
+            put_u32(out, *group);
+            out.push(u8::from(*last));
+            put_tensors(out, tensors);
+            match rows {
+                None => out.push(0),
+                Some((width, rows)) => {
+                    out.push(1);
+                    put_u32(out, *width);
+                    put_len(out, rows.len());
+                    rows.iter().for_each(|&r| put_u32(out, r));
+                }
+            }
+            put_len(out, applied.len());
+            for &(instance, version) in applied {
+                put_u64(out, instance);
+                put_u64(out, version);
+            }
+        }
+        Item::ReplicaValues { worker, group, base, tensors } => {
+            out.push(TAG_REPLICA_VALUES);
+            put_u32(out, *worker);
+            put_u32(out, *group);
+            put_u64(out, *base);
+            put_tensors(out, tensors);
+        }
+        Item::ReplicaSynced { worker, group } => {
+            out.push(TAG_REPLICA_SYNCED);
+            put_u32(out, *worker);
+            put_u32(out, *group);
+        }
+        Item::Served { node, count, nanos } => {
+            out.push(TAG_SERVED);
+            put_u32(out, *node);
+            put_u32(out, *count);
+            put_u64(out, *nanos);
+        }
+        Item::Hold { hold } => {
+            out.push(TAG_HOLD);
+            out.push(u8::from(*hold));
         }
         Item::Heartbeat => out.push(TAG_HEARTBEAT),
         Item::Shutdown => out.push(TAG_SHUTDOWN),
@@ -444,6 +559,17 @@ impl<'b> Reader<'b> {
         Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
+    /// A group's tensors: at most [`MAX_GROUP_TENSORS`], each at most `limits.values`.
+    fn tensors(&mut self, limits: &Limits) -> Result<Vec<Vec<f32>>, WireError> {
+        // Each tensor takes at least its length's 4 bytes.
+        let n = self.count(4, MAX_GROUP_TENSORS, "tensors")?;
+        let mut tensors = Vec::with_capacity(n);
+        for _ in 0..n {
+            tensors.push(self.f32s(limits)?);
+        }
+        Ok(tensors)
+    }
+
     fn state(&mut self, limits: &Limits) -> Result<Box<[i64]>, WireError> {
         let n = usize::from(self.u16()?);
         let n = self.check_count(n, 8, limits.state, "state fields")?;
@@ -492,7 +618,7 @@ impl<'b> Reader<'b> {
                     if self.flag("a payload's kind")? { Payload::from_vec(self.f32s(limits)?) } else { Payload::Unit };
                 Item::Work { worker, node, port, dir, msg: Msg::new(payload, state) }
             }
-            TAG_INSTANCE_DONE => Item::InstanceDone { worker: self.u32()? },
+            TAG_INSTANCE_DONE => Item::InstanceDone { worker: self.u32()?, instance: self.u64()? },
             TAG_CONFIRM => Item::Confirm { worker: self.u32()? },
             TAG_STOP => Item::Stop { worker: self.u32()?, flush: self.flag("a stop's flush")? },
             TAG_RELEASE => Item::Release { instance: self.u64()? },
@@ -547,6 +673,39 @@ impl<'b> Reader<'b> {
                 }
                 Item::Decision { words }
             }
+            TAG_REPLICA_PULL => Item::ReplicaPull { worker: self.u32()?, group: self.u32()? },
+            TAG_REPLICA_GRADS => {
+                let worker = self.u32()?;
+                let group = self.u32()?;
+                let last = self.flag("a replica's last flag")?;
+                let tensors = self.tensors(limits)?;
+                let rows = if self.flag("a replica's row flag")? {
+                    let width = self.u32()?;
+                    let n = self.count(4, limits.values, "rows")?;
+                    let mut rows = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        rows.push(self.u32()?);
+                    }
+                    Some((width, rows))
+                } else {
+                    None
+                };
+                let n = self.count(16, limits.values, "read versions")?;
+                let mut applied = Vec::with_capacity(n);
+                for _ in 0..n {
+                    applied.push((self.u64()?, self.u64()?));
+                }
+                Item::ReplicaGrads { worker, group, last, tensors, rows, applied }
+            }
+            TAG_REPLICA_VALUES => {
+                let worker = self.u32()?;
+                let group = self.u32()?;
+                let base = self.u64()?;
+                Item::ReplicaValues { worker, group, base, tensors: self.tensors(limits)? }
+            }
+            TAG_REPLICA_SYNCED => Item::ReplicaSynced { worker: self.u32()?, group: self.u32()? },
+            TAG_SERVED => Item::Served { node: self.u32()?, count: self.u32()?, nanos: self.u64()? },
+            TAG_HOLD => Item::Hold { hold: self.flag("a hold's flag")? },
             TAG_HEARTBEAT => Item::Heartbeat,
             TAG_SHUTDOWN => Item::Shutdown,
             other => return Err(WireError { offset: self.at - 1, what: format!("unknown item tag {other}") }),
@@ -579,7 +738,9 @@ mod tests {
                 msg: Msg::new(Payload::from_vec(vec![1.5, -0.25, f32::MIN_POSITIVE]), vec![9, -1, 3].into()),
             },
             Item::Work { worker: 0, node: 0, port: 0, dir: Dir::Forward, msg: Msg::new(Payload::Unit, vec![0].into()) },
-            Item::InstanceDone { worker: 2 },
+            Item::InstanceDone { worker: 2, instance: 31 },
+            Item::Hold { hold: true },
+            Item::Hold { hold: false },
             Item::Confirm { worker: 5 },
             Item::Stop { worker: 1, flush: true },
             Item::Release { instance: 77 },
@@ -596,6 +757,27 @@ mod tests {
             Item::Tensor { tensor: 1, values: vec![3.0; 5] },
             Item::Decision { words: vec![1, 0, u64::MAX] },
             Item::Decision { words: vec![] },
+            Item::ReplicaPull { worker: 1, group: 4 },
+            Item::ReplicaGrads {
+                worker: 0,
+                group: 4,
+                last: false,
+                tensors: vec![vec![0.5, -1.0], vec![2.0]],
+                rows: None,
+                applied: vec![(3, 1), (9, 2)],
+            },
+            Item::ReplicaGrads {
+                worker: 0,
+                group: 5,
+                last: true,
+                tensors: vec![vec![0.0; 6]],
+                rows: Some((3, vec![1, 0, 1])),
+                applied: vec![],
+            },
+            Item::ReplicaGrads { worker: 2, group: 5, last: true, tensors: vec![], rows: None, applied: vec![] },
+            Item::ReplicaValues { worker: 1, group: 4, base: 7, tensors: vec![vec![1.0, 2.0], vec![3.0]] },
+            Item::ReplicaSynced { worker: 0, group: 4 },
+            Item::Served { node: 12, count: 3, nanos: 4500 },
             Item::Heartbeat,
             Item::Shutdown,
         ]
@@ -661,6 +843,57 @@ mod tests {
         let mut bytes = Vec::new();
         encode(0, 4, &[Item::Decision { words: vec![7; MAX_DECISION_WORDS] }], &mut bytes);
         assert_eq!(decode(&bytes, &Limits::default()).unwrap().items, [Item::Decision { words: vec![7; 16] }]);
+    }
+
+    /// Every seed of the fuzz target (`fuzz/seeds_wire/`) is a packet the decoder reads
+    /// whole, so the fuzzer starts from valid forms (a format change must update them).
+    #[test]
+    fn every_fuzz_seed_is_a_valid_packet() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds_wire");
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let read = decode(&bytes, &Limits::default());
+            assert!(read.is_ok(), "{}: {:?}", path.display(), read.err());
+            seeds += 1;
+        }
+        assert!(seeds >= 5, "{seeds} seeds in {}", dir.display());
+        let packet = decode(include_bytes!("../../../fuzz/seeds_wire/replicas"), &Limits::default()).unwrap();
+        assert_eq!(packet.items.len(), 6);
+        assert!(matches!(packet.items[2], Item::ReplicaGrads { last: true, rows: Some((3, _)), .. }));
+    }
+
+    /// A replica's tensors, rows and read versions are bounded like every other length:
+    /// more tensors than a group has, or counts the bytes cannot hold, are refused before
+    /// anything of their size is allocated.
+    #[test]
+    fn a_replicas_counts_are_refused_past_their_limits_or_bytes() {
+        let grads = |tensors: Vec<Vec<f32>>| Item::ReplicaGrads {
+            worker: 0,
+            group: 1,
+            last: false,
+            tensors,
+            rows: Some((2, vec![0])),
+            applied: vec![(0, 0)],
+        };
+        let mut bytes = Vec::new();
+        encode(1, 2, &[grads(vec![vec![]; MAX_GROUP_TENSORS + 1])], &mut bytes);
+        let error = decode(&bytes, &Limits::default()).unwrap_err();
+        assert!(error.what.contains("65 tensors, over the limit of 64"), "{error}");
+        // The last item's read versions: one (16 bytes) announced as 2^30.
+        let mut bytes = Vec::new();
+        encode(1, 2, &[grads(vec![vec![1.0]])], &mut bytes);
+        let count_at = bytes.len() - 16 - 4;
+        bytes[count_at..count_at + 4].copy_from_slice(&(1u32 << 30).to_le_bytes());
+        let error = decode(&bytes, &Limits::default()).unwrap_err();
+        assert!(error.what.contains("read versions"), "{error}");
+        // Values of a tensor past the limit, though the bytes are there.
+        let limits = Limits { values: 2, ..Limits::default() };
+        let mut bytes = Vec::new();
+        let values = Item::ReplicaValues { worker: 0, group: 1, base: 0, tensors: vec![vec![1.0; 3]] };
+        encode(1, 2, &[values], &mut bytes);
+        assert!(decode(&bytes, &limits).unwrap_err().what.contains("3 values, over the limit of 2"));
     }
 
     #[test]

@@ -636,11 +636,116 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
 
 /// Gives a replica the master's values.
 pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup) {
-    for (m, r) in master.tensors.iter().zip(replica.tensors.iter_mut()) {
-        r.value.copy_from_slice(m.value);
+    let values: Vec<&[f32]> = master.tensors.iter().map(|t| &*t.value).collect();
+    set_replica_values(replica, &values, master.version);
+}
+
+/// Gives a replica values of its master at version `base` (from memory, or from another
+/// process: `sched::worker`'s remote replicas). Tensors of another length are skipped
+/// (the bridge refuses them first).
+pub(crate) fn set_replica_values(replica: &mut LiveGroup, values: &[&[f32]], base: u64) {
+    for (r, m) in replica.tensors.iter_mut().zip(values) {
+        if r.value.len() == m.len() {
+            r.value.copy_from_slice(m);
+        }
     }
     replica.version += 1;
-    replica.staleness.base = master.version;
+    replica.staleness.base = base;
+}
+
+/// A replica's gradients on their way to a master in another process (what
+/// [`gather_grads`] moves in memory): the tensors' accumulators (none when nothing was
+/// accumulated), the rows of tensor 0 they reached when that is all they reached
+/// (`(width, rows)`), and the versions their instances read. A one-tensor group whose
+/// rows are known (an Embedding's table) sends those rows only: `tensors` is then one
+/// vector of `rows.len() × width` values, row after row, the rows sorted and distinct.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ReplicaGrads {
+    pub tensors: Vec<Vec<f32>>,
+    pub rows: Option<(usize, Vec<usize>)>,
+    pub applied: Vec<(usize, u64)>,
+}
+
+/// Takes what a replica accumulated (clearing it), as [`gather_grads`] would hand it to
+/// its master.
+pub(crate) fn take_replica_grads(replica: &mut LiveGroup) -> ReplicaGrads {
+    let mut applied: Vec<(usize, u64)> = std::mem::take(&mut replica.staleness.applied).into_iter().collect();
+    // In instance order: the same bytes for the same accumulators.
+    applied.sort_unstable();
+    if !replica.touched {
+        return ReplicaGrads { tensors: Vec::new(), rows: None, applied };
+    }
+    replica.settle();
+    let rows = replica.rows.take().map(|log| (log.width, log.rows));
+    let tensors = match (&rows, replica.tensors.as_mut_slice()) {
+        // A table's rows: the others' gradients are zero (a few rows of a large table
+        // travel instead of all of it).
+        (Some((width, rows)), [table]) if *width > 0 => {
+            let mut sorted: Vec<usize> = rows.iter().copied().filter(|r| (r + 1) * width <= table.grad.len()).collect();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let mut values = Vec::with_capacity(sorted.len() * width);
+            for &r in &sorted {
+                let row = &mut table.grad[r * width..(r + 1) * width];
+                values.extend_from_slice(row);
+                row.iter_mut().for_each(|g| *g = 0.0);
+            }
+            replica.touched = false;
+            replica.accumulated = false;
+            replica.rows = Some(RowLog::default());
+            return ReplicaGrads { tensors: vec![values], rows: Some((*width, sorted)), applied };
+        }
+        _ => replica
+            .tensors
+            .iter_mut()
+            .map(|t| {
+                let grad = t.grad.to_vec();
+                t.grad.iter_mut().for_each(|g| *g = 0.0);
+                grad
+            })
+            .collect(),
+    };
+    replica.touched = false;
+    replica.accumulated = false;
+    replica.rows = Some(RowLog::default());
+    ReplicaGrads { tensors, rows, applied }
+}
+
+/// Adds a replica's gradients taken by [`take_replica_grads`] into its master's, as
+/// [`gather_grads`] does in memory (the same sums in the same order).
+pub(crate) fn add_replica_grads(master: &mut LiveGroup, grads: ReplicaGrads) {
+    for (instance, version) in grads.applied {
+        master.staleness.note_applied(instance, version);
+    }
+    if grads.tensors.is_empty() {
+        return;
+    }
+    match (&grads.rows, grads.tensors.as_slice(), master.tensors.as_mut_slice()) {
+        // A table's rows, row after row (see [`ReplicaGrads`]).
+        (Some((width, rows)), [values], [table]) if *width > 0 && values.len() == rows.len() * width => {
+            for (&r, x) in rows.iter().zip(values.chunks_exact(*width)) {
+                if let Some(row) = table.grad.get_mut(r * width..(r + 1) * width) {
+                    row.iter_mut().zip(x).for_each(|(g, x)| *g += *x);
+                }
+            }
+        }
+        _ => {
+            for (m, r) in master.tensors.iter_mut().zip(&grads.tensors) {
+                for (g, x) in m.grad.iter_mut().zip(r) {
+                    *g += *x;
+                }
+            }
+        }
+    }
+    master.touched = true;
+    master.accumulated = true;
+    match (&mut master.rows, grads.rows) {
+        (Some(m), Some((width, rows))) => {
+            m.width = width;
+            m.rows.extend(rows);
+        }
+        _ => master.rows = None,
+    }
 }
 
 #[cfg(test)]
@@ -672,6 +777,114 @@ mod tests {
             frozen: false,
             staleness: Staleness::default(),
         }
+    }
+
+    /// A replica's gradients moved across processes (`take_replica_grads` on its side,
+    /// `add_replica_grads` on its master's) leave both groups as `gather_grads` in memory
+    /// does: the master's accumulators bit for bit (the replica's deferred products
+    /// settled first), its flags, row log and read versions; the replica emptied. With
+    /// the replica's rows known (an Embedding's) and not (dense), and untouched.
+    #[test]
+    fn a_replicas_gradients_moved_between_processes_equal_a_gather_in_memory() {
+        let (inp, out) = (3, 2);
+        let values = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n).map(|i| ((i * 29 + seed * 11) % 19) as f32 / 9.0 - 1.0).collect()
+        };
+        for case in 0..3 {
+            // (master's accumulators, flags, rows, applied) and the replica's after.
+            let run = |moved: bool| {
+                let (mut w, mut b, mut rw, mut rb) = (values(6, 1), values(2, 2), values(6, 1), values(2, 2));
+                let (mut dw, mut db) = (values(6, 3), values(2, 4));
+                let (mut rdw, mut rdb) = (values(6, 5), values(2, 6));
+                let (mut states, mut replica_states) = (two_states(), two_states());
+                let mut master = linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 2, true);
+                let mut replica = linear_group([&mut rw, &mut rb], [&mut rdw, &mut rdb], &mut replica_states, 0, false);
+                master.rows = Some(RowLog { width: 3, rows: vec![1] });
+                if case < 2 {
+                    replica.touched = true;
+                    replica.deferred.inp = inp;
+                    replica.deferred.out = out;
+                    replica.deferred.dy = values(out, 7);
+                    replica.deferred.x = values(inp, 8);
+                    replica.rows = (case == 0).then(|| RowLog { width: 3, rows: vec![0, 1] });
+                }
+                replica.staleness.read(5);
+                replica.staleness.gradient(5);
+                if moved {
+                    let grads = take_replica_grads(&mut replica);
+                    add_replica_grads(&mut master, grads);
+                } else {
+                    gather_grads(&mut master, &mut replica);
+                }
+                let rows = master.rows.as_ref().map(|r| (r.width, r.rows.clone()));
+                let flags = (master.touched, master.accumulated, replica.touched, replica.accumulated);
+                let applied: Vec<(usize, u64)> = master.staleness.applied.iter().map(|(&i, &v)| (i, v)).collect();
+                let replica_rows = replica.rows.as_ref().map(|r| r.rows.len());
+                let left = replica.deferred.x.len();
+                drop((master, replica));
+                (dw, db, rdw, rdb, flags, rows, applied, replica_rows, left)
+            };
+            let (memory, moved) = (run(false), run(true));
+            assert_eq!(memory, moved, "case {case}");
+            assert_eq!(moved.6, vec![(5, 0)], "case {case}: the read's version travels");
+            if case < 2 {
+                assert!(moved.2.iter().all(|&g| g == 0.0), "case {case}: the replica is emptied");
+                assert_ne!(moved.0, values(6, 3), "case {case}: the master took the gradients");
+            }
+        }
+    }
+
+    /// An Embedding's replica sends the rows its gradients reached, each once and in
+    /// order, not its whole table; added to the master, they make the accumulator and row
+    /// log of a gather in memory (the rows updated, and their values, are the same).
+    #[test]
+    fn a_tables_replica_sends_only_the_rows_it_reached() {
+        let width = 2;
+        let run = |moved: bool| {
+            let (mut table, mut grad) = (vec![0.5; 10], vec![0.25; 10]);
+            let (mut replica_table, mut replica_grad) = (vec![0.5; 10], vec![0.0; 10]);
+            let (mut states, mut replica_states) = (two_states(), two_states());
+            let group = |value, grad, optim, pending| LiveGroup {
+                tensors: vec![LiveTensor { value, grad, optim }],
+                pending,
+                updates: 0,
+                touched: pending > 0,
+                version: 0,
+                rows: None,
+                deferred: DeferredProducts::default(),
+                accumulated: pending > 0,
+                frozen: false,
+                staleness: Staleness::default(),
+            };
+            let mut master = group(&mut table[..], &mut grad[..], &mut states[0], 1);
+            master.rows = Some(RowLog { width, rows: vec![4] });
+            let mut replica = group(&mut replica_table[..], &mut replica_grad[..], &mut replica_states[0], 0);
+            // Rows 3 and 1 reached, row 3 twice.
+            for (row, x) in [(3, 1.0), (1, -2.0), (3, 0.5)] {
+                replica.tensors[0].grad[row * width..(row + 1) * width].iter_mut().for_each(|g| *g += x);
+            }
+            replica.touched = true;
+            replica.rows = Some(RowLog { width, rows: vec![3, 1, 3] });
+            let sent = if moved {
+                let grads = take_replica_grads(&mut replica);
+                let sent = (grads.tensors.clone(), grads.rows.clone());
+                add_replica_grads(&mut master, grads);
+                Some(sent)
+            } else {
+                gather_grads(&mut master, &mut replica);
+                None
+            };
+            let mut rows = master.rows.as_ref().map(|r| r.rows.clone()).unwrap_or_default();
+            rows.sort_unstable();
+            rows.dedup();
+            drop((master, replica));
+            (grad, replica_grad, rows, sent)
+        };
+        let (memory, moved) = (run(false), run(true));
+        assert_eq!((&memory.0, &memory.1, &memory.2), (&moved.0, &moved.1, &moved.2));
+        let (tensors, rows) = moved.3.expect("what was sent");
+        assert_eq!(rows, Some((2, vec![1, 3])), "each row once, in order");
+        assert_eq!(tensors, vec![vec![-2.0, -2.0, 1.5, 1.5]], "two rows of the table, not ten values");
     }
 
     /// Deferred weight-gradient products add up to the direct ones: before a settle (what

@@ -65,7 +65,11 @@
 //!    ([`Credits::live`]), of the group or of its replicas, is K updates old
 //!    ([`update_within_bound`]): no gradient is applied more than K updates after the
 //!    version it read. Deferring never blocks a message, so the read it waits for ends,
-//!    and the owner tries again after each of its steps (`Worker::update_groups`).
+//!    and the owner tries again after each of its steps (`Worker::update_groups`). Split
+//!    over processes, a process's credits say nothing of the others', so an owner takes an
+//!    instance as in flight until it heard of its end (the `InstanceDone` every end sends
+//!    it names the instance; `worker::remote`'s `Remote::in_flight`), and an owner outside
+//!    process 0 holds and releases process 0's admissions by a word to it.
 //!    While an owner defers, admission holds (DSP's FIFO between stages; asynchronous
 //!    training only): an end admits no new instance, which would read the current
 //!    versions and could defer the update again, but owes its admission
@@ -226,7 +230,7 @@ impl Admission {
     /// Instance `instance` ended at a worker (its last credit came back there): the steps
     /// of its end, in their order (see the module doc, 3).
     pub fn instance_ended(&self, instance: usize, program: &Program, credits: &Credits, worker: &mut impl Courier) {
-        worker.tell_owners();
+        worker.tell_owners(instance);
         if let Some(next) = self.after_end() {
             let (to, env) = source_message(program, credits, next);
             worker.admit(to, env);
@@ -300,7 +304,7 @@ impl Admission {
 pub(crate) trait Courier {
     /// Training: the owners of the parameter groups count one more finished instance (the
     /// worker itself at once, others by a word in their inbox).
-    fn tell_owners(&mut self);
+    fn tell_owners(&mut self, instance: usize);
     /// An admission message for worker `to`'s source.
     fn admit(&mut self, to: usize, env: Envelope);
     /// The instance's end, on the results channel.

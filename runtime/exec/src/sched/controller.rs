@@ -5,7 +5,7 @@
 //! across workers the controller holds each update boundary ([`ControllerHold`]). The
 //! protocol is `sched::admission`'s.
 
-use crate::cluster::{cluster_error, workers_of, Peers, ReportTo, RunPort, RunSink};
+use crate::cluster::{cluster_error, workers_of, Peers, ReplicaShape, ReportTo, RunPort, RunSink};
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
 use crate::load::program::Program;
@@ -13,7 +13,7 @@ use crate::message::Envelope;
 use crate::message::UNSET;
 use crate::ops::{self, RunMode, RunShared};
 use crate::sched::admission::{source_message, Admission, Boundaries, ControllerHold, Credits};
-use crate::sched::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
+use crate::sched::worker::{run_worker, RemoteWord, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crate::trace::TraceEvent;
 use crate::wire::Item;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
@@ -163,6 +163,8 @@ pub(crate) fn run(
                 state_len: program.state_len.max(1),
                 workers,
                 trace_shift: c.clock_us(origin).saturating_neg(),
+                replicas: replica_shapes(program, &shared.params),
+                node_workers: program.nodes.iter().map(|n| n.as_ref().map_or(usize::MAX, |n| n.worker)).collect(),
             })?;
             let peers = Peers::split(&senders, local.clone(), workers, c, outbox.clone());
             let (reports, results) = if controls {
@@ -273,6 +275,22 @@ pub(crate) fn run(
     }))
 }
 
+/// Per parameter group, a replica's shape for the bridge's checks (`cluster::RunPort`):
+/// its worker, its master's owner, its tensors' lengths (of the run's live groups; none
+/// in a run without gradients, where no replica's message may come).
+fn replica_shapes(program: &Program, params: &ops::train::ParamAccess) -> Vec<Option<ReplicaShape>> {
+    program
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(g, info)| {
+            let owner = program.groups.get(info.master?)?.owner;
+            let lens = params.live(g)?.tensors.iter().map(|t| t.value.len()).collect();
+            Some(ReplicaShape { worker: info.owner, owner, lens })
+        })
+        .collect()
+}
+
 /// A run split over processes: where the bridge delivers what other processes send
 /// (`crate::cluster`): this process's workers' channels and credits, and on process 0 the
 /// controller's channels.
@@ -287,11 +305,16 @@ impl RunSink for Delivery {
     fn worker(&self, index: usize, item: Item) {
         let to_worker = match item {
             Item::Work { node, port, dir, msg, .. } => ToWorker::Work(Envelope { node, port, dir, msg }),
-            Item::InstanceDone { .. } => ToWorker::InstanceDone,
+            Item::InstanceDone { instance, .. } => {
+                ToWorker::InstanceDone(usize::try_from(instance).unwrap_or(usize::MAX))
+            }
             Item::Confirm { .. } => ToWorker::Confirm,
             Item::Stop { flush, .. } => ToWorker::Stop { flush },
             Item::Release { instance } => ToWorker::Release(usize::try_from(instance).unwrap_or(usize::MAX)),
-            _ => return,
+            item => match RemoteWord::from_item(item) {
+                Some(word) => ToWorker::Remote(word),
+                None => return,
+            },
         };
         if let Some(tx) = self.senders.get(index) {
             let _ = tx.send(to_worker);

@@ -281,9 +281,10 @@ impl Executor {
             let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin, observer);
             let groups = shared.params.into_live_groups();
             let masters = self.program.groups.iter().map(|info| info.master.is_none());
-            let updates: u64 = groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).sum();
+            let updates: Vec<u64> =
+                groups.iter().zip(masters).filter(|(_, master)| *master).map(|(g, _)| g.updates).collect();
             let pending: Vec<u64> = groups.iter().map(|g| g.pending).collect();
-            let staleness = self
+            let staleness: Vec<GroupStaleness> = self
                 .program
                 .groups
                 .iter()
@@ -308,6 +309,10 @@ impl Executor {
         };
         self.pending = pending;
         self.epoch += 1;
+        let (mut updates, mut staleness) = (updates, staleness);
+        self.gather_group_stats(&mut updates, &mut staleness)?;
+        let updates = updates.iter().sum();
+        self.share_replica_values()?;
         let waited = std::mem::take(&mut output.waited);
         let stats = self.summarize(output, start);
         Ok(EpochStats {
@@ -377,6 +382,98 @@ impl Executor {
         Ok(())
     }
 
+    /// A run split over processes, after a training run: each master group's updates and
+    /// staleness (per master, in the groups' order) come to process 0 from its owner's
+    /// process, where the metrics are written (each process measured only the groups its
+    /// workers own). Every process calls it at the same point.
+    fn gather_group_stats(&self, updates: &mut [u64], staleness: &mut [GroupStaleness]) -> Result<(), ExecError> {
+        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
+        let owners: Vec<usize> = self
+            .program
+            .groups
+            .iter()
+            .filter(|g| g.master.is_none())
+            .map(|g| crate::cluster::process_of(g.owner, processes, workers))
+            .collect();
+        // Four counts a group, each as two f32 words of its bits (the gather moves f32s).
+        let words = |x: u64| [f32::from_bits(x as u32), f32::from_bits((x >> 32) as u32)];
+        let count = |w: &[f32]| u64::from(w[0].to_bits()) | (u64::from(w[1].to_bits()) << 32);
+        let slot = |k: usize| u32::try_from(k).map_err(|_| ExecError::Config { message: "too many groups".into() });
+        let mut own = Vec::new();
+        let mut expected = Vec::new();
+        for (k, &owner) in owners.iter().enumerate() {
+            if owner == me && me != 0 {
+                let (u, s) = (updates[k], &staleness[k].stats);
+                own.push((slot(k)?, [u, s.gradients, s.total, s.max].into_iter().flat_map(words).collect()));
+            } else if owner != 0 && me == 0 {
+                expected.push((slot(k)?, owner));
+            }
+        }
+        for (k, values) in cluster.gather(own, &expected)? {
+            let k = k as usize;
+            let (Some(u), Some(s), 8) = (updates.get_mut(k), staleness.get_mut(k), values.len()) else {
+                return Err(ExecError::Cluster {
+                    message: format!("the counts of group {k} came with {} values", values.len()),
+                });
+            };
+            *u = count(&values[0..2]);
+            s.stats = StalenessStats {
+                gradients: count(&values[2..4]),
+                total: count(&values[4..6]),
+                max: count(&values[6..8]),
+            };
+        }
+        Ok(())
+    }
+
+    /// A run split over processes, after a training run: the values of every master with
+    /// a replica in another process go to that process, so that its next run's replicas
+    /// (training, which copies them at its start, or evaluation, which reads them) start
+    /// from the master's values, as in one process. Every process calls it at the same
+    /// point (after each training run); nothing moves when no replica is away from its
+    /// master.
+    fn share_replica_values(&mut self) -> Result<(), ExecError> {
+        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
+        let process = |worker: usize| crate::cluster::process_of(worker, processes, workers);
+        // (tensor, from, to) once per pair of processes.
+        let mut moves: Vec<(usize, usize, usize)> = Vec::new();
+        for master in self.program.groups.iter().filter(|g| g.master.is_none()) {
+            let from = process(master.owner);
+            for replica in master.replica_groups.iter().filter_map(|&r| self.program.groups.get(r)) {
+                let to = process(replica.owner);
+                for &t in master.tensors.iter().filter(|_| to != from) {
+                    if !moves.contains(&(t, from, to)) {
+                        moves.push((t, from, to));
+                    }
+                }
+            }
+        }
+        if moves.is_empty() {
+            return Ok(());
+        }
+        let slot = |t: usize| u32::try_from(t).map_err(|_| ExecError::Config { message: "too many tensors".into() });
+        let mut sends = Vec::new();
+        let mut expected = Vec::new();
+        for &(t, from, to) in &moves {
+            if from == me {
+                sends.push((to, slot(t)?, self.params.data(t).to_vec()));
+            } else if to == me {
+                expected.push((slot(t)?, from));
+            }
+        }
+        for (slot, values) in cluster.exchange(sends, &expected)? {
+            let t = slot as usize;
+            if values.len() != self.params.data(t).len() {
+                let message = format!("the values of `{}` came with {} values", self.params.spec(t).name, values.len());
+                return Err(ExecError::Cluster { message });
+            }
+            self.params.data_mut(t).copy_from_slice(&values);
+        }
+        Ok(())
+    }
+
     /// Forward passes only: mean loss and accuracy; parameters unchanged.
     pub fn evaluate<I: ExecInstance + Sync>(&self, instances: &[I]) -> Result<EvalStats, ExecError> {
         let start = Instant::now();
@@ -438,15 +535,38 @@ impl Executor {
     /// as the parameters, e.g. what [`Executor::grads`] returns, or a sum of those) of the
     /// groups other processes own, each from its owner's `grads`. Every process calls it
     /// at the same point; without a cluster it does nothing.
+    ///
+    /// A replica in another process than its master leaves its part of the gradients in
+    /// its own process's `grads` (at the master's tensors): those come too, and process 0
+    /// adds up every process's part.
     pub fn gather_grads(&self, grads: &mut ParamSet) -> Result<(), ExecError> {
         let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
-        let slot = |t: usize| u32::try_from(t).map_err(|_| ExecError::Config { message: "too many tensors".into() });
-        let (sent, received) = self.gathered_tensors(&cluster);
-        let own = sent.into_iter().map(|t| Ok((slot(t)?, grads.data(t).to_vec()))).collect::<Result<_, ExecError>>()?;
-        let expected =
-            received.into_iter().map(|(t, owner)| Ok((slot(t)?, owner))).collect::<Result<Vec<_>, ExecError>>()?;
+        let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
+        let process = |worker: usize| crate::cluster::process_of(worker, processes, workers);
+        // A slot per tensor and sending process.
+        let slot = |t: usize, from: usize| {
+            u32::try_from(t * processes + from).map_err(|_| ExecError::Config { message: "too many tensors".into() })
+        };
+        let (mut own, mut expected) = (Vec::new(), Vec::new());
+        for master in self.program.groups.iter().filter(|g| g.master.is_none()) {
+            let mut holders = vec![process(master.owner)];
+            holders.extend(
+                master.replica_groups.iter().filter_map(|&r| self.program.groups.get(r)).map(|r| process(r.owner)),
+            );
+            holders.sort_unstable();
+            holders.dedup();
+            for &t in &master.tensors {
+                for &from in holders.iter().filter(|&&p| p != 0) {
+                    if from == me {
+                        own.push((slot(t, from)?, grads.data(t).to_vec()));
+                    } else if me == 0 {
+                        expected.push((slot(t, from)?, from));
+                    }
+                }
+            }
+        }
         for (slot, values) in cluster.gather(own, &expected)? {
-            let t = slot as usize;
+            let t = slot as usize / processes;
             let target = grads.data_mut(t);
             if values.len() != target.len() {
                 let name = &self.params.spec(t).name;
@@ -454,7 +574,8 @@ impl Executor {
                     format!("the gathered gradient of `{name}` has {} values, not {}", values.len(), target.len());
                 return Err(ExecError::Cluster { message });
             }
-            target.copy_from_slice(&values);
+            // Process 0's own part is zero unless it runs the group or a replica of it.
+            target.iter_mut().zip(&values).for_each(|(g, v)| *g += v);
         }
         Ok(())
     }
@@ -543,21 +664,58 @@ fn check_ops(program: &Program, params: &ParamSet) -> Result<(), ExecError> {
 }
 
 /// What a run split over processes cannot do yet: parameters live with their owner's
-/// process, so a group's nodes must all run there (a replica reads and writes its
-/// master's values in memory, so none), and a staleness bound reads every instance's
-/// credits, which only process 0 holds in full.
+/// process, so a group's nodes must all run there (a replica is a group of its own, and
+/// may run elsewhere: `sched::worker`'s remote replicas); a replicated node's messages are
+/// routed where its producers and consumers run, which must be one process (it keeps the
+/// table that sends a key's backward messages to the copy that served its forward); a
+/// replica away from its master hands its gradients over at a flush, which training
+/// without one (`flush_at_epoch_end` off) would lose; and a bounded group's owner reads
+/// the reads owed by its replicas in memory, so those run in its process.
 fn check_split(program: &Program, config: &ExecConfig, processes: usize) -> Result<(), ExecError> {
     let refuse = |message: String| Err(ExecError::Config { message });
     if program.workers < processes {
         return refuse(format!("{} workers cannot be split over {processes} processes", program.workers));
     }
-    if !config.replicas.is_empty() {
-        return refuse("replicas are not supported in a run split over processes yet".into());
-    }
-    if config.max_staleness.is_some() || program.groups.iter().any(|g| g.max_staleness.is_some()) {
-        return refuse("staleness bounds are not supported in a run split over processes yet".into());
-    }
     let process = |worker: usize| crate::cluster::process_of(worker, processes, program.workers);
+    for master in program.groups.iter().filter(|g| g.master.is_none() && g.max_staleness.is_some()) {
+        let away = master.replica_groups.iter().filter_map(|&r| program.groups.get(r));
+        if let Some(replica) = away.into_iter().find(|r| process(r.owner) != process(master.owner)) {
+            return refuse(format!(
+                "parameter `{}` has a staleness bound and a replica on worker {} (process {}), away from its owner's \
+                 process {}: split over processes, a bounded group's replicas must run in its owner's process",
+                master.prefix,
+                replica.owner,
+                process(replica.owner),
+                process(master.owner)
+            ));
+        }
+    }
+    for node in program.nodes.iter().flatten().filter(|n| n.replicas.len() > 1) {
+        let neighbours = node.producers.iter().map(|&(p, _)| p).chain(node.consumers.iter().flatten().map(|&(c, _)| c));
+        let mut routers: Vec<usize> = neighbours.filter_map(|n| program.node(n)).map(|n| process(n.worker)).collect();
+        routers.sort_unstable();
+        routers.dedup();
+        if routers.len() > 1 {
+            let list: Vec<String> = routers.iter().map(|p| p.to_string()).collect();
+            return refuse(format!(
+                "%{} ({}) is replicated, and its producers and consumers run in processes {}: split over \
+                 processes, a replicated node's neighbours must run in one process, which routes its messages \
+                 (place them on workers of one process)",
+                node.index,
+                node.label,
+                list.join(", ")
+            ));
+        }
+        let away =
+            node.replicas.iter().filter_map(|&r| program.node(r)).any(|r| process(r.worker) != process(node.worker));
+        if away && !config.flush_at_epoch_end {
+            return refuse(format!(
+                "%{} ({}) has a replica in another process than its master, which hands its gradients over at \
+                 the end of each epoch: training without a flush at the end of an epoch would lose them",
+                node.index, node.label
+            ));
+        }
+    }
     for group in &program.groups {
         let owner = process(group.owner);
         for &node in &group.nodes {

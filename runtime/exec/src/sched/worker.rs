@@ -41,6 +41,8 @@
 //! controller's thread to be scheduled, and what it does depends on nothing but its own
 //! order of work.
 
+mod remote;
+
 use crate::cluster::{Peers, ReportTo, Wire};
 use crate::config::{Fault, SlowWorker};
 use crate::error::{ExecError, OpError};
@@ -54,6 +56,8 @@ use crate::trace::{TraceEvent, TraceKind};
 use crate::wire::Item;
 use amp_params::OptimConfig;
 use crossbeam_channel::Receiver;
+pub(crate) use remote::RemoteWord;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -62,9 +66,9 @@ use std::time::{Duration, Instant};
 /// What the controller and other workers send a worker.
 pub(crate) enum ToWorker {
     Work(Envelope),
-    /// One more instance finished (from the worker that finished it): each group the
+    /// An instance finished (its index; from the worker that finished it): each group the
     /// worker owns counts it, and updates when it reached its `min_update_frequency`.
-    InstanceDone,
+    InstanceDone(usize),
     /// From the controller at a synchronous update boundary across workers (after every
     /// `InstanceDone` before it): answer `Updated` once the updates owed are applied.
     Confirm,
@@ -75,6 +79,9 @@ pub(crate) enum ToWorker {
     /// A run split over processes: a credit of this instance that another process kept
     /// comes back (`crate::cluster`); netted like a consumed message.
     Release(usize),
+    /// A run split over processes: a replica and its master in different processes, or
+    /// a copy's service time for this process's routes (`worker::remote`).
+    Remote(RemoteWord),
 }
 
 /// What workers tell the controller.
@@ -115,11 +122,12 @@ impl Wire for ToWorker {
     fn into_item(self, worker: u32) -> Option<Item> {
         Some(match self {
             ToWorker::Work(Envelope { node, port, dir, msg }) => Item::Work { worker, node, port, dir, msg },
-            ToWorker::InstanceDone => Item::InstanceDone { worker },
+            ToWorker::InstanceDone(instance) => Item::InstanceDone { worker, instance: instance as u64 },
             ToWorker::Confirm => Item::Confirm { worker },
             ToWorker::Stop { flush } => Item::Stop { worker, flush },
             // Credits go back to processes, not workers (`Peers::release`).
             ToWorker::Release(_) => return None,
+            ToWorker::Remote(word) => return word.into_item(worker),
         })
     }
 }
@@ -251,6 +259,9 @@ struct Worker<'s, 'a> {
     /// Seconds a straggler still owes to sleep (negative: it overslept).
     owed_sleep: f64,
     acks: usize,
+    /// Replicas and masters in other processes: the updates waiting for their gradients
+    /// (see `worker::remote`).
+    remote: RefCell<remote::Remote>,
 }
 
 /// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
@@ -268,6 +279,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let mut owners: Vec<usize> = setup.program.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner).collect();
     owners.sort_unstable();
     owners.dedup();
+    let remote = RefCell::new(remote::Remote::new(&setup));
     let mut worker = Worker {
         setup,
         slots,
@@ -288,6 +300,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         holding: false,
         owed_sleep: 0.0,
         acks: 0,
+        remote,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
     // so that the controller always hears from every worker.
@@ -392,8 +405,8 @@ impl Worker<'_, '_> {
                 self.enqueue(env);
                 true
             }
-            ToWorker::InstanceDone => {
-                self.count_instance();
+            ToWorker::InstanceDone(instance) => {
+                self.count_instance(instance);
                 true
             }
             ToWorker::Confirm => {
@@ -405,12 +418,8 @@ impl Worker<'_, '_> {
                 self.settle_credits();
                 true
             }
-            ToWorker::Stop { flush } => {
-                if flush {
-                    self.update_groups(true);
-                }
-                false
-            }
+            ToWorker::Stop { flush } => self.stop(flush),
+            ToWorker::Remote(word) => self.on_remote(word),
         }
     }
 
@@ -547,6 +556,7 @@ impl Worker<'_, '_> {
             let at = served.saturating_duration_since(self.setup.origin);
             let pause = self.setup.slow.as_ref().map_or(Duration::ZERO, |slow| slow.pause(took, at));
             routes.served(node.index, count, took + pause);
+            self.report_served(node.index, count, took + pause);
         }
         if let Some(start) = start {
             let kind = if dir == Dir::Forward { TraceKind::Forward } else { TraceKind::Backward };
@@ -766,8 +776,9 @@ impl Worker<'_, '_> {
     /// One more instance finished: the groups this worker owns count it at the next
     /// [`Worker::update_due`], all the instances of a drained inbox at once (not a lock of
     /// every owned group per instance, which adds up on a model with many groups).
-    fn count_instance(&mut self) {
+    fn count_instance(&mut self, instance: usize) {
         self.finished += 1;
+        self.remote.borrow_mut().ended(instance);
     }
 
     /// Adds the instances finished since the last count to the owned groups' counts.
@@ -797,8 +808,12 @@ impl Worker<'_, '_> {
         if self.finished > 0 || self.bound_deferred {
             self.update_groups(false);
         }
-        for _ in 0..std::mem::take(&mut self.acks) {
-            self.setup.reports.send(Report::Updated);
+        // An update waiting for the gradients of a replica in another process, or for it
+        // to take the values, is not applied yet (`worker::remote`).
+        if self.remote.borrow().settled() {
+            for _ in 0..std::mem::take(&mut self.acks) {
+                self.setup.reports.send(Report::Updated);
+            }
         }
         self.admit_held();
     }
@@ -851,6 +866,9 @@ impl Worker<'_, '_> {
             return;
         }
         self.holding = self.bound_deferred;
+        if self.hold_elsewhere(self.holding) {
+            return;
+        }
         let (admission, program, credits) = (self.setup.admission, self.setup.program, self.setup.credits);
         if self.holding {
             admission.hold();
@@ -867,10 +885,11 @@ impl Worker<'_, '_> {
     /// [`admission::update_within_bound`]). Locks the replicas one at a time, as
     /// [`Worker::update`] does.
     /// The reads of instances that ended are forgotten here, bound or not (a read whose
-    /// gradient never comes would otherwise stay for the rest of the run).
+    /// gradient never comes would otherwise stay for the rest of the run); split over
+    /// processes, those whose end this worker heard of (`Remote::in_flight`).
     fn within_bound(&self, info: &GroupInfo, master: &mut LiveGroup) -> bool {
-        let credits = self.setup.credits;
-        let live = |i: usize| credits.live(i);
+        let (credits, remote) = (self.setup.credits, self.remote.borrow());
+        let live = |i: usize| remote.in_flight(i, credits);
         let mut oldest = master.staleness.oldest_owed(live);
         for &r in &info.replica_groups {
             if let Some(mut replica) = self.setup.shared.params.live(r) {
@@ -885,19 +904,29 @@ impl Worker<'_, '_> {
     /// Updates a master group: first gathers its replicas' gradients, then, after every
     /// `replica_sync`-th update (and at a flush), gives them its values. The master is
     /// locked throughout and each replica in turn (ops hold one group lock at a time).
+    /// With replicas in other processes, the update first waits for their gradients
+    /// (false: not updated yet; `worker::remote`), and the values go to them too.
     fn update(&self, info: &GroupInfo, master: &mut LiveGroup, flush: bool) -> bool {
+        if !flush && self.pull_remote(info) {
+            return false;
+        }
         let params = &self.setup.shared.params;
-        for &r in &info.replica_groups {
+        for r in self.local_replicas(info) {
             if let Some(mut replica) = params.live(r) {
                 train::gather_grads(master, &mut replica);
             }
         }
         let updated = master.update(&self.setup.optimizer);
         if updated && (flush || master.updates % self.setup.replica_sync == 0) {
-            for &r in &info.replica_groups {
+            for r in self.local_replicas(info) {
                 if let Some(mut replica) = params.live(r) {
                     train::sync_values(master, &mut replica);
                 }
+            }
+            // After a flush the run ends: the replicas elsewhere get the values before the
+            // next one (`Executor::share_replica_values`).
+            if !flush {
+                self.push_values(info, master);
             }
         }
         updated
@@ -1113,15 +1142,17 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Courier for Worker<'_, '_> {
-    fn tell_owners(&mut self) {
+    fn tell_owners(&mut self, instance: usize) {
         if self.setup.shared.mode != RunMode::Train {
             return;
         }
         for &owner in &self.owners {
             if owner == self.setup.id {
+                // `count_instance`, on fields apart from `owners`.
                 self.finished += 1;
+                self.remote.borrow_mut().ended(instance);
             } else {
-                self.setup.peers.send(owner, ToWorker::InstanceDone);
+                self.setup.peers.send(owner, ToWorker::InstanceDone(instance));
             }
         }
     }
