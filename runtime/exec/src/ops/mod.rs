@@ -28,6 +28,10 @@
 //! order, keys untouched). The defaults loop over `forward` / `backward`, so other ops
 //! need not know; `linear` overrides them with one GEMM over the stacked rows, and
 //! `fused` (a fusion group's kernel, in place of the group's nodes) with one kernel call.
+//! Both write all their messages' results into one buffer and emit each message with its
+//! range of it (`Payload::pieces`), and both read the rows of messages that are
+//! consecutive ranges of one buffer in place (`Payload::contiguous`): a batch that goes on
+//! to the next such node in the same order stays one buffer, without a copy per node.
 
 mod chain;
 mod data;

@@ -1091,12 +1091,13 @@ fn sum_fan_in(slot: &mut Slot, node: &NodeInfo, port: u16, consumers: usize, msg
 /// `acc + x` (a unit payload stays unit).
 fn add_payloads(acc: Payload, x: Payload) -> Payload {
     match (acc, x) {
-        (Payload::F32(mut sum), Payload::F32(x)) => {
-            // In place, unless another message shares the values (`make_mut` copies them).
-            for (s, v) in std::sync::Arc::make_mut(&mut sum).iter_mut().zip(x.iter()) {
+        (mut sum @ Payload::F32(_), Payload::F32(x)) => {
+            // In place, unless another message shares the values or they are a piece of
+            // a batch (`values_mut` copies them then).
+            for (s, v) in sum.values_mut().iter_mut().zip(x.iter()) {
                 *s += v;
             }
-            Payload::F32(sum)
+            sum
         }
         (acc, _) => acc,
     }
