@@ -45,6 +45,20 @@ fn batches_of_many_instances_train_as_the_reference_on_one_worker_and_two() {
     }
 }
 
+/// The batched maps of `batched::LIST_MAPS` (a split and a concat of batches, a gather
+/// by a computed index, an arm per element), many lists in flight.
+#[test]
+fn batches_of_many_lists_train_as_the_reference() {
+    let c = compile_source("list_maps", super::batched::LIST_MAPS, Vec::new());
+    let values = values_of("list_reduce", 55, 12);
+    for (mode, k, base) in settings(12, 4) {
+        for workers in [1, 2] {
+            eprintln!("list_maps: {mode}, {workers} worker(s)");
+            assert_training_on(&c, "list_maps", 57, values.clone(), k, ExecConfig { workers, ..base.clone() });
+        }
+    }
+}
+
 /// The same with the batched maps' other lowerings: masked arms (every arm on all rows)
 /// and per element (a message per element, so a batch holds many elements' rows of many
 /// instances).

@@ -6,7 +6,7 @@
 //! sizes depend on run-time row counts, which training caches under the key for the
 //! backward pass.
 
-use super::{row_elements, set_field, Join, Keyed, NodeCx, NodeOp};
+use super::{row_elements, set_field, Join, Keyed, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{key_of, Key, KeyMap, Msg, Payload};
@@ -158,20 +158,52 @@ impl ScatterSumOp {
     }
 }
 
-impl NodeOp for ScatterSumOp {
-    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+impl ScatterSumOp {
+    /// Adds the rows of `msg`'s batch into `count` zero rows appended to `out`; keeps the
+    /// destinations for the backward when training.
+    fn scatter(&mut self, cx: &NodeCx, msg: &Msg, out: &mut Vec<f32>) -> Result<(), OpError> {
         let x = msg.payload.values();
         let rows = x.len().checked_div(self.row).unwrap_or(0);
         let count = cx.eval_count(&self.count, &msg.state, "scatter_sum row count")?;
-        let mut y = vec![0.0; count * self.row];
         let destinations = self.index.indices(cx, &msg.state, rows, "scatter_sum index", count)?;
+        let start = out.len();
+        out.resize(start + count * self.row, 0.0);
+        let y = &mut out[start..];
         for (i, &j) in destinations.iter().enumerate() {
             kernels::axpy(1.0, &x[i * self.row..(i + 1) * self.row], &mut y[j * self.row..(j + 1) * self.row]);
         }
         if cx.training() {
             self.cache.put(cx.key(&msg.state), (destinations, count))?;
         }
+        Ok(())
+    }
+}
+
+impl NodeOp for ScatterSumOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let mut y = Vec::new();
+        self.scatter(cx, &msg, &mut y)?;
         cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+        Ok(())
+    }
+
+    /// The sums of all the messages taken together in one buffer: the Linear after
+    /// (GGSNN's GRU input) reads them in place.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let mut sums = Stacked::new();
+        for msg in &msgs {
+            let mut scattered = Ok(());
+            sums.push(|out| scattered = self.scatter(cx, msg, out));
+            scattered?;
+        }
+        let mut sums = sums.payloads();
+        for msg in msgs {
+            cx.forward(0, msg.with_payload(sums.next().unwrap_or(Payload::Unit)));
+        }
         Ok(())
     }
 
@@ -357,6 +389,25 @@ impl ArmRows {
         Ok(partition(values, self.row, &arm_of, self.arms))
     }
 
+    /// The batches of `msgs` split among the arms as [`ArmRows::split`] does, each arm's
+    /// parts of all of them in one buffer; per message, its part for each arm in arm order.
+    fn split_batch(&mut self, cx: &NodeCx, msgs: &[Msg]) -> Result<Vec<Vec<Payload>>, OpError> {
+        let mut arms: Vec<Stacked> = (0..self.arms).map(|_| Stacked::new()).collect();
+        for msg in msgs {
+            let values = msg.payload.values();
+            let rows = rows_in(values.len(), self.row)?;
+            let arm_of = self.index.indices(cx, &msg.state, rows, "row arm index", self.arms)?;
+            for (k, out) in arms.iter_mut().enumerate() {
+                out.push(|part| {
+                    let rows = arm_of.iter().enumerate().filter(|&(_, &arm)| arm == k);
+                    rows.for_each(|(r, _)| part.extend_from_slice(&values[r * self.row..(r + 1) * self.row]));
+                });
+            }
+        }
+        let mut arms: Vec<_> = arms.into_iter().map(Stacked::payloads).collect();
+        Ok(msgs.iter().map(|_| arms.iter_mut().map(|a| a.next().unwrap_or(Payload::Unit)).collect()).collect())
+    }
+
     /// The arms' parts (joined by key, in port order) as one batch in row order, in a
     /// sibling of the first part's message; `None` for no parts.
     fn merge(&mut self, cx: &NodeCx, parts: &[Msg]) -> Result<Option<Msg>, OpError> {
@@ -403,6 +454,22 @@ impl NodeOp for PartitionRowsOp {
         Ok(())
     }
 
+    /// Each arm's rows of all the messages taken together in one buffer: the arm's Linear
+    /// reads them in place.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let parts = self.rows.split_batch(cx, &msgs)?;
+        for (msg, parts) in msgs.into_iter().zip(parts) {
+            for (k, part) in parts.into_iter().enumerate() {
+                cx.forward(k as u16, msg.sibling(part));
+            }
+        }
+        Ok(())
+    }
+
     fn held(&self) -> usize {
         self.grads.len()
     }
@@ -436,6 +503,22 @@ impl NodeOp for MergeRowsOp {
     fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
         for (k, part) in self.rows.split(cx, grad.payload.values(), &grad.state)?.into_iter().enumerate() {
             cx.backward(k as u16, grad.sibling(Payload::from_vec(part)));
+        }
+        Ok(())
+    }
+
+    /// Each arm's gradient rows of all the messages taken together in one buffer: the
+    /// arm's Linear reads them in place.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        let parts = self.rows.split_batch(cx, &grads)?;
+        for (grad, parts) in grads.into_iter().zip(parts) {
+            for (k, part) in parts.into_iter().enumerate() {
+                cx.backward(k as u16, grad.sibling(part));
+            }
         }
         Ok(())
     }

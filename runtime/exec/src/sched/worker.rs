@@ -197,6 +197,8 @@ struct Slot {
     /// message otherwise).
     batches: bool,
     waits: bool,
+    /// The op's `stacks()`: it takes the messages of a batch together.
+    stacks: bool,
     /// The node's depth, which orders the agenda (see `sched::agenda`).
     depth: u64,
     queue: VecDeque<Envelope>,
@@ -259,10 +261,10 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let depths = depths(setup.program);
     for (index, op) in ops {
         if let Some(slot) = slots.get_mut(index as usize) {
-            let (batches, waits) = (op.batches(), op.waits_for_batches());
+            let (batches, waits, stacks) = (op.batches(), op.waits_for_batches(), op.stacks());
             let depth = depths.get(index as usize).copied().unwrap_or(u64::MAX);
             let (queue, fan_in) = (VecDeque::new(), KeyMap::default());
-            *slot = Some(Slot { op, batches, waits, depth, queue, fan_in, messages: 0 });
+            *slot = Some(Slot { op, batches, waits, stacks, depth, queue, fan_in, messages: 0 });
         }
     }
     let mut owners: Vec<usize> = setup.program.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner).collect();
@@ -605,7 +607,7 @@ impl Worker<'_, '_> {
             msgs = msgs.into_iter().filter_map(|msg| sum_fan_in(slot, node, port, consumers, msg)).collect();
         }
         let mut cx = NodeCx { node, shared, out: &mut self.emitted };
-        if msgs.len() > 1 && slot.batches {
+        if msgs.len() > 1 && slot.stacks {
             return match dir {
                 Dir::Forward => slot.op.forward_batch(&mut cx, port, msgs),
                 Dir::Backward => slot.op.backward_batch(&mut cx, port, msgs),
