@@ -25,27 +25,49 @@ pub enum Payload {
 #[derive(Clone)]
 pub struct Values {
     buffer: Arc<Vec<f32>>,
-    start: usize,
-    end: usize,
+    /// The range in the buffer; `end` [`WHOLE`]: all of it. `u32`s keep a payload two
+    /// words, as a plain `Arc` and a length would be: every message moves its payload
+    /// through queues several times (a batch's buffer longer than `u32` ranges reach is
+    /// cut into copies instead, see [`Payload::pieces`]).
+    start: u32,
+    end: u32,
 }
+
+/// The `end` of values that are their whole buffer.
+const WHOLE: u32 = u32::MAX;
+
+// Two words: what a message costs to move (see `Values`).
+const _: () = assert!(std::mem::size_of::<Payload>() == 16);
 
 impl Values {
     fn whole(values: Vec<f32>) -> Values {
-        let end = values.len();
-        Values { buffer: Arc::new(values), start: 0, end }
+        Values { buffer: Arc::new(values), start: 0, end: WHOLE }
     }
 
     /// Whether these values are their buffer's all (so an owner of the only reference
     /// can take or change the buffer itself).
     fn is_whole(&self) -> bool {
-        self.start == 0 && self.end == self.buffer.len()
+        self.end == WHOLE
+    }
+
+    /// The range of the buffer these values are.
+    fn range(&self) -> (usize, usize) {
+        if self.end == WHOLE {
+            (0, self.buffer.len())
+        } else {
+            (self.start as usize, self.end as usize)
+        }
     }
 }
 
 impl std::ops::Deref for Values {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
-        &self.buffer[self.start..self.end]
+        if self.end == WHOLE {
+            &self.buffer
+        } else {
+            &self.buffer[self.start as usize..self.end as usize]
+        }
     }
 }
 
@@ -75,12 +97,26 @@ impl Payload {
             values.truncate(*len);
             return vec![Payload::from_vec(values)];
         }
-        let buffer = Arc::new(values);
         let mut start = 0;
+        if values.len() >= WHOLE as usize {
+            // Past what a piece's range can say: a copy each.
+            return lens
+                .iter()
+                .map(|&len| {
+                    let end = (start + len).min(values.len());
+                    let piece = Payload::from_vec(values[start.min(end)..end].to_vec());
+                    start = end;
+                    piece
+                })
+                .collect();
+        }
+        let buffer = Arc::new(values);
+        let len = buffer.len();
         lens.iter()
-            .map(|&len| {
-                let end = (start + len).min(buffer.len());
-                let piece = Values { buffer: Arc::clone(&buffer), start: start.min(end), end };
+            .map(|&n| {
+                let end = (start + n).min(len);
+                // Both below `WHOLE`: the buffer is shorter.
+                let piece = Values { buffer: Arc::clone(&buffer), start: start.min(end) as u32, end: end as u32 };
                 start = end;
                 Payload::F32(piece)
             })
@@ -93,14 +129,14 @@ impl Payload {
     pub fn contiguous<'p>(payloads: impl IntoIterator<Item = &'p Payload>) -> Option<&'p [f32]> {
         let mut payloads = payloads.into_iter();
         let Some(Payload::F32(first)) = payloads.next() else { return None };
-        let mut end = first.end;
+        let (start, mut end) = first.range();
         for p in payloads {
             match p {
-                Payload::F32(v) if Arc::ptr_eq(&v.buffer, &first.buffer) && v.start == end => end = v.end,
+                Payload::F32(v) if Arc::ptr_eq(&v.buffer, &first.buffer) && v.range().0 == end => end = v.range().1,
                 _ => return None,
             }
         }
-        first.buffer.get(first.start..end)
+        first.buffer.get(start..end)
     }
 
     /// The values; empty for `Unit`.
@@ -129,8 +165,7 @@ impl Payload {
                 if !v.is_whole() {
                     *v = Values::whole(v.to_vec());
                 }
-                let (start, end) = (v.start, v.end);
-                &mut Arc::make_mut(&mut v.buffer)[start..end]
+                Arc::make_mut(&mut v.buffer).as_mut_slice()
             }
         }
     }
