@@ -157,9 +157,16 @@ impl NodeOp for SplitOp {
 
     /// A split of batches writes each part of all the messages it takes into one buffer
     /// (the next Linear or kernel reads them in place), and the gradients of all keys
-    /// they complete into another.
-    fn stacks(&self) -> bool {
+    /// they complete into another. It takes a port's messages from anywhere in its queue,
+    /// as an op that batches does: its parts' gradients arrive interleaved by port, and
+    /// one port's of many keys at once then complete them together (one buffer for the
+    /// Linear before, instead of a worker step and a buffer per key); it does not wait.
+    fn batches(&self) -> bool {
         self.batch
+    }
+
+    fn waits_for_batches(&self) -> bool {
+        false
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
