@@ -32,6 +32,10 @@
 //! range of it (`Payload::pieces`), and both read the rows of messages that are
 //! consecutive ranges of one buffer in place (`Payload::contiguous`): a batch that goes on
 //! to the next such node in the same order stays one buffer, without a copy per node.
+//! The row ops of batched payloads between them do the same through [`Stacked`] where
+//! a Linear reads what they write (a split of batches both ways, `partition_rows` and
+//! `scatter_sum` forward, `merge_rows` backward): their [`NodeOp::stacks`] has the worker
+//! hand them the messages it takes together.
 
 mod chain;
 mod data;

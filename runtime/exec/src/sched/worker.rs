@@ -17,11 +17,12 @@
 //! message records the arrival order; the worker serves the tickets in that order, each
 //! taking the front of its node's queue. A node takes, with its front message, the
 //! messages right behind it of the same direction and port, up to `max_batch` (an op
-//! that batches, `linear` or a fused kernel, runs them as one; any other one by one in
-//! the same step), and their later tickets find the queue emptier (a ticket for an empty
-//! queue is skipped); a node whose op batches (a fused kernel) takes them from anywhere
-//! in its queue, so that the gradients of its ports, which often arrive interleaved, each
-//! make one call. Nodes whose op waits for batches (`linear`, not the fused kernels)
+//! that batches, `linear` or a fused kernel, runs them as one; one that stacks, a row op
+//! of batched payloads, writes their results into one buffer (`NodeOp::stacks`); any
+//! other one by one in the same step), and their later tickets find the queue emptier (a
+//! ticket for an empty queue is skipped); a node whose op batches (a fused kernel, a
+//! split of batches) takes them from anywhere in its queue, so that the gradients of its
+//! ports, which often arrive interleaved, each make one call. Nodes whose op waits for batches (`linear`, not the fused kernels)
 //! take no tickets: their messages wait on the [`Agenda`], served only when no other
 //! work is queued: the other nodes first carry every instance as far as it goes, so that
 //! a Linear node then finds the messages of all of them in one batch, where a GEMM costs
