@@ -473,6 +473,25 @@ mod tests {
     use amp_params::{OptimState, OptimizerKind, ParamSet, ParamSpec};
     use std::sync::Mutex;
 
+    /// A GEMM's result with padded rows (stride 4, width 3) becomes one payload per
+    /// message of its rows, packed, sharing one buffer that the next Linear reads in
+    /// place when it takes the messages in order.
+    #[test]
+    fn a_batch_result_is_unstacked_into_pieces_of_one_buffer() {
+        let padded: Vec<f32> = (0..16).map(|v| v as f32).collect();
+        let pieces = unstack(padded, &[1, 0, 2, 1], 3, 4);
+        let values: Vec<&[f32]> = pieces.iter().map(Payload::values).collect();
+        let expected: [&[f32]; 4] = [&[0.0, 1.0, 2.0], &[], &[4.0, 5.0, 6.0, 8.0, 9.0, 10.0], &[12.0, 13.0, 14.0]];
+        assert_eq!(values, expected);
+        let x = stack(pieces.iter());
+        assert!(matches!(x, Cow::Borrowed(_)), "read in place");
+        assert_eq!(x.len(), 12);
+        // Out of order they are copied, in the order given.
+        let swapped = stack([&pieces[3], &pieces[0]].into_iter());
+        assert!(matches!(swapped, Cow::Owned(_)));
+        assert_eq!(&*swapped, &[12.0, 13.0, 14.0, 0.0, 1.0, 2.0]);
+    }
+
     const INP: usize = 7;
     const OUT: usize = 5;
 
