@@ -25,6 +25,9 @@ mod losses;
 mod batched;
 #[path = "equivalence/dropout.rs"]
 mod dropout;
+// Batches of several instances that stay one buffer from node to node.
+#[path = "equivalence/surviving.rs"]
+mod surviving;
 
 /// Small hyperparameters so that the suite stays fast; the structure is the model's.
 fn defines(name: &str) -> Vec<(String, i64)> {

@@ -13,12 +13,130 @@ pub const UNSET: i64 = -1;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Payload {
     Unit,
-    F32(Arc<Vec<f32>>),
+    F32(Values),
+}
+
+/// A message's f32 values: a range of a buffer that several messages may share. A node
+/// that runs a batch (a GEMM, a kernel call) writes every message's rows into one buffer
+/// and gives each message its range of it ([`Payload::pieces`]) instead of a copy of its
+/// own; the next node that takes those messages together in the same order reads the
+/// range they span in place ([`Payload::contiguous`]): the batch survives from node to
+/// node as one buffer while each instance keeps its own message, key and credit.
+#[derive(Clone)]
+pub struct Values {
+    buffer: Arc<Vec<f32>>,
+    /// The range in the buffer; `end` [`WHOLE`]: all of it. `u32`s keep a payload two
+    /// words, as a plain `Arc` and a length would be: every message moves its payload
+    /// through queues several times (a batch's buffer longer than `u32` ranges reach is
+    /// cut into copies instead, see [`Payload::pieces`]).
+    start: u32,
+    end: u32,
+}
+
+/// The `end` of values that are their whole buffer.
+const WHOLE: u32 = u32::MAX;
+
+// Two words: what a message costs to move (see `Values`).
+const _: () = assert!(std::mem::size_of::<Payload>() == 16);
+
+impl Values {
+    fn whole(values: Vec<f32>) -> Values {
+        Values { buffer: Arc::new(values), start: 0, end: WHOLE }
+    }
+
+    /// Whether these values are their buffer's all (so an owner of the only reference
+    /// can take or change the buffer itself).
+    fn is_whole(&self) -> bool {
+        self.end == WHOLE
+    }
+
+    /// The range of the buffer these values are.
+    fn range(&self) -> (usize, usize) {
+        if self.end == WHOLE {
+            (0, self.buffer.len())
+        } else {
+            (self.start as usize, self.end as usize)
+        }
+    }
+}
+
+impl std::ops::Deref for Values {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        if self.end == WHOLE {
+            &self.buffer
+        } else {
+            &self.buffer[self.start as usize..self.end as usize]
+        }
+    }
+}
+
+impl PartialEq for Values {
+    fn eq(&self, other: &Values) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Values {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
 }
 
 impl Payload {
     pub fn from_vec(values: Vec<f32>) -> Payload {
-        Payload::F32(Arc::new(values))
+        Payload::F32(Values::whole(values))
+    }
+
+    /// One payload per length of `lens`, each the next `lens[i]` values of `values`, all
+    /// sharing its allocation (no copy; `lens` must not sum past `values.len()`, extra
+    /// values are nobody's). One length makes a payload of its own buffer.
+    pub fn pieces(values: Vec<f32>, lens: &[usize]) -> Vec<Payload> {
+        if let [len] = lens {
+            let mut values = values;
+            values.truncate(*len);
+            return vec![Payload::from_vec(values)];
+        }
+        let mut start = 0;
+        if values.len() >= WHOLE as usize {
+            // Past what a piece's range can say: a copy each.
+            return lens
+                .iter()
+                .map(|&len| {
+                    let end = (start + len).min(values.len());
+                    let piece = Payload::from_vec(values[start.min(end)..end].to_vec());
+                    start = end;
+                    piece
+                })
+                .collect();
+        }
+        let buffer = Arc::new(values);
+        let len = buffer.len();
+        lens.iter()
+            .map(|&n| {
+                let end = (start + n).min(len);
+                // Both below `WHOLE`: the buffer is shorter.
+                let piece = Values { buffer: Arc::clone(&buffer), start: start.min(end) as u32, end: end as u32 };
+                start = end;
+                Payload::F32(piece)
+            })
+            .collect()
+    }
+
+    /// The values of `payloads` one after the other, read in place when they are
+    /// consecutive ranges of one buffer (the pieces of one batch taken in their order,
+    /// see [`Payload::pieces`]); `None` otherwise (or for a unit payload among them).
+    pub fn contiguous<'p>(payloads: impl IntoIterator<Item = &'p Payload>) -> Option<&'p [f32]> {
+        let mut payloads = payloads.into_iter();
+        let Some(Payload::F32(first)) = payloads.next() else { return None };
+        let (start, mut end) = first.range();
+        for p in payloads {
+            match p {
+                Payload::F32(v) if Arc::ptr_eq(&v.buffer, &first.buffer) && v.range().0 == end => end = v.range().1,
+                _ => return None,
+            }
+        }
+        first.buffer.get(start..end)
     }
 
     /// The values; empty for `Unit`.
@@ -29,11 +147,26 @@ impl Payload {
         }
     }
 
-    /// The values as an owned vector (copied only when shared).
+    /// The values as an owned vector (copied only when shared, or a piece of a batch).
     pub fn into_vec(self) -> Vec<f32> {
         match self {
             Payload::Unit => Vec::new(),
-            Payload::F32(v) => Arc::unwrap_or_clone(v),
+            Payload::F32(v) if v.is_whole() => Arc::unwrap_or_clone(v.buffer),
+            Payload::F32(v) => v.to_vec(),
+        }
+    }
+
+    /// The values to change in place: this payload's own buffer, made first when the
+    /// values are shared or a piece of a batch (empty for `Unit`).
+    pub fn values_mut(&mut self) -> &mut [f32] {
+        match self {
+            Payload::Unit => &mut [],
+            Payload::F32(v) => {
+                if !v.is_whole() {
+                    *v = Values::whole(v.to_vec());
+                }
+                Arc::make_mut(&mut v.buffer).as_mut_slice()
+            }
         }
     }
 
@@ -186,6 +319,36 @@ pub(crate) struct Envelope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_share_one_buffer_and_read_back_in_place_in_order() {
+        let pieces = Payload::pieces((0..10).map(|v| v as f32).collect(), &[3, 0, 4, 3]);
+        let values: Vec<Vec<f32>> = pieces.iter().map(|p| p.values().to_vec()).collect();
+        assert_eq!(values, [vec![0.0, 1.0, 2.0], vec![], vec![3.0, 4.0, 5.0, 6.0], vec![7.0, 8.0, 9.0]]);
+        // In their order they are one range of the buffer; out of order, or a copy among
+        // them, they are not.
+        let all = Payload::contiguous(&pieces).map(<[f32]>::to_vec);
+        assert_eq!(all, Some((0..10).map(|v| v as f32).collect::<Vec<_>>()));
+        assert_eq!(Payload::contiguous(&pieces[2..]), Some(&[3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0][..]));
+        assert_eq!(Payload::contiguous([&pieces[2], &pieces[0]]), None);
+        assert_eq!(Payload::contiguous([&pieces[0], &pieces[3]]), None);
+        let copy = Payload::from_vec(pieces[2].values().to_vec());
+        assert_eq!(copy, pieces[2], "payloads compare by their values");
+        assert_eq!(Payload::contiguous([&pieces[0], &copy]), None);
+        assert_eq!(Payload::contiguous([&Payload::Unit]), None);
+        // Changing a piece changes its own copy, never its neighbours'.
+        let mut piece = pieces[2].clone();
+        piece.values_mut()[0] = 40.0;
+        assert_eq!(piece.values(), [40.0, 4.0, 5.0, 6.0]);
+        assert_eq!(pieces[2].values(), [3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(pieces[3].clone().into_vec(), [7.0, 8.0, 9.0]);
+        // One piece is its buffer, truncated: owned again without a copy.
+        let one = Payload::pieces(vec![1.0, 2.0, 3.0], &[2]);
+        assert_eq!(one[0].values(), [1.0, 2.0]);
+        let mut whole = one.into_iter().next().unwrap_or(Payload::Unit);
+        whole.values_mut()[1] = 5.0;
+        assert_eq!(whole.into_vec(), [1.0, 5.0]);
+    }
 
     #[test]
     fn keys_are_their_fields_however_long() {

@@ -15,7 +15,7 @@ use amp_lower::LowerOptions;
 /// layers and elementwise chains over the rows of a computed sequence, a `zip` with
 /// `concat`, `split`, a gather by a computed index from a range, and a parameter array
 /// chosen per element by the data.
-const LIST_MAPS: &str = r#"
+pub(super) const LIST_MAPS: &str = r#"
 record Example { tokens: [int], label: int }
 model ListMaps(vocab: int = 14, hidden: int = 8, classes: int = 10) {
     param embed = Embedding(vocab, hidden);

@@ -28,6 +28,7 @@ use crate::error::OpError;
 use crate::load::program::FusedGroup;
 use crate::message::{Key, Msg, Payload};
 use amp_jit::{Pass, Width};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// What training keeps per key for the backward pass: the input messages, and the row
@@ -36,7 +37,7 @@ use std::sync::Arc;
 /// them again; empty for a kernel without any).
 struct Saved {
     inputs: Vec<Msg>,
-    values: Vec<f32>,
+    values: Payload,
 }
 
 /// The saved values of a call: none (the plain functions), written by a forward, or read
@@ -46,6 +47,10 @@ enum SavedValues<'a> {
     Write(&'a mut Vec<f32>),
     Read(&'a [f32]),
 }
+
+/// A call's inputs: per key, its kernel inputs; per kernel input, all keys' rows in place
+/// when they are one range of a buffer (see [`FusedOp::call`]).
+type KernelArgs<'a> = (&'a [Vec<&'a [f32]>], &'a [Option<&'a [f32]>]);
 
 pub(crate) struct FusedOp {
     group: Arc<FusedGroup>,
@@ -93,12 +98,14 @@ impl FusedOp {
 
     /// One kernel call over the rows of every key: key `k` brings `counts[k]` rows (one
     /// but in a group of batches), buffer `b` of it is `args[k][b]` (a kernel input's
-    /// scalar, one value, stands for each of the key's rows); returns the `widths.len()`
-    /// outputs, each `rows × width` values.
+    /// scalar, one value, stands for each of the key's rows), or, where `in_place[b]` has
+    /// them, the rows of all keys as one range of a buffer (the pieces of an earlier
+    /// batch, read without a copy); returns the `widths.len()` outputs, each
+    /// `rows × width` values.
     fn call(
         &self,
         pass: Pass,
-        args: &[Vec<&[f32]>],
+        (args, in_place): KernelArgs,
         counts: &[usize],
         widths: &[usize],
         saved: SavedValues,
@@ -106,12 +113,15 @@ impl FusedOp {
         let buffers = args.first().map_or(0, Vec::len);
         let rows: usize = counts.iter().sum();
         let repeats = |b: usize| self.scalar_input.get(b).copied().unwrap_or(false);
-        let stacked: Vec<Vec<f32>>;
+        let stacked: Vec<Cow<[f32]>>;
         let inputs: Vec<&[f32]> = if args.len() == 1 && (rows == 1 || (0..buffers).all(|b| !repeats(b))) {
             args[0].clone()
         } else {
             stacked = (0..buffers)
                 .map(|b| {
+                    if let Some(all) = in_place.get(b).copied().flatten() {
+                        return Cow::Borrowed(all);
+                    }
                     let mut all = Vec::new();
                     for (key, &count) in args.iter().zip(counts) {
                         match key[b] {
@@ -119,10 +129,10 @@ impl FusedOp {
                             values => all.extend_from_slice(values),
                         }
                     }
-                    all
+                    Cow::Owned(all)
                 })
                 .collect();
-            stacked.iter().map(Vec::as_slice).collect()
+            stacked.iter().map(|b| &**b).collect()
         };
         let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows]).collect();
         let mut views: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
@@ -140,35 +150,64 @@ impl FusedOp {
         Ok(outputs)
     }
 
-    /// Runs the forward of every completed key as one call and emits its outputs.
+    /// Per kernel input, the rows of every key in place (see [`FusedOp::call`]) when the
+    /// input reads its port whole, one row per key or a vector input of a group of
+    /// batches, and the keys' payloads of that port are consecutive pieces of one buffer.
+    fn in_place<'m>(&self, keys: &'m [&'m [Msg]]) -> Vec<Option<&'m [f32]>> {
+        let group = &self.group;
+        group
+            .slices
+            .iter()
+            .enumerate()
+            .map(|(i, slice)| {
+                let whole = if group.batch {
+                    !self.scalar_input.get(i).copied().unwrap_or(true)
+                } else {
+                    self.whole_input.get(slice.port).copied().flatten() == Some(i)
+                };
+                let payloads = keys.iter().map(|msgs| msgs.get(slice.port).map(|m| &m.payload));
+                whole.then(|| payloads.collect::<Option<Vec<&Payload>>>()).flatten().and_then(Payload::contiguous)
+            })
+            .collect()
+    }
+
+    /// Runs the forward of every completed key as one call and emits its outputs, each
+    /// output one buffer shared by the keys' messages (`Payload::pieces`).
     fn forward_rows(&mut self, cx: &mut NodeCx, ready: Vec<(Key, Vec<Msg>)>) -> Result<(), OpError> {
         if ready.is_empty() {
             return Ok(());
         }
         let args = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
         let counts = args.iter().map(|a| self.rows_of(a)).collect::<Result<Vec<_>, _>>()?;
+        let keys: Vec<&[Msg]> = ready.iter().map(|(_, msgs)| msgs.as_slice()).collect();
+        let in_place = self.in_place(&keys);
         let per_row = self.group.kernel.saved_per_row();
         let mut kept = Vec::new();
         let saving = if cx.training() && per_row > 0 { SavedValues::Write(&mut kept) } else { SavedValues::None };
-        let mut outputs = self.call(Pass::Forward, &args, &counts, &self.output_widths, saving)?;
-        let mut start = 0;
-        for ((key, msgs), &count) in ready.into_iter().zip(&counts) {
-            for (j, (values, &w)) in outputs.iter_mut().zip(&self.output_widths).enumerate() {
+        let outputs = self.call(Pass::Forward, (&args, &in_place), &counts, &self.output_widths, saving)?;
+        let mut outputs: Vec<std::vec::IntoIter<Payload>> = outputs
+            .into_iter()
+            .zip(&self.output_widths)
+            .map(|(values, &w)| pieces(values, &counts, w).into_iter())
+            .collect();
+        let mut kept = pieces(kept, &counts, per_row).into_iter();
+        for (key, msgs) in ready {
+            for (j, values) in outputs.iter_mut().enumerate() {
                 let from = self.group.state_from.get(j).copied().unwrap_or(0);
                 let state = msgs.get(from).or(msgs.first()).map(|m| m.state.clone()).unwrap_or_default();
-                let payload = Payload::from_vec(rows_of(values, start, count, w));
+                let payload = values.next().unwrap_or(Payload::Unit);
                 cx.forward(j as u16, Msg::new(payload, state));
             }
+            let values = kept.next().unwrap_or(Payload::Unit);
             if cx.training() {
-                let values = rows_of(&mut kept, start, count, per_row);
                 self.saved.put(key, Saved { inputs: msgs, values })?;
             }
-            start += count;
         }
         Ok(())
     }
 
-    /// Runs the backward of every key whose output gradients are all in, as one call.
+    /// Runs the backward of every key whose output gradients are all in, as one call;
+    /// a port read whole takes its piece of one buffer shared by the keys' gradients.
     fn backward_rows(&mut self, cx: &mut NodeCx, ready: Vec<(Key, Vec<Msg>)>) -> Result<(), OpError> {
         if ready.is_empty() {
             return Ok(());
@@ -191,32 +230,52 @@ impl FusedOp {
             rows.push(row);
             counts.push(count);
         }
+        // The forward's inputs in place as the forward read them, then each output's
+        // gradients (read whole, one piece per key) in place where they are one range.
+        let inputs: Vec<&[Msg]> = saved.iter().map(|s| s.inputs.as_slice()).collect();
+        let mut in_place = self.in_place(&inputs);
+        in_place.extend((0..self.output_widths.len()).map(|j| {
+            let grads = ready.iter().map(|(_, grads)| grads.get(j).map(|g| &g.payload));
+            grads.collect::<Option<Vec<&Payload>>>().and_then(Payload::contiguous)
+        }));
         // The saved values of every row, stacked, when every row has its own.
         let per_row = self.group.kernel.saved_per_row();
-        let mut stacked = Vec::new();
-        let complete = saved.iter().zip(&counts).all(|(s, &count)| s.values.len() == count * per_row);
-        let from_saved = match saved.as_slice() {
-            _ if per_row == 0 || !complete => SavedValues::None,
-            [one] => SavedValues::Read(&one.values),
-            all => {
-                stacked.reserve(all.len() * per_row);
-                all.iter().for_each(|s| stacked.extend_from_slice(&s.values));
-                SavedValues::Read(&stacked)
-            }
+        let complete = saved.iter().zip(&counts).all(|(s, &count)| s.values.values().len() == count * per_row);
+        let all_saved = match saved.as_slice() {
+            _ if per_row == 0 || !complete => None,
+            [one] => Some(Cow::Borrowed(one.values.values())),
+            all => Some(Payload::contiguous(all.iter().map(|s| &s.values)).map_or_else(
+                || Cow::Owned(all.iter().flat_map(|s| s.values.values().iter().copied()).collect()),
+                Cow::Borrowed,
+            )),
         };
-        let mut grads = self.call(Pass::Backward, &rows, &counts, &self.input_widths, from_saved)?;
+        let from_saved = all_saved.as_deref().map_or(SavedValues::None, SavedValues::Read);
+        let mut grads = self.call(Pass::Backward, (&rows, &in_place), &counts, &self.input_widths, from_saved)?;
+        drop(all_saved);
         let group = &self.group;
+        // Each port read whole by one vector kernel input: that input's gradients, one
+        // piece per key.
+        let mut whole: Vec<Option<std::vec::IntoIter<Payload>>> = (0..group.port_widths.len())
+            .map(|port| {
+                let i = self.whole_input.get(port).copied().flatten()?;
+                if group.batch && self.scalar_input.get(i).copied().unwrap_or(false) {
+                    return None;
+                }
+                let values = std::mem::take(grads.get_mut(i)?);
+                Some(pieces(values, &counts, group.port_widths[port]).into_iter())
+            })
+            .collect();
         let mut start = 0;
         for (r, (s, &count)) in saved.into_iter().zip(&counts).enumerate() {
             for (port, (input, &width)) in s.inputs.into_iter().zip(&group.port_widths).enumerate() {
-                // A port read whole by one kernel input takes that input's gradient.
+                if let Some(piece) = whole.get_mut(port).and_then(Option::as_mut) {
+                    cx.backward(port as u16, input.with_payload(piece.next().unwrap_or(Payload::Unit)));
+                    continue;
+                }
                 if let Some(i) = self.whole_input.get(port).copied().flatten() {
-                    let grad = if group.batch && self.scalar_input.get(i).copied().unwrap_or(false) {
-                        // A scalar repeated for each row: the sum of its rows' gradients.
-                        vec![grads[i][start..start + count].iter().sum::<f32>()]
-                    } else {
-                        rows_of(&mut grads[i], start, count, width)
-                    };
+                    // A scalar repeated for each row of a batch: the sum of its rows'
+                    // gradients.
+                    let grad = vec![grads[i][start..start + count].iter().sum::<f32>()];
                     cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
                     continue;
                 }
@@ -292,14 +351,11 @@ impl FusedOp {
     }
 }
 
-/// `count` rows (of `w` values) from row `start` of a kernel's output: the whole vector,
-/// moved, when it is those rows (a call for one key).
-fn rows_of(values: &mut Vec<f32>, start: usize, count: usize, w: usize) -> Vec<f32> {
-    if start == 0 && values.len() == count * w {
-        std::mem::take(values)
-    } else {
-        values[start * w..(start + count) * w].to_vec()
-    }
+/// A kernel's output (`w` values per row) as one payload per key of `counts` rows, all
+/// sharing its buffer.
+fn pieces(values: Vec<f32>, counts: &[usize], w: usize) -> Vec<Payload> {
+    let lens: Vec<usize> = counts.iter().map(|&c| c * w).collect();
+    Payload::pieces(values, &lens)
 }
 
 impl NodeOp for FusedOp {

@@ -28,6 +28,14 @@
 //! order, keys untouched). The defaults loop over `forward` / `backward`, so other ops
 //! need not know; `linear` overrides them with one GEMM over the stacked rows, and
 //! `fused` (a fusion group's kernel, in place of the group's nodes) with one kernel call.
+//! Both write all their messages' results into one buffer and emit each message with its
+//! range of it (`Payload::pieces`), and both read the rows of messages that are
+//! consecutive ranges of one buffer in place (`Payload::contiguous`): a batch that goes on
+//! to the next such node in the same order stays one buffer, without a copy per node.
+//! The row ops of batched payloads between them do the same through [`Stacked`] where
+//! a Linear reads what they write (a split of batches both ways, `partition_rows` and
+//! `scatter_sum` forward, `merge_rows` backward): their [`NodeOp::stacks`] has the worker
+//! hand them the messages it takes together.
 
 mod chain;
 mod data;
@@ -205,6 +213,14 @@ pub(crate) trait NodeOp: Send {
     fn waits_for_batches(&self) -> bool {
         self.batches()
     }
+    /// Whether the worker hands the messages it takes together to [`NodeOp::forward_batch`]
+    /// / [`NodeOp::backward_batch`] rather than one by one: true for an op that batches,
+    /// and for one that only writes a batch's results into one buffer (`Stacked`), which
+    /// takes the messages as they stand in its queue (not from anywhere in it, as an op
+    /// that batches does); an error then names the batch's first instance.
+    fn stacks(&self) -> bool {
+        self.batches()
+    }
     /// Several forward messages on one port, in queue order (dynamic batching). Each
     /// message's results, and what it caches, must be those of [`NodeOp::forward`] on it
     /// alone, emitted in the same order; the default does exactly that.
@@ -218,6 +234,39 @@ pub(crate) trait NodeOp: Send {
     /// Messages or activations held under keys (joins waiting, caches), for leak checks.
     fn held(&self) -> usize {
         0
+    }
+}
+
+/// The results of several messages written one after the other into one buffer, then
+/// handed out as each message's range of it (`Payload::pieces`), so that the next node
+/// that takes those messages together reads their rows in place: what lets a batch
+/// survive a node that runs its messages one by one (a split, the row ops).
+pub(crate) struct Stacked {
+    values: Vec<f32>,
+    lens: Vec<usize>,
+}
+
+impl Stacked {
+    pub fn new() -> Stacked {
+        Stacked::with_capacity(0)
+    }
+
+    /// Room for `values` values (all the messages' together), so that the buffer does
+    /// not grow by copies.
+    pub fn with_capacity(values: usize) -> Stacked {
+        Stacked { values: Vec::with_capacity(values), lens: Vec::new() }
+    }
+
+    /// The next message's values: what `write` appends to the buffer.
+    pub fn push(&mut self, write: impl FnOnce(&mut Vec<f32>)) {
+        let before = self.values.len();
+        write(&mut self.values);
+        self.lens.push(self.values.len() - before);
+    }
+
+    /// One payload per message pushed, in order.
+    pub fn payloads(self) -> std::vec::IntoIter<Payload> {
+        Payload::pieces(self.values, &self.lens).into_iter()
     }
 }
 

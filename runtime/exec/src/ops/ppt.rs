@@ -141,34 +141,32 @@ impl LinearOp {
     }
 }
 
-/// The payloads' values one after the other: a matrix with each payload's rows, borrowed
-/// when there is only one.
-fn stack<'p>(mut payloads: impl ExactSizeIterator<Item = &'p [f32]>) -> Cow<'p, [f32]> {
-    if payloads.len() == 1 {
-        if let Some(only) = payloads.next() {
-            return Cow::Borrowed(only);
-        }
+/// The payloads' values one after the other: a matrix with each payload's rows, read in
+/// place when they are one range of one buffer (one payload, or the pieces of a batch
+/// that an earlier node emitted, in their order: `Payload::contiguous`).
+fn stack<'p>(payloads: impl Iterator<Item = &'p Payload> + Clone) -> Cow<'p, [f32]> {
+    if let Some(all) = Payload::contiguous(payloads.clone()) {
+        return Cow::Borrowed(all);
     }
-    let payloads: Vec<&[f32]> = payloads.collect();
-    let mut all = Vec::with_capacity(payloads.iter().map(|p| p.len()).sum());
-    payloads.iter().for_each(|p| all.extend_from_slice(p));
+    let mut all = Vec::with_capacity(payloads.clone().map(|p| p.values().len()).sum());
+    payloads.for_each(|p| all.extend_from_slice(p.values()));
     Cow::Owned(all)
 }
 
-/// Splits `values`, rows `stride` apart, into consecutive pieces of `rows[i]` rows of
-/// `width` values (the first `width` of each row).
-fn unstack(values: Vec<f32>, rows: &[usize], width: usize, stride: usize) -> Vec<Vec<f32>> {
-    if rows.len() == 1 && width == stride {
-        return vec![values];
+/// Splits `values`, rows `stride` apart, into consecutive payloads of `rows[i]` rows of
+/// `width` values (the first `width` of each row), which share the one buffer: the next
+/// node that takes them together reads them in place.
+fn unstack(mut values: Vec<f32>, rows: &[usize], width: usize, stride: usize) -> Vec<Payload> {
+    let total: usize = rows.iter().sum();
+    if stride != width {
+        // Packed in place: row `r` moves left onto values whose rows were moved already.
+        for r in 1..total {
+            values.copy_within(r * stride..r * stride + width, r * width);
+        }
     }
-    let mut lines = values.chunks_exact(stride.max(1));
-    rows.iter()
-        .map(|&r| {
-            let mut piece = Vec::with_capacity(r * width);
-            lines.by_ref().take(r).for_each(|line| piece.extend_from_slice(&line[..width]));
-            piece
-        })
-        .collect()
+    values.truncate(total * width);
+    let lens: Vec<usize> = rows.iter().map(|&r| r * width).collect();
+    Payload::pieces(values, &lens)
 }
 
 impl NodeOp for LinearOp {
@@ -187,7 +185,7 @@ impl NodeOp for LinearOp {
     /// One GEMM over the rows of all the messages (a message's rows are its payload's).
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
         let rows = self.rows_of(msgs.iter().map(|m| m.payload.values().len()));
-        let x = stack(msgs.iter().map(|m| m.payload.values()));
+        let x = stack(msgs.iter().map(|m| &m.payload));
         let total: usize = rows.iter().sum();
         let (y, stride) = {
             let mut view = cx.params().group(self.group);
@@ -212,7 +210,7 @@ impl NodeOp for LinearOp {
             if cx.training() {
                 self.cache.put(cx.key(&msg.state), msg.payload.clone())?;
             }
-            cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+            cx.forward(0, msg.with_payload(y));
         }
         Ok(())
     }
@@ -228,8 +226,8 @@ impl NodeOp for LinearOp {
                 return Err(OpError::PayloadSize { expected: r * self.out, found: grad.payload.values().len() });
             }
         }
-        let x = stack(xs.iter().map(Payload::values));
-        let dy = stack(grads.iter().map(|g| g.payload.values()));
+        let x = stack(xs.iter());
+        let dy = stack(grads.iter().map(|g| &g.payload));
         let total: usize = rows.iter().sum();
         let (dx, stride) = {
             let mut view = cx.params().group(self.group);
@@ -258,7 +256,7 @@ impl NodeOp for LinearOp {
             (dx, ld)
         };
         for (grad, dx) in grads.into_iter().zip(unstack(dx, &rows, self.inp, stride)) {
-            cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+            cx.backward(0, grad.with_payload(dx));
         }
         Ok(())
     }
@@ -474,6 +472,25 @@ mod tests {
     use amp_ir::{FieldId, Op, ParamInit};
     use amp_params::{OptimState, OptimizerKind, ParamSet, ParamSpec};
     use std::sync::Mutex;
+
+    /// A GEMM's result with padded rows (stride 4, width 3) becomes one payload per
+    /// message of its rows, packed, sharing one buffer that the next Linear reads in
+    /// place when it takes the messages in order.
+    #[test]
+    fn a_batch_result_is_unstacked_into_pieces_of_one_buffer() {
+        let padded: Vec<f32> = (0..16).map(|v| v as f32).collect();
+        let pieces = unstack(padded, &[1, 0, 2, 1], 3, 4);
+        let values: Vec<&[f32]> = pieces.iter().map(Payload::values).collect();
+        let expected: [&[f32]; 4] = [&[0.0, 1.0, 2.0], &[], &[4.0, 5.0, 6.0, 8.0, 9.0, 10.0], &[12.0, 13.0, 14.0]];
+        assert_eq!(values, expected);
+        let x = stack(pieces.iter());
+        assert!(matches!(x, Cow::Borrowed(_)), "read in place");
+        assert_eq!(x.len(), 12);
+        // Out of order they are copied, in the order given.
+        let swapped = stack([&pieces[3], &pieces[0]].into_iter());
+        assert!(matches!(swapped, Cow::Owned(_)));
+        assert_eq!(&*swapped, &[12.0, 13.0, 14.0, 0.0, 1.0, 2.0]);
+    }
 
     const INP: usize = 7;
     const OUT: usize = 5;

@@ -6,12 +6,96 @@
 //! sizes depend on run-time row counts, which training caches under the key for the
 //! backward pass.
 
-use super::{row_elements, set_field, Join, Keyed, NodeCx, NodeOp};
+use super::{row_elements, set_field, Join, Keyed, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
-use crate::message::{Msg, Payload};
+use crate::message::{key_of, Key, KeyMap, Msg, Payload};
 use crate::ops::kernels;
 use amp_ir::{FieldId, PayloadTy, ReduceFn, StateExpr};
+use std::sync::Arc;
+
+/// Keys a [`RowValues`] keeps before it drops the older half of what it keeps.
+const ROW_VALUES_KEYS: usize = 1024;
+/// Values (over all keys) a [`RowValues`] keeps before it drops the older half.
+const ROW_VALUES_KEPT: usize = 1 << 20;
+
+/// A row expression (an index or predicate with the row field bound to each row) and its
+/// values at the rows of the batches it saw, kept under the message's instance and the
+/// other state fields the expression reads. Each row's value is a lookup in the
+/// instance's data, and the same rows come back at every step of a loop and in both
+/// directions (GGSNN: its edges' kinds, sources and destinations, 4 to 20 times per
+/// instance); looked up once, they were a quarter of its training time. The values are
+/// a function of what the key holds (the data is the run's, fixed), so a kept value is
+/// the one evaluation would give. Bounded: past `ROW_VALUES_KEYS` keys or
+/// `ROW_VALUES_KEPT` values, the older of two generations goes (instances in flight
+/// keep theirs in the newer one).
+pub(crate) struct RowValues {
+    field: usize,
+    expr: StateExpr,
+    /// The state fields the expression reads besides the row field, and the instance.
+    reads: Vec<FieldId>,
+    current: KeyMap<Key, Arc<[i64]>>,
+    kept: usize,
+    previous: KeyMap<Key, Arc<[i64]>>,
+}
+
+impl RowValues {
+    pub fn new(field: FieldId, expr: StateExpr) -> RowValues {
+        let mut reads = vec![FieldId(0)];
+        expr.fields(&mut reads);
+        reads.retain(|&f| f != field || f == FieldId(0));
+        reads.sort_unstable();
+        reads.dedup();
+        let field = usize::from(field.0);
+        RowValues { field, expr, reads, current: KeyMap::default(), kept: 0, previous: KeyMap::default() }
+    }
+
+    /// The expression's value at each of the first `rows` rows of a batch whose message
+    /// state is `state` (the row field set to the row); an evaluation's error as is.
+    pub fn at(&mut self, cx: &NodeCx, state: &[i64], rows: usize, what: &'static str) -> Result<Arc<[i64]>, OpError> {
+        let key = key_of(&self.reads, state);
+        if let Some(values) = self.current.get(&key).filter(|v| v.len() >= rows) {
+            return Ok(Arc::clone(values));
+        }
+        let values = match self.previous.remove(&key).filter(|v| v.len() >= rows) {
+            Some(values) => values,
+            None => {
+                let mut state = state.to_vec();
+                let mut values = Vec::with_capacity(rows);
+                for r in 0..rows {
+                    set_field(&mut state, self.field, r as i64)?;
+                    values.push(cx.eval(&self.expr, &state, what)?);
+                }
+                Arc::from(values)
+            }
+        };
+        if self.current.len() >= ROW_VALUES_KEYS || self.kept + values.len() > ROW_VALUES_KEPT {
+            self.previous = std::mem::take(&mut self.current);
+            self.kept = 0;
+        }
+        self.kept += values.len();
+        self.current.insert(key, Arc::clone(&values));
+        Ok(values)
+    }
+
+    /// As [`RowValues::at`], each value checked as an index below `len`.
+    pub fn indices(
+        &mut self,
+        cx: &NodeCx,
+        state: &[i64],
+        rows: usize,
+        what: &'static str,
+        len: usize,
+    ) -> Result<Vec<usize>, OpError> {
+        let values = self.at(cx, state, rows, what)?;
+        values[..rows]
+            .iter()
+            .map(|&index| {
+                usize::try_from(index).ok().filter(|&i| i < len).ok_or(OpError::OutOfRange { what, index, len })
+            })
+            .collect()
+    }
+}
 
 /// `gather [INDEX]`: row INDEX of a batch, or of a tensor's leading dimension; backward,
 /// zeros of the input's size with that row's gradient.
@@ -60,8 +144,7 @@ impl NodeOp for GatherOp {
 /// INDEX evaluated with `%r` = i (rows in input order, so sums match the reference's);
 /// backward, input row `i` gets its destination's gradient.
 pub(crate) struct ScatterSumOp {
-    field: usize,
-    index: StateExpr,
+    index: RowValues,
     count: StateExpr,
     row: usize,
     /// The destination of every input row, and the output's row count.
@@ -71,28 +154,56 @@ pub(crate) struct ScatterSumOp {
 impl ScatterSumOp {
     pub fn new(field: FieldId, index: StateExpr, count: StateExpr, node: &NodeInfo) -> ScatterSumOp {
         let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
-        ScatterSumOp { field: usize::from(field.0), index, count, row, cache: Keyed::new() }
+        ScatterSumOp { index: RowValues::new(field, index), count, row, cache: Keyed::new() }
+    }
+}
+
+impl ScatterSumOp {
+    /// Adds the rows of `msg`'s batch into `count` zero rows appended to `out`; keeps the
+    /// destinations for the backward when training.
+    fn scatter(&mut self, cx: &NodeCx, msg: &Msg, out: &mut Vec<f32>) -> Result<(), OpError> {
+        let x = msg.payload.values();
+        let rows = x.len().checked_div(self.row).unwrap_or(0);
+        let count = cx.eval_count(&self.count, &msg.state, "scatter_sum row count")?;
+        let destinations = self.index.indices(cx, &msg.state, rows, "scatter_sum index", count)?;
+        let start = out.len();
+        out.resize(start + count * self.row, 0.0);
+        let y = &mut out[start..];
+        for (i, &j) in destinations.iter().enumerate() {
+            kernels::axpy(1.0, &x[i * self.row..(i + 1) * self.row], &mut y[j * self.row..(j + 1) * self.row]);
+        }
+        if cx.training() {
+            self.cache.put(cx.key(&msg.state), (destinations, count))?;
+        }
+        Ok(())
     }
 }
 
 impl NodeOp for ScatterSumOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        let x = msg.payload.values();
-        let rows = x.len().checked_div(self.row).unwrap_or(0);
-        let count = cx.eval_count(&self.count, &msg.state, "scatter_sum row count")?;
-        let mut y = vec![0.0; count * self.row];
-        let mut destinations = Vec::with_capacity(rows);
-        let mut state = msg.state.to_vec();
-        for i in 0..rows {
-            set_field(&mut state, self.field, i as i64)?;
-            let j = cx.eval_index(&self.index, &state, "scatter_sum index", count)?;
-            kernels::axpy(1.0, &x[i * self.row..(i + 1) * self.row], &mut y[j * self.row..(j + 1) * self.row]);
-            destinations.push(j);
-        }
-        if cx.training() {
-            self.cache.put(cx.key(&msg.state), (destinations, count))?;
-        }
+        let mut y = Vec::new();
+        self.scatter(cx, &msg, &mut y)?;
         cx.forward(0, msg.with_payload(Payload::from_vec(y)));
+        Ok(())
+    }
+
+    /// The sums of all the messages taken together in one buffer: the Linear after
+    /// (GGSNN's GRU input) reads them in place.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let mut sums = Stacked::new();
+        for msg in &msgs {
+            let mut scattered = Ok(());
+            sums.push(|out| scattered = self.scatter(cx, msg, out));
+            scattered?;
+        }
+        let mut sums = sums.payloads();
+        for msg in msgs {
+            cx.forward(0, msg.with_payload(sums.next().unwrap_or(Payload::Unit)));
+        }
         Ok(())
     }
 
@@ -119,8 +230,7 @@ impl NodeOp for ScatterSumOp {
 /// evaluated with `%r` = r; backward, each output row's gradient added into its source
 /// row (in output-row order, as the per-element lowering's gathers sum theirs).
 pub(crate) struct GatherRowsOp {
-    field: usize,
-    index: StateExpr,
+    index: RowValues,
     count: StateExpr,
     row: usize,
     /// The source row of every output row, and the input's row count.
@@ -130,7 +240,7 @@ pub(crate) struct GatherRowsOp {
 impl GatherRowsOp {
     pub fn new(field: FieldId, index: StateExpr, count: StateExpr, node: &NodeInfo) -> GatherRowsOp {
         let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
-        GatherRowsOp { field: usize::from(field.0), index, count, row, cache: Keyed::new() }
+        GatherRowsOp { index: RowValues::new(field, index), count, row, cache: Keyed::new() }
     }
 }
 
@@ -139,14 +249,10 @@ impl NodeOp for GatherRowsOp {
         let x = msg.payload.values();
         let rows = x.len().checked_div(self.row).unwrap_or(0);
         let count = cx.eval_count(&self.count, &msg.state, "gather_rows row count")?;
+        let sources = self.index.indices(cx, &msg.state, count, "gather_rows index", rows)?;
         let mut y = Vec::with_capacity(count * self.row);
-        let mut sources = Vec::with_capacity(count);
-        let mut state = msg.state.to_vec();
-        for r in 0..count {
-            set_field(&mut state, self.field, r as i64)?;
-            let i = cx.eval_index(&self.index, &state, "gather_rows index", rows)?;
+        for &i in &sources {
             y.extend_from_slice(&x[i * self.row..(i + 1) * self.row]);
-            sources.push(i);
         }
         if cx.training() {
             self.cache.put(cx.key(&msg.state), (sources, rows))?;
@@ -178,25 +284,24 @@ impl NodeOp for GatherRowsOp {
 /// backward the same on the gradient. It keeps nothing: the mask is the state's and the
 /// data's, which the gradient's message carries too.
 pub(crate) struct MaskRowsOp {
-    field: usize,
-    pred: StateExpr,
+    pred: RowValues,
     row: usize,
 }
 
 impl MaskRowsOp {
     pub fn new(field: FieldId, pred: StateExpr, node: &NodeInfo) -> MaskRowsOp {
         let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
-        MaskRowsOp { field: usize::from(field.0), pred, row }
+        MaskRowsOp { pred: RowValues::new(field, pred), row }
     }
 
     /// `values` with the rows whose predicate fails set to zero (not multiplied: an
     /// infinite value in a dropped row must not become NaN).
-    fn mask(&self, cx: &NodeCx, state: &[i64], values: Vec<f32>) -> Result<Vec<f32>, OpError> {
+    fn mask(&mut self, cx: &NodeCx, state: &[i64], values: Vec<f32>) -> Result<Vec<f32>, OpError> {
         let mut values = values;
-        let mut state = state.to_vec();
-        for (r, row) in values.chunks_mut(self.row.max(1)).enumerate() {
-            set_field(&mut state, self.field, r as i64)?;
-            if cx.eval(&self.pred, &state, "mask_rows predicate")? == 0 {
+        let rows = values.len().div_ceil(self.row.max(1));
+        let keep = self.pred.at(cx, state, rows, "mask_rows predicate")?;
+        for (row, &keep) in values.chunks_mut(self.row.max(1)).zip(keep.iter()) {
+            if keep == 0 {
                 row.fill(0.0);
             }
         }
@@ -218,26 +323,6 @@ impl NodeOp for MaskRowsOp {
         cx.backward(0, Msg::new(Payload::from_vec(dx), state));
         Ok(())
     }
-}
-
-/// The arm of each of `rows` rows: `index` evaluated with the row field = r, checked
-/// against `arms`. Both row ops recompute it from the message's state (the gradient's is
-/// the forward's), so they cache nothing.
-fn arms_of_rows(
-    cx: &NodeCx,
-    field: usize,
-    index: &StateExpr,
-    state: &[i64],
-    rows: usize,
-    arms: usize,
-) -> Result<Vec<usize>, OpError> {
-    let mut state = state.to_vec();
-    let mut out = Vec::with_capacity(rows);
-    for r in 0..rows {
-        set_field(&mut state, field, r as i64)?;
-        out.push(cx.eval_index(index, &state, "row arm index", arms)?);
-    }
-    Ok(out)
 }
 
 /// `rows` rows of `row` elements each, in `arms` parts by `arm_of` (each part's rows in
@@ -289,29 +374,49 @@ fn rows_in(len: usize, row: usize) -> Result<usize, OpError> {
 /// count and the row's width, from which both split a batch among the arms and put the
 /// arms' rows back in order, in either direction.
 struct ArmRows {
-    field: usize,
-    index: StateExpr,
+    /// Each row's arm, recomputed from the message's state in either direction (the
+    /// gradient's is the forward's), so neither op caches anything under its key.
+    index: RowValues,
     arms: usize,
     row: usize,
 }
 
 impl ArmRows {
     /// `values`, a batch whose message state is `state`, in one part per arm.
-    fn split(&self, cx: &NodeCx, values: &[f32], state: &[i64]) -> Result<Vec<Vec<f32>>, OpError> {
+    fn split(&mut self, cx: &NodeCx, values: &[f32], state: &[i64]) -> Result<Vec<Vec<f32>>, OpError> {
         let rows = rows_in(values.len(), self.row)?;
-        let arm_of = arms_of_rows(cx, self.field, &self.index, state, rows, self.arms)?;
+        let arm_of = self.index.indices(cx, state, rows, "row arm index", self.arms)?;
         Ok(partition(values, self.row, &arm_of, self.arms))
+    }
+
+    /// The batches of `msgs` split among the arms as [`ArmRows::split`] does, each arm's
+    /// parts of all of them in one buffer; per message, its part for each arm in arm order.
+    fn split_batch(&mut self, cx: &NodeCx, msgs: &[Msg]) -> Result<Vec<Vec<Payload>>, OpError> {
+        let mut arms: Vec<Stacked> = (0..self.arms).map(|_| Stacked::new()).collect();
+        for msg in msgs {
+            let values = msg.payload.values();
+            let rows = rows_in(values.len(), self.row)?;
+            let arm_of = self.index.indices(cx, &msg.state, rows, "row arm index", self.arms)?;
+            for (k, out) in arms.iter_mut().enumerate() {
+                out.push(|part| {
+                    let rows = arm_of.iter().enumerate().filter(|&(_, &arm)| arm == k);
+                    rows.for_each(|(r, _)| part.extend_from_slice(&values[r * self.row..(r + 1) * self.row]));
+                });
+            }
+        }
+        let mut arms: Vec<_> = arms.into_iter().map(Stacked::payloads).collect();
+        Ok(msgs.iter().map(|_| arms.iter_mut().map(|a| a.next().unwrap_or(Payload::Unit)).collect()).collect())
     }
 
     /// The arms' parts (joined by key, in port order) as one batch in row order, in a
     /// sibling of the first part's message; `None` for no parts.
-    fn merge(&self, cx: &NodeCx, parts: &[Msg]) -> Result<Option<Msg>, OpError> {
+    fn merge(&mut self, cx: &NodeCx, parts: &[Msg]) -> Result<Option<Msg>, OpError> {
         let mut rows = 0;
         for part in parts {
             rows += rows_in(part.payload.values().len(), self.row)?;
         }
         let Some(first) = parts.first() else { return Ok(None) };
-        let arm_of = arms_of_rows(cx, self.field, &self.index, &first.state, rows, self.arms)?;
+        let arm_of = self.index.indices(cx, &first.state, rows, "row arm index", self.arms)?;
         let slices: Vec<&[f32]> = parts.iter().map(|p| p.payload.values()).collect();
         Ok(Some(first.sibling(Payload::from_vec(merge(&slices, self.row, &arm_of)?))))
     }
@@ -328,7 +433,7 @@ pub(crate) struct PartitionRowsOp {
 impl PartitionRowsOp {
     pub fn new(field: FieldId, index: StateExpr, arms: usize, node: &NodeInfo) -> PartitionRowsOp {
         let row = node.inputs.first().map_or(0, |t| row_elements(t).0);
-        PartitionRowsOp { rows: ArmRows { field: usize::from(field.0), index, arms, row }, grads: Join::new(arms) }
+        PartitionRowsOp { rows: ArmRows { index: RowValues::new(field, index), arms, row }, grads: Join::new(arms) }
     }
 }
 
@@ -349,6 +454,22 @@ impl NodeOp for PartitionRowsOp {
         Ok(())
     }
 
+    /// Each arm's rows of all the messages taken together in one buffer: the arm's Linear
+    /// reads them in place.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let parts = self.rows.split_batch(cx, &msgs)?;
+        for (msg, parts) in msgs.into_iter().zip(parts) {
+            for (k, part) in parts.into_iter().enumerate() {
+                cx.forward(k as u16, msg.sibling(part));
+            }
+        }
+        Ok(())
+    }
+
     fn held(&self) -> usize {
         self.grads.len()
     }
@@ -365,7 +486,7 @@ pub(crate) struct MergeRowsOp {
 impl MergeRowsOp {
     pub fn new(field: FieldId, index: StateExpr, arms: usize, node: &NodeInfo) -> MergeRowsOp {
         let row = node.outputs.first().map_or(0, |t| row_elements(t).0);
-        MergeRowsOp { rows: ArmRows { field: usize::from(field.0), index, arms, row }, join: Join::new(arms) }
+        MergeRowsOp { rows: ArmRows { index: RowValues::new(field, index), arms, row }, join: Join::new(arms) }
     }
 }
 
@@ -382,6 +503,22 @@ impl NodeOp for MergeRowsOp {
     fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
         for (k, part) in self.rows.split(cx, grad.payload.values(), &grad.state)?.into_iter().enumerate() {
             cx.backward(k as u16, grad.sibling(Payload::from_vec(part)));
+        }
+        Ok(())
+    }
+
+    /// Each arm's gradient rows of all the messages taken together in one buffer: the
+    /// arm's Linear reads them in place.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        let parts = self.rows.split_batch(cx, &grads)?;
+        for (grad, parts) in grads.into_iter().zip(parts) {
+            for (k, part) in parts.into_iter().enumerate() {
+                cx.backward(k as u16, grad.sibling(part));
+            }
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! both along the last (only) dimension: of a vector, or of every row of a batch (a
 //! batched map's body), a vector being a batch of one row.
 
-use super::{Join, NodeCx, NodeOp};
+use super::{Join, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
@@ -108,17 +108,38 @@ impl SplitOp {
     }
 }
 
-impl NodeOp for SplitOp {
-    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        let x = msg.payload.values();
+impl SplitOp {
+    /// Appends part `port` of every row of `x` to `out`.
+    fn part(&self, x: &[f32], port: usize, out: &mut Vec<f32>) {
         let total = self.parts * self.width;
         let rows = x.len().checked_div(total).unwrap_or(0);
-        for port in 0..self.parts {
-            let mut part = Vec::with_capacity(rows * self.width);
-            for r in 0..rows {
-                let start = r * total + port * self.width;
-                part.extend_from_slice(&x[start..start + self.width]);
+        out.reserve(rows * self.width);
+        for r in 0..rows {
+            let start = r * total + port * self.width;
+            out.extend_from_slice(&x[start..start + self.width]);
+        }
+    }
+
+    /// Appends the rows of `parts` (one key's gradients, in port order), side by side,
+    /// to `out`.
+    fn join_rows(&self, parts: &[Msg], out: &mut Vec<f32>) -> Result<(), OpError> {
+        let widths = vec![self.width; self.parts];
+        let rows = row_count(parts, &widths, self.batch)?;
+        out.reserve(rows * self.parts * self.width);
+        for r in 0..rows {
+            for part in parts {
+                out.extend_from_slice(&part.payload.values()[r * self.width..(r + 1) * self.width]);
             }
+        }
+        Ok(())
+    }
+}
+
+impl NodeOp for SplitOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        for port in 0..self.parts {
+            let mut part = Vec::new();
+            self.part(msg.payload.values(), port, &mut part);
             cx.forward(port as u16, msg.sibling(Payload::from_vec(part)));
         }
         Ok(())
@@ -127,16 +148,65 @@ impl NodeOp for SplitOp {
     fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
         let key = cx.key(&grad.state);
         let Some((_, parts)) = self.grads.offer(key, usize::from(port), grad)? else { return Ok(()) };
-        let widths = vec![self.width; self.parts];
-        let rows = row_count(&parts, &widths, self.batch)?;
-        let mut dx = Vec::with_capacity(rows * self.parts * self.width);
-        for r in 0..rows {
-            for part in &parts {
-                dx.extend_from_slice(&part.payload.values()[r * self.width..(r + 1) * self.width]);
-            }
-        }
+        let mut dx = Vec::new();
+        self.join_rows(&parts, &mut dx)?;
         let Some(first) = parts.into_iter().next() else { return Ok(()) };
         cx.backward(0, first.with_payload(Payload::from_vec(dx)));
+        Ok(())
+    }
+
+    /// A split of batches writes each part of all the messages it takes into one buffer
+    /// (the next Linear or kernel reads them in place), and the gradients of all keys
+    /// they complete into another. It takes a port's messages from anywhere in its queue,
+    /// as an op that batches does: its parts' gradients arrive interleaved by port, and
+    /// one port's of many keys at once then complete them together (one buffer for the
+    /// Linear before, instead of a worker step and a buffer per key); it does not wait.
+    fn batches(&self) -> bool {
+        self.batch
+    }
+
+    fn waits_for_batches(&self) -> bool {
+        false
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let values: usize = msgs.iter().map(|m| m.payload.values().len()).sum();
+        let part = values.checked_div(self.parts).unwrap_or(0);
+        let mut parts: Vec<Stacked> = (0..self.parts).map(|_| Stacked::with_capacity(part)).collect();
+        for msg in &msgs {
+            for (port, out) in parts.iter_mut().enumerate() {
+                out.push(|values| self.part(msg.payload.values(), port, values));
+            }
+        }
+        let mut parts: Vec<_> = parts.into_iter().map(Stacked::payloads).collect();
+        for msg in msgs {
+            for (port, part) in parts.iter_mut().enumerate() {
+                cx.forward(port as u16, msg.sibling(part.next().unwrap_or(Payload::Unit)));
+            }
+        }
+        Ok(())
+    }
+
+    fn backward_batch(&mut self, cx: &mut NodeCx, port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        let mut ready = Vec::new();
+        for grad in grads {
+            let key = cx.key(&grad.state);
+            if let Some((_, parts)) = self.grads.offer(key, usize::from(port), grad)? {
+                ready.push(parts);
+            }
+        }
+        let values = ready.iter().flatten().map(|m| m.payload.values().len()).sum();
+        let mut dx = Stacked::with_capacity(values);
+        for parts in &ready {
+            let mut joined = Ok(());
+            dx.push(|values| joined = self.join_rows(parts, values));
+            joined?;
+        }
+        let mut dx = dx.payloads();
+        for parts in ready {
+            let Some(first) = parts.into_iter().next() else { continue };
+            cx.backward(0, first.with_payload(dx.next().unwrap_or(Payload::Unit)));
+        }
         Ok(())
     }
 

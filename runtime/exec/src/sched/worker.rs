@@ -17,11 +17,12 @@
 //! message records the arrival order; the worker serves the tickets in that order, each
 //! taking the front of its node's queue. A node takes, with its front message, the
 //! messages right behind it of the same direction and port, up to `max_batch` (an op
-//! that batches, `linear` or a fused kernel, runs them as one; any other one by one in
-//! the same step), and their later tickets find the queue emptier (a ticket for an empty
-//! queue is skipped); a node whose op batches (a fused kernel) takes them from anywhere
-//! in its queue, so that the gradients of its ports, which often arrive interleaved, each
-//! make one call. Nodes whose op waits for batches (`linear`, not the fused kernels)
+//! that batches, `linear` or a fused kernel, runs them as one; one that stacks, a row op
+//! of batched payloads, writes their results into one buffer (`NodeOp::stacks`); any
+//! other one by one in the same step), and their later tickets find the queue emptier (a
+//! ticket for an empty queue is skipped); a node whose op batches (a fused kernel, a
+//! split of batches) takes them from anywhere in its queue, so that the gradients of its
+//! ports, which often arrive interleaved, each make one call. Nodes whose op waits for batches (`linear`, not the fused kernels)
 //! take no tickets: their messages wait on the [`Agenda`], served only when no other
 //! work is queued: the other nodes first carry every instance as far as it goes, so that
 //! a Linear node then finds the messages of all of them in one batch, where a GEMM costs
@@ -205,6 +206,8 @@ struct Slot {
     /// message otherwise).
     batches: bool,
     waits: bool,
+    /// The op's `stacks()`: it takes the messages of a batch together.
+    stacks: bool,
     /// The node's depth, which orders the agenda (see `sched::agenda`).
     depth: u64,
     queue: VecDeque<Envelope>,
@@ -270,10 +273,10 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let depths = depths(setup.program);
     for (index, op) in ops {
         if let Some(slot) = slots.get_mut(index as usize) {
-            let (batches, waits) = (op.batches(), op.waits_for_batches());
+            let (batches, waits, stacks) = (op.batches(), op.waits_for_batches(), op.stacks());
             let depth = depths.get(index as usize).copied().unwrap_or(u64::MAX);
             let (queue, fan_in) = (VecDeque::new(), KeyMap::default());
-            *slot = Some(Slot { op, batches, waits, depth, queue, fan_in, messages: 0 });
+            *slot = Some(Slot { op, batches, waits, stacks, depth, queue, fan_in, messages: 0 });
         }
     }
     let mut owners: Vec<usize> = setup.program.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner).collect();
@@ -615,7 +618,7 @@ impl Worker<'_, '_> {
             msgs = msgs.into_iter().filter_map(|msg| sum_fan_in(slot, node, port, consumers, msg)).collect();
         }
         let mut cx = NodeCx { node, shared, out: &mut self.emitted };
-        if msgs.len() > 1 && slot.batches {
+        if msgs.len() > 1 && slot.stacks {
             return match dir {
                 Dir::Forward => slot.op.forward_batch(&mut cx, port, msgs),
                 Dir::Backward => slot.op.backward_batch(&mut cx, port, msgs),
@@ -1120,12 +1123,13 @@ fn sum_fan_in(slot: &mut Slot, node: &NodeInfo, port: u16, consumers: usize, msg
 /// `acc + x` (a unit payload stays unit).
 fn add_payloads(acc: Payload, x: Payload) -> Payload {
     match (acc, x) {
-        (Payload::F32(mut sum), Payload::F32(x)) => {
-            // In place, unless another message shares the values (`make_mut` copies them).
-            for (s, v) in std::sync::Arc::make_mut(&mut sum).iter_mut().zip(x.iter()) {
+        (mut sum @ Payload::F32(_), Payload::F32(x)) => {
+            // In place, unless another message shares the values or they are a piece of
+            // a batch (`values_mut` copies them then).
+            for (s, v) in sum.values_mut().iter_mut().zip(x.iter()) {
                 *s += v;
             }
-            Payload::F32(sum)
+            sum
         }
         (acc, _) => acc,
     }
