@@ -1691,7 +1691,7 @@ mod tests {
     fn a_replicas_message_must_fit_the_run() {
         // Two processes of one worker each; group 1 is a replica on worker 1 of a master
         // owned by worker 0, with tensors of 6 and 2 values; 4 instances.
-        let port = RunPort {
+        let port_of = |replicas: Vec<Option<ReplicaShape>>| RunPort {
             run: 1,
             local: 0..1,
             sink: Box::new(Nowhere),
@@ -1700,9 +1700,10 @@ mod tests {
             state_len: 1,
             workers: 2,
             trace_shift: 0,
-            replicas: vec![None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![6, 2] })],
+            replicas,
             node_workers: vec![0, 0, 1],
         };
+        let port = port_of(vec![None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![6, 2] })]);
         let check = |item: Item, from: usize| check_replica_item(&item, &port, from, 2);
         let grads = |tensors: Vec<Vec<f32>>, rows: Option<(u32, Vec<u32>)>, applied: Vec<(u64, u64)>| {
             Item::ReplicaGrads { worker: 0, group: 1, last: false, tensors, rows, applied }
@@ -1719,18 +1720,7 @@ mod tests {
         };
         assert_eq!(check(values([6, 2]), 0), Ok(()));
         // A table of 4 rows of 3 (group 2): two rows' values, or rows past its end.
-        let table = RunPort {
-            run: 1,
-            local: 0..1,
-            sink: Box::new(Nowhere),
-            instances: 4,
-            nodes: 3,
-            state_len: 1,
-            workers: 2,
-            trace_shift: 0,
-            replicas: vec![None, None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![12] })],
-            node_workers: vec![0, 0, 1],
-        };
+        let table = port_of(vec![None, None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![12] })]);
         let rows = |values: usize, rows: Vec<u32>| Item::ReplicaGrads {
             worker: 0,
             group: 2,
