@@ -13,7 +13,8 @@
 //!
 //! and the run's summary prints the mean and the median bucket per kind. A node's kind is
 //! its op's keyword (`linear`, `embedding`, `phi`, ...), `fused` for a fused unit of
-//! elementwise nodes run as one kernel; a replica counts as its node.
+//! elementwise nodes run as one kernel, `chain` for a chain of routing nodes run as one
+//! node; a replica counts as its node.
 
 use amp_exec::{TraceEvent, TraceKind};
 use amp_ir::Graph;
@@ -121,6 +122,9 @@ impl BatchSizes {
         for (&(node, backward), tally) in &self.per_node {
             let kind = match units.get(&node).map(Vec::as_slice) {
                 Some([one]) => op_of(*one),
+                // A chain keeps its first member's index, a graph node's; a fused node
+                // takes one past the graph's.
+                Some([_, _, ..]) if ops.contains_key(&node) => Some("chain".to_string()),
                 Some([_, _, ..]) => Some("fused".to_string()),
                 _ => op_of(node),
             };

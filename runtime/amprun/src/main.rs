@@ -292,7 +292,8 @@
 //! these the planner bounds what a split can gain when the instances move through the nodes
 //! together (an instance's time in its steps over the instances in flight; the plan table's
 //! `latency bound`). The same file holds `batches`, which the planner does not read: per
-//! kind of node (the op's keyword, `fused` for a fused kernel) and direction, the calls, the
+//! kind of node (the op's keyword, `fused` for a fused kernel, `chain` for a chain of
+//! routing nodes) and direction, the calls, the
 //! rows they took (a batched map's message carries a row per element, any other message
 //! one), the mean rows per call and a histogram (calls of 1, 2, 3-4, 5-8, ... 129+ rows);
 //! the summary prints a line per kind that batches (`batches     linear forward: 34.7

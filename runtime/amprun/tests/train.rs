@@ -323,6 +323,11 @@ fn by_default_training_batches_a_minibatch_of_16_and_deterministic_runs_one_at_a
     let rows = linear_forward_rows(&profile);
     assert!(rows > 2.0, "Linear calls take several instances' rows: {rows}");
     assert!(summary.contains("batches     linear forward: "), "{summary}");
+    // List-reduce's routing nodes run as a chain, which is not a fused kernel (it has no
+    // fusion group of several nodes at this size).
+    let kinds: Vec<&str> =
+        profile["batches"].as_array().expect("batches").iter().filter_map(|b| b["kind"].as_str()).collect();
+    assert!(kinds.contains(&"chain") && !kinds.contains(&"fused"), "{kinds:?}");
     let (single, profile, _) = profiled_run(dir, &["--deterministic"]);
     assert_eq!(profile["in_flight"], 1);
     assert_eq!(linear_forward_rows(&profile), 1.0, "one instance in flight: one row per call");
