@@ -198,10 +198,9 @@ impl ScatterSumOp {
 impl ScatterSumOp {
     /// Adds the rows of `msg`'s batch into `count` zero rows appended to `out`; keeps the
     /// destinations for the backward when training.
-    fn scatter(&mut self, cx: &NodeCx, msg: &Msg, out: &mut Vec<f32>) -> Result<(), OpError> {
+    fn scatter(&mut self, cx: &NodeCx, msg: &Msg, count: usize, out: &mut Vec<f32>) -> Result<(), OpError> {
         let x = msg.payload.values();
         let rows = x.len().checked_div(self.row).unwrap_or(0);
-        let count = cx.eval_count(&self.count, &msg.state, "scatter_sum row count")?;
         let destinations = self.index.indices(cx, &msg.state, rows, "scatter_sum index", count)?;
         let start = out.len();
         out.resize(start + count * self.row, 0.0);
@@ -218,8 +217,9 @@ impl ScatterSumOp {
 
 impl NodeOp for ScatterSumOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        let mut y = Vec::new();
-        self.scatter(cx, &msg, &mut y)?;
+        let count = cx.eval_count(&self.count, &msg.state, "scatter_sum row count")?;
+        let mut y = Vec::with_capacity(count * self.row);
+        self.scatter(cx, &msg, count, &mut y)?;
         cx.forward(0, msg.with_payload(Payload::from_vec(y)));
         Ok(())
     }
@@ -231,10 +231,13 @@ impl NodeOp for ScatterSumOp {
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
-        let mut sums = Stacked::new();
-        for msg in &msgs {
+        let counts = msgs.iter().map(|m| cx.eval_count(&self.count, &m.state, "scatter_sum row count"));
+        let counts = counts.collect::<Result<Vec<_>, _>>()?;
+        // The buffer sized once: grown message by message, it was copied as it grew.
+        let mut sums = Stacked::with_capacity(counts.iter().sum::<usize>().saturating_mul(self.row));
+        for (msg, &count) in msgs.iter().zip(&counts) {
             let mut scattered = Ok(());
-            sums.push(|out| scattered = self.scatter(cx, msg, out));
+            sums.push(|out| scattered = self.scatter(cx, msg, count, out));
             scattered?;
         }
         let mut sums = sums.payloads();
@@ -429,11 +432,18 @@ impl ArmRows {
     /// The batches of `msgs` split among the arms as [`ArmRows::split`] does, each arm's
     /// parts of all of them in one buffer; per message, its part for each arm in arm order.
     fn split_batch(&mut self, cx: &NodeCx, msgs: &[Msg]) -> Result<Vec<Vec<Payload>>, OpError> {
-        let mut arms: Vec<Stacked> = (0..self.arms).map(|_| Stacked::new()).collect();
+        let mut arm_rows = Vec::with_capacity(msgs.len());
+        let mut counts = vec![0usize; self.arms];
         for msg in msgs {
-            let values = msg.payload.values();
-            let rows = rows_in(values.len(), self.row)?;
+            let rows = rows_in(msg.payload.values().len(), self.row)?;
             let arm_of = self.index.indices(cx, &msg.state, rows, "row arm index", self.arms)?;
+            arm_of.iter().for_each(|&k| counts[k] += 1);
+            arm_rows.push(arm_of);
+        }
+        // Each arm's buffer sized once: grown row by row, it was copied as it grew.
+        let mut arms: Vec<Stacked> = counts.iter().map(|&c| Stacked::with_capacity(c * self.row)).collect();
+        for (msg, arm_of) in msgs.iter().zip(&arm_rows) {
+            let values = msg.payload.values();
             for (k, out) in arms.iter_mut().enumerate() {
                 out.push(|part| {
                     let rows = arm_of.iter().enumerate().filter(|&(_, &arm)| arm == k);
