@@ -251,10 +251,6 @@ pub(crate) struct Stacked {
 }
 
 impl Stacked {
-    pub fn new() -> Stacked {
-        Stacked::with_capacity(0)
-    }
-
     /// Room for `values` values (all the messages' together), so that the buffer does
     /// not grow by copies.
     pub fn with_capacity(values: usize) -> Stacked {
