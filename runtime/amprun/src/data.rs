@@ -66,6 +66,10 @@ impl ExecInstance for InstanceRef<'_> {
     fn data_index(&self) -> Option<u64> {
         Some(self.1)
     }
+
+    fn ints_along(&self, prefix: &[ResolvedStep], rows: usize, suffix: &[ResolvedStep]) -> Option<Vec<i64>> {
+        self.0.ints_along(prefix, rows, suffix)
+    }
 }
 
 /// Reads data files for one graph.

@@ -95,6 +95,7 @@ struct FlatNode {
 }
 
 /// Where a path has got to.
+#[derive(Clone, Copy)]
 enum Cursor<'a> {
     Data(&'a Value, &'a DataTy),
     Node { tree: &'a FlatTree, node: usize, whole: bool },
@@ -188,6 +189,41 @@ impl Instance {
                 }
             }
         }
+    }
+
+    /// The ints at `prefix`, `Index(r)`, `suffix` for each row `r` in `0..rows`, as
+    /// [`InstanceData::int_at`] gives them one by one; `None` if any row's path does not
+    /// lead to an int. A batched map's row ops read a field of every element of a
+    /// sequence (each edge's source, kind, destination): the prefix is walked once and a
+    /// record field's position found once, not per row by its name.
+    pub fn ints_along(&self, prefix: &[ResolvedStep], rows: usize, suffix: &[ResolvedStep]) -> Option<Vec<i64>> {
+        let base = self.walk(prefix)?;
+        let mut out = Vec::with_capacity(rows);
+        if let (Cursor::Data(Value::Seq(items), DataTy::Seq(item)), Some((ResolvedStep::Field(name), rest))) =
+            (base, suffix.split_first())
+        {
+            if let DataTy::Record(r) = &**item {
+                let fields = &self.schema.schema.records.get(*r as usize)?.fields;
+                let i = fields.iter().position(|f| f.name == *name)?;
+                for value in items.get(..rows)? {
+                    let Value::Record(values) = value else { return None };
+                    let mut cursor = self.enter(values.get(i)?, &fields[i].ty)?;
+                    for step in rest {
+                        cursor = self.step(cursor, step)?;
+                    }
+                    out.push(cursor_int(cursor)?);
+                }
+                return Some(out);
+            }
+        }
+        for r in 0..rows {
+            let mut cursor = self.step(base, &ResolvedStep::Index(i64::try_from(r).ok()?))?;
+            for step in suffix {
+                cursor = self.step(cursor, step)?;
+            }
+            out.push(cursor_int(cursor)?);
+        }
+        Some(out)
     }
 
     fn walk(&self, path: &[ResolvedStep]) -> Option<Cursor<'_>> {
@@ -340,13 +376,7 @@ impl Instance {
 
 impl InstanceData for Instance {
     fn int_at(&self, path: &[ResolvedStep]) -> Option<i64> {
-        match self.walk(path)? {
-            Cursor::Data(Value::Int(i), _) => Some(*i),
-            Cursor::Data(Value::Bool(b), _) => Some(i64::from(*b)),
-            Cursor::Node { node, .. } => i64::try_from(node).ok(),
-            Cursor::Int(i) => Some(i),
-            _ => None,
-        }
+        cursor_int(self.walk(path)?)
     }
 
     fn len_at(&self, path: &[ResolvedStep]) -> Option<i64> {
@@ -355,6 +385,17 @@ impl InstanceData for Instance {
             Cursor::Node { tree, whole: true, .. } => i64::try_from(tree.nodes.len()).ok(),
             _ => None,
         }
+    }
+}
+
+/// The int a path ends at: an int or bool leaf, a tree node's number, or a computed int.
+fn cursor_int(cursor: Cursor<'_>) -> Option<i64> {
+    match cursor {
+        Cursor::Data(Value::Int(i), _) => Some(*i),
+        Cursor::Data(Value::Bool(b), _) => Some(i64::from(*b)),
+        Cursor::Node { node, .. } => i64::try_from(node).ok(),
+        Cursor::Int(i) => Some(i),
+        _ => None,
     }
 }
 

@@ -172,3 +172,31 @@ fn invalid_values_are_rejected_with_the_field() {
     let lying = Tensor { shape: vec![64], data: vec![0.0; 3] };
     assert!(Instance::new(&digits, Value::Record(vec![Value::Tensor(lying), Value::Int(0)])).is_err());
 }
+
+#[test]
+fn ints_along_rows_are_the_ints_at_each_row() {
+    let m = Instance::new(&common::mixed_schema(), mixed_value()).expect("valid");
+    let one_by_one = |prefix: &[ResolvedStep], rows: i64, suffix: &[ResolvedStep]| -> Option<Vec<i64>> {
+        (0..rows).map(|r| m.int_at(&[prefix, &[I(r)], suffix].concat())).collect()
+    };
+    // A record field of every element (the fast path), and an element of a tuple or a
+    // tree's nodes (the general one).
+    let cases: [(&[ResolvedStep], usize, &[ResolvedStep]); 8] = [
+        (&[F("points")], 2, &[F("y")]),
+        (&[F("points")], 2, &[F("x")]),
+        (&[F("points")], 0, &[F("x")]),
+        (&[F("pair")], 2, &[]),
+        (&[F("forest"), I(1)], 3, &[F("$tag")]),
+        (&[F("forest"), I(0)], 3, &[F("$parent")]),
+        (&[F("points")], 3, &[F("y")]),
+        (&[F("points")], 2, &[F("z")]),
+    ];
+    for (prefix, rows, suffix) in cases {
+        let along = m.ints_along(prefix, rows, suffix);
+        assert_eq!(along, one_by_one(prefix, rows as i64, suffix), "{prefix:?} {rows} {suffix:?}");
+    }
+    assert_eq!(m.ints_along(&[F("points")], 2, &[F("y")]), Some(vec![2, 5]));
+    assert_eq!(m.ints_along(&[F("points")], 3, &[F("y")]), None, "past the end");
+    assert_eq!(m.ints_along(&[F("points")], 2, &[F("z")]), None, "no such field");
+    assert_eq!(m.ints_along(&[F("forest"), I(1)], 3, &[F("$tag")]), Some(vec![2, 2, 0]));
+}

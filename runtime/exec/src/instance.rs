@@ -16,10 +16,29 @@ pub trait ExecInstance: InstanceData {
     fn data_index(&self) -> Option<u64> {
         None
     }
+
+    /// The ints at `prefix`, `Index(r)`, `suffix` for each row `r` in `0..rows` (a row
+    /// op's index at every row); `None` if any is missing. The row ops call it once per
+    /// batch; an instance that walks the prefix once overrides it.
+    fn ints_along(&self, prefix: &[ResolvedStep], rows: usize, suffix: &[ResolvedStep]) -> Option<Vec<i64>> {
+        let mut path = prefix.to_vec();
+        path.push(ResolvedStep::Index(0));
+        path.extend_from_slice(suffix);
+        (0..rows)
+            .map(|r| {
+                path[prefix.len()] = ResolvedStep::Index(i64::try_from(r).ok()?);
+                self.int_at(&path)
+            })
+            .collect()
+    }
 }
 
 impl ExecInstance for amp_data::Instance {
     fn f32_at(&self, path: &[ResolvedStep]) -> Option<&[f32]> {
         self.tensor_at(path).map(|t| t.data.as_slice())
+    }
+
+    fn ints_along(&self, prefix: &[ResolvedStep], rows: usize, suffix: &[ResolvedStep]) -> Option<Vec<i64>> {
+        amp_data::Instance::ints_along(self, prefix, rows, suffix)
     }
 }

@@ -122,6 +122,16 @@ fn indices_out_of_range_and_negative_counts_are_clean_errors() {
 }
 
 #[test]
+fn a_row_index_past_the_data_is_a_clean_error() {
+    // Two rows to scatter, one destination: the rows are read in one walk, and the row
+    // that does not fit is reported as evaluating it alone would.
+    let c = scatter();
+    let (op, error, text) = node_error(&c, &msgs(&c, &[1, 2], &[0], 2, 0));
+    assert_eq!(op, "scatter_sum", "{text}");
+    assert!(matches!(&error, OpError::Eval { what: "scatter_sum index", why } if why.contains("dst")), "{error:?}");
+}
+
+#[test]
 fn the_mean_of_an_empty_batch_is_a_clean_error() {
     let c = canonical();
     let data = [canonical_graph(&c, &[1, 3, 0], &[(0, 1), (2, 2), (1, 0)], 1), canonical_graph(&c, &[2], &[], 0)];

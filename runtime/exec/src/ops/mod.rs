@@ -151,10 +151,11 @@ impl<'a> NodeCx<'_, 'a> {
 
     pub fn instance(&self, state: &[i64]) -> Result<&'a (dyn ExecInstance + Sync), OpError> {
         let id = state.first().copied().unwrap_or(-1);
-        usize::try_from(id)
-            .ok()
-            .and_then(|i| self.shared.instances.get(i).copied())
-            .ok_or(OpError::UnknownInstance { instance: id })
+        // A `match`, not `ok_or`: that builds and drops an error at every evaluation.
+        match usize::try_from(id).ok().and_then(|i| self.shared.instances.get(i).copied()) {
+            Some(instance) => Ok(instance),
+            None => Err(OpError::UnknownInstance { instance: id }),
+        }
     }
 
     /// Evaluates a state expression on `state` and the message's instance.
@@ -184,7 +185,10 @@ impl<'a> NodeCx<'_, 'a> {
         len: usize,
     ) -> Result<usize, OpError> {
         let index = self.eval(expr, state, what)?;
-        usize::try_from(index).ok().filter(|&i| i < len).ok_or(OpError::OutOfRange { what, index, len })
+        match usize::try_from(index).ok().filter(|&i| i < len) {
+            Some(i) => Ok(i),
+            None => Err(OpError::OutOfRange { what, index, len }),
+        }
     }
 
     /// A zero gradient for input port `port` (unit for a unit port).
@@ -247,10 +251,6 @@ pub(crate) struct Stacked {
 }
 
 impl Stacked {
-    pub fn new() -> Stacked {
-        Stacked::with_capacity(0)
-    }
-
     /// Room for `values` values (all the messages' together), so that the buffer does
     /// not grow by copies.
     pub fn with_capacity(values: usize) -> Stacked {

@@ -11,7 +11,7 @@ use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{key_of, Key, KeyMap, Msg, Payload};
 use crate::ops::kernels;
-use amp_ir::{FieldId, PayloadTy, ReduceFn, StateExpr};
+use amp_ir::{DataStep, FieldId, PayloadTy, ReduceFn, StateExpr};
 use std::sync::Arc;
 
 /// Keys a [`RowValues`] keeps before it drops the older half of what it keeps.
@@ -32,6 +32,9 @@ const ROW_VALUES_KEPT: usize = 1 << 20;
 pub(crate) struct RowValues {
     field: usize,
     expr: StateExpr,
+    /// For a data path with the row field as one index and nowhere else (`$.edges[%r].src`),
+    /// that step's position: all rows are then read in one walk (`ExecInstance::ints_along`).
+    along: Option<usize>,
     /// The state fields the expression reads besides the row field, and the instance.
     reads: Vec<FieldId>,
     current: KeyMap<Key, Arc<[i64]>>,
@@ -46,8 +49,37 @@ impl RowValues {
         reads.retain(|&f| f != field || f == FieldId(0));
         reads.sort_unstable();
         reads.dedup();
+        let along = match &expr {
+            StateExpr::Data(path) => {
+                let reads_row = |e: &StateExpr| {
+                    let mut fields = Vec::new();
+                    e.fields(&mut fields);
+                    fields.contains(&field)
+                };
+                let at = path.iter().position(|s| matches!(s, DataStep::Index(e) if **e == StateExpr::Field(field)));
+                let elsewhere = path
+                    .iter()
+                    .enumerate()
+                    .any(|(i, s)| Some(i) != at && matches!(s, DataStep::Index(e) if reads_row(e)));
+                at.filter(|_| !elsewhere)
+            }
+            _ => None,
+        };
         let field = usize::from(field.0);
-        RowValues { field, expr, reads, current: KeyMap::default(), kept: 0, previous: KeyMap::default() }
+        RowValues { field, expr, along, reads, current: KeyMap::default(), kept: 0, previous: KeyMap::default() }
+    }
+
+    /// The values at the first `rows` rows in one walk of the data, when the expression
+    /// is a path indexed by the row; `None` to evaluate row by row (which also tells
+    /// why a path does not fit).
+    fn along(&self, cx: &NodeCx, state: &[i64], rows: usize) -> Option<Vec<i64>> {
+        let (StateExpr::Data(path), Some(at)) = (&self.expr, self.along) else { return None };
+        // Row by row, setting a field past the state's end is an error: keep it one.
+        state.get(self.field)?;
+        let instance = cx.instance(state).ok()?;
+        let prefix = amp_ir::resolve_path(&path[..at], state, instance)?;
+        let suffix = amp_ir::resolve_path(&path[at + 1..], state, instance)?;
+        instance.ints_along(&prefix, rows, &suffix)
     }
 
     /// The expression's value at each of the first `rows` rows of a batch whose message
@@ -57,7 +89,8 @@ impl RowValues {
         if let Some(values) = self.current.get(&key).filter(|v| v.len() >= rows) {
             return Ok(Arc::clone(values));
         }
-        let values = match self.previous.remove(&key).filter(|v| v.len() >= rows) {
+        let kept = self.previous.remove(&key).filter(|v| v.len() >= rows);
+        let values = match kept.or_else(|| self.along(cx, state, rows).map(Arc::from)) {
             Some(values) => values,
             None => {
                 let mut state = state.to_vec();
@@ -91,7 +124,11 @@ impl RowValues {
         values[..rows]
             .iter()
             .map(|&index| {
-                usize::try_from(index).ok().filter(|&i| i < len).ok_or(OpError::OutOfRange { what, index, len })
+                // A `match`, not `ok_or`: that builds and drops an error at every row.
+                match usize::try_from(index).ok().filter(|&i| i < len) {
+                    Some(i) => Ok(i),
+                    None => Err(OpError::OutOfRange { what, index, len }),
+                }
             })
             .collect()
     }
@@ -161,10 +198,9 @@ impl ScatterSumOp {
 impl ScatterSumOp {
     /// Adds the rows of `msg`'s batch into `count` zero rows appended to `out`; keeps the
     /// destinations for the backward when training.
-    fn scatter(&mut self, cx: &NodeCx, msg: &Msg, out: &mut Vec<f32>) -> Result<(), OpError> {
+    fn scatter(&mut self, cx: &NodeCx, msg: &Msg, count: usize, out: &mut Vec<f32>) -> Result<(), OpError> {
         let x = msg.payload.values();
         let rows = x.len().checked_div(self.row).unwrap_or(0);
-        let count = cx.eval_count(&self.count, &msg.state, "scatter_sum row count")?;
         let destinations = self.index.indices(cx, &msg.state, rows, "scatter_sum index", count)?;
         let start = out.len();
         out.resize(start + count * self.row, 0.0);
@@ -181,8 +217,9 @@ impl ScatterSumOp {
 
 impl NodeOp for ScatterSumOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        let mut y = Vec::new();
-        self.scatter(cx, &msg, &mut y)?;
+        let count = cx.eval_count(&self.count, &msg.state, "scatter_sum row count")?;
+        let mut y = Vec::with_capacity(count * self.row);
+        self.scatter(cx, &msg, count, &mut y)?;
         cx.forward(0, msg.with_payload(Payload::from_vec(y)));
         Ok(())
     }
@@ -194,10 +231,13 @@ impl NodeOp for ScatterSumOp {
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
-        let mut sums = Stacked::new();
-        for msg in &msgs {
+        let counts = msgs.iter().map(|m| cx.eval_count(&self.count, &m.state, "scatter_sum row count"));
+        let counts = counts.collect::<Result<Vec<_>, _>>()?;
+        // The buffer sized once: grown message by message, it was copied as it grew.
+        let mut sums = Stacked::with_capacity(counts.iter().sum::<usize>().saturating_mul(self.row));
+        for (msg, &count) in msgs.iter().zip(&counts) {
             let mut scattered = Ok(());
-            sums.push(|out| scattered = self.scatter(cx, msg, out));
+            sums.push(|out| scattered = self.scatter(cx, msg, count, out));
             scattered?;
         }
         let mut sums = sums.payloads();
@@ -392,11 +432,18 @@ impl ArmRows {
     /// The batches of `msgs` split among the arms as [`ArmRows::split`] does, each arm's
     /// parts of all of them in one buffer; per message, its part for each arm in arm order.
     fn split_batch(&mut self, cx: &NodeCx, msgs: &[Msg]) -> Result<Vec<Vec<Payload>>, OpError> {
-        let mut arms: Vec<Stacked> = (0..self.arms).map(|_| Stacked::new()).collect();
+        let mut arm_rows = Vec::with_capacity(msgs.len());
+        let mut counts = vec![0usize; self.arms];
         for msg in msgs {
-            let values = msg.payload.values();
-            let rows = rows_in(values.len(), self.row)?;
+            let rows = rows_in(msg.payload.values().len(), self.row)?;
             let arm_of = self.index.indices(cx, &msg.state, rows, "row arm index", self.arms)?;
+            arm_of.iter().for_each(|&k| counts[k] += 1);
+            arm_rows.push(arm_of);
+        }
+        // Each arm's buffer sized once: grown row by row, it was copied as it grew.
+        let mut arms: Vec<Stacked> = counts.iter().map(|&c| Stacked::with_capacity(c * self.row)).collect();
+        for (msg, arm_of) in msgs.iter().zip(&arm_rows) {
+            let values = msg.payload.values();
             for (k, out) in arms.iter_mut().enumerate() {
                 out.push(|part| {
                     let rows = arm_of.iter().enumerate().filter(|&(_, &arm)| arm == k);
