@@ -274,13 +274,10 @@ impl<'a> Problem<'a> {
         let mut times = vec![0.0; self.workers];
         for v in self.topo.nodes() {
             times[assign[v]] += self.load[v];
-            for (u, c) in &self.adj[v] {
-                let (a, b) = (assign[*u], assign[v]);
-                if *u > v && a != b {
-                    let cost = self.cut(c, a, b);
-                    times[a] += cost;
-                    times[b] += cost;
-                }
+            for (a, b, c) in self.cuts_at(v, assign) {
+                let cost = self.cut(c, a, b);
+                times[a] += cost;
+                times[b] += cost;
             }
         }
         times.iter_mut().enumerate().for_each(|(w, t)| *t /= self.speed_of(w));
@@ -315,9 +312,9 @@ impl<'a> Problem<'a> {
         }
         let mut links = vec![0.0; self.processes];
         for v in self.topo.nodes() {
-            for (u, c) in &self.adj[v] {
-                let (p, q) = (self.process[assign[*u]], self.process[assign[v]]);
-                if *u > v && p != q {
+            for (a, b, c) in self.cuts_at(v, assign) {
+                let (p, q) = (self.process[a], self.process[b]);
+                if p != q {
                     links[p] += c.link;
                     links[q] += c.link;
                 }
@@ -339,16 +336,23 @@ impl<'a> Problem<'a> {
     pub fn worker_comm(&self, assign: &[usize]) -> Vec<f64> {
         let mut comm = vec![0.0; self.workers];
         for v in self.topo.nodes() {
-            for (u, c) in &self.adj[v] {
-                let (a, b) = (assign[*u], assign[v]);
-                if *u > v && a != b {
-                    let cost = self.cut(c, a, b);
-                    comm[a] += cost;
-                    comm[b] += cost;
-                }
+            for (a, b, c) in self.cuts_at(v, assign) {
+                let cost = self.cut(c, a, b);
+                comm[a] += cost;
+                comm[b] += cost;
             }
         }
         comm
+    }
+
+    /// The edges cut under `assign` between `v` and its later-numbered neighbours (so that
+    /// walking every node counts each cut pair once): the neighbour's worker, `v`'s worker
+    /// and what the pair costs.
+    fn cuts_at<'s>(&'s self, v: usize, assign: &'s [usize]) -> impl Iterator<Item = (usize, usize, &'s Cut)> + 's {
+        self.adj[v]
+            .iter()
+            .filter(move |(u, _)| *u > v && assign[*u] != assign[v])
+            .map(move |(u, c)| (assign[*u], assign[v], c))
     }
 
     pub(crate) fn eps(&self) -> f64 {

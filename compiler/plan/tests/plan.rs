@@ -353,21 +353,25 @@ fn a_cheap_loop_stays_on_one_worker() {
     }
 }
 
-#[test]
-fn a_heavy_ppt_gets_its_own_worker_and_a_replica_proposal() {
-    let g = graph(ONE_HEAVY);
-    // Cheap messages between workers (with the default 4 µs each, the cheap nodes after
-    // the big product rather join it than pay for the cut), slow products and rare plain
-    // SGD updates, so that the big product's load is its per-message work, which copies
-    // share.
-    let cheap = Assumptions {
+/// Cheap messages between workers (with the default 4 µs each, the cheap nodes after
+/// the big product of `ONE_HEAVY` rather join it than pay for the cut), slow products and
+/// rare plain SGD updates, so that the big product's load is its per-message work, which
+/// copies share.
+fn cheap_messages() -> Assumptions {
+    Assumptions {
         hop_us: 0.5,
         cross_us: 0.5,
         flops_per_us: 10.0,
         update_every: 64.0,
         plain_sgd: true,
         ..Assumptions::default()
-    };
+    }
+}
+
+#[test]
+fn a_heavy_ppt_gets_its_own_worker_and_a_replica_proposal() {
+    let g = graph(ONE_HEAVY);
+    let cheap = cheap_messages();
     let costs = estimate(&g, &cheap, None).unwrap();
     let share = node(&costs, 4).load_us / costs.total_us();
     assert!(share > 0.34, "the big Ppt is a third of the work at least ({share})");
@@ -424,14 +428,7 @@ fn replicas_are_proposed_only_where_predicted_to_pay() {
 #[test]
 fn replica_proposals_read_from_a_file_are_checked() {
     let g = graph(ONE_HEAVY);
-    let cheap = Assumptions {
-        hop_us: 0.5,
-        cross_us: 0.5,
-        flops_per_us: 10.0,
-        update_every: 64.0,
-        plain_sgd: true,
-        ..Assumptions::default()
-    };
+    let cheap = cheap_messages();
     let good = plan(&g, &estimate(&g, &cheap, None).unwrap(), 4).unwrap();
     let placement = good.placement(&g).unwrap();
     assert!(good.replica_nodes(&g, &placement).is_ok());
