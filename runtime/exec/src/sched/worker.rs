@@ -22,18 +22,18 @@
 //! other one by one in the same step), and their later tickets find the queue emptier (a
 //! ticket for an empty queue is skipped); a node whose op batches (a fused kernel, a
 //! split of batches) takes them from anywhere in its queue, so that the gradients of its
-//! ports, which often arrive interleaved, each make one call. Nodes whose op waits for batches (`linear`, not the fused kernels)
-//! take no tickets: their messages wait on the [`Agenda`], served only when no other
-//! work is queued: the other nodes first carry every instance as far as it goes, so that
-//! a Linear node then finds the messages of all of them in one batch, where a GEMM costs
-//! much less per row than for one message. The agenda then takes a lane (a node's
-//! messages of one direction and port, wherever they are in its queue): forward before
-//! backward, and in each the node that nothing still queued on the agenda would feed
-//! more rows (by the node's depth in the graph), so that a node runs once on everything
-//! that reaches it; any lane passed over too often goes first (`sched::agenda`:
-//! starvation-free, deterministic). With `max_batch` 1 there is no
-//! agenda and this is exactly first-come first-served. When its queues run dry the
-//! worker waits on its channel, then takes everything already there, so that the
+//! ports, which often arrive interleaved, each make one call. Nodes whose op waits for
+//! batches (`linear`, not the fused kernels) take no tickets: their messages wait on the
+//! [`Agenda`], served only when no other work is queued: the other nodes first carry
+//! every instance as far as it goes, so that a Linear node then finds the messages of
+//! all of them in one batch, where a GEMM costs much less per row than for one message.
+//! The agenda then takes a lane (a node's messages of one direction and port, wherever
+//! they are in its queue): forward before backward, and in each the node that nothing
+//! still queued on the agenda would feed more rows (by the node's depth in the graph),
+//! so that a node runs once on everything that reaches it; any lane passed over too
+//! often goes first (`sched::agenda`: starvation-free, deterministic). With `max_batch`
+//! 1 there is no agenda and this is exactly first-come first-served. When its queues run
+//! dry the worker waits on its channel, then takes everything already there, so that the
 //! messages of all instances in flight wait together.
 //!
 //! Admissions this worker makes for its own source join its queues when they run dry,
