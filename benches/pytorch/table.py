@@ -13,6 +13,11 @@ minibatch (`--max-active-keys m --async --min-update-frequency m`, plain SGD lr 
 epoch). Prints the median training instances/s of each and the ratios Amp / PyTorch and
 Amp 2 workers / 1 as a Markdown table, then every run's numbers.
 
+Beside them, "products alone" (`floor.py`, measured once before the rounds): the
+instances/s one thread would reach doing nothing but the model's Linear products at
+PyTorch's single-thread GEMM rate, and whether the issue's goal (2× PyTorch; MoE 10×)
+lies below it; where it does not, no executor meets the goal with these GEMMs.
+
 The machine's load changes both sides' rates; the rounds alternate so that a busy stretch
 slows both, but the ratios of one run on a shared 2-core machine are still noisy: record
 `uptime` beside them.
@@ -92,6 +97,18 @@ def amp_rate(opts, row, data, batch, workers, tmp):
     return [r for r in rows if r.get("split") == "train"][-1]["instances_per_s"]
 
 
+def products_alone(opts, tmp):
+    """{(row, batch): instances/s of the row's Linear products alone} (`floor.py`)."""
+    out = run([opts.python, os.path.join(HERE, "floor.py"), "--data-dir", tmp, "--models", *opts.models,
+               "--batch", *map(str, opts.batch)])
+    floors = {}
+    for line in out.splitlines():
+        m = re.match(r"floor (\S+) (\d+) ([\d.]+)", line)
+        if m:
+            floors[(m.group(1), int(m.group(2)))] = float(m.group(3))
+    return floors
+
+
 def check(opts, row, data):
     _, _, _, script, _, _ = ROWS[row]
     flags = [f for f in script[1:] if f not in ("--no-check", "--train-only")]
@@ -132,6 +149,7 @@ def main():
         if not opts.no_check:
             for row in opts.models:
                 check(opts, row, data[row])
+        floors = products_alone(opts, tmp)
         for r in range(opts.rounds):
             for row in opts.models:
                 for b, rate in torch_rates(opts, row, data[row], opts.batch).items():
@@ -146,13 +164,17 @@ def main():
     print(f"Training instances/s, medians of {opts.rounds} alternating rounds; PyTorch 1 thread, its "
           f"hand-batched variant; Amp m in flight, an update every m; plain SGD")
     print()
-    print("| model | m | PyTorch best | Amp, 1 worker | Amp / PyTorch | Amp 2 workers / 1 |")
-    print("|---|---|---|---|---|---|")
+    print("| model | m | PyTorch best | Amp, 1 worker | Amp / PyTorch | Amp 2 workers / 1 | products alone | goal below it |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in opts.models:
         label, variant = ROWS[row][0], ROWS[row][5]
+        goal = 10 if row == "moe" else 2
         for b in opts.batch:
             t, a1, a2 = med(torch[(row, b)]), med(amp1[(row, b)]), med(amp2[(row, b)])
-            print(f"| {label} | {b} | {fmt(t)} ({variant}) | {fmt(a1)} | **{a1 / t:.2f}×** | {a2 / a1:.2f}× |")
+            f = floors[(row, b)]
+            reach = f"yes ({goal}× = {fmt(goal * t)})" if f >= goal * t else f"no ({goal}× = {fmt(goal * t)})"
+            print(f"| {label} | {b} | {fmt(t)} ({variant}) | {fmt(a1)} | **{a1 / t:.2f}×** | {a2 / a1:.2f}× "
+                  f"| {fmt(f)} | {reach} |")
     print()
     print("load averages (1, 5, 15 min) before: " + ", ".join(f"{x:.2f}" for x in load_before)
           + "; after: " + ", ".join(f"{x:.2f}" for x in load_after))
