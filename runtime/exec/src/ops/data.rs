@@ -1,7 +1,7 @@
 //! Where messages come from and go: `source`, `read` (instance data), `const`, `forget`
 //! (drops a payload, keeping the control) and `sink` (the inference output).
 
-use super::{Emit, NodeCx, NodeOp};
+use super::{Emit, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{KeyMap, Msg, Payload};
@@ -47,10 +47,9 @@ impl ReadOp {
         }
         text
     }
-}
 
-impl NodeOp for ReadOp {
-    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+    /// Appends the leaf that `msg`'s instance holds to `out`.
+    fn read_into(&self, cx: &NodeCx, msg: &Msg, out: &mut Vec<f32>) -> Result<(), OpError> {
         let instance = cx.instance(&msg.state)?;
         let missing = || OpError::MissingData { path: self.describe() };
         let path = resolve_path(&self.path, &msg.state, instance).ok_or_else(missing)?;
@@ -58,7 +57,37 @@ impl NodeOp for ReadOp {
         if values.len() != self.elements {
             return Err(OpError::PayloadSize { expected: self.elements, found: values.len() });
         }
-        cx.forward(0, msg.with_payload(Payload::from_vec(values.to_vec())));
+        out.extend_from_slice(values);
+        Ok(())
+    }
+}
+
+impl NodeOp for ReadOp {
+    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        let mut values = Vec::with_capacity(self.elements);
+        self.read_into(cx, &msg, &mut values)?;
+        cx.forward(0, msg.with_payload(Payload::from_vec(values)));
+        Ok(())
+    }
+
+    /// A read feeds a Linear layer or an expert's router (the MLP's pixels, MoE's `x`):
+    /// its messages' rows written into one buffer are read in place by the next batch
+    /// instead of being stacked again there.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let mut rows = Stacked::with_capacity(msgs.len() * self.elements);
+        for msg in &msgs {
+            let mut read = Ok(());
+            rows.push(|values| read = self.read_into(cx, msg, values));
+            read?;
+        }
+        let mut rows = rows.payloads();
+        for msg in msgs {
+            cx.forward(0, msg.with_payload(rows.next().unwrap_or(Payload::Unit)));
+        }
         Ok(())
     }
 
