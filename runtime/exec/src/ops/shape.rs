@@ -53,37 +53,95 @@ impl ConcatOp {
     }
 }
 
-impl NodeOp for ConcatOp {
-    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
-        let key = cx.key(&msg.state);
-        let Some((_, parts)) = self.join.offer(key, usize::from(port), msg)? else { return Ok(()) };
-        let rows = row_count(&parts, &self.widths, self.batch)?;
-        let mut values = Vec::with_capacity(rows * self.widths.iter().sum::<usize>());
+impl ConcatOp {
+    /// Appends the rows of a completed key's parts, joined row by row, to `out`.
+    fn join_rows(&self, parts: &[Msg], out: &mut Vec<f32>) -> Result<(), OpError> {
+        let rows = row_count(parts, &self.widths, self.batch)?;
+        out.reserve(rows * self.widths.iter().sum::<usize>());
         for r in 0..rows {
             for (part, &w) in parts.iter().zip(&self.widths) {
-                values.extend_from_slice(&part.payload.values()[r * w..(r + 1) * w]);
+                out.extend_from_slice(&part.payload.values()[r * w..(r + 1) * w]);
             }
         }
-        let Some(first) = parts.into_iter().next() else { return Ok(()) };
-        cx.forward(0, first.with_payload(Payload::from_vec(values)));
         Ok(())
     }
 
-    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
-        let dy = grad.payload.values();
+    /// The rows of a gradient over the joined width; a length that is not whole rows is
+    /// an error.
+    fn grad_rows(&self, dy: &[f32]) -> Result<usize, OpError> {
         let total: usize = self.widths.iter().sum();
         let rows = dy.len().checked_div(total).unwrap_or(0);
         if rows * total != dy.len() || (total == 0 && !dy.is_empty()) {
             return Err(OpError::PayloadSize { expected: rows * total, found: dy.len() });
         }
-        let mut start = 0;
-        for (port, &w) in self.widths.iter().enumerate() {
-            let mut part = Vec::with_capacity(rows * w);
-            for r in 0..rows {
-                part.extend_from_slice(&dy[r * total + start..r * total + start + w]);
+        Ok(rows)
+    }
+
+    /// Appends input `port`'s columns of every row of `dy` to `out`.
+    fn part_of(&self, dy: &[f32], rows: usize, port: usize, out: &mut Vec<f32>) {
+        let total: usize = self.widths.iter().sum();
+        let start: usize = self.widths[..port].iter().sum();
+        let w = self.widths[port];
+        out.reserve(rows * w);
+        for r in 0..rows {
+            out.extend_from_slice(&dy[r * total + start..r * total + start + w]);
+        }
+    }
+}
+
+impl NodeOp for ConcatOp {
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
+        self.forward_batch(cx, port, vec![msg])
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
+        self.backward_batch(cx, port, vec![grad])
+    }
+
+    /// A concat usually feeds a Linear layer (Tree-LSTM's children, list-reduce's token
+    /// and state): the keys a batch completes are joined into one buffer that the Linear
+    /// reads in place, and the gradients' parts into one buffer per input.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let mut ready = Vec::new();
+        for msg in msgs {
+            let key = cx.key(&msg.state);
+            if let Some((_, parts)) = self.join.offer(key, usize::from(port), msg)? {
+                ready.push(parts);
             }
-            cx.backward(port as u16, grad.sibling(Payload::from_vec(part)));
-            start += w;
+        }
+        let values = ready.iter().flatten().map(|m| m.payload.values().len()).sum();
+        let mut joined = Stacked::with_capacity(values);
+        for parts in &ready {
+            let mut done = Ok(());
+            joined.push(|values| done = self.join_rows(parts, values));
+            done?;
+        }
+        let mut joined = joined.payloads();
+        for parts in ready {
+            let Some(first) = parts.into_iter().next() else { continue };
+            cx.forward(0, first.with_payload(joined.next().unwrap_or(Payload::Unit)));
+        }
+        Ok(())
+    }
+
+    fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        let rows = grads.iter().map(|g| self.grad_rows(g.payload.values())).collect::<Result<Vec<_>, _>>()?;
+        let count: usize = rows.iter().sum();
+        let mut parts: Vec<Stacked> = self.widths.iter().map(|&w| Stacked::with_capacity(count * w)).collect();
+        for (grad, &rows) in grads.iter().zip(&rows) {
+            for (port, out) in parts.iter_mut().enumerate() {
+                out.push(|values| self.part_of(grad.payload.values(), rows, port, values));
+            }
+        }
+        let mut parts: Vec<_> = parts.into_iter().map(Stacked::payloads).collect();
+        for grad in grads {
+            for (port, part) in parts.iter_mut().enumerate() {
+                cx.backward(port as u16, grad.sibling(part.next().unwrap_or(Payload::Unit)));
+            }
         }
         Ok(())
     }
