@@ -122,7 +122,7 @@ impl FusedOp {
                     if let Some(all) = in_place.get(b).copied().flatten() {
                         return Cow::Borrowed(all);
                     }
-                    let mut all = Vec::new();
+                    let mut all = Vec::with_capacity(args.iter().map(|key| key[b].len()).sum::<usize>().max(rows));
                     for (key, &count) in args.iter().zip(counts) {
                         match key[b] {
                             [value] if repeats(b) => all.extend(std::iter::repeat_n(*value, count)),
@@ -245,7 +245,11 @@ impl FusedOp {
             _ if per_row == 0 || !complete => None,
             [one] => Some(Cow::Borrowed(one.values.values())),
             all => Some(Payload::contiguous(all.iter().map(|s| &s.values)).map_or_else(
-                || Cow::Owned(all.iter().flat_map(|s| s.values.values().iter().copied()).collect()),
+                || {
+                    let mut stacked = Vec::with_capacity(all.iter().map(|s| s.values.values().len()).sum());
+                    all.iter().for_each(|s| stacked.extend_from_slice(s.values.values()));
+                    Cow::Owned(stacked)
+                },
                 Cow::Borrowed,
             )),
         };
