@@ -42,6 +42,39 @@ fn replicas_serve_messages_on_every_worker_and_show_in_the_trace() {
     }
 }
 
+/// An embedding caches nothing, so its key is empty and every message would share it: its
+/// copies' choices are remembered per instance, and each copy gets back exactly the
+/// gradients of the lookups it served (its reads are answered where they were noted).
+#[test]
+fn a_replicated_embedding_takes_back_the_gradients_of_its_own_lookups() {
+    let (graph, data) = list_reduce();
+    let config = ExecConfig {
+        workers: 2,
+        max_active_keys: 8,
+        replicas: vec![(NodeSelector::Label("embed".into()), 2)],
+        trace: true,
+        ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1))
+    };
+    let mut ex = executor(&graph, 1, config);
+    let replicas = ex.replica_nodes();
+    assert_eq!(replicas.len(), 1, "one extra copy of `embed`");
+    let (replica, original) = replicas[0];
+    ex.train_epoch(&data).unwrap();
+    let trace = ex.take_trace();
+    let messages = |node: u32, kind: TraceKind| -> u32 {
+        trace.iter().filter(|e| e.node == node && e.kind == kind).map(|e| e.batch).sum()
+    };
+    let tokens: usize = (0..48).map(|i| 1 + i % 5).sum();
+    let mut forward_total = 0;
+    for node in [original, replica] {
+        let (forward, backward) = (messages(node, TraceKind::Forward), messages(node, TraceKind::Backward));
+        assert!(forward > 0, "%{node} served no lookup");
+        assert_eq!(backward, forward, "%{node} served {forward} lookups and took {backward} gradients");
+        forward_total += forward as usize;
+    }
+    assert_eq!(forward_total, tokens, "one lookup per token");
+}
+
 #[test]
 fn asynchronous_training_with_lagging_replicas_learns_and_inference_is_unchanged() {
     let (graph, data) = list_reduce();

@@ -14,7 +14,11 @@
 //!   steps of microseconds queues are nearly always empty, so queue length alone cannot
 //!   tell a slow copy from a fast one; the service time can. The choice is remembered
 //!   under the node's key, and the backward messages of that key go to the same replica
-//!   (it holds the cache).
+//!   (it holds the cache). A node that caches nothing (an Embedding: its key is empty,
+//!   every message would share it) remembers its choices per instance instead, and each
+//!   copy gets as many of the instance's gradients as it served its forward messages:
+//!   the work of the backward spreads like the forward's, and each read a copy noted is
+//!   answered there (staleness is measured, and no read stays owed).
 //! - Gradients: each replica accumulates into its own buffers. The node's parameter group
 //!   (the master, updated by its owner as without replicas) adds every replica's gradient
 //!   into its own before each update, so an update sees the gradients of all instances
@@ -29,7 +33,8 @@
 use super::program::{GroupInfo, NodeInfo, Program};
 use crate::config::{ExecConfig, NodeSelector};
 use crate::error::ExecError;
-use crate::message::Key;
+use crate::message::{key_of, Key};
+use amp_ir::FieldId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -63,8 +68,10 @@ pub(crate) struct Routes {
     /// (an EWMA, as `f64` bits; 0 before its first measurement): written only by the
     /// worker that runs the node, read by every worker that routes to it.
     service: Vec<AtomicU64>,
-    /// The replica serving `(node, key)`, and how many backward messages it still awaits.
-    chosen: Mutex<HashMap<(u32, Key), (u32, usize)>>,
+    /// The replicas serving `(node, key)`, each with how many backward messages it still
+    /// awaits (one replica under a node's key; one per copy that served a forward message
+    /// of the instance under a keyless node's, see [`Routes::key`]).
+    chosen: Mutex<HashMap<(u32, Key), Vec<(u32, usize)>>>,
 }
 
 impl Routes {
@@ -101,23 +108,43 @@ impl Routes {
         }
         let replica = replicas.get(chosen).copied().unwrap_or(node);
         if backward > 0 {
-            self.table().insert((node, key), (replica, backward));
+            let mut table = self.table();
+            let serving = table.entry((node, key)).or_default();
+            match serving.iter_mut().find(|(r, _)| *r == replica) {
+                Some((_, owed)) => *owed += backward,
+                None => serving.push((replica, backward)),
+            }
         }
         replica
     }
 
-    /// The replica that served the forward message of `key` at `node`; `None` when none
-    /// is on record (the message then goes to `node` itself, which reports the missing
-    /// cache).
+    /// A replica that served a forward message of `key` at `node` and still awaits a
+    /// backward one; `None` when none is on record (the message then goes to `node`
+    /// itself, which reports the missing cache).
     pub fn backward(&self, node: u32, key: Key) -> Option<u32> {
         let mut table = self.table();
-        let entry = table.get_mut(&(node, key.clone()))?;
-        let replica = entry.0;
-        entry.1 = entry.1.saturating_sub(1);
-        if entry.1 == 0 {
-            table.remove(&(node, key));
+        let serving = table.get_mut(&(node, key.clone()))?;
+        let (replica, owed) = serving.first_mut()?;
+        let replica = *replica;
+        *owed = owed.saturating_sub(1);
+        if *owed == 0 {
+            serving.swap_remove(0);
+            if serving.is_empty() {
+                table.remove(&(node, key));
+            }
         }
         Some(replica)
+    }
+
+    /// The key `node`'s choices are remembered under for a message of `state`: the node's
+    /// key, or for a node that caches nothing (an empty key, which every message would
+    /// share) the message's instance.
+    pub fn key(node: &NodeInfo, state: &[i64]) -> Key {
+        if node.key.is_empty() {
+            key_of(&[FieldId(0)], state)
+        } else {
+            key_of(&node.key, state)
+        }
     }
 
     /// A message was queued for `node`.
@@ -166,7 +193,7 @@ impl Routes {
         self.service.get(node as usize).map_or(0.0, |s| f64::from_bits(s.load(Ordering::Relaxed)))
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, Key), (u32, usize)>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, Key), Vec<(u32, usize)>>> {
         self.chosen.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

@@ -48,6 +48,7 @@ use crate::cluster::{Peers, ReportTo, Wire};
 use crate::config::{Fault, SlowWorker};
 use crate::error::{ExecError, OpError};
 use crate::load::program::{GroupInfo, NodeInfo, Program};
+use crate::load::replicas::Routes;
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
@@ -712,7 +713,7 @@ impl Worker<'_, '_> {
         let routes = &self.setup.shared.routes;
         let mut target = program.node(env.node);
         if let Some(node) = target.filter(|n| n.replicas.len() > 1) {
-            let key = key_of(&node.key, &env.msg.state);
+            let key = Routes::key(node, &env.msg.state);
             env.node = match env.dir {
                 Dir::Forward => {
                     let backward =
