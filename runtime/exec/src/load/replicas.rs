@@ -53,6 +53,10 @@ const TIE_MARGIN: f64 = 0.1;
 /// steps and one slow step (a preemption) moves it by an eighth.
 const SERVICE_WEIGHT: f64 = 0.125;
 
+/// Per `(node, key)`, the replicas that served a forward message and the backward
+/// messages each still awaits.
+type Chosen = HashMap<(u32, Key), Vec<(u32, usize)>>;
+
 /// Where the messages of replicated nodes go, during one run.
 #[derive(Default)]
 pub(crate) struct Routes {
@@ -71,7 +75,7 @@ pub(crate) struct Routes {
     /// The replicas serving `(node, key)`, each with how many backward messages it still
     /// awaits (one replica under a node's key; one per copy that served a forward message
     /// of the instance under a keyless node's, see [`Routes::key`]).
-    chosen: Mutex<HashMap<(u32, Key), Vec<(u32, usize)>>>,
+    chosen: Mutex<Chosen>,
 }
 
 impl Routes {
@@ -193,7 +197,7 @@ impl Routes {
         self.service.get(node as usize).map_or(0.0, |s| f64::from_bits(s.load(Ordering::Relaxed)))
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<(u32, Key), Vec<(u32, usize)>>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, Chosen> {
         self.chosen.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
