@@ -84,7 +84,10 @@ fn asynchronous_training_with_lagging_replicas_learns_and_inference_is_unchanged
         sync_updates: false,
         replicas: vec![(NodeSelector::Label("cell".into()), 2), (NodeSelector::Label("embed".into()), 2)],
         replica_sync: 4,
-        ..ExecConfig::deterministic(4, OptimConfig::adam(0.02))
+        // At 0.02 the loss after 12 epochs had a long tail over runs on a loaded machine
+        // (copies up to 3 updates old, asynchronous: about 1 run in 100 ended above the
+        // bound below, one at 5.7 from 2.3); at 0.005 it fell to 0.38-0.55 in 210 runs.
+        ..ExecConfig::deterministic(4, OptimConfig::adam(0.005))
     };
     let mut ex = executor(&graph, 3, replicated.clone());
     let before = ex.evaluate(&data).unwrap().loss;
