@@ -21,7 +21,12 @@
 //! group of batches (a batched map's elementwise chain, `FusedGroup::batch`) a message's
 //! vectors hold any number of rows, all of them rows of the same kernel call, and a
 //! scalar input (a constant) is repeated for each of its key's rows (its gradient is the
-//! sum over them).
+//! sum over them). There a part of an absorbed split is a column block of every row of
+//! its port ([`Block`]), gathered into one contiguous buffer for the call (the kernel
+//! reads rows of `n` packed values; a strided kernel would need a second code path in
+//! the JIT and its interpreter for one copy per part, the copy the split made itself);
+//! the port's gradient is the parts' gradients written at their columns, zeros in the
+//! columns of a part the group does not read, in one buffer for all keys of the call.
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
@@ -61,6 +66,12 @@ pub(crate) struct FusedOp {
     whole_input: Vec<Option<usize>>,
     /// Per kernel input, whether it is a scalar (one value per row).
     scalar_input: Vec<bool>,
+    /// Per kernel input of a group of batches, the columns of its port's rows it reads
+    /// when not all of them (a part of an absorbed split).
+    blocks: Vec<Option<Block>>,
+    /// Per kernel input, the f32s per row of what [`FusedOp::kernel_inputs`] gives for
+    /// it: the port's whole rows in a group of batches, the input's own otherwise.
+    read_widths: Vec<usize>,
     forward_join: Join,
     backward_join: Join,
     saved: Keyed<Saved>,
@@ -83,10 +94,30 @@ impl FusedOp {
                 }
             })
             .collect();
-        let scalar_input = spec.inputs().iter().map(|&w| w == Width::Scalar).collect();
+        let scalar_input: Vec<bool> = spec.inputs().iter().map(|&w| w == Width::Scalar).collect();
+        let port_width = |port: usize| group.port_widths.get(port).copied().unwrap_or(0);
+        let blocks = group
+            .slices
+            .iter()
+            .zip(&input_widths)
+            .zip(&scalar_input)
+            .map(|((slice, &width), &scalar)| {
+                let stride = port_width(slice.port);
+                let partial = slice.offset != 0 || width != stride;
+                (group.batch && !scalar && partial).then_some(Block { offset: slice.offset, width, stride })
+            })
+            .collect();
+        let read_widths = group
+            .slices
+            .iter()
+            .zip(&input_widths)
+            .map(|(slice, &width)| if group.batch { port_width(slice.port) } else { width })
+            .collect();
         FusedOp {
             whole_input,
             scalar_input,
+            blocks,
+            read_widths,
             forward_join: Join::new(group.port_widths.len()),
             backward_join: Join::new(output_widths.len()),
             input_widths,
@@ -98,10 +129,10 @@ impl FusedOp {
 
     /// One kernel call over the rows of every key: key `k` brings `counts[k]` rows (one
     /// but in a group of batches), buffer `b` of it is `args[k][b]` (a kernel input's
-    /// scalar, one value, stands for each of the key's rows), or, where `in_place[b]` has
-    /// them, the rows of all keys as one range of a buffer (the pieces of an earlier
-    /// batch, read without a copy); returns the `widths.len()` outputs, each
-    /// `rows × width` values.
+    /// scalar, one value, stands for each of the key's rows; a [`Block`]'s port rows, of
+    /// which it takes its columns), or, where `in_place[b]` has them, the rows of all
+    /// keys as one range of a buffer (the pieces of an earlier batch, read without a
+    /// copy); returns the `widths.len()` outputs, each `rows × width` values.
     fn call(
         &self,
         pass: Pass,
@@ -112,28 +143,8 @@ impl FusedOp {
     ) -> Result<Vec<Vec<f32>>, OpError> {
         let buffers = args.first().map_or(0, Vec::len);
         let rows: usize = counts.iter().sum();
-        let repeats = |b: usize| self.scalar_input.get(b).copied().unwrap_or(false);
-        let stacked: Vec<Cow<[f32]>>;
-        let inputs: Vec<&[f32]> = if args.len() == 1 && (rows == 1 || (0..buffers).all(|b| !repeats(b))) {
-            args[0].clone()
-        } else {
-            stacked = (0..buffers)
-                .map(|b| {
-                    if let Some(all) = in_place.get(b).copied().flatten() {
-                        return Cow::Borrowed(all);
-                    }
-                    let mut all = Vec::new();
-                    for (key, &count) in args.iter().zip(counts) {
-                        match key[b] {
-                            [value] if repeats(b) => all.extend(std::iter::repeat_n(*value, count)),
-                            values => all.extend_from_slice(values),
-                        }
-                    }
-                    Cow::Owned(all)
-                })
-                .collect();
-            stacked.iter().map(|b| &**b).collect()
-        };
+        let stacked = (0..buffers).map(|b| self.buffer(b, (args, in_place), counts)).collect::<Result<Vec<_>, _>>()?;
+        let inputs: Vec<&[f32]> = stacked.iter().map(|b| &**b).collect();
         let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows]).collect();
         let mut views: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
         let kernel = &self.group.kernel;
@@ -150,6 +161,36 @@ impl FusedOp {
         Ok(outputs)
     }
 
+    /// Buffer `b` of a call (see [`FusedOp::call`]): borrowed where one key's values or
+    /// the in-place range are already what the kernel reads, else the keys' rows stacked
+    /// (scalars repeated per row, blocks gathered).
+    fn buffer<'a>(
+        &self,
+        b: usize,
+        (args, in_place): KernelArgs<'a>,
+        counts: &[usize],
+    ) -> Result<Cow<'a, [f32]>, OpError> {
+        if let Some(all) = in_place.get(b).copied().flatten() {
+            return Ok(Cow::Borrowed(all));
+        }
+        let repeats = self.scalar_input.get(b).copied().unwrap_or(false);
+        let block = self.blocks.get(b).copied().flatten();
+        if let ([key], [count], None) = (args, counts, block) {
+            if *count == 1 || !repeats {
+                return Ok(Cow::Borrowed(key[b]));
+            }
+        }
+        let mut all = Vec::new();
+        for (key, &count) in args.iter().zip(counts) {
+            match (key[b], block) {
+                ([value], _) if repeats => all.extend(std::iter::repeat_n(*value, count)),
+                (values, Some(block)) => block.gather(values, &mut all)?,
+                (values, None) => all.extend_from_slice(values),
+            }
+        }
+        Ok(Cow::Owned(all))
+    }
+
     /// Per kernel input, the rows of every key in place (see [`FusedOp::call`]) when the
     /// input reads its port whole, one row per key or a vector input of a group of
     /// batches, and the keys' payloads of that port are consecutive pieces of one buffer.
@@ -160,11 +201,9 @@ impl FusedOp {
             .iter()
             .enumerate()
             .map(|(i, slice)| {
-                let whole = if group.batch {
-                    !self.scalar_input.get(i).copied().unwrap_or(true)
-                } else {
-                    self.whole_input.get(slice.port).copied().flatten() == Some(i)
-                };
+                // A scalar of a group of batches is repeated per row, not read in place.
+                let repeated = group.batch && self.scalar_input.get(i).copied().unwrap_or(true);
+                let whole = !repeated && self.whole_input.get(slice.port).copied().flatten() == Some(i);
                 let payloads = keys.iter().map(|msgs| msgs.get(slice.port).map(|m| &m.payload));
                 whole.then(|| payloads.collect::<Option<Vec<&Payload>>>()).flatten().and_then(Payload::contiguous)
             })
@@ -253,49 +292,54 @@ impl FusedOp {
         let mut grads = self.call(Pass::Backward, (&rows, &in_place), &counts, &self.input_widths, from_saved)?;
         drop(all_saved);
         let group = &self.group;
-        // Each port read whole by one vector kernel input: that input's gradients, one
-        // piece per key.
-        let mut whole: Vec<Option<std::vec::IntoIter<Payload>>> = (0..group.port_widths.len())
-            .map(|port| {
-                let i = self.whole_input.get(port).copied().flatten()?;
-                if group.batch && self.scalar_input.get(i).copied().unwrap_or(false) {
-                    return None;
-                }
-                let values = std::mem::take(grads.get_mut(i)?);
-                Some(pieces(values, &counts, group.port_widths[port]).into_iter())
-            })
-            .collect();
+        let total: usize = counts.iter().sum();
+        // Per port, one piece per key: a port read whole by one vector kernel input gets
+        // that input's gradients; a port read in parts (an absorbed split) its parts'
+        // gradients at their columns, every key's rows in one buffer (a part the group
+        // does not read stays zero). A scalar repeated per row of a batch has none here.
+        let mut per_port: Vec<Option<std::vec::IntoIter<Payload>>> = Vec::with_capacity(group.port_widths.len());
+        for (port, &width) in group.port_widths.iter().enumerate() {
+            let values = match self.whole_input.get(port).copied().flatten() {
+                Some(i) if group.batch && self.scalar_input.get(i).copied().unwrap_or(false) => None,
+                Some(i) => grads.get_mut(i).map(std::mem::take),
+                None => Some(self.assemble(port, width, total, &grads)?),
+            };
+            per_port.push(values.map(|values| pieces(values, &counts, width).into_iter()));
+        }
         let mut start = 0;
-        for (r, (s, &count)) in saved.into_iter().zip(&counts).enumerate() {
-            for (port, (input, &width)) in s.inputs.into_iter().zip(&group.port_widths).enumerate() {
-                if let Some(piece) = whole.get_mut(port).and_then(Option::as_mut) {
+        for (s, &count) in saved.into_iter().zip(&counts) {
+            for (port, input) in s.inputs.into_iter().enumerate() {
+                if let Some(piece) = per_port.get_mut(port).and_then(Option::as_mut) {
                     cx.backward(port as u16, input.with_payload(piece.next().unwrap_or(Payload::Unit)));
-                    continue;
-                }
-                if let Some(i) = self.whole_input.get(port).copied().flatten() {
+                } else if let Some(i) = self.whole_input.get(port).copied().flatten() {
                     // A scalar repeated for each row of a batch: the sum of its rows'
                     // gradients.
                     let grad = vec![grads[i][start..start + count].iter().sum::<f32>()];
                     cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
-                    continue;
                 }
-                // Otherwise: its kernel inputs' gradients at their offsets (a part of an
-                // absorbed split that the group does not read stays zero).
-                let mut grad = vec![0.0; width];
-                for ((slice, values), &w) in group.slices.iter().zip(&grads).zip(&self.input_widths) {
-                    if slice.port == port {
-                        let part = &values[r * w..(r + 1) * w];
-                        let dst = grad
-                            .get_mut(slice.offset..slice.offset + w)
-                            .ok_or(OpError::PayloadSize { expected: slice.offset + w, found: width })?;
-                        dst.copy_from_slice(part);
-                    }
-                }
-                cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
             }
             start += count;
         }
         Ok(())
+    }
+
+    /// The gradient of input port `port`, `rows` rows of `width`, read in parts by the
+    /// kernel inputs: each part's gradients (`grads`, per kernel input) written at its
+    /// columns of every row, zeros elsewhere.
+    fn assemble(&self, port: usize, width: usize, rows: usize, grads: &[Vec<f32>]) -> Result<Vec<f32>, OpError> {
+        let mut grad = vec![0.0; rows * width];
+        for ((slice, part), &w) in self.group.slices.iter().zip(grads).zip(&self.input_widths) {
+            if slice.port != port || w == 0 {
+                continue;
+            }
+            if slice.offset + w > width || part.len() != rows * w {
+                return Err(OpError::PayloadSize { expected: slice.offset + w, found: width });
+            }
+            for (dst, src) in grad.chunks_exact_mut(width).zip(part.chunks_exact(w)) {
+                dst[slice.offset..slice.offset + w].copy_from_slice(src);
+            }
+        }
+        Ok(grad)
     }
 
     /// The rows a key's kernel inputs bring: one, but in a group of batches, where every
@@ -305,7 +349,7 @@ impl FusedOp {
             return Ok(1);
         }
         let mut rows = None;
-        for ((values, &w), &scalar) in inputs.iter().zip(&self.input_widths).zip(&self.scalar_input) {
+        for ((values, &w), &scalar) in inputs.iter().zip(&self.read_widths).zip(&self.scalar_input) {
             if scalar || w == 0 {
                 continue;
             }
@@ -328,7 +372,7 @@ impl FusedOp {
             .map(|(slice, &w)| {
                 let values = msgs.get(slice.port).map_or(&[][..], |m| m.payload.values());
                 if self.group.batch {
-                    // All the rows (a batch group reads its ports whole).
+                    // All the port's rows (a block's columns are gathered for the call).
                     return Ok(values);
                 }
                 values
@@ -356,6 +400,32 @@ impl FusedOp {
 fn pieces(values: Vec<f32>, counts: &[usize], w: usize) -> Vec<Payload> {
     let lens: Vec<usize> = counts.iter().map(|&c| c * w).collect();
     Payload::pieces(values, &lens)
+}
+
+/// The columns `[offset, offset + width)` of every row of a port whose rows are `stride`
+/// wide: a part of an absorbed split in a group of batches.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    offset: usize,
+    width: usize,
+    stride: usize,
+}
+
+impl Block {
+    /// Appends the block of every row of `values` to `out`; rows that do not fit are an
+    /// error (the worker checks payloads against their ports only per row).
+    fn gather(&self, values: &[f32], out: &mut Vec<f32>) -> Result<(), OpError> {
+        let Block { offset, width, stride } = *self;
+        if stride == 0 || offset + width > stride || values.len() % stride != 0 {
+            let expected = values.len().next_multiple_of(stride.max(1));
+            return Err(OpError::PayloadSize { expected, found: values.len() });
+        }
+        out.reserve(values.len() / stride * width);
+        for row in values.chunks_exact(stride) {
+            out.extend_from_slice(&row[offset..offset + width]);
+        }
+        Ok(())
+    }
 }
 
 impl NodeOp for FusedOp {
