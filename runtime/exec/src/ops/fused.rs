@@ -36,13 +36,17 @@ use amp_jit::{Pass, Width};
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// What training keeps per key for the backward pass: the input messages, and the row
+/// What training keeps per key for the backward pass: the input messages, the row
 /// of values the kernel's saving forward kept (`Kernel::saved_per_row`: its `sigmoid`,
 /// `tanh`, `exp` and `log` values, which the backward then reads instead of computing
-/// them again; empty for a kernel without any).
+/// them again; empty for a kernel without any), and per kernel input the columns the
+/// forward gathered for a [`Block`] (`Unit` for the others): the backward reads them in
+/// place instead of gathering again, and the message of a port read only in blocks keeps
+/// its state alone, not the port's rows.
 struct Saved {
     inputs: Vec<Msg>,
     values: Payload,
+    parts: Vec<Payload>,
 }
 
 /// The saved values of a call: none (the plain functions), written by a forward, or read
@@ -72,6 +76,9 @@ pub(crate) struct FusedOp {
     /// Per kernel input, the f32s per row of what [`FusedOp::kernel_inputs`] gives for
     /// it: the port's whole rows in a group of batches, the input's own otherwise.
     read_widths: Vec<usize>,
+    /// Per input port, whether every kernel input reading it is a block (the input of an
+    /// absorbed split in a group of batches): training keeps its blocks, not its rows.
+    in_blocks: Vec<bool>,
     forward_join: Join,
     backward_join: Join,
     saved: Keyed<Saved>,
@@ -96,7 +103,7 @@ impl FusedOp {
             .collect();
         let scalar_input: Vec<bool> = spec.inputs().iter().map(|&w| w == Width::Scalar).collect();
         let port_width = |port: usize| group.port_widths.get(port).copied().unwrap_or(0);
-        let blocks = group
+        let blocks: Vec<Option<Block>> = group
             .slices
             .iter()
             .zip(&input_widths)
@@ -113,11 +120,18 @@ impl FusedOp {
             .zip(&input_widths)
             .map(|(slice, &width)| if group.batch { port_width(slice.port) } else { width })
             .collect();
+        let in_blocks = (0..group.port_widths.len())
+            .map(|port| {
+                let mut reading = group.slices.iter().zip(&blocks).filter(|(slice, _)| slice.port == port);
+                reading.all(|(_, block)| block.is_some())
+            })
+            .collect();
         FusedOp {
             whole_input,
             scalar_input,
             blocks,
             read_widths,
+            in_blocks,
             forward_join: Join::new(group.port_widths.len()),
             backward_join: Join::new(output_widths.len()),
             input_widths,
@@ -127,24 +141,33 @@ impl FusedOp {
         }
     }
 
-    /// One kernel call over the rows of every key: key `k` brings `counts[k]` rows (one
-    /// but in a group of batches), buffer `b` of it is `args[k][b]` (a kernel input's
-    /// scalar, one value, stands for each of the key's rows; a [`Block`]'s port rows, of
-    /// which it takes its columns), or, where `in_place[b]` has them, the rows of all
-    /// keys as one range of a buffer (the pieces of an earlier batch, read without a
-    /// copy); returns the `widths.len()` outputs, each `rows × width` values.
+    /// The buffers of one kernel call over the rows of every key: key `k` brings
+    /// `counts[k]` rows (one but in a group of batches), buffer `b` of it is `args[k][b]`
+    /// (a kernel input's scalar, one value, stands for each of the key's rows; a
+    /// [`Block`]'s port rows, of which it takes its columns, unless `gathered`), or, where
+    /// `in_place[b]` has them, the rows of all keys as one range of a buffer (the pieces
+    /// of an earlier batch, read without a copy).
+    fn stack<'a>(
+        &self,
+        (args, in_place): KernelArgs<'a>,
+        counts: &[usize],
+        gathered: bool,
+    ) -> Result<Vec<Cow<'a, [f32]>>, OpError> {
+        let buffers = args.first().map_or(0, Vec::len);
+        (0..buffers).map(|b| self.buffer(b, (args, in_place), counts, gathered)).collect()
+    }
+
+    /// One kernel call on `rows` rows of `inputs` (see [`FusedOp::stack`]); returns the
+    /// `widths.len()` outputs, each `rows × width` values.
     fn call(
         &self,
         pass: Pass,
-        (args, in_place): KernelArgs,
-        counts: &[usize],
+        inputs: &[Cow<[f32]>],
+        rows: usize,
         widths: &[usize],
         saved: SavedValues,
     ) -> Result<Vec<Vec<f32>>, OpError> {
-        let buffers = args.first().map_or(0, Vec::len);
-        let rows: usize = counts.iter().sum();
-        let stacked = (0..buffers).map(|b| self.buffer(b, (args, in_place), counts)).collect::<Result<Vec<_>, _>>()?;
-        let inputs: Vec<&[f32]> = stacked.iter().map(|b| &**b).collect();
+        let inputs: Vec<&[f32]> = inputs.iter().map(|b| &**b).collect();
         let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows]).collect();
         let mut views: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
         let kernel = &self.group.kernel;
@@ -161,7 +184,7 @@ impl FusedOp {
         Ok(outputs)
     }
 
-    /// Buffer `b` of a call (see [`FusedOp::call`]): borrowed where one key's values or
+    /// Buffer `b` of a call (see [`FusedOp::stack`]): borrowed where one key's values or
     /// the in-place range are already what the kernel reads, else the keys' rows stacked
     /// (scalars repeated per row, blocks gathered).
     fn buffer<'a>(
@@ -169,12 +192,13 @@ impl FusedOp {
         b: usize,
         (args, in_place): KernelArgs<'a>,
         counts: &[usize],
+        gathered: bool,
     ) -> Result<Cow<'a, [f32]>, OpError> {
         if let Some(all) = in_place.get(b).copied().flatten() {
             return Ok(Cow::Borrowed(all));
         }
         let repeats = self.scalar_input.get(b).copied().unwrap_or(false);
-        let block = self.blocks.get(b).copied().flatten();
+        let block = if gathered { None } else { self.blocks.get(b).copied().flatten() };
         if let ([key], [count], None) = (args, counts, block) {
             if *count == 1 || !repeats {
                 return Ok(Cow::Borrowed(key[b]));
@@ -216,14 +240,30 @@ impl FusedOp {
         if ready.is_empty() {
             return Ok(());
         }
-        let args = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
-        let counts = args.iter().map(|a| self.rows_of(a)).collect::<Result<Vec<_>, _>>()?;
+        let args = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs, None)).collect::<Result<Vec<_>, _>>()?;
+        let counts = args.iter().map(|a| self.rows_of(a, &self.read_widths)).collect::<Result<Vec<_>, _>>()?;
         let keys: Vec<&[Msg]> = ready.iter().map(|(_, msgs)| msgs.as_slice()).collect();
         let in_place = self.in_place(&keys);
         let per_row = self.group.kernel.saved_per_row();
         let mut kept = Vec::new();
         let saving = if cx.training() && per_row > 0 { SavedValues::Write(&mut kept) } else { SavedValues::None };
-        let outputs = self.call(Pass::Forward, (&args, &in_place), &counts, &self.output_widths, saving)?;
+        let mut inputs = self.stack((&args, &in_place), &counts, false)?;
+        let rows = counts.iter().sum();
+        let outputs = self.call(Pass::Forward, &inputs, rows, &self.output_widths, saving)?;
+        // The gathered blocks, one piece per key, for the backward.
+        let mut parts: Vec<Option<std::vec::IntoIter<Payload>>> = Vec::new();
+        if cx.training() {
+            parts = self
+                .blocks
+                .iter()
+                .zip(inputs.iter_mut())
+                .map(|(block, values)| {
+                    let values = block.is_some().then(|| std::mem::take(values).into_owned())?;
+                    Some(pieces(values, &counts, block.map_or(0, |b| b.width)).into_iter())
+                })
+                .collect();
+        }
+        drop(inputs);
         let mut outputs: Vec<std::vec::IntoIter<Payload>> = outputs
             .into_iter()
             .zip(&self.output_widths)
@@ -239,7 +279,17 @@ impl FusedOp {
             }
             let values = kept.next().unwrap_or(Payload::Unit);
             if cx.training() {
-                self.saved.put(key, Saved { inputs: msgs, values })?;
+                let parts: Vec<Payload> =
+                    parts.iter_mut().map(|p| p.as_mut().and_then(Iterator::next).unwrap_or(Payload::Unit)).collect();
+                let inputs = msgs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(port, msg)| match self.in_blocks.get(port) {
+                        Some(true) => msg.with_payload(Payload::Unit),
+                        _ => msg,
+                    })
+                    .collect();
+                self.saved.put(key, Saved { inputs, values, parts })?;
             }
         }
         Ok(())
@@ -258,8 +308,8 @@ impl FusedOp {
         let mut rows = Vec::with_capacity(ready.len());
         let mut counts = Vec::with_capacity(ready.len());
         for ((_, grads), s) in ready.iter().zip(&saved) {
-            let mut row = self.kernel_inputs(&s.inputs)?;
-            let count = self.rows_of(&row)?;
+            let mut row = self.kernel_inputs(&s.inputs, Some(&s.parts))?;
+            let count = self.rows_of(&row, &self.input_widths)?;
             for (g, &w) in grads.iter().zip(&self.output_widths) {
                 if g.payload.values().len() != count * w {
                     return Err(OpError::PayloadSize { expected: count * w, found: g.payload.values().len() });
@@ -273,6 +323,12 @@ impl FusedOp {
         // gradients (read whole, one piece per key) in place where they are one range.
         let inputs: Vec<&[Msg]> = saved.iter().map(|s| s.inputs.as_slice()).collect();
         let mut in_place = self.in_place(&inputs);
+        for (i, slot) in in_place.iter_mut().enumerate() {
+            if self.blocks.get(i).is_some_and(Option::is_some) {
+                let parts = saved.iter().map(|s| s.parts.get(i));
+                *slot = parts.collect::<Option<Vec<&Payload>>>().and_then(Payload::contiguous);
+            }
+        }
         in_place.extend((0..self.output_widths.len()).map(|j| {
             let grads = ready.iter().map(|(_, grads)| grads.get(j).map(|g| &g.payload));
             grads.collect::<Option<Vec<&Payload>>>().and_then(Payload::contiguous)
@@ -289,10 +345,11 @@ impl FusedOp {
             )),
         };
         let from_saved = all_saved.as_deref().map_or(SavedValues::None, SavedValues::Read);
-        let mut grads = self.call(Pass::Backward, (&rows, &in_place), &counts, &self.input_widths, from_saved)?;
-        drop(all_saved);
+        let stacked = self.stack((&rows, &in_place), &counts, true)?;
+        let total = counts.iter().sum();
+        let mut grads = self.call(Pass::Backward, &stacked, total, &self.input_widths, from_saved)?;
+        drop((stacked, all_saved));
         let group = &self.group;
-        let total: usize = counts.iter().sum();
         // Per port, one piece per key: a port read whole by one vector kernel input gets
         // that input's gradients; a port read in parts (an absorbed split) its parts'
         // gradients at their columns, every key's rows in one buffer (a part the group
@@ -327,16 +384,34 @@ impl FusedOp {
     /// kernel inputs: each part's gradients (`grads`, per kernel input) written at its
     /// columns of every row, zeros elsewhere.
     fn assemble(&self, port: usize, width: usize, rows: usize, grads: &[Vec<f32>]) -> Result<Vec<f32>, OpError> {
-        let mut grad = vec![0.0; rows * width];
+        let mut parts: Vec<(usize, usize, &[f32])> = Vec::new();
         for ((slice, part), &w) in self.group.slices.iter().zip(grads).zip(&self.input_widths) {
             if slice.port != port || w == 0 {
                 continue;
             }
             if slice.offset + w > width || part.len() != rows * w {
-                return Err(OpError::PayloadSize { expected: slice.offset + w, found: width });
+                return Err(OpError::PayloadSize { expected: rows * w, found: part.len() });
             }
+            parts.push((slice.offset, w, part));
+        }
+        parts.sort_unstable_by_key(|&(offset, _, _)| offset);
+        let mut end = 0;
+        let tiles =
+            parts.iter().all(|&(offset, w, _)| std::mem::replace(&mut end, offset + w) == offset) && end == width;
+        if tiles {
+            // Every column read once (a GRU's gates): the rows written in order, no zeros.
+            let mut grad = Vec::with_capacity(rows * width);
+            for r in 0..rows {
+                for &(_, w, part) in &parts {
+                    grad.extend_from_slice(&part[r * w..(r + 1) * w]);
+                }
+            }
+            return Ok(grad);
+        }
+        let mut grad = vec![0.0; rows * width];
+        for &(offset, w, part) in &parts {
             for (dst, src) in grad.chunks_exact_mut(width).zip(part.chunks_exact(w)) {
-                dst[slice.offset..slice.offset + w].copy_from_slice(src);
+                dst[offset..offset + w].copy_from_slice(src);
             }
         }
         Ok(grad)
@@ -344,12 +419,12 @@ impl FusedOp {
 
     /// The rows a key's kernel inputs bring: one, but in a group of batches, where every
     /// vector input must hold the same number of rows (a scalar stands for each).
-    fn rows_of(&self, inputs: &[&[f32]]) -> Result<usize, OpError> {
+    fn rows_of(&self, inputs: &[&[f32]], widths: &[usize]) -> Result<usize, OpError> {
         if !self.group.batch {
             return Ok(1);
         }
         let mut rows = None;
-        for ((values, &w), &scalar) in inputs.iter().zip(&self.read_widths).zip(&self.scalar_input) {
+        for ((values, &w), &scalar) in inputs.iter().zip(widths).zip(&self.scalar_input) {
             if scalar || w == 0 {
                 continue;
             }
@@ -363,17 +438,20 @@ impl FusedOp {
         Ok(rows.unwrap_or(1))
     }
 
-    /// One row of kernel inputs: each kernel input's slice of the joined port payloads.
-    fn kernel_inputs<'m>(&self, msgs: &'m [Msg]) -> Result<Vec<&'m [f32]>, OpError> {
+    /// One row of kernel inputs: each kernel input's slice of the joined port payloads;
+    /// in a group of batches all the port's rows, but a block's columns where `parts`
+    /// (the backward's [`Saved::parts`]) has them gathered.
+    fn kernel_inputs<'m>(&self, msgs: &'m [Msg], parts: Option<&'m [Payload]>) -> Result<Vec<&'m [f32]>, OpError> {
         self.group
             .slices
             .iter()
             .zip(&self.input_widths)
-            .map(|(slice, &w)| {
+            .enumerate()
+            .map(|(i, (slice, &w))| {
                 let values = msgs.get(slice.port).map_or(&[][..], |m| m.payload.values());
                 if self.group.batch {
-                    // All the port's rows (a block's columns are gathered for the call).
-                    return Ok(values);
+                    let gathered = parts.filter(|_| self.blocks.get(i).is_some_and(Option::is_some));
+                    return Ok(gathered.and_then(|p| p.get(i)).map_or(values, Payload::values));
                 }
                 values
                     .get(slice.offset..slice.offset + w)
