@@ -204,7 +204,12 @@ impl FusedOp {
                 return Ok(Cow::Borrowed(key[b]));
             }
         }
-        let mut all = Vec::new();
+        // Sized once: growing by doubling would copy the rows again.
+        let rows: usize = counts.iter().sum();
+        // Buffers past the kernel inputs are the backward's output gradients.
+        let widths = self.input_widths.iter().chain(&self.output_widths);
+        let width = widths.copied().nth(b).unwrap_or(0);
+        let mut all = Vec::with_capacity(rows.saturating_mul(width));
         for (key, &count) in args.iter().zip(counts) {
             match (key[b], block) {
                 ([value], _) if repeats => all.extend(std::iter::repeat_n(*value, count)),
@@ -538,5 +543,34 @@ impl NodeOp for FusedOp {
 
     fn held(&self) -> usize {
         self.forward_join.len() + self.backward_join.len() + self.saved.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_gathers_its_columns_of_every_row() {
+        let block = Block { offset: 2, width: 2, stride: 6 };
+        let rows: Vec<f32> = (0..12).map(|x| x as f32).collect();
+        let mut out = vec![-1.0];
+        block.gather(&rows, &mut out).expect("two rows of six");
+        assert_eq!(out, [-1.0, 2.0, 3.0, 8.0, 9.0]);
+        block.gather(&[], &mut out).expect("no rows");
+        assert_eq!(out.len(), 5);
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_a_block_are_an_error() {
+        let block = Block { offset: 2, width: 2, stride: 6 };
+        let mut out = Vec::new();
+        let error = block.gather(&[0.0; 7], &mut out).expect_err("a row and a bit");
+        assert!(matches!(error, OpError::PayloadSize { expected: 12, found: 7 }), "{error:?}");
+        let past_the_row = Block { offset: 5, width: 2, stride: 6 };
+        assert!(past_the_row.gather(&[0.0; 6], &mut out).is_err());
+        let empty_rows = Block { offset: 0, width: 1, stride: 0 };
+        assert!(empty_rows.gather(&[0.0; 3], &mut out).is_err());
+        assert!(out.is_empty(), "nothing appended on an error");
     }
 }
