@@ -24,9 +24,11 @@
 //! sum over them). There a part of an absorbed split is a column block of every row of
 //! its port ([`Block`]), gathered into one contiguous buffer for the call (the kernel
 //! reads rows of `n` packed values; a strided kernel would need a second code path in
-//! the JIT and its interpreter for one copy per part, the copy the split made itself);
-//! the port's gradient is the parts' gradients written at their columns, zeros in the
-//! columns of a part the group does not read, in one buffer for all keys of the call.
+//! the JIT and its interpreter for one copy per part, the copy the split made itself).
+//! Training keeps the gathered blocks, pieces of that buffer, in place of the port's rows,
+//! so the backward reads them in place as it read a split's parts. The port's gradient
+//! is the parts' gradients written at their columns, zeros in the columns of a part the
+//! group does not read, in one buffer for all keys of the call.
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
