@@ -7,8 +7,10 @@
 //! `split` that only that group reads: its parts reach the kernel as slices of the split's
 //! own input. A unit runs where its first (lowest-index) node is placed. The executor runs
 //! a unit node by node instead where it cannot fuse it (the JIT refused the kernel, the
-//! group carries batch payloads, the group reads a group fused before it); the planner
-//! does not know those and places the unit as one.
+//! group carries batch payloads and has a scalar output, the group reads a group fused
+//! before it); the planner does not know those and places the unit as one. A group of
+//! batch payloads (a batched map's elementwise chain) absorbs its splits of batches the
+//! same way: each part is then a column block of every row of the split's input.
 //!
 //! **Routing chains** ([`routing_chains`]). Connected `phi`, `cond`, `switch` and `isu`
 //! nodes run as one node, their ops in turn on each message. A chain grows from a root (a
@@ -99,6 +101,8 @@ pub fn fused_units(graph: &Graph) -> Vec<FusedUnit> {
 
 /// When `node` is a `split` outside every fusion group whose outputs only `members` read,
 /// with one `f32` input that its `parts` equal `f32` outputs cover: the width of a part.
+/// A split of batches (`f32[?, d]` in, `f32[?, d / parts]` out) qualifies too: its parts
+/// are column blocks of every row, and the width is a part's per row.
 pub fn absorbable_split(graph: &Graph, node: u32, members: &[u32]) -> Option<usize> {
     let index = node_index(graph, node)?;
     let split = graph.nodes.node_weight(index)?;
@@ -106,14 +110,23 @@ pub fn absorbable_split(graph: &Graph, node: u32, members: &[u32]) -> Option<usi
     if split.fusion.is_some() {
         return None;
     }
-    let [input @ PayloadTy::F32(_)] = split.inputs.as_slice() else { return None };
+    let (input, batch) = match split.inputs.as_slice() {
+        [input @ PayloadTy::F32(_)] => (input, false),
+        [input @ PayloadTy::Batch(_)] => (input, true),
+        _ => return None,
+    };
     if graph.nodes.edges_directed(index, Incoming).count() != 1 {
         return None;
     }
     let read_by_group =
         graph.nodes.edges_directed(index, Outgoing).all(|e| members.contains(&(e.target().index() as u32)));
     let width = split.outputs.first()?.elements();
-    let equal_parts = split.outputs.iter().all(|t| matches!(t, PayloadTy::F32(_)) && t.elements() == width);
+    let same_kind = |t: &PayloadTy| match t {
+        PayloadTy::F32(_) => !batch,
+        PayloadTy::Batch(_) => batch,
+        PayloadTy::Unit => false,
+    };
+    let equal_parts = split.outputs.iter().all(|t| same_kind(t) && t.elements() == width);
     let covers = width.checked_mul(u64::from(parts)) == Some(input.elements());
     (read_by_group && equal_parts && covers && split.outputs.len() == parts as usize)
         .then(|| usize::try_from(width).ok())
@@ -275,23 +288,26 @@ fn grow(nodes: &[Option<ChainNode>], root: u32, kept_out: &mut Vec<u32>) -> Opti
 mod tests {
     use super::*;
 
-    /// A gate chain grouped as `fusion(0)`, fed by a three-way split.
-    fn fused(add_in_group: bool) -> Graph {
+    /// A gate chain grouped as `fusion(0)`, fed by a three-way split; on vectors, or on
+    /// batches (`f32[?, n]`, a batched map's body) where `batch`.
+    fn fused(add_in_group: bool, batch: bool) -> Graph {
         let tag = if add_in_group { " fusion(0)" } else { "" };
+        let t = |n: u32| if batch { format!("f32[?, {n}]") } else { format!("f32[{n}]") };
+        let (v4, v12) = (t(4), t(12));
         let text = format!(
             r#"amp.graph @Fused {{
   state %inst: instance
   param a.weight: f32[12, 4] uniform(4)
   param a.bias: f32[12] uniform(4)
   %0 = source() -> unit writes(%inst) "instances"
-  %1 = read $.x (%0#0: unit) -> f32[4] "read"
-  %2 = linear @a (%1#0: f32[4]) -> f32[12] key(%inst) "a"
-  %3 = split 3 (%2#0: f32[12]) -> f32[4], f32[4], f32[4] key(%inst) "split"
-  %4 = unary sigmoid (%3#0: f32[4]) -> f32[4] key(%inst) "sigmoid" fusion(0)
-  %5 = unary tanh (%3#1: f32[4]) -> f32[4] key(%inst) "tanh" fusion(0)
-  %6 = binary mul (%4#0: f32[4], %5#0: f32[4]) -> f32[4] key(%inst) "*" fusion(0)
-  %7 = binary add (%6#0: f32[4], %3#2: f32[4]) -> f32[4] key(%inst) "+"{tag}
-  %8 = sink "out" (%7#0: f32[4]) -> () "out"
+  %1 = read $.x (%0#0: unit) -> {v4} "read"
+  %2 = linear @a (%1#0: {v4}) -> {v12} key(%inst) "a"
+  %3 = split 3 (%2#0: {v12}) -> {v4}, {v4}, {v4} key(%inst) "split"
+  %4 = unary sigmoid (%3#0: {v4}) -> {v4} key(%inst) "sigmoid" fusion(0)
+  %5 = unary tanh (%3#1: {v4}) -> {v4} key(%inst) "tanh" fusion(0)
+  %6 = binary mul (%4#0: {v4}, %5#0: {v4}) -> {v4} key(%inst) "*" fusion(0)
+  %7 = binary add (%6#0: {v4}, %3#2: {v4}) -> {v4} key(%inst) "+"{tag}
+  %8 = sink "out" (%7#0: {v4}) -> () "out"
 }}
 "#
         );
@@ -300,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_group_absorbs_the_split_only_it_reads() {
-        let units = fused_units(&fused(true));
+        let units = fused_units(&fused(true, false));
         assert_eq!(
             units,
             [FusedUnit { group: 0, nodes: vec![4, 5, 6, 7], splits: vec![AbsorbedSplit { node: 3, width: 4 }] }]
@@ -311,12 +327,26 @@ mod tests {
 
     #[test]
     fn a_split_read_outside_the_group_stays_out() {
-        let graph = fused(false);
+        let graph = fused(false, false);
         let units = fused_units(&graph);
         assert_eq!(units, [FusedUnit { group: 0, nodes: vec![4, 5, 6], splits: Vec::new() }]);
         // Read only by the group's nodes plus %7, it would join a group holding %7.
         assert_eq!(absorbable_split(&graph, 3, &[4, 5, 6, 7]), Some(4));
         assert_eq!(absorbable_split(&graph, 2, &[3]), None, "not a split");
+    }
+
+    /// The same graph on batches: the split's parts are column blocks of every row,
+    /// absorbed alike, `width` being a part's per row; read outside the group, it stays.
+    #[test]
+    fn a_group_of_batches_absorbs_its_split_of_batches() {
+        let graph = fused(true, true);
+        let split = &graph.nodes[petgraph::stable_graph::NodeIndex::new(3)];
+        assert_eq!(split.inputs, [PayloadTy::Batch(vec![12])]);
+        assert_eq!(
+            fused_units(&graph),
+            [FusedUnit { group: 0, nodes: vec![4, 5, 6, 7], splits: vec![AbsorbedSplit { node: 3, width: 4 }] }]
+        );
+        assert_eq!(fused_units(&fused(false, true))[0].splits, []);
     }
 
     /// `%3 isu` (fed by a linear: a root) → `%4 switch`, whose two ports feed `%5 phi`.

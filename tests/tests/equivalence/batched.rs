@@ -233,3 +233,67 @@ fn an_arm_index_past_the_array_is_an_error() {
     let error = executor.grads(&inst).expect_err("an edge of kind 5 of 2").to_string();
     assert!(error.contains("arm index") && error.contains('5'), "{error}");
 }
+
+/// A batched map whose elementwise chain reads two splits of batches: one only it reads,
+/// with a part read twice and a part read by nobody, and one with a part read by a Linear
+/// outside the group, which stays a node.
+const SPLIT_PARTS: &str = r#"
+record Example { tokens: [int], label: int }
+model SplitParts(vocab: int = 14, hidden: int = 4, classes: int = 10) {
+    param embed = Embedding(vocab, hidden);
+    param a = Linear(hidden, 12);
+    param b = Linear(hidden, 9);
+    param c = Linear(3, 3);
+    param head = Linear(3, classes);
+
+    fn forward(x: Example) -> f32[classes] {
+        let es = x.tokens.map(|t| embed(t));
+        let ys = es.map(|e| {
+            let [p, q, s, unused] = split(a(e), 4);
+            let [u, v, w] = split(b(e), 3);
+            sigmoid(p) * tanh(q) + p * s - u * v + c(w)
+        });
+        head(sum(ys))
+    }
+    fn loss(x: Example) -> f32 { cross_entropy(forward(x), x.label) }
+}
+"#;
+
+/// The fused group of a batched map reads the parts of the split only it reads as column
+/// blocks of the split's input rows (the part read by nobody gets a zero gradient), and
+/// leaves the other split a node: loss and every gradient equal the reference's, on lists
+/// of 0 to 5 tokens, one worker and two, and training with many lists in flight is
+/// minibatch SGD. Without the JIT both splits run as nodes.
+#[test]
+fn a_batched_group_reads_its_splits_parts_as_column_blocks() {
+    let c = compile_source("split_parts", SPLIT_PARTS, Vec::new());
+    let splits = super::surviving::split_nodes(&c);
+    assert_eq!(splits.len(), 2);
+    let batch_split = |i: u32| {
+        c.graph.nodes.node_indices().any(|n| n.index() as u32 == i && c.graph.nodes[n].inputs[0].elements() == 12)
+    };
+    let only_group: Vec<u32> = splits.iter().copied().filter(|&s| batch_split(s)).collect();
+    assert_eq!(only_group.len(), 1, "a(e)'s split");
+    for &s in &splits {
+        let node = c.graph.nodes.node_indices().find(|n| n.index() as u32 == s).expect("split");
+        assert!(matches!(c.graph.nodes[node].inputs[0], PayloadTy::Batch(_)), "the map is batched");
+    }
+    let values = list_values(71, 12);
+    for workers in [1, 2] {
+        for jit in [true, false] {
+            let config = ExecConfig { workers, jit, max_batch: 8, ..ExecConfig::default() };
+            let executor = assert_values_match(&c, values.clone(), config);
+            if jit {
+                super::surviving::assert_splits_absorbed(&c, &executor, &only_group, &format!("{workers} worker(s)"));
+            } else {
+                assert!(executor.fused_nodes().is_empty());
+            }
+        }
+    }
+    for (mode, k, base) in super::surviving::settings(12, 4) {
+        for workers in [1, 2] {
+            eprintln!("split_parts: {mode}, {workers} worker(s)");
+            assert_training_on(&c, "split_parts", 73, values.clone(), k, ExecConfig { workers, ..base.clone() });
+        }
+    }
+}

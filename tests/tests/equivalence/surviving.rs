@@ -20,7 +20,7 @@ fn values_of(name: &str, seed: u64, count: usize) -> Vec<Value> {
 
 /// The runs: synchronous with `k` in flight and an update every `k`; asynchronous with
 /// 5 in flight, admitted as others end, and one update at the end over all `count`.
-fn settings(count: usize, k: usize) -> [(&'static str, usize, ExecConfig); 2] {
+pub(super) fn settings(count: usize, k: usize) -> [(&'static str, usize, ExecConfig); 2] {
     let sync = ExecConfig { max_active_keys: k, sync_updates: true, max_batch: 64, ..ExecConfig::default() };
     let asynchronous = ExecConfig { max_active_keys: 5, sync_updates: false, max_batch: 64, ..ExecConfig::default() };
     [("synchronous", k, sync), ("asynchronous", count, asynchronous)]
@@ -117,6 +117,64 @@ fn row_values_kept_across_steps_follow_the_loop_counter() {
         for workers in [1, 2] {
             eprintln!("shifted: {mode}, {workers} worker(s)");
             assert_training_on(&c, "shifted", 53, values.clone(), k, ExecConfig { workers, ..base.clone() });
+        }
+    }
+}
+
+/// The graph's `split` nodes, ascending.
+pub(super) fn split_nodes(c: &Compiled) -> Vec<u32> {
+    let graph = &c.graph.nodes;
+    graph
+        .node_indices()
+        .filter(|&i| matches!(graph[i].op, amp_ir::Op::Split { .. }))
+        .map(|i| i.index() as u32)
+        .collect()
+}
+
+/// Asserts that `executor` runs every split of `splits` inside a fused node, and that its
+/// fused nodes are the units the planner places (`amp_ir::units::fused_units`).
+pub(super) fn assert_splits_absorbed(c: &Compiled, executor: &Executor, splits: &[u32], what: &str) {
+    let mut fused: Vec<Vec<u32>> = executor.fused_nodes().into_iter().map(|(_, members)| members).collect();
+    let mut absorbed: Vec<u32> = fused.iter().flatten().copied().filter(|m| splits.contains(m)).collect();
+    absorbed.sort_unstable();
+    assert_eq!(absorbed, splits, "{what}: every split runs inside the fused node");
+    let mut units: Vec<Vec<u32>> =
+        amp_ir::units::fused_units(&c.graph).iter().map(|u| u.members().collect::<Vec<u32>>()).collect();
+    for list in fused.iter_mut().chain(units.iter_mut()) {
+        list.sort_unstable();
+    }
+    fused.sort();
+    units.sort();
+    assert_eq!(fused, units, "{what}: the executor fuses the units the planner places");
+}
+
+/// GGSNN's GRU reads the `[rows, 3h]` outputs of its two Linear layers in three parts
+/// each: the batched map's fused group absorbs both splits of batches (its kernel inputs
+/// are column blocks of the Linear's rows; one gradient message back to each Linear) on
+/// one worker and two. Loss and every gradient are still the reference's, and with many
+/// instances in flight, synchronous and asynchronous, training is still minibatch SGD.
+#[test]
+fn a_batched_group_absorbs_its_splits_with_many_instances_in_flight() {
+    let c = compile("ggsnn");
+    let splits = split_nodes(&c);
+    assert_eq!(splits.len(), 2, "gru.ih's and gru.hh's");
+    for i in c.graph.nodes.node_indices().filter(|i| splits.contains(&(i.index() as u32))) {
+        assert!(matches!(c.graph.nodes[i].inputs[0], amp_ir::PayloadTy::Batch(_)), "a split of batches");
+    }
+    let values = values_of("ggsnn", 61, 8);
+    for workers in [1, 2] {
+        let config = ExecConfig { workers, max_batch: 8, ..ExecConfig::default() };
+        let executor = assert_values_match(&c, values.clone(), config);
+        assert_splits_absorbed(&c, &executor, &splits, &format!("{workers} worker(s)"));
+    }
+    for (mode, k, base) in settings(8, 4) {
+        for workers in [1, 2] {
+            eprintln!("ggsnn, splits absorbed: {mode}, {workers} worker(s)");
+            let config = ExecConfig { workers, ..base.clone() };
+            let specs = amp_params::ParamSpec::of_graph(&c.graph);
+            let executor = Executor::new(&c.graph, ParamSet::init(&specs, 1), config.clone()).expect("executor");
+            assert_splits_absorbed(&c, &executor, &splits, &format!("{mode}, {workers} worker(s)"));
+            assert_training_on(&c, "ggsnn", 63, values.clone(), k, config);
         }
     }
 }

@@ -11,14 +11,16 @@
 //! with a scalar output (a batch of no rows would leave it undefined), and a group wired
 //! directly to a group fused before it run node by node as without the JIT. A group of
 //! batch payloads (a batched map's elementwise chain) runs each message's rows in one
-//! kernel call; it absorbs no split (its parts are not contiguous in a batch).
+//! kernel call.
 //!
-//! A `split` whose every output feeds only the group (Tree-LSTM's gates) joins it too
-//! (which splits do is `amp_ir::units::fused_units`'s decision, the planner's too): its
-//! kernel inputs become slices of one input port, the split's own input, and the
-//! gradients of those slices go back as one message (zeros where an output of the split
-//! is unused). A split costs a message per part each way plus a join of the gradients;
-//! in Tree-LSTM they were a sixth of every tree's messages.
+//! A `split` whose every output feeds only the group (Tree-LSTM's gates, a GRU's gates in
+//! GGSNN's batched map) joins it too (which splits do is `amp_ir::units::fused_units`'s
+//! decision, the planner's too): its kernel inputs become slices of one input port, the
+//! split's own input, and the gradients of those slices go back as one message (zeros
+//! where an output of the split is unused). In a group of batches a slice is a column
+//! block of every row (`[offset, offset + width)` of rows as wide as the port), which the
+//! fused node gathers for the kernel call. A split costs a message per part each way plus
+//! a join of the gradients; in Tree-LSTM they were a sixth of every tree's messages.
 
 use super::program::{ExecOp, FusedGroup, InputSlice, NodeInfo};
 use amp_ir::units::{fused_units, FusedUnit};
@@ -102,8 +104,7 @@ fn plan_group(
         if fused.contains(&source) {
             return None;
         }
-        let absorbed_split = if batch { None } else { absorbable_split(nodes, source, unit, fused) };
-        let ((from, from_port), offset) = match absorbed_split {
+        let ((from, from_port), offset) = match absorbable_split(nodes, source, unit, fused) {
             Some((producer, width)) => {
                 if !absorbed.contains(&source) {
                     absorbed.push(source);

@@ -21,7 +21,14 @@
 //! group of batches (a batched map's elementwise chain, `FusedGroup::batch`) a message's
 //! vectors hold any number of rows, all of them rows of the same kernel call, and a
 //! scalar input (a constant) is repeated for each of its key's rows (its gradient is the
-//! sum over them).
+//! sum over them). There a part of an absorbed split is a column block of every row of
+//! its port ([`Block`]), gathered into one contiguous buffer for the call (the kernel
+//! reads rows of `n` packed values; a strided kernel would need a second code path in
+//! the JIT and its interpreter for one copy per part, the copy the split made itself).
+//! Training keeps the gathered blocks, pieces of that buffer, in place of the port's rows,
+//! so the backward reads them in place as it read a split's parts. The port's gradient
+//! is the parts' gradients written at their columns, zeros in the columns of a part the
+//! group does not read, in one buffer for all keys of the call.
 
 use super::{Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
@@ -31,13 +38,17 @@ use amp_jit::{Pass, Width};
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// What training keeps per key for the backward pass: the input messages, and the row
+/// What training keeps per key for the backward pass: the input messages, the row
 /// of values the kernel's saving forward kept (`Kernel::saved_per_row`: its `sigmoid`,
 /// `tanh`, `exp` and `log` values, which the backward then reads instead of computing
-/// them again; empty for a kernel without any).
+/// them again; empty for a kernel without any), and per kernel input the columns the
+/// forward gathered for a [`Block`] (`Unit` for the others): the backward reads them in
+/// place instead of gathering again, and the message of a port read only in blocks keeps
+/// its state alone, not the port's rows.
 struct Saved {
     inputs: Vec<Msg>,
     values: Payload,
+    parts: Vec<Payload>,
 }
 
 /// The saved values of a call: none (the plain functions), written by a forward, or read
@@ -61,6 +72,15 @@ pub(crate) struct FusedOp {
     whole_input: Vec<Option<usize>>,
     /// Per kernel input, whether it is a scalar (one value per row).
     scalar_input: Vec<bool>,
+    /// Per kernel input of a group of batches, the columns of its port's rows it reads
+    /// when not all of them (a part of an absorbed split).
+    blocks: Vec<Option<Block>>,
+    /// Per kernel input, the f32s per row of what [`FusedOp::kernel_inputs`] gives for
+    /// it: the port's whole rows in a group of batches, the input's own otherwise.
+    read_widths: Vec<usize>,
+    /// Per input port, whether every kernel input reading it is a block (the input of an
+    /// absorbed split in a group of batches): training keeps its blocks, not its rows.
+    in_blocks: Vec<bool>,
     forward_join: Join,
     backward_join: Join,
     saved: Keyed<Saved>,
@@ -83,10 +103,37 @@ impl FusedOp {
                 }
             })
             .collect();
-        let scalar_input = spec.inputs().iter().map(|&w| w == Width::Scalar).collect();
+        let scalar_input: Vec<bool> = spec.inputs().iter().map(|&w| w == Width::Scalar).collect();
+        let port_width = |port: usize| group.port_widths.get(port).copied().unwrap_or(0);
+        let blocks: Vec<Option<Block>> = group
+            .slices
+            .iter()
+            .zip(&input_widths)
+            .zip(&scalar_input)
+            .map(|((slice, &width), &scalar)| {
+                let stride = port_width(slice.port);
+                let partial = slice.offset != 0 || width != stride;
+                (group.batch && !scalar && partial).then_some(Block { offset: slice.offset, width, stride })
+            })
+            .collect();
+        let read_widths = group
+            .slices
+            .iter()
+            .zip(&input_widths)
+            .map(|(slice, &width)| if group.batch { port_width(slice.port) } else { width })
+            .collect();
+        let in_blocks = (0..group.port_widths.len())
+            .map(|port| {
+                let mut reading = group.slices.iter().zip(&blocks).filter(|(slice, _)| slice.port == port);
+                reading.all(|(_, block)| block.is_some())
+            })
+            .collect();
         FusedOp {
             whole_input,
             scalar_input,
+            blocks,
+            read_widths,
+            in_blocks,
             forward_join: Join::new(group.port_widths.len()),
             backward_join: Join::new(output_widths.len()),
             input_widths,
@@ -96,44 +143,33 @@ impl FusedOp {
         }
     }
 
-    /// One kernel call over the rows of every key: key `k` brings `counts[k]` rows (one
-    /// but in a group of batches), buffer `b` of it is `args[k][b]` (a kernel input's
-    /// scalar, one value, stands for each of the key's rows), or, where `in_place[b]` has
-    /// them, the rows of all keys as one range of a buffer (the pieces of an earlier
-    /// batch, read without a copy); returns the `widths.len()` outputs, each
-    /// `rows × width` values.
+    /// The buffers of one kernel call over the rows of every key: key `k` brings
+    /// `counts[k]` rows (one but in a group of batches), buffer `b` of it is `args[k][b]`
+    /// (a kernel input's scalar, one value, stands for each of the key's rows; a
+    /// [`Block`]'s port rows, of which it takes its columns, unless `gathered`), or, where
+    /// `in_place[b]` has them, the rows of all keys as one range of a buffer (the pieces
+    /// of an earlier batch, read without a copy).
+    fn stack<'a>(
+        &self,
+        (args, in_place): KernelArgs<'a>,
+        counts: &[usize],
+        gathered: bool,
+    ) -> Result<Vec<Cow<'a, [f32]>>, OpError> {
+        let buffers = args.first().map_or(0, Vec::len);
+        (0..buffers).map(|b| self.buffer(b, (args, in_place), counts, gathered)).collect()
+    }
+
+    /// One kernel call on `rows` rows of `inputs` (see [`FusedOp::stack`]); returns the
+    /// `widths.len()` outputs, each `rows × width` values.
     fn call(
         &self,
         pass: Pass,
-        (args, in_place): KernelArgs,
-        counts: &[usize],
+        inputs: &[Cow<[f32]>],
+        rows: usize,
         widths: &[usize],
         saved: SavedValues,
     ) -> Result<Vec<Vec<f32>>, OpError> {
-        let buffers = args.first().map_or(0, Vec::len);
-        let rows: usize = counts.iter().sum();
-        let repeats = |b: usize| self.scalar_input.get(b).copied().unwrap_or(false);
-        let stacked: Vec<Cow<[f32]>>;
-        let inputs: Vec<&[f32]> = if args.len() == 1 && (rows == 1 || (0..buffers).all(|b| !repeats(b))) {
-            args[0].clone()
-        } else {
-            stacked = (0..buffers)
-                .map(|b| {
-                    if let Some(all) = in_place.get(b).copied().flatten() {
-                        return Cow::Borrowed(all);
-                    }
-                    let mut all = Vec::with_capacity(args.iter().map(|key| key[b].len()).sum::<usize>().max(rows));
-                    for (key, &count) in args.iter().zip(counts) {
-                        match key[b] {
-                            [value] if repeats(b) => all.extend(std::iter::repeat_n(*value, count)),
-                            values => all.extend_from_slice(values),
-                        }
-                    }
-                    Cow::Owned(all)
-                })
-                .collect();
-            stacked.iter().map(|b| &**b).collect()
-        };
+        let inputs: Vec<&[f32]> = inputs.iter().map(|b| &**b).collect();
         let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows]).collect();
         let mut views: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
         let kernel = &self.group.kernel;
@@ -150,6 +186,42 @@ impl FusedOp {
         Ok(outputs)
     }
 
+    /// Buffer `b` of a call (see [`FusedOp::stack`]): borrowed where one key's values or
+    /// the in-place range are already what the kernel reads, else the keys' rows stacked
+    /// (scalars repeated per row, blocks gathered).
+    fn buffer<'a>(
+        &self,
+        b: usize,
+        (args, in_place): KernelArgs<'a>,
+        counts: &[usize],
+        gathered: bool,
+    ) -> Result<Cow<'a, [f32]>, OpError> {
+        if let Some(all) = in_place.get(b).copied().flatten() {
+            return Ok(Cow::Borrowed(all));
+        }
+        let repeats = self.scalar_input.get(b).copied().unwrap_or(false);
+        let block = if gathered { None } else { self.blocks.get(b).copied().flatten() };
+        if let ([key], [count], None) = (args, counts, block) {
+            if *count == 1 || !repeats {
+                return Ok(Cow::Borrowed(key[b]));
+            }
+        }
+        // Sized once: growing by doubling would copy the rows again.
+        let rows: usize = counts.iter().sum();
+        // Buffers past the kernel inputs are the backward's output gradients.
+        let widths = self.input_widths.iter().chain(&self.output_widths);
+        let width = widths.copied().nth(b).unwrap_or(0);
+        let mut all = Vec::with_capacity(rows.saturating_mul(width));
+        for (key, &count) in args.iter().zip(counts) {
+            match (key[b], block) {
+                ([value], _) if repeats => all.extend(std::iter::repeat_n(*value, count)),
+                (values, Some(block)) => block.gather(values, &mut all)?,
+                (values, None) => all.extend_from_slice(values),
+            }
+        }
+        Ok(Cow::Owned(all))
+    }
+
     /// Per kernel input, the rows of every key in place (see [`FusedOp::call`]) when the
     /// input reads its port whole, one row per key or a vector input of a group of
     /// batches, and the keys' payloads of that port are consecutive pieces of one buffer.
@@ -160,11 +232,9 @@ impl FusedOp {
             .iter()
             .enumerate()
             .map(|(i, slice)| {
-                let whole = if group.batch {
-                    !self.scalar_input.get(i).copied().unwrap_or(true)
-                } else {
-                    self.whole_input.get(slice.port).copied().flatten() == Some(i)
-                };
+                // A scalar of a group of batches is repeated per row, not read in place.
+                let repeated = group.batch && self.scalar_input.get(i).copied().unwrap_or(true);
+                let whole = !repeated && self.whole_input.get(slice.port).copied().flatten() == Some(i);
                 let payloads = keys.iter().map(|msgs| msgs.get(slice.port).map(|m| &m.payload));
                 whole.then(|| payloads.collect::<Option<Vec<&Payload>>>()).flatten().and_then(Payload::contiguous)
             })
@@ -177,14 +247,30 @@ impl FusedOp {
         if ready.is_empty() {
             return Ok(());
         }
-        let args = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
-        let counts = args.iter().map(|a| self.rows_of(a)).collect::<Result<Vec<_>, _>>()?;
+        let args = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs, None)).collect::<Result<Vec<_>, _>>()?;
+        let counts = args.iter().map(|a| self.rows_of(a, &self.read_widths)).collect::<Result<Vec<_>, _>>()?;
         let keys: Vec<&[Msg]> = ready.iter().map(|(_, msgs)| msgs.as_slice()).collect();
         let in_place = self.in_place(&keys);
         let per_row = self.group.kernel.saved_per_row();
         let mut kept = Vec::new();
         let saving = if cx.training() && per_row > 0 { SavedValues::Write(&mut kept) } else { SavedValues::None };
-        let outputs = self.call(Pass::Forward, (&args, &in_place), &counts, &self.output_widths, saving)?;
+        let mut inputs = self.stack((&args, &in_place), &counts, false)?;
+        let rows = counts.iter().sum();
+        let outputs = self.call(Pass::Forward, &inputs, rows, &self.output_widths, saving)?;
+        // The gathered blocks, one piece per key, for the backward.
+        let mut parts: Vec<Option<std::vec::IntoIter<Payload>>> = Vec::new();
+        if cx.training() {
+            parts = self
+                .blocks
+                .iter()
+                .zip(inputs.iter_mut())
+                .map(|(block, values)| {
+                    let values = block.is_some().then(|| std::mem::take(values).into_owned())?;
+                    Some(pieces(values, &counts, block.map_or(0, |b| b.width)).into_iter())
+                })
+                .collect();
+        }
+        drop(inputs);
         let mut outputs: Vec<std::vec::IntoIter<Payload>> = outputs
             .into_iter()
             .zip(&self.output_widths)
@@ -200,7 +286,17 @@ impl FusedOp {
             }
             let values = kept.next().unwrap_or(Payload::Unit);
             if cx.training() {
-                self.saved.put(key, Saved { inputs: msgs, values })?;
+                let parts: Vec<Payload> =
+                    parts.iter_mut().map(|p| p.as_mut().and_then(Iterator::next).unwrap_or(Payload::Unit)).collect();
+                let inputs = msgs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(port, msg)| match self.in_blocks.get(port) {
+                        Some(true) => msg.with_payload(Payload::Unit),
+                        _ => msg,
+                    })
+                    .collect();
+                self.saved.put(key, Saved { inputs, values, parts })?;
             }
         }
         Ok(())
@@ -219,8 +315,8 @@ impl FusedOp {
         let mut rows = Vec::with_capacity(ready.len());
         let mut counts = Vec::with_capacity(ready.len());
         for ((_, grads), s) in ready.iter().zip(&saved) {
-            let mut row = self.kernel_inputs(&s.inputs)?;
-            let count = self.rows_of(&row)?;
+            let mut row = self.kernel_inputs(&s.inputs, Some(&s.parts))?;
+            let count = self.rows_of(&row, &self.input_widths)?;
             for (g, &w) in grads.iter().zip(&self.output_widths) {
                 if g.payload.values().len() != count * w {
                     return Err(OpError::PayloadSize { expected: count * w, found: g.payload.values().len() });
@@ -234,6 +330,12 @@ impl FusedOp {
         // gradients (read whole, one piece per key) in place where they are one range.
         let inputs: Vec<&[Msg]> = saved.iter().map(|s| s.inputs.as_slice()).collect();
         let mut in_place = self.in_place(&inputs);
+        for (i, slot) in in_place.iter_mut().enumerate() {
+            if self.blocks.get(i).is_some_and(Option::is_some) {
+                let parts = saved.iter().map(|s| s.parts.get(i));
+                *slot = parts.collect::<Option<Vec<&Payload>>>().and_then(Payload::contiguous);
+            }
+        }
         in_place.extend((0..self.output_widths.len()).map(|j| {
             let grads = ready.iter().map(|(_, grads)| grads.get(j).map(|g| &g.payload));
             grads.collect::<Option<Vec<&Payload>>>().and_then(Payload::contiguous)
@@ -254,62 +356,86 @@ impl FusedOp {
             )),
         };
         let from_saved = all_saved.as_deref().map_or(SavedValues::None, SavedValues::Read);
-        let mut grads = self.call(Pass::Backward, (&rows, &in_place), &counts, &self.input_widths, from_saved)?;
-        drop(all_saved);
+        let stacked = self.stack((&rows, &in_place), &counts, true)?;
+        let total = counts.iter().sum();
+        let mut grads = self.call(Pass::Backward, &stacked, total, &self.input_widths, from_saved)?;
+        drop((stacked, all_saved));
         let group = &self.group;
-        // Each port read whole by one vector kernel input: that input's gradients, one
-        // piece per key.
-        let mut whole: Vec<Option<std::vec::IntoIter<Payload>>> = (0..group.port_widths.len())
-            .map(|port| {
-                let i = self.whole_input.get(port).copied().flatten()?;
-                if group.batch && self.scalar_input.get(i).copied().unwrap_or(false) {
-                    return None;
-                }
-                let values = std::mem::take(grads.get_mut(i)?);
-                Some(pieces(values, &counts, group.port_widths[port]).into_iter())
-            })
-            .collect();
+        // Per port, one piece per key: a port read whole by one vector kernel input gets
+        // that input's gradients; a port read in parts (an absorbed split) its parts'
+        // gradients at their columns, every key's rows in one buffer (a part the group
+        // does not read stays zero). A scalar repeated per row of a batch has none here.
+        let mut per_port: Vec<Option<std::vec::IntoIter<Payload>>> = Vec::with_capacity(group.port_widths.len());
+        for (port, &width) in group.port_widths.iter().enumerate() {
+            let values = match self.whole_input.get(port).copied().flatten() {
+                Some(i) if group.batch && self.scalar_input.get(i).copied().unwrap_or(false) => None,
+                Some(i) => grads.get_mut(i).map(std::mem::take),
+                None => Some(self.assemble(port, width, total, &grads)?),
+            };
+            per_port.push(values.map(|values| pieces(values, &counts, width).into_iter()));
+        }
         let mut start = 0;
-        for (r, (s, &count)) in saved.into_iter().zip(&counts).enumerate() {
-            for (port, (input, &width)) in s.inputs.into_iter().zip(&group.port_widths).enumerate() {
-                if let Some(piece) = whole.get_mut(port).and_then(Option::as_mut) {
+        for (s, &count) in saved.into_iter().zip(&counts) {
+            for (port, input) in s.inputs.into_iter().enumerate() {
+                if let Some(piece) = per_port.get_mut(port).and_then(Option::as_mut) {
                     cx.backward(port as u16, input.with_payload(piece.next().unwrap_or(Payload::Unit)));
-                    continue;
-                }
-                if let Some(i) = self.whole_input.get(port).copied().flatten() {
+                } else if let Some(i) = self.whole_input.get(port).copied().flatten() {
                     // A scalar repeated for each row of a batch: the sum of its rows'
                     // gradients.
                     let grad = vec![grads[i][start..start + count].iter().sum::<f32>()];
                     cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
-                    continue;
                 }
-                // Otherwise: its kernel inputs' gradients at their offsets (a part of an
-                // absorbed split that the group does not read stays zero).
-                let mut grad = vec![0.0; width];
-                for ((slice, values), &w) in group.slices.iter().zip(&grads).zip(&self.input_widths) {
-                    if slice.port == port {
-                        let part = &values[r * w..(r + 1) * w];
-                        let dst = grad
-                            .get_mut(slice.offset..slice.offset + w)
-                            .ok_or(OpError::PayloadSize { expected: slice.offset + w, found: width })?;
-                        dst.copy_from_slice(part);
-                    }
-                }
-                cx.backward(port as u16, input.with_payload(Payload::from_vec(grad)));
             }
             start += count;
         }
         Ok(())
     }
 
+    /// The gradient of input port `port`, `rows` rows of `width`, read in parts by the
+    /// kernel inputs: each part's gradients (`grads`, per kernel input) written at its
+    /// columns of every row, zeros elsewhere.
+    fn assemble(&self, port: usize, width: usize, rows: usize, grads: &[Vec<f32>]) -> Result<Vec<f32>, OpError> {
+        let mut parts: Vec<(usize, usize, &[f32])> = Vec::new();
+        for ((slice, part), &w) in self.group.slices.iter().zip(grads).zip(&self.input_widths) {
+            if slice.port != port || w == 0 {
+                continue;
+            }
+            if slice.offset + w > width || part.len() != rows * w {
+                return Err(OpError::PayloadSize { expected: rows * w, found: part.len() });
+            }
+            parts.push((slice.offset, w, part));
+        }
+        parts.sort_unstable_by_key(|&(offset, _, _)| offset);
+        let mut end = 0;
+        let tiles =
+            parts.iter().all(|&(offset, w, _)| std::mem::replace(&mut end, offset + w) == offset) && end == width;
+        if tiles {
+            // Every column read once (a GRU's gates): the rows written in order, no zeros.
+            let mut grad = Vec::with_capacity(rows * width);
+            for r in 0..rows {
+                for &(_, w, part) in &parts {
+                    grad.extend_from_slice(&part[r * w..(r + 1) * w]);
+                }
+            }
+            return Ok(grad);
+        }
+        let mut grad = vec![0.0; rows * width];
+        for &(offset, w, part) in &parts {
+            for (dst, src) in grad.chunks_exact_mut(width).zip(part.chunks_exact(w)) {
+                dst[offset..offset + w].copy_from_slice(src);
+            }
+        }
+        Ok(grad)
+    }
+
     /// The rows a key's kernel inputs bring: one, but in a group of batches, where every
     /// vector input must hold the same number of rows (a scalar stands for each).
-    fn rows_of(&self, inputs: &[&[f32]]) -> Result<usize, OpError> {
+    fn rows_of(&self, inputs: &[&[f32]], widths: &[usize]) -> Result<usize, OpError> {
         if !self.group.batch {
             return Ok(1);
         }
         let mut rows = None;
-        for ((values, &w), &scalar) in inputs.iter().zip(&self.input_widths).zip(&self.scalar_input) {
+        for ((values, &w), &scalar) in inputs.iter().zip(widths).zip(&self.scalar_input) {
             if scalar || w == 0 {
                 continue;
             }
@@ -323,17 +449,20 @@ impl FusedOp {
         Ok(rows.unwrap_or(1))
     }
 
-    /// One row of kernel inputs: each kernel input's slice of the joined port payloads.
-    fn kernel_inputs<'m>(&self, msgs: &'m [Msg]) -> Result<Vec<&'m [f32]>, OpError> {
+    /// One row of kernel inputs: each kernel input's slice of the joined port payloads;
+    /// in a group of batches all the port's rows, but a block's columns where `parts`
+    /// (the backward's [`Saved::parts`]) has them gathered.
+    fn kernel_inputs<'m>(&self, msgs: &'m [Msg], parts: Option<&'m [Payload]>) -> Result<Vec<&'m [f32]>, OpError> {
         self.group
             .slices
             .iter()
             .zip(&self.input_widths)
-            .map(|(slice, &w)| {
+            .enumerate()
+            .map(|(i, (slice, &w))| {
                 let values = msgs.get(slice.port).map_or(&[][..], |m| m.payload.values());
                 if self.group.batch {
-                    // All the rows (a batch group reads its ports whole).
-                    return Ok(values);
+                    let gathered = parts.filter(|_| self.blocks.get(i).is_some_and(Option::is_some));
+                    return Ok(gathered.and_then(|p| p.get(i)).map_or(values, Payload::values));
                 }
                 values
                     .get(slice.offset..slice.offset + w)
@@ -360,6 +489,32 @@ impl FusedOp {
 fn pieces(values: Vec<f32>, counts: &[usize], w: usize) -> Vec<Payload> {
     let lens: Vec<usize> = counts.iter().map(|&c| c * w).collect();
     Payload::pieces(values, &lens)
+}
+
+/// The columns `[offset, offset + width)` of every row of a port whose rows are `stride`
+/// wide: a part of an absorbed split in a group of batches.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    offset: usize,
+    width: usize,
+    stride: usize,
+}
+
+impl Block {
+    /// Appends the block of every row of `values` to `out`; rows that do not fit are an
+    /// error (the worker checks payloads against their ports only per row).
+    fn gather(&self, values: &[f32], out: &mut Vec<f32>) -> Result<(), OpError> {
+        let Block { offset, width, stride } = *self;
+        if stride == 0 || offset + width > stride || values.len() % stride != 0 {
+            let expected = values.len().next_multiple_of(stride.max(1));
+            return Err(OpError::PayloadSize { expected, found: values.len() });
+        }
+        out.reserve(values.len() / stride * width);
+        for row in values.chunks_exact(stride) {
+            out.extend_from_slice(&row[offset..offset + width]);
+        }
+        Ok(())
+    }
 }
 
 impl NodeOp for FusedOp {
@@ -394,5 +549,34 @@ impl NodeOp for FusedOp {
 
     fn held(&self) -> usize {
         self.forward_join.len() + self.backward_join.len() + self.saved.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_gathers_its_columns_of_every_row() {
+        let block = Block { offset: 2, width: 2, stride: 6 };
+        let rows: Vec<f32> = (0..12).map(|x| x as f32).collect();
+        let mut out = vec![-1.0];
+        block.gather(&rows, &mut out).expect("two rows of six");
+        assert_eq!(out, [-1.0, 2.0, 3.0, 8.0, 9.0]);
+        block.gather(&[], &mut out).expect("no rows");
+        assert_eq!(out.len(), 5);
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_a_block_are_an_error() {
+        let block = Block { offset: 2, width: 2, stride: 6 };
+        let mut out = Vec::new();
+        let error = block.gather(&[0.0; 7], &mut out).expect_err("a row and a bit");
+        assert!(matches!(error, OpError::PayloadSize { expected: 12, found: 7 }), "{error:?}");
+        let past_the_row = Block { offset: 5, width: 2, stride: 6 };
+        assert!(past_the_row.gather(&[0.0; 6], &mut out).is_err());
+        let empty_rows = Block { offset: 0, width: 1, stride: 0 };
+        assert!(empty_rows.gather(&[0.0; 3], &mut out).is_err());
+        assert!(out.is_empty(), "nothing appended on an error");
     }
 }
