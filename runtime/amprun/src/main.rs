@@ -319,8 +319,8 @@
 //! per backward batch (with `--max-batch 1`, nothing is batched: to measure what batching
 //! gains). `--replicate
 //! cell=2` runs the Linear or Embedding node `cell` (a label or `%index`) as 2 copies on
-//! consecutive workers, each message going to the copy expected to finish it first (see
-//! Stragglers); the copies take the
+//! consecutive workers, each forward message going to the copy expected to finish it first
+//! (see Stragglers) and its gradient back to the copy that served it; the copies take the
 //! trained values after every `--replica-sync N` updates (default 1: training is then
 //! exactly that without replicas). `ampc compile --workers N --emit plan` proposes
 //! replicas where its cost model predicts they pay, and `--plan-replicas` runs them (see
