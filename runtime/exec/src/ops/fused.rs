@@ -470,18 +470,6 @@ impl FusedOp {
             })
             .collect()
     }
-
-    /// Offers each message to `join` under its key; the keys it completes, in order.
-    fn complete(join: &mut Join, cx: &NodeCx, port: u16, msgs: Vec<Msg>) -> Result<Vec<(Key, Vec<Msg>)>, OpError> {
-        let mut ready = Vec::new();
-        for msg in msgs {
-            let key = cx.key(&msg.state);
-            if let Some(done) = join.offer(key, usize::from(port), msg)? {
-                ready.push(done);
-            }
-        }
-        Ok(ready)
-    }
 }
 
 /// A kernel's output (`w` values per row) as one payload per key of `counts` rows, all
@@ -538,12 +526,12 @@ impl NodeOp for FusedOp {
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
-        let ready = Self::complete(&mut self.forward_join, cx, port, msgs)?;
+        let ready = self.forward_join.complete(cx, port, msgs)?;
         self.forward_rows(cx, ready)
     }
 
     fn backward_batch(&mut self, cx: &mut NodeCx, port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
-        let ready = Self::complete(&mut self.backward_join, cx, port, grads)?;
+        let ready = self.backward_join.complete(cx, port, grads)?;
         self.backward_rows(cx, ready)
     }
 

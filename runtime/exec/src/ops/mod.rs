@@ -317,6 +317,18 @@ impl Join {
         Join { arity, pending: KeyMap::default() }
     }
 
+    /// Offers each message under its key; the keys they complete, in order.
+    pub fn complete(&mut self, cx: &NodeCx, port: u16, msgs: Vec<Msg>) -> Result<Vec<(Key, Vec<Msg>)>, OpError> {
+        let mut ready = Vec::new();
+        for msg in msgs {
+            let key = cx.key(&msg.state);
+            if let Some(done) = self.offer(key, usize::from(port), msg)? {
+                ready.push(done);
+            }
+        }
+        Ok(ready)
+    }
+
     pub fn offer(&mut self, key: Key, port: usize, msg: Msg) -> Result<Option<(Key, Vec<Msg>)>, OpError> {
         if self.arity <= 1 {
             return Ok(Some((key, vec![msg])));

@@ -5,7 +5,26 @@
 use super::{Join, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
-use crate::message::{Msg, Payload};
+use crate::message::{Key, Msg, Payload};
+
+/// The parts of every completed key joined by `join_rows` into one buffer (`Stacked`):
+/// each key's first part, whose state the result takes, with its piece of it.
+fn joined(
+    ready: Vec<(Key, Vec<Msg>)>,
+    join_rows: impl Fn(&[Msg], &mut Vec<f32>) -> Result<(), OpError>,
+) -> Result<Vec<(Msg, Payload)>, OpError> {
+    let values = ready.iter().flat_map(|(_, parts)| parts).map(|m| m.payload.values().len()).sum();
+    let mut all = Stacked::with_capacity(values);
+    for (_, parts) in &ready {
+        let mut done = Ok(());
+        all.push(|values| done = join_rows(parts, values));
+        done?;
+    }
+    let mut pieces = all.payloads();
+    // Each key took a piece, whether or not it has a first part (a join's keys always do).
+    let firsts = ready.into_iter().map(|(_, parts)| (parts.into_iter().next(), pieces.next()));
+    Ok(firsts.filter_map(|(first, piece)| Some((first?, piece.unwrap_or(Payload::Unit)))).collect())
+}
 
 /// The widths of the ports' payloads.
 fn widths(ports: &[amp_ir::PayloadTy]) -> Vec<usize> {
@@ -106,24 +125,9 @@ impl NodeOp for ConcatOp {
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
-        let mut ready = Vec::new();
-        for msg in msgs {
-            let key = cx.key(&msg.state);
-            if let Some((_, parts)) = self.join.offer(key, usize::from(port), msg)? {
-                ready.push(parts);
-            }
-        }
-        let values = ready.iter().flatten().map(|m| m.payload.values().len()).sum();
-        let mut joined = Stacked::with_capacity(values);
-        for parts in &ready {
-            let mut done = Ok(());
-            joined.push(|values| done = self.join_rows(parts, values));
-            done?;
-        }
-        let mut joined = joined.payloads();
-        for parts in ready {
-            let Some(first) = parts.into_iter().next() else { continue };
-            cx.forward(0, first.with_payload(joined.next().unwrap_or(Payload::Unit)));
+        let ready = self.join.complete(cx, port, msgs)?;
+        for (first, values) in joined(ready, |parts, values| self.join_rows(parts, values))? {
+            cx.forward(0, first.with_payload(values));
         }
         Ok(())
     }
@@ -246,24 +250,9 @@ impl NodeOp for SplitOp {
     }
 
     fn backward_batch(&mut self, cx: &mut NodeCx, port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
-        let mut ready = Vec::new();
-        for grad in grads {
-            let key = cx.key(&grad.state);
-            if let Some((_, parts)) = self.grads.offer(key, usize::from(port), grad)? {
-                ready.push(parts);
-            }
-        }
-        let values = ready.iter().flatten().map(|m| m.payload.values().len()).sum();
-        let mut dx = Stacked::with_capacity(values);
-        for parts in &ready {
-            let mut joined = Ok(());
-            dx.push(|values| joined = self.join_rows(parts, values));
-            joined?;
-        }
-        let mut dx = dx.payloads();
-        for parts in ready {
-            let Some(first) = parts.into_iter().next() else { continue };
-            cx.backward(0, first.with_payload(dx.next().unwrap_or(Payload::Unit)));
+        let ready = self.grads.complete(cx, port, grads)?;
+        for (first, dx) in joined(ready, |parts, values| self.join_rows(parts, values))? {
+            cx.backward(0, first.with_payload(dx));
         }
         Ok(())
     }
