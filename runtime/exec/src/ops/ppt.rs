@@ -2,7 +2,7 @@
 //! tensors under its lock and accumulate gradients into its accumulators; the group's
 //! owner applies the updates (see `train`).
 
-use super::{Keyed, NodeCx, NodeOp};
+use super::{Keyed, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
@@ -363,27 +363,57 @@ impl EmbeddingOp {
 }
 
 impl NodeOp for EmbeddingOp {
-    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        let row = self.row(cx, &msg.state)?;
-        let values = {
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
+        self.forward_batch(cx, port, vec![msg])
+    }
+
+    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
+        self.backward_batch(cx, port, vec![grad])
+    }
+
+    /// A lookup feeds a Linear layer (Tree-LSTM's leaves, list-reduce's tokens): a worker
+    /// step's rows go into one buffer that the Linear reads in place. Every message's row
+    /// is found before any is copied (the walks into the instances' data overlap), and the
+    /// table's lock is taken once per step.
+    fn stacks(&self) -> bool {
+        true
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let rows = msgs.iter().map(|m| self.row(cx, &m.state)).collect::<Result<Vec<_>, _>>()?;
+        let mut out = Stacked::with_capacity(rows.len() * self.dim);
+        {
             let mut view = cx.params().group(self.group);
-            view.note_read(instance_of(&msg.state));
-            view.value(0)[row * self.dim..(row + 1) * self.dim].to_vec()
-        };
-        cx.forward(0, msg.with_payload(Payload::from_vec(values)));
+            for msg in &msgs {
+                view.note_read(instance_of(&msg.state));
+            }
+            let table = view.value(0);
+            for &row in &rows {
+                out.push(|values| values.extend_from_slice(&table[row * self.dim..(row + 1) * self.dim]));
+            }
+        }
+        let mut out = out.payloads();
+        for msg in msgs {
+            cx.forward(0, msg.with_payload(out.next().unwrap_or(Payload::Unit)));
+        }
         Ok(())
     }
 
-    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
-        let row = self.row(cx, &grad.state)?;
+    /// Each gradient added into its row's accumulator in order, under one lock.
+    fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        let rows = grads.iter().map(|g| self.row(cx, &g.state)).collect::<Result<Vec<_>, _>>()?;
         {
             let mut view = cx.params().group(self.group);
-            if let Some(acc) = view.row_grad(row, self.dim) {
-                kernels::axpy(1.0, grad.payload.values(), acc);
+            for (grad, &row) in grads.iter().zip(&rows) {
+                if let Some(acc) = view.row_grad(row, self.dim) {
+                    kernels::axpy(1.0, grad.payload.values(), acc);
+                }
+                view.note_gradient(instance_of(&grad.state));
             }
-            view.note_gradient(instance_of(&grad.state));
         }
-        cx.backward(0, grad.with_payload(Payload::Unit));
+        for grad in grads {
+            cx.backward(0, grad.with_payload(Payload::Unit));
+        }
         Ok(())
     }
 }
