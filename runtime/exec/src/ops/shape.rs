@@ -198,23 +198,12 @@ impl SplitOp {
 }
 
 impl NodeOp for SplitOp {
-    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        for port in 0..self.parts {
-            let mut part = Vec::new();
-            self.part(msg.payload.values(), port, &mut part);
-            cx.forward(port as u16, msg.sibling(Payload::from_vec(part)));
-        }
-        Ok(())
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
+        self.forward_batch(cx, port, vec![msg])
     }
 
     fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
-        let key = cx.key(&grad.state);
-        let Some((_, parts)) = self.grads.offer(key, usize::from(port), grad)? else { return Ok(()) };
-        let mut dx = Vec::new();
-        self.join_rows(&parts, &mut dx)?;
-        let Some(first) = parts.into_iter().next() else { return Ok(()) };
-        cx.backward(0, first.with_payload(Payload::from_vec(dx)));
-        Ok(())
+        self.backward_batch(cx, port, vec![grad])
     }
 
     /// A split of batches writes each part of all the messages it takes into one buffer
