@@ -39,7 +39,7 @@ from end_to_end import AMPRUN, CASES, COMMON, ROOT, repeated  # noqa: E402
 AMPC = os.path.join(ROOT, "target", "release", "ampc")
 WORKERS = [1, 2, 4, 8, 16]
 HOSTS = [1, 2, 3, 4]
-# amprun runs at most this many processes (`amp_exec::MAX_PROCESSES`).
+# amprun runs at most this many processes (`amp_ir::placement::MAX_RUN_PROCESSES`).
 MAX_PROCESSES = 16
 
 

@@ -27,8 +27,8 @@
 //! Workers may run in several processes, on several hosts (`Assumptions::processes`;
 //! worker `w` in process `process_of(w)`, the executor's contiguous blocks). An edge cut
 //! between workers of different processes costs each worker `link_message_us + bytes /
-//! bytes_per_us` per message each way instead (the message encoded, with its 19 bytes of
-//! wire header, and passed through the bridge thread), the same `hop_us` per step; each
+//! bytes_per_us` per message each way instead (the message encoded, with its
+//! `amp_ir::placement::MESSAGE_HEADER_BYTES` of wire header, and passed through the bridge thread), the same `hop_us` per step; each
 //! of the two processes' links is busy `bytes / link_bytes_per_us` per message (the
 //! forward message one way, its gradient the other, on a full-duplex link): the planner
 //! treats each link as one more resource whose time bounds the throughput
@@ -71,6 +71,7 @@ use crate::flow::{self, Flow};
 use crate::profile::Profile;
 use crate::topology::Topology;
 use crate::PlanError;
+use amp_ir::placement::{group_owners, MAX_PLANNED_PROCESSES, MESSAGE_HEADER_BYTES};
 use amp_ir::{Graph, Op, PayloadTy};
 use petgraph::stable_graph::NodeIndex;
 use serde::{Deserialize, Serialize};
@@ -133,8 +134,8 @@ pub struct Assumptions {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub worker_speed: Vec<f64>,
     /// Processes (hosts) the workers are split over (amprun's `--processes`): process `p`
-    /// runs a contiguous block of the globally numbered workers ([`process_of`], as
-    /// `amp_exec::workers_of` splits them). An edge cut between workers of one process
+    /// runs a contiguous block of the globally numbered workers
+    /// (`amp_ir::placement::process_of`, which the executor follows). An edge cut between workers of one process
     /// costs what the fields above say; one cut between processes crosses the link below.
     pub processes: usize,
     /// Extra cost, for each of the two workers, of each message crossing between
@@ -152,29 +153,6 @@ pub struct Assumptions {
     /// Instances in flight (amprun's `--max-active-keys`), which hide the link's latency
     /// when no profile tells how many were in flight.
     pub in_flight: f64,
-}
-
-/// Bytes the wire format adds to each message that crosses processes (worker, node, port
-/// and direction: docs/distributed.md, "What crosses the network").
-pub const WIRE_MESSAGE_BYTES: f64 = 19.0;
-
-/// The most processes a plan may assume (more than amprun's `--processes` accepts).
-pub const MAX_PROCESSES: usize = 256;
-
-/// The process that runs worker `worker` of `workers` split over `processes`: each holds
-/// `workers / processes`, the first `workers % processes` one more (what
-/// `amp_exec::workers_of` runs; `amp-tests` checks that the two agree).
-pub fn process_of(worker: usize, processes: usize, workers: usize) -> usize {
-    let processes = processes.clamp(1, workers.max(1));
-    let (base, extra) = (workers / processes, workers % processes);
-    // The first `extra` processes hold base + 1 workers each.
-    let long = extra * (base + 1);
-    if worker < long {
-        worker / (base + 1)
-    } else {
-        // `base` is 0 only without workers.
-        (worker - long).checked_div(base).map_or(processes - 1, |k| (extra + k).min(processes - 1))
-    }
 }
 
 impl Default for Assumptions {
@@ -260,7 +238,7 @@ impl Assumptions {
         if self.worker_speed.len() > crate::MAX_WORKERS {
             return Err(PlanError::Workers { workers: self.worker_speed.len() });
         }
-        if self.processes == 0 || self.processes > MAX_PROCESSES {
+        if self.processes == 0 || self.processes > MAX_PLANNED_PROCESSES {
             return Err(PlanError::Assumption { name: "processes", value: self.processes as f64 });
         }
         Ok(())
@@ -383,17 +361,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
     let units = Units::new(&topo, &flow);
     let a = assumptions;
     let mut nodes: Vec<Option<NodeCost>> = vec![None; topo.bound];
-    let mut update_owner: BTreeMap<&str, usize> = BTreeMap::new();
-    for i in topo.nodes() {
-        let Some(node) = graph.nodes.node_weight(NodeIndex::new(i)) else { continue };
-        if let Op::Linear { param }
-        | Op::Embedding { param, .. }
-        | Op::EmbeddingRows { param, .. }
-        | Op::Affine { param } = &node.op
-        {
-            update_owner.entry(param.as_str()).or_insert(i);
-        }
-    }
+    let update_owner = group_owners(graph);
     for i in topo.nodes() {
         let Some(node) = graph.nodes.node_weight(NodeIndex::new(i)) else { continue };
         let out_rows = flow.rows[i].first().copied().unwrap_or(1.0);
@@ -440,17 +408,10 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             backward_joined: 0.0,
             latency_us: 0.0,
             measured: false,
-            group: match &node.op {
-                Op::Linear { param } | Op::Embedding { param, .. } | Op::Affine { param } => Some(param.clone()),
-                _ => None,
-            },
+            group: node.op.param().map(str::to_string),
         };
-        if let Op::Linear { param }
-        | Op::Embedding { param, .. }
-        | Op::EmbeddingRows { param, .. }
-        | Op::Affine { param } = &node.op
-        {
-            if update_owner.get(param.as_str()) == Some(&i) {
+        if let Some(param) = node.op.param() {
+            if update_owner.get(param) == Some(&i) {
                 // A batch of looked-up rows touches one table row per row.
                 let lookups = if matches!(node.op, Op::EmbeddingRows { .. }) { out_rows } else { 1.0 };
                 cost.update_us = update_us(graph, &node.op, param, flow.forward[i] * lookups, a);
@@ -601,7 +562,7 @@ fn edge_costs(
             let mut cut_us = messages * (2.0 * (a.cross_us + bytes / a.bytes_per_us) + steps * a.hop_us);
             // Between processes a message is encoded, passes the bridge and is decoded:
             // the copy of its bytes stays, the channel's cost is the link's per message.
-            let wire_bytes = bytes + WIRE_MESSAGE_BYTES;
+            let wire_bytes = bytes + MESSAGE_HEADER_BYTES as f64;
             let mut remote_cut_us =
                 messages * (2.0 * (a.link_message_us + wire_bytes / a.bytes_per_us) + steps * a.hop_us);
             // Forward messages go one way, their gradients the other: each process sends

@@ -60,7 +60,7 @@ mod profile;
 mod replicas;
 mod topology;
 
-pub use cost::{estimate, process_of, Assumptions, Costs, EdgeCost, NodeCost, MAX_PROCESSES, WIRE_MESSAGE_BYTES};
+pub use cost::{estimate, Assumptions, Costs, EdgeCost, NodeCost};
 pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_REPLICAS, MAX_WORKERS};
 pub use profile::{Event, Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
 

@@ -57,8 +57,9 @@
 //! it reads is one item that moves as a whole, with its members' summed load and merged
 //! neighbours, and every member ends on its representative's worker.
 
-use crate::cost::{process_of, Costs};
+use crate::cost::Costs;
 use crate::topology::Topology;
+use amp_ir::placement::process_of;
 use std::collections::BTreeMap;
 
 const MAX_SWEEPS: usize = 100;
@@ -94,7 +95,7 @@ pub(crate) struct Problem<'a> {
     pub total: f64,
     /// Per worker, its speed (`Assumptions::worker_speed`): its time is its work over it.
     pub speed: Vec<f64>,
-    /// Per worker, its process (`Assumptions::processes`, `cost::process_of`).
+    /// Per worker, its process (`Assumptions::processes`, `amp_ir::placement::process_of`).
     pub process: Vec<usize>,
     /// Processes: each one's link is a resource of the search (after the bound).
     pub processes: usize,

@@ -337,7 +337,7 @@ impl Plan {
                 return Err(refuse(format!("{copies} copies: a replicated node has 2 to {MAX_REPLICAS}")));
             }
             let worker = placement.get(r.id as usize).copied().unwrap_or(0);
-            if !r.workers.is_empty() && r.workers != replicas::copy_workers(worker, copies, self.workers) {
+            if !r.workers.is_empty() && r.workers != amp_ir::placement::copy_workers(worker, copies, self.workers) {
                 return Err(refuse(format!(
                     "its copies' workers {:?} are not where the executor puts them, from worker {worker}",
                     r.workers

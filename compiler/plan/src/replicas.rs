@@ -32,7 +32,8 @@
 use crate::cost::Costs;
 use crate::partition::{Problem, Score};
 use crate::plan::MAX_REPLICAS;
-use amp_ir::{Graph, Op};
+use amp_ir::placement::copy_workers;
+use amp_ir::Graph;
 use petgraph::stable_graph::NodeIndex;
 
 /// The least share of the predicted time per instance a replica must save to be
@@ -57,12 +58,6 @@ pub(crate) struct Copies {
     pub workers: Vec<usize>,
 }
 
-/// The workers of `copies` copies of a node on worker `worker`, as the executor places
-/// them.
-pub(crate) fn copy_workers(worker: usize, copies: usize, workers: usize) -> Vec<usize> {
-    (0..copies).map(|r| (worker + r) % workers.max(1)).collect()
-}
-
 /// µs per instance that keeping one copy of each Ppt in sync costs its master's worker
 /// (0 for other nodes).
 pub(crate) fn sync_costs(graph: &Graph, costs: &Costs) -> Vec<f64> {
@@ -70,13 +65,7 @@ pub(crate) fn sync_costs(graph: &Graph, costs: &Costs) -> Vec<f64> {
     let mut sync = vec![0.0; costs.nodes.len()];
     for (i, slot) in sync.iter_mut().enumerate() {
         let Some(node) = graph.nodes.node_weight(NodeIndex::new(i)) else { continue };
-        let param = match &node.op {
-            Op::Linear { param }
-            | Op::Embedding { param, .. }
-            | Op::EmbeddingRows { param, .. }
-            | Op::Affine { param } => param,
-            _ => continue,
-        };
+        let Some(param) = node.op.param() else { continue };
         let elements: f64 = ["weight", "bias"]
             .iter()
             .filter_map(|t| graph.param(&format!("{param}.{t}")))

@@ -891,7 +891,12 @@ fn a_slow_link_keeps_a_chatty_models_cuts_inside_a_host_and_a_fast_one_cuts_acro
     let pairs = cut_pairs(&g, &four);
     assert!(!pairs.is_empty(), "{}", four.table("Chatty"));
     for (a, b) in pairs {
-        assert_eq!(amp_plan::process_of(a, 2, 4), amp_plan::process_of(b, 2, 4), "{}", four.table("Chatty"));
+        assert_eq!(
+            amp_ir::placement::process_of(a, 2, 4),
+            amp_ir::placement::process_of(b, 2, 4),
+            "{}",
+            four.table("Chatty")
+        );
     }
     // The plan says which link it assumed, and predicts the link's time when crossed.
     let model = hosts_fast.cost_model.as_ref().unwrap();
@@ -908,9 +913,9 @@ fn a_slow_link_keeps_a_chatty_models_cuts_inside_a_host_and_a_fast_one_cuts_acro
 #[test]
 fn processes_follow_the_executors_blocks_and_bad_link_assumptions_are_refused() {
     // 10 workers over 4 processes: 3, 3, 2, 2.
-    let of: Vec<usize> = (0..10).map(|w| amp_plan::process_of(w, 4, 10)).collect();
+    let of: Vec<usize> = (0..10).map(|w| amp_ir::placement::process_of(w, 4, 10)).collect();
     assert_eq!(of, [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]);
-    assert_eq!((0..4).map(|w| amp_plan::process_of(w, 1, 4)).collect::<Vec<_>>(), [0, 0, 0, 0]);
+    assert_eq!((0..4).map(|w| amp_ir::placement::process_of(w, 1, 4)).collect::<Vec<_>>(), [0, 0, 0, 0]);
     let g = graph(CHAIN);
     for bad in [
         Assumptions { processes: 0, ..Assumptions::default() },
@@ -1003,10 +1008,50 @@ fn a_parameter_groups_nodes_stay_in_one_process() {
         let hosts = plan_graph(&g, workers, &fast, None).unwrap();
         let (first, second) = (worker_of(&hosts, 2), worker_of(&hosts, 4));
         assert_eq!(
-            amp_plan::process_of(first, 2, workers),
-            amp_plan::process_of(second, 2, workers),
+            amp_ir::placement::process_of(first, 2, workers),
+            amp_ir::placement::process_of(second, 2, workers),
             "{workers} workers\n{}",
             hosts.table("Shared")
+        );
+    }
+}
+
+/// One embedding table looked up by two batched lookups (`embedding_rows`, as a batched
+/// `map` lowers `emb(t)`): one parameter group, which a plan over processes keeps in one
+/// process like any other (the executor refuses a group split over processes).
+const SHARED_TABLE: &str = r#"amp.graph @Table {
+  state %inst: instance, %r0: element, %r1: element
+  param emb.weight: f32[1000, 256] normal
+  param l.weight: f32[1024, 256] uniform(256)
+  param l.bias: f32[1024] uniform(256)
+  param r.weight: f32[1024, 256] uniform(256)
+  param r.bias: f32[1024] uniform(256)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = embedding_rows @emb %r0 [$.a[%r0]] [len($.a)] (%0#0: unit) -> f32[?, 256] "left"
+  %2 = embedding_rows @emb %r1 [$.b[%r1]] [len($.b)] (%0#0: unit) -> f32[?, 256] "right"
+  %3 = linear @l (%1#0: f32[?, 256]) -> f32[?, 1024] key(%inst) "l"
+  %4 = linear @r (%2#0: f32[?, 256]) -> f32[?, 1024] key(%inst) "r"
+  %5 = reduce sum (%3#0: f32[?, 1024]) -> f32[1024] key(%inst) "ls"
+  %6 = reduce sum (%4#0: f32[?, 1024]) -> f32[1024] key(%inst) "rs"
+  %7 = loss mse (%5#0: f32[1024], %6#0: f32[1024]) -> () key(%inst) "loss"
+}
+"#;
+
+#[test]
+fn an_embedding_tables_batched_lookups_stay_in_one_process() {
+    let g = graph(SHARED_TABLE);
+    let worker_of = |p: &Plan, id: u32| p.nodes.iter().find(|n| n.id == id).unwrap().worker;
+    let cores = plan_graph(&g, 2, &Assumptions::default(), None).unwrap();
+    assert_ne!(worker_of(&cores, 1), worker_of(&cores, 2), "{}", cores.table("Table"));
+    let fast = Assumptions { processes: 2, link_latency_us: 0.0, link_bandwidth_mbps: 1e6, ..Assumptions::default() };
+    for workers in [2, 4] {
+        let hosts = plan_graph(&g, workers, &fast, None).unwrap();
+        let (left, right) = (worker_of(&hosts, 1), worker_of(&hosts, 2));
+        assert_eq!(
+            amp_ir::placement::process_of(left, 2, workers),
+            amp_ir::placement::process_of(right, 2, workers),
+            "{workers} workers\n{}",
+            hosts.table("Table")
         );
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Every process runs the same command: it reads the same data, makes the same runs in
 //! the same order (epochs, validations), and runs its range of the workers
-//! (`amp_exec::workers_of`); process 0 runs the controller, so it alone sees the losses
+//! (`amp_ir::placement::workers_of`); process 0 runs the controller, so it alone sees the losses
 //! and writes metrics, checkpoints and traces. The others print nothing but errors.
 //!
 //! `--processes P` alone is the launcher: this process is process 0; it picks P free
@@ -14,7 +14,8 @@
 
 use crate::cli::ExecArgs;
 use crate::failure::{Exit, Failure};
-use amp_exec::{Cluster, ClusterSpec, ExecConfig, MAX_PROCESSES};
+use amp_exec::{Cluster, ClusterSpec, ExecConfig};
+use amp_ir::placement::MAX_RUN_PROCESSES;
 use amp_ir::verify::Verified;
 use sha3::{Digest, Sha3_256};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -64,9 +65,9 @@ pub fn prepare(args: &ExecArgs) -> Result<(), Failure> {
         return Ok(());
     };
     // Refused before any child starts (the executor's own limit, `Cluster::connect`).
-    if processes > MAX_PROCESSES {
+    if processes > MAX_RUN_PROCESSES {
         return Err(Failure::usage(format!(
-            "--processes {processes}: at most {MAX_PROCESSES} processes are supported today \
+            "--processes {processes}: at most {MAX_RUN_PROCESSES} processes are supported today \
              (docs/distributed.md, Limits today)"
         )));
     }

@@ -4,7 +4,7 @@
 use crate::failure::Failure;
 use amp_data::vectors::{self, VectorsOptions};
 use amp_data::Vocab;
-use amp_ir::{Graph, Op};
+use amp_ir::Graph;
 use amp_params::ParamSet;
 use std::path::{Path, PathBuf};
 
@@ -13,13 +13,9 @@ use std::path::{Path, PathBuf};
 fn groups(graph: &Graph) -> Vec<(String, bool)> {
     let mut out: Vec<(String, bool)> = Vec::new();
     for node in graph.nodes.node_weights() {
-        let (prefix, embedding) = match &node.op {
-            Op::Linear { param } | Op::Affine { param } => (param, false),
-            Op::Embedding { param, .. } | Op::EmbeddingRows { param, .. } => (param, true),
-            _ => continue,
-        };
+        let Some(prefix) = node.op.param() else { continue };
         if !out.iter().any(|(p, _)| p == prefix) {
-            out.push((prefix.clone(), embedding));
+            out.push((prefix.to_string(), node.op.is_lookup()));
         }
     }
     out.sort();

@@ -126,13 +126,7 @@ pub fn check_nodes(graph: &amp_ir::Graph, bounds: &[StalenessBound]) -> Result<(
         .nodes
         .node_indices()
         .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n)))
-        .filter_map(|(i, n)| match &n.op {
-            amp_ir::Op::Linear { param }
-            | amp_ir::Op::Embedding { param, .. }
-            | amp_ir::Op::EmbeddingRows { param, .. }
-            | amp_ir::Op::Affine { param } => Some((i, n.label.as_str(), param.as_str())),
-            _ => None,
-        })
+        .filter_map(|(i, n)| Some((i, n.label.as_str(), n.op.param()?)))
         .collect();
     for bound in bounds {
         let StalenessBound::Node(selector, _) = bound else { continue };

@@ -692,7 +692,7 @@ fn replicas_a_split_run_cannot_route_or_bound_are_refused() {
     refused(&["--replicate", "l2=2", "--max-staleness", "2"], "parameter `l2` has a staleness bound and a replica");
 }
 
-/// More processes than `amp_exec::MAX_PROCESSES` are refused before anything starts.
+/// More processes than `amp_ir::placement::MAX_RUN_PROCESSES` are refused before anything starts.
 #[test]
 fn too_many_processes_are_refused() {
     let dir = scratch("split-many");

@@ -391,18 +391,3 @@ fn plans_are_computed_for_any_worker_count_of_an_amp_source() {
         assert_eq!(stdout(&out).contains("placement"), workers != "1");
     }
 }
-
-#[test]
-fn the_planner_puts_each_worker_in_the_process_the_executor_runs_it_in() {
-    for workers in 1..=20 {
-        for processes in 1..=workers.min(6) {
-            for w in 0..workers {
-                assert_eq!(
-                    amp_plan::process_of(w, processes, workers),
-                    amp_exec::process_of(w, processes, workers),
-                    "worker {w} of {workers} over {processes} processes"
-                );
-            }
-        }
-    }
-}

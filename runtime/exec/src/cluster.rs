@@ -57,6 +57,7 @@
 use crate::error::ExecError;
 use crate::trace::TraceEvent;
 use crate::wire::{self, Item, Limits, Packet};
+use amp_ir::placement::{process_of, workers_of, MAX_RUN_PROCESSES};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sha3::{Digest, Sha3_256};
 use std::collections::VecDeque;
@@ -105,25 +106,6 @@ impl ClusterSpec {
             connect_timeout: Duration::from_secs(60),
         }
     }
-}
-
-/// The most processes a run may be split over (checked before anything is connected or
-/// allocated for them): every process holds a connection, two network threads and a
-/// heartbeat to each other one, and the loopback tests and benches go no further.
-pub const MAX_PROCESSES: usize = 16;
-/// The worker range of process `process` of `processes` among `workers`: contiguous
-/// blocks, the first `workers % processes` one larger.
-pub fn workers_of(process: usize, processes: usize, workers: usize) -> Range<usize> {
-    let processes = processes.max(1);
-    let (base, extra) = (workers / processes, workers % processes);
-    let start = process * base + process.min(extra);
-    let len = base + usize::from(process < extra);
-    start..(start + len).min(workers)
-}
-
-/// The process that runs worker `worker`.
-pub fn process_of(worker: usize, processes: usize, workers: usize) -> usize {
-    (0..processes).find(|&p| workers_of(p, processes, workers).contains(&worker)).unwrap_or(0)
 }
 
 /// What this process's bridge sent to and received from the others since it connected
@@ -303,9 +285,9 @@ impl Cluster {
                 spec.process
             )));
         }
-        if processes > MAX_PROCESSES {
+        if processes > MAX_RUN_PROCESSES {
             return Err(cluster_error(format!(
-                "{processes} processes: at most {MAX_PROCESSES} are supported (see `MAX_PROCESSES`)"
+                "{processes} processes: at most {MAX_RUN_PROCESSES} are supported (see `MAX_RUN_PROCESSES`)"
             )));
         }
         // The clock trace events are measured against (see the module doc, Clocks).

@@ -148,7 +148,7 @@ pub struct ExecConfig {
     pub stall_timeout: Duration,
     pub fault: Option<Fault>,
     /// The run is split over processes (`Cluster::connect`): this process runs its range
-    /// of the workers (`workers_of`), process 0 the controller. `None`: every worker here.
+    /// of the workers (`amp_ir::placement::workers_of`), process 0 the controller. `None`: every worker here.
     pub cluster: Option<crate::cluster::Cluster>,
     /// Bounded staleness (DSP): no parameter group applies a gradient more than this many
     /// of its updates after the version the gradient's forward messages read; a group

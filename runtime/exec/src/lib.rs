@@ -55,7 +55,7 @@
 //!   node-by-node execution to rounding.
 //! - Replicas (`ExecConfig::replicas`): see the `load::replicas` module.
 //! - Several processes (`ExecConfig::cluster`, [`Cluster::connect`]): each runs its block
-//!   of the workers ([`workers_of`]) and process 0 the controller; what crosses processes
+//!   of the workers ([`amp_ir::placement::workers_of`]) and process 0 the controller; what crosses processes
 //!   goes through one bridge thread per process over timely_communication, encoded by
 //!   [`wire`] (docs/distributed.md).
 //! - A non-finite loss sends no gradient back; the run stops with
@@ -74,7 +74,7 @@ mod load;
 mod ops;
 mod sched;
 
-pub use cluster::{process_of, workers_of, Cluster, ClusterSpec, Traffic, MAX_PROCESSES};
+pub use cluster::{Cluster, ClusterSpec, Traffic};
 pub use config::{ExecConfig, Fault, NodeSelector, Placement, SlowWorker};
 pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;

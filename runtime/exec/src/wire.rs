@@ -792,6 +792,30 @@ mod tests {
         assert_eq!(packet, Packet { from: 3, run: 11, items });
     }
 
+    /// The planner charges a crossing message `amp_ir::placement::MESSAGE_HEADER_BYTES`
+    /// beyond its payload and state: exactly what a `Work` item takes in a packet.
+    #[test]
+    fn a_message_costs_the_header_the_planner_charges() {
+        let packet = |items: &[Item]| {
+            let mut bytes = Vec::new();
+            encode(0, 1, items, &mut bytes);
+            bytes.len()
+        };
+        let empty = packet(&[]);
+        for (floats, fields) in [(0, 0), (3, 1), (64, 5)] {
+            let payload = if floats == 0 { Payload::Unit } else { Payload::from_vec(vec![0.5; floats]) };
+            let msg = Msg::new(payload, vec![7; fields].into());
+            let work = Item::Work { worker: 1, node: 2, port: 0, dir: Dir::Forward, msg };
+            let bytes = packet(&[work]) - empty;
+            let unit_payload = if floats == 0 { 4 } else { 0 };
+            assert_eq!(
+                bytes + unit_payload,
+                amp_ir::placement::MESSAGE_HEADER_BYTES + 4 * floats + 8 * fields,
+                "{floats} floats, {fields} state fields"
+            );
+        }
+    }
+
     #[test]
     fn every_truncation_is_an_error() {
         let mut bytes = Vec::new();

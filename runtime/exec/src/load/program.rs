@@ -9,6 +9,7 @@ use amp_ir::{FieldId, Graph, Op, PayloadTy};
 use amp_jit::Kernel;
 use amp_params::ParamSet;
 use petgraph::visit::{EdgeRef, NodeIndexable};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// What a node runs: an op of the graph, a fusion group's kernel in place of the
@@ -230,7 +231,7 @@ impl Program {
         if config.chain_routes {
             crate::load::chain::compose(&mut nodes);
         }
-        let mut groups = group_params(&mut nodes, params, config);
+        let mut groups = group_params(&mut nodes, graph, params, config);
         super::replicas::replicate(&mut nodes, &mut groups, config)?;
         check_replica_bounds(&groups, config)?;
         // Sinks are neither fused nor chained: they keep their graph index.
@@ -335,44 +336,47 @@ fn place(nodes: &mut [Option<NodeInfo>], graph: &Graph, config: &ExecConfig) -> 
     Ok(())
 }
 
-/// One group per Ppt prefix, owned by the worker of its first node.
-fn group_params(nodes: &mut [Option<NodeInfo>], params: &ParamSet, config: &ExecConfig) -> Vec<GroupInfo> {
+/// One group per Ppt prefix, owned by the worker of its owning node
+/// (`amp_ir::placement::group_owners`, as the planner predicts).
+fn group_params(
+    nodes: &mut [Option<NodeInfo>],
+    graph: &Graph,
+    params: &ParamSet,
+    config: &ExecConfig,
+) -> Vec<GroupInfo> {
+    let owners: BTreeMap<&str, usize> = amp_ir::placement::group_owners(graph)
+        .into_iter()
+        .filter_map(|(prefix, i)| Some((prefix, nodes.get(i)?.as_ref()?.worker)))
+        .collect();
     let mut groups: Vec<GroupInfo> = Vec::new();
     let mut overrides: Vec<Option<u64>> = Vec::new();
     for node in nodes.iter_mut().flatten() {
-        let (prefix, with_bias) = match &node.op {
-            ExecOp::Ir(Op::Linear { param } | Op::Affine { param }) => (param, true),
-            ExecOp::Ir(Op::Embedding { param, .. } | Op::EmbeddingRows { param, .. }) => (param, false),
-            _ => continue,
-        };
+        let ExecOp::Ir(op) = &node.op else { continue };
+        let Some(prefix) = op.param() else { continue };
         let overridden = config.update_overrides.iter().filter(|(sel, _)| match sel {
             NodeSelector::Id(id) => *id == node.index,
             NodeSelector::Label(label) => *label == node.label,
         });
         let k = overridden.map(|(_, k)| *k).min();
-        let g = match groups.iter().position(|g| g.prefix == *prefix) {
+        let g = match groups.iter().position(|g| g.prefix == prefix) {
             Some(g) => g,
             None => {
                 groups.push(GroupInfo {
-                    prefix: prefix.clone(),
+                    prefix: prefix.to_string(),
                     tensors: Vec::new(),
                     nodes: Vec::new(),
-                    owner: node.worker,
+                    owner: owners.get(prefix).copied().unwrap_or(node.worker),
                     min_update_frequency: config.min_update_frequency,
                     max_staleness: config.max_staleness,
                     master: None,
                     replica_groups: Vec::new(),
-                    frozen: config.frozen.contains(prefix),
+                    frozen: config.frozen.iter().any(|f| f == prefix),
                 });
                 groups.len() - 1
             }
         };
         let group = &mut groups[g];
-        let mut wanted = vec![format!("{prefix}.weight")];
-        if with_bias {
-            wanted.push(format!("{prefix}.bias"));
-        }
-        for name in wanted {
+        for name in op.param_tensors() {
             if let Some(i) = params.index(&name) {
                 if !group.tensors.contains(&i) {
                     group.tensors.push(i);

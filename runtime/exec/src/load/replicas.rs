@@ -3,7 +3,7 @@
 //! bottleneck Ppt's work spreads over several workers (dynamic placement).
 //!
 //! - Placement (`replicate`, at load): replica `r` of a node on worker `w` runs on worker
-//!   `(w + r) mod workers`; replica 0 is the node itself. Each copy has its own lock, so the replicas' GEMMs run
+//!   `(w + r) mod workers` (`amp_ir::placement::copy_workers`); replica 0 is the node itself. Each copy has its own lock, so the replicas' GEMMs run
 //!   in parallel.
 //! - Routing (`Routes`): a forward message for the node goes to the replica expected to
 //!   finish it first: its messages queued or running, plus this one, times its service
@@ -266,10 +266,11 @@ pub(super) fn replicate(
                 continue;
             }
             let mut serving = vec![index];
+            let copy_workers = amp_ir::placement::copy_workers(original.worker, *count as usize, config.workers);
             for r in 1..*count {
                 let replica = nodes.len() as u32;
                 let group = groups.len();
-                let worker = (original.worker + r) % config.workers;
+                let worker = copy_workers[r as usize];
                 groups.push(GroupInfo {
                     prefix: groups[master].prefix.clone(),
                     tensors: groups[master].tensors.clone(),

@@ -5,7 +5,7 @@
 //! across workers the controller holds each update boundary ([`ControllerHold`]). The
 //! protocol is `sched::admission`'s.
 
-use crate::cluster::{cluster_error, workers_of, Peers, ReplicaShape, ReportTo, RunPort, RunSink};
+use crate::cluster::{cluster_error, Peers, ReplicaShape, ReportTo, RunPort, RunSink};
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
 use crate::load::program::Program;
@@ -111,7 +111,7 @@ pub(crate) fn run(
     // theirs, and process 0 the controller (see `crate::cluster`).
     let cluster = config.cluster.as_ref();
     let local = match cluster {
-        Some(c) => workers_of(c.process(), c.processes(), workers),
+        Some(c) => amp_ir::placement::workers_of(c.process(), c.processes(), workers),
         None => 0..workers,
     };
     let credits = Arc::new(match cluster {

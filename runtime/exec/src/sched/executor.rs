@@ -225,7 +225,7 @@ impl Executor {
         let name = |n| self.program.node_name(n);
         let Some(cluster) = &self.config.cluster else { return write_chrome_trace(events, name, out) };
         let (processes, workers) = (cluster.processes(), self.program.workers);
-        let process = |w: u32| crate::cluster::process_of(w as usize, processes, workers) as u32;
+        let process = |w: u32| amp_ir::placement::process_of(w as usize, processes, workers) as u32;
         let process_name = |p: u32| format!("process {p} ({})", cluster.address_of(p as usize));
         write_merged_trace(events, name, process, process_name, out)
     }
@@ -394,7 +394,7 @@ impl Executor {
             .groups
             .iter()
             .filter(|g| g.master.is_none())
-            .map(|g| crate::cluster::process_of(g.owner, processes, workers))
+            .map(|g| amp_ir::placement::process_of(g.owner, processes, workers))
             .collect();
         // Four counts a group, each as two f32 words of its bits (the gather moves f32s).
         let words = |x: u64| [f32::from_bits(x as u32), f32::from_bits((x >> 32) as u32)];
@@ -436,7 +436,7 @@ impl Executor {
     fn share_replica_values(&mut self) -> Result<(), ExecError> {
         let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
         let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
-        let process = |worker: usize| crate::cluster::process_of(worker, processes, workers);
+        let process = |worker: usize| amp_ir::placement::process_of(worker, processes, workers);
         // (tensor, from, to) once per pair of processes.
         let mut moves: Vec<(usize, usize, usize)> = Vec::new();
         for master in self.program.groups.iter().filter(|g| g.master.is_none()) {
@@ -542,7 +542,7 @@ impl Executor {
     pub fn gather_grads(&self, grads: &mut ParamSet) -> Result<(), ExecError> {
         let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
         let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
-        let process = |worker: usize| crate::cluster::process_of(worker, processes, workers);
+        let process = |worker: usize| amp_ir::placement::process_of(worker, processes, workers);
         // A slot per tensor and sending process.
         let slot = |t: usize, from: usize| {
             u32::try_from(t * processes + from).map_err(|_| ExecError::Config { message: "too many tensors".into() })
@@ -587,7 +587,7 @@ impl Executor {
         let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
         let (mut sent, mut received) = (Vec::new(), Vec::new());
         for group in self.program.groups.iter().filter(|g| g.master.is_none()) {
-            let owner = crate::cluster::process_of(group.owner, processes, workers);
+            let owner = amp_ir::placement::process_of(group.owner, processes, workers);
             if owner == me && me != 0 {
                 sent.extend(group.tensors.iter().copied());
             } else if owner != 0 && me == 0 {
@@ -676,7 +676,7 @@ fn check_split(program: &Program, config: &ExecConfig, processes: usize) -> Resu
     if program.workers < processes {
         return refuse(format!("{} workers cannot be split over {processes} processes", program.workers));
     }
-    let process = |worker: usize| crate::cluster::process_of(worker, processes, program.workers);
+    let process = |worker: usize| amp_ir::placement::process_of(worker, processes, program.workers);
     for master in program.groups.iter().filter(|g| g.master.is_none() && g.max_staleness.is_some()) {
         let away = master.replica_groups.iter().filter_map(|&r| program.groups.get(r));
         if let Some(replica) = away.into_iter().find(|r| process(r.owner) != process(master.owner)) {

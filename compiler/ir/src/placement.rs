@@ -1,0 +1,113 @@
+//! Where things run: the placement rules that the planner predicts and the executor
+//! follows, kept once so the two cannot drift apart.
+//!
+//! - a run's workers are split over its processes in contiguous blocks ([`workers_of`],
+//!   [`process_of`]);
+//! - the copies of a replicated node go to the workers after its own ([`copy_workers`]);
+//! - a parameter group is owned (updated, checkpointed) by the worker of its first node in
+//!   index order ([`group_owners`]);
+//! - a message that crosses processes costs [`MESSAGE_HEADER_BYTES`] beyond its payload
+//!   and state (the executor's wire codec tests that it encodes exactly that).
+
+use crate::Graph;
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// The most processes one run may be split over (checked before anything is connected or
+/// allocated for them): every process holds a connection, two network threads and a
+/// heartbeat to each other one, and the loopback tests and benches go no further.
+pub const MAX_RUN_PROCESSES: usize = 16;
+
+/// The most processes a plan may assume: what-if plans for larger clusters than a run may
+/// form today ([`MAX_RUN_PROCESSES`]) are allowed, and bounded so that a plan's per-process
+/// tables stay small.
+pub const MAX_PLANNED_PROCESSES: usize = 256;
+
+/// Bytes the wire format adds to each forward or backward message that crosses processes,
+/// beyond 4 per f32 of its payload and 8 per state field: its tag, worker, node, port,
+/// direction, state length and payload length (docs/distributed.md, "What crosses the
+/// network").
+pub const MESSAGE_HEADER_BYTES: usize = 19;
+
+/// The worker range of process `process` of `processes` among `workers`: contiguous
+/// blocks, the first `workers % processes` one larger. `processes` is taken as at least 1.
+pub fn workers_of(process: usize, processes: usize, workers: usize) -> Range<usize> {
+    let processes = processes.max(1);
+    let (base, extra) = (workers / processes, workers % processes);
+    let start = (process * base + process.min(extra)).min(workers);
+    let len = base + usize::from(process < extra);
+    start..(start + len).min(workers)
+}
+
+/// The process that runs worker `worker` of `workers` split over `processes` (the inverse
+/// of [`workers_of`]; processes beyond the workers' count hold none). A worker past the
+/// last is taken as the last process's.
+pub fn process_of(worker: usize, processes: usize, workers: usize) -> usize {
+    let processes = processes.clamp(1, workers.max(1));
+    let (base, extra) = (workers / processes, workers % processes);
+    // The first `extra` processes hold base + 1 workers each.
+    let long = extra * (base + 1);
+    if worker < long {
+        worker / (base + 1)
+    } else {
+        // `base` is 0 only without workers.
+        (worker - long).checked_div(base).map_or(processes - 1, |k| (extra + k).min(processes - 1))
+    }
+}
+
+/// The workers of `copies` copies of a node on worker `worker` among `workers`: copy `r`
+/// on `(worker + r) mod workers`, so copy 0 is the node itself.
+pub fn copy_workers(worker: usize, copies: usize, workers: usize) -> Vec<usize> {
+    (0..copies).map(|r| (worker + r) % workers.max(1)).collect()
+}
+
+/// Each parameter group's owning node: the first node, in index order, whose op reads the
+/// group ([`crate::Op::param`]). The group's updates run on that node's worker.
+pub fn group_owners(graph: &Graph) -> BTreeMap<&str, usize> {
+    let mut owners = BTreeMap::new();
+    let mut indices: Vec<_> = graph.nodes.node_indices().collect();
+    indices.sort_unstable();
+    for i in indices {
+        if let Some(param) = graph.nodes.node_weight(i).and_then(|n| n.op.param()) {
+            owners.entry(param).or_insert(i.index());
+        }
+    }
+    owners
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_of_inverts_workers_of() {
+        for workers in 0..40 {
+            for processes in 1..=20 {
+                let mut seen = 0;
+                for p in 0..processes {
+                    let range = workers_of(p, processes, workers);
+                    assert_eq!(range.start, seen.min(workers), "{workers} workers, {processes} processes");
+                    seen = range.end.max(seen);
+                    for w in range {
+                        assert_eq!(process_of(w, processes, workers), p, "worker {w} of {workers} / {processes}");
+                    }
+                }
+                assert_eq!(seen, workers);
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_differ_in_size_by_at_most_one() {
+        let sizes: Vec<usize> = (0..4).map(|p| workers_of(p, 4, 10).len()).collect();
+        assert_eq!(sizes, [3, 3, 2, 2]);
+        assert_eq!(workers_of(5, 4, 10), 10..10);
+    }
+
+    #[test]
+    fn copies_follow_their_node_and_wrap() {
+        assert_eq!(copy_workers(2, 3, 4), [2, 3, 0]);
+        assert_eq!(copy_workers(0, 1, 1), [0]);
+        assert_eq!(copy_workers(1, 2, 0), [0, 0]);
+    }
+}
