@@ -11,6 +11,7 @@ pub mod ampg;
 pub mod dot;
 pub mod dropout;
 pub mod limits;
+pub mod order;
 pub mod placement;
 pub mod schema;
 pub mod text;

@@ -199,6 +199,29 @@ pub const UNARY: [UnarySpec; 10] = [
     },
 ];
 
+/// `f` applied to each row of `width` values of `x` (a row-wise function's
+/// [`RowFns::forward`]); `x` as it is when `width` is 0.
+pub fn map_rows(f: fn(&[f32], &mut [f32]), x: &[f32], width: usize) -> Vec<f32> {
+    let mut y = x.to_vec();
+    if width > 0 {
+        for (x, y) in x.chunks(width).zip(y.chunks_mut(width)) {
+            f(x, y);
+        }
+    }
+    y
+}
+
+/// Softmax over each row of `width` values: what `unary softmax` computes.
+pub fn softmax_rows(x: &[f32], width: usize) -> Vec<f32> {
+    map_rows(softmax_row, x, width)
+}
+
+/// Log-softmax over each row of `width` values: what `unary log_softmax` and the
+/// cross-entropy loss compute.
+pub fn log_softmax_rows(x: &[f32], width: usize) -> Vec<f32> {
+    map_rows(log_softmax_row, x, width)
+}
+
 /// `exp(x - max) / sum(exp(x - max))`.
 fn softmax_row(x: &[f32], y: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -218,7 +241,8 @@ fn softmax_row_backward(_: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
     }
 }
 
-/// `(x - max) - log(sum(exp(x - max)))`.
+/// `(x - max) - log(sum(exp(x - max)))`: exact shifts first, as PyTorch does, so large
+/// logits keep their precision.
 fn log_softmax_row(x: &[f32], y: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let log_sum = x.iter().map(|&x| (x - max).exp()).sum::<f32>().ln();
@@ -547,6 +571,20 @@ impl std::fmt::Display for Elementwise {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn softmaxes_are_stable_and_agree_row_by_row() {
+        let x = [1000.0, 1001.0, 999.0, -3.0, 0.5, 2.0];
+        let s = softmax_rows(&x, 3);
+        let l = log_softmax_rows(&x, 3);
+        for row in s.chunks(3) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{row:?}");
+        }
+        for (a, b) in s.iter().zip(&l) {
+            assert!((a.ln() - b).abs() < 1e-5, "{a} {b}");
+        }
+        assert_eq!(softmax_rows(&[], 0), Vec::<f32>::new());
+    }
 
     #[test]
     fn rows_are_in_discriminant_order_and_names_are_unique() {

@@ -603,7 +603,7 @@ impl<'p> Lowerer<'p> {
     fn builtin(&mut self, b: Builtin, args: &[Expr], e: &Expr) -> R<Value> {
         let span = e.span;
         // A built-in named like a function of the IR's vocabulary is that `unary` node.
-        if let Some(f) = UnaryFn::from_name(b.name()) {
+        if let Builtin::Unary(f) = b {
             let x = self.expr(&args[0])?;
             // A softmax across a computed sequence of scalars: one node on its batch.
             if let (Value::Batch { port, len }, false) = (&x, f.is_elementwise()) {

@@ -37,11 +37,9 @@ impl Builtin {
 
 fn signature(b: Builtin) -> &'static str {
     match b {
-        Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log | Builtin::Gelu => {
-            "(x: f32[...]) -> f32[...]"
-        }
-        Builtin::Softmax | Builtin::LogSoftmax => "(v: f32[n, ...]) -> f32[n, ...]  or  (xs: [f32]) -> [f32]",
-        Builtin::LayerNorm => "(v: f32[n, ...]) -> f32[n, ...]",
+        _ if b.is_softmax() => "(v: f32[n, ...]) -> f32[n, ...]  or  (xs: [f32]) -> [f32]",
+        _ if b.is_rowwise() => "(v: f32[n, ...]) -> f32[n, ...]",
+        Builtin::Unary(_) => "(x: f32[...]) -> f32[...]",
         Builtin::Dropout => "(x: f32[...], p: a constant in [0, 1)) -> f32[...]",
         Builtin::Concat => "(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]",
         Builtin::Split => "(v: f32[n], parts) -> (f32[n / parts], ...)",
@@ -195,16 +193,11 @@ pub(crate) fn check_builtin(
             };
             result(vec![x], ty)
         }
-        Builtin::Softmax | Builtin::LogSoftmax | Builtin::LayerNorm | Builtin::Argmax => {
+        _ if b.is_rowwise() || b == Builtin::Argmax => {
             let x = fc.check(&args[0], None);
             let ty = match &x.ty {
                 // Across the elements of a sequence of scalars (attention weights).
-                Ty::Seq(inner)
-                    if matches!(b, Builtin::Softmax | Builtin::LogSoftmax)
-                        && matches!(&**inner, Ty::Tensor(s) if s.is_empty()) =>
-                {
-                    x.ty.clone()
-                }
+                Ty::Seq(inner) if b.is_softmax() && matches!(&**inner, Ty::Tensor(s) if s.is_empty()) => x.ty.clone(),
                 Ty::Tensor(s) if !s.is_empty() => {
                     if b == Builtin::Argmax {
                         Ty::Int
@@ -220,7 +213,7 @@ pub(crate) fn check_builtin(
                         Ty::Error
                     }
                 }
-                _ if matches!(b, Builtin::Softmax | Builtin::LogSoftmax) => {
+                _ if b.is_softmax() => {
                     wrong(fc, Code::TypeMismatch, &x, "needs an f32 tensor or a sequence of scalars `[f32]`")
                 }
                 _ => wrong(fc, Code::TypeMismatch, &x, "needs an f32 tensor"),

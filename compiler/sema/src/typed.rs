@@ -5,6 +5,7 @@
 use crate::shape::{Dim, Shape, Symbol};
 use amp_diagnostics::Span;
 use amp_grammar::ast::{BinOp, ComponentKind, UnOp};
+use amp_ir::UnaryFn;
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -207,15 +208,9 @@ pub struct NetworkDef {
 /// [`Instance`]s, not built-ins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Builtin {
-    Relu,
-    Sigmoid,
-    Tanh,
-    Exp,
-    Log,
-    Softmax,
-    LogSoftmax,
-    Gelu,
-    LayerNorm,
+    /// A function of the IR's vocabulary (`amp_ir::vocab`), by its name there: `relu`,
+    /// `softmax`, `layer_norm`, ... (all but `neg`, which is the operator `-x`).
+    Unary(UnaryFn),
     Dropout,
     Dot,
     Concat,
@@ -235,16 +230,8 @@ pub enum Builtin {
 }
 
 impl Builtin {
-    pub const ALL: &'static [Builtin] = &[
-        Builtin::Relu,
-        Builtin::Sigmoid,
-        Builtin::Tanh,
-        Builtin::Exp,
-        Builtin::Log,
-        Builtin::Softmax,
-        Builtin::LogSoftmax,
-        Builtin::Gelu,
-        Builtin::LayerNorm,
+    /// The built-ins that are not the vocabulary's unary functions.
+    const OTHERS: [Builtin; 16] = [
         Builtin::Dropout,
         Builtin::Dot,
         Builtin::Concat,
@@ -263,17 +250,14 @@ impl Builtin {
         Builtin::ScatterSum,
     ];
 
+    /// Every built-in: the vocabulary's unary functions first, in its order.
+    pub fn all() -> impl Iterator<Item = Builtin> {
+        UnaryFn::all().filter(|&f| f != UnaryFn::Neg).map(Builtin::Unary).chain(Builtin::OTHERS)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
-            Builtin::Relu => "relu",
-            Builtin::Sigmoid => "sigmoid",
-            Builtin::Tanh => "tanh",
-            Builtin::Exp => "exp",
-            Builtin::Log => "log",
-            Builtin::Softmax => "softmax",
-            Builtin::LogSoftmax => "log_softmax",
-            Builtin::Gelu => "gelu",
-            Builtin::LayerNorm => "layer_norm",
+            Builtin::Unary(f) => f.name(),
             Builtin::Dropout => "dropout",
             Builtin::Dot => "dot",
             Builtin::Concat => "concat",
@@ -294,12 +278,23 @@ impl Builtin {
     }
 
     pub fn from_name(name: &str) -> Option<Builtin> {
-        Builtin::ALL.iter().copied().find(|b| b.name() == name)
+        Builtin::all().find(|b| b.name() == name)
     }
 
     /// Elementwise functions that keep the shape.
     pub fn is_elementwise(self) -> bool {
-        matches!(self, Builtin::Relu | Builtin::Sigmoid | Builtin::Tanh | Builtin::Exp | Builtin::Log | Builtin::Gelu)
+        matches!(self, Builtin::Unary(f) if f.is_elementwise())
+    }
+
+    /// A function of the vocabulary over rows of the last dimension (`softmax`,
+    /// `log_softmax`, `layer_norm`).
+    pub fn is_rowwise(self) -> bool {
+        matches!(self, Builtin::Unary(f) if !f.is_elementwise())
+    }
+
+    /// `softmax` or `log_softmax`, which also take a sequence of scalars.
+    pub fn is_softmax(self) -> bool {
+        matches!(self, Builtin::Unary(UnaryFn::Softmax | UnaryFn::LogSoftmax))
     }
 }
 

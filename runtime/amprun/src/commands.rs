@@ -170,21 +170,13 @@ pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
 fn infer_line(i: usize, output: &[f32], probabilities: bool) -> serde_json::Value {
     let mut line = json!({ "instance": i, "output": output });
     if output.len() > 1 {
-        let best = output.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0))).map(|(k, _)| k);
+        let best = amp_ir::order::argmax(output);
         line["argmax"] = json!(best);
         if probabilities {
-            line["probabilities"] = json!(softmax(output));
+            line["probabilities"] = json!(amp_ir::vocab::softmax_rows(output, output.len()));
         }
     }
     line
-}
-
-/// The softmax of `logits`, computed from the largest (no overflow).
-fn softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exps: Vec<f64> = logits.iter().map(|&x| f64::from(x - max).exp()).collect();
-    let sum: f64 = exps.iter().sum();
-    exps.iter().map(|e| (e / sum) as f32).collect()
 }
 
 /// Whether the output `infer` returns (the sink named `forward`, else the first) is what
@@ -275,7 +267,9 @@ mod tests {
         assert!((p[1] - p[2]).abs() < 1e-7 && p[1] > p[0] && p[0] > p[3]);
         assert!(infer_line(0, &[1.0, 2.0], false).get("probabilities").is_none());
         assert!(infer_line(0, &[1.5], true).get("argmax").is_none());
-        // Large logits do not overflow.
-        assert!(softmax(&[1000.0, 0.0]).iter().all(|x| x.is_finite()));
+        // Large logits do not overflow; NaN is never the argmax.
+        let line = infer_line(0, &[1000.0, 0.0], true);
+        assert!(line["probabilities"][1].as_f64().is_some_and(f64::is_finite));
+        assert_eq!(infer_line(0, &[f32::NAN, -1.0], false)["argmax"], 1);
     }
 }

@@ -15,7 +15,7 @@
 use crate::error::{ErrorKind, RefError};
 use crate::eval::{unevaluable, At, Ctx, Evaluator};
 use crate::params::{bind, Bound};
-use crate::tape::{NodeId, UnaryFn};
+use crate::tape::NodeId;
 use crate::value::Val;
 use crate::{on_large_stack, EVAL_STACK_BYTES, EVAL_STACK_RESERVE};
 use amp_data::Value;
@@ -23,7 +23,7 @@ use amp_grammar::ast::NetStmtKind;
 use amp_grammar::Span;
 use amp_params::{ParamSet, ParamSpec};
 use amp_sema::rollout::{frame_order, Pattern, RolloutGraph};
-use amp_sema::{FnId, NetworkDef, Program};
+use amp_sema::{Builtin, FnId, NetworkDef, Program};
 
 /// The reference evaluator of one network under one rollout pattern.
 #[derive(Debug)]
@@ -210,10 +210,8 @@ impl<'p> NetworkReference<'p> {
         };
         let f = match node.activation {
             None => return Ok(y),
-            Some(b) => match UnaryFn::from_name(b.name()).filter(|f| f.is_elementwise()) {
-                Some(f) => f,
-                None => return Err(unevaluable(span, "a network activation that is not elementwise")),
-            },
+            Some(Builtin::Unary(f)) if f.is_elementwise() => f,
+            Some(_) => return Err(unevaluable(span, "a network activation that is not elementwise")),
         };
         ev.tape.unary(f, y).at(span)
     }

@@ -15,7 +15,7 @@
 use super::{Lowerer, Unsupported, R};
 use crate::value::{Port, Value};
 use amp_diagnostics::Span;
-use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, PayloadInt, PayloadTy, ReduceFn, StateExpr, UnaryFn};
+use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, PayloadInt, PayloadTy, ReduceFn, StateExpr};
 use amp_sema::{Builtin, Expr, ExprKind, LocalId, Pattern, Ty};
 use std::collections::BTreeSet;
 
@@ -253,8 +253,7 @@ impl Lowerer<'_> {
                 false
             }
             ExprKind::Builtin(b, _) => {
-                UnaryFn::from_name(b.name()).is_some()
-                    || matches!(b, Builtin::Concat | Builtin::Split | Builtin::Len | Builtin::Range)
+                matches!(b, Builtin::Unary(_) | Builtin::Concat | Builtin::Split | Builtin::Len | Builtin::Range)
             }
             _ => true,
         }

@@ -24,10 +24,10 @@ use amp_diagnostics::{Code, Diagnostic, SourceMap};
 use amp_grammar::ast::NetStmtKind;
 use amp_ir::{
     ConstValue, DataStep, DataTy, FieldRole, FieldSchema, Graph, IntOp, LossKind, Op, PayloadTy, RecordSchema, Schema,
-    StateExpr, UnaryFn,
+    StateExpr,
 };
 use amp_sema::rollout::{analyse, frame_order, Pattern, RolloutGraph};
-use amp_sema::{ComponentId, Instance, InstanceCall, NetworkDef, Program};
+use amp_sema::{Builtin, ComponentId, Instance, InstanceCall, NetworkDef, Program};
 
 /// What one network rollout is lowered from.
 pub(crate) struct Rollout<'a> {
@@ -240,10 +240,8 @@ impl<'p> Lowerer<'p> {
         };
         let f = match node.activation {
             None => return Ok(y),
-            Some(b) => match UnaryFn::from_name(b.name()).filter(|f| f.is_elementwise()) {
-                Some(f) => f,
-                None => return Err(self.unsupported(span, &format!("the activation `{}`", b.name()))),
-            },
+            Some(Builtin::Unary(f)) if f.is_elementwise() => f,
+            Some(b) => return Err(self.unsupported(span, &format!("the activation `{}`", b.name()))),
         };
         match self.unary(f, y, &node.name, span) {
             Value::Tensor(p) => Ok(p),

@@ -128,7 +128,7 @@ fn in_scope(analysis: &Analysis, offset: usize, word_start: usize, items: &mut I
         items.add(name, CompletionItemKind::CLASS, Some(&import.hover), RANK_FILE);
     }
 
-    for builtin in Builtin::ALL {
+    for builtin in Builtin::all() {
         items.add(builtin.name(), CompletionItemKind::FUNCTION, Some("built-in"), RANK_BUILTIN);
     }
     for primitive in PRIMITIVES {

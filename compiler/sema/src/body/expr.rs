@@ -160,7 +160,7 @@ impl FnChecker<'_, '_> {
         candidates.extend(info.consts.keys().cloned());
         candidates.extend(info.fns.keys().cloned());
         candidates.extend(self.ck.modules[self.module].scope.keys().cloned());
-        candidates.extend(Builtin::ALL.iter().map(|b| b.name().to_string()));
+        candidates.extend(Builtin::all().map(|b| b.name().to_string()));
         let mut d = Diagnostic::new(Code::UnknownName, name.span, format!("unknown name `{}`", name.name))
             .with_primary("not found in this scope");
         if let Some(s) = suggest(&name.name, candidates.iter().map(String::as_str)) {

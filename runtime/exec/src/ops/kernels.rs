@@ -7,7 +7,6 @@ mod skinny;
 
 use matmul::{matmul, Mat};
 pub use skinny::{add_outer_rows, rows_times_w, rows_times_wt};
-use std::cmp::Ordering;
 
 /// `a · b` with eight partial sums (so the loop vectorizes without reassociation flags).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -324,114 +323,6 @@ pub fn linear_backward(
     dx
 }
 
-/// Softmax over each row of `width` values.
-pub fn softmax_rows(x: &[f32], width: usize) -> Vec<f32> {
-    let mut y = x.to_vec();
-    if width == 0 {
-        return y;
-    }
-    for row in y.chunks_mut(width) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0;
-        for v in row.iter_mut() {
-            *v = (*v - max).exp();
-            sum += *v;
-        }
-        row.iter_mut().for_each(|v| *v /= sum);
-    }
-    y
-}
-
-/// Log-softmax over each row of `width` values.
-pub fn log_softmax_rows(x: &[f32], width: usize) -> Vec<f32> {
-    let mut y = x.to_vec();
-    if width == 0 {
-        return y;
-    }
-    for row in y.chunks_mut(width) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        // (x - max) - log(sum): exact shifts first, as PyTorch does, so large logits keep
-        // their precision.
-        let log_sum = row.iter().map(|v| (v - max).exp()).sum::<f32>().ln();
-        row.iter_mut().for_each(|v| *v = (*v - max) - log_sum);
-    }
-    y
-}
-
-/// The index of the largest value (the first of equals); `None` when empty or NaN-only.
-pub fn argmax(x: &[f32]) -> Option<usize> {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &v) in x.iter().enumerate() {
-        let better = match best {
-            Some((_, b)) => v > b,
-            None => !v.is_nan(),
-        };
-        if better {
-            best = Some((i, v));
-        }
-    }
-    best.map(|(i, _)| i)
-}
-
-/// Orders values largest first, NaN after every number; IEEE-equal values (`-0.0` and
-/// `0.0`) compare equal. The order of `top_k` and `state_from_payload`, as the reference
-/// evaluator's.
-pub fn larger_first(a: f32, b: f32) -> Ordering {
-    match (a.is_nan(), b.is_nan()) {
-        (true, true) => Ordering::Equal,
-        (true, false) => Ordering::Greater,
-        (false, true) => Ordering::Less,
-        (false, false) => b.partial_cmp(&a).unwrap_or(Ordering::Equal),
-    }
-}
-
-/// Up to this `k`, [`top_k_order`] keeps its best in a sorted list while scanning.
-const SMALL_K: usize = 8;
-
-/// The indices of the `k` largest values (all of them when `k` exceeds the length),
-/// largest first, the lower index first among equals, NaN last.
-///
-/// The `k` first are selected in linear time and only they are sorted (a gate picks a few
-/// of many for every instance, so sorting them all would be wasted); a small `k` keeps
-/// its `k` best in order in one pass, cheaper than partitioning.
-pub fn top_k_order(x: &[f32], k: usize) -> Vec<usize> {
-    let first = |a: &usize, b: &usize| larger_first(x[*a], x[*b]).then(a.cmp(b));
-    if k <= SMALL_K && k < x.len() {
-        let mut best: Vec<usize> = Vec::with_capacity(k + 1);
-        for i in 0..x.len() {
-            if best.len() == k && best.last().is_none_or(|last| first(&i, last) != Ordering::Less) {
-                continue;
-            }
-            let at = best.partition_point(|b| first(b, &i) == Ordering::Less);
-            best.insert(at, i);
-            best.truncate(k);
-        }
-        return best;
-    }
-    let mut order: Vec<usize> = (0..x.len()).collect();
-    if k < order.len() {
-        if let Some(last) = k.checked_sub(1) {
-            order.select_nth_unstable_by(last, first);
-        }
-        order.truncate(k);
-    }
-    order.sort_unstable_by(first);
-    order
-}
-
-/// The index of the largest value in [`larger_first`] order, the lowest among equals:
-/// NaN never wins over a number, and an all-NaN vector gives 0. `None` when empty.
-pub fn argmax_nan_last(x: &[f32]) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for (i, &v) in x.iter().enumerate() {
-        match best {
-            Some(b) if larger_first(v, x[b]) != Ordering::Less => {}
-            _ => best = Some(i),
-        }
-    }
-    best
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -588,44 +479,5 @@ mod tests {
         let (mut dw, mut db) = (vec![1.0; 6], vec![1.0; 2]);
         assert!(linear_backward(&[], &[], &[1.0; 6], &mut dw, &mut db, 3, 2).is_empty());
         assert_eq!((dw, db), (vec![1.0; 6], vec![1.0; 2]));
-    }
-
-    #[test]
-    fn softmaxes_are_stable_and_agree() {
-        let x = [1000.0, 1001.0, 999.0];
-        let s = softmax_rows(&x, 3);
-        let l = log_softmax_rows(&x, 3);
-        assert!((s.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        for (a, b) in s.iter().zip(&l) {
-            assert!((a.ln() - b).abs() < 1e-5);
-        }
-        assert_eq!(argmax(&x), Some(1));
-        assert_eq!(argmax(&[f32::NAN, 1.0]), Some(1));
-        assert_eq!(argmax(&[]), None);
-    }
-
-    #[test]
-    fn selection_orders_ties_by_index_and_nan_last() {
-        let x = [1.0, f32::NAN, 3.0, 3.0, -0.0, 0.0];
-        assert_eq!(top_k_order(&x, 4), vec![2, 3, 0, 4]);
-        assert_eq!(top_k_order(&x, 9), vec![2, 3, 0, 4, 5, 1]);
-        assert_eq!(argmax_nan_last(&x), Some(2));
-        assert_eq!(argmax_nan_last(&[f32::NAN, -1.0]), Some(1));
-        assert_eq!(argmax_nan_last(&[f32::NAN, f32::NAN]), Some(0));
-        assert_eq!(argmax_nan_last(&[]), None);
-    }
-
-    #[test]
-    fn selection_is_the_head_of_the_full_order() {
-        // Few distinct values (many ties), signed zeros and NaN among them.
-        let pool = [2.0, -1.0, 0.0, -0.0, f32::NAN, 7.5, 2.0];
-        for n in 0..40 {
-            let x: Vec<f32> = (0..n).map(|i| pool[(i * 5 + n) % pool.len()]).collect();
-            let mut full: Vec<usize> = (0..n).collect();
-            full.sort_by(|&a, &b| larger_first(x[a], x[b]).then(a.cmp(&b)));
-            for k in 0..=n + 1 {
-                assert_eq!(top_k_order(&x, k), full[..k.min(n)], "n {n}, k {k}");
-            }
-        }
     }
 }

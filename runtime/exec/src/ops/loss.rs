@@ -9,7 +9,6 @@ use super::{Emit, Join, NodeCx, NodeOp, RunMode};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::ops::kernels;
 use amp_ir::{LossBase, LossKind};
 
 pub(crate) struct LossOp {
@@ -131,9 +130,11 @@ fn cross_entropy_judged(
 ) -> Result<(), OpError> {
     let logits = msg.payload.values();
     let class = cx.eval_index(label, &msg.state, "label", logits.len())?;
-    let log_probs = kernels::log_softmax_rows(logits, logits.len());
+    let log_probs = amp_ir::vocab::log_softmax_rows(logits, logits.len());
     let value = -log_probs[class] * scale;
-    let correct = kernels::argmax(logits).map(|best| best == class).filter(|_| judged);
+    // Logits that are all NaN judge nothing.
+    let best = amp_ir::order::argmax(logits).filter(|&i| !logits[i].is_nan());
+    let correct = best.map(|best| best == class).filter(|_| judged);
     let state = (cx.mode() == RunMode::Eval).then(|| msg.state.clone());
     cx.out.push(Emit::Loss { instance: msg.instance(), value, correct, state });
     if cx.training() && value.is_finite() {

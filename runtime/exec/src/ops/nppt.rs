@@ -35,8 +35,8 @@ impl UnaryOp {
 
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         match self.f {
-            UnaryFn::Softmax => kernels::softmax_rows(x, self.row(x.len())),
-            UnaryFn::LogSoftmax => kernels::log_softmax_rows(x, self.row(x.len())),
+            UnaryFn::Softmax => amp_ir::vocab::softmax_rows(x, self.row(x.len())),
+            UnaryFn::LogSoftmax => amp_ir::vocab::log_softmax_rows(x, self.row(x.len())),
             // Every other function: the vocabulary's scalar or row function.
             f => f.forward_elements(x).or_else(|| f.forward_rows(x, self.row(x.len()))).unwrap_or_default(),
         }

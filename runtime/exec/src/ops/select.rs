@@ -8,7 +8,6 @@ use super::{set_field, Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
-use crate::ops::kernels;
 use amp_ir::{FieldId, PayloadInt, PayloadTy};
 
 /// The length of a vector port.
@@ -36,7 +35,7 @@ impl TopKOp {
 impl NodeOp for TopKOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
         let x = msg.payload.values();
-        let order = kernels::top_k_order(x, self.k);
+        let order = amp_ir::order::top_k_order(x, self.k);
         let y = order.iter().map(|&i| x[i]).collect();
         if cx.training() {
             self.chosen.put(cx.key(&msg.state), order)?;
@@ -93,11 +92,11 @@ impl StateFromPayloadOp {
     /// The index the vector `v` gives, `state` being the value's state.
     fn index(&self, cx: &NodeCx, v: &[f32], state: &[i64]) -> Result<usize, OpError> {
         match &self.int {
-            PayloadInt::Argmax => kernels::argmax_nan_last(v).ok_or(OpError::Empty { what: "argmax" }),
+            PayloadInt::Argmax => amp_ir::order::argmax(v).ok_or(OpError::Empty { what: "argmax" }),
             PayloadInt::TopK { k, slot } => {
                 let k = (*k as usize).min(v.len());
                 let s = cx.eval_index(slot, state, "top_k slot", k)?;
-                let order = kernels::top_k_order(v, k);
+                let order = amp_ir::order::top_k_order(v, k);
                 Ok(order[s])
             }
         }

@@ -32,7 +32,7 @@ impl<'r> Evaluator<'r> {
     pub(super) fn builtin(&mut self, f: &mut Frame<'r>, b: Builtin, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
         match b {
             // A built-in named like a function of the IR's vocabulary is that function.
-            _ if UnaryFn::from_name(b.name()).is_some() => self.unary_fn(f, b, args, e),
+            Builtin::Unary(func) => self.unary_fn(f, func, args, e),
             Builtin::CrossEntropy | Builtin::Mse => self.loss(f, b, args, e),
             Builtin::Concat | Builtin::Split => self.join_or_split(f, b, args, e),
             Builtin::Zeros | Builtin::Ones => {
@@ -51,7 +51,6 @@ impl<'r> Evaluator<'r> {
                 let product = self.tape.binary(BinaryFn::Mul, a, b).at(e.span)?;
                 Ok(Val::Tensor(self.tape.sum_all(product)))
             }
-            _ => Err(unevaluable(e.span, "a built-in the reference does not implement")),
         }
     }
 
@@ -75,10 +74,7 @@ impl<'r> Evaluator<'r> {
     }
 
     /// `relu sigmoid tanh exp log softmax log_softmax`: the vocabulary's unary functions.
-    fn unary_fn(&mut self, f: &mut Frame<'r>, b: Builtin, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
-        let Some(func) = UnaryFn::from_name(b.name()) else {
-            return Err(unevaluable(e.span, "a built-in that is not a unary function"));
-        };
+    fn unary_fn(&mut self, f: &mut Frame<'r>, func: UnaryFn, args: &'r [Expr], e: &'r Expr) -> R<Val<'r>> {
         let x = match self.arg(f, args, 0, e)? {
             Val::Seq(xs) if matches!(func, UnaryFn::Softmax | UnaryFn::LogSoftmax) => {
                 return self.softmax_across(&xs, func == UnaryFn::LogSoftmax, e)

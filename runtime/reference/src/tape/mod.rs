@@ -15,8 +15,9 @@ mod backward;
 pub use backward::Gradients;
 
 use crate::error::ErrorKind;
+use amp_ir::order::top_k_order;
+use amp_ir::vocab::{log_softmax_rows, softmax_rows};
 use amp_params::ParamSet;
-use std::cmp::Ordering;
 
 /// The most elements one tensor may have (guards allocations sized by data or by `-D`).
 pub const MAX_ELEMENTS: usize = 1 << 28;
@@ -126,43 +127,7 @@ pub fn element_count(shape: &[usize]) -> R<usize> {
     Ok(count as usize)
 }
 
-/// Orders values largest first, NaN after every number; IEEE-equal values are equal, so
-/// a stable sort keeps the lower index first among ties.
-fn larger_first(a: f32, b: f32) -> Ordering {
-    match (a.is_nan(), b.is_nan()) {
-        (true, true) => Ordering::Equal,
-        (true, false) => Ordering::Greater,
-        (false, true) => Ordering::Less,
-        (false, false) => b.partial_cmp(&a).unwrap_or(Ordering::Equal),
-    }
-}
-
-/// The index of the largest value, the lowest such index on ties; NaN never wins over a
-/// number. `None` for an empty slice.
-pub fn argmax(values: &[f32]) -> Option<usize> {
-    let mut best: Option<usize> = None;
-    for (i, &v) in values.iter().enumerate() {
-        match best {
-            Some(b) if larger_first(v, values[b]) != Ordering::Less => {}
-            _ => best = Some(i),
-        }
-    }
-    best
-}
-
-/// Softmax (or log-softmax) of each row of length `row`, subtracting the row's maximum.
-fn softmax_rows(x: &[f32], row: usize, log: bool) -> Vec<f32> {
-    let mut out = vec![0.0; x.len()];
-    for (xs, ys) in x.chunks(row.max(1)).zip(out.chunks_mut(row.max(1))) {
-        let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum: f32 = xs.iter().map(|&v| (v - max).exp()).sum();
-        let log_sum = sum.ln();
-        for (y, &v) in ys.iter_mut().zip(xs) {
-            *y = if log { v - max - log_sum } else { (v - max).exp() / sum };
-        }
-    }
-    out
-}
+pub use amp_ir::order::argmax;
 
 impl Tape {
     pub fn new() -> Tape {
@@ -270,7 +235,7 @@ impl Tape {
                 "needs a tensor of rank 1 or more".into(),
             ));
         };
-        let value = softmax_rows(&node.value, row, log);
+        let value = if log { log_softmax_rows(&node.value, row) } else { softmax_rows(&node.value, row) };
         let shape = node.shape.clone();
         let op = if log { Op::LogSoftmax(x) } else { Op::Softmax(x) };
         Ok(self.push(op, shape, value))
@@ -373,9 +338,7 @@ impl Tape {
             .ok()
             .filter(|&k| (1..=n).contains(&k))
             .ok_or_else(|| shape_error("top_k", format!("k = {k} is not in 1..={n}")))?;
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&a, &b| larger_first(node.value[a], node.value[b]).then(a.cmp(&b)));
-        order.truncate(k);
+        let order = top_k_order(&node.value, k);
         let value = order.iter().map(|&i| node.value[i]).collect();
         let id = self.push(Op::TopK { input: x, indices: order.clone() }, vec![k], value);
         Ok((order, id))
@@ -394,7 +357,7 @@ impl Tape {
             .ok()
             .filter(|&l| l < classes)
             .ok_or(ErrorKind::LabelOutOfRange { label, classes })?;
-        let log_probs = softmax_rows(&node.value, classes, true);
+        let log_probs = log_softmax_rows(&node.value, classes);
         let loss = -log_probs[label];
         Ok(self.push(Op::CrossEntropy { logits, label }, Vec::new(), vec![loss]))
     }
@@ -508,13 +471,5 @@ mod tests {
         assert_eq!(element_count(&[]), Ok(1));
         assert_eq!(element_count(&[3, 0]), Ok(0));
         assert!(matches!(element_count(&[usize::MAX, usize::MAX]), Err(ErrorKind::TooLarge { .. })));
-    }
-
-    #[test]
-    fn ordering_puts_larger_first_and_nan_last() {
-        assert_eq!(larger_first(2.0, 1.0), Ordering::Less);
-        assert_eq!(larger_first(f32::NAN, -1e30), Ordering::Greater);
-        assert_eq!(larger_first(-0.0, 0.0), Ordering::Equal);
-        assert_eq!(larger_first(f32::NAN, f32::NAN), Ordering::Equal);
     }
 }
