@@ -1,7 +1,7 @@
 //! Where messages come from and go: `source`, `read` (instance data), `const`, `forget`
 //! (drops a payload, keeping the control) and `sink` (the inference output).
 
-use super::{Emit, NodeCx, NodeOp, Stacked};
+use super::{Emit, Intake, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{KeyMap, Msg, Payload};
@@ -71,8 +71,8 @@ impl NodeOp for ReadOp {
     /// A read feeds a Linear layer or an expert's router (the MLP's pixels, MoE's `x`):
     /// its messages' rows written into one buffer are read in place by the next batch
     /// instead of being stacked again there.
-    fn stacks(&self) -> bool {
-        true
+    fn intake(&self) -> Intake {
+        Intake::Stacked
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {

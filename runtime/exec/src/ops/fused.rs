@@ -30,7 +30,7 @@
 //! is the parts' gradients written at their columns, zeros in the columns of a part the
 //! group does not read, in one buffer for all keys of the call.
 
-use super::{Join, Keyed, NodeCx, NodeOp};
+use super::{Intake, Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
 use crate::load::program::FusedGroup;
 use crate::message::{Key, Msg, Payload};
@@ -506,23 +506,11 @@ impl Block {
 }
 
 impl NodeOp for FusedOp {
-    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
-        self.forward_batch(cx, port, vec![msg])
-    }
-
-    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
-        self.backward_batch(cx, port, vec![grad])
-    }
-
-    fn batches(&self) -> bool {
-        true
-    }
-
     /// A kernel call costs little more per message alone than in a batch; holding fused
     /// work back would delay the Linear messages it feeds, and they gain far more from
-    /// batching.
-    fn waits_for_batches(&self) -> bool {
-        false
+    /// batching: it does not wait.
+    fn intake(&self) -> Intake {
+        Intake::Batches { waits: false }
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {

@@ -202,28 +202,41 @@ impl<'a> NodeCx<'_, 'a> {
 
 /// The semantics of one op: what a node does with a forward message and with the
 /// (summed) gradient of one of its outputs.
-pub(crate) trait NodeOp: Send {
-    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError>;
-    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError>;
-    /// Whether the op does its work on several messages at once better than one by one
-    /// (a matrix product with one row per message): the worker then hands it up to
-    /// `max_batch` pending messages together through the two methods below.
-    fn batches(&self) -> bool {
-        false
-    }
-    /// Whether the worker holds this op's messages back until no other work is queued, so
-    /// that batches grow (see `worker`): worth it where a batch is much cheaper per
+/// How a node takes the messages the worker has queued for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Intake {
+    /// One message at a time, through [`NodeOp::forward`] / [`NodeOp::backward`].
+    One,
+    /// The messages of one direction and port that stand together at the front of its
+    /// queue, up to `max_batch`, through [`NodeOp::forward_batch`] /
+    /// [`NodeOp::backward_batch`] (one alone through `forward`/`backward`): an op that
+    /// writes a batch's results into one buffer (`Stacked`) for the next node to read in
+    /// place. An error names the batch's first instance.
+    Stacked,
+    /// Up to `max_batch` messages of one direction and port from anywhere in its queue,
+    /// always through the batch methods: an op whose work on several messages at once
+    /// beats one by one (a matrix product with one row per message, a fused kernel).
+    /// With `waits`, the worker holds its messages back until no other work is queued, so
+    /// that batches grow (see `sched::agenda`): worth it where a batch is much cheaper per
     /// message than one message (a GEMM), not for elementwise kernels.
-    fn waits_for_batches(&self) -> bool {
-        self.batches()
+    Batches { waits: bool },
+}
+
+/// What a node does with a message. An op implements `forward`/`backward`, or the batch
+/// pair, or both: each pair's defaults call the other, so an op that takes batches
+/// implements only those.
+pub(crate) trait NodeOp: Send {
+    /// One forward message; by default a batch of one.
+    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
+        self.forward_batch(cx, port, vec![msg])
     }
-    /// Whether the worker hands the messages it takes together to [`NodeOp::forward_batch`]
-    /// / [`NodeOp::backward_batch`] rather than one by one: true for an op that batches,
-    /// and for one that only writes a batch's results into one buffer (`Stacked`), which
-    /// takes the messages as they stand in its queue (not from anywhere in it, as an op
-    /// that batches does); an error then names the batch's first instance.
-    fn stacks(&self) -> bool {
-        self.batches()
+    /// One gradient; by default a batch of one.
+    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
+        self.backward_batch(cx, port, vec![grad])
+    }
+    /// How the worker hands this op its messages, asked once when the worker starts.
+    fn intake(&self) -> Intake {
+        Intake::One
     }
     /// Several forward messages on one port, in queue order (dynamic batching). Each
     /// message's results, and what it caches, must be those of [`NodeOp::forward`] on it

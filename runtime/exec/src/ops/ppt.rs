@@ -2,7 +2,7 @@
 //! tensors under its lock and accumulate gradients into its accumulators; the group's
 //! owner applies the updates (see `train`).
 
-use super::{Keyed, NodeCx, NodeOp, Stacked};
+use super::{Intake, Keyed, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
@@ -170,16 +170,8 @@ fn unstack(mut values: Vec<f32>, rows: &[usize], width: usize, stride: usize) ->
 }
 
 impl NodeOp for LinearOp {
-    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
-        self.forward_batch(cx, port, vec![msg])
-    }
-
-    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
-        self.backward_batch(cx, port, vec![grad])
-    }
-
-    fn batches(&self) -> bool {
-        true
+    fn intake(&self) -> Intake {
+        Intake::Batches { waits: true }
     }
 
     /// One GEMM over the rows of all the messages (a message's rows are its payload's).
@@ -363,20 +355,12 @@ impl EmbeddingOp {
 }
 
 impl NodeOp for EmbeddingOp {
-    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
-        self.forward_batch(cx, port, vec![msg])
-    }
-
-    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
-        self.backward_batch(cx, port, vec![grad])
-    }
-
     /// A lookup feeds a Linear layer (Tree-LSTM's leaves, list-reduce's tokens): a worker
     /// step's rows go into one buffer that the Linear reads in place. Every message's row
     /// is found before any is copied (the walks into the instances' data overlap), and the
     /// table's lock is taken once per step.
-    fn stacks(&self) -> bool {
-        true
+    fn intake(&self) -> Intake {
+        Intake::Stacked
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {

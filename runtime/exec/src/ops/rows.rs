@@ -6,7 +6,7 @@
 //! sizes depend on run-time row counts, which training caches under the key for the
 //! backward pass.
 
-use super::{row_elements, set_field, Join, Keyed, NodeCx, NodeOp, Stacked};
+use super::{row_elements, set_field, Intake, Join, Keyed, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{key_of, Key, KeyMap, Msg, Payload};
@@ -226,8 +226,8 @@ impl NodeOp for ScatterSumOp {
 
     /// The sums of all the messages taken together in one buffer: the Linear after
     /// (GGSNN's GRU input) reads them in place.
-    fn stacks(&self) -> bool {
-        true
+    fn intake(&self) -> Intake {
+        Intake::Stacked
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
@@ -503,8 +503,8 @@ impl NodeOp for PartitionRowsOp {
 
     /// Each arm's rows of all the messages taken together in one buffer: the arm's Linear
     /// reads them in place.
-    fn stacks(&self) -> bool {
-        true
+    fn intake(&self) -> Intake {
+        Intake::Stacked
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
@@ -556,8 +556,8 @@ impl NodeOp for MergeRowsOp {
 
     /// Each arm's gradient rows of all the messages taken together in one buffer: the
     /// arm's Linear reads them in place.
-    fn stacks(&self) -> bool {
-        true
+    fn intake(&self) -> Intake {
+        Intake::Stacked
     }
 
     fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {

@@ -2,7 +2,7 @@
 //! both along the last (only) dimension: of a vector, or of every row of a batch (a
 //! batched map's body), a vector being a batch of one row.
 
-use super::{Join, NodeCx, NodeOp, Stacked};
+use super::{Intake, Join, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Key, Msg, Payload};
@@ -109,19 +109,11 @@ impl ConcatOp {
 }
 
 impl NodeOp for ConcatOp {
-    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
-        self.forward_batch(cx, port, vec![msg])
-    }
-
-    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
-        self.backward_batch(cx, port, vec![grad])
-    }
-
     /// A concat usually feeds a Linear layer (Tree-LSTM's children, list-reduce's token
     /// and state): the keys a batch completes are joined into one buffer that the Linear
     /// reads in place, and the gradients' parts into one buffer per input.
-    fn stacks(&self) -> bool {
-        true
+    fn intake(&self) -> Intake {
+        Intake::Stacked
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
@@ -198,26 +190,18 @@ impl SplitOp {
 }
 
 impl NodeOp for SplitOp {
-    fn forward(&mut self, cx: &mut NodeCx, port: u16, msg: Msg) -> Result<(), OpError> {
-        self.forward_batch(cx, port, vec![msg])
-    }
-
-    fn backward(&mut self, cx: &mut NodeCx, port: u16, grad: Msg) -> Result<(), OpError> {
-        self.backward_batch(cx, port, vec![grad])
-    }
-
     /// A split of batches writes each part of all the messages it takes into one buffer
     /// (the next Linear or kernel reads them in place), and the gradients of all keys
     /// they complete into another. It takes a port's messages from anywhere in its queue,
     /// as an op that batches does: its parts' gradients arrive interleaved by port, and
     /// one port's of many keys at once then complete them together (one buffer for the
     /// Linear before, instead of a worker step and a buffer per key); it does not wait.
-    fn batches(&self) -> bool {
-        self.batch
-    }
-
-    fn waits_for_batches(&self) -> bool {
-        false
+    fn intake(&self) -> Intake {
+        if self.batch {
+            Intake::Batches { waits: false }
+        } else {
+            Intake::One
+        }
     }
 
     fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {

@@ -51,7 +51,7 @@ use crate::load::program::{GroupInfo, NodeInfo, Program};
 use crate::load::replicas::Routes;
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::train::{self, LiveGroup};
-use crate::ops::{payload_fits, Emit, NodeCx, NodeOp, RunMode, RunShared};
+use crate::ops::{payload_fits, Emit, Intake, NodeCx, NodeOp, RunMode, RunShared};
 use crate::sched::admission::{self, owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
 use crate::sched::agenda::Agenda;
 use crate::trace::{TraceEvent, TraceKind};
@@ -203,12 +203,8 @@ pub(crate) struct WorkerSetup<'s, 'a> {
 /// summed.
 struct Slot {
     op: Box<dyn NodeOp>,
-    /// The op's `batches()` and `waits_for_batches()`, asked once (two virtual calls per
-    /// message otherwise).
-    batches: bool,
-    waits: bool,
-    /// The op's `stacks()`: it takes the messages of a batch together.
-    stacks: bool,
+    /// The op's `intake()`, asked once (a virtual call per message otherwise).
+    intake: Intake,
     /// The node's depth, which orders the agenda (see `sched::agenda`).
     depth: u64,
     queue: VecDeque<Envelope>,
@@ -274,10 +270,10 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let depths = depths(setup.program);
     for (index, op) in ops {
         if let Some(slot) = slots.get_mut(index as usize) {
-            let (batches, waits, stacks) = (op.batches(), op.waits_for_batches(), op.stacks());
+            let intake = op.intake();
             let depth = depths.get(index as usize).copied().unwrap_or(u64::MAX);
             let (queue, fan_in) = (VecDeque::new(), KeyMap::default());
-            *slot = Some(Slot { op, batches, waits, stacks, depth, queue, fan_in, messages: 0 });
+            *slot = Some(Slot { op, intake, depth, queue, fan_in, messages: 0 });
         }
     }
     let mut owners: Vec<usize> = setup.program.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner).collect();
@@ -430,7 +426,7 @@ impl Worker<'_, '_> {
     fn enqueue(&mut self, env: Envelope) {
         match self.slots.get_mut(env.node as usize).and_then(Option::as_mut) {
             Some(slot) => {
-                if slot.waits && self.setup.max_batch > 1 {
+                if slot.intake == (Intake::Batches { waits: true }) && self.setup.max_batch > 1 {
                     self.agenda.push(env.node, slot.depth, env.dir, env.port);
                 } else {
                     self.tickets.push_back(env.node);
@@ -460,7 +456,7 @@ impl Worker<'_, '_> {
             // The vector of the last lone message, emptied, when there is one.
             let mut msgs = std::mem::take(&mut self.spare);
             msgs.push(first.msg);
-            if slot.batches {
+            if matches!(slot.intake, Intake::Batches { .. }) {
                 // A kernel call over more rows: its lane from anywhere in the queue (a
                 // fused backward's two ports' gradients often arrive interleaved).
                 take_lane(&mut slot.queue, dir, port, limit, &mut msgs);
@@ -619,7 +615,12 @@ impl Worker<'_, '_> {
             msgs = msgs.into_iter().filter_map(|msg| sum_fan_in(slot, node, port, consumers, msg)).collect();
         }
         let mut cx = NodeCx { node, shared, out: &mut self.emitted };
-        if msgs.len() > 1 && slot.stacks {
+        let together = match slot.intake {
+            Intake::One => false,
+            Intake::Stacked => msgs.len() > 1,
+            Intake::Batches { .. } => true,
+        };
+        if together {
             return match dir {
                 Dir::Forward => slot.op.forward_batch(&mut cx, port, msgs),
                 Dir::Backward => slot.op.backward_batch(&mut cx, port, msgs),
