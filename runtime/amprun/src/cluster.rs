@@ -17,6 +17,8 @@ use crate::failure::{Exit, Failure};
 use amp_exec::{Cluster, ClusterSpec, ExecConfig};
 use amp_ir::placement::MAX_RUN_PROCESSES;
 use amp_ir::verify::Verified;
+use amp_net::timely::TimelyLink;
+use amp_net::NetSpec;
 use sha3::{Digest, Sha3_256};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -233,8 +235,20 @@ pub fn join(config: &mut ExecConfig, graph: &Verified) -> Result<(), Failure> {
             hash.update(std::hash::Hasher::finish(&sip).to_le_bytes());
             hash.update(amp_ir::ampg::write(graph, None));
             hash.update(config.workers.to_le_bytes());
-            let spec = ClusterSpec::new(*process, addresses.clone(), key.clone(), hash.finalize().to_vec());
-            let cluster = Cluster::connect(spec).map_err(|e| Failure::new(Exit::Executor, e.to_string()))?;
+            let spec = NetSpec {
+                process: *process,
+                addresses: addresses.clone(),
+                key: key.clone(),
+                fingerprint: hash.finalize().to_vec(),
+                connect_timeout: Duration::from_secs(60),
+            };
+            let failed = |e: String| Failure::new(Exit::Executor, e);
+            let connected =
+                amp_net::connect(&spec, &mut |refusal| eprintln!("amp cluster: {refusal}")).map_err(|e| failed(e.0))?;
+            let link = TimelyLink::start(connected.sockets, *process).map_err(|e| failed(e.0))?;
+            let bridge = ClusterSpec::new(*process, addresses.clone());
+            let cluster = Cluster::start(Box::new(link), bridge, connected.base, connected.offset_us)
+                .map_err(|e| Failure::new(Exit::Executor, e.to_string()))?;
             *state = State::Joined(cluster.clone());
             cluster
         }

@@ -58,106 +58,33 @@ use crate::error::ExecError;
 use crate::trace::TraceEvent;
 use crate::wire::{self, Item, Limits, Packet};
 use amp_ir::placement::{process_of, workers_of, MAX_RUN_PROCESSES};
+use amp_net::{Counters, Link, Traffic, Transport};
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use sha3::{Digest, Sha3_256};
 use std::collections::VecDeque;
 use std::fmt;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
-use timely_communication::allocator::zero_copy::allocator::TcpBuilder;
-use timely_communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
-use timely_communication::allocator::ProcessBuilder;
-use timely_communication::{Allocator, Bytesable, Hooks, Pull, Push};
 
-/// How a process joins a cluster.
+/// What the bridge of a process needs to know of the run's processes (the transport is
+/// connected already: `amp_net`).
 #[derive(Clone, Debug)]
 pub struct ClusterSpec {
     /// This process's index.
     pub process: usize,
-    /// `host:port` of every process, in process order (a hostfile's lines).
+    /// `host:port` of every process, in process order (named in errors).
     pub addresses: Vec<String>,
-    /// The shared secret every process must prove.
-    pub key: Vec<u8>,
-    /// What must be the same in every process (the caller hashes its binary and graph).
-    pub fingerprint: Vec<u8>,
     /// A bridge with nothing else to send sends a heartbeat this often.
     pub heartbeat: Duration,
     /// A peer heard from for none of this long is lost.
     pub timeout: Duration,
-    /// How long to wait for every peer to connect.
-    pub connect_timeout: Duration,
 }
 
 impl ClusterSpec {
-    pub fn new(process: usize, addresses: Vec<String>, key: Vec<u8>, fingerprint: Vec<u8>) -> ClusterSpec {
-        ClusterSpec {
-            process,
-            addresses,
-            key,
-            fingerprint,
-            heartbeat: Duration::from_millis(200),
-            timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-/// What this process's bridge sent to and received from the others since it connected
-/// (every peer together; heartbeats and control words included in packets and bytes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Traffic {
-    /// Packets (one per peer per round of the bridge that had something for it).
-    pub packets_sent: u64,
-    pub packets_received: u64,
-    /// Forward and backward messages between workers.
-    pub messages_sent: u64,
-    pub messages_received: u64,
-    /// Bytes of Amp's packets (`wire`), without timely's 48-byte frame header each.
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-}
-
-impl Traffic {
-    /// What moved between `earlier` and this reading.
-    pub fn since(&self, earlier: &Traffic) -> Traffic {
-        Traffic {
-            packets_sent: self.packets_sent.saturating_sub(earlier.packets_sent),
-            packets_received: self.packets_received.saturating_sub(earlier.packets_received),
-            messages_sent: self.messages_sent.saturating_sub(earlier.messages_sent),
-            messages_received: self.messages_received.saturating_sub(earlier.messages_received),
-            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
-            bytes_received: self.bytes_received.saturating_sub(earlier.bytes_received),
-        }
-    }
-}
-
-/// The bridge's counters behind [`Traffic`].
-#[derive(Default)]
-struct Counters([AtomicU64; 6]);
-
-impl Counters {
-    fn add(&self, which: usize, n: u64) {
-        if let Some(c) = self.0.get(which) {
-            c.fetch_add(n, Ordering::Relaxed);
-        }
-    }
-
-    fn read(&self) -> Traffic {
-        let c = |i: usize| self.0[i].load(Ordering::Relaxed);
-        Traffic {
-            packets_sent: c(0),
-            packets_received: c(1),
-            messages_sent: c(2),
-            messages_received: c(3),
-            bytes_sent: c(4),
-            bytes_received: c(5),
-        }
+    pub fn new(process: usize, addresses: Vec<String>) -> ClusterSpec {
+        ClusterSpec { process, addresses, heartbeat: Duration::from_millis(200), timeout: Duration::from_secs(5) }
     }
 }
 
@@ -275,9 +202,11 @@ pub(crate) struct ReplicaShape {
 }
 
 impl Cluster {
-    /// Connects to every other process of `spec.addresses` (authenticating each, checking
-    /// fingerprints) and starts the bridge thread.
-    pub fn connect(spec: ClusterSpec) -> Result<Cluster, ExecError> {
+    /// Starts the bridge thread on `link`, a transport connected to every other process of
+    /// `spec.addresses` (`amp_net::connect`, `amp_net::timely::TimelyLink`, or
+    /// `amp_net::memory::MemoryNet` in tests); `base` is this process's clock's zero and
+    /// `offset_us` process 0's clock then (`amp_net::Connected`).
+    pub fn start(link: Box<dyn Link>, spec: ClusterSpec, base: Instant, offset_us: i64) -> Result<Cluster, ExecError> {
         let processes = spec.addresses.len();
         if processes < 2 || spec.process >= processes {
             return Err(cluster_error(format!(
@@ -290,19 +219,11 @@ impl Cluster {
                 "{processes} processes: at most {MAX_RUN_PROCESSES} are supported (see `MAX_RUN_PROCESSES`)"
             )));
         }
-        // The clock trace events are measured against (see the module doc, Clocks).
-        let base = Instant::now();
-        let (sockets, offset_us) = connect_all(&spec, base)?;
-        let builders = ProcessBuilder::new_typed_vector(1, Hooks::default().refill, None);
-        let (mut tcp, guard) = initialize_networking_from_sockets(builders, sockets, spec.process, 1, Hooks::default())
-            .map_err(|e| cluster_error(format!("cannot start the network threads: {e}")))?;
-        let builder = tcp.pop().ok_or_else(|| cluster_error("no network allocator".into()))?;
         let (outbox, outgoing) = unbounded();
         let (control, controls) = unbounded();
         let (tensor_tx, tensors) = unbounded();
         let (decision_tx, decisions) = unbounded();
         let failure = Arc::new(Mutex::new(None));
-        let traffic = Arc::new(Counters::default());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let bridge = Bridge {
             process: spec.process,
@@ -325,15 +246,15 @@ impl Cluster {
             shutdown_heard: vec![false; processes],
             pending_packets: Vec::new(),
             scratch: Vec::new(),
-            traffic: Arc::clone(&traffic),
+            traffic: Arc::default(),
         };
         let handle = std::thread::Builder::new()
             .name("amp-bridge".into())
-            .spawn(move || bridge.run(builder, guard, ready_tx))
+            .spawn(move || bridge.run(link, ready_tx))
             .map_err(|e| cluster_error(format!("cannot start the bridge thread: {e}")))?;
         let thread = handle.thread().clone();
-        // The bridge builds its allocator first (timely wakes the thread that built it).
-        let _ = ready_rx.recv();
+        // The bridge opens the transport first (timely wakes the thread that built it).
+        let traffic = ready_rx.recv().map_err(|_| cluster_error("the bridge thread did not start".into()))?;
         Ok(Cluster {
             inner: Arc::new(Inner {
                 process: spec.process,
@@ -758,36 +679,6 @@ impl<R: Wire> ReportTo<R> {
     }
 }
 
-/// A packet on timely's channel: ours to send, or bytes received.
-enum Frame {
-    Out(Vec<u8>),
-    In(timely_bytes::arc::Bytes),
-}
-
-impl Bytesable for Frame {
-    fn from_bytes(bytes: timely_bytes::arc::Bytes) -> Frame {
-        Frame::In(bytes)
-    }
-
-    fn length_in_bytes(&self) -> usize {
-        self.bytes().len()
-    }
-
-    fn into_bytes<W: Write>(&self, writer: &mut W) {
-        // Writing into timely's in-memory buffer does not fail.
-        let _ = writer.write_all(self.bytes());
-    }
-}
-
-impl Frame {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Frame::Out(v) => v,
-            Frame::In(b) => b,
-        }
-    }
-}
-
 struct Bridge {
     process: usize,
     addresses: Vec<String>,
@@ -824,93 +715,23 @@ const MAX_EARLY_ITEMS: usize = 1 << 24;
 /// plan uses only process 0's), so more is a misbehaving peer, not a slow one.
 const MAX_PENDING_DECISIONS: usize = 1 << 10;
 
-/// Network threads that panicked (timely ends a broken connection with a panic in its
-/// `timely:recv-N` or `timely:send-N` thread): the peer, and the bridge to wake.
-static LOST: OnceLock<Mutex<Lost>> = OnceLock::new();
-
-/// The peers whose network threads broke (and why), and the bridge thread to wake.
-type Lost = (Vec<(usize, String)>, Option<Thread>);
-
-/// Installs, once, a panic hook that turns a timely network thread's panic into a lost
-/// peer for the bridge (quietly: the run's error names the peer), and leaves every other
-/// panic to the previous hook.
-fn watch_network_threads(bridge: Thread) {
-    let lost = LOST.get_or_init(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let name = std::thread::current().name().map(str::to_string).unwrap_or_default();
-            let peer = name.strip_prefix("timely:recv-").or_else(|| name.strip_prefix("timely:send-"));
-            let what = info
-                .payload()
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            // The bridge meets a dead network thread's queues as a panic it catches.
-            if name == "amp-bridge" && what.contains("poisoned") {
-                return;
-            }
-            match peer.and_then(|p| p.parse::<usize>().ok()) {
-                Some(peer) => {
-                    if let Some(lost) = LOST.get() {
-                        if let Ok(mut lost) = lost.lock() {
-                            lost.0.push((peer, what));
-                            if let Some(bridge) = &lost.1 {
-                                bridge.unpark();
-                            }
-                        }
-                    }
-                }
-                None => previous(info),
-            }
-        }));
-        Mutex::new((Vec::new(), None))
-    });
-    if let Ok(mut lost) = lost.lock() {
-        lost.0.clear();
-        lost.1 = Some(bridge);
-    }
-}
-
 impl Bridge {
-    fn run(
-        mut self,
-        builder: TcpBuilder,
-        guard: timely_communication::allocator::zero_copy::initialize::CommsGuard,
-        ready: std::sync::mpsc::Sender<()>,
-    ) {
-        watch_network_threads(std::thread::current());
-        let mut allocator = Allocator::Tcp(builder.build());
-        let (pushers, mut puller) = allocator.allocate::<Frame>(0);
-        let mut pushers: Vec<Box<dyn Push<Frame>>> = pushers;
-        let _ = ready.send(());
+    fn run(mut self, link: Box<dyn Link>, ready: std::sync::mpsc::Sender<Arc<Counters>>) {
+        let mut transport = link.open();
+        self.traffic = transport.counters();
+        let _ = ready.send(Arc::clone(&self.traffic));
         let mut shutting_down: Option<Instant> = None;
         loop {
             let mut busy = false;
-            // Timely's queues panic once a network thread died (its peer is gone): the
-            // allocator is then given up and the peer reported lost.
-            let frames = if self.failed() {
-                Vec::new()
-            } else {
-                let received = catch_unwind(AssertUnwindSafe(|| {
-                    allocator.receive();
-                    let mut frames = Vec::new();
-                    while let Some(frame) = puller.recv() {
-                        frames.push(frame);
+            if !self.failed() {
+                let received = transport.receive(&mut |bytes| {
+                    busy = true;
+                    if let Err(message) = self.on_frame(bytes) {
+                        self.fail(message);
                     }
-                    // Timely counts events per channel; nobody else reads them here.
-                    allocator.events().borrow_mut().clear();
-                    frames
-                }));
-                received.unwrap_or_else(|_| {
-                    self.network_failed();
-                    Vec::new()
-                })
-            };
-            for frame in frames {
-                busy = true;
-                if let Err(message) = self.on_frame(frame.bytes()) {
-                    self.fail(message);
+                });
+                if let Err(e) = received {
+                    self.network_failed(transport.as_mut(), e);
                 }
             }
             while let Ok(control) = self.controls.try_recv() {
@@ -932,7 +753,7 @@ impl Bridge {
                 busy = true;
                 self.queue(out.process, out.run, out.item);
             }
-            self.check_lost();
+            self.check_lost(transport.as_mut());
             let failed = self.failed();
             if shutting_down.is_some() && !self.shutdown_sent && !failed {
                 for peer in 0..self.addresses.len() {
@@ -943,13 +764,9 @@ impl Bridge {
                 self.shutdown_sent = true;
             }
             if !failed {
-                let sent = catch_unwind(AssertUnwindSafe(|| {
-                    self.flush(&mut pushers);
-                    self.beat(&mut pushers);
-                    allocator.release();
-                }));
-                if sent.is_err() {
-                    self.network_failed();
+                let sent = self.flush(transport.as_mut()).and_then(|()| self.beat(transport.as_mut()));
+                if let Err(e) = sent.and_then(|()| transport.flush()) {
+                    self.network_failed(transport.as_mut(), e);
                 }
             }
             let everyone_left = (0..self.addresses.len()).all(|p| p == self.process || self.shutdown_heard[p]);
@@ -967,28 +784,18 @@ impl Bridge {
                 }
             }
             if !busy {
-                allocator.await_events(Some(self.heartbeat / 2));
+                transport.wait(self.heartbeat / 2);
             }
         }
-        if self.failed() {
-            // A broken connection's network thread panicked, and timely's queues with it:
-            // dropping them, or joining the thread, would panic again.
-            std::mem::forget(pushers);
-            std::mem::forget(puller);
-            std::mem::forget(allocator);
-            std::mem::forget(guard);
-        } else {
-            drop(pushers);
-            drop(puller);
-            drop(allocator);
-            drop(guard);
-        }
+        let failed = self.failed();
+        transport.close(failed);
     }
 
-    /// Timely's side failed (a network thread died): the peer it names is lost.
-    fn network_failed(&mut self) {
-        self.check_lost();
-        self.fail("lost the connection to a peer (a network thread failed)".into());
+    /// The transport failed: the peer it names is lost (or, if none is named, the
+    /// transport's own error ends the run).
+    fn network_failed(&mut self, transport: &mut dyn Transport, error: amp_net::NetError) {
+        self.check_lost(transport);
+        self.fail(error.0);
     }
 
     fn peer(&self, process: usize) -> String {
@@ -1013,10 +820,9 @@ impl Bridge {
         }
     }
 
-    /// A peer whose network thread broke, or that was silent for too long, is lost.
-    fn check_lost(&mut self) {
-        let broken = LOST.get().and_then(|l| l.lock().ok().map(|mut l| std::mem::take(&mut l.0)));
-        for (peer, what) in broken.unwrap_or_default() {
+    /// A peer whose connection broke, or that was silent for too long, is lost.
+    fn check_lost(&mut self, transport: &mut dyn Transport) {
+        for (peer, what) in transport.take_lost() {
             if !self.shutdown_heard.get(peer).copied().unwrap_or(true) {
                 let message = format!("lost {}: its connection broke ({what})", self.peer(peer));
                 self.fail(message);
@@ -1044,39 +850,42 @@ impl Bridge {
         items.push(item);
     }
 
-    fn send_packet(&mut self, pushers: &mut [Box<dyn Push<Frame>>], process: usize, run: u64, items: &[Item]) {
+    fn send_packet(
+        &mut self,
+        transport: &mut dyn Transport,
+        process: usize,
+        run: u64,
+        items: &[Item],
+    ) -> Result<(), amp_net::NetError> {
         self.scratch.clear();
         wire::encode(self.process as u32, run, items, &mut self.scratch);
         let messages = items.iter().filter(|i| matches!(i, Item::Work { .. })).count();
-        self.traffic.add(0, 1);
-        self.traffic.add(2, messages as u64);
-        self.traffic.add(4, self.scratch.len() as u64);
-        if let Some(pusher) = pushers.get_mut(process) {
-            pusher.send(Frame::Out(std::mem::take(&mut self.scratch)));
-            pusher.done();
-        }
+        self.traffic.messages(messages, 0);
         self.last_sent[process] = Instant::now();
+        transport.send(process, std::mem::take(&mut self.scratch))
     }
 
-    fn flush(&mut self, pushers: &mut [Box<dyn Push<Frame>>]) {
+    fn flush(&mut self, transport: &mut dyn Transport) -> Result<(), amp_net::NetError> {
         for (process, run, items) in std::mem::take(&mut self.pending_packets) {
-            self.send_packet(pushers, process, run, &items);
+            self.send_packet(transport, process, run, &items)?;
         }
         for process in 0..self.buffers.len() {
             if self.buffers[process].1.is_empty() {
                 continue;
             }
             let (run, items) = std::mem::take(&mut self.buffers[process]);
-            self.send_packet(pushers, process, run, &items);
+            self.send_packet(transport, process, run, &items)?;
         }
+        Ok(())
     }
 
-    fn beat(&mut self, pushers: &mut [Box<dyn Push<Frame>>]) {
+    fn beat(&mut self, transport: &mut dyn Transport) -> Result<(), amp_net::NetError> {
         for process in 0..self.addresses.len() {
             if process != self.process && self.last_sent[process].elapsed() >= self.heartbeat {
-                self.send_packet(pushers, process, 0, &[Item::Heartbeat]);
+                self.send_packet(transport, process, 0, &[Item::Heartbeat])?;
             }
         }
+        Ok(())
     }
 
     fn begin(&mut self, port: Box<RunPort>) {
@@ -1115,9 +924,7 @@ impl Bridge {
             return Err(format!("a packet names process {from} as its sender"));
         }
         let messages = packet.items.iter().filter(|i| matches!(i, Item::Work { .. })).count();
-        self.traffic.add(1, 1);
-        self.traffic.add(3, messages as u64);
-        self.traffic.add(5, bytes.len() as u64);
+        self.traffic.messages(0, messages);
         self.last_heard[from] = Instant::now();
         if packet.items.iter().any(|i| matches!(i, Item::Decision { .. })) {
             return self.decision(packet);
@@ -1350,251 +1157,34 @@ fn check_replica_item(item: &Item, port: &RunPort, from: usize, processes: usize
 }
 
 /// The handshake's first words: "AMPH", the protocol's version.
-const HELLO: u32 = 0x4850_4d41;
-const VERSION: u32 = 2;
-
-/// Connects process `spec.process` to every other: to those before it, accepts those
-/// after it, authenticating each. The result has `None` at this process's index, and
-/// process 0's clock when `base` is 0 here, in microseconds (0 on process 0).
-fn connect_all(spec: &ClusterSpec, base: Instant) -> Result<(Vec<Option<TcpStream>>, i64), ExecError> {
-    let me = spec.process;
-    let processes = spec.addresses.len();
-    let mut sockets: Vec<Option<TcpStream>> = (0..processes).map(|_| None).collect();
-    let deadline = Instant::now() + spec.connect_timeout;
-    let mut offset_us = 0;
-    let listener = if me + 1 < processes {
-        let address = &spec.addresses[me];
-        Some(TcpListener::bind(address).map_err(|e| cluster_error(format!("cannot listen on {address}: {e}")))?)
-    } else {
-        None
-    };
-    for (peer, address) in spec.addresses.iter().enumerate().take(me) {
-        let stream = loop {
-            let attempt = address
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| format!("cannot resolve {address}"))
-                .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).map_err(|e| e.to_string()));
-            match attempt {
-                Ok(stream) => break stream,
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(cluster_error(format!("cannot connect to process {peer} at {address}: {e}")));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        };
-        let (_, stream, offset) = handshake(stream, spec, Some(peer), base)
-            .map_err(|e| cluster_error(format!("process {peer} at {address}: {e}")))?;
-        if peer == 0 {
-            offset_us = offset.unwrap_or(0);
-        }
-        sockets[peer] = Some(stream);
-    }
-    if let Some(listener) = listener {
-        listener.set_nonblocking(true).map_err(|e| cluster_error(format!("listener: {e}")))?;
-        while sockets.iter().enumerate().any(|(p, s)| p > me && s.is_none()) {
-            match listener.accept() {
-                Ok((stream, from)) => {
-                    let _ = stream.set_nonblocking(false);
-                    match handshake(stream, spec, None, base) {
-                        Ok((peer, stream, _)) if peer > me && sockets[peer].is_none() => sockets[peer] = Some(stream),
-                        Ok((peer, _, _)) => {
-                            eprintln!("amp cluster: refused {from}: process {peer} is connected already")
-                        }
-                        Err(Refusal::Fatal(e)) => return Err(cluster_error(format!("{from}: {e}"))),
-                        Err(Refusal::Refused(e)) => eprintln!("amp cluster: refused a connection from {from}: {e}"),
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        let missing: Vec<String> = (me + 1..processes)
-                            .filter(|&p| sockets[p].is_none())
-                            .map(|p| format!("process {p} ({})", spec.addresses[p]))
-                            .collect();
-                        return Err(cluster_error(format!(
-                            "{} did not connect within {}s",
-                            missing.join(", "),
-                            spec.connect_timeout.as_secs()
-                        )));
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => return Err(cluster_error(format!("accepting on {}: {e}", spec.addresses[me]))),
-            }
-        }
-    }
-    Ok((sockets, offset_us))
-}
-
-/// Why a handshake failed: a stranger (refused, the listener goes on) or a peer that
-/// proved the key but cannot run with this process (the run stops).
-enum Refusal {
-    Refused(String),
-    Fatal(String),
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refusal::Refused(e) | Refusal::Fatal(e) => f.write_str(e),
-        }
-    }
-}
-
-fn proof(key: &[u8], prover: u32, their_nonce: &[u8; 16], own_nonce: &[u8; 16]) -> [u8; 32] {
-    let mut h = Sha3_256::new();
-    h.update(b"amp-cluster-proof-v1");
-    h.update((key.len() as u64).to_le_bytes());
-    h.update(key);
-    h.update(prover.to_le_bytes());
-    h.update(their_nonce);
-    h.update(own_nonce);
-    h.finalize().into()
-}
-
-/// Both sides: hello (magic, version, index, processes, nonce), then the proof of the key
-/// over the other's nonce, checked before anything else is read; then the fingerprints;
-/// then the clocks ([`probe_clock`]). `expect`: the peer this side connected to (`None`:
-/// an accepted connection, any later process). Returns the peer, the stream and, on the
-/// side that connected, the peer's clock minus this one's in microseconds (clocks read
-/// against `base`).
-fn handshake(
-    mut stream: TcpStream,
-    spec: &ClusterSpec,
-    expect: Option<usize>,
-    base: Instant,
-) -> Result<(usize, TcpStream, Option<i64>), Refusal> {
-    let io = |e: std::io::Error| Refusal::Refused(format!("handshake: {e}"));
-    stream.set_nodelay(true).map_err(io)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(io)?;
-    let mut nonce = [0u8; 16];
-    getrandom::fill(&mut nonce).map_err(|e| Refusal::Fatal(format!("no random nonce: {e}")))?;
-    let me = spec.process as u32;
-    let processes = spec.addresses.len() as u32;
-    let mut hello = Vec::with_capacity(32);
-    hello.extend_from_slice(&HELLO.to_le_bytes());
-    hello.extend_from_slice(&VERSION.to_le_bytes());
-    hello.extend_from_slice(&me.to_le_bytes());
-    hello.extend_from_slice(&processes.to_le_bytes());
-    hello.extend_from_slice(&nonce);
-    stream.write_all(&hello).map_err(io)?;
-    let mut theirs = [0u8; 32];
-    stream.read_exact(&mut theirs).map_err(io)?;
-    let word = |i: usize| u32::from_le_bytes([theirs[i], theirs[i + 1], theirs[i + 2], theirs[i + 3]]);
-    if word(0) != HELLO {
-        return Err(Refusal::Refused("not an Amp cluster process".into()));
-    }
-    if word(4) != VERSION {
-        return Err(Refusal::Refused(format!("cluster protocol version {} (this is {VERSION})", word(4))));
-    }
-    let peer = word(8);
-    let mut their_nonce = [0u8; 16];
-    their_nonce.copy_from_slice(&theirs[16..32]);
-    stream.write_all(&proof(&spec.key, me, &their_nonce, &nonce)).map_err(io)?;
-    let mut their_proof = [0u8; 32];
-    stream.read_exact(&mut their_proof).map_err(io)?;
-    let expected = proof(&spec.key, peer, &nonce, &their_nonce);
-    // Compared in full whatever differs first: how long a refusal takes says nothing.
-    let differs = their_proof.iter().zip(&expected).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    if differs != 0 {
-        return Err(Refusal::Refused("it did not prove the cluster key".into()));
-    }
-    // Authenticated: from here on a mismatch is the run's error.
-    if word(12) != processes {
-        return Err(Refusal::Fatal(format!("it runs with {} processes, this one with {processes}", word(12))));
-    }
-    let peer = peer as usize;
-    if expect.is_some_and(|e| e != peer) || peer >= spec.addresses.len() || peer == spec.process {
-        return Err(Refusal::Fatal(format!("it says it is process {peer}")));
-    }
-    let mine: [u8; 32] = Sha3_256::digest(&spec.fingerprint).into();
-    stream.write_all(&mine).map_err(io)?;
-    let mut their_print = [0u8; 32];
-    stream.read_exact(&mut their_print).map_err(io)?;
-    if their_print != mine {
-        return Err(Refusal::Fatal(format!(
-            "process {peer} ({}) runs another binary or graph (fingerprint {} here, {} there); \
-             every process must run the same amprun build on the same model and flags",
-            spec.addresses.get(peer).map_or("?", String::as_str),
-            hex(&mine[..6]),
-            hex(&their_print[..6])
-        )));
-    }
-    let offset = probe_clock(&mut stream, base, expect.is_some()).map_err(io)?;
-    stream.set_read_timeout(None).map_err(io)?;
-    Ok((peer, stream, offset))
-}
-
-/// Round trips measured per connection to estimate the offset between two clocks.
-pub const CLOCK_PROBES: usize = 8;
-
-/// Microseconds since `base`, as a probe carries them.
-fn clock_now(base: Instant) -> u64 {
-    u64::try_from(base.elapsed().as_micros()).unwrap_or(u64::MAX)
-}
-
-/// The handshake's last step (both sides authenticated): the connecting side sends its
-/// clock [`CLOCK_PROBES`] times, the other answers each with its own; the probe with the
-/// shortest round trip gives the offset, the answer against the midpoint of its send and
-/// receipt (off by at most half that round trip). The connecting side returns the peer's
-/// clock minus its own, in microseconds; the other `None`.
-fn probe_clock(stream: &mut TcpStream, base: Instant, connecting: bool) -> std::io::Result<Option<i64>> {
-    let mut word = [0u8; 8];
-    if !connecting {
-        for _ in 0..CLOCK_PROBES {
-            stream.read_exact(&mut word)?;
-            stream.write_all(&clock_now(base).to_le_bytes())?;
-        }
-        return Ok(None);
-    }
-    let mut best: Option<(u64, i64)> = None;
-    for _ in 0..CLOCK_PROBES {
-        let sent = clock_now(base);
-        stream.write_all(&sent.to_le_bytes())?;
-        stream.read_exact(&mut word)?;
-        let received = clock_now(base);
-        // The peer's answer is a number from an authenticated peer: any value is an offset.
-        let theirs = i128::from(u64::from_le_bytes(word));
-        let midpoint = (i128::from(sent) + i128::from(received)) / 2;
-        let offset = i64::try_from(theirs - midpoint).unwrap_or(if theirs > midpoint { i64::MAX } else { i64::MIN });
-        let round_trip = received.saturating_sub(sent);
-        if best.is_none_or(|(rt, _)| round_trip < rt) {
-            best = Some((round_trip, offset));
-        }
-    }
-    Ok(best.map(|(_, offset)| offset))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use amp_net::connect::handshake;
+    use amp_net::NetSpec;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
 
-    #[test]
-    fn worker_ranges_are_contiguous_and_cover_every_worker() {
-        for processes in 1..5 {
-            for workers in processes..9 {
-                let mut next = 0;
-                for p in 0..processes {
-                    let range = workers_of(p, processes, workers);
-                    assert_eq!(range.start, next);
-                    assert!(!range.is_empty(), "process {p} of {processes} has no worker of {workers}");
-                    for w in range.clone() {
-                        assert_eq!(process_of(w, processes, workers), p);
-                    }
-                    next = range.end;
-                }
-                assert_eq!(next, workers);
-            }
+    fn net_spec(process: usize, addresses: &[String], key: &[u8]) -> NetSpec {
+        NetSpec {
+            process,
+            addresses: addresses.to_vec(),
+            key: key.to_vec(),
+            fingerprint: b"same".to_vec(),
+            connect_timeout: Duration::from_secs(60),
         }
     }
 
+    /// Process `process` of `addresses` over timely, as amprun joins one.
+    fn connect(process: usize, addresses: &[String], key: &[u8]) -> Cluster {
+        let connected = amp_net::connect(&net_spec(process, addresses, key), &mut |_| {}).unwrap();
+        let link = amp_net::timely::TimelyLink::start(connected.sockets, process).unwrap();
+        let spec = ClusterSpec::new(process, addresses.to_vec());
+        Cluster::start(Box::new(link), spec, connected.base, connected.offset_us).unwrap()
+    }
+
     /// The tests that connect clusters run one at a time: a connection that breaks is
-    /// reported through a hook shared by the whole test binary (`watch_network_threads`).
+    /// reported through a hook shared by the whole test binary (`amp_net::timely`).
     static NETWORK: Mutex<()> = Mutex::new(());
 
     fn free_addresses(n: usize) -> Vec<String> {
@@ -1620,7 +1210,7 @@ mod tests {
     fn failure_when_process_1_sends(body: Vec<u8>) -> (String, Vec<String>) {
         let addresses = free_addresses(2);
         let key = b"test key".to_vec();
-        let peer_spec = ClusterSpec::new(1, addresses.clone(), key.clone(), b"same".to_vec());
+        let peer_spec = net_spec(1, &addresses, &key);
         let first = addresses[0].clone();
         let peer = std::thread::spawn(move || {
             let stream = loop {
@@ -1637,7 +1227,7 @@ mod tests {
             let mut rest = Vec::new();
             let _ = stream.read_to_end(&mut rest);
         });
-        let cluster = Cluster::connect(ClusterSpec::new(0, addresses.clone(), key, b"same".to_vec())).unwrap();
+        let cluster = connect(0, &addresses, &key);
         let mut failure = None;
         for _ in 0..500 {
             failure = cluster.failure();
@@ -1781,7 +1371,7 @@ mod tests {
         for (packets, wrong) in cases {
             let addresses = free_addresses(2);
             let key = b"test key".to_vec();
-            let zero = ClusterSpec::new(0, addresses.clone(), key.clone(), b"same".to_vec());
+            let zero = net_spec(0, &addresses, &key);
             let listener = TcpListener::bind(&addresses[0]).unwrap();
             let sent = packets.len();
             let peer = std::thread::spawn(move || {
@@ -1795,7 +1385,7 @@ mod tests {
                 let mut rest = Vec::new();
                 let _ = stream.read_to_end(&mut rest);
             });
-            let cluster = Cluster::connect(ClusterSpec::new(1, addresses.clone(), key, b"same".to_vec())).unwrap();
+            let cluster = connect(1, &addresses, &key);
             match wrong {
                 None => {
                     for _ in 0..sent {
@@ -1813,25 +1403,6 @@ mod tests {
             drop(cluster);
             drop(peer);
         }
-    }
-
-    /// Two clocks a second apart (bases one second apart in one process): the probe finds
-    /// the second, to within the loopback round trip.
-    #[test]
-    fn the_clock_probe_finds_the_offset_between_two_bases() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        let now = Instant::now();
-        let Some(earlier) = now.checked_sub(Duration::from_secs(1)) else { return };
-        let answering = std::thread::spawn(move || {
-            let (mut stream, _) = listener.accept().unwrap();
-            probe_clock(&mut stream, earlier, false).unwrap()
-        });
-        let mut stream = TcpStream::connect(address).unwrap();
-        let offset = probe_clock(&mut stream, now, true).unwrap().expect("the connecting side measures");
-        assert_eq!(answering.join().unwrap(), None);
-        // The answering side's clock started a second earlier: it reads a second more.
-        assert!((offset - 1_000_000).abs() < 50_000, "offset {offset} us");
     }
 
     /// A peer's trace names only its own workers (process 1 of 2 over 5 workers runs 3 and
@@ -1857,15 +1428,5 @@ mod tests {
         assert_eq!(events.iter().map(|e| e.start_us).collect::<Vec<_>>(), [0, 900]);
         shift_events(&mut events, 50);
         assert_eq!(events.iter().map(|e| e.start_us).collect::<Vec<_>>(), [50, 950]);
-    }
-
-    #[test]
-    fn the_proof_depends_on_the_key_the_prover_and_both_nonces() {
-        let (a, b) = ([1u8; 16], [2u8; 16]);
-        let p = proof(b"key", 0, &a, &b);
-        assert_ne!(p, proof(b"kez", 0, &a, &b));
-        assert_ne!(p, proof(b"key", 1, &a, &b));
-        assert_ne!(p, proof(b"key", 0, &b, &a));
-        assert_eq!(p, proof(b"key", 0, &a, &b));
     }
 }

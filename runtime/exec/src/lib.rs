@@ -74,7 +74,8 @@ mod load;
 mod ops;
 mod sched;
 
-pub use cluster::{Cluster, ClusterSpec, Traffic};
+pub use amp_net::Traffic;
+pub use cluster::{Cluster, ClusterSpec};
 pub use config::{ExecConfig, Fault, NodeSelector, Placement, SlowWorker};
 pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;
