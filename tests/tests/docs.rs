@@ -65,7 +65,8 @@ fn the_amprun_page_is_the_crate_documentation() {
 /// dated entries name the files as they were then.
 fn doc_pages() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut entries: Vec<PathBuf> =
+            std::fs::read_dir(dir).expect("docs/ is readable").map(|e| e.expect("an entry").path()).collect();
         entries.sort();
         for path in entries {
             if path.is_dir() {
@@ -111,7 +112,7 @@ fn named_paths(page: &Path, text: &str) -> Vec<(String, PathBuf)> {
             found.push((word.to_string(), repo().join(word)));
         }
     }
-    let dir = page.parent().unwrap();
+    let dir = page.parent().expect("a page is in a folder");
     for link in text.split("](").skip(1) {
         let target = link.split(')').next().unwrap_or("").split('#').next().unwrap_or("");
         const KINDS: [&str; 11] = ["md", "rs", "amp", "py", "sh", "json", "jsonl", "toml", "txt", "svg", "png"];

@@ -66,7 +66,7 @@ pub fn prepare(args: &ExecArgs) -> Result<(), Failure> {
     let Some(processes) = args.processes.map(usize::from).filter(|&p| p > 1) else {
         return Ok(());
     };
-    // Refused before any child starts (the executor's own limit, `Cluster::connect`).
+    // Refused before any child starts (the executor's own limit, `Cluster::start`).
     if processes > MAX_RUN_PROCESSES {
         return Err(Failure::usage(format!(
             "--processes {processes}: at most {MAX_RUN_PROCESSES} processes are supported today \

@@ -1,10 +1,9 @@
-//! Scale-out: one program's workers in several processes, over timely_communication.
+//! Scale-out: one program's workers in several processes, over a transport (`amp_net`).
 //!
 //! Workers are numbered globally; process `p` runs a contiguous range of them
 //! ([`workers_of`]). Inside a process, workers exchange messages on their channels as in a
 //! one-process run; each process runs one **bridge** thread, the process's only
-//! timely_communication worker (`Config::Cluster`-style, one timely thread per process,
-//! built from sockets this module connects and authenticates itself). A worker hands
+//! user of the transport (`amp_net::Transport`). A worker hands
 //! what is for a worker of another process to the bridge's outbox ([`Peers`]); the
 //! bridge encodes it (`crate::wire`), sends one packet per peer per round, and delivers
 //! what arrives into the local workers' channels, or, on process 0, into the
@@ -28,19 +27,16 @@
 //! controller's channel, so `p`'s count, and with it process 0's, cannot return to zero
 //! before the report arrived, whatever the number of processes.
 //!
-//! **Who may connect**: process `p` listens only on its own hostfile address, connects to
-//! the processes before it, and accepts the ones after it. Each connection first proves
-//! the shared key (a challenge–response over SHA3-256 with a nonce from each side); a
-//! connection that fails is closed before anything else is read. Then each side sends a
-//! fingerprint (the caller's hash of the binary and the graph): a mismatch refuses the
-//! run, naming the process. Only then do the sockets go to timely_communication, whose
-//! framing trusts its peer; what is inside its frames is ours and decoded as untrusted.
+//! **Transport**: the bridge is handed a link already connected and authenticated
+//! (`amp_net`: the key's challenge–response, fingerprints, the clock probe, and the
+//! frames over timely_communication or in memory). What is inside a frame is ours and
+//! decoded as untrusted (`crate::wire`).
 //!
-//! **Clocks** (for the merged trace): each process measures, in its handshake with process
-//! 0, the offset between its clock and process 0's (the probe with the shortest round trip
-//! of [`CLOCK_PROBES`], accurate to half of it). Trace events that cross to process 0 are
-//! moved onto its timeline as they leave ([`Cluster::clock_us`]), so process 0 writes
-//! one trace in which every process's workers share one time axis.
+//! **Clocks** (for the merged trace): each process measured, while connecting to process
+//! 0, the offset between its clock and process 0's (`amp_net::Connected::offset_us`).
+//! Trace events that cross to process 0 are moved onto its timeline as they leave
+//! ([`Cluster::clock_us`]), so process 0 writes one trace in which every process's
+//! workers share one time axis.
 //!
 //! **Decisions**: what only process 0 knows (its validation: improved, out of patience)
 //! but every process must act on, process 0 sends as a [`wire::Item::Decision`] between

@@ -147,7 +147,7 @@ pub struct ExecConfig {
     /// this long while instances are in flight.
     pub stall_timeout: Duration,
     pub fault: Option<Fault>,
-    /// The run is split over processes (`Cluster::connect`): this process runs its range
+    /// The run is split over processes (`Cluster::start`): this process runs its range
     /// of the workers (`amp_ir::placement::workers_of`), process 0 the controller. `None`: every worker here.
     pub cluster: Option<crate::cluster::Cluster>,
     /// Bounded staleness (DSP): no parameter group applies a gradient more than this many

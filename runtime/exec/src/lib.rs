@@ -18,8 +18,8 @@
 //! groups, routing chains, replicas), `ops/` (the forward and backward of each op family,
 //! the `kernels`, and `train`: live parameter groups), `sched/` (`executor`: the API;
 //! `controller`, `worker`, and `admission`: an instance's life from admission to its end,
-//! update boundaries and credits). The leaves [`config`], [`error`], [`message`],
-//! [`instance`] and [`trace`] sit at the root, used by every layer.
+//! update boundaries and credits). The leaves sit at the root, used by every layer:
+//! [`config`], [`error`], [`message`], [`instance`], [`trace`], [`wire`] and `cluster`.
 //!
 //! Semantics worth knowing:
 //! - An instance is finished when none of its messages is in flight (credit counting);
@@ -54,7 +54,7 @@
 //!   one node calling its Cranelift kernel, batching like a Linear node; results equal
 //!   node-by-node execution to rounding.
 //! - Replicas (`ExecConfig::replicas`): see the `load::replicas` module.
-//! - Several processes (`ExecConfig::cluster`, [`Cluster::connect`]): each runs its block
+//! - Several processes (`ExecConfig::cluster`, [`Cluster::start`]): each runs its block
 //!   of the workers ([`amp_ir::placement::workers_of`]) and process 0 the controller; what crosses processes
 //!   goes through one bridge thread per process over timely_communication, encoded by
 //!   [`wire`] (docs/distributed.md).

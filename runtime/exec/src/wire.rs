@@ -1,4 +1,4 @@
-//! The binary form of what crosses processes (`sched::bridge`): forward and backward
+//! The binary form of what crosses processes (the bridge, `crate::cluster`): forward and backward
 //! messages, the control words workers and the controller exchange, credits given back,
 //! reports, process 0's decisions between runs, heartbeats. A packet is one run's items for one process, little-endian:
 //!
@@ -12,7 +12,7 @@
 //! against the bytes that remain before it allocates anything of that length, and
 //! against [`Limits`]; a malformed packet is a [`WireError`], never a panic or an
 //! out-of-bounds read. Whether a worker or node index is one of the run's is for the
-//! receiver to check (`sched::bridge` does).
+//! receiver to check (the bridge does).
 
 use crate::message::{Dir, Msg, Payload};
 use crate::trace::{TraceEvent, TraceKind};

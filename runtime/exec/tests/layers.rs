@@ -1,12 +1,16 @@
 //! The executor's sources stay in three layers with no import running back up
 //! (docs/ARCHITECTURE.md, the exec module map): `load/` (the program a verified graph
 //! becomes) uses neither `ops/` nor `sched/`; `ops/` (op semantics) does not use
-//! `sched/`; the leaf modules at the crate root (`error`, `config`, `message`, `trace`,
-//! `instance`) use none of the three. Inside `sched/` the modules are ordered too
+//! `sched/`; the leaf modules at the crate root (every module that is not a layer: `config`,
+//! `error`, `message`, `instance`, `trace`, `wire`, `cluster`) use none of the three. Inside `sched/` the modules are ordered too
 //! (executor, controller, worker, admission, agenda: each uses only those after it), so the
 //! controller and the workers share the protocol through `admission` and do not import
 //! each other. Read from the source text: every `crate::` path, and every `super::` path
 //! resolved against the file's module, outside comments.
+//!
+//! Below the executor sits the transport (`runtime/net`, amp-net): it depends on no crate
+//! of Amp's, and the executor names only its interface (`Link`, `Transport`, `NetError`,
+//! `Traffic`, `Counters`), never an implementation: it is handed a connected link.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -229,4 +233,63 @@ fn the_check_sees_every_form_of_path() {
         "use crate::sched::{admission::Credits, worker::Report};\n"
     )
     .is_empty());
+}
+
+/// What of amp-net the executor may name: the interface, not an implementation.
+const NET_INTERFACE: &[&str] = &["Link", "Transport", "NetError", "Traffic", "Counters"];
+
+/// The names after `amp_net::` in `text` (outside comments) that are not the interface.
+fn net_violations(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        for (i, _) in code.match_indices("amp_net::") {
+            let rest = &code[i + "amp_net::".len()..];
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => group.split('}').next().unwrap_or("").split(',').collect(),
+                None => vec![rest],
+            };
+            for name in names {
+                let name: String = name.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !name.is_empty() && !NET_INTERFACE.contains(&name.as_str()) {
+                    found.push(name);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_executor_names_only_the_transports_interface() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut problems = Vec::new();
+    let mut named = false;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("readable source");
+        // The unit tests of `cluster.rs` connect real processes, as amprun does.
+        let text = text.split("#[cfg(test)]").next().unwrap_or("");
+        named |= text.contains("amp_net::");
+        for name in net_violations(text) {
+            problems.push(format!("{} names `amp_net::{name}`", file.strip_prefix(&src).unwrap_or(file).display()));
+        }
+    }
+    assert!(named, "no file names amp_net: the test reads the wrong tree");
+    assert!(problems.is_empty(), "the executor reaches past the transport's interface:\n  {}", problems.join("\n  "));
+    // The transport depends on no crate of Amp's.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../net/Cargo.toml");
+    let manifest = std::fs::read_to_string(manifest).expect("runtime/net/Cargo.toml");
+    let amp: Vec<&str> = manifest.lines().filter(|l| l.trim_start().starts_with("amp-")).collect();
+    assert!(amp.is_empty(), "amp-net depends on {amp:?}");
+}
+
+#[test]
+fn the_transport_check_sees_an_implementation_named() {
+    assert_eq!(net_violations("use amp_net::timely::TimelyLink;\n"), ["timely"]);
+    assert_eq!(net_violations("use amp_net::{Link, memory::MemoryNet, Transport};\n"), ["memory"]);
+    assert_eq!(net_violations("    let c = amp_net::connect(&spec, &mut |_| {});\n"), ["connect"]);
+    assert!(net_violations("use amp_net::{Counters, Link, Traffic, Transport};\n").is_empty());
+    assert!(net_violations("// see amp_net::timely\n").is_empty());
 }

@@ -266,11 +266,10 @@ pub(super) fn replicate(
                 continue;
             }
             let mut serving = vec![index];
-            let copy_workers = amp_ir::placement::copy_workers(original.worker, *count as usize, config.workers);
-            for r in 1..*count {
+            // Copy 0 is the node itself.
+            for worker in amp_ir::placement::copy_workers(original.worker, *count, config.workers).into_iter().skip(1) {
                 let replica = nodes.len() as u32;
                 let group = groups.len();
-                let worker = copy_workers[r as usize];
                 groups.push(GroupInfo {
                     prefix: groups[master].prefix.clone(),
                     tensors: groups[master].tensors.clone(),
