@@ -1,0 +1,166 @@
+//! A worker's update policy: counting finished instances for the groups it owns,
+//! updating them when due (within a staleness bound, holding admissions while it defers),
+//! and a master's update with its replicas.
+
+use super::*;
+
+impl Worker<'_, '_> {
+    /// One more instance finished: the groups this worker owns count it at the next
+    /// [`Worker::update_due`], all the instances of a drained inbox at once (not a lock of
+    /// every owned group per instance, which adds up on a model with many groups).
+    pub(super) fn count_instance(&mut self, instance: usize) {
+        self.finished += 1;
+        self.remote.borrow_mut().ended(instance);
+    }
+
+    /// Adds the instances finished since the last count to the owned groups' counts.
+    pub(super) fn add_finished(&mut self) {
+        let finished = std::mem::take(&mut self.finished);
+        if finished == 0 {
+            return;
+        }
+        for (g, _) in owned_masters(self.setup.program, self.setup.id) {
+            if let Some(mut group) = self.setup.shared.params.live(g) {
+                group.pending += finished;
+            }
+        }
+    }
+
+    /// Updates the groups that counted their update interval's instances, over all the
+    /// instances counted so far, then acknowledges the updates the controller waits for
+    /// and admits what a boundary this worker holds lets in ([`Worker::admit_held`]).
+    /// Counts are taken for everything that arrived before (the whole inbox), not one at
+    /// a time: instances that finish together (batched through the same nodes, they often
+    /// do) have their gradients in the accumulators together, and one update averaged over
+    /// all of them is what those gradients are. Updating at the first `n` would apply the
+    /// others' gradients scaled as if there were `n`, and leave the next update empty.
+    pub(super) fn update_due(&mut self) {
+        // A group that deferred an update for its staleness bound tries again after every
+        // step: the gradient it waits for may have come.
+        if self.finished > 0 || self.bound_deferred {
+            self.update_groups(false);
+        }
+        // An update waiting for the gradients of a replica in another process, or for it
+        // to take the values, is not applied yet (`worker::remote`).
+        if self.remote.borrow().settled() {
+            for _ in 0..std::mem::take(&mut self.acks) {
+                self.setup.reports.send(Report::Updated);
+            }
+        }
+        self.admit_held();
+    }
+
+    /// Synchronous training on one worker, which then holds the boundaries: once every
+    /// instance below the limit finished and the groups that completed their interval
+    /// updated ([`Worker::update_due`] calls this after), the next window, queued for this
+    /// worker's source (see [`Admission::open_held_window`]).
+    pub(super) fn admit_held(&mut self) {
+        let setup = &self.setup;
+        let window = setup.admission.open_held_window(setup.id, setup.program, &setup.shared.params, self.finished);
+        for next in window {
+            let (_, env) = source_message(setup.program, setup.credits, next);
+            self.admitted.push(env);
+        }
+    }
+
+    /// Counts the instances finished since the last count, then updates every group this
+    /// worker owns that has instances pending: those that reached their update interval,
+    /// or all of them with `flush` (the end of a run).
+    pub(super) fn update_groups(&mut self, flush: bool) {
+        let finished = std::mem::take(&mut self.finished);
+        self.bound_deferred = false;
+        for (g, info) in owned_masters(self.setup.program, self.setup.id) {
+            let start = self.setup.trace.then(Instant::now);
+            let mut deferred = false;
+            let updated = self.setup.shared.params.live(g).and_then(|mut group| {
+                group.pending += finished;
+                let due = flush || group.pending >= info.min_update_frequency;
+                // At a flush every instance ended: no read is owed a gradient any more.
+                deferred = due && !self.within_bound(info, &mut group) && !flush;
+                (due && !deferred && self.update(info, &mut group, flush)).then_some(group.staleness.last)
+            });
+            self.bound_deferred |= deferred;
+            if let (Some(staleness), Some(start)) = (updated, start) {
+                self.record(info.nodes.first().copied().unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
+                if let Some(event) = self.events.last_mut() {
+                    event.staleness = staleness;
+                }
+            }
+        }
+        self.hold_admissions();
+    }
+
+    /// While a group of this worker defers an update for its bound, admissions are held
+    /// (see `Admission::hold`); once none does, this worker releases its hold and makes
+    /// the admissions owed meanwhile, when its hold was the last.
+    pub(super) fn hold_admissions(&mut self) {
+        if self.bound_deferred == self.holding {
+            return;
+        }
+        self.holding = self.bound_deferred;
+        if self.hold_elsewhere(self.holding) {
+            return;
+        }
+        let (admission, program, credits) = (self.setup.admission, self.setup.program, self.setup.credits);
+        if self.holding {
+            admission.hold();
+            return;
+        }
+        for next in admission.release() {
+            let (to, env) = source_message(program, credits, next);
+            self.admit(to, env);
+        }
+    }
+
+    /// Whether a master group may update under its staleness bound: no read of it or of
+    /// its replicas still owed a gradient is as old as the bound (see
+    /// [`admission::update_within_bound`]). Locks the replicas one at a time, as
+    /// [`Worker::update`] does.
+    /// The reads of instances that ended are forgotten here, bound or not (a read whose
+    /// gradient never comes would otherwise stay for the rest of the run); split over
+    /// processes, those whose end this worker heard of (`Remote::in_flight`).
+    pub(super) fn within_bound(&self, info: &GroupInfo, master: &mut LiveGroup) -> bool {
+        let (credits, remote) = (self.setup.credits, self.remote.borrow());
+        let live = |i: usize| remote.in_flight(i, credits);
+        let mut oldest = master.staleness.oldest_owed(live);
+        for &r in &info.replica_groups {
+            if let Some(mut replica) = self.setup.shared.params.live(r) {
+                oldest = oldest.into_iter().chain(replica.staleness.oldest_owed(live)).min();
+            }
+        }
+        admission::update_within_bound(master.version, oldest, info.max_staleness)
+    }
+}
+
+impl Worker<'_, '_> {
+    /// Updates a master group: first gathers its replicas' gradients, then, after every
+    /// `replica_sync`-th update (and at a flush), gives them its values. The master is
+    /// locked throughout and each replica in turn (ops hold one group lock at a time).
+    /// With replicas in other processes, the update first waits for their gradients
+    /// (false: not updated yet; `worker::remote`), and the values go to them too.
+    pub(super) fn update(&self, info: &GroupInfo, master: &mut LiveGroup, flush: bool) -> bool {
+        if !flush && self.pull_remote(info) {
+            return false;
+        }
+        let params = &self.setup.shared.params;
+        for r in self.local_replicas(info) {
+            if let Some(mut replica) = params.live(r) {
+                train::gather_grads(master, &mut replica);
+            }
+        }
+        let updated = master.update(&self.setup.optimizer);
+        if updated && (flush || master.updates % self.setup.replica_sync == 0) {
+            for r in self.local_replicas(info) {
+                if let Some(mut replica) = params.live(r) {
+                    train::sync_values(master, &mut replica);
+                }
+            }
+            // After a flush the run ends: the replicas elsewhere get the values before the
+            // next one (`Executor::share_replica_values`).
+            if !flush {
+                self.push_values(info, master);
+            }
+        }
+        updated
+    }
+}
