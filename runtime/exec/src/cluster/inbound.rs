@@ -209,8 +209,6 @@ pub(super) fn check_replica_item(item: &Item, port: &RunPort, from: usize, proce
     }
 }
 
-/// The handshake's first words: "AMPH", the protocol's version.
-
 /// Trace events from process `from` name only its own workers.
 pub(super) fn check_trace(events: &[TraceEvent], from: usize, processes: usize, workers: usize) -> Result<(), String> {
     let theirs = workers_of(from, processes, workers);
