@@ -41,6 +41,7 @@ pub fn connect(spec: &NetSpec, refused: &mut dyn FnMut(&str)) -> Result<Connecte
     Ok(Connected { sockets, base, offset_us })
 }
 
+/// The handshake's first words: "AMPH", the protocol's version.
 const HELLO: u32 = 0x4850_4d41;
 const VERSION: u32 = 2;
 
