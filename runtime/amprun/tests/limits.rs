@@ -160,6 +160,46 @@ fn ints_outside_the_models_ranges_are_bad_data_with_file_line_and_field() {
     );
 }
 
+/// Issue 48, finding 2: a module network whose `Un` and `Bin` variants both have an `op`
+/// (3 unary modules, 4 binary) refused a `Bin` with `op = 3`, as if it were a `Un`'s.
+#[test]
+fn two_variants_sharing_a_field_name_each_keep_their_range() {
+    let dir = scratch("variant-ranges");
+    let dir = dir.path();
+    let model = write(
+        dir,
+        "modules.amp",
+        "
+enum Step { Un { op: int, arg: int }, Bin { op: int, left: int, right: int } }
+record Program { prog: [Step], label: int }
+model Modules(d: int = 4) {
+    param emb = Embedding(6, d);
+    param unary = [Linear(d, d); 3];
+    param binary = [Linear(2 * d, d); 4];
+    param head = Linear(d, 2);
+    fn forward(p: Program) -> f32[2] {
+        let hs = p.prog.map(|s| match s {
+            Un { op, arg } => tanh(unary[op](emb(arg))),
+            Bin { op, left, right } => tanh(binary[op](concat(emb(left), emb(right)))),
+        });
+        head(sum(hs))
+    }
+    fn loss(p: Program) -> f32 { cross_entropy(forward(p), p.label) }
+}
+",
+    );
+    let good = [
+        r#"{"prog": [{"Un": {"op": 2, "arg": 1}}, {"Bin": {"op": 3, "left": 0, "right": 5}}], "label": 1}"#,
+        r#"{"prog": [{"Bin": {"op": 0, "left": 2, "right": 3}}], "label": 0}"#,
+    ];
+    let data = write(dir, "p.jsonl", &(good.join("\n") + "\n"));
+    amprun_ok(dir, &["train", &model, "--data", &data, "--epochs", "1"]);
+    let bad = r#"{"prog": [{"Bin": {"op": 3, "left": 0, "right": 1}}, {"Un": {"op": 3, "arg": 1}}], "label": 0}"#;
+    let data = write(dir, "bad.jsonl", &(bad.to_string() + "\n"));
+    let out = amprun(dir, &["train", &model, "--data", &data, "--epochs", "1"]);
+    assert_refused(&out, "bad.jsonl:1: field `prog[1].op`: 3 is out of range for a choice of `route` (3 arms)");
+}
+
 /// Item 9: `ampc compile` wrote an index of ~60 chained `+` that `amprun` could not read
 /// (serde_json's depth 128); past the verifier's depth it is E0310 at its source.
 #[test]
