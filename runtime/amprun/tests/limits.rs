@@ -289,3 +289,69 @@ model Index {
     let out = amprun(dir, &["train", &model, "--data", &data, "--limit", "3"]);
     assert!(stderr(&out).contains("index 5 is outside `tokens`, which has 5 elements"), "{}", stderr(&out));
 }
+
+/// Issue 48, finding 7: `/dev/zero` as the model, `--init` or `--params` was read without
+/// end (1 GB within a second). Each is read with a bound and refused with a clear error.
+#[test]
+fn endless_inputs_are_refused_after_a_bound() {
+    if !Path::new("/dev/zero").exists() {
+        eprintln!("skipped: no /dev/zero");
+        return;
+    }
+    let dir = scratch("endless");
+    let dir = dir.path();
+    let data = example("data/list_reduce.valid.jsonl");
+    let model = example("list_reduce.amp");
+    let out = amprun(dir, &["train", "/dev/zero", "--data", &data]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot read `/dev/zero`: it is longer than 33554432 bytes"), "{err}");
+    for args in [
+        vec!["train", &model, "-D", "hidden=8", "--data", &data, "--init", "/dev/zero"],
+        vec!["eval", &model, "-D", "hidden=8", "--data", &data, "--params", "/dev/zero"],
+    ] {
+        let out = amprun(dir, &args);
+        let err = stderr(&out);
+        assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {err}");
+        assert!(err.contains("/dev/zero") && err.contains("not a valid safetensors file"), "{args:?}: {err}");
+    }
+}
+
+/// Issue 48, findings 7 and 8: `--limit N` read the whole file first (one 216 MB `read()`
+/// of a 300 MB file), and `/dev/zero` as `--data` never ended even with `--limit 5`. The
+/// file is now read as a stream: here a pipe gives 5 instances and then zeros without
+/// end, and the run trains on the 5 and ends.
+#[test]
+fn a_limit_reads_its_instances_from_an_endless_pipe_and_stops() {
+    let dir = scratch("endless-pipe");
+    let dir = dir.path();
+    let fifo = dir.join("data.jsonl");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo is not available");
+        return;
+    }
+    let lines = std::fs::read_to_string(example("data/list_reduce.valid.jsonl")).unwrap();
+    let head: String = lines.lines().take(5).map(|l| format!("{l}\n")).collect();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut pipe = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            pipe.write_all(head.as_bytes()).unwrap();
+            let zeros = vec![0u8; 1 << 16];
+            let mut written = 0u64;
+            // Until the reader is gone (a broken pipe), or far past what it should read.
+            while written < 1 << 30 && pipe.write_all(&zeros).is_ok() {
+                written += zeros.len() as u64;
+            }
+            written
+        })
+    };
+    let model = example("list_reduce.amp");
+    let out = amprun_ok(dir, &["train", &model, "-D", "hidden=8", "--data", "data.jsonl", "--limit", "5"]);
+    assert!(stdout(&out).contains("5 instances"), "{}", stdout(&out));
+    let written = writer.join().unwrap();
+    // The pipe holds 64 KiB; the reader takes a buffer more at most.
+    assert!(written < 1 << 20, "the run read {written} bytes of zeros");
+}
