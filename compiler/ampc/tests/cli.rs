@@ -148,3 +148,16 @@ fn thousands_of_broken_items_give_one_error_each() {
     assert_eq!(syntax, 3002, "{diags:?}");
     assert!(diags.iter().all(|d| d["code"] != "E0501"), "no false `no loss`: {diags:?}");
 }
+
+/// Issue 48, finding 7: `ampc check /dev/zero` read without end; a source is read up to
+/// `amp_ir::limits::MAX_SOURCE_BYTES` and refused past it.
+#[test]
+fn an_endless_source_is_refused_after_the_source_limit() {
+    if !std::path::Path::new("/dev/zero").exists() {
+        return;
+    }
+    let out = ampc(&["check", "/dev/zero"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot read `/dev/zero`: it is longer than 33554432 bytes"), "{err}");
+}

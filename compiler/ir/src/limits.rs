@@ -35,6 +35,13 @@ pub const MAX_COLLECTION_ELEMENTS: u64 = 1 << 24;
 /// Most trips of one loop in one instance, unless the run sets `--max-trips`. A `while`
 /// whose condition never turns false would otherwise train forever while messages flow.
 pub const DEFAULT_MAX_TRIPS: u64 = 1 << 20;
+/// Most bytes of a source file (`.amp`) that `ampc` and `amprun` read: 32 MiB, what the
+/// language server takes in one message. A longer input (an endless one such as
+/// `/dev/zero`) is refused after that many bytes.
+pub const MAX_SOURCE_BYTES: u64 = 1 << 25;
+/// Most bytes of a graph file (`.ampg`) or a profile (`--plan-profile`) that `ampc` and
+/// `amprun` read: 256 MiB, several times what a graph at [`MAX_NODES`] takes.
+pub const MAX_GRAPH_BYTES: u64 = 1 << 28;
 
 /// A size over its limit, or one whose computation overflowed.
 #[derive(Clone, Debug, PartialEq, Eq)]

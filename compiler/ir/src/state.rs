@@ -125,6 +125,8 @@ pub trait InstanceData {
 pub enum ResolvedStep<'a> {
     Field(&'a str),
     Index(i64),
+    /// The enum value here is of this variant (see [`DataStep::Variant`]).
+    Variant(u32),
 }
 
 impl StateExpr {
@@ -225,6 +227,7 @@ fn path_failure(path: &[DataStep], state: &[i64], data: &dyn InstanceData, wants
                 ResolvedStep::Field(name) if out.is_empty() => out.push_str(name),
                 ResolvedStep::Field(name) => out.push_str(&format!(".{name}")),
                 ResolvedStep::Index(i) => out.push_str(&format!("[{i}]")),
+                ResolvedStep::Variant(v) => out.push_str(&format!("{{{v}}}")),
             }
         }
         out
@@ -247,6 +250,7 @@ pub fn resolve_path<'a>(path: &'a [DataStep], state: &[i64], data: &dyn Instance
         .map(|step| match step {
             DataStep::Field(name) => Some(ResolvedStep::Field(name)),
             DataStep::Index(e) => Some(ResolvedStep::Index(e.eval(state, data)?)),
+            DataStep::Variant(v) => Some(ResolvedStep::Variant(*v)),
         })
         .collect()
 }
@@ -258,6 +262,12 @@ pub enum DataStep {
     Field(String),
     /// A sequence element at an index computed from the state (and data).
     Index(Box<StateExpr>),
+    /// The enum value (or tree node) here is of variant `k` (its index in the enum): the
+    /// path leads nowhere on a value of another variant. The lowering puts it before a
+    /// field that a `match` arm binds, so that a variant's field is told from another
+    /// variant's field of the same name (each may have its own range, `amp_data::ranges`).
+    /// Text form `{k}`: `$.prog[%i]{1}.op`.
+    Variant(u32),
 }
 
 /// How a reduction combines the rows of a batch (or the elements of a tensor).

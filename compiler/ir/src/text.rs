@@ -359,8 +359,8 @@ fn write_expr(graph: &Graph, expr: &StateExpr, min: u8, out: &mut String) {
     }
 }
 
-/// A path into the instance's data: `$` (the instance record), then `.field` and
-/// `[index]` steps.
+/// A path into the instance's data: `$` (the instance record), then `.field`, `[index]`
+/// and `{variant}` steps.
 fn path_text(graph: &Graph, path: &[DataStep]) -> String {
     let mut out = String::new();
     write_path(graph, path, &mut out);
@@ -381,6 +381,9 @@ fn write_path(graph: &Graph, path: &[DataStep], out: &mut String) {
                 out.push('[');
                 write_expr(graph, index, 0, out);
                 out.push(']');
+            }
+            DataStep::Variant(k) => {
+                let _ = write!(out, "{{{k}}}");
             }
         }
     }

@@ -201,6 +201,7 @@ impl<'g> Checker<'g> {
                             text.push_str(name);
                         }
                         DataStep::Index(_) => text.push_str("[..]"),
+                        DataStep::Variant(k) => text.push_str(&format!("{{{k}}}")),
                     }
                 }
                 text

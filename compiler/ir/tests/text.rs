@@ -77,7 +77,7 @@ fn expressions_print_with_minimal_parentheses() {
         "{text}"
     );
     assert!(text.contains("isu %t := !!-1 inverse %t - (1 - -2)"), "{text}");
-    assert!(text.contains("read $.seq[len($.len.\"x y\")].\"weird \\\"field\\\"\""), "{text}");
+    assert!(text.contains("read $.seq[len($.len.\"x y\")]{1}.\"weird \\\"field\\\"\""), "{text}");
     assert!(text.contains("const bits(0x7fc00001)"), "{text}");
     assert!(text.contains("const -0.0"), "{text}");
     assert!(text.contains("const 1e-45"), "{text}");

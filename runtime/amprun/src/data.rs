@@ -8,6 +8,7 @@ use crate::frames::FrameNoise;
 use crate::model::hyper;
 use amp_data::csv::CsvOptions;
 use amp_data::jsonl::JsonlOptions;
+use amp_data::lines::{Line, Lines};
 use amp_data::ptb::PtbOptions;
 use amp_data::ranges::{first_out_of_range, Range};
 use amp_data::sdf::SdfOptions;
@@ -214,13 +215,14 @@ impl Loader {
         Ok(())
     }
 
+    /// Reads a data file line by line: with `--limit`, nothing after its instances is
+    /// read (an endless input too); a line over the line limit ends the load.
     fn parse_file(&self, format: Format, path: &Path) -> Result<Loaded, DataError> {
-        let text = std::fs::read(path).map_err(|e| DataError::io(&path.display().to_string(), &e))?;
-        self.parse(format, &text, &path.display().to_string(), self.args.skip_bad_data, self.args.limit)
+        let lines = amp_data::lines::open(path)?;
+        self.read(format, Box::new(lines), &path.display().to_string(), self.args.skip_bad_data, self.args.limit)
     }
 
-    /// Parses `text`; with `limit`, the loaders stop after that many instances and never
-    /// look at the rest (`--limit`: a bad line after them does not matter).
+    /// Parses `text` as [`Loader::read`] does.
     fn parse(
         &self,
         format: Format,
@@ -229,15 +231,35 @@ impl Loader {
         skip_bad: bool,
         limit: Option<usize>,
     ) -> Result<Loaded, DataError> {
+        self.read(format, Box::new(Lines::of_bytes(text)), file, skip_bad, limit)
+    }
+
+    /// Reads `lines`; with `limit`, the loaders stop after that many instances and never
+    /// look at the rest (`--limit`: a bad line after them does not matter).
+    fn read(
+        &self,
+        format: Format,
+        lines: Box<dyn Iterator<Item = Line> + '_>,
+        file: &str,
+        skip_bad: bool,
+        limit: Option<usize>,
+    ) -> Result<Loaded, DataError> {
         let Some(unlabeled) = &self.unlabeled else {
-            return self.parse_with(&self.schema, format, text, file, skip_bad, limit);
+            return self.parse_with(&self.schema, format, lines, file, skip_bad, limit);
         };
         // CSV rows are positional: a file whose rows have the label columns is read with
         // them, and the labels are then cleared; other formats name their fields (or, for
         // PTB trees, the labels are syntax the reduced schema just does not store).
-        let with_labels = format == Format::Csv && csv_row_width(text) == Some(columns(&self.schema)?);
+        let (with_labels, lines) = if format == Format::Csv {
+            let (head, lines) = csv_head(lines);
+            let with_labels = csv_row_width(&head) == Some(columns(&self.schema)?);
+            let lines: Box<dyn Iterator<Item = Line> + '_> = Box::new(head.into_iter().chain(lines));
+            (with_labels, lines)
+        } else {
+            (false, lines)
+        };
         let schema = if with_labels { &self.schema } else { unlabeled.reduced() };
-        let mut loaded = self.parse_with(schema, format, text, file, skip_bad, limit)?;
+        let mut loaded = self.parse_with(schema, format, lines, file, skip_bad, limit)?;
         let complete = |value| if with_labels { unlabeled.clear(value) } else { unlabeled.fill(value) };
         loaded.instances =
             loaded.instances.into_iter().map(complete).collect::<Result<_, _>>().map_err(|e| e.in_file(file))?;
@@ -248,7 +270,7 @@ impl Loader {
         &self,
         schema: &Schema,
         format: Format,
-        text: &[u8],
+        lines: Box<dyn Iterator<Item = Line> + '_>,
         file: &str,
         skip_bad: bool,
         limit: Option<usize>,
@@ -257,16 +279,16 @@ impl Loader {
         match format {
             Format::Jsonl => {
                 let options = JsonlOptions { skip_bad, threads: 0, limit };
-                amp_data::jsonl::parse_ignoring(schema, text, file, &options, &ignored)
+                amp_data::jsonl::read(schema, lines, file, &options, &ignored)
             }
             Format::Csv => {
                 let options = CsvOptions { skip_bad, scale: self.args.scale, limit, ..CsvOptions::default() };
-                amp_data::csv::parse(schema, text, file, &options)
+                amp_data::csv::read(schema, lines, file, &options)
             }
             Format::Ptb => {
                 let options = PtbOptions { skip_bad, lowercase: self.args.lowercase, limit };
                 let empty = Vocab::from_words([], &VocabOptions::default());
-                amp_data::ptb::parse(schema, text, file, self.vocab.as_ref().unwrap_or(&empty), &options)
+                amp_data::ptb::read(schema, lines, file, self.vocab.as_ref().unwrap_or(&empty), &options)
             }
             Format::Sdf => {
                 let options = SdfOptions {
@@ -276,18 +298,18 @@ impl Loader {
                     label_property: self.args.label_property.clone(),
                     limit,
                 };
-                amp_data::sdf::parse(schema, text, file, &options)
+                amp_data::sdf::read(schema, lines, file, &options)
             }
         }
     }
 
     /// The 1-based line where instance `index` of `set` starts, found by reading the file
-    /// again record by record (only done when a run fails on that instance).
+    /// again record by record, as far as that instance (only done when a run fails on it).
     pub fn line_of(&self, set: &DataSet, index: usize) -> Option<usize> {
-        let text = std::fs::read(&set.path).ok()?;
+        let lines = amp_data::lines::open(&set.path).ok()?;
         let mut seen = 0;
-        for (line, record) in records(set.format, &text) {
-            let count = self.parse(set.format, record, "", false, None).map_or(0, |l| l.instances.len());
+        for (line, record) in Records::new(set.format, lines) {
+            let count = self.parse(set.format, record.as_bytes(), "", false, None).map_or(0, |l| l.instances.len());
             if index < seen + count {
                 return Some(line);
             }
@@ -328,10 +350,28 @@ fn columns(schema: &Schema) -> Result<usize, DataError> {
     amp_data::csv::columns(schema)
 }
 
-/// The cells of the first data row of a CSV text (after a header of names), if any.
-fn csv_row_width(text: &[u8]) -> Option<usize> {
-    let mut rows = text.split(|&b| b == b'\n').map(|l| String::from_utf8_lossy(l).trim().to_string());
-    let rows = rows.by_ref().filter(|l| !l.is_empty());
+/// The first lines of a CSV file, up to its second non-blank one (a header and a row, or
+/// two rows), and the lines after them.
+fn csv_head<'a>(mut lines: Box<dyn Iterator<Item = Line> + 'a>) -> (Vec<Line>, Box<dyn Iterator<Item = Line> + 'a>) {
+    let mut head = Vec::new();
+    let mut rows = 0;
+    while rows < 2 {
+        let Some(line) = lines.next() else { break };
+        match &line.1 {
+            Ok(text) if text.trim().is_empty() => {}
+            Ok(_) => rows += 1,
+            Err(_) => rows = 2,
+        }
+        head.push(line);
+    }
+    (head, lines)
+}
+
+/// The cells of the first data row of a CSV file's first lines (after a header of names),
+/// if any.
+fn csv_row_width(head: &[Line]) -> Option<usize> {
+    let rows = head.iter().filter_map(|(_, line)| line.as_ref().ok()).map(|l| l.trim());
+    let rows = rows.filter(|l| !l.is_empty());
     for (i, row) in rows.take(2).enumerate() {
         let cells: Vec<&str> = row.split(',').map(str::trim).collect();
         let header = i == 0 && !cells.iter().any(|c| c.parse::<f64>().is_ok());
@@ -385,33 +425,41 @@ fn vocabulary(graph: &Graph, args: &DataArgs, training: Option<&Path>) -> Result
     Ok(vocab)
 }
 
-/// The records of a file with the line each starts on: lines for the line formats,
-/// molecules (up to and including `$$$$`) for SDF.
-fn records(format: Format, text: &[u8]) -> Vec<(usize, &[u8])> {
-    let mut out = Vec::new();
-    let mut start: Option<(usize, usize)> = None;
-    let mut offset = 0;
-    for (i, line) in text.split_inclusive(|&b| b == b'\n').enumerate() {
-        let number = i + 1;
-        let content = line.strip_suffix(b"\n").unwrap_or(line);
-        let content = content.strip_suffix(b"\r").unwrap_or(content);
-        match format {
-            Format::Sdf => {
-                let (first, from) = *start.get_or_insert((number, offset));
-                if content.trim_ascii() == b"$$$$" {
-                    out.push((first, &text[from..offset + line.len()]));
-                    start = None;
+/// The records of a file with the line each starts on, read as they are taken: lines for
+/// the line formats, molecules (up to and including `$$$$`) for SDF. A line that cannot
+/// be read ends them.
+struct Records<I> {
+    format: Format,
+    lines: I,
+}
+
+impl<I: Iterator<Item = Line>> Records<I> {
+    fn new(format: Format, lines: I) -> Records<I> {
+        Records { format, lines }
+    }
+}
+
+impl<I: Iterator<Item = Line>> Iterator for Records<I> {
+    type Item = (usize, String);
+
+    fn next(&mut self) -> Option<(usize, String)> {
+        let mut molecule: Option<(usize, String)> = None;
+        loop {
+            let Some((number, Ok(line))) = self.lines.next() else { return molecule };
+            match self.format {
+                Format::Sdf => {
+                    let (_, text) = molecule.get_or_insert_with(|| (number, String::new()));
+                    text.push_str(&line);
+                    text.push('\n');
+                    if line.trim_ascii() == "$$$$" {
+                        return molecule;
+                    }
                 }
+                _ if line.trim_ascii().is_empty() => {}
+                _ => return Some((number, line)),
             }
-            _ if content.trim_ascii().is_empty() => {}
-            _ => out.push((number, content)),
         }
-        offset += line.len();
     }
-    if let Some((first, from)) = start {
-        out.push((first, &text[from..]));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -420,11 +468,14 @@ mod tests {
 
     #[test]
     fn records_are_lines_or_molecules() {
+        let records = |format, text: &'static [u8]| Records::new(format, Lines::of_bytes(text)).collect::<Vec<_>>();
         let lines = records(Format::Jsonl, b"{}\n\n{\"a\":1}\r\n");
-        assert_eq!(lines, vec![(1, &b"{}"[..]), (3, &b"{\"a\":1}"[..])]);
+        assert_eq!(lines, vec![(1, "{}".to_string()), (3, "{\"a\":1}".to_string())]);
         let sdf = records(Format::Sdf, b"m1\nx\n$$$$\nm2\n$$$$\n");
         assert_eq!(sdf.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 4]);
-        assert_eq!(sdf[1].1, b"m2\n$$$$\n");
+        assert_eq!(sdf[1].1, "m2\n$$$$\n");
+        // A last molecule without `$$$$`.
+        assert_eq!(records(Format::Sdf, b"m1\n$$$$\nm2\n")[1], (3, "m2\n".to_string()));
     }
 
     #[test]

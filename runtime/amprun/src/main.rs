@@ -43,9 +43,11 @@
 //! `.sdf`) or `--format`; instances are checked against the graph's input schema. The
 //! first bad instance ends the run with `file:line: field ...: what` (exit 1, nothing
 //! written); `--skip-bad-data` skips bad ones and reports the count. `--limit N` reads
-//! only the first N instances of each file (skipped ones do not count): nothing after them
-//! is looked at, so a bad line there does not matter, and a PTB vocabulary built by the
-//! run comes from those N. JSON Lines: an object that repeats a key is a bad instance
+//! only the first N instances of each file (skipped ones do not count): files are read as
+//! streams, line by line, so nothing after them is read (a pipe that never ends too), a bad
+//! line there does not matter, and a PTB vocabulary built by the run comes from those N. A
+//! line longer than 256 MiB (docs/limits.md) ends the load with an error, whatever
+//! `--skip-bad-data`. A UTF-8 byte-order mark at the start of a file is ignored. JSON Lines: an object that repeats a key is a bad instance
 //! (``duplicate key `label` ``). CSV: `--scale` multiplies the f32 columns (0.0625 for the
 //! 0–16 digits; NaN or infinity is a usage error). PTB: `--vocab FILE` is read when it
 //! exists, else built from the training file (`--vocab-size`, default the model's
@@ -59,14 +61,19 @@
 //! ``tensor `l2.weight` holds NaN at index 5``). Each epoch shuffles the
 //! training instances deterministically from (seed, epoch) (`--no-shuffle` keeps file
 //! order) and trains with the `dropout` masks of (seed, epoch, each instance's index in
-//! the file), so a resumed run masks as an uninterrupted one; then it reports, and writes the checkpoint atomically; then `--valid` is
+//! the file), so a resumed run masks as an uninterrupted one; then it reports; then `--valid` is
 //! evaluated with that epoch's parameters (forward only, through the same graph, on the
 //! training's workers) and reported on the line under the epoch's training line; with
 //! `--keep-best FILE` the parameters of each epoch that beats the best validation accuracy
 //! so far (or loss, for a model without one) are written there, and `--patience N` stops
-//! training once N validations in a row did not beat it. The
+//! training once N validations in a row did not beat it; then the checkpoint is written
+//! atomically, with that verdict. The
 //! checkpoint holds the parameters, optimizer state and the metadata `model`, `epoch` (epochs finished), `seed`,
-//! `shuffle_epoch`, `data_position`, `instances`, `status`, `optimizer`. `--epochs N` is
+//! `shuffle_epoch`, `data_position`, `instances`, `status`, `optimizer`, and after a
+//! validation `best_epoch`, `best_score` and `since_best` (the validations since the best
+//! that did not beat it), so that a resumed run keeps the best so far and the patience
+//! count as an uninterrupted run does (one resumed where `--patience` had run out trains
+//! nothing). `--epochs N` is
 //! the total: a resumed run trains the epochs after the checkpoint's up to N, and ends
 //! with exactly the parameters an uninterrupted run would have (a checkpoint whose `epoch`
 //! or `seed` is malformed is refused, showing the value). `--min-update-frequency M`

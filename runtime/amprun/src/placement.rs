@@ -214,7 +214,10 @@ fn plan_failure(error: &amp_plan::PlanError) -> Failure {
 }
 
 fn read_profile(path: &Path) -> Result<Profile, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| Failure::io("read", path, &e))?;
+    let bytes = crate::model::read_bounded(path, amp_ir::limits::MAX_GRAPH_BYTES);
+    let text = bytes
+        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+        .map_err(|e| Failure::io("read", path, &e))?;
     Profile::from_json(&text)
         .map_err(|e| Failure::bad_input(format!("`{}` is not a planner profile: {e}", path.display())))
 }

@@ -26,6 +26,23 @@ pub mod meta {
     /// `complete`, or why training stopped (`non-finite loss in epoch N`).
     pub const STATUS: &str = "status";
     pub const OPTIMIZER: &str = "optimizer";
+    /// The epoch with the best validation so far (`--keep-best`, `--patience`), when the
+    /// run validated: with the two keys below, what a resumed run continues from.
+    pub const BEST_EPOCH: &str = "best_epoch";
+    /// Its score: the accuracy, or minus the loss for a model without one (Rust's shortest
+    /// text that reads back as the same f64).
+    pub const BEST_SCORE: &str = "best_score";
+    /// Validations since the best that did not beat it (`--patience` counts them).
+    pub const SINCE_BEST: &str = "since_best";
+}
+
+/// The best validation a checkpoint records: its epoch, its score, and the validations
+/// since that did not beat it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SavedBest {
+    pub epoch: u64,
+    pub score: f64,
+    pub since: u64,
 }
 
 /// Where training starts: parameters, optimizer state, epochs already done, the seed.
@@ -36,6 +53,9 @@ pub struct Start {
     pub seed: u64,
     /// Training instances per epoch of the resumed run.
     pub saved_instances: Option<usize>,
+    /// The resumed run's best validation so far (none: a fresh run, or a checkpoint of a
+    /// run without `--valid`).
+    pub best: Option<SavedBest>,
 }
 
 /// Fresh parameters (`--seed`, or `--init FILE`), or the `--save` checkpoint (`--resume`).
@@ -55,9 +75,11 @@ pub fn starting_point(
             epochs_done: 0,
             seed,
             saved_instances: None,
+            best: None,
         }),
         _ => {
-            Ok(Start { params: ParamSet::init(&specs, seed), optim: None, epochs_done: 0, seed, saved_instances: None })
+            let params = ParamSet::init(&specs, seed);
+            Ok(Start { params, optim: None, epochs_done: 0, seed, saved_instances: None, best: None })
         }
     }
 }
@@ -123,5 +145,18 @@ fn resume(
         }
     };
     let saved_instances = metadata.get(meta::INSTANCES).and_then(|v| v.parse().ok());
-    Ok(Start { params: checkpoint.params, optim, epochs_done, seed: saved_seed, saved_instances })
+    let best = match metadata.get(meta::BEST_EPOCH) {
+        None => None,
+        Some(_) => {
+            let score = metadata.get(meta::BEST_SCORE).and_then(|v| v.parse::<f64>().ok()).filter(|s| s.is_finite());
+            let Some(score) = score else {
+                return Err(Failure::bad_input(format!(
+                    "cannot resume from `{shown}`: its `{}` is missing or not a finite number",
+                    meta::BEST_SCORE
+                )));
+            };
+            Some(SavedBest { epoch: number(meta::BEST_EPOCH)?, score, since: number(meta::SINCE_BEST)? })
+        }
+    };
+    Ok(Start { params: checkpoint.params, optim, epochs_done, seed: saved_seed, saved_instances, best })
 }

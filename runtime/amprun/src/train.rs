@@ -21,7 +21,7 @@ use crate::report::{self, Metrics, Progress, Report};
 use crate::schedule::{Schedule, Shape};
 use crate::setup;
 use crate::staleness;
-use crate::start::{meta, starting_point};
+use crate::start::{meta, starting_point, SavedBest};
 use amp_exec::{EvalStats, ExecConfig, ExecError, Executor, NodeSelector, Observer, Placement, TraceEvent};
 use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimState, ParamSet};
@@ -101,6 +101,18 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     }
 
     let first = start.epochs_done + 1;
+    let best = start.best.map_or_else(Best::default, |b| Best { epoch: Some(b.epoch), score: b.score, since: b.since });
+    if let (Some(patience), Some(saved)) = (args.patience, start.best.filter(|_| first <= args.epochs)) {
+        if saved.since >= patience {
+            // An uninterrupted run would have stopped where the checkpoint was written.
+            println!(
+                "{name}: stopping early: {} epoch(s) without a better validation than epoch {} (--patience {patience}); \
+                 nothing to train",
+                saved.since, saved.epoch
+            );
+            return Ok(());
+        }
+    }
     if first > args.epochs {
         match start.epochs_done {
             0 => println!("{name}: --epochs 0, nothing to train"),
@@ -162,7 +174,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // A resumed run's checkpoint is the `--save` file itself.
         save_holds_start: args.resume,
         start_copy: None,
-        best: Best::default(),
+        best,
         stop: false,
     };
     let result = (|| {
@@ -264,6 +276,11 @@ impl Best {
         let improved = self.epoch.is_none() || score > self.score;
         self.follow(epoch, improved, score);
         improved
+    }
+
+    /// What a checkpoint records of it (none before the first validation).
+    fn saved(&self) -> Option<SavedBest> {
+        self.epoch.map(|epoch| SavedBest { epoch, score: self.score, since: self.since })
     }
 
     /// Records `epoch`'s validation as judged elsewhere (a split run's follower sees no
@@ -384,6 +401,13 @@ impl TrainRun<'_> {
         }
         self.last.0 = Some(report);
         line.push_str(&format!(" [{:.1}s]", self.started.elapsed().as_secs_f64()));
+        self.progress.line(&line);
+        if let Some(staleness) = staleness::line(&stats.staleness) {
+            self.progress.line(&format!("  {staleness}"));
+        }
+        // Validation first, so that the checkpoint holds its verdict (the best score and
+        // the patience count) and a resumed run continues from it.
+        self.validate(epoch)?;
         if let Some(path) = &self.args.save {
             // Split over processes, every group's values come to process 0 first.
             self.executor.gather().map_err(|e| Failure::exec(&e, &|_| String::new()))?;
@@ -392,11 +416,7 @@ impl TrainRun<'_> {
             self.save_holds_start = true;
             self.start_copy = None;
         }
-        self.progress.line(&line);
-        if let Some(staleness) = staleness::line(&stats.staleness) {
-            self.progress.line(&format!("  {staleness}"));
-        }
-        self.validate(epoch)
+        Ok(())
     }
 
     /// Evaluates this epoch's parameters on `--valid` (forward only, on the training
@@ -484,6 +504,12 @@ impl TrainRun<'_> {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        let mut metadata = metadata;
+        if let Some(best) = self.best.saved() {
+            metadata.insert(meta::BEST_EPOCH.to_string(), best.epoch.to_string());
+            metadata.insert(meta::BEST_SCORE.to_string(), best.score.to_string());
+            metadata.insert(meta::SINCE_BEST.to_string(), best.since.to_string());
+        }
         amp_params::save_checkpoint(path, params, Some(optim), &metadata)
             .map_err(|e| Failure::params(&format!("cannot write the checkpoint `{}`", path.display()), &e))
     }

@@ -160,6 +160,46 @@ fn ints_outside_the_models_ranges_are_bad_data_with_file_line_and_field() {
     );
 }
 
+/// Issue 48, finding 2: a module network whose `Un` and `Bin` variants both have an `op`
+/// (3 unary modules, 4 binary) refused a `Bin` with `op = 3`, as if it were a `Un`'s.
+#[test]
+fn two_variants_sharing_a_field_name_each_keep_their_range() {
+    let dir = scratch("variant-ranges");
+    let dir = dir.path();
+    let model = write(
+        dir,
+        "modules.amp",
+        "
+enum Step { Un { op: int, arg: int }, Bin { op: int, left: int, right: int } }
+record Program { prog: [Step], label: int }
+model Modules(d: int = 4) {
+    param emb = Embedding(6, d);
+    param unary = [Linear(d, d); 3];
+    param binary = [Linear(2 * d, d); 4];
+    param head = Linear(d, 2);
+    fn forward(p: Program) -> f32[2] {
+        let hs = p.prog.map(|s| match s {
+            Un { op, arg } => tanh(unary[op](emb(arg))),
+            Bin { op, left, right } => tanh(binary[op](concat(emb(left), emb(right)))),
+        });
+        head(sum(hs))
+    }
+    fn loss(p: Program) -> f32 { cross_entropy(forward(p), p.label) }
+}
+",
+    );
+    let good = [
+        r#"{"prog": [{"Un": {"op": 2, "arg": 1}}, {"Bin": {"op": 3, "left": 0, "right": 5}}], "label": 1}"#,
+        r#"{"prog": [{"Bin": {"op": 0, "left": 2, "right": 3}}], "label": 0}"#,
+    ];
+    let data = write(dir, "p.jsonl", &(good.join("\n") + "\n"));
+    amprun_ok(dir, &["train", &model, "--data", &data, "--epochs", "1"]);
+    let bad = r#"{"prog": [{"Bin": {"op": 3, "left": 0, "right": 1}}, {"Un": {"op": 3, "arg": 1}}], "label": 0}"#;
+    let data = write(dir, "bad.jsonl", &(bad.to_string() + "\n"));
+    let out = amprun(dir, &["train", &model, "--data", &data, "--epochs", "1"]);
+    assert_refused(&out, "bad.jsonl:1: field `prog[1].op`: 3 is out of range for a choice of `route` (3 arms)");
+}
+
 /// Item 9: `ampc compile` wrote an index of ~60 chained `+` that `amprun` could not read
 /// (serde_json's depth 128); past the verifier's depth it is E0310 at its source.
 #[test]
@@ -248,4 +288,70 @@ model Index {
     );
     let out = amprun(dir, &["train", &model, "--data", &data, "--limit", "3"]);
     assert!(stderr(&out).contains("index 5 is outside `tokens`, which has 5 elements"), "{}", stderr(&out));
+}
+
+/// Issue 48, finding 7: `/dev/zero` as the model, `--init` or `--params` was read without
+/// end (1 GB within a second). Each is read with a bound and refused with a clear error.
+#[test]
+fn endless_inputs_are_refused_after_a_bound() {
+    if !Path::new("/dev/zero").exists() {
+        eprintln!("skipped: no /dev/zero");
+        return;
+    }
+    let dir = scratch("endless");
+    let dir = dir.path();
+    let data = example("data/list_reduce.valid.jsonl");
+    let model = example("list_reduce.amp");
+    let out = amprun(dir, &["train", "/dev/zero", "--data", &data]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot read `/dev/zero`: it is longer than 33554432 bytes"), "{err}");
+    for args in [
+        vec!["train", &model, "-D", "hidden=8", "--data", &data, "--init", "/dev/zero"],
+        vec!["eval", &model, "-D", "hidden=8", "--data", &data, "--params", "/dev/zero"],
+    ] {
+        let out = amprun(dir, &args);
+        let err = stderr(&out);
+        assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {err}");
+        assert!(err.contains("/dev/zero") && err.contains("not a valid safetensors file"), "{args:?}: {err}");
+    }
+}
+
+/// Issue 48, findings 7 and 8: `--limit N` read the whole file first (one 216 MB `read()`
+/// of a 300 MB file), and `/dev/zero` as `--data` never ended even with `--limit 5`. The
+/// file is now read as a stream: here a pipe gives 5 instances and then zeros without
+/// end, and the run trains on the 5 and ends.
+#[test]
+fn a_limit_reads_its_instances_from_an_endless_pipe_and_stops() {
+    let dir = scratch("endless-pipe");
+    let dir = dir.path();
+    let fifo = dir.join("data.jsonl");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mkfifo is not available");
+        return;
+    }
+    let lines = std::fs::read_to_string(example("data/list_reduce.valid.jsonl")).unwrap();
+    let head: String = lines.lines().take(5).map(|l| format!("{l}\n")).collect();
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut pipe = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            pipe.write_all(head.as_bytes()).unwrap();
+            let zeros = vec![0u8; 1 << 16];
+            let mut written = 0u64;
+            // Until the reader is gone (a broken pipe), or far past what it should read.
+            while written < 1 << 30 && pipe.write_all(&zeros).is_ok() {
+                written += zeros.len() as u64;
+            }
+            written
+        })
+    };
+    let model = example("list_reduce.amp");
+    let out = amprun_ok(dir, &["train", &model, "-D", "hidden=8", "--data", "data.jsonl", "--limit", "5"]);
+    assert!(stdout(&out).contains("5 instances"), "{}", stdout(&out));
+    let written = writer.join().unwrap();
+    // The pipe holds 64 KiB; the reader takes a buffer more at most.
+    assert!(written < 1 << 20, "the run read {written} bytes of zeros");
 }

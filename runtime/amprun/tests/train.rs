@@ -288,6 +288,49 @@ fn keep_best_writes_the_best_epoch_and_patience_stops_early() {
     assert_eq!(checkpoint(&dir.join("best.safetensors"), &graph).metadata["epoch"], "1");
 }
 
+/// Issue 48, finding 5: a 2-epoch run resumed to 3 forgot the best validation and wrote
+/// epoch 3 to `--keep-best` as "the best so far"; `--patience` restarted its count. The
+/// best score and the patience count are part of the checkpoint. Here (lr 1, 40
+/// instances) the validation accuracy of epochs 1..4 is 20%, 32.5%, 25%, 30%: epoch 2 is
+/// the best, and `--patience 1` stops a straight run after epoch 3.
+#[test]
+fn a_resumed_run_keeps_the_best_validation_and_the_patience_count() {
+    let dir = scratch("resume-best");
+    let dir = dir.path();
+    let (model, data) = (example("list_reduce.amp"), example("data/list_reduce.valid.jsonl"));
+    let run = |epochs: &str, save: &str, best: &str, extra: &[&str]| {
+        let mut args = vec!["train", &model, "-D", "hidden=8", "--data", &data, "--valid", &data, "--limit", "40"];
+        args.extend(["--lr", "1", "--epochs", epochs, "--save", save, "--keep-best", best]);
+        args.extend(extra);
+        amprun_ok(dir, &args)
+    };
+    let graph = compile_example("list_reduce", &[("hidden", 8)]);
+    let kept = |file: &str| checkpoint(&dir.join(file), &graph);
+    let straight = run("3", "straight.st", "straight-best.st", &[]);
+    run("2", "resumed.st", "resumed-best.st", &[]);
+    let resumed = run("3", "resumed.st", "resumed-best.st", &["--resume"]);
+    assert_eq!(kept("straight-best.st").metadata["epoch"], "2", "{}", stdout(&straight));
+    assert_eq!(kept("resumed-best.st").metadata["epoch"], "2", "{}", stdout(&resumed));
+    assert_eq!(kept("resumed-best.st").params, kept("straight-best.st").params);
+    assert!(stdout(&resumed).contains("best   epoch 2: resumed-best.st"), "{}", stdout(&resumed));
+    let saved = kept("resumed.st").metadata;
+    assert_eq!((saved["best_epoch"].as_str(), saved["since_best"].as_str()), ("2", "1"));
+    assert_eq!(saved["best_score"], kept("straight.st").metadata["best_score"]);
+
+    // --patience 1: a straight run stops after epoch 3; one resumed after epoch 3 trains
+    // nothing more.
+    let out = run("4", "p.st", "p-best.st", &["--patience", "1"]);
+    assert!(stdout(&out).contains("trained epochs 1..3 (3 this run)"), "{}", stdout(&out));
+    run("3", "q.st", "q-best.st", &["--patience", "1"]);
+    let out = run("4", "q.st", "q-best.st", &["--patience", "1", "--resume"]);
+    assert!(
+        stdout(&out).contains("stopping early: 1 epoch(s) without a better validation than epoch 2"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(kept("q.st").metadata["epoch"], "3");
+}
+
 /// One epoch of 64 list-reduce instances with `flags`: the training report and the profile.
 fn profiled_run(dir: &std::path::Path, flags: &[&str]) -> (serde_json::Value, serde_json::Value, String) {
     let data = example("data/list_reduce.train.jsonl");

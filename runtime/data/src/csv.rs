@@ -8,8 +8,9 @@
 //! and skipped, when none of its cells is a number. No quoting: cells are split at the
 //! delimiter and trimmed. Blank lines are skipped.
 
-use crate::error::{excerpt, lines, read_file};
+use crate::error::excerpt;
 use crate::instance::{push_field, MAX_NESTING};
+use crate::lines::{Line, Lines};
 use crate::{DataError, DataErrorKind, Loaded, Tensor, Value};
 use amp_ir::{DataTy, Schema};
 use std::path::Path;
@@ -36,13 +37,24 @@ impl Default for CsvOptions {
     }
 }
 
-/// Reads the rows of `path`.
+/// Reads the rows of `path`, line by line (see [`read`]).
 pub fn load(schema: &Schema, path: &Path, options: &CsvOptions) -> Result<Loaded, DataError> {
-    parse(schema, &read_file(path)?, &path.display().to_string(), options)
+    read(schema, crate::lines::open(path)?, &path.display().to_string(), options)
 }
 
 /// Reads the rows of `text`, naming `file` in errors.
 pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &CsvOptions) -> Result<Loaded, DataError> {
+    read(schema, Lines::of_bytes(text), file, options)
+}
+
+/// Reads the rows of `lines`, naming `file` in errors; with a limit, no line after the
+/// last row it takes is read.
+pub fn read(
+    schema: &Schema,
+    lines: impl Iterator<Item = Line>,
+    file: &str,
+    options: &CsvOptions,
+) -> Result<Loaded, DataError> {
     if !options.scale.is_finite() {
         // Otherwise every f32 cell would be reported as bad data.
         let message = format!("the scale {} is not a finite number", options.scale);
@@ -51,10 +63,10 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &CsvOptions) -> 
     let layout = Layout::of(schema).map_err(|e| e.in_file(file))?;
     let mut loaded = Loaded::default();
     let mut first = true;
-    for (number, line) in lines(text) {
-        if loaded.full(options.limit) {
-            break;
-        }
+    let mut lines = lines;
+    // The limit is checked before a line is taken: none after the last row is read.
+    while !loaded.full(options.limit) {
+        let Some((number, line)) = lines.next() else { break };
         let outcome = match line {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => {

@@ -45,6 +45,9 @@ pub enum DataErrorKind {
     Invalid(String),
     /// A loader option out of range (e.g. zero node kinds).
     Options(String),
+    /// The input is past a limit that bounds what reading it holds (a line longer than
+    /// [`crate::lines::MAX_LINE_BYTES`]): the load ends there, whatever `skip_bad`.
+    TooLarge(String),
 }
 
 impl DataError {
@@ -153,6 +156,7 @@ impl fmt::Display for DataError {
             DataErrorKind::Schema(message) => write!(f, "the input schema does not fit this format: {message}"),
             DataErrorKind::TooDeep { limit } => write!(f, "nested deeper than {limit} levels"),
             DataErrorKind::Options(message) => write!(f, "invalid loader option: {message}"),
+            DataErrorKind::TooLarge(message) => f.write_str(message),
         }
     }
 }
@@ -204,7 +208,10 @@ impl DataError {
     /// Whether the error is about one instance (so `skip_bad` may skip it) rather than about
     /// the file or the schema as a whole.
     pub fn is_skippable(&self) -> bool {
-        !matches!(self.0.kind, DataErrorKind::Io(_) | DataErrorKind::Schema(_) | DataErrorKind::Options(_))
+        !matches!(
+            self.0.kind,
+            DataErrorKind::Io(_) | DataErrorKind::Schema(_) | DataErrorKind::Options(_) | DataErrorKind::TooLarge(_)
+        )
     }
 
     /// Whether the error ends a load (rather than being skipped with `skip_bad`).
@@ -221,22 +228,4 @@ pub(crate) fn excerpt(text: &str) -> String {
         out.push('…');
     }
     out
-}
-
-/// The lines of a file: 1-based numbers, `\r` trimmed; bytes that are not UTF-8 give an
-/// error for that line only.
-pub(crate) fn lines(bytes: &[u8]) -> impl Iterator<Item = (usize, Result<&str, DataError>)> {
-    let trimmed = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    let empty = bytes.is_empty();
-    trimmed.split(|&b| b == b'\n').enumerate().filter(move |_| !empty).map(|(i, line)| {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let text = std::str::from_utf8(line)
-            .map_err(|e| DataError::syntax(format!("the line is not UTF-8 (byte {})", e.valid_up_to() + 1)));
-        (i + 1, text)
-    })
-}
-
-/// Reads a whole file, naming it in the error.
-pub(crate) fn read_file(path: &std::path::Path) -> Result<Vec<u8>, DataError> {
-    std::fs::read(path).map_err(|e| DataError::io(&path.display().to_string(), &e))
 }

@@ -4,7 +4,8 @@
 //!
 //! Paths start at the instance record. `Field(name)` selects a record field (by the
 //! schema's name) or a field of an enum value's variant (`$tag` gives the variant index);
-//! `Index(i)` selects a sequence or tuple element. Ints are `Int`s and `Bool`s (0/1).
+//! `Index(i)` selects a sequence or tuple element; `Variant(k)` stays on an enum value (or
+//! tree node) of variant `k` and leads nowhere on another. Ints are `Int`s and `Bool`s (0/1).
 //!
 //! **Trees.** A value of a recursive enum ([`Schema::is_recursive`]) is viewed flattened:
 //! its nodes are numbered in pre-order (the value itself is node 0, then the subtrees of
@@ -163,6 +164,9 @@ impl Instance {
                 RangeStep::At(k) => {
                     successors.push((self.step(cursor, &ResolvedStep::Index(*k)), format!("{spelled}[{k}]")));
                 }
+                // A value of another variant has no such field: passed over, as a field
+                // the variant lacks is.
+                RangeStep::Variant(k) => successors.push((self.step(cursor, &ResolvedStep::Variant(*k)), spelled)),
                 RangeStep::Each => {
                     let count = match &cursor {
                         Cursor::Data(Value::Seq(items), _) => items.len(),
@@ -255,6 +259,12 @@ impl Instance {
             }
             (Cursor::Data(Value::Variant { tag, .. }, DataTy::Enum(_)), ResolvedStep::Field("$tag")) => {
                 Some(Cursor::Int(i64::from(*tag)))
+            }
+            (Cursor::Data(Value::Variant { tag, .. }, DataTy::Enum(_)), ResolvedStep::Variant(k)) => {
+                (tag == k).then_some(cursor)
+            }
+            (Cursor::Node { tree, node, .. }, ResolvedStep::Variant(k)) => {
+                (tree.nodes.get(node)?.tag == *k).then_some(cursor)
             }
             (Cursor::Data(Value::Variant { tag, fields: values }, DataTy::Enum(e)), ResolvedStep::Field(name)) => {
                 let fields = &schema.enums.get(*e as usize)?.variants.get(*tag as usize)?.fields;

@@ -16,8 +16,9 @@
 //! read from JSON Lines can be about 60 levels deep (each level is two JSON objects); the
 //! PTB loader reads deeper trees. The writer ([`write_line`]) produces what [`parse`] reads.
 
-use crate::error::{excerpt, lines, read_file};
+use crate::error::excerpt;
 use crate::instance::{describe, expected, push_field, MAX_NESTING};
+use crate::lines::{Line, Lines};
 use crate::{DataError, DataErrorKind, Loaded, Tensor, Value};
 use amp_ir::{DataTy, Schema};
 use serde_json::Value as Json;
@@ -37,22 +38,13 @@ pub struct JsonlOptions {
     pub limit: Option<usize>,
 }
 
-/// Reads the instances in `path`.
+/// Reads the instances in `path`, line by line (see [`read`]).
 pub fn load(schema: &Schema, path: &Path, options: &JsonlOptions) -> Result<Loaded, DataError> {
-    parse(schema, &read_file(path)?, &path.display().to_string(), options)
+    let file = path.display().to_string();
+    read(schema, crate::lines::open(path)?, &file, options, &[])
 }
 
-/// Reads the instances in `text`, naming `file` in errors.
-///
-/// Large files are parsed on several threads, a contiguous share of the lines each; the
-/// outcomes are then taken in file order, so what is kept, skipped or reported is what
-/// one thread would give (the first bad line in the file fails the load). A thread stops
-/// early once an earlier share has failed.
-///
-/// With a limit of N instances, no line after the N-th kept instance is parsed: each
-/// round parses as many more non-blank lines as instances are still wanted (each such
-/// line gives one instance, one skip or the error), so a bad line after them is never
-/// seen and the work done is that of the lines taken.
+/// Reads the instances in `text`, naming `file` in errors (see [`read`]).
 pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &JsonlOptions) -> Result<Loaded, DataError> {
     parse_ignoring(schema, text, file, options, &[])
 }
@@ -67,15 +59,38 @@ pub fn parse_ignoring(
     options: &JsonlOptions,
     ignored: &[String],
 ) -> Result<Loaded, DataError> {
+    read(schema, Lines::of_bytes(text), file, options, ignored)
+}
+
+/// Reads the instances of `lines`, naming `file` in errors, skipping the keys `ignored`
+/// as [`parse_ignoring`] does.
+///
+/// The lines are taken in rounds of at most [`ROUND_LINES`] non-blank lines, each parsed
+/// on several threads when large, a contiguous share of the lines each; the outcomes are
+/// then taken in file order, so what is kept, skipped or reported is what one thread
+/// would give (the first bad line in the file fails the load). A thread stops early once
+/// an earlier share has failed. Only a round's text is held at a time.
+///
+/// With a limit of N instances, no line after the N-th kept instance is read: each round
+/// takes as many more non-blank lines as instances are still wanted (each such line gives
+/// one instance, one skip or the error), so a bad line after them is never seen and the
+/// work done is that of the lines taken.
+pub fn read(
+    schema: &Schema,
+    lines: impl Iterator<Item = Line>,
+    file: &str,
+    options: &JsonlOptions,
+    ignored: &[String],
+) -> Result<Loaded, DataError> {
     schema.check().map_err(|m| DataError::schema(m).in_file(file))?;
-    let mut lines = lines(text).filter(|(_, line)| !matches!(line, Ok(line) if line.trim().is_empty()));
+    let mut lines = lines.filter(|(_, line)| !matches!(line, Ok(line) if line.trim().is_empty()));
     let mut loaded = Loaded::default();
     loop {
         let wanted = options.limit.map_or(usize::MAX, |n| n.saturating_sub(loaded.instances.len()));
         if wanted == 0 {
             break;
         }
-        let round: Vec<Line> = lines.by_ref().take(wanted).collect();
+        let round: Vec<Line> = lines.by_ref().take(wanted.min(ROUND_LINES)).collect();
         if round.is_empty() {
             break;
         }
@@ -85,6 +100,9 @@ pub fn parse_ignoring(
     }
     Ok(loaded)
 }
+
+/// The most non-blank lines read before they are parsed.
+pub const ROUND_LINES: usize = MAX_THREADS * LINES_PER_THREAD * 4;
 
 /// The outcomes of non-blank `lines`, in order, up to the first that fails the load: on
 /// several threads when there are many.
@@ -130,9 +148,6 @@ fn parse_lines(
         handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
     })
 }
-
-/// A line of the file: its number and its text (or why it is not text).
-type Line<'t> = (usize, Result<&'t str, DataError>);
 
 /// By default at most this many threads parse one file; each takes at least this many
 /// lines.

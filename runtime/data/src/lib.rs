@@ -6,8 +6,9 @@
 //! the view the runtime evaluates `amp_ir::StateExpr` data paths on. Depends on `amp-ir`
 //! (schema and the `InstanceData` trait), serde_json, and rand for the generators.
 //!
-//! Loaders, one module per format, each with a `parse` (bytes in memory, named as a file
-//! for errors) and a `load` (reads the file):
+//! Loaders, one module per format, each with a `read` (the [`lines`] of a file or of bytes,
+//! taken as a stream: a limit reads no further than its instances), a `parse` (bytes in
+//! memory, named as a file for errors) and a `load` (reads the file):
 //! - [`jsonl`]: JSON Lines matching the input record (and a writer);
 //! - [`ptb`]: PTB bracket trees (the SST format) with a [`Vocab`];
 //! - [`csv`]: fixed-size records, one row each;
@@ -27,6 +28,7 @@ pub mod error;
 pub mod generate;
 pub mod instance;
 pub mod jsonl;
+pub mod lines;
 pub mod noise;
 pub mod ptb;
 pub mod ranges;

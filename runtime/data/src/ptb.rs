@@ -11,7 +11,7 @@
 //! variants may exist; they are not produced. Trees must be binary: a node with one or
 //! three subtrees is an error naming its column.
 
-use crate::error::{lines, read_file};
+use crate::lines::{Line, Lines};
 use crate::vocab::{Vocab, VocabOptions};
 use crate::{DataError, DataErrorKind, Loaded, Value};
 use amp_ir::{DataTy, Schema};
@@ -32,9 +32,9 @@ pub struct PtbOptions {
     pub limit: Option<usize>,
 }
 
-/// Reads the trees in `path`, words indexed by `vocab`.
+/// Reads the trees in `path`, words indexed by `vocab`, line by line (see [`read`]).
 pub fn load(schema: &Schema, path: &Path, vocab: &Vocab, options: &PtbOptions) -> Result<Loaded, DataError> {
-    parse(schema, &read_file(path)?, &path.display().to_string(), vocab, options)
+    read(schema, crate::lines::open(path)?, &path.display().to_string(), vocab, options)
 }
 
 /// Reads the trees in `text`, naming `file` in errors.
@@ -45,15 +45,26 @@ pub fn parse(
     vocab: &Vocab,
     options: &PtbOptions,
 ) -> Result<Loaded, DataError> {
+    read(schema, Lines::of_bytes(text), file, vocab, options)
+}
+
+/// Reads the trees of `lines`, naming `file` in errors; with a limit, no line after the
+/// last tree it takes is read.
+pub fn read(
+    schema: &Schema,
+    mut lines: impl Iterator<Item = Line>,
+    file: &str,
+    vocab: &Vocab,
+    options: &PtbOptions,
+) -> Result<Loaded, DataError> {
     let layout = TreeLayout::of(schema).map_err(|e| e.in_file(file))?;
     let mut loaded = Loaded::default();
-    for (number, line) in lines(text) {
-        if loaded.full(options.limit) {
-            break;
-        }
+    // The limit is checked before a line is taken: none after the last tree is read.
+    while !loaded.full(options.limit) {
+        let Some((number, line)) = lines.next() else { break };
         let outcome = match line {
             Ok(line) if line.trim().is_empty() => continue,
-            Ok(line) => parse_tree(line).map(|tree| layout.build(&tree, vocab, options.lowercase)),
+            Ok(line) => parse_tree(&line).map(|tree| layout.build(&tree, vocab, options.lowercase)),
             Err(e) => Err(e),
         };
         loaded.take(outcome.map_err(|e| e.at_line(number).in_file(file)), options.skip_bad)?;
@@ -63,18 +74,31 @@ pub fn parse(
 
 /// The vocabulary of the words in the trees of `text` (a training file).
 pub fn build_vocab(text: &[u8], file: &str, options: &PtbOptions, vocab: &VocabOptions) -> Result<Vocab, DataError> {
+    build_vocab_of(Lines::of_bytes(text), file, options, vocab)
+}
+
+/// [`build_vocab`] on a file, read line by line.
+pub fn build_vocab_file(path: &Path, options: &PtbOptions, vocab: &VocabOptions) -> Result<Vocab, DataError> {
+    build_vocab_of(crate::lines::open(path)?, &path.display().to_string(), options, vocab)
+}
+
+fn build_vocab_of(
+    mut lines: impl Iterator<Item = Line>,
+    file: &str,
+    options: &PtbOptions,
+    vocab: &VocabOptions,
+) -> Result<Vocab, DataError> {
     let mut words: Vec<String> = Vec::new();
     let mut trees = 0;
-    for (number, line) in lines(text) {
-        if options.limit.is_some_and(|n| trees >= n) {
-            break;
-        }
-        let tree = match line {
+    while options.limit.is_none_or(|n| trees < n) {
+        let Some((number, line)) = lines.next() else { break };
+        let line = match line {
             Ok(line) if line.trim().is_empty() => continue,
-            Ok(line) => parse_tree(line),
-            Err(e) => Err(e),
+            Ok(line) => line,
+            Err(e) if e.is_skippable() && options.skip_bad => continue,
+            Err(e) => return Err(e.at_line(number).in_file(file)),
         };
-        match tree {
+        match parse_tree(&line) {
             Ok(tree) => {
                 trees += 1;
                 words.extend(tree.nodes.iter().filter_map(|n| n.word).map(|w| {
@@ -90,11 +114,6 @@ pub fn build_vocab(text: &[u8], file: &str, options: &PtbOptions, vocab: &VocabO
         }
     }
     Ok(Vocab::from_words(words.iter().map(String::as_str), vocab))
-}
-
-/// [`build_vocab`] on a file.
-pub fn build_vocab_file(path: &Path, options: &PtbOptions, vocab: &VocabOptions) -> Result<Vocab, DataError> {
-    build_vocab(&read_file(path)?, &path.display().to_string(), options, vocab)
 }
 
 /// A parsed tree: nodes in pre-order (children after their parent).

@@ -14,12 +14,14 @@ use crate::instance::Instance;
 use amp_ir::{DataStep, Graph, IntOp, Op, PayloadTy, StateExpr};
 
 /// One step of a ranged path: a field, every element of a sequence (or every node of a
-/// tree), or one element.
+/// tree), one element, or only a value of one variant of an enum (the field after it is
+/// that variant's: two variants' fields of the same name have ranges of their own).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RangeStep {
     Field(String),
     Each,
     At(i64),
+    Variant(u32),
 }
 
 /// Every int at `path` must be in `0..limit`.
@@ -112,6 +114,7 @@ fn ranged_path(expr: &StateExpr) -> Option<Vec<RangeStep>> {
         .iter()
         .map(|step| match step {
             DataStep::Field(name) => Some(RangeStep::Field(name.clone())),
+            DataStep::Variant(k) => Some(RangeStep::Variant(*k)),
             DataStep::Index(index) => match index.as_ref() {
                 StateExpr::Const(k) => Some(RangeStep::At(*k)),
                 StateExpr::Field(_) => Some(RangeStep::Each),

@@ -18,7 +18,8 @@
 //! the line (the bad atom or bond line, or the molecule's first line); with `skip_bad` it
 //! is skipped and counted.
 
-use crate::error::{excerpt, lines, read_file};
+use crate::error::excerpt;
+use crate::lines::{Line, Lines, MAX_LINE_BYTES};
 use crate::{DataError, DataErrorKind, Loaded, Value};
 use amp_ir::{DataTy, Schema};
 use std::path::Path;
@@ -65,13 +66,25 @@ pub fn node_kind(symbol: &str, node_kinds: usize) -> i64 {
     kind as i64
 }
 
-/// Reads the molecules in `path`.
+/// Reads the molecules in `path`, line by line (see [`read`]).
 pub fn load(schema: &Schema, path: &Path, options: &SdfOptions) -> Result<Loaded, DataError> {
-    parse(schema, &read_file(path)?, &path.display().to_string(), options)
+    read(schema, crate::lines::open(path)?, &path.display().to_string(), options)
 }
 
 /// Reads the molecules in `text`, naming `file` in errors.
 pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &SdfOptions) -> Result<Loaded, DataError> {
+    read(schema, Lines::of_bytes(text), file, options)
+}
+
+/// Reads the molecules of `lines`, naming `file` in errors; with a limit, no line after
+/// the `$$$$` of the last molecule it takes is read. A molecule's text is at most
+/// [`MAX_LINE_BYTES`] bytes, like a line of the other formats.
+pub fn read(
+    schema: &Schema,
+    lines: impl Iterator<Item = Line>,
+    file: &str,
+    options: &SdfOptions,
+) -> Result<Loaded, DataError> {
     if options.node_kinds == 0 || options.edge_kinds == 0 {
         return Err(
             DataError::new(DataErrorKind::Options("node_kinds and edge_kinds must be at least 1".into())).in_file(file)
@@ -79,23 +92,31 @@ pub fn parse(schema: &Schema, text: &[u8], file: &str, options: &SdfOptions) -> 
     }
     let layout = GraphLayout::of(schema).map_err(|e| e.in_file(file))?;
     let mut loaded = Loaded::default();
-    let mut block: Vec<(usize, Result<&str, DataError>)> = Vec::new();
-    let mut all = lines(text).peekable();
-    while let Some((number, line)) = all.next() {
-        if loaded.full(options.limit) {
-            break;
-        }
+    let mut block: Vec<Line> = Vec::new();
+    let mut bytes = 0usize;
+    let mut all = lines.peekable();
+    // The limit is checked before a line is taken: none after the last molecule is read.
+    while !loaded.full(options.limit) {
+        let Some((number, line)) = all.next() else { break };
         let end = matches!(&line, Ok(l) if l.trim_end() == "$$$$");
         if !end {
+            bytes = bytes.saturating_add(line.as_ref().map_or(0, |l| l.len() + 1));
+            if bytes > MAX_LINE_BYTES {
+                let message = format!("a molecule of more than {MAX_LINE_BYTES} bytes (the limit of a data line)");
+                let first = block.first().map_or(number, |(n, _)| *n);
+                return Err(DataError::new(DataErrorKind::TooLarge(message)).at_line(first).in_file(file));
+            }
             block.push((number, line));
         }
-        // A last molecule without `$$$$` still counts; trailing blank lines do not.
-        let last = all.peek().is_none();
+        // A last molecule without `$$$$` still counts; trailing blank lines do not. (After
+        // a `$$$$` nothing is looked ahead at.)
+        let last = !end && all.peek().is_none();
         if end || (last && block.iter().any(|(_, l)| !matches!(l, Ok(l) if l.trim().is_empty()))) {
             let first = block.first().map_or(number, |(n, _)| *n);
             let outcome = molecule(&block, &layout, options).map_err(|e| e.at_line(first).in_file(file));
             loaded.take(outcome, options.skip_bad)?;
             block.clear();
+            bytes = 0;
         }
     }
     Ok(loaded)
@@ -187,15 +208,11 @@ fn column(line: &str, start: usize, width: usize) -> Option<&str> {
 }
 
 /// One molecule from the lines of its block.
-fn molecule(
-    block: &[(usize, Result<&str, DataError>)],
-    layout: &GraphLayout,
-    options: &SdfOptions,
-) -> Result<Value, DataError> {
+fn molecule(block: &[Line], layout: &GraphLayout, options: &SdfOptions) -> Result<Value, DataError> {
     let mut lines = Vec::with_capacity(block.len());
     for (number, line) in block {
         match line {
-            Ok(line) => lines.push((*number, *line)),
+            Ok(line) => lines.push((*number, line.as_str())),
             Err(e) => return Err(e.clone().at_line(*number)),
         }
     }

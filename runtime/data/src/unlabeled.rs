@@ -259,8 +259,15 @@ fn steps_exprs<'a>(path: &'a [DataStep], exprs: &mut Vec<&'a StateExpr>) {
 /// of every variant having it).
 fn mark(schema: &Schema, path: &[DataStep], out: &mut Vec<(Owner, usize)>) {
     let mut ty = DataTy::Record(schema.input);
+    // The variant a `Variant` step chose for the field after it: that variant's field alone.
+    let mut only: Option<u32> = None;
     for step in path {
+        let arm = only.take();
         ty = match (step, &ty) {
+            (DataStep::Variant(k), DataTy::Enum(_)) => {
+                only = Some(*k);
+                ty.clone()
+            }
             (DataStep::Field(name), DataTy::Record(r)) => {
                 let Some(record) = schema.records.get(*r as usize) else { return };
                 let Some(i) = record.fields.iter().position(|f| f.name == *name) else { return };
@@ -270,7 +277,9 @@ fn mark(schema: &Schema, path: &[DataStep], out: &mut Vec<(Owner, usize)>) {
             (DataStep::Field(name), DataTy::Enum(e)) => {
                 let Some(enumeration) = schema.enums.get(*e as usize) else { return };
                 let mut next = None;
-                for (v, variant) in enumeration.variants.iter().enumerate() {
+                let chosen =
+                    enumeration.variants.iter().enumerate().filter(|(v, _)| arm.is_none_or(|k| *v == k as usize));
+                for (v, variant) in chosen {
                     if let Some(i) = variant.fields.iter().position(|f| f.name == *name) {
                         out.push((Owner::Variant(*e, v as u32), i));
                         next.get_or_insert_with(|| variant.fields[i].ty.clone());

@@ -2,7 +2,7 @@
 //! not know. Built from training data (by frequency or first appearance, cut to a maximum
 //! size or a minimum count) or read from a text file with one word per line.
 
-use crate::error::{lines, read_file};
+use crate::lines::{Line, Lines};
 use crate::DataError;
 use std::collections::HashMap;
 use std::path::Path;
@@ -75,11 +75,17 @@ impl Vocab {
 
     /// Reads a vocabulary file: one word per line, `<unk>` on the first.
     pub fn parse(text: &[u8], file: &str) -> Result<Vocab, DataError> {
+        Vocab::read(Lines::of_bytes(text), file)
+    }
+
+    /// [`Vocab::parse`] on lines read as they are taken.
+    fn read(lines: impl Iterator<Item = Line>, file: &str) -> Result<Vocab, DataError> {
         let mut words = Vec::new();
         let mut seen = HashMap::new();
-        for (number, line) in lines(text) {
+        for (number, line) in lines {
             let at = |e: DataError| e.at_line(number).in_file(file);
             let word = line.map_err(at)?;
+            let word = word.as_str();
             if number == 1 && word != UNK {
                 return Err(at(DataError::invalid(format!("the first word must be `{UNK}`"))));
             }
@@ -99,7 +105,7 @@ impl Vocab {
 
     /// Reads a vocabulary file.
     pub fn load(path: &Path) -> Result<Vocab, DataError> {
-        Vocab::parse(&read_file(path)?, &path.display().to_string())
+        Vocab::read(crate::lines::open(path)?, &path.display().to_string())
     }
 
     /// The file form: one word per line.

@@ -250,6 +250,56 @@ pub fn load(path: &Path, specs: &[ParamSpec]) -> Result<ParamSet, ParamsError> {
 
 /// Loads a whole checkpoint: parameters, optimizer state and metadata.
 pub fn load_checkpoint(path: &Path, specs: &[ParamSpec]) -> Result<Checkpoint, ParamsError> {
-    let bytes = std::fs::read(path).map_err(|source| ParamsError::Io { path: path.into(), action: "read", source })?;
+    let file =
+        std::fs::File::open(path).map_err(|source| ParamsError::Io { path: path.into(), action: "read", source })?;
+    let bytes = read_bounded(std::io::BufReader::new(file), specs)
+        .map_err(|source| ParamsError::Io { path: path.into(), action: "read", source })?
+        .map_err(|e| e.in_file(path))?;
     from_bytes(&bytes, specs).map_err(|e| e.in_file(path))
+}
+
+/// The most bytes a safetensors header may have (the `safetensors` crate's own limit).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// The bytes of a safetensors file, read as far as its header says and no further than
+/// a checkpoint of `specs` can be: its parameters and two optimizer buffers of each
+/// (Adam's), so an endless input (`/dev/zero`) or a header that claims terabytes is
+/// refused after reading the header, not after memory runs out. A byte after the data
+/// the header describes is kept, so that `from_bytes` refuses the file as it would whole.
+fn read_bounded(mut reader: impl std::io::Read, specs: &[ParamSpec]) -> std::io::Result<Result<Vec<u8>, ParamsError>> {
+    use std::io::Read;
+    let format = |message: String| Ok(Err(ParamsError::Format { message }));
+    let mut bytes = Vec::new();
+    (&mut reader).take(8).read_to_end(&mut bytes)?;
+    let Ok(length) = <[u8; 8]>::try_from(bytes.as_slice()) else { return Ok(Ok(bytes)) };
+    let header = u64::from_le_bytes(length);
+    if header > MAX_HEADER_BYTES {
+        return format(format!("the header is {header} bytes long, more than {MAX_HEADER_BYTES}"));
+    }
+    (&mut reader).take(header).read_to_end(&mut bytes)?;
+    // The end of the data is the largest end offset of a tensor; a header that does not
+    // say is left for `from_bytes` to refuse.
+    let Some(data) = bytes.get(8..).and_then(data_length) else { return Ok(Ok(bytes)) };
+    let elements = specs
+        .iter()
+        .try_fold(0u64, |n, s| n.checked_add(s.shape.iter().try_fold(1u64, |e, &d| e.checked_mul(d as u64))?));
+    let most = elements.and_then(|e| e.checked_mul(3 * 4)).unwrap_or(u64::MAX);
+    if data > most {
+        return format(format!(
+            "its tensors take {data} bytes, more than this model's parameters and optimizer state can ({most})"
+        ));
+    }
+    (&mut reader).take(data.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok(Ok(bytes))
+}
+
+/// The bytes of data a safetensors header describes: the largest end offset of its
+/// tensors (none: 0), or `None` when it is not a header.
+fn data_length(header: &[u8]) -> Option<u64> {
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(header).ok()?;
+    header
+        .iter()
+        .filter(|(name, _)| name.as_str() != "__metadata__")
+        .map(|(_, tensor)| tensor.get("data_offsets")?.get(1)?.as_u64())
+        .try_fold(0u64, |end, tensor_end| Some(end.max(tensor_end?)))
 }

@@ -216,3 +216,34 @@ proptest! {
         let _ = from_bytes(&out, &specs());
     }
 }
+
+/// Issue 48, finding 7: `/dev/zero` as `--init` or `--params` was read without end. A
+/// checkpoint is read as far as its header says, and no further than the model's
+/// parameters and optimizer state can take.
+#[test]
+fn an_endless_or_oversized_file_is_refused_after_its_header() {
+    if Path::new("/dev/zero").exists() {
+        let error = load(Path::new("/dev/zero"), &specs()).unwrap_err();
+        assert!(error.to_string().contains("not a valid safetensors file"), "{error}");
+    }
+    let dir = temp_dir("oversized");
+    let path = dir.path().join("huge.safetensors");
+    // A well-formed header that claims a tensor of a terabyte: refused without reading it.
+    let header = r#"{"cell.weight":{"dtype":"F32","shape":[262144,1048576],"data_offsets":[0,1099511627776]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&[0; 64]);
+    std::fs::write(&path, &bytes).unwrap();
+    let error = load(&path, &specs()).unwrap_err().to_string();
+    assert!(error.contains("its tensors take 1099511627776 bytes, more than this model's"), "{error}");
+    // A header length past the limit is refused before it is read.
+    std::fs::write(&path, u64::MAX.to_le_bytes()).unwrap();
+    let error = load(&path, &specs()).unwrap_err().to_string();
+    assert!(error.contains("more than 100000000"), "{error}");
+    // Trailing bytes after the data are still refused, as before.
+    let good = to_bytes(&ParamSet::init(&specs(), 1), None, &BTreeMap::new()).unwrap();
+    std::fs::write(&path, [good.clone(), vec![0]].concat()).unwrap();
+    assert!(load(&path, &specs()).is_err());
+    std::fs::write(&path, good).unwrap();
+    assert!(load(&path, &specs()).is_ok());
+}

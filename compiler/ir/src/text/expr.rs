@@ -36,7 +36,7 @@ impl Parser {
         Ok(path)
     }
 
-    /// `$` then `.field`, `."field"` and `[EXPR]` steps. Returns the path and the depth of
+    /// `$` then `.field`, `."field"`, `[EXPR]` and `{VARIANT}` steps. Returns the path and the depth of
     /// its deepest index expression.
     fn path(&self, c: &mut Cursor, recursion: usize) -> PResult<(Vec<DataStep>, usize)> {
         c.expect("$")?;
@@ -54,6 +54,12 @@ impl Parser {
                     c.expect("]")?;
                     depth = depth.max(index_depth);
                     path.push(DataStep::Index(Box::new(index)));
+                }
+                Some('{') => {
+                    c.bump();
+                    let variant = c.number::<u32>("a variant index")?;
+                    c.expect("}")?;
+                    path.push(DataStep::Variant(variant));
                 }
                 _ => return Ok((path, depth)),
             }

@@ -275,6 +275,7 @@ pub fn every_op() -> Graph {
                 path: vec![
                     DataStep::Field("seq".into()),
                     DataStep::Index(Box::new(StateExpr::Len(data(&["len", "x y"])))),
+                    DataStep::Variant(1),
                     DataStep::Field("weird \"field\"".into()),
                 ],
             },
@@ -517,10 +518,18 @@ fn any_expr(fields: u16) -> impl Strategy<Value = StateExpr> {
         prop_oneof![
             inner.clone().prop_map(|e| StateExpr::Not(Box::new(e))),
             (0usize..13, inner.clone(), inner.clone()).prop_map(|(op, a, b)| StateExpr::bin(INT_OPS[op], a, b)),
-            (any_name(), inner).prop_map(|(name, index)| StateExpr::Data(vec![
+            (any_name(), inner.clone()).prop_map(|(name, index)| StateExpr::Data(vec![
                 DataStep::Field(name),
                 DataStep::Index(Box::new(index))
             ])),
+            (any_name(), inner, any::<u32>(), any_name()).prop_map(|(name, index, variant, field)| StateExpr::Data(
+                vec![
+                    DataStep::Field(name),
+                    DataStep::Index(Box::new(index)),
+                    DataStep::Variant(variant),
+                    DataStep::Field(field)
+                ]
+            )),
         ]
     })
 }

@@ -443,6 +443,7 @@ pub(super) fn substitute(expr: &StateExpr, field: FieldId, value: &StateExpr) ->
     let step = |s: &DataStep| match s {
         DataStep::Field(name) => DataStep::Field(name.clone()),
         DataStep::Index(e) => DataStep::Index(Box::new(substitute(e, field, value))),
+        DataStep::Variant(k) => DataStep::Variant(*k),
     };
     match expr {
         StateExpr::Field(f) if *f == field => value.clone(),

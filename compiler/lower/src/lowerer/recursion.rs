@@ -95,6 +95,9 @@ impl Lowerer<'_> {
         }
         let (name, ty) = (f.name.clone(), f.ty.clone());
         let mut path = path.to_vec();
+        // The arm's variant, so that the field is this variant's even where another
+        // variant has a field of the same name (its own range, `amp_data::ranges`).
+        path.push(DataStep::Variant(variant));
         path.push(DataStep::Field(name));
         self.data_leaf(path, &ty, span)
     }

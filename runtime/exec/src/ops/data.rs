@@ -43,6 +43,7 @@ impl ReadOp {
                     text.push_str(name);
                 }
                 DataStep::Index(_) => text.push_str("[..]"),
+                DataStep::Variant(k) => text.push_str(&format!("{{{k}}}")),
             }
         }
         text
