@@ -24,10 +24,10 @@ pub const MAX_RUN_PROCESSES: usize = 16;
 pub const MAX_PLANNED_PROCESSES: usize = 256;
 
 /// Bytes the wire format adds to each forward or backward message that crosses processes,
-/// beyond 4 per f32 of its payload and 8 per state field: its tag, worker, node, port,
-/// direction, state length and payload length (docs/distributed.md, "What crosses the
+/// beyond 4 per f32 of its payload and 8 per state field: its item tag, worker, word tag,
+/// node, port, direction, state length and payload length (docs/distributed.md, "What crosses the
 /// network").
-pub const MESSAGE_HEADER_BYTES: usize = 19;
+pub const MESSAGE_HEADER_BYTES: usize = 20;
 
 /// The worker range of process `process` of `processes` among `workers`: contiguous
 /// blocks, the first `workers % processes` one larger. `processes` is taken as at least 1.

@@ -67,6 +67,7 @@ pub mod config;
 pub mod error;
 pub mod instance;
 pub mod message;
+pub mod protocol;
 pub mod trace;
 pub mod wire;
 

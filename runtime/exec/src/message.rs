@@ -308,8 +308,8 @@ pub enum Dir {
 
 /// A message on its way to a node: forward messages name the node's input port,
 /// backward messages the node's output port they answer.
-#[derive(Clone, Debug)]
-pub(crate) struct Envelope {
+#[derive(Clone, Debug, PartialEq)]
+pub struct Envelope {
     pub node: u32,
     pub port: u16,
     pub dir: Dir,

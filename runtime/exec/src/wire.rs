@@ -4,147 +4,31 @@
 //!
 //! ```text
 //! packet  = magic:u32 from:u32 run:u64 count:u32 item*count
-//! item    = tag:u8 fields...
+//! item    = 1 worker:u32 word | 2 word | 3 report | 4 instance:u64 (receipt)
+//!         | 5 slot:u32 f32s (tensor) | 6 len:u32 u64*len (decision) | 7 (heartbeat) | 8 (shutdown)
+//! word    = tag:u8 fields...                report = tag:u8 fields...
 //! payload = 0 | 1 len:u32 f32*len          state = len:u16 i64*len
 //! ```
+//!
+//! The items are `crate::protocol`'s: the messages of a run are one set of types in
+//! memory and here, addressed to a worker ([`Item::Worker`]), to a process
+//! ([`Item::Process`]) or to process 0's controller ([`Item::Controller`]).
 //!
 //! Bytes from the network are untrusted like a graph file: [`decode`] checks every length
 //! against the bytes that remain before it allocates anything of that length, and
 //! against [`Limits`]; a malformed packet is a [`WireError`], never a panic or an
 //! out-of-bounds read. Whether a worker or node index is one of the run's is for the
-//! receiver to check (the bridge does).
+//! receiver to check (`crate::cluster`'s `inbound`).
 
-use crate::message::{Dir, Msg, Payload};
+use crate::error::ExecError;
+use crate::message::{Dir, Envelope, Msg, Payload};
+pub use crate::protocol::Item;
+use crate::protocol::{RemoteWord, ReplicaGrads, Report, ToWorker};
 use crate::trace::{TraceEvent, TraceKind};
 use std::fmt;
 
 /// The first four bytes of every packet ("AMPW").
 pub const MAGIC: u32 = 0x5750_4d41;
-
-/// One thing a process sends another.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Item {
-    /// A message for node `node` on worker `worker` (its instance's credit travels with it).
-    Work {
-        worker: u32,
-        node: u32,
-        port: u16,
-        dir: Dir,
-        msg: Msg,
-    },
-    /// Instance `instance` finished: the owner `worker` counts it (and forgets its reads
-    /// owed a gradient, for a staleness bound).
-    InstanceDone {
-        worker: u32,
-        instance: u64,
-    },
-    /// The controller asks owner `worker` to confirm its updates at a boundary.
-    Confirm {
-        worker: u32,
-    },
-    /// Worker `worker` ends its part of the run.
-    Stop {
-        worker: u32,
-        flush: bool,
-    },
-    /// A credit of `instance` the receiver lent with a message comes back.
-    Release {
-        instance: u64,
-    },
-    /// To process 0, after a loss or output of `instance` that took a credit: give it back
-    /// (a `Release`) now that the report before it arrived (`crate::cluster`).
-    Receipt {
-        instance: u64,
-    },
-    Loss {
-        instance: i64,
-        node: u32,
-        value: f32,
-        correct: Option<bool>,
-        state: Option<Box<[i64]>>,
-    },
-    Output {
-        instance: i64,
-        node: u32,
-        values: Vec<f32>,
-    },
-    Done {
-        instance: u64,
-    },
-    Updated,
-    Wake,
-    Trace(Vec<TraceEvent>),
-    /// A worker failed; the message says where and why.
-    Failed {
-        message: String,
-    },
-    Stopped {
-        worker: u32,
-        trace: Vec<TraceEvent>,
-        held: Vec<(u32, u64)>,
-    },
-    /// Gathering a checkpoint: the values of tensor `tensor` of the parameter set.
-    Tensor {
-        tensor: u32,
-        values: Vec<f32>,
-    },
-    /// From process 0 only, alone in its packet: what every process does next
-    /// (`Cluster::agree`), at most [`MAX_DECISION_WORDS`] words.
-    Decision {
-        words: Vec<u64>,
-    },
-    /// To worker `worker`, which runs replica group `group` of a master owned in the
-    /// sender's process: send the gradients accumulated since the last (a
-    /// `ReplicaGrads`). Replica groups are numbered as the executor's parameter groups.
-    ReplicaPull {
-        worker: u32,
-        group: u32,
-    },
-    /// To worker `worker`, the owner of replica group `group`'s master: the replica's
-    /// gradients (`tensors` empty when it accumulated none; `rows`: the rows of tensor 0
-    /// they reached, `(width, rows)`, when that is all they reached; `applied`: per
-    /// instance, the master's version its read used). `last`: the replica's final word of
-    /// the run (sent when the run stops with a flush).
-    ReplicaGrads {
-        worker: u32,
-        group: u32,
-        last: bool,
-        tensors: Vec<Vec<f32>>,
-        rows: Option<(u32, Vec<u32>)>,
-        applied: Vec<(u64, u64)>,
-    },
-    /// To worker `worker`, which runs replica group `group`: its master's values, at the
-    /// master's version `base`.
-    ReplicaValues {
-        worker: u32,
-        group: u32,
-        base: u64,
-        tensors: Vec<Vec<f32>>,
-    },
-    /// To worker `worker`, the owner of replica group `group`'s master: the replica took
-    /// the values sent.
-    ReplicaSynced {
-        worker: u32,
-        group: u32,
-    },
-    /// To a process that routes messages to a copy of a replicated node (`node`) that
-    /// runs in the sender's process: the copy served `count` messages in `nanos`
-    /// nanoseconds (`load::replicas`: its queue and service time, as if it ran there).
-    Served {
-        node: u32,
-        count: u32,
-        nanos: u64,
-    },
-    /// To process 0, from an owner in another process: admissions hold while it defers an
-    /// update for a staleness bound (`hold`), or it released its hold.
-    Hold {
-        hold: bool,
-    },
-    /// The sender is alive (sent when it has nothing else to send).
-    Heartbeat,
-    /// The sender leaves the cluster: it sends nothing more.
-    Shutdown,
-}
 
 /// Bounds on what one packet may hold, beyond the bytes it has.
 #[derive(Clone, Copy, Debug)]
@@ -180,30 +64,38 @@ impl fmt::Display for WireError {
 
 impl std::error::Error for WireError {}
 
-const TAG_WORK: u8 = 1;
-const TAG_INSTANCE_DONE: u8 = 2;
-const TAG_CONFIRM: u8 = 3;
-const TAG_STOP: u8 = 4;
-const TAG_RELEASE: u8 = 5;
-const TAG_LOSS: u8 = 6;
-const TAG_OUTPUT: u8 = 7;
-const TAG_DONE: u8 = 8;
-const TAG_UPDATED: u8 = 9;
-const TAG_WAKE: u8 = 10;
-const TAG_TRACE: u8 = 11;
-const TAG_FAILED: u8 = 12;
-const TAG_STOPPED: u8 = 13;
-const TAG_TENSOR: u8 = 14;
-const TAG_HEARTBEAT: u8 = 15;
-const TAG_SHUTDOWN: u8 = 16;
-const TAG_RECEIPT: u8 = 17;
-const TAG_DECISION: u8 = 18;
-const TAG_REPLICA_PULL: u8 = 19;
-const TAG_REPLICA_GRADS: u8 = 20;
-const TAG_REPLICA_VALUES: u8 = 21;
-const TAG_REPLICA_SYNCED: u8 = 22;
-const TAG_SERVED: u8 = 23;
-const TAG_HOLD: u8 = 24;
+// Items: what a packet carries, by address.
+const ITEM_WORKER: u8 = 1;
+const ITEM_PROCESS: u8 = 2;
+const ITEM_CONTROLLER: u8 = 3;
+const ITEM_RECEIPT: u8 = 4;
+const ITEM_TENSOR: u8 = 5;
+const ITEM_DECISION: u8 = 6;
+const ITEM_HEARTBEAT: u8 = 7;
+const ITEM_SHUTDOWN: u8 = 8;
+
+// Words for a worker (`ToWorker`, `RemoteWord`).
+const WORD_WORK: u8 = 1;
+const WORD_INSTANCE_DONE: u8 = 2;
+const WORD_CONFIRM: u8 = 3;
+const WORD_STOP: u8 = 4;
+const WORD_RELEASE: u8 = 5;
+const WORD_PULL: u8 = 6;
+const WORD_GRADS: u8 = 7;
+const WORD_VALUES: u8 = 8;
+const WORD_SYNCED: u8 = 9;
+const WORD_SERVED: u8 = 10;
+const WORD_HOLD: u8 = 11;
+
+// Reports for the controller (`Report`).
+const REPORT_LOSS: u8 = 1;
+const REPORT_OUTPUT: u8 = 2;
+const REPORT_DONE: u8 = 3;
+const REPORT_UPDATED: u8 = 4;
+const REPORT_WAKE: u8 = 5;
+const REPORT_TRACE: u8 = 6;
+const REPORT_FAILED: u8 = 7;
+const REPORT_STOPPED: u8 = 8;
 
 /// The most tensors of a parameter group a replica's message carries (a Linear's two, an
 /// Embedding's one, a LayerNorm's two: far fewer).
@@ -291,11 +183,52 @@ fn put_tensors(out: &mut Vec<u8>, tensors: &[Vec<f32>]) {
     }
 }
 
+/// A count or index as the wire's 32 bits: past `u32::MAX` it is written saturated, and
+/// the receiver's checks refuse it.
+fn put_index(out: &mut Vec<u8>, v: usize) {
+    put_u32(out, u32::try_from(v).unwrap_or(u32::MAX));
+}
+
 fn encode_item(item: &Item, out: &mut Vec<u8>) {
     match item {
-        Item::Work { worker, node, port, dir, msg } => {
-            out.push(TAG_WORK);
+        Item::Worker { worker, word } => {
+            out.push(ITEM_WORKER);
             put_u32(out, *worker);
+            encode_word(word, out);
+        }
+        Item::Process(word) => {
+            out.push(ITEM_PROCESS);
+            encode_word(word, out);
+        }
+        Item::Controller(report) => {
+            out.push(ITEM_CONTROLLER);
+            encode_report(report, out);
+        }
+        Item::Receipt { instance } => {
+            out.push(ITEM_RECEIPT);
+            put_u64(out, *instance);
+        }
+        Item::Tensor { tensor, values } => {
+            out.push(ITEM_TENSOR);
+            put_u32(out, *tensor);
+            put_f32s(out, values);
+        }
+        Item::Decision { words } => {
+            out.push(ITEM_DECISION);
+            put_len(out, words.len());
+            for &word in words {
+                put_u64(out, word);
+            }
+        }
+        Item::Heartbeat => out.push(ITEM_HEARTBEAT),
+        Item::Shutdown => out.push(ITEM_SHUTDOWN),
+    }
+}
+
+fn encode_word(word: &ToWorker, out: &mut Vec<u8>) {
+    match word {
+        ToWorker::Work(Envelope { node, port, dir, msg }) => {
+            out.push(WORD_WORK);
             put_u32(out, *node);
             out.extend_from_slice(&port.to_le_bytes());
             out.push(match dir {
@@ -311,30 +244,70 @@ fn encode_item(item: &Item, out: &mut Vec<u8>) {
                 }
             }
         }
-        Item::InstanceDone { worker, instance } => {
-            out.push(TAG_INSTANCE_DONE);
-            put_u32(out, *worker);
-            put_u64(out, *instance);
+        ToWorker::InstanceDone(instance) => {
+            out.push(WORD_INSTANCE_DONE);
+            put_u64(out, *instance as u64);
         }
-        Item::Confirm { worker } => {
-            out.push(TAG_CONFIRM);
-            put_u32(out, *worker);
-        }
-        Item::Stop { worker, flush } => {
-            out.push(TAG_STOP);
-            put_u32(out, *worker);
+        ToWorker::Confirm => out.push(WORD_CONFIRM),
+        ToWorker::Stop { flush } => {
+            out.push(WORD_STOP);
             out.push(u8::from(*flush));
         }
-        Item::Release { instance } => {
-            out.push(TAG_RELEASE);
-            put_u64(out, *instance);
+        ToWorker::Release(instance) => {
+            out.push(WORD_RELEASE);
+            put_u64(out, *instance as u64);
         }
-        Item::Receipt { instance } => {
-            out.push(TAG_RECEIPT);
-            put_u64(out, *instance);
+        ToWorker::Remote(RemoteWord::Pull { group }) => {
+            out.push(WORD_PULL);
+            put_index(out, *group);
         }
-        Item::Loss { instance, node, value, correct, state } => {
-            out.push(TAG_LOSS);
+        ToWorker::Remote(RemoteWord::Grads { group, last, grads }) => {
+            out.push(WORD_GRADS);
+            put_index(out, *group);
+            out.push(u8::from(*last));
+            put_tensors(out, &grads.tensors);
+            match &grads.rows {
+                None => out.push(0),
+                Some((width, rows)) => {
+                    out.push(1);
+                    put_index(out, *width);
+                    put_len(out, rows.len());
+                    rows.iter().for_each(|&r| put_index(out, r));
+                }
+            }
+            put_len(out, grads.applied.len());
+            for &(instance, version) in &grads.applied {
+                put_u64(out, instance as u64);
+                put_u64(out, version);
+            }
+        }
+        ToWorker::Remote(RemoteWord::Values { group, base, tensors }) => {
+            out.push(WORD_VALUES);
+            put_index(out, *group);
+            put_u64(out, *base);
+            put_tensors(out, tensors);
+        }
+        ToWorker::Remote(RemoteWord::Synced { group }) => {
+            out.push(WORD_SYNCED);
+            put_index(out, *group);
+        }
+        ToWorker::Remote(RemoteWord::Served { node, count, elapsed }) => {
+            out.push(WORD_SERVED);
+            put_u32(out, *node);
+            put_index(out, *count);
+            put_u64(out, u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+        }
+        ToWorker::Remote(RemoteWord::Hold(hold)) => {
+            out.push(WORD_HOLD);
+            out.push(u8::from(*hold));
+        }
+    }
+}
+
+fn encode_report(report: &Report, out: &mut Vec<u8>) {
+    match report {
+        Report::Loss { instance, node, value, correct, state } => {
+            out.push(REPORT_LOSS);
             out.extend_from_slice(&instance.to_le_bytes());
             put_u32(out, *node);
             out.extend_from_slice(&value.to_le_bytes());
@@ -351,99 +324,39 @@ fn encode_item(item: &Item, out: &mut Vec<u8>) {
                 }
             }
         }
-        Item::Output { instance, node, values } => {
-            out.push(TAG_OUTPUT);
+        Report::Output { instance, node, values } => {
+            out.push(REPORT_OUTPUT);
             out.extend_from_slice(&instance.to_le_bytes());
             put_u32(out, *node);
             put_f32s(out, values);
         }
-        Item::Done { instance } => {
-            out.push(TAG_DONE);
-            put_u64(out, *instance);
+        Report::Done { instance } => {
+            out.push(REPORT_DONE);
+            put_u64(out, *instance as u64);
         }
-        Item::Updated => out.push(TAG_UPDATED),
-        Item::Wake => out.push(TAG_WAKE),
-        Item::Trace(events) => {
-            out.push(TAG_TRACE);
+        Report::Updated => out.push(REPORT_UPDATED),
+        Report::Wake => out.push(REPORT_WAKE),
+        Report::Trace(events) => {
+            out.push(REPORT_TRACE);
             put_events(out, events);
         }
-        Item::Failed { message } => {
-            out.push(TAG_FAILED);
+        Report::Failed(error) => {
+            // An error crosses as its message.
+            let message = error.to_string();
+            out.push(REPORT_FAILED);
             put_len(out, message.len());
             out.extend_from_slice(message.as_bytes());
         }
-        Item::Stopped { worker, trace, held } => {
-            out.push(TAG_STOPPED);
-            put_u32(out, *worker);
+        Report::Stopped { worker, trace, held } => {
+            out.push(REPORT_STOPPED);
+            put_index(out, *worker);
             put_events(out, trace);
             put_len(out, held.len());
-            for (node, count) in held {
-                put_u32(out, *node);
-                put_u64(out, *count);
+            for &(node, count) in held {
+                put_u32(out, node);
+                put_u64(out, count as u64);
             }
         }
-        Item::Tensor { tensor, values } => {
-            out.push(TAG_TENSOR);
-            put_u32(out, *tensor);
-            put_f32s(out, values);
-        }
-        Item::Decision { words } => {
-            out.push(TAG_DECISION);
-            put_len(out, words.len());
-            for &word in words {
-                put_u64(out, word);
-            }
-        }
-        Item::ReplicaPull { worker, group } => {
-            out.push(TAG_REPLICA_PULL);
-            put_u32(out, *worker);
-            put_u32(out, *group);
-        }
-        Item::ReplicaGrads { worker, group, last, tensors, rows, applied } => {
-            out.push(TAG_REPLICA_GRADS);
-            put_u32(out, *worker);
-            put_u32(out, *group);
-            out.push(u8::from(*last));
-            put_tensors(out, tensors);
-            match rows {
-                None => out.push(0),
-                Some((width, rows)) => {
-                    out.push(1);
-                    put_u32(out, *width);
-                    put_len(out, rows.len());
-                    rows.iter().for_each(|&r| put_u32(out, r));
-                }
-            }
-            put_len(out, applied.len());
-            for &(instance, version) in applied {
-                put_u64(out, instance);
-                put_u64(out, version);
-            }
-        }
-        Item::ReplicaValues { worker, group, base, tensors } => {
-            out.push(TAG_REPLICA_VALUES);
-            put_u32(out, *worker);
-            put_u32(out, *group);
-            put_u64(out, *base);
-            put_tensors(out, tensors);
-        }
-        Item::ReplicaSynced { worker, group } => {
-            out.push(TAG_REPLICA_SYNCED);
-            put_u32(out, *worker);
-            put_u32(out, *group);
-        }
-        Item::Served { node, count, nanos } => {
-            out.push(TAG_SERVED);
-            put_u32(out, *node);
-            put_u32(out, *count);
-            put_u64(out, *nanos);
-        }
-        Item::Hold { hold } => {
-            out.push(TAG_HOLD);
-            out.push(u8::from(*hold));
-        }
-        Item::Heartbeat => out.push(TAG_HEARTBEAT),
-        Item::Shutdown => out.push(TAG_SHUTDOWN),
     }
 }
 
@@ -605,25 +518,105 @@ impl<'b> Reader<'b> {
         Ok(events)
     }
 
+    /// A count or index written as 32 bits.
+    fn index(&mut self) -> Result<usize, WireError> {
+        Ok(self.u32()? as usize)
+    }
+
+    /// An instance's index written as 64 bits.
+    fn instance(&mut self) -> Result<usize, WireError> {
+        let v = self.u64()?;
+        usize::try_from(v).map_err(|_| self.error(format!("instance {v} past this machine's indices")))
+    }
+
     fn item(&mut self, limits: &Limits) -> Result<Item, WireError> {
         let tag = self.u8()?;
         Ok(match tag {
-            TAG_WORK => {
+            ITEM_WORKER => {
                 let worker = self.u32()?;
+                Item::Worker { worker, word: self.word(limits)? }
+            }
+            ITEM_PROCESS => Item::Process(self.word(limits)?),
+            ITEM_CONTROLLER => Item::Controller(self.report(limits)?),
+            ITEM_RECEIPT => Item::Receipt { instance: self.u64()? },
+            ITEM_TENSOR => {
+                let tensor = self.u32()?;
+                Item::Tensor { tensor, values: self.f32s(limits)? }
+            }
+            ITEM_DECISION => {
+                let n = self.count(8, MAX_DECISION_WORDS, "decision words")?;
+                let mut words = Vec::with_capacity(n);
+                for _ in 0..n {
+                    words.push(self.u64()?);
+                }
+                Item::Decision { words }
+            }
+            ITEM_HEARTBEAT => Item::Heartbeat,
+            ITEM_SHUTDOWN => Item::Shutdown,
+            other => return Err(WireError { offset: self.at - 1, what: format!("unknown item tag {other}") }),
+        })
+    }
+
+    fn word(&mut self, limits: &Limits) -> Result<ToWorker, WireError> {
+        let tag = self.u8()?;
+        Ok(match tag {
+            WORD_WORK => {
                 let node = self.u32()?;
                 let port = self.u16()?;
                 let dir = if self.flag("a message's direction")? { Dir::Backward } else { Dir::Forward };
                 let state = self.state(limits)?;
                 let payload =
                     if self.flag("a payload's kind")? { Payload::from_vec(self.f32s(limits)?) } else { Payload::Unit };
-                Item::Work { worker, node, port, dir, msg: Msg::new(payload, state) }
+                ToWorker::Work(Envelope { node, port, dir, msg: Msg::new(payload, state) })
             }
-            TAG_INSTANCE_DONE => Item::InstanceDone { worker: self.u32()?, instance: self.u64()? },
-            TAG_CONFIRM => Item::Confirm { worker: self.u32()? },
-            TAG_STOP => Item::Stop { worker: self.u32()?, flush: self.flag("a stop's flush")? },
-            TAG_RELEASE => Item::Release { instance: self.u64()? },
-            TAG_RECEIPT => Item::Receipt { instance: self.u64()? },
-            TAG_LOSS => {
+            WORD_INSTANCE_DONE => ToWorker::InstanceDone(self.instance()?),
+            WORD_CONFIRM => ToWorker::Confirm,
+            WORD_STOP => ToWorker::Stop { flush: self.flag("a stop's flush")? },
+            WORD_RELEASE => ToWorker::Release(self.instance()?),
+            WORD_PULL => ToWorker::Remote(RemoteWord::Pull { group: self.index()? }),
+            WORD_GRADS => {
+                let group = self.index()?;
+                let last = self.flag("a replica's last flag")?;
+                let tensors = self.tensors(limits)?;
+                let rows = if self.flag("a replica's row flag")? {
+                    let width = self.index()?;
+                    let n = self.count(4, limits.values, "rows")?;
+                    let mut rows = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        rows.push(self.index()?);
+                    }
+                    Some((width, rows))
+                } else {
+                    None
+                };
+                let n = self.count(16, limits.values, "read versions")?;
+                let mut applied = Vec::with_capacity(n);
+                for _ in 0..n {
+                    applied.push((self.instance()?, self.u64()?));
+                }
+                ToWorker::Remote(RemoteWord::Grads { group, last, grads: ReplicaGrads { tensors, rows, applied } })
+            }
+            WORD_VALUES => {
+                let group = self.index()?;
+                let base = self.u64()?;
+                ToWorker::Remote(RemoteWord::Values { group, base, tensors: self.tensors(limits)? })
+            }
+            WORD_SYNCED => ToWorker::Remote(RemoteWord::Synced { group: self.index()? }),
+            WORD_SERVED => {
+                let node = self.u32()?;
+                let count = self.index()?;
+                let elapsed = std::time::Duration::from_nanos(self.u64()?);
+                ToWorker::Remote(RemoteWord::Served { node, count, elapsed })
+            }
+            WORD_HOLD => ToWorker::Remote(RemoteWord::Hold(self.flag("a hold's flag")?)),
+            other => return Err(WireError { offset: self.at - 1, what: format!("unknown word tag {other}") }),
+        })
+    }
+
+    fn report(&mut self, limits: &Limits) -> Result<Report, WireError> {
+        let tag = self.u8()?;
+        Ok(match tag {
+            REPORT_LOSS => {
                 let instance = self.i64()?;
                 let node = self.u32()?;
                 let value = self.f32()?;
@@ -634,81 +627,34 @@ impl<'b> Reader<'b> {
                     other => return Err(self.error(format!("a loss's judgement is {other}"))),
                 };
                 let state = if self.flag("a loss's state flag")? { Some(self.state(limits)?) } else { None };
-                Item::Loss { instance, node, value, correct, state }
+                Report::Loss { instance, node, value, correct, state }
             }
-            TAG_OUTPUT => {
+            REPORT_OUTPUT => {
                 let instance = self.i64()?;
                 let node = self.u32()?;
-                Item::Output { instance, node, values: self.f32s(limits)? }
+                Report::Output { instance, node, values: self.f32s(limits)? }
             }
-            TAG_DONE => Item::Done { instance: self.u64()? },
-            TAG_UPDATED => Item::Updated,
-            TAG_WAKE => Item::Wake,
-            TAG_TRACE => Item::Trace(self.events(limits)?),
-            TAG_FAILED => {
+            REPORT_DONE => Report::Done { instance: self.instance()? },
+            REPORT_UPDATED => Report::Updated,
+            REPORT_WAKE => Report::Wake,
+            REPORT_TRACE => Report::Trace(self.events(limits)?),
+            REPORT_FAILED => {
                 let n = self.count(1, limits.text, "bytes of text")?;
                 let bytes = self.take(n)?;
                 let message = String::from_utf8_lossy(bytes).into_owned();
-                Item::Failed { message }
+                Report::Failed(ExecError::Cluster { message })
             }
-            TAG_STOPPED => {
-                let worker = self.u32()?;
+            REPORT_STOPPED => {
+                let worker = self.index()?;
                 let trace = self.events(limits)?;
                 let n = self.count(12, usize::MAX, "held counts")?;
                 let mut held = Vec::with_capacity(n);
                 for _ in 0..n {
-                    held.push((self.u32()?, self.u64()?));
+                    held.push((self.u32()?, self.instance()?));
                 }
-                Item::Stopped { worker, trace, held }
+                Report::Stopped { worker, trace, held }
             }
-            TAG_TENSOR => {
-                let tensor = self.u32()?;
-                Item::Tensor { tensor, values: self.f32s(limits)? }
-            }
-            TAG_DECISION => {
-                let n = self.count(8, MAX_DECISION_WORDS, "decision words")?;
-                let mut words = Vec::with_capacity(n);
-                for _ in 0..n {
-                    words.push(self.u64()?);
-                }
-                Item::Decision { words }
-            }
-            TAG_REPLICA_PULL => Item::ReplicaPull { worker: self.u32()?, group: self.u32()? },
-            TAG_REPLICA_GRADS => {
-                let worker = self.u32()?;
-                let group = self.u32()?;
-                let last = self.flag("a replica's last flag")?;
-                let tensors = self.tensors(limits)?;
-                let rows = if self.flag("a replica's row flag")? {
-                    let width = self.u32()?;
-                    let n = self.count(4, limits.values, "rows")?;
-                    let mut rows = Vec::with_capacity(n);
-                    for _ in 0..n {
-                        rows.push(self.u32()?);
-                    }
-                    Some((width, rows))
-                } else {
-                    None
-                };
-                let n = self.count(16, limits.values, "read versions")?;
-                let mut applied = Vec::with_capacity(n);
-                for _ in 0..n {
-                    applied.push((self.u64()?, self.u64()?));
-                }
-                Item::ReplicaGrads { worker, group, last, tensors, rows, applied }
-            }
-            TAG_REPLICA_VALUES => {
-                let worker = self.u32()?;
-                let group = self.u32()?;
-                let base = self.u64()?;
-                Item::ReplicaValues { worker, group, base, tensors: self.tensors(limits)? }
-            }
-            TAG_REPLICA_SYNCED => Item::ReplicaSynced { worker: self.u32()?, group: self.u32()? },
-            TAG_SERVED => Item::Served { node: self.u32()?, count: self.u32()?, nanos: self.u64()? },
-            TAG_HOLD => Item::Hold { hold: self.flag("a hold's flag")? },
-            TAG_HEARTBEAT => Item::Heartbeat,
-            TAG_SHUTDOWN => Item::Shutdown,
-            other => return Err(WireError { offset: self.at - 1, what: format!("unknown item tag {other}") }),
+            other => return Err(WireError { offset: self.at - 1, what: format!("unknown report tag {other}") }),
         })
     }
 }
@@ -729,55 +675,71 @@ mod tests {
             instances: 0,
             staleness: Some(2),
         };
+        let work = |node, port, dir, msg| ToWorker::Work(Envelope { node, port, dir, msg });
+        let to = |worker, word| Item::Worker { worker, word };
+        let remote = |worker, word| Item::Worker { worker, word: ToWorker::Remote(word) };
+        let grads = |tensors, rows, applied| ReplicaGrads { tensors, rows, applied };
         vec![
-            Item::Work {
-                worker: 1,
-                node: 42,
-                port: 2,
-                dir: Dir::Backward,
-                msg: Msg::new(Payload::from_vec(vec![1.5, -0.25, f32::MIN_POSITIVE]), vec![9, -1, 3].into()),
-            },
-            Item::Work { worker: 0, node: 0, port: 0, dir: Dir::Forward, msg: Msg::new(Payload::Unit, vec![0].into()) },
-            Item::InstanceDone { worker: 2, instance: 31 },
-            Item::Hold { hold: true },
-            Item::Hold { hold: false },
-            Item::Confirm { worker: 5 },
-            Item::Stop { worker: 1, flush: true },
-            Item::Release { instance: 77 },
+            to(
+                1,
+                work(
+                    42,
+                    2,
+                    Dir::Backward,
+                    Msg::new(Payload::from_vec(vec![1.5, -0.25, f32::MIN_POSITIVE]), vec![9, -1, 3].into()),
+                ),
+            ),
+            to(0, work(0, 0, Dir::Forward, Msg::new(Payload::Unit, vec![0].into()))),
+            to(2, ToWorker::InstanceDone(31)),
+            Item::Process(ToWorker::Remote(RemoteWord::Hold(true))),
+            Item::Process(ToWorker::Remote(RemoteWord::Hold(false))),
+            to(5, ToWorker::Confirm),
+            to(1, ToWorker::Stop { flush: true }),
+            Item::Process(ToWorker::Release(77)),
             Item::Receipt { instance: 78 },
-            Item::Loss { instance: 4, node: 9, value: 0.5, correct: Some(true), state: Some(vec![4, 1].into()) },
-            Item::Loss { instance: 5, node: 9, value: f32::INFINITY, correct: None, state: None },
-            Item::Output { instance: 6, node: 2, values: vec![0.0, 1.0] },
-            Item::Done { instance: 8 },
-            Item::Updated,
-            Item::Wake,
-            Item::Trace(vec![event.clone()]),
-            Item::Failed { message: "worker 3 failed: ünïcode".into() },
-            Item::Stopped { worker: 3, trace: vec![event], held: vec![(4, 2)] },
+            Item::Controller(Report::Loss {
+                instance: 4,
+                node: 9,
+                value: 0.5,
+                correct: Some(true),
+                state: Some(vec![4, 1].into()),
+            }),
+            Item::Controller(Report::Loss { instance: 5, node: 9, value: f32::INFINITY, correct: None, state: None }),
+            Item::Controller(Report::Output { instance: 6, node: 2, values: vec![0.0, 1.0] }),
+            Item::Controller(Report::Done { instance: 8 }),
+            Item::Controller(Report::Updated),
+            Item::Controller(Report::Wake),
+            Item::Controller(Report::Trace(vec![event.clone()])),
+            Item::Controller(Report::Failed(ExecError::Cluster { message: "worker 3 failed: ünïcode".into() })),
+            Item::Controller(Report::Stopped { worker: 3, trace: vec![event], held: vec![(4, 2)] }),
             Item::Tensor { tensor: 1, values: vec![3.0; 5] },
             Item::Decision { words: vec![1, 0, u64::MAX] },
             Item::Decision { words: vec![] },
-            Item::ReplicaPull { worker: 1, group: 4 },
-            Item::ReplicaGrads {
-                worker: 0,
-                group: 4,
-                last: false,
-                tensors: vec![vec![0.5, -1.0], vec![2.0]],
-                rows: None,
-                applied: vec![(3, 1), (9, 2)],
-            },
-            Item::ReplicaGrads {
-                worker: 0,
-                group: 5,
-                last: true,
-                tensors: vec![vec![0.0; 6]],
-                rows: Some((3, vec![1, 0, 1])),
-                applied: vec![],
-            },
-            Item::ReplicaGrads { worker: 2, group: 5, last: true, tensors: vec![], rows: None, applied: vec![] },
-            Item::ReplicaValues { worker: 1, group: 4, base: 7, tensors: vec![vec![1.0, 2.0], vec![3.0]] },
-            Item::ReplicaSynced { worker: 0, group: 4 },
-            Item::Served { node: 12, count: 3, nanos: 4500 },
+            remote(1, RemoteWord::Pull { group: 4 }),
+            remote(
+                0,
+                RemoteWord::Grads {
+                    group: 4,
+                    last: false,
+                    grads: grads(vec![vec![0.5, -1.0], vec![2.0]], None, vec![(3, 1), (9, 2)]),
+                },
+            ),
+            remote(
+                0,
+                RemoteWord::Grads {
+                    group: 5,
+                    last: true,
+                    grads: grads(vec![vec![0.0; 6]], Some((3, vec![1, 0, 1])), vec![]),
+                },
+            ),
+            remote(2, RemoteWord::Grads { group: 5, last: true, grads: grads(vec![], None, vec![]) }),
+            remote(1, RemoteWord::Values { group: 4, base: 7, tensors: vec![vec![1.0, 2.0], vec![3.0]] }),
+            remote(0, RemoteWord::Synced { group: 4 }),
+            Item::Process(ToWorker::Remote(RemoteWord::Served {
+                node: 12,
+                count: 3,
+                elapsed: std::time::Duration::from_nanos(4500),
+            })),
             Item::Heartbeat,
             Item::Shutdown,
         ]
@@ -805,7 +767,8 @@ mod tests {
         for (floats, fields) in [(0, 0), (3, 1), (64, 5)] {
             let payload = if floats == 0 { Payload::Unit } else { Payload::from_vec(vec![0.5; floats]) };
             let msg = Msg::new(payload, vec![7; fields].into());
-            let work = Item::Work { worker: 1, node: 2, port: 0, dir: Dir::Forward, msg };
+            let work =
+                Item::Worker { worker: 1, word: ToWorker::Work(Envelope { node: 2, port: 0, dir: Dir::Forward, msg }) };
             let bytes = packet(&[work]) - empty;
             let unit_payload = if floats == 0 { 4 } else { 0 };
             assert_eq!(
@@ -829,7 +792,8 @@ mod tests {
     fn an_oversized_length_is_refused_before_allocating() {
         // A payload announcing 2^31 values in a packet of a few bytes.
         let mut bytes = Vec::new();
-        encode(0, 0, &[Item::Output { instance: 0, node: 0, values: vec![] }], &mut bytes);
+        let output = |values| Item::Controller(Report::Output { instance: 0, node: 0, values });
+        encode(0, 0, &[output(vec![])], &mut bytes);
         let len_at = bytes.len() - 4;
         bytes[len_at..].copy_from_slice(&(1u32 << 31).to_le_bytes());
         let error = decode(&bytes, &Limits::default()).unwrap_err();
@@ -837,13 +801,15 @@ mod tests {
         // And past the limit even when the bytes are there.
         let limits = Limits { values: 2, ..Limits::default() };
         let mut bytes = Vec::new();
-        encode(0, 0, &[Item::Output { instance: 0, node: 0, values: vec![1.0; 3] }], &mut bytes);
+        encode(0, 0, &[output(vec![1.0; 3])], &mut bytes);
         assert!(decode(&bytes, &limits).unwrap_err().what.contains("over the limit"));
         // Trace events too, in a piece or with a worker's end.
-        let events = sample().into_iter().find_map(|i| if let Item::Trace(e) = i { Some(e) } else { None });
+        let events =
+            sample().into_iter().find_map(|i| if let Item::Controller(Report::Trace(e)) = i { Some(e) } else { None });
         let three: Vec<TraceEvent> = events.expect("a trace piece").iter().cycle().take(3).cloned().collect();
         let limits = Limits { events: 2, ..Limits::default() };
-        for item in [Item::Trace(three.clone()), Item::Stopped { worker: 0, trace: three, held: vec![] }] {
+        let reports = [Report::Trace(three.clone()), Report::Stopped { worker: 0, trace: three, held: vec![] }];
+        for item in reports.map(Item::Controller) {
             let mut bytes = Vec::new();
             encode(0, 0, &[item], &mut bytes);
             let error = decode(&bytes, &limits).unwrap_err();
@@ -869,23 +835,41 @@ mod tests {
         assert_eq!(decode(&bytes, &Limits::default()).unwrap().items, [Item::Decision { words: vec![7; 16] }]);
     }
 
-    /// Every seed of the fuzz target (`fuzz/seeds_wire/`) is a packet the decoder reads
-    /// whole, so the fuzzer starts from valid forms (a format change must update them).
+    /// The seeds of the fuzz target (`fuzz/seeds_wire/`), each a packet of `sample`'s
+    /// items, so that the fuzzer starts from valid forms of every item.
+    fn seeds() -> Vec<(&'static str, Vec<Item>)> {
+        let items = sample();
+        let replicas =
+            items.iter().filter(|i| matches!(i, Item::Worker { word: ToWorker::Remote(_), .. })).cloned().collect();
+        let first = |pick: &dyn Fn(&Item) -> bool| items.iter().filter(|i| pick(i)).cloned().collect::<Vec<_>>();
+        vec![
+            ("work", first(&|i| matches!(i, Item::Worker { word: ToWorker::Work(_), .. }))),
+            ("wake", vec![Item::Controller(Report::Wake)]),
+            ("decision", vec![Item::Decision { words: vec![1, 0, 1] }]),
+            ("replicas", replicas),
+            ("mixed", items.clone()),
+        ]
+    }
+
+    /// Every seed of the fuzz target is the encoding of its packet, and reads back whole:
+    /// a format change updates them with `AMP_UPDATE_WIRE_SEEDS=1 cargo test -p amp-exec
+    /// --lib wire`.
     #[test]
-    fn every_fuzz_seed_is_a_valid_packet() {
+    fn every_fuzz_seed_is_its_packet() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds_wire");
-        let mut seeds = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let bytes = std::fs::read(&path).unwrap();
-            let read = decode(&bytes, &Limits::default());
-            assert!(read.is_ok(), "{}: {:?}", path.display(), read.err());
-            seeds += 1;
+        for (name, items) in seeds() {
+            let mut bytes = Vec::new();
+            encode(1, 3, &items, &mut bytes);
+            let path = dir.join(name);
+            if std::env::var_os("AMP_UPDATE_WIRE_SEEDS").is_some() {
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            let stored = std::fs::read(&path).unwrap();
+            assert_eq!(stored, bytes, "{} is not the encoding of its packet", path.display());
+            assert_eq!(decode(&stored, &Limits::default()).unwrap().items, items);
         }
-        assert!(seeds >= 5, "{seeds} seeds in {}", dir.display());
-        let packet = decode(include_bytes!("../../../fuzz/seeds_wire/replicas"), &Limits::default()).unwrap();
-        assert_eq!(packet.items.len(), 6);
-        assert!(matches!(packet.items[2], Item::ReplicaGrads { last: true, rows: Some((3, _)), .. }));
+        let seeds = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(seeds, 5, "{seeds} seeds in {}", dir.display());
     }
 
     /// A replica's tensors, rows and read versions are bounded like every other length:
@@ -893,13 +877,13 @@ mod tests {
     /// anything of their size is allocated.
     #[test]
     fn a_replicas_counts_are_refused_past_their_limits_or_bytes() {
-        let grads = |tensors: Vec<Vec<f32>>| Item::ReplicaGrads {
+        let grads = |tensors: Vec<Vec<f32>>| Item::Worker {
             worker: 0,
-            group: 1,
-            last: false,
-            tensors,
-            rows: Some((2, vec![0])),
-            applied: vec![(0, 0)],
+            word: ToWorker::Remote(RemoteWord::Grads {
+                group: 1,
+                last: false,
+                grads: ReplicaGrads { tensors, rows: Some((2, vec![0])), applied: vec![(0, 0)] },
+            }),
         };
         let mut bytes = Vec::new();
         encode(1, 2, &[grads(vec![vec![]; MAX_GROUP_TENSORS + 1])], &mut bytes);
@@ -915,7 +899,10 @@ mod tests {
         // Values of a tensor past the limit, though the bytes are there.
         let limits = Limits { values: 2, ..Limits::default() };
         let mut bytes = Vec::new();
-        let values = Item::ReplicaValues { worker: 0, group: 1, base: 0, tensors: vec![vec![1.0; 3]] };
+        let values = Item::Worker {
+            worker: 0,
+            word: ToWorker::Remote(RemoteWord::Values { group: 1, base: 0, tensors: vec![vec![1.0; 3]] }),
+        };
         encode(1, 2, &[values], &mut bytes);
         assert!(decode(&bytes, &limits).unwrap_err().what.contains("3 values, over the limit of 2"));
     }
@@ -923,7 +910,7 @@ mod tests {
     #[test]
     fn wrong_magic_unknown_tags_and_trailing_bytes_are_refused() {
         let mut bytes = Vec::new();
-        encode(0, 0, &[Item::Wake], &mut bytes);
+        encode(0, 0, &[Item::Heartbeat], &mut bytes);
         let mut bad = bytes.clone();
         bad[0] ^= 1;
         assert!(decode(&bad, &Limits::default()).unwrap_err().what.contains("magic"));

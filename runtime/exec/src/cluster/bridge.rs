@@ -185,7 +185,7 @@ impl Bridge {
     ) -> Result<(), amp_net::NetError> {
         self.scratch.clear();
         wire::encode(self.process as u32, run, items, &mut self.scratch);
-        let messages = items.iter().filter(|i| matches!(i, Item::Work { .. })).count();
+        let messages = items.iter().filter(|i| matches!(i, Item::Worker { word: ToWorker::Work(_), .. })).count();
         self.traffic.messages(messages, 0);
         self.last_sent[process] = Instant::now();
         transport.send(process, std::mem::take(&mut self.scratch))
@@ -249,7 +249,8 @@ impl Bridge {
         if from >= self.addresses.len() || from == self.process {
             return Err(format!("a packet names process {from} as its sender"));
         }
-        let messages = packet.items.iter().filter(|i| matches!(i, Item::Work { .. })).count();
+        let messages =
+            packet.items.iter().filter(|i| matches!(i, Item::Worker { word: ToWorker::Work(_), .. })).count();
         self.traffic.messages(0, messages);
         self.last_heard[from] = Instant::now();
         if packet.items.iter().any(|i| matches!(i, Item::Decision { .. })) {

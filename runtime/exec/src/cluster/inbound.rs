@@ -4,6 +4,7 @@
 
 use super::bridge::Bridge;
 use super::*;
+use crate::protocol::{RemoteWord, ReplicaGrads};
 
 /// What the bridge needs of a run to deliver into it.
 pub(crate) struct RunPort {
@@ -25,7 +26,7 @@ pub(crate) struct RunPort {
     pub node_workers: Vec<usize>,
 }
 
-/// A replica group as the bridge checks the messages about it (`wire::Item::ReplicaPull`
+/// A replica group as the bridge checks the messages about it (`RemoteWord::Pull`
 /// and the others): the worker that runs it, the worker that owns its master, and the
 /// length of each of its tensors.
 #[derive(Clone, Debug)]
@@ -36,10 +37,12 @@ pub(crate) struct ReplicaShape {
 }
 
 impl Bridge {
-    /// Delivers a packet of the current run into its workers' and controller's channels.
+    /// Delivers a packet of the current run into its workers' and controller's channels,
+    /// each item checked against the run first.
     pub(super) fn deliver(&mut self, packet: Packet) -> Result<(), String> {
         let from = packet.from as usize;
         let who = self.peer(from);
+        let processes = self.addresses.len();
         let mut releases = Vec::new();
         {
             let Some(port) = self.run.as_ref() else { return Ok(()) };
@@ -52,69 +55,100 @@ impl Bridge {
                     Err(bad(format!("{what} for worker {worker}, not one of this process's")))
                 }
             };
+            let known = |instance: usize| instance < port.instances;
             for item in packet.items {
                 match item {
-                    Item::Work { worker, node, port: p, dir, msg } => {
+                    Item::Worker { worker, word } => {
+                        match &word {
+                            ToWorker::Work(env) => {
+                                local(worker, "a message")?;
+                                let msg = &env.msg;
+                                if env.node as usize >= port.nodes || msg.state.len() != port.state_len {
+                                    return Err(bad(format!(
+                                        "a message for node {} with {} state fields",
+                                        env.node,
+                                        msg.state.len()
+                                    )));
+                                }
+                                let instance = usize::try_from(msg.instance()).ok().filter(|&i| known(i));
+                                let instance =
+                                    instance.ok_or_else(|| bad(format!("a message of instance {}", msg.instance())))?;
+                                if !port.sink.arrive(instance, from) {
+                                    releases.push(instance);
+                                }
+                            }
+                            ToWorker::InstanceDone(instance) => {
+                                local(worker, "a control word")?;
+                                if !known(*instance) {
+                                    return Err(bad(format!("the end of instance {instance}")));
+                                }
+                            }
+                            ToWorker::Confirm | ToWorker::Stop { .. } => {
+                                local(worker, "a control word")?;
+                            }
+                            ToWorker::Remote(
+                                remote @ (RemoteWord::Pull { group }
+                                | RemoteWord::Grads { group, .. }
+                                | RemoteWord::Values { group, .. }
+                                | RemoteWord::Synced { group }),
+                            ) => {
+                                local(worker, "a replica's message")?;
+                                check_replica_word(worker as usize, remote, port, from, processes)
+                                    .map_err(|what| bad(format!("{what} for replica group {group}")))?;
+                            }
+                            ToWorker::Release(_)
+                            | ToWorker::Remote(RemoteWord::Served { .. } | RemoteWord::Hold(_)) => {
+                                return Err(bad(format!("a word for a process addressed to worker {worker}")));
+                            }
+                        }
                         let index = local(worker, "a message")?;
-                        if node as usize >= port.nodes || msg.state.len() != port.state_len {
-                            return Err(bad(format!(
-                                "a message for node {node} with {} state fields",
-                                msg.state.len()
-                            )));
-                        }
-                        let instance = usize::try_from(msg.instance()).ok().filter(|&i| i < port.instances);
-                        let instance =
-                            instance.ok_or_else(|| bad(format!("a message of instance {}", msg.instance())))?;
-                        if !port.sink.arrive(instance, from) {
-                            releases.push(instance);
-                        }
-                        port.sink.worker(index, Item::Work { worker, node, port: p, dir, msg });
+                        port.sink.worker(index, word);
                     }
-                    Item::InstanceDone { worker, instance } => {
-                        let index = local(worker, "a control word")?;
-                        if usize::try_from(instance).ok().filter(|&i| i < port.instances).is_none() {
-                            return Err(bad(format!("the end of instance {instance}")));
+                    Item::Process(word) => {
+                        match &word {
+                            ToWorker::Release(instance) if known(*instance) => {}
+                            ToWorker::Release(_) => return Err(bad("a credit of an unknown instance".into())),
+                            ToWorker::Remote(RemoteWord::Served { node, .. }) => {
+                                let runs = port.node_workers.get(*node as usize).copied().unwrap_or(usize::MAX);
+                                if !workers_of(from, processes, port.workers).contains(&runs) {
+                                    return Err(bad(format!("the service time of node {node}, which it does not run")));
+                                }
+                            }
+                            ToWorker::Remote(RemoteWord::Hold(_)) if self.process != 0 => {
+                                return Err(bad("a hold of admissions, which only process 0 makes".into()));
+                            }
+                            ToWorker::Remote(RemoteWord::Hold(_)) => {}
+                            _ => return Err(bad("a word for a worker addressed to a process".into())),
                         }
-                        port.sink.worker(index, item);
+                        // A credit, a copy's service or a hold is the process's: any worker
+                        // of it settles it (and ends the instance when that was its last
+                        // credit), notes it in the routes, or holds admissions.
+                        port.sink.worker(0, word);
                     }
-                    Item::Confirm { worker } | Item::Stop { worker, .. } => {
-                        let index = local(worker, "a control word")?;
-                        port.sink.worker(index, item);
-                    }
-                    Item::Hold { .. } => {
-                        if self.process != 0 {
-                            return Err(bad("a hold of admissions, which only process 0 makes".into()));
+                    Item::Controller(report) => {
+                        let report = match report {
+                            Report::Trace(mut events) => {
+                                check_trace(&events, from, processes, port.workers).map_err(bad)?;
+                                shift_events(&mut events, port.trace_shift);
+                                Report::Trace(events)
+                            }
+                            Report::Stopped { worker, mut trace, held } => {
+                                if !workers_of(from, processes, port.workers).contains(&worker) {
+                                    return Err(bad(format!("the end of worker {worker}, not one of its own")));
+                                }
+                                check_trace(&trace, from, processes, port.workers).map_err(bad)?;
+                                shift_events(&mut trace, port.trace_shift);
+                                Report::Stopped { worker, trace, held }
+                            }
+                            Report::Failed(error) => Report::Failed(cluster_error(format!("{who}: {error}"))),
+                            report => report,
+                        };
+                        if !port.sink.controller(report) {
+                            return Err(bad("a report to a process without the controller".into()));
                         }
-                        // Process 0's admissions: any worker of it holds or releases them.
-                        port.sink.worker(0, item);
-                    }
-                    Item::ReplicaPull { worker, group }
-                    | Item::ReplicaGrads { worker, group, .. }
-                    | Item::ReplicaValues { worker, group, .. }
-                    | Item::ReplicaSynced { worker, group } => {
-                        let index = local(worker, "a replica's message")?;
-                        check_replica_item(&item, port, from, self.addresses.len())
-                            .map_err(|what| bad(format!("{what} for replica group {group}")))?;
-                        port.sink.worker(index, item);
-                    }
-                    Item::Served { node, .. } => {
-                        let runs = port.node_workers.get(node as usize).copied().unwrap_or(usize::MAX);
-                        if !workers_of(from, self.addresses.len(), port.workers).contains(&runs) {
-                            return Err(bad(format!("the service time of node {node}, which it does not run")));
-                        }
-                        // The routes are the process's: any worker of it notes them.
-                        port.sink.worker(0, item);
-                    }
-                    Item::Release { instance } => {
-                        if usize::try_from(instance).ok().filter(|&i| i < port.instances).is_none() {
-                            return Err(bad("a credit of an unknown instance".into()));
-                        }
-                        // Any worker of this process settles it (and ends the instance when
-                        // that was its last credit).
-                        port.sink.worker(0, item);
                     }
                     Item::Receipt { instance } => {
-                        let known = usize::try_from(instance).ok().filter(|&i| i < port.instances);
+                        let known = usize::try_from(instance).ok().filter(|&i| known(i));
                         match known {
                             // The reports before it are in the controller's channel: the
                             // credit they took goes back (see the module doc).
@@ -127,80 +161,67 @@ impl Bridge {
                     Item::Tensor { tensor, values } => {
                         let _ = self.tensors.send((from, packet.run, tensor, values));
                     }
-                    Item::Trace(mut events) => {
-                        check_trace(&events, from, self.addresses.len(), port.workers).map_err(bad)?;
-                        shift_events(&mut events, port.trace_shift);
-                        if !port.sink.controller(Item::Trace(events), &who) {
-                            return Err(bad("a report to a process without the controller".into()));
-                        }
-                    }
-                    Item::Stopped { worker, mut trace, held } => {
-                        let theirs = workers_of(from, self.addresses.len(), port.workers);
-                        if !theirs.contains(&(worker as usize)) {
-                            return Err(bad(format!("the end of worker {worker}, not one of its own")));
-                        }
-                        check_trace(&trace, from, self.addresses.len(), port.workers).map_err(bad)?;
-                        shift_events(&mut trace, port.trace_shift);
-                        if !port.sink.controller(Item::Stopped { worker, trace, held }, &who) {
-                            return Err(bad("a report to a process without the controller".into()));
-                        }
-                    }
-                    report => {
-                        if !port.sink.controller(report, &who) {
-                            return Err(bad("a report to a process without the controller".into()));
-                        }
-                    }
+                    // A packet with a decision goes to `Bridge::decision`, never here.
+                    Item::Decision { .. } => return Err(bad("a decision among a run's items".into())),
                 }
             }
         }
         for instance in releases {
-            self.queue(from, packet.run, Item::Release { instance: instance as u64 });
+            self.queue(from, packet.run, Item::Process(ToWorker::Release(instance)));
         }
         Ok(())
     }
 }
 
-/// Whether a replica's message (`item`) from process `from` fits the run: the group is a
-/// replica's, the sender runs the side that sends it (the replica's worker its gradients
-/// and acknowledgements, the master's owner pulls and values), and tensors, rows and
-/// instances are within the group's and run's sizes. `Err`: what is wrong.
-pub(super) fn check_replica_item(item: &Item, port: &RunPort, from: usize, processes: usize) -> Result<(), String> {
-    let (worker, group) = match item {
-        Item::ReplicaPull { worker, group }
-        | Item::ReplicaGrads { worker, group, .. }
-        | Item::ReplicaValues { worker, group, .. }
-        | Item::ReplicaSynced { worker, group } => (*worker as usize, *group as usize),
+/// Whether a replica's word (`word`, for worker `worker`) from process `from` fits the
+/// run: the group is a replica's, the sender runs the side that sends it (the replica's
+/// worker its gradients and acknowledgements, the master's owner pulls and values), and
+/// tensors, rows and instances are within the group's and run's sizes. `Err`: what is
+/// wrong.
+pub(super) fn check_replica_word(
+    worker: usize,
+    word: &RemoteWord,
+    port: &RunPort,
+    from: usize,
+    processes: usize,
+) -> Result<(), String> {
+    let group = match word {
+        RemoteWord::Pull { group }
+        | RemoteWord::Grads { group, .. }
+        | RemoteWord::Values { group, .. }
+        | RemoteWord::Synced { group } => *group,
         _ => return Err("not a replica's message".into()),
     };
     let shape = port.replicas.get(group).and_then(Option::as_ref).ok_or("a message")?;
     let runs = |w: usize| workers_of(from, processes, port.workers).contains(&w);
     let lens_fit = |tensors: &[Vec<f32>]| tensors.iter().map(Vec::len).eq(shape.lens.iter().copied());
-    match item {
-        Item::ReplicaPull { .. } | Item::ReplicaValues { .. } if shape.worker != worker || !runs(shape.owner) => {
+    match word {
+        RemoteWord::Pull { .. } | RemoteWord::Values { .. } if shape.worker != worker || !runs(shape.owner) => {
             Err("a master's message, not from its owner,".into())
         }
-        Item::ReplicaGrads { .. } | Item::ReplicaSynced { .. } if shape.owner != worker || !runs(shape.worker) => {
+        RemoteWord::Grads { .. } | RemoteWord::Synced { .. } if shape.owner != worker || !runs(shape.worker) => {
             Err("a replica's message, not from its worker,".into())
         }
-        Item::ReplicaValues { tensors, .. } if !lens_fit(tensors) => Err("values of other sizes".into()),
-        Item::ReplicaGrads { tensors, rows, applied, .. } => {
-            // A table's rows only (`ops::train::ReplicaGrads`): one tensor of a row's
-            // values per row named.
+        RemoteWord::Values { tensors, .. } if !lens_fit(tensors) => Err("values of other sizes".into()),
+        RemoteWord::Grads { grads, .. } => {
+            let ReplicaGrads { tensors, rows, applied } = grads;
+            // A table's rows only (`ReplicaGrads`): one tensor of a row's values per row
+            // named.
             let table_rows = match (rows, tensors.as_slice(), shape.lens.len()) {
-                (Some((width, rows)), [values], 1) => values.len() as u64 == rows.len() as u64 * u64::from(*width),
+                (Some((width, rows)), [values], 1) => values.len() as u128 == rows.len() as u128 * *width as u128,
                 _ => false,
             };
             if !tensors.is_empty() && !lens_fit(tensors) && !table_rows {
                 return Err("gradients of other sizes".into());
             }
             if let Some((width, rows)) = rows {
-                let len = shape.lens.first().copied().unwrap_or(0) as u64;
-                let past = |&r: &u32| (u64::from(r) + 1) * u64::from(*width) > len;
+                let len = shape.lens.first().copied().unwrap_or(0) as u128;
+                let past = |&r: &usize| (r as u128 + 1) * *width as u128 > len;
                 if *width == 0 || rows.iter().any(past) {
                     return Err("rows past its first tensor".into());
                 }
             }
-            if applied.iter().any(|&(i, _)| i >= port.instances as u64) {
+            if applied.iter().any(|&(i, _)| i >= port.instances) {
                 return Err("a read of an unknown instance".into());
             }
             Ok(())

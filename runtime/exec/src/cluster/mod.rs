@@ -11,7 +11,7 @@
 //!
 //! **Credits across processes** (Dijkstra–Scholten): every process keeps its own counts
 //! (`Credits`). A message for another process keeps the credit its sender took until the
-//! receiver gives it back ([`wire::Item::Release`]). The receiving bridge adds the
+//! receiver gives it back ([`ToWorker::Release`], as an [`Item::Process`]). The receiving bridge adds the
 //! message to its own count: if the instance had nothing there (the count was zero), the
 //! sender becomes the instance's parent there, given its credit back when the count
 //! returns to zero; otherwise the credit goes back at once. So process 0, where every
@@ -23,7 +23,7 @@
 //! to its parent, which may be a third process. When `p`'s parent for the instance is
 //! process 0, the credit goes back after the report on the same connection, in order.
 //! Otherwise the report takes a credit of its own ([`ReportTo::receipt`]): process 0 gives
-//! it back ([`wire::Item::Receipt`], answered by a `Release`) once the report is in its
+//! it back ([`Item::Receipt`], answered by a `Release`) once the report is in its
 //! controller's channel, so `p`'s count, and with it process 0's, cannot return to zero
 //! before the report arrived, whatever the number of processes.
 //!
@@ -39,7 +39,7 @@
 //! workers share one time axis.
 //!
 //! **Decisions**: what only process 0 knows (its validation: improved, out of patience)
-//! but every process must act on, process 0 sends as a [`wire::Item::Decision`] between
+//! but every process must act on, process 0 sends as a [`Item::Decision`] between
 //! runs ([`Cluster::agree`]); it takes a run number, like a gather, so a process reads it
 //! at the same point of its runs. A decision from any other process, or on process 0, is
 //! a misbehaving peer.
@@ -51,8 +51,9 @@
 //! start.
 
 use crate::error::ExecError;
+use crate::protocol::{Item, Report, ToWorker};
 use crate::trace::TraceEvent;
-use crate::wire::{self, Item, Limits, Packet};
+use crate::wire::{self, Limits, Packet};
 use amp_ir::placement::{process_of, workers_of, MAX_RUN_PROCESSES};
 mod bridge;
 mod inbound;
@@ -62,7 +63,7 @@ mod tests;
 
 use bridge::Bridge;
 pub(crate) use inbound::{shift_events, ReplicaShape, RunPort};
-pub(crate) use route::{Peers, ReportTo, RunSink, Wire};
+pub(crate) use route::{Peers, ReportTo, RunSink};
 
 use amp_net::{Counters, Link, Traffic, Transport};
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -462,9 +463,8 @@ pub(crate) struct Outbox {
 
 impl Outbox {
     pub fn send(&self, process: usize, mut item: Item) {
-        match &mut item {
-            Item::Trace(events) | Item::Stopped { trace: events, .. } => shift_events(events, self.trace_shift),
-            _ => {}
+        if let Item::Controller(Report::Trace(events) | Report::Stopped { trace: events, .. }) = &mut item {
+            shift_events(events, self.trace_shift);
         }
         let _ = self.tx.send(Outgoing { process, run: self.run, item });
         self.bridge.unpark();

@@ -1,26 +1,17 @@
 //! The seam between the scheduler and the cluster: where a worker's messages and reports
-//! go (a channel in this process, or the bridge's outbox), what each becomes on the wire,
-//! and where the bridge delivers (`RunSink`, implemented in `sched/`).
+//! go (a channel in this process, or the bridge's outbox, addressed as an [`Item`]), and
+//! where the bridge delivers (`RunSink`, implemented in `sched/`).
 
 use super::*;
-
-/// What a process-local message becomes on the wire (the scheduler's `ToWorker` and
-/// `Report` say, in `sched::worker`).
-pub(crate) trait Wire {
-    /// The item for worker `worker` (or the controller) of another process; `None` for
-    /// what never crosses.
-    fn into_item(self, worker: u32) -> Option<Item>;
-}
 
 /// Where the bridge delivers a run's items: the scheduler's channels and credits
 /// (`sched::controller` implements it).
 pub(crate) trait RunSink: Send {
-    /// This process's `index`-th worker takes `item` (a message, an instance's end, a
-    /// confirmation request, a stop, a credit given back).
-    fn worker(&self, index: usize, item: Item);
-    /// A report for the controller, from `from` (named in a failure); false when this
-    /// process runs none.
-    fn controller(&self, item: Item, from: &str) -> bool;
+    /// This process's `index`-th worker takes `word` (a message, an instance's end, a
+    /// confirmation request, a stop, a credit given back, a replica's word).
+    fn worker(&self, index: usize, word: ToWorker);
+    /// A report for the controller; false when this process runs none.
+    fn controller(&self, report: Report) -> bool;
     /// A message of `instance` arrived from process `from`: true when this process keeps
     /// the sender's credit until its own count returns to zero (see the module doc).
     fn arrive(&self, instance: usize, from: usize) -> bool;
@@ -31,34 +22,34 @@ pub(crate) trait RunSink: Send {
 /// Where a worker's messages for another worker go: that worker's channel in this
 /// process, or the bridge for a worker of another process. The one seam between the
 /// scheduler and the cluster.
-pub(crate) struct Peers<T> {
+pub(crate) struct Peers {
     /// Per worker (global index), its channel when it runs in this process.
-    local: Vec<Option<Sender<T>>>,
+    local: Vec<Option<Sender<ToWorker>>>,
     remote: Option<(Outbox, Vec<u16>)>,
 }
 
-impl<T> Clone for Peers<T> {
-    fn clone(&self) -> Peers<T> {
+impl Clone for Peers {
+    fn clone(&self) -> Peers {
         Peers { local: self.local.clone(), remote: self.remote.clone() }
     }
 }
 
-impl<T: Wire> Peers<T> {
+impl Peers {
     /// Every worker in this process.
-    pub fn local(senders: &[Sender<T>]) -> Peers<T> {
+    pub fn local(senders: &[Sender<ToWorker>]) -> Peers {
         Peers { local: senders.iter().cloned().map(Some).collect(), remote: None }
     }
 
     /// This process's workers `range` (their channels in `senders`) out of `workers`, the
     /// others through `outbox`.
     pub fn split(
-        senders: &[Sender<T>],
+        senders: &[Sender<ToWorker>],
         range: Range<usize>,
         workers: usize,
         cluster: &Cluster,
         outbox: Outbox,
-    ) -> Peers<T> {
-        let mut local: Vec<Option<Sender<T>>> = (0..workers).map(|_| None).collect();
+    ) -> Peers {
+        let mut local: Vec<Option<Sender<ToWorker>>> = (0..workers).map(|_| None).collect();
         for (slot, tx) in local.get_mut(range).into_iter().flatten().zip(senders) {
             *slot = Some(tx.clone());
         }
@@ -73,14 +64,14 @@ impl<T: Wire> Peers<T> {
     }
 
     /// Sends `item` to worker `worker`, wherever it runs; false when it is gone.
-    pub fn send(&self, worker: usize, item: T) -> bool {
+    pub fn send(&self, worker: usize, word: ToWorker) -> bool {
         if let Some(Some(tx)) = self.local.get(worker) {
-            return tx.send(item).is_ok();
+            return tx.send(word).is_ok();
         }
         let Some((outbox, owner)) = &self.remote else { return false };
         let Some(&process) = owner.get(worker) else { return false };
-        let Some(item) = item.into_item(u32::try_from(worker).unwrap_or(u32::MAX)) else { return false };
-        outbox.send(usize::from(process), item);
+        let worker = u32::try_from(worker).unwrap_or(u32::MAX);
+        outbox.send(usize::from(process), Item::Worker { worker, word });
         true
     }
 
@@ -97,19 +88,16 @@ impl<T: Wire> Peers<T> {
         owner.get(worker).map(|&p| usize::from(p))
     }
 
-    /// Sends `item` to process `process` (not to one of its workers); false when this
-    /// run is not split.
-    pub fn send_to_process(&self, process: usize, item: Item) -> bool {
+    /// Sends `word` to any worker of process `process`; false when this run is not split.
+    pub fn send_to_process(&self, process: usize, word: ToWorker) -> bool {
         let Some((outbox, _)) = &self.remote else { return false };
-        outbox.send(process, item);
+        outbox.send(process, Item::Process(word));
         true
     }
 
     /// Gives a credit of `instance` back to process `process` (see the module doc).
     pub fn release(&self, process: usize, instance: usize) {
-        if let Some((outbox, _)) = &self.remote {
-            outbox.send(process, Item::Release { instance: instance as u64 });
-        }
+        self.send_to_process(process, ToWorker::Release(instance));
     }
 
     /// The length of a local worker's channel (for a stall report).
@@ -125,13 +113,13 @@ impl<T: Wire> Peers<T> {
 
 /// Where a worker's reports go: the controller's channel in this process, or process 0's
 /// controller through the bridge.
-pub(crate) enum ReportTo<R> {
-    Local(Sender<R>),
+pub(crate) enum ReportTo {
+    Local(Sender<Report>),
     Remote(Outbox),
 }
 
-impl<R> Clone for ReportTo<R> {
-    fn clone(&self) -> ReportTo<R> {
+impl Clone for ReportTo {
+    fn clone(&self) -> ReportTo {
         match self {
             ReportTo::Local(tx) => ReportTo::Local(tx.clone()),
             ReportTo::Remote(outbox) => ReportTo::Remote(outbox.clone()),
@@ -139,7 +127,7 @@ impl<R> Clone for ReportTo<R> {
     }
 }
 
-impl<R: Wire> ReportTo<R> {
+impl ReportTo {
     /// Whether reports cross to another process (this is not process 0).
     pub fn is_remote(&self) -> bool {
         matches!(self, ReportTo::Remote(_))
@@ -154,16 +142,12 @@ impl<R: Wire> ReportTo<R> {
         }
     }
 
-    pub fn send(&self, report: R) {
+    pub fn send(&self, report: Report) {
         match self {
             ReportTo::Local(tx) => {
                 let _ = tx.send(report);
             }
-            ReportTo::Remote(outbox) => {
-                if let Some(item) = report.into_item(0) {
-                    outbox.send(0, item);
-                }
-            }
+            ReportTo::Remote(outbox) => outbox.send(0, Item::Controller(report)),
         }
     }
 }

@@ -1,5 +1,6 @@
-use super::inbound::{check_replica_item, check_trace};
+use super::inbound::{check_replica_word, check_trace};
 use super::*;
+use crate::protocol::{RemoteWord, ReplicaGrads};
 use amp_net::connect::handshake;
 use amp_net::NetSpec;
 use std::io::{Read, Write};
@@ -85,8 +86,8 @@ fn failure_when_process_1_sends(body: Vec<u8>) -> (String, Vec<String>) {
 struct Nowhere;
 
 impl RunSink for Nowhere {
-    fn worker(&self, _: usize, _: Item) {}
-    fn controller(&self, _: Item, _: &str) -> bool {
+    fn worker(&self, _: usize, _: ToWorker) {}
+    fn controller(&self, _: Report) -> bool {
         false
     }
     fn arrive(&self, _: usize, _: usize) -> bool {
@@ -116,41 +117,31 @@ fn a_replicas_message_must_fit_the_run() {
         node_workers: vec![0, 0, 1],
     };
     let port = port_of(vec![None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![6, 2] })]);
-    let check = |item: Item, from: usize| check_replica_item(&item, &port, from, 2);
-    let grads = |tensors: Vec<Vec<f32>>, rows: Option<(u32, Vec<u32>)>, applied: Vec<(u64, u64)>| Item::ReplicaGrads {
-        worker: 0,
-        group: 1,
-        last: false,
-        tensors,
-        rows,
-        applied,
+    // (the worker it is for, the word)
+    let check = |(worker, word): (usize, RemoteWord), from: usize| check_replica_word(worker, &word, &port, from, 2);
+    let grads = |tensors: Vec<Vec<f32>>, rows: Option<(usize, Vec<usize>)>, applied: Vec<(usize, u64)>| {
+        (0, RemoteWord::Grads { group: 1, last: false, grads: ReplicaGrads { tensors, rows, applied } })
     };
     assert_eq!(check(grads(vec![vec![0.0; 6], vec![0.0; 2]], Some((3, vec![0, 1])), vec![(3, 0)]), 1), Ok(()));
     assert_eq!(check(grads(vec![], None, vec![]), 1), Ok(()));
-    assert_eq!(check(Item::ReplicaPull { worker: 1, group: 1 }, 0), Ok(()));
-    assert_eq!(check(Item::ReplicaSynced { worker: 0, group: 1 }, 1), Ok(()));
-    let values = |lens: [usize; 2]| Item::ReplicaValues {
-        worker: 1,
-        group: 1,
-        base: 3,
-        tensors: lens.iter().map(|&n| vec![1.0; n]).collect(),
+    assert_eq!(check((1, RemoteWord::Pull { group: 1 }), 0), Ok(()));
+    assert_eq!(check((0, RemoteWord::Synced { group: 1 }), 1), Ok(()));
+    let values = |lens: [usize; 2]| {
+        (1, RemoteWord::Values { group: 1, base: 3, tensors: lens.iter().map(|&n| vec![1.0; n]).collect() })
     };
     assert_eq!(check(values([6, 2]), 0), Ok(()));
     // A table of 4 rows of 3 (group 2): two rows' values, or rows past its end.
     let table = port_of(vec![None, None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![12] })]);
-    let rows = |values: usize, rows: Vec<u32>| Item::ReplicaGrads {
-        worker: 0,
+    let rows = |values: usize, rows: Vec<usize>| RemoteWord::Grads {
         group: 2,
         last: true,
-        tensors: vec![vec![0.5; values]],
-        rows: Some((3, rows)),
-        applied: vec![],
+        grads: ReplicaGrads { tensors: vec![vec![0.5; values]], rows: Some((3, rows)), applied: vec![] },
     };
-    assert_eq!(check_replica_item(&rows(6, vec![1, 3]), &table, 1, 2), Ok(()));
-    assert!(check_replica_item(&rows(9, vec![1, 3]), &table, 1, 2).is_err());
-    assert!(check_replica_item(&rows(6, vec![1, 4]), &table, 1, 2).unwrap_err().contains("rows past"));
-    let refused = |item: Item, from: usize, what: &str| {
-        let error = check(item, from).expect_err("refused");
+    assert_eq!(check_replica_word(0, &rows(6, vec![1, 3]), &table, 1, 2), Ok(()));
+    assert!(check_replica_word(0, &rows(9, vec![1, 3]), &table, 1, 2).is_err());
+    assert!(check_replica_word(0, &rows(6, vec![1, 4]), &table, 1, 2).unwrap_err().contains("rows past"));
+    let refused = |word: (usize, RemoteWord), from: usize, what: &str| {
+        let error = check(word, from).expect_err("refused");
         assert!(error.contains(what), "{error}");
     };
     refused(grads(vec![vec![0.0; 5], vec![0.0; 2]], None, vec![]), 1, "gradients of other sizes");
@@ -162,11 +153,11 @@ fn a_replicas_message_must_fit_the_run() {
     refused(values([6, 3]), 0, "values of other sizes");
     // The wrong side: gradients from the master's process, a pull from the replica's.
     refused(grads(vec![], None, vec![]), 0, "not from its worker");
-    refused(Item::ReplicaPull { worker: 1, group: 1 }, 1, "not from its owner");
-    refused(Item::ReplicaSynced { worker: 1, group: 1 }, 1, "not from its worker");
+    refused((1, RemoteWord::Pull { group: 1 }), 1, "not from its owner");
+    refused((1, RemoteWord::Synced { group: 1 }), 1, "not from its worker");
     // No replica group 0, nor 7.
-    refused(Item::ReplicaPull { worker: 1, group: 0 }, 0, "a message");
-    refused(Item::ReplicaSynced { worker: 0, group: 7 }, 1, "a message");
+    refused((1, RemoteWord::Pull { group: 0 }), 0, "a message");
+    refused((0, RemoteWord::Synced { group: 7 }), 1, "a message");
 }
 
 /// A peer that proves the key and then sends bytes that are no packet ends the

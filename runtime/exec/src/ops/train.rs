@@ -4,6 +4,7 @@
 
 use crate::load::program::GroupInfo;
 use crate::ops::kernels;
+pub(crate) use crate::protocol::ReplicaGrads;
 use amp_params::optim::{clip_coefficient, global_norm, update_tensor};
 use amp_params::{OptimConfig, OptimizerKind, ParamSet, TensorState};
 use std::collections::HashMap;
@@ -651,19 +652,6 @@ pub(crate) fn set_replica_values(replica: &mut LiveGroup, values: &[&[f32]], bas
     }
     replica.version += 1;
     replica.staleness.base = base;
-}
-
-/// A replica's gradients on their way to a master in another process (what
-/// [`gather_grads`] moves in memory): the tensors' accumulators (none when nothing was
-/// accumulated), the rows of tensor 0 they reached when that is all they reached
-/// (`(width, rows)`), and the versions their instances read. A one-tensor group whose
-/// rows are known (an Embedding's table) sends those rows only: `tensors` is then one
-/// vector of `rows.len() × width` values, row after row, the rows sorted and distinct.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct ReplicaGrads {
-    pub tensors: Vec<Vec<f32>>,
-    pub rows: Option<(usize, Vec<usize>)>,
-    pub applied: Vec<(usize, u64)>,
 }
 
 /// Takes what a replica accumulated (clearing it), as [`gather_grads`] would hand it to

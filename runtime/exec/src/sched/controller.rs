@@ -9,13 +9,11 @@ use crate::cluster::{cluster_error, Peers, ReplicaShape, ReportTo, RunPort, RunS
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
 use crate::load::program::Program;
-use crate::message::Envelope;
 use crate::message::UNSET;
 use crate::ops::{self, RunMode, RunShared};
 use crate::sched::admission::{source_message, Admission, Boundaries, ControllerHold, Credits};
-use crate::sched::worker::{run_worker, RemoteWord, Report, ToWorker, WorkerGauges, WorkerSetup};
+use crate::sched::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crate::trace::TraceEvent;
-use crate::wire::Item;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -302,47 +300,18 @@ struct Delivery {
 }
 
 impl RunSink for Delivery {
-    fn worker(&self, index: usize, item: Item) {
-        let to_worker = match item {
-            Item::Work { node, port, dir, msg, .. } => ToWorker::Work(Envelope { node, port, dir, msg }),
-            Item::InstanceDone { instance, .. } => {
-                ToWorker::InstanceDone(usize::try_from(instance).unwrap_or(usize::MAX))
-            }
-            Item::Confirm { .. } => ToWorker::Confirm,
-            Item::Stop { flush, .. } => ToWorker::Stop { flush },
-            Item::Release { instance } => ToWorker::Release(usize::try_from(instance).unwrap_or(usize::MAX)),
-            item => match RemoteWord::from_item(item) {
-                Some(word) => ToWorker::Remote(word),
-                None => return,
-            },
-        };
+    fn worker(&self, index: usize, word: ToWorker) {
         if let Some(tx) = self.senders.get(index) {
-            let _ = tx.send(to_worker);
+            let _ = tx.send(word);
         }
     }
 
-    fn controller(&self, item: Item, from: &str) -> bool {
+    fn controller(&self, report: Report) -> bool {
         let (Some(reports), Some(results)) = (&self.reports, &self.results) else { return false };
         // Losses, outputs, ends and trace pieces on the results channel, the rest on the
         // reports channel, as a local worker sends them (invariant 17).
-        let (to_results, report) = match item {
-            Item::Loss { instance, node, value, correct, state } => {
-                (true, Report::Loss { instance, node, value, correct, state })
-            }
-            Item::Output { instance, node, values } => (true, Report::Output { instance, node, values }),
-            Item::Done { instance } => {
-                (true, Report::Done { instance: usize::try_from(instance).unwrap_or(usize::MAX) })
-            }
-            Item::Trace(events) => (true, Report::Trace(events)),
-            Item::Updated => (false, Report::Updated),
-            Item::Wake => (false, Report::Wake),
-            Item::Failed { message } => (false, Report::Failed(cluster_error(format!("{from}: {message}")))),
-            Item::Stopped { worker, trace, held } => {
-                let held = held.into_iter().map(|(n, h)| (n, usize::try_from(h).unwrap_or(usize::MAX))).collect();
-                (false, Report::Stopped { worker: worker as usize, trace, held })
-            }
-            _ => return true,
-        };
+        let to_results =
+            matches!(report, Report::Loss { .. } | Report::Output { .. } | Report::Done { .. } | Report::Trace(_));
         let _ = if to_results { results.send(report) } else { reports.send(report) };
         true
     }
@@ -382,7 +351,7 @@ struct Controller<'r, 'o> {
     program: &'r Program,
     config: &'r ExecConfig,
     mode: RunMode,
-    peers: &'r Peers<ToWorker>,
+    peers: &'r Peers,
     reports: &'r Receiver<Report>,
     /// Losses and outputs (see `run`).
     results: &'r Receiver<Report>,

@@ -44,11 +44,10 @@
 
 mod courier;
 mod depths;
-mod messages;
 mod remote;
 mod updates;
 
-use crate::cluster::{Peers, ReportTo, Wire};
+use crate::cluster::{Peers, ReportTo};
 use crate::config::{Fault, SlowWorker};
 use crate::error::{ExecError, OpError};
 use crate::load::program::{GroupInfo, NodeInfo, Program};
@@ -56,15 +55,13 @@ use crate::load::replicas::Routes;
 use crate::message::{key_of, Dir, Envelope, Key, KeyMap, Msg, Payload};
 use crate::ops::train::{self, LiveGroup};
 use crate::ops::{payload_fits, Emit, Intake, NodeCx, NodeOp, RunMode, RunShared};
+pub(crate) use crate::protocol::{RemoteWord, Report, ToWorker};
 use crate::sched::admission::{self, owned_masters, source_message, Admission, Courier, CreditNetting, Credits};
 use crate::sched::agenda::Agenda;
 use crate::trace::{TraceEvent, TraceKind};
-use crate::wire::Item;
 use amp_params::OptimConfig;
 use crossbeam_channel::Receiver;
 use depths::depths;
-pub(crate) use messages::{Report, ToWorker};
-pub(crate) use remote::RemoteWord;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -93,11 +90,11 @@ pub(crate) struct WorkerSetup<'s, 'a> {
     pub shared: &'s RunShared<'a>,
     pub inbox: Receiver<ToWorker>,
     /// Every worker's inbox, in this process or through the bridge (`crate::cluster`).
-    pub peers: Peers<ToWorker>,
-    pub reports: ReportTo<Report>,
+    pub peers: Peers,
+    pub reports: ReportTo,
     /// Where losses, outputs and pieces of the trace go (`Report::Loss`, `Output`,
     /// `Trace`): read by the controller whenever it wakes, so sending them wakes nobody.
-    pub results: ReportTo<Report>,
+    pub results: ReportTo,
     pub credits: &'s Credits,
     /// Admits the next instance when this worker finishes one.
     pub admission: &'s Admission,

@@ -40,84 +40,13 @@
 //!   outside process 0 holds and releases process 0's admissions ([`RemoteWord::Hold`]),
 //!   where every instance is admitted.
 
-use super::{ToWorker, Worker, WorkerSetup};
+use super::{RemoteWord, ToWorker, Worker, WorkerSetup};
 use crate::load::program::GroupInfo;
-use crate::ops::train::{self, LiveGroup, ReplicaGrads};
+use crate::ops::train::{self, LiveGroup};
 use crate::ops::RunMode;
 use crate::sched::admission::{owned_masters, source_message, Courier, Credits};
-use crate::wire::Item;
 use std::collections::HashMap;
 use std::time::Duration;
-
-/// What a master and its replica in another process tell each other (replica groups are
-/// numbered as the program's parameter groups), a copy's service to its router, and an
-/// owner's hold of process 0's admissions.
-pub(crate) enum RemoteWord {
-    /// To a replica's worker: send what the replica accumulated.
-    Pull { group: usize },
-    /// To a master's owner: the replica `group`'s gradients (`last`: its final ones of
-    /// the run).
-    Grads { group: usize, last: bool, grads: ReplicaGrads },
-    /// To a replica's worker: the master's values at its version `base`.
-    Values { group: usize, base: u64, tensors: Vec<Vec<f32>> },
-    /// To a master's owner: replica `group` took the values.
-    Synced { group: usize },
-    /// To any worker of the process that routes to `node` (a copy that runs elsewhere):
-    /// it served `count` messages in `elapsed`.
-    Served { node: u32, count: usize, elapsed: Duration },
-    /// To any worker of process 0, from an owner elsewhere: hold admissions while it
-    /// defers an update for a staleness bound (`true`), or release its hold.
-    Hold(bool),
-}
-
-impl RemoteWord {
-    /// The item for worker `worker` of another process (a copy's service goes to a
-    /// process, `Worker::report_served`, never to a worker).
-    pub fn into_item(self, worker: u32) -> Option<Item> {
-        let id = |g: usize| u32::try_from(g).unwrap_or(u32::MAX);
-        Some(match self {
-            RemoteWord::Pull { group } => Item::ReplicaPull { worker, group: id(group) },
-            RemoteWord::Grads { group, last, grads } => Item::ReplicaGrads {
-                worker,
-                group: id(group),
-                last,
-                tensors: grads.tensors,
-                rows: grads.rows.map(|(width, rows)| (id(width), rows.into_iter().map(id).collect())),
-                applied: grads.applied.into_iter().map(|(i, v)| (i as u64, v)).collect(),
-            },
-            RemoteWord::Values { group, base, tensors } => {
-                Item::ReplicaValues { worker, group: id(group), base, tensors }
-            }
-            RemoteWord::Synced { group } => Item::ReplicaSynced { worker, group: id(group) },
-            RemoteWord::Served { .. } | RemoteWord::Hold(_) => return None,
-        })
-    }
-
-    /// The word a replica's item from another process is for a worker here (the bridge
-    /// checked it against the run: `cluster::check_replica_item`).
-    pub fn from_item(item: Item) -> Option<RemoteWord> {
-        let at = |g: u32| g as usize;
-        Some(match item {
-            Item::ReplicaPull { group, .. } => RemoteWord::Pull { group: at(group) },
-            Item::ReplicaGrads { group, last, tensors, rows, applied, .. } => RemoteWord::Grads {
-                group: at(group),
-                last,
-                grads: ReplicaGrads {
-                    tensors,
-                    rows: rows.map(|(width, rows)| (at(width), rows.into_iter().map(at).collect())),
-                    applied: applied.into_iter().map(|(i, v)| (usize::try_from(i).unwrap_or(usize::MAX), v)).collect(),
-                },
-            },
-            Item::ReplicaValues { group, base, tensors, .. } => RemoteWord::Values { group: at(group), base, tensors },
-            Item::ReplicaSynced { group, .. } => RemoteWord::Synced { group: at(group) },
-            Item::Served { node, count, nanos } => {
-                RemoteWord::Served { node, count: count as usize, elapsed: Duration::from_nanos(nanos) }
-            }
-            Item::Hold { hold } => RemoteWord::Hold(hold),
-            _ => return None,
-        })
-    }
-}
 
 /// A master's update and its replicas in other processes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -370,7 +299,7 @@ impl Worker<'_, '_> {
         if !self.setup.reports.is_remote() {
             return false;
         }
-        self.setup.peers.send_to_process(0, Item::Hold { hold });
+        self.setup.peers.send_to_process(0, ToWorker::Remote(RemoteWord::Hold(hold)));
         true
     }
 
@@ -378,8 +307,6 @@ impl Worker<'_, '_> {
     /// is another process, that process hears of it (see the module doc).
     pub(super) fn report_served(&self, node: u32, count: usize, elapsed: Duration) {
         let Some(&process) = self.remote.borrow().report_to.get(&node) else { return };
-        let count = u32::try_from(count).unwrap_or(u32::MAX);
-        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        self.setup.peers.send_to_process(process, Item::Served { node, count, nanos });
+        self.setup.peers.send_to_process(process, ToWorker::Remote(RemoteWord::Served { node, count, elapsed }));
     }
 }
