@@ -360,6 +360,8 @@ mod cli;
 mod cluster;
 mod commands;
 mod data;
+mod datasets;
+mod download;
 mod embeddings;
 mod failure;
 mod frames;
@@ -386,20 +388,12 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     report_worker_panics_briefly();
-    let exec = match &cli.command {
-        Command::Train(args) => &args.exec,
-        Command::Eval(args) | Command::Infer(args) => &args.exec,
-        Command::Grad(args) => &args.exec,
+    let result = match datasets::resolve_names(&mut cli.command) {
+        Ok(()) => run(&cli.command),
+        Err(failure) => Err(failure),
     };
-    let result = cluster::prepare(exec).and_then(|()| match &cli.command {
-        Command::Train(args) => train::run(args),
-        Command::Eval(args) => commands::eval(args),
-        Command::Infer(args) => commands::infer(args),
-        Command::Grad(args) => commands::grad(args),
-    });
-    let result = cluster::finish(result);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
@@ -409,6 +403,24 @@ fn main() -> ExitCode {
             failure.exit.into()
         }
     }
+}
+
+/// Runs a parsed command (data set names already resolved to files).
+fn run(command: &Command) -> Result<(), failure::Failure> {
+    let exec = match command {
+        Command::Train(args) => &args.exec,
+        Command::Eval(args) | Command::Infer(args) => &args.exec,
+        Command::Grad(args) => &args.exec,
+        Command::Data(data) => return datasets::run(data),
+    };
+    let result = cluster::prepare(exec).and_then(|()| match command {
+        Command::Train(args) => train::run(args),
+        Command::Eval(args) => commands::eval(args),
+        Command::Infer(args) => commands::infer(args),
+        Command::Grad(args) => commands::grad(args),
+        Command::Data(data) => datasets::run(data),
+    });
+    cluster::finish(result)
 }
 
 /// A worker's panic ends the run with the executor's error, which names the node and the
