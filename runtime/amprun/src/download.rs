@@ -130,7 +130,12 @@ fn download(url: &str, timeout: Duration) -> Result<Vec<u8>, Failure> {
             Err(e) => {
                 let got = bytes.len();
                 let of = length.map(|n| format!(" of {n}")).unwrap_or_default();
-                return Err(failed(&format!("{e} (after {got}{of} bytes)")));
+                let budget = if e.kind() == std::io::ErrorKind::TimedOut || e.to_string().contains("timeout") {
+                    format!("; the download's budget is --timeout {} s", timeout.as_secs())
+                } else {
+                    String::new()
+                };
+                return Err(failed(&format!("{e} (after {got}{of} bytes{budget})")));
             }
         };
         bytes.extend_from_slice(chunk.get(..n).unwrap_or_default());
