@@ -419,7 +419,11 @@ fn names_stand_for_bundled_files_and_a_missing_download_says_how_to_get_it() {
     let empty = dir.join("empty-cache");
     let out = run("digits", &empty);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains("train loss") && stdout(&out).contains("(32 instances,"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("trained epochs 1..1") && stdout(&out).contains(", 32 instances,"),
+        "{}",
+        stdout(&out)
+    );
 
     let out = run("sst:train", &empty);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
