@@ -20,8 +20,9 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before --extra=--workers=2
     python3 benches/end_to_end.py build --baseline /tmp/amprun.before --cpu --repeat 4   # CPU time, data 4x
 
-Data: the shipped list-reduce and MoE files, the digits, SST and molecule files of
-`../shared/data` (first N instances each, see CASES). One worker (but in `placement`), 16 instances
+Data: the shipped list-reduce and MoE files, the digits and molecules of `data/` and SST
+from the cache folder (`amprun data get sst` first), named as amprun knows them (first N
+instances each, see CASES). One worker (but in `placement`), 16 instances
 in flight, asynchronous updates every 8 instances, one epoch. Ratios are against the first
 setup of the line.
 
@@ -59,16 +60,15 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(ROOT, "..", "shared", "data")
 AMPRUN = os.path.join(ROOT, "target", "release", "amprun")
 
 # model: (amprun arguments after `train`, instances)
 CASES = {
-    "mlp": (["examples/mlp.amp", "--data", f"{SHARED}/digits/digits.csv", "--scale", "0.0625"], 1797),
+    "mlp": (["examples/mlp.amp", "--data", "digits", "--scale", "0.0625"], 1797),
     "list_reduce": (["examples/list_reduce.amp", "--data", "examples/data/list_reduce.train.jsonl"], 8000),
-    "tree_lstm": (["examples/tree_lstm.amp", "--data", f"{SHARED}/sst/train.txt", "--vocab", "{tmp}/sst.vocab"], 1500),
+    "tree_lstm": (["examples/tree_lstm.amp", "--data", "sst:train", "--vocab", "{tmp}/sst.vocab"], 1500),
     "ggsnn": (
-        ["examples/ggsnn.amp", "-D", "classes=3", "-D", "edge_kinds=3", "--data", f"{SHARED}/molecules/solubility.train.sdf"],
+        ["examples/ggsnn.amp", "-D", "classes=3", "-D", "edge_kinds=3", "--data", "molecules:train"],
         2000,
     ),
     "moe": (["examples/moe.amp", "--data", "examples/data/moe.train.jsonl"], 2000),

@@ -27,8 +27,15 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SST = os.path.join(ROOT, "..", "shared", "data", "sst", "train.txt")
 AMPRUN = os.path.join(ROOT, "target", "release", "amprun")
+
+
+def sst_train():
+    """SST's training file, where `amprun data get sst` put it."""
+    found = subprocess.run([AMPRUN, "data", "path", "sst:train"], capture_output=True, text=True)
+    if found.returncode != 0:
+        sys.exit(found.stderr.strip())
+    return found.stdout.strip()
 SCRIPT = os.path.join(ROOT, "benches", "pytorch", "tree_lstm.py")
 
 # (instances in flight, update every m instances)
@@ -43,7 +50,7 @@ def amp(keys, every, tmp):
     metrics = os.path.join(tmp, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = [AMPRUN, "train", "examples/tree_lstm.amp", "--data", SST, "--vocab", os.path.join(tmp, "vocab"),
+    cmd = [AMPRUN, "train", "examples/tree_lstm.amp", "--data", sst_train(), "--vocab", os.path.join(tmp, "vocab"),
            "--epochs", "1", "--max-active-keys", str(keys), "--async", "--min-update-frequency", str(every),
            "--optimizer", "sgd", "--lr", "0.01", "--metrics", metrics]
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -56,7 +63,7 @@ def amp(keys, every, tmp):
 
 
 def torch(python):
-    cmd = [python, SCRIPT, "--sst", SST, "--strategy", "levels", "--optimizer", "sgd", "--no-check",
+    cmd = [python, SCRIPT, "--sst", sst_train(), "--strategy", "levels", "--optimizer", "sgd", "--no-check",
            "--batch", *map(str, TORCH_BATCHES)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:

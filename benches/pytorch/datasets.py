@@ -4,7 +4,7 @@ into one folder (seeded: the same bytes on every machine and every run):
 
 | file | model | instances |
 |---|---|---|
-| `mlp.jsonl` | `examples/mlp.amp` | the digits of `../shared/data/digits/digits.csv`, pixels times 0.0625 (amprun's `--scale 0.0625`) |
+| `mlp.jsonl` | `examples/mlp.amp` | the digits of `data/digits/digits.csv`, pixels times 0.0625 (amprun's `--scale 0.0625`) |
 | `list_reduce.jsonl` | `examples/list_reduce.amp` | `examples/data/list_reduce.train.jsonl` |
 | `moe.jsonl` | `examples/moe.amp` | `examples/data/moe.train.jsonl` |
 | `tree_lstm.jsonl` | `examples/tree_lstm.amp` | random binary trees: 5-50 leaves (uniform), uniform random split points, words uniform over 5,000, labels uniform over 5 (the generator of `tree_lstm.py`); a tree deeper than 40 is drawn again (JSON Lines reads trees about 60 deep at most) |
@@ -23,7 +23,7 @@ import random
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DIGITS = os.path.join(ROOT, "..", "shared", "data", "digits", "digits.csv")
+DIGITS = os.path.join(ROOT, "data", "digits", "digits.csv")
 MODELS = ["mlp", "list_reduce", "moe", "tree_lstm", "ggsnn"]
 MAX_TREE_DEPTH = 40
 

@@ -9,7 +9,7 @@ The model is Amp's exactly, with the same `state_dict` names:
 
 A minibatch is one (B, 64) matrix through three matmuls. The data is Amp's JSON Lines
 form of the digits (`{"pixels": [64 numbers], "label": k}`; `datasets.py` writes it from
-`../shared/data/digits/digits.csv` with Amp's `--scale 0.0625`).
+`data/digits/digits.csv` with Amp's `--scale 0.0625`).
 
     python3 benches/pytorch/datasets.py /tmp/ampdata
     python3 benches/pytorch/mlp.py --data /tmp/ampdata/mlp.jsonl

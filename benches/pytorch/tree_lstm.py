@@ -36,7 +36,7 @@ forward). Elementwise ops, gathers, the embedding and the optimizer are not coun
 
 usage:
     python3 benches/pytorch/tree_lstm.py                       # random trees, 5-50 leaves
-    python3 benches/pytorch/tree_lstm.py --sst ../shared/data/sst/train.txt
+    python3 benches/pytorch/tree_lstm.py --sst "$(amprun data path sst:train)"
     python3 benches/pytorch/tree_lstm.py --threads 2 --batch 1 25 100 --trees 4000
     python3 benches/pytorch/tree_lstm.py --strategy levels --batch 25 --optimizer sgd --lr 0.01
     python3 benches/pytorch/tree_lstm.py --data /tmp/ampdata/tree_lstm.jsonl   # Amp's JSON Lines trees
@@ -362,7 +362,7 @@ def check(trees, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sst", metavar="PATH", help="PTB-format SST trees (e.g. ../shared/data/sst/train.txt) "
+    ap.add_argument("--sst", metavar="PATH", help="PTB-format SST trees (e.g. `amprun data path sst:train`) "
                     "instead of random trees")
     ap.add_argument("--data", metavar="PATH", help="trees in Amp's JSON Lines form (as amprun reads them, e.g. "
                     "written by datasets.py) instead of random trees")

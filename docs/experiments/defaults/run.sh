@@ -6,12 +6,11 @@
 #   docs/experiments/defaults/run.sh speed      # training instances/s, alternating, 3 runs
 #   docs/experiments/defaults/run.sh learn      # held-out accuracy per epoch
 #
-# From the repository root; AMPRUN names the binary (default target/release/amprun), SHARED
-# the data folder (default ../shared/data), MODELS some of the five (default all: mlp
+# From the repository root, after `amprun data get sst`; AMPRUN names the binary (default
+# target/release/amprun), MODELS some of the five (default all: mlp
 # list_reduce tree_lstm ggsnn moe); writes into ${OUT:-/tmp/amp-defaults}.
 set -e
 AMPRUN=${AMPRUN:-target/release/amprun}
-SHARED=${SHARED:-../shared/data}
 OUT=${OUT:-/tmp/amp-defaults}
 RUNS=${RUNS:-3}
 MODELS=${MODELS:-mlp list_reduce tree_lstm ggsnn moe}
@@ -19,10 +18,10 @@ mkdir -p "$OUT"
 
 # name, then amprun's arguments after `train` (the end_to_end.py cases; --valid for learn)
 cases() {
-  echo "mlp examples/mlp.amp --data $SHARED/digits/digits.csv --scale 0.0625"
+  echo "mlp examples/mlp.amp --data digits --scale 0.0625"
   echo "list_reduce examples/list_reduce.amp --data examples/data/list_reduce.train.jsonl --valid examples/data/list_reduce.valid.jsonl"
-  echo "tree_lstm examples/tree_lstm.amp --data $SHARED/sst/train.txt --valid $SHARED/sst/dev.txt --vocab $OUT/sst.vocab"
-  echo "ggsnn examples/ggsnn.amp -D classes=3 -D edge_kinds=3 --data $SHARED/molecules/solubility.train.sdf --valid $SHARED/molecules/solubility.test.sdf"
+  echo "tree_lstm examples/tree_lstm.amp --data sst:train --valid sst:dev --vocab $OUT/sst.vocab"
+  echo "ggsnn examples/ggsnn.amp -D classes=3 -D edge_kinds=3 --data molecules:train --valid molecules:test"
   echo "moe examples/moe.amp --data examples/data/moe.train.jsonl --valid examples/data/moe.valid.jsonl"
 }
 

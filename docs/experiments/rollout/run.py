@@ -179,7 +179,7 @@ def main():
     parser.add_argument("--noise", type=float, default=0.5)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--test-share", type=float, default=0.2)
-    parser.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "digits", "digits.csv"))
+    parser.add_argument("--data", default=os.path.join(ROOT, "data", "digits", "digits.csv"))
     parser.add_argument("--bench", action="store_true", help="also time eval with 1 and 2 workers")
     parser.add_argument("--bench-only", action="store_true")
     parser.add_argument("--bench-hidden", type=int, default=512,

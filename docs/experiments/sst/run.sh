@@ -8,10 +8,10 @@
 #
 # usage: docs/experiments/sst/run.sh [OUT]   (from the repository root; OUT defaults to
 #        sst-runs; AMPRUN names the binary, default `amprun`; SST the data folder, default
-#        ../shared/data/sst)
+#        the cache folder's, where `amprun data get sst` put the verified release)
 set -euo pipefail
 AMPRUN=${AMPRUN:-amprun}
-SST=${SST:-../shared/data/sst}
+SST=${SST:-$(dirname "$("$AMPRUN" data path sst:train)")}
 OUT=${1:-sst-runs}
 HERE=$(dirname "$0")
 MODEL=examples/tree_lstm_sst.amp

@@ -12,8 +12,8 @@
 # binary); writes one metrics file per run into this folder
 # (NAME_w<WORKERS>_<mode>_s<F>.jsonl) and the load average before and after each run
 # (load_w<WORKERS>.txt), then the table (RESULTS_w<WORKERS>.md) and the plot
-# (stragglers_w<WORKERS>.svg) by summarize.py. Tree-LSTM reads SST from SST (default
-# ../shared/data/sst beside the repository) and keeps its binary files in TMPDIR.
+# (stragglers_w<WORKERS>.svg) by summarize.py. Tree-LSTM reads SST from SST (default: the
+# cache folder's, after `amprun data get sst`) and keeps its binary files in TMPDIR.
 set -euo pipefail
 WORKERS=${1:?usage: run.sh WORKERS [MODEL ...]}
 shift
@@ -21,7 +21,7 @@ MODELS=${*:-list_reduce tree_lstm}
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../.."
 AMPRUN=${AMPRUN:-./target/release/amprun}
-SST=${SST:-../shared/data/sst}
+SST=${SST:-$(dirname "$("$AMPRUN" data path sst:train)")}
 TMP=${TMPDIR:-/tmp}
 SLOW=$((WORKERS - 1))
 LOAD="$HERE/load_w${WORKERS}.txt"

@@ -44,6 +44,64 @@ pub enum Command {
     /// Write the mean gradient over a data set as safetensors (and print the mean loss).
     #[command(after_help = EXIT_CODES)]
     Grad(GradArgs),
+    /// Real data sets by name: download and verify SST, list what is present and where,
+    /// print a file's path.
+    Data(DataCommand),
+}
+
+/// `amprun data ...`.
+#[derive(Args, Debug)]
+pub struct DataCommand {
+    #[command(subcommand)]
+    pub action: DataAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DataAction {
+    /// Download a data set (`sst`), verify every file (trees per split, every line a
+    /// labelled tree, SHA-256) and store it in the cache folder ($AMP_DATA, else the
+    /// platform's cache folder followed by `amp`).
+    Get(GetArgs),
+    /// List the data sets' names, whether each file is present, and where.
+    List(CacheArgs),
+    /// Print the file a name stands for (`sst:train`, `digits`, `molecules:test`).
+    Path(PathArgs),
+}
+
+/// Which cache folder.
+#[derive(Args, Debug)]
+pub struct CacheArgs {
+    /// The cache folder to use instead of $AMP_DATA or the platform's (the names given to
+    /// `--data` are looked up in $AMP_DATA or the platform's folder only).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// The data set: `sst` (`digits` and `molecules` are in the repository already).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    /// Take the files from here instead of the canonical address: a mirror's `http://` or
+    /// `https://` address of the zip archive, a local copy of the archive, or a folder
+    /// holding `train.txt`, `dev.txt` and `test.txt` (or `trees/` with them).
+    #[arg(long, value_name = "URL|FILE|DIR")]
+    pub from: Option<String>,
+    /// Give up on a download that has not finished after this many seconds (connecting,
+    /// the answer and the whole body; a stalled server is given up on then).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct PathArgs {
+    /// The name: `sst:train`, `digits`, `molecules:test`, ...
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 /// Which model, and how to compile it.
@@ -301,11 +359,13 @@ impl ScheduleName {
 pub struct TrainArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The training data.
-    #[arg(long, value_name = "FILE")]
+    /// The training data: a file, or a data set's name (`sst:train`, `digits`,
+    /// `molecules:train`; `amprun data list`).
+    #[arg(long, value_name = "FILE|NAME")]
     pub data: PathBuf,
-    /// Validation data, evaluated after every epoch (reported under its training line).
-    #[arg(long, value_name = "FILE")]
+    /// Validation data, evaluated after every epoch (reported under its training line): a
+    /// file or a data set's name (`sst:dev`).
+    #[arg(long, value_name = "FILE|NAME")]
     pub valid: Option<PathBuf>,
     #[command(flatten)]
     pub data_args: DataArgs,
@@ -437,8 +497,9 @@ pub struct EvalArgs {
     /// The parameters (a checkpoint or any safetensors file with the model's tensors).
     #[arg(long, value_name = "FILE")]
     pub params: PathBuf,
-    /// The data.
-    #[arg(long, value_name = "FILE")]
+    /// The data: a file, or a data set's name (`sst:test`, `molecules:test`; `amprun data
+    /// list`).
+    #[arg(long, value_name = "FILE|NAME")]
     pub data: PathBuf,
     #[command(flatten)]
     pub data_args: DataArgs,
@@ -464,8 +525,9 @@ pub struct GradArgs {
     /// The parameters to differentiate at.
     #[arg(long, value_name = "FILE")]
     pub params: PathBuf,
-    /// The data; the gradient is the mean over its instances.
-    #[arg(long, value_name = "FILE")]
+    /// The data (a file or a data set's name); the gradient is the mean over its
+    /// instances.
+    #[arg(long, value_name = "FILE|NAME")]
     pub data: PathBuf,
     /// Where to write the gradients (safetensors, one tensor per parameter).
     #[arg(long, value_name = "FILE")]

@@ -154,7 +154,7 @@ fn to_hex(bytes: &[u8]) -> String {
 
 fn from_hex(text: &str) -> Option<Vec<u8>> {
     let text = text.trim();
-    if text.is_empty() || text.len() % 2 != 0 || text.len() > 2 * MAX_KEY_BYTES as usize {
+    if text.is_empty() || !text.len().is_multiple_of(2) || text.len() > 2 * MAX_KEY_BYTES as usize {
         return None;
     }
     (0..text.len()).step_by(2).map(|i| text.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect()

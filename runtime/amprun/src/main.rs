@@ -26,6 +26,10 @@
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl [--output FILE]
 //!                                         one JSON line per instance; labels may be absent
 //! amprun grad  MODEL --params p.safetensors --data d.jsonl --out grads.safetensors
+//! amprun data get sst [--dir DIR] [--from URL|FILE|DIR] [--timeout S]
+//!                                         download, verify and cache SST
+//! amprun data list [--dir DIR]            the data sets' names, which are present, where
+//! amprun data path NAME [--dir DIR]       the file a name stands for
 //! ```
 //!
 //! For example, from the repository root (a few seconds in release mode):
@@ -53,6 +57,35 @@
 //! exists, else built from the training file (`--vocab-size`, default the model's
 //! `vocab`) and written there; eval, infer and grad need it. SDF:
 //! `--node-kinds`/`--edge-kinds` default to the model's `kinds`/`edge_kinds`.
+//!
+//! **Data sets by name.** `--data` and `--valid` take the name of a real data set in place
+//! of a file (`amp_data::catalog`; data/README.md): `digits` and `molecules:train` /
+//! `molecules:test` are in the repository's `data/` folder (the checkout the binary was
+//! built from), `sst:train` / `sst:dev` / `sst:test` in the cache folder (`$AMP_DATA`, else
+//! the platform's cache folder followed by `amp`, `~/.cache/amp` on Linux). A name wins
+//! over a file of that name in the working folder (`./digits` is the file). A name whose
+//! file is absent, an unknown split and `sst` without a split are usage errors (exit 2)
+//! that say what to do: ``the data set `sst` is not downloaded (~/.cache/amp/sst/train.txt
+//! is absent): `amprun data get sst` fetches and verifies it``. `amprun data get sst`
+//! downloads the PTB release of the Stanford Sentiment Treebank from its canonical address
+//! (`https://nlp.stanford.edu/sentiment/trainDevTestTrees_PTB.zip`), or takes it from
+//! `--from`: a mirror's `http(s)://` address, a local copy of the zip, or a folder holding
+//! `train.txt`, `dev.txt` and `test.txt`. Only those three entries are read from the
+//! archive (as `trees/FILE` or `FILE`; an entry with `..`, an absolute path or deeper
+//! folders is never taken, nor written anywhere), each through a limit of 16 MiB whatever
+//! its header says, from a download of at most 64 MiB that must finish within `--timeout`
+//! seconds (default 300; connecting and the answer's headers too), with a progress bar on a
+//! terminal. Each file must have the official number of trees (8,544 / 1,101 / 2,210),
+//! every line a labelled binary tree, and the SHA-256 of the published file; otherwise
+//! nothing is stored and the error names each file and what differs (the count, the line,
+//! or both digests), exit 1. A download that fails (no answer, an HTTP error, a
+//! connection cut short: `the download ended after N of M bytes`, the timeout) is exit 2.
+//! The verified files go into `sst/` of the cache folder (`--dir DIR` for another) through
+//! a temporary folder beside it that is renamed into place, with `SHA256SUMS` (in
+//! `sha256sum`'s format) and `SOURCE`, so an interrupted `get` leaves the cache as it was;
+//! a `get` when the files are present and verify downloads nothing. `amprun data list`
+//! prints every name with its status (`bundled`, `cached`, `missing`), instances and path;
+//! `amprun data path NAME` prints the path alone, for scripts.
 //!
 //! **Training.** Parameters start from `--seed` (PyTorch's initialisations), from
 //! `--init FILE` (any safetensors file with the model's `state_dict` names, e.g. written by
@@ -359,14 +392,17 @@
 //! `frames` (a rolled-out network's instances, `--frame-noise`), `steps` (accuracy per
 //! update step), `schedule` (learning rate per epoch), `embeddings` (`--init-embedding`,
 //! `--freeze`), `train`, `commands` (eval, infer, grad),
-//! `report` (progress, metrics, traces),
-//! `failure` (messages and exit codes).
+//! `report` (progress, metrics, traces), `datasets` (`amprun data`, names resolved to
+//! files, verification, the atomic store), `download` (an address, a zip or a folder to
+//! the wanted files, bounded), `failure` (messages and exit codes).
 
 mod batches;
 mod cli;
 mod cluster;
 mod commands;
 mod data;
+mod datasets;
+mod download;
 mod embeddings;
 mod failure;
 mod frames;
@@ -393,20 +429,12 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     report_worker_panics_briefly();
-    let exec = match &cli.command {
-        Command::Train(args) => &args.exec,
-        Command::Eval(args) | Command::Infer(args) => &args.exec,
-        Command::Grad(args) => &args.exec,
+    let result = match datasets::resolve_names(&mut cli.command) {
+        Ok(()) => run(&cli.command),
+        Err(failure) => Err(failure),
     };
-    let result = cluster::prepare(exec).and_then(|()| match &cli.command {
-        Command::Train(args) => train::run(args),
-        Command::Eval(args) => commands::eval(args),
-        Command::Infer(args) => commands::infer(args),
-        Command::Grad(args) => commands::grad(args),
-    });
-    let result = cluster::finish(result);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
@@ -416,6 +444,24 @@ fn main() -> ExitCode {
             failure.exit.into()
         }
     }
+}
+
+/// Runs a parsed command (data set names already resolved to files).
+fn run(command: &Command) -> Result<(), failure::Failure> {
+    let exec = match command {
+        Command::Train(args) => &args.exec,
+        Command::Eval(args) | Command::Infer(args) => &args.exec,
+        Command::Grad(args) => &args.exec,
+        Command::Data(data) => return datasets::run(data),
+    };
+    let result = cluster::prepare(exec).and_then(|()| match command {
+        Command::Train(args) => train::run(args),
+        Command::Eval(args) => commands::eval(args),
+        Command::Infer(args) => commands::infer(args),
+        Command::Grad(args) => commands::grad(args),
+        Command::Data(data) => datasets::run(data),
+    });
+    cluster::finish(result)
 }
 
 /// A worker's panic ends the run with the executor's error, which names the node and the

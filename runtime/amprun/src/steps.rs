@@ -90,7 +90,7 @@ impl StepTiming {
                     }
                 }
                 let accuracy = (judged > 0).then(|| correct as f32 / judged as f32);
-                let answers = step >= self.first && (step - self.first) % self.factor == 0;
+                let answers = step >= self.first && (step - self.first).is_multiple_of(self.factor);
                 StepAccuracy { step, accuracy, answers }
             })
             .collect()

@@ -159,7 +159,7 @@ fn tree_lstm_trains_the_same_over_three_processes() {
 
 #[test]
 fn ggsnn_trains_the_same_over_two_processes() {
-    let Some(molecules) = shared_data("molecules/solubility.test.sdf") else { return };
+    let molecules = bundled("molecules/solubility.test.sdf");
     same_in_one_and_two_processes(
         "split-ggsnn",
         "ggsnn",

@@ -11,7 +11,7 @@ fn reports<'a>(metrics: &'a [serde_json::Value], split: &str) -> Vec<&'a serde_j
 
 #[test]
 fn mlp_learns_digits_and_reports_metrics() {
-    let Some(digits) = shared_data("digits/digits.csv") else { return };
+    let digits = bundled("digits/digits.csv");
     let dir = scratch("digits");
     let dir = dir.path();
     let out = amprun_ok(

@@ -179,7 +179,7 @@ fn infer_ignores_the_labels_of_ptb_trees() {
 /// SDF molecules without their label property give the outputs they give with it.
 #[test]
 fn infer_reads_molecules_without_the_label_property() {
-    let Some(molecules) = shared_data("molecules/solubility.test.sdf") else { return };
+    let molecules = bundled("molecules/solubility.test.sdf");
     let dir = scratch("infer-sdf");
     let dir = dir.path();
     let defines = [("classes", 3), ("edge_kinds", 3), ("hidden", 4)];

@@ -72,6 +72,24 @@ pub fn read(
     Ok(loaded)
 }
 
+/// The number of trees in `text`, every line a labelled bracket tree (a binary tree whose
+/// every node has an int label), as the SST files are; blank lines are errors here, since a
+/// data set's split is checked line for line. The first line that is not a tree is an
+/// error naming `file:line`.
+pub fn count_trees(text: &[u8], file: &str) -> Result<usize, DataError> {
+    let mut trees = 0;
+    for (number, line) in Lines::of_bytes(text) {
+        let tree = match line {
+            Ok(line) if line.trim().is_empty() => Err(DataError::syntax("a blank line, not a tree".to_string())),
+            Ok(line) => parse_tree(&line).map(|_| ()),
+            Err(e) => Err(e),
+        };
+        tree.map_err(|e| e.at_line(number).in_file(file))?;
+        trees += 1;
+    }
+    Ok(trees)
+}
+
 /// The vocabulary of the words in the trees of `text` (a training file).
 pub fn build_vocab(text: &[u8], file: &str, options: &PtbOptions, vocab: &VocabOptions) -> Result<Vocab, DataError> {
     build_vocab_of(Lines::of_bytes(text), file, options, vocab)

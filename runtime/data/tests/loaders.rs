@@ -1,4 +1,5 @@
-//! Every loader on the real data sets (when `../shared/data` is there), on the example
+//! Every loader on the real data sets (the bundled ones always, SST when `amprun data get
+//! sst` put it in the cache folder; the test says when it is skipped), on the example
 //! data, and on bad input: errors name file, line and field; `skip_bad` skips and counts.
 
 mod common;
@@ -321,7 +322,7 @@ fn vocabularies_are_cut_saved_and_loaded() {
 
 #[test]
 fn sst_splits_load_completely() {
-    let Some(dir) = common::shared_data("sst") else { return };
+    let Some(dir) = common::cached_sst("sst_splits_load_completely") else { return };
     let schema = common::tree_schema();
     let options = PtbOptions::default();
     let vocab = ptb::build_vocab_file(&dir.join("train.txt"), &options, &VocabOptions::default()).expect("vocab");
@@ -355,7 +356,7 @@ fn sst_splits_load_completely() {
 
 #[test]
 fn digits_load_with_scaled_pixels() {
-    let Some(dir) = common::shared_data("digits") else { return };
+    let dir = common::bundled(&amp_data::catalog::DIGITS);
     let options = CsvOptions { scale: 1.0 / 16.0, ..Default::default() };
     let loaded = csv::load(&common::digit_schema(), &dir.join("digits.csv"), &options).expect("digits");
     assert_eq!((loaded.instances.len(), loaded.skipped), (1797, 0));
@@ -419,7 +420,7 @@ fn csv_headers_errors_and_skipping() {
 
 #[test]
 fn solubility_molecules_load_as_graphs() {
-    let Some(dir) = common::shared_data("molecules") else { return };
+    let dir = common::bundled(&amp_data::catalog::MOLECULES);
     let schema = common::graph_schema();
     let options = SdfOptions::default();
     let prepared = Arc::new(PreparedSchema::new(schema.clone()).expect("schema"));

@@ -22,7 +22,7 @@ fn temp_dir(test: &str) -> tempfile::TempDir {
 fn mkfifo(path: &Path) -> bool {
     let made = std::process::Command::new("mkfifo").arg(path).status().is_ok_and(|s| s.success());
     if !made {
-        eprintln!("skipped: no mkfifo");
+        report_skip("amp-params target.rs: no mkfifo: the FIFO cases");
     }
     made
 }
@@ -150,4 +150,16 @@ fn non_finite_parameters_are_named() {
     let err = params.check_finite().unwrap_err();
     assert!(matches!(err, ParamsError::NonFinite { ref name, index: 0, count: 2, .. } if name == "fc.bias"), "{err}");
     assert_eq!(err.to_string(), "tensor `fc.bias` holds NaN at index 0 (2 non-finite values in all)");
+}
+
+/// Reports a test (or a part of one) that could not run here: printed, and appended to
+/// the file `$AMP_SKIP_LOG` names (`.ci/run` counts its lines).
+fn report_skip(line: &str) {
+    println!("skipped: {line}");
+    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
+        use std::io::Write;
+        let written =
+            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
+        written.expect("the skip log takes a line");
+    }
 }

@@ -44,15 +44,36 @@ pub fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
 }
 
-/// `../shared/data/REL` when it exists; tests that need it skip (with a printed reason)
-/// when it does not.
-pub fn shared_data(rel: &str) -> Option<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data").join(rel);
-    if path.exists() {
-        Some(path.display().to_string())
-    } else {
-        eprintln!("skipped: {} is absent", path.display());
-        None
+/// The path of `data/REL`, a file of a data set bundled in the repository
+/// (`digits/digits.csv`, `molecules/solubility.test.sdf`).
+pub fn bundled(rel: &str) -> String {
+    let path = amp_data::catalog::bundled_dir().join(rel);
+    assert!(path.is_file(), "{} is part of the repository", path.display());
+    path.display().to_string()
+}
+
+/// The cache folder's SST (`amprun data get sst`), or `None` with the skip reported:
+/// printed, and appended to the file `$AMP_SKIP_LOG` names (`.ci/run` counts its lines).
+pub fn cached_sst(test: &str) -> Option<std::path::PathBuf> {
+    use amp_data::catalog::{cache_dir, file_of, SST};
+    match SST.splits.iter().find_map(|split| file_of(&SST, split, None).err()) {
+        None => Some(SST.dir(&cache_dir().ok()?)),
+        Some(error) => {
+            skipped(test, &error.to_string());
+            None
+        }
+    }
+}
+
+/// Reports a test (or a case of one) that could not run here.
+pub fn skipped(test: &str, reason: &str) {
+    let line = format!("amprun {test}: {reason}");
+    println!("skipped: {line}");
+    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
+        use std::io::Write;
+        let written =
+            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
+        written.expect("the skip log takes a line");
     }
 }
 

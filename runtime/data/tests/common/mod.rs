@@ -1,5 +1,6 @@
 //! Schemas of the canonical examples (built by hand; `example_schemas.rs` checks them
-//! against what the compiler derives from `examples/*.amp`) and the shared data folder.
+//! against what the compiler derives from `examples/*.amp`), the bundled data sets and SST
+//! in the cache folder.
 
 #![allow(dead_code)] // each test binary uses a part
 
@@ -122,15 +123,35 @@ pub fn mixed_schema() -> Schema {
     }
 }
 
-/// `../shared/data/<sub>` from the workspace root, or `None` (with the reason printed)
-/// when this checkout has no shared data.
-pub fn shared_data(sub: &str) -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data").join(sub);
-    if path.exists() {
-        Some(path)
-    } else {
-        println!("skipped: {} is absent (the shared data sets are not in this checkout)", path.display());
-        None
+/// The folder of a data set bundled in the repository (`data/digits`, `data/molecules`).
+pub fn bundled(set: &amp_data::catalog::DataSet) -> PathBuf {
+    let dir = set.dir(std::path::Path::new(""));
+    assert!(dir.is_dir(), "{} is part of the repository", dir.display());
+    dir
+}
+
+/// The cache folder's SST (`amprun data get sst`, which verified it), or `None` with the
+/// skip reported: printed, and appended to the file `$AMP_SKIP_LOG` names (`.ci/run`
+/// counts its lines).
+pub fn cached_sst(test: &str) -> Option<PathBuf> {
+    use amp_data::catalog::{file_of, SST};
+    let missing = SST.splits.iter().find_map(|split| file_of(&SST, split, None).err());
+    let Some(error) = missing else {
+        return Some(SST.dir(&amp_data::catalog::cache_dir().ok()?));
+    };
+    skipped(test, &error.to_string());
+    None
+}
+
+/// Reports a test that could not run here.
+pub fn skipped(test: &str, reason: &str) {
+    let line = format!("amp-data {test}: {reason}");
+    println!("skipped: {line}");
+    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
+        use std::io::Write;
+        let written =
+            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
+        written.expect("the skip log takes a line");
     }
 }
 

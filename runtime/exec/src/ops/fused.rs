@@ -493,7 +493,7 @@ impl Block {
     /// error (the worker checks payloads against their ports only per row).
     fn gather(&self, values: &[f32], out: &mut Vec<f32>) -> Result<(), OpError> {
         let Block { offset, width, stride } = *self;
-        if stride == 0 || offset + width > stride || values.len() % stride != 0 {
+        if stride == 0 || offset + width > stride || !values.len().is_multiple_of(stride) {
             let expected = values.len().next_multiple_of(stride.max(1));
             return Err(OpError::PayloadSize { expected, found: values.len() });
         }

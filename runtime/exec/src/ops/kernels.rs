@@ -432,7 +432,7 @@ mod tests {
             // A reused buffer of the same size holds stale values: the padding is zeroed.
             let mut wt = vec![f32::NAN; inp * padded(out)];
             let ld = transpose(&w, out, inp, &mut wt);
-            assert!(ld >= out && ld % PANEL == 0 && ld < out + PANEL);
+            assert!(ld >= out && ld.is_multiple_of(PANEL) && ld < out + PANEL);
             assert_eq!(wt.len(), inp * ld);
             for i in 0..inp {
                 for o in 0..ld {
@@ -459,7 +459,7 @@ mod tests {
             let mut wp = vec![f32::NAN; out * padded(inp)];
             let ldi = pad_rows(&w, out, inp, &mut wp);
             assert!(wp.iter().all(|v| !v.is_nan()));
-            assert!(ldi >= inp && ldi % PANEL == 0 && ldi < inp + PANEL);
+            assert!(ldi >= inp && ldi.is_multiple_of(PANEL) && ldi < inp + PANEL);
             let mut dx = vec![f32::NAN; rows * ldi];
             linear_input_grad_into(&dy, &wp, &mut dx, ldi, out);
             let mut expected = Vec::new();

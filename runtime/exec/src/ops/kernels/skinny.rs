@@ -163,7 +163,9 @@ fn dots<S: Simd, const WB: usize, const XB: usize>(
             }
         }
     }
-    if inp % S::F32_LANES == 0 && wide.add_block::<S, WB, XB>(acc, y, std::array::from_fn(|k| (r + k) * out + o)) {
+    if inp.is_multiple_of(S::F32_LANES)
+        && wide.add_block::<S, WB, XB>(acc, y, std::array::from_fn(|k| (r + k) * out + o))
+    {
         return;
     }
     for (j, (_, w_tail)) in w_rows.iter().enumerate() {

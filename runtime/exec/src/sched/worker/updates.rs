@@ -149,7 +149,7 @@ impl Worker<'_, '_> {
             }
         }
         let updated = master.update(&self.setup.optimizer);
-        if updated && (flush || master.updates % self.setup.replica_sync == 0) {
+        if updated && (flush || master.updates.is_multiple_of(self.setup.replica_sync)) {
             for r in self.local_replicas(info) {
                 if let Some(mut replica) = params.live(r) {
                     train::sync_values(master, &mut replica);
