@@ -46,6 +46,7 @@ pub mod kernels;
 mod loss;
 mod nppt;
 mod ppt;
+pub(crate) mod replica_routes;
 mod route;
 mod rows;
 mod select;
@@ -110,7 +111,7 @@ pub(crate) struct RunShared<'a> {
     pub instances: Vec<&'a (dyn ExecInstance + Sync)>,
     pub params: ParamAccess<'a>,
     pub mode: RunMode,
-    pub routes: crate::load::replicas::Routes,
+    pub routes: replica_routes::Routes,
     /// The masks dropout applies in this run (training's); `None`: it is the identity.
     pub dropout: Option<DropoutPass>,
 }

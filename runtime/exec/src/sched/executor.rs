@@ -6,7 +6,7 @@ use crate::config::ExecConfig;
 use crate::error::ExecError;
 use crate::instance::ExecInstance;
 use crate::load::program::Program;
-use crate::load::replicas::Routes;
+use crate::ops::replica_routes::Routes;
 use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess, StalenessStats};
 use crate::ops::{RunMode, RunShared};
 use crate::sched::controller::{self, Judgement, Observer, RunOutput};
