@@ -1,0 +1,156 @@
+//! How ops reach the parameters during a run: frozen values (inference) or live groups
+//! behind their locks (training), one group at a time.
+
+use super::*;
+
+/// How ops reach parameters in a run.
+pub(crate) enum ParamAccess<'a> {
+    /// Read-only (evaluation and inference): no locks, no gradients.
+    Frozen { params: &'a ParamSet, groups: &'a [GroupInfo] },
+    /// Training: one lock per group.
+    Live { groups: Vec<Mutex<LiveGroup<'a>>> },
+}
+
+/// A group's tensors while an op uses them.
+pub(crate) enum GroupView<'g, 'a> {
+    Frozen(Vec<&'g [f32]>),
+    Live(MutexGuard<'g, LiveGroup<'a>>),
+}
+
+impl GroupView<'_, '_> {
+    /// Values of the group's `i`-th tensor (empty when there is none).
+    pub fn value(&self, i: usize) -> &[f32] {
+        match self {
+            GroupView::Frozen(values) => values.get(i).copied().unwrap_or(&[]),
+            GroupView::Live(g) => g.tensors.get(i).map_or(&[], |t| &*t.value),
+        }
+    }
+
+    /// A forward message of `instance` read the values (training only: staleness; a
+    /// frozen group never updates, so its reads are never stale and are not kept).
+    pub fn note_read(&mut self, instance: Option<usize>) {
+        if let (GroupView::Live(g), Some(i)) = (self, instance) {
+            if !g.frozen {
+                g.staleness.read(i);
+            }
+        }
+    }
+
+    /// A gradient of `instance` reached the accumulators (training only: staleness).
+    pub fn note_gradient(&mut self, instance: Option<usize>) {
+        if let (GroupView::Live(g), Some(i)) = (self, instance) {
+            if !g.frozen {
+                g.staleness.gradient(i);
+            }
+        }
+    }
+
+    /// Changes whenever the group's values do (counting in this run; the op that reads it
+    /// is built anew for every run): ops that keep something derived from the values,
+    /// such as a transposed weight, make it again when the version moved.
+    pub fn version(&self) -> u64 {
+        match self {
+            GroupView::Frozen(_) => 0,
+            GroupView::Live(g) => g.version,
+        }
+    }
+
+    /// The gradient accumulator of row `row` (`width` values) of the group's first
+    /// tensor (training only; `None` past its end or for a frozen group), logged for the
+    /// row-sparse update.
+    pub fn row_grad(&mut self, row: usize, width: usize) -> Option<&mut [f32]> {
+        match self {
+            GroupView::Frozen(_) => None,
+            GroupView::Live(g) if g.frozen => None,
+            GroupView::Live(g) => {
+                g.touched = true;
+                g.accumulated = true;
+                if let Some(log) = &mut g.rows {
+                    log.width = width;
+                    log.rows.push(row);
+                }
+                g.tensors.first_mut().and_then(|t| t.grad.get_mut(row * width..(row + 1) * width))
+            }
+        }
+    }
+
+    /// The gradient accumulators of all the group's tensors, in order, for a dense
+    /// update (training only; `None` on frozen parameters, a run's or a frozen group's).
+    pub fn dense_grads(&mut self) -> Option<Vec<&mut [f32]>> {
+        let GroupView::Live(g) = self else { return None };
+        if g.frozen {
+            return None;
+        }
+        g.touched = true;
+        g.accumulated = true;
+        g.rows = None;
+        Some(g.tensors.iter_mut().map(|t| &mut *t.grad).collect())
+    }
+
+    /// The parameter gradients of a linear group (`W: [out, inp]`, `b: [out]`) over a batch
+    /// of rows `dy: [rows, out]` with their inputs `x: [rows, inp]`: adds the column sums of
+    /// `dy` to the bias gradient and `dy^T x` to the weight gradient, that one deferred (see
+    /// [`DeferredProducts`]). The op computes `dx` itself, on its copy of `W` laid out for
+    /// the GEMM. Training only: false on frozen parameters (a run's, or a frozen group's)
+    /// or a group that is not a linear layer's.
+    pub fn linear_grads(&mut self, dy: &[f32], x: &[f32], inp: usize, out: usize) -> bool {
+        let GroupView::Live(g) = self else { return false };
+        if g.frozen {
+            return false;
+        }
+        let [_, b, ..] = g.tensors.as_mut_slice() else { return false };
+        kernels::linear_bias_grad(dy, b.grad);
+        g.touched = true;
+        g.rows = None;
+        if (g.deferred.inp, g.deferred.out) != (inp, out) {
+            g.settle();
+            g.deferred.inp = inp;
+            g.deferred.out = out;
+        }
+        let d = &mut g.deferred;
+        d.dy.extend_from_slice(dy);
+        d.x.extend_from_slice(x);
+        if d.rows() >= d.limit {
+            g.settle();
+        }
+        true
+    }
+}
+
+impl<'a> ParamAccess<'a> {
+    /// Locks (when live) and returns group `g`'s tensors.
+    pub fn group(&self, g: usize) -> GroupView<'_, 'a> {
+        match self {
+            ParamAccess::Frozen { params, groups } => {
+                let values = groups.get(g).map_or_else(Vec::new, |info| {
+                    info.tensors.iter().map(|&i| if i < params.len() { params.data(i) } else { &[] }).collect()
+                });
+                GroupView::Frozen(values)
+            }
+            ParamAccess::Live { groups } => match groups.get(g) {
+                Some(lock) => GroupView::Live(lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())),
+                None => GroupView::Frozen(Vec::new()),
+            },
+        }
+    }
+
+    /// Locks a live group for its owner's bookkeeping.
+    pub fn live(&self, g: usize) -> Option<MutexGuard<'_, LiveGroup<'a>>> {
+        match self {
+            ParamAccess::Live { groups } => {
+                groups.get(g).map(|lock| lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+            }
+            ParamAccess::Frozen { .. } => None,
+        }
+    }
+
+    /// The live groups back, after the workers are gone.
+    pub fn into_live_groups(self) -> Vec<LiveGroup<'a>> {
+        match self {
+            ParamAccess::Live { groups } => {
+                groups.into_iter().map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner())).collect()
+            }
+            ParamAccess::Frozen { .. } => Vec::new(),
+        }
+    }
+}
