@@ -56,6 +56,7 @@ use crate::trace::TraceEvent;
 use crate::wire::{self, Limits, Packet};
 use amp_ir::placement::{process_of, workers_of, MAX_RUN_PROCESSES};
 mod bridge;
+mod collectives;
 mod inbound;
 mod route;
 #[cfg(test)]
@@ -301,7 +302,7 @@ impl Cluster {
     /// tensors it owns (`own`, by index into the parameter set), process 0 receives every
     /// tensor that `expected` lists as another process's and returns them. Every process
     /// calls it at the same point of its runs.
-    pub fn gather(
+    pub(crate) fn gather(
         &self,
         own: Vec<(u32, Vec<f32>)>,
         expected: &[(u32, usize)],
@@ -318,7 +319,7 @@ impl Cluster {
     /// each once. Slots name what a tensor is to the caller, unique within one exchange.
     /// Every process calls it at the same point of its runs (it takes a step of the runs,
     /// so a tensor of a later exchange that arrives early waits for it).
-    pub fn exchange(
+    pub(crate) fn exchange(
         &self,
         sends: Vec<(usize, u32, Vec<f32>)>,
         expected: &[(u32, usize)],

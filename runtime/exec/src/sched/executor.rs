@@ -334,49 +334,32 @@ impl Executor {
     /// without a cluster it does nothing.
     pub fn gather(&mut self) -> Result<(), ExecError> {
         let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
-        // Each tensor travels as four slots: values, the optimizer's two moments, its step.
-        let slot =
-            |t: usize| u32::try_from(t * 4).map_err(|_| ExecError::Config { message: "too many tensors".into() });
+        let slot = |t: usize| u32::try_from(t).map_err(|_| ExecError::Config { message: "too many tensors".into() });
         let (sent, received) = self.gathered_tensors(&cluster);
         let mut own = Vec::new();
         for t in sent {
-            let base = slot(t)?;
-            let state = self.optim.tensors.get(t);
-            let step = state.map_or(0, |s| s.step);
-            own.push((base, self.params.data(t).to_vec()));
-            own.push((base + 1, state.map(|s| s.m.clone()).unwrap_or_default()));
-            own.push((base + 2, state.map(|s| s.v.clone()).unwrap_or_default()));
-            let (lo, hi) = (step as u32, (step >> 32) as u32);
-            own.push((base + 3, vec![f32::from_bits(lo), f32::from_bits(hi)]));
+            let state = self.optim.tensors.get(t).cloned().unwrap_or_default();
+            own.push((slot(t)?, (self.params.data(t).to_vec(), state)));
         }
-        let mut expected = Vec::new();
-        for (t, owner) in received {
-            let base = slot(t)?;
-            expected.extend((0..4).map(|k| (base + k, owner)));
-        }
-        for (slot, values) in cluster.gather(own, &expected)? {
-            let (t, kind) = (slot as usize / 4, slot % 4);
-            let wrong = |what: &str| ExecError::Cluster {
-                message: format!("a gathered {what} of `{}` has {} values", self.params.spec(t).name, values.len()),
-            };
+        let expected = received.into_iter().map(|(t, owner)| Ok((slot(t)?, owner))).collect::<Result<Vec<_>, _>>()?;
+        for (t, (values, state)) in cluster.gather_values(own, &expected)? {
+            let t = t as usize;
             let len = self.params.data(t).len();
-            match kind {
-                0 if values.len() == len => self.params.data_mut(t).copy_from_slice(&values),
-                1 | 2 if values.is_empty() || values.len() == len => {
-                    if let Some(state) = self.optim.tensors.get_mut(t) {
-                        if kind == 1 {
-                            state.m = values;
-                        } else {
-                            state.v = values;
-                        }
-                    }
-                }
-                3 if values.len() == 2 => {
-                    if let Some(state) = self.optim.tensors.get_mut(t) {
-                        state.step = u64::from(values[0].to_bits()) | (u64::from(values[1].to_bits()) << 32);
-                    }
-                }
-                _ => return Err(wrong(["tensor", "first moment", "second moment", "step"][kind as usize])),
+            let fits = |v: &[f32]| v.is_empty() || v.len() == len;
+            if values.len() != len || !fits(&state.m) || !fits(&state.v) {
+                let name = &self.params.spec(t).name;
+                return Err(ExecError::Cluster {
+                    message: format!(
+                        "the gathered `{name}` has {} values and moments of {} and {}",
+                        values.len(),
+                        state.m.len(),
+                        state.v.len()
+                    ),
+                });
+            }
+            self.params.data_mut(t).copy_from_slice(&values);
+            if let Some(own) = self.optim.tensors.get_mut(t) {
+                *own = state;
             }
         }
         Ok(())
@@ -396,33 +379,24 @@ impl Executor {
             .filter(|g| g.master.is_none())
             .map(|g| amp_ir::placement::process_of(g.owner, processes, workers))
             .collect();
-        // Four counts a group, each as two f32 words of its bits (the gather moves f32s).
-        let words = |x: u64| [f32::from_bits(x as u32), f32::from_bits((x >> 32) as u32)];
-        let count = |w: &[f32]| u64::from(w[0].to_bits()) | (u64::from(w[1].to_bits()) << 32);
         let slot = |k: usize| u32::try_from(k).map_err(|_| ExecError::Config { message: "too many groups".into() });
         let mut own = Vec::new();
         let mut expected = Vec::new();
         for (k, &owner) in owners.iter().enumerate() {
             if owner == me && me != 0 {
                 let (u, s) = (updates[k], &staleness[k].stats);
-                own.push((slot(k)?, [u, s.gradients, s.total, s.max].into_iter().flat_map(words).collect()));
+                own.push((slot(k)?, [u, s.gradients, s.total, s.max]));
             } else if owner != 0 && me == 0 {
                 expected.push((slot(k)?, owner));
             }
         }
-        for (k, values) in cluster.gather(own, &expected)? {
+        for (k, [u, gradients, total, max]) in cluster.gather_values::<[u64; 4]>(own, &expected)? {
             let k = k as usize;
-            let (Some(u), Some(s), 8) = (updates.get_mut(k), staleness.get_mut(k), values.len()) else {
-                return Err(ExecError::Cluster {
-                    message: format!("the counts of group {k} came with {} values", values.len()),
-                });
+            let (Some(updated), Some(s)) = (updates.get_mut(k), staleness.get_mut(k)) else {
+                return Err(ExecError::Cluster { message: format!("the counts of group {k}, which is not one") });
             };
-            *u = count(&values[0..2]);
-            s.stats = StalenessStats {
-                gradients: count(&values[2..4]),
-                total: count(&values[4..6]),
-                max: count(&values[6..8]),
-            };
+            *updated = u;
+            s.stats = StalenessStats { gradients, total, max };
         }
         Ok(())
     }
@@ -463,7 +437,7 @@ impl Executor {
                 expected.push((slot(t)?, from));
             }
         }
-        for (slot, values) in cluster.exchange(sends, &expected)? {
+        for (slot, values) in cluster.exchange_values::<Vec<f32>>(sends, &expected)? {
             let t = slot as usize;
             if values.len() != self.params.data(t).len() {
                 let message = format!("the values of `{}` came with {} values", self.params.spec(t).name, values.len());
@@ -565,7 +539,7 @@ impl Executor {
                 }
             }
         }
-        for (slot, values) in cluster.gather(own, &expected)? {
+        for (slot, values) in cluster.gather_values::<Vec<f32>>(own, &expected)? {
             let t = slot as usize / processes;
             let target = grads.data_mut(t);
             if values.len() != target.len() {
