@@ -217,10 +217,10 @@ fn launch(processes: usize) -> Result<State, Failure> {
 /// Connects this process to the others (once), before its executor starts: the
 /// fingerprint is the hash of this binary and of the graph, so processes that differ in
 /// either refuse to run together.
-pub fn join(config: &mut ExecConfig, graph: &Verified) -> Result<(), Failure> {
+pub fn join(config: &ExecConfig, graph: &Verified) -> Result<Option<Cluster>, Failure> {
     let mut state = STATE.lock().map_err(|_| Failure::new(Exit::Executor, "the cluster state is poisoned"))?;
     let cluster = match &*state {
-        State::Single => return Ok(()),
+        State::Single => return Ok(None),
         State::Joined(cluster) => cluster.clone(),
         State::Pending { process, addresses, key } => {
             let mut hash = Sha3_256::new();
@@ -253,8 +253,7 @@ pub fn join(config: &mut ExecConfig, graph: &Verified) -> Result<(), Failure> {
             cluster
         }
     };
-    config.cluster = Some(cluster);
-    Ok(())
+    Ok(Some(cluster))
 }
 
 /// After the command: leaves the cluster, and as the launcher waits for the children

@@ -57,12 +57,15 @@ pub fn check_target(flag: &str, path: &Path) -> Result<(), Failure> {
 
 /// An executor for `graph`. Runs it on no instances once, so that a graph with an op the
 /// executor cannot run yet is refused before any data is read or any work done.
-pub fn start(graph: &Verified, params: ParamSet, mut config: ExecConfig) -> Result<Executor, Failure> {
+pub fn start(graph: &Verified, params: ParamSet, config: ExecConfig) -> Result<Executor, Failure> {
     let no_instance = |_| String::from("no instance");
     // A run split over processes connects them here, once the graph is known (its hash
     // is checked against every other process's).
-    crate::cluster::join(&mut config, graph)?;
-    let executor = Executor::new(graph, params, config).map_err(|e| Failure::exec(&e, &no_instance))?;
+    let executor = match crate::cluster::join(&config, graph)? {
+        Some(cluster) => Executor::in_cluster(graph, params, config, cluster),
+        None => Executor::new(graph, params, config),
+    };
+    let executor = executor.map_err(|e| Failure::exec(&e, &no_instance))?;
     executor.evaluate::<InstanceRef>(&[]).map_err(|e| Failure::exec(&e, &no_instance))?;
     Ok(executor)
 }

@@ -316,7 +316,7 @@ impl TrainRun<'_> {
     /// (`Cluster::agree`), which then take its path: the same gather for the best
     /// checkpoint, a stop after the same epoch.
     fn decide(&mut self, epoch: u64, stats: &EvalStats) -> Result<(bool, bool), Failure> {
-        let cluster = self.executor.config().cluster.clone();
+        let cluster = self.executor.cluster().cloned();
         let Some(cluster) = cluster else {
             let improved = self.best.record(epoch, stats);
             return Ok((improved && self.args.keep_best.is_some(), self.patience_ran_out()));
@@ -359,7 +359,7 @@ impl TrainRun<'_> {
         let order = if self.args.no_shuffle { (0..n).collect() } else { shuffled(n, self.seed, epoch) };
         self.progress.start(format!("epoch {epoch}/{}", self.args.epochs), n);
         let epoch_start = Instant::now();
-        let traffic = self.executor.config().cluster.as_ref().map(amp_exec::Cluster::traffic);
+        let traffic = self.executor.cluster().map(amp_exec::Cluster::traffic);
         let batch = self.train.view(&order);
         // Dropout's masks are those of this epoch, whatever ran before (a resumed run).
         self.executor.set_epoch(epoch);
@@ -386,7 +386,7 @@ impl TrainRun<'_> {
         };
         let mut object = report.to_json();
         object["staleness"] = staleness::to_json(&stats.staleness);
-        if let (Some(before), Some(cluster)) = (traffic, &self.executor.config().cluster) {
+        if let (Some(before), Some(cluster)) = (traffic, self.executor.cluster()) {
             object["network"] = network_json(&cluster.traffic().since(&before));
         }
         self.metrics.write_json(&object)?;

@@ -147,9 +147,6 @@ pub struct ExecConfig {
     /// this long while instances are in flight.
     pub stall_timeout: Duration,
     pub fault: Option<Fault>,
-    /// The run is split over processes (`Cluster::start`): this process runs its range
-    /// of the workers (`amp_ir::placement::workers_of`), process 0 the controller. `None`: every worker here.
-    pub cluster: Option<crate::cluster::Cluster>,
     /// Bounded staleness (DSP): no parameter group applies a gradient more than this many
     /// of its updates after the version the gradient's forward messages read; a group
     /// defers an update that would leave a read still in flight staler than that. `None`
@@ -197,7 +194,6 @@ impl Default for ExecConfig {
             max_trips: amp_ir::limits::DEFAULT_MAX_TRIPS,
             stall_timeout: Duration::from_secs(60),
             fault: None,
-            cluster: None,
             max_staleness: None,
             staleness_overrides: Vec::new(),
             staleness_layerwise: false,

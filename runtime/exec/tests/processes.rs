@@ -6,19 +6,18 @@
 mod common;
 
 use amp_data::Instance;
-use amp_exec::{Cluster, ClusterSpec, ExecConfig, ExecError, Placement};
+use amp_exec::{Cluster, ClusterSpec, ExecConfig, ExecError, Executor, Placement};
 use amp_ir::verify::Verified;
 use amp_net::memory::{Faults, MemoryNet};
 use amp_params::{OptimConfig, ParamSet};
 use common::*;
 use std::time::{Duration, Instant};
 
-fn config(cluster: Option<Cluster>) -> ExecConfig {
+fn config() -> ExecConfig {
     ExecConfig {
         workers: 2,
         placement: Placement::Contiguous,
         max_active_keys: 4,
-        cluster,
         ..ExecConfig::deterministic(4, OptimConfig::adam(0.01))
     }
 }
@@ -50,7 +49,8 @@ fn train_split(
                 s.spawn(move || {
                     let spec = ClusterSpec { timeout: Duration::from_secs(2), ..ClusterSpec::new(process, addresses) };
                     let cluster = Cluster::start(Box::new(link), spec, Instant::now(), 0)?;
-                    let mut ex = executor(graph, 2, config(Some(cluster.clone())));
+                    let params = ParamSet::init(&amp_params::ParamSpec::of_graph(graph), 2);
+                    let mut ex = Executor::in_cluster(graph, params, config(), cluster.clone())?;
                     let mut losses = Vec::new();
                     let trained = (0..epochs).try_for_each(|_| {
                         losses.extend(ex.train_epoch(data)?.losses);
@@ -83,7 +83,7 @@ fn list_reduce() -> (Verified, Vec<Instance>) {
 #[test]
 fn two_processes_in_memory_train_as_one_process_under_delays() {
     let (graph, data) = list_reduce();
-    let mut single = executor(&graph, 2, config(None));
+    let mut single = executor(&graph, 2, config());
     let mut expected = Vec::new();
     for _ in 0..2 {
         expected.extend(single.train_epoch(&data).unwrap().losses);

@@ -109,12 +109,6 @@ impl fmt::Debug for Cluster {
     }
 }
 
-impl PartialEq for Cluster {
-    fn eq(&self, other: &Cluster) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-}
-
 struct Inner {
     process: usize,
     addresses: Vec<String>,

@@ -5,7 +5,7 @@
 //! across workers the controller holds each update boundary ([`ControllerHold`]). The
 //! protocol is `sched::admission`'s.
 
-use crate::cluster::{cluster_error, Peers, ReplicaShape, ReportTo, RunPort, RunSink};
+use crate::cluster::{cluster_error, Cluster, Peers, ReplicaShape, ReportTo, RunPort, RunSink};
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
 use crate::load::program::Program;
@@ -99,6 +99,7 @@ pub(crate) fn run(
     program: &Program,
     shared: &RunShared,
     config: &ExecConfig,
+    cluster: Option<&Cluster>,
     pending: &[u64],
     origin: Instant,
     observer: Option<&mut dyn Observer>,
@@ -107,7 +108,6 @@ pub(crate) fn run(
     let workers = program.workers;
     // Split over processes, this process runs its range of workers; the others run
     // theirs, and process 0 the controller (see `crate::cluster`).
-    let cluster = config.cluster.as_ref();
     let local = match cluster {
         Some(c) => amp_ir::placement::workers_of(c.process(), c.processes(), workers),
         None => 0..workers,
@@ -211,6 +211,7 @@ pub(crate) fn run(
         let mut control = Controller {
             program,
             config,
+            cluster,
             mode: shared.mode,
             peers: &peers,
             reports: &report_rx,
@@ -350,6 +351,7 @@ impl InFlight {
 struct Controller<'r, 'o> {
     program: &'r Program,
     config: &'r ExecConfig,
+    cluster: Option<&'r Cluster>,
     mode: RunMode,
     peers: &'r Peers,
     reports: &'r Receiver<Report>,
@@ -568,7 +570,7 @@ impl Controller<'_, '_> {
         for worker in 0..self.peers.len() {
             self.peers.send(worker, ToWorker::Stop { flush });
         }
-        let cluster = self.config.cluster.as_ref();
+        let cluster = self.cluster;
         while self.stopped < self.peers.len() {
             match self.reports.recv_timeout(Duration::from_millis(100)) {
                 Ok(Report::Stopped { trace, held, .. }) => {

@@ -2,6 +2,7 @@
 //! parameters, their gradient accumulators and optimizer state, and runs epochs,
 //! evaluations, inference and single-instance gradients through the workers.
 
+use crate::cluster::Cluster;
 use crate::config::ExecConfig;
 use crate::error::ExecError;
 use crate::instance::ExecInstance;
@@ -79,6 +80,8 @@ pub struct Executor {
     /// Instances each group counted since its last update.
     pending: Vec<u64>,
     config: ExecConfig,
+    /// The processes this run is split over (`None`: every worker here).
+    cluster: Option<Cluster>,
     trace: Vec<TraceEvent>,
     origin: Instant,
     /// The epoch dropout's masks are drawn for: counts the training epochs run, unless
@@ -91,9 +94,31 @@ impl Executor {
     /// places the nodes on `config.workers` workers (a graph runs only once
     /// `amp_ir::verify::verify` accepted it).
     pub fn new(graph: &Verified, params: ParamSet, config: ExecConfig) -> Result<Executor, ExecError> {
+        Executor::build(graph, params, config, None)
+    }
+
+    /// [`Executor::new`] for a run split over processes: this process runs its range of
+    /// the workers (`amp_ir::placement::workers_of`), process 0 the controller, and every
+    /// process makes the same calls in the same order (each training run, gather,
+    /// evaluation is a step of the runs every process takes).
+    pub fn in_cluster(
+        graph: &Verified,
+        params: ParamSet,
+        config: ExecConfig,
+        cluster: Cluster,
+    ) -> Result<Executor, ExecError> {
+        Executor::build(graph, params, config, Some(cluster))
+    }
+
+    fn build(
+        graph: &Verified,
+        params: ParamSet,
+        config: ExecConfig,
+        cluster: Option<Cluster>,
+    ) -> Result<Executor, ExecError> {
         let program = Program::new(graph, &params, &config)?;
         check_ops(&program, &params)?;
-        if let Some(cluster) = &config.cluster {
+        if let Some(cluster) = &cluster {
             check_split(&program, &config, cluster.processes())?;
         }
         let grads = params.zeros_like();
@@ -106,6 +131,7 @@ impl Executor {
             optim,
             pending,
             config,
+            cluster,
             trace: Vec::new(),
             origin: Instant::now(),
             epoch: 0,
@@ -172,6 +198,11 @@ impl Executor {
         &self.config
     }
 
+    /// The processes this run is split over, if it is.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.cluster.as_ref()
+    }
+
     /// The worker of every node index (`None` for holes): the placement in use.
     pub fn placement(&self) -> Vec<Option<usize>> {
         self.program.nodes.iter().map(|n| n.as_ref().map(|n| n.worker)).collect()
@@ -223,7 +254,7 @@ impl Executor {
     /// processes, with a process per process (`trace::write_merged_trace`).
     pub fn write_trace(&self, events: &[TraceEvent], out: &mut impl std::io::Write) -> std::io::Result<()> {
         let name = |n| self.program.node_name(n);
-        let Some(cluster) = &self.config.cluster else { return write_chrome_trace(events, name, out) };
+        let Some(cluster) = &self.cluster else { return write_chrome_trace(events, name, out) };
         let (processes, workers) = (cluster.processes(), self.program.workers);
         let process = |w: u32| amp_ir::placement::process_of(w as usize, processes, workers) as u32;
         let process_name = |p: u32| format!("process {p} ({})", cluster.address_of(p as usize));
@@ -278,7 +309,15 @@ impl Executor {
                 routes: Routes::new(&self.program),
                 dropout,
             };
-            let result = controller::run(&self.program, &shared, &self.config, &self.pending, self.origin, observer);
+            let result = controller::run(
+                &self.program,
+                &shared,
+                &self.config,
+                self.cluster.as_ref(),
+                &self.pending,
+                self.origin,
+                observer,
+            );
             let groups = shared.params.into_live_groups();
             let masters = self.program.groups.iter().map(|info| info.master.is_none());
             let updates: Vec<u64> =
@@ -333,7 +372,7 @@ impl Executor {
     /// groups its workers own). Every process calls it at the same point of its runs;
     /// without a cluster it does nothing.
     pub fn gather(&mut self) -> Result<(), ExecError> {
-        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let Some(cluster) = self.cluster.clone() else { return Ok(()) };
         let slot = |t: usize| u32::try_from(t).map_err(|_| ExecError::Config { message: "too many tensors".into() });
         let (sent, received) = self.gathered_tensors(&cluster);
         let mut own = Vec::new();
@@ -370,7 +409,7 @@ impl Executor {
     /// process, where the metrics are written (each process measured only the groups its
     /// workers own). Every process calls it at the same point.
     fn gather_group_stats(&self, updates: &mut [u64], staleness: &mut [GroupStaleness]) -> Result<(), ExecError> {
-        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let Some(cluster) = self.cluster.clone() else { return Ok(()) };
         let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
         let owners: Vec<usize> = self
             .program
@@ -408,7 +447,7 @@ impl Executor {
     /// point (after each training run); nothing moves when no replica is away from its
     /// master.
     fn share_replica_values(&mut self) -> Result<(), ExecError> {
-        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let Some(cluster) = self.cluster.clone() else { return Ok(()) };
         let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
         let process = |worker: usize| amp_ir::placement::process_of(worker, processes, workers);
         // (tensor, from, to) once per pair of processes.
@@ -490,11 +529,11 @@ impl Executor {
             dropout,
         };
         let config = ExecConfig { max_active_keys: 1, ..self.config.clone() };
-        let result = controller::run(&self.program, &shared, &config, &[], self.origin, None);
+        let result = controller::run(&self.program, &shared, &config, self.cluster.as_ref(), &[], self.origin, None);
         drop(shared);
         fold_replica_grads(&self.program.groups, &stores, &mut grads);
         let output = result?;
-        let follower = self.config.cluster.as_ref().is_some_and(|c| c.process() != 0);
+        let follower = self.cluster.as_ref().is_some_and(|c| c.process() != 0);
         let loss = match output.losses.first().copied().flatten() {
             Some(loss) => loss,
             None if follower => f32::NAN,
@@ -514,7 +553,7 @@ impl Executor {
     /// its own process's `grads` (at the master's tensors): those come too, and process 0
     /// adds up every process's part.
     pub fn gather_grads(&self, grads: &mut ParamSet) -> Result<(), ExecError> {
-        let Some(cluster) = self.config.cluster.clone() else { return Ok(()) };
+        let Some(cluster) = self.cluster.clone() else { return Ok(()) };
         let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
         let process = |worker: usize| amp_ir::placement::process_of(worker, processes, workers);
         // A slot per tensor and sending process.
@@ -557,7 +596,7 @@ impl Executor {
     /// What a gather to process 0 moves, by parameter tensor (replicas' masters only):
     /// the tensors this process sends (those its workers own, unless it is process 0),
     /// and on process 0 the tensors it receives with their owning process.
-    fn gathered_tensors(&self, cluster: &crate::cluster::Cluster) -> (Vec<usize>, Vec<(usize, usize)>) {
+    fn gathered_tensors(&self, cluster: &Cluster) -> (Vec<usize>, Vec<(usize, usize)>) {
         let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
         let (mut sent, mut received) = (Vec::new(), Vec::new());
         for group in self.program.groups.iter().filter(|g| g.master.is_none()) {
@@ -585,7 +624,8 @@ impl Executor {
             routes: Routes::new(&self.program),
             dropout: None,
         };
-        let output = controller::run(&self.program, &shared, &self.config, &[], self.origin, None)?;
+        let output =
+            controller::run(&self.program, &shared, &self.config, self.cluster.as_ref(), &[], self.origin, None)?;
         Ok((output, start.elapsed()))
     }
 
