@@ -54,7 +54,7 @@
 //!   one node calling its Cranelift kernel, batching like a Linear node; results equal
 //!   node-by-node execution to rounding.
 //! - Replicas (`ExecConfig::replicas`): see the `load::replicas` module.
-//! - Several processes (`ExecConfig::cluster`, [`Cluster::start`]): each runs its block
+//! - Several processes ([`Executor::in_cluster`], [`Cluster::start`]): each runs its block
 //!   of the workers ([`amp_ir::placement::workers_of`]) and process 0 the controller; what crosses processes
 //!   goes through one bridge thread per process over timely_communication, encoded by
 //!   [`wire`] (docs/distributed.md).
