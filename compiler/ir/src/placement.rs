@@ -9,7 +9,8 @@
 //! - a message that crosses processes costs [`MESSAGE_HEADER_BYTES`] beyond its payload
 //!   and state (the executor's wire codec tests that it encodes exactly that).
 
-use crate::Graph;
+use crate::{Graph, Op, PayloadTy};
+use petgraph::visit::NodeIndexable;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -75,6 +76,55 @@ pub fn group_owners(graph: &Graph) -> BTreeMap<&str, usize> {
     owners
 }
 
+/// The graph's nodes in index order (holes skipped), with their indices.
+fn nodes_in_order(graph: &Graph) -> Vec<(usize, &crate::Node)> {
+    let mut nodes: Vec<(usize, &crate::Node)> =
+        graph.nodes.node_indices().filter_map(|i| Some((i.index(), graph.nodes.node_weight(i)?))).collect();
+    nodes.sort_unstable_by_key(|&(i, _)| i);
+    nodes
+}
+
+/// Per node index, the worker of a round-robin placement: the `k`-th node (in index
+/// order) on worker `k mod workers`; `None` at holes.
+pub fn round_robin(graph: &Graph, workers: usize) -> Vec<Option<usize>> {
+    let mut placed = vec![None; graph.nodes.node_bound()];
+    for (k, (i, _)) in nodes_in_order(graph).into_iter().enumerate() {
+        placed[i] = Some(k % workers.max(1));
+    }
+    placed
+}
+
+/// Per node index, the worker of a contiguous placement: the nodes in index order cut
+/// into `workers` ranges of about equal work (a rough count per message: a Linear's
+/// weights twice, a lookup's row twice, any other node its elements in and out), each
+/// node on the worker whose share holds the middle of its work; `None` at holes. What
+/// the executor runs without a plan (`ExecConfig::placement`).
+pub fn contiguous(graph: &Graph, workers: usize) -> Vec<Option<usize>> {
+    let workers = workers.max(1);
+    let nodes = nodes_in_order(graph);
+    let costs: Vec<u64> = nodes.iter().map(|(_, node)| work(graph, node)).collect();
+    let total: u64 = costs.iter().sum::<u64>().max(1);
+    let mut placed = vec![None; graph.nodes.node_bound()];
+    let mut before = 0u64;
+    for ((i, _), c) in nodes.into_iter().zip(costs) {
+        let middle = before + c / 2;
+        placed[i] = Some(((middle as u128 * workers as u128 / total as u128) as usize).min(workers - 1));
+        before += c;
+    }
+    placed
+}
+
+/// A rough count of the work a node does per message, to balance contiguous ranges.
+fn work(graph: &Graph, node: &crate::Node) -> u64 {
+    let out: u64 = node.outputs.iter().map(PayloadTy::elements).sum();
+    match &node.op {
+        Op::Linear { param } => graph.param(&format!("{param}.weight")).map_or(1, |p| p.shape.iter().product()) * 2,
+        // Per row for a batch of rows: their count is known only at run time.
+        Op::Embedding { .. } | Op::EmbeddingRows { .. } => out * 2,
+        _ => out + node.inputs.iter().map(PayloadTy::elements).sum::<u64>() + 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +152,37 @@ mod tests {
         let sizes: Vec<usize> = (0..4).map(|p| workers_of(p, 4, 10).len()).collect();
         assert_eq!(sizes, [3, 3, 2, 2]);
         assert_eq!(workers_of(5, 4, 10), 10..10);
+    }
+
+    /// source → read → linear [64 ← 32] → relu → linear [3 ← 64] → loss.
+    const CHAIN: &str = r#"amp.graph @Chain {
+  state %inst: instance
+  param a.weight: f32[64, 32] uniform(32)
+  param a.bias: f32[64] uniform(32)
+  param b.weight: f32[3, 64] uniform(64)
+  param b.bias: f32[3] uniform(64)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[32] "read"
+  %2 = linear @a (%1#0: f32[32]) -> f32[64] key(%inst) "a"
+  %3 = unary relu (%2#0: f32[64]) -> f32[64] key(%inst) "relu"
+  %4 = linear @b (%3#0: f32[64]) -> f32[3] key(%inst) "b"
+  %5 = loss cross_entropy [$.label] (%4#0: f32[3]) -> () key(%inst) "loss"
+}
+"#;
+
+    /// Round robin deals the nodes out in index order; contiguous ranges follow the index
+    /// order, every worker gets some, and the large product sits alone.
+    #[test]
+    fn round_robin_and_contiguous_placements() {
+        let graph = crate::text::parse(CHAIN).unwrap();
+        let some = |v: &[usize]| v.iter().map(|&w| Some(w)).collect::<Vec<_>>();
+        assert_eq!(round_robin(&graph, 4), some(&[0, 1, 2, 3, 0, 1]));
+        assert_eq!(round_robin(&graph, 1), some(&[0; 6]));
+        let two = contiguous(&graph, 2);
+        assert_eq!(two, some(&[0, 0, 0, 1, 1, 1]), "the 64×32 product's middle ends the first half");
+        let three: Vec<usize> = contiguous(&graph, 3).into_iter().flatten().collect();
+        assert!(three.windows(2).all(|w| w[0] <= w[1]), "{three:?}");
+        assert_eq!(contiguous(&graph, 1), some(&[0; 6]));
     }
 
     #[test]

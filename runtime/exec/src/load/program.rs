@@ -286,18 +286,6 @@ fn check_params(graph: &Graph, params: &ParamSet) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// A rough count of the work a node does per message, to balance contiguous ranges.
-fn cost(graph: &Graph, node: &NodeInfo) -> u64 {
-    let out: u64 = node.outputs.iter().map(PayloadTy::elements).sum();
-    let ExecOp::Ir(op) = &node.op else { return 1 };
-    match op {
-        Op::Linear { param } => graph.param(&format!("{param}.weight")).map_or(1, |p| p.shape.iter().product()) * 2,
-        // Per row for a batch of rows: their count is known only at run time.
-        Op::Embedding { .. } | Op::EmbeddingRows { .. } => out * 2,
-        _ => out + node.inputs.iter().map(PayloadTy::elements).sum::<u64>() + 1,
-    }
-}
-
 fn place(nodes: &mut [Option<NodeInfo>], graph: &Graph, config: &ExecConfig) -> Result<(), ExecError> {
     let workers = config.workers;
     match &config.placement {
@@ -316,20 +304,14 @@ fn place(nodes: &mut [Option<NodeInfo>], graph: &Graph, config: &ExecConfig) -> 
                 }
             }
         }
-        Placement::RoundRobin => {
-            for (i, node) in nodes.iter_mut().flatten().enumerate() {
-                node.worker = i % workers;
-            }
-        }
-        Placement::Contiguous => {
-            let costs: Vec<u64> = nodes.iter().flatten().map(|n| cost(graph, n)).collect();
-            let total: u64 = costs.iter().sum::<u64>().max(1);
-            let mut before = 0u64;
-            for (node, c) in nodes.iter_mut().flatten().zip(costs) {
-                // The worker whose share contains the middle of this node's work.
-                let middle = before + c / 2;
-                node.worker = ((middle as u128 * workers as u128 / total as u128) as usize).min(workers - 1);
-                before += c;
+        // The rules are `amp_ir::placement`'s, which the planner follows too.
+        Placement::RoundRobin | Placement::Contiguous => {
+            let placed = match config.placement {
+                Placement::RoundRobin => amp_ir::placement::round_robin(graph, workers),
+                _ => amp_ir::placement::contiguous(graph, workers),
+            };
+            for node in nodes.iter_mut().flatten() {
+                node.worker = placed.get(node.index as usize).copied().flatten().unwrap_or(0);
             }
         }
     }

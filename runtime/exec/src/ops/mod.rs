@@ -34,7 +34,7 @@
 //! to the next such node in the same order stays one buffer, without a copy per node.
 //! The row ops of batched payloads between them do the same through [`Stacked`] where
 //! a Linear reads what they write (a split of batches both ways, `partition_rows` and
-//! `scatter_sum` forward, `merge_rows` backward): their [`NodeOp::stacks`] has the worker
+//! `scatter_sum` forward, `merge_rows` backward): their [`Intake::Stacked`] has the worker
 //! hand them the messages it takes together.
 
 mod chain;

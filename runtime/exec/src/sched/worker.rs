@@ -18,7 +18,7 @@
 //! taking the front of its node's queue. A node takes, with its front message, the
 //! messages right behind it of the same direction and port, up to `max_batch` (an op
 //! that batches, `linear` or a fused kernel, runs them as one; one that stacks, a row op
-//! of batched payloads, writes their results into one buffer (`NodeOp::stacks`); any
+//! of batched payloads, writes their results into one buffer (`Intake::Stacked`); any
 //! other one by one in the same step), and their later tickets find the queue emptier (a
 //! ticket for an empty queue is skipped); a node whose op batches (a fused kernel, a
 //! split of batches) takes them from anywhere in its queue, so that the gradients of its
