@@ -250,7 +250,7 @@ fn compile_network(
 /// Reads a profile written by `amprun train --profile`; a usage error when the file cannot
 /// be read, bad input when it is not a profile.
 fn read_profile(path: &Path) -> Result<amp_plan::Profile, ExitCode> {
-    let bytes = crate::read_bounded(path, amp_ir::limits::MAX_GRAPH_BYTES);
+    let bytes = amp_ir::limits::read_bounded(path, amp_ir::limits::MAX_GRAPH_BYTES);
     let text = bytes.and_then(|b| String::from_utf8(b).map_err(std::io::Error::other)).map_err(|e| {
         eprintln!("error: cannot read `{}`: {e}", path.display());
         ExitCode::from(2)

@@ -312,7 +312,7 @@ pub(crate) fn check_file(
 /// Reads a source file, invalid UTF-8 replaced (the lexer reports it); `None` after
 /// printing why the file cannot be read (a usage error).
 pub(crate) fn read_source(path: &std::path::Path) -> Option<String> {
-    match read_bounded(path, amp_ir::limits::MAX_SOURCE_BYTES) {
+    match amp_ir::limits::read_bounded(path, amp_ir::limits::MAX_SOURCE_BYTES) {
         Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
         Err(e) => {
             eprintln!("error: cannot read `{}`: {e}", path.display());
@@ -353,17 +353,4 @@ fn check(files: &[PathBuf], defines: Vec<(String, i64)>, printer: &Printer) -> E
     } else {
         ExitCode::SUCCESS
     }
-}
-
-/// The bytes of the file at `path`, at most `limit` of them: a longer file, or an endless
-/// input such as `/dev/zero`, is an error after `limit + 1` bytes were read
-/// (`amp_ir::limits`, docs/limits.md).
-pub(crate) fn read_bounded(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(std::io::Error::other(format!("it is longer than {limit} bytes, the most read of such a file")));
-    }
-    Ok(bytes)
 }

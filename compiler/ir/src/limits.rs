@@ -82,6 +82,19 @@ pub fn within(count: Option<u128>, limit: u64, what: &'static str) -> Result<u64
     }
 }
 
+/// The bytes of the file at `path`, at most `limit` of them (one of the byte limits above):
+/// a longer file, or an endless input such as `/dev/zero`, is an error after `limit + 1`
+/// bytes were read, before more is allocated.
+pub fn read_bounded(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::other(format!("it is longer than {limit} bytes, the most read of such a file")));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,7 +42,8 @@ fn load_graph_file(args: &ModelArgs) -> Result<Model, Failure> {
             path.display()
         )));
     }
-    let bytes = read_bounded(path, amp_ir::limits::MAX_GRAPH_BYTES).map_err(|e| Failure::io("read", path, &e))?;
+    let bytes = amp_ir::limits::read_bounded(path, amp_ir::limits::MAX_GRAPH_BYTES)
+        .map_err(|e| Failure::io("read", path, &e))?;
     let (graph, plan) = match amp_ir::ampg::read_verified(&bytes) {
         Ok(loaded) => loaded,
         Err(amp_ir::ampg::LoadError::Read(e)) => {
@@ -80,7 +81,8 @@ fn load_graph_file(args: &ModelArgs) -> Result<Model, Failure> {
 
 fn compile_source(args: &ModelArgs) -> Result<Verified, Failure> {
     let path = &args.path;
-    let bytes = read_bounded(path, amp_ir::limits::MAX_SOURCE_BYTES).map_err(|e| Failure::io("read", path, &e))?;
+    let bytes = amp_ir::limits::read_bounded(path, amp_ir::limits::MAX_SOURCE_BYTES)
+        .map_err(|e| Failure::io("read", path, &e))?;
     let mut map = SourceMap::new();
     let main = map.add(path.display().to_string(), String::from_utf8_lossy(&bytes).into_owned());
     let checked = check_program(&mut map, main, &Options { defines: args.define.clone() });
@@ -179,17 +181,4 @@ pub fn display_name(graph: &Graph, path: &Path) -> String {
     } else {
         graph.name.clone()
     }
-}
-
-/// The bytes of the file at `path`, at most `limit` of them: a longer file, or an endless
-/// input such as `/dev/zero`, is an error after `limit + 1` bytes were read
-/// (`amp_ir::limits`, docs/limits.md).
-pub(crate) fn read_bounded(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(std::io::Error::other(format!("it is longer than {limit} bytes, the most read of such a file")));
-    }
-    Ok(bytes)
 }

@@ -214,7 +214,7 @@ fn plan_failure(error: &amp_plan::PlanError) -> Failure {
 }
 
 fn read_profile(path: &Path) -> Result<Profile, Failure> {
-    let bytes = crate::model::read_bounded(path, amp_ir::limits::MAX_GRAPH_BYTES);
+    let bytes = amp_ir::limits::read_bounded(path, amp_ir::limits::MAX_GRAPH_BYTES);
     let text = bytes
         .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
         .map_err(|e| Failure::io("read", path, &e))?;
