@@ -6,11 +6,12 @@
 mod common;
 
 use amp_data::Instance;
-use amp_exec::{Cluster, ClusterSpec, ExecConfig, ExecError, Executor, Placement};
+use amp_exec::{Cluster, ClusterSpec, ExecConfig, ExecError, Executor, NodeSelector, Placement};
 use amp_ir::verify::Verified;
 use amp_net::memory::{Faults, MemoryNet};
 use amp_params::{OptimConfig, ParamSet};
 use common::*;
+use petgraph::visit::NodeIndexable;
 use std::time::{Duration, Instant};
 
 fn config() -> ExecConfig {
@@ -22,15 +23,16 @@ fn config() -> ExecConfig {
     }
 }
 
-/// Trains `epochs` epochs split over two processes joined by `net`'s links; returns
-/// process 0's losses and (gathered) parameters, or the first error of each process.
-fn train_split(
+/// Runs `work` in each of two processes joined by an in-memory net with `faults` (and
+/// process 1 cut off after `cut_after`), each with an executor of `graph` under `config`;
+/// leaves the cluster after it. Each process's result, or its first error.
+fn in_two_processes<T: Send>(
     graph: &Verified,
-    data: &[Instance],
-    epochs: usize,
+    config: &ExecConfig,
     faults: Faults,
     cut_after: Option<Duration>,
-) -> Vec<Result<(Vec<f32>, ParamSet), ExecError>> {
+    work: impl Fn(&mut Executor) -> Result<T, ExecError> + Sync,
+) -> Vec<Result<T, ExecError>> {
     let (net, links) = MemoryNet::mesh(2, faults);
     let addresses = vec!["memory:0".to_string(), "memory:1".to_string()];
     let cutter = cut_after.map(|after| {
@@ -45,18 +47,13 @@ fn train_split(
             .into_iter()
             .enumerate()
             .map(|(process, link)| {
-                let addresses = addresses.clone();
+                let (addresses, work) = (addresses.clone(), &work);
                 s.spawn(move || {
                     let spec = ClusterSpec { timeout: Duration::from_secs(2), ..ClusterSpec::new(process, addresses) };
                     let cluster = Cluster::start(Box::new(link), spec, Instant::now(), 0)?;
                     let params = ParamSet::init(&amp_params::ParamSpec::of_graph(graph), 2);
-                    let mut ex = Executor::in_cluster(graph, params, config(), cluster.clone())?;
-                    let mut losses = Vec::new();
-                    let trained = (0..epochs).try_for_each(|_| {
-                        losses.extend(ex.train_epoch(data)?.losses);
-                        Ok(())
-                    });
-                    let result = trained.and_then(|()| ex.gather()).map(|()| (losses, ex.params().clone()));
+                    let result = Executor::in_cluster(graph, params, config.clone(), cluster.clone())
+                        .and_then(|mut ex| work(&mut ex));
                     // A failed cluster's shutdown reports the failure again.
                     let left = cluster.shutdown();
                     result.and_then(|r| left.map(|()| r))
@@ -71,10 +68,35 @@ fn train_split(
     results
 }
 
+/// `epochs` epochs of training, then the parameters gathered to process 0: the losses and
+/// parameters.
+fn train(
+    data: &[Instance],
+    epochs: usize,
+) -> impl Fn(&mut Executor) -> Result<(Vec<f32>, ParamSet), ExecError> + Sync + '_ {
+    move |ex| {
+        let mut losses = Vec::new();
+        for _ in 0..epochs {
+            losses.extend(ex.train_epoch(data)?.losses);
+        }
+        ex.gather()?;
+        Ok((losses, ex.params().clone()))
+    }
+}
+
 fn list_reduce() -> (Verified, Vec<Instance>) {
     let graph = compile_example("list_reduce", &[("hidden", 6)]);
     let data = token_lists(&graph, &[3, 0, 1, 4, 2, 2, 5, 1, 3, 0, 2], 14, 3);
     (graph, data)
+}
+
+fn assert_same_training(what: &str, (losses, params): &(Vec<f32>, ParamSet), expected: &[f32], single: &ParamSet) {
+    assert_eq!(losses.len(), expected.len(), "{what}");
+    for (x, y) in losses.iter().zip(expected) {
+        assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{what}: loss {x} vs {y}");
+    }
+    let diff = max_rel_diff(params, single);
+    assert!(diff < 1e-4, "{what}: parameters differ by {diff}");
 }
 
 /// Synchronous training over two processes gives process 0 the losses and, gathered,
@@ -90,16 +112,64 @@ fn two_processes_in_memory_train_as_one_process_under_delays() {
     }
     for seed in 0..6 {
         let faults = Faults { seed, max_delay: if seed == 0 { 0 } else { 4 } };
-        let mut results = train_split(&graph, &data, 2, faults, None);
-        let (losses, params) = results.remove(0).unwrap_or_else(|e| panic!("seed {seed}: process 0: {e}"));
+        let mut results = in_two_processes(&graph, &config(), faults, None, train(&data, 2));
+        let zero = results.remove(0).unwrap_or_else(|e| panic!("seed {seed}: process 0: {e}"));
         assert!(results.remove(0).is_ok(), "seed {seed}: process 1 failed");
-        assert_eq!(losses.len(), expected.len());
-        for (x, y) in losses.iter().zip(&expected) {
-            assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "seed {seed}: loss {x} vs {y}");
-        }
-        let diff = max_rel_diff(&params, single.params());
-        assert!(diff < 1e-5, "seed {seed}: parameters differ by {diff}");
+        assert_same_training(&format!("seed {seed}"), &zero, &expected, single.params());
     }
+}
+
+/// A Linear node's copy in the other process (its gradients pulled before each update of
+/// its master, the values sent back after it) trains as the graph without copies in one
+/// process, synchronising after every update.
+#[test]
+fn a_copy_in_the_other_process_trains_as_no_copy() {
+    let (graph, data) = list_reduce();
+    // Every node on worker 0 (process 0); the copy of `cell` goes to worker 1 (process 1).
+    let on_zero = ExecConfig {
+        placement: Placement::Explicit(vec![0; graph.nodes.node_bound()]),
+        replica_sync: 1,
+        ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1))
+    };
+    let on_zero = ExecConfig { workers: 2, max_active_keys: 4, ..on_zero };
+    let mut single = executor(&graph, 2, on_zero.clone());
+    let mut expected = Vec::new();
+    for _ in 0..2 {
+        expected.extend(single.train_epoch(&data).unwrap().losses);
+    }
+    let copied = ExecConfig { replicas: vec![(NodeSelector::Label("cell".into()), 2)], ..on_zero };
+    let trained = train(&data, 2);
+    let copy_elsewhere = |ex: &mut Executor| {
+        let placement = ex.placement();
+        let (copy, original) = ex.replica_nodes()[0];
+        assert_eq!((placement[original as usize], placement[copy as usize]), (Some(0), Some(1)));
+        trained(ex)
+    };
+    for seed in 0..3 {
+        let mut results = in_two_processes(&graph, &copied, Faults { seed, max_delay: 3 }, None, copy_elsewhere);
+        let zero = results.remove(0).unwrap_or_else(|e| panic!("seed {seed}: process 0: {e}"));
+        assert!(results.remove(0).is_ok(), "seed {seed}: process 1 failed");
+        assert_same_training(&format!("seed {seed}"), &zero, &expected, single.params());
+    }
+}
+
+/// One instance's gradients, split over two processes and gathered to process 0, are one
+/// process's; the loss is process 0's alone (NaN on the other).
+#[test]
+fn gradients_gathered_from_two_processes_are_one_processs() {
+    let (graph, data) = list_reduce();
+    let mut single = executor(&graph, 2, config());
+    let (loss, grads) = single.grads(&data[3]).unwrap();
+    let results = in_two_processes(&graph, &config(), Faults { seed: 5, max_delay: 2 }, None, |ex| {
+        let (loss, mut grads) = ex.grads(&data[3])?;
+        ex.gather_grads(&mut grads)?;
+        Ok((loss, grads))
+    });
+    let (zero_loss, zero_grads) = results[0].as_ref().expect("process 0");
+    assert!((zero_loss - loss).abs() <= 1e-5 * (1.0 + loss.abs()), "{zero_loss} vs {loss}");
+    let diff = max_rel_diff(zero_grads, &grads);
+    assert!(diff < 1e-5, "gradients differ by {diff}");
+    assert!(results[1].as_ref().expect("process 1").0.is_nan());
 }
 
 /// A process cut off while the run goes on: the other ends with an error naming it,
@@ -109,7 +179,8 @@ fn a_process_cut_off_ends_the_run_naming_it() {
     let (graph, data) = list_reduce();
     let many: Vec<Instance> = data.iter().cycle().take(data.len() * 200).cloned().collect();
     let started = Instant::now();
-    let results = train_split(&graph, &many, 1, Faults::default(), Some(Duration::from_millis(50)));
+    let results =
+        in_two_processes(&graph, &config(), Faults::default(), Some(Duration::from_millis(50)), train(&many, 1));
     let error = results[0].as_ref().expect_err("process 0 fails").to_string();
     assert!(error.contains("process 1 (memory:1)"), "{error}");
     assert!(results[1].is_err(), "the cut process fails too");
