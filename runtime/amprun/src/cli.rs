@@ -541,6 +541,15 @@ fn parse_fault(text: &str) -> Result<Fault, String> {
     }
 }
 
+/// `--connect-timeout`: a positive number of seconds, at most a day.
+fn parse_connect_timeout(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !(seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!("{text}: the connect timeout must be above 0 and at most 86400 seconds"));
+    }
+    Ok(seconds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,13 +571,4 @@ mod tests {
         assert!(parse_fault("explode").is_err());
         assert!(parse_positive("0").is_err());
     }
-}
-
-/// `--connect-timeout`: a positive number of seconds, at most a day.
-fn parse_connect_timeout(text: &str) -> Result<f64, String> {
-    let seconds: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    if !(seconds > 0.0 && seconds <= 86_400.0) {
-        return Err(format!("{text}: the connect timeout must be above 0 and at most 86400 seconds"));
-    }
-    Ok(seconds)
 }
