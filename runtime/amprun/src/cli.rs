@@ -294,6 +294,10 @@ pub struct ExecArgs {
     /// on every host). `--processes P` alone generates one for its processes.
     #[arg(long, value_name = "FILE", requires = "process")]
     pub cluster_key: Option<PathBuf>,
+    /// How long, in seconds, a process of a split run waits for the others to connect and
+    /// prove the key (default 60); a peer not there by then is named in the error.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = parse_connect_timeout)]
+    pub connect_timeout: f64,
     /// The planner's one-way latency of the link between processes, in µs (default 50:
     /// TCP over 10 Gb/s Ethernet); `--plan auto` keeps what crosses it to what pays.
     #[arg(long, value_name = "US", value_parser = parse_link_value)]
@@ -597,6 +601,15 @@ fn parse_fault(text: &str) -> Result<Fault, String> {
         }
         _ => Err(format!("expected panic:NODE:N or delay:NODE:N:MILLIS, got `{text}`")),
     }
+}
+
+/// `--connect-timeout`: a positive number of seconds, at most a day.
+fn parse_connect_timeout(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text.parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !(seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!("{text}: the connect timeout must be above 0 and at most 86400 seconds"));
+    }
+    Ok(seconds)
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@ use amp_ir::placement::MAX_RUN_PROCESSES;
 use amp_ir::verify::Verified;
 use amp_net::timely::TimelyLink;
 use amp_net::NetSpec;
-use sha3::{Digest, Sha3_256};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -38,6 +37,9 @@ const MAX_KEY_BYTES: u64 = 1 << 16;
 /// The most lines of a hostfile.
 const MAX_HOSTS: usize = 256;
 
+/// The most bytes of a hostfile (its comments included).
+const MAX_HOSTFILE_BYTES: u64 = 1 << 20;
+
 enum State {
     /// One process (no `--processes`, or 1).
     Single,
@@ -46,6 +48,7 @@ enum State {
         process: usize,
         addresses: Vec<String>,
         key: Vec<u8>,
+        connect_timeout: Duration,
     },
     Joined(Cluster),
 }
@@ -79,6 +82,7 @@ pub fn prepare(args: &ExecArgs) -> Result<(), Failure> {
             args.workers
         )));
     }
+    let connect_timeout = Duration::from_secs_f64(args.connect_timeout);
     let state = match (args.process, &args.hostfile) {
         (Some(process), Some(hostfile)) => {
             let process = usize::from(process);
@@ -95,9 +99,9 @@ pub fn prepare(args: &ExecArgs) -> Result<(), Failure> {
             }
             let key = read_key(args)?;
             FOLLOWER.store(process != 0, Ordering::Relaxed);
-            State::Pending { process, addresses, key }
+            State::Pending { process, addresses, key, connect_timeout }
         }
-        _ => launch(processes)?,
+        _ => launch(processes, connect_timeout)?,
     };
     if let Ok(mut slot) = STATE.lock() {
         *slot = state;
@@ -106,7 +110,21 @@ pub fn prepare(args: &ExecArgs) -> Result<(), Failure> {
 }
 
 fn read_hostfile(path: &PathBuf) -> Result<Vec<String>, Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| Failure::io("read the hostfile", path, &e))?;
+    // Read with a bound: an endless file (`/dev/zero`) is refused after its first
+    // MAX_HOSTFILE_BYTES.
+    let file = std::fs::File::open(path).map_err(|e| Failure::io("read the hostfile", path, &e))?;
+    let mut bytes = Vec::new();
+    std::io::Read::take(file, MAX_HOSTFILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::io("read the hostfile", path, &e))?;
+    if bytes.len() as u64 > MAX_HOSTFILE_BYTES {
+        return Err(Failure::usage(format!(
+            "the hostfile `{}` is longer than {MAX_HOSTFILE_BYTES} bytes",
+            path.display()
+        )));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Failure::usage(format!("the hostfile `{}` is not UTF-8 text", path.display())))?;
     let mut hosts = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -161,7 +179,7 @@ fn from_hex(text: &str) -> Option<Vec<u8>> {
 }
 
 /// The launcher: free loopback ports, a hostfile, a key, and the children.
-fn launch(processes: usize) -> Result<State, Failure> {
+fn launch(processes: usize, connect_timeout: Duration) -> Result<State, Failure> {
     // Each port is held until all are chosen, so that no two are the same; another
     // program could still take one before its process listens (it then fails to start).
     let listeners: Vec<TcpListener> = (0..processes)
@@ -211,7 +229,7 @@ fn launch(processes: usize) -> Result<State, Failure> {
             children.push((process, child));
         }
     }
-    Ok(State::Pending { process: 0, addresses, key: key.to_vec() })
+    Ok(State::Pending { process: 0, addresses, key: key.to_vec(), connect_timeout })
 }
 
 /// Connects this process to the others (once), before its executor starts: the
@@ -222,8 +240,7 @@ pub fn join(config: &ExecConfig, graph: &Verified) -> Result<Option<Cluster>, Fa
     let cluster = match &*state {
         State::Single => return Ok(None),
         State::Joined(cluster) => cluster.clone(),
-        State::Pending { process, addresses, key } => {
-            let mut hash = Sha3_256::new();
+        State::Pending { process, addresses, key, connect_timeout } => {
             let exe = std::env::current_exe().and_then(std::fs::read);
             let exe = exe.map_err(|e| Failure::usage(format!("cannot read this program's binary to hash it: {e}")))?;
             // The binary (tens of MB) through SipHash: a fingerprint catches mismatched
@@ -231,16 +248,20 @@ pub fn join(config: &ExecConfig, graph: &Verified) -> Result<Option<Cluster>, Fa
             // seconds per process.
             let mut sip = std::hash::DefaultHasher::new();
             std::hash::Hasher::write(&mut sip, &exe);
-            hash.update((exe.len() as u64).to_le_bytes());
-            hash.update(std::hash::Hasher::finish(&sip).to_le_bytes());
-            hash.update(amp_ir::ampg::write(graph, None));
-            hash.update(config.workers.to_le_bytes());
+            let mut binary = (exe.len() as u64).to_le_bytes().to_vec();
+            binary.extend_from_slice(&std::hash::Hasher::finish(&sip).to_le_bytes());
+            let mut fingerprint = vec![
+                ("binary".to_string(), binary),
+                ("graph".to_string(), amp_ir::ampg::write(graph, None)),
+                ("--workers".to_string(), config.workers.to_le_bytes().to_vec()),
+            ];
+            fingerprint.extend(settings(std::env::args_os()));
             let spec = NetSpec {
                 process: *process,
                 addresses: addresses.clone(),
                 key: key.clone(),
-                fingerprint: hash.finalize().to_vec(),
-                connect_timeout: Duration::from_secs(60),
+                fingerprint,
+                connect_timeout: *connect_timeout,
             };
             let failed = |e: String| Failure::new(Exit::Executor, e);
             let connected =
@@ -254,6 +275,74 @@ pub fn join(config: &ExecConfig, graph: &Verified) -> Result<Option<Cluster>, Fa
         }
     };
     Ok(Some(cluster))
+}
+
+/// Flags that may differ between the processes of a run: where this process is and how
+/// it joins (the model's path too: its graph is compared).
+const LOCAL_FLAGS: [&str; 6] = ["path", "process", "hostfile", "cluster_key", "connect_timeout", "help"];
+
+/// Files only process 0 writes: whether each is given changes what every process does
+/// (`--save` gathers the parameters), the path does not.
+const OUTPUT_FLAGS: [&str; 7] = ["save", "keep_best", "metrics", "trace", "profile", "output", "out"];
+
+/// Files every process reads: the same paths on every host; their sizes are compared (a
+/// different file of another size is caught, one of the same size is not).
+const INPUT_FLAGS: [&str; 7] = ["data", "valid", "vocab", "plan_profile", "init", "init_embedding", "params"];
+
+/// The settings of the command line `args` (this program's name first) that must be the
+/// same in every process, each a named part of the fingerprint: the command, then every
+/// flag of its subcommand in their declared order, given or not (its values as given, or
+/// its default), so two processes list the same parts and a mismatch names the flag.
+/// Flags that locate this process ([`LOCAL_FLAGS`]) are left out; output files count by
+/// whether they are given, input files by their sizes.
+pub fn settings(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<(String, Vec<u8>)> {
+    use clap::CommandFactory;
+    let command = crate::cli::Cli::command();
+    let Ok(matches) = command.clone().try_get_matches_from(args) else { return Vec::new() };
+    let Some((name, sub)) = matches.subcommand() else { return Vec::new() };
+    let mut parts = vec![("command".to_string(), name.as_bytes().to_vec())];
+    let Some(definition) = command.find_subcommand(name) else { return parts };
+    for arg in definition.get_arguments() {
+        let id = arg.get_id().as_str();
+        if LOCAL_FLAGS.contains(&id) {
+            continue;
+        }
+        let flag = match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("--{long}"),
+            (None, Some(short)) => format!("-{short}"),
+            (None, None) => id.to_string(),
+        };
+        let values: Vec<std::ffi::OsString> = sub
+            .try_get_raw(id)
+            .ok()
+            .flatten()
+            .map(|v| v.map(std::ffi::OsStr::to_os_string).collect())
+            .unwrap_or_default();
+        let given = sub.value_source(id).is_some_and(|s| s == clap::parser::ValueSource::CommandLine);
+        let mut part = Vec::new();
+        if OUTPUT_FLAGS.contains(&id) {
+            part.push(u8::from(given));
+        } else if INPUT_FLAGS.contains(&id) {
+            for value in &values {
+                // `NAME=FILE` (`--init-embedding`): the name as given, the file's size.
+                let text = value.to_string_lossy();
+                let (name, file) = text.split_once('=').filter(|_| id == "init_embedding").unwrap_or(("", &text));
+                let size = std::fs::metadata(file).map_or(u64::MAX, |m| m.len());
+                part.extend_from_slice(name.as_bytes());
+                part.push(0);
+                part.extend_from_slice(&size.to_le_bytes());
+            }
+        } else {
+            // A flag without a value (`--async`) counts by whether it is given.
+            part.push(u8::from(given));
+            for value in &values {
+                part.extend_from_slice(value.as_encoded_bytes());
+                part.push(0);
+            }
+        }
+        parts.push((flag, part));
+    }
+    parts
 }
 
 /// After the command: leaves the cluster, and as the launcher waits for the children
@@ -297,6 +386,37 @@ pub fn finish(result: Result<(), Failure>) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parts(line: &str) -> Vec<(String, Vec<u8>)> {
+        settings(line.split_whitespace().map(std::ffi::OsString::from))
+    }
+
+    /// Issue 48, finding 3: only the binary, the graph and `--workers` were compared, so
+    /// processes that differed in `--save`, `--lr`, `--seed`, `--limit`, `--epochs` or
+    /// `--async` ran together. Each is a part of the fingerprint now, named when it
+    /// differs; where this process is, and how it joins, is not.
+    #[test]
+    fn the_fingerprint_covers_every_setting_and_names_it() {
+        let base = "amprun train m.amp --data /dev/null --workers 2 --processes 2";
+        let differing = |a: &str, b: &str| -> Vec<String> {
+            let (a, b) = (parts(&format!("{base} {a}")), parts(&format!("{base} {b}")));
+            assert_eq!(a.len(), b.len(), "every process lists the same parts");
+            a.iter().zip(&b).filter(|(x, y)| x.1 != y.1).map(|(x, _)| x.0.clone()).collect()
+        };
+        assert_eq!(differing("--save c.st", ""), ["--save"]);
+        assert_eq!(differing("--save c.st", "--save other/c.st"), Vec::<String>::new());
+        assert_eq!(differing("--lr 0.1", "--lr 0.2"), ["--lr"]);
+        assert_eq!(differing("--seed 1", ""), ["--seed"]);
+        assert_eq!(differing("--limit 5", "--limit 6"), ["--limit"]);
+        assert_eq!(differing("--epochs 3", ""), ["--epochs"]);
+        assert_eq!(differing("--async", ""), ["--async"]);
+        assert_eq!(differing("--lr 0.1 --async", "--lr 0.2"), ["--async", "--lr"]);
+        // Where this process is, and how it joins, may differ.
+        let here = "--process 0 --hostfile a.txt --cluster-key a.key --connect-timeout 5";
+        let there = "--process 1 --hostfile b.txt --cluster-key b.key";
+        assert_eq!(differing(here, there), Vec::<String>::new());
+        assert!(parts("amprun train").is_empty(), "a command line that does not parse lists nothing");
+    }
 
     #[test]
     fn keys_cross_the_environment_as_hex() {

@@ -21,6 +21,7 @@
 //!        [--max-staleness K|NODE=K ...] [--staleness-schedule uniform|layerwise]
 //!        [--slow-worker W=F[@START..END] ...] [--worker-speed W=S ...]
 //!        [--processes P [--process I --hostfile FILE --cluster-key FILE]]
+//!        [--connect-timeout SECONDS]
 //!        [--link-latency-us US] [--link-bandwidth-mbps MBPS]
 //! amprun eval  MODEL --params ckpt.safetensors --data d.jsonl   loss, accuracy, instances/s
 //! amprun infer MODEL --params ckpt.safetensors --data d.jsonl [--output FILE]
@@ -236,7 +237,11 @@
 //! controller and writes metrics, progress and checkpoints (gathered from every process:
 //! the file is a one-process run's; `grad`'s file the same way), the others print only
 //! errors. Every process reads the data itself. Processes prove the shared key before anything else is read from their
-//! connection, and refuse a peer whose binary, graph or worker count differs. A lost
+//! connection, and refuse a peer whose binary, graph, worker count or any other flag differs,
+//! naming it (only `--process`, `--hostfile`, `--cluster-key`, `--connect-timeout`, the model's
+//! path and the paths of output files may differ). Each process waits at most
+//! `--connect-timeout` seconds (default 60) for the others to connect, then names those that
+//! did not. A lost
 //! process ends the run on the others within seconds, naming it (exit 4). Only process 0
 //! sees the validation: after each epoch's it tells the others whether the epoch is the
 //! best and whether `--patience` ran out, so every process gathers the `--keep-best` file

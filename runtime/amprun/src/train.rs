@@ -590,6 +590,12 @@ impl TrainRun<'_> {
     }
 
     fn summary(&self, first: u64) {
+        // A split run's followers see no losses and write no files: process 0 reports
+        // (issue 48, finding 10: they printed "train loss NaN" and a checkpoint they
+        // never wrote).
+        if crate::cluster::follower() {
+            return;
+        }
         // The last epoch trained: `--epochs`, or where `--patience` stopped.
         let last = self.last.0.as_ref().map_or(self.args.epochs, |r| r.epoch);
         let epochs = last + 1 - first;

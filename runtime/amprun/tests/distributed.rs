@@ -510,7 +510,7 @@ fn a_process_without_the_key_or_with_another_graph_is_refused() {
     let out = amprun(dir, &refs);
     let zero_status = zero.wait().expect("process 0 ends");
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
-    assert!(stderr(&out).contains("runs another binary or graph"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("runs with another graph"), "{}", stderr(&out));
     assert_eq!(zero_status.code(), Some(4));
 }
 

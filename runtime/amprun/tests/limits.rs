@@ -315,6 +315,30 @@ fn endless_inputs_are_refused_after_a_bound() {
         assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {err}");
         assert!(err.contains("/dev/zero") && err.contains("not a valid safetensors file"), "{args:?}: {err}");
     }
+    // The hostfile too (it reached 3.5 GB in 6 s): refused after 1 MiB, before any
+    // connection is tried.
+    let args = [
+        "train",
+        &model,
+        "-D",
+        "hidden=8",
+        "--data",
+        &data,
+        "--workers",
+        "2",
+        "--processes",
+        "2",
+        "--process",
+        "1",
+        "--hostfile",
+        "/dev/zero",
+        "--cluster-key",
+        "/dev/null",
+    ];
+    let out = amprun(dir, &args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the hostfile `/dev/zero` is longer than 1048576 bytes"), "{err}");
 }
 
 /// Issue 48, findings 7 and 8: `--limit N` read the whole file first (one 216 MB `read()`

@@ -11,7 +11,7 @@ fn net_spec(process: usize, addresses: &[String], key: &[u8]) -> NetSpec {
         process,
         addresses: addresses.to_vec(),
         key: key.to_vec(),
-        fingerprint: b"same".to_vec(),
+        fingerprint: vec![("graph".into(), b"same".to_vec())],
         connect_timeout: Duration::from_secs(60),
     }
 }
