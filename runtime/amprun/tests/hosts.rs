@@ -40,7 +40,7 @@ impl Namespaces {
         let (a, b) = (&made.names[0], &made.names[1]);
         let (la, lb) = (&made.links[0], &made.links[1]);
         if !ip(&["netns", "add", a]) {
-            eprintln!("skipped: cannot make a network namespace (this needs root and `ip`)");
+            skipped(&format!("hosts ({tag})"), "cannot make a network namespace (this needs root and `ip`)");
             return None;
         }
         let steps: [Vec<&str>; 9] = [
