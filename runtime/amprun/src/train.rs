@@ -538,6 +538,11 @@ impl TrainRun<'_> {
                     "; `{}` already holds the last good parameters (those after epoch {good}) and was left as it was",
                     path.display()
                 ),
+                // No epoch of this run finished: its starting parameters do not replace a
+                // checkpoint that is already there (a trained one, most likely).
+                (Some(path), _) if epoch == 1 && path.exists() => {
+                    format!("; no epoch finished, so `{}` was left as it was", path.display())
+                }
                 (Some(path), Some((params, optim))) => {
                     let status = format!("stopped: non-finite loss in epoch {epoch}");
                     match self.save(path, &params, &optim, good, &status) {

@@ -80,6 +80,34 @@ fn a_non_finite_loss_stops_with_the_instance_and_the_last_good_parameters() {
     assert!(optim.tensors.iter().all(|t| t.step == 0), "the optimizer state of the start too");
 }
 
+/// A fresh run (no `--resume`) that blows up in its first epoch does not replace a
+/// checkpoint already at its `--save` path (issue 48: a trained file was replaced by the
+/// run's starting parameters).
+#[test]
+fn a_fresh_run_that_blows_up_at_once_leaves_an_existing_checkpoint_as_it_was() {
+    let dir = scratch("nan-fresh");
+    let dir = dir.path();
+    let model = example("mlp.amp");
+    let good_data = digits_csv(dir, usize::MAX);
+    amprun_ok(dir, &["train", &model, "-D", "hidden=4", "--data", &good_data, "--save", "c.safetensors"]);
+    let trained = std::fs::read(dir.join("c.safetensors")).unwrap();
+    // The same run on data whose row 3 overflows every sum, from all-ones weights.
+    let data = digits_csv(dir, 3);
+    let graph = compile_example("mlp", &[("hidden", 4)]);
+    let mut ones = ParamSet::init(&ParamSpec::of_graph(&graph), 0);
+    for t in 0..ones.len() {
+        ones.data_mut(t).iter_mut().for_each(|v| *v = 1.0);
+    }
+    amp_params::save(&ones, &dir.join("ones.safetensors"), &Default::default()).unwrap();
+    let mut args = vec!["train", &model, "-D", "hidden=4", "--data", &data, "--init", "ones.safetensors"];
+    args.extend(["--no-shuffle", "--lr", "0.0001", "--save", "c.safetensors"]);
+    let out = amprun(dir, &args);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("no epoch finished, so `c.safetensors` was left as it was"), "{err}");
+    assert_eq!(std::fs::read(dir.join("c.safetensors")).unwrap(), trained, "the trained checkpoint is untouched");
+}
+
 #[test]
 fn a_non_finite_loss_after_a_good_epoch_leaves_the_good_checkpoint_untouched() {
     let dir = scratch("nan-resume");
