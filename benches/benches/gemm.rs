@@ -18,7 +18,7 @@
 //! op does for a weight updated too often for a copy to pay, such as a MoE expert; here,
 //! unlike there, `W` stays in cache between repetitions). Each cell is the median of many repetitions, printed
 //! as GFLOP/s (2·m·in·out per product) and as a share of one core's f32 peak (171 GFLOP/s
-//! measured with an FMA loop on the 2-core Xeon of `shared/TECH-NOTES.md`; pass another
+//! measured with an FMA loop on the 2-core Xeon of docs/PERFORMANCE.md's machine note; pass another
 //! with `AMP_PEAK_GFLOPS`). Then the executor's kernels over matrixmultiply and over the
 //! hand loops (ratios in the same run), and the largest error of the hand loops and of
 //! the executor's kernels against the exact (f64) product, relative to the magnitude of
@@ -44,7 +44,7 @@ use amp_exec::kernels;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// One core's f32 FMA peak on the reference machine (TECH-NOTES), GFLOP/s.
+/// One core's f32 FMA peak on the reference machine (docs/PERFORMANCE.md), GFLOP/s.
 const PEAK_GFLOPS: f64 = 171.0;
 
 const ROWS: [usize; 8] = [1, 2, 4, 8, 25, 32, 64, 256];
