@@ -7,10 +7,14 @@
 //! request is answered, so answers always describe the latest text.
 //!
 //! Stale edits: before handling a message the loop takes every message already queued.
-//! A `didChange` followed in the queue by another `didChange` of the same document, with
-//! no request, save or close in between, only updates the text: its analysis would be
-//! replaced before anyone could read it, so it is skipped (typing fast into a big file
-//! costs one check per burst, not one per keystroke).
+//! A request about a document that a queued `didChange` will change again is answered
+//! `ContentModified` at once (its answer would describe text the client has left; the
+//! client asks again). A `didChange` followed in the queue by another `didChange` of the
+//! same document, with no request that needs its analysis, save or close in between, only
+//! updates the text: its analysis would be replaced before anyone could read it, so it is
+//! skipped. Typing fast into a big file, with the requests an editor sends after each
+//! keystroke, costs one check per burst, not one per keystroke, and a request sent after
+//! the burst waits for that one check only.
 
 use crate::documents::Document;
 use crate::error_pages::error_pages_base;
@@ -143,6 +147,10 @@ pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), 
         };
         queued.extend(connection.receiver.try_iter());
         match message {
+            Message::Request(request) if outdated_request(&request, queued.iter()) => {
+                let message = "the document changed after this request".to_string();
+                server.send(error(request.id, ErrorCode::ContentModified, message).into())?;
+            }
             Message::Request(request) => {
                 let response = server.answer(request);
                 server.send(response.into())?;
@@ -417,20 +425,41 @@ impl Server<'_> {
     }
 }
 
+/// The document a message is about (`textDocument.uri`), if it names one.
+fn document_of(params: &Value) -> Option<&str> {
+    params["textDocument"]["uri"].as_str()
+}
+
+/// Whether a `didChange` of `uri` is among `later`.
+fn changed_later<'m>(uri: &str, later: impl Iterator<Item = &'m Message>) -> bool {
+    later.into_iter().any(|m| {
+        matches!(m, Message::Notification(n) if n.method == note::DidChangeTextDocument::METHOD
+            && document_of(&n.params) == Some(uri))
+    })
+}
+
+/// Whether `request` is about a document that a `didChange` among `later` changes again:
+/// it is answered `ContentModified` without waiting for an analysis.
+fn outdated_request<'m>(request: &Request, later: impl Iterator<Item = &'m Message>) -> bool {
+    document_of(&request.params).is_some_and(|uri| changed_later(uri, later))
+}
+
 /// Whether `notification` is a `didChange` that a later `didChange` of the same document
-/// in `queued` replaces before any request, save or close of it could see its analysis.
+/// in `queued` replaces before any request, save or close of it could see its analysis
+/// (a request about it that is itself outdated sees none).
 fn superseded_change(notification: &Notification, queued: &VecDeque<Message>) -> bool {
-    let uri_of = |n: &Notification| n.params["textDocument"]["uri"].as_str().map(str::to_string);
     if notification.method != note::DidChangeTextDocument::METHOD {
         return false;
     }
-    let Some(uri) = uri_of(notification) else {
+    let Some(uri) = document_of(&notification.params) else {
         return false;
     };
-    for message in queued {
+    for (i, message) in queued.iter().enumerate() {
         match message {
+            Message::Request(r) if document_of(&r.params).is_some_and(|u| u != uri) => {}
+            Message::Request(r) if outdated_request(r, queued.iter().skip(i + 1)) => {}
             Message::Request(_) => return false,
-            Message::Notification(n) if uri_of(n).as_deref() == Some(uri.as_str()) => {
+            Message::Notification(n) if document_of(&n.params) == Some(uri) => {
                 return n.method == note::DidChangeTextDocument::METHOD;
             }
             Message::Notification(n) if n.method == note::Exit::METHOD => return false,
@@ -465,6 +494,7 @@ fn error(id: RequestId, code: ErrorCode, message: String) -> Response {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
     use std::time::Duration;
 
     /// The client side of an in-memory connection to a server running on a thread.
@@ -537,6 +567,57 @@ mod tests {
         let late = client.request(6, "textDocument/hover", json!({}));
         assert_eq!(error_code(&late), Some(ErrorCode::InvalidRequest as i32));
         assert!(client.stop().is_ok());
+    }
+
+    /// Edits queued behind a check (50 keystrokes into a big file, each followed by the
+    /// requests an editor sends): the requests about text already changed again are
+    /// answered `ContentModified` at once, the edits between are applied without a check,
+    /// and only the latest text is checked before the last request is answered (issue 48,
+    /// finding 9: each edit was checked in full and the requests waited behind them all).
+    #[test]
+    fn queued_edits_are_checked_once_and_outdated_requests_answered_at_once() {
+        let (server_side, client) = Connection::memory();
+        let uri = "file:///typing.amp";
+        let send = |message: Message| client.sender.send(message).expect("the channel is open");
+        let request = |id: i32, method: &str, params: Value| {
+            send(Request { id: id.into(), method: method.into(), params }.into())
+        };
+        let notify = |method: &str, params: Value| send(Notification { method: method.into(), params }.into());
+        let text = |v: i32| format!("model M() {{ fn forward(x: f32) -> f32 {{ foo{v} }} }}");
+        let change =
+            |v: i32| json!({ "textDocument": { "uri": uri, "version": v }, "contentChanges": [{ "text": text(v) }] });
+        let hover = json!({ "textDocument": { "uri": uri }, "position": { "line": 0, "character": 1 } });
+        // Everything is queued before the server reads its first message.
+        request(1, "initialize", json!({ "capabilities": {} }));
+        notify("initialized", json!({}));
+        let open = json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": text(1) } });
+        notify("textDocument/didOpen", open);
+        for v in 2..=50 {
+            notify("textDocument/didChange", change(v));
+            request(v, "textDocument/hover", hover.clone());
+        }
+        notify("textDocument/didChange", change(51));
+        request(51, "textDocument/hover", hover.clone());
+        request(52, "shutdown", Value::Null);
+        notify("exit", Value::Null);
+        serve(&server_side, StdlibFiles::none()).expect("a clean exit");
+        let mut published = Vec::new();
+        let mut answers = BTreeMap::new();
+        for message in client.receiver.try_iter() {
+            match message {
+                Message::Notification(n) => published.push(n.params["version"].as_i64()),
+                Message::Response(r) => {
+                    let code = r.response_result.as_ref().err().map(|e| e.code);
+                    answers.insert(r.id.to_string().parse::<i32>().expect("a number id"), code);
+                }
+                Message::Request(_) => {}
+            }
+        }
+        assert_eq!(published, [Some(1), Some(51)], "the opened text and the last edit are checked, no other");
+        for v in 2..=50 {
+            assert_eq!(answers[&v], Some(ErrorCode::ContentModified as i32), "request {v}");
+        }
+        assert_eq!(answers[&51], None, "the request after the last edit is answered");
     }
 
     #[test]

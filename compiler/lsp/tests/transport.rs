@@ -226,23 +226,33 @@ fn an_edit_that_a_queued_edit_replaces_is_not_analysed() {
     let mut bytes = handshake();
     let open = json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": "model M {" } });
     bytes.extend(notification("textDocument/didOpen", open));
-    // Versions 2 and 3 are superseded before anything reads them; a request after 4 is a
-    // barrier, so 4 is analysed, and so is 5, the last.
+    // Versions 2, 3 and 4 are superseded before anything reads them: the request after 4
+    // is about text that 5 changes again, so it is answered `ContentModified` at once and
+    // does not make 4 be analysed; only 5, the last, is.
     bytes.extend(change(2, "model M {}"));
     bytes.extend(change(3, "model M { fn"));
     bytes.extend(change(4, "model N {}"));
     bytes.extend(request(7, "textDocument/documentSymbol", json!({ "textDocument": { "uri": uri } })));
-    bytes.extend(change(5, "model O {"));
+    bytes.extend(change(5, "model O {}"));
+    bytes.extend(request(8, "textDocument/documentSymbol", json!({ "textDocument": { "uri": uri } })));
     let (_, output) = serve_bytes(&bytes);
-    assert_eq!(published_versions(&output, uri), [Some(1), Some(4), Some(5)]);
-    // The request saw version 4's analysis: its symbol is `N`.
-    let symbols = output.iter().find_map(|m| match m {
-        Message::Response(Response { id, response_result: Ok(result) }) if *id == RequestId::from(7) => Some(result),
-        _ => None,
-    });
+    assert_eq!(published_versions(&output, uri), [Some(1), Some(5)]);
+    let answer = |wanted: i32| {
+        output.iter().find_map(|m| match m {
+            Message::Response(Response { id, response_result }) if *id == RequestId::from(wanted) => {
+                Some(response_result.clone())
+            }
+            _ => None,
+        })
+    };
+    let outdated = answer(7).expect("request 7 is answered");
+    assert_eq!(outdated.err().map(|e| e.code), Some(-32801), "ContentModified");
+    // The request after the last edit sees its analysis: its symbol is `O`.
+    let symbols = answer(8).and_then(Result::ok);
     let names: Vec<&str> = symbols
+        .as_ref()
         .and_then(Value::as_array)
         .map(|s| s.iter().filter_map(|s| s["name"].as_str()).collect())
         .unwrap_or_default();
-    assert_eq!(names, ["N"]);
+    assert_eq!(names, ["O"]);
 }
