@@ -171,15 +171,29 @@ fn tokens(line: &str) -> impl Iterator<Item = (usize, Token<'_>)> {
     })
 }
 
+/// A token's 1-based column on its line, in chars: counted only when an error is
+/// written (counting it for every token made a line of n tokens cost n² steps).
+#[derive(Clone, Copy)]
+struct Column<'l> {
+    line: &'l str,
+    offset: usize,
+}
+
+impl std::fmt::Display for Column<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let chars = self.line.get(..self.offset).map_or(self.offset, |s| s.chars().count());
+        write!(f, "{}", chars + 1)
+    }
+}
+
 /// Parses one bracket tree without recursion.
 fn parse_tree(line: &str) -> Result<RawTree<'_>, DataError> {
-    let column = |offset: usize| line.get(..offset).map_or(offset, |s| s.chars().count()) + 1;
     let mut nodes: Vec<RawNode> = Vec::new();
     let mut open: Vec<usize> = Vec::new();
     let mut done = false;
     let mut tokens = tokens(line);
     while let Some((offset, token)) = tokens.next() {
-        let at = column(offset);
+        let at = Column { line, offset };
         if done && !matches!(token, Token::Close) {
             return Err(DataError::syntax(format!("text after the tree at column {at}")));
         }
