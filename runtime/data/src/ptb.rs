@@ -379,3 +379,37 @@ impl TreeLayout {
         Value::Record(record)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A balanced tree of `leaves` leaves on one line, built without recursion.
+    fn balanced(leaves: usize) -> String {
+        let mut level: Vec<String> = (0..leaves).map(|i| format!("(1 w{})", i % 7)).collect();
+        while level.len() > 1 {
+            level = level.chunks(2).map(|pair| format!("(2 {})", pair.join(" "))).collect();
+        }
+        level.pop().unwrap_or_default()
+    }
+
+    /// A line of a quarter of a million leaves parses into all its nodes (issue 48,
+    /// finding 12: each token's column was counted from the line's start, n² steps for a
+    /// line of n tokens, so a line this long did not finish).
+    #[test]
+    fn a_tree_of_a_quarter_million_leaves_parses() {
+        let leaves = 1 << 18;
+        let line = balanced(leaves);
+        let tree = parse_tree(&line).unwrap();
+        assert_eq!(tree.nodes.len(), 2 * leaves - 1);
+        assert_eq!(tree.nodes.iter().filter(|n| n.word.is_some()).count(), leaves);
+    }
+
+    /// Errors still name the column, counted in chars.
+    #[test]
+    fn an_error_names_its_column_in_chars() {
+        let Err(error) = parse_tree("(2 (1 é) x)") else { panic!("a word outside its leaf is refused") };
+        let error = error.to_string();
+        assert!(error.contains("column 10"), "{error}");
+    }
+}
