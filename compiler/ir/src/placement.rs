@@ -66,11 +66,9 @@ pub fn copy_workers(worker: usize, copies: usize, workers: usize) -> Vec<usize> 
 /// group ([`crate::Op::param`]). The group's updates run on that node's worker.
 pub fn group_owners(graph: &Graph) -> BTreeMap<&str, usize> {
     let mut owners = BTreeMap::new();
-    let mut indices: Vec<_> = graph.nodes.node_indices().collect();
-    indices.sort_unstable();
-    for i in indices {
-        if let Some(param) = graph.nodes.node_weight(i).and_then(|n| n.op.param()) {
-            owners.entry(param).or_insert(i.index());
+    for (i, node) in nodes_in_order(graph) {
+        if let Some(param) = node.op.param() {
+            owners.entry(param).or_insert(i);
         }
     }
     owners

@@ -305,17 +305,17 @@ fn place(nodes: &mut [Option<NodeInfo>], graph: &Graph, config: &ExecConfig) -> 
             }
         }
         // The rules are `amp_ir::placement`'s, which the planner follows too.
-        Placement::RoundRobin | Placement::Contiguous => {
-            let placed = match config.placement {
-                Placement::RoundRobin => amp_ir::placement::round_robin(graph, workers),
-                _ => amp_ir::placement::contiguous(graph, workers),
-            };
-            for node in nodes.iter_mut().flatten() {
-                node.worker = placed.get(node.index as usize).copied().flatten().unwrap_or(0);
-            }
-        }
+        Placement::RoundRobin => follow(nodes, &amp_ir::placement::round_robin(graph, workers)),
+        Placement::Contiguous => follow(nodes, &amp_ir::placement::contiguous(graph, workers)),
     }
     Ok(())
+}
+
+/// Puts each node on the worker `placed` gives its index.
+fn follow(nodes: &mut [Option<NodeInfo>], placed: &[Option<usize>]) {
+    for node in nodes.iter_mut().flatten() {
+        node.worker = placed.get(node.index as usize).copied().flatten().unwrap_or(0);
+    }
 }
 
 /// One group per Ppt prefix, owned by the worker of its owning node
