@@ -4,6 +4,9 @@
 //! - a run's workers are split over its processes in contiguous blocks ([`workers_of`],
 //!   [`process_of`]);
 //! - the copies of a replicated node go to the workers after its own ([`copy_workers`]);
+//! - `k` copies of the whole graph over `k × s` workers: copy `c` runs the plan for `s`
+//!   workers on workers `c·s .. (c+1)·s` ([`graph_copy_worker`], [`copy_of_worker`]),
+//!   and its parameter groups are owned by copy 0's owners;
 //! - a parameter group is owned (updated, checkpointed) by the worker of its first node in
 //!   index order ([`group_owners`]);
 //! - a message that crosses processes costs [`MESSAGE_HEADER_BYTES`] beyond its payload
@@ -60,6 +63,19 @@ pub fn process_of(worker: usize, processes: usize, workers: usize) -> usize {
 /// on `(worker + r) mod workers`, so copy 0 is the node itself.
 pub fn copy_workers(worker: usize, copies: usize, workers: usize) -> Vec<usize> {
     (0..copies).map(|r| (worker + r) % workers.max(1)).collect()
+}
+
+/// The worker that runs, in copy `copy` of the whole graph, what worker `worker` runs in
+/// the plan for `stage_workers` workers that every copy follows (copy 0 is the plan
+/// itself).
+pub fn graph_copy_worker(worker: usize, copy: usize, stage_workers: usize) -> usize {
+    copy * stage_workers.max(1) + worker
+}
+
+/// The copy of the whole graph that worker `worker` runs (the inverse of
+/// [`graph_copy_worker`]).
+pub fn copy_of_worker(worker: usize, stage_workers: usize) -> usize {
+    worker / stage_workers.max(1)
 }
 
 /// Each parameter group's owning node: the first node, in index order, whose op reads the
@@ -188,5 +204,8 @@ mod tests {
         assert_eq!(copy_workers(2, 3, 4), [2, 3, 0]);
         assert_eq!(copy_workers(0, 1, 1), [0]);
         assert_eq!(copy_workers(1, 2, 0), [0, 0]);
+        // Two copies of a two-stage plan: copy 1 on workers 2 and 3.
+        assert_eq!((0..2).map(|w| graph_copy_worker(w, 1, 2)).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!((0..4).map(|w| copy_of_worker(w, 2)).collect::<Vec<_>>(), [0, 0, 1, 1]);
     }
 }

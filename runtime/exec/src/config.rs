@@ -135,6 +135,14 @@ pub struct ExecConfig {
     /// names runs as this many copies on consecutive workers, messages going to the least
     /// loaded. 1 is no replica.
     pub replicas: Vec<(NodeSelector, usize)>,
+    /// Copies of the whole graph (data parallelism inside the AMP model; see the `copies`
+    /// module): the placement is for `workers / copies` workers, and copy `c` runs it on
+    /// the `c`-th block of that many (`amp_ir::placement::graph_copy_worker`). An instance
+    /// runs on one copy from its admission to its end; each copy accumulates its own
+    /// gradients, which its parameter groups' owners (copy 0's) add up before each
+    /// update, then give every copy the new values. 1 is the graph alone. `workers` must
+    /// be a multiple, and node replicas (`replicas`) cannot be combined with copies.
+    pub copies: usize,
     /// Replicas take the values of their parameter group after every this many updates
     /// (and when a run starts); 1 keeps training exactly that without replicas.
     pub replica_sync: u64,
@@ -189,6 +197,7 @@ impl Default for ExecConfig {
             jit: true,
             chain_routes: true,
             replicas: Vec::new(),
+            copies: 1,
             replica_sync: 1,
             trace: false,
             max_trips: amp_ir::limits::DEFAULT_MAX_TRIPS,
@@ -232,6 +241,12 @@ impl ExecConfig {
         }
         if self.replicas.iter().any(|(_, r)| !(1..=MAX_REPLICAS).contains(r)) {
             return Err(format!("a node has 1 to {MAX_REPLICAS} replicas"));
+        }
+        if self.copies == 0 || !self.workers.is_multiple_of(self.copies) {
+            return Err(format!("{} copies of the graph cannot share {} workers evenly", self.copies, self.workers));
+        }
+        if self.copies > 1 && self.replicas.iter().any(|(_, r)| *r > 1) {
+            return Err("node replicas cannot be combined with copies of the whole graph".into());
         }
         if self.replica_sync == 0 {
             return Err("replica_sync must be at least 1".into());

@@ -1,4 +1,5 @@
 mod chain;
+mod copies;
 mod fuse;
 pub(crate) mod program;
 pub(crate) mod replicas;

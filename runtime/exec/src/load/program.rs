@@ -154,7 +154,12 @@ pub(crate) struct GroupInfo {
 #[derive(Clone, Debug)]
 pub(crate) struct Program {
     pub nodes: Vec<Option<NodeInfo>>,
+    /// Copy 0's source.
     pub source: u32,
+    /// Each copy's source (`ExecConfig::copies`; see `crate::load::copies`), copy 0's first.
+    pub sources: Vec<u32>,
+    /// The workers of one copy: `workers / copies`.
+    pub stage_workers: usize,
     pub groups: Vec<GroupInfo>,
     pub workers: usize,
     pub state_len: usize,
@@ -224,7 +229,8 @@ impl Program {
         }
         // The verifier guarantees exactly one source.
         let source = source.ok_or_else(|| ExecError::Unverified { errors: vec!["no source".into()] })?;
-        place(&mut nodes, graph, config)?;
+        let stage_workers = config.workers / config.copies.max(1);
+        place(&mut nodes, graph, config, stage_workers)?;
         if config.jit {
             crate::load::fuse::fuse(&mut nodes, graph);
         }
@@ -234,18 +240,51 @@ impl Program {
         let mut groups = group_params(&mut nodes, graph, params, config);
         super::replicas::replicate(&mut nodes, &mut groups, config)?;
         check_replica_bounds(&groups, config)?;
+        let sources = super::copies::copy_graph(&mut nodes, &mut groups, source, config.copies, stage_workers);
         // Sinks are neither fused nor chained: they keep their graph index.
         let main_sink = graph.main_sink().map(|i| i.index() as u32);
-        Ok(Program { nodes, source, groups, workers: config.workers, state_len: graph.state.len(), main_sink })
+        Ok(Program {
+            nodes,
+            source,
+            sources,
+            stage_workers,
+            groups,
+            workers: config.workers,
+            state_len: graph.state.len(),
+            main_sink,
+        })
     }
 
     pub fn node(&self, index: u32) -> Option<&NodeInfo> {
         self.nodes.get(index as usize).and_then(Option::as_ref)
     }
 
-    /// The worker of the source node, where instances are admitted.
+    /// The worker of copy 0's source node, which admits the first window.
     pub fn source_worker(&self) -> usize {
         self.node(self.source).map_or(0, |n| n.worker)
+    }
+
+    /// Copies of the whole graph (`ExecConfig::copies`).
+    pub fn copies(&self) -> usize {
+        self.sources.len()
+    }
+
+    /// The source an instance is admitted at, and its worker: with copies of the graph,
+    /// that of the copy of worker `at`, which admits it (where an instance just ended),
+    /// or without one, copy `instance mod copies` (see `crate::load::copies`).
+    pub fn copy_source(&self, instance: usize, at: Option<usize>) -> (u32, usize) {
+        let copy = match at {
+            _ if self.sources.len() < 2 => 0,
+            Some(worker) => amp_ir::placement::copy_of_worker(worker, self.stage_workers),
+            None => instance % self.sources.len(),
+        };
+        let source = self.sources.get(copy).copied().unwrap_or(self.source);
+        (source, self.node(source).map_or(0, |n| n.worker))
+    }
+
+    /// The graph node a node runs: a replica's or a copy's original, else itself.
+    pub fn original(&self, index: u32) -> u32 {
+        self.node(index).and_then(|n| n.replica_of).unwrap_or(index)
     }
 
     /// Whether every node (replicas included) runs on one worker, which then also owns
@@ -286,8 +325,8 @@ fn check_params(graph: &Graph, params: &ParamSet) -> Result<(), ExecError> {
     Ok(())
 }
 
-fn place(nodes: &mut [Option<NodeInfo>], graph: &Graph, config: &ExecConfig) -> Result<(), ExecError> {
-    let workers = config.workers;
+/// Places the nodes on the `workers` of one copy of the graph (all of them without copies).
+fn place(nodes: &mut [Option<NodeInfo>], graph: &Graph, config: &ExecConfig, workers: usize) -> Result<(), ExecError> {
     match &config.placement {
         Placement::Explicit(map) => {
             for node in nodes.iter_mut().flatten() {

@@ -232,7 +232,7 @@ impl Admission {
     pub fn instance_ended(&self, instance: usize, program: &Program, credits: &Credits, worker: &mut impl Courier) {
         worker.tell_owners(instance);
         if let Some(next) = self.after_end() {
-            let (to, env) = source_message(program, credits, next);
+            let (to, env) = source_message(program, credits, next, Some(worker.id()));
             worker.admit(to, env);
         }
         worker.report_done(instance);
@@ -302,6 +302,8 @@ impl Admission {
 /// What a worker does for [`Admission::instance_ended`]: the admission decides, the worker
 /// delivers.
 pub(crate) trait Courier {
+    /// The worker's index.
+    fn id(&self) -> usize;
     /// Training: the owners of the parameter groups count one more finished instance (the
     /// worker itself at once, others by a word in their inbox).
     fn tell_owners(&mut self, instance: usize);
@@ -328,15 +330,23 @@ pub(crate) fn owned_masters(program: &Program, id: usize) -> impl Iterator<Item 
     program.groups.iter().enumerate().filter(move |(_, info)| info.owner == id && info.master.is_none())
 }
 
-/// The admission message of `instance` for the source node, and the source's worker; the
-/// instance's credit count starts at that one message.
-pub(crate) fn source_message(program: &Program, credits: &Credits, instance: usize) -> (usize, Envelope) {
+/// The admission message of `instance` for a source node, and the source's worker; the
+/// instance's credit count starts at that one message. With copies of the graph, the
+/// source of the copy of worker `at`, which admits it, or in turn when none does
+/// (`Program::copy_source`).
+pub(crate) fn source_message(
+    program: &Program,
+    credits: &Credits,
+    instance: usize,
+    at: Option<usize>,
+) -> (usize, Envelope) {
     let mut state = vec![UNSET; program.state_len.max(1)];
     state[0] = instance as i64;
     credits.start(instance);
     let msg = Msg::new(Payload::Unit, state.into_boxed_slice());
-    let env = Envelope { node: program.source, port: 0, dir: Dir::Forward, msg };
-    (program.source_worker(), env)
+    let (node, worker) = program.copy_source(instance, at);
+    let env = Envelope { node, port: 0, dir: Dir::Forward, msg };
+    (worker, env)
 }
 
 /// The staleness bound (DSP; `ExecConfig::max_staleness`): a group at `version` may update

@@ -190,7 +190,8 @@ pub(crate) fn run(
                 origin,
                 trace: config.trace,
                 max_batch: config.max_batch,
-                replica_sync: config.replica_sync,
+                // Copies of the graph compute with the values of the last update (`load::copies`).
+                replica_sync: if program.copies() > 1 { 1 } else { config.replica_sync },
                 fault: config.fault.clone(),
                 slow: config.slow_workers.iter().rev().find(|s| s.worker == id).cloned(),
             };
@@ -391,7 +392,7 @@ impl Controller<'_, '_> {
     }
 
     fn admit(&self, instance: usize) {
-        let (worker, env) = source_message(self.program, self.credits, instance);
+        let (worker, env) = source_message(self.program, self.credits, instance, None);
         self.peers.send(worker, ToWorker::Work(env));
     }
 
@@ -528,7 +529,7 @@ impl Controller<'_, '_> {
             }
             Report::Output { instance, node, values } => {
                 let slot = usize::try_from(instance).ok().filter(|&i| i < n);
-                if let (Some(slot), true) = (slot, Some(node) == self.program.main_sink) {
+                if let (Some(slot), true) = (slot, Some(self.program.original(node)) == self.program.main_sink) {
                     self.output.outputs[slot] = Some(values);
                 }
             }

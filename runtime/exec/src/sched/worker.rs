@@ -244,8 +244,12 @@ impl Worker<'_, '_> {
         let program = self.setup.program;
         if program.source_worker() == self.setup.id {
             for instance in self.setup.admission.first_window() {
-                let (_, env) = source_message(program, self.setup.credits, instance);
-                self.enqueue(env);
+                match source_message(program, self.setup.credits, instance, None) {
+                    (to, env) if to == self.setup.id => self.enqueue(env),
+                    (to, env) => {
+                        self.setup.peers.send(to, ToWorker::Work(env));
+                    }
+                }
             }
             self.admit_held();
         }

@@ -4,6 +4,10 @@
 use super::*;
 
 impl Courier for Worker<'_, '_> {
+    fn id(&self) -> usize {
+        self.setup.id
+    }
+
     fn tell_owners(&mut self, instance: usize) {
         if self.setup.shared.mode != RunMode::Train {
             return;

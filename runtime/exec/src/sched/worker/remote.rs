@@ -284,7 +284,7 @@ impl Worker<'_, '_> {
                     admission.hold();
                 } else {
                     for next in admission.release() {
-                        let (to, env) = source_message(program, credits, next);
+                        let (to, env) = source_message(program, credits, next, None);
                         self.admit(to, env);
                     }
                 }

@@ -58,7 +58,8 @@ impl Worker<'_, '_> {
         let setup = &self.setup;
         let window = setup.admission.open_held_window(setup.id, setup.program, &setup.shared.params, self.finished);
         for next in window {
-            let (_, env) = source_message(setup.program, setup.credits, next);
+            // Held here only with every node on this worker: no copies.
+            let (_, env) = source_message(setup.program, setup.credits, next, None);
             self.admitted.push(env);
         }
     }
@@ -107,7 +108,7 @@ impl Worker<'_, '_> {
             return;
         }
         for next in admission.release() {
-            let (to, env) = source_message(program, credits, next);
+            let (to, env) = source_message(program, credits, next, None);
             self.admit(to, env);
         }
     }
