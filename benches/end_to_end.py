@@ -9,6 +9,7 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py unbatched --models moe --runs 6   # nothing batched, --max-batch 1, 64
     python3 benches/end_to_end.py placement  # 1 worker; 2 workers: plan, contiguous, round-robin
     python3 benches/end_to_end.py refined    # 2 workers: the model's plan vs one refined by a profile
+    python3 benches/end_to_end.py copies --in-flight 25 --epochs 3  # 1 worker; 2: stages, copies, the plan's layout
     python3 benches/end_to_end.py placement --workers 16   # on a 16-core machine: 1 vs 16 workers
     python3 benches/end_to_end.py replicas --models ggsnn tree_lstm mlp   # the plan with and without replicas
     python3 benches/end_to_end.py placement --cpus 0,1   # on a bigger machine: amprun on two of its cores
@@ -115,6 +116,12 @@ SETUPS = {
         ("{w} w replicated", ["--workers", "{w}", "{replicas}"]),
         ("{w} w --plan-replicas", ["--workers", "{w}", "--plan-replicas"]),
     ),
+    "copies": (
+        ("1 worker", ["--workers", "1"]),
+        ("{w} w stages", ["--workers", "{w}", "--copies", "1"]),
+        ("{w} w copies", ["--workers", "{w}", "--copies", "{w}"]),
+        ("{w} w plan", ["--workers", "{w}"]),
+    ),
     "refined": (
         ("{w} w model plan", ["--workers", "{w}"]),
         ("{w} w refined", ["--workers", "{w}", "--plan-profile", "{tmp}/profile.json"]),
@@ -196,6 +203,10 @@ def main():
     parser.add_argument("--workers", type=int, default=2,
                         help="placement, replicas, refined: the workers of the plans compared")
     parser.add_argument("--cpus", help="run amprun under `taskset -c CPUS` (e.g. 0,1)")
+    parser.add_argument("--in-flight", type=int, default=None,
+                        help="m: instances in flight and the update size (default: 16 in flight, an update every 8)")
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="epochs per run; the rate is the last epoch's (a longer run for small data sets)")
     opts = parser.parse_args()
     if opts.setup.startswith("build") != (opts.baseline is not None):
         sys.exit("--baseline BINARY goes with the build setup, and only with it")
@@ -207,6 +218,11 @@ def main():
               for name, extra in SETUPS[opts.setup]]
     common, repeat = (UNBATCHED_COMMON, UNBATCHED_REPEAT) if opts.setup == "unbatched" else (COMMON, 1)
     repeat = opts.repeat or repeat
+    if opts.in_flight:
+        m = str(opts.in_flight)
+        common = [m if prev in ("--max-active-keys", "--min-update-frequency") else a
+                  for prev, a in zip([None, *common], common)]
+    common = [str(opts.epochs) if prev == "--epochs" else a for prev, a in zip([None, *common], common)]
     names = [name for name, _ in setups]
     unit = "training instances per CPU second (whole command)" if opts.cpu else "training instances/s"
     print(f"{unit}, medians of {opts.runs} alternating runs: {' vs '.join(names)}")

@@ -112,7 +112,7 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         }
     }
     let plan = match args.workers {
-        Some(workers) => match amp_plan::plan_graph(&graph, workers, &args.assumptions, profile.as_ref()) {
+        Some(workers) => match amp_plan::plan_workers(&graph, workers, &args.assumptions, profile.as_ref()) {
             Ok(plan) => Some(plan),
             Err(e) => {
                 let what = args.profile.as_ref().map_or(String::new(), |p| format!(" with `{}`", p.display()));

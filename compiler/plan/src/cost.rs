@@ -283,6 +283,10 @@ pub struct NodeCost {
     pub routing_us: f64,
     /// Optimizer updates, µs per instance (on the first node of a parameter group).
     pub update_us: f64,
+    /// The parameter elements of the group it updates (on the first node of a parameter
+    /// group; 0 on the others): what copies of the graph gather and share at each update
+    /// (`layout.rs`).
+    pub update_elements: f64,
     /// Total: µs of its worker's time per instance.
     pub load_us: f64,
     /// Forward and backward steps of the node an instance takes part in, per instance
@@ -403,6 +407,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             backward_us: per_message(flow.backward[i], backward_work),
             routing_us: units.crossing.get(&i).map_or(0.0, |&m| a.message_us * m),
             update_us: 0.0,
+            update_elements: 0.0,
             load_us: 0.0,
             forward_joined: 0.0,
             backward_joined: 0.0,
@@ -415,6 +420,7 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
                 // A batch of looked-up rows touches one table row per row.
                 let lookups = if matches!(node.op, Op::EmbeddingRows { .. }) { out_rows } else { 1.0 };
                 cost.update_us = update_us(graph, &node.op, param, flow.forward[i] * lookups, a);
+                cost.update_elements = param_elements(graph, param);
             }
         }
         if let Some(m) = measured.as_ref().and_then(|m| m.get(&(i as u32))) {
@@ -498,15 +504,19 @@ impl<'t> Units<'t> {
 
 /// How much faster than `update_elements_per_us` (an Adam update) a plain SGD update
 /// goes: a quarter of the memory traffic.
-const SGD_UPDATE_SPEEDUP: f64 = 4.0;
+pub(crate) const SGD_UPDATE_SPEEDUP: f64 = 4.0;
+
+/// The elements of parameter group `param`: its weight and bias.
+fn param_elements(graph: &Graph, param: &str) -> f64 {
+    let size = |name: String| graph.param(&name).map_or(0.0, |p| p.shape.iter().map(|&d| d as f64).product::<f64>());
+    size(format!("{param}.weight")) + size(format!("{param}.bias"))
+}
 
 /// µs per instance of the optimizer updates of the parameter group of `op` (its first
 /// node), reached by `messages` forward messages per instance.
 fn update_us(graph: &Graph, op: &Op, param: &str, messages: f64, a: &Assumptions) -> f64 {
-    let shape = |name: String| graph.param(&name).map(|p| p.shape.as_slice()).unwrap_or_default();
-    let size = |dims: &[u64]| if dims.is_empty() { 0.0 } else { dims.iter().map(|&d| d as f64).product::<f64>() };
-    let weight = shape(format!("{param}.weight"));
-    let elements = size(weight) + size(shape(format!("{param}.bias")));
+    let weight = graph.param(&format!("{param}.weight")).map(|p| p.shape.as_slice()).unwrap_or_default();
+    let elements = param_elements(graph, param);
     let touched = if !a.plain_sgd {
         elements
     } else if let Op::Embedding { .. } | Op::EmbeddingRows { .. } = op {

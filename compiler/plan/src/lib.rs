@@ -54,6 +54,7 @@
 
 mod cost;
 mod flow;
+mod layout;
 mod partition;
 mod plan;
 mod profile;
@@ -61,6 +62,7 @@ mod replicas;
 mod topology;
 
 pub use cost::{estimate, Assumptions, Costs, EdgeCost, NodeCost};
+pub use layout::{plan_layout, LayoutOption};
 pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_REPLICAS, MAX_WORKERS};
 pub use profile::{Event, Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
 
@@ -138,7 +140,8 @@ impl fmt::Display for PlanError {
 
 impl std::error::Error for PlanError {}
 
-/// Costs, then the plan: what `ampc compile --workers N` and `amprun --workers N` run.
+/// Costs, then the plan of one copy of the graph over `workers` workers (stage placement
+/// alone).
 pub fn plan_graph(
     graph: &Verified,
     workers: usize,
@@ -147,4 +150,17 @@ pub fn plan_graph(
 ) -> Result<Plan, PlanError> {
     let costs = estimate(graph, assumptions, profile)?;
     plan(graph, &costs, workers)
+}
+
+/// Costs, then the best layout of `workers` workers: copies of the graph, each placed by
+/// the plan for its share of the workers (`layout.rs`). What `ampc compile --workers N`
+/// and `amprun --workers N` run.
+pub fn plan_workers(
+    graph: &Verified,
+    workers: usize,
+    assumptions: &Assumptions,
+    profile: Option<&Profile>,
+) -> Result<Plan, PlanError> {
+    let costs = estimate(graph, assumptions, profile)?;
+    plan_layout(graph, &costs, workers)
 }

@@ -24,7 +24,17 @@ pub const MAX_REPLICAS: usize = 64;
 /// instance (communication not included), so the nodes' `predicted_load` sum to 1.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
+    /// The workers of one copy of the graph, which this placement spreads it over.
     pub workers: usize,
+    /// Copies of the whole graph, each on its own block of `workers` workers (`layout.rs`;
+    /// amprun's `--copies`): the run has `copies × workers` workers. 1 in plans written
+    /// before copies.
+    #[serde(default = "one")]
+    pub copies: usize,
+    /// The layouts weighed for the run's workers (`copies` × `workers` each) and their
+    /// predicted speedups; empty when the plan was made for one layout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<crate::layout::LayoutOption>,
     /// One entry per node of the graph, in index order.
     pub nodes: Vec<PlannedNode>,
     /// Per worker, the share of the work its nodes do (sums to 1).
@@ -234,6 +244,8 @@ fn describe(graph: &Graph, problem: &Problem, costs: &Costs, assign: &[usize], i
     };
     Plan {
         workers,
+        copies: 1,
+        layouts: Vec::new(),
         nodes,
         workers_load,
         workers_comm: comm.iter().map(|&c| share_of(c)).collect(),
@@ -254,6 +266,10 @@ fn describe(graph: &Graph, problem: &Problem, costs: &Costs, assign: &[usize], i
             assumptions: costs.assumptions.clone(),
         }),
     }
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Plan {
@@ -350,8 +366,37 @@ impl Plan {
 
     /// A readable table: every node with its worker and predicted share, then the
     /// per-worker totals, isolated Ppts and replica proposals.
+    /// The predicted speedup of the layout over one worker: the weighed layout's, or
+    /// without copies the placement's.
+    pub fn speedup(&self) -> f64 {
+        self.layouts
+            .iter()
+            .find(|o| o.copies == self.copies && o.stage_workers == self.workers)
+            .map_or(self.predicted_speedup, |o| o.predicted_speedup)
+    }
+
+    /// The layout in one line: `2 copies × 1 stage on 2 workers (predicted 1.93×)`.
+    pub fn summary(&self) -> String {
+        let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let speedup = self.speedup();
+        format!(
+            "{} × {} on {} (predicted {speedup:.2}×)",
+            plural(self.copies, "copy", "copies"),
+            plural(self.workers, "stage", "stages"),
+            plural(self.copies * self.workers, "worker", "workers")
+        )
+    }
+
     pub fn table(&self, model: &str) -> String {
         let mut out = String::new();
+        if !self.layouts.is_empty() {
+            let weighed: Vec<String> = self
+                .layouts
+                .iter()
+                .map(|o| format!("{}×{} {:.2}×", o.copies, o.stage_workers, o.predicted_speedup))
+                .collect();
+            let _ = writeln!(out, "layout: {} (weighed, copies × stages: {})", self.summary(), weighed.join(", "));
+        }
         let source = self.cost_model.as_ref().map_or("unknown", |c| c.source.as_str());
         let _ = writeln!(
             out,

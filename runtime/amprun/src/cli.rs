@@ -214,6 +214,11 @@ pub struct ExecArgs {
     /// How nodes are placed on the workers.
     #[arg(long, value_enum, default_value = "auto")]
     pub plan: PlanChoice,
+    /// Copies of the whole graph, each on WORKERS / K workers and placed like the others
+    /// (data parallelism inside the model; their gradients are added up before every
+    /// update). Default: the plan's choice with `--plan auto`, else 1.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub copies: Option<u16>,
     /// Plan in-process with a profile written by `amprun train --profile` refining the
     /// cost model (instead of following the plan in an `.ampg` file).
     #[arg(long, value_name = "FILE")]

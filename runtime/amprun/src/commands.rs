@@ -59,6 +59,7 @@ fn open(
         ..setup::exec_config(exec, OptimConfig::sgd(0.0), crate::cli::DEFAULT_IN_FLIGHT)
     };
     config.replicas.extend(choice.replicas);
+    config.copies = choice.copies;
     let executor = setup::start(&graph, params, config)?;
     let mut loader = Loader::new(&graph, data_args, &[data], None)?.with_noise_seed(seed.unwrap_or(0));
     if unlabeled {

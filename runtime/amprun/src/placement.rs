@@ -36,6 +36,9 @@ pub struct Choice {
     pub source: String,
     /// The plan's replicas the run adds (`--plan-replicas`): node and copies.
     pub replicas: Vec<(NodeSelector, usize)>,
+    /// Copies of the whole graph (`--copies`, or the plan's layout); `placement` places
+    /// one copy on `workers / copies` workers.
+    pub copies: usize,
     workers: usize,
     assumptions: Assumptions,
     profile: Option<Profile>,
@@ -62,15 +65,30 @@ pub fn choose(
     if exec.plan_replicas && exec.plan != PlanChoice::Auto {
         return Err(Failure::usage("--plan-replicas runs the plan's replicas: it goes with `--plan auto`"));
     }
+    let forced = exec.copies.map(usize::from);
+    if let Some(k) = forced.filter(|k| !workers.is_multiple_of(*k)) {
+        return Err(Failure::usage(format!("--copies {k} must divide --workers {workers}")));
+    }
+    if forced.is_some_and(|k| k > 1) && (exec.plan_replicas || !exec.replicate.is_empty()) {
+        return Err(Failure::usage("--copies runs copies of the whole graph: it cannot go with node replicas"));
+    }
+    if forced.is_some_and(|k| k > 1) && exec.processes.is_some_and(|p| p > 1) {
+        return Err(Failure::usage("--copies: copies of the graph run in one process (not yet split over processes)"));
+    }
+    // Node replicas and runs over processes keep one copy; otherwise `--plan auto` weighs
+    // copies against stages.
+    let weigh_copies = forced.is_none() && !exec.plan_replicas && exec.replicate.is_empty();
     let mut choice = Choice {
         placement: Placement::Contiguous,
         plan: None,
         source: String::new(),
         replicas: Vec::new(),
+        copies: forced.unwrap_or(1),
         workers,
         assumptions,
         profile,
     };
+    let stage_workers = workers / choice.copies;
     match exec.plan {
         PlanChoice::Naive => choice.source = "naive".into(),
         PlanChoice::RoundRobin => {
@@ -86,18 +104,22 @@ pub fn choose(
                         && same_link(&c.assumptions, &choice.assumptions)
                 })
             };
-            let usable = stored.filter(|p| p.workers == workers && choice.profile.is_none() && same_run(p));
+            let fits = |p: &&Plan| match forced {
+                Some(k) => p.copies == k && p.workers * k == workers,
+                None => p.workers * p.copies == workers && (weigh_copies || p.copies == 1),
+            };
+            let usable = stored.filter(|p| fits(p) && choice.profile.is_none() && same_run(p));
             let plan = match usable {
                 Some(plan) => {
                     choice.source = format!("plan ({})", model_path.display());
                     plan.clone()
                 }
                 None => {
-                    if let Some(other) = stored.filter(|p| p.workers != workers) {
+                    if let Some(other) = stored.filter(|p| !fits(p)) {
                         eprintln!(
-                            "amprun: note: `{}` holds a plan for {} workers; planning for {workers} in-process",
+                            "amprun: note: `{}` holds a plan for {}; planning for {workers} workers in-process",
                             model_path.display(),
-                            other.workers
+                            other.summary()
                         );
                     } else if stored.is_some_and(|p| !same_run(&p)) && choice.profile.is_none() {
                         eprintln!(
@@ -108,13 +130,21 @@ pub fn choose(
                         );
                     }
                     choice.source = "plan".into();
-                    amp_plan::plan_graph(graph, workers, &choice.assumptions, choice.profile.as_ref())
-                        .map_err(|e| plan_failure(&e))?
+                    let planned = if weigh_copies {
+                        amp_plan::plan_workers(graph, workers, &choice.assumptions, choice.profile.as_ref())
+                    } else {
+                        amp_plan::plan_graph(graph, stage_workers, &choice.assumptions, choice.profile.as_ref())
+                            .map(|p| Plan { copies: choice.copies, ..p })
+                    };
+                    planned.map_err(|e| plan_failure(&e))?
                 }
             };
+            choice.copies = plan.copies;
             let placement = plan.placement(graph).map_err(|e| plan_failure(&e))?;
-            let idle: Vec<String> =
-                (0..workers).filter(|w| !plan.nodes.iter().any(|n| n.worker == *w)).map(|w| w.to_string()).collect();
+            let idle: Vec<String> = (0..plan.workers)
+                .filter(|w| !plan.nodes.iter().any(|n| n.worker == *w))
+                .map(|w| w.to_string())
+                .collect();
             if !idle.is_empty() {
                 eprintln!(
                     "amprun: note: the plan leaves worker(s) {} without nodes: on this model, more workers would \
@@ -138,13 +168,24 @@ impl Choice {
         self.workers
     }
 
-    /// `plan`'s predicted utilization per worker, with its replicas when the run adds them.
-    fn predicted_utilization<'p>(&self, plan: &'p Plan) -> &'p [f64] {
-        if self.replicas.is_empty() || plan.replica_utilization.len() != self.workers {
+    /// The layout in one line (`2 copies × 1 stage on 2 workers (predicted 1.93×)`) and
+    /// where the placement came from.
+    pub fn summary(&self) -> String {
+        match &self.plan {
+            Some(plan) => format!("{}, {}", plan.summary(), self.source),
+            None => format!("{} on {} worker(s)", self.source, self.workers),
+        }
+    }
+
+    /// `plan`'s predicted utilization per worker, with its replicas when the run adds them;
+    /// with copies, each copy's workers as copy 0's.
+    fn predicted_utilization(&self, plan: &Plan) -> Vec<f64> {
+        let per_stage = if self.replicas.is_empty() || plan.replica_utilization.len() != self.workers {
             &plan.predicted_utilization
         } else {
             &plan.replica_utilization
-        }
+        };
+        (0..self.workers).filter_map(|w| per_stage.get(w % plan.workers.max(1)).copied()).collect()
     }
 
     /// For the executor's own placements, what the cost model predicts for them.
@@ -152,10 +193,13 @@ impl Choice {
         if self.plan.is_some() {
             return Ok(());
         }
-        let placement: Vec<usize> = executor.placement().into_iter().map(|w| w.unwrap_or(0)).collect();
+        // Copy 0's nodes: the graph's.
+        let nodes = graph.nodes.node_indices().map(|i| i.index() + 1).max().unwrap_or(0);
+        let placement: Vec<usize> = executor.placement().into_iter().take(nodes).map(|w| w.unwrap_or(0)).collect();
         let costs =
             amp_plan::estimate(graph, &self.assumptions, self.profile.as_ref()).map_err(|e| plan_failure(&e))?;
-        self.plan = Some(amp_plan::evaluate(graph, &costs, self.workers, &placement).map_err(|e| plan_failure(&e))?);
+        let stage = amp_plan::evaluate(graph, &costs, self.workers / self.copies, &placement);
+        self.plan = Some(Plan { copies: self.copies, ..stage.map_err(|e| plan_failure(&e))? });
         Ok(())
     }
 }
@@ -333,7 +377,8 @@ pub fn report_json(choice: &Choice, measure: Option<&Measure>, epoch: u64, elaps
     if let Some(plan) = &choice.plan {
         object["predicted_utilization"] =
             json!(choice.predicted_utilization(plan).iter().map(|&u| finite(u)).collect::<Vec<_>>());
-        object["predicted_speedup"] = finite(plan.predicted_speedup);
+        object["predicted_speedup"] = finite(plan.speedup());
+        object["copies"] = json!(plan.copies);
         if !choice.replicas.is_empty() {
             object["replicated_nodes"] = json!(choice
                 .replicas
@@ -358,9 +403,11 @@ pub fn report_json(choice: &Choice, measure: Option<&Measure>, epoch: u64, elaps
 /// The summary's lines about the placement.
 pub fn summary_lines(choice: &Choice, measure: Option<&Measure>) -> Vec<String> {
     let mut lines = Vec::new();
-    let predicted = choice.plan.as_ref().map(|p| choice.predicted_utilization(p).to_vec()).unwrap_or_default();
+    let predicted = choice.plan.as_ref().map(|p| choice.predicted_utilization(p)).unwrap_or_default();
     let speedup = choice.plan.as_ref().map_or(String::new(), |p| {
-        if choice.replicas.is_empty() {
+        if choice.replicas.is_empty() && p.copies > 1 {
+            format!(", {} copies of the graph, predicted speedup {:.2}x", p.copies, p.speedup())
+        } else if choice.replicas.is_empty() {
             format!(", predicted speedup {:.2}x", p.predicted_speedup)
         } else {
             format!(", {} node(s) replicated, predicted speedup {:.2}x", choice.replicas.len(), p.replica_speedup)

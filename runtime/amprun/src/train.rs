@@ -90,12 +90,16 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
     config.replicas.extend(choice.replicas.iter().cloned());
+    config.copies = choice.copies;
     config.trace |= traced;
     config.frozen = crate::embeddings::frozen_groups(&graph, &args.freeze)?;
     let start = starting_point(args, &graph, &name, &optimizer)?;
     config.dropout_seed = start.seed;
     let mut executor = setup::start(&graph, start.params, config.clone())?;
     choice.predict(&graph, &executor)?;
+    if choice.workers() > 1 {
+        eprintln!("amprun: {}", choice.summary());
+    }
     if let Some(state) = start.optim {
         executor.restore_optimizer(state).map_err(|e| Failure::exec(&e, &|_| String::new()))?;
     }

@@ -1,0 +1,103 @@
+//! How to use N workers: `k` copies of the whole graph, each placed by the plan for `s`
+//! workers, with `k × s = N` (`k = 1`: stage placement alone; `s = 1`: data parallelism
+//! alone; both: hybrids). The executor runs copies as `amp_exec`'s `ExecConfig::copies`
+//! and `amp_ir::placement::graph_copy_worker` places them.
+//!
+//! The prediction for `k × s`, per instance of the whole run (µs):
+//!
+//! ```text
+//!   worker w of copy c:  (time_w − update_w) / k            its share of the instances
+//!                      + [c = 0] · (update_w + gather_w)     copy 0's owners update for all
+//!   gather_w = 2 · (k − 1) · elements_w / (update_every · copy rate)
+//!   bottleneck = max(every worker's time, the latency bound)
+//! ```
+//!
+//! `time_w` is the `s`-worker plan's time of worker `w` (work and its cut edges),
+//! `update_w` the optimizer updates of the groups it owns, `elements_w` their parameter
+//! elements: before each update, each other copy's gradients are added into the owner's,
+//! and after it the new values are copied back (one pass each, at the rate of a plain SGD
+//! update). The latency bound (an instance's time through its nodes over the instances in
+//! flight) is the same however the instances in flight are spread over copies. The
+//! predicted speedup is the one-worker time over the bottleneck; the layout with the
+//! highest wins, the one with fewer copies on a tie within 2%. A run split over processes
+//! keeps one copy: copies combine their gradients in memory.
+
+use crate::cost::{Costs, SGD_UPDATE_SPEEDUP};
+use crate::plan::{plan, Plan};
+use crate::PlanError;
+use amp_ir::verify::Verified;
+use serde::{Deserialize, Serialize};
+
+/// One way to use the workers, as the planner predicted it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayoutOption {
+    /// Copies of the whole graph.
+    pub copies: usize,
+    /// Workers of one copy: its stages.
+    pub stage_workers: usize,
+    /// The one-worker time over this layout's bottleneck.
+    pub predicted_speedup: f64,
+}
+
+/// Layouts whose speedups differ by less than this share count as a tie.
+const TIE: f64 = 0.02;
+
+/// Plans `workers` workers: the best of `k` copies × the plan for `workers / k`, for every
+/// `k` dividing `workers` (one copy when the costs assume several processes). The plan
+/// returned is for one copy's workers, with `copies` and the options weighed set.
+pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
+    let single = plan(graph, costs, 1)?;
+    let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
+    let mut options = Vec::new();
+    let mut best: Option<(f64, Plan)> = None;
+    let copy_counts: Vec<usize> = if costs.assumptions.processes > 1 {
+        vec![1]
+    } else {
+        (1..=workers).filter(|k| workers.is_multiple_of(*k)).collect()
+    };
+    for copies in copy_counts {
+        let stage_workers = workers / copies;
+        let stage = if stage_workers == 1 { single.clone() } else { plan(graph, costs, stage_workers)? };
+        let bottleneck = bottleneck_us(&stage, costs, copies);
+        let speedup = if bottleneck > 0.0 { one_worker / bottleneck } else { copies as f64 };
+        options.push(LayoutOption { copies, stage_workers, predicted_speedup: speedup });
+        if best.as_ref().is_none_or(|(b, _)| speedup > b * (1.0 + TIE)) {
+            best = Some((speedup, Plan { copies, ..stage }));
+        }
+    }
+    let (_, mut chosen) = best.ok_or(PlanError::Workers { workers })?;
+    chosen.layouts = options;
+    Ok(chosen)
+}
+
+/// The busiest worker's µs per instance of the run (or the latency bound) with `copies`
+/// copies of `stage`, as the module doc counts it.
+fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
+    let Some(model) = stage.cost_model.as_ref() else { return 0.0 };
+    let k = copies as f64;
+    let a = &costs.assumptions;
+    let rate = SGD_UPDATE_SPEEDUP * a.update_elements_per_us * a.update_every.max(1.0);
+    let mut update = vec![0.0; stage.workers];
+    let mut elements = vec![0.0; stage.workers];
+    for (node, cost) in stage.nodes.iter().zip(&costs.nodes) {
+        let Some(cost) = cost else { continue };
+        if let Some(w) = update.get_mut(node.worker) {
+            *w += cost.update_us;
+        }
+        if cost.update_us > 0.0 {
+            if let Some(e) = elements.get_mut(node.worker) {
+                *e += cost.update_elements;
+            }
+        }
+    }
+    let busiest = model
+        .workers_us
+        .iter()
+        .enumerate()
+        .map(|(w, &time)| {
+            let (u, e) = (update.get(w).copied().unwrap_or(0.0), elements.get(w).copied().unwrap_or(0.0));
+            (time - u).max(0.0) / k + u + 2.0 * (k - 1.0) * e / rate
+        })
+        .fold(0.0, f64::max);
+    busiest.max(model.latency_us_per_instance).max(model.links_us.iter().copied().fold(0.0, f64::max))
+}
