@@ -46,16 +46,14 @@ const TIE: f64 = 0.02;
 /// `k` dividing `workers` (one copy when the costs assume several processes). The plan
 /// returned is for one copy's workers, with `copies` and the options weighed set.
 pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
+    if costs.assumptions.processes > 1 {
+        return plan(graph, costs, workers);
+    }
     let single = plan(graph, costs, 1)?;
     let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
     let mut options = Vec::new();
     let mut best: Option<(f64, Plan)> = None;
-    let copy_counts: Vec<usize> = if costs.assumptions.processes > 1 {
-        vec![1]
-    } else {
-        (1..=workers).filter(|k| workers.is_multiple_of(*k)).collect()
-    };
-    for copies in copy_counts {
+    for copies in (1..=workers).filter(|k| workers.is_multiple_of(*k)) {
         let stage_workers = workers / copies;
         let stage = if stage_workers == 1 { single.clone() } else { plan(graph, costs, stage_workers)? };
         let bottleneck = bottleneck_us(&stage, costs, copies);

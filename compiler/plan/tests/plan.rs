@@ -2,7 +2,8 @@
 //! planner's invariants, and the checks on plans and profiles read from files.
 
 use amp_plan::{
-    estimate, evaluate, plan, plan_graph, Assumptions, Event, Plan, PlanError, Profile, ProfileCounter, Work,
+    estimate, evaluate, plan, plan_graph, plan_workers, Assumptions, Event, Plan, PlanError, Profile, ProfileCounter,
+    Work,
 };
 use petgraph::visit::NodeIndexable;
 
@@ -324,6 +325,41 @@ fn plans_place_every_node_once_with_shares_summing_to_one() {
             assert!(p.table(&g.name).contains(&format!("on {workers} worker")));
         }
     }
+}
+
+/// The layouts weighed for N workers are every `copies × stages = N`, each with its
+/// predicted speedup; the plan returned is the best one's (fewer copies on a near tie),
+/// for its stages' workers, and comes back through JSON. Copies help where stages cannot:
+/// the chain's one heavy product keeps a second stage idle, so on 4 workers some copies
+/// are predicted faster than stages alone. Split over processes, one copy.
+#[test]
+fn layouts_weigh_copies_against_stages() {
+    for text in ALL {
+        let g = graph(text);
+        for workers in [1, 2, 4, 6] {
+            let p = plan_workers(&g, workers, &Assumptions::default(), None).unwrap();
+            let weighed: Vec<(usize, usize)> = p.layouts.iter().map(|o| (o.copies, o.stage_workers)).collect();
+            let expected: Vec<(usize, usize)> =
+                (1..=workers).filter(|k| workers % k == 0).map(|k| (k, workers / k)).collect();
+            assert_eq!(weighed, expected, "{} on {workers}", g.name);
+            assert_eq!(p.copies * p.workers, workers);
+            let best = p.layouts.iter().map(|o| o.predicted_speedup).fold(0.0, f64::max);
+            assert!(p.speedup() >= best / 1.02 - 1e-9, "{}: chose {} of {:?}", g.name, p.summary(), p.layouts);
+            assert!(p
+                .layouts
+                .iter()
+                .all(|o| o.predicted_speedup > 0.0 && o.predicted_speedup <= workers as f64 + 1e-9));
+            assert_eq!(Plan::from_json(&p.to_json()).unwrap(), p);
+            assert!(p.table(&g.name).starts_with("layout: "), "{}", p.table(&g.name));
+        }
+    }
+    let chain = graph(CHAIN);
+    let four = plan_workers(&chain, 4, &Assumptions::default(), None).unwrap();
+    let stages = four.layouts.iter().find(|o| o.copies == 1).unwrap().predicted_speedup;
+    assert!(four.copies > 1 && four.speedup() > stages, "{:?}", four.layouts);
+    let hosts = Assumptions { processes: 2, ..Assumptions::default() };
+    let split = plan_workers(&chain, 4, &hosts, None).unwrap();
+    assert_eq!((split.copies, split.workers), (1, 4), "copies run in one process");
 }
 
 #[test]

@@ -83,7 +83,11 @@ fn training_follows_the_plan_in_the_graph_file() {
     let mut args = train_args(&model, &data);
     args.extend(["--workers", "3"]);
     let out = amprun_ok(dir, &args);
-    assert!(stderr(&out).contains("holds a plan for 2 workers; planning for 3"), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("holds a plan for 1 copy × 2 stages on 2 workers") && said.contains("planning for 3 workers"),
+        "{said}"
+    );
     assert!(stdout(&out).contains("placement   plan on 3 worker(s)"), "{}", stdout(&out));
 
     // Nor is a plan made for workers split over processes (whose cuts cross a link).
@@ -145,12 +149,13 @@ fn the_plan_trains_like_the_default_placement_and_reports_utilization() {
         assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "train loss {a} vs {b}");
     }
 
-    // A model this small stays on one worker under the plan, and amprun says why.
-    assert!(stderr(&planned).contains("the plan leaves worker(s) 1 without nodes"), "{}", stderr(&planned));
+    // A model this small gains nothing from a second stage: the plan runs two copies of
+    // it (trained as one, above), and amprun says so at the start.
+    assert!(stderr(&planned).contains("amprun: 2 copies × 1 stage on 2 workers (predicted "), "{}", stderr(&planned));
 
     // The summary and the metrics report predicted and measured utilization.
     let summary = stdout(&planned);
-    assert!(summary.contains("placement   plan on 2 worker(s), predicted speedup"), "{summary}");
+    assert!(summary.contains("placement   plan on 2 worker(s), 2 copies of the graph, predicted speedup"), "{summary}");
     for w in 0..2 {
         assert!(summary.contains(&format!("worker {w}")) && summary.contains("measured"), "{summary}");
     }
@@ -176,6 +181,32 @@ fn the_plan_trains_like_the_default_placement_and_reports_utilization() {
         })
         .collect();
     assert_eq!(placements, ["plan", "naive", "round-robin"]);
+}
+
+/// `--copies` sets the copies whatever the plan would choose (one: stages alone), must
+/// divide the workers, and runs in one process without node replicas.
+#[test]
+fn copies_on_the_command_line() {
+    let dir = scratch("plan-copies");
+    let dir = dir.path();
+    let data = example("data/list_reduce.train.jsonl");
+    let model = example("list_reduce.amp");
+    let mut args = train_args(&model, &data);
+    args.extend(["-D", "hidden=16", "--workers", "2", "--copies", "1", "--metrics", "m.jsonl"]);
+    let out = amprun_ok(dir, &args);
+    assert!(stderr(&out).contains("amprun: 1 copy × 2 stages on 2 workers"), "{}", stderr(&out));
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
+    assert_eq!(metrics.iter().find(|m| m["split"] == "plan").unwrap()["copies"], 1);
+    for (extra, says) in [
+        (&["--workers", "2", "--copies", "3"][..], "--copies 3 must divide --workers 2"),
+        (&["--workers", "2", "--copies", "2", "--replicate", "cell=2"][..], "cannot go with node replicas"),
+    ] {
+        let mut args = train_args(&model, &data);
+        args.extend(extra);
+        let out = amprun(dir, &args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{}", stderr(&out));
+    }
 }
 
 #[test]
