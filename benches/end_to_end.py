@@ -171,7 +171,10 @@ def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1, cpu=Fa
     metrics = os.path.join(tmp, f"{model}.metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    cmd = [amprun, "train", *args, "--limit", str(limit), *common, *with_replicas(model, extra), "--metrics", metrics]
+    extra = with_replicas(model, extra)
+    # One worker unless the setup says (amprun's default is every core).
+    workers = [] if "--workers" in extra else ["--workers", "1"]
+    cmd = [amprun, "train", *args, "--limit", str(limit), *common, *workers, *extra, "--metrics", metrics]
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
     before = cpu_seconds()

@@ -14,8 +14,9 @@ it the measured throughput of the points this machine can run.
 How: `amprun train --workers 1 --profile` (the settings of `end_to_end.py`: 16 instances
 in flight, asynchronous, an update every 8) measures each node's messages and times;
 `ampc compile --workers W --processes H --profile ... --emit plan` plans with it and
-prints the plan, whose `cost_model.bottleneck_us_per_instance` (the busiest worker, link
-or latency bound) gives the prediction: 10^6 / that. It is a prediction: the cost model
+prints the plan, whose chosen layout's `bottleneck_us_per_instance` (`layouts`: copies of
+the graph × stages; else `cost_model`'s: the busiest worker, link or latency bound) gives
+the prediction: 10^6 / that. It is a prediction: the cost model
 assumes a worker per core and ignores the controller's own thread, memory bandwidth and
 the operating system. A measured point is `amprun train --workers W` (with `--processes H`
 over loopback when H > 1) and the planner's plan (`--plan auto`, the same
@@ -63,6 +64,10 @@ def predict(opts, model, args, profile, workers, hosts):
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
     plan = json.loads(done.stdout)
     bottleneck = plan["cost_model"]["bottleneck_us_per_instance"]
+    # The layout chosen among copies of the graph × stages, when the plan weighed several.
+    for option in plan.get("layouts", []):
+        if option["copies"] == plan.get("copies", 1) and option["stage_workers"] == plan["workers"]:
+            bottleneck = option["bottleneck_us_per_instance"]
     return (1e6 / bottleneck if bottleneck > 0 else float("inf")), plan
 
 
@@ -147,12 +152,15 @@ def main():
                         cells.append("–")
                         continue
                     rate, plan = predict(opts, model, args, profile, workers, hosts)
-                    used = len({n["worker"] for n in plan["nodes"]})
+                    copies = plan.get("copies", 1)
+                    used = copies * len({n["worker"] for n in plan["nodes"]})
                     cell = f"{rate:,.0f}"
                     if used < workers:
                         cell += f" ({used} used)" if used > 1 else " (1 used)"
+                    if copies > 1:
+                        cell += f" [{copies} copies]"
                     point = {"model": model, "workers": workers, "hosts": hosts, "predicted": rate,
-                             "workers_used": used}
+                             "workers_used": used, "copies": copies}
                     if (workers, hosts) in measured_points:
                         got = measure(opts, args, limit, tmp, workers, hosts)
                         point["measured"] = got

@@ -33,7 +33,7 @@ def main():
                 metrics = os.path.join(tmp, f"{model}.metrics.jsonl")
                 if os.path.exists(metrics):
                     os.remove(metrics)
-                cmd = [amprun, "train", *args, "--limit", "300", "--epochs", "2", "--seed", "3",
+                cmd = [amprun, "train", *args, "--limit", "300", "--epochs", "2", "--seed", "3", "--workers", "1",
                        "--optimizer", "sgd", "--lr", "0.01", *mode, "--metrics", metrics]
                 done = subprocess.run(cmd, cwd=end_to_end.ROOT, capture_output=True, text=True)
                 if done.returncode != 0:

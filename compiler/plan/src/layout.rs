@@ -9,15 +9,19 @@
 //!   worker w of copy c:  (time_w − update_w) / k            its share of the instances
 //!                      + [c = 0] · (update_w + gather_w)     copy 0's owners update for all
 //!   gather_w = 2 · (k − 1) · elements_w / (update_every · copy rate)
-//!   bottleneck = max(every worker's time, the latency bound)
+//!   bottleneck = max(every worker's time, the latency bound / k)
 //! ```
 //!
 //! `time_w` is the `s`-worker plan's time of worker `w` (work and its cut edges),
 //! `update_w` the optimizer updates of the groups it owns, `elements_w` their parameter
 //! elements: before each update, each other copy's gradients are added into the owner's,
 //! and after it the new values are copied back (one pass each, at the rate of a plain SGD
-//! update). The latency bound (an instance's time through its nodes over the instances in
-//! flight) is the same however the instances in flight are spread over copies. The
+//! update). The latency bound (an instance's time in its nodes' steps over the instances in
+//! flight, from a profile) shrinks with the copies: each copy holds `1/k` of the instances
+//! in flight, so its steps serve `1/k` as many together and last `1/k` as long (a step's
+//! length is what an instance waits in it); by Little's law each copy then starts an
+//! instance every `latency / in flight`, as the whole run did, and the `k` copies `k`
+//! times as often. The
 //! predicted speedup is the one-worker time over the bottleneck; the layout with the
 //! highest wins, the one with fewer copies on a tie within 2%. A run split over processes
 //! keeps one copy: copies combine their gradients in memory.
@@ -37,6 +41,8 @@ pub struct LayoutOption {
     pub stage_workers: usize,
     /// The one-worker time over this layout's bottleneck.
     pub predicted_speedup: f64,
+    /// The busiest worker's µs per instance of the run (or the latency bound).
+    pub bottleneck_us_per_instance: f64,
 }
 
 /// Layouts whose speedups differ by less than this share count as a tie.
@@ -58,7 +64,12 @@ pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize) -> Result<Pl
         let stage = if stage_workers == 1 { single.clone() } else { plan(graph, costs, stage_workers)? };
         let bottleneck = bottleneck_us(&stage, costs, copies);
         let speedup = if bottleneck > 0.0 { one_worker / bottleneck } else { copies as f64 };
-        options.push(LayoutOption { copies, stage_workers, predicted_speedup: speedup });
+        options.push(LayoutOption {
+            copies,
+            stage_workers,
+            predicted_speedup: speedup,
+            bottleneck_us_per_instance: bottleneck,
+        });
         if best.as_ref().is_none_or(|(b, _)| speedup > b * (1.0 + TIE)) {
             best = Some((speedup, Plan { copies, ..stage }));
         }
@@ -97,5 +108,5 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
             (time - u).max(0.0) / k + u + 2.0 * (k - 1.0) * e / rate
         })
         .fold(0.0, f64::max);
-    busiest.max(model.latency_us_per_instance).max(model.links_us.iter().copied().fold(0.0, f64::max))
+    busiest.max(model.latency_us_per_instance / k).max(model.links_us.iter().copied().fold(0.0, f64::max))
 }

@@ -208,9 +208,10 @@ pub enum PlanChoice {
 /// How the executor runs (every subcommand).
 #[derive(Args, Debug, Clone)]
 pub struct ExecArgs {
-    /// Worker threads.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    pub workers: u16,
+    /// Worker threads (default: the machine's available cores, whose use the plan decides;
+    /// 1 with `--deterministic`; one per process with `--processes`).
+    #[arg(long = "workers", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers_flag: Option<u16>,
     /// How nodes are placed on the workers.
     #[arg(long, value_enum, default_value = "auto")]
     pub plan: PlanChoice,
@@ -323,6 +324,18 @@ pub const DEFAULT_IN_FLIGHT: u64 = 16;
 pub const DEFAULT_UPDATE_SIZE: u64 = 16;
 
 impl ExecArgs {
+    /// Worker threads: `--workers`, else 1 with `--deterministic` (one instance in flight
+    /// keeps one worker busy), else one per process of a split run (every process must
+    /// count the same, whatever its host's cores), else the cores this process may use.
+    pub fn workers(&self) -> usize {
+        match (self.workers_flag, self.deterministic, self.processes) {
+            (Some(n), _, _) => usize::from(n),
+            (None, true, _) => 1,
+            (None, false, Some(p)) => usize::from(p),
+            (None, false, None) => std::thread::available_parallelism().map_or(1, |n| n.get().min(1024)),
+        }
+    }
+
     pub fn stall_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.stall_timeout)
     }

@@ -76,10 +76,10 @@ pub fn prepare(args: &ExecArgs) -> Result<(), Failure> {
              (docs/distributed.md, Limits today)"
         )));
     }
-    if processes > usize::from(args.workers) {
+    if processes > args.workers() {
         return Err(Failure::usage(format!(
             "--processes {processes} needs at least as many --workers (there are {})",
-            args.workers
+            args.workers()
         )));
     }
     let connect_timeout = Duration::from_secs_f64(args.connect_timeout);

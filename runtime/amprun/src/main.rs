@@ -156,9 +156,9 @@
 //! list-reduce command (Adam, an update every 16) gets 82.6% validation accuracy after 12
 //! epochs with 16 in flight (84.0% with `--max-active-keys 1`), in 10 s instead of 14 s on
 //! the quiet machine.
-//! `--deterministic` is the setting before in one flag: one instance in flight and, without
-//! `--min-update-frequency`, an update after every instance at 0.01 (per-instance SGD, as
-//! before). `ampc compile --workers N` plans for the same default update size.
+//! `--deterministic` is the setting before in one flag: one worker, one instance in flight
+//! and, without `--min-update-frequency`, an update after every instance at 0.01
+//! (per-instance SGD, as before). `ampc compile --workers N` plans for the same default update size.
 //!
 //! **Learning-rate schedules.** The rate is set per epoch, as PyTorch's schedulers are
 //! stepped once per epoch (`scheduler.step()` after each, as their documentation shows),
@@ -302,7 +302,28 @@
 //! the same file left when it was killed, those of processes that are gone (on Linux; on
 //! other systems they stay), and nothing else.
 //!
-//! **Placement.** With `--workers N` the nodes go where the partition plan puts them
+//! **Copies of the graph.** With `--workers N` and `--plan auto` (the default), the planner
+//! first chooses a layout: k copies of the whole graph, each placed over N/k workers, for
+//! the k dividing N that its cost model predicts fastest (with fewer copies on a tie within
+//! 2%; `amp_plan::plan_workers`, `compiler/plan/src/layout.rs`). amprun prints it at the start,
+//! `amprun: 2 copies × 1 stage on 2 workers (predicted 1.83×), plan`, the summary's placement
+//! line names the copies, and the metrics' plan object has `copies`. `--copies K` sets k (it
+//! must divide N; `--copies 1` keeps one copy spread over every worker). An instance runs on
+//! one copy from its admission to its end; a copy that finishes an instance takes the next
+//! one, so a copy given large instances is not sent more. Each copy accumulates its own
+//! gradients, and before each update the owners of the parameter groups (on copy 0's
+//! workers) add the other copies' into theirs, update, and give every copy the new values:
+//! synchronous training with copies is minibatch SGD over all the copies' instances (to
+//! rounding: sums in another order), asynchronous training counts and bounds the staleness
+//! of every copy's reads as of one copy's. Today copies keep one copy of the values per copy
+//! in memory, run in one process (`--processes` plans one copy), and cannot be combined with
+//! node replicas (`--replicate`, `--plan-replicas`). `--workers` defaults to the cores this
+//! process may use (1 with `--deterministic`, one per process with `--processes`), and the
+//! plan decides how to use them; `--workers 1` keeps every node on one worker, reproducible
+//! bit for bit. docs/PERFORMANCE.md, "Copies of the graph", has the speedups and the case
+//! where copies lose: the MLP with an update every 8.
+//!
+//! **Placement.** With `--workers N` the nodes of a copy go where the partition plan puts them
 //! (`--plan auto`, the default): the `.ampg` file's plan when it was made for N workers and
 //! this run's training setup
 //! (`ampc compile --workers N [--min-update-frequency M] [--optimizer sgd|momentum|adam]`,

@@ -59,7 +59,7 @@ pub fn choose(
     model_path: &Path,
     assumptions: Assumptions,
 ) -> Result<Choice, Failure> {
-    let workers = usize::from(exec.workers);
+    let workers = exec.workers();
     let assumptions = with_link(assumptions, exec)?;
     let profile = exec.plan_profile.as_deref().map(read_profile).transpose()?;
     if exec.plan_replicas && exec.plan != PlanChoice::Auto {

@@ -15,7 +15,7 @@ use std::path::Path;
 /// ([`ExecArgs::in_flight`]).
 pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig, in_flight: u64) -> ExecConfig {
     ExecConfig {
-        workers: usize::from(args.workers),
+        workers: args.workers(),
         max_active_keys: usize::try_from(args.in_flight(in_flight)).unwrap_or(usize::MAX),
         optimizer,
         stall_timeout: args.stall_timeout(),

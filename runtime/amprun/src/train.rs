@@ -86,7 +86,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     check_update_overrides(&graph, &args.update_frequency)?;
     staleness::check_nodes(&graph, &args.max_staleness)?;
     let assumptions = placement::assumptions(args.update_size(), Some(&optimizer));
-    let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, usize::from(args.exec.workers))?;
+    let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, args.exec.workers())?;
     let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
     config.replicas.extend(choice.replicas.iter().cloned());
@@ -97,7 +97,8 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     config.dropout_seed = start.seed;
     let mut executor = setup::start(&graph, start.params, config.clone())?;
     choice.predict(&graph, &executor)?;
-    if choice.workers() > 1 {
+    // Process 0 speaks for a split run.
+    if choice.workers() > 1 && args.exec.process.unwrap_or(0) == 0 {
         eprintln!("amprun: {}", choice.summary());
     }
     if let Some(state) = start.optim {
