@@ -71,6 +71,9 @@ def parser(spec, doc):
                     help="instances timed per batch size, cycling through the file (default 2000)")
     ap.add_argument("--warmup", type=int, default=200, help="instances trained before timing (default 200)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument("--ddp", type=int, default=1,
+                    help="DistributedDataParallel on the CPU over this many processes (gloo, loopback), "
+                         "1 thread each, each training its share of every minibatch (default 1: no DDP)")
     ap.add_argument("--lr", type=float, default=0.01, help="plain SGD learning rate (default 0.01, as the table's Amp runs)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", action="store_true",
@@ -122,6 +125,79 @@ def sgd(model, lr):
         return torch.optim.SGD(model.parameters(), lr=lr, fused=True)
     except (RuntimeError, ValueError, TypeError):
         return torch.optim.SGD(model.parameters(), lr=lr)
+
+
+class Loss(torch.nn.Module):
+    """The model with the spec's minibatch loss as its forward, so that DDP's forward (which
+    readies its gradient all-reduce) runs whatever the spec's loss calls."""
+
+    def __init__(self, spec, model):
+        super().__init__()
+        self.model = model
+        self.loss = spec.loss
+
+    def forward(self, batch):
+        return self.loss(self.model, batch)
+
+
+def ddp_worker(rank, spec, args, instances, port):
+    """One DDP process: the same initialisation and minibatches on every rank, rank r
+    training instances r, r + N, ... of each; DDP averages the gradients over the ranks, so
+    a step is the whole minibatch's mean gradient. Rank 0 times and prints, as `bench`."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ddp)
+    torch.set_num_threads(1)
+    try:
+        for b in args.batch:
+            torch.manual_seed(args.seed)
+            # Experts a step routes nothing to have no gradient (MoE).
+            model = DistributedDataParallel(Loss(spec, spec.build(args)), find_unused_parameters=True)
+            opt = sgd(model, args.lr)
+            rng = random.Random(args.seed + b)
+            make = spec.batcher or (lambda inst, size, count, r, _: minibatches(inst, size, count, r))
+            warm = make(instances, b, max(args.warmup, b), rng, args)
+            timed = make(instances, b, args.instances, rng, args)
+            n = sum(len(mb) for mb in timed)
+
+            def steps(mbs):
+                total = 0.0
+                for mb in mbs:
+                    loss = model(mb[rank::args.ddp])
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += loss.item()
+                return total / max(len(mbs), 1)
+
+            steps(warm)
+            dist.barrier()
+            t0 = time.perf_counter()
+            loss = steps(timed)
+            dist.barrier()
+            dt = time.perf_counter() - t0
+            if rank == 0:
+                print(f"train {spec.name} {spec.strategy}-ddp{args.ddp} {b} {n / dt:.1f} {loss:.4f}", flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def bench_ddp(spec, args, instances):
+    """`bench` over `args.ddp` processes with DistributedDataParallel (gloo, loopback)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    if min(args.batch) < args.ddp:
+        sys.exit(f"--ddp {args.ddp}: every minibatch needs at least one instance per process")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    print(f"{spec.name} ({spec.strategy}): torch {torch.__version__}, DDP over {args.ddp} processes (gloo), "
+          f"1 thread each, {len(instances)} instances from {args.data}, plain SGD lr {args.lr}", flush=True)
+    mp.spawn(ddp_worker, args=(spec, args, instances, port), nprocs=args.ddp, join=True)
 
 
 def bench(spec, args, instances):
@@ -222,4 +298,7 @@ def main(spec, doc):
     if args.check:
         amp_check(spec, args, objects)
         return
-    bench(spec, args, spec.prepare(objects, args))
+    if args.ddp > 1:
+        bench_ddp(spec, args, spec.prepare(objects, args))
+    else:
+        bench(spec, args, spec.prepare(objects, args))

@@ -65,10 +65,11 @@ def run(cmd):
     return done.stdout
 
 
-def torch_rates(opts, row, data, batches):
-    """{batch: training instances/s} of one PyTorch script run over all batch sizes."""
+def torch_rates(opts, row, data, batches, extra=()):
+    """{batch: training instances/s} of one PyTorch script run over all batch sizes, with
+    `extra` flags (`--threads N`, `--ddp N`)."""
     _, _, count, script, _, _ = ROWS[row]
-    cmd = [opts.python, os.path.join(HERE, script[0]), *script[1:], "--batch", *map(str, batches)]
+    cmd = [opts.python, os.path.join(HERE, script[0]), *script[1:], *extra, "--batch", *map(str, batches)]
     if script[0] == "tree_lstm.py":
         cmd += ["--data", data, "--trees", str(count), "--warmup", "100"]
     else:

@@ -150,12 +150,9 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         }
         if args.verbose {
             match &plan {
-                Some(plan) => eprintln!(
-                    "wrote {} ({} nodes, plan for {} workers)",
-                    path.display(),
-                    graph.nodes.node_count(),
-                    plan.workers
-                ),
+                Some(plan) => {
+                    eprintln!("wrote {} ({} nodes, plan: {})", path.display(), graph.nodes.node_count(), plan.summary())
+                }
                 None => eprintln!("wrote {} ({} nodes)", path.display(), graph.nodes.node_count()),
             }
         }

@@ -40,7 +40,14 @@ fn emit_plan_prints_the_plan_of_every_example() {
             ok(&run);
             let plan: serde_json::Value = serde_json::from_slice(&run.stdout).expect("the plan is JSON");
             let at = format!("{model} at {workers} workers");
-            assert_eq!(plan["workers"], workers, "{at}");
+            // The layout: copies of the graph, each placed over `stage` workers.
+            let (copies, stage) = (
+                plan["copies"].as_u64().expect("copies") as usize,
+                plan["workers"].as_u64().expect("workers") as usize,
+            );
+            assert_eq!(copies * stage, workers, "{at}");
+            let layouts = plan["layouts"].as_array().expect("the layouts weighed");
+            assert!(layouts.iter().any(|o| o["copies"] == copies && o["stage_workers"] == stage), "{at}");
             let nodes = plan["nodes"].as_array().expect("nodes");
             assert_eq!(nodes.len(), graph.nodes.node_count(), "{at}: one entry per node");
             let mut ids = Vec::new();
@@ -50,14 +57,14 @@ fn emit_plan_prints_the_plan_of_every_example() {
                     assert!(node.get(key).is_some(), "{at}: no `{key}` in {node}");
                 }
                 ids.push(node["id"].as_u64().expect("id"));
-                assert!(node["worker"].as_u64().expect("worker") < workers as u64, "{at}: {node}");
+                assert!(node["worker"].as_u64().expect("worker") < stage as u64, "{at}: {node}");
                 total += node["predicted_load"].as_f64().expect("load");
             }
             assert!(close(total, 1.0), "{at}: loads sum to {total}");
             let expected: Vec<u64> = graph.nodes.node_indices().map(|i| i.index() as u64).collect();
             assert_eq!(ids, expected, "{at}: ids are the node indices, in order");
             for key in ["workers_load", "workers_comm", "predicted_utilization"] {
-                assert_eq!(plan[key].as_array().map(Vec::len), Some(workers), "{at}: {key}");
+                assert_eq!(plan[key].as_array().map(Vec::len), Some(stage), "{at}: {key}");
             }
             let sum: f64 = plan["workers_load"].as_array().unwrap().iter().filter_map(|x| x.as_f64()).sum();
             assert!(close(sum, 1.0), "{at}: per-worker loads sum to {sum}");
@@ -69,7 +76,8 @@ fn emit_plan_prints_the_plan_of_every_example() {
             // floats to within a rounding).
             let setup =
                 amp_plan::Assumptions { plain_sgd: true, update_every: 16.0, ..amp_plan::Assumptions::default() };
-            let again = amp_plan::plan_graph(&graph, workers, &setup, None).unwrap();
+            let again = amp_plan::plan_workers(&graph, workers, &setup, None).unwrap();
+            assert_eq!((again.copies, again.workers), (copies, stage), "{at}");
             let printed = amp_plan::Plan::from_json(&plan).unwrap();
             for (a, b) in printed.nodes.iter().zip(&again.nodes) {
                 assert_eq!((a.id, a.worker), (b.id, b.worker), "{at}");
@@ -87,12 +95,14 @@ fn the_ampg_file_keeps_the_plan_and_verbose_prints_the_table() {
     let run = ampc(&["compile", &example("list_reduce.amp"), "--workers", "2", "-o", out.to_str().unwrap(), "-v"]);
     ok(&run);
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(stderr.contains("plan for ListReduce on 2 workers"), "{stderr}");
+    // List-reduce gains nothing from a second stage: two copies of a one-worker plan.
+    assert!(stderr.contains("layout: 2 copies × 1 stage on 2 workers"), "{stderr}");
+    assert!(stderr.contains("plan for ListReduce on 1 worker"), "{stderr}");
     assert!(stderr.contains("linear cell") && stderr.contains("utilization"), "{stderr}");
-    assert!(stderr.contains("plan for 2 workers"), "{stderr}");
+    assert!(stderr.contains("plan: 2 copies × 1 stage on 2 workers"), "{stderr}");
     let (graph, plan) = amp_ir::ampg::read(&std::fs::read(&out).unwrap()).expect("it loads");
     let plan = amp_plan::Plan::from_json(&plan.expect("the file has a plan")).expect("a plan");
-    assert_eq!(plan.workers, 2);
+    assert_eq!((plan.copies, plan.workers), (2, 1));
     let bound = graph.nodes.node_indices().map(|i| i.index() + 1).max().unwrap_or(0);
     assert_eq!(plan.placement(&graph).expect("it fits").len(), bound);
     let printed = ampc(&["compile", &example("list_reduce.amp"), "--workers", "2", "--emit", "plan"]);

@@ -186,3 +186,18 @@ fn a_process_cut_off_ends_the_run_naming_it() {
     assert!(results[1].is_err(), "the cut process fails too");
     assert!(started.elapsed() < Duration::from_secs(60), "the run ended in bounded time");
 }
+
+/// Copies of the whole graph add up their gradients in memory: split over processes, the
+/// executor refuses them by name in every process, before anything runs.
+#[test]
+fn copies_split_over_processes_are_refused() {
+    let (graph, _) = list_reduce();
+    let config = ExecConfig { workers: 2, copies: 2, ..config() };
+    let results = in_two_processes(&graph, &config, Faults { seed: 1, max_delay: 0 }, None, |_| Ok(()));
+    for (process, result) in results.iter().enumerate() {
+        match result {
+            Err(ExecError::Config { message }) => assert!(message.contains("2 copies of the graph"), "{message}"),
+            other => panic!("process {process}: expected a refusal, got {other:?}"),
+        }
+    }
+}

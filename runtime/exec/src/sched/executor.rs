@@ -677,7 +677,8 @@ fn check_ops(program: &Program, params: &ParamSet) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// What a run split over processes cannot do yet: parameters live with their owner's
+/// What a run split over processes cannot do yet: copies of the whole graph (their
+/// gradients are added up in memory); parameters live with their owner's
 /// process, so a group's nodes must all run there (a replica is a group of its own, and
 /// may run elsewhere: `sched::worker`'s remote replicas); a replicated node's messages are
 /// routed where its producers and consumers run, which must be one process (it keeps the
@@ -689,6 +690,13 @@ fn check_split(program: &Program, config: &ExecConfig, processes: usize) -> Resu
     let refuse = |message: String| Err(ExecError::Config { message });
     if program.workers < processes {
         return refuse(format!("{} workers cannot be split over {processes} processes", program.workers));
+    }
+    // Copies add up their gradients in memory, before each update.
+    if program.copies() > 1 {
+        return refuse(format!(
+            "{} copies of the graph cannot be split over processes yet: copies run in one process",
+            program.copies()
+        ));
     }
     let process = |worker: usize| amp_ir::placement::process_of(worker, processes, program.workers);
     for master in program.groups.iter().filter(|g| g.master.is_none() && g.max_staleness.is_some()) {
