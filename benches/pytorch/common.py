@@ -36,8 +36,12 @@ class Spec:
     `prepare(json_objects, args)` -> instances; `loss(model, instances)` -> mean loss;
     `amp_args(args)` -> the `amprun` model file and `-D` flags."""
 
-    def __init__(self, name, build, prepare, loss, amp_args, add_args=None, strategy="batched", batcher=None):
+    def __init__(self, name, build, prepare, loss, amp_args, add_args=None, strategy="batched", batcher=None,
+                 unused_parameters=False):
         self.name = name
+        # Whether a step may leave parameters without a gradient (MoE's unrouted experts),
+        # which DDP must be told.
+        self.unused_parameters = unused_parameters
         # `batcher(instances, batch, count, rng, args)` -> minibatches, when the strategy
         # chooses which instances share a minibatch (list-reduce's length buckets).
         self.batcher = batcher
@@ -153,8 +157,7 @@ def ddp_worker(rank, spec, args, instances, port):
     try:
         for b in args.batch:
             torch.manual_seed(args.seed)
-            # Experts a step routes nothing to have no gradient (MoE).
-            model = DistributedDataParallel(Loss(spec, spec.build(args)), find_unused_parameters=True)
+            model = DistributedDataParallel(Loss(spec, spec.build(args)), find_unused_parameters=spec.unused_parameters)
             opt = sgd(model, args.lr)
             rng = random.Random(args.seed + b)
             make = spec.batcher or (lambda inst, size, count, r, _: minibatches(inst, size, count, r))

@@ -87,7 +87,7 @@ def add_args(ap):
     ap.add_argument("--classes", type=int, default=10)
 
 
-SPEC = common.Spec("moe", build, prepare, loss, amp_args, add_args, strategy="dispatch")
+SPEC = common.Spec("moe", build, prepare, loss, amp_args, add_args, strategy="dispatch", unused_parameters=True)
 
 if __name__ == "__main__":
     common.main(SPEC, __doc__)
