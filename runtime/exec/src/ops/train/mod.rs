@@ -96,7 +96,7 @@ impl DeferredProducts {
 }
 
 /// The rows of a table that gradients reached, in arrival order (repeats allowed).
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct RowLog {
     pub width: usize,
     pub rows: Vec<usize>,
@@ -634,7 +634,7 @@ mod tests {
         update(&mut group);
         assert_eq!((group.version, group.staleness.last), (3, Some(2)));
         assert_eq!(group.staleness.stats, StalenessStats { gradients: 4, total: 3, max: 2 });
-        sync_values(&group, &mut replica);
+        sync_values(&group, &mut replica, None);
         assert_eq!(replica.staleness.base, 3);
 
         // Instance 4 reads and ends without its gradient: only a live one's read counts.

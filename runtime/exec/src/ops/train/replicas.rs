@@ -50,10 +50,30 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
         return;
     }
     replica.settle();
-    for (m, r) in master.tensors.iter_mut().zip(replica.tensors.iter_mut()) {
-        for (g, x) in m.grad.iter_mut().zip(r.grad.iter_mut()) {
-            *g += *x;
-            *x = 0.0;
+    match (&mut replica.rows, replica.tensors.as_mut_slice(), master.tensors.as_mut_slice()) {
+        // A table's rows: the others' gradients are zero (a copy of an Embedding reaches
+        // a few rows of a large table between two updates).
+        (Some(log), [r], [m]) if log.width > 0 => {
+            log.rows.sort_unstable();
+            log.rows.dedup();
+            let w = log.width;
+            for &row in &log.rows {
+                let span = row * w..(row + 1) * w;
+                if let (Some(g), Some(x)) = (m.grad.get_mut(span.clone()), r.grad.get_mut(span)) {
+                    g.iter_mut().zip(x.iter_mut()).for_each(|(g, x)| {
+                        *g += *x;
+                        *x = 0.0;
+                    });
+                }
+            }
+        }
+        _ => {
+            for (m, r) in master.tensors.iter_mut().zip(replica.tensors.iter_mut()) {
+                for (g, x) in m.grad.iter_mut().zip(r.grad.iter_mut()) {
+                    *g += *x;
+                    *x = 0.0;
+                }
+            }
         }
     }
     master.touched = true;
@@ -71,10 +91,28 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
     replica.rows = Some(Default::default());
 }
 
-/// Gives a replica the master's values.
-pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup) {
-    let values: Vec<&[f32]> = master.tensors.iter().map(|t| &*t.value).collect();
-    set_replica_values(replica, &values, master.version);
+/// Gives a replica the master's values: all of them, or only `rows` of a table (of
+/// `width` values each) when the update moved no others (plain SGD on the rows gradients
+/// reached).
+pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup, rows: Option<&RowLog>) {
+    match (rows, master.tensors.as_slice(), replica.tensors.as_mut_slice()) {
+        (Some(log), [m], [r]) if log.width > 0 && m.value.len() == r.value.len() => {
+            let w = log.width;
+            for &row in &log.rows {
+                if let (Some(to), Some(from)) =
+                    (r.value.get_mut(row * w..(row + 1) * w), m.value.get(row * w..(row + 1) * w))
+                {
+                    to.copy_from_slice(from);
+                }
+            }
+            replica.version += 1;
+            replica.staleness.base = master.version;
+        }
+        _ => {
+            let values: Vec<&[f32]> = master.tensors.iter().map(|t| &*t.value).collect();
+            set_replica_values(replica, &values, master.version);
+        }
+    }
 }
 
 /// Gives a replica values of its master at version `base` (from memory, or from another
