@@ -286,7 +286,8 @@ model Index {
 }
 ",
     );
-    let out = amprun(dir, &["train", &model, "--data", &data, "--limit", "3"]);
+    // One worker: with several, the instances run at once and whichever fails first is named.
+    let out = amprun(dir, &["train", &model, "--data", &data, "--limit", "3", "--workers", "1"]);
     assert!(stderr(&out).contains("index 5 is outside `tokens`, which has 5 elements"), "{}", stderr(&out));
 }
 
