@@ -210,7 +210,7 @@ pub enum PlanChoice {
 pub struct ExecArgs {
     /// Worker threads (default: the machine's available cores, whose use the plan decides;
     /// 1 with `--deterministic`; one per process with `--processes`).
-    #[arg(long = "workers", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long = "workers", env = "AMP_WORKERS", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub workers_flag: Option<u16>,
     /// How nodes are placed on the workers.
     #[arg(long, value_enum, default_value = "auto")]

@@ -318,8 +318,8 @@
 //! of every copy's reads as of one copy's. Today copies keep one copy of the values per copy
 //! in memory, run in one process (`--processes` plans one copy), and cannot be combined with
 //! node replicas (`--replicate`, `--plan-replicas`). `--workers` defaults to the cores this
-//! process may use (1 with `--deterministic`, one per process with `--processes`), and the
-//! plan decides how to use them; `--workers 1` keeps every node on one worker, reproducible
+//! process may use (1 with `--deterministic`, one per process with `--processes`; the
+//! environment's `AMP_WORKERS` sets it for every run), and the plan decides how to use them; `--workers 1` keeps every node on one worker, reproducible
 //! bit for bit. docs/PERFORMANCE.md, "Copies of the graph", has the speedups and the case
 //! where copies lose: the MLP with an update every 8.
 //!

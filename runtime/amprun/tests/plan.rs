@@ -197,6 +197,20 @@ fn copies_on_the_command_line() {
     assert!(stderr(&out).contains("amprun: 1 copy × 2 stages on 2 workers"), "{}", stderr(&out));
     let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
     assert_eq!(metrics.iter().find(|m| m["split"] == "plan").unwrap()["copies"], 1);
+    // Without `--workers` (nor `AMP_WORKERS`), every core: the plan's layout on as many
+    // workers as this process may use.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_amprun"))
+        .args(train_args(&model, &data))
+        .args(["-D", "hidden=16"])
+        .current_dir(dir)
+        .env_remove("AMP_WORKERS")
+        .output()
+        .expect("amprun runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    if cores > 1 {
+        assert!(stderr(&out).contains(&format!(" on {cores} workers (predicted ")), "{}", stderr(&out));
+    }
     for (extra, says) in [
         (&["--workers", "2", "--copies", "3"][..], "--copies 3 must divide --workers 2"),
         (&["--workers", "2", "--copies", "2", "--replicate", "cell=2"][..], "cannot go with node replicas"),

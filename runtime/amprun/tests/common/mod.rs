@@ -14,6 +14,9 @@ pub fn amprun(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .current_dir(dir)
         .env_remove("RUST_BACKTRACE")
+        // One worker unless a test says `--workers`: most compare runs bit for bit, which
+        // several workers keep only to rounding (the default is every core).
+        .env("AMP_WORKERS", "1")
         .output()
         .expect("amprun runs")
 }
