@@ -144,12 +144,16 @@ class Loss(torch.nn.Module):
         return self.loss(self.model, batch)
 
 
-def ddp_worker(rank, spec, args, instances, port):
+def ddp_worker(rank, spec, args, port):
     """One DDP process: the same initialisation and minibatches on every rank, rank r
     training instances r, r + N, ... of each; DDP averages the gradients over the ranks, so
-    a step is the whole minibatch's mean gradient. Rank 0 times and prints, as `bench`."""
+    a step is the whole minibatch's mean gradient. Rank 0 times and prints, as `bench`.
+    Each rank reads the data itself (sending it would share every tensor through a file
+    descriptor of its own)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
+
+    instances = spec.prepare(read_jsonl(args.data), args)
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group("gloo", rank=rank, world_size=args.ddp)
@@ -161,8 +165,10 @@ def ddp_worker(rank, spec, args, instances, port):
             opt = sgd(model, args.lr)
             rng = random.Random(args.seed + b)
             make = spec.batcher or (lambda inst, size, count, r, _: minibatches(inst, size, count, r))
-            warm = make(instances, b, max(args.warmup, b), rng, args)
-            timed = make(instances, b, args.instances, rng, args)
+            # Every rank takes part in every step; a minibatch smaller than the ranks (a
+            # bucket's remainder) is left out on all of them alike.
+            warm = [mb for mb in make(instances, b, max(args.warmup, b), rng, args) if len(mb) >= args.ddp]
+            timed = [mb for mb in make(instances, b, args.instances, rng, args) if len(mb) >= args.ddp]
             n = sum(len(mb) for mb in timed)
 
             def steps(mbs):
@@ -187,7 +193,7 @@ def ddp_worker(rank, spec, args, instances, port):
         dist.destroy_process_group()
 
 
-def bench_ddp(spec, args, instances):
+def bench_ddp(spec, args, count):
     """`bench` over `args.ddp` processes with DistributedDataParallel (gloo, loopback)."""
     import socket
 
@@ -199,8 +205,8 @@ def bench_ddp(spec, args, instances):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     print(f"{spec.name} ({spec.strategy}): torch {torch.__version__}, DDP over {args.ddp} processes (gloo), "
-          f"1 thread each, {len(instances)} instances from {args.data}, plain SGD lr {args.lr}", flush=True)
-    mp.spawn(ddp_worker, args=(spec, args, instances, port), nprocs=args.ddp, join=True)
+          f"1 thread each, {count} instances from {args.data}, plain SGD lr {args.lr}", flush=True)
+    mp.spawn(ddp_worker, args=(spec, args, port), nprocs=args.ddp, join=True)
 
 
 def bench(spec, args, instances):
@@ -302,6 +308,6 @@ def main(spec, doc):
         amp_check(spec, args, objects)
         return
     if args.ddp > 1:
-        bench_ddp(spec, args, spec.prepare(objects, args))
+        bench_ddp(spec, args, len(objects))
     else:
         bench(spec, args, spec.prepare(objects, args))

@@ -11,7 +11,7 @@ mod common;
 use amp_data::Instance;
 use amp_exec::{ExecConfig, ExecError, NodeSelector, Placement, TraceKind};
 use amp_ir::verify::Verified;
-use amp_params::{OptimConfig, Optimizer, ParamSet, ParamSpec};
+use amp_params::{OptimConfig, ParamSpec};
 use common::*;
 
 fn models() -> Vec<(&'static str, Verified, Vec<Instance>)> {
@@ -36,29 +36,6 @@ fn models() -> Vec<(&'static str, Verified, Vec<Instance>)> {
         ("ggsnn", ggsnn, graphs),
         ("moe", moe, samples),
     ]
-}
-
-/// Minibatch SGD from per-instance gradients (one worker's `grads`, which the equivalence
-/// tests check against the reference): the mean over each `batch` instances, one step
-/// per batch.
-fn minibatch_sgd(graph: &Verified, data: &[Instance], batch: usize, config: OptimConfig, epochs: usize) -> ParamSet {
-    let mut ex = executor(graph, 1, ExecConfig::default());
-    let mut params = ex.params().clone();
-    let mut opt = Optimizer::new(config, &ParamSpec::of_graph(graph));
-    for _ in 0..epochs {
-        for chunk in data.chunks(batch) {
-            let mut sum = params.zeros_like();
-            for inst in chunk {
-                ex.set_params(params.clone()).unwrap();
-                let (_, g) = ex.grads(inst).unwrap();
-                for (i, (_, values)) in g.iter().enumerate() {
-                    sum.data_mut(i).iter_mut().zip(values).for_each(|(s, v)| *s += v);
-                }
-            }
-            opt.step(&mut params, &sum, 1.0 / chunk.len() as f32);
-        }
-    }
-    params
 }
 
 /// Synchronous training with copies is minibatch SGD over all the copies' instances: the

@@ -13,7 +13,7 @@ use amp_data::Instance;
 use amp_exec::{ExecConfig, Executor, NodeSelector, Observer, Placement, Progress, TraceEvent, TraceKind};
 use amp_ir::verify::Verified;
 use amp_params::checkpoint::{from_bytes, to_bytes};
-use amp_params::{OptimConfig, Optimizer, ParamSet, ParamSpec};
+use amp_params::{OptimConfig, ParamSpec};
 use common::*;
 use std::collections::BTreeMap;
 
@@ -23,41 +23,13 @@ fn list_reduce() -> (Verified, Vec<Instance>) {
     (graph, data)
 }
 
-/// Minibatch training computed from per-instance gradients: mean over each `batch`
-/// instances (the last batch may be smaller), one optimizer step per batch.
-fn reference_training(
-    graph: &Verified,
-    data: &[Instance],
-    batch: usize,
-    config: OptimConfig,
-    epochs: usize,
-) -> ParamSet {
-    let mut ex = executor(graph, 1, ExecConfig::default());
-    let mut params = ex.params().clone();
-    let mut opt = Optimizer::new(config, &ParamSpec::of_graph(graph));
-    for _ in 0..epochs {
-        for chunk in data.chunks(batch) {
-            let mut sum = params.zeros_like();
-            for inst in chunk {
-                ex.set_params(params.clone()).unwrap();
-                let (_, g) = ex.grads(inst).unwrap();
-                for (i, (_, values)) in g.iter().enumerate() {
-                    sum.data_mut(i).iter_mut().zip(values).for_each(|(s, v)| *s += v);
-                }
-            }
-            opt.step(&mut params, &sum, 1.0 / chunk.len() as f32);
-        }
-    }
-    params
-}
-
 #[test]
 fn deterministic_mode_is_minibatch_training() {
     let (graph, data) = list_reduce();
     let configs =
         [OptimConfig::sgd(0.1), OptimConfig::momentum(0.05, 0.9).with_weight_decay(0.01), OptimConfig::adam(0.01)];
     for config in configs {
-        let expected = reference_training(&graph, &data, 3, config, 2);
+        let expected = minibatch_sgd(&graph, &data, 3, config, 2);
         let mut ex = executor(&graph, 1, ExecConfig::deterministic(3, config));
         for _ in 0..2 {
             let stats = ex.train_epoch(&data).unwrap();

@@ -285,3 +285,32 @@ pub fn check_inference_against_reference(compiled: &Compiled, ex: &Executor, ins
         assert!(norm(&diff) <= 1e-5 * norm(&expected) + 1e-7, "instance {n}: {out:?} vs reference {expected:?}");
     }
 }
+
+/// Minibatch SGD from per-instance gradients (one worker's `grads`, which the equivalence
+/// tests check against the reference): the mean over each `batch` instances, one step
+/// per batch.
+pub fn minibatch_sgd(
+    graph: &Verified,
+    data: &[Instance],
+    batch: usize,
+    config: amp_params::OptimConfig,
+    epochs: usize,
+) -> ParamSet {
+    let mut ex = executor(graph, 1, ExecConfig::default());
+    let mut params = ex.params().clone();
+    let mut opt = amp_params::Optimizer::new(config, &amp_params::ParamSpec::of_graph(graph));
+    for _ in 0..epochs {
+        for chunk in data.chunks(batch) {
+            let mut sum = params.zeros_like();
+            for inst in chunk {
+                ex.set_params(params.clone()).unwrap();
+                let (_, g) = ex.grads(inst).unwrap();
+                for (i, (_, values)) in g.iter().enumerate() {
+                    sum.data_mut(i).iter_mut().zip(values).for_each(|(s, v)| *s += v);
+                }
+            }
+            opt.step(&mut params, &sum, 1.0 / chunk.len() as f32);
+        }
+    }
+    params
+}
