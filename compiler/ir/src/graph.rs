@@ -134,6 +134,30 @@ impl Graph {
         dependent
     }
 
+    /// Per node index, whether the node's outputs reach a `loss` (the loss nodes included).
+    /// The others reach only sinks: predictions the loss does not use, which training runs
+    /// forward only (no cache, no backward pass; their loss-reaching producers are answered
+    /// with a zero gradient).
+    pub fn reaches_loss(&self) -> Vec<bool> {
+        use petgraph::visit::NodeIndexable;
+        let mut reaches = vec![false; self.nodes.node_bound()];
+        let mut work: Vec<NodeIndex> = self
+            .nodes
+            .node_indices()
+            .filter(|&i| self.nodes.node_weight(i).is_some_and(|n| matches!(n.op, Op::Loss(_))))
+            .collect();
+        work.iter().for_each(|i| reaches[i.index()] = true);
+        while let Some(index) = work.pop() {
+            for from in self.nodes.neighbors_directed(index, petgraph::Direction::Incoming) {
+                if !reaches[from.index()] {
+                    reaches[from.index()] = true;
+                    work.push(from);
+                }
+            }
+        }
+        reaches
+    }
+
     /// The edge feeding input port `port` of `node`, with its source node.
     /// The edge into each input port of `node` (`None` where unconnected), in one pass over
     /// its incoming edges: a `phi` with one port per expert would make `input_edge` per

@@ -22,8 +22,8 @@
 //! - `limits`: every tensor within `crate::limits::MAX_TENSOR_ELEMENTS`, the parameters
 //!   within their count and total, every state expression at most
 //!   `crate::limits::MAX_EXPR_DEPTH` deep;
-//! - `flow`: every node is reachable from the source and reaches a loss or sink, every
-//!   `linear`/`embedding` reaches a loss, and every field a node reads is written on every
+//! - `flow`: every node is reachable from the source and reaches a loss or sink (one that
+//!   reaches only sinks is a forward-only prediction), and every field a node reads is written on every
 //!   path from the source to it.
 //!
 //! The verifier never panics (it indexes only where the bound was checked first, and

@@ -172,7 +172,6 @@ pub enum VerifyErrorKind {
 
     // Reachability.
     UnreachableFromSource,
-    NeverReachesLoss,
     Dead,
 
     // Defined before use.
@@ -462,9 +461,6 @@ impl fmt::Display for VerifyErrorKind {
             ),
             K::LoopTooDeep { limit } => write!(f, "heads loops nested more than {limit} deep"),
             K::UnreachableFromSource => f.write_str("is not reachable from the source"),
-            K::NeverReachesLoss => {
-                f.write_str("never reaches a loss, so its backward message never comes and its cache is never freed")
-            }
             K::Dead => f.write_str("reaches no loss or sink: dead node (run dead-node elimination)"),
             K::ReadBeforeWrite { field, via } => {
                 write!(f, "reads {field}, which is not written on every path from the source")?;

@@ -1,9 +1,10 @@
 //! Reachability and defined-before-use.
 //!
 //! Every node is reachable from the source; every node reaches a loss or a sink (else it
-//! is dead); every `linear` and `embedding` reaches a loss (else the backward message it
-//! waits for never comes). Every field a node reads is written on every path from the
-//! source to it.
+//! is dead). A node that reaches a sink and no loss (a prediction the loss does not use)
+//! is forward-only: the executor runs it without a cache or a backward pass, and answers
+//! its loss-reaching producers with a zero gradient (`Graph::reaches_loss`). Every field a
+//! node reads is written on every path from the source to it.
 
 use super::ops::attribute_write;
 use super::structure::Adjacency;
@@ -39,11 +40,8 @@ fn reach<'a>(bound: usize, starts: impl Iterator<Item = usize>, next: impl Fn(us
 pub(super) fn check_reachability(cx: &mut Checker, adjacency: &Adjacency, source: Option<usize>) {
     let bound = cx.bound();
     let from_source = source.map(|s| reach(bound, std::iter::once(s), |n| adjacency.succs(n)));
-    let is_loss = |op: &Op| matches!(op, Op::Loss(_));
     let is_end = |op: &Op| matches!(op, Op::Loss(_) | Op::Sink { .. });
-    let losses: Vec<usize> = cx.node_indices().filter(|(_, n)| is_loss(&n.op)).map(|(i, _)| i).collect();
     let ends: Vec<usize> = cx.node_indices().filter(|(_, n)| is_end(&n.op)).map(|(i, _)| i).collect();
-    let to_loss = reach(bound, losses.into_iter(), |n| adjacency.preds(n));
     let to_end = reach(bound, ends.into_iter(), |n| adjacency.preds(n));
     for i in 0..bound {
         let Some(node) = cx.node(i) else { continue };
@@ -58,8 +56,6 @@ pub(super) fn check_reachability(cx: &mut Checker, adjacency: &Adjacency, source
         }
         if !to_end[i] {
             cx.report(i, VerifyErrorKind::Dead);
-        } else if node.op.is_ppt() && !to_loss[i] {
-            cx.report(i, VerifyErrorKind::NeverReachesLoss);
         }
     }
 }

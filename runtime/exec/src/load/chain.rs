@@ -128,6 +128,7 @@ mod tests {
             worker: 0,
             replicas: Vec::new(),
             replica_of: None,
+            forward_only: false,
         })
     }
 

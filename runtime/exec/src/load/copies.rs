@@ -101,6 +101,7 @@ mod tests {
             worker,
             replicas: Vec::new(),
             replica_of: None,
+            forward_only: false,
         })
     }
 

@@ -237,5 +237,6 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
         worker: plan.worker,
         replicas: Vec::new(),
         replica_of: None,
+        forward_only: false,
     }));
 }

@@ -125,6 +125,9 @@ pub(crate) struct NodeInfo {
     pub replicas: Vec<u32>,
     /// A replica: the node it copies.
     pub replica_of: Option<u32>,
+    /// None of the graph nodes it runs reaches a loss (`Graph::reaches_loss`): a
+    /// prediction training does not need, run forward only (`sched::worker`'s dispatch).
+    pub forward_only: bool,
 }
 
 /// The tensors a Ppt prefix names (`cell` → `cell.weight`, `cell.bias`), who updates them
@@ -225,6 +228,7 @@ impl Program {
                 worker: 0,
                 replicas: Vec::new(),
                 replica_of: None,
+                forward_only: false,
             });
         }
         // The verifier guarantees exactly one source.
@@ -237,6 +241,7 @@ impl Program {
         if config.chain_routes {
             crate::load::chain::compose(&mut nodes);
         }
+        mark_forward_only(&mut nodes, &graph.reaches_loss());
         let mut groups = group_params(&mut nodes, graph, params, config);
         super::replicas::replicate(&mut nodes, &mut groups, config)?;
         check_replica_bounds(&groups, config)?;
@@ -305,6 +310,19 @@ impl Program {
             Some(n) => format!("{} (%{index})", n.op.keyword()),
             None => format!("%{index}"),
         }
+    }
+}
+
+/// Marks the nodes none of whose graph nodes (a fused group's or a chain's members, else
+/// the node itself) reaches a loss.
+fn mark_forward_only(nodes: &mut [Option<NodeInfo>], reaches_loss: &[bool]) {
+    for node in nodes.iter_mut().flatten() {
+        let members = match &node.op {
+            ExecOp::Fused(group) => group.members.clone(),
+            ExecOp::Chain(spec) => spec.member_indices(),
+            ExecOp::Ir(_) => vec![node.index],
+        };
+        node.forward_only = !members.iter().any(|&m| reaches_loss.get(m as usize).copied().unwrap_or(true));
     }
 }
 

@@ -28,7 +28,7 @@ impl ChainOp {
             return Err(OpError::Unsupported { op: "a chain member that does not exist (internal)" });
         };
         self.scratch.clear();
-        let mut member_cx = NodeCx { node, shared: cx.shared, out: &mut self.scratch };
+        let mut member_cx = NodeCx { node, shared: cx.shared, out: &mut self.scratch, mode: cx.mode };
         let ran = if forward { op.forward(&mut member_cx, port, msg) } else { op.backward(&mut member_cx, port, msg) };
         ran.map_err(|error| OpError::InChain { member: at, error: Box::new(error) })?;
         match (self.scratch.pop(), self.scratch.is_empty()) {

@@ -187,12 +187,10 @@ pub(crate) struct SinkOp;
 
 impl NodeOp for SinkOp {
     fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
+        // A sink reaches no loss: in training the worker answers its producer with a zero
+        // gradient, as for every forward-only node.
         if cx.mode() == super::RunMode::Infer {
             cx.out.push(Emit::Output { instance: msg.instance(), values: msg.payload.values().to_vec() });
-        }
-        if cx.training() {
-            let zero = cx.zero_input_grad(0, &msg.payload);
-            cx.backward(0, msg.with_payload(zero));
         }
         Ok(())
     }

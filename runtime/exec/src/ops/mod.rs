@@ -121,6 +121,18 @@ pub(crate) struct NodeCx<'r, 'a> {
     pub node: &'r NodeInfo,
     pub shared: &'r RunShared<'a>,
     pub out: &'r mut Vec<Emit>,
+    /// The run's mode as this node sees it: evaluation for a forward-only node in a run
+    /// with backward passes (`NodeInfo::forward_only`), the run's otherwise.
+    pub mode: RunMode,
+}
+
+impl<'r, 'a> NodeCx<'r, 'a> {
+    /// The context of `node` in a run: its mode is the run's, or evaluation for a
+    /// forward-only node of a training run (no cache kept, no gradient sent).
+    pub fn new(node: &'r NodeInfo, shared: &'r RunShared<'a>, out: &'r mut Vec<Emit>) -> NodeCx<'r, 'a> {
+        let mode = if node.forward_only && shared.mode.backward() { RunMode::Eval } else { shared.mode };
+        NodeCx { node, shared, out, mode }
+    }
 }
 
 impl<'a> NodeCx<'_, 'a> {
@@ -134,11 +146,11 @@ impl<'a> NodeCx<'_, 'a> {
 
     /// Whether backward messages will come (so caches must be kept).
     pub fn training(&self) -> bool {
-        self.shared.mode.backward()
+        self.mode.backward()
     }
 
     pub fn mode(&self) -> RunMode {
-        self.shared.mode
+        self.mode
     }
 
     pub fn params(&self) -> &ParamAccess<'a> {

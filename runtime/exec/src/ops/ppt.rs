@@ -527,6 +527,7 @@ mod tests {
             worker: 0,
             replicas: Vec::new(),
             replica_of: None,
+            forward_only: false,
         }
     }
 
@@ -578,7 +579,7 @@ mod tests {
             };
             let mut op = LinearOp::new(&node, &shared.params).unwrap();
             let mut out = Vec::new();
-            let mut cx = NodeCx { node: &node, shared: &shared, out: &mut out };
+            let mut cx = NodeCx::new(&node, &shared, &mut out);
             f(&mut op, &mut cx);
             (out, op.held())
         };

@@ -530,7 +530,21 @@ impl Worker<'_, '_> {
         if dir == Dir::Backward && consumers >= 2 {
             msgs = msgs.into_iter().filter_map(|msg| sum_fan_in(slot, node, port, consumers, msg)).collect();
         }
-        let mut cx = NodeCx { node, shared, out: &mut self.emitted };
+        let mut cx = NodeCx::new(node, shared, &mut self.emitted);
+        if node.forward_only && shared.mode.backward() {
+            // A prediction the loss does not use: its producers that reach a loss wait for
+            // a gradient from it, which is zero (the op itself runs as in evaluation).
+            if dir == Dir::Backward {
+                return Ok(());
+            }
+            let answered = node.producers.get(usize::from(port)).and_then(|&(p, _)| self.setup.program.node(p));
+            if answered.is_some_and(|p| !p.forward_only) {
+                for msg in &msgs {
+                    let zero = cx.zero_input_grad(usize::from(port), &msg.payload);
+                    cx.backward(port, msg.clone().with_payload(zero));
+                }
+            }
+        }
         let together = match slot.intake {
             Intake::One => false,
             Intake::Stacked => msgs.len() > 1,
