@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! amprun train MODEL.{amp,ampg} --data train.jsonl [--valid v.jsonl] [--epochs N]
-//!        [--workers N] [--max-active-keys K] [--min-update-frequency M] [--deterministic]
+//!        [--workers N] [--copies K] [--max-active-keys K] [--min-update-frequency M] [--deterministic]
 //!        [--update-frequency NODE=M ...] [--async] [--optimizer sgd|momentum|adam]
 //!        [--lr X] [--momentum X] [--weight-decay X] [--clip-norm X] [--seed S]
 //!        [--save ckpt.safetensors] [--resume] [--init p.safetensors] [--metrics m.jsonl]
