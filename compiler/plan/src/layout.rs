@@ -21,10 +21,9 @@
 //! in flight, so its steps serve `1/k` as many together and last `1/k` as long (a step's
 //! length is what an instance waits in it); by Little's law each copy then starts an
 //! instance every `latency / in flight`, as the whole run did, and the `k` copies `k`
-//! times as often. The
-//! predicted speedup is the one-worker time over the bottleneck; the layout with the
-//! highest wins, the one with fewer copies on a tie within 2%. A run split over processes
-//! keeps one copy: copies combine their gradients in memory.
+//! times as often. The predicted speedup is the one-worker time over the bottleneck; the
+//! layout with the highest wins, the one with fewer copies on a tie within 2%. A run split
+//! over processes keeps one copy: copies combine their gradients in memory.
 
 use crate::cost::{Costs, SGD_UPDATE_SPEEDUP};
 use crate::plan::{plan, Plan};
@@ -88,15 +87,12 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
     let rate = SGD_UPDATE_SPEEDUP * a.update_elements_per_us * a.update_every.max(1.0);
     let mut update = vec![0.0; stage.workers];
     let mut elements = vec![0.0; stage.workers];
-    for (node, cost) in stage.nodes.iter().zip(&costs.nodes) {
-        let Some(cost) = cost else { continue };
-        if let Some(w) = update.get_mut(node.worker) {
-            *w += cost.update_us;
-        }
-        if cost.update_us > 0.0 {
-            if let Some(e) = elements.get_mut(node.worker) {
-                *e += cost.update_elements;
-            }
+    // `stage.nodes` lists the graph's nodes, `costs.nodes` is by index (holes included).
+    for node in &stage.nodes {
+        let Some(cost) = costs.nodes.get(node.id as usize).and_then(Option::as_ref) else { continue };
+        if let (Some(u), Some(e)) = (update.get_mut(node.worker), elements.get_mut(node.worker)) {
+            *u += cost.update_us;
+            *e += cost.update_elements;
         }
     }
     let busiest = model

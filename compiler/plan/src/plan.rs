@@ -364,8 +364,6 @@ impl Plan {
         Ok(out)
     }
 
-    /// A readable table: every node with its worker and predicted share, then the
-    /// per-worker totals, isolated Ppts and replica proposals.
     /// The predicted speedup of the layout over one worker: the weighed layout's, or
     /// without copies the placement's.
     pub fn speedup(&self) -> f64 {
@@ -387,6 +385,9 @@ impl Plan {
         )
     }
 
+    /// A readable table: the layout weighed (when several were), every node with its
+    /// worker and predicted share, then the per-worker totals, isolated Ppts and replica
+    /// proposals.
     pub fn table(&self, model: &str) -> String {
         let mut out = String::new();
         if !self.layouts.is_empty() {

@@ -157,9 +157,8 @@ pub(crate) struct GroupInfo {
 #[derive(Clone, Debug)]
 pub(crate) struct Program {
     pub nodes: Vec<Option<NodeInfo>>,
-    /// Copy 0's source.
-    pub source: u32,
-    /// Each copy's source (`ExecConfig::copies`; see `crate::load::copies`), copy 0's first.
+    /// Each copy's source (`ExecConfig::copies`; see `crate::load::copies`), copy 0's
+    /// first: never empty.
     pub sources: Vec<u32>,
     /// The workers of one copy: `workers / copies`.
     pub stage_workers: usize,
@@ -250,7 +249,6 @@ impl Program {
         let main_sink = graph.main_sink().map(|i| i.index() as u32);
         Ok(Program {
             nodes,
-            source,
             sources,
             stage_workers,
             groups,
@@ -264,9 +262,14 @@ impl Program {
         self.nodes.get(index as usize).and_then(Option::as_ref)
     }
 
+    /// Copy 0's source: the graph's.
+    pub fn source(&self) -> u32 {
+        self.sources.first().copied().unwrap_or(0)
+    }
+
     /// The worker of copy 0's source node, which admits the first window.
     pub fn source_worker(&self) -> usize {
-        self.node(self.source).map_or(0, |n| n.worker)
+        self.node(self.source()).map_or(0, |n| n.worker)
     }
 
     /// Copies of the whole graph (`ExecConfig::copies`).
@@ -283,7 +286,7 @@ impl Program {
             Some(worker) => amp_ir::placement::copy_of_worker(worker, self.stage_workers),
             None => instance % self.sources.len(),
         };
-        let source = self.sources.get(copy).copied().unwrap_or(self.source);
+        let source = self.sources.get(copy).copied().unwrap_or(self.source());
         (source, self.node(source).map_or(0, |n| n.worker))
     }
 

@@ -53,6 +53,10 @@ pub(crate) struct LiveGroup<'a> {
     pub accumulated: bool,
     /// Never updated (`ExecConfig::frozen`): ops add no gradient to it.
     pub frozen: bool,
+    /// The rows of tensor 0 the last update moved when it moved no others (plain SGD on
+    /// a table's logged rows: [`LiveGroup::update_rows`]), sorted; `None` when it may have
+    /// moved every value. What a replica synced after every update takes back.
+    pub moved_rows: Option<RowLog>,
     /// Which versions the instances in flight read, and the staleness of the gradients
     /// applied so far in this run.
     pub staleness: Staleness,
@@ -96,7 +100,7 @@ impl DeferredProducts {
 }
 
 /// The rows of a table that gradients reached, in arrival order (repeats allowed).
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub(crate) struct RowLog {
     pub width: usize,
     pub rows: Vec<usize>,
@@ -194,6 +198,7 @@ impl LiveGroup<'_> {
     /// The bookkeeping of every update: nothing pending, accumulators (now zero) complete
     /// in the row log; `moved` when the values changed.
     fn finish_update(&mut self, moved: bool) {
+        self.moved_rows = None;
         self.staleness.measure(self.version);
         self.pending = 0;
         self.updates += 1;
@@ -230,6 +235,9 @@ impl LiveGroup<'_> {
                 }
             }
             t.optim.step += 1;
+            self.finish_update(true);
+            self.moved_rows = Some(RowLog { width: w, rows });
+            return;
         }
         self.finish_update(true);
     }
@@ -282,6 +290,7 @@ pub(crate) fn live_groups<'a>(
                     deferred: deferred(),
                     accumulated: false,
                     frozen: info.frozen,
+                    moved_rows: None,
                     staleness: Staleness::default(),
                 };
             }
@@ -309,6 +318,7 @@ pub(crate) fn live_groups<'a>(
                 deferred: deferred(),
                 accumulated: pending > 0,
                 frozen: info.frozen,
+                moved_rows: None,
                 staleness: Staleness::default(),
             }
         })
@@ -343,6 +353,7 @@ mod tests {
             deferred: DeferredProducts::default(),
             accumulated,
             frozen: false,
+            moved_rows: None,
             staleness: Staleness::default(),
         }
     }
@@ -422,6 +433,7 @@ mod tests {
                 deferred: DeferredProducts::default(),
                 accumulated: pending > 0,
                 frozen: false,
+                moved_rows: None,
                 staleness: Staleness::default(),
             };
             let mut master = group(&mut table[..], &mut grad[..], &mut states[0], 1);
@@ -547,6 +559,7 @@ mod tests {
                 deferred: DeferredProducts::default(),
                 accumulated: true,
                 frozen: false,
+                moved_rows: None,
                 staleness: Staleness::default(),
             };
             let config = OptimConfig::sgd(0.3).with_clip_norm(1.0);

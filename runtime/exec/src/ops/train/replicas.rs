@@ -92,8 +92,8 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
 }
 
 /// Gives a replica the master's values: all of them, or only `rows` of a table (of
-/// `width` values each) when the update moved no others (plain SGD on the rows gradients
-/// reached).
+/// `width` values each) when the replica holds the others already (the last update moved
+/// only those: `LiveGroup::moved_rows`).
 pub(crate) fn sync_values(master: &LiveGroup, replica: &mut LiveGroup, rows: Option<&RowLog>) {
     match (rows, master.tensors.as_slice(), replica.tensors.as_mut_slice()) {
         (Some(log), [m], [r]) if log.width > 0 && m.value.len() == r.value.len() => {

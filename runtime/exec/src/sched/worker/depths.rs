@@ -14,8 +14,8 @@ pub(super) fn depths(program: &Program) -> Vec<u64> {
         let node = program.nodes.get(i).and_then(Option::as_ref);
         node.map(|node| node.consumers.iter().flatten().map(|&(c, _)| c as usize).collect()).unwrap_or_default()
     };
-    let components = components(program.nodes.len(), program.source as usize, &consumers);
-    let order = reverse_postorder(program.nodes.len(), program.source as usize, &consumers);
+    let components = components(program.nodes.len(), program.source() as usize, &consumers);
+    let order = reverse_postorder(program.nodes.len(), program.source() as usize, &consumers);
     let mut depth: Vec<u64> = components
         .iter()
         .zip(&order)

@@ -149,18 +149,13 @@ impl Worker<'_, '_> {
                 train::gather_grads(master, &mut replica);
             }
         }
-        // The rows the update can move, when it moves no others: plain SGD on a table
-        // whose gradients reached those rows alone (`LiveGroup::update`). Replicas synced
-        // at every update then take only those rows; with a longer interval, all.
-        let optimizer = &self.setup.optimizer;
-        let plain_sgd = optimizer.kind == amp_params::OptimizerKind::Sgd && optimizer.weight_decay == 0.0;
-        let moved =
-            master.rows.clone().filter(|_| plain_sgd && master.tensors.len() == 1 && self.setup.replica_sync == 1);
-        let updated = master.update(optimizer);
+        let updated = master.update(&self.setup.optimizer);
         if updated && (flush || master.updates.is_multiple_of(self.setup.replica_sync)) {
+            // Replicas synced after every update hold the values but for the rows it moved.
+            let moved = master.moved_rows.as_ref().filter(|_| self.setup.replica_sync == 1);
             for r in self.local_replicas(info) {
                 if let Some(mut replica) = params.live(r) {
-                    train::sync_values(master, &mut replica, moved.as_ref());
+                    train::sync_values(master, &mut replica, moved);
                 }
             }
             // After a flush the run ends: the replicas elsewhere get the values before the
