@@ -447,33 +447,17 @@ fn solubility_molecules_load_as_graphs() {
     }
 }
 
-const PENTANE: &str = "n-pentane
-     RDKit          2D
-
-  3  2  0  0  0  0  0  0  0  0999 V2000
-    0.2606    0.1503    0.0000 C   0  0  0  0  0  0  0  0  0  0  0  0
-    1.3000    0.7500    0.0000 O   0  0  0  0  0  0  0  0  0  0  0  0
-    2.6000    0.0000    0.0000 Xe  0  0  0  0  0  0  0  0  0  0  0  0
-  1  2  2  0
-  2  3  1  0
-M  END
->  <SOL_classification>  (1) 
-(B) medium
-
-$$$$
-";
-
 #[test]
 fn sdf_atoms_bonds_and_labels() {
     let schema = common::graph_schema();
-    let loaded = sdf::parse(&schema, PENTANE.as_bytes(), "m.sdf", &SdfOptions::default()).expect("valid");
+    let loaded = sdf::parse(&schema, common::PENTANE.as_bytes(), "m.sdf", &SdfOptions::default()).expect("valid");
     let g = &loaded.instances[0];
     assert_eq!(ints(field(g, 0)), [0, 1, 7]);
     let edge = |s, d, k| Value::Record(vec![Value::Int(s), Value::Int(d), Value::Int(k)]);
     assert_eq!(field(g, 1), &Value::Seq(vec![edge(0, 1, 1), edge(1, 0, 1), edge(1, 2, 0), edge(2, 1, 0)]));
     assert_eq!(field(g, 2), &Value::Int(1));
     let narrow = SdfOptions { node_kinds: 2, edge_kinds: 1, ..Default::default() };
-    let loaded = sdf::parse(&schema, PENTANE.as_bytes(), "m.sdf", &narrow).expect("valid");
+    let loaded = sdf::parse(&schema, common::PENTANE.as_bytes(), "m.sdf", &narrow).expect("valid");
     assert_eq!(ints(field(&loaded.instances[0], 0)), [0, 1, 1]);
     assert_eq!(
         field(&loaded.instances[0], 1),
@@ -484,7 +468,7 @@ fn sdf_atoms_bonds_and_labels() {
 #[test]
 fn sdf_errors_name_the_line() {
     let schema = common::graph_schema();
-    let two = format!("{PENTANE}{}", PENTANE.replace("  2  3  1  0", "  2  4  1  0"));
+    let two = format!("{}{}", common::PENTANE, common::PENTANE.replace("  2  3  1  0", "  2  4  1  0"));
     let error = sdf::parse(&schema, two.as_bytes(), "mols.sdf", &SdfOptions::default());
     assert_eq!(error_text(error), "mols.sdf:23: expected an atom number 1-3 (columns 4-6), found \"4\"");
     let loaded = sdf::parse(&schema, two.as_bytes(), "mols.sdf", &SdfOptions { skip_bad: true, ..Default::default() })
@@ -495,7 +479,7 @@ fn sdf_errors_name_the_line() {
         .expect("the bad molecule is after the limit");
     assert_eq!(loaded.instances.len(), 1);
 
-    let unlabelled = PENTANE.replace("SOL_classification", "SOL");
+    let unlabelled = common::PENTANE.replace("SOL_classification", "SOL");
     let error = sdf::parse(&schema, unlabelled.as_bytes(), "mols.sdf", &SdfOptions::default());
     assert_eq!(error_text(error), "mols.sdf:1: field `<SOL_classification>`: missing");
     let by_value = SdfOptions { label_property: "sol".into(), ..Default::default() };
@@ -504,11 +488,12 @@ fn sdf_errors_name_the_line() {
         error_text(error),
         "mols.sdf:12: field `<sol>`: expected a class: `(A) ...`, `(B) ...`, ... or an int, found \"-3.18\""
     );
-    let truncated: String = PENTANE.lines().take(6).map(|l| format!("{l}\n")).collect();
+    let truncated: String = common::PENTANE.lines().take(6).map(|l| format!("{l}\n")).collect();
     let error = sdf::parse(&schema, truncated.as_bytes(), "mols.sdf", &SdfOptions::default());
     assert_eq!(error_text(error), "mols.sdf:1: the molecule ends at line 6, before its atoms");
-    let error = sdf::parse(&schema, PENTANE.as_bytes(), "m.sdf", &SdfOptions { node_kinds: 0, ..Default::default() });
+    let error =
+        sdf::parse(&schema, common::PENTANE.as_bytes(), "m.sdf", &SdfOptions { node_kinds: 0, ..Default::default() });
     assert!(error_text(error).contains("invalid loader option"));
-    let error = sdf::parse(&common::tree_schema(), PENTANE.as_bytes(), "m.sdf", &SdfOptions::default());
+    let error = sdf::parse(&common::tree_schema(), common::PENTANE.as_bytes(), "m.sdf", &SdfOptions::default());
     assert!(error_text(error).starts_with("m.sdf: the input schema does not fit this format"));
 }

@@ -100,7 +100,7 @@ fn a_limit_reads_nothing_after_its_instances_even_when_the_input_never_ends() {
     assert!(input.tail_read() <= READ_AHEAD, "read {} bytes", input.tail_read());
 
     let graph = common::graph_schema();
-    let mut input = Endless::new(&PENTANE.repeat(2), b'C');
+    let mut input = Endless::new(&common::PENTANE.repeat(2), b'C');
     let options = SdfOptions { limit: Some(2), ..Default::default() };
     let loaded = sdf::read(&graph, Lines::new(BufReader::new(&mut input)), "zero", &options).expect("2 molecules");
     assert_eq!(loaded.instances.len(), 2);
@@ -122,19 +122,3 @@ fn an_endless_line_ends_the_load_after_the_line_limit_whatever_skip_bad() {
     }
     assert_eq!(amp_data::lines::MAX_LINE_BYTES, 1 << 28);
 }
-
-const PENTANE: &str = "n-pentane
-     RDKit          2D
-
-  3  2  0  0  0  0  0  0  0  0999 V2000
-    0.2606    0.1503    0.0000 C   0  0  0  0  0  0  0  0  0  0  0  0
-    1.3000    0.7500    0.0000 O   0  0  0  0  0  0  0  0  0  0  0  0
-    2.6000    0.0000    0.0000 Xe  0  0  0  0  0  0  0  0  0  0  0  0
-  1  2  2  0
-  2  3  1  0
-M  END
->  <SOL_classification>  (1) 
-(B) medium
-
-$$$$
-";

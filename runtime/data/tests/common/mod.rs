@@ -159,3 +159,20 @@ pub fn skipped(test: &str, reason: &str) {
 pub fn examples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
+
+/// One molecule in SDF (3 atoms, 2 bonds) with its solubility class.
+pub const PENTANE: &str = "n-pentane
+     RDKit          2D
+
+  3  2  0  0  0  0  0  0  0  0999 V2000
+    0.2606    0.1503    0.0000 C   0  0  0  0  0  0  0  0  0  0  0  0
+    1.3000    0.7500    0.0000 O   0  0  0  0  0  0  0  0  0  0  0  0
+    2.6000    0.0000    0.0000 Xe  0  0  0  0  0  0  0  0  0  0  0  0
+  1  2  2  0
+  2  3  1  0
+M  END
+>  <SOL_classification>  (1) 
+(B) medium
+
+$$$$
+";
