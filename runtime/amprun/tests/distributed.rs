@@ -60,13 +60,7 @@ fn same_in_one_and_split(test: &str, model: &str, defines: &[(&str, i64)], args:
     assert_eq!(a.metadata, b.metadata);
     let names = |c: &amp_params::checkpoint::Checkpoint| c.params.specs().to_vec();
     assert_eq!(names(&a), names(&b));
-    for (spec, values) in a.params.iter() {
-        let other = b.params.get(&spec.name).expect("the same tensors");
-        for (x, y) in values.iter().zip(other) {
-            let name = &spec.name;
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{name}`: {x} in one process, {y} in {processes}");
-        }
-    }
+    assert_params_agree(&a.params, &b.params, 1.0, ("in one process", &format!("in {processes}")));
     let (sa, sb) = (a.optim.expect("optimizer state"), b.optim.expect("optimizer state"));
     assert_eq!(sa.kind, sb.kind);
     let steps = |s: &amp_params::OptimState| s.tensors.iter().map(|t| t.step).collect::<Vec<_>>();
@@ -370,12 +364,7 @@ fn keep_best_over_two_processes_writes_what_one_process_does() {
     let (a, b) = (read("one.safetensors"), read("two.safetensors"));
     assert_eq!(a.metadata, b.metadata);
     assert_eq!(a.params.specs(), b.params.specs());
-    for (spec, values) in a.params.iter() {
-        let other = b.params.get(&spec.name).expect("the same tensors");
-        for (x, y) in values.iter().zip(other) {
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{}`: {x} in one process, {y} in two", spec.name);
-        }
-    }
+    assert_params_agree(&a.params, &b.params, 1.0, ("in one process", "in two"));
 }
 
 /// Three processes, each with one worker of a round-robin plan: an instance's messages,
@@ -560,12 +549,7 @@ fn a_checkpoint_of_two_processes_resumes_in_one() {
     let whole = checkpoint(&dir.join("whole.safetensors"), &graph);
     let resumed = checkpoint(&dir.join("split.safetensors"), &graph);
     assert_eq!(resumed.metadata["epoch"], "2");
-    for (spec, values) in whole.params.iter() {
-        let other = resumed.params.get(&spec.name).expect("the same tensors");
-        for (x, y) in values.iter().zip(other) {
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{}`: {x} uninterrupted, {y} resumed", spec.name);
-        }
-    }
+    assert_params_agree(&whole.params, &resumed.params, 1.0, ("uninterrupted", "resumed"));
 }
 
 /// `--trace` over two processes: process 0 writes one trace, with a named process per
@@ -661,12 +645,9 @@ fn grad_with_a_replica_in_another_process_writes_what_one_process_does() {
     let graph = compile_example("mlp", &[("hidden", 8)]);
     let (a, b) = (checkpoint(&dir.join("one.safetensors"), &graph), checkpoint(&dir.join("two.safetensors"), &graph));
     for (spec, values) in a.params.iter() {
-        let other = b.params.get(&spec.name).expect("the same tensors");
         assert!(values.iter().any(|&x| x != 0.0), "`{}` has a gradient", spec.name);
-        for (x, y) in values.iter().zip(other) {
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-3), "`{}`: {x} in one process, {y} in two", spec.name);
-        }
     }
+    assert_params_agree(&a.params, &b.params, 1e-3, ("in one process", "in two"));
 }
 
 /// What a split run cannot do with replicas is refused before it trains, by name: a

@@ -249,12 +249,7 @@ fn trains_as_one_process(test: &str, hosts: [String; 2], ns: [Option<&str>; 2]) 
     let graph = compile_example("list_reduce", &[("hidden", 16)]);
     let (a, b) = (checkpoint(&dir.join("one.safetensors"), &graph), checkpoint(&dir.join("two.safetensors"), &graph));
     assert_eq!(a.metadata, b.metadata);
-    for (spec, values) in a.params.iter() {
-        let other = b.params.get(&spec.name).expect("the same tensors");
-        for (x, y) in values.iter().zip(other) {
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "`{}`: {x} in one process, {y} in two", spec.name);
-        }
-    }
+    assert_params_agree(&a.params, &b.params, 1.0, ("in one process", "in two"));
 }
 
 /// Issue 48, finding 1: a hostfile of 127.0.0.2 and 127.0.0.3 (reported to hang).

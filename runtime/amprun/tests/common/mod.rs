@@ -4,7 +4,7 @@
 
 use amp_ir::Graph;
 use amp_params::checkpoint::Checkpoint;
-use amp_params::ParamSpec;
+use amp_params::{ParamSet, ParamSpec};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -97,6 +97,18 @@ pub fn compile_example(name: &str, defines: &[(&str, i64)]) -> amp_ir::verify::V
 pub fn checkpoint(path: &Path, graph: &Graph) -> Checkpoint {
     amp_params::load_checkpoint(path, &ParamSpec::of_graph(graph))
         .unwrap_or_else(|e| panic!("{} is not a checkpoint of the model: {e}", path.display()))
+}
+
+/// Every value of `a` within 1e-5 of `b`'s, relative to its magnitude or `floor` where
+/// that is larger; `sides` name the two runs in the message (`("in one process", "in
+/// two")`).
+pub fn assert_params_agree(a: &ParamSet, b: &ParamSet, floor: f32, sides: (&str, &str)) {
+    for (spec, values) in a.iter() {
+        let other = b.get(&spec.name).expect("the same tensors");
+        for (x, y) in values.iter().zip(other) {
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(floor), "`{}`: {x} {}, {y} {}", spec.name, sides.0, sides.1);
+        }
+    }
 }
 
 /// JSON objects, one per line.
