@@ -12,6 +12,7 @@
 //! - `cosine`: `min_lr + (lr − min_lr) · (1 + cos(π k / T)) / 2` over the `T = epochs − W`
 //!   epochs after warmup (`CosineAnnealingLR(T_max = T, eta_min = min_lr)`).
 
+use crate::cli::{ScheduleName, TrainArgs};
 use crate::failure::Failure;
 
 /// Which schedule follows the warmup.
@@ -39,6 +40,36 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// The learning rate of each epoch from `--lr-schedule`, `--warmup`, `--step-size`,
+    /// `--gamma` and `--min-lr` (a flag of another schedule is refused: it would do nothing).
+    pub fn from_args(args: &TrainArgs, lr: f32) -> Result<Schedule, Failure> {
+        let stray = |flag: &str, schedule: &str| {
+            Failure::usage(format!("{flag} applies to --lr-schedule {schedule}, not {}", args.lr_schedule.name()))
+        };
+        if args.lr_schedule != ScheduleName::Step {
+            if args.step_size.is_some() {
+                return Err(stray("--step-size", "step"));
+            }
+            if args.gamma.is_some() {
+                return Err(stray("--gamma", "step"));
+            }
+        }
+        if args.lr_schedule != ScheduleName::Cosine && args.min_lr.is_some() {
+            return Err(stray("--min-lr", "cosine"));
+        }
+        let shape = match args.lr_schedule {
+            ScheduleName::Constant => Shape::Constant,
+            ScheduleName::Step => {
+                let size = args
+                    .step_size
+                    .ok_or_else(|| Failure::usage("--lr-schedule step needs --step-size N (epochs)".to_string()))?;
+                Shape::Step { size, gamma: args.gamma.unwrap_or(0.1) }
+            }
+            ScheduleName::Cosine => Shape::Cosine { min_lr: args.min_lr.unwrap_or(0.0) },
+        };
+        Schedule::new(lr, args.warmup, shape, args.epochs)
+    }
+
     /// Checks the flags' values: rates finite and non-negative, a positive step size, a
     /// finite non-negative gamma.
     pub fn new(base: f32, warmup: u64, shape: Shape, epochs: u64) -> Result<Schedule, Failure> {

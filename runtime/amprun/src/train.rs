@@ -11,14 +11,13 @@
 //! ends, when no gradient is pending. So a resumed run computes exactly what an
 //! uninterrupted one does.
 
-use crate::cli::ScheduleName;
 use crate::cli::{OptimizerName, TrainArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::Failure;
 use crate::model::{self, display_name};
 use crate::placement::{self, Choice, Measure};
 use crate::report::{self, Metrics, Progress, Report};
-use crate::schedule::{Schedule, Shape};
+use crate::schedule::Schedule;
 use crate::setup;
 use crate::staleness;
 use crate::start::{meta, starting_point, SavedBest};
@@ -82,7 +81,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     let graph = model.graph;
     let name = display_name(&graph, &args.model.path);
     let optimizer = optimizer(args)?;
-    let schedule = schedule(args, optimizer.lr)?;
+    let schedule = Schedule::from_args(args, optimizer.lr)?;
     check_update_overrides(&graph, &args.update_frequency)?;
     staleness::check_nodes(&graph, &args.max_staleness)?;
     let assumptions = placement::assumptions(args.update_size(), Some(&optimizer));
@@ -698,36 +697,6 @@ fn optimizer(args: &TrainArgs) -> Result<OptimConfig, Failure> {
         config = config.with_clip_norm(max_norm);
     }
     Ok(config)
-}
-
-/// The learning rate of each epoch from `--lr-schedule`, `--warmup`, `--step-size`,
-/// `--gamma` and `--min-lr` (a flag of another schedule is refused: it would do nothing).
-fn schedule(args: &TrainArgs, lr: f32) -> Result<Schedule, Failure> {
-    let stray = |flag: &str, schedule: &str| {
-        Failure::usage(format!("{flag} applies to --lr-schedule {schedule}, not {}", args.lr_schedule.name()))
-    };
-    if args.lr_schedule != ScheduleName::Step {
-        if args.step_size.is_some() {
-            return Err(stray("--step-size", "step"));
-        }
-        if args.gamma.is_some() {
-            return Err(stray("--gamma", "step"));
-        }
-    }
-    if args.lr_schedule != ScheduleName::Cosine && args.min_lr.is_some() {
-        return Err(stray("--min-lr", "cosine"));
-    }
-    let shape = match args.lr_schedule {
-        ScheduleName::Constant => Shape::Constant,
-        ScheduleName::Step => {
-            let size = args
-                .step_size
-                .ok_or_else(|| Failure::usage("--lr-schedule step needs --step-size N (epochs)".to_string()))?;
-            Shape::Step { size, gamma: args.gamma.unwrap_or(0.1) }
-        }
-        ScheduleName::Cosine => Shape::Cosine { min_lr: args.min_lr.unwrap_or(0.0) },
-    };
-    Schedule::new(lr, args.warmup, shape, args.epochs)
 }
 
 /// What process 0 exchanged with the other processes during an epoch's training (the
