@@ -21,8 +21,8 @@ fuzz_target!(|data: &[u8]| {
                 assert!(amp_ir::verify::verify(&loaded).is_ok(), "a compiled graph verifies after reading");
             }
             // The lowering's refusals are diagnostics; a verifier error is a compiler bug.
-            Err(amp_lower::CompileError::Lowering(_)) => {}
-            Err(amp_lower::CompileError::Verify(errors)) => panic!("the lowered graph fails verification: {errors:?}"),
+            Err(amp_lower::CompileError::Refused(_)) => {}
+            Err(amp_lower::CompileError::Defect(d)) => panic!("the lowered graph fails verification: {d:?}"),
         }
     }
 });

@@ -182,7 +182,24 @@ fn gen_stmt() -> impl Strategy<Value = Gen> {
     ]
 }
 
-fn program(stmts: &[Gen]) -> String {
+/// How a generated model's `forward` and `loss` use the generated values `(a, b)`: `a`
+/// is the last value, `b` one chosen before it. Values the loss never uses are
+/// predictions only, and must compile as such.
+#[derive(Clone, Copy, Debug)]
+enum Ends {
+    /// The loss is the cross-entropy of `forward`: `head(a)`.
+    Forward,
+    /// The loss reads only `aux(b)`: `forward`'s `head(a)` reaches no loss.
+    AuxOnly,
+    /// Both heads, weighted.
+    Both,
+}
+
+fn gen_ends() -> impl Strategy<Value = (Ends, usize)> {
+    (prop_oneof![Just(Ends::Forward), Just(Ends::AuxOnly), Just(Ends::Both)], any::<usize>())
+}
+
+fn program(stmts: &[Gen], (ends, aux): (Ends, usize)) -> String {
     let mut body = String::from("        let v0 = r.x;\n");
     let mut n = 1;
     for s in stmts {
@@ -231,13 +248,20 @@ fn program(stmts: &[Gen]) -> String {
         body.push('\n');
         n += 1;
     }
+    let loss = match ends {
+        Ends::Forward => "cross_entropy(forward(r), r.label)",
+        Ends::AuxOnly => "let (_a, b) = feats(r);\n        cross_entropy(aux(b), r.label)",
+        Ends::Both => "let (_a, b) = feats(r);\n        0.5 * cross_entropy(forward(r), r.label) + 0.5 * cross_entropy(aux(b), r.label)",
+    };
     format!(
         "record R {{ x: f32[4], xs: [int], label: int }}\n\
          model Gen {{\n    param emb = Embedding(10, 4);\n    param cell = Linear(8, 4);\n    param head = Linear(4, 3);\n\
-         \n    param experts = [Linear(4, 4); 2];\n\
-         \n    fn forward(r: R) -> f32[3] {{\n{body}        head(v{last})\n    }}\n\
-         \n    fn loss(r: R) -> f32 {{ cross_entropy(forward(r), r.label) }}\n}}\n",
-        last = n - 1
+         \n    param aux = Linear(4, 3);\n    param experts = [Linear(4, 4); 2];\n\
+         \n    fn feats(r: R) -> (f32[4], f32[4]) {{\n{body}        (v{last}, v{chosen})\n    }}\n\
+         \n    fn forward(r: R) -> f32[3] {{\n        let (a, _b) = feats(r);\n        head(a)\n    }}\n\
+         \n    fn loss(r: R) -> f32 {{\n        {loss}\n    }}\n}}\n",
+        last = n - 1,
+        chosen = aux % n
     )
 }
 
@@ -245,10 +269,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     /// Every program of the generator checks without errors, lowers, and the optimised
-    /// graph verifies, round-trips and plans.
+    /// graph verifies, round-trips and plans, whichever values its loss leaves unused.
     #[test]
-    fn generated_programs_lower_to_verified_graphs(stmts in proptest::collection::vec(gen_stmt(), 0..8)) {
-        let source = program(&stmts);
+    fn generated_programs_lower_to_verified_graphs(
+        stmts in proptest::collection::vec(gen_stmt(), 0..8),
+        ends in gen_ends(),
+    ) {
+        let source = program(&stmts, ends);
         let graph = compile("gen", &source);
         assert_round_trips(&graph);
         assert_plans(&graph);

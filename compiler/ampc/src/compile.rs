@@ -187,15 +187,8 @@ fn compile_model(
     let options = amp_lower::LowerOptions { per_element_maps: args.per_element_maps, ..Default::default() };
     match amp_lower::compile_model_with(program, map, model, &options) {
         Ok(compiled) => Ok(compiled),
-        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
-            let _ = printer.print(map, &diagnostics);
-            Err(ExitCode::from(1))
-        }
-        Err(amp_lower::CompileError::Verify(errors)) => {
-            eprintln!("internal compiler error: the lowered graph of `{}` failed verification:", args.file.display());
-            for e in errors {
-                eprintln!("  {e}");
-            }
+        Err(e) => {
+            let _ = printer.print(map, e.diagnostics());
             Err(ExitCode::from(1))
         }
     }
@@ -230,15 +223,8 @@ fn compile_network(
     };
     match amp_lower::compile_network(program, map, index, &pattern, network.frames) {
         Ok(compiled) => Ok(compiled),
-        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
-            let _ = printer.print(map, &diagnostics);
-            Err(ExitCode::from(1))
-        }
-        Err(amp_lower::CompileError::Verify(errors)) => {
-            eprintln!("internal compiler error: the rolled-out graph of `{}` failed verification:", network.name);
-            for e in errors {
-                eprintln!("  {e}");
-            }
+        Err(e) => {
+            let _ = printer.print(map, e.diagnostics());
             Err(ExitCode::from(1))
         }
     }

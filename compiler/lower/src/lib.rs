@@ -60,13 +60,22 @@ pub fn lower_model_with(
         .and_then(|l| l.per_element_maps(options.per_element_maps).mask_arms(options.masked_arms).run())
 }
 
-/// Why a model did not compile to a verified graph.
+/// Why a model did not compile to a verified graph, as coded diagnostics at the source.
 #[derive(Debug)]
 pub enum CompileError {
-    /// The lowering refused a construct (E0600 diagnostics).
-    Lowering(Vec<Diagnostic>),
-    /// The lowered and optimised graph broke an invariant: a compiler bug.
-    Verify(Vec<amp_ir::verify::VerifyError>),
+    /// What the lowering refuses (E0600) and sizes over Amp's limits (E0310).
+    Refused(Vec<Diagnostic>),
+    /// A lowered graph the verifier rejects: a defect of the lowering, reported as E0600
+    /// at the node's source (the fuzz target and property tests fail on it).
+    Defect(Vec<Diagnostic>),
+}
+
+impl CompileError {
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        match self {
+            CompileError::Refused(d) | CompileError::Defect(d) => d,
+        }
+    }
 }
 
 /// Lowers `model`, runs the passes (`passes::optimize`) and verifies the result: the whole
@@ -87,44 +96,56 @@ pub fn compile_model_with(
     model: ComponentId,
     options: &LowerOptions,
 ) -> Result<(Verified, Vec<passes::PassReport>), CompileError> {
-    let mut graph = lower_model_with(program, map, model, options).map_err(CompileError::Lowering)?;
+    let mut graph = lower_model_with(program, map, model, options).map_err(CompileError::Refused)?;
     let reports = passes::optimize(&mut graph);
-    let model_span = program.components.get(model.0 as usize).map(|c| c.span);
-    let graph = Verified::new(graph).map_err(|r| over_limits(&r.graph, map, model_span, r.errors))?;
+    let model_span = program.components.get(model.0 as usize).map(|c| c.span).unwrap_or_default();
+    let graph = Verified::new(graph).map_err(|r| rejected(&r.graph, map, model_span, r.errors))?;
     Ok((graph, reports))
 }
 
-/// The verifier's size checks are the limits a source can break (a layer instantiated
-/// with huge sizes, an index expression that inlines too deep): those are the user's
-/// E0310, at the node's source; anything else is a compiler bug.
+/// The verifier's errors as diagnostics at each node's source. Its size checks are the
+/// limits a source can break (a layer instantiated with huge sizes, an index expression
+/// that inlines too deep): those are the user's E0310. Anything else is a defect of the
+/// lowering, but the program passed `ampc check`, so it is still reported at the
+/// program's source as a construct not lowered (E0600), and never as a crash.
 /// `fallback` is where a graph-wide error points (the model's or network's name).
-pub(crate) fn over_limits(
+pub(crate) fn rejected(
     graph: &Graph,
     map: &SourceMap,
-    fallback: Option<amp_diagnostics::Span>,
+    fallback: amp_diagnostics::Span,
     errors: Vec<amp_ir::verify::VerifyError>,
 ) -> CompileError {
+    use amp_diagnostics::{Code, Diagnostic};
     use amp_ir::verify::VerifyErrorKind as K;
     let is_limit = |e: &amp_ir::verify::VerifyError| {
         matches!(e.kind, K::OverLimit { .. } | K::ParamTooLarge { .. } | K::ExprTooDeep { .. })
     };
-    if !errors.iter().all(is_limit) {
-        return CompileError::Verify(errors);
-    }
+    let defect = !errors.iter().all(is_limit);
     let diagnostics = errors
         .iter()
-        .filter_map(|e| {
+        .map(|e| {
             let node = e.node.as_ref().and_then(|n| graph.nodes.node_weight(n.index));
-            let span = node.and_then(|n| n.loc).and_then(|loc| source_span(graph, map, loc)).or(fallback)?;
+            let span = node.and_then(|n| n.loc).and_then(|loc| source_span(graph, map, loc)).unwrap_or(fallback);
             let label = node.map_or("the model", |n| if n.label.is_empty() { "this node" } else { n.label.as_str() });
-            Some(
-                amp_diagnostics::Diagnostic::new(amp_diagnostics::Code::TooLarge, span, e.kind.to_string())
+            if is_limit(e) {
+                Diagnostic::new(Code::TooLarge, span, e.kind.to_string())
                     .with_primary(format!("`{label}` lowers to a graph over Amp's limits"))
-                    .with_note("the limits are in docs/limits.md"),
-            )
+                    .with_note("the limits are in docs/limits.md")
+            } else {
+                let node = e.node.as_ref().map_or(String::new(), |n| format!("{n}: "));
+                Diagnostic::new(Code::NotLowered, span, format!("{node}{}", e.kind))
+                    .with_primary(format!("`{label}` lowers to a graph Amp cannot run"))
+                    .with_note(
+                        "this is a defect in Amp's lowering, not in the program: please report it with the program",
+                    )
+            }
         })
         .collect();
-    CompileError::Lowering(diagnostics)
+    if defect {
+        CompileError::Defect(diagnostics)
+    } else {
+        CompileError::Refused(diagnostics)
+    }
 }
 
 /// The span of a node's location: its file is an index into the graph's file names.
@@ -132,4 +153,35 @@ fn source_span(graph: &Graph, map: &SourceMap, loc: amp_ir::Loc) -> Option<amp_d
     let name = graph.files.get(loc.file as usize)?;
     let (id, _) = map.files().find(|(_, f)| &f.name == name)?;
     Some(amp_diagnostics::Span::new(id, loc.start as usize, loc.end as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petgraph::visit::EdgeRef;
+
+    /// A lowered graph the verifier rejects is reported as E0600 at the faulty node's
+    /// source, marked a defect; never a crash or an uncoded message.
+    #[test]
+    fn a_rejected_graph_is_a_coded_error_at_the_source() {
+        let source = "record R { x: f32[4], label: int }\nmodel M {\n    param head = Linear(4, 3);\n    \
+                      fn forward(r: R) -> f32[3] { head(tanh(r.x)) }\n    \
+                      fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }\n}\n";
+        let (map, checked) = amp_sema::check_source("m.amp", source, &amp_sema::Options::default());
+        assert!(!checked.has_errors());
+        let model = checked.program.models[0];
+        let mut graph = lower_model(&checked.program, &map, model).expect("lowers");
+        // Cut the edge into the `tanh` node: its input is then unconnected.
+        let tanh = graph.nodes.node_indices().find(|&n| graph.nodes[n].label == "tanh").expect("a tanh node");
+        let edge = graph.nodes.edges_directed(tanh, petgraph::Direction::Incoming).next().expect("an input").id();
+        graph.nodes.remove_edge(edge);
+        let errors = amp_ir::verify::verify(&graph).expect_err("the cut graph is rejected");
+        let span = checked.program.components[model.0 as usize].span;
+        let CompileError::Defect(diagnostics) = rejected(&graph, &map, span, errors) else {
+            panic!("an unconnected input is a defect, not a refusal");
+        };
+        assert!(diagnostics.iter().all(|d| d.code == amp_diagnostics::Code::NotLowered));
+        let at_tanh = diagnostics.iter().find(|d| d.message.contains("tanh")).expect("the tanh node is named");
+        assert_eq!(&source[at_tanh.span.start as usize..at_tanh.span.end as usize], "tanh(r.x)");
+    }
 }

@@ -94,9 +94,9 @@ pub fn compile_network(
     pattern: &Pattern,
     frames: Frames,
 ) -> Result<(amp_ir::verify::Verified, Vec<passes::PassReport>), CompileError> {
-    let mut graph = lower_network(program, map, network, pattern, frames).map_err(CompileError::Lowering)?;
+    let mut graph = lower_network(program, map, network, pattern, frames).map_err(CompileError::Refused)?;
     let reports = passes::optimize(&mut graph);
-    let span = program.networks.get(network).map(|n| n.span);
-    let graph = amp_ir::verify::Verified::new(graph).map_err(|r| crate::over_limits(&r.graph, map, span, r.errors))?;
+    let span = program.networks.get(network).map(|n| n.span).unwrap_or_default();
+    let graph = amp_ir::verify::Verified::new(graph).map_err(|r| crate::rejected(&r.graph, map, span, r.errors))?;
     Ok((graph, reports))
 }

@@ -119,7 +119,7 @@ fn an_invalid_pattern_is_e0700() {
     let rollout = RolloutGraph::of_network(&program.networks[0]);
     let pattern = Pattern::with_overrides(&rollout, "h2->h2=0").expect("parses");
     match compile_network(&program, &map, 0, &pattern, Frames::Fixed(2)) {
-        Err(amp_lower::CompileError::Lowering(d)) => assert_eq!(d[0].code, Code::InvalidRollout),
+        Err(amp_lower::CompileError::Refused(d)) => assert_eq!(d[0].code, Code::InvalidRollout),
         other => panic!("{other:?}"),
     }
 }
@@ -130,14 +130,14 @@ fn unsupported_networks_are_e0600() {
     let (map, program) = checked(two_inputs);
     let pattern = Pattern::streaming(&RolloutGraph::of_network(&program.networks[0]));
     match compile_network(&program, &map, 0, &pattern, Frames::Fixed(2)) {
-        Err(amp_lower::CompileError::Lowering(d)) => {
+        Err(amp_lower::CompileError::Refused(d)) => {
             assert_eq!(d[0].code, Code::NotLowered);
             assert!(d[0].message.contains("exactly one input"), "{}", d[0].message);
         }
         other => panic!("{other:?}"),
     }
     match compile_network(&program, &map, 0, &pattern, Frames::Fixed(0)) {
-        Err(amp_lower::CompileError::Lowering(d)) => assert_eq!(d[0].code, Code::NotLowered),
+        Err(amp_lower::CompileError::Refused(d)) => assert_eq!(d[0].code, Code::NotLowered),
         other => panic!("{other:?}"),
     }
 }

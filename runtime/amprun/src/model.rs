@@ -109,17 +109,9 @@ fn compile_source(args: &ModelArgs) -> Result<Verified, Failure> {
     let options = amp_lower::LowerOptions { per_element_maps: args.per_element_maps, ..Default::default() };
     match amp_lower::compile_model_with(program, &map, model, &options) {
         Ok((graph, _reports)) => Ok(graph),
-        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
-            print_diagnostics(&map, &diagnostics);
+        Err(e) => {
+            print_diagnostics(&map, e.diagnostics());
             Err(Failure::printed(Exit::BadInput))
-        }
-        Err(amp_lower::CompileError::Verify(errors)) => {
-            let mut message =
-                format!("internal compiler error: the lowered graph of `{}` failed verification:", path.display());
-            for e in errors {
-                message.push_str(&format!("\n  {e}"));
-            }
-            Err(Failure::bad_input(message))
         }
     }
 }
@@ -147,16 +139,9 @@ fn compile_network(
     let frames = args.frames.map_or(amp_lower::Frames::FromData, amp_lower::Frames::Fixed);
     match amp_lower::compile_network(program, map, index, &pattern, frames) {
         Ok((graph, _reports)) => Ok(graph),
-        Err(amp_lower::CompileError::Lowering(diagnostics)) => {
-            print_diagnostics(map, &diagnostics);
+        Err(e) => {
+            print_diagnostics(map, e.diagnostics());
             Err(Failure::printed(Exit::BadInput))
-        }
-        Err(amp_lower::CompileError::Verify(errors)) => {
-            let mut message = format!("internal compiler error: the rolled-out graph of `{name}` failed verification:");
-            for e in errors {
-                message.push_str(&format!("\n  {e}"));
-            }
-            Err(Failure::bad_input(message))
         }
     }
 }

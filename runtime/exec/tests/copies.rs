@@ -105,7 +105,7 @@ fn every_copy_serves_instances_on_its_own_worker() {
     }
 }
 
-/// Asynchronous training with copies learns the MLP, and a staleness bound holds: no
+/// Asynchronous training with copies learns the MLP in 24 epochs, and a staleness bound holds: no
 /// group applies a gradient more than K updates after the version its forward read.
 #[test]
 fn asynchronous_training_with_copies_learns_and_keeps_its_bound() {
@@ -121,9 +121,9 @@ fn asynchronous_training_with_copies_learns_and_keeps_its_bound() {
             ..ExecConfig::deterministic(4, OptimConfig::adam(0.02))
         };
         let mut ex = executor(&graph, 2, config);
-        let first = ex.train_epoch(&data).unwrap();
-        let mut last = first.clone();
-        for _ in 0..11 {
+        let before = ex.evaluate(&data).unwrap().loss;
+        let mut last = ex.train_epoch(&data).unwrap();
+        for _ in 0..23 {
             last = ex.train_epoch(&data).unwrap();
             if let Some(k) = bound {
                 for group in &last.staleness {
@@ -131,9 +131,11 @@ fn asynchronous_training_with_copies_learns_and_keeps_its_bound() {
                 }
             }
         }
-        // Asynchronous runs vary with timing: over six runs the loss fell to 0.42-0.66 of
-        // the first epoch's.
-        assert!(last.loss < 0.8 * first.loss, "bound {bound:?}: loss {} after {} at first", last.loss, first.loss);
+        // Asynchronous runs vary with timing, so the trained parameters are judged by an
+        // evaluation, which does not. Over 98 runs on a loaded machine the evaluated loss
+        // fell to 0.07-0.48 of the untrained parameters'.
+        let after = ex.evaluate(&data).unwrap().loss;
+        assert!(after < 0.75 * before, "bound {bound:?}: evaluated loss {after} after training, {before} before");
         for group in &last.staleness {
             assert_eq!(
                 group.stats.gradients,
