@@ -14,9 +14,15 @@
 //!   linear classifier fits every domain's permutation. Coordinates are rounded to the
 //!   integers -4..=4 (`centre + prototype + noise`, rounded and clamped: centred inputs of
 //!   about unit scale, as a real pipeline would normalise them) to keep the files small.
+//! - **Tree sentiment** (`examples/tutorial/tree_lstm.amp`, SST's shape at toy size):
+//!   binary trees over a vocabulary of 20 words, every node labelled 0 (negative), 1
+//!   (neutral) or 2 (positive). Words 0–5 are positive (+1), 6–11 negative (−1), 12–18
+//!   neutral (0) and 19 is "not". A node's polarity is the sum of its children's, except
+//!   that a node whose left child is "not" has the negation of its right child's. The
+//!   label is the polarity's sign, so a model must compose the children, not count words.
 
 use crate::Value;
-use amp_ir::{DataTy, FieldSchema, RecordSchema, Schema};
+use amp_ir::{DataTy, EnumSchema, FieldSchema, RecordSchema, Schema, VariantSchema};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -33,7 +39,7 @@ pub const OP_FIRST_MINUS_LAST: i64 = 13;
 
 /// The data files of `examples/data/`: file name, schema and instances. Seeds: list
 /// reduction 1 (train) and 2 (valid), lengths 2–10; the routed-prototypes task 3, its
-/// samples 4 (train) and 5 (valid).
+/// samples 4 (train) and 5 (valid); tree sentiment 6 (train) and 7 (valid), 1 to 8 words.
 pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
     let moe = MoeTask::new(3);
     vec![
@@ -41,6 +47,8 @@ pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
         ("list_reduce.valid.jsonl", list_reduce_schema(), list_reduce(2, 500, 10)),
         ("moe.train.jsonl", moe_schema(), moe.samples(4, 2000)),
         ("moe.valid.jsonl", moe_schema(), moe.samples(5, 500)),
+        ("tree_sentiment.train.jsonl", tree_sentiment_schema(), tree_sentiment(6, 2000, 8)),
+        ("tree_sentiment.valid.jsonl", tree_sentiment_schema(), tree_sentiment(7, 500, 8)),
     ]
 }
 
@@ -57,6 +65,77 @@ pub fn list_reduce_schema() -> Schema {
 /// `record Sample { x: f32[256], label: int }`, as in `examples/moe.amp`.
 pub fn moe_schema() -> Schema {
     record("Sample", vec![("x", DataTy::F32(vec![MoeTask::DIM as u64])), ("label", DataTy::Int)])
+}
+
+/// `enum Tree { Leaf { word: int, label: int }, Node { left: Tree, right: Tree, label: int } }`
+/// and `record Sentence { tree: Tree, label: int }`, as in `examples/tutorial/tree_lstm.amp`.
+pub fn tree_sentiment_schema() -> Schema {
+    let field = |name: &str, ty| FieldSchema { name: name.into(), ty };
+    let leaf =
+        VariantSchema { name: "Leaf".into(), fields: vec![field("word", DataTy::Int), field("label", DataTy::Int)] };
+    let node = VariantSchema {
+        name: "Node".into(),
+        fields: vec![field("left", DataTy::Enum(0)), field("right", DataTy::Enum(0)), field("label", DataTy::Int)],
+    };
+    let mut schema = record("Sentence", vec![("tree", DataTy::Enum(0)), ("label", DataTy::Int)]);
+    schema.enums.push(EnumSchema { name: "Tree".into(), variants: vec![leaf, node] });
+    schema
+}
+
+/// Tree sentiment: the word "not" (the others are 0–18).
+pub const NOT: i64 = 19;
+
+/// `count` tree-sentiment sentences of 1 to `max_words` words (counts uniform).
+pub fn tree_sentiment(seed: u64, count: usize, max_words: usize) -> Vec<Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| {
+            let words = rng.random_range(1..=max_words.max(1));
+            let (tree, polarity) = sentiment_tree(&mut rng, words);
+            Value::Record(vec![tree, Value::Int(sentiment_label(polarity))])
+        })
+        .collect()
+}
+
+fn sentiment_label(polarity: i64) -> i64 {
+    polarity.signum() + 1
+}
+
+/// A tree of `words` words (at least 1) and its polarity. Iterative in the depth of the
+/// call stack only up to `words`, which the callers keep small.
+fn sentiment_tree(rng: &mut ChaCha8Rng, words: usize) -> (Value, i64) {
+    let leaf = |word: i64, polarity: i64| {
+        let tree = Value::Variant { tag: 0, fields: vec![Value::Int(word), Value::Int(sentiment_label(polarity))] };
+        (tree, polarity)
+    };
+    let node = |(left, pl): (Value, i64), (right, pr): (Value, i64), negated: bool| {
+        let polarity = if negated { -pr } else { pl + pr };
+        let tree = Value::Variant { tag: 1, fields: vec![left, right, Value::Int(sentiment_label(polarity))] };
+        (tree, polarity)
+    };
+    if words <= 1 {
+        let word = match rng.random_range(0..10) {
+            0..4 => rng.random_range(0..6),
+            4..8 => rng.random_range(6..12),
+            _ => rng.random_range(12..19),
+        };
+        let polarity = if word < 6 {
+            1
+        } else if word < 12 {
+            -1
+        } else {
+            0
+        };
+        return leaf(word, polarity);
+    }
+    if rng.random_range(0..5) == 0 {
+        let right = sentiment_tree(rng, words - 1);
+        return node(leaf(NOT, 0), right, true);
+    }
+    let left_words = rng.random_range(1..words);
+    let left = sentiment_tree(rng, left_words);
+    let right = sentiment_tree(rng, words - left_words);
+    node(left, right, false)
 }
 
 /// The label of a list-reduction instance: `None` unless `tokens` is an operation followed

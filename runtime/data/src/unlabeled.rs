@@ -3,11 +3,11 @@
 //!
 //! Which fields those are comes from the graph: a field is *forward* when a node the
 //! forward output (the sink named `forward`, else the first sink) depends on reads it, in
-//! a data path of its op (a `read`, an index, a predicate, a count); it is a *label* when
-//! only other nodes (the losses, and what feeds only them) read it: `label` of
-//! `record Example { tokens: [int], label: int }`, every tree node's `label` in SST's trees,
-//! an `mse` target read into the payload. A label field that has no default (an enum) stays
-//! required.
+//! a data path of its op (a `read`, an index, a predicate, a count); every other field is a
+//! *label*, read only by other nodes (the losses, and what feeds only them) or by none:
+//! `label` of `record Example { tokens: [int], label: int }`, every tree node's `label` in
+//! SST's trees, an `mse` target read into the payload. A label field that has no default
+//! (an enum, such as a tree's children) stays required.
 //!
 //! [`Unlabeled::reduced`] is the input schema without the label fields: the loaders read
 //! the data with it (so the labels need not be there), and [`Unlabeled::fill`] puts each
@@ -38,20 +38,29 @@ impl Unlabeled {
     pub fn of_graph(graph: &Graph) -> Option<Unlabeled> {
         let full = graph.input.clone()?;
         let forward = forward_nodes(graph);
-        let (mut forward_fields, mut other_fields) = (Vec::new(), Vec::new());
+        let mut forward_fields = Vec::new();
         for index in graph.nodes.node_indices() {
             let Some(node) = graph.nodes.node_weight(index) else { continue };
-            let out = if forward.get(index.index()).copied().unwrap_or(false) {
-                &mut forward_fields
-            } else {
-                &mut other_fields
-            };
-            for path in data_paths(&node.op) {
-                mark(&full, path, out);
+            if forward.get(index.index()).copied().unwrap_or(false) {
+                for path in data_paths(&node.op) {
+                    mark(&full, path, &mut forward_fields);
+                }
             }
         }
-        let labels: Vec<(Owner, usize)> = other_fields
-            .into_iter()
+        // Every field the forward does not read: the losses' and those nothing reads (a
+        // record's `label` beside trees whose nodes carry the labels).
+        let records = full
+            .records
+            .iter()
+            .enumerate()
+            .flat_map(|(r, record)| (0..record.fields.len()).map(move |i| (Owner::Record(r as u32), i)));
+        let variants = full.enums.iter().enumerate().flat_map(|(e, enumeration)| {
+            enumeration.variants.iter().enumerate().flat_map(move |(v, variant)| {
+                (0..variant.fields.len()).map(move |i| (Owner::Variant(e as u32, v as u32), i))
+            })
+        });
+        let labels: Vec<(Owner, usize)> = records
+            .chain(variants)
             .filter(|f| !forward_fields.contains(f))
             .filter(|&(owner, i)| field_type(&full, owner, i).is_some_and(|ty| zero(&full, ty, 0).is_some()))
             .collect();
