@@ -8,6 +8,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("ggsnn", include_str!("../../examples/ggsnn.amp")),
     ("moe", include_str!("../../examples/moe.amp")),
     ("mlp", include_str!("../../examples/mlp.amp")),
+    ("module_network", include_str!("../../examples/module_network.amp")),
 ];
 
 /// The source of the example `name`.

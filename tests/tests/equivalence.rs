@@ -38,6 +38,7 @@ fn defines(name: &str) -> Vec<(String, i64)> {
         "ggsnn" => d(&[("hidden", 6), ("steps", 2)]),
         "moe" => d(&[("experts", 4)]),
         "mlp" => d(&[("hidden", 8)]),
+        "module_network" => d(&[("hidden", 6)]),
         _ => Vec::new(),
     }
 }
@@ -110,8 +111,26 @@ fn instance(name: &str, rng: &mut ChaCha8Rng) -> Value {
             let x: Vec<f32> = (0..256).map(|_| rng.random_range(-1.0..1.0)).collect();
             Value::Record(vec![Value::Tensor(Tensor::new(vec![256], x).unwrap()), Value::Int(rng.random_range(0..10))])
         }
+        "module_network" => {
+            let ops = rng.random_range(0..6);
+            Value::Record(vec![random_program(rng, ops), Value::Int(rng.random_range(0..10))])
+        }
         other => panic!("no generator for {other}"),
     }
+}
+
+/// A random program of `ops` operations (`Digit { d }`, `Unary { f, arg }`, `Binary { f,
+/// left, right }`, four functions of each arity).
+fn random_program(rng: &mut ChaCha8Rng, ops: usize) -> Value {
+    if ops == 0 {
+        return Value::Variant { tag: 0, fields: vec![Value::Int(rng.random_range(0..10))] };
+    }
+    let f = Value::Int(rng.random_range(0..4));
+    if rng.random_range(0..2) == 0 {
+        return Value::Variant { tag: 1, fields: vec![f, random_program(rng, ops - 1)] };
+    }
+    let left = rng.random_range(0..ops);
+    Value::Variant { tag: 2, fields: vec![f, random_program(rng, left), random_program(rng, ops - 1 - left)] }
 }
 
 /// A random binary tree with `leaves` leaves (`Leaf { word, label }`, `Node { left, right, label }`).

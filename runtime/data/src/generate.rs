@@ -20,6 +20,12 @@
 //!   neutral (0) and 19 is "not". A node's polarity is the sum of its children's, except
 //!   that a node whose left child is "not" has the negation of its right child's. The
 //!   label is the polarity's sign, so a model must compose the children, not count words.
+//! - **Program execution** (`examples/module_network.amp`, the IEP module network's task
+//!   at toy size): a program is a tree of operations on digits, `enum Prog { Digit { d },
+//!   Unary { f, arg }, Binary { f, left, right } }`; the label is its value. Unary
+//!   functions: 0 = add one, 1 = subtract one, 2 = double, 3 = negate; binary: 0 = add,
+//!   1 = subtract, 2 = the larger, 3 = the smaller; all mod 10. Each node is a module the
+//!   model picks by the node's function.
 
 use crate::Value;
 use amp_ir::{DataTy, EnumSchema, FieldSchema, RecordSchema, Schema, VariantSchema};
@@ -39,7 +45,8 @@ pub const OP_FIRST_MINUS_LAST: i64 = 13;
 
 /// The data files of `examples/data/`: file name, schema and instances. Seeds: list
 /// reduction 1 (train) and 2 (valid), lengths 2–10; the routed-prototypes task 3, its
-/// samples 4 (train) and 5 (valid); tree sentiment 6 (train) and 7 (valid), 1 to 8 words.
+/// samples 4 (train) and 5 (valid); tree sentiment 6 (train) and 7 (valid), 1 to 8 words;
+/// programs 8 (train) and 9 (valid), 1 to 6 operations.
 pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
     let moe = MoeTask::new(3);
     vec![
@@ -49,6 +56,8 @@ pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
         ("moe.valid.jsonl", moe_schema(), moe.samples(5, 500)),
         ("tree_sentiment.train.jsonl", tree_sentiment_schema(), tree_sentiment(6, 2000, 8)),
         ("tree_sentiment.valid.jsonl", tree_sentiment_schema(), tree_sentiment(7, 500, 8)),
+        ("programs.train.jsonl", programs_schema(), programs(8, 10000, 6)),
+        ("programs.valid.jsonl", programs_schema(), programs(9, 1000, 6)),
     ]
 }
 
@@ -136,6 +145,77 @@ fn sentiment_tree(rng: &mut ChaCha8Rng, words: usize) -> (Value, i64) {
     let left = sentiment_tree(rng, left_words);
     let right = sentiment_tree(rng, words - left_words);
     node(left, right, false)
+}
+
+/// `enum Prog { Digit { d: int }, Unary { f: int, arg: Prog }, Binary { f: int, left: Prog,
+/// right: Prog } }` and `record Example { prog: Prog, label: int }`, as in
+/// `examples/module_network.amp`.
+pub fn programs_schema() -> Schema {
+    let field = |name: &str, ty| FieldSchema { name: name.into(), ty };
+    let variants = vec![
+        VariantSchema { name: "Digit".into(), fields: vec![field("d", DataTy::Int)] },
+        VariantSchema { name: "Unary".into(), fields: vec![field("f", DataTy::Int), field("arg", DataTy::Enum(0))] },
+        VariantSchema {
+            name: "Binary".into(),
+            fields: vec![field("f", DataTy::Int), field("left", DataTy::Enum(0)), field("right", DataTy::Enum(0))],
+        },
+    ];
+    let mut schema = record("Example", vec![("prog", DataTy::Enum(0)), ("label", DataTy::Int)]);
+    schema.enums.push(EnumSchema { name: "Prog".into(), variants });
+    schema
+}
+
+/// Program execution: a unary function's value (mod 10).
+pub fn unary(f: i64, x: i64) -> i64 {
+    let y = match f {
+        0 => x + 1,
+        1 => x - 1,
+        2 => 2 * x,
+        _ => -x,
+    };
+    y.rem_euclid(10)
+}
+
+/// Program execution: a binary function's value (mod 10).
+pub fn binary(f: i64, a: i64, b: i64) -> i64 {
+    let y = match f {
+        0 => a + b,
+        1 => a - b,
+        2 => a.max(b),
+        _ => a.min(b),
+    };
+    y.rem_euclid(10)
+}
+
+/// `count` programs of 1 to `max_ops` operations (counts uniform), labelled with their
+/// values.
+pub fn programs(seed: u64, count: usize, max_ops: usize) -> Vec<Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| {
+            let ops = rng.random_range(1..=max_ops.max(1));
+            let (prog, value) = program(&mut rng, ops);
+            Value::Record(vec![prog, Value::Int(value)])
+        })
+        .collect()
+}
+
+/// A program of `ops` operations and its value: a unary operation with probability 0.4,
+/// else a binary one splitting the rest at a uniform point. Recursion depth is `ops`.
+fn program(rng: &mut ChaCha8Rng, ops: usize) -> (Value, i64) {
+    if ops == 0 {
+        let d = rng.random_range(0..10);
+        return (Value::Variant { tag: 0, fields: vec![Value::Int(d)] }, d);
+    }
+    let f = rng.random_range(0..4);
+    if rng.random_range(0..5) < 2 {
+        let (arg, x) = program(rng, ops - 1);
+        return (Value::Variant { tag: 1, fields: vec![Value::Int(f), arg] }, unary(f, x));
+    }
+    let left_ops = rng.random_range(0..ops);
+    let (left, a) = program(rng, left_ops);
+    let (right, b) = program(rng, ops - 1 - left_ops);
+    (Value::Variant { tag: 2, fields: vec![Value::Int(f), left, right] }, binary(f, a, b))
 }
 
 /// The label of a list-reduction instance: `None` unless `tokens` is an operation followed
