@@ -77,7 +77,13 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
         (None, false) => Some(args.file.with_extension("ampg")),
         (None, true) => None,
     };
-    if let Some(path) = &output {
+    // `-o -`: the `.ampg` bytes to stdout, which --emit's text would share.
+    let to_stdout = output.as_deref() == Some(Path::new("-"));
+    if to_stdout && args.emit.is_some() {
+        eprintln!("error: `-o -` writes the graph file to stdout, where `--emit` prints too: give `-o` a file");
+        return ExitCode::from(2);
+    }
+    if let Some(path) = output.as_ref().filter(|_| !to_stdout) {
         let mut inputs = vec![("source", args.file.as_path())];
         inputs.extend(args.profile.as_deref().map(|p| ("profile", p)));
         if let Err(message) = crate::output::check(path, &inputs) {
@@ -143,7 +149,14 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
     if let Some(text) = &emitted {
         print!("{text}");
     }
-    if let Some(path) = output {
+    if to_stdout {
+        use std::io::Write;
+        let bytes = amp_ir::ampg::write(&graph, plan_json.as_ref());
+        if let Err(e) = std::io::stdout().lock().write_all(&bytes) {
+            eprintln!("error: cannot write the graph to stdout: {e}");
+            return ExitCode::from(2);
+        }
+    } else if let Some(path) = output {
         if let Err(message) = crate::output::write_atomically(&path, &amp_ir::ampg::write(&graph, plan_json.as_ref())) {
             eprintln!("error: {message}");
             return ExitCode::from(2);

@@ -63,7 +63,7 @@ enum Command {
     Compile {
         file: PathBuf,
         /// Where to write the `.ampg` file (default: FILE with the extension `.ampg`,
-        /// unless `--emit` prints the graph instead).
+        /// unless `--emit` prints the graph instead); `-` is stdout.
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
         /// Print the graph to stdout in this form.

@@ -36,6 +36,25 @@ fn writes_a_loadable_verified_ampg() {
     assert!(leftovers.is_empty(), "no temporary file is left behind");
 }
 
+/// `-o -` is stdout, as for other tools (it wrote a file named `-`); with `--emit`, which
+/// prints there too, it is refused.
+#[test]
+fn a_dash_writes_the_graph_to_stdout() {
+    let dir = temp_dir();
+    let run = Command::new(env!("CARGO_BIN_EXE_ampc"))
+        .args(["compile", &example("mlp.amp"), "-o", "-"])
+        .current_dir(dir.path())
+        .output()
+        .expect("ampc runs");
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let (graph, _) = amp_ir::ampg::read(&run.stdout).expect("stdout holds the graph file");
+    assert_eq!(graph.name, "Mlp3");
+    assert!(!dir.path().join("-").exists());
+    let run = ampc(&["compile", &example("mlp.amp"), "--emit", "ir", "-o", "-"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("give `-o` a file"));
+}
+
 #[test]
 fn emits_ir_text_json_and_dot_with_overrides() {
     let ir = ampc(&["compile", &example("mlp.amp"), "--emit", "ir", "-D", "hidden=32"]);

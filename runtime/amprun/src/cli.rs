@@ -486,6 +486,10 @@ pub struct TrainArgs {
     /// (appended to with --resume).
     #[arg(long, value_name = "FILE")]
     pub metrics: Option<PathBuf>,
+    /// Write the reports' scalars (losses, accuracy, throughput, learning rate, staleness,
+    /// per epoch) as a TensorBoard event file in this folder (`tensorboard --logdir DIR`).
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
     /// Write a Chrome/Perfetto trace of every worker's forward, backward and update work.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,

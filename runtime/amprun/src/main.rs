@@ -11,7 +11,7 @@
 //!        [--update-frequency NODE=M ...] [--async] [--optimizer sgd|momentum|adam]
 //!        [--lr X] [--momentum X] [--weight-decay X] [--clip-norm X] [--seed S]
 //!        [--save ckpt.safetensors] [--resume] [--init p.safetensors] [--metrics m.jsonl]
-//!        [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
+//!        [--tensorboard DIR] [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
 //!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--plan-replicas] [--profile p.json]
 //!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
 //!        [--no-chains] [--per-element-maps] [--keep-best best.safetensors] [--patience N]
@@ -287,7 +287,12 @@
 //! two updates counting in both; `bound` null when unbounded); split over processes,
 //! `network`: what process 0 exchanged with the others during the epoch's training
 //! (`messages_sent`/`_received`: forward and backward messages; `packets_*`; `bytes_*`:
-//! Amp's packets, without timely's 48-byte frame header each). `--trace FILE` writes a
+//! Amp's packets, without timely's 48-byte frame header each). `--tensorboard DIR` writes
+//! the same reports' scalars as a TensorBoard event file in DIR (made if missing; a resumed
+//! run adds a file): `train/loss`, `train/accuracy`, `train/instances_per_s`, `train/lr`,
+//! `valid/loss`, `valid/accuracy`, `valid/instances_per_s` and per parameter group
+//! `staleness/GROUP/mean`, `/max` and `/bound`, each at step = the epoch, for
+//! `tensorboard --logdir DIR`. `--trace FILE` writes a
 //! Chrome/Perfetto trace of every worker's forward, backward and update work (`args`: the
 //! `batch` of messages a call took, their `rows` and `instances`; split over processes,
 //! one file on process 0: a process per process, a row per worker, one clock); an update
@@ -440,6 +445,7 @@ mod setup;
 mod staleness;
 mod start;
 mod steps;
+mod tensorboard;
 mod train;
 
 use clap::Parser;

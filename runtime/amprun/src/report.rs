@@ -68,15 +68,17 @@ pub fn finite(x: f64) -> Value {
 }
 
 /// The `--metrics` file: one JSON object per line, flushed after each, so that a run
-/// that stops still leaves every report so far.
+/// that stops still leaves every report so far; and the same reports' scalars in a
+/// `--tensorboard` event file.
 pub struct Metrics {
     out: Option<(PathBuf, BufWriter<File>)>,
+    tensorboard: Option<crate::tensorboard::TensorBoard>,
 }
 
 impl Metrics {
     /// Opens `path` (appending when resuming, else truncating); no file, no metrics.
     pub fn open(path: Option<&Path>, append: bool) -> Result<Metrics, Failure> {
-        let Some(path) = path else { return Ok(Metrics { out: None }) };
+        let Some(path) = path else { return Ok(Metrics { out: None, tensorboard: None }) };
         crate::setup::check_target("--metrics", path)?;
         let file = OpenOptions::new()
             .create(true)
@@ -85,7 +87,15 @@ impl Metrics {
             .truncate(!append)
             .open(path)
             .map_err(|e| Failure::io("write", path, &e))?;
-        Ok(Metrics { out: Some((path.to_path_buf(), BufWriter::new(file))) })
+        Ok(Metrics { out: Some((path.to_path_buf(), BufWriter::new(file))), tensorboard: None })
+    }
+
+    /// Also writes each report's scalars as TensorBoard events into `dir`.
+    pub fn with_tensorboard(mut self, dir: Option<&Path>) -> Result<Metrics, Failure> {
+        if let Some(dir) = dir {
+            self.tensorboard = Some(crate::tensorboard::TensorBoard::create(dir)?);
+        }
+        Ok(self)
     }
 
     pub fn write(&mut self, report: &Report) -> Result<(), Failure> {
@@ -94,6 +104,9 @@ impl Metrics {
 
     /// Any other report object (the placement's: `split: "plan"`).
     pub fn write_json(&mut self, value: &Value) -> Result<(), Failure> {
+        if let Some(board) = &mut self.tensorboard {
+            board.report(value)?;
+        }
         let Some((path, out)) = &mut self.out else { return Ok(()) };
         let line = value.to_string();
         writeln!(out, "{line}").and_then(|()| out.flush()).map_err(|e| Failure::io("write", path, &e))

@@ -167,7 +167,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         train: &train,
         valid: valid.as_ref(),
         seed: start.seed,
-        metrics: Metrics::open(args.metrics.as_deref(), args.resume)?,
+        metrics: Metrics::open(args.metrics.as_deref(), args.resume)?.with_tensorboard(args.tensorboard.as_deref())?,
         progress: Progress::new(),
         trace: Vec::new(),
         measure,

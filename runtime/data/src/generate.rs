@@ -61,8 +61,12 @@ pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
     ]
 }
 
+fn field(name: &str, ty: DataTy) -> FieldSchema {
+    FieldSchema { name: name.into(), ty }
+}
+
 fn record(name: &str, fields: Vec<(&str, DataTy)>) -> Schema {
-    let fields = fields.into_iter().map(|(name, ty)| FieldSchema { name: name.into(), ty }).collect();
+    let fields = fields.into_iter().map(|(name, ty)| field(name, ty)).collect();
     Schema { records: vec![RecordSchema { name: name.into(), fields }], enums: Vec::new(), input: 0 }
 }
 
@@ -79,7 +83,6 @@ pub fn moe_schema() -> Schema {
 /// `enum Tree { Leaf { word: int, label: int }, Node { left: Tree, right: Tree, label: int } }`
 /// and `record Sentence { tree: Tree, label: int }`, as in `examples/tutorial/tree_lstm.amp`.
 pub fn tree_sentiment_schema() -> Schema {
-    let field = |name: &str, ty| FieldSchema { name: name.into(), ty };
     let leaf =
         VariantSchema { name: "Leaf".into(), fields: vec![field("word", DataTy::Int), field("label", DataTy::Int)] };
     let node = VariantSchema {
@@ -151,7 +154,6 @@ fn sentiment_tree(rng: &mut ChaCha8Rng, words: usize) -> (Value, i64) {
 /// right: Prog } }` and `record Example { prog: Prog, label: int }`, as in
 /// `examples/module_network.amp`.
 pub fn programs_schema() -> Schema {
-    let field = |name: &str, ty| FieldSchema { name: name.into(), ty };
     let variants = vec![
         VariantSchema { name: "Digit".into(), fields: vec![field("d", DataTy::Int)] },
         VariantSchema { name: "Unary".into(), fields: vec![field("f", DataTy::Int), field("arg", DataTy::Enum(0))] },
