@@ -186,6 +186,13 @@ fn at(uri: &str, position: Value) -> Value {
     json!({ "textDocument": { "uri": uri }, "position": position })
 }
 
+/// The range of the whole of `text`: from its start to the start of its last line (the
+/// server refuses positions past the text).
+fn whole(text: &str) -> Value {
+    let last = text.matches('\n').count();
+    json!({ "start": { "line": 0, "character": 0 }, "end": { "line": last, "character": 0 } })
+}
+
 const BROKEN: &str = "model M(n: int = 4) {
     param l = Linear(n, 3);
     fn forward(x: f32[5]) -> f32[3] { l(x) }
@@ -312,8 +319,13 @@ fn malformed_requests_get_error_responses_and_the_server_keeps_going() {
     assert!(!session.diagnostics_for(uri).is_empty());
     let completion = session.request("textDocument/completion", at(uri, json!({ "line": 1, "character": 44 })));
     assert!(completion.get("error").is_none(), "{completion}");
+    // A position past the text is refused, saying where (issue 47: answered at a clamped
+    // position, it was about another token).
     let hover = session.request("textDocument/hover", at(uri, json!({ "line": 99, "character": 99 })));
-    assert!(hover.get("error").is_none(), "{hover}");
+    assert_eq!(hover["error"]["code"], json!(-32602), "{hover}");
+    assert!(hover["error"]["message"].as_str().is_some_and(|m| m.contains("position 99:99 is outside")), "{hover}");
+    let completion = session.request("textDocument/completion", at(uri, json!({ "line": 1, "character": 44 })));
+    assert!(completion.get("error").is_none(), "the server goes on: {completion}");
     assert_eq!(session.shut_down(), Some(0));
 }
 
@@ -626,8 +638,7 @@ fn inlay_hints_show_the_inferred_shapes_within_the_range() {
     let text = example("ggsnn.amp");
     session.open(uri, &text);
     assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new());
-    let everything = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 9999, "character": 0 } });
-    let hints = inlay_hints(&mut session, uri, everything);
+    let hints = inlay_hints(&mut session, uri, whole(&text));
     let seq = ": [f32[hidden] (= f32[32])]";
     let vector = ": f32[hidden] (= f32[32])";
     let line = |needle: &str| text.lines().position(|l| l.contains(needle)).expect("the line") as u64;
@@ -663,7 +674,7 @@ fn quick_fixes_replace_a_misspelled_name_and_rename_an_unused_variable() {
     let diagnostics = session.diagnostics_for(uri);
     let codes: Vec<&str> = diagnostics.iter().filter_map(|d| d["code"].as_str()).collect();
     assert_eq!(codes, ["W0001", "E0100"], "{diagnostics:?}");
-    let everything = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 999, "character": 0 } });
+    let everything = whole(&text);
     let context = json!({ "diagnostics": diagnostics, "only": ["quickfix"] });
     let response = session.request(
         "textDocument/codeAction",
@@ -1023,8 +1034,8 @@ fn signature_help_for_builtins_fns_and_layers_while_the_line_is_half_typed() {
 }
 
 /// The quick fixes for the whole of `uri`: (title, range, new text) of each edit.
-fn quick_fixes(session: &mut Session, uri: &str) -> Vec<(String, Value, String)> {
-    let range = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 999, "character": 0 } });
+fn quick_fixes(session: &mut Session, uri: &str, text: &str) -> Vec<(String, Value, String)> {
+    let range = whole(text);
     let params = json!({ "textDocument": { "uri": uri }, "range": range, "context": { "diagnostics": [] } });
     let answer = session.request("textDocument/codeAction", params);
     let actions = answer["result"].as_array().cloned().unwrap_or_default();
@@ -1049,7 +1060,7 @@ fn quick_fixes_add_a_missing_loss_and_import_a_standard_layer() {
     session.open(uri, text);
     let codes: Vec<Value> = session.diagnostics_for(uri).iter().map(|d| d["code"].clone()).collect();
     assert!(codes.contains(&json!("E0501")) && codes.contains(&json!("E0100")), "{codes:?}");
-    let fixes = quick_fixes(&mut session, uri);
+    let fixes = quick_fixes(&mut session, uri, text);
     let import = fixes.iter().find(|f| f.0 == "Add `use std::nn::Mlp;`").unwrap_or_else(|| panic!("{fixes:?}"));
     assert_eq!(import.1, json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 0, "character": 0 } }));
     assert_eq!(import.2, "use std::nn::Mlp;\n");

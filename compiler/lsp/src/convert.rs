@@ -35,6 +35,19 @@ pub fn offset_of(file: &SourceFile, position: lsp::Position) -> usize {
     file.offset_of_utf16(position.line as usize, position.character as usize)
 }
 
+/// The byte offset of an LSP position inside the text: `None` for a line past the last
+/// one, a column past its line's end, or one inside a character's UTF-16 pair. Requests
+/// and changes with such a position are refused (the editor and the server no longer
+/// agree on the text), where [`offset_of`] would clamp.
+pub fn checked_offset(file: &SourceFile, position: lsp::Position) -> Option<usize> {
+    let (line, column) = (position.line as usize, position.character as usize);
+    if line >= file.lines.line_count() {
+        return None;
+    }
+    let offset = file.offset_of_utf16(line, column);
+    (file.line_col_utf16(offset) == (line, column)).then_some(offset)
+}
+
 /// The page that explains `code`, `<base>/<CODE>.md`, where `base` is the URL of a copy
 /// of `docs/errors` (see [`crate::server`] for where it comes from).
 pub fn error_page(base: &str, code: Code) -> Option<lsp::Uri> {

@@ -7,7 +7,7 @@
 //! before any request ([`Document::change_text`]), leaves the old analysis in place until
 //! that next change.
 
-use crate::convert::{self, offset_of};
+use crate::convert::{self, checked_offset};
 use crate::stdlib_files::StdlibFiles;
 use amp_diagnostics::{FileId, LineIndex, SourceFile, SourceMap};
 use amp_sema::{check_program, Checked, Options, Program};
@@ -57,20 +57,32 @@ impl Document {
     }
 
     /// Applies the changes of one `didChange` in order and re-checks.
-    pub fn change(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) {
-        self.change_text(version, changes);
+    pub fn change(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) -> Result<(), String> {
+        let applied = self.change_text(version, changes);
         self.analysis = Analysis::of(self.uri.as_str(), &self.text);
+        applied
     }
 
     /// Applies the changes of one `didChange` without re-checking: only for a change that
-    /// another follows before the analysis can be read (the server's stale edits).
-    pub fn change_text(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) {
+    /// another follows before the analysis can be read (the server's stale edits). A
+    /// change whose range is outside the text is refused with the ones after it (the
+    /// earlier ones stay applied, as the editor sent them in order), and said why.
+    pub fn change_text(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) -> Result<(), String> {
         let mut text = std::mem::take(&mut self.text);
+        let mut applied = Ok(());
         for change in changes {
-            text = apply_change(text, change);
+            match apply_change(text, change) {
+                Ok(changed) => text = changed,
+                Err((unchanged, why)) => {
+                    text = unchanged;
+                    applied = Err(why);
+                    break;
+                }
+            }
         }
         self.version = version;
         self.text = text;
+        applied
     }
 
     /// Replaces the whole text (a save that includes it) and re-checks.
@@ -114,18 +126,28 @@ impl Document {
 }
 
 /// `text` after one content change: a whole new text, or a replacement of a range given
-/// in UTF-16 positions (out-of-range positions clamp; a reversed range is read forwards).
-pub fn apply_change(text: String, change: TextDocumentContentChangeEvent) -> String {
+/// in UTF-16 positions (a reversed range is read forwards). A range outside the text
+/// leaves it as it was, with the reason.
+pub fn apply_change(text: String, change: TextDocumentContentChangeEvent) -> Result<String, (String, String)> {
     let Some(range) = change.range else {
-        return change.text;
+        return Ok(change.text);
     };
     let file = SourceFile { name: String::new(), lines: LineIndex::new(&text), text };
-    let start = offset_of(&file, range.start);
-    let end = offset_of(&file, range.end);
+    let (Some(start), Some(end)) = (checked_offset(&file, range.start), checked_offset(&file, range.end)) else {
+        let why = format!(
+            "the change's range {}:{}-{}:{} is outside the document ({} lines)",
+            range.start.line,
+            range.start.character,
+            range.end.line,
+            range.end.character,
+            file.lines.line_count()
+        );
+        return Err((file.text, why));
+    };
     let (start, end) = (start.min(end), start.max(end));
     let mut text = file.text;
     text.replace_range(start..end, &change.text);
-    text
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -141,26 +163,54 @@ mod tests {
         }
     }
 
+    fn applied(text: &str, change: TextDocumentContentChangeEvent) -> String {
+        apply_change(text.to_string(), change).expect("the change applies")
+    }
+
     #[test]
     fn incremental_changes_use_utf16_columns() {
-        let text = "let a = 1;\n// é𝄞 x\n".to_string();
+        let text = "let a = 1;\n// é𝄞 x\n";
         // `x` is at UTF-16 column 7 of line 1 (`𝄞` counts twice).
-        let text = apply_change(text, edit(Some(((1, 7), (1, 8))), "yz"));
+        let text = applied(text, edit(Some(((1, 7), (1, 8))), "yz"));
         assert_eq!(text, "let a = 1;\n// é𝄞 yz\n");
-        let text = apply_change(text, edit(Some(((0, 4), (0, 5))), "b"));
+        let text = applied(&text, edit(Some(((0, 4), (0, 5))), "b"));
         assert_eq!(text, "let b = 1;\n// é𝄞 yz\n");
-        // Insertion at the very end, and past it (clamped).
-        let text = apply_change(text, edit(Some(((2, 0), (2, 0))), "end"));
+        // Insertion at the very end: the empty line after the last newline.
+        let text = applied(&text, edit(Some(((2, 0), (2, 0))), "end"));
         assert_eq!(text, "let b = 1;\n// é𝄞 yz\nend");
-        let text = apply_change(text, edit(Some(((40, 3), (41, 0))), "!"));
-        assert_eq!(text, "let b = 1;\n// é𝄞 yz\nend!");
+    }
+
+    /// A range past the last line, past a line's end or inside a UTF-16 pair is refused
+    /// with the text unchanged and the reason, never clamped into a silent edit.
+    #[test]
+    fn changes_outside_the_text_are_refused() {
+        let text = "let b = 1;\n// é𝄞 yz\nend";
+        for range in [((40, 3), (41, 0)), ((0, 11), (0, 11)), ((1, 5), (1, 5)), ((2, 0), (3, 0))] {
+            let (unchanged, why) = apply_change(text.into(), edit(Some(range), "!")).expect_err("refused");
+            assert_eq!(unchanged, text);
+            assert!(why.contains("outside the document (3 lines)"), "{why}");
+        }
+        // The end of a line is inside it.
+        assert_eq!(applied(text, edit(Some(((0, 10), (0, 10))), "!")), "let b = 1;!\n// é𝄞 yz\nend");
     }
 
     #[test]
     fn reversed_ranges_and_full_replacements() {
-        let text = apply_change("abcdef".into(), edit(Some(((0, 4), (0, 1))), "-"));
+        let text = applied("abcdef", edit(Some(((0, 4), (0, 1))), "-"));
         assert_eq!(text, "a-ef");
-        assert_eq!(apply_change(text, edit(None, "new")), "new");
+        assert_eq!(applied(&text, edit(None, "new")), "new");
+    }
+
+    /// In one `didChange`, the changes before a refused one stay applied, and the ones
+    /// after it are not.
+    #[test]
+    fn a_refused_change_stops_its_notification() {
+        let uri: Uri = "file:///a.amp".parse().expect("valid");
+        let mut doc = Document::open(uri, 1, "abc".to_string());
+        let changes = vec![edit(Some(((0, 0), (0, 1))), "x"), edit(Some(((5, 0), (5, 0))), "y"), edit(None, "z")];
+        let why = doc.change(2, changes).expect_err("refused");
+        assert!(why.contains("5:0-5:0"), "{why}");
+        assert_eq!(doc.text, "xbc");
     }
 
     #[test]
@@ -170,7 +220,7 @@ mod tests {
         let mut doc = Document::open(uri, 1, broken.to_string());
         assert!(!doc.diagnostics(&StdlibFiles::none(), None).is_empty());
         let start = u32::try_from(broken.find("foo").expect("present")).expect("small");
-        doc.change(2, vec![edit(Some(((0, start), (0, start + 3))), "x")]);
+        doc.change(2, vec![edit(Some(((0, start), (0, start + 3))), "x")]).expect("applies");
         assert_eq!(doc.version, 2);
         assert!(doc.text.contains("{ x }"));
         assert_eq!(doc.diagnostics(&StdlibFiles::none(), None), Vec::new());

@@ -222,6 +222,10 @@ impl Server<'_> {
         if self.shutdown_requested {
             return error(id, ErrorCode::InvalidRequest, "the server is shutting down".into());
         }
+        if let Some(refusal) = self.outside_the_text(&method, &params) {
+            eprintln!("ampc lsp: {refusal}");
+            return error(id, ErrorCode::InvalidParams, refusal);
+        }
         match method.as_str() {
             req::Shutdown::METHOD => {
                 self.shutdown_requested = true;
@@ -312,6 +316,29 @@ impl Server<'_> {
         }
     }
 
+    /// Why a request's position (`position`, or `range`'s ends) in an open document lies
+    /// outside its text, if it does: the editor's text and the server's differ, and an
+    /// answer at a clamped position would be about something else.
+    fn outside_the_text(&self, method: &str, params: &Value) -> Option<String> {
+        let uri: lsp::Uri = params["textDocument"]["uri"].as_str()?.parse().ok()?;
+        let file = self.documents.get(&uri)?.analysis.main_file()?;
+        let range = &params["range"];
+        let positions = [&params["position"], &range["start"], &range["end"]];
+        for value in positions.into_iter().filter(|v| !v.is_null()) {
+            let position: lsp::Position = serde_json::from_value(value.clone()).ok()?;
+            if crate::convert::checked_offset(file, position).is_none() {
+                return Some(format!(
+                    "`{method}`: position {}:{} is outside {} ({} lines)",
+                    position.line,
+                    position.character,
+                    uri.as_str(),
+                    file.lines.line_count()
+                ));
+            }
+        }
+        None
+    }
+
     /// Deserializes the parameters of `R`, runs `handler` and serializes its answer; bad
     /// parameters get an `InvalidParams` error rather than a panic.
     fn handle<R: lsp::request::Request>(
@@ -368,12 +395,24 @@ impl Server<'_> {
                     eprintln!("ampc lsp: change to a document that is not open: {}", p.text_document.uri.as_str());
                     return Ok(());
                 };
+                let uri = p.text_document.uri;
+                let applied = if superseded {
+                    document.change_text(p.text_document.version, p.content_changes)
+                } else {
+                    document.change(p.text_document.version, p.content_changes)
+                };
+                if let Err(why) = applied {
+                    // No reply carries it: the log says the texts now differ.
+                    eprintln!(
+                        "ampc lsp: a change to {} was refused: {why}; the editor's text and the server's differ \
+                         until the document is reopened",
+                        uri.as_str()
+                    );
+                }
                 if superseded {
-                    document.change_text(p.text_document.version, p.content_changes);
                     return Ok(());
                 }
-                document.change(p.text_document.version, p.content_changes);
-                p.text_document.uri
+                uri
             }
             note::DidSaveTextDocument::METHOD => {
                 let Some(p) = parse::<note::DidSaveTextDocument>(params) else {
@@ -566,6 +605,48 @@ mod tests {
         assert_eq!(shutdown.response_result.ok(), Some(Value::Null));
         let late = client.request(6, "textDocument/hover", json!({}));
         assert_eq!(error_code(&late), Some(ErrorCode::InvalidRequest as i32));
+        assert!(client.stop().is_ok());
+    }
+
+    /// Positions outside the document's text (a line past the last, a column past its
+    /// line's end) are refused with `InvalidParams`, where an answer at a clamped position
+    /// would be about another token; a change with such a range is not applied; the
+    /// server goes on serving.
+    #[test]
+    fn positions_outside_the_text_are_refused() {
+        let client = Client::start();
+        let uri = "file:///m.amp";
+        let text = "model M(n: int = 4) {\n    fn forward(x: f32[n]) -> f32[n] { tanh(x) }\n}\n";
+        client.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": text } }),
+        );
+        let hover = |id: i32, line: u32, character: u32| {
+            let at = json!({ "textDocument": { "uri": uri }, "position": { "line": line, "character": character } });
+            client.request(id, "textDocument/hover", at)
+        };
+        // `tanh(x)`'s `x`, column 43 of line 1.
+        let inside = hover(2, 1, 43);
+        assert!(inside.response_result.as_ref().is_ok_and(|v| v.to_string().contains("f32")), "{inside:?}");
+        for (id, (line, character)) in [(3, (9, 0)), (4, (1, 60)), (5, (4, 0))] {
+            let refused = hover(id, line, character);
+            assert_eq!(error_code(&refused), Some(ErrorCode::InvalidParams as i32), "{line}:{character}");
+            let message = refused.response_result.err().map(|e| e.message).unwrap_or_default();
+            assert!(message.contains(&format!("position {line}:{character} is outside")), "{message}");
+        }
+        let range = json!({ "start": { "line": 0, "character": 0 }, "end": { "line": 7, "character": 0 } });
+        let hints =
+            client.request(6, "textDocument/inlayHint", json!({ "textDocument": { "uri": uri }, "range": range }));
+        assert_eq!(error_code(&hints), Some(ErrorCode::InvalidParams as i32));
+        // A change past the end is not applied: `x` is still where it was.
+        let change = json!({ "range": { "start": { "line": 8, "character": 0 }, "end": { "line": 8, "character": 1 } }, "text": "!" });
+        client.notify(
+            "textDocument/didChange",
+            json!({ "textDocument": { "uri": uri, "version": 2 }, "contentChanges": [change] }),
+        );
+        let still = hover(7, 1, 43);
+        assert!(still.response_result.as_ref().is_ok_and(|v| v.to_string().contains("f32")), "{still:?}");
+        client.request(8, "shutdown", Value::Null);
         assert!(client.stop().is_ok());
     }
 
