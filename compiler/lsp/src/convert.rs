@@ -35,17 +35,25 @@ pub fn offset_of(file: &SourceFile, position: lsp::Position) -> usize {
     file.offset_of_utf16(position.line as usize, position.character as usize)
 }
 
-/// The byte offset of an LSP position inside the text: `None` for a line past the last
-/// one, a column past its line's end, or one inside a character's UTF-16 pair. Requests
-/// and changes with such a position are refused (the editor and the server no longer
-/// agree on the text), where [`offset_of`] would clamp.
+/// The byte offset of an LSP position in the text: `None` for a line past the last one or
+/// a column inside a character's UTF-16 pair, which requests and changes are refused for
+/// (the editor's text and the server's differ). A column past its line's end is the end
+/// of the line, as the protocol says.
 pub fn checked_offset(file: &SourceFile, position: lsp::Position) -> Option<usize> {
     let (line, column) = (position.line as usize, position.character as usize);
     if line >= file.lines.line_count() {
         return None;
     }
+    if column >= line_length_utf16(file, line) {
+        return Some(file.offset_of_utf16(line, usize::MAX));
+    }
     let offset = file.offset_of_utf16(line, column);
     (file.line_col_utf16(offset) == (line, column)).then_some(offset)
+}
+
+/// A line's length in UTF-16 units, without its newline.
+pub fn line_length_utf16(file: &SourceFile, line: usize) -> usize {
+    file.line_col_utf16(file.offset_of_utf16(line, usize::MAX)).1
 }
 
 /// The page that explains `code`, `<base>/<CODE>.md`, where `base` is the URL of a copy

@@ -180,18 +180,20 @@ mod tests {
         assert_eq!(text, "let b = 1;\n// é𝄞 yz\nend");
     }
 
-    /// A range past the last line, past a line's end or inside a UTF-16 pair is refused
-    /// with the text unchanged and the reason, never clamped into a silent edit.
+    /// A range past the last line or inside a UTF-16 pair is refused with the text
+    /// unchanged and the reason, never clamped into a silent edit; a column past its
+    /// line's end is the line's end, as the protocol says.
     #[test]
     fn changes_outside_the_text_are_refused() {
         let text = "let b = 1;\n// é𝄞 yz\nend";
-        for range in [((40, 3), (41, 0)), ((0, 11), (0, 11)), ((1, 5), (1, 5)), ((2, 0), (3, 0))] {
+        for range in [((40, 3), (41, 0)), ((1, 5), (1, 5)), ((2, 0), (3, 0))] {
             let (unchanged, why) = apply_change(text.into(), edit(Some(range), "!")).expect_err("refused");
             assert_eq!(unchanged, text);
             assert!(why.contains("outside the document (3 lines)"), "{why}");
         }
-        // The end of a line is inside it.
+        // The end of a line, and past it.
         assert_eq!(applied(text, edit(Some(((0, 10), (0, 10))), "!")), "let b = 1;!\n// é𝄞 yz\nend");
+        assert_eq!(applied(text, edit(Some(((0, 11), (0, 99))), "!")), "let b = 1;!\n// é𝄞 yz\nend");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use super::declaration::declaration_hover;
 use super::{doc_at, expr_type_at, final_definition, reference_at};
-use crate::convert::{offset_of, range_of};
+use crate::convert::{line_length_utf16, offset_of, range_of};
 use crate::documents::Analysis;
 use amp_sema::rollout::{inference_factor, Pattern, RolloutGraph};
 use amp_sema::NetworkDef;
@@ -19,6 +19,10 @@ const MAX_SHOWN_EXPRESSION: usize = 40;
 
 pub fn hover(analysis: &Analysis, position: Position) -> Option<Hover> {
     let file = analysis.main_file()?;
+    // Past a line's end there is nothing to show (clamped, it was the enclosing arm's type).
+    if position.character as usize > line_length_utf16(file, position.line as usize) {
+        return None;
+    }
     let offset = offset_of(file, position);
     let network = analysis.program().networks.iter().find(|n| n.span.file == analysis.main && n.span.contains(offset));
     if let Some(network) = network {
