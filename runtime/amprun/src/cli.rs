@@ -47,6 +47,20 @@ pub enum Command {
     /// Real data sets by name: download and verify SST, list what is present and where,
     /// print a file's path.
     Data(DataCommand),
+    /// One self-contained HTML page of runs' `--metrics` files, on shared axes: learning
+    /// curves, learning rate, throughput, staleness, accuracy per update step.
+    Report(ReportArgs),
+}
+
+/// `amprun report RUN.jsonl... -o report.html`.
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// The runs' `--metrics` files.
+    #[arg(required = true, value_name = "RUN.jsonl")]
+    pub runs: Vec<PathBuf>,
+    /// The page to write.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 /// `amprun data ...`.
@@ -486,6 +500,10 @@ pub struct TrainArgs {
     /// (appended to with --resume).
     #[arg(long, value_name = "FILE")]
     pub metrics: Option<PathBuf>,
+    /// Write an HTML page of the run (`amprun report`'s, with the command line and the
+    /// machine) when it ends, also when it stops on a NaN loss or a failure.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
     /// Write the reports' scalars (losses, accuracy, throughput, learning rate, staleness,
     /// per epoch) as a TensorBoard event file in this folder (`tensorboard --logdir DIR`).
     #[arg(long, value_name = "DIR")]

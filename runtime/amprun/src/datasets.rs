@@ -69,7 +69,7 @@ pub fn resolve_names(command: &mut Command) -> Result<(), Failure> {
         }
         Command::Eval(args) | Command::Infer(args) => resolve(&mut args.data)?,
         Command::Grad(args) => resolve(&mut args.data)?,
-        Command::Data(_) => {}
+        Command::Data(_) | Command::Report(_) => {}
     }
     Ok(())
 }

@@ -11,7 +11,7 @@
 //!        [--update-frequency NODE=M ...] [--async] [--optimizer sgd|momentum|adam]
 //!        [--lr X] [--momentum X] [--weight-decay X] [--clip-norm X] [--seed S]
 //!        [--save ckpt.safetensors] [--resume] [--init p.safetensors] [--metrics m.jsonl]
-//!        [--tensorboard DIR] [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
+//!        [--tensorboard DIR] [--report run.html] [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
 //!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--plan-replicas] [--profile p.json]
 //!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
 //!        [--no-chains] [--per-element-maps] [--keep-best best.safetensors] [--patience N]
@@ -31,6 +31,8 @@
 //!                                         download, verify and cache SST
 //! amprun data list [--dir DIR]            the data sets' names, which are present, where
 //! amprun data path NAME [--dir DIR]       the file a name stands for
+//! amprun report RUN.jsonl... -o report.html
+//!                                         one HTML page of runs' --metrics files
 //! ```
 //!
 //! For example, from the repository root (a few seconds in release mode):
@@ -292,7 +294,16 @@
 //! run adds a file): `train/loss`, `train/accuracy`, `train/instances_per_s`, `train/lr`,
 //! `valid/loss`, `valid/accuracy`, `valid/instances_per_s` and per parameter group
 //! `staleness/GROUP/mean`, `/max` and `/bound`, each at step = the epoch, for
-//! `tensorboard --logdir DIR`. `--trace FILE` writes a
+//! `tensorboard --logdir DIR`. `--report FILE` writes, when the run ends (also when it
+//! stops on a NaN loss or a failure), the page `amprun report` makes of its metrics, with
+//! the command line, the version and the machine. `amprun report RUN.jsonl... -o FILE`
+//! makes one self-contained HTML page (inline SVG and CSS; no script, nothing fetched) of
+//! one or more `--metrics` files, each run in its own colour on shared axes: a table of
+//! each run's last epoch, best validation accuracy and plan, then the loss and accuracy per
+//! epoch (training solid, validation dashed), the learning rate, the training throughput,
+//! each parameter group's staleness (mean solid, max dotted, the bound grey) and, for
+//! rolled-out networks, the accuracy per update step. A line that is not a JSON object is
+//! refused with its file and line. `--trace FILE` writes a
 //! Chrome/Perfetto trace of every worker's forward, backward and update work (`args`: the
 //! `batch` of messages a call took, their `rows` and `instances`; split over processes,
 //! one file on process 0: a process per process, a row per worker, one clock); an update
@@ -437,6 +448,7 @@ mod download;
 mod embeddings;
 mod failure;
 mod frames;
+mod html_report;
 mod model;
 mod placement;
 mod report;
@@ -485,6 +497,7 @@ fn run(command: &Command) -> Result<(), failure::Failure> {
         Command::Eval(args) | Command::Infer(args) => &args.exec,
         Command::Grad(args) => &args.exec,
         Command::Data(data) => return datasets::run(data),
+        Command::Report(args) => return html_report::run(args),
     };
     let result = cluster::prepare(exec).and_then(|()| match command {
         Command::Train(args) => train::run(args),
@@ -492,6 +505,7 @@ fn run(command: &Command) -> Result<(), failure::Failure> {
         Command::Infer(args) => commands::infer(args),
         Command::Grad(args) => commands::grad(args),
         Command::Data(data) => datasets::run(data),
+        Command::Report(args) => html_report::run(args),
     });
     cluster::finish(result)
 }

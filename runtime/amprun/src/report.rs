@@ -73,12 +73,14 @@ pub fn finite(x: f64) -> Value {
 pub struct Metrics {
     out: Option<(PathBuf, BufWriter<File>)>,
     tensorboard: Option<crate::tensorboard::TensorBoard>,
+    /// Every object written, for `--report`'s page.
+    kept: Option<Vec<Value>>,
 }
 
 impl Metrics {
     /// Opens `path` (appending when resuming, else truncating); no file, no metrics.
     pub fn open(path: Option<&Path>, append: bool) -> Result<Metrics, Failure> {
-        let Some(path) = path else { return Ok(Metrics { out: None, tensorboard: None }) };
+        let Some(path) = path else { return Ok(Metrics { out: None, tensorboard: None, kept: None }) };
         crate::setup::check_target("--metrics", path)?;
         let file = OpenOptions::new()
             .create(true)
@@ -87,7 +89,18 @@ impl Metrics {
             .truncate(!append)
             .open(path)
             .map_err(|e| Failure::io("write", path, &e))?;
-        Ok(Metrics { out: Some((path.to_path_buf(), BufWriter::new(file))), tensorboard: None })
+        Ok(Metrics { out: Some((path.to_path_buf(), BufWriter::new(file))), tensorboard: None, kept: None })
+    }
+
+    /// Also keeps every object written in memory (`--report`), with or without a file.
+    pub fn keeping(mut self, keep: bool) -> Metrics {
+        self.kept = keep.then(Vec::new);
+        self
+    }
+
+    /// The objects written so far, when kept.
+    pub fn kept(&self) -> &[Value] {
+        self.kept.as_deref().unwrap_or_default()
     }
 
     /// Also writes each report's scalars as TensorBoard events into `dir`.
@@ -106,6 +119,9 @@ impl Metrics {
     pub fn write_json(&mut self, value: &Value) -> Result<(), Failure> {
         if let Some(board) = &mut self.tensorboard {
             board.report(value)?;
+        }
+        if let Some(kept) = &mut self.kept {
+            kept.push(value.clone());
         }
         let Some((path, out)) = &mut self.out else { return Ok(()) };
         let line = value.to_string();

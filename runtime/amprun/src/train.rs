@@ -167,7 +167,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         train: &train,
         valid: valid.as_ref(),
         seed: start.seed,
-        metrics: Metrics::open(args.metrics.as_deref(), args.resume)?.with_tensorboard(args.tensorboard.as_deref())?,
+        metrics: Metrics::open(args.metrics.as_deref(), args.resume)?
+            .with_tensorboard(args.tensorboard.as_deref())?
+            .keeping(args.report.is_some()),
         progress: Progress::new(),
         trace: Vec::new(),
         measure,
@@ -192,9 +194,23 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     })();
     run.progress.clear();
     let traced = run.write_trace();
-    result?;
-    traced?;
-    run.report_placement()?;
+    let finished = result.and(traced).and_then(|()| run.report_placement());
+    // The page is written however the run ended (a NaN loss, a failed worker too); a page
+    // that cannot be written does not hide why the run stopped.
+    if let Some(path) = &args.report {
+        let context = crate::html_report::Context { command: std::env::args().collect() };
+        // A resumed run's metrics file has the epochs before it too.
+        let kept = || run.metrics.kept().to_vec();
+        let rows =
+            args.metrics.as_deref().and_then(|m| crate::html_report::Run::read(m).ok()).map_or_else(kept, |r| r.rows);
+        let run = crate::html_report::Run { name: run.name.clone(), rows };
+        match (crate::html_report::write(path, &[run], Some(&context)), &finished) {
+            (Err(e), Ok(())) => return Err(e),
+            (Err(e), Err(_)) => eprintln!("amprun: the report was not written: {e}"),
+            (Ok(()), _) => {}
+        }
+    }
+    finished?;
     run.summary(first);
     Ok(())
 }
@@ -208,6 +224,7 @@ fn check_outputs(args: &TrainArgs) -> Result<(), Failure> {
         ("--keep-best", &args.keep_best),
         ("--metrics", &args.metrics),
         ("--trace", &args.trace),
+        ("--report", &args.report),
     ];
     for (flag, path) in outputs.into_iter().chain([("--profile", &args.profile)]) {
         if let Some(path) = path {

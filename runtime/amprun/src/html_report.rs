@@ -1,0 +1,394 @@
+//! `amprun report RUN.jsonl... -o report.html` and `amprun train --report FILE`: one
+//! self-contained HTML page of a run's metrics (or several runs' on shared axes), with
+//! inline SVG and CSS, no script and nothing fetched.
+//!
+//! Charts, each run in its own colour: the loss and the accuracy per epoch (training
+//! solid, validation dashed), the learning rate, the training throughput, each parameter
+//! group's staleness (mean solid, max dotted, the bound grey), and for rolled-out
+//! networks the accuracy per update step. A table gives each run's last and best epoch
+//! and its plan; `train --report` adds the command line, the build and the machine.
+
+use crate::failure::Failure;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// One run: its name (the file's) and its metrics objects in order.
+pub struct Run {
+    pub name: String,
+    pub rows: Vec<Value>,
+}
+
+impl Run {
+    /// A `--metrics` file: one JSON object per line (blank lines skipped); a line that is
+    /// not one is an error naming the file and line.
+    pub fn read(path: &Path) -> Result<Run, Failure> {
+        let bytes = amp_ir::limits::read_bounded(path, MAX_METRICS_BYTES).map_err(|e| Failure::io("read", path, &e))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let mut rows = Vec::new();
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            match serde_json::from_str::<Value>(line) {
+                Ok(value) if value.is_object() => rows.push(value),
+                _ => {
+                    let message = format!("{}:{}: not a metrics object", path.display(), i + 1);
+                    return Err(Failure::bad_input(message));
+                }
+            }
+        }
+        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        Ok(Run { name, rows })
+    }
+
+    /// `(epoch, value)` of `key` in the rows of `split`.
+    fn series(&self, split: &str, key: &str) -> Vec<(f64, f64)> {
+        self.rows
+            .iter()
+            .filter(|r| r["split"] == split && r["update_step"].is_null())
+            .filter_map(|r| Some((r["epoch"].as_f64()?, r[key].as_f64()?)))
+            .collect()
+    }
+
+    /// Per parameter group, `(epoch, value)` of its staleness `key` (`mean`, `max`,
+    /// `bound`).
+    fn staleness(&self, key: &str) -> Vec<(String, Vec<(f64, f64)>)> {
+        let mut groups: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        for row in self.rows.iter().filter(|r| r["split"] == "train") {
+            let Some(epoch) = row["epoch"].as_f64() else { continue };
+            for group in row["staleness"].as_array().map_or(&[][..], Vec::as_slice) {
+                let (Some(name), Some(x)) = (group["group"].as_str(), group[key].as_f64()) else { continue };
+                match groups.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, points)) => points.push((epoch, x)),
+                    None => groups.push((name.to_string(), vec![(epoch, x)])),
+                }
+            }
+        }
+        groups
+    }
+}
+
+/// `amprun report`.
+pub fn run(args: &crate::cli::ReportArgs) -> Result<(), Failure> {
+    let runs = args.runs.iter().map(|p| Run::read(p)).collect::<Result<Vec<_>, _>>()?;
+    write(&args.output, &runs, None)
+}
+
+/// A metrics file larger than this is refused (a run of many epochs writes kilobytes).
+const MAX_METRICS_BYTES: u64 = 256 << 20;
+
+/// What `train --report` knows besides the metrics.
+pub struct Context {
+    pub command: Vec<String>,
+}
+
+/// Writes the page for `runs` to `output` (atomically: a page is never half written).
+pub fn write(output: &Path, runs: &[Run], context: Option<&Context>) -> Result<(), Failure> {
+    let page = render(runs, context);
+    crate::setup::check_target("--report", output)?;
+    let temporary = PathBuf::from(format!("{}.tmp", output.display()));
+    std::fs::write(&temporary, page).map_err(|e| Failure::io("write", &temporary, &e))?;
+    std::fs::rename(&temporary, output).map_err(|e| Failure::io("write", output, &e))
+}
+
+/// Colours for runs, distinguishable in print and for most colour vision.
+const COLOURS: [&str; 8] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442"];
+
+/// One line of a chart: a run's series in its colour, solid or dashed.
+struct Line {
+    label: String,
+    colour: &'static str,
+    dash: &'static str,
+    points: Vec<(f64, f64)>,
+}
+
+/// The page.
+pub fn render(runs: &[Run], context: Option<&Context>) -> String {
+    let colour = |i: usize| COLOURS[i % COLOURS.len()];
+    let mut body = String::new();
+    let _ = write!(body, "<h1>Amp run report</h1>\n<table>\n<tr><th>run</th><th>epochs</th><th>last train</th>");
+    body.push_str("<th>last valid</th><th>best valid accuracy</th><th>plan</th></tr>\n");
+    for (i, run) in runs.iter().enumerate() {
+        let last = |split: &str| {
+            let row = run.rows.iter().rev().find(|r| r["split"] == split && r["update_step"].is_null());
+            row.map_or_else(|| "–".to_string(), scores)
+        };
+        let epochs = run.series("train", "loss").len();
+        let best = run.series("valid", "accuracy").into_iter().fold(None, |b: Option<(f64, f64)>, p| {
+            if b.is_none_or(|b| p.1 > b.1) {
+                Some(p)
+            } else {
+                b
+            }
+        });
+        let best = best.map_or_else(|| "–".to_string(), |(e, a)| format!("{:.2}% (epoch {e})", 100.0 * a));
+        let plan = run.rows.iter().rev().find(|r| r["split"] == "plan").map_or_else(|| "one worker".into(), plan);
+        let _ = writeln!(
+            body,
+            "<tr><td><span class=\"key\" style=\"background:{}\"></span>{}</td><td>{epochs}</td><td>{}</td><td>{}</td><td>{best}</td><td>{}</td></tr>",
+            colour(i),
+            escape(&run.name),
+            last("train"),
+            last("valid"),
+            escape(&plan)
+        );
+    }
+    body.push_str("</table>\n");
+    if let Some(context) = context {
+        let _ = writeln!(
+            body,
+            "<p class=\"context\">Command: <code>{}</code><br>amprun {} on {} ({} {}, {} cores)</p>",
+            escape(&context.command.join(" ")),
+            env!("CARGO_PKG_VERSION"),
+            escape(&hostname()),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        );
+    }
+    let per_run = |split: &str, key: &str, dash: &'static str| -> Vec<Line> {
+        runs.iter()
+            .enumerate()
+            .map(|(i, run)| Line {
+                label: format!("{} {split}", run.name),
+                colour: colour(i),
+                dash,
+                points: run.series(split, key),
+            })
+            .collect()
+    };
+    let both = |key: &str| {
+        let mut lines = per_run("train", key, "");
+        lines.extend(per_run("valid", key, "6 4"));
+        lines
+    };
+    body.push_str(&chart("Loss per epoch", "epoch", "loss", both("loss")));
+    body.push_str(&chart("Accuracy per epoch", "epoch", "accuracy", both("accuracy")));
+    body.push_str(&chart("Learning rate", "epoch", "learning rate", per_run("train", "lr", "")));
+    body.push_str(&chart("Training throughput", "epoch", "instances/s", per_run("train", "instances_per_s", "")));
+    let mut staleness = Vec::new();
+    for (i, run) in runs.iter().enumerate() {
+        for (key, dash) in [("mean", ""), ("max", "2 3")] {
+            for (group, points) in run.staleness(key) {
+                staleness.push(Line { label: format!("{} {group} {key}", run.name), colour: colour(i), dash, points });
+            }
+        }
+        for (group, points) in run.staleness("bound") {
+            let label = format!("{} {group} bound", run.name);
+            staleness.push(Line { label, colour: "#999999", dash: "8 3", points });
+        }
+    }
+    body.push_str(&chart("Staleness per parameter group", "epoch", "updates", staleness));
+    let steps: Vec<Line> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| Line {
+            label: run.name.clone(),
+            colour: colour(i),
+            dash: "",
+            points: run
+                .rows
+                .iter()
+                .filter_map(|r| Some((r["update_step"].as_f64()?, r["accuracy"].as_f64()?)))
+                .collect(),
+        })
+        .collect();
+    body.push_str(&chart("Accuracy per update step (rolled-out networks)", "update step", "accuracy", steps));
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>Amp run report</title>\n\
+         <style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n"
+    )
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em;color:#222}\
+table{border-collapse:collapse}td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}\
+.key{display:inline-block;width:.8em;height:.8em;margin-right:.4em}\
+figure{margin:2em 0}figcaption{font-weight:600;margin-bottom:.3em}\
+svg text{font-size:11px;fill:#444}.context{color:#555}";
+
+/// `loss 1.2345, acc 56.70%` of a report row.
+fn scores(row: &Value) -> String {
+    let loss = row["loss"].as_f64().map_or_else(|| "loss –".to_string(), |l| format!("loss {l:.4}"));
+    match row["accuracy"].as_f64() {
+        Some(a) => format!("{loss}, acc {:.2}%", 100.0 * a),
+        None => loss,
+    }
+}
+
+/// The plan row's `workers`, `copies` and predicted speedup, as far as it has them.
+fn plan(row: &Value) -> String {
+    let mut out = String::new();
+    if let Some(copies) = row["copies"].as_u64().filter(|&c| c > 1) {
+        let _ = write!(out, "{copies} copies, ");
+    }
+    if let Some(workers) = row["workers"].as_u64() {
+        let _ = write!(out, "{workers} workers");
+    }
+    if let Some(speedup) = row["predicted_speedup"].as_f64() {
+        let _ = write!(out, ", predicted {speedup:.2}×");
+    }
+    if out.is_empty() {
+        "–".into()
+    } else {
+        out
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "this machine".into(), |h| h.trim().into())
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+const WIDTH: f64 = 720.0;
+const HEIGHT: f64 = 260.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 12.0;
+const BOTTOM: f64 = 36.0;
+
+/// One chart as a figure with an inline SVG: axes with ticks, a polyline per line with
+/// points (lines without any are left out; no chart without lines), and a legend.
+fn chart(title: &str, x_label: &str, y_label: &str, lines: Vec<Line>) -> String {
+    let lines: Vec<Line> =
+        lines.into_iter().filter(|l| l.points.iter().any(|p| p.0.is_finite() && p.1.is_finite())).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let finite = || lines.iter().flat_map(|l| &l.points).filter(|p| p.0.is_finite() && p.1.is_finite());
+    let (x0, x1) = bounds(finite().map(|p| p.0));
+    let (y0, y1) = bounds(finite().map(|p| p.1).chain([0.0]));
+    let sx = |x: f64| LEFT + (x - x0) / (x1 - x0) * (WIDTH - LEFT - RIGHT);
+    let sy = |y: f64| TOP + (y1 - y) / (y1 - y0) * (HEIGHT - TOP - BOTTOM);
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        "<svg width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"{}\">",
+        escape(title)
+    );
+    let (bottom, right) = (HEIGHT - BOTTOM, WIDTH - RIGHT);
+    let _ = write!(svg, "<path d=\"M{LEFT} {TOP}V{bottom}H{right}\" fill=\"none\" stroke=\"#888\"/>");
+    for y in ticks(y0, y1) {
+        let at = sy(y);
+        let _ = write!(
+            svg,
+            "<line x1=\"{LEFT}\" x2=\"{right}\" y1=\"{at:.1}\" y2=\"{at:.1}\" stroke=\"#eee\"/>\
+             <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            LEFT - 4.0,
+            at + 4.0,
+            number(y)
+        );
+    }
+    for x in ticks(x0, x1) {
+        let at = sx(x);
+        let _ = write!(svg, "<text x=\"{at:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>", bottom + 14.0, number(x));
+    }
+    let _ = write!(
+        svg,
+        "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\
+         <text x=\"12\" y=\"{:.1}\" text-anchor=\"middle\" transform=\"rotate(-90 12 {:.1})\">{}</text>",
+        (LEFT + right) / 2.0,
+        HEIGHT - 4.0,
+        escape(x_label),
+        (TOP + bottom) / 2.0,
+        (TOP + bottom) / 2.0,
+        escape(y_label)
+    );
+    let mut legend = String::new();
+    for line in &lines {
+        let points: Vec<String> = line
+            .points
+            .iter()
+            .filter(|p| p.0.is_finite() && p.1.is_finite())
+            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
+            .collect();
+        let dash = if line.dash.is_empty() { String::new() } else { format!(" stroke-dasharray=\"{}\"", line.dash) };
+        let _ = write!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\"{dash} points=\"{}\"><title>{}</title></polyline>",
+            line.colour,
+            points.join(" "),
+            escape(&line.label)
+        );
+        let _ = write!(
+            legend,
+            "<span><svg width=\"26\" height=\"8\"><line x1=\"0\" x2=\"26\" y1=\"4\" y2=\"4\" stroke=\"{}\" stroke-width=\"2\"{dash}/></svg> {}</span> ",
+            line.colour,
+            escape(&line.label)
+        );
+    }
+    svg.push_str("</svg>");
+    format!("<figure>\n<figcaption>{}</figcaption>\n{svg}\n<div>{legend}</div>\n</figure>\n", escape(title))
+}
+
+/// The range of `values`, widened when it is a single value.
+fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if !lo.is_finite() || !hi.is_finite() {
+        return (0.0, 1.0);
+    }
+    if hi - lo < 1e-12 {
+        return (lo - 0.5, hi + 0.5);
+    }
+    (lo, hi)
+}
+
+/// About five round tick values within `[lo, hi]`.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let raw = (hi - lo) / 5.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * magnitude).find(|&s| s >= raw).unwrap_or(magnitude * 10.0);
+    let first = (lo / step).ceil() as i64;
+    let last = (hi / step).floor() as i64;
+    (first..=last).take(50).map(|k| k as f64 * step).collect()
+}
+
+/// A tick's label: short, without float noise.
+fn number(x: f64) -> String {
+    if x.abs() >= 1e4 || x == x.trunc() {
+        format!("{x:.0}")
+    } else {
+        let text = format!("{x:.4}");
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ticks_are_round_and_inside() {
+        assert_eq!(ticks(0.0, 1.0), [0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]);
+        assert!(ticks(1.0, 12.0).iter().all(|&t| (1.0..=12.0).contains(&t)));
+        assert_eq!(number(0.30000000000000004), "0.3");
+        assert_eq!(number(12000.0), "12000");
+    }
+
+    #[test]
+    fn a_chart_has_a_polyline_per_line_with_a_point_per_epoch() {
+        let run = Run {
+            name: "a.jsonl".into(),
+            rows: (1..=3)
+                .flat_map(|e| {
+                    [
+                        json!({"split": "train", "epoch": e, "loss": 1.0 / e as f64, "accuracy": 0.5}),
+                        json!({"split": "valid", "epoch": e, "loss": 1.5 / e as f64}),
+                    ]
+                })
+                .collect(),
+        };
+        let page = render(&[run], None);
+        let loss = page.split("<figcaption>").nth(1).expect("the loss chart");
+        assert!(loss.starts_with("Loss per epoch"));
+        let polylines: Vec<&str> = loss.split("<polyline").skip(1).collect();
+        assert_eq!(polylines.len(), 2, "train and valid");
+        for p in polylines {
+            let points = p.split("points=\"").nth(1).and_then(|s| s.split('"').next()).unwrap_or_default();
+            assert_eq!(points.split(' ').count(), 3, "{points}");
+        }
+        assert!(!page.contains("Staleness"), "no staleness, no chart");
+        assert!(!page.contains("http"), "nothing is fetched");
+    }
+}

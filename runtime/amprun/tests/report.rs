@@ -1,0 +1,95 @@
+//! `amprun report` and `amprun train --report`: one self-contained HTML page of runs'
+//! metrics, several runs on shared axes, written also when a run stops on a NaN loss.
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+/// Trains list-reduce (hidden 16) on 48 instances for `epochs`, with `extra` flags.
+fn train(dir: &Path, metrics: &str, epochs: &str, extra: &[&str]) -> std::process::Output {
+    let (data, valid) = (example("data/list_reduce.train.jsonl"), example("data/list_reduce.valid.jsonl"));
+    let model = example("list_reduce.amp");
+    let mut args = vec!["train", &model, "-D", "hidden=16", "--data", &data, "--valid", &valid, "--limit", "48"];
+    args.extend(["--epochs", epochs, "--metrics", metrics]);
+    args.extend(extra);
+    amprun_ok(dir, &args)
+}
+
+/// The `points` of every polyline in the figure captioned `caption`.
+fn polylines(page: &str, caption: &str) -> Vec<Vec<(f64, f64)>> {
+    let figure =
+        page.split(&format!("<figcaption>{caption}</figcaption>")).nth(1).unwrap_or_else(|| panic!("{caption}"));
+    let figure = figure.split("</figure>").next().unwrap();
+    figure
+        .split("<polyline")
+        .skip(1)
+        .map(|p| {
+            let points = p.split("points=\"").nth(1).and_then(|s| s.split('"').next()).unwrap();
+            points
+                .split(' ')
+                .map(|xy| {
+                    let (x, y) = xy.split_once(',').unwrap();
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn runs_share_the_axes_of_one_self_contained_page() {
+    let dir = scratch("report");
+    let dir = dir.path();
+    train(dir, "a.jsonl", "2", &["--async", "--max-staleness", "1"]);
+    train(dir, "b.jsonl", "3", &[]);
+    amprun_ok(dir, &["report", "a.jsonl", "b.jsonl", "-o", "page.html"]);
+    let page = std::fs::read_to_string(dir.join("page.html")).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    // Self-contained: nothing fetched, no script.
+    assert!(!page.contains("http") && !page.contains("<script") && !page.contains("src="), "{page}");
+    assert!(page.contains(">a.jsonl</td><td>2</td>") && page.contains(">b.jsonl</td><td>3</td>"), "{page}");
+    // Training and validation of both runs: a point per epoch, on one x axis (epoch 1 at
+    // the left edge, the longest run's last epoch at the right).
+    let loss = polylines(&page, "Loss per epoch");
+    let lengths: Vec<usize> = loss.iter().map(Vec::len).collect();
+    assert_eq!(lengths, [2, 3, 2, 3], "train a, train b, valid a, valid b");
+    assert_eq!(loss[0][0].0, loss[1][0].0);
+    assert!(loss[0][1].0 < loss[1][2].0);
+    assert_eq!(polylines(&page, "Accuracy per epoch").len(), 4);
+    assert_eq!(polylines(&page, "Learning rate").len(), 2);
+    // Staleness from run a only (b trained synchronously: no staleness above 0, but the
+    // groups are reported); a's bound is drawn.
+    assert!(page.contains("a.jsonl embed bound"), "{page}");
+}
+
+#[test]
+fn train_writes_its_page_also_when_it_stops_on_a_bad_loss() {
+    let dir = scratch("report-nan");
+    let dir = dir.path();
+    train(dir, "m.jsonl", "2", &["--report", "run.html"]);
+    let page = std::fs::read_to_string(dir.join("run.html")).unwrap();
+    assert!(page.contains("Command: <code>") && page.contains("--report run.html"), "{page}");
+    assert_eq!(polylines(&page, "Loss per epoch").len(), 2);
+    // A learning rate that overflows the loss: exit 3, and the page of what ran.
+    let model = example("list_reduce.amp");
+    let data = example("data/list_reduce.train.jsonl");
+    let args =
+        ["train", &model, "--data", &data, "--limit", "64", "--lr", "1e30", "--epochs", "3", "--report", "bad.html"];
+    let out = amprun(dir, &args);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let page = std::fs::read_to_string(dir.join("bad.html")).unwrap();
+    assert!(page.contains("Amp run report") && page.contains("--lr 1e30"), "{page}");
+}
+
+#[test]
+fn a_file_that_is_not_metrics_is_refused_by_line() {
+    let dir = scratch("report-bad");
+    let dir = dir.path();
+    std::fs::write(dir.join("m.jsonl"), "{\"split\": \"train\", \"epoch\": 1, \"loss\": 2.0}\nnot json\n").unwrap();
+    let out = amprun(dir, &["report", "m.jsonl", "-o", "page.html"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("m.jsonl:2: not a metrics object"), "{}", stderr(&out));
+    assert!(!dir.join("page.html").exists());
+}
