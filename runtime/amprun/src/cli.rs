@@ -61,6 +61,10 @@ pub struct ReportArgs {
     /// The page to write.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: PathBuf,
+    /// A run's Chrome trace (`train --trace`): each worker's busy share over time, beside
+    /// the plan's prediction.
+    #[arg(long, value_name = "TRACE.json")]
+    pub trace: Vec<PathBuf>,
 }
 
 /// `amprun data ...`.

@@ -3,10 +3,12 @@
 //! inline SVG and CSS, no script and nothing fetched.
 //!
 //! Charts, each run in its own colour: the loss and the accuracy per epoch (training
-//! solid, validation dashed), the learning rate, the training throughput, each parameter
-//! group's staleness (mean solid, max dotted, the bound grey), and for rolled-out
-//! networks the accuracy per update step. A table gives each run's last and best epoch
-//! and its plan; `train --report` adds the command line, the build and the machine.
+//! solid, validation dashed), the learning rate, the training throughput over time, each
+//! parameter group's staleness (mean solid, max dotted, the bound grey), for rolled-out
+//! networks the accuracy per update step, and from a Chrome trace (`--trace`) each
+//! worker's busy share over time beside the plan's prediction. A table gives each run's
+//! last and best epoch and its plan; `train --report` adds the command line, the build
+//! and the machine.
 
 use crate::failure::Failure;
 use serde_json::Value;
@@ -69,8 +71,78 @@ impl Run {
 /// `amprun report`.
 pub fn run(args: &crate::cli::ReportArgs) -> Result<(), Failure> {
     let runs = args.runs.iter().map(|p| Run::read(p)).collect::<Result<Vec<_>, _>>()?;
-    write(&args.output, &runs, None)
+    let traces = args.trace.iter().map(|p| Busy::read(p)).collect::<Result<Vec<_>, _>>()?;
+    write(&args.output, &runs, &traces, None)
 }
+
+/// A Chrome trace's work intervals (`amprun train --trace`): its name and, per event,
+/// `(worker, start s, duration s)`.
+pub struct Busy {
+    pub name: String,
+    pub intervals: Vec<(u32, f64, f64)>,
+}
+
+impl Busy {
+    /// The complete events (`"ph": "X"`) of a Chrome trace file; anything else in it is
+    /// skipped, and a file that is not a trace is an error.
+    pub fn read(path: &Path) -> Result<Busy, Failure> {
+        let bytes = amp_ir::limits::read_bounded(path, MAX_TRACE_BYTES).map_err(|e| Failure::io("read", path, &e))?;
+        let not_a_trace = || Failure::bad_input(format!("{}: not a Chrome trace (`traceEvents`)", path.display()));
+        let value: Value = serde_json::from_slice(&bytes).map_err(|_| not_a_trace())?;
+        let events = value["traceEvents"].as_array().ok_or_else(not_a_trace)?;
+        let intervals = events
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .filter_map(|e| {
+                let worker = u32::try_from(e["tid"].as_u64()?).ok()?;
+                Some((worker, e["ts"].as_f64()? / 1e6, e["dur"].as_f64()? / 1e6))
+            })
+            .collect();
+        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        Ok(Busy { name, intervals })
+    }
+
+    /// Per worker, its busy share in each of `bins` equal spans of the trace: `(span's
+    /// middle s, share)`, and the workers in order.
+    fn utilization(&self, bins: usize) -> Vec<(u32, Vec<(f64, f64)>)> {
+        let start = self.intervals.iter().map(|i| i.1).fold(f64::INFINITY, f64::min);
+        let end = self.intervals.iter().map(|i| i.1 + i.2).fold(f64::NEG_INFINITY, f64::max);
+        if !(start.is_finite() && end > start) {
+            return Vec::new();
+        }
+        let width = (end - start) / bins as f64;
+        let mut workers: Vec<(u32, Vec<f64>)> = Vec::new();
+        for &(worker, from, dur) in &self.intervals {
+            let at = match workers.iter().position(|w| w.0 == worker) {
+                Some(at) => at,
+                None => {
+                    workers.push((worker, vec![0.0; bins]));
+                    workers.len() - 1
+                }
+            };
+            let busy = &mut workers[at].1;
+            // The interval's time in each bin it overlaps.
+            let (a, b) = (from - start, from + dur - start);
+            let first = ((a / width) as usize).min(bins - 1);
+            let last = ((b / width) as usize).min(bins - 1);
+            for (bin, time) in busy.iter_mut().enumerate().take(last + 1).skip(first) {
+                let (lo, hi) = (bin as f64 * width, (bin + 1) as f64 * width);
+                *time += (b.min(hi) - a.max(lo)).max(0.0);
+            }
+        }
+        workers.sort_by_key(|w| w.0);
+        workers
+            .into_iter()
+            .map(|(w, busy)| {
+                let points = busy.iter().enumerate().map(|(i, t)| ((i as f64 + 0.5) * width, (t / width).min(1.0)));
+                (w, points.collect())
+            })
+            .collect()
+    }
+}
+
+/// A trace file larger than this is refused.
+const MAX_TRACE_BYTES: u64 = 1 << 30;
 
 /// A metrics file larger than this is refused (a run of many epochs writes kilobytes).
 const MAX_METRICS_BYTES: u64 = 256 << 20;
@@ -81,8 +153,8 @@ pub struct Context {
 }
 
 /// Writes the page for `runs` to `output` (atomically: a page is never half written).
-pub fn write(output: &Path, runs: &[Run], context: Option<&Context>) -> Result<(), Failure> {
-    let page = render(runs, context);
+pub fn write(output: &Path, runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Result<(), Failure> {
+    let page = render(runs, traces, context);
     crate::setup::check_target("--report", output)?;
     let temporary = PathBuf::from(format!("{}.tmp", output.display()));
     std::fs::write(&temporary, page).map_err(|e| Failure::io("write", &temporary, &e))?;
@@ -101,7 +173,7 @@ struct Line {
 }
 
 /// The page.
-pub fn render(runs: &[Run], context: Option<&Context>) -> String {
+pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> String {
     let colour = |i: usize| COLOURS[i % COLOURS.len()];
     let mut body = String::new();
     let _ = write!(body, "<h1>Amp run report</h1>\n<table>\n<tr><th>run</th><th>epochs</th><th>last train</th>");
@@ -163,7 +235,27 @@ pub fn render(runs: &[Run], context: Option<&Context>) -> String {
     body.push_str(&chart("Loss per epoch", "epoch", "loss", both("loss")));
     body.push_str(&chart("Accuracy per epoch", "epoch", "accuracy", both("accuracy")));
     body.push_str(&chart("Learning rate", "epoch", "learning rate", per_run("train", "lr", "")));
-    body.push_str(&chart("Training throughput", "epoch", "instances/s", per_run("train", "instances_per_s", "")));
+    let throughput = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| Line {
+            label: run.name.clone(),
+            colour: colour(i),
+            dash: "",
+            points: run
+                .rows
+                .iter()
+                .filter(|r| r["split"] == "train")
+                .filter_map(|r| Some((r["elapsed_s"].as_f64()?, r["instances_per_s"].as_f64()?)))
+                .collect(),
+        })
+        .collect();
+    body.push_str(&chart(
+        "Training throughput over time (each epoch's, at its end)",
+        "seconds",
+        "instances/s",
+        throughput,
+    ));
     let mut staleness = Vec::new();
     for (i, run) in runs.iter().enumerate() {
         for (key, dash) in [("mean", ""), ("max", "2 3")] {
@@ -192,6 +284,27 @@ pub fn render(runs: &[Run], context: Option<&Context>) -> String {
         })
         .collect();
     body.push_str(&chart("Accuracy per update step (rolled-out networks)", "update step", "accuracy", steps));
+    // The plan's predicted utilisation per worker, from the first run that has one.
+    let predicted: Vec<f64> = runs
+        .iter()
+        .find_map(|r| r.rows.iter().rev().find(|row| row["split"] == "plan"))
+        .and_then(|row| row["predicted_utilization"].as_array())
+        .map(|u| u.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    for trace in traces {
+        let workers = trace.utilization(100);
+        let mut lines = Vec::new();
+        for (i, (worker, points)) in workers.iter().enumerate() {
+            let (first, last) = (points.first().map_or(0.0, |p| p.0), points.last().map_or(0.0, |p| p.0));
+            lines.push(Line { label: format!("worker {worker}"), colour: colour(i), dash: "", points: points.clone() });
+            if let Some(&share) = predicted.get(*worker as usize) {
+                let label = format!("worker {worker}, the plan's prediction");
+                lines.push(Line { label, colour: colour(i), dash: "6 4", points: vec![(first, share), (last, share)] });
+            }
+        }
+        let title = format!("Worker utilisation over time ({})", trace.name);
+        body.push_str(&chart(&title, "seconds", "busy share", lines));
+    }
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>Amp run report</title>\n\
          <style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n"
@@ -379,7 +492,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let page = render(&[run], None);
+        let page = render(&[run], &[], None);
         let loss = page.split("<figcaption>").nth(1).expect("the loss chart");
         assert!(loss.starts_with("Loss per epoch"));
         let polylines: Vec<&str> = loss.split("<polyline").skip(1).collect();

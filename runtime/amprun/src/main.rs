@@ -31,7 +31,7 @@
 //!                                         download, verify and cache SST
 //! amprun data list [--dir DIR]            the data sets' names, which are present, where
 //! amprun data path NAME [--dir DIR]       the file a name stands for
-//! amprun report RUN.jsonl... -o report.html
+//! amprun report RUN.jsonl... [--trace t.json ...] -o report.html
 //!                                         one HTML page of runs' --metrics files
 //! ```
 //!
@@ -300,10 +300,12 @@
 //! makes one self-contained HTML page (inline SVG and CSS; no script, nothing fetched) of
 //! one or more `--metrics` files, each run in its own colour on shared axes: a table of
 //! each run's last epoch, best validation accuracy and plan, then the loss and accuracy per
-//! epoch (training solid, validation dashed), the learning rate, the training throughput,
-//! each parameter group's staleness (mean solid, max dotted, the bound grey) and, for
-//! rolled-out networks, the accuracy per update step. A line that is not a JSON object is
-//! refused with its file and line. `--trace FILE` writes a
+//! epoch (training solid, validation dashed), the learning rate, the training throughput
+//! over time, each parameter group's staleness (mean solid, max dotted, the bound grey),
+//! for rolled-out networks the accuracy per update step, and for each `--trace` (a `train
+//! --trace` file; `train --report` uses its own) every worker's busy share over time beside
+//! the plan's predicted utilisation. A line that is not a JSON object is refused with its
+//! file and line. `--trace FILE` writes a
 //! Chrome/Perfetto trace of every worker's forward, backward and update work (`args`: the
 //! `batch` of messages a call took, their `rows` and `instances`; split over processes,
 //! one file on process 0: a process per process, a row per worker, one clock); an update

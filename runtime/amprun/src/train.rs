@@ -204,7 +204,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         let rows =
             args.metrics.as_deref().and_then(|m| crate::html_report::Run::read(m).ok()).map_or_else(kept, |r| r.rows);
         let run = crate::html_report::Run { name: run.name.clone(), rows };
-        match (crate::html_report::write(path, &[run], Some(&context)), &finished) {
+        let traces: Vec<_> =
+            args.trace.as_deref().and_then(|t| crate::html_report::Busy::read(t).ok()).into_iter().collect();
+        match (crate::html_report::write(path, &[run], &traces, Some(&context)), &finished) {
             (Err(e), Ok(())) => return Err(e),
             (Err(e), Err(_)) => eprintln!("amprun: the report was not written: {e}"),
             (Ok(()), _) => {}

@@ -83,6 +83,23 @@ fn train_writes_its_page_also_when_it_stops_on_a_bad_loss() {
     assert!(page.contains("Amp run report") && page.contains("--lr 1e30"), "{page}");
 }
 
+/// With a trace, the page shows each worker's busy share over time (100 spans) beside the
+/// plan's prediction, from `train --report` and from `amprun report --trace`.
+#[test]
+fn a_trace_gives_each_workers_utilisation_beside_the_plan() {
+    let dir = scratch("report-trace");
+    let dir = dir.path();
+    train(dir, "m.jsonl", "2", &["--workers", "2", "--trace", "t.json", "--report", "run.html"]);
+    amprun_ok(dir, &["report", "m.jsonl", "--trace", "t.json", "-o", "again.html"]);
+    for page in ["run.html", "again.html"] {
+        let page = std::fs::read_to_string(dir.join(page)).unwrap();
+        let lines = polylines(&page, "Worker utilisation over time (t.json)");
+        assert_eq!(lines.len(), 4, "two workers and two predictions");
+        assert_eq!(lines[0].len(), 100);
+        assert!(page.contains("worker 1, the plan's prediction"), "{page}");
+    }
+}
+
 #[test]
 fn a_file_that_is_not_metrics_is_refused_by_line() {
     let dir = scratch("report-bad");
