@@ -7,8 +7,10 @@
 //! parameter group's staleness (mean solid, max dotted, the bound grey), for rolled-out
 //! networks the accuracy per update step, and from a Chrome trace (`--trace`) each
 //! worker's busy share over time beside the plan's prediction. A table gives each run's
-//! last and best epoch and its plan; `train --report` adds the command line, the build
-//! and the machine.
+//! last and best epoch and its plan; `train --report` adds the command line, the build,
+//! the machine, and the model's graph drawn with each node in its worker's colour and the
+//! edges between workers marked (laid out in Rust by layout-rs, no Graphviz needed; the
+//! drawing scrolls).
 
 use crate::failure::Failure;
 use serde_json::Value;
@@ -150,6 +152,64 @@ const MAX_METRICS_BYTES: u64 = 256 << 20;
 /// What `train --report` knows besides the metrics.
 pub struct Context {
     pub command: Vec<String>,
+    /// The model's graph drawn with its placement ([`graph_svg`]).
+    pub graph: Option<String>,
+}
+
+/// Graphs of more nodes than this are not drawn: the layout's time grows faster than the
+/// nodes, and a page of thousands of boxes shows nothing.
+const MAX_DRAWN_NODES: usize = 400;
+
+/// The graph laid out (layout-rs: layered, in Rust, no Graphviz needed), each node a box
+/// labelled with its index and label and filled with its worker's colour, the edges
+/// between workers (the plan's cut) dashed red. `placement` gives each node index's
+/// worker (copy 0's). `None` for a graph over [`MAX_DRAWN_NODES`].
+pub fn graph_svg(graph: &amp_ir::Graph, placement: &[Option<usize>]) -> Option<String> {
+    use layout::backends::svg::SVGWriter;
+    use layout::core::base::Orientation;
+    use layout::core::color::Color;
+    use layout::core::style::{LineStyleKind, StyleAttr};
+    use layout::std_shapes::render::get_shape_size;
+    use layout::std_shapes::shapes::{Arrow, Element, LineEndKind, ShapeKind};
+    use layout::topo::layout::VisualGraph;
+
+    if graph.nodes.node_count() > MAX_DRAWN_NODES {
+        return None;
+    }
+    let worker = |i: usize| placement.get(i).copied().flatten();
+    let mut drawn = VisualGraph::new(Orientation::TopToBottom);
+    let mut handles = std::collections::HashMap::new();
+    for index in graph.nodes.node_indices() {
+        let node = &graph.nodes[index];
+        let mut label = format!("%{} {}", index.index(), node.label);
+        if label.chars().count() > 28 {
+            label = label.chars().take(27).chain(['…']).collect();
+        }
+        let fill = worker(index.index()).map_or(0xffff_ffff, |w| {
+            let rgb = u32::from_str_radix(COLOURS[w % COLOURS.len()].trim_start_matches('#'), 16).unwrap_or(0x888888);
+            (rgb << 8) | 0x55
+        });
+        let look = StyleAttr::new(Color::fast("black"), 1, Some(Color::new(fill)), 4, 12);
+        let shape = ShapeKind::new_box(&label);
+        let size = get_shape_size(Orientation::TopToBottom, &shape, 12, false);
+        handles.insert(index, drawn.add_node(Element::create(shape, look, Orientation::TopToBottom, size)));
+    }
+    for edge in graph.nodes.edge_indices() {
+        let Some((from, to)) = graph.nodes.edge_endpoints(edge) else { continue };
+        let (Some(&a), Some(&b)) = (handles.get(&from), handles.get(&to)) else { continue };
+        let cut = worker(from.index()) != worker(to.index());
+        let (style, colour) = if cut { (LineStyleKind::Dashed, "red") } else { (LineStyleKind::Normal, "gray") };
+        let look = StyleAttr::new(Color::fast(colour), 1, None, 0, 10);
+        let arrow = Arrow::new(LineEndKind::None, LineEndKind::Arrow, style, "", &look, &None, &None);
+        drawn.add_edge(arrow, a, b);
+    }
+    let mut svg = SVGWriter::new();
+    drawn.do_it(false, false, false, &mut svg);
+    // Inline in HTML, an SVG needs no XML prolog nor namespace declaration (and names no
+    // URL then).
+    let svg = svg.finalize();
+    let svg = svg.find("<svg").map_or(svg.as_str(), |at| &svg[at..]);
+    Some(svg.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1))
 }
 
 /// Writes the page for `runs` to `output` (atomically: a page is never half written).
@@ -215,6 +275,11 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
             std::env::consts::ARCH,
             std::thread::available_parallelism().map_or(1, |n| n.get())
         );
+    }
+    if let Some(svg) = context.and_then(|c| c.graph.as_deref()) {
+        body.push_str("<figure>\n<figcaption>The graph, each node in its worker's colour (the table's plan; copy 0), edges between workers dashed red</figcaption>\n<div class=\"graph\">");
+        body.push_str(svg);
+        body.push_str("</div>\n</figure>\n");
     }
     let per_run = |split: &str, key: &str, dash: &'static str| -> Vec<Line> {
         runs.iter()
@@ -315,7 +380,8 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em;color:#222
 table{border-collapse:collapse}td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left}\
 .key{display:inline-block;width:.8em;height:.8em;margin-right:.4em}\
 figure{margin:2em 0}figcaption{font-weight:600;margin-bottom:.3em}\
-svg text{font-size:11px;fill:#444}.context{color:#555}";
+svg text{font-size:11px;fill:#444}.context{color:#555}\
+.graph{max-width:100%;max-height:80vh;overflow:auto;border:1px solid #ddd}";
 
 /// `loss 1.2345, acc 56.70%` of a report row.
 fn scores(row: &Value) -> String {
@@ -470,6 +536,24 @@ fn number(x: f64) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Every example's graph lays out (none panics the layout, loops and recursion
+    /// included), with a box per node and the edges between two workers dashed.
+    #[test]
+    fn every_example_graph_is_drawn_with_its_cut() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        for name in ["list_reduce", "tree_lstm", "ggsnn", "mlp", "moe", "module_network", "attention"] {
+            let source = std::fs::read_to_string(dir.join(format!("{name}.amp"))).unwrap();
+            let defines = if name == "moe" { vec![("experts".to_string(), 4)] } else { Vec::new() };
+            let (map, checked) = amp_sema::check_source(name, &source, &amp_sema::Options { defines });
+            let model = checked.program.models[0];
+            let (graph, _) = amp_lower::compile_model(&checked.program, &map, model).unwrap();
+            let placement = amp_ir::placement::round_robin(&graph, 2);
+            let svg = graph_svg(&graph, &placement).unwrap_or_else(|| panic!("{name} is drawn"));
+            assert!(svg.starts_with("<svg") && !svg.contains("http"), "{name}");
+            assert_eq!(svg.matches("stroke-dasharray").count() > 0, graph.nodes.edge_count() > 0, "{name}");
+        }
+    }
 
     #[test]
     fn ticks_are_round_and_inside() {

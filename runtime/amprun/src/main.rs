@@ -296,7 +296,9 @@
 //! `staleness/GROUP/mean`, `/max` and `/bound`, each at step = the epoch, for
 //! `tensorboard --logdir DIR`. `--report FILE` writes, when the run ends (also when it
 //! stops on a NaN loss or a failure), the page `amprun report` makes of its metrics, with
-//! the command line, the version and the machine. `amprun report RUN.jsonl... -o FILE`
+//! the command line, the version, the machine, and the model's graph drawn (laid out in
+//! Rust, no Graphviz needed; up to 400 nodes) with each node in its worker's colour and
+//! the edges between workers dashed red. `amprun report RUN.jsonl... -o FILE`
 //! makes one self-contained HTML page (inline SVG and CSS; no script, nothing fetched) of
 //! one or more `--metrics` files, each run in its own colour on shared axes: a table of
 //! each run's last epoch, best validation accuracy and plan, then the loss and accuracy per

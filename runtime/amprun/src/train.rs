@@ -198,7 +198,18 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     // The page is written however the run ended (a NaN loss, a failed worker too); a page
     // that cannot be written does not hide why the run stopped.
     if let Some(path) = &args.report {
-        let context = crate::html_report::Context { command: std::env::args().collect() };
+        // A fused kernel or routing chain runs its member nodes on its own worker.
+        let mut placement = run.executor.placement();
+        for (composed, members) in run.executor.fused_nodes().into_iter().chain(run.executor.chained_nodes()) {
+            let worker = placement.get(composed as usize).copied().flatten();
+            for m in members {
+                if let Some(slot) = placement.get_mut(m as usize) {
+                    *slot = slot.or(worker);
+                }
+            }
+        }
+        let graph = crate::html_report::graph_svg(run.graph, &placement);
+        let context = crate::html_report::Context { command: std::env::args().collect(), graph };
         // A resumed run's metrics file has the epochs before it too.
         let kept = || run.metrics.kept().to_vec();
         let rows =

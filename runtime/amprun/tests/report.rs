@@ -71,6 +71,8 @@ fn train_writes_its_page_also_when_it_stops_on_a_bad_loss() {
     train(dir, "m.jsonl", "2", &["--report", "run.html"]);
     let page = std::fs::read_to_string(dir.join("run.html")).unwrap();
     assert!(page.contains("Command: <code>") && page.contains("--report run.html"), "{page}");
+    // The model's graph, drawn inline with a box per node.
+    assert!(page.contains("<div class=\"graph\"><svg"), "{page}");
     assert_eq!(polylines(&page, "Loss per epoch").len(), 2);
     // A learning rate that overflows the loss: exit 3, and the page of what ran.
     let model = example("list_reduce.amp");
