@@ -14,6 +14,7 @@
 use crate::cli::{OptimizerName, TrainArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::Failure;
+use crate::html_report;
 use crate::model::{self, display_name};
 use crate::placement::{self, Choice, Measure};
 use crate::report::{self, Metrics, Progress, Report};
@@ -198,26 +199,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     // The page is written however the run ended (a NaN loss, a failed worker too); a page
     // that cannot be written does not hide why the run stopped.
     if let Some(path) = &args.report {
-        // A fused kernel or routing chain runs its member nodes on its own worker.
-        let mut placement = run.executor.placement();
-        for (composed, members) in run.executor.fused_nodes().into_iter().chain(run.executor.chained_nodes()) {
-            let worker = placement.get(composed as usize).copied().flatten();
-            for m in members {
-                if let Some(slot) = placement.get_mut(m as usize) {
-                    *slot = slot.or(worker);
-                }
-            }
-        }
-        let graph = crate::html_report::graph_svg(run.graph, &placement);
-        let context = crate::html_report::Context { command: std::env::args().collect(), graph };
-        // A resumed run's metrics file has the epochs before it too.
-        let kept = || run.metrics.kept().to_vec();
-        let rows =
-            args.metrics.as_deref().and_then(|m| crate::html_report::Run::read(m).ok()).map_or_else(kept, |r| r.rows);
-        let run = crate::html_report::Run { name: run.name.clone(), rows };
-        let traces: Vec<_> =
-            args.trace.as_deref().and_then(|t| crate::html_report::Busy::read(t).ok()).into_iter().collect();
-        match (crate::html_report::write(path, &[run], &traces, Some(&context)), &finished) {
+        match (run.write_report(path), &finished) {
             (Err(e), Ok(())) => return Err(e),
             (Err(e), Err(_)) => eprintln!("amprun: the report was not written: {e}"),
             (Ok(()), _) => {}
@@ -600,6 +582,30 @@ impl TrainRun<'_> {
         let events = std::mem::take(&mut self.trace);
         let executor = &*self.executor;
         report::write_trace(path, |out| executor.write_trace(&events, out))
+    }
+
+    /// `--report`: the page of this run's metrics (a resumed run's metrics file has the
+    /// epochs before it too), its trace, its command line and its graph drawn with the
+    /// placement.
+    fn write_report(&self, path: &Path) -> Result<(), Failure> {
+        // A fused kernel or routing chain runs its member nodes on its own worker.
+        let mut placement = self.executor.placement();
+        for (composed, members) in self.executor.fused_nodes().into_iter().chain(self.executor.chained_nodes()) {
+            let worker = placement.get(composed as usize).copied().flatten();
+            for m in members {
+                if let Some(slot) = placement.get_mut(m as usize) {
+                    *slot = slot.or(worker);
+                }
+            }
+        }
+        let graph = html_report::graph_svg(self.graph, &placement);
+        let context = html_report::Context { command: std::env::args().collect(), graph };
+        let file = self.args.metrics.as_deref().and_then(|m| html_report::Run::read(m).ok());
+        let rows = file.map_or_else(|| self.metrics.kept().to_vec(), |r| r.rows);
+        let run = html_report::Run { name: self.name.clone(), rows };
+        let traces: Vec<_> =
+            self.args.trace.as_deref().and_then(|t| html_report::Busy::read(t).ok()).into_iter().collect();
+        html_report::write(path, &[run], &traces, Some(&context))
     }
 
     /// Whether the summary and the metrics report the placement: with several workers,
