@@ -16,7 +16,9 @@ Exit codes:
   2  usage: bad flags or values, a file that cannot be read or written
   3  a non-finite (NaN/Inf) loss: training stopped; with --save the last good
      parameters are in the checkpoint
-  4  the executor failed: a worker panicked or stalled (the message names node and worker)";
+  4  the executor failed: a worker panicked or stalled (the message names node and worker)
+130  train: Ctrl-C stopped it after an epoch, whose checkpoint, metrics and report were
+     written (a second Ctrl-C stops at once; the last checkpoint stays whole)";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -505,7 +507,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "FILE")]
     pub metrics: Option<PathBuf>,
     /// Write an HTML page of the run (`amprun report`'s, with the command line and the
-    /// machine) when it ends, also when it stops on a NaN loss or a failure.
+    /// machine) when it ends, also when it stops on a NaN loss, a failure or Ctrl-C.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Write the reports' scalars (losses, accuracy, throughput, learning rate, staleness,

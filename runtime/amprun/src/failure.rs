@@ -18,6 +18,8 @@ pub enum Exit {
     NonFiniteLoss = 3,
     /// A worker panicked or stalled.
     Executor = 4,
+    /// Ctrl-C stopped training after an epoch (128 + SIGINT, as shells report it).
+    Interrupted = 130,
 }
 
 impl From<Exit> for ExitCode {

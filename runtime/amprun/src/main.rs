@@ -295,7 +295,7 @@
 //! `valid/loss`, `valid/accuracy`, `valid/instances_per_s` and per parameter group
 //! `staleness/GROUP/mean`, `/max` and `/bound`, each at step = the epoch, for
 //! `tensorboard --logdir DIR`. `--report FILE` writes, when the run ends (also when it
-//! stops on a NaN loss or a failure), the page `amprun report` makes of its metrics, with
+//! stops on a NaN loss, a failure or Ctrl-C), the page `amprun report` makes of its metrics, with
 //! the command line, the version, the machine, and the model's graph drawn (laid out in
 //! Rust, no Graphviz needed; up to 400 nodes) with each node in its worker's colour and
 //! the edges between workers dashed red. `amprun report RUN.jsonl... -o FILE`
@@ -421,6 +421,7 @@
 //! | 2 | usage: bad flags or values, a file that cannot be read or written |
 //! | 3 | a NaN/Inf loss: `loss of instance I (file:line) is NaN at node loss (%N); training stopped in epoch E`; with `--save`, the checkpoint holds the last good parameters, those of the start of epoch E (the parameters after an update that blew up are never written): a checkpoint this run wrote, or resumed from, holds them already and is left untouched (the message says so); a run stopped in its first epoch leaves an existing `--save` file as it was too (a fresh run that blows up at once does not replace a trained checkpoint with its starting parameters; a run that finished an epoch replaces it, as `--save` names this run's output); otherwise they are written, with the optimizer state and `status = stopped: ...` |
 //! | 4 | the executor failed: a worker panicked, stalled (`--stall-timeout`) or left messages behind; the message names the node and the worker |
+//! | 130 | `train`: Ctrl-C (SIGINT) stopped it after the epoch in progress, with that epoch's checkpoint (`--save`), metrics and `--report` page written: `amprun: stopped by Ctrl-C after epoch E; c.safetensors holds it`, and `--resume` continues from there. A second Ctrl-C stops the process at once; the last checkpoint stays whole (a checkpoint is replaced by a rename). A run split over processes keeps the default (each process stops at once) |
 //!
 //! Networks rolled out over frames (docs/rollouts.md): `--network NAME [--pattern
 //! streaming|sequential|EDGES] [--frames F]` after an `.amp` file compiles that network

@@ -13,7 +13,7 @@
 
 use crate::cli::{OptimizerName, TrainArgs};
 use crate::data::{DataSet, Loader};
-use crate::failure::Failure;
+use crate::failure::{Exit, Failure};
 use crate::html_report;
 use crate::model::{self, display_name};
 use crate::placement::{self, Choice, Measure};
@@ -27,6 +27,7 @@ use amp_ir::Graph;
 use amp_params::{OptimConfig, OptimState, ParamSet};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// What hears of an epoch as it trains: the progress bar, and with `--profile`,
@@ -184,8 +185,16 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         best,
         stop: false,
     };
+    // Ctrl-C stops after the epoch in progress, a second one at once (a run split over
+    // processes keeps the default: its processes must stop after the same epoch).
+    let interrupts = args.exec.processes.unwrap_or(1) <= 1 && ctrlc::set_handler(on_interrupt).is_ok();
+    let mut stopped_after = None;
     let result = (|| {
         for epoch in first..=args.epochs {
+            if interrupts && INTERRUPTED.load(Ordering::SeqCst) {
+                stopped_after = Some(epoch - 1);
+                break;
+            }
             run.epoch(epoch)?;
             if run.out_of_patience() {
                 break;
@@ -207,7 +216,26 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     }
     finished?;
     run.summary(first);
-    Ok(())
+    match stopped_after {
+        None => Ok(()),
+        Some(epoch) => {
+            let saved = args.save.as_ref().map_or(String::new(), |p| format!("; {} holds it", p.display()));
+            eprintln!("amprun: stopped by Ctrl-C after epoch {epoch}{saved}");
+            Err(Failure::printed(crate::failure::Exit::Interrupted))
+        }
+    }
+}
+
+/// Set by the first Ctrl-C of a training run.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The first Ctrl-C asks the run to stop after its epoch; the second stops the process:
+/// the checkpoint of the last finished epoch stays whole (it is replaced by a rename).
+fn on_interrupt() {
+    if INTERRUPTED.swap(true, Ordering::SeqCst) {
+        std::process::exit(Exit::Interrupted as i32);
+    }
+    eprintln!("\namprun: Ctrl-C: stopping after this epoch (Ctrl-C again to stop now)");
 }
 
 /// The files the run will write, checked before any work (a directory that is missing
