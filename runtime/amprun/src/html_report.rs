@@ -52,6 +52,12 @@ impl Run {
             .collect()
     }
 
+    /// `(x, y)` of the rows of `split` that have both keys.
+    fn pairs(&self, split: &str, x: &str, y: &str) -> Vec<(f64, f64)> {
+        let rows = self.rows.iter().filter(|r| r["split"] == split);
+        rows.filter_map(|r| Some((r[x].as_f64()?, r[y].as_f64()?))).collect()
+    }
+
     /// Per parameter group, `(epoch, value)` of its staleness `key` (`mean`, `max`,
     /// `bound`).
     fn staleness(&self, key: &str) -> Vec<(String, Vec<(f64, f64)>)> {
@@ -224,6 +230,17 @@ pub fn write(output: &Path, runs: &[Run], traces: &[Busy], context: Option<&Cont
 /// Colours for runs, distinguishable in print and for most colour vision.
 const COLOURS: [&str; 8] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442"];
 
+/// A solid line per run, in its colour: `points` of each.
+fn lines_of(runs: &[Run], points: impl Fn(&Run) -> Vec<(f64, f64)>) -> Vec<Line> {
+    let line = |(i, run): (usize, &Run)| Line {
+        label: run.name.clone(),
+        colour: COLOURS[i % COLOURS.len()],
+        dash: "",
+        points: points(run),
+    };
+    runs.iter().enumerate().map(line).collect()
+}
+
 /// One line of a chart: a run's series in its colour, solid or dashed.
 struct Line {
     label: String,
@@ -300,21 +317,7 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
     body.push_str(&chart("Loss per epoch", "epoch", "loss", both("loss")));
     body.push_str(&chart("Accuracy per epoch", "epoch", "accuracy", both("accuracy")));
     body.push_str(&chart("Learning rate", "epoch", "learning rate", per_run("train", "lr", "")));
-    let throughput = runs
-        .iter()
-        .enumerate()
-        .map(|(i, run)| Line {
-            label: run.name.clone(),
-            colour: colour(i),
-            dash: "",
-            points: run
-                .rows
-                .iter()
-                .filter(|r| r["split"] == "train")
-                .filter_map(|r| Some((r["elapsed_s"].as_f64()?, r["instances_per_s"].as_f64()?)))
-                .collect(),
-        })
-        .collect();
+    let throughput = lines_of(runs, |run| run.pairs("train", "elapsed_s", "instances_per_s"));
     body.push_str(&chart(
         "Training throughput over time (each epoch's, at its end)",
         "seconds",
@@ -334,20 +337,7 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
         }
     }
     body.push_str(&chart("Staleness per parameter group", "epoch", "updates", staleness));
-    let steps: Vec<Line> = runs
-        .iter()
-        .enumerate()
-        .map(|(i, run)| Line {
-            label: run.name.clone(),
-            colour: colour(i),
-            dash: "",
-            points: run
-                .rows
-                .iter()
-                .filter_map(|r| Some((r["update_step"].as_f64()?, r["accuracy"].as_f64()?)))
-                .collect(),
-        })
-        .collect();
+    let steps = lines_of(runs, |run| run.pairs("valid", "update_step", "accuracy"));
     body.push_str(&chart("Accuracy per update step (rolled-out networks)", "update step", "accuracy", steps));
     // The plan's predicted utilisation per worker, from the first run that has one.
     let predicted: Vec<f64> = runs
@@ -587,5 +577,11 @@ mod tests {
         }
         assert!(!page.contains("Staleness"), "no staleness, no chart");
         assert!(!page.contains("http"), "nothing is fetched");
+        // A rolled-out network's evaluation: a row per update step.
+        let rows = (0..5).map(|k| json!({"split": "valid", "update_step": k, "accuracy": 0.1 * k as f64})).collect();
+        let page = render(&[Run { name: "r".into(), rows }], &[], None);
+        let steps = page.split("<figcaption>Accuracy per update step").nth(1).expect("the steps chart");
+        let points = steps.split("points=\"").nth(1).and_then(|s| s.split('"').next()).unwrap_or_default();
+        assert_eq!(points.split(' ').count(), 5, "{points}");
     }
 }
