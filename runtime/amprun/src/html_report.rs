@@ -150,7 +150,7 @@ impl Busy {
 }
 
 /// A trace file larger than this is refused.
-const MAX_TRACE_BYTES: u64 = 1 << 30;
+const MAX_TRACE_BYTES: u64 = 256 << 20;
 
 /// A metrics file larger than this is refused (a run of many epochs writes kilobytes).
 const MAX_METRICS_BYTES: u64 = 256 << 20;
