@@ -481,7 +481,7 @@ fn formatting(session: &mut Session, uri: &str) -> Value {
 }
 
 #[test]
-fn formatting_returns_the_canonical_layout_as_one_edit() {
+fn formatting_returns_the_canonical_layout_as_edits() {
     let mut session = Session::start();
     let uri = "file:///tmp/amp-lsp-test/fmt.amp";
     // Non-ASCII in a comment on the last line: the edit's end is in UTF-16 columns.
@@ -517,6 +517,37 @@ fn formatting_returns_the_canonical_layout_as_one_edit() {
     assert!(response.get("error").is_none());
     assert_eq!(formatting(&mut session, "file:///never-opened.amp")["result"], Value::Null);
 
+    assert_eq!(session.shut_down(), Some(0));
+}
+
+/// A document whose only change from the layout is one line gets one edit of that line,
+/// so the rest keeps its cursor and history (issue 47: the whole document was replaced);
+/// range formatting returns only the edits that touch the range.
+#[test]
+fn formatting_changes_only_the_lines_the_layout_changes() {
+    let mut session = Session::start();
+    let uri = "file:///tmp/amp-lsp-test/minimal.amp";
+    let canonical = example("list_reduce.amp");
+    let messy = canonical
+        .replacen("    param head = Linear(hidden, classes);", "    param head=Linear(hidden,classes);", 1)
+        .replacen("    fn loss(x: Example) -> f32 {", "    fn loss(x:Example)->f32 {", 1);
+    assert_ne!(messy, canonical);
+    session.open(uri, &messy);
+    let line_of = |needle: &str| messy[..messy.find(needle).unwrap()].matches('\n').count();
+    let (head, loss) = (line_of("param head="), line_of("fn loss(x:"));
+    let edits = formatting(&mut session, uri)["result"].as_array().cloned().unwrap_or_default();
+    let spans: Vec<(Value, Value)> =
+        edits.iter().map(|e| (e["range"]["start"].clone(), e["range"]["end"].clone())).collect();
+    let line = |l: usize| (json!({ "line": l, "character": 0 }), json!({ "line": l + 1, "character": 0 }));
+    assert_eq!(spans, [line(head), line(loss)], "{edits:?}");
+    assert_eq!(edits[0]["newText"], "    param head = Linear(hidden, classes);\n");
+    // Only the range's: the `head` line, not the `loss` one.
+    let range = json!({ "start": { "line": head, "character": 0 }, "end": { "line": head, "character": 5 } });
+    let params =
+        json!({ "textDocument": { "uri": uri }, "range": range, "options": { "tabSize": 4, "insertSpaces": true } });
+    let ranged =
+        session.request("textDocument/rangeFormatting", params)["result"].as_array().cloned().unwrap_or_default();
+    assert_eq!(ranged, edits[..1].to_vec());
     assert_eq!(session.shut_down(), Some(0));
 }
 

@@ -100,6 +100,7 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         definition_provider: Some(lsp::OneOf::Left(true)),
         document_symbol_provider: Some(lsp::OneOf::Left(true)),
         document_formatting_provider: Some(lsp::OneOf::Left(true)),
+        document_range_formatting_provider: Some(lsp::OneOf::Left(true)),
         inlay_hint_provider: Some(lsp::OneOf::Left(true)),
         folding_range_provider: Some(lsp::FoldingRangeProviderCapability::Simple(true)),
         document_highlight_provider: Some(lsp::OneOf::Left(true)),
@@ -261,6 +262,9 @@ impl Server<'_> {
                 // The client's options (tab size, spaces) are not read: the layout is
                 // canonical, four spaces, whatever the editor's settings.
                 handlers::formatting(s.documents.get(&p.text_document.uri)?)
+            }),
+            req::RangeFormatting::METHOD => self.handle::<req::RangeFormatting>(id, params, |s, p| {
+                handlers::range_formatting(s.documents.get(&p.text_document.uri)?, p.range)
             }),
             req::InlayHintRequest::METHOD => self.handle::<req::InlayHintRequest>(id, params, |s, p| {
                 let document = s.documents.get(&p.text_document.uri)?;

@@ -23,7 +23,7 @@ pub use code_actions::code_actions;
 pub use completion::completion;
 pub use definition::definition;
 pub use folding::folding_ranges;
-pub use formatting::formatting;
+pub use formatting::{formatting, range_formatting};
 pub use highlight::document_highlight;
 pub use hover::hover;
 pub use inlay_hints::inlay_hints;
