@@ -134,8 +134,14 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
 
 /// Serves one client on `connection`: the handshake, then messages until `exit`.
 pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), ServerError> {
-    let mut server =
-        Server { connection, stdlib, documents: HashMap::new(), shutdown_requested: false, error_pages: None };
+    let mut server = Server {
+        connection,
+        stdlib,
+        documents: HashMap::new(),
+        shutdown_requested: false,
+        error_pages: None,
+        snippets: false,
+    };
     server.initialize()?;
     let mut queued: VecDeque<Message> = VecDeque::new();
     loop {
@@ -180,6 +186,9 @@ struct Server<'c> {
     shutdown_requested: bool,
     /// Where diagnostic codes link to, chosen at `initialize` ([`error_pages_base`]).
     error_pages: Option<String>,
+    /// Whether the client expands snippets in completions (it says so at `initialize`);
+    /// a client that does not would insert `${1:name}` as it is.
+    snippets: bool,
 }
 
 impl Server<'_> {
@@ -192,6 +201,8 @@ impl Server<'_> {
             match message {
                 Message::Request(request) if request.method == req::Initialize::METHOD => {
                     self.error_pages = error_pages_base(&request.params);
+                    let support = &request.params["capabilities"]["textDocument"]["completion"]["completionItem"];
+                    self.snippets = support["snippetSupport"].as_bool().unwrap_or(false);
                     let answer = lsp::InitializeResult {
                         capabilities: capabilities(),
                         server_info: Some(lsp::ServerInfo {
@@ -255,7 +266,7 @@ impl Server<'_> {
             req::Completion::METHOD => self.handle::<req::Completion>(id, params, |s, p| {
                 let at = p.text_document_position;
                 let document = s.documents.get(&at.text_document.uri)?;
-                let items = handlers::completion(&document.analysis, at.position);
+                let items = handlers::completion(&document.analysis, at.position, s.snippets);
                 Some(lsp::CompletionResponse::Array(items))
             }),
             req::Formatting::METHOD => self.handle::<req::Formatting>(id, params, |s, p| {

@@ -34,7 +34,7 @@ const RANK_FILE: char = '2';
 const RANK_BUILTIN: char = '3';
 const RANK_KEYWORD: char = '4';
 
-pub fn completion(analysis: &Analysis, position: Position) -> Vec<CompletionItem> {
+pub fn completion(analysis: &Analysis, position: Position, snippets: bool) -> Vec<CompletionItem> {
     let Some(file) = analysis.main_file() else {
         return Vec::new();
     };
@@ -51,8 +51,47 @@ pub fn completion(analysis: &Analysis, position: Position) -> Vec<CompletionItem
         members(analysis, word_start - 1, &mut items);
     } else {
         in_scope(analysis, offset, word_start, &mut items);
+        if snippets {
+            items.snippets();
+        }
     }
     items.list
+}
+
+/// Templates for the constructs a model is written with, as LSP snippets (`$1` the
+/// first place the cursor goes, `${1:name}` with a default, `$0` the last).
+const SNIPPETS: &[(&str, &str, &str)] = &[
+    (
+        "model",
+        "a model with its parameters, forward and loss",
+        "model ${1:Name}(${2:hidden}: int = ${3:64}) {\n    param ${4:layer} = Linear(${5:4}, ${2:hidden});\n\n    fn forward(x: ${6:Input}) -> f32[${2:hidden}] {\n        $0\n    }\n\n    fn loss(x: ${6:Input}) -> f32 {\n        cross_entropy(forward(x), x.label)\n    }\n}",
+    ),
+    ("layer", "a layer with its apply", "layer ${1:Name}(${2:n}: int) {\n    fn apply(x: f32[${2:n}]) -> f32[${2:n}] {\n        $0\n    }\n}"),
+    ("record", "a record (an input's type)", "record ${1:Input} {\n    ${2:x}: ${3:f32[4]},\n    label: int,\n}"),
+    ("enum", "an enum (a tree's type)", "enum ${1:Tree} {\n    ${2:Leaf} { ${3:word}: int },\n    ${4:Node} { left: ${1:Tree}, right: ${1:Tree} },\n}"),
+    ("fn", "a function", "fn ${1:name}(${2:x}: ${3:f32[4]}) -> ${4:f32[4]} {\n    $0\n}"),
+    ("match", "a match with an arm per variant", "match ${1:t} {\n    ${2:Leaf} { $3 } => $4,\n    ${5:Node} { $6 } => $0,\n}"),
+    ("for", "a loop over a sequence", "for ${1:tok} in ${2:x.tokens} {\n    $0\n}"),
+    ("while", "a loop while a condition holds", "while ${1:condition} {\n    $0\n}"),
+    ("if", "if and else", "if ${1:condition} { $2 } else { $0 }"),
+];
+
+impl Items {
+    /// [`SNIPPETS`], after the plain keywords of the same names (so that both show).
+    fn snippets(&mut self) {
+        for (keyword, detail, body) in SNIPPETS {
+            self.list.push(CompletionItem {
+                label: format!("{keyword}…"),
+                kind: Some(CompletionItemKind::SNIPPET),
+                detail: Some(detail.to_string()),
+                filter_text: Some(keyword.to_string()),
+                insert_text: Some(body.to_string()),
+                insert_text_format: Some(lsp_types::InsertTextFormat::SNIPPET),
+                sort_text: Some(format!("{RANK_KEYWORD}{keyword}~")),
+                ..CompletionItem::default()
+            });
+        }
+    }
 }
 
 /// Items without duplicate labels: the first (best ranked) of a name wins.
@@ -106,7 +145,13 @@ fn in_scope(analysis: &Analysis, offset: usize, word_start: usize, items: &mut I
     for r in program.references.iter().filter(|r| r.def_span.file == analysis.main) {
         hovers.entry((r.def_span.start, r.def_span.end)).or_insert(r.hover.as_str());
     }
-    let detail_of = |symbol: &SymbolInfo| hovers.get(&(symbol.name_span.start, symbol.name_span.end)).copied();
+    // A name nothing refers to (the model's, `loss`) has no reference's hover: what it
+    // declares, from its kind (hovering it shows the whole signature; computing that per
+    // item would scan the declarations once per name).
+    let detail_of = |symbol: &SymbolInfo| match hovers.get(&(symbol.name_span.start, symbol.name_span.end)) {
+        Some(hover) => (*hover).to_string(),
+        None => format!("{} {}", declared_as(symbol.kind), symbol.name),
+    };
     for symbol in &symbols {
         let member = component
             .is_some_and(|c| symbol.container.as_deref() == Some(c.name.as_str()) && within(c.span, symbol.span));
@@ -116,7 +161,7 @@ fn in_scope(analysis: &Analysis, offset: usize, word_start: usize, items: &mut I
             _ if symbol.container.is_none() => RANK_FILE,
             _ => continue,
         };
-        items.add(&symbol.name, completion_kind(symbol.kind), detail_of(symbol), rank);
+        items.add(&symbol.name, completion_kind(symbol.kind), Some(&detail_of(symbol)), rank);
     }
     // Names imported with `use std::...` (their definitions are in the library).
     for import in program
@@ -138,7 +183,7 @@ fn in_scope(analysis: &Analysis, offset: usize, word_start: usize, items: &mut I
         items.add(ty, CompletionItemKind::STRUCT, Some("type"), RANK_BUILTIN);
     }
     for keyword in KEYWORDS {
-        items.add(keyword, CompletionItemKind::KEYWORD, None, RANK_KEYWORD);
+        items.add(keyword, CompletionItemKind::KEYWORD, Some("keyword"), RANK_KEYWORD);
     }
 }
 
@@ -281,6 +326,23 @@ fn without_value(ty: &str) -> String {
     ty.split(" (= ").next().unwrap_or(ty).to_string()
 }
 
+/// The word that declares a symbol of `kind`.
+fn declared_as(kind: SymbolKind) -> &'static str {
+    match kind {
+        SymbolKind::Record => "record",
+        SymbolKind::Enum => "enum",
+        SymbolKind::Variant => "variant",
+        SymbolKind::Field => "field",
+        SymbolKind::Layer => "layer",
+        SymbolKind::Model => "model",
+        SymbolKind::Network => "network",
+        SymbolKind::Function => "fn",
+        SymbolKind::Param => "param",
+        SymbolKind::HyperParam => "hyperparameter",
+        SymbolKind::Const => "const",
+    }
+}
+
 fn within(outer: Span, inner: Span) -> bool {
     outer.file == inner.file && outer.start <= inner.start && inner.end <= outer.end
 }
@@ -311,7 +373,7 @@ mod tests {
     fn in_a_function_locals_members_builtins_and_keywords_are_offered() {
         let analysis = example("list_reduce.amp");
         // Just before `head(h)`: `h` and `x` are bound.
-        let items = completion(&analysis, position_at(&analysis, "head(h)", 0, 0));
+        let items = completion(&analysis, position_at(&analysis, "head(h)", 0, 0), false);
         let names = labels(&items);
         for expected in ["h", "x", "head", "embed", "hidden", "forward", "Example", "relu", "f32", "let"] {
             assert!(names.contains(&expected), "{expected} missing from {names:?}");
@@ -321,14 +383,14 @@ mod tests {
         let relu = items.iter().find(|i| i.label == "relu").and_then(|i| i.sort_text.clone());
         assert!(h < relu);
         // Bindings after the cursor are not offered.
-        let at_start = completion(&analysis, position_at(&analysis, "var h", 0, 0));
+        let at_start = completion(&analysis, position_at(&analysis, "var h", 0, 0), false);
         assert!(!labels(&at_start).contains(&"h"));
     }
 
     #[test]
     fn after_a_dot_the_fields_of_a_record_are_offered() {
         let analysis = example("list_reduce.amp");
-        let items = completion(&analysis, position_at(&analysis, "x.label", 0, 2));
+        let items = completion(&analysis, position_at(&analysis, "x.label", 0, 2), false);
         assert_eq!(labels(&items), ["tokens", "label"]);
         assert_eq!(items[0].detail.as_deref(), Some("[int]"));
     }
@@ -341,24 +403,43 @@ mod tests {
         let analysis = Analysis::of("half.amp", text);
         let dot = text.rfind("p.").expect("the half-typed member access") + 2;
         let file = analysis.main_file().expect("main");
-        let items = completion(&analysis, crate::convert::position_of(file, dot));
+        let items = completion(&analysis, crate::convert::position_of(file, dot), false);
         assert_eq!(labels(&items), ["a", "b"]);
+    }
+
+    /// With a client that expands snippets, `model`, `match`, `for` and the other
+    /// constructs come as templates beside their keywords; without, the keywords alone.
+    #[test]
+    fn snippets_are_offered_to_clients_that_expand_them() {
+        let analysis = example("list_reduce.amp");
+        let at = position_at(&analysis, "head(h)", 0, 0);
+        let plain = completion(&analysis, at, false);
+        assert!(plain.iter().all(|i| i.kind != Some(CompletionItemKind::SNIPPET)));
+        let bare: Vec<&str> = plain.iter().filter(|i| i.detail.is_none()).map(|i| i.label.as_str()).collect();
+        assert!(bare.is_empty(), "every item says what it is: {bare:?}");
+        let items = completion(&analysis, at, true);
+        for keyword in ["model", "layer", "match", "for"] {
+            let snippet = items.iter().find(|i| i.filter_text.as_deref() == Some(keyword)).expect(keyword);
+            assert_eq!(snippet.insert_text_format, Some(lsp_types::InsertTextFormat::SNIPPET));
+            assert!(snippet.insert_text.as_deref().is_some_and(|t| t.starts_with(keyword)), "{snippet:?}");
+            assert!(items.iter().any(|i| i.label == keyword), "the keyword stays");
+        }
     }
 
     #[test]
     fn a_sequence_offers_map() {
         let analysis = example("ggsnn.amp");
-        let items = completion(&analysis, position_at(&analysis, "g.edges.map", 0, 8));
+        let items = completion(&analysis, position_at(&analysis, "g.edges.map", 0, 8), false);
         assert_eq!(labels(&items), ["map"]);
     }
 
     #[test]
     fn imports_and_variants_are_in_scope() {
         let ggsnn = example("ggsnn.amp");
-        let items = completion(&ggsnn, position_at(&ggsnn, "head(sum(h))", 0, 0));
+        let items = completion(&ggsnn, position_at(&ggsnn, "head(sum(h))", 0, 0), false);
         assert!(labels(&items).contains(&"GruCell"));
         let tree = example("tree_lstm.amp");
-        let items = completion(&tree, position_at(&tree, "Node {", 1, 0));
+        let items = completion(&tree, position_at(&tree, "Node {", 1, 0), false);
         assert!(labels(&items).contains(&"Leaf"));
     }
 }

@@ -94,7 +94,7 @@ fn check_no_collision(analysis: &Analysis, definition: Span, sites: &[Span], new
     }
     for site in sites {
         let at = position_of(file, site.start as usize);
-        if completion(analysis, at).iter().any(|item| item.label == new_name) {
+        if completion(analysis, at, false).iter().any(|item| item.label == new_name) {
             let line = at.line + 1;
             return Err(format!(
                 "`{new_name}` is already a name in scope at line {line}; renaming would change what it refers to"
