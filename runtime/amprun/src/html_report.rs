@@ -39,20 +39,11 @@ impl Run {
                 }
             }
         }
-        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-        Ok(Run { name, rows })
+        Ok(Run { name: file_name(path), rows })
     }
 
-    /// `(epoch, value)` of `key` in the rows of `split`.
-    fn series(&self, split: &str, key: &str) -> Vec<(f64, f64)> {
-        self.rows
-            .iter()
-            .filter(|r| r["split"] == split && r["update_step"].is_null())
-            .filter_map(|r| Some((r["epoch"].as_f64()?, r[key].as_f64()?)))
-            .collect()
-    }
-
-    /// `(x, y)` of the rows of `split` that have both keys.
+    /// `(x, y)` of the rows of `split` that have both keys (a rollout's update-step rows
+    /// have no `epoch`).
     fn pairs(&self, split: &str, x: &str, y: &str) -> Vec<(f64, f64)> {
         let rows = self.rows.iter().filter(|r| r["split"] == split);
         rows.filter_map(|r| Some((r[x].as_f64()?, r[y].as_f64()?))).collect()
@@ -106,8 +97,7 @@ impl Busy {
                 Some((worker, e["ts"].as_f64()? / 1e6, e["dur"].as_f64()? / 1e6))
             })
             .collect();
-        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-        Ok(Busy { name, intervals })
+        Ok(Busy { name: file_name(path), intervals })
     }
 
     /// Per worker, its busy share in each of `bins` equal spans of the trace: `(span's
@@ -119,16 +109,9 @@ impl Busy {
             return Vec::new();
         }
         let width = (end - start) / bins as f64;
-        let mut workers: Vec<(u32, Vec<f64>)> = Vec::new();
+        let mut workers: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
         for &(worker, from, dur) in &self.intervals {
-            let at = match workers.iter().position(|w| w.0 == worker) {
-                Some(at) => at,
-                None => {
-                    workers.push((worker, vec![0.0; bins]));
-                    workers.len() - 1
-                }
-            };
-            let busy = &mut workers[at].1;
+            let busy = workers.entry(worker).or_insert_with(|| vec![0.0; bins]);
             // The interval's time in each bin it overlaps.
             let (a, b) = (from - start, from + dur - start);
             let first = ((a / width) as usize).min(bins - 1);
@@ -138,7 +121,6 @@ impl Busy {
                 *time += (b.min(hi) - a.max(lo)).max(0.0);
             }
         }
-        workers.sort_by_key(|w| w.0);
         workers
             .into_iter()
             .map(|(w, busy)| {
@@ -147,6 +129,11 @@ impl Busy {
             })
             .collect()
     }
+}
+
+/// How a run or trace is named on the page: its file's name.
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 /// A trace file larger than this is refused.
@@ -192,7 +179,7 @@ pub fn graph_svg(graph: &amp_ir::Graph, placement: &[Option<usize>]) -> Option<S
             label = label.chars().take(27).chain(['…']).collect();
         }
         let fill = worker(index.index()).map_or(0xffff_ffff, |w| {
-            let rgb = u32::from_str_radix(COLOURS[w % COLOURS.len()].trim_start_matches('#'), 16).unwrap_or(0x888888);
+            let rgb = u32::from_str_radix(colour(w).trim_start_matches('#'), 16).unwrap_or(0x888888);
             (rgb << 8) | 0x55
         });
         let look = StyleAttr::new(Color::fast("black"), 1, Some(Color::new(fill)), 4, 12);
@@ -230,12 +217,18 @@ pub fn write(output: &Path, runs: &[Run], traces: &[Busy], context: Option<&Cont
 /// Colours for runs, distinguishable in print and for most colour vision.
 const COLOURS: [&str; 8] = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442"];
 
-/// A solid line per run, in its colour: `points` of each.
-fn lines_of(runs: &[Run], points: impl Fn(&Run) -> Vec<(f64, f64)>) -> Vec<Line> {
+/// The colour of the `i`-th run (or worker).
+fn colour(i: usize) -> &'static str {
+    COLOURS[i % COLOURS.len()]
+}
+
+/// A line per run, in its colour and `dash`, labelled with its name and `suffix`:
+/// `points` of each.
+fn lines_of(runs: &[Run], suffix: &str, dash: &'static str, points: impl Fn(&Run) -> Vec<(f64, f64)>) -> Vec<Line> {
     let line = |(i, run): (usize, &Run)| Line {
-        label: run.name.clone(),
-        colour: COLOURS[i % COLOURS.len()],
-        dash: "",
+        label: if suffix.is_empty() { run.name.clone() } else { format!("{} {suffix}", run.name) },
+        colour: colour(i),
+        dash,
         points: points(run),
     };
     runs.iter().enumerate().map(line).collect()
@@ -251,7 +244,6 @@ struct Line {
 
 /// The page.
 pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> String {
-    let colour = |i: usize| COLOURS[i % COLOURS.len()];
     let mut body = String::new();
     let _ = write!(body, "<h1>Amp run report</h1>\n<table>\n<tr><th>run</th><th>epochs</th><th>last train</th>");
     body.push_str("<th>last valid</th><th>best valid accuracy</th><th>plan</th></tr>\n");
@@ -260,14 +252,9 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
             let row = run.rows.iter().rev().find(|r| r["split"] == split && r["update_step"].is_null());
             row.map_or_else(|| "–".to_string(), scores)
         };
-        let epochs = run.series("train", "loss").len();
-        let best = run.series("valid", "accuracy").into_iter().fold(None, |b: Option<(f64, f64)>, p| {
-            if b.is_none_or(|b| p.1 > b.1) {
-                Some(p)
-            } else {
-                b
-            }
-        });
+        let epochs = run.pairs("train", "epoch", "loss").len();
+        // The first epoch of the highest accuracy.
+        let best = run.pairs("valid", "epoch", "accuracy").into_iter().reduce(|b, p| if p.1 > b.1 { p } else { b });
         let best = best.map_or_else(|| "–".to_string(), |(e, a)| format!("{:.2}% (epoch {e})", 100.0 * a));
         let plan = run.rows.iter().rev().find(|r| r["split"] == "plan").map_or_else(|| "one worker".into(), plan);
         let _ = writeln!(
@@ -298,17 +285,7 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
         body.push_str(svg);
         body.push_str("</div>\n</figure>\n");
     }
-    let per_run = |split: &str, key: &str, dash: &'static str| -> Vec<Line> {
-        runs.iter()
-            .enumerate()
-            .map(|(i, run)| Line {
-                label: format!("{} {split}", run.name),
-                colour: colour(i),
-                dash,
-                points: run.series(split, key),
-            })
-            .collect()
-    };
+    let per_run = |split: &str, key: &str, dash| lines_of(runs, split, dash, |run| run.pairs(split, "epoch", key));
     let both = |key: &str| {
         let mut lines = per_run("train", key, "");
         lines.extend(per_run("valid", key, "6 4"));
@@ -317,7 +294,7 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
     body.push_str(&chart("Loss per epoch", "epoch", "loss", both("loss")));
     body.push_str(&chart("Accuracy per epoch", "epoch", "accuracy", both("accuracy")));
     body.push_str(&chart("Learning rate", "epoch", "learning rate", per_run("train", "lr", "")));
-    let throughput = lines_of(runs, |run| run.pairs("train", "elapsed_s", "instances_per_s"));
+    let throughput = lines_of(runs, "", "", |run| run.pairs("train", "elapsed_s", "instances_per_s"));
     body.push_str(&chart(
         "Training throughput over time (each epoch's, at its end)",
         "seconds",
@@ -337,7 +314,7 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
         }
     }
     body.push_str(&chart("Staleness per parameter group", "epoch", "updates", staleness));
-    let steps = lines_of(runs, |run| run.pairs("valid", "update_step", "accuracy"));
+    let steps = lines_of(runs, "", "", |run| run.pairs("valid", "update_step", "accuracy"));
     body.push_str(&chart("Accuracy per update step (rolled-out networks)", "update step", "accuracy", steps));
     // The plan's predicted utilisation per worker, from the first run that has one.
     let predicted: Vec<f64> = runs

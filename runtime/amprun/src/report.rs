@@ -92,7 +92,7 @@ impl Metrics {
         Ok(Metrics { out: Some((path.to_path_buf(), BufWriter::new(file))), tensorboard: None, kept: None })
     }
 
-    /// Also keeps every object written in memory (`--report`), with or without a file.
+    /// Also keeps every object written in memory (`--report` without a `--metrics` file).
     pub fn keeping(mut self, keep: bool) -> Metrics {
         self.kept = keep.then(Vec::new);
         self

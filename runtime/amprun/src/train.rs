@@ -171,7 +171,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         seed: start.seed,
         metrics: Metrics::open(args.metrics.as_deref(), args.resume)?
             .with_tensorboard(args.tensorboard.as_deref())?
-            .keeping(args.report.is_some()),
+            .keeping(args.report.is_some() && args.metrics.is_none()),
         progress: Progress::new(),
         trace: Vec::new(),
         measure,
@@ -187,11 +187,14 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     };
     // Ctrl-C stops after the epoch in progress, a second one at once (a run split over
     // processes keeps the default: its processes must stop after the same epoch).
-    let interrupts = args.exec.processes.unwrap_or(1) <= 1 && ctrlc::set_handler(on_interrupt).is_ok();
+    if args.exec.processes.unwrap_or(1) <= 1 {
+        // Without the handler (another one is set), Ctrl-C keeps its default.
+        let _ = ctrlc::set_handler(on_interrupt);
+    }
     let mut stopped_after = None;
     let result = (|| {
         for epoch in first..=args.epochs {
-            if interrupts && INTERRUPTED.load(Ordering::SeqCst) {
+            if INTERRUPTED.load(Ordering::SeqCst) {
                 stopped_after = Some(epoch - 1);
                 break;
             }
@@ -221,7 +224,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         Some(epoch) => {
             let saved = args.save.as_ref().map_or(String::new(), |p| format!("; {} holds it", p.display()));
             eprintln!("amprun: stopped by Ctrl-C after epoch {epoch}{saved}");
-            Err(Failure::printed(crate::failure::Exit::Interrupted))
+            Err(Failure::printed(Exit::Interrupted))
         }
     }
 }
@@ -616,24 +619,17 @@ impl TrainRun<'_> {
     /// epochs before it too), its trace, its command line and its graph drawn with the
     /// placement.
     fn write_report(&self, path: &Path) -> Result<(), Failure> {
-        // A fused kernel or routing chain runs its member nodes on its own worker.
-        let mut placement = self.executor.placement();
-        for (composed, members) in self.executor.fused_nodes().into_iter().chain(self.executor.chained_nodes()) {
-            let worker = placement.get(composed as usize).copied().flatten();
-            for m in members {
-                if let Some(slot) = placement.get_mut(m as usize) {
-                    *slot = slot.or(worker);
-                }
-            }
-        }
-        let graph = html_report::graph_svg(self.graph, &placement);
+        let graph = html_report::graph_svg(self.graph, &self.executor.graph_placement());
         let context = html_report::Context { command: std::env::args().collect(), graph };
-        let file = self.args.metrics.as_deref().and_then(|m| html_report::Run::read(m).ok());
-        let rows = file.map_or_else(|| self.metrics.kept().to_vec(), |r| r.rows);
+        // The metrics file, when there is one, has every epoch (a resumed run's earlier
+        // ones too); otherwise the run kept its reports.
+        let rows = match self.args.metrics.as_deref() {
+            Some(file) => html_report::Run::read(file)?.rows,
+            None => self.metrics.kept().to_vec(),
+        };
         let run = html_report::Run { name: self.name.clone(), rows };
-        let traces: Vec<_> =
-            self.args.trace.as_deref().and_then(|t| html_report::Busy::read(t).ok()).into_iter().collect();
-        html_report::write(path, &[run], &traces, Some(&context))
+        let traces = self.args.trace.as_deref().map(html_report::Busy::read).transpose()?;
+        html_report::write(path, &[run], traces.as_slice(), Some(&context))
     }
 
     /// Whether the summary and the metrics report the placement: with several workers,

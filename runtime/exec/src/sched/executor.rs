@@ -208,6 +208,21 @@ impl Executor {
         self.program.nodes.iter().map(|n| n.as_ref().map(|n| n.worker)).collect()
     }
 
+    /// The worker of every graph node: [`Executor::placement`] with the nodes a fused
+    /// kernel or a routing chain runs (holes of the placement) on that node's worker.
+    pub fn graph_placement(&self) -> Vec<Option<usize>> {
+        let mut placement = self.placement();
+        for (composed, members) in self.fused_nodes().into_iter().chain(self.chained_nodes()) {
+            let worker = placement.get(composed as usize).copied().flatten();
+            for m in members {
+                if let Some(slot) = placement.get_mut(m as usize) {
+                    *slot = slot.or(worker);
+                }
+            }
+        }
+        placement
+    }
+
     /// The fused nodes (`ExecConfig::jit`): per node, its index and the graph nodes it
     /// runs as one kernel call. Fused nodes take indices past the graph's.
     pub fn fused_nodes(&self) -> Vec<(u32, Vec<u32>)> {
