@@ -193,9 +193,10 @@ impl Choice {
         if self.plan.is_some() {
             return Ok(());
         }
-        // Copy 0's nodes: the graph's.
+        // Copy 0's nodes: the graph's (those a fused kernel or chain runs on its worker).
         let nodes = graph.nodes.node_indices().map(|i| i.index() + 1).max().unwrap_or(0);
-        let placement: Vec<usize> = executor.placement().into_iter().take(nodes).map(|w| w.unwrap_or(0)).collect();
+        let placement: Vec<usize> =
+            executor.graph_placement().into_iter().take(nodes).map(|w| w.unwrap_or(0)).collect();
         let costs =
             amp_plan::estimate(graph, &self.assumptions, self.profile.as_ref()).map_err(|e| plan_failure(&e))?;
         let stage = amp_plan::evaluate(graph, &costs, self.workers / self.copies, &placement);
