@@ -9,12 +9,7 @@ use std::path::Path;
 
 /// Trains list-reduce (hidden 16) on 48 instances for `epochs`, with `extra` flags.
 fn train(dir: &Path, metrics: &str, epochs: &str, extra: &[&str]) -> std::process::Output {
-    let (data, valid) = (example("data/list_reduce.train.jsonl"), example("data/list_reduce.valid.jsonl"));
-    let model = example("list_reduce.amp");
-    let mut args = vec!["train", &model, "-D", "hidden=16", "--data", &data, "--valid", &valid, "--limit", "48"];
-    args.extend(["--epochs", epochs, "--metrics", metrics]);
-    args.extend(extra);
-    amprun_ok(dir, &args)
+    train_list_reduce(dir, &[&["--limit", "48", "--epochs", epochs, "--metrics", metrics][..], extra].concat())
 }
 
 /// The `points` of every polyline in the figure captioned `caption`.

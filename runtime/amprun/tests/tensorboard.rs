@@ -135,31 +135,8 @@ fn read_events(file: &[u8]) -> (String, BTreeMap<String, BTreeMap<i64, f32>>) {
 fn tensorboard_events_hold_the_metrics_scalars() {
     let dir = scratch("tensorboard");
     let dir = dir.path();
-    let (data, valid) = (example("data/list_reduce.train.jsonl"), example("data/list_reduce.valid.jsonl"));
-    amprun_ok(
-        dir,
-        &[
-            "train",
-            &example("list_reduce.amp"),
-            "-D",
-            "hidden=16",
-            "--data",
-            &data,
-            "--valid",
-            &valid,
-            "--limit",
-            "64",
-            "--epochs",
-            "3",
-            "--async",
-            "--max-staleness",
-            "1",
-            "--metrics",
-            "m.jsonl",
-            "--tensorboard",
-            "board",
-        ],
-    );
+    let flags = ["--limit", "64", "--epochs", "3", "--async", "--max-staleness", "1"];
+    train_list_reduce(dir, &[&flags[..], &["--metrics", "m.jsonl", "--tensorboard", "board"]].concat());
     let files: Vec<_> = std::fs::read_dir(dir.join("board")).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(files.len(), 1, "{files:?}");
     assert!(files[0].file_name().unwrap().to_str().unwrap().starts_with("events.out.tfevents."));

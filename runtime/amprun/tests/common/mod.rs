@@ -93,6 +93,16 @@ pub fn compile_example(name: &str, defines: &[(&str, i64)]) -> amp_ir::verify::V
     }
 }
 
+/// `amprun train` of list-reduce at hidden 16 on the shipped training file, validated on
+/// the shipped validation file, with `extra` flags (`--limit`, `--epochs`, outputs);
+/// insists on exit code 0.
+pub fn train_list_reduce(dir: &Path, extra: &[&str]) -> Output {
+    let (data, valid) = (example("data/list_reduce.train.jsonl"), example("data/list_reduce.valid.jsonl"));
+    let model = example("list_reduce.amp");
+    let args = ["train", &model, "-D", "hidden=16", "--data", &data, "--valid", &valid];
+    amprun_ok(dir, &[&args[..], extra].concat())
+}
+
 /// A checkpoint file with its parameters read against `graph`.
 pub fn checkpoint(path: &Path, graph: &Graph) -> Checkpoint {
     amp_params::load_checkpoint(path, &ParamSpec::of_graph(graph))
