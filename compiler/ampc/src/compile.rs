@@ -149,19 +149,19 @@ pub(crate) fn compile(args: CompileArgs, printer: &Printer) -> ExitCode {
     if let Some(text) = &emitted {
         print!("{text}");
     }
-    if to_stdout {
-        use std::io::Write;
+    if let Some(path) = output {
         let bytes = amp_ir::ampg::write(&graph, plan_json.as_ref());
-        if let Err(e) = std::io::stdout().lock().write_all(&bytes) {
-            eprintln!("error: cannot write the graph to stdout: {e}");
-            return ExitCode::from(2);
-        }
-    } else if let Some(path) = output {
-        if let Err(message) = crate::output::write_atomically(&path, &amp_ir::ampg::write(&graph, plan_json.as_ref())) {
+        let written = if to_stdout {
+            use std::io::Write;
+            std::io::stdout().lock().write_all(&bytes).map_err(|e| format!("cannot write the graph to stdout: {e}"))
+        } else {
+            crate::output::write_atomically(&path, &bytes)
+        };
+        if let Err(message) = written {
             eprintln!("error: {message}");
             return ExitCode::from(2);
         }
-        if args.verbose {
+        if args.verbose && !to_stdout {
             match &plan {
                 Some(plan) => {
                     eprintln!("wrote {} ({} nodes, plan: {})", path.display(), graph.nodes.node_count(), plan.summary())
