@@ -113,8 +113,8 @@ fn sentiment_label(polarity: i64) -> i64 {
     polarity.signum() + 1
 }
 
-/// A tree of `words` words (at least 1) and its polarity. Iterative in the depth of the
-/// call stack only up to `words`, which the callers keep small.
+/// A tree of `words` words (at least 1) and its polarity; recursive, at most `words` deep
+/// (the callers keep that small).
 fn sentiment_tree(rng: &mut ChaCha8Rng, words: usize) -> (Value, i64) {
     let leaf = |word: i64, polarity: i64| {
         let tree = Value::Variant { tag: 0, fields: vec![Value::Int(word), Value::Int(sentiment_label(polarity))] };
@@ -126,18 +126,13 @@ fn sentiment_tree(rng: &mut ChaCha8Rng, words: usize) -> (Value, i64) {
         (tree, polarity)
     };
     if words <= 1 {
-        let word = match rng.random_range(0..10) {
-            0..4 => rng.random_range(0..6),
-            4..8 => rng.random_range(6..12),
-            _ => rng.random_range(12..19),
+        // Positive words 0-5, negative 6-11, neutral 12-18.
+        let (vocabulary, polarity) = match rng.random_range(0..10) {
+            0..4 => (0..6, 1),
+            4..8 => (6..12, -1),
+            _ => (12..19, 0),
         };
-        let polarity = if word < 6 {
-            1
-        } else if word < 12 {
-            -1
-        } else {
-            0
-        };
+        let word = rng.random_range(vocabulary);
         return leaf(word, polarity);
     }
     if rng.random_range(0..5) == 0 {
