@@ -113,24 +113,11 @@ fn instance(name: &str, rng: &mut ChaCha8Rng) -> Value {
         }
         "module_network" => {
             let ops = rng.random_range(0..6);
-            Value::Record(vec![random_program(rng, ops), Value::Int(rng.random_range(0..10))])
+            let (program, value) = amp_data::generate::program(rng, ops);
+            Value::Record(vec![program, Value::Int(value)])
         }
         other => panic!("no generator for {other}"),
     }
-}
-
-/// A random program of `ops` operations (`Digit { d }`, `Unary { f, arg }`, `Binary { f,
-/// left, right }`, four functions of each arity).
-fn random_program(rng: &mut ChaCha8Rng, ops: usize) -> Value {
-    if ops == 0 {
-        return Value::Variant { tag: 0, fields: vec![Value::Int(rng.random_range(0..10))] };
-    }
-    let f = Value::Int(rng.random_range(0..4));
-    if rng.random_range(0..2) == 0 {
-        return Value::Variant { tag: 1, fields: vec![f, random_program(rng, ops - 1)] };
-    }
-    let left = rng.random_range(0..ops);
-    Value::Variant { tag: 2, fields: vec![f, random_program(rng, left), random_program(rng, ops - 1 - left)] }
 }
 
 /// A random binary tree with `leaves` leaves (`Leaf { word, label }`, `Node { left, right, label }`).

@@ -199,7 +199,7 @@ pub fn programs(seed: u64, count: usize, max_ops: usize) -> Vec<Value> {
 
 /// A program of `ops` operations and its value: a unary operation with probability 0.4,
 /// else a binary one splitting the rest at a uniform point. Recursion depth is `ops`.
-fn program(rng: &mut ChaCha8Rng, ops: usize) -> (Value, i64) {
+pub fn program(rng: &mut ChaCha8Rng, ops: usize) -> (Value, i64) {
     if ops == 0 {
         let d = rng.random_range(0..10);
         return (Value::Variant { tag: 0, fields: vec![Value::Int(d)] }, d);
