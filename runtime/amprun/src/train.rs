@@ -30,6 +30,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+mod settings;
+
+use settings::{check_outputs, check_update_overrides, measuring, optimizer, tracing, train_config};
+
 /// What hears of an epoch as it trains: the progress bar, and with `--profile`,
 /// `--report-utilization` or `--trace` the trace events, folded into the measurements as
 /// they come (an epoch's events are not all held at once) and kept for `--trace`.
@@ -239,35 +243,6 @@ fn on_interrupt() {
         std::process::exit(Exit::Interrupted as i32);
     }
     eprintln!("\namprun: Ctrl-C: stopping after this epoch (Ctrl-C again to stop now)");
-}
-
-/// The files the run will write, checked before any work (a directory that is missing
-/// should not end a run after its first epoch) and refused when they exist and are not
-/// regular files (a FIFO, a device, a symbolic link: see `amp_params::target`).
-fn check_outputs(args: &TrainArgs) -> Result<(), Failure> {
-    let outputs = [
-        ("--save", &args.save),
-        ("--keep-best", &args.keep_best),
-        ("--metrics", &args.metrics),
-        ("--trace", &args.trace),
-        ("--report", &args.report),
-    ];
-    for (flag, path) in outputs.into_iter().chain([("--profile", &args.profile)]) {
-        if let Some(path) = path {
-            setup::check_output(flag, path)?;
-        }
-    }
-    Ok(())
-}
-
-/// Whether the run measures its workers' utilization (see `placement`).
-fn measuring(args: &TrainArgs) -> bool {
-    args.report_utilization || tracing(args)
-}
-
-/// Whether the executor records trace events: for `--trace`, and for the profile.
-fn tracing(args: &TrainArgs) -> bool {
-    args.profile.is_some() || args.trace.is_some()
 }
 
 struct TrainRun<'a> {
@@ -723,42 +698,6 @@ fn describe(loader: &Loader, set: &DataSet, order: Option<&[usize]>, i: i64) -> 
     }
 }
 
-fn optimizer(args: &TrainArgs) -> Result<OptimConfig, Failure> {
-    // SGD's step on the mean gradient of M instances has about 1/√M of one instance's
-    // noise, so √M times the rate keeps an epoch's progress near per-instance SGD's at 0.01
-    // (M times, the linear rule, diverged on list-reduce and GGSNN at M = 16); Adam
-    // normalises the gradient's scale itself.
-    let default_lr = match args.optimizer {
-        OptimizerName::Adam => 0.001,
-        OptimizerName::Sgd | OptimizerName::Momentum => 0.01 * (args.update_size() as f32).sqrt(),
-    };
-    let lr = args.lr.unwrap_or(default_lr);
-    if !(lr.is_finite() && lr >= 0.0) {
-        return Err(Failure::usage(format!("--lr {lr} is not a finite, non-negative learning rate")));
-    }
-    let mut config = match args.optimizer {
-        OptimizerName::Sgd => OptimConfig::sgd(lr),
-        OptimizerName::Momentum => {
-            if !(0.0..1.0).contains(&args.momentum) {
-                return Err(Failure::usage(format!("--momentum {} is not in [0, 1)", args.momentum)));
-            }
-            OptimConfig::momentum(lr, args.momentum)
-        }
-        OptimizerName::Adam => OptimConfig::adam(lr),
-    };
-    if !(args.weight_decay.is_finite() && args.weight_decay >= 0.0) {
-        return Err(Failure::usage(format!("--weight-decay {} is not a non-negative number", args.weight_decay)));
-    }
-    config = config.with_weight_decay(args.weight_decay);
-    if let Some(max_norm) = args.clip_norm {
-        if !(max_norm.is_finite() && max_norm > 0.0) {
-            return Err(Failure::usage(format!("--clip-norm {max_norm} is not a positive number")));
-        }
-        config = config.with_clip_norm(max_norm);
-    }
-    Ok(config)
-}
-
 /// What process 0 exchanged with the other processes during an epoch's training (the
 /// metrics' `network`).
 fn network_json(t: &amp_exec::Traffic) -> serde_json::Value {
@@ -770,53 +709,6 @@ fn network_json(t: &amp_exec::Traffic) -> serde_json::Value {
         "bytes_sent": t.bytes_sent,
         "bytes_received": t.bytes_received,
     })
-}
-
-fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: Placement) -> ExecConfig {
-    ExecConfig {
-        placement,
-        min_update_frequency: args.update_size(),
-        update_overrides: args.update_frequency.clone(),
-        sync_updates: !args.asynchronous,
-        flush_at_epoch_end: true,
-        trace: tracing(args),
-        ..staleness::apply(
-            setup::exec_config(&args.exec, optimizer, args.update_size()),
-            &args.max_staleness,
-            args.staleness_schedule,
-        )
-    }
-}
-
-/// Every `--update-frequency NODE=M` must name a node with parameters (the executor would
-/// ignore one that does not, and the user would never know).
-fn check_update_overrides(graph: &amp_ir::Graph, overrides: &[(NodeSelector, u64)]) -> Result<(), Failure> {
-    let ppts: Vec<(u32, &str)> = graph
-        .nodes
-        .node_indices()
-        .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n)))
-        .filter(|(_, n)| n.op.is_ppt())
-        .map(|(i, n)| (i, n.label.as_str()))
-        .collect();
-    for (selector, _) in overrides {
-        let found = ppts.iter().any(|&(i, label)| match selector {
-            NodeSelector::Id(id) => *id == i,
-            NodeSelector::Label(name) => name == label,
-        });
-        if !found {
-            let mut names: Vec<String> = ppts.iter().map(|(i, l)| format!("{l} (%{i})")).collect();
-            names.dedup();
-            let shown = match selector {
-                NodeSelector::Id(id) => format!("%{id}"),
-                NodeSelector::Label(name) => name.clone(),
-            };
-            return Err(Failure::usage(format!(
-                "--update-frequency: `{shown}` is not a node with parameters (those are: {})",
-                names.join(", ")
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// The order of epoch `epoch`'s instances: a Fisher–Yates shuffle driven by SplitMix64
