@@ -9,6 +9,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("moe", include_str!("../../examples/moe.amp")),
     ("mlp", include_str!("../../examples/mlp.amp")),
     ("module_network", include_str!("../../examples/module_network.amp")),
+    ("child_sum_tree_lstm", include_str!("../../examples/child_sum_tree_lstm.amp")),
 ];
 
 /// The source of the example `name`.

@@ -12,6 +12,7 @@ use amp_params::{OptimConfig, ParamSet};
 use amp_reference::Reference;
 use amp_sema::{check_source, Options, Program};
 use proptest::prelude::*;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -39,6 +40,7 @@ fn defines(name: &str) -> Vec<(String, i64)> {
         "moe" => d(&[("experts", 4)]),
         "mlp" => d(&[("hidden", 8)]),
         "module_network" => d(&[("hidden", 6)]),
+        "child_sum_tree_lstm" => d(&[("embed", 6), ("hidden", 5)]),
         _ => Vec::new(),
     }
 }
@@ -116,6 +118,10 @@ fn instance(name: &str, rng: &mut ChaCha8Rng) -> Value {
             let (program, value) = amp_data::generate::program(rng, ops);
             Value::Record(vec![program, Value::Int(value)])
         }
+        "child_sum_tree_lstm" => {
+            let nodes = rng.random_range(1..24);
+            Value::Record(vec![random_dependency_tree(rng, nodes, 10), Value::Int(rng.random_range(0..3))])
+        }
         other => panic!("no generator for {other}"),
     }
 }
@@ -133,6 +139,23 @@ fn random_tree(rng: &mut ChaCha8Rng, leaves: i64) -> Value {
         tag: 1,
         fields: vec![random_tree(rng, left), random_tree(rng, leaves - left), Value::Int(rng.random_range(0..5))],
     }
+}
+
+/// A random tree of `nodes` nodes (`Node { word, label, children }`), each with 0 to
+/// `most` children.
+fn random_dependency_tree(rng: &mut ChaCha8Rng, nodes: usize, most: usize) -> Value {
+    let rest = nodes.saturating_sub(1);
+    let kids = if rest == 0 { 0 } else { rng.random_range(1..=rest.min(most)) };
+    // `rest` nodes in `kids` non-empty subtrees: cut points among 1..rest.
+    let mut cuts: Vec<usize> = (1..rest).collect();
+    cuts.shuffle(rng);
+    let mut cuts: Vec<usize> = cuts.into_iter().take(kids.saturating_sub(1)).collect();
+    cuts.sort_unstable();
+    let bounds: Vec<usize> = std::iter::once(0).chain(cuts).chain(std::iter::once(rest)).collect();
+    let children =
+        bounds.windows(2).filter(|w| w[1] > w[0]).map(|w| random_dependency_tree(rng, w[1] - w[0], most)).collect();
+    let fields = vec![Value::Int(rng.random_range(0..20)), Value::Int(rng.random_range(0..3)), Value::Seq(children)];
+    Value::Variant { tag: 0, fields }
 }
 
 /// `||a - b|| / max(||a||, ||b||)`, 0 when both are 0.
@@ -466,6 +489,62 @@ fn moe_matches_the_reference() {
     assert_grads_match("moe", 5, 8, 1e-5);
 }
 
+#[test]
+fn child_sum_tree_lstm_matches_the_reference() {
+    assert_grads_match("child_sum_tree_lstm", 6, 12, 1e-5);
+}
+
+/// The N-ary Tree-LSTM of Tai et al. (2015), N = 10: each child position `l` has its own
+/// `U^l` (and `U_f^{kl}` for child k's forget gate), and a node's sums run over the
+/// children it has, as padding with zero states does (each `U^l` here has a bias of its
+/// own, so a missing child also drops that bias). Trees have 0 to 10 children per node,
+/// with the JIT and without; per-element maps nest three deep (`uf[k * n + l]` inside the
+/// map over k).
+#[test]
+fn n_ary_tree_lstm_matches_the_reference() {
+    let source = r#"
+enum Tree { Node { word: int, label: int, children: [Tree] } }
+record Sentence { tree: Tree, label: int }
+model NAry(n: int = 10, hidden: int = 4) {
+    param emb = Embedding(20, 6);
+    param w = Linear(6, 4 * hidden);
+    param u = [Linear(hidden, 3 * hidden); n];
+    param uf = [Linear(hidden, hidden); n * n];
+    param head = Linear(hidden, 3);
+    fn encode(t: Tree) -> (f32[hidden], f32[hidden]) {
+        match t {
+            Node { word, children, .. } => {
+                let at = zip(range(len(children)), children.map(|k| encode(k)));
+                let [wi, wo, wu, wf] = split(w(emb(word)), 4);
+                let [ui, uo, uu] = split(sum(at.map(|(l, (h, _))| u[l](h))), 3);
+                let fc = sum(at.map(|(k, (_, c))| sigmoid(wf + sum(at.map(|(l, (h, _))| uf[k * n + l](h)))) * c));
+                let c = sigmoid(wi + ui) * tanh(wu + uu) + fc;
+                (sigmoid(wo + uo) * tanh(c), c)
+            }
+        }
+    }
+    fn forward(s: Sentence) -> f32[3] { let (h, _) = encode(s.tree); head(h) }
+    fn loss(s: Sentence) -> f32 { cross_entropy(forward(s), s.label) }
+}
+"#;
+    let c = compile_source("n_ary", source, Vec::new());
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let mut values: Vec<Value> = (0..6)
+        .map(|_| {
+            let nodes = rng.random_range(1..20);
+            Value::Record(vec![random_dependency_tree(&mut rng, nodes, 10), Value::Int(rng.random_range(0..3))])
+        })
+        .collect();
+    // A root with all ten children, each a leaf.
+    let leaf = |w: i64| Value::Variant { tag: 0, fields: vec![Value::Int(w), Value::Int(0), Value::Seq(Vec::new())] };
+    let wide =
+        Value::Variant { tag: 0, fields: vec![Value::Int(3), Value::Int(1), Value::Seq((0..10).map(leaf).collect())] };
+    values.push(Value::Record(vec![wide, Value::Int(2)]));
+    for jit in [true, false] {
+        assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
+    }
+}
+
 /// One worker, one instance in flight, an update every `k` instances: exactly minibatch
 /// SGD on the mean of the reference's gradients.
 fn assert_training_is_minibatch_sgd(name: &str, seed: u64, count: usize, k: usize) {
@@ -515,9 +594,14 @@ fn assert_training_on(c: &Compiled, name: &str, seed: u64, values: Vec<Value>, k
 
 #[test]
 fn deterministic_training_is_minibatch_sgd() {
-    for (name, count, k) in
-        [("mlp", 12, 4), ("list_reduce", 12, 3), ("tree_lstm", 8, 4), ("ggsnn", 8, 4), ("moe", 8, 4)]
-    {
+    for (name, count, k) in [
+        ("mlp", 12, 4),
+        ("list_reduce", 12, 3),
+        ("tree_lstm", 8, 4),
+        ("ggsnn", 8, 4),
+        ("moe", 8, 4),
+        ("child_sum_tree_lstm", 8, 4),
+    ] {
         assert_training_is_minibatch_sgd(name, 11, count, k);
     }
 }
@@ -526,9 +610,14 @@ fn deterministic_training_is_minibatch_sgd() {
 /// after every update): still exactly minibatch SGD, on every model, and with `grads`.
 #[test]
 fn training_with_replicas_is_minibatch_sgd() {
-    for (name, count, k) in
-        [("mlp", 12, 4), ("list_reduce", 12, 3), ("tree_lstm", 8, 4), ("ggsnn", 8, 4), ("moe", 8, 4)]
-    {
+    for (name, count, k) in [
+        ("mlp", 12, 4),
+        ("list_reduce", 12, 3),
+        ("tree_lstm", 8, 4),
+        ("ggsnn", 8, 4),
+        ("moe", 8, 4),
+        ("child_sum_tree_lstm", 8, 4),
+    ] {
         let graph = compile(name).graph;
         let ppts: Vec<amp_exec::NodeSelector> = graph
             .nodes

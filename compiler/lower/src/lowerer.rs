@@ -357,7 +357,9 @@ impl<'p> Lowerer<'p> {
 
     fn call_fn(&mut self, f: FnId, args: Vec<Value>, span: Span, prefix: &str, subst: &[(Symbol, Dim)]) -> R<Value> {
         let def = &self.program.components[f.component.0 as usize].fns[f.index as usize];
-        if def.recursive && self.rows.is_some() {
+        // A call on a child's result (`kids.map(|k| encode(k))`) is the batch of results
+        // itself; any other recursive call starts a traversal, not a row-wise form.
+        if def.recursive && self.rows.is_some() && !matches!(args.as_slice(), [Value::ChildResult(_)]) {
             return Err(self.not_row_wise());
         }
         if def.recursive {

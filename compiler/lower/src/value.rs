@@ -72,6 +72,16 @@ pub(crate) enum Value {
     Subtree {
         site: u32,
     },
+    /// Inside structural recursion: the subtrees in the collection field at call site
+    /// `site` of the current node (`children: [Tree]` bound by `match`); `path` leads to
+    /// the collection in the data.
+    Subtrees {
+        site: u32,
+        path: Vec<DataStep>,
+    },
+    /// An element of [`Value::Subtrees`] inside the `map` over it: the recursive call on it
+    /// gives this value, the child's result (a row of each result batch).
+    ChildResult(Box<Value>),
     /// An int variable a loop updated: its state field is cleared when the loop ends, so
     /// it cannot be read after the loop.
     LoopInt,
@@ -164,7 +174,7 @@ impl Value {
             | Value::TopKIdx { source: p, .. }
             | Value::PayloadInt { source: p, .. } => out.push(p.clone()),
             Value::Tuple(vs) | Value::Zip(vs) => vs.iter().for_each(|v| v.collect_ports(out)),
-            Value::ParamElem(_, index) => index.collect_ports(out),
+            Value::ParamElem(_, index) | Value::ChildResult(index) => index.collect_ports(out),
             _ => {}
         }
     }
@@ -185,6 +195,7 @@ impl Value {
             Value::Tuple(vs) => Value::Tuple(vs.iter().map(|v| v.with_ports(ports)).collect()),
             Value::Zip(vs) => Value::Zip(vs.iter().map(|v| v.with_ports(ports)).collect()),
             Value::ParamElem(p, index) => Value::ParamElem(p.clone(), Box::new(index.with_ports(ports))),
+            Value::ChildResult(v) => Value::ChildResult(Box::new(v.with_ports(ports))),
             other => other.clone(),
         }
     }

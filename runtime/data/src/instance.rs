@@ -10,20 +10,25 @@
 //! **Trees.** A value of a recursive enum ([`Schema::is_recursive`]) is viewed flattened:
 //! its nodes are numbered in pre-order (the value itself is node 0, then the subtrees of
 //! its *recursive fields* — fields whose type is the enum itself — in field order, depth
-//! first). On the tree value, `Index(n)` selects node `n` and `len` is the node count;
-//! `Field` steps act on node 0. On a node:
+//! first). A *collection* field, of type `[T]` with `T` the enum itself, holds children too:
+//! its elements are subtrees of the node, numbered in order, after the subtrees of the
+//! fields before it. On the tree value, `Index(n)` selects node `n` and `len` is the node
+//! count; `Field` steps act on node 0. On a node:
 //!
 //! | step | gives |
 //! |---|---|
 //! | `$tag` | the variant index |
 //! | `$parent` | the parent's node number, `-1` at the root |
 //! | `$site` | `Schema::site(enum, parent variant, field)` of the field the node hangs from, `-1` at the root |
-//! | `$child` then `Index(s)` | the node hanging from global site `s`, `-1` if this node's variant has no such field |
+//! | `$index` | the node's position in its parent's collection field, `0` under a plain recursive field, `-1` at the root |
+//! | `$child` then `Index(s)` | the (first) node hanging from global site `s`, `-1` if there is none |
+//! | `$child` then `Index(s)`, `Index(e)` | the node at position `e` of site `s` (`0` for a plain recursive field), `-1` if there is none |
 //! | a recursive field | the child's node number (further `Field` steps act on the child) |
+//! | a collection field | its children: `len` counts them, `Index(e)` is child `e` |
 //! | another field of the node's variant | that field's value, as usual (`$.tree[%n].word`) |
 //!
-//! A tree reached through something other than a recursive field (e.g. a `[Tree]` field of
-//! a node) is a tree of its own with its own numbering. Evaluation never panics: a path
+//! A tree reached through anything else (a record field of a node holding a `Tree`, a
+//! `[(Tree, int)]`) is a tree of its own with its own numbering. Evaluation never panics: a path
 //! that does not fit the value gives `None`.
 
 use crate::ranges::RangeStep;
@@ -91,7 +96,10 @@ struct FlatNode {
     tag: u32,
     parent: i64,
     site: i64,
-    /// The variant's fields; a recursive field holds the child's node number as an `Int`.
+    /// Position in the parent's collection field (0 under a plain recursive field).
+    index: i64,
+    /// The variant's fields; a recursive field holds the child's node number as an `Int`,
+    /// a collection field a `Seq` of them.
     fields: Vec<Value>,
 }
 
@@ -99,8 +107,26 @@ struct FlatNode {
 #[derive(Clone, Copy)]
 enum Cursor<'a> {
     Data(&'a Value, &'a DataTy),
-    Node { tree: &'a FlatTree, node: usize, whole: bool },
-    Children { tree: &'a FlatTree, node: usize },
+    Node {
+        tree: &'a FlatTree,
+        node: usize,
+        whole: bool,
+    },
+    Children {
+        tree: &'a FlatTree,
+        node: usize,
+    },
+    /// `$child[s]`: the children of `node` at site `site`; as a value, the first of them.
+    Site {
+        tree: &'a FlatTree,
+        node: usize,
+        site: usize,
+    },
+    /// A collection field of a node: the children's node numbers.
+    Kids {
+        tree: &'a FlatTree,
+        items: &'a [Value],
+    },
     Int(i64),
 }
 
@@ -170,6 +196,7 @@ impl Instance {
                 RangeStep::Each => {
                     let count = match &cursor {
                         Cursor::Data(Value::Seq(items), _) => items.len(),
+                        Cursor::Kids { items, .. } => items.len(),
                         Cursor::Node { tree, whole: true, .. } => tree.nodes.len(),
                         _ => 0,
                     };
@@ -180,6 +207,9 @@ impl Instance {
                             Cursor::Data(v, t) => self.step(Cursor::Data(v, t), &ResolvedStep::Index(k)),
                             Cursor::Node { tree, node, whole } => {
                                 self.step(Cursor::Node { tree, node: *node, whole: *whole }, &ResolvedStep::Index(k))
+                            }
+                            Cursor::Kids { tree, items } => {
+                                self.step(Cursor::Kids { tree, items }, &ResolvedStep::Index(k))
                             }
                             _ => None,
                         };
@@ -285,12 +315,40 @@ impl Instance {
             (Cursor::Node { tree, node, .. }, ResolvedStep::Field(name)) => self.node_field(tree, node, name),
             (Cursor::Children { tree, node }, ResolvedStep::Index(s)) => {
                 let site = usize::try_from(*s).ok().filter(|&s| s < tree.sites)?;
-                let child = *tree.children.get(node.checked_mul(tree.sites)?.checked_add(site)?)?;
-                Some(match usize::try_from(child) {
-                    Ok(child) => Cursor::Node { tree, node: child, whole: false },
-                    Err(_) => Cursor::Int(child),
-                })
+                Some(Cursor::Site { tree, node, site })
             }
+            (Cursor::Site { tree, node, site }, ResolvedStep::Index(e)) => {
+                let child = self.child_at(tree, node, site, *e).unwrap_or(-1);
+                Some(node_or_none(tree, child))
+            }
+            // Any other step on `$child[s]` acts on its first child.
+            (Cursor::Site { tree, node, site }, step) => {
+                let first = *tree.children.get(node.checked_mul(tree.sites)?.checked_add(site)?)?;
+                self.step(node_or_none(tree, first), step)
+            }
+            (Cursor::Kids { tree, items }, ResolvedStep::Index(e)) => {
+                let Value::Int(child) = items.get(usize::try_from(*e).ok()?)? else { return None };
+                let node = usize::try_from(*child).ok().filter(|&c| c < tree.nodes.len())?;
+                Some(Cursor::Node { tree, node, whole: false })
+            }
+            _ => None,
+        }
+    }
+
+    /// The child at position `e` of site `site` of `node`: of the collection field at
+    /// that site, or (for `e` = 0) of the plain recursive field.
+    fn child_at(&self, tree: &FlatTree, node: usize, site: usize, e: i64) -> Option<i64> {
+        let flat = tree.nodes.get(node)?;
+        let variants = &self.schema.schema.enums.get(tree.enumeration as usize)?.variants;
+        let before: usize = variants.get(..flat.tag as usize)?.iter().map(|v| v.fields.len()).sum();
+        let field = site.checked_sub(before)?;
+        let ty = &variants.get(flat.tag as usize)?.fields.get(field)?.ty;
+        match flat.fields.get(field)? {
+            Value::Int(child) if e == 0 && *ty == DataTy::Enum(tree.enumeration) => Some(*child),
+            Value::Seq(items) if is_collection_of(ty, tree.enumeration) => match items.get(usize::try_from(e).ok()?)? {
+                Value::Int(child) => Some(*child),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -301,6 +359,7 @@ impl Instance {
             "$tag" => return Some(Cursor::Int(i64::from(flat.tag))),
             "$parent" => return Some(Cursor::Int(flat.parent)),
             "$site" => return Some(Cursor::Int(flat.site)),
+            "$index" => return Some(Cursor::Int(flat.index)),
             "$child" => return Some(Cursor::Children { tree, node }),
             _ => {}
         }
@@ -311,6 +370,10 @@ impl Instance {
             let Value::Int(child) = value else { return None };
             let node = usize::try_from(*child).ok().filter(|&c| c < tree.nodes.len())?;
             return Some(Cursor::Node { tree, node, whole: false });
+        }
+        if is_collection_of(ty, tree.enumeration) {
+            let Value::Seq(items) = value else { return None };
+            return Some(Cursor::Kids { tree, items });
         }
         self.enter(value, ty)
     }
@@ -367,13 +430,21 @@ impl Instance {
                 .fields
                 .iter()
                 .zip(types)
-                .map(|(value, field)| match value {
-                    Value::Int(child) if field.ty == DataTy::Enum(tree.enumeration) => usize::try_from(*child)
-                        .ok()
-                        .and_then(|c| built.get_mut(c))
-                        .and_then(Option::take)
-                        .unwrap_or(Value::Int(*child)),
-                    _ => self.restore(value, &field.ty, depth + 1),
+                .map(|(value, field)| {
+                    let mut take = |child: i64| {
+                        usize::try_from(child)
+                            .ok()
+                            .and_then(|c| built.get_mut(c))
+                            .and_then(Option::take)
+                            .unwrap_or(Value::Int(child))
+                    };
+                    match value {
+                        Value::Int(child) if field.ty == DataTy::Enum(tree.enumeration) => take(*child),
+                        Value::Seq(items) if is_collection_of(&field.ty, tree.enumeration) => Value::Seq(
+                            items.iter().map(|v| if let Value::Int(c) = v { take(*c) } else { v.clone() }).collect(),
+                        ),
+                        _ => self.restore(value, &field.ty, depth + 1),
+                    }
                 })
                 .collect();
             if let Some(slot) = built.get_mut(n) {
@@ -392,6 +463,7 @@ impl InstanceData for Instance {
     fn len_at(&self, path: &[ResolvedStep]) -> Option<i64> {
         match self.walk(path)? {
             Cursor::Data(Value::Seq(items), _) => i64::try_from(items.len()).ok(),
+            Cursor::Kids { items, .. } => i64::try_from(items.len()).ok(),
             Cursor::Node { tree, whole: true, .. } => i64::try_from(tree.nodes.len()).ok(),
             _ => None,
         }
@@ -405,8 +477,24 @@ fn cursor_int(cursor: Cursor<'_>) -> Option<i64> {
         Cursor::Data(Value::Bool(b), _) => Some(i64::from(*b)),
         Cursor::Node { node, .. } => i64::try_from(node).ok(),
         Cursor::Int(i) => Some(i),
+        Cursor::Site { tree, node, site } => {
+            tree.children.get(node.checked_mul(tree.sites)?.checked_add(site)?).copied()
+        }
         _ => None,
     }
+}
+
+/// A node number as a cursor: the node, or the number itself when it is none (-1).
+fn node_or_none(tree: &FlatTree, child: i64) -> Cursor<'_> {
+    match usize::try_from(child).ok().filter(|&c| c < tree.nodes.len()) {
+        Some(node) => Cursor::Node { tree, node, whole: false },
+        None => Cursor::Int(child),
+    }
+}
+
+/// Whether `ty` is `[E]` for enum `e`: a collection field of `e`'s trees.
+fn is_collection_of(ty: &DataTy, e: u32) -> bool {
+    matches!(ty, DataTy::Seq(item) if **item == DataTy::Enum(e))
 }
 
 /// Checks a value against the schema while moving it into the instance's form.
@@ -533,21 +621,23 @@ impl Builder<'_> {
         self.trees.push(FlatTree { enumeration: id, sites, nodes: Vec::new(), children: Vec::new() });
         let mut nodes: Vec<FlatNode> = Vec::new();
         let mut children: Vec<i64> = Vec::new();
-        // For error paths: each node's parent and the field index it hangs from.
-        let mut links: Vec<(i64, usize)> = Vec::new();
-        let mut stack = vec![(root, -1i64, 0usize, -1i64)];
-        while let Some((value, parent, field_in_parent, site)) = stack.pop() {
+        // For error paths: each node's parent, the field index it hangs from, and its
+        // position there when that is a collection.
+        let mut links: Vec<(i64, usize, Option<usize>)> = Vec::new();
+        let mut stack = vec![(root, -1i64, 0usize, -1i64, None::<usize>)];
+        while let Some((value, parent, field_in_parent, site, position)) = stack.pop() {
             let number = nodes.len() as i64;
             let node_path = |extra: Option<&str>| {
                 let mut names = Vec::new();
-                let (mut p, mut f) = (parent, field_in_parent);
+                let (mut p, mut f, mut at) = (parent, field_in_parent, position);
                 while let Some(node) = usize::try_from(p).ok().and_then(|p| nodes.get(p)) {
                     let name = enumeration.variants.get(node.tag as usize).and_then(|v| v.fields.get(f));
-                    names.push(name.map_or("?", |f| f.name.as_str()));
-                    (p, f) = links.get(p as usize).copied().unwrap_or((-1, 0));
+                    let name = name.map_or("?", |f| f.name.as_str());
+                    names.push(at.map_or_else(|| name.to_string(), |i| format!("{name}[{i}]")));
+                    (p, f, at) = links.get(p as usize).copied().unwrap_or((-1, 0, None));
                 }
                 let mut out = path.to_string();
-                for name in names.iter().rev().copied().chain(extra) {
+                for name in names.iter().rev().map(String::as_str).chain(extra) {
                     push_field(&mut out, name);
                 }
                 out
@@ -571,10 +661,20 @@ impl Builder<'_> {
             let mut kept = Vec::with_capacity(fields.len());
             let mut recursive = Vec::new();
             for (i, (field_value, field)) in fields.into_iter().zip(&variant.fields).enumerate() {
+                let child_site = || schema.site(id, tag, i as u32).map_or(-1, i64::from);
                 if field.ty == DataTy::Enum(id) {
                     kept.push(Value::Int(-1)); // set when the child gets its number
-                    let child_site = schema.site(id, tag, i as u32).map_or(-1, i64::from);
-                    recursive.push((field_value, number, i, child_site));
+                    recursive.push((field_value, number, i, child_site(), None));
+                } else if is_collection_of(&field.ty, id) {
+                    let Value::Seq(items) = field_value else {
+                        let found = describe(&field_value);
+                        return Err(DataError::mismatch(expected(schema, &field.ty), found)
+                            .in_field(node_path(Some(&field.name))));
+                    };
+                    kept.push(Value::Seq(vec![Value::Int(-1); items.len()]));
+                    for (e, item) in items.into_iter().enumerate() {
+                        recursive.push((item, number, i, child_site(), Some(e)));
+                    }
                 } else {
                     // The path from the tree's root is built only for an error: building it
                     // for every node would cost the tree's depth each time.
@@ -586,15 +686,25 @@ impl Builder<'_> {
                 }
             }
             if let Ok(parent) = usize::try_from(parent) {
-                if let Some(slot) = nodes.get_mut(parent).and_then(|p| p.fields.get_mut(field_in_parent)) {
-                    *slot = Value::Int(number);
+                match nodes.get_mut(parent).and_then(|p| p.fields.get_mut(field_in_parent)) {
+                    Some(Value::Seq(items)) => {
+                        if let Some(slot) = position.and_then(|e| items.get_mut(e)) {
+                            *slot = Value::Int(number);
+                        }
+                    }
+                    Some(slot) => *slot = Value::Int(number),
+                    None => {}
                 }
-                if let Some(slot) = usize::try_from(site).ok().and_then(|s| children.get_mut(parent * sites + s)) {
-                    *slot = number;
+                // `$child[s]` is the first child of a collection.
+                if position.unwrap_or(0) == 0 {
+                    if let Some(slot) = usize::try_from(site).ok().and_then(|s| children.get_mut(parent * sites + s)) {
+                        *slot = number;
+                    }
                 }
             }
-            nodes.push(FlatNode { tag, parent, site, fields: kept });
-            links.push((parent, field_in_parent));
+            let index = if parent < 0 { -1 } else { position.unwrap_or(0) as i64 };
+            nodes.push(FlatNode { tag, parent, site, index, fields: kept });
+            links.push((parent, field_in_parent, position));
             children.extend(std::iter::repeat_n(-1, sites));
             stack.extend(recursive.into_iter().rev());
         }

@@ -200,3 +200,77 @@ fn ints_along_rows_are_the_ints_at_each_row() {
     assert_eq!(m.ints_along(&[F("points")], 2, &[F("z")]), None, "no such field");
     assert_eq!(m.ints_along(&[F("forest"), I(1)], 3, &[F("$tag")]), Some(vec![2, 2, 0]));
 }
+
+/// `enum Dep { Word { word: int, kids: [Dep], label: int } }` with a `bool` beside: the
+/// child-sum Tree-LSTM's dependency trees, whose nodes have any number of children.
+fn dependency_schema() -> amp_ir::Schema {
+    use amp_ir::{DataTy, EnumSchema, RecordSchema, Schema, VariantSchema};
+    let fields = vec![
+        common::field("word", DataTy::Int),
+        common::field("kids", common::seq(DataTy::Enum(0))),
+        common::field("label", DataTy::Int),
+    ];
+    Schema {
+        records: vec![RecordSchema { name: "Parse".into(), fields: vec![common::field("tree", DataTy::Enum(0))] }],
+        enums: vec![EnumSchema { name: "Dep".into(), variants: vec![VariantSchema { name: "Word".into(), fields }] }],
+        input: 0,
+    }
+}
+
+fn word(word: i64, kids: Vec<Value>) -> Value {
+    Value::Variant { tag: 0, fields: vec![Value::Int(word), Value::Seq(kids), Value::Int(word % 3)] }
+}
+
+#[test]
+fn collection_fields_of_a_tree_hold_children_numbered_in_order() {
+    // 10 with kids [11 with kids [12, 13], 14, 15]: pre-order 10, 11, 12, 13, 14, 15.
+    let value = Value::Record(vec![word(
+        10,
+        vec![word(11, vec![word(12, vec![]), word(13, vec![])]), word(14, vec![]), word(15, vec![])],
+    )]);
+    let p = Instance::new(&dependency_schema(), value.clone()).expect("a valid parse");
+    assert_eq!(p.len_at(&[F("tree")]), Some(6));
+    let words: Vec<_> = (0..6).map(|n| p.int_at(&at(n, "word"))).collect();
+    assert_eq!(words, [10, 11, 12, 13, 14, 15].map(Some));
+    let parents: Vec<_> = (0..6).map(|n| p.int_at(&at(n, "$parent"))).collect();
+    assert_eq!(parents, [-1, 0, 1, 1, 0, 0].map(Some));
+    let index: Vec<_> = (0..6).map(|n| p.int_at(&at(n, "$index"))).collect();
+    assert_eq!(index, [-1, 0, 0, 1, 1, 2].map(Some));
+    // Dep's sites: Word.word 0, Word.kids 1, Word.label 2.
+    let sites: Vec<_> = (0..6).map(|n| p.int_at(&at(n, "$site"))).collect();
+    assert_eq!(sites, [-1, 1, 1, 1, 1, 1].map(Some));
+    let kids = |n: i64| p.len_at(&[F("tree"), I(n), F("kids")]);
+    assert_eq!((0..6).map(kids).collect::<Vec<_>>(), [3, 2, 0, 0, 0, 0].map(Some));
+    assert_eq!(p.int_at(&[F("tree"), I(0), F("kids"), I(2)]), Some(5));
+    assert_eq!(p.int_at(&[F("tree"), I(0), F("kids"), I(0), F("kids"), I(1), F("word")]), Some(13));
+    assert_eq!(p.int_at(&[F("tree"), I(0), F("kids"), I(3)]), None);
+    // `$child[s][e]` finds a child from its parent, site and position (a backward step's
+    // inverse); `$child[s]` alone is the first.
+    let child = |n: i64, s: i64, e: i64| p.int_at(&[F("tree"), I(n), F("$child"), I(s), I(e)]);
+    assert_eq!((child(0, 1, 0), child(0, 1, 1), child(0, 1, 2)), (Some(1), Some(4), Some(5)));
+    assert_eq!((child(0, 1, 3), child(2, 1, 0), child(0, 0, 0)), (Some(-1), Some(-1), Some(-1)));
+    assert_eq!(p.int_at(&[F("tree"), I(1), F("$child"), I(1)]), Some(2));
+    // Every node's label is visited once, children included.
+    let mut labels = Vec::new();
+    let each = [
+        amp_data::ranges::RangeStep::Field("tree".into()),
+        amp_data::ranges::RangeStep::Each,
+        amp_data::ranges::RangeStep::Field("label".into()),
+    ];
+    p.each_int(&each, &mut |_, v| {
+        labels.push(v);
+        true
+    });
+    assert_eq!(labels, [1, 2, 0, 1, 2, 0]);
+    assert_eq!(p.to_value(), value, "flattening loses nothing");
+}
+
+#[test]
+fn a_collection_field_that_is_not_a_sequence_is_named_in_the_error() {
+    let bad = Value::Record(vec![word(
+        1,
+        vec![Value::Variant { tag: 0, fields: vec![Value::Int(2), Value::Int(7), Value::Int(0)] }],
+    )]);
+    let err = Instance::new(&dependency_schema(), bad).expect_err("kids must be a sequence");
+    assert!(err.to_string().contains("tree.kids[0].kids"), "{err}");
+}

@@ -1,9 +1,11 @@
 //! Loops: every cycle has a header, an exit and a step, and every node inside a loop that
 //! keeps something under its key tells the loop's iterations apart.
 //!
-//! A loop is a non-trivial strongly connected component. It must contain a `phi` (the
-//! header that admits the entry and the back edge), a `cond` or `switch` (the exit) and
-//! an `isu` (the step); otherwise messages circulate forever or deadlock.
+//! A loop is a non-trivial strongly connected component. It must contain a header that
+//! admits the entry and the back edge, a `cond` or `switch` (the exit) and an `isu` (the
+//! step); otherwise messages circulate forever or deadlock. The header is a `phi`, or a
+//! `group` whose gate enters from outside the loop: a tree traversal joins a node's
+//! children's results with the node's own control, and with one variant it has no `phi`.
 //!
 //! Loops nest: the inner loop of `for i { for j { .. } }` lies inside the outer loop's
 //! component. To find it, remove the edges from inside the component into its headers
@@ -120,6 +122,20 @@ fn op_at<'g>(cx: &Checker<'g>, n: usize) -> Option<&'g Op> {
     cx.node(n).map(|node| &node.op)
 }
 
+/// Whether `n` can head a loop: a `phi`, or a `group` whose gate (input 1) comes from
+/// outside it.
+fn is_join(cx: &Checker, n: usize, inside: impl Fn(usize) -> bool) -> bool {
+    use petgraph::visit::EdgeRef;
+    match op_at(cx, n) {
+        Some(Op::Phi { .. }) => true,
+        Some(Op::Group { .. }) => {
+            let mut edges = cx.graph.nodes.edges_directed(NodeIndex::new(n), petgraph::Direction::Incoming);
+            edges.find(|e| e.weight().to_port == 1).is_some_and(|e| !inside(e.source().index()))
+        }
+        _ => false,
+    }
+}
+
 /// Checks one loop; returns the loops nested in it.
 fn check_loop(cx: &mut Checker, adjacency: &Adjacency, marks: &mut Marks, lp: Loop) -> Vec<Loop> {
     marks.stamp += 1;
@@ -132,8 +148,9 @@ fn check_loop(cx: &mut Checker, adjacency: &Adjacency, marks: &mut Marks, lp: Lo
 
     // A header, an exit and a step.
     let has = |pred: &dyn Fn(&Op) -> bool| lp.members.iter().any(|&m| op_at(cx, m).is_some_and(pred));
+    let joins: Vec<usize> = lp.members.iter().copied().filter(|&m| is_join(cx, m, |g| is_member(marks, g))).collect();
     let missing: Vec<LoopPart> = [
-        (LoopPart::Header, has(&|o| matches!(o, Op::Phi { .. }))),
+        (LoopPart::Header, !joins.is_empty()),
         (LoopPart::Exit, has(&|o| matches!(o, Op::Cond { .. } | Op::Switch { .. }))),
         (LoopPart::Step, has(&|o| matches!(o, Op::Isu { .. }))),
     ]
@@ -152,11 +169,11 @@ fn check_loop(cx: &mut Checker, adjacency: &Adjacency, marks: &mut Marks, lp: Lo
         }
     }
 
-    // Headers: the phis entered from outside; failing those, any node entered from
+    // Headers: the joins entered from outside; failing those, any node entered from
     // outside; failing those (a loop nothing enters), its phis.
     let entered = |marks: &Marks, n: usize| adjacency.preds(n).iter().any(|&p| !is_member(marks, p));
     let is_phi = |n: usize| matches!(op_at(cx, n), Some(Op::Phi { .. }));
-    let mut headers: Vec<usize> = lp.members.iter().copied().filter(|&m| is_phi(m) && entered(marks, m)).collect();
+    let mut headers: Vec<usize> = joins.into_iter().filter(|&m| entered(marks, m)).collect();
     if headers.is_empty() {
         headers = lp.members.iter().copied().filter(|&m| entered(marks, m)).collect();
     }

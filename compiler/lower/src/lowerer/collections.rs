@@ -68,6 +68,7 @@ impl Lowerer<'_> {
                 StateExpr::bin(IntOp::Mul, diff, positive)
             }
             Value::Batch { len, .. } | Value::IntSeq { len, .. } => len.clone(),
+            Value::Subtrees { path, .. } => StateExpr::Len(path.clone()),
             Value::TopKIdx { k, .. } => StateExpr::Const(i64::from(*k)),
             Value::Zip(parts) => match parts.first() {
                 Some(first) => self.seq_len(first, span)?,
@@ -85,8 +86,22 @@ impl Lowerer<'_> {
 
     /// `seq.map(|pattern| body)`.
     pub(super) fn map_expr(&mut self, seq: &Expr, pattern: &Pattern, body: &Expr, span: Span) -> R<Value> {
-        let seq_value = self.expr(seq)?;
+        let mut seq_value = self.expr(seq)?;
+        let mut seq_ty = seq.ty.clone();
         let count = self.seq_len(&seq_value, span)?;
+        // A map over a node's children maps over their results: the recursive call on an
+        // element gives that element's row (see `Value::ChildResult`).
+        let children = if let Value::Subtrees { site, path } = &seq_value {
+            let (site, path) = (*site, path.clone());
+            seq_value = self.collection_site(site, &path, span)?;
+            seq_ty = Ty::Seq(Box::new(
+                self.recursion_result().ok_or_else(|| self.unsupported(span, "recursion (internal)"))?,
+            ));
+            true
+        } else {
+            false
+        };
+        let wrap = |element: Value| if children { Value::ChildResult(Box::new(element)) } else { element };
         let mut reads = BTreeSet::new();
         let mut writes = BTreeSet::new();
         crate::uses::walk_expr(body, &mut reads, &mut writes);
@@ -101,12 +116,12 @@ impl Lowerer<'_> {
             return Err(self.not_row_wise());
         }
         if !self.per_element_maps {
-            if let Some(v) = self.batched_map(&seq_value, &seq.ty, pattern, body, &carried, &count, span) {
+            if let Some(v) = self.batched_map(&seq_value, &seq_ty, pattern, body, &carried, &count, children, span) {
                 return Ok(v);
             }
         }
         let e = self.new_element_field(span)?;
-        let elements = self.prepare_elements(seq_value, &seq.ty, e, span)?;
+        let elements = self.prepare_elements(seq_value, &seq_ty, e, span)?;
         // Every tensor from outside that the body uses, and the control, enter the element
         // context through a flatmap (in the enclosing context).
         let outer_ctrl = self.ctrl.clone();
@@ -121,7 +136,7 @@ impl Lowerer<'_> {
         self.context.push(e);
         self.ctrl = ctrl;
         let result = self.element_value(elements, e, span).and_then(|element| {
-            self.bind(pattern, element, span)?;
+            self.bind(pattern, wrap(element), span)?;
             self.expr(body)
         });
         self.context.pop();
@@ -131,20 +146,24 @@ impl Lowerer<'_> {
                 self.set_local(id, v);
             }
         }
+        let group = |this: &mut Self, p: Port| {
+            let PayloadTy::F32(dims) = p.ty.clone() else {
+                return Err(this.unsupported(span, "a `map` producing this kind of value"));
+            };
+            let ty = PayloadTy::Batch(dims);
+            let op = Op::Group { field: e, count: count.clone() };
+            let n = this.node(op, &[p, outer_ctrl.clone()], vec![ty.clone()], "group", span);
+            Ok(Value::Batch { port: Self::out(n, 0, ty), len: count.clone() })
+        };
         match result? {
-            Value::Tensor(p) => {
-                let PayloadTy::F32(dims) = p.ty.clone() else {
-                    return Err(self.unsupported(span, "a `map` producing this kind of value"));
-                };
-                let ty = PayloadTy::Batch(dims);
-                let n = self.node(
-                    Op::Group { field: e, count: count.clone() },
-                    &[p, outer_ctrl],
-                    vec![ty.clone()],
-                    "group",
-                    span,
-                );
-                Ok(Value::Batch { port: Self::out(n, 0, ty), len: count })
+            Value::Tensor(p) => group(self, p),
+            // A sequence of tuples of tensors is the zip of one batch per part.
+            Value::Tuple(parts) if parts.iter().all(|v| matches!(v, Value::Tensor(_))) => {
+                let parts = parts.into_iter().map(|v| match v {
+                    Value::Tensor(p) => group(self, p),
+                    _ => Err(self.unsupported(span, "a `map` producing this kind of value")),
+                });
+                Ok(Value::Zip(parts.collect::<R<Vec<_>>>()?))
             }
             Value::Int(elem) | Value::Bool(elem) => Ok(Value::IntSeq { len: count, field: e, elem }),
             Value::Loss(l) => self.loss_seq(l, count, first, span),
@@ -163,6 +182,7 @@ impl Lowerer<'_> {
         body: &Expr,
         carried: &[LocalId],
         count: &StateExpr,
+        children: bool,
         span: Span,
     ) -> Option<Value> {
         // Tensors from outside would have to be repeated per row; whole collections are
@@ -182,14 +202,23 @@ impl Lowerer<'_> {
         let result = self.new_element_field(span).and_then(|field| {
             self.rows = Some(RowCtx { field, count: count.clone() });
             let value = self.row_elements(seq.clone(), seq_ty, field, span).and_then(|element| {
+                let element = if children { Value::ChildResult(Box::new(element)) } else { element };
                 self.bind(pattern, element, span)?;
                 self.expr(body)
             });
             self.rows = None;
-            match value? {
+            let batch = |v: Value| match v {
                 Value::Tensor(port) if matches!(port.ty, PayloadTy::Batch(_)) => {
-                    Ok(Value::Batch { port, len: count.clone() })
+                    Some(Value::Batch { port, len: count.clone() })
                 }
+                _ => None,
+            };
+            match value? {
+                v @ Value::Tensor(_) => batch(v).ok_or_else(|| self.not_row_wise()),
+                Value::Tuple(parts) => match parts.into_iter().map(batch).collect::<Option<Vec<_>>>() {
+                    Some(parts) => Ok(Value::Zip(parts)),
+                    None => Err(self.not_row_wise()),
+                },
                 Value::Int(elem) | Value::Bool(elem) => Ok(Value::IntSeq { len: count.clone(), field, elem }),
                 _ => Err(self.not_row_wise()),
             }

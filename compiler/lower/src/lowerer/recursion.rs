@@ -26,6 +26,10 @@ pub(super) struct Recursion {
     enum_id: EnumId,
     /// The call-site field.
     site: FieldId,
+    /// A child's position in its parent's collection field, when the enum has one.
+    index: Option<FieldId>,
+    /// The collection sites used (their children's results are grouped).
+    collections: BTreeSet<u32>,
     /// The function's result type, for the call sites' input ports.
     ret: Ty,
     /// For each call site used, the nodes that receive the child's result (one per
@@ -89,9 +93,10 @@ impl Lowerer<'_> {
             return Err(self.unsupported(span, "a variant field that does not exist (internal)"));
         };
         let in_traversal = self.recursions.last().is_some_and(|r| r.enum_id == enum_id);
+        let before: usize = def.variants[..variant as usize].iter().map(|v| v.fields.len()).sum();
+        let site = (before + field as usize) as u32;
         if in_traversal && f.ty == Ty::Enum(enum_id) {
-            let before: usize = def.variants[..variant as usize].iter().map(|v| v.fields.len()).sum();
-            return Ok(Value::Subtree { site: (before + field as usize) as u32 });
+            return Ok(Value::Subtree { site });
         }
         let (name, ty) = (f.name.clone(), f.ty.clone());
         let mut path = path.to_vec();
@@ -99,6 +104,9 @@ impl Lowerer<'_> {
         // variant has a field of the same name (its own range, `amp_data::ranges`).
         path.push(DataStep::Variant(variant));
         path.push(DataStep::Field(name));
+        if in_traversal && is_collection_of(&ty, enum_id) {
+            return Ok(Value::Subtrees { site, path });
+        }
         self.data_leaf(path, &ty, span)
     }
 
@@ -111,6 +119,12 @@ impl Lowerer<'_> {
                 }
                 self.call_site(*site, span)
             }
+            [Value::ChildResult(result)] => {
+                if self.recursions.last().is_none_or(|r| r.function != f) {
+                    return Err(self.unsupported(span, "mutual recursion"));
+                }
+                Ok((**result).clone())
+            }
             [Value::Data(path)] => self.traversal(f, path.clone(), span),
             _ => Err(self.unsupported(span, "recursion with arguments besides the tree")),
         }
@@ -122,7 +136,7 @@ impl Lowerer<'_> {
         if let Some(v) = rec.site_values.get(&site) {
             return Ok(v.clone());
         }
-        let (ret, site_field) = (rec.ret.clone(), rec.site);
+        let (ret, site_field, index) = (rec.ret.clone(), rec.site, rec.index);
         let shape = self.result_shape(&ret, span)?;
         let mut nodes = Vec::new();
         let mut ports = Vec::new();
@@ -138,7 +152,14 @@ impl Lowerer<'_> {
                 scalars.push((n, (site, leaf as u32)));
             }
             nodes.push((n, ty.clone()));
-            ports.push(Self::out(n, 0, ty));
+            let mut port = Self::out(n, 0, ty.clone());
+            // A plain recursive field's child is at position 0 of its site.
+            if let Some(e) = index {
+                let op = Op::Isu { field: e, value: StateExpr::Const(-1), inverse: Some(StateExpr::Const(0)) };
+                let n = self.node(op, &[port], vec![ty.clone()], "from child", span);
+                port = Self::out(n, 0, ty);
+            }
+            ports.push(port);
         }
         let value = self.value_of(&ret, &mut ports.into_iter(), span)?;
         if let Some(rec) = self.recursions.last_mut() {
@@ -147,6 +168,56 @@ impl Lowerer<'_> {
             rec.site_values.insert(site, value.clone());
         }
         Ok(value)
+    }
+
+    /// The results of the recursive calls on every child in the collection at `site` of the
+    /// current node (`children.map(|c| encode(c))`), as the `map` over the children sees
+    /// them: per result leaf, a batch with a row per child, in order, grouped by the
+    /// children's positions (`%index`); a tuple result is a zip of such batches.
+    pub(super) fn collection_site(&mut self, site: u32, path: &[DataStep], span: Span) -> R<Value> {
+        let Some(rec) = self.recursions.last() else { return Err(self.unsupported(span, "recursion (internal)")) };
+        if let Some(v) = rec.site_values.get(&site) {
+            return Ok(v.clone());
+        }
+        let (ret, Some(index)) = (rec.ret.clone(), rec.index) else {
+            return Err(self.unsupported(span, "a collection of subtrees (internal)"));
+        };
+        let flat = |t: &Ty| matches!(t, Ty::Tensor(_));
+        if !(flat(&ret) || matches!(&ret, Ty::Tuple(parts) if parts.iter().all(flat))) {
+            return Err(self.unsupported(span, "a collection of subtrees whose result nests tuples"));
+        }
+        let count = StateExpr::Len(path.to_vec());
+        let mut nodes = Vec::new();
+        let mut batches = Vec::new();
+        for ty in self.result_shape(&ret, span)? {
+            let PayloadTy::F32(dims) = ty.clone() else {
+                return Err(self.unsupported(span, "a recursive function returning something other than tensors"));
+            };
+            let batch = PayloadTy::Batch(dims);
+            let op = Op::Group { field: index, count: count.clone() };
+            let n = self.raw_node(op, vec![ty.clone(), PayloadTy::Unit], vec![batch.clone()], "children", span);
+            // The gate: this node's own control, so that a node without children gets a
+            // zero-row batch.
+            let ctrl = self.ctrl.clone();
+            self.connect(&ctrl, n, 1);
+            nodes.push((n, ty));
+            batches.push(Value::Batch { port: Self::out(n, 0, batch), len: count.clone() });
+        }
+        let value = match ret {
+            Ty::Tuple(_) => Value::Zip(batches),
+            _ => batches.pop().ok_or_else(|| self.unsupported(span, "a result (internal)"))?,
+        };
+        if let Some(rec) = self.recursions.last_mut() {
+            rec.sites.insert(site, nodes);
+            rec.collections.insert(site);
+            rec.site_values.insert(site, value.clone());
+        }
+        Ok(value)
+    }
+
+    /// The result type of the recursive function being lowered.
+    pub(super) fn recursion_result(&self) -> Option<Ty> {
+        self.recursions.last().map(|r| r.ret.clone())
     }
 
     /// The payload types of a function result made of tensors and tuples, in port order.
@@ -198,6 +269,13 @@ impl Lowerer<'_> {
         self.counters.trees += 1;
         let node = self.new_field(format!("n{k}"), FieldRole::TreeNode, span)?;
         let site = self.new_field(format!("site{k}"), FieldRole::Data, span)?;
+        let has_collections = self
+            .program
+            .enums
+            .get(enum_id.0 as usize)
+            .is_some_and(|e| e.variants.iter().flat_map(|v| &v.fields).any(|f| is_collection_of(&f.ty, enum_id)));
+        let index =
+            if has_collections { Some(self.new_field(format!("index{k}"), FieldRole::Element, span)?) } else { None };
         let here: Vec<DataStep> =
             path.iter().cloned().chain([DataStep::Index(Box::new(StateExpr::Field(node)))]).collect();
         let attr = |name: &str| {
@@ -222,6 +300,8 @@ impl Lowerer<'_> {
             function: f,
             enum_id,
             site,
+            index,
+            collections: BTreeSet::new(),
             ret: ret.clone(),
             sites: HashMap::new(),
             site_values: HashMap::new(),
@@ -252,10 +332,19 @@ impl Lowerer<'_> {
             let ty = port.ty.clone();
             let cond = self.node(Op::Cond { pred: is_root.clone() }, &[port], vec![ty.clone(); 2], "is root", span);
             let up_site = Op::Isu { field: site, value: attr("$site"), inverse: Some(StateExpr::Const(-1)) };
-            let up_site = self.node(up_site, &[Self::out(cond, 1, ty.clone())], vec![ty.clone()], "to parent", span);
+            let mut up_site =
+                self.node(up_site, &[Self::out(cond, 1, ty.clone())], vec![ty.clone()], "to parent", span);
             let mut child = here.clone();
             child.push(DataStep::Field("$child".into()));
             child.push(DataStep::Index(Box::new(StateExpr::Field(site))));
+            // Where the enum has collections, a child also carries its position there: the
+            // group at a collection site orders by it, and the way back finds the child by
+            // site and position.
+            if let Some(e) = index {
+                let op = Op::Isu { field: e, value: attr("$index"), inverse: Some(StateExpr::Const(-1)) };
+                up_site = self.node(op, &[Self::out(up_site, 0, ty.clone())], vec![ty.clone()], "to parent", span);
+                child.push(DataStep::Index(Box::new(StateExpr::Field(e))));
+            }
             let up = Op::Isu { field: node, value: attr("$parent"), inverse: Some(StateExpr::Data(child)) };
             let up = self.node(up, &[Self::out(up_site, 0, ty.clone())], vec![ty.clone()], "to parent", span);
             let switch = Op::Switch { index: StateExpr::Field(site), arms: sites };
@@ -295,6 +384,11 @@ impl Lowerer<'_> {
         let recursive_sites = self.recursive_sites(enum_id);
         for (j, leaf) in leaves.iter().enumerate() {
             let j = j as u32;
+            let grouped = rec.collections.iter().any(|s| rec.sites.get(s).is_some_and(|r| r.len() > j as usize));
+            if matches!(leaf, Value::Loss(_)) && grouped {
+                let what = "a loss over a tree whose children are in a collection (sum the losses at the root instead)";
+                return Err(self.loss_error(span, what));
+            }
             let Value::Loss(l) = leaf else {
                 if rec.loss_leaves.contains(&j) {
                     return Err(
@@ -356,6 +450,11 @@ impl Lowerer<'_> {
     fn schema_sites(&self, enum_id: EnumId) -> u32 {
         self.program.enums.get(enum_id.0 as usize).map_or(0, |e| e.variants.iter().map(|v| v.fields.len() as u32).sum())
     }
+}
+
+/// Whether `ty` is `[E]`: a collection field of `enum_id`'s trees.
+fn is_collection_of(ty: &Ty, enum_id: EnumId) -> bool {
+    matches!(ty, Ty::Seq(item) if **item == Ty::Enum(enum_id))
 }
 
 /// The leaves of a result (tuples flattened), in the order of the function's result type.

@@ -201,6 +201,11 @@ impl FnChecker<'_, '_> {
         }
         self.push_scope(closure.span);
         let param = self.bind_pattern(&params[0], elem, false);
+        // The elements of a part of the input are parts of it too: a recursive call on
+        // them (`kids.map(|k| encode(k))`) follows the data.
+        if self.is_smaller(&seq) {
+            super::collect_binds(&param, &mut self.smaller);
+        }
         let body = self.check_expr(body, None);
         self.pop_scope();
         let ty = if body.ty.is_error() { Ty::Error } else { Ty::Seq(Box::new(body.ty.clone())) };

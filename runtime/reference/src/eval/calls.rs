@@ -134,9 +134,10 @@ fn tree_key(fields: &std::rc::Rc<[Val<'_>]>) -> usize {
     std::rc::Rc::as_ptr(fields) as *const u8 as usize
 }
 
-/// The pre-order number of every node of the tree `root` (an enum value of `enum_id`), by [`tree_key`]: the value is node 0, then the subtrees of its recursive
-/// fields (of the enum's own type) in field order, depth first, as `amp-data` numbers
-/// `$.tree[%n]`. Walked with an explicit stack: data trees may be deep.
+/// The pre-order number of every node of the tree `root` (an enum value of `enum_id`), by
+/// [`tree_key`]: the value is node 0, then the subtrees of its recursive fields (of the
+/// enum's own type, or collections of it, element by element) in field order, depth
+/// first, as `amp-data` numbers `$.tree[%n]`. Walked with an explicit stack: data trees may be deep.
 fn number_tree(
     program: &amp_sema::Program,
     root: &Val<'_>,
@@ -150,8 +151,13 @@ fn number_tree(
         numbers.insert(tree_key(fields), numbers.len() as i64);
         let Some(variant) = def.variants.get(*tag as usize) else { continue };
         for (field, def) in fields.iter().zip(&variant.fields).rev() {
-            if def.ty == amp_sema::Ty::Enum(enum_id) {
-                stack.push(field);
+            match (&def.ty, field) {
+                (amp_sema::Ty::Enum(e), _) if *e == enum_id => stack.push(field),
+                // A collection of subtrees: its elements, in order.
+                (amp_sema::Ty::Seq(item), Val::Seq(items)) if **item == amp_sema::Ty::Enum(enum_id) => {
+                    stack.extend(items.iter().rev());
+                }
+                _ => {}
             }
         }
     }
