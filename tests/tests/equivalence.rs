@@ -12,7 +12,6 @@ use amp_params::{OptimConfig, ParamSet};
 use amp_reference::Reference;
 use amp_sema::{check_source, Options, Program};
 use proptest::prelude::*;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -120,7 +119,8 @@ fn instance(name: &str, rng: &mut ChaCha8Rng) -> Value {
         }
         "child_sum_tree_lstm" => {
             let nodes = rng.random_range(1..24);
-            Value::Record(vec![random_dependency_tree(rng, nodes, 10), Value::Int(rng.random_range(0..3))])
+            let (tree, _) = amp_data::generate::dependency_tree(rng, nodes, 10);
+            Value::Record(vec![tree, Value::Int(rng.random_range(0..3))])
         }
         other => panic!("no generator for {other}"),
     }
@@ -139,23 +139,6 @@ fn random_tree(rng: &mut ChaCha8Rng, leaves: i64) -> Value {
         tag: 1,
         fields: vec![random_tree(rng, left), random_tree(rng, leaves - left), Value::Int(rng.random_range(0..5))],
     }
-}
-
-/// A random tree of `nodes` nodes (`Node { word, label, children }`), each with 0 to
-/// `most` children.
-fn random_dependency_tree(rng: &mut ChaCha8Rng, nodes: usize, most: usize) -> Value {
-    let rest = nodes.saturating_sub(1);
-    let kids = if rest == 0 { 0 } else { rng.random_range(1..=rest.min(most)) };
-    // `rest` nodes in `kids` non-empty subtrees: cut points among 1..rest.
-    let mut cuts: Vec<usize> = (1..rest).collect();
-    cuts.shuffle(rng);
-    let mut cuts: Vec<usize> = cuts.into_iter().take(kids.saturating_sub(1)).collect();
-    cuts.sort_unstable();
-    let bounds: Vec<usize> = std::iter::once(0).chain(cuts).chain(std::iter::once(rest)).collect();
-    let children =
-        bounds.windows(2).filter(|w| w[1] > w[0]).map(|w| random_dependency_tree(rng, w[1] - w[0], most)).collect();
-    let fields = vec![Value::Int(rng.random_range(0..20)), Value::Int(rng.random_range(0..3)), Value::Seq(children)];
-    Value::Variant { tag: 0, fields }
 }
 
 /// `||a - b|| / max(||a||, ||b||)`, 0 when both are 0.
@@ -532,7 +515,8 @@ model NAry(n: int = 10, hidden: int = 4) {
     let mut values: Vec<Value> = (0..6)
         .map(|_| {
             let nodes = rng.random_range(1..20);
-            Value::Record(vec![random_dependency_tree(&mut rng, nodes, 10), Value::Int(rng.random_range(0..3))])
+            let (tree, _) = amp_data::generate::dependency_tree(&mut rng, nodes, 10);
+            Value::Record(vec![tree, Value::Int(rng.random_range(0..3))])
         })
         .collect();
     // A root with all ten children, each a leaf.

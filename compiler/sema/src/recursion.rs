@@ -30,7 +30,7 @@ pub(crate) fn check_recursion(ck: &mut Checker, comp: ComponentId, calls: &[Call
                 Diagnostic::new(Code::NonStructuralRecursion, c.span, format!("recursive call of `{name}` is not structural"))
                     .with_primary("no argument is a part of the caller's input")
                     .with_label(def_span, format!("`{name}` is defined here"))
-                    .with_note("recursion must follow the data: pass a field bound by `match` on a recursive enum, e.g. `encode(left)`")
+                    .with_note("recursion must follow the data: pass a field bound by `match` on a recursive enum, e.g. `encode(left)`, or an element of one, e.g. `children.map(|c| encode(c))`")
                     .with_help("loops over a count are written `for i in 0..n { ... }`"),
             );
         }

@@ -26,6 +26,11 @@
 //!   functions: 0 = add one, 1 = subtract one, 2 = double, 3 = negate; binary: 0 = add,
 //!   1 = subtract, 2 = the larger, 3 = the smaller; all mod 10. Each node is a module the
 //!   model picks by the node's function.
+//! - **Dependency sentiment** (`examples/child_sum_tree_lstm.amp`): tree sentiment's
+//!   vocabulary and labels on dependency-style trees, `enum Tree { Node { word, label,
+//!   children: [Tree] } }`, where every node is a word and has any number of children. A
+//!   node's polarity is its word's plus the sum of its children's, except that a "not"
+//!   node has the negation of its children's sum.
 
 use crate::Value;
 use amp_ir::{DataTy, EnumSchema, FieldSchema, RecordSchema, Schema, VariantSchema};
@@ -46,7 +51,8 @@ pub const OP_FIRST_MINUS_LAST: i64 = 13;
 /// The data files of `examples/data/`: file name, schema and instances. Seeds: list
 /// reduction 1 (train) and 2 (valid), lengths 2–10; the routed-prototypes task 3, its
 /// samples 4 (train) and 5 (valid); tree sentiment 6 (train) and 7 (valid), 1 to 8 words;
-/// programs 8 (train) and 9 (valid), 1 to 6 operations.
+/// programs 8 (train) and 9 (valid), 1 to 6 operations; dependency sentiment 10 (train) and
+/// 11 (valid), 1 to 12 words, at most 4 children per word.
 pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
     let moe = MoeTask::new(3);
     vec![
@@ -58,6 +64,8 @@ pub fn example_files() -> Vec<(&'static str, Schema, Vec<Value>)> {
         ("tree_sentiment.valid.jsonl", tree_sentiment_schema(), tree_sentiment(7, 500, 8)),
         ("programs.train.jsonl", programs_schema(), programs(8, 10000, 6)),
         ("programs.valid.jsonl", programs_schema(), programs(9, 1000, 6)),
+        ("dependency.train.jsonl", dependency_schema(), dependency_sentiment(10, 2000, 12, 4)),
+        ("dependency.valid.jsonl", dependency_schema(), dependency_sentiment(11, 500, 12, 4)),
     ]
 }
 
@@ -213,6 +221,67 @@ pub fn program(rng: &mut ChaCha8Rng, ops: usize) -> (Value, i64) {
     let (left, a) = program(rng, left_ops);
     let (right, b) = program(rng, ops - 1 - left_ops);
     (Value::Variant { tag: 2, fields: vec![Value::Int(f), left, right] }, binary(f, a, b))
+}
+
+/// `enum Tree { Node { word: int, label: int, children: [Tree] } }` and `record Sentence {
+/// tree: Tree, label: int }`, as in `examples/child_sum_tree_lstm.amp`.
+pub fn dependency_schema() -> Schema {
+    let children = DataTy::Seq(Box::new(DataTy::Enum(0)));
+    let node = VariantSchema {
+        name: "Node".into(),
+        fields: vec![field("word", DataTy::Int), field("label", DataTy::Int), field("children", children)],
+    };
+    let mut schema = record("Sentence", vec![("tree", DataTy::Enum(0)), ("label", DataTy::Int)]);
+    schema.enums.push(EnumSchema { name: "Tree".into(), variants: vec![node] });
+    schema
+}
+
+/// `count` dependency-sentiment sentences of 1 to `max_words` words (counts uniform), each
+/// word with at most `most_children` children.
+pub fn dependency_sentiment(seed: u64, count: usize, max_words: usize, most_children: usize) -> Vec<Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| {
+            let words = rng.random_range(1..=max_words.max(1));
+            let (tree, polarity) = dependency_tree(&mut rng, words, most_children);
+            Value::Record(vec![tree, Value::Int(sentiment_label(polarity))])
+        })
+        .collect()
+}
+
+/// A dependency tree of `words` words (at least 1) and its polarity: the head word is
+/// "not" with probability 0.2 when it has dependents, else positive, negative or neutral
+/// as a sentiment leaf is; its 1 to `most_children` dependents (uniform, none for a single
+/// word) split the other words at uniform cut points. Recursion depth is `words`.
+pub fn dependency_tree(rng: &mut ChaCha8Rng, words: usize, most_children: usize) -> (Value, i64) {
+    let rest = words.saturating_sub(1);
+    let negated = rest > 0 && rng.random_range(0..5) == 0;
+    let (word, own) = if negated {
+        (NOT, 0)
+    } else {
+        match rng.random_range(0..10) {
+            0..4 => (rng.random_range(0..6), 1),
+            4..8 => (rng.random_range(6..12), -1),
+            _ => (rng.random_range(12..19), 0),
+        }
+    };
+    let kids = if rest == 0 { 0 } else { rng.random_range(1..=rest.min(most_children.max(1))) };
+    // `rest` words in `kids` non-empty parts: `kids - 1` distinct cut points in 1..rest.
+    let mut cuts: Vec<usize> = (1..rest).collect();
+    cuts.shuffle(rng);
+    cuts.truncate(kids.saturating_sub(1));
+    cuts.sort_unstable();
+    let bounds: Vec<usize> = std::iter::once(0).chain(cuts).chain(std::iter::once(rest)).collect();
+    let mut children = Vec::with_capacity(kids);
+    let mut sum = 0;
+    for w in bounds.windows(2).filter(|w| w[1] > w[0]) {
+        let (child, polarity) = dependency_tree(rng, w[1] - w[0], most_children);
+        children.push(child);
+        sum += polarity;
+    }
+    let polarity = if negated { -sum } else { own + sum };
+    let fields = vec![Value::Int(word), Value::Int(sentiment_label(polarity)), Value::Seq(children)];
+    (Value::Variant { tag: 0, fields }, polarity)
 }
 
 /// The label of a list-reduction instance: `None` unless `tokens` is an operation followed

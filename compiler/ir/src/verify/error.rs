@@ -287,7 +287,7 @@ impl fmt::Display for KeyReason {
 impl fmt::Display for LoopPart {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            LoopPart::Header => "a phi (the loop header)",
+            LoopPart::Header => "a phi or a gated group (the loop header)",
             LoopPart::Exit => "a cond or switch (the loop exit)",
             LoopPart::Step => "an isu (the loop step)",
         })
@@ -455,8 +455,8 @@ impl fmt::Display for VerifyErrorKind {
             }
             K::LoopMissing { part, size, members } => write!(
                 f,
-                "is in a cycle of {size} nodes ({}) without {part}; a loop needs a header phi, an exit \
-                 cond or switch, and an isu step",
+                "is in a cycle of {size} nodes ({}) without {part}; a loop needs a header (a phi, or a \
+                 group gated from outside it), an exit cond or switch, and an isu step",
                 Members(members, *size)
             ),
             K::LoopTooDeep { limit } => write!(f, "heads loops nested more than {limit} deep"),

@@ -254,8 +254,14 @@ impl Lowerer<'_> {
         let (Some(&param), 1) = (def.params.first(), def.params.len()) else {
             return Err(self.unsupported(span, "recursion with arguments besides the tree"));
         };
-        let Some(Ty::Enum(enum_id)) = def.locals.get(param.0 as usize).map(|l| l.ty.clone()) else {
-            return Err(self.unsupported(span, "recursion over something other than an enum"));
+        let enum_id = match def.locals.get(param.0 as usize).map(|l| &l.ty) {
+            Some(Ty::Enum(e)) => *e,
+            Some(Ty::Record(_)) => {
+                let what = "recursion over a record (declare the tree as an enum of one variant, \
+                            `enum Tree { Node { word: int, children: [Tree] } }`, and `match` on it)";
+                return Err(self.unsupported(span, what));
+            }
+            _ => return Err(self.unsupported(span, "recursion over something other than an enum")),
         };
         if self.recursions.len() >= 8 {
             return Err(self.unsupported(span, "traversals nested more than 8 deep"));
