@@ -293,3 +293,36 @@ fn report_skip(line: &str) {
         written.expect("the skip log takes a line");
     }
 }
+
+/// The child-sum Tree-LSTM's tree has one variant, so no `phi` joins its arms: the
+/// `group`s that stack a node's children's results, gated by the node's own control from
+/// outside the cycle, head the traversal's loop. Gated from inside the cycle instead, a
+/// group cannot admit the loop's entry, and the verifier refuses the cycle.
+#[test]
+fn a_traversal_without_a_phi_is_headed_by_its_gated_groups() {
+    let source = amp_tests::example("child_sum_tree_lstm").expect("example");
+    let mut graph = compile("child_sum_tree_lstm", source).into_inner();
+    let groups: Vec<_> = graph
+        .nodes
+        .node_indices()
+        .filter(|&i| matches!(graph.nodes[i].op, amp_ir::Op::Group { .. }) && graph.nodes[i].label == "children")
+        .collect();
+    assert_eq!(groups.len(), 2, "h and c");
+    assert!(!graph.nodes.node_weights().any(|n| matches!(n.op, amp_ir::Op::Phi { .. })));
+    for group in groups {
+        let into = |e| graph.nodes.edge_endpoints(e).is_some_and(|(_, to)| to == group);
+        let gate = graph.nodes.edge_indices().find(|&e| into(e) && graph.nodes[e].to_port == 1).expect("a gate");
+        graph.nodes.remove_edge(gate);
+        // `forget` of the group's own output: a unit inside the cycle.
+        let mut forget = graph.nodes[group].clone();
+        forget.op = amp_ir::Op::Forget;
+        (forget.inputs, forget.outputs) = (graph.nodes[group].outputs.clone(), vec![amp_ir::PayloadTy::Unit]);
+        (forget.reads, forget.writes, forget.key) = (Vec::new(), Vec::new(), Vec::new());
+        let forget = graph.nodes.add_node(forget);
+        graph.nodes.add_edge(group, forget, amp_ir::Edge { from_port: 0, to_port: 0 });
+        graph.nodes.add_edge(forget, group, amp_ir::Edge { from_port: 0, to_port: 1 });
+    }
+    let errors = verify::verify(&graph).err().expect("refused");
+    let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert!(text.iter().any(|e| e.contains("without a phi or a gated group (the loop header)")), "{text:?}");
+}
