@@ -322,7 +322,7 @@ fn a_traversal_without_a_phi_is_headed_by_its_gated_groups() {
         graph.nodes.add_edge(group, forget, amp_ir::Edge { from_port: 0, to_port: 0 });
         graph.nodes.add_edge(forget, group, amp_ir::Edge { from_port: 0, to_port: 1 });
     }
-    let errors = verify::verify(&graph).err().expect("refused");
+    let errors = verify::verify(&graph).expect_err("refused");
     let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
     assert!(text.iter().any(|e| e.contains("without a phi or a gated group (the loop header)")), "{text:?}");
 }

@@ -933,7 +933,10 @@ fn cycle_without_phi_cond_or_isu() {
     s.b.graph.params.iter_mut().filter(|p| p.name == "l1.weight").for_each(|p| p.shape = vec![16, 16]);
     let add = s.b.add(Op::Binary(BinaryFn::Add), &[(s.relu, 0), (s.relu, 0)], vec![f32(&[16])], &[INST]);
     s.b.connect(add, 0, s.l1, 0);
-    rejects(&s.b.graph, &["node %2", "is in a cycle of 3 nodes (%2, %3, %6) without a phi or a gated group (the loop header)"]);
+    rejects(
+        &s.b.graph,
+        &["node %2", "is in a cycle of 3 nodes (%2, %3, %6) without a phi or a gated group (the loop header)"],
+    );
     rejects(&s.b.graph, &["without a cond or switch (the loop exit)"]);
     rejects(&s.b.graph, &["without an isu (the loop step)"]);
 }
