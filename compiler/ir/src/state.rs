@@ -240,7 +240,7 @@ fn path_failure(path: &[DataStep], state: &[i64], data: &dyn InstanceData, wants
             }
         }
     }
-    let want = if wants_sequence { "a sequence" } else { "an int" };
+    let want = if wants_sequence { "sequence" } else { "int" };
     format!("the instance has no {want} at `{}`", spell(&resolved))
 }
 

@@ -181,6 +181,43 @@ model M {
     assert!(err.starts_with("E0600") && err.contains("after the loop"), "{err}");
 }
 
+/// Recursion that the checker accepts but the runtime's numbering of trees cannot run is
+/// a coded error naming what to write instead: a traversal starting below a tree's root
+/// (the runtime numbers whole trees), and a recursive record (trees are enums).
+#[test]
+fn recursion_the_runtime_cannot_number_is_refused_with_what_to_write() {
+    let subtree = r#"
+enum Tree { Leaf { word: int }, Node { left: Tree, right: Tree } }
+record S { tree: Tree, label: int }
+model M {
+    param emb = Embedding(20, 4);
+    param head = Linear(4, 3);
+    fn encode(t: Tree) -> f32[4] {
+        match t { Leaf { word } => emb(word), Node { left, right } => encode(left) + encode(right) }
+    }
+    fn forward(s: S) -> f32[3] {
+        match s.tree { Leaf { word } => head(emb(word)), Node { left, .. } => head(encode(left)) }
+    }
+    fn loss(s: S) -> f32 { cross_entropy(forward(s), s.label) }
+}
+"#;
+    let err = lower(subtree).unwrap_err();
+    assert!(err.starts_with("E0600") && err.contains("recurse from the tree's root"), "{err}");
+    let record = r#"
+record Node { word: int, children: [Node] }
+record S { tree: Node, label: int }
+model M {
+    param emb = Embedding(20, 4);
+    param head = Linear(4, 3);
+    fn encode(n: Node) -> f32[4] { tanh(emb(n.word) + sum(n.children.map(|c| encode(c)))) }
+    fn forward(s: S) -> f32[3] { head(encode(s.tree)) }
+    fn loss(s: S) -> f32 { cross_entropy(forward(s), s.label) }
+}
+"#;
+    let err = lower(record).unwrap_err();
+    assert!(err.starts_with("E0600") && err.contains("an enum of one variant"), "{err}");
+}
+
 const LAYERED: &str = r#"
 use std::nn::{GruCell, Mlp};
 record R { xs: [int], x: f32[8], label: int, flag: int }

@@ -215,6 +215,47 @@ impl Lowerer<'_> {
         Ok(value)
     }
 
+    /// Whether the data at `path` lies inside a tree (the path passes through a value of a
+    /// recursive enum and goes on): the runtime numbers the nodes of a whole tree, so a
+    /// traversal must start at one's root.
+    fn inside_a_tree(&self, path: &[DataStep]) -> bool {
+        use amp_ir::DataTy;
+        let Some(schema) = self.graph.input.as_ref() else { return false };
+        let mut ty = DataTy::Record(schema.input);
+        let mut variant: Option<u32> = None;
+        for step in path {
+            if let DataTy::Enum(e) = ty {
+                if schema.is_recursive(e) {
+                    return true;
+                }
+            }
+            let next = match (step, &ty) {
+                (DataStep::Variant(k), DataTy::Enum(_)) => {
+                    variant = Some(*k);
+                    continue;
+                }
+                (DataStep::Field(name), DataTy::Record(r)) => {
+                    schema.records.get(*r as usize).and_then(|r| r.fields.iter().find(|f| f.name == *name))
+                }
+                (DataStep::Field(name), DataTy::Enum(e)) => schema
+                    .enums
+                    .get(*e as usize)
+                    .and_then(|e| e.variants.get(variant? as usize))
+                    .and_then(|v| v.fields.iter().find(|f| f.name == *name)),
+                (DataStep::Index(_), DataTy::Seq(item)) => {
+                    ty = (**item).clone();
+                    variant = None;
+                    continue;
+                }
+                _ => return false,
+            };
+            let Some(field) = next else { return false };
+            ty = field.ty.clone();
+            variant = None;
+        }
+        false
+    }
+
     /// The result type of the recursive function being lowered.
     pub(super) fn recursion_result(&self) -> Option<Ty> {
         self.recursions.last().map(|r| r.ret.clone())
@@ -265,6 +306,11 @@ impl Lowerer<'_> {
         };
         if self.recursions.len() >= 8 {
             return Err(self.unsupported(span, "traversals nested more than 8 deep"));
+        }
+        if self.inside_a_tree(&path) {
+            let what = "a traversal of a subtree of a tree (a field of a `match`ed tree node outside a recursive \
+                        function over that tree): recurse from the tree's root";
+            return Err(self.unsupported(span, what));
         }
         let memo = format!("{f:?} {path:?} {:?} {:?} {}", self.context, self.ctrl, self.frame().prefix);
         if let Some(v) = self.traversals.get(&memo) {
