@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Draws learning curves from `amprun --metrics` files as an SVG (no dependencies).
+"""Draws learning curves from `amprun --metrics` files as one SVG (no dependencies), for the
+figures the Markdown pages embed (a Markdown page cannot embed an HTML page). To look at
+runs, `amprun report RUN.jsonl... -o report.html` draws every chart, several runs on
+shared axes; the experiment scripts write one beside their metrics.
 
 usage: plot.py OUT.svg METRIC SPLIT [--x epoch|elapsed_s] LABEL=metrics.jsonl [...]
   METRIC: accuracy or loss; SPLIT: valid or train. One line per file, by epoch (default)

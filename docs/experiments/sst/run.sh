@@ -66,4 +66,6 @@ python3 docs/experiments/plot.py "$OUT/sst_accuracy.svg" accuracy valid \
     "binary seed 0=$OUT/binary.seed0.metrics.jsonl" \
     "fine dropout seed 0=$OUT/fine.drop50.seed0.metrics.jsonl" "fine dropout seed 1=$OUT/fine.drop50.seed1.metrics.jsonl" \
     "binary dropout seed 0=$OUT/binary.drop50.seed0.metrics.jsonl"
+# Every run on shared axes, to look at: loss, accuracy per epoch and over time, staleness.
+"$AMPRUN" report "$OUT"/*.metrics.jsonl -o "$OUT/report.html"
 grep -h accuracy "$OUT"/fine.seed*.test.log "$OUT"/binary.seed*.test.log "$OUT"/*.drop50.*.test.log

@@ -72,6 +72,8 @@ for model in $MODELS; do
       echo "$model $mode $f $before $(load)" >> "$LOAD"
     done
   done
+  # The model's runs on shared axes: accuracy per epoch and over time, staleness.
+  "$AMPRUN" report "$HERE/${model}_w${WORKERS}_"*.jsonl -o "$TMP/stragglers_${model}_w${WORKERS}.html"
 done
 # Where replicas route: list-reduce's `cell` on every worker, one epoch of 4,000 instances,
 # asynchronous, the last worker slowed 1x and 4x, traced; the forward messages each copy

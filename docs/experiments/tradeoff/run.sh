@@ -8,3 +8,5 @@ for k in 1 4 16; do for m in 1 4 16; do
     --max-active-keys $k --min-update-frequency $m --async \
     --metrics docs/experiments/tradeoff/k${k}_m${m}.jsonl > "${TMPDIR:-/tmp}/tradeoff_k${k}_m${m}.log" 2>&1
 done; done
+# The nine runs on shared axes: validation accuracy per epoch and over time, throughput.
+"${AMPRUN:-./target/release/amprun}" report docs/experiments/tradeoff/k*_m*.jsonl -o "${TMPDIR:-/tmp}/tradeoff_report.html"

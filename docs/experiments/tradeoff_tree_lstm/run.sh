@@ -14,3 +14,5 @@ for k in 1 4 16; do for m in 1 4 16; do
     --max-active-keys $k --min-update-frequency $m --async \
     --metrics docs/experiments/tradeoff_tree_lstm/k${k}_m${m}.jsonl > "${TMPDIR:-/tmp}/tradeoff_tree_lstm_k${k}_m${m}.log" 2>&1
 done; done
+# The runs on shared axes: validation accuracy per epoch and over time, throughput.
+"$AMPRUN" report docs/experiments/tradeoff_tree_lstm/k*_m*.jsonl -o "${TMPDIR:-/tmp}/tradeoff_tree_lstm_report.html"

@@ -1,16 +1,18 @@
 //! `amprun report RUN.jsonl... -o report.html` and `amprun train --report FILE`: one
 //! self-contained HTML page of a run's metrics (or several runs' on shared axes), with
-//! inline SVG and CSS, no script and nothing fetched.
+//! inline SVG and CSS, a small inline script for the graph's zoom, and nothing fetched.
 //!
 //! Charts, each run in its own colour: the loss and the accuracy per epoch (training
-//! solid, validation dashed), the learning rate, the training throughput over time, each
+//! solid, validation dashed), the validation accuracy over time, the learning rate, the training throughput over time, each
 //! parameter group's staleness (mean solid, max dotted, the bound grey), for rolled-out
 //! networks the accuracy per update step, and from a Chrome trace (`--trace`) each
 //! worker's busy share over time beside the plan's prediction. A table gives each run's
-//! last and best epoch and its plan; `train --report` adds the command line, the build,
-//! the machine, and the model's graph drawn with each node in its worker's colour and the
-//! edges between workers marked (laid out in Rust by layout-rs, no Graphviz needed; the
-//! drawing scrolls).
+//! last and best epoch and its plan, and each run's command line, build (version and
+//! commit) and machine from its metrics' `run` object. `train --report` adds the model's
+//! graph drawn with each node in its worker's colour, each fusion group as one box, the
+//! measured time per instance on each box when the run measured (`--profile`, `--trace`,
+//! `--report-utilization`), and the edges between workers marked (laid out in Rust by
+//! layout-rs, no Graphviz needed; the drawing zooms and pans).
 
 use crate::failure::Failure;
 use serde_json::Value;
@@ -142,22 +144,21 @@ const MAX_TRACE_BYTES: u64 = 256 << 20;
 /// A metrics file larger than this is refused (a run of many epochs writes kilobytes).
 const MAX_METRICS_BYTES: u64 = 256 << 20;
 
-/// What `train --report` knows besides the metrics.
-pub struct Context {
-    pub command: Vec<String>,
-    /// The model's graph drawn with its placement ([`graph_svg`]).
-    pub graph: Option<String>,
-}
-
 /// Graphs of more nodes than this are not drawn: the layout's time grows faster than the
 /// nodes, and a page of thousands of boxes shows nothing.
 const MAX_DRAWN_NODES: usize = 400;
 
 /// The graph laid out (layout-rs: layered, in Rust, no Graphviz needed), each node a box
-/// labelled with its index and label and filled with its worker's colour, the edges
-/// between workers (the plan's cut) dashed red. `placement` gives each node index's
-/// worker (copy 0's). `None` for a graph over [`MAX_DRAWN_NODES`].
-pub fn graph_svg(graph: &amp_ir::Graph, placement: &[Option<usize>]) -> Option<String> {
+/// labelled with its index and label and filled with its worker's colour, a fusion group
+/// (run as one kernel) one box for all its members, the edges between workers (the plan's
+/// cut) dashed red. `placement` gives each node index's worker (copy 0's); with a
+/// `profile`, each box also shows its measured time per instance. `None` for a graph over
+/// [`MAX_DRAWN_NODES`].
+pub fn graph_svg(
+    graph: &amp_ir::Graph,
+    placement: &[Option<usize>],
+    profile: Option<&amp_plan::Profile>,
+) -> Option<String> {
     use layout::backends::svg::SVGWriter;
     use layout::core::base::Orientation;
     use layout::core::color::Color;
@@ -170,27 +171,45 @@ pub fn graph_svg(graph: &amp_ir::Graph, placement: &[Option<usize>]) -> Option<S
         return None;
     }
     let worker = |i: usize| placement.get(i).copied().flatten();
+    // Each node's box: its own, or its fusion group's (the group's first node stands for it).
+    let boxes = drawn_boxes(graph);
+    let micros = |i: usize| -> Option<f64> {
+        let node = profile?.nodes.iter().find(|n| n.id as usize == i)?;
+        Some(node.forward_per_instance * node.forward_us + node.backward_per_instance * node.backward_us)
+    };
     let mut drawn = VisualGraph::new(Orientation::TopToBottom);
     let mut handles = std::collections::HashMap::new();
-    for index in graph.nodes.node_indices() {
-        let node = &graph.nodes[index];
-        let mut label = format!("%{} {}", index.index(), node.label);
+    for (first, name, members) in &boxes.groups {
+        let mut label = match members.len() {
+            1 => format!("%{first} {name}"),
+            n => format!("%{first} fused, {n} ops"),
+        };
         if label.chars().count() > 28 {
             label = label.chars().take(27).chain(['…']).collect();
         }
-        let fill = worker(index.index()).map_or(0xffff_ffff, |w| {
+        let time: Option<f64> = members.iter().map(|&m| micros(m)).sum();
+        if let Some(us) = time {
+            let _ = write!(label, " · {}", duration_us(us));
+        }
+        let fill = worker(*first).map_or(0xffff_ffff, |w| {
             let rgb = u32::from_str_radix(colour(w).trim_start_matches('#'), 16).unwrap_or(0x888888);
             (rgb << 8) | 0x55
         });
         let look = StyleAttr::new(Color::fast("black"), 1, Some(Color::new(fill)), 4, 12);
         let shape = ShapeKind::new_box(&label);
         let size = get_shape_size(Orientation::TopToBottom, &shape, 12, false);
-        handles.insert(index, drawn.add_node(Element::create(shape, look, Orientation::TopToBottom, size)));
+        handles.insert(*first, drawn.add_node(Element::create(shape, look, Orientation::TopToBottom, size)));
     }
+    let mut seen = std::collections::HashSet::new();
     for edge in graph.nodes.edge_indices() {
         let Some((from, to)) = graph.nodes.edge_endpoints(edge) else { continue };
+        let (Some(&from), Some(&to)) = (boxes.of.get(&from.index()), boxes.of.get(&to.index())) else { continue };
+        // Inside a group, or a second edge between the same two boxes: not drawn.
+        if from == to || !seen.insert((from, to)) {
+            continue;
+        }
         let (Some(&a), Some(&b)) = (handles.get(&from), handles.get(&to)) else { continue };
-        let cut = worker(from.index()) != worker(to.index());
+        let cut = worker(from) != worker(to);
         let (style, colour) = if cut { (LineStyleKind::Dashed, "red") } else { (LineStyleKind::Normal, "gray") };
         let look = StyleAttr::new(Color::fast(colour), 1, None, 0, 10);
         let arrow = Arrow::new(LineEndKind::None, LineEndKind::Arrow, style, "", &look, &None, &None);
@@ -205,9 +224,51 @@ pub fn graph_svg(graph: &amp_ir::Graph, placement: &[Option<usize>]) -> Option<S
     Some(svg.replacen(" xmlns=\"http://www.w3.org/2000/svg\"", "", 1))
 }
 
-/// Writes the page for `runs` to `output` (atomically: a page is never half written).
-pub fn write(output: &Path, runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Result<(), Failure> {
-    let page = render(runs, traces, context);
+/// The boxes a graph is drawn with, by node index: each fusion group one box (its lowest
+/// node standing for it), every other node its own.
+struct Boxes<'g> {
+    /// Each box's node, its label, and the nodes it stands for, in node order.
+    groups: Vec<(usize, &'g str, Vec<usize>)>,
+    /// Each node's box.
+    of: std::collections::HashMap<usize, usize>,
+}
+
+fn drawn_boxes(graph: &amp_ir::Graph) -> Boxes<'_> {
+    let mut nodes: Vec<(usize, &amp_ir::Node)> =
+        graph.nodes.node_indices().map(|i| (i.index(), &graph.nodes[i])).collect();
+    nodes.sort_by_key(|(i, _)| *i);
+    let mut head_of_group = std::collections::HashMap::new();
+    let mut position: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let mut boxes = Boxes { groups: Vec::new(), of: std::collections::HashMap::new() };
+    for (index, node) in nodes {
+        let head = node.fusion.map_or(index, |g| *head_of_group.entry(g).or_insert(index));
+        boxes.of.insert(index, head);
+        match position.get(&head) {
+            Some(&at) => boxes.groups[at].2.push(index),
+            None => {
+                position.insert(head, boxes.groups.len());
+                boxes.groups.push((head, node.label.as_str(), vec![index]));
+            }
+        }
+    }
+    boxes
+}
+
+/// `850 ns`, `12.3 µs`, `4.1 ms`.
+fn duration_us(us: f64) -> String {
+    if us < 1.0 {
+        format!("{:.0} ns", us * 1e3)
+    } else if us < 1e3 {
+        format!("{us:.1} µs")
+    } else {
+        format!("{:.1} ms", us / 1e3)
+    }
+}
+
+/// Writes the page for `runs` to `output` (atomically: a page is never half written), with
+/// the model's graph when there is one ([`graph_svg`]).
+pub fn write(output: &Path, runs: &[Run], traces: &[Busy], graph: Option<&str>) -> Result<(), Failure> {
+    let page = render(runs, traces, graph);
     crate::setup::check_target("--report", output)?;
     let temporary = PathBuf::from(format!("{}.tmp", output.display()));
     std::fs::write(&temporary, page).map_err(|e| Failure::io("write", &temporary, &e))?;
@@ -243,7 +304,7 @@ struct Line {
 }
 
 /// The page.
-pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> String {
+pub fn render(runs: &[Run], traces: &[Busy], graph: Option<&str>) -> String {
     let mut body = String::new();
     let _ = write!(body, "<h1>Amp run report</h1>\n<table>\n<tr><th>run</th><th>epochs</th><th>last train</th>");
     body.push_str("<th>last valid</th><th>best valid accuracy</th><th>plan</th></tr>\n");
@@ -268,22 +329,17 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
         );
     }
     body.push_str("</table>\n");
-    if let Some(context) = context {
-        let _ = writeln!(
-            body,
-            "<p class=\"context\">Command: <code>{}</code><br>amprun {} on {} ({} {}, {} cores)</p>",
-            escape(&context.command.join(" ")),
-            env!("CARGO_PKG_VERSION"),
-            escape(&hostname()),
-            std::env::consts::OS,
-            std::env::consts::ARCH,
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        );
+    for (i, run) in runs.iter().enumerate() {
+        if let Some(row) = run.rows.iter().rev().find(|r| r["split"] == "run") {
+            body.push_str(&run_line(colour(i), &run.name, row));
+        }
     }
-    if let Some(svg) = context.and_then(|c| c.graph.as_deref()) {
-        body.push_str("<figure>\n<figcaption>The graph, each node in its worker's colour (the table's plan; copy 0), edges between workers dashed red</figcaption>\n<div class=\"graph\">");
+    if let Some(svg) = graph {
+        body.push_str("<figure>\n<figcaption>The graph, each node in its worker's colour (the table's plan; copy 0), each fusion group one box, edges between workers dashed red; the measured time per instance on each box when the run measured it. Scroll to zoom, drag to pan.</figcaption>\n");
+        body.push_str("<div class=\"graph\" id=\"graph\"><div class=\"zoom\"><button data-zoom=\"1.25\">+</button><button data-zoom=\"0.8\">−</button><button data-zoom=\"fit\">fit</button></div>");
         body.push_str(svg);
         body.push_str("</div>\n</figure>\n");
+        body.push_str(ZOOM_SCRIPT);
     }
     let per_run = |split: &str, key: &str, dash| lines_of(runs, split, dash, |run| run.pairs(split, "epoch", key));
     let both = |key: &str| {
@@ -293,6 +349,9 @@ pub fn render(runs: &[Run], traces: &[Busy], context: Option<&Context>) -> Strin
     };
     body.push_str(&chart("Loss per epoch", "epoch", "loss", both("loss")));
     body.push_str(&chart("Accuracy per epoch", "epoch", "accuracy", both("accuracy")));
+    // Time to accuracy: runs of different speeds (workers, in flight, asynchrony) compared.
+    let over_time = lines_of(runs, "", "", |run| run.pairs("valid", "elapsed_s", "accuracy"));
+    body.push_str(&chart("Validation accuracy over time", "seconds", "accuracy", over_time));
     body.push_str(&chart("Learning rate", "epoch", "learning rate", per_run("train", "lr", "")));
     let throughput = lines_of(runs, "", "", |run| run.pairs("train", "elapsed_s", "instances_per_s"));
     body.push_str(&chart(
@@ -348,7 +407,8 @@ table{border-collapse:collapse}td,th{padding:.3em .8em;border-bottom:1px solid #
 .key{display:inline-block;width:.8em;height:.8em;margin-right:.4em}\
 figure{margin:2em 0}figcaption{font-weight:600;margin-bottom:.3em}\
 svg text{font-size:11px;fill:#444}.context{color:#555}\
-.graph{max-width:100%;max-height:80vh;overflow:auto;border:1px solid #ddd}";
+.graph{max-width:100%;border:1px solid #ddd;position:relative}.graph svg{cursor:grab;display:block}\
+.zoom{position:absolute;right:.5em;top:.5em}.zoom button{margin-left:.2em;min-width:2em}";
 
 /// `loss 1.2345, acc 56.70%` of a report row.
 fn scores(row: &Value) -> String {
@@ -378,9 +438,70 @@ fn plan(row: &Value) -> String {
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "this machine".into(), |h| h.trim().into())
+/// A run's command line, build and machine, from its metrics' `run` object.
+fn run_line(colour: &str, name: &str, row: &Value) -> String {
+    let text = |key: &str| row[key].as_str().unwrap_or("?").to_string();
+    let command: Vec<&str> =
+        row["command"].as_array().map_or(Vec::new(), |c| c.iter().filter_map(Value::as_str).collect());
+    format!(
+        "<p class=\"context\"><span class=\"key\" style=\"background:{colour}\"></span>{}: <code>{}</code><br>amprun {} (commit {}) on {} ({} {}, {} cores)</p>\n",
+        escape(name),
+        escape(&command.join(" ")),
+        escape(&text("amprun")),
+        escape(&text("commit")),
+        escape(&text("host")),
+        escape(&text("os")),
+        escape(&text("arch")),
+        row["cores"].as_u64().unwrap_or(0)
+    )
 }
+
+/// Zoom (the wheel, the buttons) and pan (dragging) of the graph's drawing, by its
+/// `viewBox`; `fit` shows all of it. Marks the drawing `data-zoom="ready"` once set up.
+const ZOOM_SCRIPT: &str = r#"<script>
+(function () {
+  var box = document.getElementById("graph");
+  var svg = box && box.querySelector("svg");
+  if (!svg) return;
+  var w = parseFloat(svg.getAttribute("width")) || 800, h = parseFloat(svg.getAttribute("height")) || 600;
+  var view = [0, 0, w, h];
+  svg.setAttribute("viewBox", view.join(" "));
+  svg.setAttribute("width", "100%");
+  svg.setAttribute("height", Math.min(h, 800));
+  function show() { svg.setAttribute("viewBox", view.join(" ")); }
+  function zoom(f, cx, cy) {
+    var nw = view[2] / f, nh = view[3] / f;
+    view = [cx - (cx - view[0]) / f, cy - (cy - view[1]) / f, nw, nh];
+    show();
+  }
+  box.querySelectorAll("button").forEach(function (b) {
+    b.addEventListener("click", function () {
+      var z = b.getAttribute("data-zoom");
+      if (z === "fit") { view = [0, 0, w, h]; show(); }
+      else zoom(parseFloat(z), view[0] + view[2] / 2, view[1] + view[3] / 2);
+    });
+  });
+  svg.addEventListener("wheel", function (e) {
+    e.preventDefault();
+    var r = svg.getBoundingClientRect();
+    var cx = view[0] + (e.clientX - r.left) / r.width * view[2], cy = view[1] + (e.clientY - r.top) / r.height * view[3];
+    zoom(e.deltaY < 0 ? 1.2 : 1 / 1.2, cx, cy);
+  }, { passive: false });
+  var drag = null;
+  svg.addEventListener("mousedown", function (e) { drag = [e.clientX, e.clientY]; });
+  window.addEventListener("mouseup", function () { drag = null; });
+  window.addEventListener("mousemove", function (e) {
+    if (!drag) return;
+    var r = svg.getBoundingClientRect();
+    view[0] -= (e.clientX - drag[0]) / r.width * view[2];
+    view[1] -= (e.clientY - drag[1]) / r.height * view[3];
+    drag = [e.clientX, e.clientY];
+    show();
+  });
+  box.setAttribute("data-zoom", "ready");
+})();
+</script>
+"#;
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
@@ -509,16 +630,23 @@ mod tests {
     #[test]
     fn every_example_graph_is_drawn_with_its_cut() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-        for name in ["list_reduce", "tree_lstm", "ggsnn", "mlp", "moe", "module_network", "attention"] {
+        for name in
+            ["list_reduce", "tree_lstm", "ggsnn", "mlp", "moe", "module_network", "attention", "child_sum_tree_lstm"]
+        {
             let source = std::fs::read_to_string(dir.join(format!("{name}.amp"))).unwrap();
             let defines = if name == "moe" { vec![("experts".to_string(), 4)] } else { Vec::new() };
             let (map, checked) = amp_sema::check_source(name, &source, &amp_sema::Options { defines });
             let model = checked.program.models[0];
             let (graph, _) = amp_lower::compile_model(&checked.program, &map, model).unwrap();
             let placement = amp_ir::placement::round_robin(&graph, 2);
-            let svg = graph_svg(&graph, &placement).unwrap_or_else(|| panic!("{name} is drawn"));
+            let svg = graph_svg(&graph, &placement, None).unwrap_or_else(|| panic!("{name} is drawn"));
             assert!(svg.starts_with("<svg") && !svg.contains("http"), "{name}");
             assert_eq!(svg.matches("stroke-dasharray").count() > 0, graph.nodes.edge_count() > 0, "{name}");
+            // A box per fusion group and per node outside one.
+            let groups: std::collections::HashSet<u32> = graph.nodes.node_weights().filter_map(|n| n.fusion).collect();
+            let alone = graph.nodes.node_weights().filter(|n| n.fusion.is_none()).count();
+            assert_eq!(drawn_boxes(&graph).groups.len(), groups.len() + alone, "{name}");
+            assert_eq!(svg.matches("fused, ").count(), groups.len(), "{name}");
         }
     }
 

@@ -282,7 +282,10 @@
 //!
 //! **Reports.** On a terminal a progress bar (stderr) shows instances/s, loss and
 //! accuracy; otherwise one line per epoch. `--metrics FILE` gets one JSON object per
-//! report (appended to when resuming): `split` (`train`/`valid`), `epoch`, `instances`,
+//! report (appended to when resuming). The first (and each resumed run's first) is the run
+//! itself: `split: "run"`, `model`, `command` (the arguments), `amprun` (the version),
+//! `commit` (the build's, `unknown` outside a git clone), `host`, `os`, `arch`, `cores`.
+//! Then per epoch: `split` (`train`/`valid`), `epoch`, `instances`,
 //! `loss`, `accuracy` (when the model classifies), `instances_per_s`, `elapsed_s`, and
 //! for training `updates` and `staleness`: per parameter group `{"group", "mean", "max",
 //! "gradients", "bound"}` (the instances' gradients measured, an instance applied over
@@ -296,12 +299,15 @@
 //! `staleness/GROUP/mean`, `/max` and `/bound`, each at step = the epoch, for
 //! `tensorboard --logdir DIR`. `--report FILE` writes, when the run ends (also when it
 //! stops on a NaN loss, a failure or Ctrl-C), the page `amprun report` makes of its metrics, with
-//! the command line, the version, the machine, and the model's graph drawn (laid out in
-//! Rust, no Graphviz needed; up to 400 nodes) with each node in its worker's colour and
-//! the edges between workers dashed red. `amprun report RUN.jsonl... -o FILE`
-//! makes one self-contained HTML page (inline SVG and CSS; no script, nothing fetched) of
+//! the model's graph drawn (laid out in Rust, no Graphviz needed; up to 400 nodes) with
+//! each node in its worker's colour, each fusion group (one JIT kernel) as one box, the
+//! edges between workers dashed red, and, when the run measured (`--profile`, `--trace` or
+//! `--report-utilization`), each box's measured time per instance; the wheel and the
+//! buttons zoom it, dragging pans it (a small inline script). `amprun report RUN.jsonl... -o FILE`
+//! makes one self-contained HTML page (inline SVG and CSS, nothing fetched) of
 //! one or more `--metrics` files, each run in its own colour on shared axes: a table of
-//! each run's last epoch, best validation accuracy and plan, then the loss and accuracy per
+//! each run's last epoch, best validation accuracy and plan, each run's command line,
+//! build (version and commit) and machine, then the loss and accuracy per
 //! epoch (training solid, validation dashed), the learning rate, the training throughput
 //! over time, each parameter group's staleness (mean solid, max dotted, the bound grey),
 //! for rolled-out networks the accuracy per update step, and for each `--trace` (a `train

@@ -62,6 +62,26 @@ impl Report {
     }
 }
 
+/// The metrics object that starts a run (`split: "run"`, before its epochs; a resumed run
+/// adds its own): what ran, built from what, where. `amprun report` shows it.
+pub fn run_json(model: &str) -> Value {
+    json!({
+        "split": "run",
+        "model": model,
+        "command": std::env::args().collect::<Vec<_>>(),
+        "amprun": env!("CARGO_PKG_VERSION"),
+        "commit": env!("AMP_COMMIT"),
+        "host": hostname(),
+        "os": std::env::consts::OS,
+        "arch": std::env::consts::ARCH,
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "unknown".into(), |h| h.trim().into())
+}
+
 /// JSON has no NaN or infinity: those become `null`.
 pub fn finite(x: f64) -> Value {
     serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number)

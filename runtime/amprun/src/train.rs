@@ -195,6 +195,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         // Without the handler (another one is set), Ctrl-C keeps its default.
         let _ = ctrlc::set_handler(on_interrupt);
     }
+    run.metrics.write_json(&report::run_json(&run.name))?;
     let mut stopped_after = None;
     let result = (|| {
         for epoch in first..=args.epochs {
@@ -594,8 +595,8 @@ impl TrainRun<'_> {
     /// epochs before it too), its trace, its command line and its graph drawn with the
     /// placement.
     fn write_report(&self, path: &Path) -> Result<(), Failure> {
-        let graph = html_report::graph_svg(self.graph, &self.executor.graph_placement());
-        let context = html_report::Context { command: std::env::args().collect(), graph };
+        let times = self.measure.as_ref().map(|m| m.profile(self.graph));
+        let graph = html_report::graph_svg(self.graph, &self.executor.graph_placement(), times.as_ref());
         // The metrics file, when there is one, has every epoch (a resumed run's earlier
         // ones too); otherwise the run kept its reports.
         let rows = match self.args.metrics.as_deref() {
@@ -604,7 +605,7 @@ impl TrainRun<'_> {
         };
         let run = html_report::Run { name: self.name.clone(), rows };
         let traces = self.args.trace.as_deref().map(html_report::Busy::read).transpose()?;
-        html_report::write(path, &[run], traces.as_slice(), Some(&context))
+        html_report::write(path, &[run], traces.as_slice(), graph.as_deref())
     }
 
     /// Whether the summary and the metrics report the placement: with several workers,

@@ -34,7 +34,8 @@ fn a_bad_data_line_names_file_and_line_and_writes_nothing() {
     assert!(stderr(&out).contains("skipped 1 bad instance(s) in bad.jsonl"), "{}", stderr(&out));
     assert!(stdout(&out).contains("skipped     1 bad instance(s)"), "{}", stdout(&out));
     let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
-    assert_eq!(metrics[0]["instances"], 5);
+    let train = metrics.iter().find(|m| m["split"] == "train").unwrap();
+    assert_eq!(train["instances"], 5);
 }
 
 /// Eight digit rows (a header first); row `huge` has pixels that overflow every sum.
@@ -280,5 +281,6 @@ fn limit_reads_nothing_after_its_instances() {
     limited.extend(["--limit", "6"]);
     amprun_ok(dir, &limited);
     let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
-    assert_eq!(metrics[0]["instances"], 6);
+    let train = metrics.iter().find(|m| m["split"] == "train").unwrap();
+    assert_eq!(train["instances"], 6);
 }

@@ -65,9 +65,9 @@ fn train_writes_its_page_also_when_it_stops_on_a_bad_loss() {
     let dir = dir.path();
     train(dir, "m.jsonl", "2", &["--report", "run.html"]);
     let page = std::fs::read_to_string(dir.join("run.html")).unwrap();
-    assert!(page.contains("Command: <code>") && page.contains("--report run.html"), "{page}");
-    // The model's graph, drawn inline with a box per node.
-    assert!(page.contains("<div class=\"graph\"><svg"), "{page}");
+    assert!(page.contains("ListReduce: <code>") && page.contains("--report run.html"), "{page}");
+    // The model's graph, drawn inline, with its zoom.
+    assert!(page.contains("<div class=\"graph\" id=\"graph\">") && page.contains("<svg"), "{page}");
     assert_eq!(polylines(&page, "Loss per epoch").len(), 2);
     // A learning rate that overflows the loss: exit 3, and the page of what ran.
     let model = example("list_reduce.amp");
@@ -106,4 +106,66 @@ fn a_file_that_is_not_metrics_is_refused_by_line() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("m.jsonl:2: not a metrics object"), "{}", stderr(&out));
     assert!(!dir.join("page.html").exists());
+}
+
+/// The metrics start with the run's command line, build and machine (`split: "run"`), and
+/// `amprun report` shows them; a profiled run's graph has each fusion group as one box
+/// with its measured time per instance.
+#[test]
+fn a_run_carries_its_command_build_and_machine() {
+    let dir = scratch("report-run");
+    let dir = dir.path();
+    train(dir, "m.jsonl", "1", &["--profile", "p.json", "--report", "run.html"]);
+    let text = std::fs::read_to_string(dir.join("m.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["split"], "run");
+    assert_eq!(first["model"], "ListReduce");
+    let command: Vec<&str> = first["command"].as_array().unwrap().iter().filter_map(|c| c.as_str()).collect();
+    assert!(command.windows(2).any(|w| w == ["--profile", "p.json"]), "{command:?}");
+    let commit = first["commit"].as_str().unwrap();
+    // Built from a clone: its commit, else `unknown` (a source tarball).
+    if let Ok(out) = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output() {
+        if out.status.success() {
+            assert_eq!(commit, String::from_utf8_lossy(&out.stdout).trim());
+        }
+    }
+    assert!(first["cores"].as_u64().unwrap() >= 1 && first["amprun"].is_string() && first["host"].is_string());
+    amprun_ok(dir, &["report", "m.jsonl", "-o", "page.html"]);
+    let page = std::fs::read_to_string(dir.join("page.html")).unwrap();
+    assert!(page.contains(&format!("(commit {commit})")) && page.contains("--profile p.json"), "{page}");
+    // The graph: every box carries its measured time per instance.
+    let page = std::fs::read_to_string(dir.join("run.html")).unwrap();
+    let graph = page.split("id=\"graph\"").nth(1).unwrap().split("</svg>").next().unwrap();
+    let labels: Vec<&str> = graph.split("dy=\"1.0em\">").skip(1).filter_map(|t| t.split('<').next()).collect();
+    let timed = |l: &&str| [" ns", " µs", " ms"].iter().any(|unit| l.ends_with(unit));
+    assert!(labels.len() >= 10 && labels.iter().all(timed), "{labels:?}");
+}
+
+/// The page in a real browser (headless Chromium, where it is installed: `.ci/run`
+/// installs it): its script runs to the end (the graph's zoom is set up, `data-zoom`),
+/// the drawing gets its `viewBox`, and every chart is there.
+#[test]
+fn the_page_works_in_a_real_browser() {
+    let Some(browser) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| std::process::Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()))
+    else {
+        skipped("the_page_works_in_a_real_browser", "no Chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let dir = scratch("report-browser");
+    let dir = dir.path();
+    train(dir, "m.jsonl", "2", &["--report", "run.html"]);
+    let page = dir.join("run.html");
+    let out = std::process::Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--dump-dom"])
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{browser}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(dom.contains("data-zoom=\"ready\""), "the script ran to its end:\n{dom}");
+    let graph = dom.split("id=\"graph\"").nth(1).unwrap();
+    assert!(graph.contains("viewBox=\"0 0 "), "{graph}");
+    assert!(dom.matches("<figcaption>").count() >= 4, "{dom}");
 }
