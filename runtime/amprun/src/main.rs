@@ -308,7 +308,8 @@
 //! one or more `--metrics` files, each run in its own colour on shared axes: a table of
 //! each run's last epoch, best validation accuracy and plan, each run's command line,
 //! build (version and commit) and machine, then the loss and accuracy per
-//! epoch (training solid, validation dashed), the learning rate, the training throughput
+//! epoch (training solid, validation dashed), the validation accuracy over time, the
+//! learning rate, the training throughput
 //! over time, each parameter group's staleness (mean solid, max dotted, the bound grey),
 //! for rolled-out networks the accuracy per update step, and for each `--trace` (a `train
 //! --trace` file; `train --report` uses its own) every worker's busy share over time beside
