@@ -576,16 +576,19 @@ fn assert_training_on(c: &Compiled, name: &str, seed: u64, values: Vec<Value>, k
     }
 }
 
+/// The models the training tests run, with how many instances and the update size.
+const TRAINED: [(&str, usize, usize); 6] = [
+    ("mlp", 12, 4),
+    ("list_reduce", 12, 3),
+    ("tree_lstm", 8, 4),
+    ("ggsnn", 8, 4),
+    ("moe", 8, 4),
+    ("child_sum_tree_lstm", 8, 4),
+];
+
 #[test]
 fn deterministic_training_is_minibatch_sgd() {
-    for (name, count, k) in [
-        ("mlp", 12, 4),
-        ("list_reduce", 12, 3),
-        ("tree_lstm", 8, 4),
-        ("ggsnn", 8, 4),
-        ("moe", 8, 4),
-        ("child_sum_tree_lstm", 8, 4),
-    ] {
+    for (name, count, k) in TRAINED {
         assert_training_is_minibatch_sgd(name, 11, count, k);
     }
 }
@@ -594,14 +597,7 @@ fn deterministic_training_is_minibatch_sgd() {
 /// after every update): still exactly minibatch SGD, on every model, and with `grads`.
 #[test]
 fn training_with_replicas_is_minibatch_sgd() {
-    for (name, count, k) in [
-        ("mlp", 12, 4),
-        ("list_reduce", 12, 3),
-        ("tree_lstm", 8, 4),
-        ("ggsnn", 8, 4),
-        ("moe", 8, 4),
-        ("child_sum_tree_lstm", 8, 4),
-    ] {
+    for (name, count, k) in TRAINED {
         let graph = compile(name).graph;
         let ppts: Vec<amp_exec::NodeSelector> = graph
             .nodes
