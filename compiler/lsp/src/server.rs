@@ -117,7 +117,12 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
             work_done_progress_options: lsp::WorkDoneProgressOptions::default(),
         })),
         code_action_provider: Some(lsp::CodeActionProviderCapability::Options(lsp::CodeActionOptions {
-            code_action_kinds: Some(vec![lsp::CodeActionKind::QUICKFIX]),
+            code_action_kinds: Some(vec![
+                lsp::CodeActionKind::QUICKFIX,
+                lsp::CodeActionKind::REFACTOR_EXTRACT,
+                lsp::CodeActionKind::REFACTOR_INLINE,
+                lsp::CodeActionKind::REFACTOR_REWRITE,
+            ]),
             ..lsp::CodeActionOptions::default()
         })),
         signature_help_provider: Some(lsp::SignatureHelpOptions {
@@ -283,15 +288,22 @@ impl Server<'_> {
             }),
             req::CodeActionRequest::METHOD => self.handle::<req::CodeActionRequest>(id, params, |s, p| {
                 let document = s.documents.get(&p.text_document.uri)?;
-                // Only quick fixes exist; a client that asks for other kinds gets none.
-                let wanted = p.context.only.as_ref().is_none_or(|only| {
-                    only.iter().any(|kind| lsp::CodeActionKind::QUICKFIX.as_str().starts_with(kind.as_str()))
-                });
-                let actions = if wanted {
-                    handlers::code_actions(document, &s.stdlib, s.error_pages.as_deref(), p.range)
-                } else {
-                    Vec::new()
+                // Quick fixes, then assists (`refactor.*`): a client that asks for some kinds
+                // (`only`: a kind or a prefix of it) gets those.
+                let wanted = |kind: &lsp::CodeActionKind| {
+                    p.context
+                        .only
+                        .as_ref()
+                        .is_none_or(|only| only.iter().any(|k| kind.as_str().starts_with(k.as_str())))
                 };
+                let mut actions = Vec::new();
+                if wanted(&lsp::CodeActionKind::QUICKFIX) {
+                    actions = handlers::code_actions(document, &s.stdlib, s.error_pages.as_deref(), p.range);
+                }
+                actions.extend(handlers::assists(document, p.range).into_iter().filter(|a| match a {
+                    lsp::CodeActionOrCommand::CodeAction(a) => a.kind.as_ref().is_some_and(wanted),
+                    lsp::CodeActionOrCommand::Command(_) => false,
+                }));
                 Some(actions)
             }),
             req::FoldingRangeRequest::METHOD => self.handle::<req::FoldingRangeRequest>(id, params, |s, p| {
@@ -664,6 +676,37 @@ mod tests {
         let still = hover(7, 1, 43);
         assert!(still.response_result.as_ref().is_ok_and(|v| v.to_string().contains("f32")), "{still:?}");
         client.request(8, "shutdown", Value::Null);
+        assert!(client.stop().is_ok());
+    }
+
+    /// Code actions by kind: a client that asks only for `refactor` gets the assists, one
+    /// that asks for `quickfix` the fixes, and one that names no kind both.
+    #[test]
+    fn code_actions_are_given_by_the_kinds_asked_for() {
+        let client = Client::start();
+        let uri = "file:///m.amp";
+        let text = "model M(n: int = 4) {\n    fn forward(x: f32[n]) -> f32[n] {\n        let unused = 2;\n        tanh(x) * 2.0\n    }\n}\n";
+        client.notify(
+            "textDocument/didOpen",
+            json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": text } }),
+        );
+        // `unused` (its `let`'s name), then `tanh(x)`, selected.
+        let kinds = |id: i32, range: Value, only: Value| -> Vec<String> {
+            let context =
+                if only.is_null() { json!({ "diagnostics": [] }) } else { json!({ "diagnostics": [], "only": only }) };
+            let params = json!({ "textDocument": { "uri": uri }, "range": range, "context": context });
+            let answer = client.request(id, "textDocument/codeAction", params).response_result.unwrap_or(Value::Null);
+            let actions = answer.as_array().cloned().unwrap_or_default();
+            actions.iter().map(|a| a["kind"].as_str().unwrap_or("").to_string()).collect()
+        };
+        let name = json!({ "start": { "line": 2, "character": 12 }, "end": { "line": 2, "character": 18 } });
+        let tanh = json!({ "start": { "line": 3, "character": 8 }, "end": { "line": 3, "character": 15 } });
+        assert_eq!(kinds(2, tanh.clone(), json!(["refactor"])), ["refactor.extract"]);
+        assert_eq!(kinds(3, tanh, json!(["quickfix"])), Vec::<String>::new());
+        let all = kinds(4, name.clone(), Value::Null);
+        assert!(all.contains(&"quickfix".to_string()) && all.contains(&"refactor.inline".to_string()), "{all:?}");
+        assert_eq!(kinds(5, name, json!(["refactor.rewrite"])), ["refactor.rewrite"]);
+        client.request(6, "shutdown", Value::Null);
         assert!(client.stop().is_ok());
     }
 

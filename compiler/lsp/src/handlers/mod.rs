@@ -4,6 +4,7 @@
 //! the document's text, and folding ranges, from its tokens.
 //! Nothing here re-checks or does IO.
 
+mod assists;
 mod code_actions;
 mod completion;
 mod declaration;
@@ -19,6 +20,7 @@ mod semantic_tokens;
 mod signature_help;
 mod symbols;
 
+pub use assists::assists;
 pub use code_actions::code_actions;
 pub use completion::completion;
 pub use definition::definition;
