@@ -60,6 +60,16 @@ fn compile_ggsnn(lowering: &LowerOptions) -> Compiled {
     compile_source_with("ggsnn", amp_tests::example("ggsnn").expect("example"), defines("ggsnn"), lowering)
 }
 
+fn compile_child_sum(lowering: &LowerOptions) -> Compiled {
+    let source = amp_tests::example("child_sum_tree_lstm").expect("example");
+    compile_source_with("child_sum_tree_lstm", source, defines("child_sum_tree_lstm"), lowering)
+}
+
+fn child_sum_values(seed: u64, count: usize) -> Vec<Value> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..count).map(|_| instance("child_sum_tree_lstm", &mut rng)).collect()
+}
+
 fn list_values(seed: u64, count: usize) -> Vec<Value> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     // list_reduce's generator: 0 to 5 tokens below 14, empty lists included.
@@ -150,6 +160,8 @@ fn both_lowerings_match_the_reference() {
         for (name, c, values) in [
             ("ggsnn", compile_ggsnn(&lowering), ggsnn_values(21, 12)),
             ("list_maps", compile_list_maps(&lowering), list_values(22, 12)),
+            // A map over a node's children whose results are tuples (a zip of batches).
+            ("child_sum_tree_lstm", compile_child_sum(&lowering), child_sum_values(23, 8)),
         ] {
             for jit in [true, false] {
                 eprintln!("{name}, {which}, jit {jit}");
