@@ -122,27 +122,49 @@ pub fn apply(config: ExecConfig, bounds: &[StalenessBound], schedule: StalenessS
 /// Every `--max-staleness NODE=K` must name a node with parameters (by label or index) or
 /// a parameter prefix: the executor would ignore another, and the user would never know.
 pub fn check_nodes(graph: &amp_ir::Graph, bounds: &[StalenessBound]) -> Result<(), Failure> {
+    let selectors = bounds.iter().filter_map(|b| match b {
+        StalenessBound::Node(selector, _) => Some(selector),
+        StalenessBound::All(_) => None,
+    });
+    check_selectors(graph, "--max-staleness", selectors, true)
+}
+
+/// Every selector of `flag` must name a node with parameters: by index or label, or with
+/// `by_param` also by its parameter prefix. The error lists those nodes (and their
+/// parameters with `by_param`).
+pub fn check_selectors<'s>(
+    graph: &amp_ir::Graph,
+    flag: &str,
+    selectors: impl IntoIterator<Item = &'s NodeSelector>,
+    by_param: bool,
+) -> Result<(), Failure> {
     let ppts: Vec<(u32, &str, &str)> = graph
         .nodes
         .node_indices()
         .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n)))
         .filter_map(|(i, n)| Some((i, n.label.as_str(), n.op.param()?)))
         .collect();
-    for bound in bounds {
-        let StalenessBound::Node(selector, _) = bound else { continue };
+    for selector in selectors {
         let found = ppts.iter().any(|&(i, label, param)| match selector {
             NodeSelector::Id(id) => *id == i,
-            NodeSelector::Label(name) => name == label || name == param,
+            NodeSelector::Label(name) => name == label || (by_param && name == param),
         });
         if !found {
-            let mut names: Vec<String> = ppts.iter().map(|(i, l, p)| format!("{l} (%{i}, {p})")).collect();
+            let name = |&(i, l, p): &(u32, &str, &str)| {
+                if by_param {
+                    format!("{l} (%{i}, {p})")
+                } else {
+                    format!("{l} (%{i})")
+                }
+            };
+            let mut names: Vec<String> = ppts.iter().map(name).collect();
             names.dedup();
             let shown = match selector {
                 NodeSelector::Id(id) => format!("%{id}"),
                 NodeSelector::Label(name) => name.clone(),
             };
             return Err(Failure::usage(format!(
-                "--max-staleness: `{shown}` is not a node with parameters (those are: {})",
+                "{flag}: `{shown}` is not a node with parameters (those are: {})",
                 names.join(", ")
             )));
         }

@@ -90,30 +90,5 @@ pub(super) fn train_config(args: &TrainArgs, optimizer: OptimConfig, placement: 
 /// Every `--update-frequency NODE=M` must name a node with parameters (the executor would
 /// ignore one that does not, and the user would never know).
 pub(super) fn check_update_overrides(graph: &amp_ir::Graph, overrides: &[(NodeSelector, u64)]) -> Result<(), Failure> {
-    let ppts: Vec<(u32, &str)> = graph
-        .nodes
-        .node_indices()
-        .filter_map(|i| graph.nodes.node_weight(i).map(|n| (i.index() as u32, n)))
-        .filter(|(_, n)| n.op.is_ppt())
-        .map(|(i, n)| (i, n.label.as_str()))
-        .collect();
-    for (selector, _) in overrides {
-        let found = ppts.iter().any(|&(i, label)| match selector {
-            NodeSelector::Id(id) => *id == i,
-            NodeSelector::Label(name) => name == label,
-        });
-        if !found {
-            let mut names: Vec<String> = ppts.iter().map(|(i, l)| format!("{l} (%{i})")).collect();
-            names.dedup();
-            let shown = match selector {
-                NodeSelector::Id(id) => format!("%{id}"),
-                NodeSelector::Label(name) => name.clone(),
-            };
-            return Err(Failure::usage(format!(
-                "--update-frequency: `{shown}` is not a node with parameters (those are: {})",
-                names.join(", ")
-            )));
-        }
-    }
-    Ok(())
+    crate::staleness::check_selectors(graph, "--update-frequency", overrides.iter().map(|(s, _)| s), false)
 }
