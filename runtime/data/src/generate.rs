@@ -107,12 +107,26 @@ pub const NOT: i64 = 19;
 
 /// `count` tree-sentiment sentences of 1 to `max_words` words (counts uniform).
 pub fn tree_sentiment(seed: u64, count: usize, max_words: usize) -> Vec<Value> {
+    sized(seed, count, max_words, |rng, words| {
+        let (tree, polarity) = sentiment_tree(rng, words);
+        (tree, sentiment_label(polarity))
+    })
+}
+
+/// `count` records `{ tree, label }` of `make(rng, size)`, each size uniform in 1 to
+/// `max_size`, from one seeded generator.
+fn sized(
+    seed: u64,
+    count: usize,
+    max_size: usize,
+    mut make: impl FnMut(&mut ChaCha8Rng, usize) -> (Value, i64),
+) -> Vec<Value> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..count)
         .map(|_| {
-            let words = rng.random_range(1..=max_words.max(1));
-            let (tree, polarity) = sentiment_tree(&mut rng, words);
-            Value::Record(vec![tree, Value::Int(sentiment_label(polarity))])
+            let size = rng.random_range(1..=max_size.max(1));
+            let (tree, label) = make(&mut rng, size);
+            Value::Record(vec![tree, Value::Int(label)])
         })
         .collect()
 }
@@ -195,14 +209,7 @@ pub fn binary(f: i64, a: i64, b: i64) -> i64 {
 /// `count` programs of 1 to `max_ops` operations (counts uniform), labelled with their
 /// values.
 pub fn programs(seed: u64, count: usize, max_ops: usize) -> Vec<Value> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..count)
-        .map(|_| {
-            let ops = rng.random_range(1..=max_ops.max(1));
-            let (prog, value) = program(&mut rng, ops);
-            Value::Record(vec![prog, Value::Int(value)])
-        })
-        .collect()
+    sized(seed, count, max_ops, program)
 }
 
 /// A program of `ops` operations and its value: a unary operation with probability 0.4,
@@ -239,14 +246,10 @@ pub fn dependency_schema() -> Schema {
 /// `count` dependency-sentiment sentences of 1 to `max_words` words (counts uniform), each
 /// word with at most `most_children` children.
 pub fn dependency_sentiment(seed: u64, count: usize, max_words: usize, most_children: usize) -> Vec<Value> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..count)
-        .map(|_| {
-            let words = rng.random_range(1..=max_words.max(1));
-            let (tree, polarity) = dependency_tree(&mut rng, words, most_children);
-            Value::Record(vec![tree, Value::Int(sentiment_label(polarity))])
-        })
-        .collect()
+    sized(seed, count, max_words, |rng, words| {
+        let (tree, polarity) = dependency_tree(rng, words, most_children);
+        (tree, sentiment_label(polarity))
+    })
 }
 
 /// A dependency tree of `words` words (at least 1) and its polarity: the head word is
