@@ -28,8 +28,6 @@ pub(super) struct Recursion {
     site: FieldId,
     /// A child's position in its parent's collection field, when the enum has one.
     index: Option<FieldId>,
-    /// The collection sites used (their children's results are grouped).
-    collections: BTreeSet<u32>,
     /// The function's result type, for the call sites' input ports.
     ret: Ty,
     /// For each call site used, the nodes that receive the child's result (one per
@@ -209,7 +207,6 @@ impl Lowerer<'_> {
         };
         if let Some(rec) = self.recursions.last_mut() {
             rec.sites.insert(site, nodes);
-            rec.collections.insert(site);
             rec.site_values.insert(site, value.clone());
         }
         Ok(value)
@@ -321,13 +318,11 @@ impl Lowerer<'_> {
         self.counters.trees += 1;
         let node = self.new_field(format!("n{k}"), FieldRole::TreeNode, span)?;
         let site = self.new_field(format!("site{k}"), FieldRole::Data, span)?;
-        let has_collections = self
-            .program
-            .enums
-            .get(enum_id.0 as usize)
-            .is_some_and(|e| e.variants.iter().flat_map(|v| &v.fields).any(|f| is_collection_of(&f.ty, enum_id)));
-        let index =
-            if has_collections { Some(self.new_field(format!("index{k}"), FieldRole::Element, span)?) } else { None };
+        let index = if self.sites_of(enum_id, |ty| is_collection_of(ty, enum_id)).is_empty() {
+            None
+        } else {
+            Some(self.new_field(format!("index{k}"), FieldRole::Element, span)?)
+        };
         let here: Vec<DataStep> =
             path.iter().cloned().chain([DataStep::Index(Box::new(StateExpr::Field(node)))]).collect();
         let attr = |name: &str| {
@@ -353,7 +348,6 @@ impl Lowerer<'_> {
             enum_id,
             site,
             index,
-            collections: BTreeSet::new(),
             ret: ret.clone(),
             sites: HashMap::new(),
             site_values: HashMap::new(),
@@ -433,10 +427,11 @@ impl Lowerer<'_> {
         leaves: &[Value],
         span: Span,
     ) -> R<Value> {
-        let recursive_sites = self.recursive_sites(enum_id);
+        let recursive_sites = self.sites_of(enum_id, |ty| *ty == Ty::Enum(enum_id));
+        let collection_sites = self.sites_of(enum_id, |ty| is_collection_of(ty, enum_id));
         for (j, leaf) in leaves.iter().enumerate() {
             let j = j as u32;
-            let grouped = rec.collections.iter().any(|s| rec.sites.get(s).is_some_and(|r| r.len() > j as usize));
+            let grouped = collection_sites.iter().any(|s| rec.sites.get(s).is_some_and(|r| r.len() > j as usize));
             if matches!(leaf, Value::Loss(_)) && grouped {
                 let what = "a loss over a tree whose children are in a collection (sum the losses at the root instead)";
                 return Err(self.loss_error(span, what));
@@ -491,11 +486,12 @@ impl Lowerer<'_> {
         false
     }
 
-    /// The call sites of an enum that hold a subtree (fields of the enum's own type).
-    fn recursive_sites(&self, enum_id: EnumId) -> Vec<u32> {
+    /// The call sites of an enum whose field type passes `holds`: those that hold a subtree
+    /// (the enum's own type) or children (a collection of it).
+    fn sites_of(&self, enum_id: EnumId, holds: impl Fn(&Ty) -> bool) -> Vec<u32> {
         let Some(def) = self.program.enums.get(enum_id.0 as usize) else { return Vec::new() };
         let fields = def.variants.iter().flat_map(|v| v.fields.iter());
-        fields.enumerate().filter(|(_, f)| f.ty == Ty::Enum(enum_id)).map(|(i, _)| i as u32).collect()
+        fields.enumerate().filter(|(_, f)| holds(&f.ty)).map(|(i, _)| i as u32).collect()
     }
 
     /// The number of call sites of an enum: the fields of all its variants.
