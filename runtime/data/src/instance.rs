@@ -323,8 +323,7 @@ impl Instance {
             }
             // Any other step on `$child[s]` acts on its first child.
             (Cursor::Site { tree, node, site }, step) => {
-                let first = *tree.children.get(node.checked_mul(tree.sites)?.checked_add(site)?)?;
-                self.step(node_or_none(tree, first), step)
+                self.step(node_or_none(tree, tree.first_child(node, site)?), step)
             }
             (Cursor::Kids { tree, items }, ResolvedStep::Index(e)) => {
                 let Value::Int(child) = items.get(usize::try_from(*e).ok()?)? else { return None };
@@ -477,10 +476,15 @@ fn cursor_int(cursor: Cursor<'_>) -> Option<i64> {
         Cursor::Data(Value::Bool(b), _) => Some(i64::from(*b)),
         Cursor::Node { node, .. } => i64::try_from(node).ok(),
         Cursor::Int(i) => Some(i),
-        Cursor::Site { tree, node, site } => {
-            tree.children.get(node.checked_mul(tree.sites)?.checked_add(site)?).copied()
-        }
+        Cursor::Site { tree, node, site } => tree.first_child(node, site),
         _ => None,
+    }
+}
+
+impl FlatTree {
+    /// The (first) node hanging from `site` of `node` (`$child[site]`), -1 if none.
+    fn first_child(&self, node: usize, site: usize) -> Option<i64> {
+        self.children.get(node.checked_mul(self.sites)?.checked_add(site)?).copied()
     }
 }
 
