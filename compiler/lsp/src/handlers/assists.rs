@@ -355,66 +355,72 @@ fn mentions_dropout(e: &Expr) -> bool {
     names.iter().any(|n| n == "dropout")
 }
 
-/// Every name an expression reads (also inside its closures and blocks).
-fn names_in(e: &Expr, out: &mut Vec<String>) {
-    if let ExprKind::Name(n) = &e.kind {
-        out.push(n.name.clone());
-    }
+/// A node the walks below meet.
+#[derive(Clone, Copy)]
+enum Visit<'a> {
+    Expr(&'a Expr),
+    Stmt(&'a Stmt),
+}
+
+/// Calls `f` on `e` and on every expression and statement inside it, closures and blocks
+/// included.
+fn walk_expr<'a>(e: &'a Expr, f: &mut impl FnMut(Visit<'a>)) {
+    f(Visit::Expr(e));
     let (exprs, blocks, binders) = expr_children(e);
     for x in exprs.into_iter().chain(binders) {
-        names_in(x, out);
+        walk_expr(x, f);
     }
     for b in blocks {
-        for (_, part) in parts(b) {
-            match part {
-                Part::Stmt(s) => stmt_children(s).0.into_iter().for_each(|x| names_in(x, out)),
-                Part::Expr(x) => names_in(x, out),
-            }
-        }
+        walk_block(b, f);
     }
+}
+
+fn walk_block<'a>(b: &'a Block, f: &mut impl FnMut(Visit<'a>)) {
+    for s in &b.stmts {
+        walk_stmt(s, f);
+    }
+    if let Some(t) = &b.tail {
+        walk_expr(t, f);
+    }
+}
+
+fn walk_stmt<'a>(s: &'a Stmt, f: &mut impl FnMut(Visit<'a>)) {
+    f(Visit::Stmt(s));
+    let (exprs, blocks) = stmt_children(s);
+    for x in exprs {
+        walk_expr(x, f);
+    }
+    for b in blocks {
+        walk_block(b, f);
+    }
+}
+
+/// Every name an expression reads (also inside its closures and blocks).
+fn names_in(e: &Expr, out: &mut Vec<String>) {
+    walk_expr(e, &mut |v| {
+        if let Visit::Expr(Expr { kind: ExprKind::Name(n), .. }) = v {
+            out.push(n.name.clone());
+        }
+    });
 }
 
 /// The names a statement binds, at any depth (patterns, `var`s, loop and closure
 /// parameters, match arms).
 fn bound_names(stmt: &Stmt) -> Vec<String> {
     let mut out = Vec::new();
-    match &stmt.kind {
-        StmtKind::Let(p, _, _) | StmtKind::For(p, _, _) => pattern_names(p, &mut out),
-        StmtKind::Var(name, _, _) => out.push(name.name.clone()),
-        _ => {}
-    }
-    let (exprs, blocks) = stmt_children(stmt);
-    for e in exprs {
-        expr_bound_names(e, &mut out);
-    }
-    for b in blocks {
-        block_bound_names(b, &mut out);
-    }
+    walk_stmt(stmt, &mut |v| match v {
+        Visit::Stmt(s) => match &s.kind {
+            StmtKind::Let(p, _, _) | StmtKind::For(p, _, _) => pattern_names(p, &mut out),
+            StmtKind::Var(name, _, _) => out.push(name.name.clone()),
+            _ => {}
+        },
+        Visit::Expr(e) => match &e.kind {
+            ExprKind::Closure(params, _) => params.iter().for_each(|p| pattern_names(p, &mut out)),
+            ExprKind::Match(_, arms) => arms.iter().for_each(|a| pattern_names(&a.pattern, &mut out)),
+            _ => {}
+        },
+    });
     out
-}
-
-fn block_bound_names(b: &Block, out: &mut Vec<String>) {
-    for s in &b.stmts {
-        out.extend(bound_names(s));
-    }
-    if let Some(t) = &b.tail {
-        expr_bound_names(t, out);
-    }
-}
-
-fn expr_bound_names(e: &Expr, out: &mut Vec<String>) {
-    match &e.kind {
-        ExprKind::Closure(params, _) => params.iter().for_each(|p| pattern_names(p, out)),
-        ExprKind::Match(_, arms) => arms.iter().for_each(|a| pattern_names(&a.pattern, out)),
-        _ => {}
-    }
-    let (exprs, blocks, binders) = expr_children(e);
-    for x in exprs.into_iter().chain(binders) {
-        expr_bound_names(x, out);
-    }
-    for b in blocks {
-        block_bound_names(b, out);
-    }
 }
 
 fn pattern_names(p: &Pattern, out: &mut Vec<String>) {
