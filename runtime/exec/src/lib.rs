@@ -82,6 +82,6 @@ pub use error::{ExecError, OpError, QueueReport};
 pub use instance::ExecInstance;
 pub use ops::kernels;
 pub use ops::train::StalenessStats;
-pub use sched::controller::{Judgement, Observer, Progress};
+pub use sched::controller::{AllReduce, Judgement, Observer, Progress};
 pub use sched::executor::{EpochStats, EvalStats, Executor, GroupStaleness};
 pub use trace::{write_chrome_trace, write_merged_trace, TraceEvent, TraceKind};

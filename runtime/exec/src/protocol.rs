@@ -87,6 +87,38 @@ pub enum RemoteWord {
     /// To any worker of process 0, from an owner elsewhere: hold admissions while it
     /// defers an update for a staleness bound (`true`), or release its hold.
     Hold(bool),
+    /// To the next process's updater of master `group`, split with copies of the graph:
+    /// step `step` of a ring all-reduce of the gradients (`sched::worker::ring`), one
+    /// chunk of them; `count` is the instances process 0 counted for the update, and
+    /// `flush` marks the run's last.
+    Reduce { group: usize, step: u32, count: u64, flush: bool, values: Vec<f32> },
+}
+
+/// A ring all-reduce's arithmetic (`RemoteWord::Reduce`), which the updaters follow and
+/// the bridge checks.
+pub(crate) mod ring {
+    use std::ops::Range;
+
+    /// The values of chunk `part` of `len` values cut into `parts` near-equal chunks (the
+    /// first `len % parts` one longer).
+    pub fn chunk(len: usize, parts: usize, part: usize) -> Range<usize> {
+        let parts = parts.max(1);
+        let (base, extra) = (len / parts, len % parts);
+        let start = part * base + part.min(extra);
+        start..(start + base + usize::from(part < extra)).min(len)
+    }
+
+    /// The chunk that position `at` of a ring of `parts` receives at step `step` (and sends
+    /// at step `step + 1`; it sends chunk `at` at step 0).
+    pub fn received_part(at: usize, step: usize, parts: usize) -> usize {
+        let parts = parts.max(1);
+        (at + 2 * parts - step % parts - 1) % parts
+    }
+
+    /// The steps of one reduction: 2(P − 1).
+    pub fn steps(parts: usize) -> usize {
+        2 * parts.saturating_sub(1)
+    }
 }
 
 /// A replica's gradients on their way to a master in another process (what

@@ -86,6 +86,7 @@ const WORD_VALUES: u8 = 8;
 const WORD_SYNCED: u8 = 9;
 const WORD_SERVED: u8 = 10;
 const WORD_HOLD: u8 = 11;
+const WORD_REDUCE: u8 = 12;
 
 // Reports for the controller (`Report`).
 const REPORT_LOSS: u8 = 1;
@@ -300,6 +301,14 @@ fn encode_word(word: &ToWorker, out: &mut Vec<u8>) {
         ToWorker::Remote(RemoteWord::Hold(hold)) => {
             out.push(WORD_HOLD);
             out.push(u8::from(*hold));
+        }
+        ToWorker::Remote(RemoteWord::Reduce { group, step, count, flush, values }) => {
+            out.push(WORD_REDUCE);
+            put_index(out, *group);
+            put_u32(out, *step);
+            put_u64(out, *count);
+            out.push(u8::from(*flush));
+            put_f32s(out, values);
         }
     }
 }
@@ -609,6 +618,13 @@ impl<'b> Reader<'b> {
                 ToWorker::Remote(RemoteWord::Served { node, count, elapsed })
             }
             WORD_HOLD => ToWorker::Remote(RemoteWord::Hold(self.flag("a hold's flag")?)),
+            WORD_REDUCE => {
+                let group = self.index()?;
+                let step = self.u32()?;
+                let count = self.u64()?;
+                let flush = self.flag("a reduction's flush")?;
+                ToWorker::Remote(RemoteWord::Reduce { group, step, count, flush, values: self.f32s(limits)? })
+            }
             other => return Err(WireError { offset: self.at - 1, what: format!("unknown word tag {other}") }),
         })
     }
@@ -735,6 +751,7 @@ mod tests {
             remote(2, RemoteWord::Grads { group: 5, last: true, grads: grads(vec![], None, vec![]) }),
             remote(1, RemoteWord::Values { group: 4, base: 7, tensors: vec![vec![1.0, 2.0], vec![3.0]] }),
             remote(0, RemoteWord::Synced { group: 4 }),
+            remote(1, RemoteWord::Reduce { group: 3, step: 2, count: 9, flush: true, values: vec![0.5, -1.0] }),
             Item::Process(ToWorker::Remote(RemoteWord::Served {
                 node: 12,
                 count: 3,

@@ -187,17 +187,105 @@ fn a_process_cut_off_ends_the_run_naming_it() {
     assert!(started.elapsed() < Duration::from_secs(60), "the run ended in bounded time");
 }
 
-/// Copies of the whole graph add up their gradients in memory: split over processes, the
-/// executor refuses them by name in every process, before anything runs.
+/// Copies of the whole graph split over two processes (1 and 2 copies in each), trained
+/// synchronously, give process 0 the losses and parameters of the same copies in one
+/// process (which are minibatch SGD's: tests/copies.rs), whatever the order in which the
+/// frames arrive; the all-reduce leaves process 1 with the same values, bit for bit.
 #[test]
-fn copies_split_over_processes_are_refused() {
+fn copies_split_over_processes_train_as_in_one_process() {
+    let (graph, data) = list_reduce();
+    for (workers, copies) in [(2, 2), (4, 4), (4, 2)] {
+        let config = ExecConfig {
+            workers,
+            copies,
+            placement: Placement::RoundRobin,
+            ..ExecConfig { max_active_keys: 4, ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1)) }
+        };
+        let mut single = executor(&graph, 2, config.clone());
+        let mut expected = Vec::new();
+        for _ in 0..2 {
+            expected.extend(single.train_epoch(&data).unwrap().losses);
+        }
+        for seed in 0..3 {
+            let what = format!("{copies} copies on {workers} workers, seed {seed}");
+            let faults = Faults { seed, max_delay: if seed == 0 { 0 } else { 3 } };
+            let mut results = in_two_processes(&graph, &config, faults, None, train(&data, 2));
+            let zero = results.remove(0).unwrap_or_else(|e| panic!("{what}: process 0: {e}"));
+            let one = results.remove(0).unwrap_or_else(|e| panic!("{what}: process 1: {e}"));
+            assert_same_training(&what, &zero, &expected, single.params());
+            assert_eq!(max_rel_diff(&one.1, &zero.1), 0.0, "{what}: process 1's values differ from process 0's");
+        }
+    }
+}
+
+/// With 4 copies over two processes, every copy's worker runs forward and backward
+/// batches (admissions reach the copies of process 1), and each update's all-reduce has
+/// each process send one copy of the gradients: 4 bytes per parameter at two processes.
+#[test]
+fn copies_in_both_processes_serve_instances_and_reduce_once_per_update() {
+    let (graph, data) = list_reduce();
+    let many: Vec<Instance> = data.iter().cycle().take(64).cloned().collect();
+    let config = ExecConfig {
+        workers: 4,
+        copies: 4,
+        max_active_keys: 16,
+        sync_updates: false,
+        trace: true,
+        ..ExecConfig::deterministic(8, OptimConfig::sgd(0.1))
+    };
+    let parameters: usize =
+        amp_params::ParamSpec::of_graph(&graph).iter().map(|s| s.shape.iter().product::<usize>()).sum();
+    let results = in_two_processes(&graph, &config, Faults { seed: 2, max_delay: 1 }, None, |ex| {
+        let stats = ex.train_epoch(&many)?;
+        Ok((stats.reduced, ex.take_trace()))
+    });
+    let (reduced, trace) = results[0].as_ref().expect("process 0");
+    assert!(reduced.updates >= 2, "{} updates of 64 instances at 8", reduced.updates);
+    assert_eq!(reduced.bytes_per_update(), Some(4 * parameters as u64));
+    assert_eq!(results[1].as_ref().expect("process 1").0.updates, reduced.updates);
+    for worker in 0..4u32 {
+        for kind in [amp_exec::TraceKind::Forward, amp_exec::TraceKind::Backward] {
+            let n = trace.iter().filter(|e| e.worker == worker && e.kind == kind).count();
+            assert!(n > 0, "worker {worker} ran no {kind:?} batch");
+        }
+    }
+}
+
+/// Asynchronous training with copies in both processes learns: the last epoch's mean loss
+/// well below the first's, and both processes end with the same values.
+#[test]
+fn asynchronous_copies_over_processes_learn() {
+    let (graph, data) = list_reduce();
+    let config = ExecConfig {
+        workers: 2,
+        copies: 2,
+        max_active_keys: 4,
+        sync_updates: false,
+        ..ExecConfig::deterministic(2, OptimConfig::adam(0.02))
+    };
+    let results = in_two_processes(&graph, &config, Faults { seed: 3, max_delay: 2 }, None, train(&data, 12));
+    let (losses, zero) = results[0].as_ref().expect("process 0");
+    let one = &results[1].as_ref().expect("process 1").1;
+    let mean = |epoch: &[f32]| epoch.iter().sum::<f32>() / epoch.len() as f32;
+    let (first, last) = (mean(&losses[..data.len()]), mean(&losses[losses.len() - data.len()..]));
+    assert!(last < 0.7 * first, "the loss went from {first} to {last}");
+    assert_eq!(max_rel_diff(one, zero), 0.0, "process 1's values differ from process 0's");
+}
+
+/// Copies that cannot be split over the processes are refused by name in every process,
+/// before anything runs: a copy across the processes' boundary, and a staleness bound.
+#[test]
+fn copies_that_cannot_split_over_processes_are_refused() {
     let (graph, _) = list_reduce();
-    let config = ExecConfig { workers: 2, copies: 2, ..config() };
-    let results = in_two_processes(&graph, &config, Faults { seed: 1, max_delay: 0 }, None, |_| Ok(()));
-    for (process, result) in results.iter().enumerate() {
-        match result {
-            Err(ExecError::Config { message }) => assert!(message.contains("2 copies of the graph"), "{message}"),
-            other => panic!("process {process}: expected a refusal, got {other:?}"),
+    let across = ExecConfig { workers: 6, copies: 3, ..config() };
+    let bounded = ExecConfig { workers: 2, copies: 2, max_staleness: Some(2), ..config() };
+    for (config, expected) in [(across, "copy 1 of the graph runs on workers 2..=3"), (bounded, "staleness bound")] {
+        let results = in_two_processes(&graph, &config, Faults { seed: 1, max_delay: 0 }, None, |_| Ok(()));
+        for (process, result) in results.iter().enumerate() {
+            match result {
+                Err(ExecError::Config { message }) => assert!(message.contains(expected), "{message}"),
+                other => panic!("process {process}: expected a refusal, got {other:?}"),
+            }
         }
     }
 }

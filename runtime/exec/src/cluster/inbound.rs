@@ -22,6 +22,8 @@ pub(crate) struct RunPort {
     pub trace_shift: i64,
     /// Per parameter group, for a replica's: what its messages must match.
     pub replicas: Vec<Option<ReplicaShape>>,
+    /// Per parameter group, for a master reduced over processes: its ring.
+    pub rings: Vec<Option<RingShape>>,
     /// Per node, the worker that runs it (`usize::MAX` for holes).
     pub node_workers: Vec<usize>,
 }
@@ -34,6 +36,15 @@ pub(crate) struct ReplicaShape {
     pub worker: usize,
     pub owner: usize,
     pub lens: Vec<usize>,
+}
+
+/// A master reduced over processes as the bridge checks its reductions' steps
+/// (`RemoteWord::Reduce`): its updaters (`GroupInfo::ring`) and the length of its
+/// gradients, end to end.
+#[derive(Clone, Debug)]
+pub(crate) struct RingShape {
+    pub workers: Vec<usize>,
+    pub len: usize,
 }
 
 impl Bridge {
@@ -56,6 +67,7 @@ impl Bridge {
                 }
             };
             let known = |instance: usize| instance < port.instances;
+            let runs = |w: usize| workers_of(from, processes, port.workers).contains(&w);
             for item in packet.items {
                 match item {
                     Item::Worker { worker, word } => {
@@ -95,6 +107,11 @@ impl Bridge {
                                 local(worker, "a replica's message")?;
                                 check_replica_word(worker as usize, remote, port, from, processes)
                                     .map_err(|what| bad(format!("{what} for replica group {group}")))?;
+                            }
+                            ToWorker::Remote(RemoteWord::Reduce { group, step, values, .. }) => {
+                                local(worker, "a reduction's step")?;
+                                check_reduction(worker as usize, *step, values.len(), port.rings.get(*group), &runs)
+                                    .map_err(|what| bad(format!("{what} of the reduction of group {group}")))?;
                             }
                             ToWorker::Release(_)
                             | ToWorker::Remote(RemoteWord::Served { .. } | RemoteWord::Hold(_)) => {
@@ -178,6 +195,35 @@ impl Bridge {
 /// worker its gradients and acknowledgements, the master's owner pulls and values), and
 /// tensors, rows and instances are within the group's and run's sizes. `Err`: what is
 /// wrong.
+/// A reduction's step for `worker` (`RemoteWord::Reduce`, see `sched::worker::ring`):
+/// to an updater of a master reduced over processes, from the updater before it in the
+/// ring (`runs`: whether a worker runs in the sending process), within the steps, one
+/// chunk long.
+pub(super) fn check_reduction(
+    worker: usize,
+    step: u32,
+    len: usize,
+    shape: Option<&Option<RingShape>>,
+    runs: &dyn Fn(usize) -> bool,
+) -> Result<(), String> {
+    use crate::protocol::ring::{chunk, received_part, steps};
+    let shape = shape.and_then(Option::as_ref).ok_or("a step")?;
+    let parts = shape.workers.len();
+    let at = shape.workers.iter().position(|&w| w == worker).ok_or("a step to a worker outside the ring")?;
+    if !runs(shape.workers[(at + parts - 1) % parts]) {
+        return Err("a step not from the worker before it in the ring".into());
+    }
+    let step = step as usize;
+    if step >= steps(parts) {
+        return Err(format!("step {step}, past the last,"));
+    }
+    let expected = chunk(shape.len, parts, received_part(at, step, parts)).len();
+    if len != expected {
+        return Err(format!("step {step} with {len} values, not {expected},"));
+    }
+    Ok(())
+}
+
 pub(super) fn check_replica_word(
     worker: usize,
     word: &RemoteWord,

@@ -63,7 +63,7 @@ mod route;
 mod tests;
 
 use bridge::Bridge;
-pub(crate) use inbound::{shift_events, ReplicaShape, RunPort};
+pub(crate) use inbound::{shift_events, ReplicaShape, RingShape, RunPort};
 pub(crate) use route::{Peers, ReportTo, RunSink};
 
 use amp_net::{Counters, Link, Traffic, Transport};

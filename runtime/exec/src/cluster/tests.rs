@@ -1,4 +1,4 @@
-use super::inbound::{check_replica_word, check_trace};
+use super::inbound::{check_reduction, check_replica_word, check_trace, RingShape};
 use super::*;
 use crate::protocol::{RemoteWord, ReplicaGrads};
 use amp_net::connect::handshake;
@@ -114,6 +114,7 @@ fn a_replicas_message_must_fit_the_run() {
         workers: 2,
         trace_shift: 0,
         replicas,
+        rings: Vec::new(),
         node_workers: vec![0, 0, 1],
     };
     let port = port_of(vec![None, Some(ReplicaShape { worker: 1, owner: 0, lens: vec![6, 2] })]);
@@ -158,6 +159,30 @@ fn a_replicas_message_must_fit_the_run() {
     // No replica group 0, nor 7.
     refused((1, RemoteWord::Pull { group: 0 }), 0, "a message");
     refused((0, RemoteWord::Synced { group: 7 }), 1, "a message");
+}
+
+/// A reduction's step reaches an updater of the master's ring only from the updater
+/// before it, within the reduction's steps and one chunk long: a ring of workers 0, 2
+/// and 5 (one per process of three) over 10 values, here at worker 2 (chunks of 4, 3 and
+/// 3; it receives chunks 0, 2, 1, 0 at steps 0 to 3, worker 0 chunk 2 at step 0).
+#[test]
+fn a_reductions_step_must_fit_the_ring() {
+    let ring = Some(RingShape { workers: vec![0, 2, 5], len: 10 });
+    let from = |process: usize| move |w: usize| amp_ir::placement::process_of(w, 3, 6) == process;
+    assert_eq!(check_reduction(2, 0, 4, Some(&ring), &from(0)), Ok(()));
+    assert_eq!(check_reduction(2, 1, 3, Some(&ring), &from(0)), Ok(()));
+    assert_eq!(check_reduction(2, 3, 4, Some(&ring), &from(0)), Ok(()));
+    assert_eq!(check_reduction(0, 0, 3, Some(&ring), &from(2)), Ok(()));
+    let refused = |worker: usize, step: u32, len: usize, process: usize, what: &str| {
+        let error = check_reduction(worker, step, len, Some(&ring), &from(process)).expect_err("refused");
+        assert!(error.contains(what), "{error}");
+    };
+    refused(2, 0, 3, 0, "with 3 values, not 4");
+    refused(2, 4, 3, 0, "past the last");
+    refused(2, 0, 4, 2, "not from the worker before it");
+    refused(1, 0, 4, 0, "outside the ring");
+    assert!(check_reduction(2, 0, 4, Some(&None), &from(0)).is_err());
+    assert!(check_reduction(2, 0, 4, None, &from(0)).is_err());
 }
 
 /// A peer that proves the key and then sends bytes that are no packet ends the

@@ -17,8 +17,17 @@
 //!   update), so synchronous training with `k` copies is minibatch SGD over all the
 //!   copies' instances, and asynchronous training keeps the staleness the master counts
 //!   and bounds for its copies' reads as for a replica's.
+//! - Split over processes (`split_over_processes`, when the executor joins a cluster):
+//!   each copy runs in one process, and each process updates the parameters itself. Copy
+//!   0 gets a replica group of its own like the others, so the master group has no nodes
+//!   in any process: it is where each process's copies add up their gradients (in
+//!   memory, as above), its updater there (`GroupInfo::ring`: copy 0's owner in process
+//!   0, the first local copy's elsewhere) joins the other processes' in an all-reduce of
+//!   those sums, and every process applies the same update to its own values
+//!   (`sched::worker::ring`).
 
-use super::program::{GroupInfo, NodeInfo};
+use super::program::{GroupInfo, NodeInfo, Program};
+use amp_ir::placement::{graph_copy_worker, process_of};
 
 /// Adds copies `1..copies` of every node and parameter group (see the module doc) and
 /// returns each copy's source, copy 0's first.
@@ -71,6 +80,67 @@ pub(super) fn copy_graph(
     sources
 }
 
+/// Copies of the graph split over `processes` (see the module doc): checks that each
+/// copy's workers are in one process, gives copy 0 a replica group of its own for every
+/// trained master with a copy in another process, and sets the master's updater in each
+/// process (`GroupInfo::ring`, in process order).
+pub(crate) fn split_over_processes(program: &mut Program, processes: usize) -> Result<(), String> {
+    let (copies, stage, workers) = (program.copies(), program.stage_workers, program.workers);
+    if copies < 2 || processes < 2 {
+        return Ok(());
+    }
+    let process = |w: usize| process_of(w, processes, workers);
+    for copy in 0..copies {
+        let first = process(graph_copy_worker(0, copy, stage));
+        let last = process(graph_copy_worker(stage - 1, copy, stage));
+        if first != last {
+            return Err(format!(
+                "copy {copy} of the graph runs on workers {}..={} of processes {first} and {last}: split over \
+                 processes, each copy runs in one (make the copies a multiple of the processes)",
+                graph_copy_worker(0, copy, stage),
+                graph_copy_worker(stage - 1, copy, stage)
+            ));
+        }
+    }
+    let masters: Vec<usize> = (0..program.groups.len())
+        .filter(|&g| {
+            let group = &program.groups[g];
+            let away = group.replica_groups.iter().any(|&r| process(program.groups[r].owner) != process(group.owner));
+            group.master.is_none() && !group.frozen && away
+        })
+        .collect();
+    for g in masters {
+        if let Some(bound) = program.groups[g].max_staleness {
+            return Err(format!(
+                "parameter `{}` has a staleness bound ({bound}): copies of the graph split over processes \
+                 update in step with each other, and cannot bound their staleness yet",
+                program.groups[g].prefix
+            ));
+        }
+        let own = program.groups.len();
+        let master = &program.groups[g];
+        let mut ring = vec![master.owner];
+        for &r in &master.replica_groups {
+            let owner = program.groups[r].owner;
+            if process(owner) == ring.len() {
+                ring.push(owner);
+            }
+        }
+        let copy0 = GroupInfo { master: Some(g), replica_groups: Vec::new(), ring: Vec::new(), ..master.clone() };
+        for &i in &copy0.nodes {
+            if let Some(node) = program.nodes.get_mut(i as usize).and_then(Option::as_mut) {
+                node.group = Some(own);
+            }
+        }
+        program.groups.push(copy0);
+        let master = &mut program.groups[g];
+        master.nodes.clear();
+        master.replica_groups.insert(0, own);
+        master.ring = ring;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +191,7 @@ mod tests {
             master: None,
             replica_groups: Vec::new(),
             frozen: false,
+            ring: Vec::new(),
         }];
         let sources = copy_graph(&mut nodes, &mut groups, 0, 2, 2);
         assert_eq!(sources, [0, 3]);

@@ -1,5 +1,5 @@
 mod chain;
-mod copies;
+pub(crate) mod copies;
 mod fuse;
 pub(crate) mod program;
 pub(crate) mod replicas;

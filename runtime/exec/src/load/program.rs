@@ -152,6 +152,10 @@ pub(crate) struct GroupInfo {
     pub replica_groups: Vec<usize>,
     /// Never updated (`ExecConfig::frozen`; a replica's as its master's).
     pub frozen: bool,
+    /// Copies of the graph split over processes (`load::copies::split_over_processes`),
+    /// on a master: per process, the worker that updates it there, after an all-reduce of
+    /// every process's gradients (`sched::worker::ring`); empty otherwise.
+    pub ring: Vec<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -413,6 +417,7 @@ fn group_params(
                     master: None,
                     replica_groups: Vec::new(),
                     frozen: config.frozen.iter().any(|f| f == prefix),
+                    ring: Vec::new(),
                 });
                 groups.len() - 1
             }

@@ -71,6 +71,7 @@ pub(super) fn replicate(
                     master: Some(master),
                     replica_groups: Vec::new(),
                     frozen: groups[master].frozen,
+                    ring: Vec::new(),
                 });
                 groups[master].replica_groups.push(group);
                 nodes.push(Some(NodeInfo {

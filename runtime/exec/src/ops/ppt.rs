@@ -567,6 +567,7 @@ mod tests {
             master: None,
             replica_groups: Vec::new(),
             frozen: false,
+            ring: Vec::new(),
         }];
         let held = {
             let live = live_groups(&groups, &mut params, &mut grads, &mut optim.tensors, &mut [], &[], true);

@@ -327,7 +327,11 @@ pub(crate) fn room(groups: impl Iterator<Item = (u64, u64)>) -> usize {
 /// The parameter groups worker `id` counts instances for and updates: those it owns that
 /// are no replica (a replica's group updates with its master).
 pub(crate) fn owned_masters(program: &Program, id: usize) -> impl Iterator<Item = (usize, &GroupInfo)> {
-    program.groups.iter().enumerate().filter(move |(_, info)| info.owner == id && info.master.is_none())
+    program
+        .groups
+        .iter()
+        .enumerate()
+        .filter(move |(_, info)| info.master.is_none() && (info.owner == id || info.ring.contains(&id)))
 }
 
 /// The admission message of `instance` for a source node, and the source's worker; the

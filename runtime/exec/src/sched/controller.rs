@@ -5,7 +5,7 @@
 //! across workers the controller holds each update boundary ([`ControllerHold`]). The
 //! protocol is `sched::admission`'s.
 
-use crate::cluster::{cluster_error, Cluster, Peers, ReplicaShape, ReportTo, RunPort, RunSink};
+use crate::cluster::{cluster_error, Cluster, Peers, ReplicaShape, ReportTo, RingShape, RunPort, RunSink};
 use crate::config::ExecConfig;
 use crate::error::{ExecError, QueueReport};
 use crate::load::program::Program;
@@ -41,6 +41,38 @@ pub(crate) struct RunOutput {
     pub trace: Vec<TraceEvent>,
     /// Per worker, the time it waited for messages with nothing to do.
     pub waited: Vec<Duration>,
+    /// Copies split over processes: this process's reductions and the bytes it sent.
+    pub reduced: AllReduce,
+}
+
+/// The all-reduces of copies split over processes (`load::copies`,
+/// `sched::worker::ring`) in a run, measured in one process: every process sends about as
+/// much.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllReduce {
+    /// Updates of the whole model (one reduction of every master reduced over processes).
+    pub updates: u64,
+    /// Bytes of gradients this process sent.
+    pub bytes: u64,
+}
+
+impl AllReduce {
+    pub(crate) fn of(
+        gauges: &[crate::sched::worker::WorkerGauges],
+        groups: &[crate::load::program::GroupInfo],
+    ) -> Self {
+        use std::sync::atomic::Ordering;
+        let masters = groups.iter().filter(|g| !g.ring.is_empty()).count() as u64;
+        let reductions: u64 = gauges.iter().map(|g| g.reductions.load(Ordering::Relaxed)).sum();
+        let bytes = gauges.iter().map(|g| g.reduced_bytes.load(Ordering::Relaxed)).sum();
+        // Every process applies each master's reductions once.
+        AllReduce { updates: reductions.checked_div(masters).unwrap_or(0), bytes }
+    }
+
+    /// Bytes sent per update of the whole model.
+    pub fn bytes_per_update(&self) -> Option<u64> {
+        self.bytes.checked_div(self.updates)
+    }
 }
 
 /// How far a run is: what [`crate::Executor::train_epoch_observed`] reports while it
@@ -162,6 +194,7 @@ pub(crate) fn run(
                 workers,
                 trace_shift: c.clock_us(origin).saturating_neg(),
                 replicas: replica_shapes(program, &shared.params),
+                rings: ring_shapes(program, &shared.params),
                 node_workers: program.nodes.iter().map(|n| n.as_ref().map_or(usize::MAX, |n| n.worker)).collect(),
             })?;
             let peers = Peers::split(&senders, local.clone(), workers, c, outbox.clone());
@@ -228,6 +261,7 @@ pub(crate) fn run(
                 outputs: vec![None; n],
                 trace: Vec::new(),
                 waited: Vec::new(),
+                reduced: AllReduce::default(),
             },
             stopped: 0,
             held: Vec::new(),
@@ -256,6 +290,7 @@ pub(crate) fn run(
         // Every worker reported `Stopped`: its waits are all counted.
         control.output.waited =
             gauges.iter().map(|g| Duration::from_nanos(g.waited_ns.load(Ordering::Relaxed))).collect();
+        control.output.reduced = AllReduce::of(&gauges, &program.groups);
         Ok(Some(control.output))
     });
     if let Some(c) = cluster {
@@ -272,6 +307,7 @@ pub(crate) fn run(
         outputs: vec![None; n],
         trace: Vec::new(),
         waited: gauges.iter().map(|g| Duration::from_nanos(g.waited_ns.load(Ordering::Relaxed))).collect(),
+        reduced: AllReduce::of(&gauges, &program.groups),
     }))
 }
 
@@ -287,6 +323,21 @@ fn replica_shapes(program: &Program, params: &ops::train::ParamAccess) -> Vec<Op
             let owner = program.groups.get(info.master?)?.owner;
             let lens = params.live(g)?.tensors.iter().map(|t| t.value.len()).collect();
             Some(ReplicaShape { worker: info.owner, owner, lens })
+        })
+        .collect()
+}
+
+/// Per parameter group, a master's ring for the bridge's checks (`cluster::RunPort`): its
+/// updaters and its gradients' length (none in a run without gradients).
+fn ring_shapes(program: &Program, params: &ops::train::ParamAccess) -> Vec<Option<RingShape>> {
+    program
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(g, info)| {
+            let workers = Some(info.ring.clone()).filter(|r| !r.is_empty())?;
+            let len = params.live(g)?.tensors.iter().map(|t| t.grad.len()).sum();
+            Some(RingShape { workers, len })
         })
         .collect()
 }

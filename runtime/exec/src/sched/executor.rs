@@ -10,7 +10,7 @@ use crate::load::program::Program;
 use crate::ops::replica_routes::Routes;
 use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess, StalenessStats};
 use crate::ops::{RunMode, RunShared};
-use crate::sched::controller::{self, Judgement, Observer, RunOutput};
+use crate::sched::controller::{self, AllReduce, Judgement, Observer, RunOutput};
 use crate::trace::{write_chrome_trace, write_merged_trace, TraceEvent};
 use amp_ir::verify::Verified;
 use amp_params::{OptimConfig, OptimState, ParamSet};
@@ -38,6 +38,9 @@ pub struct EpochStats {
     /// Per parameter group (its replicas' gradients included), the staleness of the
     /// gradients it applied in the epoch, in the groups' order (by first node).
     pub staleness: Vec<GroupStaleness>,
+    /// Copies of the graph split over processes: the all-reduces of the epoch, as
+    /// process 0 made them (zero otherwise).
+    pub reduced: AllReduce,
 }
 
 /// The staleness a parameter group's updates applied in one epoch: per instance whose
@@ -116,11 +119,13 @@ impl Executor {
         config: ExecConfig,
         cluster: Option<Cluster>,
     ) -> Result<Executor, ExecError> {
-        let program = Program::new(graph, &params, &config)?;
-        check_ops(&program, &params)?;
+        let mut program = Program::new(graph, &params, &config)?;
         if let Some(cluster) = &cluster {
+            crate::load::copies::split_over_processes(&mut program, cluster.processes())
+                .map_err(|message| ExecError::Config { message })?;
             check_split(&program, &config, cluster.processes())?;
         }
+        check_ops(&program, &params)?;
         let grads = params.zeros_like();
         let optim = OptimState::new(&config.optimizer.kind, params.specs());
         let pending = vec![0; program.groups.len()];
@@ -368,6 +373,7 @@ impl Executor {
         let updates = updates.iter().sum();
         self.share_replica_values()?;
         let waited = std::mem::take(&mut output.waited);
+        let reduced = output.reduced;
         let stats = self.summarize(output, start);
         Ok(EpochStats {
             instances: stats.instances,
@@ -379,6 +385,7 @@ impl Executor {
             instances_per_s: stats.instances_per_s,
             waited,
             staleness,
+            reduced,
         })
     }
 
@@ -692,8 +699,8 @@ fn check_ops(program: &Program, params: &ParamSet) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// What a run split over processes cannot do yet: copies of the whole graph (their
-/// gradients are added up in memory); parameters live with their owner's
+/// What a run split over processes cannot do yet (besides what copies of the graph
+/// cannot, `load::copies::split_over_processes`): parameters live with their owner's
 /// process, so a group's nodes must all run there (a replica is a group of its own, and
 /// may run elsewhere: `sched::worker`'s remote replicas); a replicated node's messages are
 /// routed where its producers and consumers run, which must be one process (it keeps the
@@ -705,13 +712,6 @@ fn check_split(program: &Program, config: &ExecConfig, processes: usize) -> Resu
     let refuse = |message: String| Err(ExecError::Config { message });
     if program.workers < processes {
         return refuse(format!("{} workers cannot be split over {processes} processes", program.workers));
-    }
-    // Copies add up their gradients in memory, before each update.
-    if program.copies() > 1 {
-        return refuse(format!(
-            "{} copies of the graph cannot be split over processes yet: copies run in one process",
-            program.copies()
-        ));
     }
     let process = |worker: usize| amp_ir::placement::process_of(worker, processes, program.workers);
     for master in program.groups.iter().filter(|g| g.master.is_none() && g.max_staleness.is_some()) {

@@ -45,6 +45,7 @@
 mod courier;
 mod depths;
 mod remote;
+mod ring;
 mod updates;
 
 use crate::cluster::{Peers, ReportTo};
@@ -78,6 +79,10 @@ pub(crate) struct WorkerGauges {
     pub local: AtomicUsize,
     /// Nanoseconds blocked on the inbox with nothing queued (two clock reads per wait).
     pub waited_ns: AtomicU64,
+    /// Reductions over processes this worker applied, and the bytes of gradients it
+    /// sent in them (`worker::ring`).
+    pub reductions: AtomicU64,
+    pub reduced_bytes: AtomicU64,
 }
 
 /// A straggler sleeps what it owes once it owes this much (see `Worker::straggle`).

@@ -40,6 +40,7 @@
 //!   outside process 0 holds and releases process 0's admissions ([`RemoteWord::Hold`]),
 //!   where every instance is admitted.
 
+use super::ring::Rings;
 use super::{RemoteWord, ToWorker, Worker, WorkerSetup};
 use crate::load::program::GroupInfo;
 use crate::ops::train::{self, LiveGroup};
@@ -63,14 +64,15 @@ pub(super) struct Remote {
     /// Per owned master (group index) whose update waits for, or has, its remote
     /// replicas' gradients.
     pulled: HashMap<usize, Pulled>,
-    /// Values sent to replicas elsewhere and not acknowledged yet.
-    unsynced: usize,
+    /// Values sent to replicas elsewhere, and updates after a reduction
+    /// (`worker::ring`), not acknowledged yet.
+    pub(super) unsynced: usize,
     /// Last gradients the run's end owes this worker's masters (one per remote replica),
     /// and those that came.
     lasts_owed: usize,
     lasts: usize,
     /// A stop with a flush came and waits for the last gradients.
-    stopping: bool,
+    pub(super) stopping: bool,
     /// This worker sent its replicas' last gradients: later pulls get nothing.
     sent_last: bool,
     /// Per node this worker runs, the process to report its service to: a copy of a
@@ -79,6 +81,8 @@ pub(super) struct Remote {
     /// A run split over processes whose groups here have a staleness bound: per instance,
     /// whether this worker heard of its end (see [`Remote::in_flight`]).
     ended: Option<Vec<bool>>,
+    /// The masters this worker updates after an all-reduce (`worker::ring`).
+    pub(super) rings: Rings,
 }
 
 impl Remote {
@@ -90,9 +94,14 @@ impl Remote {
         }
         let mut bounded = false;
         for (_, info) in owned_masters(program, setup.id) {
+            if !info.ring.is_empty() {
+                // Its copies elsewhere are reduced with, not gathered from.
+                continue;
+            }
             remote.lasts_owed += info.replica_groups.iter().filter(|&&r| !is_local(setup, r)).count();
             bounded |= info.max_staleness.is_some();
         }
+        remote.rings = Rings::new(owned_masters(program, setup.id).filter(|(_, g)| !g.ring.is_empty()).count());
         if bounded && setup.shared.mode == RunMode::Train {
             remote.ended = Some(vec![false; setup.shared.instances.len()]);
         }
@@ -131,7 +140,13 @@ impl Remote {
     /// No update waits for remote gradients and every value sent was taken: the updates
     /// this worker applied are complete everywhere.
     pub fn settled(&self) -> bool {
-        self.unsynced == 0 && self.pulled.is_empty()
+        self.unsynced == 0 && self.pulled.is_empty() && self.rings.idle()
+    }
+
+    /// After a stop with a flush: every last gradient came, the flush updates ran, and
+    /// every reduction they started is applied.
+    pub fn may_stop(&self) -> bool {
+        self.stopping && self.lasts >= self.lasts_owed && self.rings.flushed()
     }
 }
 
@@ -192,7 +207,8 @@ impl Worker<'_, '_> {
     /// gradients, and its masters wait for those of theirs before the flush updates.
     /// False when the worker stops now.
     pub(super) fn stop(&mut self, flush: bool) -> bool {
-        if flush && self.setup.shared.mode == RunMode::Train && self.setup.peers.this_process().is_some() {
+        let split = self.setup.peers.this_process().is_some();
+        if flush && self.setup.shared.mode == RunMode::Train && split {
             self.send_last_grads();
             let mut remote = self.remote.borrow_mut();
             remote.stopping = true;
@@ -204,6 +220,8 @@ impl Worker<'_, '_> {
         }
         if flush {
             self.update_groups(true);
+            // A master reduced over processes updates once its last reduction is applied.
+            return split && !self.remote.borrow().may_stop();
         }
         false
     }
@@ -212,13 +230,14 @@ impl Worker<'_, '_> {
     fn send_last_grads(&mut self) {
         let program = self.setup.program;
         for (r, info) in program.groups.iter().enumerate().filter(|(_, g)| g.owner == self.setup.id) {
-            let Some(owner) = info.master.and_then(|m| program.groups.get(m)).map(|m| m.owner) else { continue };
-            if self.setup.peers.is_local(owner) {
+            let Some(master) = info.master.and_then(|m| program.groups.get(m)) else { continue };
+            // A copy whose master is reduced over processes is gathered in its own.
+            if self.setup.peers.is_local(master.owner) || !master.ring.is_empty() {
                 continue;
             }
             let grads = self.setup.shared.params.live(r).map(|mut g| train::take_replica_grads(&mut g));
             let word = RemoteWord::Grads { group: r, last: true, grads: grads.unwrap_or_default() };
-            self.setup.peers.send(owner, ToWorker::Remote(word));
+            self.setup.peers.send(master.owner, ToWorker::Remote(word));
         }
         self.remote.borrow_mut().sent_last = true;
     }
@@ -247,7 +266,7 @@ impl Worker<'_, '_> {
                     if remote.stopping && remote.lasts >= remote.lasts_owed {
                         drop(remote);
                         self.update_groups(true);
-                        return false;
+                        return !self.remote.borrow().may_stop();
                     }
                 } else if let Some(Pulled::Awaiting(n)) = remote.pulled.get_mut(&master) {
                     *n = n.saturating_sub(1);
@@ -277,6 +296,9 @@ impl Worker<'_, '_> {
                 let routes = &self.setup.shared.routes;
                 routes.processed(node, count);
                 routes.served(node, count, elapsed);
+            }
+            RemoteWord::Reduce { group, step, count, flush, values } => {
+                return self.on_reduce(group, step, count, flush, values);
             }
             RemoteWord::Hold(hold) => {
                 let (admission, program, credits) = (self.setup.admission, program, self.setup.credits);

@@ -78,7 +78,7 @@ impl Worker<'_, '_> {
                 let due = flush || group.pending >= info.min_update_frequency;
                 // At a flush every instance ended: no read is owed a gradient any more.
                 deferred = due && !self.within_bound(info, &mut group) && !flush;
-                (due && !deferred && self.update(info, &mut group, flush)).then_some(group.staleness.last)
+                (due && !deferred && self.update(g, info, &mut group, flush)).then_some(group.staleness.last)
             });
             self.bound_deferred |= deferred;
             if let (Some(staleness), Some(start)) = (updated, start) {
@@ -139,7 +139,12 @@ impl Worker<'_, '_> {
     /// locked throughout and each replica in turn (ops hold one group lock at a time).
     /// With replicas in other processes, the update first waits for their gradients
     /// (false: not updated yet; `worker::remote`), and the values go to them too.
-    pub(super) fn update(&self, info: &GroupInfo, master: &mut LiveGroup, flush: bool) -> bool {
+    /// A master split over processes with copies of the graph is updated after an
+    /// all-reduce instead (`worker::ring`).
+    pub(super) fn update(&self, g: usize, info: &GroupInfo, master: &mut LiveGroup, flush: bool) -> bool {
+        if !info.ring.is_empty() {
+            return self.ring_update(g, info, master, flush);
+        }
         if !flush && self.pull_remote(info) {
             return false;
         }
