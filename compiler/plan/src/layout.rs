@@ -22,8 +22,25 @@
 //! length is what an instance waits in it); by Little's law each copy then starts an
 //! instance every `latency / in flight`, as the whole run did, and the `k` copies `k`
 //! times as often. The predicted speedup is the one-worker time over the bottleneck; the
-//! layout with the highest wins, the one with fewer copies on a tie within 2%. A run split
-//! over processes keeps one copy: copies combine their gradients in memory.
+//! layout with the highest wins, the one with fewer copies on a tie within 2%.
+//!
+//! Split over `P` processes, `k` is a multiple of `P` (each copy in one process) or 1
+//! (the stages' plan over every process, links included). Each process adds up its own
+//! `k / P` copies' gradients, all-reduces the sums with the others around a ring, and
+//! applies the update itself (amp_exec's `sched::worker::ring`):
+//!
+//! ```text
+//!   gather_w = 2 · (k / P) · elements_w / (update_every · copy rate)
+//!   ring_w   = 2 · (P − 1) / P · elements_w / (update_every · elementwise rate)
+//!            + 2 · (P − 1) · link message cost / update_every
+//!   link     = 2 · (P − 1) / P · 4 · elements / update_every / link bandwidth
+//!   stall    = (2P − 1) · link latency / update_every
+//! ```
+//!
+//! `ring_w` (the chunks added and copied) joins each process's first copy's worker `w`;
+//! `link` (the bytes each process sends per instance) bounds the run like a worker; and
+//! `stall` is added to the bottleneck: synchronous training (amprun's default) waits at
+//! each update for the ring's 2(P − 1) steps and the acknowledgement.
 
 use crate::cost::{Costs, SGD_UPDATE_SPEEDUP};
 use crate::plan::{plan, Plan};
@@ -48,20 +65,29 @@ pub struct LayoutOption {
 const TIE: f64 = 0.02;
 
 /// Plans `workers` workers: the best of `k` copies × the plan for `workers / k`, for every
-/// `k` dividing `workers` (one copy when the costs assume several processes). The plan
-/// returned is for one copy's workers, with `copies` and the options weighed set.
+/// `k` dividing `workers` (split over processes, 1 and the multiples of the processes).
+/// The plan returned is for one copy's workers, with `copies` and the options weighed set.
 pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
-    if costs.assumptions.processes > 1 {
-        return plan(graph, costs, workers);
-    }
-    let single = plan(graph, costs, 1)?;
+    let processes = costs.assumptions.processes.max(1);
+    // A copy's workers run in one process: its stages are planned without links.
+    let local =
+        Costs { assumptions: crate::cost::Assumptions { processes: 1, ..costs.assumptions.clone() }, ..costs.clone() };
+    let single = plan(graph, &local, 1)?;
     let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
     let mut options = Vec::new();
     let mut best: Option<(f64, Plan)> = None;
-    for copies in (1..=workers).filter(|k| workers.is_multiple_of(*k)) {
+    let fits = |k: usize| workers.is_multiple_of(k) && (k == 1 || k.is_multiple_of(processes));
+    for copies in (1..=workers).filter(|&k| fits(k)) {
         let stage_workers = workers / copies;
-        let stage = if stage_workers == 1 { single.clone() } else { plan(graph, costs, stage_workers)? };
-        let bottleneck = bottleneck_us(&stage, costs, copies);
+        let (stage, bottleneck) = if copies == 1 && processes > 1 {
+            let stage = plan(graph, costs, workers)?;
+            let bottleneck = stage.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
+            (stage, bottleneck)
+        } else {
+            let stage = if stage_workers == 1 { single.clone() } else { plan(graph, &local, stage_workers)? };
+            let bottleneck = bottleneck_us(&stage, costs, copies);
+            (stage, bottleneck)
+        };
         let speedup = if bottleneck > 0.0 { one_worker / bottleneck } else { copies as f64 };
         options.push(LayoutOption {
             copies,
@@ -84,7 +110,12 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
     let Some(model) = stage.cost_model.as_ref() else { return 0.0 };
     let k = copies as f64;
     let a = &costs.assumptions;
-    let rate = SGD_UPDATE_SPEEDUP * a.update_elements_per_us * a.update_every.max(1.0);
+    let p = a.processes.max(1) as f64;
+    let every = a.update_every.max(1.0);
+    let rate = SGD_UPDATE_SPEEDUP * a.update_elements_per_us * every;
+    // Passes over a group's parameters per update by its owner in each process (gathers
+    // and values given back), and the share of them each process sends around the ring.
+    let (passes, ring_share) = if p > 1.0 { (2.0 * k / p, 2.0 * (p - 1.0) / p) } else { (2.0 * (k - 1.0), 0.0) };
     let mut update = vec![0.0; stage.workers];
     let mut elements = vec![0.0; stage.workers];
     // `stage.nodes` lists the graph's nodes, `costs.nodes` is by index (holes included).
@@ -101,8 +132,13 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
         .enumerate()
         .map(|(w, &time)| {
             let (u, e) = (update.get(w).copied().unwrap_or(0.0), elements.get(w).copied().unwrap_or(0.0));
-            (time - u).max(0.0) / k + u + 2.0 * (k - 1.0) * e / rate
+            let ring = ring_share * e / (a.elements_per_us * every) + ring_share * p * a.link_message_us / every;
+            (time - u).max(0.0) / k + u + passes * e / rate + if e > 0.0 { ring } else { 0.0 }
         })
         .fold(0.0, f64::max);
-    busiest.max(model.latency_us_per_instance / k).max(model.links_us.iter().copied().fold(0.0, f64::max))
+    // Megabits per second are bits per µs.
+    let link = ring_share * 4.0 * elements.iter().sum::<f64>() * 8.0 / (every * a.link_bandwidth_mbps.max(1e-9));
+    let stall = if p > 1.0 { (2.0 * p - 1.0) * a.link_latency_us / every } else { 0.0 };
+    busiest.max(model.latency_us_per_instance / k).max(model.links_us.iter().copied().fold(0.0, f64::max)).max(link)
+        + stall
 }

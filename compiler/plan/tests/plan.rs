@@ -331,7 +331,7 @@ fn plans_place_every_node_once_with_shares_summing_to_one() {
 /// predicted speedup; the plan returned is the best one's (fewer copies on a near tie),
 /// for its stages' workers, and comes back through JSON. Copies help where stages cannot:
 /// the chain's one heavy product keeps a second stage idle, so on 4 workers some copies
-/// are predicted faster than stages alone. Split over processes, one copy.
+/// are predicted faster than stages alone, and so they are split over processes.
 #[test]
 fn layouts_weigh_copies_against_stages() {
     for text in ALL {
@@ -357,9 +357,21 @@ fn layouts_weigh_copies_against_stages() {
     let four = plan_workers(&chain, 4, &Assumptions::default(), None).unwrap();
     let stages = four.layouts.iter().find(|o| o.copies == 1).unwrap().predicted_speedup;
     assert!(four.copies > 1 && four.speedup() > stages, "{:?}", four.layouts);
-    let hosts = Assumptions { processes: 2, ..Assumptions::default() };
+    // Split over two processes: stages over both, or copies in each (2 × 2, 4 × 1), never
+    // a copy across the two. With an update every 64 instances the all-reduce costs less
+    // than the chain's idle stage; after every instance, its wait for the link does not.
+    let hosts = Assumptions { processes: 2, update_every: 64.0, ..Assumptions::default() };
     let split = plan_workers(&chain, 4, &hosts, None).unwrap();
-    assert_eq!((split.copies, split.workers), (1, 4), "copies run in one process");
+    let weighed: Vec<(usize, usize)> = split.layouts.iter().map(|o| (o.copies, o.stage_workers)).collect();
+    assert_eq!(weighed, [(1, 4), (2, 2), (4, 1)]);
+    assert!(split.copies > 1 && split.copies % 2 == 0, "{:?}", split.layouts);
+    let every = Assumptions { processes: 2, ..Assumptions::default() };
+    assert_eq!(plan_workers(&chain, 4, &every, None).unwrap().copies, 1);
+    // Over a slow link, the bytes of each update's all-reduce bound the copies.
+    let slow = Assumptions { link_bandwidth_mbps: 0.01, ..hosts };
+    let over_slow = plan_workers(&chain, 4, &slow, None).unwrap();
+    let speedup = |p: &Plan, k: usize| p.layouts.iter().find(|o| o.copies == k).unwrap().predicted_speedup;
+    assert!(speedup(&over_slow, 4) < speedup(&split, 4), "{:?}", over_slow.layouts);
 }
 
 #[test]

@@ -292,7 +292,10 @@
 //! two updates counting in both; `bound` null when unbounded); split over processes,
 //! `network`: what process 0 exchanged with the others during the epoch's training
 //! (`messages_sent`/`_received`: forward and backward messages; `packets_*`; `bytes_*`:
-//! Amp's packets, without timely's 48-byte frame header each). `--tensorboard DIR` writes
+//! Amp's packets, without timely's 48-byte frame header each), and with copies of the graph
+//! in several processes `allreduce`: `updates` (of the whole model), `bytes_sent` and
+//! `bytes_per_update` (the gradients process 0 sent in the updates' all-reduces; each process
+//! sends about as much). `--tensorboard DIR` writes
 //! the same reports' scalars as a TensorBoard event file in DIR (made if missing; a resumed
 //! run adds a file): `train/loss`, `train/accuracy`, `train/instances_per_s`, `train/lr`,
 //! `valid/loss`, `valid/accuracy`, `valid/instances_per_s` and per parameter group
@@ -342,9 +345,16 @@
 //! workers) add the other copies' into theirs, update, and give every copy the new values:
 //! synchronous training with copies is minibatch SGD over all the copies' instances (to
 //! rounding: sums in another order), asynchronous training counts and bounds the staleness
-//! of every copy's reads as of one copy's. Today copies keep one copy of the values per copy
-//! in memory, run in one process (`--processes` plans one copy), and cannot be combined with
-//! node replicas (`--replicate`, `--plan-replicas`). `--workers` defaults to the cores this
+//! of every copy's reads as of one copy's. Split over processes (`--processes P`), each copy
+//! runs in one process (k is a multiple of P, or 1 for stages over every process): each
+//! process adds up its own copies' gradients, the processes all-reduce those sums around a
+//! ring (each sends 2(P − 1)/P of the gradients per update, no process serves the others'
+//! parameters), and each process applies the same update to its own values, which stay equal
+//! bit for bit; process 0 counts the instances and starts each reduction, and the metrics'
+//! `allreduce` has its bytes. There a staleness bound cannot go with copies yet, and in
+//! asynchronous training the next update waits for the last reduction: with a slow link the
+//! updates come fewer and larger. Today copies keep one copy of the values per copy in
+//! memory and cannot be combined with node replicas (`--replicate`, `--plan-replicas`). `--workers` defaults to the cores this
 //! process may use (1 with `--deterministic`, one per process with `--processes`; the
 //! environment's `AMP_WORKERS` sets it for every run), and the plan decides how to use them; `--workers 1` keeps every node on one worker, reproducible
 //! bit for bit. docs/PERFORMANCE.md, "Copies of the graph", has the speedups and the case

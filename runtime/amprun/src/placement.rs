@@ -72,11 +72,13 @@ pub fn choose(
     if forced.is_some_and(|k| k > 1) && (exec.plan_replicas || !exec.replicate.is_empty()) {
         return Err(Failure::usage("--copies runs copies of the whole graph: it cannot go with node replicas"));
     }
-    if forced.is_some_and(|k| k > 1) && exec.processes.is_some_and(|p| p > 1) {
-        return Err(Failure::usage("--copies: copies of the graph run in one process (not yet split over processes)"));
+    let processes = exec.processes.map_or(1, usize::from);
+    if let Some(k) = forced.filter(|&k| k > 1 && !k.is_multiple_of(processes)) {
+        return Err(Failure::usage(format!(
+            "--copies {k} must be a multiple of --processes {processes}: each copy runs in one process"
+        )));
     }
-    // Node replicas and runs over processes keep one copy; otherwise `--plan auto` weighs
-    // copies against stages.
+    // Node replicas keep one copy; otherwise `--plan auto` weighs copies against stages.
     let weigh_copies = forced.is_none() && !exec.plan_replicas && exec.replicate.is_empty();
     let mut choice = Choice {
         placement: Placement::Contiguous,
@@ -133,7 +135,12 @@ pub fn choose(
                     let planned = if weigh_copies {
                         amp_plan::plan_workers(graph, workers, &choice.assumptions, choice.profile.as_ref())
                     } else {
-                        amp_plan::plan_graph(graph, stage_workers, &choice.assumptions, choice.profile.as_ref())
+                        // A copy's stages run in one process.
+                        let within = Assumptions {
+                            processes: if choice.copies > 1 { 1 } else { choice.assumptions.processes },
+                            ..choice.assumptions.clone()
+                        };
+                        amp_plan::plan_graph(graph, stage_workers, &within, choice.profile.as_ref())
                             .map(|p| Plan { copies: choice.copies, ..p })
                     };
                     planned.map_err(|e| plan_failure(&e))?

@@ -412,6 +412,13 @@ impl TrainRun<'_> {
         if let (Some(before), Some(cluster)) = (traffic, self.executor.cluster()) {
             object["network"] = network_json(&cluster.traffic().since(&before));
         }
+        if stats.reduced.updates > 0 {
+            object["allreduce"] = serde_json::json!({
+                "updates": stats.reduced.updates,
+                "bytes_sent": stats.reduced.bytes,
+                "bytes_per_update": stats.reduced.bytes_per_update(),
+            });
+        }
         self.metrics.write_json(&object)?;
         let mut line = format!(
             "epoch {epoch}/{}: train {} ({n} instances, {:.0}/s)",

@@ -104,6 +104,60 @@ fn list_reduce_trains_the_same_over_three_processes() {
     list_reduce_trains_the_same("split3-list-reduce", "3", "16");
 }
 
+/// Copies of the graph, one per process (their gradients all-reduced around the ring of
+/// processes), train as the same copies in one process; the metrics give the bytes
+/// each update's all-reduce sent.
+fn copies_train_the_same(test: &str, processes: &str) {
+    let args = [
+        "--data",
+        &example("data/list_reduce.train.jsonl"),
+        "--limit",
+        "48",
+        "--epochs",
+        "2",
+        "--optimizer",
+        "adam",
+        "--workers",
+        processes,
+        "--copies",
+        processes,
+        "--min-update-frequency",
+        "4",
+    ];
+    same_in_one_and_split(test, "list_reduce", &[("hidden", 16)], &args, processes);
+}
+
+#[test]
+fn copies_over_two_processes_train_as_in_one() {
+    copies_train_the_same("copies2-list-reduce", "2");
+}
+
+#[test]
+fn copies_over_three_processes_train_as_in_one() {
+    copies_train_the_same("copies3-list-reduce", "3");
+}
+
+/// The metrics of copies over two processes give each update's all-reduce: 4 bytes per
+/// parameter sent by process 0 (half the gradients each way, twice).
+#[test]
+fn the_metrics_give_the_bytes_of_each_all_reduce() {
+    let dir = scratch("copies-allreduce-metrics");
+    let dir = dir.path();
+    let data = example("data/list_reduce.train.jsonl");
+    let args = ["train", &example("list_reduce.amp"), "-D", "hidden=16", "--data", &data, "--limit", "32"];
+    let flags =
+        ["--workers", "2", "--copies", "2", "--processes", "2", "--metrics", "m.jsonl", "--save", "m.safetensors"];
+    amprun_ok(dir, &[&args[..], &flags[..]].concat());
+    let text = std::fs::read_to_string(dir.join("m.jsonl")).expect("metrics");
+    let train = json_lines(&text).into_iter().find(|m| m["split"] == "train").expect("a training epoch");
+    let allreduce = &train["allreduce"];
+    let graph = compile_example("list_reduce", &[("hidden", 16)]);
+    let parameters: u64 =
+        checkpoint(&dir.join("m.safetensors"), &graph).params.iter().map(|(_, v)| v.len() as u64).sum();
+    assert!(allreduce["updates"].as_u64().expect("updates") > 0, "{allreduce}");
+    assert_eq!(allreduce["bytes_per_update"].as_u64(), Some(4 * parameters), "{allreduce}");
+}
+
 /// A small Tree-LSTM trained over `processes` processes, a worker each, against one
 /// process.
 fn tree_lstm_trains_the_same(test: &str, processes: &str) {
