@@ -187,6 +187,21 @@ fn a_process_cut_off_ends_the_run_naming_it() {
     assert!(started.elapsed() < Duration::from_secs(60), "the run ended in bounded time");
 }
 
+/// The same with a copy of the graph in each process, whose updates wait for the other's
+/// steps of each all-reduce: the cut ends the run naming the lost process, nothing hangs.
+#[test]
+fn a_process_cut_off_mid_reduction_ends_the_run_naming_it() {
+    let (graph, data) = list_reduce();
+    let many: Vec<Instance> = data.iter().cycle().take(data.len() * 200).cloned().collect();
+    let config = ExecConfig { workers: 2, copies: 2, sync_updates: false, ..config() };
+    let started = Instant::now();
+    let results = in_two_processes(&graph, &config, Faults::default(), Some(Duration::from_millis(50)), train(&many, 1));
+    let error = results[0].as_ref().expect_err("process 0 fails").to_string();
+    assert!(error.contains("process 1 (memory:1)"), "{error}");
+    assert!(results[1].is_err(), "the cut process fails too");
+    assert!(started.elapsed() < Duration::from_secs(60), "the run ended in bounded time");
+}
+
 /// Copies of the whole graph split over two processes (1 and 2 copies in each), trained
 /// synchronously, give process 0 the losses and parameters of the same copies in one
 /// process (which are minibatch SGD's: tests/copies.rs), whatever the order in which the
