@@ -364,7 +364,7 @@ fn layouts_weigh_copies_against_stages() {
     let split = plan_workers(&chain, 4, &hosts, None).unwrap();
     let weighed: Vec<(usize, usize)> = split.layouts.iter().map(|o| (o.copies, o.stage_workers)).collect();
     assert_eq!(weighed, [(1, 4), (2, 2), (4, 1)]);
-    assert!(split.copies > 1 && split.copies % 2 == 0, "{:?}", split.layouts);
+    assert!(split.copies > 1 && split.copies.is_multiple_of(2), "{:?}", split.layouts);
     let every = Assumptions { processes: 2, ..Assumptions::default() };
     assert_eq!(plan_workers(&chain, 4, &every, None).unwrap().copies, 1);
     // Over a slow link, the bytes of each update's all-reduce bound the copies.

@@ -293,9 +293,9 @@
 //! `network`: what process 0 exchanged with the others during the epoch's training
 //! (`messages_sent`/`_received`: forward and backward messages; `packets_*`; `bytes_*`:
 //! Amp's packets, without timely's 48-byte frame header each), and with copies of the graph
-//! in several processes `allreduce`: `updates` (of the whole model), `bytes_sent` and
-//! `bytes_per_update` (the gradients process 0 sent in the updates' all-reduces; each process
-//! sends about as much). `--tensorboard DIR` writes
+//! in several processes `allreduce`: `updates` (all-reduces of the group that made the
+//! most), `bytes_sent` and `bytes_per_update` (the gradients process 0 sent, in all and per
+//! all-reduce of every group; each process sends about as much). `--tensorboard DIR` writes
 //! the same reports' scalars as a TensorBoard event file in DIR (made if missing; a resumed
 //! run adds a file): `train/loss`, `train/accuracy`, `train/instances_per_s`, `train/lr`,
 //! `valid/loss`, `valid/accuracy`, `valid/instances_per_s` and per parameter group

@@ -416,7 +416,7 @@ impl TrainRun<'_> {
             object["allreduce"] = serde_json::json!({
                 "updates": stats.reduced.updates,
                 "bytes_sent": stats.reduced.bytes,
-                "bytes_per_update": stats.reduced.bytes_per_update(),
+                "bytes_per_update": stats.reduced.bytes_per_update,
             });
         }
         self.metrics.write_json(&object)?;

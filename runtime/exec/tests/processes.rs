@@ -195,7 +195,8 @@ fn a_process_cut_off_mid_reduction_ends_the_run_naming_it() {
     let many: Vec<Instance> = data.iter().cycle().take(data.len() * 200).cloned().collect();
     let config = ExecConfig { workers: 2, copies: 2, sync_updates: false, ..config() };
     let started = Instant::now();
-    let results = in_two_processes(&graph, &config, Faults::default(), Some(Duration::from_millis(50)), train(&many, 1));
+    let results =
+        in_two_processes(&graph, &config, Faults::default(), Some(Duration::from_millis(50)), train(&many, 1));
     let error = results[0].as_ref().expect_err("process 0 fails").to_string();
     assert!(error.contains("process 1 (memory:1)"), "{error}");
     assert!(results[1].is_err(), "the cut process fails too");
@@ -256,7 +257,7 @@ fn copies_in_both_processes_serve_instances_and_reduce_once_per_update() {
     });
     let (reduced, trace) = results[0].as_ref().expect("process 0");
     assert!(reduced.updates >= 2, "{} updates of 64 instances at 8", reduced.updates);
-    assert_eq!(reduced.bytes_per_update(), Some(4 * parameters as u64));
+    assert_eq!(reduced.bytes_per_update, 4 * parameters as u64);
     assert_eq!(results[1].as_ref().expect("process 1").0.updates, reduced.updates);
     for worker in 0..4u32 {
         for kind in [amp_exec::TraceKind::Forward, amp_exec::TraceKind::Backward] {

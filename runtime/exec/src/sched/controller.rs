@@ -50,28 +50,24 @@ pub(crate) struct RunOutput {
 /// much.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AllReduce {
-    /// Updates of the whole model (one reduction of every master reduced over processes).
+    /// Updates: the most reductions of one parameter group (a group whose reduction is
+    /// under way when another's is due skips that one, and updates over more instances
+    /// next time).
     pub updates: u64,
     /// Bytes of gradients this process sent.
     pub bytes: u64,
+    /// Bytes this process sent per reduction of every group.
+    pub bytes_per_update: u64,
 }
 
 impl AllReduce {
-    pub(crate) fn of(
-        gauges: &[crate::sched::worker::WorkerGauges],
-        groups: &[crate::load::program::GroupInfo],
-    ) -> Self {
-        use std::sync::atomic::Ordering;
-        let masters = groups.iter().filter(|g| !g.ring.is_empty()).count() as u64;
-        let reductions: u64 = gauges.iter().map(|g| g.reductions.load(Ordering::Relaxed)).sum();
-        let bytes = gauges.iter().map(|g| g.reduced_bytes.load(Ordering::Relaxed)).sum();
-        // Every process applies each master's reductions once.
-        AllReduce { updates: reductions.checked_div(masters).unwrap_or(0), bytes }
-    }
-
-    /// Bytes sent per update of the whole model.
-    pub fn bytes_per_update(&self) -> Option<u64> {
-        self.bytes.checked_div(self.updates)
+    pub(crate) fn of(gauges: &[crate::sched::worker::WorkerGauges]) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        AllReduce {
+            updates: gauges.iter().map(|g| g.reductions.load(Relaxed)).max().unwrap_or(0),
+            bytes: gauges.iter().map(|g| g.reduced_bytes.load(Relaxed)).sum(),
+            bytes_per_update: gauges.iter().map(|g| g.reduced_bytes_per_update.load(Relaxed)).sum(),
+        }
     }
 }
 
@@ -290,7 +286,7 @@ pub(crate) fn run(
         // Every worker reported `Stopped`: its waits are all counted.
         control.output.waited =
             gauges.iter().map(|g| Duration::from_nanos(g.waited_ns.load(Ordering::Relaxed))).collect();
-        control.output.reduced = AllReduce::of(&gauges, &program.groups);
+        control.output.reduced = AllReduce::of(&gauges);
         Ok(Some(control.output))
     });
     if let Some(c) = cluster {
@@ -307,7 +303,7 @@ pub(crate) fn run(
         outputs: vec![None; n],
         trace: Vec::new(),
         waited: gauges.iter().map(|g| Duration::from_nanos(g.waited_ns.load(Ordering::Relaxed))).collect(),
-        reduced: AllReduce::of(&gauges, &program.groups),
+        reduced: AllReduce::of(&gauges),
     }))
 }
 

@@ -79,10 +79,12 @@ pub(crate) struct WorkerGauges {
     pub local: AtomicUsize,
     /// Nanoseconds blocked on the inbox with nothing queued (two clock reads per wait).
     pub waited_ns: AtomicU64,
-    /// Reductions over processes this worker applied, and the bytes of gradients it
-    /// sent in them (`worker::ring`).
+    /// Copies split over processes (`worker::ring`), at the worker's end: the most
+    /// reductions of a master it updates, the bytes of gradients it sent in them, and per
+    /// reduction, summed over its masters.
     pub reductions: AtomicU64,
     pub reduced_bytes: AtomicU64,
+    pub reduced_bytes_per_update: AtomicU64,
 }
 
 /// A straggler sleeps what it owes once it owes this much (see `Worker::straggle`).
@@ -233,6 +235,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     // Instances counted and not yet added (a stop without flush): the groups keep them
     // for the next run.
     worker.add_finished();
+    worker.remote.borrow().rings.publish(worker.setup.gauges);
     let held = worker
         .slots
         .iter()

@@ -27,7 +27,7 @@
 //!   every master (marked `flush`, whatever its count), and every updater stops once it
 //!   applied its masters' last reductions.
 
-use super::{RemoteWord, ToWorker, Worker};
+use super::{RemoteWord, ToWorker, Worker, WorkerGauges};
 use crate::load::program::GroupInfo;
 use crate::ops::train::{self, LiveGroup};
 use crate::protocol::ring::{chunk, received_part, steps};
@@ -55,6 +55,8 @@ pub(super) struct Rings {
     flushed: usize,
     /// The masters this worker updates after a reduction.
     masters: usize,
+    /// Per master, the reductions applied and the bytes of gradients sent.
+    sent: HashMap<usize, (u64, u64)>,
 }
 
 impl Rings {
@@ -70,6 +72,15 @@ impl Rings {
     /// Every master this worker updates applied its last reduction (always, without any).
     pub fn flushed(&self) -> bool {
         self.active.is_empty() && self.flushed >= self.masters
+    }
+
+    /// The run's reductions into the worker's gauges, at its end.
+    pub fn publish(&self, gauges: &WorkerGauges) {
+        for &(reductions, bytes) in self.sent.values() {
+            gauges.reductions.fetch_max(reductions, Ordering::Relaxed);
+            gauges.reduced_bytes.fetch_add(bytes, Ordering::Relaxed);
+            gauges.reduced_bytes_per_update.fetch_add(bytes.checked_div(reductions).unwrap_or(0), Ordering::Relaxed);
+        }
     }
 }
 
@@ -139,7 +150,7 @@ impl Worker<'_, '_> {
             None => return,
         };
         let values: Vec<f32> = segments(master, range).into_iter().flat_map(|s| s.iter().copied()).collect();
-        self.setup.gauges.reduced_bytes.fetch_add(4 * values.len() as u64, Ordering::Relaxed);
+        self.remote.borrow_mut().rings.sent.entry(g).or_default().1 += 4 * values.len() as u64;
         let next = info.ring[(self.position(info) + 1) % info.ring.len()];
         let step = u32::try_from(step).unwrap_or(u32::MAX);
         let word = RemoteWord::Reduce { group: g, step, count, flush, values };
@@ -224,8 +235,8 @@ impl Worker<'_, '_> {
                 self.setup.peers.send(info.ring[0], ToWorker::Remote(RemoteWord::Synced { group }));
             }
         }
-        self.setup.gauges.reductions.fetch_add(1, Ordering::Relaxed);
         let mut remote = self.remote.borrow_mut();
+        remote.rings.sent.entry(g).or_default().0 += 1;
         if reduction.flush {
             remote.rings.flushed += 1;
         }
