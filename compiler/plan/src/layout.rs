@@ -34,13 +34,14 @@
 //!   ring_w   = 2 · (P − 1) / P · elements_w / (update_every · elementwise rate)
 //!            + 2 · (P − 1) · link message cost / update_every
 //!   link     = 2 · (P − 1) / P · 4 · elements / update_every / link bandwidth
-//!   stall    = (2P − 1) · link latency / update_every
+//!   stall    = (2P − 1) · (link latency + 2 · wake-up) / update_every
 //! ```
 //!
 //! `ring_w` (the chunks added and copied) joins each process's first copy's worker `w`;
 //! `link` (the bytes each process sends per instance) bounds the run like a worker; and
 //! `stall` is added to the bottleneck: synchronous training (amprun's default) waits at
-//! each update for the ring's 2(P − 1) steps and the acknowledgement.
+//! each update for the ring's 2(P − 1) steps and the acknowledgement, each crossing the
+//! link and waking the receiving process's bridge and updater.
 
 use crate::cost::{Costs, SGD_UPDATE_SPEEDUP};
 use crate::plan::{plan, Plan};
@@ -138,7 +139,7 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
         .fold(0.0, f64::max);
     // Megabits per second are bits per µs.
     let link = ring_share * 4.0 * elements.iter().sum::<f64>() * 8.0 / (every * a.link_bandwidth_mbps.max(1e-9));
-    let stall = if p > 1.0 { (2.0 * p - 1.0) * a.link_latency_us / every } else { 0.0 };
+    let stall = if p > 1.0 { (2.0 * p - 1.0) * (a.link_latency_us + 2.0 * a.wake_us) / every } else { 0.0 };
     busiest.max(model.latency_us_per_instance / k).max(model.links_us.iter().copied().fold(0.0, f64::max)).max(link)
         + stall
 }

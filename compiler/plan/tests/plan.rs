@@ -358,9 +358,9 @@ fn layouts_weigh_copies_against_stages() {
     let stages = four.layouts.iter().find(|o| o.copies == 1).unwrap().predicted_speedup;
     assert!(four.copies > 1 && four.speedup() > stages, "{:?}", four.layouts);
     // Split over two processes: stages over both, or copies in each (2 × 2, 4 × 1), never
-    // a copy across the two. With an update every 64 instances the all-reduce costs less
+    // a copy across the two. With an update every 256 instances the all-reduce costs less
     // than the chain's idle stage; after every instance, its wait for the link does not.
-    let hosts = Assumptions { processes: 2, update_every: 64.0, ..Assumptions::default() };
+    let hosts = Assumptions { processes: 2, update_every: 256.0, ..Assumptions::default() };
     let split = plan_workers(&chain, 4, &hosts, None).unwrap();
     let weighed: Vec<(usize, usize)> = split.layouts.iter().map(|o| (o.copies, o.stage_workers)).collect();
     assert_eq!(weighed, [(1, 4), (2, 2), (4, 1)]);
