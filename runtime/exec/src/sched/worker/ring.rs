@@ -179,9 +179,9 @@ impl Worker<'_, '_> {
         let range = chunk(grad_len(&master), parts, received_part(self.position(info), received, parts));
         let mut from = values.iter();
         for segment in segments(&mut master, range.clone()) {
-            for (g, v) in segment.iter_mut().zip(from.by_ref()) {
+            for (x, v) in segment.iter_mut().zip(from.by_ref()) {
                 // Reduce-scatter adds; all-gather takes the sum.
-                *g = if received + 1 < parts { *g + v } else { *v };
+                *x = if received + 1 < parts { *x + v } else { *v };
             }
         }
         if let Some(r) = self.remote.borrow_mut().rings.active.get_mut(&g) {
