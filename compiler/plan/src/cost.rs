@@ -195,6 +195,12 @@ impl Default for Assumptions {
 }
 
 impl Assumptions {
+    /// The assumptions for one copy of the graph among several: a copy runs in one
+    /// process, so its stages cross no link.
+    pub fn within_a_copy(&self) -> Assumptions {
+        Assumptions { processes: 1, ..self.clone() }
+    }
+
     /// Worker `w`'s speed (1 when not given).
     pub fn speed(&self, w: usize) -> f64 {
         self.worker_speed.get(w).copied().unwrap_or(1.0)

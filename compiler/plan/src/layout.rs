@@ -71,8 +71,7 @@ const TIE: f64 = 0.02;
 pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
     let processes = costs.assumptions.processes.max(1);
     // A copy's workers run in one process: its stages are planned without links.
-    let local =
-        Costs { assumptions: crate::cost::Assumptions { processes: 1, ..costs.assumptions.clone() }, ..costs.clone() };
+    let local = Costs { assumptions: costs.assumptions.within_a_copy(), ..costs.clone() };
     let single = plan(graph, &local, 1)?;
     let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
     let mut options = Vec::new();

@@ -135,10 +135,9 @@ pub fn choose(
                     let planned = if weigh_copies {
                         amp_plan::plan_workers(graph, workers, &choice.assumptions, choice.profile.as_ref())
                     } else {
-                        // A copy's stages run in one process.
-                        let within = Assumptions {
-                            processes: if choice.copies > 1 { 1 } else { choice.assumptions.processes },
-                            ..choice.assumptions.clone()
+                        let within = match choice.copies {
+                            1 => choice.assumptions.clone(),
+                            _ => choice.assumptions.within_a_copy(),
                         };
                         amp_plan::plan_graph(graph, stage_workers, &within, choice.profile.as_ref())
                             .map(|p| Plan { copies: choice.copies, ..p })

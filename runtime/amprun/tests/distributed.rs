@@ -67,64 +67,33 @@ fn same_in_one_and_split(test: &str, model: &str, defines: &[(&str, i64)], args:
     assert_eq!(steps(&sa), steps(&sb));
 }
 
-/// List-reduce trained over `processes` processes, a worker each, against one process.
-fn list_reduce_trains_the_same(test: &str, processes: &str, limit: &str) {
-    same_in_one_and_split(
-        test,
-        "list_reduce",
-        &[("hidden", 16)],
-        &[
-            "--data",
-            &example("data/list_reduce.train.jsonl"),
-            "--limit",
-            limit,
-            "--epochs",
-            "2",
-            "--optimizer",
-            "adam",
-            "--workers",
-            processes,
-            // Dealt out, every worker (so every process) holds nodes and parameters.
-            "--plan",
-            "round-robin",
-            "--min-update-frequency",
-            "4",
-        ],
-        processes,
-    );
+/// List-reduce trained over `processes` processes, a worker each, laid out by `layout`,
+/// against one process.
+fn list_reduce_trains_the_same(test: &str, processes: &str, limit: &str, layout: &[&str]) {
+    let data = example("data/list_reduce.train.jsonl");
+    let mut args = vec!["--data", &data, "--limit", limit, "--epochs", "2", "--optimizer", "adam"];
+    args.extend(["--workers", processes, "--min-update-frequency", "4"]);
+    args.extend_from_slice(layout);
+    same_in_one_and_split(test, "list_reduce", &[("hidden", 16)], &args, processes);
 }
+
+// Dealt out, every worker (so every process) holds nodes and parameters.
+const ROUND_ROBIN: &[&str] = &["--plan", "round-robin"];
 
 #[test]
 fn list_reduce_trains_the_same_over_two_processes() {
-    list_reduce_trains_the_same("split-list-reduce", "2", "60");
+    list_reduce_trains_the_same("split-list-reduce", "2", "60", ROUND_ROBIN);
 }
 
 #[test]
 fn list_reduce_trains_the_same_over_three_processes() {
-    list_reduce_trains_the_same("split3-list-reduce", "3", "16");
+    list_reduce_trains_the_same("split3-list-reduce", "3", "16", ROUND_ROBIN);
 }
 
 /// Copies of the graph, one per process (their gradients all-reduced around the ring of
-/// processes), train as the same copies in one process; the metrics give the bytes
-/// each update's all-reduce sent.
+/// processes), train as the same copies in one process.
 fn copies_train_the_same(test: &str, processes: &str) {
-    let args = [
-        "--data",
-        &example("data/list_reduce.train.jsonl"),
-        "--limit",
-        "48",
-        "--epochs",
-        "2",
-        "--optimizer",
-        "adam",
-        "--workers",
-        processes,
-        "--copies",
-        processes,
-        "--min-update-frequency",
-        "4",
-    ];
-    same_in_one_and_split(test, "list_reduce", &[("hidden", 16)], &args, processes);
+    list_reduce_trains_the_same(test, processes, "48", &["--copies", processes]);
 }
 
 #[test]

@@ -92,16 +92,17 @@ impl Remote {
         if peers.this_process().is_none() {
             return remote;
         }
-        let mut bounded = false;
+        let (mut bounded, mut reduced) = (false, 0);
         for (_, info) in owned_masters(program, setup.id) {
             if !info.ring.is_empty() {
                 // Its copies elsewhere are reduced with, not gathered from.
+                reduced += 1;
                 continue;
             }
             remote.lasts_owed += info.replica_groups.iter().filter(|&&r| !is_local(setup, r)).count();
             bounded |= info.max_staleness.is_some();
         }
-        remote.rings = Rings::new(owned_masters(program, setup.id).filter(|(_, g)| !g.ring.is_empty()).count());
+        remote.rings = Rings::new(reduced);
         if bounded && setup.shared.mode == RunMode::Train {
             remote.ended = Some(vec![false; setup.shared.instances.len()]);
         }
@@ -207,8 +208,7 @@ impl Worker<'_, '_> {
     /// gradients, and its masters wait for those of theirs before the flush updates.
     /// False when the worker stops now.
     pub(super) fn stop(&mut self, flush: bool) -> bool {
-        let split = self.setup.peers.this_process().is_some();
-        if flush && self.setup.shared.mode == RunMode::Train && split {
+        if flush && self.setup.shared.mode == RunMode::Train && self.setup.peers.this_process().is_some() {
             self.send_last_grads();
             let mut remote = self.remote.borrow_mut();
             remote.stopping = true;
@@ -221,7 +221,8 @@ impl Worker<'_, '_> {
         if flush {
             self.update_groups(true);
             // A master reduced over processes updates once its last reduction is applied.
-            return split && !self.remote.borrow().may_stop();
+            let remote = self.remote.borrow();
+            return remote.stopping && !remote.may_stop();
         }
         false
     }

@@ -113,21 +113,32 @@ impl Worker<'_, '_> {
     /// when none is under way (at a flush, the last one); the update is applied when it
     /// completes ([`Worker::on_reduce`]). Never updates now.
     pub(super) fn ring_update(&self, g: usize, info: &GroupInfo, master: &mut LiveGroup, flush: bool) -> bool {
+        if self.position(info) != 0 {
+            return false;
+        }
         let mut remote = self.remote.borrow_mut();
-        let rings = &mut remote.rings;
-        if flush && !rings.flush_owed.contains(&g) && self.position(info) == 0 {
-            rings.flush_owed.push(g);
+        if remote.rings.active.contains_key(&g) {
+            // The last reduction starts once this one is applied (`apply_reduced`).
+            if flush && !remote.rings.flush_owed.contains(&g) {
+                remote.rings.flush_owed.push(g);
+            }
+            return false;
         }
-        if !rings.active.contains_key(&g) && self.position(info) == 0 {
-            let last = rings.flush_owed.contains(&g);
-            rings.flush_owed.retain(|&x| x != g);
-            // Every other process acknowledges the update.
-            remote.unsynced += info.ring.len() - 1;
-            drop(remote);
-            let count = master.pending;
-            self.start_reduction(g, info, master, count, last);
-        }
+        drop(remote);
+        self.start_counted(g, info, master, flush);
         false
+    }
+
+    /// Process 0 starts a reduction of `master` over the instances it counted (`last`, or
+    /// owed at the run's end: the last one); every other process will acknowledge it.
+    fn start_counted(&self, g: usize, info: &GroupInfo, master: &mut LiveGroup, last: bool) {
+        let mut remote = self.remote.borrow_mut();
+        let owed = remote.rings.flush_owed.contains(&g);
+        remote.rings.flush_owed.retain(|&x| x != g);
+        remote.unsynced += info.ring.len() - 1;
+        drop(remote);
+        let count = master.pending;
+        self.start_reduction(g, info, master, count, last || owed);
     }
 
     /// Gathers this process's copies' gradients into `master` and sends the first step.
@@ -241,12 +252,9 @@ impl Worker<'_, '_> {
             remote.rings.flushed += 1;
         }
         let owed = remote.stopping && remote.rings.flush_owed.contains(&g);
+        drop(remote);
         if owed {
-            remote.rings.flush_owed.retain(|&x| x != g);
-            remote.unsynced += info.ring.len() - 1;
-            drop(remote);
-            let count = master.pending;
-            self.start_reduction(g, info, master, count, true);
+            self.start_counted(g, info, master, true);
         }
     }
 }
