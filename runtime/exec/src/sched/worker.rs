@@ -46,6 +46,7 @@ mod courier;
 mod depths;
 mod remote;
 mod ring;
+mod straggle;
 mod updates;
 
 use crate::cluster::{Peers, ReportTo};
@@ -86,9 +87,6 @@ pub(crate) struct WorkerGauges {
     pub reduced_bytes: AtomicU64,
     pub reduced_bytes_per_update: AtomicU64,
 }
-
-/// A straggler sleeps what it owes once it owes this much (see `Worker::straggle`).
-const STRAGGLE_SLICE: Duration = Duration::from_millis(1);
 
 /// Everything a worker works with.
 pub(crate) struct WorkerSetup<'s, 'a> {
@@ -304,23 +302,7 @@ impl Worker<'_, '_> {
     }
 
     /// A straggler owes a sleep after a step begun at `step`, so that the step takes
-    /// `factor` times its measured time; the sleep counts as busy time (a slow device
-    /// works). Steps take microseconds and a sleep overshoots by tens of them, so the
-    /// owed time is summed and slept once it reaches [`STRAGGLE_SLICE`], with what the
-    /// sleep overshot taken off the next.
-    fn straggle(&mut self, step: Instant) {
-        let Some(slow) = &self.setup.slow else { return };
-        let pause = slow.pause(step.elapsed(), step.saturating_duration_since(self.setup.origin));
-        self.owed_sleep += pause.as_secs_f64();
-        if self.owed_sleep >= STRAGGLE_SLICE.as_secs_f64() {
-            let start = Instant::now();
-            std::thread::sleep(Duration::from_secs_f64(self.owed_sleep));
-            self.owed_sleep -= start.elapsed().as_secs_f64();
-        }
-    }
-
-    /// Queues a message or acts on a control item; false when the worker must stop.
-    /// Control items take effect at once, ahead of queued messages: an instance that
+    /// `factor` times its measured time; the sleep counts essages: an instance that
     /// finished has none left, and with synchronous updates no other instance is in
     /// flight when an update boundary is reached.
     fn take(&mut self, item: ToWorker) -> bool {
