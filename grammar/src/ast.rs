@@ -22,6 +22,8 @@ pub struct Item {
     pub span: Span,
     /// The `///` comment lines directly above the item.
     pub doc: Option<String>,
+    /// The `pub` keyword, when the item is visible to files that import its module.
+    pub public: Option<Span>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -100,6 +100,8 @@ pub enum Tok<'input> {
 
     #[token("use")]
     Use,
+    #[token("pub")]
+    Pub,
     #[token("const")]
     Const,
     #[token("record")]
@@ -219,6 +221,7 @@ impl fmt::Display for Tok<'_> {
 fn punctuation(tok: &Tok<'_>) -> &'static str {
     match tok {
         Tok::Use => "use",
+        Tok::Pub => "pub",
         Tok::Const => "const",
         Tok::Record => "record",
         Tok::Enum => "enum",

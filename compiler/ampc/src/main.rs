@@ -13,7 +13,7 @@ mod output;
 mod rollout;
 
 use amp_diagnostics::{render_human, render_json, Diagnostic, SourceMap};
-use amp_sema::{check_program, Options};
+use amp_sema::{check_program, DiskFiles, Options};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -299,7 +299,7 @@ pub(crate) fn check_file(
     let text = read_source(file).ok_or(ExitCode::from(2))?;
     let mut map = SourceMap::new();
     let main = map.add(file.display().to_string(), text);
-    let checked = check_program(&mut map, main, &Options { defines: defines.to_vec() });
+    let checked = check_program(&mut map, main, &Options { defines: defines.to_vec() }, &DiskFiles);
     if printer.print(&map, &checked.diagnostics).is_err() {
         return Err(ExitCode::from(2));
     }
@@ -329,7 +329,7 @@ fn check(files: &[PathBuf], defines: Vec<(String, i64)>, printer: &Printer) -> E
         let Some(text) = read_source(path) else { return ExitCode::from(2) };
         let mut map = SourceMap::new();
         let main = map.add(path.display().to_string(), text);
-        let checked = check_program(&mut map, main, &options);
+        let checked = check_program(&mut map, main, &options, &DiskFiles);
         any_errors |= checked.has_errors();
         for d in &checked.diagnostics {
             match d.severity() {

@@ -56,6 +56,8 @@ codes! {
     AssignToImmutable = "E0107", Error, "assignment to an immutable binding";
     UnknownOverride = "E0108", Error, "override of an unknown hyperparameter";
     NotCallable = "E0109", Error, "value is not callable";
+    ImportCycle = "E0110", Error, "import cycle";
+    PrivateImport = "E0111", Error, "import of a private item";
     // Types.
     TypeMismatch = "E0200", Error, "mismatched types";
     ArityMismatch = "E0201", Error, "wrong number of arguments";

@@ -188,7 +188,7 @@ fn example_spec(file: &str, group: usize, n: usize) -> Option<KernelSpec> {
     let mut map = amp_diagnostics::SourceMap::new();
     let main = map.add(path.display().to_string(), text);
     let options = amp_sema::Options { defines: vec![("hidden".to_string(), n as i64)] };
-    let checked = amp_sema::check_program(&mut map, main, &options);
+    let checked = amp_sema::check_program(&mut map, main, &options, &amp_sema::NoFiles);
     let (graph, _) = amp_lower::compile_model(&checked.program, &map, *checked.program.models.first()?).ok()?;
     amp_jit::fusion_groups(&graph).into_iter().nth(group)?.ok().map(|g| g.spec)
 }

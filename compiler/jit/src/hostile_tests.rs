@@ -18,7 +18,7 @@ fn example(file: &str, defines: &[(&str, i64)]) -> Graph {
     let mut map = amp_diagnostics::SourceMap::new();
     let main = map.add(path.display().to_string(), text);
     let options = amp_sema::Options { defines: defines.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
-    let checked = amp_sema::check_program(&mut map, main, &options);
+    let checked = amp_sema::check_program(&mut map, main, &options, &amp_sema::NoFiles);
     let model = checked.program.models[0];
     match amp_lower::compile_model(&checked.program, &map, model) {
         Ok((graph, _)) => graph.into_inner(),

@@ -27,7 +27,7 @@ impl Analysis {
     pub fn of(name: &str, text: &str) -> Analysis {
         let mut map = SourceMap::new();
         let main = map.add(name, text);
-        let checked = check_program(&mut map, main, &Options::default());
+        let checked = check_program(&mut map, main, &Options::default(), &amp_sema::NoFiles);
         Analysis { map, main, checked }
     }
 

@@ -1,9 +1,11 @@
 //! Semantic analysis of Amp: names, types and tensor shapes.
 //!
-//! In: a [`SourceMap`] holding the main file (the standard library is added on demand
-//! when the program imports from it) and [`Options`] (hyperparameter overrides). Out: a
-//! typed [`Program`] and every diagnostic found, the parser's included. The [`rollout`]
-//! module analyses a checked network's rollout patterns. Pure: no IO.
+//! In: a [`SourceMap`] holding the main file, [`Options`] (hyperparameter overrides) and
+//! the [`Files`] its imports are read from; the files it imports (user modules and the
+//! standard library) are added to the map as they are loaded. Out: a typed [`Program`]
+//! and every diagnostic found, the parser's included, in whichever file they are. The
+//! [`rollout`] module analyses a checked network's rollout patterns. The checker does no
+//! IO of its own: [`DiskFiles`] is the one reader of the disk, for the command lines.
 //! Depends on `amp-grammar`, `amp-stdlib` and `amp-diagnostics`.
 //!
 //! Invariants: checking never panics and terminates on any input; an expression whose
@@ -15,6 +17,7 @@ mod builtins;
 mod collect;
 mod consts;
 mod display;
+mod files;
 mod network;
 mod params;
 mod recursion;
@@ -22,6 +25,8 @@ pub mod rollout;
 pub mod shape;
 pub mod typed;
 
+pub use collect::MAX_IMPORT_DEPTH;
+pub use files::{DiskFiles, Files, NoFiles};
 pub use params::{ParamInit, ParamTensor};
 pub use shape::{Dim, Poly, Shape, Symbol};
 pub use typed::*;
@@ -60,19 +65,22 @@ impl Checked {
     }
 }
 
-/// Parses and checks the program whose main file is `main`. Standard-library modules the
-/// program imports are added to `map` so diagnostics and definitions can point into them.
-pub fn check_program(map: &mut SourceMap, main: FileId, options: &Options) -> Checked {
-    let mut checked = collect::Checker::run(map, main, options);
+/// Parses and checks the program whose main file is `main`, reading the modules it
+/// imports from `files` (`a::b` is `a/b.amp` or `a/b/mod.amp` beside the importing file,
+/// whose name in `map` is its path). Every module the program imports is added to `map`
+/// once, so diagnostics and definitions can point into it.
+pub fn check_program(map: &mut SourceMap, main: FileId, options: &Options, files: &dyn Files) -> Checked {
+    let mut checked = collect::Checker::run(map, main, options, files);
     amp_diagnostics::sort(&mut checked.diagnostics);
     checked
 }
 
-/// Convenience for tests and tools: checks `text` as a file named `name`.
+/// Convenience for tests and tools: checks `text` as a file named `name`, which may import
+/// only the standard library.
 pub fn check_source(name: &str, text: &str, options: &Options) -> (SourceMap, Checked) {
     let mut map = SourceMap::new();
     let main = map.add(name, text);
-    let checked = check_program(&mut map, main, options);
+    let checked = check_program(&mut map, main, options, &NoFiles);
     (map, checked)
 }
 

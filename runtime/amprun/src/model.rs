@@ -8,7 +8,7 @@ use crate::failure::{Exit, Failure};
 use amp_diagnostics::{render_human, SourceMap};
 use amp_ir::verify::Verified;
 use amp_ir::Graph;
-use amp_sema::{check_program, Options};
+use amp_sema::{check_program, DiskFiles, Options};
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -85,7 +85,7 @@ fn compile_source(args: &ModelArgs) -> Result<Verified, Failure> {
         .map_err(|e| Failure::io("read", path, &e))?;
     let mut map = SourceMap::new();
     let main = map.add(path.display().to_string(), String::from_utf8_lossy(&bytes).into_owned());
-    let checked = check_program(&mut map, main, &Options { defines: args.define.clone() });
+    let checked = check_program(&mut map, main, &Options { defines: args.define.clone() }, &DiskFiles);
     print_diagnostics(&map, &checked.diagnostics);
     if checked.has_errors() {
         return Err(Failure::printed(Exit::BadInput));

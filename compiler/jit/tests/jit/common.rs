@@ -317,7 +317,7 @@ pub fn compile_example(file: &str, defines: &[(&str, i64)]) -> amp_ir::verify::V
     let mut map = amp_diagnostics::SourceMap::new();
     let main = map.add(path.display().to_string(), text);
     let options = amp_sema::Options { defines: defines.iter().map(|(k, v)| (k.to_string(), *v)).collect() };
-    let checked = amp_sema::check_program(&mut map, main, &options);
+    let checked = amp_sema::check_program(&mut map, main, &options, &amp_sema::NoFiles);
     assert!(!checked.has_errors(), "{file} checks");
     let model = checked.program.models[0];
     match amp_lower::compile_model(&checked.program, &map, model) {

@@ -191,9 +191,9 @@ impl FnChecker<'_, '_> {
         if depth < self.scope_ends.len() {
             self.scope_ends.remove(depth);
         }
-        let is_main = self.ck.modules[self.module].is_main;
+        let warn = !self.ck.modules[self.module].is_std;
         for (name, id) in scope {
-            if !self.used[id.0 as usize] && !name.starts_with('_') && is_main {
+            if !self.used[id.0 as usize] && !name.starts_with('_') && warn {
                 let span = self.locals[id.0 as usize].span;
                 self.ck.error(
                     Diagnostic::new(Code::UnusedVariable, span, format!("unused variable `{name}`"))

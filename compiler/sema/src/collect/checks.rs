@@ -147,7 +147,7 @@ impl Checker<'_> {
 
     pub(super) fn warn_unused(&mut self) {
         for c in 0..self.components.len() {
-            if !self.modules[self.components[c].module].is_main {
+            if self.modules[self.components[c].module].is_std {
                 continue;
             }
             for (i, used) in self.components[c].params_used.clone().into_iter().enumerate() {
@@ -163,7 +163,7 @@ impl Checker<'_> {
             }
         }
         for m in 0..self.modules.len() {
-            if !self.modules[m].is_main {
+            if self.modules[m].is_std {
                 continue;
             }
             let unused: Vec<ast::Ident> =

@@ -7,10 +7,11 @@ use crate::consts::is_silent;
 use crate::display::{instance_to_string, ty_to_string};
 use crate::shape::{Dim, Symbol};
 use crate::typed::*;
-use crate::{Checked, Options};
+use crate::{Checked, Files, Options};
 use amp_diagnostics::{Code, Diagnostic, FileId, SourceMap, Span};
 use amp_grammar::ast::{self, ComponentKind, ItemKind, MemberKind};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -48,7 +49,19 @@ pub(crate) struct Module {
     pub scope: HashMap<String, (Global, Span)>,
     pub imports: Vec<Import>,
     pub is_main: bool,
+    /// A standard module: every item is public, and it imports only other standard ones.
+    pub is_std: bool,
+    /// The names this module's items mark `pub`.
+    pub public: HashSet<String>,
+    /// Where the module was first imported: the importing module and the `use` path.
+    pub imported_at: Option<(usize, Span)>,
+    /// The source the parser's recovery may have misread (see `Parsed::damaged`).
+    pub damaged: Vec<Span>,
 }
+
+/// How deep imports may nest (a file importing one that imports another...): each level
+/// is a frame of the checker's recursion, so a hostile chain of files must end.
+pub const MAX_IMPORT_DEPTH: usize = 64;
 
 /// What body checking needs to know about a component besides its `ComponentDef`.
 pub(crate) struct ComponentInfo {
@@ -67,7 +80,13 @@ pub(crate) struct ComponentInfo {
 
 pub(crate) struct Checker<'m> {
     pub map: &'m mut SourceMap,
+    pub files: &'m dyn Files,
     pub diags: Vec<Diagnostic>,
+    /// The parser's diagnostics of every module, kept apart until the checker's own
+    /// findings that recovery caused are dropped.
+    pub parse_diags: Vec<Diagnostic>,
+    /// The modules being declared, outermost first: an import of one of them is a cycle.
+    pub loading: Vec<usize>,
     pub program: Program,
     pub next_symbol: u32,
     pub modules: Vec<Module>,
@@ -120,14 +139,16 @@ pub(crate) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>)
 }
 
 impl<'m> Checker<'m> {
-    pub(crate) fn run(map: &'m mut SourceMap, main: FileId, options: &Options) -> Checked {
+    pub(crate) fn run(map: &'m mut SourceMap, main: FileId, options: &Options, files: &'m dyn Files) -> Checked {
         let text = map.get(main).map(|f| f.text.clone()).unwrap_or_default();
         let parsed = amp_grammar::parse(main, &text);
-        let parse_errors = parsed.damaged.clone();
-        let parse_count = parsed.diagnostics.len();
+        let public = public_names(&parsed.ast);
         let mut ck = Checker {
             map,
-            diags: parsed.diagnostics,
+            files,
+            diags: Vec::new(),
+            parse_diags: parsed.diagnostics,
+            loading: vec![0],
             program: Program::default(),
             next_symbol: 0,
             modules: Vec::new(),
@@ -143,6 +164,10 @@ impl<'m> Checker<'m> {
             scope: HashMap::new(),
             imports: Vec::new(),
             is_main: true,
+            is_std: false,
+            public,
+            imported_at: None,
+            damaged: parsed.damaged,
         });
         ck.declare(0);
         ck.resolve_imports(0);
@@ -173,7 +198,8 @@ impl<'m> Checker<'m> {
         ck.check_model_sizes();
         ck.warn_unused();
         ck.report_unknown_overrides(main);
-        ck.drop_cascades_of_parse_errors(parse_count, &parse_errors);
+        ck.drop_cascades_of_parse_errors();
+        ck.note_import_chains();
         ck.collect_symbols();
         Checked { program: ck.program, diagnostics: ck.diags }
     }
@@ -187,62 +213,52 @@ impl<'m> Checker<'m> {
     /// that holds the error (the parser's `damaged` span), so the rest of the body is still
     /// checked, except for unknown names after it (the broken statement may have been
     /// what declared them); elsewhere it is the whole member (or item, outside members).
-    fn drop_cascades_of_parse_errors(&mut self, parse_count: usize, damaged_by_parser: &[Span]) {
-        if damaged_by_parser.is_empty() {
-            return;
-        }
-        let Some(main) = self.modules.iter().find(|m| m.is_main) else {
-            return;
-        };
-        let ast = main.ast.clone();
-        let inside = |outer: &Span, at: &Span| outer.file == at.file && outer.start <= at.start && at.start < outer.end;
+    /// The parser's own diagnostics all stay: they join the checker's here.
+    fn drop_cascades_of_parse_errors(&mut self) {
         let mut damaged: Vec<Span> = Vec::new();
         // Where names may have been lost: (from the broken statement, to the member's end).
         let mut names_lost: Vec<Span> = Vec::new();
-        for error in damaged_by_parser {
-            // Items and members are in source order: binary search, not a scan per error.
-            let at = error.start as usize;
-            let item = amp_grammar::last_starting_at_or_before(&ast.items, at, |i| i.span);
-            let Some(item) = item.filter(|i| inside(&i.span, error)) else {
-                continue;
-            };
-            let span = match &item.kind {
-                ItemKind::Component(c) => match amp_grammar::last_starting_at_or_before(&c.members, at, |m| m.span)
-                    .filter(|m| inside(&m.span, error))
-                {
-                    Some(m) => match &m.kind {
-                        MemberKind::Fn(f) if inside(&f.body.span, error) && error.end <= f.body.span.end => {
-                            names_lost.push(Span { end: m.span.end, ..*error });
-                            *error
-                        }
-                        _ => m.span,
-                    },
-                    // An error in the header: only the header is damaged, not the members.
-                    None => {
-                        let end = c.members.first().map_or(item.span.end, |m| m.span.start);
-                        Span { end, ..item.span }
-                    }
-                },
-                _ => item.span,
-            };
-            damaged.push(span);
-        }
-        let damaged = merged(damaged);
-        let names_lost = merged(names_lost);
-        // The parser's own diagnostics come first in `diags` and all stay.
-        let mut index = 0;
-        self.diags.retain(|d| {
-            index += 1;
-            if index <= parse_count {
-                return true;
+        for module in &self.modules {
+            for error in &module.damaged {
+                let (span, lost) = damage_of(&module.ast, error);
+                damaged.extend(span);
+                names_lost.extend(lost);
             }
-            match d.code {
+        }
+        if !damaged.is_empty() {
+            let damaged = merged(damaged);
+            let names_lost = merged(names_lost);
+            self.diags.retain(|d| match d.code {
                 Code::UnusedVariable | Code::UnusedParam | Code::UnusedImport => false,
                 Code::UnknownOverride => true,
                 Code::UnknownName if overlaps_any(&names_lost, &d.span) => false,
                 _ => !overlaps_any(&damaged, &d.span),
+            });
+        }
+        self.diags.append(&mut self.parse_diags);
+    }
+
+    /// A diagnostic in an imported file says how the program reached that file, so a
+    /// user who checked `two.amp` knows why `shared/encoders.amp` is being reported.
+    fn note_import_chains(&mut self) {
+        let module_of: HashMap<FileId, usize> = self.modules.iter().enumerate().map(|(i, m)| (m.file, i)).collect();
+        for d in &mut self.diags {
+            let Some(&module) = module_of.get(&d.span.file) else { continue };
+            if self.modules[module].imported_at.is_none() || self.modules[module].is_std {
+                continue;
             }
-        });
+            let mut chain = vec![format!("`{}`", file_name(self.map, self.modules[module].file))];
+            let mut at = self.modules[module].imported_at;
+            // Each module records the one that first imported it, which was loaded before
+            // it: the walk ends at the main file.
+            while let Some((importer, span)) = at {
+                let line = self.map.get(span.file).map_or(0, |f| f.line_col(span.start as usize).0 + 1);
+                chain.push(format!("`{}` line {line}", file_name(self.map, self.modules[importer].file)));
+                at = self.modules[importer].imported_at;
+            }
+            chain.reverse();
+            d.notes.push(format!("imported through {}", chain.join(" → ")));
+        }
     }
 
     pub(crate) fn error(&mut self, diag: Diagnostic) {
@@ -355,69 +371,105 @@ impl<'m> Checker<'m> {
             let ItemKind::Use(u) = &item.kind else {
                 continue;
             };
+            if let Some(public) = item.public {
+                self.error(
+                    Diagnostic::new(Code::UnexpectedToken, public, "an import cannot be `pub`")
+                        .with_primary("imports are not passed on")
+                        .with_help("files that need the name import it from where it is defined")
+                        .with_replacement(""),
+                );
+            }
             if let Some(span) = u.malformed {
                 self.error(
                     Diagnostic::new(Code::UnknownImport, span, "malformed import")
-                        .with_primary("expected `use std::module::Name;` or `use std::module::{A, B};`"),
+                        .with_primary("expected `use module::Name;` or `use module::{A, B};`"),
                 );
                 continue;
             }
             let path: Vec<&str> = u.path.iter().map(|i| i.name.as_str()).collect();
             let path_span = u.path.first().map_or(item.span, |f| f.span.to(u.path.last().map_or(f.span, |l| l.span)));
-            let std_module = match path.split_first() {
-                Some((&"std", rest)) => amp_stdlib::module(rest),
-                _ => None,
+            let target = match path.split_first() {
+                Some((&"std", rest)) => self.std_module(rest, path_span),
+                _ => self.user_module(module, &path, path_span),
             };
-            let Some(std_module) = std_module else {
-                let known: Vec<String> =
-                    amp_stdlib::MODULES.iter().map(|m| format!("std::{}", m.path.join("::"))).collect();
-                self.error(
-                    Diagnostic::new(Code::UnknownImport, path_span, format!("no module `{}`", path.join("::")))
-                        .with_primary("unknown module")
-                        .with_note(format!("the standard modules are: {}", known.join(", "))),
-                );
-                for name in &u.names {
-                    self.define_failed(module, name);
-                }
-                continue;
-            };
-            let target = self.load_std_module(std_module);
-            for name in &u.names {
-                let found = self.modules[target].scope.get(&name.name).cloned();
-                match found {
-                    Some((global, def_span)) => {
-                        let index = self.modules[module].imports.len();
-                        self.modules[module].imports.push(Import { name: name.clone(), used: false });
-                        self.reference(
-                            name.span,
-                            def_span,
-                            format!("use std::{}::{}", std_module.path.join("::"), name.name),
-                        );
-                        self.define_global(module, name, Global::Imported(Box::new(global), index));
-                    }
-                    None => {
-                        let mut candidates: Vec<String> = self.modules[target].scope.keys().cloned().collect();
-                        candidates.sort();
-                        let mut d = Diagnostic::new(
-                            Code::UnknownImport,
-                            name.span,
-                            format!("`{}` is not in `{}`", name.name, path.join("::")),
-                        )
-                        .with_primary("not found in this module");
-                        // A typo, or an abbreviation of a longer name (`Gru` for `GruCell`).
-                        let lower = name.name.to_lowercase();
-                        let hint = suggest(&name.name, candidates.iter().map(String::as_str))
-                            .or_else(|| candidates.iter().find(|c| c.to_lowercase().starts_with(&lower)).cloned());
-                        if let Some(s) = hint {
-                            d = d.with_suggestion(s);
-                        }
-                        d = d.with_note(format!("`{}` provides: {}", path.join("::"), candidates.join(", ")));
-                        self.error(d);
+            match target {
+                Some(target) => self.import_names(module, target, &path.join("::"), &u.names),
+                None => {
+                    for name in &u.names {
                         self.define_failed(module, name);
                     }
                 }
             }
         }
+    }
+
+    /// Declares `names` of module `target` (called `display` in messages) in `module`.
+    fn import_names(&mut self, module: usize, target: usize, display: &str, names: &[ast::Ident]) {
+        for name in names {
+            let found = self.modules[target].scope.get(&name.name).cloned();
+            let Some((global, def_span)) = found else {
+                // What the module defines, not what it imports.
+                let scope = &self.modules[target].scope;
+                let mut candidates: Vec<String> =
+                    scope.iter().filter(|(_, (g, _))| !matches!(g, Global::Imported(..))).map(|(n, _)| n.clone()).collect();
+                candidates.sort();
+                let mut d = Diagnostic::new(Code::UnknownImport, name.span, format!("`{}` is not in `{display}`", name.name))
+                    .with_primary("not found in this module");
+                // A typo, or an abbreviation of a longer name (`Gru` for `GruCell`).
+                let lower = name.name.to_lowercase();
+                let hint = suggest(&name.name, candidates.iter().map(String::as_str))
+                    .or_else(|| candidates.iter().find(|c| c.to_lowercase().starts_with(&lower)).cloned());
+                if let Some(s) = hint {
+                    d = d.with_suggestion(s);
+                }
+                d = d.with_note(format!("`{display}` provides: {}", candidates.join(", ")));
+                self.error(d);
+                self.define_failed(module, name);
+                continue;
+            };
+            let global = match global {
+                // A name the target itself imported: reported below as not its own.
+                Global::Imported(inner, _) => *inner,
+                other => other,
+            };
+            if !self.modules[target].is_std && !self.modules[target].public.contains(&name.name) {
+                self.report_private(target, display, name, def_span);
+            }
+            let index = self.modules[module].imports.len();
+            self.modules[module].imports.push(Import { name: name.clone(), used: false });
+            self.reference(name.span, def_span, format!("use {display}::{}", name.name));
+            self.define_global(module, name, Global::Imported(Box::new(global), index));
+        }
+    }
+
+    /// `name`, imported from user module `target`, is not marked `pub` there (or is an
+    /// import of that module, which is not passed on). The import still resolves, so its
+    /// uses are not reported again.
+    fn report_private(&mut self, target: usize, display: &str, name: &ast::Ident, def_span: Span) {
+        let imported_there = self.modules[target].imports.iter().any(|i| i.name.name == name.name);
+        let d = Diagnostic::new(Code::PrivateImport, name.span, format!("`{}` is private to `{display}`", name.name));
+        let d = if imported_there {
+            d.with_primary("imported by that module, not defined there")
+                .with_label(def_span, "imported here")
+                .with_help("import it from the module that defines it")
+        } else {
+            // `pub ` before the item's keyword: the definition's name follows that keyword.
+            let item = self.modules[target]
+                .ast
+                .items
+                .iter()
+                .find(|i| i.span.start <= def_span.start && def_span.end <= i.span.end)
+                .map(|i| Span { end: i.span.start, ..i.span });
+            let d = d
+                .with_primary("not marked `pub`")
+                .with_label(def_span, "defined here")
+                .with_help(format!("mark it `pub` in `{}`", file_name(self.map, self.modules[target].file)));
+            match item {
+                Some(at) => d.with_insertion(at, "pub "),
+                None => d,
+            }
+        };
+        self.error(d);
     }
 
     /// Declares a name whose definition failed (already reported), unless the name is
@@ -428,25 +480,112 @@ impl<'m> Checker<'m> {
         }
     }
 
-    fn load_std_module(&mut self, module: &amp_stdlib::Module) -> usize {
-        if let Some(i) =
-            self.modules.iter().position(|m| self.map.get(m.file).is_some_and(|f| f.name == module.file_name))
-        {
-            return i;
+    /// The module index of `std::<path>`, loaded on first use; `None` after reporting
+    /// that there is no such module.
+    fn std_module(&mut self, path: &[&str], path_span: Span) -> Option<usize> {
+        let Some(std) = amp_stdlib::module(path) else {
+            self.error(
+                Diagnostic::new(Code::UnknownImport, path_span, format!("no module `std::{}`", path.join("::")))
+                    .with_primary("unknown module")
+                    .with_note(format!("the standard modules are: {}", standard_modules())),
+            );
+            return None;
+        };
+        if let Some(i) = self.modules.iter().position(|m| m.is_std && file_name(self.map, m.file) == std.file_name) {
+            return Some(i);
         }
-        let file = self.map.add(module.file_name, module.source);
-        let parsed = amp_grammar::parse(file, module.source);
-        self.diags.extend(parsed.diagnostics);
+        Some(self.load_module(std.file_name.to_string(), std.source.to_string(), None, true))
+    }
+
+    /// The module index of a user module, `a::b` being `a/b.amp` or `a/b/mod.amp` beside
+    /// the importing file, read through `files` on first use; `None` after reporting why
+    /// it cannot be imported (no such file, an unreadable one, a cycle, too deep).
+    fn user_module(&mut self, importer: usize, path: &[&str], path_span: Span) -> Option<usize> {
+        let display = path.join("::");
+        let importer_name = file_name(self.map, self.modules[importer].file).to_string();
+        let dir = Path::new(&importer_name).parent().unwrap_or(Path::new(""));
+        let base = path.iter().fold(dir.to_path_buf(), |p, seg| p.join(seg));
+        let candidates = [base.with_extension("amp"), base.join("mod.amp")];
+        for candidate in &candidates {
+            let name = candidate.display().to_string();
+            let loaded = self.modules.iter().position(|m| !m.is_std && file_name(self.map, m.file) == name);
+            if let Some(i) = loaded {
+                if let Some(from) = self.loading.iter().position(|&l| l == i) {
+                    self.report_cycle(&self.loading[from..].to_vec(), path_span);
+                    return None;
+                }
+                return Some(i);
+            }
+            if self.modules[importer].is_std {
+                break;
+            }
+            match self.files.read(candidate) {
+                Ok(text) => {
+                    if self.loading.len() >= MAX_IMPORT_DEPTH {
+                        self.error(
+                            Diagnostic::new(Code::UnknownImport, path_span, format!("`{display}` is imported too deeply"))
+                                .with_primary(format!("the {MAX_IMPORT_DEPTH}th nested import"))
+                                .with_note(format!("imports nest at most {MAX_IMPORT_DEPTH} files deep")),
+                        );
+                        return None;
+                    }
+                    return Some(self.load_module(name, text, Some((importer, path_span)), false));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    self.error(
+                        Diagnostic::new(Code::UnknownImport, path_span, format!("cannot read module `{display}`"))
+                            .with_primary(format!("`{name}`: {e}")),
+                    );
+                    return None;
+                }
+            }
+        }
+        let [file, folder] = candidates.map(|c| c.display().to_string());
+        let mut d = Diagnostic::new(Code::UnknownImport, path_span, format!("no module `{display}`"))
+            .with_primary("unknown module")
+            .with_note(format!("looked for `{file}` and `{folder}`"));
+        d = match amp_stdlib::module(path) {
+            Some(_) => d.with_suggestion(format!("std::{display}")),
+            None => d.with_note(format!("the standard modules are: {}", standard_modules())),
+        };
+        self.error(d);
+        None
+    }
+
+    /// An import of a module on the `cycle` being loaded, outermost first.
+    fn report_cycle(&mut self, cycle: &[usize], path_span: Span) {
+        let mut names: Vec<String> = cycle.iter().map(|&m| format!("`{}`", file_name(self.map, self.modules[m].file))).collect();
+        names.push(names[0].clone());
+        self.error(
+            Diagnostic::new(Code::ImportCycle, path_span, "this import closes a cycle")
+                .with_primary(format!("{} is already being imported", names[0]))
+                .with_note(format!("the cycle: {}", names.join(" → ")))
+                .with_help("move what these files share into a module that none of them imports"),
+        );
+    }
+
+    /// Parses, declares and resolves the imports of a new module.
+    fn load_module(&mut self, name: String, text: String, imported_at: Option<(usize, Span)>, is_std: bool) -> usize {
+        let file = self.map.add(name, text);
+        let parsed = amp_grammar::parse(file, &self.map.get(file).map(|f| f.text.clone()).unwrap_or_default());
+        self.parse_diags.extend(parsed.diagnostics);
         let index = self.modules.len();
         self.modules.push(Module {
             file,
+            public: public_names(&parsed.ast),
             ast: Rc::new(parsed.ast),
             scope: HashMap::new(),
             imports: Vec::new(),
             is_main: false,
+            is_std,
+            imported_at,
+            damaged: parsed.damaged,
         });
+        self.loading.push(index);
         self.declare(index);
         self.resolve_imports(index);
+        self.loading.pop();
         index
     }
 
@@ -465,6 +604,61 @@ impl<'m> Checker<'m> {
     pub(crate) fn instance_str(&self, inst: &Instance) -> String {
         instance_to_string(&self.program, inst)
     }
+}
+
+/// What one parser error may have damaged in `ast` (see
+/// [`Checker::drop_cascades_of_parse_errors`]): the source whose findings are dropped, and
+/// where unknown names are, when the error is inside a function body.
+fn damage_of(ast: &ast::SourceFileAst, error: &Span) -> (Option<Span>, Option<Span>) {
+    let inside = |outer: &Span, at: &Span| outer.file == at.file && outer.start <= at.start && at.start < outer.end;
+    // Items and members are in source order: binary search, not a scan per error.
+    let at = error.start as usize;
+    let item = amp_grammar::last_starting_at_or_before(&ast.items, at, |i| i.span);
+    let Some(item) = item.filter(|i| inside(&i.span, error)) else {
+        return (None, None);
+    };
+    let ItemKind::Component(c) = &item.kind else {
+        return (Some(item.span), None);
+    };
+    let member = amp_grammar::last_starting_at_or_before(&c.members, at, |m| m.span).filter(|m| inside(&m.span, error));
+    match member {
+        Some(m) => match &m.kind {
+            MemberKind::Fn(f) if inside(&f.body.span, error) && error.end <= f.body.span.end => {
+                (Some(*error), Some(Span { end: m.span.end, ..*error }))
+            }
+            _ => (Some(m.span), None),
+        },
+        // An error in the header: only the header is damaged, not the members.
+        None => {
+            let end = c.members.first().map_or(item.span.end, |m| m.span.start);
+            (Some(Span { end, ..item.span }), None)
+        }
+    }
+}
+
+/// The names of the items of a file marked `pub`.
+fn public_names(ast: &ast::SourceFileAst) -> HashSet<String> {
+    let name = |item: &ast::Item| -> Option<String> {
+        item.public?;
+        Some(match &item.kind {
+            ItemKind::Const(c) => c.name.name.clone(),
+            ItemKind::Record(r) => r.name.name.clone(),
+            ItemKind::Enum(e) => e.name.name.clone(),
+            ItemKind::Component(c) => c.name.name.clone(),
+            ItemKind::Network(n) => n.name.name.clone(),
+            ItemKind::Broken(name) => name.name.clone(),
+            ItemKind::Use(_) | ItemKind::Error => return None,
+        })
+    };
+    ast.items.iter().filter_map(name).collect()
+}
+
+fn standard_modules() -> String {
+    amp_stdlib::MODULES.iter().map(|m| format!("std::{}", m.path.join("::"))).collect::<Vec<_>>().join(", ")
+}
+
+fn file_name(map: &SourceMap, file: FileId) -> &str {
+    map.get(file).map_or("", |f| f.name.as_str())
 }
 
 /// `spans` sorted and with overlapping ones joined, for [`overlaps_any`].
