@@ -2,23 +2,41 @@
 //! code, run as the page says (`ampc check`, then `ampc compile`, or the page's own
 //! `ampc ...` command line), and its corrected version does not — a corrected source
 //! checks without errors (and compiles, when it defines a model), a corrected command
-//! line succeeds.
+//! line succeeds. A section's `amp` blocks that start with `// file: NAME.amp` are the
+//! other files of a project, written beside the main one (`main.amp`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The first fenced block of `lang` in the section headed `## {section}` of `page`.
-fn block(page: &str, section: &str, langs: &[&str]) -> Option<String> {
-    let body = page.split(&format!("## {section}\n")).nth(1)?;
+/// The fenced blocks of `lang` in the section headed `## {section}` of `page`.
+fn blocks(page: &str, section: &str, langs: &[&str]) -> Vec<String> {
+    let Some(body) = page.split(&format!("## {section}\n")).nth(1) else {
+        return Vec::new();
+    };
     let body = body.split("\n## ").next().unwrap_or(body);
     let mut lines = body.lines();
+    let mut found = Vec::new();
     while let Some(line) = lines.next() {
         if langs.iter().any(|l| line.trim() == format!("```{l}")) {
             let text: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
-            return Some(text.join("\n") + "\n");
+            found.push(text.join("\n") + "\n");
         }
     }
-    None
+    found
+}
+
+/// The first fenced block of `lang` in the section that is not another file's.
+fn block(page: &str, section: &str, langs: &[&str]) -> Option<String> {
+    blocks(page, section, langs).into_iter().find(|b| !b.starts_with("// file: "))
+}
+
+/// Writes the section's other files (`// file: NAME.amp` blocks) into `dir`.
+fn write_other_files(page: &str, section: &str, dir: &Path) {
+    for text in blocks(page, section, &["amp"]) {
+        if let Some(name) = text.lines().next().and_then(|l| l.strip_prefix("// file: ")) {
+            std::fs::write(dir.join(name.trim()), &text).unwrap();
+        }
+    }
 }
 
 /// The `ampc` command lines of a shell block, the source file they name replaced by `file`.
@@ -59,7 +77,7 @@ fn default_commands(file: &Path) -> Vec<Vec<String>> {
 fn every_error_page_is_true_of_the_compiler() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/errors");
     let scratch = tempfile::Builder::new().prefix("ampc-pages-").tempdir().expect("temp dir");
-    let (source, graph): (PathBuf, PathBuf) = (scratch.path().join("page.amp"), scratch.path().join("page.ampg"));
+    let (source, graph): (PathBuf, PathBuf) = (scratch.path().join("main.amp"), scratch.path().join("main.ampg"));
     let mut pages: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("docs/errors")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -76,6 +94,7 @@ fn every_error_page_is_true_of_the_compiler() {
             continue;
         };
         std::fs::write(&source, &example).unwrap();
+        write_other_files(&page, "Example", scratch.path());
         let commands = block(&page, "Example", &["sh", "text"])
             .map(|b| command_lines(&b, &source))
             .filter(|c| !c.is_empty())
@@ -86,6 +105,7 @@ fn every_error_page_is_true_of_the_compiler() {
         }
         if let Some(corrected) = block(&page, "Corrected", &["amp"]) {
             std::fs::write(&source, &corrected).unwrap();
+            write_other_files(&page, "Corrected", scratch.path());
             let (_, codes) = run(&default_commands(&source)[0], &graph);
             if codes.iter().any(|c| c.ends_with(":error") || c.starts_with(&format!("{code}:"))) {
                 wrong.push(format!("{code}: the corrected source reports {codes:?}"));

@@ -57,6 +57,9 @@ pub(crate) struct Module {
     pub imported_at: Option<(usize, Span)>,
     /// The source the parser's recovery may have misread (see `Parsed::damaged`).
     pub damaged: Vec<Span>,
+    /// Imported constants, declared once their module's constants are evaluated: (the
+    /// module, its name in messages, the name).
+    pub const_imports: Vec<(usize, String, ast::Ident)>,
 }
 
 /// How deep imports may nest (a file importing one that imports another...): each level
@@ -87,6 +90,8 @@ pub(crate) struct Checker<'m> {
     pub parse_diags: Vec<Diagnostic>,
     /// The modules being declared, outermost first: an import of one of them is a cycle.
     pub loading: Vec<usize>,
+    /// The modules in the order their loading finished: each after every module it imports.
+    pub finished: Vec<usize>,
     pub program: Program,
     pub next_symbol: u32,
     pub modules: Vec<Module>,
@@ -149,6 +154,7 @@ impl<'m> Checker<'m> {
             diags: Vec::new(),
             parse_diags: parsed.diagnostics,
             loading: vec![0],
+            finished: Vec::new(),
             program: Program::default(),
             next_symbol: 0,
             modules: Vec::new(),
@@ -168,14 +174,21 @@ impl<'m> Checker<'m> {
             public,
             imported_at: None,
             damaged: parsed.damaged,
+            const_imports: Vec::new(),
         });
         ck.declare(0);
         ck.resolve_imports(0);
-        for m in 0..ck.modules.len() {
-            ck.resolve_type_items(m);
+        ck.finished.push(0);
+        // A module's constants may use the ones it imports: theirs are evaluated first.
+        // Record fields and variants may use constants (`f32[WIDTH]`): they come after.
+        for m in ck.finished.clone() {
+            for (target, display, name) in std::mem::take(&mut ck.modules[m].const_imports) {
+                ck.import_names(m, target, &display, std::slice::from_ref(&name));
+            }
+            ck.eval_global_consts(m);
         }
         for m in 0..ck.modules.len() {
-            ck.eval_global_consts(m);
+            ck.resolve_type_items(m);
         }
         for c in 0..ck.components.len() {
             ck.declare_hyperparams(ComponentId(c as u32));
@@ -407,14 +420,23 @@ impl<'m> Checker<'m> {
     fn import_names(&mut self, module: usize, target: usize, display: &str, names: &[ast::Ident]) {
         for name in names {
             let found = self.modules[target].scope.get(&name.name).cloned();
+            if found.is_none() && self.defines_const(target, &name.name) {
+                // Constants enter their module's scope when evaluated, after imports.
+                self.modules[module].const_imports.push((target, display.to_string(), name.clone()));
+                continue;
+            }
             let Some((global, def_span)) = found else {
                 // What the module defines, not what it imports.
                 let scope = &self.modules[target].scope;
-                let mut candidates: Vec<String> =
-                    scope.iter().filter(|(_, (g, _))| !matches!(g, Global::Imported(..))).map(|(n, _)| n.clone()).collect();
+                let mut candidates: Vec<String> = scope
+                    .iter()
+                    .filter(|(_, (g, _))| !matches!(g, Global::Imported(..)))
+                    .map(|(n, _)| n.clone())
+                    .collect();
                 candidates.sort();
-                let mut d = Diagnostic::new(Code::UnknownImport, name.span, format!("`{}` is not in `{display}`", name.name))
-                    .with_primary("not found in this module");
+                let mut d =
+                    Diagnostic::new(Code::UnknownImport, name.span, format!("`{}` is not in `{display}`", name.name))
+                        .with_primary("not found in this module");
                 // A typo, or an abbreviation of a longer name (`Gru` for `GruCell`).
                 let lower = name.name.to_lowercase();
                 let hint = suggest(&name.name, candidates.iter().map(String::as_str))
@@ -440,6 +462,10 @@ impl<'m> Checker<'m> {
             self.reference(name.span, def_span, format!("use {display}::{}", name.name));
             self.define_global(module, name, Global::Imported(Box::new(global), index));
         }
+    }
+
+    fn defines_const(&self, module: usize, name: &str) -> bool {
+        self.modules[module].ast.items.iter().any(|i| matches!(&i.kind, ItemKind::Const(c) if c.name.name == name))
     }
 
     /// `name`, imported from user module `target`, is not marked `pub` there (or is an
@@ -511,7 +537,7 @@ impl<'m> Checker<'m> {
             let loaded = self.modules.iter().position(|m| !m.is_std && file_name(self.map, m.file) == name);
             if let Some(i) = loaded {
                 if let Some(from) = self.loading.iter().position(|&l| l == i) {
-                    self.report_cycle(&self.loading[from..].to_vec(), path_span);
+                    self.report_cycle(from, path_span);
                     return None;
                 }
                 return Some(i);
@@ -523,9 +549,13 @@ impl<'m> Checker<'m> {
                 Ok(text) => {
                     if self.loading.len() >= MAX_IMPORT_DEPTH {
                         self.error(
-                            Diagnostic::new(Code::UnknownImport, path_span, format!("`{display}` is imported too deeply"))
-                                .with_primary(format!("the {MAX_IMPORT_DEPTH}th nested import"))
-                                .with_note(format!("imports nest at most {MAX_IMPORT_DEPTH} files deep")),
+                            Diagnostic::new(
+                                Code::UnknownImport,
+                                path_span,
+                                format!("`{display}` is imported too deeply"),
+                            )
+                            .with_primary(format!("the {MAX_IMPORT_DEPTH}th nested import"))
+                            .with_note(format!("imports nest at most {MAX_IMPORT_DEPTH} files deep")),
                         );
                         return None;
                     }
@@ -553,9 +583,11 @@ impl<'m> Checker<'m> {
         None
     }
 
-    /// An import of a module on the `cycle` being loaded, outermost first.
-    fn report_cycle(&mut self, cycle: &[usize], path_span: Span) {
-        let mut names: Vec<String> = cycle.iter().map(|&m| format!("`{}`", file_name(self.map, self.modules[m].file))).collect();
+    /// An import of the module `loading[from]`, which is still being loaded: the cycle
+    /// is the modules from it to the importer.
+    fn report_cycle(&mut self, from: usize, path_span: Span) {
+        let mut names: Vec<String> =
+            self.loading[from..].iter().map(|&m| format!("`{}`", file_name(self.map, self.modules[m].file))).collect();
         names.push(names[0].clone());
         self.error(
             Diagnostic::new(Code::ImportCycle, path_span, "this import closes a cycle")
@@ -581,11 +613,13 @@ impl<'m> Checker<'m> {
             is_std,
             imported_at,
             damaged: parsed.damaged,
+            const_imports: Vec::new(),
         });
         self.loading.push(index);
         self.declare(index);
         self.resolve_imports(index);
         self.loading.pop();
+        self.finished.push(index);
         index
     }
 
