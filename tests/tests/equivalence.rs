@@ -399,6 +399,37 @@ fn assert_values_match(c: &Compiled, values: Vec<Value>, config: ExecConfig) -> 
     executor
 }
 
+/// The two models of `examples/` that share `examples/shared/encoders.amp`, compiled from
+/// their files as `amprun` reads them: loss and gradients equal the reference's (the
+/// shared layer's parameters included), with and without the JIT.
+#[test]
+fn models_sharing_a_module_match_the_reference() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for name in ["sentiment_tree", "sentiment_bag"] {
+        let path = examples.join(format!("{name}.amp"));
+        let mut map = amp_diagnostics::SourceMap::new();
+        let main = map.add(path.display().to_string(), std::fs::read_to_string(&path).unwrap());
+        let options = Options { defines: vec![("embed".into(), 6), ("hidden".into(), 5)] };
+        let checked = amp_sema::check_program(&mut map, main, &options, &amp_sema::DiskFiles);
+        assert!(checked.diagnostics.is_empty(), "{name}: {:?}", checked.diagnostics);
+        let model = checked.program.models[0];
+        let (graph, _) = amp_lower::compile_model_with(&checked.program, &map, model, &Default::default()).unwrap();
+        let c = Compiled { program: checked.program, graph };
+        let specs = amp_params::ParamSpec::of_graph(&c.graph);
+        assert!(specs.iter().any(|s| s.name == "words.emb.weight"), "{name}: the shared layer's parameters");
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let values: Vec<Value> = (0..6)
+            .map(|_| {
+                let leaves = rng.random_range(1..7);
+                Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..3))])
+            })
+            .collect();
+        for jit in [true, false] {
+            assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
+        }
+    }
+}
+
 /// Instances of `record R { x: f32[4], label: int }`: the vectors, labelled 0, 1, 2, ...
 fn labelled_vectors(xs: &[[f32; 4]]) -> Vec<Value> {
     xs.iter()

@@ -390,3 +390,30 @@ fn by_default_training_batches_a_minibatch_of_16_and_deterministic_runs_one_at_a
     let out = amprun(dir, &["train", &model, "--data", &data, "--deterministic", "--max-active-keys", "4"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// A model whose data types and word encoder live in another file (`examples/shared/`)
+/// trains from its root file, and its checkpoint names the shared layer's parameters by
+/// the instance; a mistake in the imported file fails the run naming that file.
+#[test]
+fn a_model_importing_a_module_trains_from_its_root_file() {
+    let dir = scratch("modules");
+    let dir = dir.path();
+    let data = example("data/tree_sentiment.train.jsonl");
+    let params = dir.join("bag.safetensors");
+    let params_arg = params.display().to_string();
+    let model = example("sentiment_bag.amp");
+    let args = ["train", &model, "--data", &data, "--epochs", "1", "--limit", "200", "--save", &params_arg];
+    amprun_ok(dir, &args);
+    let saved = std::fs::read(&params).unwrap();
+    // A safetensors file starts with its JSON header of tensor names.
+    assert!(String::from_utf8_lossy(&saved).contains("\"words.emb.weight\""));
+
+    std::fs::create_dir(dir.join("shared")).unwrap();
+    let broken = std::fs::read_to_string(example("shared/encoders.amp")).unwrap().replace("tanh(u)", "tanh(v)");
+    std::fs::write(dir.join("shared/encoders.amp"), broken).unwrap();
+    std::fs::copy(&model, dir.join("bag.amp")).unwrap();
+    let out = amprun(dir, &["train", "bag.amp", "--data", &data, "--epochs", "1"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("shared/encoders.amp") && err.contains("unknown name `v`"), "{err}");
+}

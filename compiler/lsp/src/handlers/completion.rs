@@ -20,8 +20,8 @@ use lsp_types::{CompletionItem, CompletionItemKind, Position};
 use std::collections::{HashMap, HashSet};
 
 pub(super) const KEYWORDS: &[&str] = &[
-    "use", "const", "record", "enum", "layer", "model", "network", "param", "fn", "let", "var", "if", "else", "for",
-    "in", "while", "match", "true", "false",
+    "use", "pub", "const", "record", "enum", "layer", "model", "network", "param", "fn", "let", "var", "if", "else",
+    "for", "in", "while", "match", "true", "false",
 ];
 pub(super) const TYPES: &[&str] = &["int", "bool", "f32"];
 /// Parameterized primitives: `param l = Linear(4, 8)`.
