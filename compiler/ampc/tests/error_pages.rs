@@ -34,7 +34,7 @@ fn block(page: &str, section: &str, langs: &[&str]) -> Option<String> {
 fn write_other_files(page: &str, section: &str, dir: &Path) {
     for text in blocks(page, section, &["amp"]) {
         if let Some(name) = text.lines().next().and_then(|l| l.strip_prefix("// file: ")) {
-            std::fs::write(dir.join(name.trim()), &text).unwrap();
+            std::fs::write(dir.join(name.trim()), &text).expect("the page's other file is written");
         }
     }
 }
