@@ -1109,3 +1109,66 @@ fn quick_fixes_add_a_missing_loss_and_import_a_standard_layer() {
     assert_eq!(session.diagnostics_for(uri), Vec::<Value>::new(), "{fixed}");
     assert_eq!(session.shut_down(), Some(0));
 }
+
+/// A project of three files (examples/shared/encoders.amp and the two models that import
+/// it), in a workspace folder: the model checks with the module, goto reaches the
+/// module's file, an unsaved edit of the module re-checks the open model, renaming the
+/// shared layer edits all three files, and workspace symbols list every file's
+/// declarations.
+#[test]
+fn a_project_of_several_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().canonicalize().expect("canonical");
+    std::fs::create_dir(root.join("shared")).expect("shared/");
+    for name in ["shared/encoders.amp", "sentiment_tree.amp", "sentiment_bag.amp"] {
+        std::fs::write(root.join(name), example(name)).expect("written");
+    }
+    let uri = |name: &str| format!("file://{}", root.join(name).display());
+    let (tree, encoders) = (uri("sentiment_tree.amp"), uri("shared/encoders.amp"));
+    let mut session = Session::start_with(json!({ "processId": null, "rootUri": uri(""), "capabilities": {} }));
+    let tree_text = example("sentiment_tree.amp");
+    session.open(&tree, &tree_text);
+    assert_eq!(session.diagnostics_for(&tree), Vec::<Value>::new());
+
+    let on_layer = position_of(&tree_text, "WordEncoder(vocab", 1);
+    let definition = session.request("textDocument/definition", at(&tree, on_layer.clone()));
+    assert_eq!(definition["result"]["uri"], json!(encoders), "{definition}");
+
+    // An unsaved edit of the module: the open model is checked against the buffer.
+    let encoders_text = example("shared/encoders.amp");
+    session.open(&encoders, &encoders_text);
+    assert_eq!(session.diagnostics_for(&encoders), Vec::<Value>::new());
+    // Opening the module re-checks the model that imports it.
+    assert_eq!(session.diagnostics_for(&tree), Vec::<Value>::new());
+    let broken = encoders_text.replace("pub layer WordEncoder", "layer WordEncoder");
+    let change = json!({ "textDocument": { "uri": encoders, "version": 2 }, "contentChanges": [{ "text": broken }] });
+    session.notify("textDocument/didChange", change);
+    let republished = session.diagnostics_for(&tree);
+    assert_eq!(republished.len(), 1, "{republished:?}");
+    assert_eq!(republished[0]["code"], json!("E0111"));
+    let change =
+        json!({ "textDocument": { "uri": encoders, "version": 3 }, "contentChanges": [{ "text": encoders_text }] });
+    session.notify("textDocument/didChange", change);
+    assert_eq!(session.diagnostics_for(&tree), Vec::<Value>::new());
+
+    let mut params = at(&tree, on_layer);
+    params["newName"] = json!("TokenEncoder");
+    let rename = session.request("textDocument/rename", params);
+    let changes = rename["result"]["changes"].as_object().cloned().expect("changes");
+    let edits = |name: &str| changes.get(&uri(name)).and_then(Value::as_array).map_or(0, Vec::len);
+    assert_eq!(
+        [edits("shared/encoders.amp"), edits("sentiment_tree.amp"), edits("sentiment_bag.amp")],
+        [1, 2, 2],
+        "{rename}"
+    );
+
+    let symbols = session.request("workspace/symbol", json!({ "query": "" }));
+    let symbols = symbols["result"].as_array().cloned().expect("symbols");
+    let in_file = |name: &str| symbols.iter().filter(|s| s["location"]["uri"] == json!(uri(name))).count();
+    assert!(in_file("shared/encoders.amp") >= 8 && in_file("sentiment_bag.amp") >= 6, "{symbols:?}");
+    let found = session.request("workspace/symbol", json!({ "query": "wordenc" }));
+    let found = found["result"].as_array().cloned().expect("symbols");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["location"]["uri"], json!(encoders));
+    assert_eq!(session.shut_down(), Some(0));
+}

@@ -159,6 +159,37 @@ pub fn file_uri(path: &Path) -> Option<lsp::Uri> {
     uri.parse().ok()
 }
 
+/// The path a `file://` URI names (percent-decoded); `None` for other schemes and for
+/// paths that are not UTF-8.
+pub fn file_path(uri: &lsp::Uri) -> Option<std::path::PathBuf> {
+    let rest = uri.as_str().strip_prefix("file://")?;
+    // `file://host/path` names another machine; only the empty host (or `localhost`) is ours.
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !rest.starts_with('/') {
+        return None;
+    }
+    let bytes = rest.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(high), Some(low)) => {
+                decoded.push(u8::try_from(high * 16 + low).ok()?);
+                i += 3;
+            }
+            (byte, ..) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    let text = String::from_utf8(decoded).ok()?;
+    // `/C:/x` is the Windows path `C:/x`.
+    let windows = text.len() > 2 && text.as_bytes()[2] == b':';
+    Some(std::path::PathBuf::from(if windows { &text[1..] } else { &text[..] }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +283,17 @@ mod tests {
         assert_eq!(odd.as_str(), "file:///tmp/my%20dir/%C3%A9%231.amp");
         let windows = file_uri(Path::new(r"C:\Temp\nn.amp")).expect("UTF-8");
         assert_eq!(windows.as_str(), "file:///C:/Temp/nn.amp");
+    }
+
+    #[test]
+    fn file_paths_are_file_uris_decoded() {
+        for path in ["/tmp/amp-stdlib/0.1.0/nn.amp", "/tmp/my dir/é#1.amp", "C:/Temp/nn.amp"] {
+            let uri = file_uri(Path::new(path)).expect("UTF-8");
+            assert_eq!(file_path(&uri).as_deref(), Some(Path::new(path)), "{}", uri.as_str());
+        }
+        for other in ["untitled:Untitled-1", "file://server/share/a.amp", "file:///bad%FF.amp"] {
+            assert_eq!(file_path(&uri(other)), None, "{other}");
+        }
     }
 
     #[test]

@@ -1,20 +1,24 @@
-//! The open documents: each one's text, version and the analysis of that text.
+//! The open documents: each one's text, version and the analysis of that text with the
+//! modules it imports.
 //!
 //! Every change re-checks the whole document (the checker takes milliseconds on the
 //! canonical examples), so the cached [`Analysis`] belongs to the current text whenever a
 //! request can read it, and hover, definition, symbols and completion read it without
 //! re-checking. The one exception, a change that the server knows another will replace
 //! before any request ([`Document::change_text`]), leaves the old analysis in place until
-//! that next change.
+//! that next change. A document whose URI is a file is named by its path in the analysis,
+//! so the modules it imports are found beside it (through the [`Files`] the server gives:
+//! open documents first, then the disk).
 
 use crate::convert::{self, checked_offset};
 use crate::stdlib_files::StdlibFiles;
 use amp_diagnostics::{FileId, LineIndex, SourceFile, SourceMap};
-use amp_sema::{check_program, Checked, Options, Program};
+use amp_sema::{check_program, Checked, Files, Options, Program};
 use lsp_types::{TextDocumentContentChangeEvent, Uri};
+use std::path::Path;
 
-/// The outcome of checking one document: its SourceMap (the document plus the standard
-/// modules it imports) and what the checker found.
+/// The outcome of checking one document: its SourceMap (the document plus the modules it
+/// imports) and what the checker found.
 #[derive(Debug)]
 pub struct Analysis {
     pub map: SourceMap,
@@ -23,12 +27,19 @@ pub struct Analysis {
 }
 
 impl Analysis {
-    /// Checks `text` as a file called `name`.
-    pub fn of(name: &str, text: &str) -> Analysis {
+    /// Checks `text` as a file called `name` (its path, for a file), reading the modules it
+    /// imports from `files`.
+    pub fn of(name: &str, text: &str, files: &dyn Files) -> Analysis {
         let mut map = SourceMap::new();
         let main = map.add(name, text);
-        let checked = check_program(&mut map, main, &Options::default(), &amp_sema::NoFiles);
+        let checked = check_program(&mut map, main, &Options::default(), files);
         Analysis { map, main, checked }
+    }
+
+    /// Whether the file named `name` is part of this analysis (the document or a module it
+    /// imports, directly or not).
+    pub fn reads(&self, name: &str) -> bool {
+        (0..).map_while(|i| self.map.get(FileId(i))).any(|f| f.name == name)
     }
 
     /// The document's own file.
@@ -50,17 +61,32 @@ pub struct Document {
     pub analysis: Analysis,
 }
 
+/// The name of the document `uri` in its analysis: the path of a file, else the URI.
+pub fn name_of(uri: &Uri) -> String {
+    convert::file_path(uri).map_or_else(|| uri.as_str().to_string(), |p| p.display().to_string())
+}
+
 impl Document {
-    pub fn open(uri: Uri, version: i32, text: String) -> Document {
-        let analysis = Analysis::of(uri.as_str(), &text);
+    pub fn open(uri: Uri, version: i32, text: String, files: &dyn Files) -> Document {
+        let analysis = Analysis::of(&name_of(&uri), &text, files);
         Document { uri, version, text, analysis }
     }
 
     /// Applies the changes of one `didChange` in order and re-checks.
-    pub fn change(&mut self, version: i32, changes: Vec<TextDocumentContentChangeEvent>) -> Result<(), String> {
+    pub fn change(
+        &mut self,
+        version: i32,
+        changes: Vec<TextDocumentContentChangeEvent>,
+        files: &dyn Files,
+    ) -> Result<(), String> {
         let applied = self.change_text(version, changes);
-        self.analysis = Analysis::of(self.uri.as_str(), &self.text);
+        self.recheck(files);
         applied
+    }
+
+    /// Checks the current text again (a module it imports changed).
+    pub fn recheck(&mut self, files: &dyn Files) {
+        self.analysis = Analysis::of(&name_of(&self.uri), &self.text, files);
     }
 
     /// Applies the changes of one `didChange` without re-checking: only for a change that
@@ -86,18 +112,18 @@ impl Document {
     }
 
     /// Replaces the whole text (a save that includes it) and re-checks.
-    pub fn replace_text(&mut self, text: String) {
-        self.analysis = Analysis::of(self.uri.as_str(), &text);
+    pub fn replace_text(&mut self, text: String, files: &dyn Files) {
         self.text = text;
+        self.recheck(files);
     }
 
-    /// The URI of a file of this document's analysis: the document itself or a
-    /// materialised standard module.
+    /// The URI of a file of this document's analysis: the document itself, a module it
+    /// imports, or a materialised standard module.
     pub fn uri_of(&self, file: FileId, stdlib: &StdlibFiles) -> Option<Uri> {
         if file == self.analysis.main {
             return Some(self.uri.clone());
         }
-        stdlib.uri_of(&self.analysis.map.get(file)?.name)
+        uri_of_name(&self.analysis.map.get(file)?.name, stdlib)
     }
 
     /// The document's diagnostics in LSP form. Diagnostics whose primary span lies in
@@ -123,6 +149,12 @@ impl Document {
         let uri_of = |file: FileId| self.uri_of(file, stdlib);
         convert::to_lsp_diagnostic(diagnostic, &self.analysis.map, &uri_of, error_pages)
     }
+}
+
+/// The URI of the file an analysis calls `name`: a materialised standard module, or a
+/// module read from the disk (an absolute path).
+pub fn uri_of_name(name: &str, stdlib: &StdlibFiles) -> Option<Uri> {
+    stdlib.uri_of(name).or_else(|| Path::new(name).is_absolute().then(|| convert::file_uri(Path::new(name))).flatten())
 }
 
 /// `text` after one content change: a whole new text, or a replacement of a range given
@@ -208,9 +240,9 @@ mod tests {
     #[test]
     fn a_refused_change_stops_its_notification() {
         let uri: Uri = "file:///a.amp".parse().expect("valid");
-        let mut doc = Document::open(uri, 1, "abc".to_string());
+        let mut doc = Document::open(uri, 1, "abc".to_string(), &amp_sema::NoFiles);
         let changes = vec![edit(Some(((0, 0), (0, 1))), "x"), edit(Some(((5, 0), (5, 0))), "y"), edit(None, "z")];
-        let why = doc.change(2, changes).expect_err("refused");
+        let why = doc.change(2, changes, &amp_sema::NoFiles).expect_err("refused");
         assert!(why.contains("5:0-5:0"), "{why}");
         assert_eq!(doc.text, "xbc");
     }
@@ -219,10 +251,10 @@ mod tests {
     fn a_change_re_checks_the_document() {
         let uri: Uri = "file:///a.amp".parse().expect("valid");
         let broken = "model M() { fn forward(x: f32) -> f32 { foo } fn loss(x: f32) -> f32 { x } }";
-        let mut doc = Document::open(uri, 1, broken.to_string());
+        let mut doc = Document::open(uri, 1, broken.to_string(), &amp_sema::NoFiles);
         assert!(!doc.diagnostics(&StdlibFiles::none(), None).is_empty());
         let start = u32::try_from(broken.find("foo").expect("present")).expect("small");
-        doc.change(2, vec![edit(Some(((0, start), (0, start + 3))), "x")]).expect("applies");
+        doc.change(2, vec![edit(Some(((0, start), (0, start + 3))), "x")], &amp_sema::NoFiles).expect("applies");
         assert_eq!(doc.version, 2);
         assert!(doc.text.contains("{ x }"));
         assert_eq!(doc.diagnostics(&StdlibFiles::none(), None), Vec::new());

@@ -14,8 +14,9 @@
 //! Only this crate knows LSP types; the compiler crates stay pure and never see them.
 //!
 //! Layout: `transport` turns stdin's bytes into messages and messages into stdout's;
-//! `server` runs the loop and dispatches messages; `documents` keeps the open
-//! files and their last analysis; `convert` turns spans, positions and diagnostics into
+//! `server` runs the loop and dispatches messages; `documents` keeps one open file and its
+//! last analysis; `workspace` keeps the open files, reads the modules they import (open
+//! buffers before the disk) and finds the files of a project; `convert` turns spans, positions and diagnostics into
 //! their LSP forms; `stdlib_files` materialises the standard library; `error_pages`
 //! picks where diagnostic codes link to; `handlers` answers hover, definition, symbols
 //! and completion from a cached analysis, and formatting (with `amp-fmt`).
@@ -35,6 +36,7 @@ mod handlers;
 mod server;
 mod stdlib_files;
 mod transport;
+mod workspace;
 
 pub use server::{run_stdio, ServerError};
 pub use transport::{serve_bytes, MAX_CONTENT_LENGTH};

@@ -1,9 +1,9 @@
 //! The server loop: the LSP handshake, then one message at a time until `exit` (or the
 //! end of stdin). Malformed input never reaches it: the transport answers or drops it.
 //!
-//! Notifications about documents update the [`Document`] map (URI -> text and last
-//! analysis) and publish that document's diagnostics; requests are answered from the
-//! cached analysis by the handlers. All on one thread: an edit is checked before the next
+//! Notifications about documents update the [`Workspace`] (URI -> text and last
+//! analysis) and publish the diagnostics of that document and of the open documents that
+//! import it; requests are answered from the cached analyses by the handlers. All on one thread: an edit is checked before the next
 //! request is answered, so answers always describe the latest text.
 //!
 //! Stale edits: before handling a message the loop takes every message already queued.
@@ -16,16 +16,16 @@
 //! keystroke, costs one check per burst, not one per keystroke, and a request sent after
 //! the burst waits for that one check only.
 
-use crate::documents::Document;
 use crate::error_pages::error_pages_base;
 use crate::handlers;
 use crate::stdlib_files::StdlibFiles;
+use crate::workspace::Workspace;
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, RequestId, Response};
 use lsp_types as lsp;
 use lsp_types::notification::{self as note, Notification as _};
 use lsp_types::request::{self as req, Request as _};
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 
 /// Why the server stopped other than by `shutdown` followed by `exit`.
@@ -105,6 +105,7 @@ pub(crate) fn capabilities() -> lsp::ServerCapabilities {
         folding_range_provider: Some(lsp::FoldingRangeProviderCapability::Simple(true)),
         document_highlight_provider: Some(lsp::OneOf::Left(true)),
         references_provider: Some(lsp::OneOf::Left(true)),
+        workspace_symbol_provider: Some(lsp::OneOf::Left(true)),
         semantic_tokens_provider: Some(lsp::SemanticTokensServerCapabilities::SemanticTokensOptions(
             lsp::SemanticTokensOptions {
                 legend: handlers::semantic_tokens_legend(),
@@ -142,7 +143,7 @@ pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), 
     let mut server = Server {
         connection,
         stdlib,
-        documents: HashMap::new(),
+        workspace: Workspace::default(),
         shutdown_requested: false,
         error_pages: None,
         snippets: false,
@@ -187,7 +188,7 @@ pub(crate) fn serve(connection: &Connection, stdlib: StdlibFiles) -> Result<(), 
 struct Server<'c> {
     connection: &'c Connection,
     stdlib: StdlibFiles,
-    documents: HashMap<lsp::Uri, Document>,
+    workspace: Workspace,
     shutdown_requested: bool,
     /// Where diagnostic codes link to, chosen at `initialize` ([`error_pages_base`]).
     error_pages: Option<String>,
@@ -206,6 +207,7 @@ impl Server<'_> {
             match message {
                 Message::Request(request) if request.method == req::Initialize::METHOD => {
                     self.error_pages = error_pages_base(&request.params);
+                    self.workspace.roots = crate::workspace::roots(&request.params);
                     let support = &request.params["capabilities"]["textDocument"]["completion"]["completionItem"];
                     self.snippets = support["snippetSupport"].as_bool().unwrap_or(false);
                     let answer = lsp::InitializeResult {
@@ -250,44 +252,44 @@ impl Server<'_> {
             }
             req::HoverRequest::METHOD => self.handle::<req::HoverRequest>(id, params, |s, p| {
                 let at = p.text_document_position_params;
-                let document = s.documents.get(&at.text_document.uri)?;
+                let document = s.workspace.get(&at.text_document.uri)?;
                 handlers::hover(&document.analysis, at.position)
             }),
             req::SignatureHelpRequest::METHOD => self.handle::<req::SignatureHelpRequest>(id, params, |s, p| {
                 let at = p.text_document_position_params;
-                let document = s.documents.get(&at.text_document.uri)?;
+                let document = s.workspace.get(&at.text_document.uri)?;
                 handlers::signature_help(&document.analysis, at.position)
             }),
             req::GotoDefinition::METHOD => self.handle::<req::GotoDefinition>(id, params, |s, p| {
                 let at = p.text_document_position_params;
-                let document = s.documents.get(&at.text_document.uri)?;
+                let document = s.workspace.get(&at.text_document.uri)?;
                 handlers::definition(document, &s.stdlib, at.position).map(lsp::GotoDefinitionResponse::Scalar)
             }),
             req::DocumentSymbolRequest::METHOD => self.handle::<req::DocumentSymbolRequest>(id, params, |s, p| {
-                let document = s.documents.get(&p.text_document.uri)?;
+                let document = s.workspace.get(&p.text_document.uri)?;
                 let symbols = handlers::document_symbols(&document.analysis);
                 Some(lsp::DocumentSymbolResponse::Nested(symbols))
             }),
             req::Completion::METHOD => self.handle::<req::Completion>(id, params, |s, p| {
                 let at = p.text_document_position;
-                let document = s.documents.get(&at.text_document.uri)?;
+                let document = s.workspace.get(&at.text_document.uri)?;
                 let items = handlers::completion(&document.analysis, at.position, s.snippets);
                 Some(lsp::CompletionResponse::Array(items))
             }),
             req::Formatting::METHOD => self.handle::<req::Formatting>(id, params, |s, p| {
                 // The client's options (tab size, spaces) are not read: the layout is
                 // canonical, four spaces, whatever the editor's settings.
-                handlers::formatting(s.documents.get(&p.text_document.uri)?)
+                handlers::formatting(s.workspace.get(&p.text_document.uri)?)
             }),
             req::RangeFormatting::METHOD => self.handle::<req::RangeFormatting>(id, params, |s, p| {
-                handlers::range_formatting(s.documents.get(&p.text_document.uri)?, p.range)
+                handlers::range_formatting(s.workspace.get(&p.text_document.uri)?, p.range)
             }),
             req::InlayHintRequest::METHOD => self.handle::<req::InlayHintRequest>(id, params, |s, p| {
-                let document = s.documents.get(&p.text_document.uri)?;
+                let document = s.workspace.get(&p.text_document.uri)?;
                 Some(handlers::inlay_hints(&document.analysis, p.range))
             }),
             req::CodeActionRequest::METHOD => self.handle::<req::CodeActionRequest>(id, params, |s, p| {
-                let document = s.documents.get(&p.text_document.uri)?;
+                let document = s.workspace.get(&p.text_document.uri)?;
                 // Quick fixes, then assists (`refactor.*`): a client that asks for some kinds
                 // (`only`: a kind or a prefix of it) gets those.
                 let wanted = |kind: &lsp::CodeActionKind| {
@@ -307,35 +309,48 @@ impl Server<'_> {
                 Some(actions)
             }),
             req::FoldingRangeRequest::METHOD => self.handle::<req::FoldingRangeRequest>(id, params, |s, p| {
-                let document = s.documents.get(&p.text_document.uri)?;
+                let document = s.workspace.get(&p.text_document.uri)?;
                 Some(handlers::folding_ranges(document.analysis.main_file()?))
             }),
             req::DocumentHighlightRequest::METHOD => {
                 self.handle::<req::DocumentHighlightRequest>(id, params, |s, p| {
                     let at = p.text_document_position_params;
-                    let document = s.documents.get(&at.text_document.uri)?;
+                    let document = s.workspace.get(&at.text_document.uri)?;
                     Some(handlers::document_highlight(&document.analysis, at.position))
                 })
             }
             req::References::METHOD => self.handle::<req::References>(id, params, |s, p| {
                 let at = p.text_document_position;
-                let document = s.documents.get(&at.text_document.uri)?;
-                handlers::references(document, &s.stdlib, at.position, p.context.include_declaration)
+                let document = s.workspace.get(&at.text_document.uri)?;
+                let declaration = p.context.include_declaration;
+                let uri_of = |name: &str| s.workspace.uri_of_name(name, &s.stdlib);
+                s.workspace.with_project(&document.uri, |project| {
+                    handlers::references(document, project, &uri_of, at.position, declaration)
+                })?
+            }),
+            req::WorkspaceSymbolRequest::METHOD => self.handle::<req::WorkspaceSymbolRequest>(id, params, |s, p| {
+                let uri_of = |name: &str| s.workspace.uri_of_name(name, &s.stdlib);
+                let symbols = s.workspace.with_everything(|all| handlers::workspace_symbols(all, &uri_of, &p.query));
+                Some(lsp::WorkspaceSymbolResponse::Flat(symbols))
             }),
             req::PrepareRenameRequest::METHOD => {
                 self.handle_fallible::<req::PrepareRenameRequest>(id, params, |s, p| {
-                    let document = s.documents.get(&p.text_document.uri).ok_or(NOT_OPEN)?;
+                    let document = s.workspace.get(&p.text_document.uri).ok_or(NOT_OPEN)?;
                     handlers::prepare_rename(&document.analysis, p.position).map(Some)
                 })
             }
             req::Rename::METHOD => self.handle_fallible::<req::Rename>(id, params, |s, p| {
                 let at = p.text_document_position;
-                let document = s.documents.get(&at.text_document.uri).ok_or(NOT_OPEN)?;
-                handlers::rename(document, at.position, &p.new_name).map(Some)
+                let document = s.workspace.get(&at.text_document.uri).ok_or(NOT_OPEN)?;
+                let uri_of = |name: &str| s.workspace.uri_of_name(name, &s.stdlib);
+                let rename = |project: &[&crate::documents::Analysis]| {
+                    handlers::rename(document, project, &uri_of, at.position, &p.new_name)
+                };
+                s.workspace.with_project(&document.uri, rename).ok_or(NOT_OPEN)?.map(Some)
             }),
             req::SemanticTokensFullRequest::METHOD => {
                 self.handle::<req::SemanticTokensFullRequest>(id, params, |s, p| {
-                    let document = s.documents.get(&p.text_document.uri)?;
+                    let document = s.workspace.get(&p.text_document.uri)?;
                     Some(lsp::SemanticTokensResult::Tokens(handlers::semantic_tokens(&document.analysis)))
                 })
             }
@@ -348,7 +363,7 @@ impl Server<'_> {
     /// answer at a clamped position would be about something else.
     fn outside_the_text(&self, method: &str, params: &Value) -> Option<String> {
         let uri: lsp::Uri = params["textDocument"]["uri"].as_str()?.parse().ok()?;
-        let file = self.documents.get(&uri)?.analysis.main_file()?;
+        let file = self.workspace.get(&uri)?.analysis.main_file()?;
         let range = &params["range"];
         let positions = [&params["position"], &range["start"], &range["end"]];
         for value in positions.into_iter().filter(|v| !v.is_null()) {
@@ -410,23 +425,18 @@ impl Server<'_> {
                     return Ok(());
                 };
                 let doc = p.text_document;
-                let document = Document::open(doc.uri.clone(), doc.version, doc.text);
-                self.documents.insert(doc.uri.clone(), document);
+                self.workspace.open(doc.uri.clone(), doc.version, doc.text);
                 doc.uri
             }
             note::DidChangeTextDocument::METHOD => {
                 let Some(p) = parse::<note::DidChangeTextDocument>(params) else {
                     return Ok(());
                 };
-                let Some(document) = self.documents.get_mut(&p.text_document.uri) else {
-                    eprintln!("ampc lsp: change to a document that is not open: {}", p.text_document.uri.as_str());
-                    return Ok(());
-                };
                 let uri = p.text_document.uri;
-                let applied = if superseded {
-                    document.change_text(p.text_document.version, p.content_changes)
-                } else {
-                    document.change(p.text_document.version, p.content_changes)
+                let Some(applied) = self.workspace.change(&uri, p.text_document.version, p.content_changes, superseded)
+                else {
+                    eprintln!("ampc lsp: change to a document that is not open: {}", uri.as_str());
+                    return Ok(());
                 };
                 if let Err(why) = applied {
                     // No reply carries it: the log says the texts now differ.
@@ -445,11 +455,8 @@ impl Server<'_> {
                 let Some(p) = parse::<note::DidSaveTextDocument>(params) else {
                     return Ok(());
                 };
-                let Some(document) = self.documents.get_mut(&p.text_document.uri) else {
+                if !self.workspace.save(&p.text_document.uri, p.text) {
                     return Ok(());
-                };
-                if let Some(text) = p.text.filter(|text| *text != document.text) {
-                    document.replace_text(text);
                 }
                 p.text_document.uri
             }
@@ -457,22 +464,29 @@ impl Server<'_> {
                 let Some(p) = parse::<note::DidCloseTextDocument>(params) else {
                     return Ok(());
                 };
-                // A closed document's diagnostics go away with it.
-                self.documents.remove(&p.text_document.uri);
-                return self.publish(p.text_document.uri, Vec::new(), None);
+                // A closed document's diagnostics go away with it; its importers read the disk.
+                self.workspace.close(&p.text_document.uri);
+                self.publish(p.text_document.uri.clone(), Vec::new(), None)?;
+                let importers = self.workspace.recheck_importers(&p.text_document.uri);
+                return self.publish_all(importers);
             }
             // `initialized`, `$/cancelRequest` and the rest need nothing: every request is
             // answered before the next message is read.
             _ => return Ok(()),
         };
-        match self.documents.get(&uri) {
-            Some(document) => {
+        let importers = self.workspace.recheck_importers(&uri);
+        self.publish_all(std::iter::once(uri).chain(importers).collect())
+    }
+
+    /// Publishes the diagnostics of each open document of `uris`.
+    fn publish_all(&self, uris: Vec<lsp::Uri>) -> Result<(), ServerError> {
+        for uri in uris {
+            if let Some(document) = self.workspace.get(&uri) {
                 let diagnostics = document.diagnostics(&self.stdlib, self.error_pages.as_deref());
-                let version = document.version;
-                self.publish(uri, diagnostics, Some(version))
+                self.publish(uri, diagnostics, Some(document.version))?;
             }
-            None => Ok(()),
         }
+        Ok(())
     }
 
     /// Publishes the full list of `uri`'s diagnostics; an empty list clears them.

@@ -447,7 +447,7 @@ mod tests {
     /// The document after the assist titled `title` at `range`, or `None` when not offered.
     fn apply(text: &str, range: Range, title: &str) -> Option<String> {
         let uri: Uri = "file:///assists.amp".parse().expect("valid");
-        let document = Document::open(uri.clone(), 1, text.to_string());
+        let document = Document::open(uri.clone(), 1, text.to_string(), &amp_sema::NoFiles);
         let file = document.analysis.main_file().expect("the file");
         let action = assists(&document, range).into_iter().find_map(|a| match a {
             CodeActionOrCommand::CodeAction(a) if a.title.starts_with(title) => Some(a),

@@ -69,7 +69,7 @@ mod tests {
 
     fn fixes(text: &str, range: Range) -> Vec<(String, String)> {
         let uri: Uri = "file:///fixes.amp".parse().expect("valid");
-        let document = Document::open(uri.clone(), 1, text.to_string());
+        let document = Document::open(uri.clone(), 1, text.to_string(), &amp_sema::NoFiles);
         code_actions(&document, &StdlibFiles::none(), None, range)
             .into_iter()
             .filter_map(|action| match action {

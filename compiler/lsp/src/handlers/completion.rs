@@ -400,7 +400,7 @@ mod tests {
         let text = "record P { a: int, b: int }\n\
                     model M(n: int = 2) {\n    param l = Linear(n, n);\n    \
                     fn forward(p: P) -> f32[n] { let k = p.a; p.\n    }\n}\n";
-        let analysis = Analysis::of("half.amp", text);
+        let analysis = Analysis::of("half.amp", text, &amp_sema::NoFiles);
         let dot = text.rfind("p.").expect("the half-typed member access") + 2;
         let file = analysis.main_file().expect("main");
         let items = completion(&analysis, crate::convert::position_of(file, dot), false);

@@ -237,7 +237,7 @@ mod tests {
         let text = "/// One example.\nrecord R { v: f32[2] }\n\n/// The whole model.\nmodel M(n: int = 2) {\n    \
                     /// The only layer.\n    param l = Linear(n, n);\n    /// Sums.\n    \
                     fn loss(r: R) -> f32 { sum(l(r.v)) }\n}\n";
-        let analysis = Analysis::of("docs.amp", text);
+        let analysis = Analysis::of("docs.amp", text, &amp_sema::NoFiles);
         assert_eq!(hovered(&analysis, "R {", 0).1.as_deref(), Some("One example."));
         assert_eq!(hovered(&analysis, "M(n", 0).1.as_deref(), Some("The whole model."));
         assert_eq!(hovered(&analysis, "l = Linear", 0).1.as_deref(), Some("The only layer."));

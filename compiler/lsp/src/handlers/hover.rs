@@ -132,7 +132,7 @@ mod tests {
         let text = "model M(n: int = 3) {\n    param l = Linear(n, n);\n    \
                     fn forward(x: f32[n]) -> f32[n] { /* é𝄞 */ l(x) }\n    \
                     fn loss(x: f32[n]) -> f32 { sum(forward(x)) }\n}\n";
-        let analysis = Analysis::of("utf16.amp", text);
+        let analysis = Analysis::of("utf16.amp", text, &amp_sema::NoFiles);
         let line = text.lines().nth(2).expect("line 2");
         let byte_column = line.find("l(x)").expect("the call") + 2;
         // `é` is 2 bytes but 1 unit, `𝄞` 4 bytes but 2 units.
@@ -147,7 +147,7 @@ mod tests {
     fn a_network_name_shows_its_inference_factors() {
         let text = "network Deep {\n    input x: f32[4];\n    node a = Linear(8, 4) from x, a;\n    \
                     node b = Linear(4, 4) from a;\n    output y = Linear(4, 2) from b;\n}\n";
-        let analysis = Analysis::of("deep.amp", text);
+        let analysis = Analysis::of("deep.amp", text, &amp_sema::NoFiles);
         let at_name = position_at(&analysis, "Deep", 0, 1);
         let hovered = hover_text(&analysis, at_name);
         assert!(hovered.contains("network Deep"), "{hovered}");

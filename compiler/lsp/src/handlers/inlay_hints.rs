@@ -59,7 +59,7 @@ mod tests {
                     fn forward(x: f32[n]) -> f32[n] {\n        let y = l(x);\n        \
                     let z: f32[n] = y;\n        let (a, b) = (z, 3);\n        z\n    }\n    \
                     fn loss(x: f32[n]) -> f32 { sum(forward(x)) }\n}\n";
-        let analysis = Analysis::of("hints.amp", text);
+        let analysis = Analysis::of("hints.amp", text, &amp_sema::NoFiles);
         let everything = Range::new(Position::new(0, 0), Position::new(99, 0));
         assert_eq!(labels(&analysis, everything), [": f32[n] (= f32[4])", ": f32[n] (= f32[4])", ": int"]);
         // Only line 3 (`let y`).

@@ -33,7 +33,7 @@ pub use references::references;
 pub use rename::{prepare_rename, rename};
 pub use semantic_tokens::{legend as semantic_tokens_legend, semantic_tokens};
 pub use signature_help::signature_help;
-pub use symbols::document_symbols;
+pub use symbols::{document_symbols, workspace_symbols};
 
 use crate::documents::Analysis;
 use amp_diagnostics::Span;
@@ -145,12 +145,12 @@ pub(crate) mod test_support {
         let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(path).expect("the example exists");
         let uri = format!("file:///examples/{name}").parse().expect("valid");
-        crate::documents::Document::open(uri, 0, text)
+        crate::documents::Document::open(uri, 0, text, &amp_sema::NoFiles)
     }
 
     pub fn example(name: &str) -> Analysis {
         let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(&path).expect("the example exists");
-        Analysis::of(&path, &text)
+        Analysis::of(&path, &text, &amp_sema::NoFiles)
     }
 }

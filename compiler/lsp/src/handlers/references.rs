@@ -1,14 +1,67 @@
-//! Find references: every use in the file of what the name under the cursor names, and,
-//! when the client asks for it, the declaration. The target is the name's final
-//! definition (through a `use` import), so the uses of a standard-library layer are
-//! found and its declaration is a read-only location in the materialised module.
+//! Find references: every use in the project of what the name under the cursor names,
+//! and, when the client asks for it, the declaration. The target is the name's final
+//! definition (through `use` imports), so the uses of a layer imported from another file
+//! are found in every file that imports it, and the uses of a standard-library layer
+//! have a read-only declaration in the materialised module.
 
 use super::closeness;
-use crate::convert::{location_of, offset_of};
+use crate::convert::{offset_of, range_of};
 use crate::documents::{Analysis, Document};
-use crate::stdlib_files::StdlibFiles;
 use amp_diagnostics::{FileId, Span};
-use lsp_types::{Location, Position};
+use lsp_types::{Location, Position, Uri};
+use std::collections::BTreeSet;
+
+/// A place in a file, as every analysis can name it: each has its own file numbers.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Site {
+    pub file: String,
+    pub start: u32,
+    pub end: u32,
+}
+
+pub(super) fn site_of(analysis: &Analysis, span: Span) -> Option<Site> {
+    let file = analysis.map.get(span.file)?.name.clone();
+    Some(Site { file, start: span.start, end: span.end })
+}
+
+/// The span of `site` in `analysis`, when the analysis reads its file.
+pub(super) fn span_in(analysis: &Analysis, site: &Site) -> Option<Span> {
+    let file = (0..).map_while(|i| analysis.map.get(FileId(i)).map(|f| (i, f))).find(|(_, f)| f.name == site.file)?.0;
+    Some(Span { file: FileId(file), start: site.start, end: site.end })
+}
+
+/// Whether the file an analysis calls `name` is a standard module (read-only).
+pub(super) fn is_std(name: &str) -> bool {
+    name.starts_with("<std>")
+}
+
+/// Every use of `definition` in the files of the project's analyses, standard modules
+/// aside: a file read by several analyses (a shared module) counts once.
+pub(super) fn project_uses(project: &[&Analysis], definition: &Site) -> BTreeSet<Site> {
+    let mut uses = BTreeSet::new();
+    for analysis in project {
+        let chains = super::DefinitionChains::new(analysis.program());
+        for reference in &analysis.program().references {
+            let target = chains.final_of(reference.def_span);
+            if reference.use_span == target || site_of(analysis, target).as_ref() != Some(definition) {
+                continue;
+            }
+            uses.extend(site_of(analysis, reference.use_span).filter(|s| !is_std(&s.file)));
+        }
+    }
+    uses
+}
+
+/// The location of `site`, from the first analysis that reads its file.
+pub(super) fn location_of_site(
+    project: &[&Analysis],
+    uri_of: &dyn Fn(&str) -> Option<Uri>,
+    site: &Site,
+) -> Option<Location> {
+    let (analysis, span) = project.iter().find_map(|a| Some((a, span_in(a, site)?)))?;
+    let file = analysis.map.get(span.file)?;
+    Some(Location::new(uri_of(&site.file)?, range_of(file, span)))
+}
 
 /// What the name at a position names, and where the file names it.
 pub(super) struct Occurrences {
@@ -56,19 +109,28 @@ pub(super) fn occurrences(analysis: &Analysis, offset: usize) -> Option<Occurren
     Some(Occurrences { definition, uses })
 }
 
+/// The references of the name at `position` in `document`, across `project` (the
+/// analyses of its project's files, the document's first); `uri_of` names a file's URI.
 pub fn references(
     document: &Document,
-    stdlib: &StdlibFiles,
+    project: &[&Analysis],
+    uri_of: &dyn Fn(&str) -> Option<Uri>,
     position: Position,
     include_declaration: bool,
 ) -> Option<Vec<Location>> {
     let analysis = &document.analysis;
     let found = occurrences(analysis, offset_of(analysis.main_file()?, position))?;
-    let uri_of = |file: FileId| document.uri_of(file, stdlib);
-    let declaration = include_declaration.then_some(found.definition);
-    let mut spans: Vec<Span> = declaration.into_iter().chain(found.uses).collect();
-    spans.sort_by_key(|s| (s.file != analysis.main, s.start, s.end));
-    Some(spans.into_iter().filter_map(|span| location_of(&analysis.map, span, &uri_of)).collect())
+    let definition = site_of(analysis, found.definition)?;
+    let mut uses = project_uses(project, &definition);
+    uses.extend(found.uses.iter().filter_map(|&span| site_of(analysis, span)));
+    // The declaration, then the document's own uses, then the other files'.
+    let own = &analysis.main_file()?.name;
+    let mut uses: Vec<Site> = uses.into_iter().collect();
+    uses.sort_by(|a, b| (a.file != *own, &a.file, a.start).cmp(&(b.file != *own, &b.file, b.start)));
+    let declaration = include_declaration.then_some(definition);
+    let sites = declaration.into_iter().chain(uses);
+    let project: Vec<&Analysis> = std::iter::once(analysis).chain(project.iter().copied()).collect();
+    Some(sites.filter_map(|site| location_of_site(&project, uri_of, &site)).collect())
 }
 
 #[cfg(test)]
@@ -78,6 +140,12 @@ mod tests {
 
     use crate::handlers::test_support::example_document as open;
 
+    use crate::stdlib_files::StdlibFiles;
+
+    fn no_std(name: &str) -> Option<Uri> {
+        crate::documents::uri_of_name(name, &StdlibFiles::none())
+    }
+
     fn starts(locations: &[Location]) -> Vec<(u32, u32)> {
         locations.iter().map(|l| (l.range.start.line, l.range.start.character)).collect()
     }
@@ -86,8 +154,8 @@ mod tests {
     fn a_hyperparameter_from_its_declaration_with_and_without_it() {
         let doc = open("list_reduce.amp");
         let at = position_at(&doc.analysis, "hidden: int", 0, 1);
-        let all = references(&doc, &StdlibFiles::none(), at, true).expect("a name");
-        let uses = references(&doc, &StdlibFiles::none(), at, false).expect("a name");
+        let all = references(&doc, &[], &no_std, at, true).expect("a name");
+        let uses = references(&doc, &[], &no_std, at, false).expect("a name");
         assert_eq!(all.len(), uses.len() + 1, "{all:?}");
         let declared = position_at(&doc.analysis, "hidden: int", 0, 0);
         assert_eq!(starts(&all)[0], (declared.line, declared.character));
@@ -100,7 +168,8 @@ mod tests {
         let stdlib = StdlibFiles::materialise(temp.path()).expect("temp dir is writable");
         let doc = open("ggsnn.amp");
         let at = position_at(&doc.analysis, "GruCell", 1, 1);
-        let found = references(&doc, &stdlib, at, true).expect("a name");
+        let uri_of = |name: &str| crate::documents::uri_of_name(name, &stdlib);
+        let found = references(&doc, &[], &uri_of, at, true).expect("a name");
         let nn = stdlib.uri_of("<std>/nn.amp").expect("materialised");
         assert_eq!(found.iter().filter(|l| l.uri == nn).count(), 1, "{found:?}");
         assert_eq!(found.iter().filter(|l| l.uri == doc.uri).count(), 2, "{found:?}");

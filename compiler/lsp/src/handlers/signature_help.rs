@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn builtins_list_their_parameters_and_overloads() {
         let text = "model M(n: int = 2) {\n    fn loss(x: f32[n]) -> f32 { sum(x) }\n}\n";
-        let analysis = Analysis::of("m.amp", text);
+        let analysis = Analysis::of("m.amp", text, &amp_sema::NoFiles);
         let program = analysis.program();
         let concat = signatures_of(program, analysis.main, "concat");
         assert_eq!(concat[0].label, "concat(a: f32[n], b: f32[m], ...) -> f32[n + m + ...]");

@@ -50,6 +50,47 @@ pub fn document_symbols(analysis: &Analysis) -> Vec<lsp::DocumentSymbol> {
     roots
 }
 
+/// Workspace symbols: every declaration of the files of `analyses` whose name holds the
+/// characters of `query` in order, ignoring case (`wenc` finds `WordEncoder`), sorted by
+/// name then file. Each file's declarations come from the analysis that has it as its
+/// main file, so a module imported by many is listed once.
+#[allow(deprecated)] // `deprecated` is a required field of the struct.
+pub fn workspace_symbols(
+    analyses: &[&Analysis],
+    uri_of: &dyn Fn(&str) -> Option<lsp::Uri>,
+    query: &str,
+) -> Vec<lsp::SymbolInformation> {
+    let query = query.to_lowercase();
+    let matches = |name: &str| {
+        let mut wanted = query.chars().peekable();
+        for c in name.chars().flat_map(char::to_lowercase) {
+            if wanted.peek() == Some(&c) {
+                wanted.next();
+            }
+        }
+        wanted.peek().is_none()
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    for analysis in analyses {
+        let Some(file) = analysis.main_file().filter(|f| seen.insert(f.name.clone())) else {
+            continue;
+        };
+        let Some(uri) = uri_of(&file.name) else { continue };
+        let symbols = analysis.program().symbols.iter().filter(|s| s.span.file == analysis.main && matches(&s.name));
+        found.extend(symbols.map(|symbol| lsp::SymbolInformation {
+            name: symbol.name.clone(),
+            kind: kind_of(symbol.kind, symbol.container.is_some()),
+            tags: None,
+            deprecated: None,
+            location: lsp::Location::new(uri.clone(), range_of(file, symbol.name_span)),
+            container_name: symbol.container.clone(),
+        }));
+    }
+    found.sort_by(|a, b| (&a.name, a.location.uri.as_str()).cmp(&(&b.name, b.location.uri.as_str())));
+    found
+}
+
 /// Pops the open symbols that do not contain `span` (all of them when `span` is `None`),
 /// attaching each to its parent, or to the roots when it has none.
 fn close_until_inside(
@@ -131,7 +172,8 @@ mod tests {
 
     #[test]
     fn half_typed_code_still_lists_what_parsed() {
-        let analysis = Analysis::of("half.amp", "record A { x: int }\nmodel M(n: int = 2) {\n    fn forward(");
+        let analysis =
+            Analysis::of("half.amp", "record A { x: int }\nmodel M(n: int = 2) {\n    fn forward(", &amp_sema::NoFiles);
         let symbols = document_symbols(&analysis);
         assert!(names(&symbols).contains(&"A"), "{:?}", names(&symbols));
     }
