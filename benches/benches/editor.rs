@@ -8,6 +8,12 @@
 //! 1 to 4,000 errors means the cost is linear in the number of diagnostics.
 //! Peak memory (VmHWM) is read once, after the 50k-line file.
 //!
+//! Then projects of 50 and 200 files (a tree of modules: file i imports the layer of file
+//! (i-1)/2), in a workspace folder: opening a leaf (checked with the ~8 files above it),
+//! an edit of it, a rename of the root's layer (which every file uses, so every file is
+//! checked and edited) and a workspace-symbol query. Their cost per file should stay flat
+//! from 50 to 200 files.
+//!
 //! Run: `cargo bench -p amp-benches --bench editor`
 
 use amp_benches::{file_with_errors, long_line_with_errors, valid_file};
@@ -60,6 +66,79 @@ fn peak_rss_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// A project of `files` modules in a new folder: `m{i}.amp` defines `pub layer L{i}`,
+/// built on the layer of `m{(i-1)/2}.amp`.
+fn project(files: usize) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("amp-editor-bench-{}-{files}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
+    for i in 0..files {
+        let (import, inner) = if i == 0 {
+            (String::new(), "param l = Linear(d, d);\n    fn apply(x: f32[d]) -> f32[d] { tanh(l(x)) }".to_string())
+        } else {
+            let p = (i - 1) / 2;
+            (
+                format!("use m{p}::L{p};\n\n"),
+                format!("param inner = L{p}(d);\n    param l = Linear(d, d);\n    fn apply(x: f32[d]) -> f32[d] {{ l(inner(x)) }}"),
+            )
+        };
+        let text = format!("{import}/// Layer {i}.\npub layer L{i}(d: int) {{\n    {inner}\n}}\n");
+        std::fs::write(dir.join(format!("m{i}.amp")), text).expect("written");
+    }
+    dir
+}
+
+fn project_bench(budget: Duration) {
+    println!();
+    println!(
+        "{:<10} {:>8} {:>8} {:>10} {:>14} {:>13}",
+        "project", "open ms", "edit ms", "rename ms", "ms/file rename", "symbols ms"
+    );
+    for files in [50, 200] {
+        let dir = project(files);
+        let uri_of = |i: usize| format!("file://{}/m{i}.amp", dir.display());
+        let leaf = files - 1;
+        let leaf_text = std::fs::read_to_string(dir.join(format!("m{leaf}.amp"))).expect("written");
+        let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": { "capabilities": {}, "rootUri": format!("file://{}", dir.display()) } });
+        let open = |uri: String, text: &str| json!({ "jsonrpc": "2.0", "method": "textDocument/didOpen", "params": { "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": text } } });
+        let run = |messages: &[Value]| {
+            let bytes: Vec<u8> = messages.iter().flat_map(framed).collect();
+            median(budget, || {
+                let _ = black_box(amp_lsp::serve_bytes(&bytes));
+            })
+        };
+        let base = run(std::slice::from_ref(&init));
+        let opened = vec![init.clone(), open(uri_of(leaf), &leaf_text)];
+        let open_ms = run(&opened).saturating_sub(base);
+        let mut edited = opened.clone();
+        edited.push(json!({ "jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": { "uri": uri_of(leaf), "version": 2 }, "contentChanges": [{ "text": leaf_text.replace("Layer", "The layer") }] } }));
+        let edit_ms = run(&edited).saturating_sub(run(&opened));
+        let at_root = leaf_text.find(&format!("L{}", (leaf - 1) / 2)).expect("the import");
+        let rename = request(
+            "textDocument/rename",
+            json!({ "textDocument": { "uri": uri_of(leaf) },
+            "position": { "line": 0, "character": at_root }, "newName": "Renamed" }),
+        );
+        let mut renamed = opened.clone();
+        renamed.push(rename);
+        let rename_ms = run(&renamed).saturating_sub(run(&opened));
+        let mut symbols = opened.clone();
+        symbols.push(request("workspace/symbol", json!({ "query": "l1" })));
+        let symbols_ms = run(&symbols).saturating_sub(run(&opened));
+        println!(
+            "{:<10} {:>8.2} {:>8.2} {:>10.1} {:>14.3} {:>13.1}",
+            format!("{files} files"),
+            ms(open_ms),
+            ms(edit_ms),
+            ms(rename_ms),
+            ms(rename_ms) / files as f64,
+            ms(symbols_ms)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 fn main() {
@@ -118,5 +197,9 @@ fn main() {
     }
     if let Some(mib) = peak_rss_mib() {
         println!("peak resident memory of this run (VmHWM): {mib:.0} MiB");
+    }
+    project_bench(budget);
+    if let Some(mib) = peak_rss_mib() {
+        println!("peak resident memory after the projects (VmHWM): {mib:.0} MiB");
     }
 }

@@ -36,20 +36,24 @@ pub fn code_actions(
         .filter_map(|d| {
             let replacement = d.replacement.as_deref()?;
             let target = d.replacement_span.unwrap_or(d.span);
-            if target.file != analysis.main {
+            // The fix may edit another file of the project (`pub` on an imported item).
+            let target_file = analysis.map.get(target.file)?;
+            if super::references::is_std(&target_file.name) {
                 return None;
             }
             let old = file.slice(d.span);
             let title = match d.code {
                 _ if d.replacement_span.is_some() => match d.code {
                     Code::MissingLoss => "Add a `loss` function".to_string(),
+                    Code::NonExhaustiveMatch => "Add the missing `match` arms".to_string(),
+                    Code::PrivateImport => format!("Make `{old}` public in `{}`", target_file.name),
                     _ => format!("Add `{}`", replacement.trim()),
                 },
                 Code::UnusedVariable => format!("Rename `{old}` to `{replacement}`"),
                 _ => format!("Replace `{old}` with `{replacement}`"),
             };
-            let edit = TextEdit { range: range_of(file, target), new_text: replacement.to_string() };
-            let changes = HashMap::from([(document.uri.clone(), vec![edit])]);
+            let edit = TextEdit { range: range_of(target_file, target), new_text: replacement.to_string() };
+            let changes = HashMap::from([(document.uri_of(target.file, stdlib)?, vec![edit])]);
             Some(CodeActionOrCommand::CodeAction(CodeAction {
                 title,
                 kind: Some(CodeActionKind::QUICKFIX),
@@ -99,5 +103,15 @@ mod tests {
         assert_eq!(fixes(text, cursor_on_xx), [("Replace `xx` with `x`".to_string(), "x".to_string())]);
         let elsewhere = Range::new(Position::new(1, 0), Position::new(1, 4));
         assert_eq!(fixes(text, elsewhere), Vec::new());
+    }
+
+    #[test]
+    fn a_non_exhaustive_match_gets_its_missing_arms() {
+        let text = "enum T { A { x: int }, B }\nrecord R { t: T, label: int }\nmodel M {\n    \
+                    fn forward(r: R) -> f32[2] {\n        match r.t {\n            B => zeros(),\n        }\n    }\n    \
+                    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }\n}\n";
+        let on_match = Range::new(Position::new(4, 15), Position::new(4, 15));
+        let expected = ("Add the missing `match` arms".to_string(), "\n            A { .. } => zeros(),".to_string());
+        assert_eq!(fixes(text, on_match), [expected]);
     }
 }

@@ -93,22 +93,67 @@ impl FnChecker<'_, '_> {
                 if !variants.iter().any(|v| v.name == name.name))
         });
         if enum_id.is_some() && !all_covered && !unknown_variant {
-            let missing: Vec<String> =
-                variants.iter().zip(&covered).filter(|(_, c)| !**c).map(|(v, _)| format!("`{}`", v.name)).collect();
+            let missing: Vec<&VariantDef> =
+                variants.iter().zip(&covered).filter(|(_, c)| !**c).map(|(v, _)| v).collect();
             if !missing.is_empty() {
-                self.ck.error(
-                    Diagnostic::new(
-                        Code::NonExhaustiveMatch,
-                        scrut.span,
-                        format!("non-exhaustive match: {} not covered", missing.join(", ")),
-                    )
-                    .with_primary("some variants are not matched")
-                    .with_help("add an arm for each missing variant, or a `_ => ...` arm"),
-                );
+                let names: Vec<String> = missing.iter().map(|v| format!("`{}`", v.name)).collect();
+                let mut d = Diagnostic::new(
+                    Code::NonExhaustiveMatch,
+                    scrut.span,
+                    format!("non-exhaustive match: {} not covered", names.join(", ")),
+                )
+                .with_primary("some variants are not matched")
+                .with_help("add an arm for each missing variant, or a `_ => ...` arm");
+                let value_ty = expected.cloned().or_else(|| result_ty.as_ref().map(|r| r.0.clone()));
+                if let Some((at, text)) = self.missing_arms(arms, span, &missing, value_ty.as_ref()) {
+                    d = d.with_insertion(at, text);
+                }
+                self.ck.error(d);
             }
         }
         let ty = result_ty.map_or(Ty::unit(), |r| r.0);
         mk(ExprKind::Match(Box::new(scrut), out_arms), ty, span)
+    }
+
+    /// The quick fix of a non-exhaustive match: an arm for each `missing` variant after the
+    /// last one, `Variant { .. } => zeros(),`, whose value is a placeholder of the arms'
+    /// type (`zeros()`, `0`, `false`, or a tuple of those); none for other types.
+    fn missing_arms(
+        &self,
+        arms: &[ast::MatchArm],
+        span: Span,
+        missing: &[&VariantDef],
+        ty: Option<&Ty>,
+    ) -> Option<(Span, String)> {
+        let value = placeholder(ty?)?;
+        let text = &self.ck.map.get(span.file)?.text;
+        let indent = |at: usize| -> Option<String> {
+            let start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+            Some(text.get(start..)?.chars().take_while(|c| *c == ' ' || *c == '\t').collect())
+        };
+        let arm = |v: &VariantDef| match v.fields.is_empty() {
+            true => format!("{} => {value},", v.name),
+            false => format!("{} {{ .. }} => {value},", v.name),
+        };
+        let (at, comma, indent, close) = match (arms.first(), arms.last()) {
+            (Some(first), Some(last)) => {
+                // A last arm written without its comma needs one, unless its body is a block.
+                let block = matches!(
+                    last.body.kind,
+                    ast::ExprKind::Block(_) | ast::ExprKind::If(..) | ast::ExprKind::Match(..)
+                );
+                let ended = text.get(..last.span.end as usize)?.trim_end().ends_with(',');
+                let comma = if block || ended { "" } else { "," };
+                (last.span.end, comma, indent(first.span.start as usize)?, String::new())
+            }
+            // `match t { }`: the arms go inside the braces, one level in.
+            _ => {
+                let outer = indent(span.start as usize)?;
+                (span.end.checked_sub(1)?, "", format!("{outer}    "), format!("\n{outer}"))
+            }
+        };
+        let arms: String = missing.iter().map(|v| format!("\n{indent}{}", arm(v))).collect();
+        Some((Span { file: span.file, start: at, end: at }, format!("{comma}{arms}{close}")))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -272,5 +317,19 @@ impl FnChecker<'_, '_> {
                 self.bind_pattern(pat, &Ty::Error, false);
             }
         }
+    }
+}
+
+/// A value of type `ty` to fill a new arm with, if it has a simple one.
+fn placeholder(ty: &Ty) -> Option<String> {
+    match ty {
+        Ty::Tensor(_) => Some("zeros()".to_string()),
+        Ty::Int => Some("0".to_string()),
+        Ty::Bool => Some("false".to_string()),
+        Ty::Tuple(parts) if !parts.is_empty() => {
+            let parts: Option<Vec<String>> = parts.iter().map(placeholder).collect();
+            Some(format!("({})", parts?.join(", ")))
+        }
+        _ => None,
     }
 }
