@@ -7,9 +7,9 @@
 use super::closeness;
 use crate::convert::{offset_of, range_of};
 use crate::documents::{Analysis, Document};
-use amp_diagnostics::{FileId, Span};
+use amp_diagnostics::{FileId, SourceFile, Span};
 use lsp_types::{Location, Position, Uri};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 /// A place in a file, as every analysis can name it: each has its own file numbers.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,15 +52,28 @@ pub(super) fn project_uses(project: &[&Analysis], definition: &Site) -> BTreeSet
     uses
 }
 
-/// The location of `site`, from the first analysis that reads its file.
-pub(super) fn location_of_site(
-    project: &[&Analysis],
-    uri_of: &dyn Fn(&str) -> Option<Uri>,
-    site: &Site,
-) -> Option<Location> {
-    let (analysis, span) = project.iter().find_map(|a| Some((a, span_in(a, site)?)))?;
-    let file = analysis.map.get(span.file)?;
-    Some(Location::new(uri_of(&site.file)?, range_of(file, span)))
+/// Where the sites of a project's files are: each file's text (from the first analysis
+/// that reads it) and URI, found by name once rather than by a scan per site.
+pub(super) struct Locator<'p> {
+    files: HashMap<&'p str, (&'p SourceFile, Option<Uri>)>,
+}
+
+impl<'p> Locator<'p> {
+    pub fn new(project: &[&'p Analysis], uri_of: &dyn Fn(&str) -> Option<Uri>) -> Locator<'p> {
+        let mut files = HashMap::new();
+        for analysis in project {
+            for file in (0..).map_while(|i| analysis.map.get(FileId(i))) {
+                files.entry(file.name.as_str()).or_insert_with(|| (file, uri_of(&file.name)));
+            }
+        }
+        Locator { files }
+    }
+
+    pub fn location(&self, site: &Site) -> Option<Location> {
+        let (file, uri) = self.files.get(site.file.as_str())?;
+        let span = Span { file: FileId(0), start: site.start, end: site.end };
+        Some(Location::new(uri.clone()?, range_of(file, span)))
+    }
 }
 
 /// What the name at a position names, and where the file names it.
@@ -130,7 +143,8 @@ pub fn references(
     let declaration = include_declaration.then_some(definition);
     let sites = declaration.into_iter().chain(uses);
     let project: Vec<&Analysis> = std::iter::once(analysis).chain(project.iter().copied()).collect();
-    Some(sites.filter_map(|site| location_of_site(&project, uri_of, &site)).collect())
+    let locator = Locator::new(&project, uri_of);
+    Some(sites.filter_map(|site| locator.location(&site)).collect())
 }
 
 #[cfg(test)]

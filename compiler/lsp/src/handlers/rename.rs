@@ -12,7 +12,7 @@
 //! record.
 
 use super::completion::{completion, KEYWORDS, TYPES};
-use super::references::{is_std, location_of_site, occurrences, project_uses, site_of, span_in, Occurrences};
+use super::references::{is_std, occurrences, project_uses, site_of, span_in, Locator, Occurrences};
 use crate::convert::{offset_of, position_of, range_of};
 use crate::documents::{Analysis, Document};
 use amp_diagnostics::Span;
@@ -75,9 +75,10 @@ pub fn rename(
     }
     // By file name: a URI is no map key (it caches its parts in cells).
     let mut changes: HashMap<&str, (Uri, Vec<TextEdit>)> = HashMap::new();
+    let locator = Locator::new(&project, uri_of);
     for site in &sites {
-        let location = location_of_site(&project, uri_of, site)
-            .ok_or_else(|| format!("`{}` cannot be edited: it has no file URI", site.file))?;
+        let location =
+            locator.location(site).ok_or_else(|| format!("`{}` cannot be edited: it has no file URI", site.file))?;
         let (_, edits) = changes.entry(&site.file).or_insert_with(|| (location.uri, Vec::new()));
         edits.push(TextEdit::new(location.range, new_name.to_string()));
     }
