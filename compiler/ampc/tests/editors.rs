@@ -1,6 +1,7 @@
-//! docs/editors.md's Neovim setup for 0.7 to 0.10 works as written: its `init.lua` runs in
-//! `nvim --headless` (Debian's 0.7.2 in CI) on a project of two files, with this build's
-//! `ampc` on `PATH`. Where there is no `nvim`, the test reports a skip.
+//! docs/editors.md's editor setups work as written, each run headless on a project of two
+//! files with this build's `ampc` on `PATH`: Neovim's for 0.7 to 0.10 in `nvim --headless`
+//! (Debian's 0.7.2 in CI), Emacs's in `emacs --batch` (Debian's 28.2 with `elpa-eglot`).
+//! Where an editor is not installed, its test reports a skip.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,10 +10,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The first ```lua block after `heading` in `page`.
-fn lua_after(page: &str, heading: &str) -> String {
+/// The first ```lang block after `heading` in docs/editors.md.
+fn block_after(heading: &str, lang: &str) -> String {
+    let page = std::fs::read_to_string(repo().join("docs/editors.md")).expect("docs/editors.md");
     let section = page.split(heading).nth(1).unwrap_or_else(|| panic!("`{heading}` in docs/editors.md"));
-    let block = section.split("```lua\n").nth(1).expect("a lua block");
+    let block = section.split(&format!("```{lang}\n")).nth(1).unwrap_or_else(|| panic!("a {lang} block"));
     block.split("\n```").next().expect("a closed block").to_string() + "\n"
 }
 
@@ -25,6 +27,28 @@ fn skipped(reason: &str) {
             std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
         written.expect("the skip log takes a line");
     }
+}
+
+/// A project in a new folder's `proj/`: `amp.toml`, `shared/encoders.amp` and `tree.amp`
+/// (the example model with one mistake, for a diagnostic to show), and the model's text.
+fn project() -> (tempfile::TempDir, String) {
+    let dir = tempfile::Builder::new().prefix("ampc-editor-").tempdir().expect("temp dir");
+    let root = dir.path().join("proj");
+    std::fs::create_dir_all(root.join("shared")).expect("folders");
+    std::fs::write(root.join("amp.toml"), "").expect("marker");
+    let encoders = std::fs::read_to_string(repo().join("examples/shared/encoders.amp")).expect("example");
+    std::fs::write(root.join("shared/encoders.amp"), encoders).expect("written");
+    let model = std::fs::read_to_string(repo().join("examples/sentiment_tree.amp")).expect("example");
+    let model = model.replace("head(h) }", "head(h) + foo }");
+    std::fs::write(root.join("tree.amp"), &model).expect("written");
+    (dir, model)
+}
+
+/// `PATH` with this build's `ampc` first.
+fn path_with_ampc() -> std::ffi::OsString {
+    let ampc_dir = Path::new(env!("CARGO_BIN_EXE_ampc")).parent().expect("a folder").to_path_buf();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(ampc_dir).chain(std::env::split_paths(&rest))).expect("PATH")
 }
 
 /// (line, UTF-16 column) of the first `needle` in `text`, plus `delta` bytes.
@@ -83,37 +107,21 @@ fn the_neovim_07_setup_works_as_written() {
         skipped("no nvim: the Neovim setup of docs/editors.md is not run");
         return;
     }
-    let page = std::fs::read_to_string(repo().join("docs/editors.md")).expect("docs/editors.md");
-    let init = lua_after(&page, "### Neovim 0.7 (Debian 12's 0.7.2) to 0.10");
-    let dir = tempfile::Builder::new().prefix("ampc-nvim-").tempdir().expect("temp dir");
+    let init = block_after("### Neovim 0.7 (Debian 12's 0.7.2) to 0.10", "lua");
+    let (dir, model) = project();
     let root = dir.path().join("proj");
-    std::fs::create_dir_all(root.join("shared")).expect("folders");
-    std::fs::write(root.join("amp.toml"), "").expect("marker");
-    let encoders = std::fs::read_to_string(repo().join("examples/shared/encoders.amp")).expect("example");
-    std::fs::write(root.join("shared/encoders.amp"), encoders).expect("written");
-    // The model, with one mistake for a diagnostic to show.
-    let model = std::fs::read_to_string(repo().join("examples/sentiment_tree.amp")).expect("example");
-    let model = model.replace("head(h) }", "head(h) + foo }");
-    std::fs::write(root.join("tree.amp"), &model).expect("written");
     let (init_path, check_path, out) =
         (dir.path().join("init.lua"), dir.path().join("check.lua"), dir.path().join("out.json"));
     std::fs::write(&init_path, init).expect("written");
     let script = check_script(&out, position(&model, "param branch", 7), position(&model, "WordEncoder(vocab", 1));
     std::fs::write(&check_path, script).expect("written");
-
-    let ampc_dir = Path::new(env!("CARGO_BIN_EXE_ampc")).parent().expect("a folder");
-    let path = std::env::join_paths(
-        std::iter::once(ampc_dir.to_path_buf())
-            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
-    .expect("PATH");
     let status = Command::new("nvim")
         .args(["--headless", "-u"])
         .arg(&init_path)
         .arg("-c")
         .arg(format!("luafile {}", check_path.display()))
         .arg(root.join("tree.amp"))
-        .env("PATH", path)
+        .env("PATH", path_with_ampc())
         .env("XDG_STATE_HOME", dir.path())
         .env("XDG_DATA_HOME", dir.path())
         .current_dir(&root)
@@ -133,4 +141,72 @@ fn the_neovim_07_setup_works_as_written() {
     let hover = out["hover"].as_str().unwrap_or_default();
     assert!(hover.contains("Linear"), "{out}");
     assert_eq!(out["renamed"], serde_json::json!({ "encoders.amp": 1, "tree.amp": 2 }), "{out}");
+}
+
+/// Opens the model, waits for eglot and Flymake's diagnostics, then prints what the setup
+/// shows and what the server answers to a hover and a rename, one `key=value` a line.
+const EMACS_CHECK: &str = r#"
+(find-file "proj/tree.amp")
+;; eglot-ensure starts the server after the command that opened the file.
+(run-hooks 'post-command-hook)
+(let ((deadline (+ (float-time) 30)))
+  (while (and (< (float-time) deadline) (not (eglot-current-server)))
+    (accept-process-output nil 0.1))
+  (flymake-start)
+  (while (and (< (float-time) deadline) (null (flymake-diagnostics)))
+    (accept-process-output nil 0.1)
+    (flymake-start)))
+(princ (format "mode=%s\ntabs=%s\nroot=%s\n" major-mode indent-tabs-mode (project-root (project-current))))
+(princ (format "diagnostic=%s\n" (mapconcat #'flymake-diagnostic-text (flymake-diagnostics) "|")))
+(princ (format "keys=%s %s %s %s\n" (key-binding (kbd "C-c r")) (key-binding (kbd "C-c a"))
+               (key-binding (kbd "C-c f")) (key-binding (kbd "M-?"))))
+(goto-char (point-min)) (search-forward "param branch") (backward-char 3)
+(let ((h (jsonrpc-request (eglot-current-server) :textDocument/hover (eglot--TextDocumentPositionParams))))
+  (princ (format "hover=%s\n" (plist-get (plist-get h :contents) :value))))
+(goto-char (point-min)) (search-forward "WordEncoder(vocab") (backward-char 10)
+(let* ((params (append (eglot--TextDocumentPositionParams) '(:newName "TokenEncoder")))
+       (changes (plist-get (jsonrpc-request (eglot-current-server) :textDocument/rename params) :changes)))
+  (while changes
+    (princ (format "renamed=%s %d\n" (file-name-nondirectory (symbol-name (car changes))) (length (cadr changes))))
+    (setq changes (cddr changes))))
+(kill-emacs 0)
+"#;
+
+#[test]
+fn the_emacs_eglot_setup_works_as_written() {
+    let has_eglot = Command::new("emacs").args(["--batch", "--eval", "(require 'eglot)"]).output();
+    if !has_eglot.is_ok_and(|o| o.status.success()) {
+        skipped("no emacs with eglot: the Emacs setup of docs/editors.md is not run");
+        return;
+    }
+    let init = block_after("## Emacs", "elisp");
+    let (dir, _) = project();
+    let (init_path, check_path) = (dir.path().join("init.el"), dir.path().join("check.el"));
+    std::fs::write(&init_path, init).expect("written");
+    std::fs::write(&check_path, EMACS_CHECK).expect("written");
+    let output = Command::new("emacs")
+        .args(["--batch", "-l"])
+        .arg(&init_path)
+        .arg("-l")
+        .arg(&check_path)
+        .env("PATH", path_with_ampc())
+        .env("HOME", dir.path())
+        .current_dir(dir.path())
+        .output()
+        .expect("emacs runs");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{out}\n{}", String::from_utf8_lossy(&output.stderr));
+    let root = dir.path().join("proj").canonicalize().expect("the project");
+    for line in [
+        "mode=amp-mode".to_string(),
+        "tabs=nil".to_string(),
+        format!("root={}/", root.display()),
+        "keys=eglot-rename eglot-code-actions eglot-format-buffer xref-find-references".to_string(),
+        "hover=```amp\nparam branch: Linear(2 * hidden, 5 * hidden)\n```".to_string(),
+        "renamed=encoders.amp 1".to_string(),
+        "renamed=tree.amp 2".to_string(),
+        "diagnostic=ampc [E0100]: unknown name `foo`".to_string(),
+    ] {
+        assert!(out.contains(&line), "`{line}` not in:\n{out}");
+    }
 }
