@@ -126,8 +126,9 @@ fn module_cases() {
             check_program(&mut map, main, &Options { defines: case.defines.clone() }, &Folder(folder.clone()));
         compare(folder, &case, &map, &checked, &mut failures);
         // Every file the check read, in the order it read them, then what it found.
-        let sources: Vec<String> = (0..)
-            .map_while(|i| map.get(amp_diagnostics::FileId(i)))
+        let sources: Vec<String> = map
+            .files()
+            .map(|(_, f)| f)
             .filter(|f| !f.name.starts_with("<std>"))
             .map(|f| format!("---- {} ----\n{}", f.name, f.text))
             .collect();

@@ -145,15 +145,12 @@ pub(crate) fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>)
 
 impl<'m> Checker<'m> {
     pub(crate) fn run(map: &'m mut SourceMap, main: FileId, options: &Options, files: &'m dyn Files) -> Checked {
-        let text = map.get(main).map(|f| f.text.clone()).unwrap_or_default();
-        let parsed = amp_grammar::parse(main, &text);
-        let public = public_names(&parsed.ast);
         let mut ck = Checker {
             map,
             files,
             diags: Vec::new(),
-            parse_diags: parsed.diagnostics,
-            loading: vec![0],
+            parse_diags: Vec::new(),
+            loading: Vec::new(),
             finished: Vec::new(),
             program: Program::default(),
             next_symbol: 0,
@@ -164,21 +161,7 @@ impl<'m> Checker<'m> {
             body_locals: Vec::new(),
             body_locals_named: Vec::new(),
         };
-        ck.modules.push(Module {
-            file: main,
-            ast: Rc::new(parsed.ast),
-            scope: HashMap::new(),
-            imports: Vec::new(),
-            is_main: true,
-            is_std: false,
-            public,
-            imported_at: None,
-            damaged: parsed.damaged,
-            const_imports: Vec::new(),
-        });
-        ck.declare(0);
-        ck.resolve_imports(0);
-        ck.finished.push(0);
+        ck.enter_module(main, None, false, true);
         // A module's constants may use the ones it imports: theirs are evaluated first.
         // Record fields and variants may use constants (`f32[WIDTH]`): they come after.
         for m in ck.finished.clone() {
@@ -517,7 +500,7 @@ impl<'m> Checker<'m> {
             );
             return None;
         };
-        if let Some(i) = self.modules.iter().position(|m| m.is_std && file_name(self.map, m.file) == std.file_name) {
+        if let Some(i) = self.loaded(std.file_name) {
             return Some(i);
         }
         Some(self.load_module(std.file_name.to_string(), std.source.to_string(), None, true))
@@ -534,8 +517,7 @@ impl<'m> Checker<'m> {
         let candidates = [base.with_extension("amp"), base.join("mod.amp")];
         for candidate in &candidates {
             let name = candidate.display().to_string();
-            let loaded = self.modules.iter().position(|m| !m.is_std && file_name(self.map, m.file) == name);
-            if let Some(i) = loaded {
+            if let Some(i) = self.loaded(&name) {
                 if let Some(from) = self.loading.iter().position(|&l| l == i) {
                     self.report_cycle(from, path_span);
                     return None;
@@ -597,10 +579,22 @@ impl<'m> Checker<'m> {
         );
     }
 
-    /// Parses, declares and resolves the imports of a new module.
+    /// The module of the file the map calls `name`, if it is loaded.
+    fn loaded(&self, name: &str) -> Option<usize> {
+        let file = self.map.find(name)?;
+        self.modules.iter().position(|m| m.file == file)
+    }
+
+    /// Adds a new module's file to the map and enters it (see [`Checker::enter_module`]).
     fn load_module(&mut self, name: String, text: String, imported_at: Option<(usize, Span)>, is_std: bool) -> usize {
         let file = self.map.add(name, text);
-        let parsed = amp_grammar::parse(file, &self.map.get(file).map(|f| f.text.clone()).unwrap_or_default());
+        self.enter_module(file, imported_at, is_std, false)
+    }
+
+    /// Parses the module in `file`, declares its items and resolves its imports (loading
+    /// the modules they name first).
+    fn enter_module(&mut self, file: FileId, imported_at: Option<(usize, Span)>, is_std: bool, is_main: bool) -> usize {
+        let parsed = amp_grammar::parse(file, self.map.get(file).map_or("", |f| f.text.as_str()));
         self.parse_diags.extend(parsed.diagnostics);
         let index = self.modules.len();
         self.modules.push(Module {
@@ -609,7 +603,7 @@ impl<'m> Checker<'m> {
             ast: Rc::new(parsed.ast),
             scope: HashMap::new(),
             imports: Vec::new(),
-            is_main: false,
+            is_main,
             is_std,
             imported_at,
             damaged: parsed.damaged,
