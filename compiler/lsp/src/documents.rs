@@ -39,7 +39,7 @@ impl Analysis {
     /// Whether the file named `name` is part of this analysis (the document or a module it
     /// imports, directly or not).
     pub fn reads(&self, name: &str) -> bool {
-        (0..).map_while(|i| self.map.get(FileId(i))).any(|f| f.name == name)
+        self.map.find(name).is_some()
     }
 
     /// The document's own file.
@@ -86,7 +86,13 @@ impl Document {
 
     /// Checks the current text again (a module it imports changed).
     pub fn recheck(&mut self, files: &dyn Files) {
-        self.analysis = Analysis::of(&name_of(&self.uri), &self.text, files);
+        let name = self.name().to_string();
+        self.analysis = Analysis::of(&name, &self.text, files);
+    }
+
+    /// The document's name in its analysis ([`name_of`] its URI).
+    pub fn name(&self) -> &str {
+        self.analysis.main_file().map_or("", |f| f.name.as_str())
     }
 
     /// Applies the changes of one `didChange` without re-checking: only for a change that

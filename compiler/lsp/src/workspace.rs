@@ -32,10 +32,14 @@ pub struct Workspace {
 /// The open documents by path, with the disk behind them.
 struct OpenFiles<'w>(&'w HashMap<Uri, Document>);
 
+/// The open document an analysis calls `name`.
+fn named<'d>(mut documents: impl Iterator<Item = &'d Document>, name: &str) -> Option<&'d Document> {
+    documents.find(|d| d.name() == name)
+}
+
 impl Files for OpenFiles<'_> {
     fn read(&self, path: &Path) -> std::io::Result<String> {
-        let name = path.display().to_string();
-        match self.0.values().find(|d| name_of(&d.uri) == name) {
+        match named(self.0.values(), &path.display().to_string()) {
             Some(document) => Ok(document.text.clone()),
             None => DiskFiles.read(path),
         }
@@ -147,10 +151,10 @@ impl Workspace {
 
     fn with_files<T>(&self, paths: &[PathBuf], first: Option<&Document>, f: impl FnOnce(&[&Analysis]) -> T) -> T {
         let files = OpenFiles(&self.documents);
-        let open: HashMap<String, &Document> = self.documents.values().map(|d| (name_of(&d.uri), d)).collect();
+        let open: std::collections::HashSet<&str> = self.documents.values().map(Document::name).collect();
         let unopened: Vec<Analysis> = paths
             .iter()
-            .filter(|p| !open.contains_key(&p.display().to_string()))
+            .filter(|p| !open.contains(p.display().to_string().as_str()))
             .filter_map(|p| Some(Analysis::of(&p.display().to_string(), &files.read(p).ok()?, &files)))
             .collect();
         let mut all: Vec<&Analysis> = first.map(|d| &d.analysis).into_iter().collect();
@@ -163,7 +167,7 @@ impl Workspace {
     /// The URI of the file an analysis names `name`: an open document's own URI, else the
     /// file's (see [`crate::documents::uri_of_name`]).
     pub fn uri_of_name(&self, name: &str, stdlib: &crate::stdlib_files::StdlibFiles) -> Option<Uri> {
-        match self.documents.values().find(|d| name_of(&d.uri) == name) {
+        match named(self.documents.values(), name) {
             Some(document) => Some(document.uri.clone()),
             None => crate::documents::uri_of_name(name, stdlib),
         }

@@ -26,8 +26,7 @@ pub(super) fn site_of(analysis: &Analysis, span: Span) -> Option<Site> {
 
 /// The span of `site` in `analysis`, when the analysis reads its file.
 pub(super) fn span_in(analysis: &Analysis, site: &Site) -> Option<Span> {
-    let file = (0..).map_while(|i| analysis.map.get(FileId(i)).map(|f| (i, f))).find(|(_, f)| f.name == site.file)?.0;
-    Some(Span { file: FileId(file), start: site.start, end: site.end })
+    Some(Span { file: analysis.map.find(&site.file)?, start: site.start, end: site.end })
 }
 
 /// Whether the file an analysis calls `name` is a standard module (read-only).
@@ -62,7 +61,7 @@ impl<'p> Locator<'p> {
     pub fn new(project: &[&'p Analysis], uri_of: &dyn Fn(&str) -> Option<Uri>) -> Locator<'p> {
         let mut files = HashMap::new();
         for analysis in project {
-            for file in (0..).map_while(|i| analysis.map.get(FileId(i))) {
+            for (_, file) in analysis.map.files() {
                 files.entry(file.name.as_str()).or_insert_with(|| (file, uri_of(&file.name)));
             }
         }
@@ -123,7 +122,8 @@ pub(super) fn occurrences(analysis: &Analysis, offset: usize) -> Option<Occurren
 }
 
 /// The references of the name at `position` in `document`, across `project` (the
-/// analyses of its project's files, the document's first); `uri_of` names a file's URI.
+/// analyses of its project's files, the document's own among them); `uri_of` names a
+/// file's URI.
 pub fn references(
     document: &Document,
     project: &[&Analysis],
@@ -134,16 +134,14 @@ pub fn references(
     let analysis = &document.analysis;
     let found = occurrences(analysis, offset_of(analysis.main_file()?, position))?;
     let definition = site_of(analysis, found.definition)?;
-    let mut uses = project_uses(project, &definition);
-    uses.extend(found.uses.iter().filter_map(|&span| site_of(analysis, span)));
+    let uses = project_uses(project, &definition);
     // The declaration, then the document's own uses, then the other files'.
     let own = &analysis.main_file()?.name;
     let mut uses: Vec<Site> = uses.into_iter().collect();
     uses.sort_by(|a, b| (a.file != *own, &a.file, a.start).cmp(&(b.file != *own, &b.file, b.start)));
     let declaration = include_declaration.then_some(definition);
     let sites = declaration.into_iter().chain(uses);
-    let project: Vec<&Analysis> = std::iter::once(analysis).chain(project.iter().copied()).collect();
-    let locator = Locator::new(&project, uri_of);
+    let locator = Locator::new(project, uri_of);
     Some(sites.filter_map(|site| locator.location(&site)).collect())
 }
 
@@ -168,8 +166,8 @@ mod tests {
     fn a_hyperparameter_from_its_declaration_with_and_without_it() {
         let doc = open("list_reduce.amp");
         let at = position_at(&doc.analysis, "hidden: int", 0, 1);
-        let all = references(&doc, &[], &no_std, at, true).expect("a name");
-        let uses = references(&doc, &[], &no_std, at, false).expect("a name");
+        let all = references(&doc, &[&doc.analysis], &no_std, at, true).expect("a name");
+        let uses = references(&doc, &[&doc.analysis], &no_std, at, false).expect("a name");
         assert_eq!(all.len(), uses.len() + 1, "{all:?}");
         let declared = position_at(&doc.analysis, "hidden: int", 0, 0);
         assert_eq!(starts(&all)[0], (declared.line, declared.character));
@@ -183,7 +181,7 @@ mod tests {
         let doc = open("ggsnn.amp");
         let at = position_at(&doc.analysis, "GruCell", 1, 1);
         let uri_of = |name: &str| crate::documents::uri_of_name(name, &stdlib);
-        let found = references(&doc, &[], &uri_of, at, true).expect("a name");
+        let found = references(&doc, &[&doc.analysis], &uri_of, at, true).expect("a name");
         let nn = stdlib.uri_of("<std>/nn.amp").expect("materialised");
         assert_eq!(found.iter().filter(|l| l.uri == nn).count(), 1, "{found:?}");
         assert_eq!(found.iter().filter(|l| l.uri == doc.uri).count(), 2, "{found:?}");

@@ -35,7 +35,8 @@ pub fn prepare_rename(analysis: &Analysis, position: Position) -> Result<Prepare
 }
 
 /// Every occurrence of the name at `position` in the files of `project` (the analyses of
-/// the document's project) replaced by `new_name`, as one edit; `uri_of` names a file's URI.
+/// the document's project, the document's own among them) replaced by `new_name`, as one
+/// edit; `uri_of` names a file's URI.
 pub fn rename(
     document: &Document,
     project: &[&Analysis],
@@ -50,11 +51,10 @@ pub fn rename(
     let old_name = analysis.map.get(found.definition.file).map_or("", |f| f.slice(found.definition));
     let definition = site_of(analysis, found.definition).ok_or("the document is not analysed")?;
     let mut sites = project_uses(project, &definition);
-    sites.extend(found.uses.iter().chain([&found.definition]).filter_map(|&span| site_of(analysis, span)));
-    let project: Vec<&Analysis> = std::iter::once(analysis).chain(project.iter().copied()).collect();
+    sites.insert(definition.clone());
     if new_name != old_name {
         // Each file is checked by the analysis that has it as its main file.
-        for checked in &project {
+        for checked in project {
             let Some(main) = checked.main_file() else { continue };
             let here: Vec<Span> = sites
                 .iter()
@@ -75,7 +75,7 @@ pub fn rename(
     }
     // By file name: a URI is no map key (it caches its parts in cells).
     let mut changes: HashMap<&str, (Uri, Vec<TextEdit>)> = HashMap::new();
-    let locator = Locator::new(&project, uri_of);
+    let locator = Locator::new(project, uri_of);
     for site in &sites {
         let location =
             locator.location(site).ok_or_else(|| format!("`{}` cannot be edited: it has no file URI", site.file))?;
@@ -152,7 +152,7 @@ mod tests {
     /// A rename with the document as the whole project.
     fn alone(document: &Document, at: Position, new_name: &str) -> Result<WorkspaceEdit, String> {
         let uri_of = |name: &str| crate::documents::uri_of_name(name, &crate::stdlib_files::StdlibFiles::none());
-        rename(document, &[], &uri_of, at, new_name)
+        rename(document, &[&document.analysis], &uri_of, at, new_name)
     }
 
     fn edit_count(edit: &WorkspaceEdit) -> usize {
