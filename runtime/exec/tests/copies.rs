@@ -78,14 +78,7 @@ fn every_copy_serves_instances_on_its_own_worker() {
     let graph = compile_example("list_reduce", &[("hidden", 16)]);
     let lens: Vec<usize> = (0..48).map(|i| 1 + i % 5).collect();
     let data = token_lists(&graph, &lens, 10, 8);
-    let config = ExecConfig {
-        workers: 4,
-        copies: 4,
-        max_active_keys: 16,
-        sync_updates: false,
-        trace: true,
-        ..ExecConfig::deterministic(8, OptimConfig::sgd(0.1))
-    };
+    let config = four_traced_copies();
     let mut ex = executor(&graph, 1, config);
     let placement = ex.placement();
     let copies = ex.replica_nodes();

@@ -237,14 +237,7 @@ fn copies_split_over_processes_train_as_in_one_process() {
 fn copies_in_both_processes_serve_instances_and_reduce_once_per_update() {
     let (graph, data) = list_reduce();
     let many: Vec<Instance> = data.iter().cycle().take(64).cloned().collect();
-    let config = ExecConfig {
-        workers: 4,
-        copies: 4,
-        max_active_keys: 16,
-        sync_updates: false,
-        trace: true,
-        ..ExecConfig::deterministic(8, OptimConfig::sgd(0.1))
-    };
+    let config = four_traced_copies();
     let parameters: usize =
         amp_params::ParamSpec::of_graph(&graph).iter().map(|s| s.shape.iter().product::<usize>()).sum();
     let results = in_two_processes(&graph, &config, Faults { seed: 2, max_delay: 1 }, None, |ex| {

@@ -105,6 +105,19 @@ pub fn token_lists(graph: &Verified, lens: &[usize], vocab: u32, seed: u64) -> V
         .collect()
 }
 
+/// Four copies on four workers, asynchronous SGD with 8 in flight, traced: the run in
+/// which each copy's share of the work is counted, in one process and across two.
+pub fn four_traced_copies() -> ExecConfig {
+    ExecConfig {
+        workers: 4,
+        copies: 4,
+        max_active_keys: 16,
+        sync_updates: false,
+        trace: true,
+        ..ExecConfig::deterministic(8, amp_params::OptimConfig::sgd(0.1))
+    }
+}
+
 pub fn executor(graph: &Verified, seed: u64, config: ExecConfig) -> Executor {
     let params = ParamSet::init(&amp_params::ParamSpec::of_graph(graph), seed);
     Executor::new(graph, params, config).expect("the executor accepts the graph")
