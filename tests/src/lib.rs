@@ -1,5 +1,6 @@
-//! Support for Amp's end-to-end test suites (in `tests/` of this crate) and benchmarks:
-//! the canonical example models, embedded once.
+//! Support for Amp's end-to-end test suites (in `tests/` of this crate), the other crates'
+//! tests and the benchmarks: the canonical example models, embedded once, and how a test
+//! reports that it could not run here.
 
 /// The five canonical models of SPEC §2, by name, with their source.
 pub const EXAMPLES: &[(&str, &str)] = &[
@@ -23,3 +24,15 @@ pub const ROLLOUT_EXAMPLES: &[(&str, &str)] = &[
     ("skip", include_str!("../../examples/rollout/skip.amp")),
     ("skip_recurrent", include_str!("../../examples/rollout/skip_recurrent.amp")),
 ];
+
+/// Reports a test (or a part of one) that could not run here: printed, and appended to
+/// the file `$AMP_SKIP_LOG` names (`.ci/run` counts its lines).
+pub fn report_skip(line: &str) {
+    println!("skipped: {line}");
+    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
+        use std::io::Write;
+        let written =
+            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
+        written.expect("the skip log takes a line");
+    }
+}

@@ -5,6 +5,7 @@
 use amp_ir::verify::Verified;
 use amp_ir::{ampg, text, verify, Graph};
 use amp_sema::{check_source, Options};
+use amp_tests::report_skip;
 use proptest::prelude::*;
 
 /// The hyperparameter overrides each example's snapshot is taken with: the MoE's 64
@@ -279,18 +280,6 @@ proptest! {
         let graph = compile("gen", &source);
         assert_round_trips(&graph);
         assert_plans(&graph);
-    }
-}
-
-/// Reports a test (or a part of one) that could not run here: printed, and appended to
-/// the file `$AMP_SKIP_LOG` names (`.ci/run` counts its lines).
-fn report_skip(line: &str) {
-    println!("skipped: {line}");
-    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
-        use std::io::Write;
-        let written =
-            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
-        written.expect("the skip log takes a line");
     }
 }
 

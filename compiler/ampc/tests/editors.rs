@@ -19,14 +19,7 @@ fn block_after(heading: &str, lang: &str) -> String {
 }
 
 fn skipped(reason: &str) {
-    let line = format!("ampc editors.rs: {reason}");
-    println!("skipped: {line}");
-    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
-        use std::io::Write;
-        let written =
-            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
-        written.expect("the skip log takes a line");
-    }
+    amp_tests::report_skip(&format!("ampc editors.rs: {reason}"));
 }
 
 /// A project in a new folder's `proj/`: `amp.toml`, `shared/encoders.amp` and `tree.amp`

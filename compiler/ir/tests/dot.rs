@@ -5,6 +5,7 @@
 mod common;
 
 use amp_ir::dot::to_dot;
+use amp_tests::report_skip;
 use common::*;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -70,17 +71,5 @@ fn graphviz_accepts_the_output() {
         child.stdin.take().expect("stdin").write_all(to_dot(&graph).as_bytes()).expect("write to dot");
         let output = child.wait_with_output().expect("wait for dot");
         assert!(output.status.success(), "{name}: dot failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-}
-
-/// Reports a test (or a part of one) that could not run here: printed, and appended to
-/// the file `$AMP_SKIP_LOG` names (`.ci/run` counts its lines).
-fn report_skip(line: &str) {
-    println!("skipped: {line}");
-    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
-        use std::io::Write;
-        let written =
-            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
-        written.expect("the skip log takes a line");
     }
 }

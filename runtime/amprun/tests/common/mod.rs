@@ -70,14 +70,7 @@ pub fn cached_sst(test: &str) -> Option<std::path::PathBuf> {
 
 /// Reports a test (or a case of one) that could not run here.
 pub fn skipped(test: &str, reason: &str) {
-    let line = format!("amprun {test}: {reason}");
-    println!("skipped: {line}");
-    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
-        use std::io::Write;
-        let written =
-            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
-        written.expect("the skip log takes a line");
-    }
+    amp_tests::report_skip(&format!("amprun {test}: {reason}"));
 }
 
 /// Compiles `examples/NAME.amp` with overrides, as `amprun` and `ampc compile` do.

@@ -145,14 +145,7 @@ pub fn cached_sst(test: &str) -> Option<PathBuf> {
 
 /// Reports a test that could not run here.
 pub fn skipped(test: &str, reason: &str) {
-    let line = format!("amp-data {test}: {reason}");
-    println!("skipped: {line}");
-    if let Some(log) = std::env::var_os("AMP_SKIP_LOG") {
-        use std::io::Write;
-        let written =
-            std::fs::OpenOptions::new().create(true).append(true).open(log).and_then(|mut f| writeln!(f, "{line}"));
-        written.expect("the skip log takes a line");
-    }
+    amp_tests::report_skip(&format!("amp-data {test}: {reason}"));
 }
 
 /// The workspace's `examples/` folder.
