@@ -4,6 +4,7 @@
 use crate::cli::{EvalArgs, GradArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::Failure;
+use crate::memory::Inputs;
 use crate::model::{self, display_name};
 use crate::report::{finite, Metrics};
 use crate::setup;
@@ -25,8 +26,16 @@ struct Session {
 }
 
 impl Session {
-    fn open(args: &EvalArgs, unlabeled: bool) -> Result<Session, Failure> {
-        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, unlabeled)
+    fn open(args: &EvalArgs, unlabeled: bool, inputs: &Inputs) -> Result<Session, Failure> {
+        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, unlabeled, inputs)
+    }
+
+    fn evaluate(&self) -> Result<amp_exec::EvalStats, Failure> {
+        self.executor.evaluate(&self.data.all()).map_err(|e| Failure::exec(&e, &|i| self.describe(i)))
+    }
+
+    fn infer(&self) -> Result<Vec<Vec<f32>>, Failure> {
+        self.executor.infer(&self.data.all()).map_err(|e| Failure::exec(&e, &|i| self.describe(i)))
     }
 
     fn describe(&self, i: i64) -> String {
@@ -37,6 +46,7 @@ impl Session {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // eval's and grad's flags, taken apart
 fn open(
     model_args: &crate::cli::ModelArgs,
     params: &std::path::Path,
@@ -45,14 +55,21 @@ fn open(
     exec: &crate::cli::ExecArgs,
     seed: Option<u64>,
     unlabeled: bool,
+    inputs: &Inputs,
 ) -> Result<Session, Failure> {
-    let model = model::load(model_args)?;
+    let model = model::given_or_load(model_args, inputs.model)?;
     let graph = model.graph;
     // A forward pass never updates; the update period is the default's, so that a plan
     // `ampc compile --workers N` stored for the default training setup is followed.
     let assumptions = crate::placement::assumptions(crate::cli::DEFAULT_UPDATE_SIZE, None);
     let choice = crate::placement::choose(&graph, model.plan.as_ref(), exec, &model_args.path, assumptions)?;
-    let params = setup::load_params(params, &graph)?;
+    let params = match inputs.params {
+        Some(given) => {
+            given.check_finite().map_err(|e| Failure::params("cannot use the parameters given", &e))?;
+            given.clone()
+        }
+        None => setup::load_params(params, &graph)?,
+    };
     // Forward passes and single gradients never update: the optimizer is never used.
     let mut config = amp_exec::ExecConfig {
         placement: choice.placement,
@@ -61,11 +78,13 @@ fn open(
     config.replicas.extend(choice.replicas);
     config.copies = choice.copies;
     let executor = setup::start(&graph, params, config)?;
-    let mut loader = Loader::new(&graph, data_args, &[data], None)?.with_noise_seed(seed.unwrap_or(0));
+    let files = if inputs.data.is_some() { &[][..] } else { &[data][..] };
+    let mut loader = Loader::new(&graph, data_args, files, None)?.with_noise_seed(seed.unwrap_or(0));
     if unlabeled {
         loader = loader.unlabeled(&graph);
     }
-    let data = crate::frames::check(&graph, &loader, loader.load(data)?, data_args.skip_bad_data)?;
+    let data = loader.load_from(data, inputs.data.as_ref())?;
+    let data = crate::frames::check(&graph, &loader, data, data_args.skip_bad_data)?;
     Ok(Session { graph, executor, loader, data })
 }
 
@@ -79,9 +98,8 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
     if args.output.is_some() {
         return Err(Failure::usage("--output applies to `amprun infer`; `eval` reports with --metrics".to_string()));
     }
-    let session = Session::open(args, false)?;
-    let stats =
-        session.executor.evaluate(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
+    let session = Session::open(args, false, &Inputs::default())?;
+    let stats = session.evaluate()?;
     // A split run's followers ran their workers' part; process 0 reports.
     if crate::cluster::follower() {
         return Ok(());
@@ -96,13 +114,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
         args.data.display()
     );
     let mut metrics = Metrics::open(args.metrics.as_deref(), false)?;
-    let summary = json!({
-        "split": "valid",
-        "instances": stats.instances,
-        "loss": finite(f64::from(stats.loss)),
-        "accuracy": stats.accuracy.map(|a| finite(f64::from(a))),
-    });
-    metrics.write_json(&summary)?;
+    metrics.write_json(&eval_summary(&stats))?;
     let Some(timing) = StepTiming::of(&session.graph) else { return Ok(()) };
     let steps = timing.accuracy_per_step(&stats.judgements);
     println!(
@@ -125,6 +137,31 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `amprun eval`'s summary (its `--metrics` line), with what `inputs` holds in place of
+/// files, and the instances per second.
+pub fn evaluation(args: &EvalArgs, inputs: &Inputs) -> Result<serde_json::Value, Failure> {
+    let stats = Session::open(args, false, inputs)?.evaluate()?;
+    let mut summary = eval_summary(&stats);
+    summary["instances_per_s"] = json!(finite(stats.instances_per_s));
+    Ok(summary)
+}
+
+fn eval_summary(stats: &amp_exec::EvalStats) -> serde_json::Value {
+    json!({
+        "split": "valid",
+        "instances": stats.instances,
+        "loss": finite(f64::from(stats.loss)),
+        "accuracy": stats.accuracy.map(|a| finite(f64::from(a))),
+    })
+}
+
+/// `amprun infer`'s outputs, one per instance in input order, with what `inputs` holds in
+/// place of files; whether they are the logits of a cross-entropy loss.
+pub fn outputs(args: &EvalArgs, inputs: &Inputs) -> Result<(Vec<Vec<f32>>, bool), Failure> {
+    let session = Session::open(args, true, inputs)?;
+    Ok((session.infer()?, feeds_cross_entropy(&session.graph)))
+}
+
 /// Writes one JSON line per instance, in input order, to stdout or `--output`:
 /// `{"instance": i, "output": [...], "argmax": k}`, with `"probabilities"` (the softmax of
 /// the output) when the output is the logits of a cross-entropy loss. The labels may be
@@ -138,9 +175,8 @@ pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
     if let Some(path) = &args.output {
         setup::check_output("--output", path)?;
     }
-    let session = Session::open(args, true)?;
-    let outputs =
-        session.executor.infer(&session.data.all()).map_err(|e| Failure::exec(&e, &|i| session.describe(i)))?;
+    let session = Session::open(args, true, &Inputs::default())?;
+    let outputs = session.infer()?;
     if crate::cluster::follower() {
         return Ok(());
     }
@@ -204,14 +240,44 @@ fn feeds_cross_entropy(graph: &Graph) -> bool {
 /// processes, each sums the gradients of the groups it owns and process 0 gathers the
 /// sums, then writes the file.
 pub fn grad(args: &GradArgs) -> Result<(), Failure> {
-    let follower = crate::cluster::follower();
-    if !follower {
+    if !crate::cluster::follower() {
         setup::check_output("--out", &args.out)?;
     }
-    let mut session = open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, false)?;
+    let Some(Gradient { mean, loss, instances: n, model: name }) = gradient(args, &Inputs::default())? else {
+        return Ok(());
+    };
+    let metadata: BTreeMap<String, String> = [
+        ("model".to_string(), name.clone()),
+        ("instances".to_string(), n.to_string()),
+        ("mean_loss".to_string(), loss.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    amp_params::save(&mean, &args.out, &metadata)
+        .map_err(|e| Failure::params(&format!("cannot write `{}`", args.out.display()), &e))?;
+    println!("{name}: mean loss {loss:.6} over {n} instances");
+    println!("wrote the mean gradient of {} parameters to {}", mean.len(), args.out.display());
+    Ok(())
+}
+
+/// The mean gradient over a data set's instances, and the mean loss.
+pub struct Gradient {
+    pub mean: ParamSet,
+    pub loss: f64,
+    pub instances: usize,
+    /// The model's name.
+    pub model: String,
+}
+
+/// `amprun grad`'s gradient, with what `inputs` holds in place of files; none on a split
+/// run's followers (process 0 gathers it).
+pub fn gradient(args: &GradArgs, inputs: &Inputs) -> Result<Option<Gradient>, Failure> {
+    let follower = crate::cluster::follower();
+    let mut session =
+        open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, false, inputs)?;
     let instances = session.data.all();
     if instances.is_empty() {
-        return Err(Failure::bad_input(format!("`{}` has no instances", args.data.display())));
+        return Err(Failure::bad_input(format!("`{}` has no instances", session.data.path.display())));
     }
     let mut sum: Option<ParamSet> = None;
     let mut loss_sum = 0.0f64;
@@ -232,26 +298,15 @@ pub fn grad(args: &GradArgs) -> Result<(), Failure> {
     let mut mean = sum.unwrap_or_else(|| session.executor.params().zeros_like());
     session.executor.gather_grads(&mut mean).map_err(|e| Failure::exec(&e, &|_| String::new()))?;
     if follower {
-        return Ok(());
+        return Ok(None);
     }
     let scale = 1.0 / n as f32;
     for t in 0..mean.len() {
         mean.data_mut(t).iter_mut().for_each(|g| *g *= scale);
     }
     let loss = loss_sum / n as f64;
-    let name = display_name(&session.graph, &args.model.path);
-    let metadata: BTreeMap<String, String> = [
-        ("model".to_string(), name.clone()),
-        ("instances".to_string(), n.to_string()),
-        ("mean_loss".to_string(), loss.to_string()),
-    ]
-    .into_iter()
-    .collect();
-    amp_params::save(&mean, &args.out, &metadata)
-        .map_err(|e| Failure::params(&format!("cannot write `{}`", args.out.display()), &e))?;
-    println!("{name}: mean loss {loss:.6} over {n} instances");
-    println!("wrote the mean gradient of {} parameters to {}", mean.len(), args.out.display());
-    Ok(())
+    let model = display_name(&session.graph, &args.model.path);
+    Ok(Some(Gradient { mean, loss, instances: n, model }))
 }
 
 #[cfg(test)]

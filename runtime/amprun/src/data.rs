@@ -19,9 +19,11 @@ use amp_ir::{Graph, InstanceData, ResolvedStep, Schema};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The instances of one data file.
+/// The instances of one data file (or of JSON Lines text in memory, `path` its name).
 pub struct DataSet {
     pub path: PathBuf,
+    /// The text the instances were read from, when it was given in memory.
+    text: Option<Arc<[u8]>>,
     pub format: Format,
     pub instances: Vec<Instance>,
     /// Bad instances skipped (`--skip-bad-data`).
@@ -147,11 +149,21 @@ impl Loader {
         self
     }
 
-    /// Reads a data file: the first bad instance is an error naming file, line and field,
-    /// unless `--skip-bad-data` (then the count is reported on stderr).
-    pub fn load(&self, path: &Path) -> Result<DataSet, Failure> {
-        let format = format_of(path, self.args.format)?;
-        let loaded = self.parse_file(format, path).map_err(|e| Failure::data(&e))?;
+    /// Reads `text` (JSON Lines in memory) when given, else the file `path`: the first bad
+    /// instance is an error naming file (or `text`'s name), line and field, unless
+    /// `--skip-bad-data` (then the count is reported on stderr).
+    pub fn load_from(&self, path: &Path, text: Option<&crate::memory::Text>) -> Result<DataSet, Failure> {
+        let (path, format, text) = match text {
+            Some(text) => (Path::new(&text.name), Format::Jsonl, Some(Arc::from(&text.jsonl[..]))),
+            None => (path, format_of(path, self.args.format)?, None),
+        };
+        let loaded = match &text {
+            Some(text) => {
+                self.parse(format, text, &path.display().to_string(), self.args.skip_bad_data, self.args.limit)
+            }
+            None => self.parse_file(format, path),
+        };
+        let loaded = loaded.map_err(|e| Failure::data(&e))?;
         let Loaded { instances, skipped, first_skipped } = loaded;
         if skipped > 0 {
             let first = first_skipped.map(|e| format!("; the first: {e}")).unwrap_or_default();
@@ -167,7 +179,7 @@ impl Loader {
             .map(|value| Instance::with_prepared(&self.prepared, value))
             .collect::<Result<Vec<_>, DataError>>()
             .map_err(|e| Failure::data(&e.in_file(&path.display().to_string())))?;
-        let mut set = DataSet { path: path.to_path_buf(), format, instances, skipped };
+        let mut set = DataSet { path: path.to_path_buf(), text, format, instances, skipped };
         self.check_ranges(&mut set)?;
         Ok(set)
     }
@@ -306,7 +318,10 @@ impl Loader {
     /// The 1-based line where instance `index` of `set` starts, found by reading the file
     /// again record by record, as far as that instance (only done when a run fails on it).
     pub fn line_of(&self, set: &DataSet, index: usize) -> Option<usize> {
-        let lines = amp_data::lines::open(&set.path).ok()?;
+        let lines = match &set.text {
+            Some(text) => Box::new(Lines::of_bytes(text)) as Box<dyn Iterator<Item = Line>>,
+            None => Box::new(amp_data::lines::open(&set.path).ok()?),
+        };
         let mut seen = 0;
         for (line, record) in Records::new(set.format, lines) {
             let count = self.parse(set.format, record.as_bytes(), "", false, None).map_or(0, |l| l.instances.len());

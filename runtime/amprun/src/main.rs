@@ -460,30 +460,9 @@
 //! files, verification, the atomic store), `download` (an address, a zip or a folder to
 //! the wanted files, bounded), `failure` (messages and exit codes).
 
-mod batches;
-mod cli;
-mod cluster;
-mod commands;
-mod data;
-mod datasets;
-mod download;
-mod embeddings;
-mod failure;
-mod frames;
-mod html_report;
-mod model;
-mod placement;
-mod report;
-mod schedule;
-mod setup;
-mod staleness;
-mod start;
-mod steps;
-mod tensorboard;
-mod train;
-
+use amprun::cli::Cli;
+use amprun::datasets;
 use clap::Parser;
-use cli::{Cli, Command};
 use std::process::ExitCode;
 
 /// The executor allocates a payload and a state per message, on every worker thread:
@@ -498,7 +477,7 @@ fn main() -> ExitCode {
     let mut cli = Cli::parse();
     report_worker_panics_briefly();
     let result = match datasets::resolve_names(&mut cli.command) {
-        Ok(()) => run(&cli.command),
+        Ok(()) => amprun::run(&cli.command),
         Err(failure) => Err(failure),
     };
     match result {
@@ -510,26 +489,6 @@ fn main() -> ExitCode {
             failure.exit.into()
         }
     }
-}
-
-/// Runs a parsed command (data set names already resolved to files).
-fn run(command: &Command) -> Result<(), failure::Failure> {
-    let exec = match command {
-        Command::Train(args) => &args.exec,
-        Command::Eval(args) | Command::Infer(args) => &args.exec,
-        Command::Grad(args) => &args.exec,
-        Command::Data(data) => return datasets::run(data),
-        Command::Report(args) => return html_report::run(args),
-    };
-    let result = cluster::prepare(exec).and_then(|()| match command {
-        Command::Train(args) => train::run(args),
-        Command::Eval(args) => commands::eval(args),
-        Command::Infer(args) => commands::infer(args),
-        Command::Grad(args) => commands::grad(args),
-        Command::Data(data) => datasets::run(data),
-        Command::Report(args) => html_report::run(args),
-    });
-    cluster::finish(result)
 }
 
 /// A worker's panic ends the run with the executor's error, which names the node and the

@@ -5,7 +5,7 @@
 
 use crate::cli::ModelArgs;
 use crate::failure::{Exit, Failure};
-use amp_diagnostics::{render_human, SourceMap};
+use amp_diagnostics::{render_human, Diagnostic, SourceMap};
 use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use amp_sema::{check_program, DiskFiles, Options};
@@ -13,18 +13,34 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 /// A verified graph (verified once, here), and the partition plan its `.ampg` file holds.
+#[derive(Clone)]
 pub struct Model {
     pub graph: Verified,
     pub plan: Option<amp_plan::Plan>,
 }
 
-/// Compiles or loads the model named on the command line.
+/// What hears a compilation's diagnostics (warnings too), with the files they point into.
+pub type Diagnostics<'a> = &'a mut dyn FnMut(&SourceMap, &[Diagnostic]);
+
+/// `given`, else the model named on the command line, compiled or loaded.
+pub fn given_or_load(args: &ModelArgs, given: Option<&Model>) -> Result<Model, Failure> {
+    given.map_or_else(|| load(args), |model| Ok(model.clone()))
+}
+
+/// Compiles or loads the model named on the command line; diagnostics go to stderr.
 pub fn load(args: &ModelArgs) -> Result<Model, Failure> {
+    load_reporting(args, None, &mut print_diagnostics)
+}
+
+/// Compiles `source`, the text of an `.amp` file at `args.path` (in memory: imports are
+/// read beside that path), or without it compiles or loads `args.path`; diagnostics go to
+/// `report` (an error then ends it with `Failure::printed`).
+pub fn load_reporting(args: &ModelArgs, source: Option<&str>, report: Diagnostics) -> Result<Model, Failure> {
     let is_graph_file = args.path.extension().is_some_and(|e| e.eq_ignore_ascii_case("ampg"));
-    if is_graph_file {
+    if is_graph_file && source.is_none() {
         load_graph_file(args)
     } else {
-        Ok(Model { graph: compile_source(args)?, plan: None })
+        Ok(Model { graph: compile_source(args, source, report)?, plan: None })
     }
 }
 
@@ -79,20 +95,33 @@ fn load_graph_file(args: &ModelArgs) -> Result<Model, Failure> {
     Ok(Model { graph, plan })
 }
 
-fn compile_source(args: &ModelArgs) -> Result<Verified, Failure> {
+fn compile_source(args: &ModelArgs, source: Option<&str>, report: Diagnostics) -> Result<Verified, Failure> {
     let path = &args.path;
-    let bytes = amp_ir::limits::read_bounded(path, amp_ir::limits::MAX_SOURCE_BYTES)
-        .map_err(|e| Failure::io("read", path, &e))?;
+    let text = match source {
+        Some(text) if text.len() > amp_ir::limits::MAX_SOURCE_BYTES as usize => {
+            return Err(Failure::usage(format!(
+                "the model's source is {} bytes, over the limit of {} (docs/limits.md)",
+                text.len(),
+                amp_ir::limits::MAX_SOURCE_BYTES
+            )));
+        }
+        Some(text) => text.to_string(),
+        None => {
+            let bytes = amp_ir::limits::read_bounded(path, amp_ir::limits::MAX_SOURCE_BYTES)
+                .map_err(|e| Failure::io("read", path, &e))?;
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    };
     let mut map = SourceMap::new();
-    let main = map.add(path.display().to_string(), String::from_utf8_lossy(&bytes).into_owned());
+    let main = map.add(path.display().to_string(), text);
     let checked = check_program(&mut map, main, &Options { defines: args.define.clone() }, &DiskFiles);
-    print_diagnostics(&map, &checked.diagnostics);
+    report(&map, &checked.diagnostics);
     if checked.has_errors() {
         return Err(Failure::printed(Exit::BadInput));
     }
     let program = &checked.program;
     if let Some(network) = &args.network {
-        return compile_network(args, &map, main, network, program);
+        return compile_network(args, &map, main, network, program, report);
     }
     let name_of = |m: &amp_sema::ComponentId| program.components[m.0 as usize].name.as_str();
     let model = match &args.model_name {
@@ -110,7 +139,7 @@ fn compile_source(args: &ModelArgs) -> Result<Verified, Failure> {
     match amp_lower::compile_model_with(program, &map, model, &options) {
         Ok((graph, _reports)) => Ok(graph),
         Err(e) => {
-            print_diagnostics(&map, e.diagnostics());
+            report(&map, e.diagnostics());
             Err(Failure::printed(Exit::BadInput))
         }
     }
@@ -123,6 +152,7 @@ fn compile_network(
     main: amp_diagnostics::FileId,
     name: &str,
     program: &amp_sema::Program,
+    report: Diagnostics,
 ) -> Result<Verified, Failure> {
     let path = &args.path;
     let ours = || program.networks.iter().enumerate().filter(|(_, n)| n.span.file == main);
@@ -133,20 +163,20 @@ fn compile_network(
     };
     let graph = amp_sema::rollout::RolloutGraph::of_network(def);
     let pattern = amp_sema::rollout::Pattern::named(&graph, &args.pattern).map_err(|e| {
-        print_diagnostics(map, &[e.to_diagnostic(&graph)]);
+        report(map, &[e.to_diagnostic(&graph)]);
         Failure::printed(Exit::BadInput)
     })?;
     let frames = args.frames.map_or(amp_lower::Frames::FromData, amp_lower::Frames::Fixed);
     match amp_lower::compile_network(program, map, index, &pattern, frames) {
         Ok((graph, _reports)) => Ok(graph),
         Err(e) => {
-            print_diagnostics(map, e.diagnostics());
+            report(map, e.diagnostics());
             Err(Failure::printed(Exit::BadInput))
         }
     }
 }
 
-fn print_diagnostics(map: &SourceMap, diagnostics: &[amp_diagnostics::Diagnostic]) {
+fn print_diagnostics(map: &SourceMap, diagnostics: &[Diagnostic]) {
     if diagnostics.is_empty() {
         return;
     }

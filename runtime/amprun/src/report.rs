@@ -95,12 +95,14 @@ pub struct Metrics {
     tensorboard: Option<crate::tensorboard::TensorBoard>,
     /// Every object written, for `--report`'s page.
     kept: Option<Vec<Value>>,
+    /// Hears every object written (`memory::Inputs::on_metrics`).
+    hear: Option<Box<dyn FnMut(&Value) + Send>>,
 }
 
 impl Metrics {
     /// Opens `path` (appending when resuming, else truncating); no file, no metrics.
     pub fn open(path: Option<&Path>, append: bool) -> Result<Metrics, Failure> {
-        let Some(path) = path else { return Ok(Metrics { out: None, tensorboard: None, kept: None }) };
+        let Some(path) = path else { return Ok(Metrics { out: None, tensorboard: None, kept: None, hear: None }) };
         crate::setup::check_target("--metrics", path)?;
         let file = OpenOptions::new()
             .create(true)
@@ -109,7 +111,7 @@ impl Metrics {
             .truncate(!append)
             .open(path)
             .map_err(|e| Failure::io("write", path, &e))?;
-        Ok(Metrics { out: Some((path.to_path_buf(), BufWriter::new(file))), tensorboard: None, kept: None })
+        Ok(Metrics { out: Some((path.to_path_buf(), BufWriter::new(file))), tensorboard: None, kept: None, hear: None })
     }
 
     /// Also keeps every object written in memory (`--report` without a `--metrics` file).
@@ -121,6 +123,17 @@ impl Metrics {
     /// The objects written so far, when kept.
     pub fn kept(&self) -> &[Value] {
         self.kept.as_deref().unwrap_or_default()
+    }
+
+    /// The objects written so far, when kept, taken out.
+    pub fn take_kept(&mut self) -> Vec<Value> {
+        self.kept.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Also calls `hear` with each object written.
+    pub fn hearing(mut self, hear: Option<Box<dyn FnMut(&Value) + Send>>) -> Metrics {
+        self.hear = hear;
+        self
     }
 
     /// Also writes each report's scalars as TensorBoard events into `dir`.
@@ -142,6 +155,9 @@ impl Metrics {
         }
         if let Some(kept) = &mut self.kept {
             kept.push(value.clone());
+        }
+        if let Some(hear) = &mut self.hear {
+            hear(value);
         }
         let Some((path, out)) = &mut self.out else { return Ok(()) };
         let line = value.to_string();

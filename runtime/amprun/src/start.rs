@@ -58,29 +58,28 @@ pub struct Start {
     pub best: Option<SavedBest>,
 }
 
-/// Fresh parameters (`--seed`, or `--init FILE`), or the `--save` checkpoint (`--resume`).
+/// Fresh parameters (`--seed`, `--init FILE`, or `given` in memory), or the `--save`
+/// checkpoint (`--resume`).
 pub fn starting_point(
     args: &TrainArgs,
     graph: &amp_ir::Graph,
     name: &str,
     optimizer: &OptimConfig,
+    given: Option<&ParamSet>,
 ) -> Result<Start, Failure> {
     let specs = ParamSpec::of_graph(graph);
     let seed = args.seed.unwrap_or(0);
-    match (&args.save, args.resume, &args.init) {
-        (Some(path), true, _) => resume(path, &specs, args.seed, name, optimizer),
-        (_, _, Some(init)) => Ok(Start {
-            params: setup::load_params(init, graph)?,
-            optim: None,
-            epochs_done: 0,
-            seed,
-            saved_instances: None,
-            best: None,
-        }),
-        _ => {
-            let params = ParamSet::init(&specs, seed);
-            Ok(Start { params, optim: None, epochs_done: 0, seed, saved_instances: None, best: None })
-        }
+    let fresh = |params| Start { params, optim: None, epochs_done: 0, seed, saved_instances: None, best: None };
+    if let (Some(path), true) = (&args.save, args.resume) {
+        return resume(path, &specs, args.seed, name, optimizer);
+    }
+    if let Some(params) = given {
+        params.check_finite().map_err(|e| Failure::params("cannot train from the parameters given", &e))?;
+        return Ok(fresh(params.clone()));
+    }
+    match &args.init {
+        Some(init) => Ok(fresh(setup::load_params(init, graph)?)),
+        None => Ok(fresh(ParamSet::init(&specs, seed))),
     }
 }
 

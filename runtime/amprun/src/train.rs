@@ -15,6 +15,7 @@ use crate::cli::{OptimizerName, TrainArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::{Exit, Failure};
 use crate::html_report;
+use crate::memory::{Inputs, Trained};
 use crate::model::{self, display_name};
 use crate::placement::{self, Choice, Measure};
 use crate::report::{self, Metrics, Progress, Report};
@@ -63,7 +64,28 @@ impl Observer for Watch<'_> {
     }
 }
 
+/// `amprun train`: Ctrl-C stops after the epoch in progress.
 pub fn run(args: &TrainArgs) -> Result<(), Failure> {
+    // Ctrl-C stops after the epoch in progress, a second one at once (a run split over
+    // processes keeps the default: its processes must stop after the same epoch).
+    if args.exec.processes.unwrap_or(1) <= 1 {
+        // Without the handler (another one is set), Ctrl-C keeps its default.
+        let _ = ctrlc::set_handler(on_interrupt);
+    }
+    let trained = train(args, Inputs { stop: Some(&INTERRUPTED), ..Inputs::default() })?;
+    match trained.stopped_after {
+        None => Ok(()),
+        Some(epoch) => {
+            let saved = args.save.as_ref().map_or(String::new(), |p| format!("; {} holds it", p.display()));
+            eprintln!("amprun: stopped by Ctrl-C after epoch {epoch}{saved}");
+            Err(Failure::printed(Exit::Interrupted))
+        }
+    }
+}
+
+/// Trains as `amprun train` does, with what `inputs` holds in place of the files the
+/// flags name; a stop (`Inputs::stop`) ends the run after the epoch in progress.
+pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
     let started = Instant::now();
     // A follower of a split run trains its workers' part and writes nothing: process 0
     // writes the metrics, checkpoints and traces. Its workers still record what a trace or
@@ -83,8 +105,15 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         args
     };
     check_outputs(args)?;
-    let model = model::load(&args.model)?;
-    let graph = model.graph;
+    let loaded;
+    let model = match inputs.model {
+        Some(model) => model,
+        None => {
+            loaded = model::load(&args.model)?;
+            &loaded
+        }
+    };
+    let graph = &model.graph;
     let name = display_name(&graph, &args.model.path);
     let optimizer = optimizer(args)?;
     let schedule = Schedule::from_args(args, optimizer.lr)?;
@@ -98,9 +127,9 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     config.copies = choice.copies;
     config.trace |= traced;
     config.frozen = crate::embeddings::frozen_groups(&graph, &args.freeze)?;
-    let start = starting_point(args, &graph, &name, &optimizer)?;
+    let start = starting_point(args, graph, &name, &optimizer, inputs.params)?;
     config.dropout_seed = start.seed;
-    let mut executor = setup::start(&graph, start.params, config.clone())?;
+    let mut executor = setup::start(graph, start.params, config.clone())?;
     choice.predict(&graph, &executor)?;
     // Process 0 speaks for a split run.
     if choice.workers() > 1 && args.exec.process.unwrap_or(0) == 0 {
@@ -120,7 +149,7 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                  nothing to train",
                 saved.since, saved.epoch
             );
-            return Ok(());
+            return Ok(Trained { params: executor.params().clone(), metrics: Vec::new(), stopped_after: None });
         }
     }
     if first > args.epochs {
@@ -130,14 +159,16 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
                 println!("{name}: the checkpoint has {done} epoch(s); nothing to do for --epochs {}", args.epochs)
             }
         }
-        return Ok(());
+        return Ok(Trained { params: executor.params().clone(), metrics: Vec::new(), stopped_after: None });
     }
 
-    let mut files = vec![args.data.as_path()];
-    files.extend(args.valid.as_deref());
-    let loader = Loader::new(&graph, &args.data_args, &files, Some(&args.data))?.with_noise_seed(start.seed);
+    // The files to read (not those given in memory), for their formats and a PTB vocabulary.
+    let mut files = Vec::new();
+    files.extend(inputs.data.is_none().then_some(args.data.as_path()));
+    files.extend(args.valid.as_deref().filter(|_| inputs.valid.is_none()));
+    let loader = Loader::new(graph, &args.data_args, &files, Some(&args.data))?.with_noise_seed(start.seed);
     let skip_bad = args.data_args.skip_bad_data;
-    let train = crate::frames::check(&graph, &loader, loader.load(&args.data)?, skip_bad)?;
+    let train = crate::frames::check(graph, &loader, loader.load_from(&args.data, inputs.data.as_ref())?, skip_bad)?;
     if train.len() == 0 {
         return Err(Failure::bad_input(format!("`{}` has no instances to train on", args.data.display())));
     }
@@ -145,11 +176,11 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         let vocab = crate::embeddings::vocabulary(loader.vocab(), args.data_args.vocab.as_deref())?;
         let mut params = executor.params().clone();
         let lowercase = args.data_args.lowercase;
-        crate::embeddings::init_embeddings(&graph, &mut params, &args.init_embedding, vocab.as_ref(), lowercase)?;
+        crate::embeddings::init_embeddings(graph, &mut params, &args.init_embedding, vocab.as_ref(), lowercase)?;
         executor.set_params(params).map_err(|e| Failure::exec(&e, &|_| String::new()))?;
     }
-    let valid = args.valid.as_deref().map(|v| loader.load(v)).transpose()?;
-    let valid = valid.map(|v| crate::frames::check(&graph, &loader, v, skip_bad)).transpose()?;
+    let valid = args.valid.as_deref().map(|v| loader.load_from(v, inputs.valid.as_ref())).transpose()?;
+    let valid = valid.map(|v| crate::frames::check(graph, &loader, v, skip_bad)).transpose()?;
     if let Some(saved) = start.saved_instances.filter(|&s| s != train.len()) {
         eprintln!(
             "amprun: warning: the checkpoint was trained on {saved} instances per epoch, this run has {}: \
@@ -175,12 +206,13 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         seed: start.seed,
         metrics: Metrics::open(args.metrics.as_deref(), args.resume)?
             .with_tensorboard(args.tensorboard.as_deref())?
-            .keeping(args.report.is_some() && args.metrics.is_none()),
+            .keeping(true)
+            .hearing(inputs.on_metrics),
         progress: Progress::new(),
         trace: Vec::new(),
         measure,
         choice,
-        graph: &graph,
+        graph,
         started,
         last: (None, None),
         // A resumed run's checkpoint is the `--save` file itself.
@@ -189,17 +221,11 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
         best,
         stop: false,
     };
-    // Ctrl-C stops after the epoch in progress, a second one at once (a run split over
-    // processes keeps the default: its processes must stop after the same epoch).
-    if args.exec.processes.unwrap_or(1) <= 1 {
-        // Without the handler (another one is set), Ctrl-C keeps its default.
-        let _ = ctrlc::set_handler(on_interrupt);
-    }
     run.metrics.write_json(&report::run_json(&run.name))?;
     let mut stopped_after = None;
     let result = (|| {
         for epoch in first..=args.epochs {
-            if INTERRUPTED.load(Ordering::SeqCst) {
+            if inputs.stop.is_some_and(|stop| stop.load(Ordering::SeqCst)) {
                 stopped_after = Some(epoch - 1);
                 break;
             }
@@ -224,14 +250,10 @@ pub fn run(args: &TrainArgs) -> Result<(), Failure> {
     }
     finished?;
     run.summary(first);
-    match stopped_after {
-        None => Ok(()),
-        Some(epoch) => {
-            let saved = args.save.as_ref().map_or(String::new(), |p| format!("; {} holds it", p.display()));
-            eprintln!("amprun: stopped by Ctrl-C after epoch {epoch}{saved}");
-            Err(Failure::printed(Exit::Interrupted))
-        }
-    }
+    let metrics = run.metrics.take_kept();
+    // Copies of the graph hold their own values; the owners' are the trained ones.
+    run.executor.gather().map_err(|e| Failure::exec(&e, &|_| String::new()))?;
+    Ok(Trained { params: run.executor.params().clone(), metrics, stopped_after })
 }
 
 /// Set by the first Ctrl-C of a training run.
