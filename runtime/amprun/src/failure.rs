@@ -34,11 +34,13 @@ impl From<Exit> for ExitCode {
 pub struct Failure {
     pub exit: Exit,
     pub message: String,
+    /// The bad instance's error, when a data instance is why (its file, line and field).
+    pub data: Option<Box<DataError>>,
 }
 
 impl Failure {
     pub fn new(exit: Exit, message: impl Into<String>) -> Failure {
-        Failure { exit, message: message.into() }
+        Failure { exit, message: message.into(), data: None }
     }
 
     pub fn usage(message: impl Into<String>) -> Failure {
@@ -63,7 +65,7 @@ impl Failure {
     pub fn data(error: &DataError) -> Failure {
         match error.kind() {
             DataErrorKind::Io(_) | DataErrorKind::Options(_) => Failure::usage(error.to_string()),
-            _ => Failure::bad_input(error.to_string()),
+            _ => Failure { data: Some(Box::new(error.clone())), ..Failure::bad_input(error.to_string()) },
         }
     }
 

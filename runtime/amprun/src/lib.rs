@@ -21,7 +21,7 @@ pub mod model;
 pub mod placement;
 mod report;
 mod schedule;
-mod setup;
+pub mod setup;
 mod staleness;
 mod start;
 mod steps;

@@ -117,11 +117,9 @@ pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
     let name = display_name(&graph, &args.model.path);
     let optimizer = optimizer(args)?;
     let schedule = Schedule::from_args(args, optimizer.lr)?;
-    check_update_overrides(&graph, &args.update_frequency)?;
-    staleness::check_nodes(&graph, &args.max_staleness)?;
-    let assumptions = placement::assumptions(args.update_size(), Some(&optimizer));
-    let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, args.exec.workers())?;
-    let mut choice = placement::choose(&graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)?;
+    check_update_overrides(graph, &args.update_frequency)?;
+    staleness::check_nodes(graph, &args.max_staleness)?;
+    let mut choice = choose_placement(args, model)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
     config.replicas.extend(choice.replicas.iter().cloned());
     config.copies = choice.copies;
@@ -254,6 +252,14 @@ pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
     // Copies of the graph hold their own values; the owners' are the trained ones.
     run.executor.gather().map_err(|e| Failure::exec(&e, &|_| String::new()))?;
     Ok(Trained { params: run.executor.params().clone(), metrics, stopped_after })
+}
+
+/// The placement training with `args` follows: the stored plan or the planner's, for the
+/// run's workers, update size, optimizer and worker speeds.
+pub fn choose_placement(args: &TrainArgs, model: &model::Model) -> Result<Choice, Failure> {
+    let assumptions = placement::assumptions(args.update_size(), Some(&optimizer(args)?));
+    let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, args.exec.workers())?;
+    placement::choose(&model.graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)
 }
 
 /// Set by the first Ctrl-C of a training run.
