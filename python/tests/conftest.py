@@ -47,3 +47,19 @@ def list_file(tmp_path_factory, list_rows) -> Path:
     path = tmp_path_factory.mktemp("data") / "train.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in list_rows))
     return path
+
+
+def report_skip(line: str) -> None:
+    """Skips the test, appending `line` to $AMP_SKIP_LOG (.ci/run counts the skips), as
+    the Rust tests' `amp_tests::report_skip` does."""
+    log = os.environ.get("AMP_SKIP_LOG")
+    if log:
+        with open(log, "a") as out:
+            out.write(line + "\n")
+    pytest.skip(line)
+
+
+def sst_present() -> bool:
+    """Whether SST is in the data cache (`amprun data get sst`)."""
+    found = subprocess.run([str(amprun_path()), "data", "path", "sst:train"], capture_output=True, text=True)
+    return found.returncode == 0 and Path(found.stdout.strip()).is_file()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import amp
-from conftest import LIST_REDUCE, LIST_VALID, ROOT, amprun, read_jsonl
+from conftest import EXAMPLES, LIST_REDUCE, LIST_VALID, ROOT, amprun, read_jsonl, report_skip, sst_present
 
 # Options both sides are given; one worker, so that both are reproducible bit for bit.
 OPTIONS = dict(optimizer="adam", lr=0.003, min_update_frequency=8, workers=1, seed=3)
@@ -226,3 +226,27 @@ def test_the_docs_examples_run(tmp_path, monkeypatch):
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/python.md", "exec"), namespace)  # noqa: S102 - our own docs
+
+
+def test_a_tree_lstm_trains_on_sst(tmp_path):
+    """docs/python.md's SST recipe, on 64 trees of each split."""
+    if not sst_present():
+        report_skip("python test_a_tree_lstm_trains_on_sst: SST is not in the cache (`amprun data get sst`)")
+    model = amp.compile(EXAMPLES / "tree_lstm_sst.amp", vocab=8000)
+    vocab = tmp_path / "sst.vocab"
+    best = tmp_path / "best.safetensors"
+    metrics = model.train("sst:train", valid="sst:dev", vocab=vocab, lowercase=True, optimizer="adam", lr=0.002,
+                          min_update_frequency=25, epochs=2, limit=64, seed=0, keep_best=best, workers=1)
+    assert [m["epoch"] for m in metrics if m["split"] == "valid"] == [1, 2]
+    summary = amp.load(EXAMPLES / "tree_lstm_sst.amp", best, vocab=8000).eval(
+        "sst:test", vocab=vocab, lowercase=True, limit=64)
+    assert summary["instances"] == 64 and 0.0 <= summary["accuracy"] <= 1.0
+
+
+def test_the_learning_curve_example_runs(tmp_path):
+    out = tmp_path / "curve.png"
+    done = subprocess.run([sys.executable, str(EXAMPLES / "python" / "learning_curve.py"), "--epochs", "2",
+                           "--train", "300", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    # A plot with matplotlib, else the curve's two rows.
+    assert out.is_file() or len([line for line in done.stdout.splitlines() if line.startswith("    ")]) == 2
