@@ -7,6 +7,9 @@ use amp_params::ParamSet;
 use serde_json::Value;
 use std::sync::atomic::AtomicBool;
 
+/// What hears each metrics object a run writes.
+pub type Listener = Box<dyn FnMut(&Value) + Send>;
+
 /// Instances in memory: JSON Lines text, one instance per line, read by the loader that
 /// reads a `.jsonl` file. Messages name the line `NAME:LINE` as they name a file's.
 #[derive(Clone, Debug)]
@@ -29,7 +32,7 @@ pub struct Inputs<'a> {
     /// In place of `--valid`.
     pub valid: Option<Text>,
     /// Hears each metrics object (`--metrics`' lines) as the run writes it.
-    pub on_metrics: Option<Box<dyn FnMut(&Value) + Send>>,
+    pub on_metrics: Option<Listener>,
     /// Set to stop training after the epoch in progress, as Ctrl-C does on the command
     /// line.
     pub stop: Option<&'a AtomicBool>,

@@ -96,7 +96,7 @@ pub struct Metrics {
     /// Every object written, for `--report`'s page.
     kept: Option<Vec<Value>>,
     /// Hears every object written (`memory::Inputs::on_metrics`).
-    hear: Option<Box<dyn FnMut(&Value) + Send>>,
+    hear: Option<crate::memory::Listener>,
 }
 
 impl Metrics {
@@ -131,7 +131,7 @@ impl Metrics {
     }
 
     /// Also calls `hear` with each object written.
-    pub fn hearing(mut self, hear: Option<Box<dyn FnMut(&Value) + Send>>) -> Metrics {
+    pub fn hearing(mut self, hear: Option<crate::memory::Listener>) -> Metrics {
         self.hear = hear;
         self
     }

@@ -114,7 +114,7 @@ pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
         }
     };
     let graph = &model.graph;
-    let name = display_name(&graph, &args.model.path);
+    let name = display_name(graph, &args.model.path);
     let optimizer = optimizer(args)?;
     let schedule = Schedule::from_args(args, optimizer.lr)?;
     check_update_overrides(graph, &args.update_frequency)?;
@@ -124,11 +124,11 @@ pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
     config.replicas.extend(choice.replicas.iter().cloned());
     config.copies = choice.copies;
     config.trace |= traced;
-    config.frozen = crate::embeddings::frozen_groups(&graph, &args.freeze)?;
+    config.frozen = crate::embeddings::frozen_groups(graph, &args.freeze)?;
     let start = starting_point(args, graph, &name, &optimizer, inputs.params)?;
     config.dropout_seed = start.seed;
     let mut executor = setup::start(graph, start.params, config.clone())?;
-    choice.predict(&graph, &executor)?;
+    choice.predict(graph, &executor)?;
     // Process 0 speaks for a split run.
     if choice.workers() > 1 && args.exec.process.unwrap_or(0) == 0 {
         eprintln!("amprun: {}", choice.summary());
