@@ -288,6 +288,14 @@ class Model:
         """The lowered dataflow graph in Amp's IR text (``ampc compile --emit ir``)."""
         return str(self._native.graph())
 
+    def rollout(self, pattern: Optional[str] = None, window: int = 1, enumerate: bool = False) -> Dict[str, Any]:
+        """For a model compiled from a ``network``: ``ampc rollout --message-format json``'s
+        analysis. Under ``pattern`` (``"streaming"``, ``"sequential"`` or edges such as
+        ``"a->b=1,b->b=0"``; default the one compiled with) its ``tableau`` (the update
+        steps until frame i of each node is known, frames 0 to ``window``) and its
+        ``inference_factor``; with ``enumerate=True`` every valid pattern instead."""
+        return dict(json.loads(_call(self._native.rollout, pattern, window, enumerate)))
+
     def plan(self, workers: Optional[int] = None, **options: Any) -> Dict[str, Any]:
         """The placement ``train`` would follow with these options: ``summary`` (the line
         amprun prints), ``copies`` and the ``plan`` (per-node workers, predicted

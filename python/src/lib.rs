@@ -49,6 +49,9 @@ struct PyModel {
     params: Option<ParamSet>,
     /// The compiler's warnings, as JSON text (a list).
     warnings: String,
+    /// What it was compiled from, for a network's rollout analysis.
+    args: ModelArgs,
+    source: Option<String>,
 }
 
 fn failure(f: Failure) -> PyErr {
@@ -142,6 +145,17 @@ fn compile(
         frames,
         per_element_maps,
     };
+    let (loaded, warnings) = diagnosed(py, |report| amprun::model::load_reporting(&args, source.as_deref(), report))?;
+    Ok(PyModel { model: loaded, path, params: None, warnings, args, source })
+}
+
+/// Runs a compilation, its diagnostics collected: the result and the warnings (JSON
+/// text), or with errors `Failure("compile", ...)` whose detail lists every diagnostic,
+/// errors first, each with its text as `ampc check` prints it.
+fn diagnosed<T: Send>(
+    py: Python<'_>,
+    run: impl FnOnce(amprun::model::Diagnostics) -> Result<T, Failure> + Send,
+) -> PyResult<(T, String)> {
     let mut diagnostics: Vec<Value> = Vec::new();
     let mut hear = |map: &SourceMap, found: &[amp_diagnostics::Diagnostic]| {
         for d in found {
@@ -152,11 +166,11 @@ fn compile(
             }
         }
     };
-    let loaded = py.detach(|| amprun::model::load_reporting(&args, source.as_deref(), &mut hear));
+    let result = py.detach(|| run(&mut hear));
     let (errors, warnings): (Vec<Value>, Vec<Value>) =
         diagnostics.into_iter().partition(|d| d["severity"].as_str() == Some("error"));
-    match loaded {
-        Ok(model) => Ok(PyModel { model, path, params: None, warnings: Value::Array(warnings).to_string() }),
+    match result {
+        Ok(value) => Ok((value, Value::Array(warnings).to_string())),
         Err(f) if f.message.is_empty() && !errors.is_empty() => {
             let all: Vec<Value> = errors.into_iter().chain(warnings).collect();
             Err(AmpFailure::new_err(("compile", String::new(), f.exit as i32, Value::Array(all).to_string())))
@@ -352,6 +366,21 @@ impl PyModel {
     /// The graph in Amp's IR text (`ampc compile --emit ir`).
     fn graph(&self) -> String {
         amp_ir::text::print(&self.model.graph)
+    }
+
+    /// `ampc rollout --message-format json`'s object for the network the model was
+    /// compiled from: under `pattern` (default: the one it was compiled with) the
+    /// tableau over frames 0..=`window` and the inference factor, or with `enumerate`
+    /// every valid pattern.
+    #[pyo3(signature = (pattern=None, window=1, enumerate=false))]
+    fn rollout(&self, py: Python<'_>, pattern: Option<String>, window: usize, enumerate: bool) -> PyResult<String> {
+        let mut args = self.args.clone();
+        if let Some(pattern) = pattern {
+            args.pattern = pattern;
+        }
+        let source = self.source.as_deref();
+        let (value, _) = diagnosed(py, |report| amprun::model::rollout(&args, source, window, enumerate, report))?;
+        Ok(value.to_string())
     }
 
     /// The placement `amprun train ARGV` would follow, as JSON text: the one-line summary,

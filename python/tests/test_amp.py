@@ -250,3 +250,22 @@ def test_the_learning_curve_example_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     # A plot with matplotlib, else the curve's two rows.
     assert out.is_file() or len([line for line in done.stdout.splitlines() if line.startswith("    ")]) == 2
+
+
+def test_a_network_s_rollout_is_ampc_s():
+    source = EXAMPLES / "rollout" / "skip_recurrent.amp"
+    model = amp.compile(source, network="SkipRecurrent", pattern="streaming", frames=4)
+    ampc = ROOT / "target" / "debug" / "ampc"
+    for pattern, window in (("streaming", 3), ("sequential", 5)):
+        printed = subprocess.run([str(ampc), "rollout", str(source), "--pattern", pattern, "--window", str(window),
+                                  "--message-format", "json"], capture_output=True, text=True, check=True).stdout
+        assert model.rollout(pattern=pattern, window=window) == json.loads(printed)
+    printed = subprocess.run([str(ampc), "rollout", str(source), "--enumerate", "--message-format", "json"],
+                             capture_output=True, text=True, check=True).stdout
+    assert model.rollout(enumerate=True) == json.loads(printed)
+    assert model.rollout()["valid"] is True
+
+    with pytest.raises(amp.UsageError, match="network"):
+        amp.compile(LIST_REDUCE).rollout()
+    with pytest.raises(amp.CompileError):
+        model.rollout(pattern="nosuch->edge=0")

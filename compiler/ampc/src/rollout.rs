@@ -5,9 +5,10 @@
 
 use crate::{MessageFormat, Printer};
 use amp_diagnostics::{Diagnostic, FileId};
-use amp_sema::rollout::{analyse, enumerate_valid, Analysis, Enumerated, Pattern, RolloutGraph};
+use amp_sema::rollout::{
+    analyse, analysis_json, enumerate_valid, enumeration_json, Analysis, Enumerated, Pattern, RolloutGraph,
+};
 use amp_sema::Program;
-use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -77,33 +78,6 @@ fn network_graph(program: &Program, main: FileId, args: &RolloutArgs) -> Option<
         None => eprintln!("error: `{file}` defines no network"),
     }
     None
-}
-
-fn pattern_json(graph: &RolloutGraph, pattern: &Pattern) -> Value {
-    let delays: Map<String, Value> =
-        (0..graph.edges.len()).map(|e| (graph.edge_name(e), json!(pattern.delay(e)))).collect();
-    Value::Object(delays)
-}
-
-fn analysis_json(graph: &RolloutGraph, pattern: &Pattern, analysis: &Analysis) -> Value {
-    let tableau: Map<String, Value> =
-        graph.nodes.iter().enumerate().map(|(v, n)| (n.name.clone(), json!(analysis.tableau.row(v)))).collect();
-    json!({
-        "network": graph.name,
-        "pattern": pattern_json(graph, pattern),
-        "valid": true,
-        "window": analysis.tableau.window,
-        "inference_factor": analysis.inference_factor,
-        "tableau": tableau,
-    })
-}
-
-fn enumeration_json(graph: &RolloutGraph, found: &[Enumerated]) -> Value {
-    let patterns: Vec<Value> = found
-        .iter()
-        .map(|e| json!({ "pattern": pattern_json(graph, &e.pattern), "inference_factor": e.inference_factor }))
-        .collect();
-    json!({ "network": graph.name, "valid_patterns": found.len(), "patterns": patterns })
 }
 
 /// The pattern edge by edge, validity, the tableau (a row per node, a column per frame)

@@ -5,9 +5,11 @@
 
 use crate::cli::ModelArgs;
 use crate::failure::{Exit, Failure};
-use amp_diagnostics::{render_human, Diagnostic, SourceMap};
+use amp_diagnostics::{render_human, Diagnostic, FileId, SourceMap};
 use amp_ir::verify::Verified;
 use amp_ir::Graph;
+use amp_sema::rollout::{Pattern, RolloutGraph};
+use amp_sema::Checked;
 use amp_sema::{check_program, DiskFiles, Options};
 use std::io::IsTerminal;
 use std::path::Path;
@@ -95,7 +97,9 @@ fn load_graph_file(args: &ModelArgs) -> Result<Model, Failure> {
     Ok(Model { graph, plan })
 }
 
-fn compile_source(args: &ModelArgs, source: Option<&str>, report: Diagnostics) -> Result<Verified, Failure> {
+/// The checked program of `source` (or the file `args.path`), with `args`' overrides;
+/// its diagnostics go to `report`, and errors end it.
+fn check(args: &ModelArgs, source: Option<&str>, report: Diagnostics) -> Result<(SourceMap, FileId, Checked), Failure> {
     let path = &args.path;
     let text = match source {
         Some(text) if text.len() > amp_ir::limits::MAX_SOURCE_BYTES as usize => {
@@ -119,6 +123,12 @@ fn compile_source(args: &ModelArgs, source: Option<&str>, report: Diagnostics) -
     if checked.has_errors() {
         return Err(Failure::printed(Exit::BadInput));
     }
+    Ok((map, main, checked))
+}
+
+fn compile_source(args: &ModelArgs, source: Option<&str>, report: Diagnostics) -> Result<Verified, Failure> {
+    let path = &args.path;
+    let (map, main, checked) = check(args, source, report)?;
     let program = &checked.program;
     if let Some(network) = &args.network {
         return compile_network(args, &map, main, network, program, report);
@@ -149,20 +159,13 @@ fn compile_source(args: &ModelArgs, source: Option<&str>, report: Diagnostics) -
 fn compile_network(
     args: &ModelArgs,
     map: &SourceMap,
-    main: amp_diagnostics::FileId,
+    main: FileId,
     name: &str,
     program: &amp_sema::Program,
     report: Diagnostics,
 ) -> Result<Verified, Failure> {
-    let path = &args.path;
-    let ours = || program.networks.iter().enumerate().filter(|(_, n)| n.span.file == main);
-    let Some((index, def)) = ours().find(|(_, n)| n.name == name) else {
-        let names: Vec<&str> = ours().map(|(_, n)| n.name.as_str()).collect();
-        let names = if names.is_empty() { "none".to_string() } else { names.join(", ") };
-        return Err(Failure::usage(format!("no network `{name}` in `{}` (networks: {names})", path.display())));
-    };
-    let graph = amp_sema::rollout::RolloutGraph::of_network(def);
-    let pattern = amp_sema::rollout::Pattern::named(&graph, &args.pattern).map_err(|e| {
+    let (index, graph) = find_network(&args.path, main, name, program)?;
+    let pattern = Pattern::named(&graph, &args.pattern).map_err(|e| {
         report(map, &[e.to_diagnostic(&graph)]);
         Failure::printed(Exit::BadInput)
     })?;
@@ -174,6 +177,53 @@ fn compile_network(
             Err(Failure::printed(Exit::BadInput))
         }
     }
+}
+
+/// The network `name` of the main file, its index in the program and its graph.
+fn find_network(
+    path: &Path,
+    main: FileId,
+    name: &str,
+    program: &amp_sema::Program,
+) -> Result<(usize, RolloutGraph), Failure> {
+    let ours = || program.networks.iter().enumerate().filter(|(_, n)| n.span.file == main);
+    let Some((index, def)) = ours().find(|(_, n)| n.name == name) else {
+        let names: Vec<&str> = ours().map(|(_, n)| n.name.as_str()).collect();
+        let names = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+        return Err(Failure::usage(format!("no network `{name}` in `{}` (networks: {names})", path.display())));
+    };
+    Ok((index, RolloutGraph::of_network(def)))
+}
+
+/// `ampc rollout`'s JSON object for the network `args.network` of `source` (or the file
+/// `args.path`): under `args.pattern`, its validity, tableau over frames 0..=`window` and
+/// inference factor; with `enumerate`, every valid pattern instead.
+pub fn rollout(
+    args: &ModelArgs,
+    source: Option<&str>,
+    window: usize,
+    enumerate: bool,
+    report: Diagnostics,
+) -> Result<serde_json::Value, Failure> {
+    let Some(name) = &args.network else {
+        return Err(Failure::usage("a rollout is a network's: this model was not compiled from a `network`"));
+    };
+    if window > amp_sema::rollout::MAX_WINDOW {
+        return Err(Failure::usage(format!("the window is at most {}", amp_sema::rollout::MAX_WINDOW)));
+    }
+    let (map, main, checked) = check(args, source, report)?;
+    let (_, graph) = find_network(&args.path, main, name, &checked.program)?;
+    let mut failed = |e: amp_sema::rollout::RolloutError| {
+        report(&map, &[e.to_diagnostic(&graph)]);
+        Failure::printed(Exit::BadInput)
+    };
+    if enumerate {
+        let found = amp_sema::rollout::enumerate_valid(&graph).map_err(&mut failed)?;
+        return Ok(amp_sema::rollout::enumeration_json(&graph, &found));
+    }
+    let pattern = Pattern::named(&graph, &args.pattern).map_err(&mut failed)?;
+    let analysis = amp_sema::rollout::analyse(&graph, &pattern, window).map_err(&mut failed)?;
+    Ok(amp_sema::rollout::analysis_json(&graph, &pattern, &analysis))
 }
 
 fn print_diagnostics(map: &SourceMap, diagnostics: &[Diagnostic]) {

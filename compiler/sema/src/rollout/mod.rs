@@ -17,9 +17,11 @@
 //! is known; F(R) is the largest T over frame 1 of the window of size 1.
 
 mod enumerate;
+mod json;
 mod tableau;
 
 pub use enumerate::{enumerate_valid, Enumerated};
+pub use json::{analysis_json, enumeration_json, pattern_json};
 pub use tableau::{analyse, frame_order, inference_factor, Analysis, Cycle, Tableau};
 
 use crate::typed::NetworkDef;
