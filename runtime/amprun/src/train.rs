@@ -249,8 +249,6 @@ pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
     finished?;
     run.summary(first);
     let metrics = run.metrics.take_kept();
-    // Copies of the graph hold their own values; the owners' are the trained ones.
-    run.executor.gather().map_err(|e| Failure::exec(&e, &|_| String::new()))?;
     Ok(Trained { params: run.executor.params().clone(), metrics, stopped_after })
 }
 
