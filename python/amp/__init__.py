@@ -247,8 +247,7 @@ class Model:
         lengths differ."""
         argv = ["infer", self._native.path, "--params", "<memory>"]
         flags, lines = _data(instances, "--data", "data")
-        outputs, _ = _call(self._native.infer, argv + flags + _flags(options), lines)
-        return outputs
+        return _call(self._native.infer, argv + flags + _flags(options), lines)
 
     def eval(self, data: Data, **options: Any) -> Dict[str, Any]:
         """Loss, accuracy (for a classifier), instances and instances/s of the model's

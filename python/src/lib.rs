@@ -6,7 +6,7 @@
 //! messages. The Python layer (`python/amp/__init__.py`) turns dicts into JSON Lines,
 //! JSON text into dicts and this module's `Failure` into the package's exceptions.
 
-use amp_diagnostics::{render_human, render_json, SourceMap};
+use amp_diagnostics::{render_human, JsonDiagnostic, SourceMap};
 use amp_params::{ParamSet, ParamSpec};
 use amprun::cli::{Cli, Command, ModelArgs};
 use amprun::failure::{Exit, Failure};
@@ -159,9 +159,8 @@ fn diagnosed<T: Send>(
     let mut diagnostics: Vec<Value> = Vec::new();
     let mut hear = |map: &SourceMap, found: &[amp_diagnostics::Diagnostic]| {
         for d in found {
-            let one = std::slice::from_ref(d);
-            if let Ok(mut value) = serde_json::from_str::<Value>(render_json(map, one).trim_end()) {
-                value["rendered"] = json!(render_human(map, one, false));
+            if let Ok(mut value) = serde_json::to_value(JsonDiagnostic::new(map, d)) {
+                value["rendered"] = json!(render_human(map, std::slice::from_ref(d), false));
                 diagnostics.push(value);
             }
         }
@@ -266,25 +265,19 @@ impl PyModel {
     }
 
     /// `amprun infer ARGV`'s outputs, one row per instance: a 2-D array when every output
-    /// has the same length, else a list of 1-D arrays; and whether they are the logits of
-    /// a cross-entropy loss.
+    /// has the same length, else a list of 1-D arrays.
     #[pyo3(signature = (argv, data=None))]
-    fn infer<'py>(
-        &mut self,
-        py: Python<'py>,
-        argv: Vec<String>,
-        data: Option<Vec<u8>>,
-    ) -> PyResult<(Bound<'py, PyAny>, bool)> {
+    fn infer<'py>(&mut self, py: Python<'py>, argv: Vec<String>, data: Option<Vec<u8>>) -> PyResult<Bound<'py, PyAny>> {
         let Command::Infer(args) = parse(argv)? else { return Err(usage("not an `infer` command line")) };
         let inputs = self.with_params(data);
-        let (outputs, logits) = py.detach(move || amprun::commands::outputs(&args, &inputs)).map_err(failure)?;
+        let outputs = py.detach(move || amprun::commands::outputs(&args, &inputs)).map_err(failure)?;
         let width = outputs.first().map_or(0, Vec::len);
         if outputs.iter().all(|o| o.len() == width) {
             let flat: Vec<f32> = outputs.concat();
-            return Ok((array(py, &flat, &[outputs.len(), width])?, logits));
+            return array(py, &flat, &[outputs.len(), width]);
         }
         let rows = outputs.iter().map(|o| array(py, o, &[o.len()])).collect::<PyResult<Vec<_>>>()?;
-        Ok((rows.into_pyobject(py)?.into_any(), logits))
+        Ok(rows.into_pyobject(py)?.into_any())
     }
 
     /// `amprun eval ARGV`'s summary, as JSON text.

@@ -215,14 +215,13 @@ def test_ctrl_c_stops_after_the_epoch_and_keeps_the_checkpoint(tmp_path, list_fi
            "--resume", "--epochs", str(epoch + 1), "--workers", "1")
 
 
-def test_the_docs_examples_run(tmp_path, monkeypatch):
+def test_the_docs_examples_run(monkeypatch):
     """Every ```python block of docs/python.md, in order, in one namespace, from the
     repository's root."""
     text = (ROOT / "docs" / "python.md").read_text()
     blocks = [part.split("```", 1)[0] for part in text.split("```python\n")[1:]]
     assert len(blocks) >= 3
     monkeypatch.chdir(ROOT)
-    monkeypatch.setenv("AMP_DOCS_TMP", str(tmp_path))
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/python.md", "exec"), namespace)  # noqa: S102 - our own docs

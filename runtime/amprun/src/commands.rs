@@ -5,28 +5,29 @@ use crate::cli::{EvalArgs, GradArgs};
 use crate::data::{DataSet, Loader};
 use crate::failure::Failure;
 use crate::memory::Inputs;
-use crate::model::{self, display_name};
+use crate::model::{self, display_name, Model};
 use crate::report::{finite, Metrics};
 use crate::setup;
 use crate::steps::StepTiming;
 use amp_exec::Executor;
-use amp_ir::verify::Verified;
 use amp_ir::Graph;
 use amp_params::{OptimConfig, ParamSet};
 use serde_json::json;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Write;
 
 /// The model, its parameters, an executor and the data of a one-pass command.
-struct Session {
-    graph: Verified,
+struct Session<'a> {
+    /// The model given in memory, else the one the flags name.
+    model: Cow<'a, Model>,
     executor: Executor,
     loader: Loader,
     data: DataSet,
 }
 
-impl Session {
-    fn open(args: &EvalArgs, unlabeled: bool, inputs: &Inputs) -> Result<Session, Failure> {
+impl<'a> Session<'a> {
+    fn open(args: &EvalArgs, unlabeled: bool, inputs: &Inputs<'a>) -> Result<Session<'a>, Failure> {
         open(&args.model, &args.params, &args.data, &args.data_args, &args.exec, args.seed, unlabeled, inputs)
     }
 
@@ -47,7 +48,7 @@ impl Session {
 }
 
 #[allow(clippy::too_many_arguments)] // eval's and grad's flags, taken apart
-fn open(
+fn open<'a>(
     model_args: &crate::cli::ModelArgs,
     params: &std::path::Path,
     data: &std::path::Path,
@@ -55,20 +56,17 @@ fn open(
     exec: &crate::cli::ExecArgs,
     seed: Option<u64>,
     unlabeled: bool,
-    inputs: &Inputs,
-) -> Result<Session, Failure> {
+    inputs: &Inputs<'a>,
+) -> Result<Session<'a>, Failure> {
     let model = model::given_or_load(model_args, inputs.model)?;
-    let graph = model.graph;
+    let graph = &model.graph;
     // A forward pass never updates; the update period is the default's, so that a plan
     // `ampc compile --workers N` stored for the default training setup is followed.
     let assumptions = crate::placement::assumptions(crate::cli::DEFAULT_UPDATE_SIZE, None);
-    let choice = crate::placement::choose(&graph, model.plan.as_ref(), exec, &model_args.path, assumptions)?;
+    let choice = crate::placement::choose(graph, model.plan.as_ref(), exec, &model_args.path, assumptions)?;
     let params = match inputs.params {
-        Some(given) => {
-            given.check_finite().map_err(|e| Failure::params("cannot use the parameters given", &e))?;
-            given.clone()
-        }
-        None => setup::load_params(params, &graph)?,
+        Some(given) => setup::given_params(given, graph)?,
+        None => setup::load_params(params, graph)?,
     };
     // Forward passes and single gradients never update: the optimizer is never used.
     let mut config = amp_exec::ExecConfig {
@@ -77,15 +75,15 @@ fn open(
     };
     config.replicas.extend(choice.replicas);
     config.copies = choice.copies;
-    let executor = setup::start(&graph, params, config)?;
+    let executor = setup::start(graph, params, config)?;
     let files = if inputs.data.is_some() { &[][..] } else { &[data][..] };
-    let mut loader = Loader::new(&graph, data_args, files, None)?.with_noise_seed(seed.unwrap_or(0));
+    let mut loader = Loader::new(graph, data_args, files, None)?.with_noise_seed(seed.unwrap_or(0));
     if unlabeled {
-        loader = loader.unlabeled(&graph);
+        loader = loader.unlabeled(graph);
     }
     let data = loader.load_from(data, inputs.data.as_ref())?;
-    let data = crate::frames::check(&graph, &loader, data, data_args.skip_bad_data)?;
-    Ok(Session { graph, executor, loader, data })
+    let data = crate::frames::check(graph, &loader, data, data_args.skip_bad_data)?;
+    Ok(Session { model, executor, loader, data })
 }
 
 /// Prints loss, accuracy and throughput of the parameters on the data, and for a
@@ -107,7 +105,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
     let accuracy = stats.accuracy.map(|a| format!("  accuracy {:.2}%", 100.0 * a)).unwrap_or_default();
     println!(
         "{}: loss {:.6}{accuracy}  instances {}  instances/s {:.1}  ({})",
-        display_name(&session.graph, &args.model.path),
+        display_name(&session.model.graph, &args.model.path),
         stats.loss,
         stats.instances,
         stats.instances_per_s,
@@ -115,7 +113,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), Failure> {
     );
     let mut metrics = Metrics::open(args.metrics.as_deref(), false)?;
     metrics.write_json(&eval_summary(&stats))?;
-    let Some(timing) = StepTiming::of(&session.graph) else { return Ok(()) };
+    let Some(timing) = StepTiming::of(&session.model.graph) else { return Ok(()) };
     let steps = timing.accuracy_per_step(&stats.judgements);
     println!(
         "accuracy per update step (F(R) = {}, a frame's output every {} step(s) from step {}):",
@@ -156,10 +154,9 @@ fn eval_summary(stats: &amp_exec::EvalStats) -> serde_json::Value {
 }
 
 /// `amprun infer`'s outputs, one per instance in input order, with what `inputs` holds in
-/// place of files; whether they are the logits of a cross-entropy loss.
-pub fn outputs(args: &EvalArgs, inputs: &Inputs) -> Result<(Vec<Vec<f32>>, bool), Failure> {
-    let session = Session::open(args, true, inputs)?;
-    Ok((session.infer()?, feeds_cross_entropy(&session.graph)))
+/// place of files.
+pub fn outputs(args: &EvalArgs, inputs: &Inputs) -> Result<Vec<Vec<f32>>, Failure> {
+    Session::open(args, true, inputs)?.infer()
 }
 
 /// Writes one JSON line per instance, in input order, to stdout or `--output`:
@@ -180,7 +177,7 @@ pub fn infer(args: &EvalArgs) -> Result<(), Failure> {
     if crate::cluster::follower() {
         return Ok(());
     }
-    let probabilities = feeds_cross_entropy(&session.graph);
+    let probabilities = feeds_cross_entropy(&session.model.graph);
     let write = |out: &mut dyn Write| -> std::io::Result<()> {
         for (i, output) in outputs.iter().enumerate() {
             writeln!(out, "{}", infer_line(i, output, probabilities))?;
@@ -305,7 +302,7 @@ pub fn gradient(args: &GradArgs, inputs: &Inputs) -> Result<Option<Gradient>, Fa
         mean.data_mut(t).iter_mut().for_each(|g| *g *= scale);
     }
     let loss = loss_sum / n as f64;
-    let model = display_name(&session.graph, &args.model.path);
+    let model = display_name(&session.model.graph, &args.model.path);
     Ok(Some(Gradient { mean, loss, instances: n, model }))
 }
 

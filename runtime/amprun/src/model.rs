@@ -11,6 +11,7 @@ use amp_ir::Graph;
 use amp_sema::rollout::{Pattern, RolloutGraph};
 use amp_sema::Checked;
 use amp_sema::{check_program, DiskFiles, Options};
+use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -24,9 +25,12 @@ pub struct Model {
 /// What hears a compilation's diagnostics (warnings too), with the files they point into.
 pub type Diagnostics<'a> = &'a mut dyn FnMut(&SourceMap, &[Diagnostic]);
 
-/// `given`, else the model named on the command line, compiled or loaded.
-pub fn given_or_load(args: &ModelArgs, given: Option<&Model>) -> Result<Model, Failure> {
-    given.map_or_else(|| load(args), |model| Ok(model.clone()))
+/// `given` (borrowed), else the model named on the command line, compiled or loaded.
+pub fn given_or_load<'a>(args: &ModelArgs, given: Option<&'a Model>) -> Result<Cow<'a, Model>, Failure> {
+    match given {
+        Some(model) => Ok(Cow::Borrowed(model)),
+        None => load(args).map(Cow::Owned),
+    }
 }
 
 /// Compiles or loads the model named on the command line; diagnostics go to stderr.

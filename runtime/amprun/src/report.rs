@@ -114,9 +114,10 @@ impl Metrics {
         Ok(Metrics { out: Some((path.to_path_buf(), BufWriter::new(file))), tensorboard: None, kept: None, hear: None })
     }
 
-    /// Also keeps every object written in memory (`--report` without a `--metrics` file).
-    pub fn keeping(mut self, keep: bool) -> Metrics {
-        self.kept = keep.then(Vec::new);
+    /// Also keeps every object written in memory (for `--report` without a `--metrics`
+    /// file, and what `train` returns).
+    pub fn keeping(mut self) -> Metrics {
+        self.kept = Some(Vec::new());
         self
     }
 

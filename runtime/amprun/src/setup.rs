@@ -43,6 +43,22 @@ pub fn load_params(path: &Path, graph: &Graph) -> Result<ParamSet, Failure> {
     Ok(params)
 }
 
+/// Parameters given in memory (`memory::Inputs::params`), checked as a file's are: the
+/// model's names and shapes, every value finite.
+pub fn given_params(given: &ParamSet, graph: &Graph) -> Result<ParamSet, Failure> {
+    const WHAT: &str = "cannot use the parameters given";
+    if given.specs() != ParamSpec::of_graph(graph).as_slice() {
+        let names = |specs: &[ParamSpec]| specs.iter().map(|s| format!("{} {:?}", s.name, s.shape)).collect::<Vec<_>>();
+        return Err(Failure::usage(format!(
+            "{WHAT}: they are {:?}, the model's are {:?}",
+            names(given.specs()),
+            names(&ParamSpec::of_graph(graph))
+        )));
+    }
+    given.check_finite().map_err(|e| Failure::params(WHAT, &e))?;
+    Ok(given.clone())
+}
+
 /// Checks, before any work, that the file `flag` names can be written: its directory
 /// exists and takes a new file, and it is absent or a regular file.
 pub fn check_output(flag: &str, path: &Path) -> Result<(), Failure> {

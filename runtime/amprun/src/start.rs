@@ -74,8 +74,7 @@ pub fn starting_point(
         return resume(path, &specs, args.seed, name, optimizer);
     }
     if let Some(params) = given {
-        params.check_finite().map_err(|e| Failure::params("cannot train from the parameters given", &e))?;
-        return Ok(fresh(params.clone()));
+        return Ok(fresh(setup::given_params(params, graph)?));
     }
     match &args.init {
         Some(init) => Ok(fresh(setup::load_params(init, graph)?)),

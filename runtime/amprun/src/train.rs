@@ -105,21 +105,14 @@ pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
         args
     };
     check_outputs(args)?;
-    let loaded;
-    let model = match inputs.model {
-        Some(model) => model,
-        None => {
-            loaded = model::load(&args.model)?;
-            &loaded
-        }
-    };
+    let model = model::given_or_load(&args.model, inputs.model)?;
     let graph = &model.graph;
     let name = display_name(graph, &args.model.path);
     let optimizer = optimizer(args)?;
     let schedule = Schedule::from_args(args, optimizer.lr)?;
     check_update_overrides(graph, &args.update_frequency)?;
     staleness::check_nodes(graph, &args.max_staleness)?;
-    let mut choice = choose_placement(args, model)?;
+    let mut choice = choose_placement(args, &model)?;
     let mut config = train_config(args, optimizer, choice.placement.clone());
     config.replicas.extend(choice.replicas.iter().cloned());
     config.copies = choice.copies;
@@ -204,7 +197,7 @@ pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
         seed: start.seed,
         metrics: Metrics::open(args.metrics.as_deref(), args.resume)?
             .with_tensorboard(args.tensorboard.as_deref())?
-            .keeping(true)
+            .keeping()
             .hearing(inputs.on_metrics),
         progress: Progress::new(),
         trace: Vec::new(),
