@@ -10,7 +10,7 @@
 use amp_diagnostics::{Code, Diagnostic, FileId, Severity, SourceFile, SourceMap, Span};
 use lsp_types as lsp;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What the client shows as the diagnostic's origin.
 const SOURCE: &str = "ampc";
@@ -159,35 +159,39 @@ pub fn file_uri(path: &Path) -> Option<lsp::Uri> {
     uri.parse().ok()
 }
 
-/// The path a `file://` URI names (percent-decoded); `None` for other schemes and for
-/// paths that are not UTF-8.
-pub fn file_path(uri: &lsp::Uri) -> Option<std::path::PathBuf> {
-    let rest = uri.as_str().strip_prefix("file://")?;
-    // `file://host/path` names another machine; only the empty host (or `localhost`) is ours.
-    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
-    if !rest.starts_with('/') {
+/// The local path a `file://` URI names.
+pub fn file_path(uri: &lsp::Uri) -> Option<PathBuf> {
+    path_of_file_uri(uri.as_str())
+}
+
+/// The local path of a `file://` URI, percent-decoded; `None` for other schemes, hosts
+/// other than empty or `localhost`, and escapes that do not decode to UTF-8.
+pub fn path_of_file_uri(uri: &str) -> Option<PathBuf> {
+    let rest = uri.strip_prefix("file://")?;
+    let path = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !path.starts_with('/') {
         return None;
     }
-    let bytes = rest.as_bytes();
+    let bytes = path.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(high), Some(low)) => {
-                decoded.push(u8::try_from(high * 16 + low).ok()?);
-                i += 3;
-            }
-            (byte, ..) => {
-                decoded.push(byte);
-                i += 1;
-            }
+        if bytes[i] == b'%' {
+            let hex = path.get(i + 1..i + 3)?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
         }
     }
     let text = String::from_utf8(decoded).ok()?;
-    // `/C:/x` is the Windows path `C:/x`.
-    let windows = text.len() > 2 && text.as_bytes()[2] == b':';
-    Some(std::path::PathBuf::from(if windows { &text[1..] } else { &text[..] }))
+    // `file:///C:/x` on Windows.
+    let text = match text.as_bytes() {
+        [b'/', drive, b':', ..] if drive.is_ascii_alphabetic() => text[1..].to_string(),
+        _ => text,
+    };
+    Some(PathBuf::from(text))
 }
 
 #[cfg(test)]
@@ -315,5 +319,16 @@ mod tests {
         assert!(converted.is_some(), "the primary file is known even without a URI for labels");
         let missing = Diagnostic::new(Code::UnknownName, Span::new(FileId(5), 0, 1), "x");
         assert!(to_lsp_diagnostic(&missing, &map, &|_| None, None).is_none());
+    }
+
+    #[test]
+    fn file_uris_decode_to_paths() {
+        assert_eq!(path_of_file_uri("file:///tmp/my%20dir/%C3%A9"), Some(PathBuf::from("/tmp/my dir/é")));
+        assert_eq!(path_of_file_uri("file://localhost/tmp"), Some(PathBuf::from("/tmp")));
+        assert_eq!(path_of_file_uri("file:///C:/Temp"), Some(PathBuf::from("C:/Temp")));
+        assert_eq!(path_of_file_uri("https://x/y"), None);
+        assert_eq!(path_of_file_uri("file:///bad%zz"), None);
+        assert_eq!(path_of_file_uri("file:///bad%ff"), None);
+        assert_eq!(path_of_file_uri("file:///cut%2"), None);
     }
 }

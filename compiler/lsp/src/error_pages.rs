@@ -5,7 +5,7 @@
 //! 2. else `docs/errors/` of the workspace root, when the root is an Amp checkout;
 //! 3. else no link (the code is still shown, and `docs/errors/<CODE>.md` is its page).
 
-use crate::convert::file_uri;
+use crate::convert::{file_uri, path_of_file_uri};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -35,36 +35,6 @@ fn workspace_root(params: &Value) -> Option<PathBuf> {
     }
 }
 
-/// The local path of a `file://` URI, percent-decoded; `None` for other schemes, hosts
-/// other than empty or `localhost`, and escapes that do not decode to UTF-8.
-fn path_of_file_uri(uri: &str) -> Option<PathBuf> {
-    let rest = uri.strip_prefix("file://")?;
-    let path = rest.strip_prefix("localhost").unwrap_or(rest);
-    if !path.starts_with('/') {
-        return None;
-    }
-    let bytes = path.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = path.get(i + 1..i + 3)?;
-            decoded.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            decoded.push(bytes[i]);
-            i += 1;
-        }
-    }
-    let text = String::from_utf8(decoded).ok()?;
-    // `file:///C:/x` on Windows.
-    let text = match text.as_bytes() {
-        [b'/', drive, b':', ..] if drive.is_ascii_alphabetic() => text[1..].to_string(),
-        _ => text,
-    };
-    Some(PathBuf::from(text))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,16 +60,5 @@ mod tests {
         assert_eq!(error_pages_base(&folders), Some(base));
         assert_eq!(error_pages_base(&json!({ "rootUri": "file:///nowhere" })), None);
         assert_eq!(error_pages_base(&json!({})), None);
-    }
-
-    #[test]
-    fn file_uris_decode_to_paths() {
-        assert_eq!(path_of_file_uri("file:///tmp/my%20dir/%C3%A9"), Some(PathBuf::from("/tmp/my dir/é")));
-        assert_eq!(path_of_file_uri("file://localhost/tmp"), Some(PathBuf::from("/tmp")));
-        assert_eq!(path_of_file_uri("file:///C:/Temp"), Some(PathBuf::from("C:/Temp")));
-        assert_eq!(path_of_file_uri("https://x/y"), None);
-        assert_eq!(path_of_file_uri("file:///bad%zz"), None);
-        assert_eq!(path_of_file_uri("file:///bad%ff"), None);
-        assert_eq!(path_of_file_uri("file:///cut%2"), None);
     }
 }
