@@ -1,8 +1,11 @@
 //! Lowers a [`KernelSpec`] to a Cranelift function, forward or backward.
 //!
-//! Both functions have the signature `fn(ports: *const *mut f32, rows: i64)`: `ports` holds
-//! one pointer per buffer, in the order of [`crate::Kernel::run`]'s buffer lists (inputs
-//! then outputs). The code is a loop over rows; per row:
+//! Both functions have the signature `fn(ports: *const *mut f32, strides: *const i64,
+//! rows: i64)`: `ports` holds one pointer per buffer, in the order of
+//! [`crate::Kernel::run`]'s buffer lists (inputs then outputs), and `strides` the bytes
+//! from one row to the next of each input-side buffer (the kernel's inputs and, backward,
+//! the output gradients: a vector input may be a column block of wider rows, read in
+//! place). The code is a loop over rows; per row:
 //!
 //! 1. scalar values (one per row) are loaded and computed once, in `f32`;
 //! 2. a loop over the row's `n` elements, four at a time, computes the vector values in
@@ -11,12 +14,14 @@
 //!    constant of the kernel, so both trip counts are constants).
 //!
 //! Memory safety rests on the addresses alone: port `p` is only ever accessed at
-//! `ports[p] + 4·(row·n + i)` with `row < rows`, `i < n` for vector ports, at
+//! `ports[p] + strides[p]·row + 4·i` with `row < rows`, `i < n` for vector input-side
+//! ports, at `ports[p] + 4·(row·n + i)` for vector outputs, at
 //! `ports[p] + 4·row` for scalar ports and, in the saving functions, at
 //! `ports[p] + 4·(row·k·n + j·n + i)` with `j < k` for the saved buffer of `k` values;
 //! only output ports (the saving forward's saved buffer among them) are stored to.
 //! Whatever the ops are, they cannot move an access outside those ranges, which the
-//! methods of [`crate::Kernel`] check against the buffers' lengths before the call.
+//! methods of [`crate::Kernel`] check against the buffers' lengths and strides before the
+//! call.
 //!
 //! The backward function recomputes the forward values from the inputs (the saving pair
 //! of functions: all but the saved ones, which it loads), then runs reverse mode in the
@@ -41,7 +46,8 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 const LANES: usize = 4;
 const VEC: Type = types::F32X4;
 
-/// Fills `func` (whose signature the caller set to `(pointer, i64)`) with the kernel.
+/// Fills `func` (whose signature the caller set to `(pointer, pointer, i64)`) with the
+/// kernel.
 /// With `saving`, the forward also stores the spec's [`KernelSpec::saved`] values into
 /// one more buffer, after the outputs, and the backward loads them from that buffer,
 /// between the output gradients and the input gradients, instead of computing them.
@@ -58,7 +64,8 @@ pub(crate) fn build(
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
-    let (ptrs, rows) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+    let params = b.block_params(entry);
+    let (ptrs, strides, rows) = (params[0], params[1], params[2]);
     let mut port_widths = port_widths(spec, pass);
     let saved = if saving { spec.saved() } else { Vec::new() };
     // The saved buffer's place: after the outputs (forward) or the output gradients
@@ -79,6 +86,14 @@ pub(crate) fn build(
             b.ins().load(ptr_ty, MemFlagsData::trusted(), ptrs, offset)
         })
         .collect();
+    // The row strides of the vector input-side buffers (scalar ones are always packed).
+    let input_side = spec.inputs().len() + if pass == Pass::Backward { spec.outputs().len() } else { 0 };
+    let strides = (0..input_side)
+        .map(|p| {
+            let vector = port_widths[p] == Width::Vector;
+            vector.then(|| b.ins().load(types::I64, MemFlagsData::trusted(), strides, (p * 8) as i32))
+        })
+        .collect();
     let has_adjoint = if pass == Pass::Backward { has_adjoint(spec) } else { Vec::new() };
     let first_input_grad = spec.inputs().len() + spec.outputs().len() + usize::from(saving);
     let mut gen = Gen {
@@ -87,6 +102,7 @@ pub(crate) fn build(
         fma,
         port_widths,
         bases,
+        strides,
         row_ptrs: Vec::new(),
         has_adjoint,
         saved,
@@ -160,6 +176,8 @@ struct Gen<'s, 'f> {
     port_widths: Vec<Width>,
     /// The buffers' base pointers.
     bases: Vec<Value>,
+    /// Per input-side buffer, its row stride in bytes when it is a vector.
+    strides: Vec<Option<Value>>,
     /// The current row's first element of each buffer.
     row_ptrs: Vec<Value>,
     has_adjoint: Vec<bool>,
@@ -203,6 +221,8 @@ impl<'f> Gen<'_, 'f> {
             .map(|p| {
                 let offset = if Some(p) == self.saved_port {
                     saved_offset
+                } else if let Some(stride) = self.strides.get(p).copied().flatten() {
+                    self.b.ins().imul(row, stride)
                 } else if self.port_widths[p] == Width::Vector {
                     vector_offset
                 } else {

@@ -32,6 +32,9 @@ pub enum KernelError {
     BufferCount { role: BufferRole, expected: usize, found: usize },
     /// Buffer `port` holds `found` f32s where `rows` rows need `expected`.
     BufferLength { role: BufferRole, port: usize, expected: usize, found: usize },
+    /// Input buffer `port` is strided by `stride` f32s, less than its rows' `width` (or
+    /// a scalar port, which is always packed).
+    Stride { port: usize, stride: usize, width: usize },
     /// `rows × n` does not fit in memory.
     RowsOverflow { rows: usize, n: usize },
     /// The spec is malformed.
@@ -51,6 +54,12 @@ impl fmt::Display for KernelError {
             }
             KernelError::BufferLength { role, port, expected, found } => {
                 write!(f, "{role} buffer {port} holds {found} f32s, the kernel needs {expected}")
+            }
+            KernelError::Stride { port, stride, width } => {
+                write!(
+                    f,
+                    "input buffer {port} has rows {stride} f32s apart, but rows of {width} (a scalar port is packed)"
+                )
             }
             KernelError::RowsOverflow { rows, n } => write!(f, "{rows} rows of {n} elements overflow"),
             KernelError::Spec(e) => write!(f, "malformed kernel: {e}"),

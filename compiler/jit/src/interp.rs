@@ -98,13 +98,46 @@ impl Arith for f32 {
     }
 }
 
-/// Checks a call's buffers against the spec: the right number of each, each exactly the
-/// length `rows` rows need (`rows × n` for vector ports, `rows` for scalar ports).
+/// One input-side buffer of a kernel call (the kernel's inputs and, backward, the output
+/// gradients): `rows` rows of its port's width, row `r` starting at `values[r·stride]`.
+/// Packed rows (the stride is the width, [`Rows::packed`]) are what [`crate::Kernel::run`]
+/// takes; a wider stride ([`Rows::strided`]) reads a column block of wider rows in place,
+/// the part of an absorbed split, with `values` starting at the block's first column.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows<'a, T = f32> {
+    values: &'a [T],
+    stride: Option<usize>,
+}
+
+impl<'a, T> Rows<'a, T> {
+    pub fn packed(values: &'a [T]) -> Self {
+        Rows { values, stride: None }
+    }
+
+    /// Rows `stride` values apart; only a vector port may be strided.
+    pub fn strided(values: &'a [T], stride: usize) -> Self {
+        Rows { values, stride: Some(stride) }
+    }
+
+    pub(crate) fn values(&self) -> &'a [T] {
+        self.values
+    }
+
+    /// The distance between rows for a port `width` wide.
+    pub(crate) fn stride(&self, width: usize) -> usize {
+        self.stride.unwrap_or(width)
+    }
+}
+
+/// Checks a call's buffers against the spec: the right number of each; each packed buffer
+/// exactly the length `rows` rows need (`rows × n` for vector ports, `rows` for scalar
+/// ports); each strided one a vector input with a stride of at least `n`, long enough for
+/// the last row's `n` values and no longer than `rows` strides.
 pub(crate) fn check_call<T>(
     spec: &KernelSpec,
     pass: Pass,
     rows: usize,
-    inputs: &[&[T]],
+    inputs: &[Rows<'_, T>],
     outputs: &[&mut [T]],
 ) -> Result<(), KernelError> {
     let n = spec.n();
@@ -130,7 +163,26 @@ pub(crate) fn check_call<T>(
     }
     let input_widths = spec.inputs().iter().copied().chain(spec.output_widths());
     for (port, (buffer, width)) in inputs.iter().zip(input_widths).enumerate() {
-        expect(BufferRole::Inputs, port, width, buffer.len())?;
+        let found = buffer.values.len();
+        match buffer.stride {
+            None => expect(BufferRole::Inputs, port, width, found)?,
+            Some(stride) if width == Width::Scalar || stride < n => {
+                return Err(KernelError::Stride { port, stride, width: if width == Width::Vector { n } else { 1 } })
+            }
+            Some(stride) => {
+                let overflow = KernelError::RowsOverflow { rows, n: stride };
+                let longest = rows.checked_mul(stride).ok_or(overflow)?;
+                let shortest = if rows == 0 { 0 } else { longest - stride + n };
+                if found < shortest || found > longest {
+                    return Err(KernelError::BufferLength {
+                        role: BufferRole::Inputs,
+                        port,
+                        expected: shortest,
+                        found,
+                    });
+                }
+            }
+        }
     }
     let check_outputs = |widths: &mut dyn Iterator<Item = Width>| -> Result<(), KernelError> {
         for (port, (buffer, width)) in outputs.iter().zip(widths).enumerate() {
@@ -154,7 +206,32 @@ pub fn interpret<T: Arith>(
     inputs: &[&[T]],
     outputs: &mut [&mut [T]],
 ) -> Result<(), KernelError> {
+    let packed: Vec<Rows<T>> = inputs.iter().map(|b| Rows::packed(*b)).collect();
+    interpret_rows(spec, pass, rows, &packed, outputs)
+}
+
+/// [`interpret`] on input-side buffers that may be strided: a strided buffer's rows are
+/// first copied into a packed one, so it computes exactly what the packed call computes.
+pub fn interpret_rows<T: Arith>(
+    spec: &KernelSpec,
+    pass: Pass,
+    rows: usize,
+    inputs: &[Rows<'_, T>],
+    outputs: &mut [&mut [T]],
+) -> Result<(), KernelError> {
     check_call(spec, pass, rows, inputs, outputs)?;
+    let n = spec.n();
+    let packed: Vec<std::borrow::Cow<[T]>> = inputs
+        .iter()
+        .map(|b| match b.stride {
+            None => std::borrow::Cow::Borrowed(b.values),
+            Some(stride) => {
+                let rows = (0..rows).flat_map(|r| &b.values[r * stride..r * stride + n]);
+                std::borrow::Cow::Owned(rows.copied().collect())
+            }
+        })
+        .collect();
+    let inputs: Vec<&[T]> = packed.iter().map(|b| &**b).collect();
     let values = Evaluator { spec, rows }.forward(&inputs[..spec.inputs().len()]);
     match pass {
         Pass::Forward => {

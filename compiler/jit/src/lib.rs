@@ -48,7 +48,7 @@ pub mod spec;
 
 pub use error::{BufferRole, KernelError};
 pub use group::{fusion_groups, FusionGroup, GroupError, GroupErrorKind, PortRef};
-pub use interp::{interpret, Arith, Pass};
+pub use interp::{interpret, interpret_rows, Arith, Pass, Rows};
 pub use kernel::{CacheStats, Kernel, KernelCache};
 pub use listing::clif_listing;
 pub use math::max_rel_error;

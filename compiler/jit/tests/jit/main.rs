@@ -7,3 +7,4 @@ mod differential;
 mod finite_diff;
 mod groups;
 mod smoke;
+mod strided;
