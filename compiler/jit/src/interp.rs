@@ -206,7 +206,7 @@ pub fn interpret<T: Arith>(
     inputs: &[&[T]],
     outputs: &mut [&mut [T]],
 ) -> Result<(), KernelError> {
-    let packed: Vec<Rows<T>> = inputs.iter().map(|b| Rows::packed(*b)).collect();
+    let packed: Vec<Rows<T>> = inputs.iter().map(|b| Rows::packed(b)).collect();
     interpret_rows(spec, pass, rows, &packed, outputs)
 }
 

@@ -214,7 +214,7 @@ impl Kernel {
 }
 
 fn packed<'a>(inputs: &[&'a [f32]]) -> Vec<Rows<'a>> {
-    inputs.iter().map(|b| Rows::packed(*b)).collect()
+    inputs.iter().map(|b| Rows::packed(b)).collect()
 }
 
 /// The only call into generated code, and the only `unsafe` in this crate.
