@@ -128,7 +128,7 @@ fn the_examples_kernels_read_blocks_in_place() {
     for (name, verified) in crate::common::examples() {
         for group in amp_jit::fusion_groups(&verified).into_iter().flatten() {
             let kernel = compile(&group.spec);
-            for (rows, extra) in [(1, 3), (5, group.spec.n() as usize * 2)] {
+            for (rows, extra) in [(1, 3), (5, group.spec.n() * 2)] {
                 check(&kernel, rows, 11, extra).unwrap_or_else(|e| panic!("{name}: {e}"));
             }
         }
