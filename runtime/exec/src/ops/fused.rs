@@ -22,33 +22,55 @@
 //! vectors hold any number of rows, all of them rows of the same kernel call, and a
 //! scalar input (a constant) is repeated for each of its key's rows (its gradient is the
 //! sum over them). There a part of an absorbed split is a column block of every row of
-//! its port ([`Block`]), gathered into one contiguous buffer for the call (the kernel
-//! reads rows of `n` packed values; a strided kernel would need a second code path in
-//! the JIT and its interpreter for one copy per part, the copy the split made itself).
-//! Training keeps the gathered blocks, pieces of that buffer, in place of the port's rows,
-//! so the backward reads them in place as it read a split's parts. The port's gradient
-//! is the parts' gradients written at their columns, zeros in the columns of a part the
+//! its port ([`Block`]), which the kernel reads in place, strided (`amp_jit::Rows`), when
+//! the keys' rows of that port are one range of a buffer (one key, or the pieces of one
+//! batch in order), and gathered into a packed buffer otherwise. Training keeps the
+//! port's payload, and the backward reads its blocks the same way. The port's gradient is
+//! the parts' gradients written at their columns, zeros in the columns of a part the
 //! group does not read, in one buffer for all keys of the call.
 
 use super::{Intake, Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;
 use crate::load::program::FusedGroup;
 use crate::message::{Key, Msg, Payload};
-use amp_jit::{Pass, Width};
+use amp_jit::{Pass, Rows, Width};
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// What training keeps per key for the backward pass: the input messages, the row
+/// What training keeps per key for the backward pass: the input messages and the row
 /// of values the kernel's saving forward kept (`Kernel::saved_per_row`: its `sigmoid`,
 /// `tanh`, `exp` and `log` values, which the backward then reads instead of computing
-/// them again; empty for a kernel without any), and per kernel input the columns the
-/// forward gathered for a [`Block`] (`Unit` for the others): the backward reads them in
-/// place instead of gathering again, and the message of a port read only in blocks keeps
-/// its state alone, not the port's rows.
+/// them again; empty for a kernel without any).
 struct Saved {
     inputs: Vec<Msg>,
     values: Payload,
-    parts: Vec<Payload>,
+}
+
+/// One buffer of a kernel call: borrowed or stacked values, and the row stride of a
+/// [`Block`] read in place.
+struct Buffer<'a> {
+    values: Cow<'a, [f32]>,
+    stride: Option<usize>,
+}
+
+impl<'a> Buffer<'a> {
+    fn packed(values: Cow<'a, [f32]>) -> Buffer<'a> {
+        Buffer { values, stride: None }
+    }
+
+    /// `block`'s columns of the port rows `values`, in place: from the block's first
+    /// column on, rows a port row apart.
+    fn block(values: &'a [f32], block: Block) -> Result<Buffer<'a>, OpError> {
+        block.check(values)?;
+        Ok(Buffer { values: Cow::Borrowed(values.get(block.offset..).unwrap_or(&[])), stride: Some(block.stride) })
+    }
+
+    fn rows(&self) -> Rows<'_> {
+        match self.stride {
+            Some(stride) => Rows::strided(&self.values, stride),
+            None => Rows::packed(&self.values),
+        }
+    }
 }
 
 /// The saved values of a call: none (the plain functions), written by a forward, or read
@@ -78,9 +100,6 @@ pub(crate) struct FusedOp {
     /// Per kernel input, the f32s per row of what [`FusedOp::kernel_inputs`] gives for
     /// it: the port's whole rows in a group of batches, the input's own otherwise.
     read_widths: Vec<usize>,
-    /// Per input port, whether every kernel input reading it is a block (the input of an
-    /// absorbed split in a group of batches): training keeps its blocks, not its rows.
-    in_blocks: Vec<bool>,
     forward_join: Join,
     backward_join: Join,
     saved: Keyed<Saved>,
@@ -122,18 +141,11 @@ impl FusedOp {
             .zip(&input_widths)
             .map(|(slice, &width)| if group.batch { port_width(slice.port) } else { width })
             .collect();
-        let in_blocks = (0..group.port_widths.len())
-            .map(|port| {
-                let mut reading = group.slices.iter().zip(&blocks).filter(|(slice, _)| slice.port == port);
-                reading.all(|(_, block)| block.is_some())
-            })
-            .collect();
         FusedOp {
             whole_input,
             scalar_input,
             blocks,
             read_widths,
-            in_blocks,
             forward_join: Join::new(group.port_widths.len()),
             backward_join: Join::new(output_widths.len()),
             input_widths,
@@ -146,17 +158,12 @@ impl FusedOp {
     /// The buffers of one kernel call over the rows of every key: key `k` brings
     /// `counts[k]` rows (one but in a group of batches), buffer `b` of it is `args[k][b]`
     /// (a kernel input's scalar, one value, stands for each of the key's rows; a
-    /// [`Block`]'s port rows, of which it takes its columns, unless `gathered`), or, where
-    /// `in_place[b]` has them, the rows of all keys as one range of a buffer (the pieces
-    /// of an earlier batch, read without a copy).
-    fn stack<'a>(
-        &self,
-        (args, in_place): KernelArgs<'a>,
-        counts: &[usize],
-        gathered: bool,
-    ) -> Result<Vec<Cow<'a, [f32]>>, OpError> {
+    /// [`Block`]'s port rows, of which it takes its columns), or, where `in_place[b]` has
+    /// them, the rows of all keys as one range of a buffer (the pieces of an earlier
+    /// batch, read without a copy).
+    fn stack<'a>(&self, (args, in_place): KernelArgs<'a>, counts: &[usize]) -> Result<Vec<Buffer<'a>>, OpError> {
         let buffers = args.first().map_or(0, Vec::len);
-        (0..buffers).map(|b| self.buffer(b, (args, in_place), counts, gathered)).collect()
+        (0..buffers).map(|b| self.buffer(b, (args, in_place), counts)).collect()
     }
 
     /// One kernel call on `rows` rows of `inputs` (see [`FusedOp::stack`]); returns the
@@ -164,46 +171,48 @@ impl FusedOp {
     fn call(
         &self,
         pass: Pass,
-        inputs: &[Cow<[f32]>],
+        inputs: &[Buffer],
         rows: usize,
         widths: &[usize],
         saved: SavedValues,
     ) -> Result<Vec<Vec<f32>>, OpError> {
-        let inputs: Vec<&[f32]> = inputs.iter().map(|b| &**b).collect();
+        let inputs: Vec<Rows> = inputs.iter().map(Buffer::rows).collect();
         let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows]).collect();
         let mut views: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
         let kernel = &self.group.kernel;
-        let done = match saved {
-            SavedValues::None => kernel.run(pass, rows, &inputs, &mut views),
-            SavedValues::Write(values) => {
+        let done = match (pass, saved) {
+            (Pass::Forward, SavedValues::Write(values)) => {
                 values.clear();
                 values.resize(rows * kernel.saved_per_row(), 0.0);
-                kernel.run_forward_saving(rows, &inputs, &mut views, values)
+                kernel.forward(rows, &inputs, &mut views, Some(values))
             }
-            SavedValues::Read(values) => kernel.run_backward_from_saved(rows, &inputs, values, &mut views),
+            (Pass::Forward, _) => kernel.forward(rows, &inputs, &mut views, None),
+            (Pass::Backward, SavedValues::Read(values)) => kernel.backward(rows, &inputs, Some(values), &mut views),
+            (Pass::Backward, _) => kernel.backward(rows, &inputs, None, &mut views),
         };
         done.map_err(|e| OpError::Kernel { message: e.to_string() })?;
         Ok(outputs)
     }
 
     /// Buffer `b` of a call (see [`FusedOp::stack`]): borrowed where one key's values or
-    /// the in-place range are already what the kernel reads, else the keys' rows stacked
-    /// (scalars repeated per row, blocks gathered).
-    fn buffer<'a>(
-        &self,
-        b: usize,
-        (args, in_place): KernelArgs<'a>,
-        counts: &[usize],
-        gathered: bool,
-    ) -> Result<Cow<'a, [f32]>, OpError> {
-        if let Some(all) = in_place.get(b).copied().flatten() {
-            return Ok(Cow::Borrowed(all));
+    /// the in-place range are already what the kernel reads (a block's columns strided),
+    /// else the keys' rows stacked (scalars repeated per row, blocks gathered).
+    fn buffer<'a>(&self, b: usize, (args, in_place): KernelArgs<'a>, counts: &[usize]) -> Result<Buffer<'a>, OpError> {
+        let block = self.blocks.get(b).copied().flatten();
+        let in_place = in_place.get(b).copied().flatten().or(match (args, block) {
+            ([key], Some(_)) => Some(key[b]),
+            _ => None,
+        });
+        if let Some(all) = in_place {
+            return match block {
+                Some(block) => Buffer::block(all, block),
+                None => Ok(Buffer::packed(Cow::Borrowed(all))),
+            };
         }
         let repeats = self.scalar_input.get(b).copied().unwrap_or(false);
-        let block = if gathered { None } else { self.blocks.get(b).copied().flatten() };
-        if let ([key], [count], None) = (args, counts, block) {
+        if let ([key], [count]) = (args, counts) {
             if *count == 1 || !repeats {
-                return Ok(Cow::Borrowed(key[b]));
+                return Ok(Buffer::packed(Cow::Borrowed(key[b])));
             }
         }
         // Sized once: growing by doubling would copy the rows again.
@@ -219,12 +228,13 @@ impl FusedOp {
                 (values, None) => all.extend_from_slice(values),
             }
         }
-        Ok(Cow::Owned(all))
+        Ok(Buffer::packed(Cow::Owned(all)))
     }
 
     /// Per kernel input, the rows of every key in place (see [`FusedOp::call`]) when the
-    /// input reads its port whole, one row per key or a vector input of a group of
-    /// batches, and the keys' payloads of that port are consecutive pieces of one buffer.
+    /// input reads its port whole (one row per key, or a vector input of a group of
+    /// batches) or is a [`Block`] of it, and the keys' payloads of that port are
+    /// consecutive pieces of one buffer.
     fn in_place<'m>(&self, keys: &'m [&'m [Msg]]) -> Vec<Option<&'m [f32]>> {
         let group = &self.group;
         group
@@ -234,7 +244,8 @@ impl FusedOp {
             .map(|(i, slice)| {
                 // A scalar of a group of batches is repeated per row, not read in place.
                 let repeated = group.batch && self.scalar_input.get(i).copied().unwrap_or(true);
-                let whole = !repeated && self.whole_input.get(slice.port).copied().flatten() == Some(i);
+                let whole = !repeated && self.whole_input.get(slice.port).copied().flatten() == Some(i)
+                    || self.blocks.get(i).is_some_and(Option::is_some);
                 let payloads = keys.iter().map(|msgs| msgs.get(slice.port).map(|m| &m.payload));
                 whole.then(|| payloads.collect::<Option<Vec<&Payload>>>()).flatten().and_then(Payload::contiguous)
             })
@@ -247,29 +258,16 @@ impl FusedOp {
         if ready.is_empty() {
             return Ok(());
         }
-        let args = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs, None)).collect::<Result<Vec<_>, _>>()?;
+        let args = ready.iter().map(|(_, msgs)| self.kernel_inputs(msgs)).collect::<Result<Vec<_>, _>>()?;
         let counts = args.iter().map(|a| self.rows_of(a, &self.read_widths)).collect::<Result<Vec<_>, _>>()?;
         let keys: Vec<&[Msg]> = ready.iter().map(|(_, msgs)| msgs.as_slice()).collect();
         let in_place = self.in_place(&keys);
         let per_row = self.group.kernel.saved_per_row();
         let mut kept = Vec::new();
         let saving = if cx.training() && per_row > 0 { SavedValues::Write(&mut kept) } else { SavedValues::None };
-        let mut inputs = self.stack((&args, &in_place), &counts, false)?;
+        let inputs = self.stack((&args, &in_place), &counts)?;
         let rows = counts.iter().sum();
         let outputs = self.call(Pass::Forward, &inputs, rows, &self.output_widths, saving)?;
-        // The gathered blocks, one piece per key, for the backward.
-        let mut parts: Vec<Option<std::vec::IntoIter<Payload>>> = Vec::new();
-        if cx.training() {
-            parts = self
-                .blocks
-                .iter()
-                .zip(inputs.iter_mut())
-                .map(|(block, values)| {
-                    let values = block.is_some().then(|| std::mem::take(values).into_owned())?;
-                    Some(pieces(values, &counts, block.map_or(0, |b| b.width)).into_iter())
-                })
-                .collect();
-        }
         drop(inputs);
         let mut outputs: Vec<std::vec::IntoIter<Payload>> = outputs
             .into_iter()
@@ -286,17 +284,7 @@ impl FusedOp {
             }
             let values = kept.next().unwrap_or(Payload::Unit);
             if cx.training() {
-                let parts: Vec<Payload> =
-                    parts.iter_mut().map(|p| p.as_mut().and_then(Iterator::next).unwrap_or(Payload::Unit)).collect();
-                let inputs = msgs
-                    .into_iter()
-                    .enumerate()
-                    .map(|(port, msg)| match self.in_blocks.get(port) {
-                        Some(true) => msg.with_payload(Payload::Unit),
-                        _ => msg,
-                    })
-                    .collect();
-                self.saved.put(key, Saved { inputs, values, parts })?;
+                self.saved.put(key, Saved { inputs: msgs, values })?;
             }
         }
         Ok(())
@@ -315,8 +303,8 @@ impl FusedOp {
         let mut rows = Vec::with_capacity(ready.len());
         let mut counts = Vec::with_capacity(ready.len());
         for ((_, grads), s) in ready.iter().zip(&saved) {
-            let mut row = self.kernel_inputs(&s.inputs, Some(&s.parts))?;
-            let count = self.rows_of(&row, &self.input_widths)?;
+            let mut row = self.kernel_inputs(&s.inputs)?;
+            let count = self.rows_of(&row, &self.read_widths)?;
             for (g, &w) in grads.iter().zip(&self.output_widths) {
                 if g.payload.values().len() != count * w {
                     return Err(OpError::PayloadSize { expected: count * w, found: g.payload.values().len() });
@@ -330,12 +318,6 @@ impl FusedOp {
         // gradients (read whole, one piece per key) in place where they are one range.
         let inputs: Vec<&[Msg]> = saved.iter().map(|s| s.inputs.as_slice()).collect();
         let mut in_place = self.in_place(&inputs);
-        for (i, slot) in in_place.iter_mut().enumerate() {
-            if self.blocks.get(i).is_some_and(Option::is_some) {
-                let parts = saved.iter().map(|s| s.parts.get(i));
-                *slot = parts.collect::<Option<Vec<&Payload>>>().and_then(Payload::contiguous);
-            }
-        }
         in_place.extend((0..self.output_widths.len()).map(|j| {
             let grads = ready.iter().map(|(_, grads)| grads.get(j).map(|g| &g.payload));
             grads.collect::<Option<Vec<&Payload>>>().and_then(Payload::contiguous)
@@ -356,7 +338,7 @@ impl FusedOp {
             )),
         };
         let from_saved = all_saved.as_deref().map_or(SavedValues::None, SavedValues::Read);
-        let stacked = self.stack((&rows, &in_place), &counts, true)?;
+        let stacked = self.stack((&rows, &in_place), &counts)?;
         let total = counts.iter().sum();
         let mut grads = self.call(Pass::Backward, &stacked, total, &self.input_widths, from_saved)?;
         drop((stacked, all_saved));
@@ -450,19 +432,16 @@ impl FusedOp {
     }
 
     /// One row of kernel inputs: each kernel input's slice of the joined port payloads;
-    /// in a group of batches all the port's rows, but a block's columns where `parts`
-    /// (the backward's [`Saved::parts`]) has them gathered.
-    fn kernel_inputs<'m>(&self, msgs: &'m [Msg], parts: Option<&'m [Payload]>) -> Result<Vec<&'m [f32]>, OpError> {
+    /// in a group of batches all the port's rows (a [`Block`] takes its columns later).
+    fn kernel_inputs<'m>(&self, msgs: &'m [Msg]) -> Result<Vec<&'m [f32]>, OpError> {
         self.group
             .slices
             .iter()
             .zip(&self.input_widths)
-            .enumerate()
-            .map(|(i, (slice, &w))| {
+            .map(|(slice, &w)| {
                 let values = msgs.get(slice.port).map_or(&[][..], |m| m.payload.values());
                 if self.group.batch {
-                    let gathered = parts.filter(|_| self.blocks.get(i).is_some_and(Option::is_some));
-                    return Ok(gathered.and_then(|p| p.get(i)).map_or(values, Payload::values));
+                    return Ok(values);
                 }
                 values
                     .get(slice.offset..slice.offset + w)
@@ -489,14 +468,21 @@ struct Block {
 }
 
 impl Block {
-    /// Appends the block of every row of `values` to `out`; rows that do not fit are an
-    /// error (the worker checks payloads against their ports only per row).
-    fn gather(&self, values: &[f32], out: &mut Vec<f32>) -> Result<(), OpError> {
+    /// Rows that do not fit the block are an error (the worker checks payloads against
+    /// their ports only per row).
+    fn check(&self, values: &[f32]) -> Result<(), OpError> {
         let Block { offset, width, stride } = *self;
         if stride == 0 || offset + width > stride || !values.len().is_multiple_of(stride) {
             let expected = values.len().next_multiple_of(stride.max(1));
             return Err(OpError::PayloadSize { expected, found: values.len() });
         }
+        Ok(())
+    }
+
+    /// Appends the block of every row of `values` to `out`.
+    fn gather(&self, values: &[f32], out: &mut Vec<f32>) -> Result<(), OpError> {
+        self.check(values)?;
+        let Block { offset, width, stride } = *self;
         out.reserve(values.len() / stride * width);
         for row in values.chunks_exact(stride) {
             out.extend_from_slice(&row[offset..offset + width]);
