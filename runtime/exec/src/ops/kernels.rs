@@ -55,11 +55,35 @@ fn fill_with_bias(y: &mut [f32], b: &[f32], out: usize) {
 /// the whole weight at every call of several rows on a transposed view, which is what the
 /// product of 8 rows costs on a 256→256 weight).
 pub fn linear_forward_rows_into(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
-    if x.len() <= inp {
-        return linear_forward_into(x, w, b, y, inp, out);
-    }
     fill_with_bias(y, b, out);
-    rows_times_wt(x, w, y, inp, out);
+    add_rows_times_wt(x, w, y, inp, out);
+}
+
+/// [`linear_forward_rows_into`] into a new vector, written once (no zeros first).
+pub fn linear_forward_rows(x: &[f32], w: &[f32], b: &[f32], inp: usize, out: usize) -> Vec<f32> {
+    let mut y = bias_rows(b, x.len().checked_div(inp).unwrap_or(0), out);
+    add_rows_times_wt(x, w, &mut y, inp, out);
+    y
+}
+
+fn add_rows_times_wt(x: &[f32], w: &[f32], y: &mut [f32], inp: usize, out: usize) {
+    if x.len() <= inp {
+        let rows = x.len().checked_div(inp).unwrap_or(0);
+        matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(w, out, inp).t(), true);
+    } else {
+        rows_times_wt(x, w, y, inp, out);
+    }
+}
+
+/// `rows` rows of `ld` values: the bias `b`, then zeros; each value written once.
+fn bias_rows(b: &[f32], rows: usize, ld: usize) -> Vec<f32> {
+    assert!(b.len() <= ld, "linear: the bias is longer than the rows ({ld})");
+    let mut y = Vec::with_capacity(rows * ld);
+    for _ in 0..rows {
+        y.extend_from_slice(b);
+        y.resize(y.len() + ld - b.len(), 0.0);
+    }
+    y
 }
 
 /// The width, in `f32`, of the GEMM crate's SIMD panels (AVX-512: 16 lanes; a multiple of
@@ -90,6 +114,14 @@ pub fn linear_forward_t_into(x: &[f32], wt: &[f32], b: &[f32], y: &mut [f32], in
         padding.fill(0.0);
     }
     matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(wt, inp, ld), true);
+}
+
+/// [`linear_forward_t_into`] into a new vector, written once (no zeros first).
+pub fn linear_forward_t(x: &[f32], wt: &[f32], b: &[f32], inp: usize, ld: usize) -> Vec<f32> {
+    let rows = x.len().checked_div(inp).unwrap_or(0);
+    let mut y = bias_rows(b, rows, ld);
+    matmul(&mut y, Mat::row_major(x, rows, inp), Mat::row_major(wt, inp, ld), true);
+    y
 }
 
 /// Copies the row-major `rows × cols` matrix `a` into `ap` with its rows `padded(cols)`
@@ -454,6 +486,11 @@ mod tests {
                 }
             }
             assert_sums(&y, &expected, &format!("forward {rows}×{inp}→{out}"));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&linear_forward_t(&x, &wt, &b, inp, ld)), bits(&y), "linear_forward_t");
+            let mut on_w = vec![f32::NAN; rows * out];
+            linear_forward_rows_into(&x, &w, &b, &mut on_w, inp, out);
+            assert_eq!(bits(&linear_forward_rows(&x, &w, &b, inp, out)), bits(&on_w), "linear_forward_rows");
             // The input gradient on `W` with padded rows: the padding's columns are zero.
             let dy = values(rows * out, 9);
             let mut wp = vec![f32::NAN; out * padded(inp)];

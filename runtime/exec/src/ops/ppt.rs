@@ -101,7 +101,7 @@ pub(crate) struct LinearOp {
     out: usize,
     cache: Keyed<Payload>,
     /// `W^T: [inp, padded(out)]` for the forward of several rows
-    /// (`kernels::linear_forward_t_into`).
+    /// (`kernels::linear_forward_t`).
     weight_t: Layout,
     /// `W: [out, padded(inp)]` for the input gradient of several rows, when `inp` is not
     /// already a multiple of the panel width.
@@ -187,15 +187,11 @@ impl NodeOp for LinearOp {
             if total < 2 || !self.weight_t.takes(version, total) {
                 // On W itself: one row through the GEMM crate's fast one-row path, several
                 // by a kernel that reads W once.
-                let mut y = vec![0.0; total * self.out];
-                kernels::linear_forward_rows_into(&x, w, b, &mut y, self.inp, self.out);
-                (y, self.out)
+                (kernels::linear_forward_rows(&x, w, b, self.inp, self.out), self.out)
             } else {
                 let (out, inp) = (self.out, self.inp);
                 let (wt, ld) = self.weight_t.at(version, |values| kernels::transpose(w, out, inp, values));
-                let mut y = vec![0.0; total * ld];
-                kernels::linear_forward_t_into(&x, wt, b, &mut y, inp, ld);
-                (y, ld)
+                (kernels::linear_forward_t(&x, wt, b, inp, ld), ld)
             }
         };
         for (msg, y) in msgs.into_iter().zip(unstack(y, &rows, self.out, stride)) {

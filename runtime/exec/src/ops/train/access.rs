@@ -108,6 +108,15 @@ impl GroupView<'_, '_> {
             g.deferred.out = out;
         }
         let d = &mut g.deferred;
+        if d.x.is_empty() && x.len().checked_div(inp).is_some_and(|rows| rows >= d.limit) {
+            // A batch that alone is what a settle adds: added now, read in place, the
+            // same product on the same rows as copying them and settling at once.
+            if let Some(w) = g.tensors.first_mut() {
+                kernels::linear_weight_grad(dy, x, w.grad, inp, out);
+                g.accumulated = true;
+            }
+            return true;
+        }
         d.dy.extend_from_slice(dy);
         d.x.extend_from_slice(x);
         if d.rows() >= d.limit {
