@@ -15,8 +15,9 @@
 //! specs op by op: [`Kernel::run_interpreted`] has `run`'s signature.
 //!
 //! Invariants: a kernel never reads or writes outside the buffers it is given, whatever
-//! the graph (the addresses the code computes depend only on `n`, `rows` and the port
-//! widths, all checked at the call); building a kernel never panics on any graph.
+//! the graph (the addresses the code computes depend only on `n`, `rows`, the port widths
+//! and the strides of strided inputs ([`Rows`]), all checked at the call); building a
+//! kernel never panics on any graph.
 //!
 //! # Running a graph's groups (what an executor does)
 //!
