@@ -125,8 +125,8 @@ fn emits_the_cranelift_ir_of_each_kernel() {
     assert!(text.starts_with("; @TreeLstm: 2 fusion group(s), 2 kernel(s), 0 refused"), "{text}");
     let functions: Vec<&str> = text.lines().filter(|l| l.starts_with("function ")).collect();
     assert_eq!(functions.len(), 4, "{text}");
-    assert!(functions[0].starts_with("function %kernel0_forward(i64, i64)"), "{text}");
-    assert!(functions[1].starts_with("function %kernel0_backward(i64, i64)"), "{text}");
+    assert!(functions[0].starts_with("function %kernel0_forward(i64, i64, i64)"), "{text}");
+    assert!(functions[1].starts_with("function %kernel0_backward(i64, i64, i64)"), "{text}");
     assert!(text.contains("; fusion group 0: inputs %5#0 %5#2 %5#1; outputs %8 %11"), "{text}");
     assert!(text.contains(";   %6 = sigmoid(%5#0) \"sigmoid\""), "{text}");
     assert!(text.contains("f32x4"), "the loop is vectorized: {text}");

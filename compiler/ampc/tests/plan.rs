@@ -189,9 +189,9 @@ fn a_profile_refines_the_plan_and_a_bad_one_is_refused() {
     let mut counter = amp_plan::ProfileCounter::default();
     // Pretend the first layer is ten times as slow as the others together.
     let event =
-        |node, dur_us| amp_plan::Event { node, work: amp_plan::Work::Forward, dur_us, messages: 1, instances: 1 };
-    counter.add(event(2, 500));
-    counter.add(event(4, 10));
+        |node, dur_ns| amp_plan::Event { node, work: amp_plan::Work::Forward, dur_ns, messages: 1, instances: 1 };
+    counter.add(event(2, 500_000));
+    counter.add(event(4, 10_000));
     counter.add_instances(1, 0.001);
     let profile = dir.join("prof.json");
     std::fs::write(&profile, counter.finish(&graph, 1, 1).to_json().to_string()).unwrap();

@@ -102,18 +102,18 @@ pub enum Work {
 #[derive(Clone, Copy, Debug, Default)]
 struct Tally {
     events: u64,
-    us: u64,
+    ns: u64,
     messages: u64,
     instances: u64,
 }
 
 /// One traced event of a [`ProfileCounter`]: `messages` of `instances` distinct
-/// instances handled in `dur_us` (an update handles none).
+/// instances handled in `dur_ns` nanoseconds (an update handles none).
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
     pub node: u32,
     pub work: Work,
-    pub dur_us: u64,
+    pub dur_ns: u64,
     pub messages: u64,
     pub instances: u64,
 }
@@ -131,7 +131,7 @@ impl ProfileCounter {
     pub fn add(&mut self, e: Event) {
         let tally = &mut self.per_node.entry(e.node).or_default()[e.work as usize];
         tally.events += 1;
-        tally.us = tally.us.saturating_add(e.dur_us);
+        tally.ns = tally.ns.saturating_add(e.dur_ns);
         tally.messages = tally.messages.saturating_add(e.messages);
         tally.instances = tally.instances.saturating_add(e.instances);
     }
@@ -146,7 +146,7 @@ impl ProfileCounter {
     /// far, measured on `workers` workers with `in_flight` instances in flight.
     pub fn finish(&self, graph: &Graph, workers: usize, in_flight: u64) -> Profile {
         let per = |x: u64| if self.instances == 0 { 0.0 } else { x as f64 / self.instances as f64 };
-        let mean = |t: Tally| if t.events == 0 { 0.0 } else { t.us as f64 / t.events as f64 };
+        let mean = |t: Tally| if t.events == 0 { 0.0 } else { t.ns as f64 / 1000.0 / t.events as f64 };
         let nodes = graph
             .nodes
             .node_indices()

@@ -585,8 +585,8 @@ fn a_cut_edge_carries_the_messages_a_profile_counted_and_wakes_its_target_per_st
     let g = graph(LOOP);
     let mut counter = ProfileCounter::default();
     for _ in 0..10 {
-        counter.add(Event { node: 12, work: Work::Forward, dur_us: 60, messages: 3, instances: 1 });
-        counter.add(Event { node: 12, work: Work::Backward, dur_us: 120, messages: 3, instances: 1 });
+        counter.add(Event { node: 12, work: Work::Forward, dur_ns: 60_000, messages: 3, instances: 1 });
+        counter.add(Event { node: 12, work: Work::Backward, dur_ns: 120_000, messages: 3, instances: 1 });
     }
     counter.add_instances(10, 0.01);
     let profile = counter.finish(&g, 1, 1);
@@ -628,8 +628,8 @@ fn instances_that_move_together_keep_a_chain_on_one_worker() {
         for _ in 0..in_flight / together {
             for (node, forward, backward) in [(1, 1, 0), (2, 50, 100), (3, 1, 1), (4, 50, 100), (5, 1, 0)] {
                 for (work, us) in [(Work::Forward, forward), (Work::Backward, backward)] {
-                    let (dur_us, messages, instances) = (us * together, together, together);
-                    counter.add(Event { node, work, dur_us, messages, instances });
+                    let (dur_ns, messages, instances) = (us * together * 1000, together, together);
+                    counter.add(Event { node, work, dur_ns, messages, instances });
                 }
             }
         }
@@ -679,10 +679,10 @@ fn a_profile_replaces_counts_and_times() {
     let mut counter = ProfileCounter::default();
     // 10 instances of 3 iterations each: the cell ran 30 times forward at 20 µs.
     for _ in 0..30 {
-        counter.add(Event { node: 12, work: Work::Forward, dur_us: 20, messages: 1, instances: 1 });
-        counter.add(Event { node: 12, work: Work::Backward, dur_us: 40, messages: 1, instances: 1 });
+        counter.add(Event { node: 12, work: Work::Forward, dur_ns: 20_000, messages: 1, instances: 1 });
+        counter.add(Event { node: 12, work: Work::Backward, dur_ns: 40_000, messages: 1, instances: 1 });
     }
-    counter.add(Event { node: 12, work: Work::Update, dur_us: 100, messages: 0, instances: 0 });
+    counter.add(Event { node: 12, work: Work::Update, dur_ns: 100_000, messages: 0, instances: 0 });
     counter.add_instances(10, 0.01);
     let profile = counter.finish(&g, 1, 1);
     assert_eq!(profile.nodes.len(), g.nodes.node_count());

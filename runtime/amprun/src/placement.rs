@@ -282,6 +282,7 @@ pub struct Measure {
     /// the profile, which is over the graph's nodes, shares the call's time among them.
     fused: HashMap<u32, Vec<u32>>,
     in_flight: usize,
+    instances: u64,
     batches: BatchSizes,
 }
 
@@ -295,6 +296,7 @@ impl Measure {
             profile: ProfileCounter::default(),
             fused,
             in_flight,
+            instances: 0,
             batches: BatchSizes::default(),
         }
     }
@@ -307,6 +309,7 @@ impl Measure {
             *busy += (wall_s - wait.as_secs_f64()).max(0.0);
         }
         self.profile.add_instances(instances as u64, wall_s);
+        self.instances += instances as u64;
         self.wall_s += wall_s;
     }
 
@@ -320,20 +323,20 @@ impl Measure {
                 TraceKind::Backward => Work::Backward,
                 TraceKind::Update => Work::Update,
             };
-            let event = |node, dur_us| Event {
+            let event = |node, dur_ns| Event {
                 node,
                 work,
-                dur_us,
+                dur_ns,
                 messages: u64::from(e.batch),
                 instances: u64::from(e.instances),
             };
             match self.fused.get(&e.node).filter(|m| !m.is_empty()) {
                 Some(members) => {
                     for &m in members {
-                        self.profile.add(event(m, e.dur_us / members.len() as u64));
+                        self.profile.add(event(m, e.dur_ns / members.len() as u64));
                     }
                 }
-                None => self.profile.add(event(e.node, e.dur_us)),
+                None => self.profile.add(event(e.node, e.dur_ns)),
             }
         }
     }
@@ -355,12 +358,14 @@ impl Measure {
         self.profile.finish(graph, self.busy_s.len(), self.in_flight as u64)
     }
 
-    /// The profile file: the planner's [`Profile`] and the batch sizes (`batches`, see
-    /// `crate::batches`), which the planner does not read.
+    /// The profile file: the planner's [`Profile`], the batch sizes (`batches`) and where
+    /// the time went (`time`, see `crate::batches`), which the planner does not read.
     pub fn profile_json(&self, graph: &Graph) -> Value {
         let mut value = self.profile(graph).to_json();
         if let Some(object) = value.as_object_mut() {
             object.insert("batches".to_string(), self.batches.to_json(graph, &self.fused));
+            let time = self.batches.time_json(graph, &self.fused, (self.instances, self.wall_s), &self.busy_s);
+            object.insert("time".to_string(), time);
         }
         value
     }
@@ -368,6 +373,11 @@ impl Measure {
     /// Rows per call by kind of node, for the summary (see `crate::batches`).
     pub fn batch_lines(&self, graph: &Graph) -> Vec<String> {
         self.batches.summary_lines(graph, &self.fused)
+    }
+
+    /// Where the time went, per instance, for the summary (see `crate::batches`).
+    pub fn time_line(&self, graph: &Graph) -> String {
+        self.batches.time_line(graph, &self.fused, (self.instances, self.wall_s), &self.busy_s)
     }
 }
 

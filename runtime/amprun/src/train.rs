@@ -703,6 +703,9 @@ impl TrainRun<'_> {
             for line in self.measure.iter().flat_map(|m| m.batch_lines(self.graph)) {
                 println!("  batches     {line}");
             }
+            if let Some(measure) = &self.measure {
+                println!("  time        {}", measure.time_line(self.graph));
+            }
         }
         if self.reports_placement() {
             for line in placement::summary_lines(&self.choice, self.measure.as_ref()) {

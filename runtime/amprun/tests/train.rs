@@ -363,6 +363,39 @@ fn linear_forward_rows(profile: &serde_json::Value) -> f64 {
     linear["mean_rows"].as_f64().expect("mean_rows")
 }
 
+/// The profile's `time` object: the buckets cover the workers' whole training time, each
+/// kind of node that ran has its own (Linear nodes among them), the executor's own work and
+/// the waiting come last, and the summary prints them per instance.
+fn check_time(profile: &serde_json::Value, workers: u64, summary: &str) {
+    let time = &profile["time"];
+    assert_eq!(time["workers"], workers, "{time}");
+    assert_eq!(time["instances"], 64, "{time}");
+    let wall = time["wall_s"].as_f64().expect("wall_s");
+    let buckets = time["buckets"].as_array().expect("buckets");
+    let names: Vec<&str> = buckets.iter().filter_map(|b| b["bucket"].as_str()).collect();
+    let ran: Vec<&str> =
+        profile["batches"].as_array().expect("batches").iter().filter_map(|b| b["kind"].as_str()).collect();
+    assert!(ran.iter().all(|kind| names.contains(kind)) && names.contains(&"linear"), "{names:?} {ran:?}");
+    assert_eq!(names[names.len() - 3..], ["between nodes", "updates", "waiting"], "{names:?}");
+    let seconds: Vec<f64> = buckets.iter().map(|b| b["s"].as_f64().expect("s")).collect();
+    assert!(seconds.iter().all(|&s| s >= 0.0), "{time}");
+    let total: f64 = seconds.iter().sum();
+    assert!((total - wall * workers as f64).abs() <= 1e-6 * total.max(1.0), "{total} against {wall}: {time}");
+    let linear = buckets.iter().find(|b| b["bucket"] == "linear").expect("linear");
+    assert!(linear["s"].as_f64().expect("s") > 0.0, "{time}");
+    let per_instance = linear["us_per_instance"].as_f64().expect("us_per_instance");
+    let expected = linear["s"].as_f64().expect("s") * 1e6 / 64.0;
+    assert!((per_instance - expected).abs() <= 1e-9 * expected, "{time}");
+    assert!(summary.contains("time        per instance: ") && summary.contains("between nodes "), "{summary}");
+}
+
+#[test]
+fn the_profile_accounts_for_every_worker_s_time() {
+    let dir = scratch("time");
+    let (_, profile, summary) = profiled_run(dir.path(), &["--workers", "2", "--plan", "round-robin"]);
+    check_time(&profile, 2, &summary);
+}
+
 #[test]
 fn by_default_training_batches_a_minibatch_of_16_and_deterministic_runs_one_at_a_time() {
     let dir = scratch("defaults");
@@ -377,6 +410,7 @@ fn by_default_training_batches_a_minibatch_of_16_and_deterministic_runs_one_at_a
     let kinds: Vec<&str> =
         profile["batches"].as_array().expect("batches").iter().filter_map(|b| b["kind"].as_str()).collect();
     assert!(kinds.contains(&"chain") && !kinds.contains(&"fused"), "{kinds:?}");
+    check_time(&profile, 1, &summary);
     let (single, profile, _) = profiled_run(dir, &["--deterministic"]);
     assert_eq!(profile["in_flight"], 1);
     assert_eq!(linear_forward_rows(&profile), 1.0, "one instance in flight: one row per call");

@@ -39,7 +39,9 @@ pub struct TraceEvent {
     pub node: u32,
     pub kind: TraceKind,
     pub start_us: u64,
-    pub dur_us: u64,
+    /// Nanoseconds: most calls take a few microseconds, and whole ones would round the
+    /// sums of a profile down by up to a microsecond a call.
+    pub dur_ns: u64,
     /// Messages handled together (1 unbatched; 0 for an update).
     pub batch: u32,
     /// The rows of those messages: a batched payload's (`f32[?, d]`) rows, one for any
@@ -117,7 +119,7 @@ fn write_trace<P: Fn(u32) -> u32, N: Fn(u32) -> String>(
             "cat": e.kind.as_str(),
             "ph": "X",
             "ts": e.start_us,
-            "dur": e.dur_us,
+            "dur": e.dur_ns as f64 / 1000.0,
             "pid": pid(e.worker),
             "tid": e.worker,
             "args": {"batch": e.batch, "rows": e.rows, "instances": e.instances},
@@ -143,7 +145,7 @@ mod tests {
                 node: 3,
                 kind: TraceKind::Forward,
                 start_us: 5,
-                dur_us: 2,
+                dur_ns: 2000,
                 batch: 7,
                 rows: 9,
                 instances: 3,
@@ -154,7 +156,7 @@ mod tests {
                 node: 4,
                 kind: TraceKind::Update,
                 start_us: 9,
-                dur_us: 1,
+                dur_ns: 1000,
                 batch: 0,
                 rows: 0,
                 instances: 0,
@@ -186,7 +188,7 @@ mod tests {
             node: 1,
             kind: TraceKind::Backward,
             start_us: 3,
-            dur_us: 1,
+            dur_ns: 1000,
             batch: 1,
             rows: 1,
             instances: 1,

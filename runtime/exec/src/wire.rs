@@ -168,7 +168,7 @@ fn put_events(out: &mut Vec<u8>, events: &[TraceEvent]) {
             TraceKind::Update => 2,
         });
         put_u64(out, e.start_us);
-        put_u64(out, e.dur_us);
+        put_u64(out, e.dur_ns);
         put_u32(out, e.batch);
         put_u32(out, e.rows);
         put_u32(out, e.instances);
@@ -515,14 +515,14 @@ impl<'b> Reader<'b> {
                 other => return Err(self.error(format!("trace event kind {other}"))),
             };
             let start_us = self.u64()?;
-            let dur_us = self.u64()?;
+            let dur_ns = self.u64()?;
             let batch = self.u32()?;
             let rows = self.u32()?;
             let instances = self.u32()?;
             let has_staleness = self.flag("a trace event's staleness flag")?;
             let staleness = self.u64()?;
             let staleness = has_staleness.then_some(staleness);
-            events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, rows, instances, staleness });
+            events.push(TraceEvent { worker, node, kind, start_us, dur_ns, batch, rows, instances, staleness });
         }
         Ok(events)
     }
@@ -685,7 +685,7 @@ mod tests {
             node: 7,
             kind: TraceKind::Update,
             start_us: 12,
-            dur_us: 5,
+            dur_ns: 5,
             batch: 0,
             rows: 0,
             instances: 0,

@@ -275,7 +275,7 @@ fn a_peer_trace_names_its_own_workers_and_moves_onto_the_clock() {
         node: 0,
         kind: crate::trace::TraceKind::Forward,
         start_us,
-        dur_us: 1,
+        dur_ns: 1000,
         batch: 1,
         rows: 1,
         instances: 1,

@@ -687,12 +687,12 @@ impl Worker<'_, '_> {
     /// distinct instances.
     fn record(&mut self, node: u32, kind: TraceKind, start: Instant, (batch, rows): (usize, usize), instances: usize) {
         let start_us = start.saturating_duration_since(self.setup.origin).as_micros() as u64;
-        let dur_us = start.elapsed().as_micros() as u64;
+        let dur_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let batch = u32::try_from(batch).unwrap_or(u32::MAX);
         let rows = u32::try_from(rows).unwrap_or(u32::MAX);
         let instances = u32::try_from(instances).unwrap_or(u32::MAX);
         let worker = self.setup.id as u32;
-        self.events.push(TraceEvent { worker, node, kind, start_us, dur_us, batch, rows, instances, staleness: None });
+        self.events.push(TraceEvent { worker, node, kind, start_us, dur_ns, batch, rows, instances, staleness: None });
         if self.events.len() >= TRACE_PIECE {
             self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
         }
