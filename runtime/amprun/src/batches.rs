@@ -104,6 +104,15 @@ impl Tally {
     }
 }
 
+/// One bucket of the `time` object: its seconds over all workers, per instance, and its
+/// share of the whole.
+struct Bucket {
+    name: String,
+    s: f64,
+    us_per_instance: f64,
+    share: f64,
+}
+
 /// Calls by executor node and direction, resolved to kinds at the end.
 #[derive(Debug, Default)]
 pub struct BatchSizes {
@@ -179,29 +188,38 @@ impl BatchSizes {
     }
 
     /// Where the time of `instances` instances trained over `wall_s` went (the `time`
-    /// object, see the module doc), from each worker's busy time: every bucket's seconds,
-    /// the kinds' largest first, then `between nodes`, `updates` and `waiting`.
+    /// object, see the module doc), from each worker's busy time: every bucket, the kinds'
+    /// largest first, then `between nodes`, `updates` and `waiting`.
     fn time_buckets(
         &self,
         graph: &Graph,
         units: &HashMap<u32, Vec<u32>>,
-        wall_s: f64,
+        (instances, wall_s): (u64, f64),
         busy_s: &[f64],
-    ) -> Vec<(String, f64)> {
+    ) -> Vec<Bucket> {
         let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
         for ((kind, _), t) in self.by_kind(graph, units) {
             *kinds.entry(kind).or_default() += t.ns;
         }
-        let mut buckets: Vec<(String, f64)> = kinds.into_iter().map(|(k, ns)| (k, ns as f64 * 1e-9)).collect();
-        buckets.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let nodes: f64 = buckets.iter().map(|b| b.1).sum();
+        let mut seconds: Vec<(String, f64)> = kinds.into_iter().map(|(k, ns)| (k, ns as f64 * 1e-9)).collect();
+        seconds.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let nodes: f64 = seconds.iter().map(|b| b.1).sum();
         let updates = self.update_ns as f64 * 1e-9;
         let busy: f64 = busy_s.iter().sum();
         // The calls are timed inside the busy time; a rounding can leave them a hair over.
-        buckets.push(("between nodes".to_string(), (busy - nodes - updates).max(0.0)));
-        buckets.push(("updates".to_string(), updates));
-        buckets.push(("waiting".to_string(), (wall_s * busy_s.len() as f64 - busy).max(0.0)));
-        buckets
+        seconds.push(("between nodes".to_string(), (busy - nodes - updates).max(0.0)));
+        seconds.push(("updates".to_string(), updates));
+        seconds.push(("waiting".to_string(), (wall_s * busy_s.len() as f64 - busy).max(0.0)));
+        let total: f64 = seconds.iter().map(|b| b.1).sum();
+        seconds
+            .into_iter()
+            .map(|(name, s)| Bucket {
+                name,
+                s,
+                us_per_instance: if instances == 0 { 0.0 } else { s * 1e6 / instances as f64 },
+                share: if total > 0.0 { s / total } else { 0.0 },
+            })
+            .collect()
     }
 
     /// The profile file's `time` object (see the module doc).
@@ -212,43 +230,24 @@ impl BatchSizes {
         (instances, wall_s): (u64, f64),
         busy_s: &[f64],
     ) -> Value {
-        let buckets = self.time_buckets(graph, units, wall_s, busy_s);
-        let total: f64 = buckets.iter().map(|b| b.1).sum();
-        let list: Vec<Value> = buckets
+        let list: Vec<Value> = self
+            .time_buckets(graph, units, (instances, wall_s), busy_s)
             .into_iter()
-            .map(|(bucket, s)| {
-                json!({
-                    "bucket": bucket,
-                    "s": s,
-                    "us_per_instance": if instances == 0 { 0.0 } else { s * 1e6 / instances as f64 },
-                    "share": if total > 0.0 { s / total } else { 0.0 },
-                })
-            })
+            .map(|b| json!({"bucket": b.name, "s": b.s, "us_per_instance": b.us_per_instance, "share": b.share}))
             .collect();
         json!({"workers": busy_s.len(), "wall_s": wall_s, "instances": instances, "buckets": list})
     }
 
     /// The summary's line of the `time` object: each bucket's µs per instance and share,
     /// kinds under 1% of the time left out.
-    pub fn time_line(
-        &self,
-        graph: &Graph,
-        units: &HashMap<u32, Vec<u32>>,
-        (instances, wall_s): (u64, f64),
-        busy_s: &[f64],
-    ) -> String {
-        let buckets = self.time_buckets(graph, units, wall_s, busy_s);
-        let total: f64 = buckets.iter().map(|b| b.1).sum();
+    pub fn time_line(&self, graph: &Graph, units: &HashMap<u32, Vec<u32>>, run: (u64, f64), busy_s: &[f64]) -> String {
+        let buckets = self.time_buckets(graph, units, run, busy_s);
         let fixed = buckets.len().saturating_sub(3);
         let parts: Vec<String> = buckets
             .iter()
             .enumerate()
-            .filter(|&(i, b)| i >= fixed || (total > 0.0 && b.1 / total >= 0.01))
-            .map(|(_, (bucket, s))| {
-                let us = if instances == 0 { 0.0 } else { s * 1e6 / instances as f64 };
-                let share = if total > 0.0 { 100.0 * s / total } else { 0.0 };
-                format!("{bucket} {us:.1} µs ({share:.0}%)")
-            })
+            .filter(|&(i, b)| i >= fixed || b.share >= 0.01)
+            .map(|(_, b)| format!("{} {:.1} µs ({:.0}%)", b.name, b.us_per_instance, 100.0 * b.share))
             .collect();
         format!("per instance: {}", parts.join(", "))
     }
