@@ -66,9 +66,15 @@ pub struct LayoutOption {
 const TIE: f64 = 0.02;
 
 /// Plans `workers` workers: the best of `k` copies × the plan for `workers / k`, for every
-/// `k` dividing `workers` (split over processes, 1 and the multiples of the processes).
-/// The plan returned is for one copy's workers, with `copies` and the options weighed set.
-pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize) -> Result<Plan, PlanError> {
+/// `k` dividing `workers` (split over processes, 1 and the multiples of the processes), or
+/// for `copies` alone when given (a user's choice, predicted the same way). The plan
+/// returned is for one copy's workers, with `copies` and the options weighed set.
+pub fn plan_layout(
+    graph: &Verified,
+    costs: &Costs,
+    workers: usize,
+    copies: Option<usize>,
+) -> Result<Plan, PlanError> {
     let processes = costs.assumptions.processes.max(1);
     // A copy's workers run in one process: its stages are planned without links.
     let local = Costs { assumptions: costs.assumptions.within_a_copy(), ..costs.clone() };
@@ -76,7 +82,9 @@ pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize) -> Result<Pl
     let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
     let mut options = Vec::new();
     let mut best: Option<(f64, Plan)> = None;
-    let fits = |k: usize| workers.is_multiple_of(k) && (k == 1 || k.is_multiple_of(processes));
+    let fits = |k: usize| {
+        workers.is_multiple_of(k) && (k == 1 || k.is_multiple_of(processes)) && copies.is_none_or(|c| c == k)
+    };
     for copies in (1..=workers).filter(|&k| fits(k)) {
         let stage_workers = workers / copies;
         let (stage, bottleneck) = if copies == 1 && processes > 1 {

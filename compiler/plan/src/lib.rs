@@ -162,5 +162,18 @@ pub fn plan_workers(
     profile: Option<&Profile>,
 ) -> Result<Plan, PlanError> {
     let costs = estimate(graph, assumptions, profile)?;
-    plan_layout(graph, &costs, workers)
+    plan_layout(graph, &costs, workers, None)
+}
+
+/// [`plan_workers`] with the number of copies given (`amprun --copies K`): the plan of
+/// `workers / copies` workers for each copy, and the layout's prediction.
+pub fn plan_copies(
+    graph: &Verified,
+    workers: usize,
+    copies: usize,
+    assumptions: &Assumptions,
+    profile: Option<&Profile>,
+) -> Result<Plan, PlanError> {
+    let costs = estimate(graph, assumptions, profile)?;
+    plan_layout(graph, &costs, workers, Some(copies))
 }

@@ -338,7 +338,8 @@
 //! 2%; `amp_plan::plan_workers`, `compiler/plan/src/layout.rs`). amprun prints it at the start,
 //! `amprun: 2 copies × 1 stage on 2 workers (predicted 1.83×), plan`, the summary's placement
 //! line names the copies, and the metrics' plan object has `copies`. `--copies K` sets k (it
-//! must divide N; `--copies 1` keeps one copy spread over every worker). An instance runs on
+//! must divide N; `--copies 1` keeps one copy spread over every worker), and the prediction
+//! printed is the cost model's for that layout (`amp_plan::plan_copies`). An instance runs on
 //! one copy from its admission to its end; a copy that finishes an instance takes the next
 //! one, so a copy given large instances is not sent more. Each copy accumulates its own
 //! gradients, and before each update the owners of the parameter groups (on copy 0's

@@ -90,7 +90,6 @@ pub fn choose(
         assumptions,
         profile,
     };
-    let stage_workers = workers / choice.copies;
     match exec.plan {
         PlanChoice::Naive => choice.source = "naive".into(),
         PlanChoice::RoundRobin => {
@@ -132,15 +131,12 @@ pub fn choose(
                         );
                     }
                     choice.source = "plan".into();
-                    let planned = if weigh_copies {
-                        amp_plan::plan_workers(graph, workers, &choice.assumptions, choice.profile.as_ref())
-                    } else {
-                        let within = match choice.copies {
-                            1 => choice.assumptions.clone(),
-                            _ => choice.assumptions.within_a_copy(),
-                        };
-                        amp_plan::plan_graph(graph, stage_workers, &within, choice.profile.as_ref())
-                            .map(|p| Plan { copies: choice.copies, ..p })
+                    let (assumptions, profile) = (&choice.assumptions, choice.profile.as_ref());
+                    let planned = match forced {
+                        _ if weigh_copies => amp_plan::plan_workers(graph, workers, assumptions, profile),
+                        // The layout the user chose, predicted as the planner weighs it.
+                        Some(k) => amp_plan::plan_copies(graph, workers, k, assumptions, profile),
+                        None => amp_plan::plan_graph(graph, workers, assumptions, profile),
                     };
                     planned.map_err(|e| plan_failure(&e))?
                 }

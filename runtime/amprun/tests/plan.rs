@@ -197,6 +197,18 @@ fn copies_on_the_command_line() {
     assert!(stderr(&out).contains("amprun: 1 copy × 2 stages on 2 workers"), "{}", stderr(&out));
     let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
     assert_eq!(metrics.iter().find(|m| m["split"] == "plan").unwrap()["copies"], 1);
+    // Copies forced on: the prediction is the planner's for that layout, as the layout it
+    // weighs, not the one-copy stage plan's.
+    let mut args = train_args(&model, &data);
+    args.extend(["-D", "hidden=16", "--workers", "2", "--copies", "2", "--metrics", "m.jsonl"]);
+    let out = amprun_ok(dir, &args);
+    let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
+    let plan = metrics.iter().find(|m| m["split"] == "plan").unwrap();
+    assert_eq!(plan["copies"], 2);
+    let predicted = plan["predicted_speedup"].as_f64().unwrap();
+    assert!(predicted > 1.2, "two copies on two workers: {plan}");
+    let line = format!("amprun: 2 copies × 1 stage on 2 workers (predicted {predicted:.2}×)");
+    assert!(stderr(&out).contains(&line), "{line}: {}", stderr(&out));
     // Without `--workers` (nor `AMP_WORKERS`), every core: the plan's layout on as many
     // workers as this process may use.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
