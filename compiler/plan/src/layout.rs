@@ -69,12 +69,7 @@ const TIE: f64 = 0.02;
 /// `k` dividing `workers` (split over processes, 1 and the multiples of the processes), or
 /// for `copies` alone when given (a user's choice, predicted the same way). The plan
 /// returned is for one copy's workers, with `copies` and the options weighed set.
-pub fn plan_layout(
-    graph: &Verified,
-    costs: &Costs,
-    workers: usize,
-    copies: Option<usize>,
-) -> Result<Plan, PlanError> {
+pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize, copies: Option<usize>) -> Result<Plan, PlanError> {
     let processes = costs.assumptions.processes.max(1);
     // A copy's workers run in one process: its stages are planned without links.
     let local = Costs { assumptions: costs.assumptions.within_a_copy(), ..costs.clone() };
