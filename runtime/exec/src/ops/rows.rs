@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 /// Keys a [`RowValues`] keeps before it drops the older half of what it keeps.
 const ROW_VALUES_KEYS: usize = 1024;
-/// Values (over all keys) a [`RowValues`] keeps before it drops the older half.
+/// Values (over all keys) a [`RowValues`] keeps before it drops the older half (and at most
+/// as many checked indices beside them).
 const ROW_VALUES_KEPT: usize = 1 << 20;
 
 /// A row expression (an index or predicate with the row field bound to each row) and its
@@ -37,9 +38,16 @@ pub(crate) struct RowValues {
     along: Option<usize>,
     /// The state fields the expression reads besides the row field, and the instance.
     reads: Vec<FieldId>,
-    current: KeyMap<Key, Arc<[i64]>>,
+    current: KeyMap<Key, Kept>,
     kept: usize,
-    previous: KeyMap<Key, Arc<[i64]>>,
+    previous: KeyMap<Key, Kept>,
+}
+
+/// A key's values, and the first rows of them checked as indices below a bound (every
+/// step of a loop asks for the same ones: checked and converted once).
+struct Kept {
+    values: Arc<[i64]>,
+    indices: Option<(usize, Arc<[usize]>)>,
 }
 
 impl RowValues {
@@ -86,10 +94,21 @@ impl RowValues {
     /// state is `state` (the row field set to the row); an evaluation's error as is.
     pub fn at(&mut self, cx: &NodeCx, state: &[i64], rows: usize, what: &'static str) -> Result<Arc<[i64]>, OpError> {
         let key = key_of(&self.reads, state);
-        if let Some(values) = self.current.get(&key).filter(|v| v.len() >= rows) {
-            return Ok(Arc::clone(values));
+        self.at_key(cx, key, state, rows, what)
+    }
+
+    fn at_key(
+        &mut self,
+        cx: &NodeCx,
+        key: Key,
+        state: &[i64],
+        rows: usize,
+        what: &'static str,
+    ) -> Result<Arc<[i64]>, OpError> {
+        if let Some(kept) = self.current.get(&key).filter(|k| k.values.len() >= rows) {
+            return Ok(Arc::clone(&kept.values));
         }
-        let kept = self.previous.remove(&key).filter(|v| v.len() >= rows);
+        let kept = self.previous.remove(&key).map(|k| k.values).filter(|v| v.len() >= rows);
         let values = match kept.or_else(|| self.along(cx, state, rows).map(Arc::from)) {
             Some(values) => values,
             None => {
@@ -107,7 +126,7 @@ impl RowValues {
             self.kept = 0;
         }
         self.kept += values.len();
-        self.current.insert(key, Arc::clone(&values));
+        self.current.insert(key, Kept { values: Arc::clone(&values), indices: None });
         Ok(values)
     }
 
@@ -119,9 +138,14 @@ impl RowValues {
         rows: usize,
         what: &'static str,
         len: usize,
-    ) -> Result<Vec<usize>, OpError> {
-        let values = self.at(cx, state, rows, what)?;
-        values[..rows]
+    ) -> Result<Arc<[usize]>, OpError> {
+        let key = key_of(&self.reads, state);
+        let checked = self.current.get(&key).and_then(|k| k.indices.as_ref());
+        if let Some((_, indices)) = checked.filter(|(bound, i)| *bound == len && i.len() == rows) {
+            return Ok(Arc::clone(indices));
+        }
+        let values = self.at_key(cx, key.clone(), state, rows, what)?;
+        let indices: Arc<[usize]> = values[..rows]
             .iter()
             .map(|&index| {
                 // A `match`, not `ok_or`: that builds and drops an error at every row.
@@ -130,7 +154,11 @@ impl RowValues {
                     None => Err(OpError::OutOfRange { what, index, len }),
                 }
             })
-            .collect()
+            .collect::<Result<_, _>>()?;
+        if let Some(kept) = self.current.get_mut(&key) {
+            kept.indices = Some((len, Arc::clone(&indices)));
+        }
+        Ok(indices)
     }
 }
 
@@ -185,7 +213,7 @@ pub(crate) struct ScatterSumOp {
     count: StateExpr,
     row: usize,
     /// The destination of every input row, and the output's row count.
-    cache: Keyed<(Vec<usize>, usize)>,
+    cache: Keyed<(Arc<[usize]>, usize)>,
 }
 
 impl ScatterSumOp {
@@ -254,7 +282,7 @@ impl NodeOp for ScatterSumOp {
             return Err(OpError::PayloadSize { expected: count * self.row, found: dy.len() });
         }
         let mut dx = Vec::with_capacity(destinations.len() * self.row);
-        for j in destinations {
+        for &j in destinations.iter() {
             dx.extend_from_slice(&dy[j * self.row..(j + 1) * self.row]);
         }
         cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
@@ -274,7 +302,7 @@ pub(crate) struct GatherRowsOp {
     count: StateExpr,
     row: usize,
     /// The source row of every output row, and the input's row count.
-    cache: Keyed<(Vec<usize>, usize)>,
+    cache: Keyed<(Arc<[usize]>, usize)>,
 }
 
 impl GatherRowsOp {
@@ -291,7 +319,7 @@ impl NodeOp for GatherRowsOp {
         let count = cx.eval_count(&self.count, &msg.state, "gather_rows row count")?;
         let sources = self.index.indices(cx, &msg.state, count, "gather_rows index", rows)?;
         let mut y = Vec::with_capacity(count * self.row);
-        for &i in &sources {
+        for &i in sources.iter() {
             y.extend_from_slice(&x[i * self.row..(i + 1) * self.row]);
         }
         if cx.training() {
@@ -308,7 +336,7 @@ impl NodeOp for GatherRowsOp {
             return Err(OpError::PayloadSize { expected: sources.len() * self.row, found: dy.len() });
         }
         let mut dx = vec![0.0; rows * self.row];
-        for (r, i) in sources.into_iter().enumerate() {
+        for (r, i) in sources.iter().enumerate() {
             kernels::axpy(1.0, &dy[r * self.row..(r + 1) * self.row], &mut dx[i * self.row..(i + 1) * self.row]);
         }
         cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
@@ -373,10 +401,15 @@ fn partition(values: &[f32], row: usize, arm_of: &[usize], arms: usize) -> Vec<V
         counts[k] += 1;
     }
     let mut parts: Vec<Vec<f32>> = counts.iter().map(|&c| Vec::with_capacity(c * row)).collect();
+    partition_into(values, row, arm_of, &mut parts);
+    parts
+}
+
+/// Appends each row of `values` to its arm's part, in one pass.
+fn partition_into(values: &[f32], row: usize, arm_of: &[usize], parts: &mut [Vec<f32>]) {
     for (r, &k) in arm_of.iter().enumerate() {
         parts[k].extend_from_slice(&values[r * row..(r + 1) * row]);
     }
-    parts
 }
 
 /// The inverse of [`partition`]: row `r` is the next unused row of part `arm_of[r]`. A part
@@ -440,18 +473,19 @@ impl ArmRows {
             arm_of.iter().for_each(|&k| counts[k] += 1);
             arm_rows.push(arm_of);
         }
-        // Each arm's buffer sized once: grown row by row, it was copied as it grew.
-        let mut arms: Vec<Stacked> = counts.iter().map(|&c| Stacked::with_capacity(c * self.row)).collect();
+        // Each arm's buffer sized once: grown row by row, it was copied as it grew. One
+        // pass over each message's rows; each arm's piece of it is what that pass added.
+        let mut parts: Vec<Vec<f32>> = counts.iter().map(|&c| Vec::with_capacity(c * self.row)).collect();
+        let mut lens: Vec<Vec<usize>> = vec![Vec::with_capacity(msgs.len()); self.arms];
         for (msg, arm_of) in msgs.iter().zip(&arm_rows) {
-            let values = msg.payload.values();
-            for (k, out) in arms.iter_mut().enumerate() {
-                out.push(|part| {
-                    let rows = arm_of.iter().enumerate().filter(|&(_, &arm)| arm == k);
-                    rows.for_each(|(r, _)| part.extend_from_slice(&values[r * self.row..(r + 1) * self.row]));
-                });
+            let before: Vec<usize> = parts.iter().map(Vec::len).collect();
+            partition_into(msg.payload.values(), self.row, arm_of, &mut parts);
+            for ((lens, part), before) in lens.iter_mut().zip(&parts).zip(before) {
+                lens.push(part.len() - before);
             }
         }
-        let mut arms: Vec<_> = arms.into_iter().map(Stacked::payloads).collect();
+        let mut arms: Vec<_> =
+            parts.into_iter().zip(&lens).map(|(values, lens)| Payload::pieces(values, lens).into_iter()).collect();
         Ok(msgs.iter().map(|_| arms.iter_mut().map(|a| a.next().unwrap_or(Payload::Unit)).collect()).collect())
     }
 
