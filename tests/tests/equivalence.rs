@@ -126,6 +126,17 @@ fn instance(name: &str, rng: &mut ChaCha8Rng) -> Value {
     }
 }
 
+/// `count` instances `{ tree, label }`: random binary trees of `leaves` leaves, labelled
+/// below `classes`.
+fn labelled_trees(rng: &mut ChaCha8Rng, count: usize, leaves: std::ops::Range<i64>, classes: i64) -> Vec<Value> {
+    (0..count)
+        .map(|_| {
+            let leaves = rng.random_range(leaves.clone());
+            Value::Record(vec![random_tree(rng, leaves), Value::Int(rng.random_range(0..classes))])
+        })
+        .collect()
+}
+
 /// A random binary tree with `leaves` leaves (`Leaf { word, label }`, `Node { left, right, label }`).
 fn random_tree(rng: &mut ChaCha8Rng, leaves: i64) -> Value {
     if leaves == 1 {
@@ -417,13 +428,7 @@ fn models_sharing_a_module_match_the_reference() {
         let c = Compiled { program: checked.program, graph };
         let specs = amp_params::ParamSpec::of_graph(&c.graph);
         assert!(specs.iter().any(|s| s.name == "words.emb.weight"), "{name}: the shared layer's parameters");
-        let mut rng = ChaCha8Rng::seed_from_u64(5);
-        let values: Vec<Value> = (0..6)
-            .map(|_| {
-                let leaves = rng.random_range(1..7);
-                Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..3))])
-            })
-            .collect();
+        let values = labelled_trees(&mut ChaCha8Rng::seed_from_u64(5), 6, 1..7, 3);
         for jit in [true, false] {
             assert_values_match(&c, values.clone(), ExecConfig { jit, ..ExecConfig::default() });
         }

@@ -5,7 +5,7 @@
 //! (loss and every gradient, 1e-5); a seed repeats its losses and another changes them;
 //! a rate of 0 is no dropout; evaluation and inference ignore dropout.
 
-use super::{compile_source, random_tree, relative_error, Compiled};
+use super::{compile_source, labelled_trees, relative_error, Compiled};
 use amp_data::{Instance, Tensor, Value};
 use amp_exec::{ExecConfig, ExecInstance, Executor};
 use amp_ir::dropout::DropoutRun;
@@ -104,13 +104,7 @@ fn loop_and_map_values(count: usize, seed: u64) -> Vec<Value> {
 }
 
 fn tree_values(count: usize, seed: u64) -> Vec<Value> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..count)
-        .map(|_| {
-            let leaves = rng.random_range(1..7);
-            Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..5))])
-        })
-        .collect()
+    labelled_trees(&mut ChaCha8Rng::seed_from_u64(seed), count, 1..7, 5)
 }
 
 fn compiled(name: &str, source: &str, drop: i64) -> Compiled {

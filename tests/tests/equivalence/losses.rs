@@ -3,7 +3,7 @@
 //! loss nodes whose reports sum to the reference's loss, with every gradient equal (1e-5,
 //! JIT on and off).
 
-use super::{assert_training_on, assert_values_match, compile_source, random_tree};
+use super::{assert_training_on, assert_values_match, compile_source, labelled_trees, random_tree};
 use amp_data::{Tensor, Value};
 use amp_exec::ExecConfig;
 use rand::{Rng, SeedableRng};
@@ -35,12 +35,7 @@ fn losses(c: &super::Compiled) -> Vec<amp_ir::LossKind> {
 #[test]
 fn tree_lstm_with_a_loss_at_every_node_matches_the_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(21);
-    let values: Vec<Value> = (0..10)
-        .map(|_| {
-            let leaves = rng.random_range(1..8);
-            Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..5))])
-        })
-        .collect();
+    let values = labelled_trees(&mut rng, 10, 1..8, 5);
     let c = check("tree_lstm_sst", SST, &[("vocab", 20), ("embed", 6), ("hidden", 5)], values);
     // One cross-entropy per arm, in the traversal, judged at the root only.
     let kinds = losses(&c);
@@ -83,12 +78,7 @@ fn training_with_a_loss_at_every_node_is_minibatch_sgd() {
     let defines = [("vocab", 20), ("embed", 6), ("hidden", 5)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
     let c = compile_source("tree_lstm_sst", SST, defines);
     let mut rng = ChaCha8Rng::seed_from_u64(25);
-    let values: Vec<Value> = (0..8)
-        .map(|_| {
-            let leaves = rng.random_range(1..7);
-            Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..5))])
-        })
-        .collect();
+    let values = labelled_trees(&mut rng, 8, 1..7, 5);
     for base in [
         ExecConfig::default(),
         ExecConfig { jit: false, ..ExecConfig::default() },
@@ -288,12 +278,7 @@ fn accuracy_with_a_loss_at_every_node_is_the_roots() {
     let params = amp_params::ParamSet::init(&amp_params::ParamSpec::of_graph(&c.graph), 26);
     let schema = c.graph.input.clone().expect("schema");
     let mut rng = ChaCha8Rng::seed_from_u64(26);
-    let values: Vec<Value> = (0..24)
-        .map(|_| {
-            let leaves = rng.random_range(2..7);
-            Value::Record(vec![random_tree(&mut rng, leaves), Value::Int(rng.random_range(0..5))])
-        })
-        .collect();
+    let values = labelled_trees(&mut rng, 24, 2..7, 5);
     let mut right = 0;
     for v in &values {
         let Value::Record(fields) = v else { unreachable!() };

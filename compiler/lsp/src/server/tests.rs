@@ -44,6 +44,12 @@ impl Client {
         self.connection.sender.send(notification.into()).expect("server alive");
     }
 
+    /// Opens `text` as version 1 of the document at `uri`.
+    fn open(&self, uri: &str, text: &str) {
+        let document = json!({ "uri": uri, "languageId": "amp", "version": 1, "text": text });
+        self.notify("textDocument/didOpen", json!({ "textDocument": document }));
+    }
+
     fn stop(self) -> Result<(), ServerError> {
         let Client { connection, server } = self;
         let _ = connection.sender.send(Notification { method: "exit".into(), params: Value::Null }.into());
@@ -85,10 +91,7 @@ fn positions_outside_the_text_are_refused() {
     let client = Client::start();
     let uri = "file:///m.amp";
     let text = "model M(n: int = 4) {\n    fn forward(x: f32[n]) -> f32[n] { tanh(x) }\n}\n";
-    client.notify(
-        "textDocument/didOpen",
-        json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": text } }),
-    );
+    client.open(uri, text);
     let hover = |id: i32, line: u32, character: u32| {
         let at = json!({ "textDocument": { "uri": uri }, "position": { "line": line, "character": character } });
         client.request(id, "textDocument/hover", at)
@@ -127,10 +130,7 @@ fn code_actions_are_given_by_the_kinds_asked_for() {
     let client = Client::start();
     let uri = "file:///m.amp";
     let text = "model M(n: int = 4) {\n    fn forward(x: f32[n]) -> f32[n] {\n        let unused = 2;\n        tanh(x) * 2.0\n    }\n}\n";
-    client.notify(
-        "textDocument/didOpen",
-        json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": text } }),
-    );
+    client.open(uri, text);
     // `unused` (its `let`'s name), then `tanh(x)`, selected.
     let kinds = |id: i32, range: Value, only: Value| -> Vec<String> {
         let context =
@@ -211,10 +211,7 @@ fn exit_without_shutdown_is_an_error() {
 fn open_publishes_diagnostics_and_close_clears_them() {
     let client = Client::start();
     let uri = "file:///broken.amp";
-    client.notify(
-        "textDocument/didOpen",
-        json!({ "textDocument": { "uri": uri, "languageId": "amp", "version": 1, "text": "model M() { fn forward(x: f32) -> f32 { foo } }" } }),
-    );
+    client.open(uri, "model M() { fn forward(x: f32) -> f32 { foo } }");
     let published = loop {
         if let Message::Notification(n) = client.receive() {
             break n;
