@@ -198,19 +198,17 @@ impl FusedOp {
     /// the in-place range are already what the kernel reads (a block's columns strided),
     /// else the keys' rows stacked (scalars repeated per row, blocks gathered).
     fn buffer<'a>(&self, b: usize, (args, in_place): KernelArgs<'a>, counts: &[usize]) -> Result<Buffer<'a>, OpError> {
+        // A block's keys are in place whenever they are one range (`FusedOp::in_place`), a
+        // single key's among them.
         let block = self.blocks.get(b).copied().flatten();
-        let in_place = in_place.get(b).copied().flatten().or(match (args, block) {
-            ([key], Some(_)) => Some(key[b]),
-            _ => None,
-        });
-        if let Some(all) = in_place {
+        if let Some(all) = in_place.get(b).copied().flatten() {
             return match block {
                 Some(block) => Buffer::block(all, block),
                 None => Ok(Buffer::packed(Cow::Borrowed(all))),
             };
         }
         let repeats = self.scalar_input.get(b).copied().unwrap_or(false);
-        if let ([key], [count]) = (args, counts) {
+        if let ([key], [count], None) = (args, counts, block) {
             if *count == 1 || !repeats {
                 return Ok(Buffer::packed(Cow::Borrowed(key[b])));
             }
