@@ -37,8 +37,13 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
 /// # Panics
 /// When the lengths do not fit `rows`, `inp` and `out`.
 pub fn linear_forward_into(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
-    let rows = x.len().checked_div(inp).unwrap_or(0);
     fill_with_bias(y, b, out);
+    add_x_wt(x, w, y, inp, out);
+}
+
+/// `y += x W^T`, one GEMM.
+fn add_x_wt(x: &[f32], w: &[f32], y: &mut [f32], inp: usize, out: usize) {
+    let rows = x.len().checked_div(inp).unwrap_or(0);
     matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(w, out, inp).t(), true);
 }
 
@@ -66,10 +71,10 @@ pub fn linear_forward_rows(x: &[f32], w: &[f32], b: &[f32], inp: usize, out: usi
     y
 }
 
+/// `y += x W^T`: one row through the GEMM crate's one-row path, several by [`rows_times_wt`].
 fn add_rows_times_wt(x: &[f32], w: &[f32], y: &mut [f32], inp: usize, out: usize) {
     if x.len() <= inp {
-        let rows = x.len().checked_div(inp).unwrap_or(0);
-        matmul(y, Mat::row_major(x, rows, inp), Mat::row_major(w, out, inp).t(), true);
+        add_x_wt(x, w, y, inp, out);
     } else {
         rows_times_wt(x, w, y, inp, out);
     }
