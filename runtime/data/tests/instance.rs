@@ -179,8 +179,8 @@ fn ints_along_rows_are_the_ints_at_each_row() {
     let one_by_one = |prefix: &[ResolvedStep], rows: i64, suffix: &[ResolvedStep]| -> Option<Vec<i64>> {
         (0..rows).map(|r| m.int_at(&[prefix, &[I(r)], suffix].concat())).collect()
     };
-    // A record field of every element (the fast path), and an element of a tuple or a
-    // tree's nodes (the general one).
+    // An int field of every element of a top-level sequence (kept as a column), and an
+    // element of a tuple or a tree's nodes (the general walk).
     let cases: [(&[ResolvedStep], usize, &[ResolvedStep]); 8] = [
         (&[F("points")], 2, &[F("y")]),
         (&[F("points")], 2, &[F("x")]),
