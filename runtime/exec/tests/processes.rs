@@ -230,6 +230,29 @@ fn copies_split_over_processes_train_as_in_one_process() {
     }
 }
 
+/// Split over processes, copies report every process's copies' staleness: process 0's
+/// metrics are those of the same copies in one process (synchronous training measures
+/// the same gradients at the same updates).
+#[test]
+fn copies_split_over_processes_report_every_copys_staleness() {
+    let (graph, data) = list_reduce();
+    let config = ExecConfig {
+        workers: 4,
+        copies: 4,
+        placement: Placement::RoundRobin,
+        ..ExecConfig { max_active_keys: 4, ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1)) }
+    };
+    let measured = |stats: &amp_exec::EpochStats| -> Vec<(String, u64, u64, u64)> {
+        stats.staleness.iter().map(|g| (g.group.clone(), g.stats.gradients, g.stats.total, g.stats.max)).collect()
+    };
+    let expected = measured(&executor(&graph, 2, config.clone()).train_epoch(&data).unwrap());
+    assert!(expected.iter().all(|(_, gradients, _, _)| *gradients > 0), "{expected:?}");
+    let results = in_two_processes(&graph, &config, Faults { seed: 1, max_delay: 2 }, None, |ex| {
+        ex.train_epoch(&data).map(|stats| measured(&stats))
+    });
+    assert_eq!(results[0].as_ref().expect("process 0"), &expected);
+}
+
 /// With 4 copies over two processes, every copy's worker runs forward and backward
 /// batches (admissions reach the copies of process 1), and each update's all-reduce has
 /// each process send one copy of the gradients: 4 bytes per parameter at two processes.

@@ -6,7 +6,7 @@ use crate::cluster::Cluster;
 use crate::config::ExecConfig;
 use crate::error::ExecError;
 use crate::instance::ExecInstance;
-use crate::load::program::Program;
+use crate::load::program::{GroupInfo, Program};
 use crate::ops::replica_routes::Routes;
 use crate::ops::train::{fold_replica_grads, live_groups, replica_stores, ParamAccess, StalenessStats};
 use crate::ops::{RunMode, RunShared};
@@ -429,35 +429,51 @@ impl Executor {
     /// A run split over processes, after a training run: each master group's updates and
     /// staleness (per master, in the groups' order) come to process 0 from its owner's
     /// process, where the metrics are written (each process measured only the groups its
-    /// workers own). Every process calls it at the same point.
+    /// workers own). A master of copies split over processes (`GroupInfo::ring`) is
+    /// updated in every process, each measuring its own copies' gradients: process 0 adds
+    /// the others' measures to its own. Every process calls it at the same point.
     fn gather_group_stats(&self, updates: &mut [u64], staleness: &mut [GroupStaleness]) -> Result<(), ExecError> {
         let Some(cluster) = self.cluster.clone() else { return Ok(()) };
         let (me, processes, workers) = (cluster.process(), cluster.processes(), self.program.workers);
-        let owners: Vec<usize> = self
-            .program
-            .groups
-            .iter()
-            .filter(|g| g.master.is_none())
-            .map(|g| amp_ir::placement::process_of(g.owner, processes, workers))
-            .collect();
-        let slot = |k: usize| u32::try_from(k).map_err(|_| ExecError::Config { message: "too many groups".into() });
+        let masters: Vec<&GroupInfo> = self.program.groups.iter().filter(|g| g.master.is_none()).collect();
+        let n = masters.len();
+        // Slot `k` for master `k`'s owner's counts, `k + n·p` for process p's measures of a
+        // ring master's copies.
+        let slot = |k: usize, p: usize| {
+            u32::try_from(k + n * p).map_err(|_| ExecError::Config { message: "too many groups".into() })
+        };
         let mut own = Vec::new();
         let mut expected = Vec::new();
-        for (k, &owner) in owners.iter().enumerate() {
+        for (k, info) in masters.iter().enumerate() {
+            let owner = amp_ir::placement::process_of(info.owner, processes, workers);
+            let (u, s) = (updates[k], &staleness[k].stats);
             if owner == me && me != 0 {
-                let (u, s) = (updates[k], &staleness[k].stats);
-                own.push((slot(k)?, [u, s.gradients, s.total, s.max]));
+                own.push((slot(k, 0)?, [u, s.gradients, s.total, s.max]));
             } else if owner != 0 && me == 0 {
-                expected.push((slot(k)?, owner));
+                expected.push((slot(k, 0)?, owner));
+            }
+            if !info.ring.is_empty() && owner == 0 {
+                if me != 0 {
+                    own.push((slot(k, me)?, [u, s.gradients, s.total, s.max]));
+                } else {
+                    for p in 1..processes {
+                        expected.push((slot(k, p)?, p));
+                    }
+                }
             }
         }
-        for (k, [u, gradients, total, max]) in cluster.gather_values::<[u64; 4]>(own, &expected)? {
-            let k = k as usize;
+        for (at, [u, gradients, total, max]) in cluster.gather_values::<[u64; 4]>(own, &expected)? {
+            let (k, from) = (at as usize % n.max(1), at as usize / n.max(1));
             let (Some(updated), Some(s)) = (updates.get_mut(k), staleness.get_mut(k)) else {
                 return Err(ExecError::Cluster { message: format!("the counts of group {k}, which is not one") });
             };
-            *updated = u;
-            s.stats = StalenessStats { gradients, total, max };
+            let theirs = StalenessStats { gradients, total, max };
+            if from == 0 {
+                *updated = u;
+                s.stats = theirs;
+            } else {
+                s.stats.merge(&theirs);
+            }
         }
         Ok(())
     }
