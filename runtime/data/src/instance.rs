@@ -508,12 +508,8 @@ fn columns(schema: &Schema, root: &DataTy, record: &Value) -> Vec<Column> {
     let mut out = Vec::new();
     for (seq, (f, value)) in fields.iter().zip(values).enumerate() {
         let (DataTy::Seq(item), Value::Seq(items)) = (&f.ty, value) else { continue };
-        let Some(element) = (match **item {
-            DataTy::Record(e) => schema.records.get(e as usize),
-            _ => None,
-        }) else {
-            continue;
-        };
+        let DataTy::Record(e) = **item else { continue };
+        let Some(element) = schema.records.get(e as usize) else { continue };
         for (field, _) in element.fields.iter().enumerate().filter(|(_, g)| g.ty == DataTy::Int) {
             let ints = items
                 .iter()

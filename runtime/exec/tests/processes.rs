@@ -199,6 +199,17 @@ fn a_process_cut_off_mid_reduction_ends_the_run_naming_it() {
     a_cut_ends_the_run_naming_the_process(&ExecConfig { workers: 2, copies: 2, sync_updates: false, ..config() });
 }
 
+/// `copies` copies of the graph on `workers` workers, trained synchronously (SGD, an
+/// update every 4 instances, 4 in flight).
+fn synchronous_copies(workers: usize, copies: usize) -> ExecConfig {
+    ExecConfig {
+        workers,
+        copies,
+        placement: Placement::RoundRobin,
+        ..ExecConfig { max_active_keys: 4, ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1)) }
+    }
+}
+
 /// Copies of the whole graph split over two processes (1 and 2 copies in each), trained
 /// synchronously, give process 0 the losses and parameters of the same copies in one
 /// process (which are minibatch SGD's: tests/copies.rs), whatever the order in which the
@@ -207,12 +218,7 @@ fn a_process_cut_off_mid_reduction_ends_the_run_naming_it() {
 fn copies_split_over_processes_train_as_in_one_process() {
     let (graph, data) = list_reduce();
     for (workers, copies) in [(2, 2), (4, 4), (4, 2)] {
-        let config = ExecConfig {
-            workers,
-            copies,
-            placement: Placement::RoundRobin,
-            ..ExecConfig { max_active_keys: 4, ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1)) }
-        };
+        let config = synchronous_copies(workers, copies);
         let mut single = executor(&graph, 2, config.clone());
         let mut expected = Vec::new();
         for _ in 0..2 {
@@ -236,12 +242,7 @@ fn copies_split_over_processes_train_as_in_one_process() {
 #[test]
 fn copies_split_over_processes_report_every_copys_staleness() {
     let (graph, data) = list_reduce();
-    let config = ExecConfig {
-        workers: 4,
-        copies: 4,
-        placement: Placement::RoundRobin,
-        ..ExecConfig { max_active_keys: 4, ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1)) }
-    };
+    let config = synchronous_copies(4, 4);
     let measured = |stats: &amp_exec::EpochStats| -> Vec<(String, u64, u64, u64)> {
         stats.staleness.iter().map(|g| (g.group.clone(), g.stats.gradients, g.stats.total, g.stats.max)).collect()
     };

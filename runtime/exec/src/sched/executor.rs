@@ -446,15 +446,16 @@ impl Executor {
         let mut expected = Vec::new();
         for (k, info) in masters.iter().enumerate() {
             let owner = amp_ir::placement::process_of(info.owner, processes, workers);
-            let (u, s) = (updates[k], &staleness[k].stats);
+            let s = &staleness[k].stats;
+            let mine = [updates[k], s.gradients, s.total, s.max];
             if owner == me && me != 0 {
-                own.push((slot(k, 0)?, [u, s.gradients, s.total, s.max]));
+                own.push((slot(k, 0)?, mine));
             } else if owner != 0 && me == 0 {
                 expected.push((slot(k, 0)?, owner));
             }
             if !info.ring.is_empty() && owner == 0 {
                 if me != 0 {
-                    own.push((slot(k, me)?, [u, s.gradients, s.total, s.max]));
+                    own.push((slot(k, me)?, mine));
                 } else {
                     for p in 1..processes {
                         expected.push((slot(k, p)?, p));
