@@ -352,9 +352,10 @@
 //! ring (each sends 2(P − 1)/P of the gradients per update, no process serves the others'
 //! parameters), and each process applies the same update to its own values, which stay equal
 //! bit for bit; process 0 counts the instances and starts each reduction, and the metrics'
-//! `allreduce` has its bytes. There a staleness bound cannot go with copies yet, and in
-//! asynchronous training the next update waits for the last reduction: with a slow link the
-//! updates come fewer and larger. Today copies keep one copy of the values per copy in
+//! `allreduce` has its bytes. A staleness bound holds there too (each process checks
+//! its own copies' reads before it takes part in an update), from 1 up: a read made while a
+//! reduction is under way is applied by the next one. In asynchronous training the next
+//! update waits for the last reduction: with a slow link the updates come fewer and larger. Today copies keep one copy of the values per copy in
 //! memory and cannot be combined with node replicas (`--replicate`, `--plan-replicas`). `--workers` defaults to the cores this
 //! process may use (1 with `--deterministic`, one per process with `--processes`; the
 //! environment's `AMP_WORKERS` sets it for every run), and the plan decides how to use them; `--workers 1` keeps every node on one worker, reproducible

@@ -16,6 +16,8 @@ pub enum ToWorker {
     Work(Envelope),
     /// An instance finished (its index; from the worker that finished it): each group the
     /// worker owns counts it, and updates when it reached its `min_update_frequency`.
+    /// Also to an updater that joins bounded reductions (`sched::worker::ring`), from a
+    /// worker of its process where the instance left that process.
     InstanceDone(usize),
     /// From the controller at a synchronous update boundary across workers (after every
     /// `InstanceDone` before it): answer `Updated` once the updates owed are applied.

@@ -6,7 +6,7 @@
 mod common;
 
 use amp_data::Instance;
-use amp_exec::{Cluster, ClusterSpec, ExecConfig, ExecError, Executor, NodeSelector, Placement};
+use amp_exec::{Cluster, ClusterSpec, ExecConfig, ExecError, Executor, NodeSelector, Placement, SlowWorker};
 use amp_ir::verify::Verified;
 use amp_net::memory::{Faults, MemoryNet};
 use amp_params::{OptimConfig, ParamSet};
@@ -302,19 +302,68 @@ fn asynchronous_copies_over_processes_learn() {
 }
 
 /// Copies that cannot be split over the processes are refused by name in every process,
-/// before anything runs: a copy across the processes' boundary, and a staleness bound.
+/// before anything runs: a copy across the processes' boundary, and a staleness bound of
+/// 0 (a read made during an all-reduce is applied by the next one).
 #[test]
 fn copies_that_cannot_split_over_processes_are_refused() {
     let (graph, _) = list_reduce();
     let across = ExecConfig { workers: 6, copies: 3, ..config() };
-    let bounded = ExecConfig { workers: 2, copies: 2, max_staleness: Some(2), ..config() };
-    for (config, expected) in [(across, "copy 1 of the graph runs on workers 2..=3"), (bounded, "staleness bound")] {
+    let zero = ExecConfig { workers: 2, copies: 2, sync_updates: false, max_staleness: Some(0), ..config() };
+    for (config, expected) in [(across, "copy 1 of the graph runs on workers 2..=3"), (zero, "bound must be 1 or more")]
+    {
         let results = in_two_processes(&graph, &config, Faults { seed: 1, max_delay: 0 }, None, |_| Ok(()));
         for (process, result) in results.iter().enumerate() {
             match result {
                 Err(ExecError::Config { message }) => assert!(message.contains(expected), "{message}"),
                 other => panic!("process {process}: expected a refusal, got {other:?}"),
             }
+        }
+    }
+}
+
+/// Asynchronous copies over two processes keep a staleness bound K: with 4 copies on 4
+/// workers, 16 instances in flight and an update after every instance, no gradient is
+/// applied more than K updates after the version it read in either process (process 0's
+/// metrics count every process's copies), every instance is trained once with a finite
+/// loss and its gradients measured, and both processes end with the same values. Without
+/// a bound the same run applies gradients more than one update late.
+#[test]
+fn copies_over_processes_keep_a_staleness_bound() {
+    let (graph, data) = list_reduce();
+    let many: Vec<Instance> = data.iter().cycle().take(96).cloned().collect();
+    let config = |bound| ExecConfig {
+        workers: 4,
+        copies: 4,
+        placement: Placement::RoundRobin,
+        max_active_keys: 16,
+        sync_updates: false,
+        max_staleness: bound,
+        // A straggler in process 1: its copy's reads age while the others update.
+        slow_workers: vec![SlowWorker { worker: 3, factor: 20.0, during: None }],
+        ..ExecConfig::deterministic(1, OptimConfig::sgd(0.05))
+    };
+    let run = |bound: Option<u64>, seed| {
+        let mut results = in_two_processes(&graph, &config(bound), Faults { seed, max_delay: 2 }, None, |ex| {
+            let stats = ex.train_epoch(&many)?;
+            ex.gather()?;
+            Ok((stats, ex.params().clone()))
+        });
+        let (stats, zero) = results.remove(0).unwrap_or_else(|e| panic!("bound {bound:?}: process 0: {e}"));
+        let one = results.remove(0).unwrap_or_else(|e| panic!("bound {bound:?}: process 1: {e}")).1;
+        assert_eq!(stats.losses.len(), many.len(), "bound {bound:?}");
+        assert!(stats.losses.iter().all(|l| l.is_finite()), "bound {bound:?}: {:?}", stats.losses);
+        assert_eq!(max_rel_diff(&one, &zero), 0.0, "bound {bound:?}: process 1's values differ");
+        stats.staleness.iter().map(|g| (g.group.clone(), g.stats.gradients, g.stats.max)).collect::<Vec<_>>()
+    };
+    // Synchronous, each instance's gradients are applied once: the gradients measured.
+    let once = executor(&graph, 2, ExecConfig { sync_updates: true, ..config(None) }).train_epoch(&many).unwrap();
+    let free = run(None, 4);
+    assert!(free.iter().any(|&(_, _, max)| max > 1), "{free:?}");
+    for (bound, seed) in [(1, 5), (2, 6)] {
+        for (group, gradients, max) in run(Some(bound), seed) {
+            assert!(max <= bound, "bound {bound}: `{group}` applied a gradient {max} updates late");
+            let each = once.staleness.iter().find(|g| g.group == group).map_or(u64::MAX, |g| g.stats.gradients);
+            assert!(gradients >= each, "bound {bound}: `{group}` measured {gradients} gradients of {each}");
         }
     }
 }

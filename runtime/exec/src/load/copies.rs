@@ -24,7 +24,8 @@
 //!   memory, as above), its updater there (`GroupInfo::ring`: copy 0's owner in process
 //!   0, the first local copy's elsewhere) joins the other processes' in an all-reduce of
 //!   those sums, and every process applies the same update to its own values
-//!   (`sched::worker::ring`).
+//!   (`sched::worker::ring`). A staleness bound holds there too: each process's updater
+//!   checks its own copies' reads before it takes part in an update.
 
 use super::program::{GroupInfo, NodeInfo, Program};
 use amp_ir::placement::{graph_copy_worker, process_of};
@@ -110,10 +111,12 @@ pub(crate) fn split_over_processes(program: &mut Program, processes: usize) -> R
         })
         .collect();
     for g in masters {
-        if let Some(bound) = program.groups[g].max_staleness {
+        if program.groups[g].max_staleness == Some(0) {
+            // A read made while an all-reduce is under way (after this process's gradients
+            // went into it) is applied by the next one: one update late at the least.
             return Err(format!(
-                "parameter `{}` has a staleness bound ({bound}): copies of the graph split over processes \
-                 update in step with each other, and cannot bound their staleness yet",
+                "parameter `{}` has a staleness bound of 0: copies of the graph split over processes apply a \
+                 gradient read during an update's all-reduce at the next update, so their bound must be 1 or more",
                 program.groups[g].prefix
             ));
         }

@@ -731,7 +731,10 @@ fn check_split(program: &Program, config: &ExecConfig, processes: usize) -> Resu
         return refuse(format!("{} workers cannot be split over {processes} processes", program.workers));
     }
     let process = |worker: usize| amp_ir::placement::process_of(worker, processes, program.workers);
-    for master in program.groups.iter().filter(|g| g.master.is_none() && g.max_staleness.is_some()) {
+    // A master reduced over processes (`GroupInfo::ring`) bounds each process's reads there.
+    let bounded =
+        program.groups.iter().filter(|g| g.master.is_none() && g.max_staleness.is_some() && g.ring.is_empty());
+    for master in bounded {
         let away = master.replica_groups.iter().filter_map(|&r| program.groups.get(r));
         if let Some(replica) = away.into_iter().find(|r| process(r.owner) != process(master.owner)) {
             return refuse(format!(

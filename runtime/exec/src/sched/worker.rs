@@ -163,6 +163,9 @@ struct Worker<'s, 'a> {
     /// The workers that own parameter groups (told of every instance that finishes here,
     /// when workers admit).
     owners: Vec<usize>,
+    /// This process's updaters of bounded reductions outside process 0, whose joins wait
+    /// for its reads (`worker::ring`): told of every instance that leaves it here.
+    joiners: Vec<usize>,
     /// Messages processed, published to the watchdog's gauge.
     processed: u64,
     /// Instances finished since their count was last added to the owned groups (see
@@ -194,6 +197,10 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         }
     }
     let mut owners: Vec<usize> = setup.program.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner).collect();
+    let bounded = setup.program.groups.iter().filter(|g| g.max_staleness.is_some());
+    let mut joiners: Vec<usize> = bounded.flat_map(|g| g.ring.iter().skip(1)).copied().collect();
+    joiners.retain(|&w| setup.peers.is_local(w));
+    joiners.dedup();
     owners.sort_unstable();
     owners.dedup();
     let remote = RefCell::new(remote::Remote::new(&setup));
@@ -211,6 +218,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         credits: CreditNetting::default(),
         admitted: Vec::new(),
         owners,
+        joiners,
         processed: 0,
         finished: 0,
         bound_deferred: false,
@@ -673,6 +681,7 @@ impl Worker<'_, '_> {
     /// Instance `i` finished here: the steps of its end are admission's
     /// ([`Admission::instance_ended`]), this worker delivers them (its [`Courier`]).
     fn finished_here(&mut self, i: usize) {
+        self.tell_joiners(i);
         // Across processes, the count reached zero here while the instance lives on
         // elsewhere: the credit this process kept goes back (see `crate::cluster`).
         if let Some(parent) = self.setup.credits.depart(i) {

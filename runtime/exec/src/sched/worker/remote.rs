@@ -94,13 +94,13 @@ impl Remote {
         }
         let (mut bounded, mut reduced) = (false, 0);
         for (_, info) in owned_masters(program, setup.id) {
+            bounded |= info.max_staleness.is_some();
             if !info.ring.is_empty() {
                 // Its copies elsewhere are reduced with, not gathered from.
                 reduced += 1;
                 continue;
             }
             remote.lasts_owed += info.replica_groups.iter().filter(|&&r| !is_local(setup, r)).count();
-            bounded |= info.max_staleness.is_some();
         }
         remote.rings = Rings::new(reduced);
         if bounded && setup.shared.mode == RunMode::Train {

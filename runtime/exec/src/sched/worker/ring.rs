@@ -23,6 +23,15 @@
 //! - **Boundaries.** Each process but 0 acknowledges the update once applied (a
 //!   `RemoteWord::Synced`); process 0 confirms a synchronous boundary only after every
 //!   acknowledgement, so that no instance of the next window reads old values anywhere.
+//! - **A staleness bound.** Process 0's updater starts a reduction only when its own
+//!   copies' reads allow it (`Worker::within_bound`, as an owner in one process does).
+//!   Every other updater checks its own copies' reads when the first step reaches it:
+//!   while one is owed a gradient and is as old as the bound, the step waits
+//!   ([`Rings::waiting`]). This updater then holds the admissions, as a deferring owner
+//!   does. It hears of its process's ends, and it joins once no such read is left. The
+//!   ring cannot move on without it, so no process updates past the bound either. Every
+//!   process applies the same updates in the same order, so a version means the same
+//!   thing everywhere.
 //! - **The end of a run.** A stop with a flush makes process 0 start a last reduction of
 //!   every master (marked `flush`, whatever its count), and every updater stops once it
 //!   applied its masters' last reductions.
@@ -45,10 +54,19 @@ struct Reduction {
     flush: bool,
 }
 
+/// A reduction's first step, held back for the staleness bound.
+struct Join {
+    count: u64,
+    flush: bool,
+    values: Vec<f32>,
+}
+
 /// An updater's reductions.
 #[derive(Default)]
 pub(super) struct Rings {
     active: HashMap<usize, Reduction>,
+    /// First steps that wait until this process's reads allow the update.
+    waiting: HashMap<usize, Join>,
     /// The run ends: process 0's masters whose last reduction has not started yet.
     flush_owed: Vec<usize>,
     /// Last reductions applied.
@@ -66,12 +84,12 @@ impl Rings {
 
     /// No reduction is under way.
     pub fn idle(&self) -> bool {
-        self.active.is_empty()
+        self.active.is_empty() && self.waiting.is_empty()
     }
 
     /// Every master this worker updates applied its last reduction (always, without any).
     pub fn flushed(&self) -> bool {
-        self.active.is_empty() && self.flushed >= self.masters
+        self.idle() && self.flushed >= self.masters
     }
 
     /// The run's reductions into the worker's gauges, at its end.
@@ -104,6 +122,19 @@ fn grad_len(master: &LiveGroup) -> usize {
 }
 
 impl Worker<'_, '_> {
+    /// Instance `i` ended or left this process here: the updaters that wait for this
+    /// process's reads before joining a reduction hear of it (an instance that left can
+    /// send no gradient here any more).
+    pub(super) fn tell_joiners(&self, i: usize) {
+        for &joiner in &self.joiners {
+            if joiner == self.setup.id {
+                self.remote.borrow_mut().ended(i);
+            } else {
+                self.setup.peers.send(joiner, ToWorker::InstanceDone(i));
+            }
+        }
+    }
+
     /// This worker's position in `info`'s ring.
     fn position(&self, info: &GroupInfo) -> usize {
         info.ring.iter().position(|&w| w == self.setup.id).unwrap_or(0)
@@ -169,12 +200,65 @@ impl Worker<'_, '_> {
     }
 
     /// A step of master `g`'s reduction from the previous process (checked by the bridge:
-    /// its sender, its step and its length); joins the reduction at its first step, and
+    /// its sender, its step and its length); joins the reduction at its first step, or
+    /// holds that step back while this process's reads exceed the staleness bound, and
     /// applies the update after its last. False when the worker must stop (the run's last
     /// reductions are applied).
     pub(super) fn on_reduce(&mut self, g: usize, step: u32, count: u64, flush: bool, values: Vec<f32>) -> bool {
         let program = self.setup.program;
         let Some(info) = program.groups.get(g).filter(|i| !i.ring.is_empty()) else { return true };
+        let waits = self.remote.borrow().rings.waiting.contains_key(&g);
+        let joins = !waits && !self.remote.borrow().rings.active.contains_key(&g);
+        if joins && !flush {
+            let within = self.setup.shared.params.live(g).is_some_and(|mut m| self.within_bound(info, &mut m));
+            if !within {
+                self.remote.borrow_mut().rings.waiting.insert(g, Join { count, flush, values });
+                self.bound_deferred = true;
+                self.hold_admissions();
+                return true;
+            }
+        }
+        if waits {
+            let message = format!("step {step} of the reduction of `{}` came before its first was joined", info.prefix);
+            self.setup.reports.send(super::Report::Failed(crate::error::ExecError::Cluster { message }));
+            return false;
+        }
+        self.reduce_step(g, info, step, count, flush, values)
+    }
+
+    /// Joins the reductions whose first step waits for the staleness bound, where the
+    /// reads now allow it (at a flush, every instance ended: always). True while one
+    /// still waits.
+    pub(super) fn join_waiting(&mut self, flush: bool) -> bool {
+        let program = self.setup.program;
+        let waiting: Vec<usize> = self.remote.borrow().rings.waiting.keys().copied().collect();
+        let mut deferred = false;
+        for g in waiting {
+            let Some(info) = program.groups.get(g) else { continue };
+            let params = &self.setup.shared.params;
+            if !flush && !params.live(g).is_some_and(|mut m| self.within_bound(info, &mut m)) {
+                deferred = true;
+                continue;
+            }
+            let Some(join) = self.remote.borrow_mut().rings.waiting.remove(&g) else { continue };
+            // A first step never completes a reduction (two processes or more), so it
+            // never ends the worker.
+            self.reduce_step(g, info, 0, join.count, join.flush, join.values);
+        }
+        deferred
+    }
+
+    /// [`Worker::on_reduce`] once this updater may take the step.
+    fn reduce_step(
+        &mut self,
+        g: usize,
+        info: &GroupInfo,
+        step: u32,
+        count: u64,
+        flush: bool,
+        values: Vec<f32>,
+    ) -> bool {
+        let program = self.setup.program;
         let Some(mut master) = self.setup.shared.params.live(g) else { return true };
         if !self.remote.borrow().rings.active.contains_key(&g) {
             self.start_reduction(g, info, &mut master, count, flush);

@@ -4,6 +4,13 @@
 
 use super::*;
 
+/// The masters whose updates this worker counts instances for: those it owns, and of
+/// those reduced over processes, only process 0's updater's. The others join the
+/// reductions process 0 starts (`worker::ring`).
+fn counting_masters(program: &Program, id: usize) -> impl Iterator<Item = (usize, &GroupInfo)> {
+    owned_masters(program, id).filter(move |(_, info)| info.ring.first().is_none_or(|&w| w == id))
+}
+
 impl Worker<'_, '_> {
     /// One more instance finished: the groups this worker owns count it at the next
     /// [`Worker::update_due`], all the instances of a drained inbox at once (not a lock of
@@ -19,7 +26,7 @@ impl Worker<'_, '_> {
         if finished == 0 {
             return;
         }
-        for (g, _) in owned_masters(self.setup.program, self.setup.id) {
+        for (g, _) in counting_masters(self.setup.program, self.setup.id) {
             if let Some(mut group) = self.setup.shared.params.live(g) {
                 group.pending += finished;
             }
@@ -70,7 +77,7 @@ impl Worker<'_, '_> {
     pub(super) fn update_groups(&mut self, flush: bool) {
         let finished = std::mem::take(&mut self.finished);
         self.bound_deferred = false;
-        for (g, info) in owned_masters(self.setup.program, self.setup.id) {
+        for (g, info) in counting_masters(self.setup.program, self.setup.id) {
             let start = self.setup.trace.then(Instant::now);
             let mut deferred = false;
             let updated = self.setup.shared.params.live(g).and_then(|mut group| {
@@ -88,6 +95,7 @@ impl Worker<'_, '_> {
                 }
             }
         }
+        self.bound_deferred |= self.join_waiting(flush);
         self.hold_admissions();
     }
 
