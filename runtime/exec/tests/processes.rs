@@ -24,24 +24,20 @@ fn config() -> ExecConfig {
 }
 
 /// Runs `work` in each of two processes joined by an in-memory net with `faults` (and
-/// process 1 cut off after `cut_after`), each with an executor of `graph` under `config`;
-/// leaves the cluster after it. Each process's result, or its first error.
+/// process 1 cut off once `cut_after` frames were sent), each with an executor of `graph`
+/// under `config`; leaves the cluster after it. Each process's result, or its first error.
 fn in_two_processes<T: Send>(
     graph: &Verified,
     config: &ExecConfig,
     faults: Faults,
-    cut_after: Option<Duration>,
+    cut_after: Option<u64>,
     work: impl Fn(&mut Executor) -> Result<T, ExecError> + Sync,
 ) -> Vec<Result<T, ExecError>> {
     let (net, links) = MemoryNet::mesh(2, faults);
     let addresses = vec!["memory:0".to_string(), "memory:1".to_string()];
-    let cutter = cut_after.map(|after| {
-        let net = net.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(after);
-            net.cut(1);
-        })
-    });
+    if let Some(frames) = cut_after {
+        net.cut_after_frames(1, frames);
+    }
     let results = std::thread::scope(|s| {
         let handles: Vec<_> = links
             .into_iter()
@@ -62,9 +58,6 @@ fn in_two_processes<T: Send>(
             .collect();
         handles.into_iter().map(|h| h.join().expect("a process thread panicked")).collect()
     });
-    if let Some(cutter) = cutter {
-        let _ = cutter.join();
-    }
     results
 }
 
@@ -172,13 +165,14 @@ fn gradients_gathered_from_two_processes_are_one_processs() {
     assert!(results[1].as_ref().expect("process 1").0.is_nan());
 }
 
-/// Trains on many instances under `config` while process 1 is cut off after 50 ms: process
-/// 0 ends with an error naming it, process 1 fails too, and nothing hangs.
+/// Trains on many instances under `config` while process 1 is cut off after the
+/// processes sent 400 frames, well into the run (its 2,200 instances send thousands):
+/// process 0 ends with an error naming it, process 1 fails too, and nothing hangs.
 fn a_cut_ends_the_run_naming_the_process(config: &ExecConfig) {
     let (graph, data) = list_reduce();
     let many: Vec<Instance> = data.iter().cycle().take(data.len() * 200).cloned().collect();
     let started = Instant::now();
-    let results = in_two_processes(&graph, config, Faults::default(), Some(Duration::from_millis(50)), train(&many, 1));
+    let results = in_two_processes(&graph, config, Faults::default(), Some(400), train(&many, 1));
     let error = results[0].as_ref().expect_err("process 0 fails").to_string();
     assert!(error.contains("process 1 (memory:1)"), "{error}");
     assert!(results[1].is_err(), "the cut process fails too");

@@ -2,11 +2,12 @@
 //! channels, for testing the distributed protocol without sockets. Faults are injected
 //! as a test asks: frames held back for a seeded number of the receiver's rounds (which
 //! reorders frames of different senders, never two of one sender), and a process cut
-//! off, which its peers hear of as a lost connection.
+//! off, which its peers hear of as a lost connection: at once, or once the processes sent
+//! a number of frames (a point in a run's progress, however fast the machine).
 
 use crate::{Counters, Link, NetError, Transport};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::Duration;
@@ -41,6 +42,11 @@ struct Shared {
     cut: Vec<AtomicBool>,
     faults: Faults,
     rng: Mutex<u64>,
+    /// Frames sent so far, by every process.
+    sent: AtomicU64,
+    /// The process to cut off once `sent` reaches `cut_at` (`u64::MAX`: never).
+    cut_at: AtomicU64,
+    cut_which: AtomicUsize,
 }
 
 impl Shared {
@@ -54,6 +60,24 @@ impl Shared {
         *s ^= *s << 25;
         *s ^= *s >> 27;
         s.wrapping_mul(0x2545_f491_4f6c_dd1d) % (self.faults.max_delay + 1)
+    }
+
+    fn cut(&self, process: usize) {
+        let Some(flag) = self.cut.get(process) else { return };
+        if flag.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for (p, inbox) in self.inboxes.iter().enumerate() {
+            if p == process {
+                continue;
+            }
+            if let Ok(mut lost) = inbox.lost.lock() {
+                lost.push((process, "cut off".into()));
+            }
+            if let Some(t) = inbox.thread.lock().ok().and_then(|t| t.clone()) {
+                t.unpark();
+            }
+        }
     }
 }
 
@@ -73,6 +97,9 @@ impl MemoryNet {
             cut: (0..processes).map(|_| AtomicBool::new(false)).collect(),
             faults,
             rng: Mutex::new(faults.seed | 1),
+            sent: AtomicU64::new(0),
+            cut_at: AtomicU64::new(u64::MAX),
+            cut_which: AtomicUsize::new(0),
         });
         let links = (0..processes).map(|process| MemoryLink { shared: Arc::clone(&shared), process }).collect();
         (MemoryNet { shared }, links)
@@ -81,21 +108,14 @@ impl MemoryNet {
     /// Process `process` is cut off: what it sends and what is sent to it is dropped from
     /// now on, and every other process hears that its connection broke.
     pub fn cut(&self, process: usize) {
-        let Some(flag) = self.shared.cut.get(process) else { return };
-        if flag.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        for (p, inbox) in self.shared.inboxes.iter().enumerate() {
-            if p == process {
-                continue;
-            }
-            if let Ok(mut lost) = inbox.lost.lock() {
-                lost.push((process, "cut off".into()));
-            }
-            if let Some(t) = inbox.thread.lock().ok().and_then(|t| t.clone()) {
-                t.unpark();
-            }
-        }
+        self.shared.cut(process);
+    }
+
+    /// Process `process` is cut off (as by [`MemoryNet::cut`]) once the processes sent
+    /// `frames` frames in all.
+    pub fn cut_after_frames(&self, process: usize, frames: u64) {
+        self.shared.cut_which.store(process, Ordering::Release);
+        self.shared.cut_at.store(frames, Ordering::Release);
     }
 }
 
@@ -171,6 +191,10 @@ impl Transport for MemoryTransport {
     }
 
     fn send(&mut self, peer: usize, frame: Vec<u8>) -> Result<(), NetError> {
+        let cut_at = self.shared.cut_at.load(Ordering::Acquire);
+        if peer != self.process && self.shared.sent.fetch_add(1, Ordering::AcqRel) + 1 == cut_at {
+            self.shared.cut(self.shared.cut_which.load(Ordering::Acquire));
+        }
         if peer == self.process || self.is_cut(peer) {
             return Ok(());
         }
@@ -269,5 +293,21 @@ mod tests {
         assert_eq!(drain(&mut t[2], 1), [vec![2]]);
         let counted = t[0].counters().read();
         assert_eq!((counted.packets_sent, counted.bytes_sent), (1, 1));
+    }
+
+    /// A cut set for the third frame: the first two cross, the third and later ones to or
+    /// from the cut process do not, and its peers hear of it then, not before.
+    #[test]
+    fn a_cut_after_frames_comes_at_that_frame() {
+        let (net, links) = MemoryNet::mesh(2, Faults::default());
+        net.cut_after_frames(1, 3);
+        let mut t = opened(links);
+        t[1].send(0, vec![1]).unwrap();
+        t[0].send(1, vec![2]).unwrap();
+        assert!(t[0].take_lost().is_empty(), "not cut yet");
+        assert_eq!(drain(&mut t[0], 1), [vec![1]]);
+        assert!(t[1].send(0, vec![3]).is_err(), "the third frame cuts its sender off");
+        assert_eq!(t[0].take_lost(), [(1, "cut off".to_string())]);
+        assert!(drain(&mut t[0], 2).is_empty());
     }
 }
