@@ -44,7 +44,7 @@
 //! link and waking the receiving process's bridge and updater.
 
 use crate::cost::{Costs, SGD_UPDATE_SPEEDUP};
-use crate::plan::{plan, Plan};
+use crate::plan::{evaluate, plan, Plan};
 use crate::PlanError;
 use amp_ir::verify::Verified;
 use serde::{Deserialize, Serialize};
@@ -71,8 +71,7 @@ const TIE: f64 = 0.02;
 /// returned is for one copy's workers, with `copies` and the options weighed set.
 pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize, copies: Option<usize>) -> Result<Plan, PlanError> {
     let processes = costs.assumptions.processes.max(1);
-    // A copy's workers run in one process: its stages are planned without links.
-    let local = Costs { assumptions: costs.assumptions.within_a_copy(), ..costs.clone() };
+    let local = within_a_copy(costs);
     let single = plan(graph, &local, 1)?;
     let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
     let mut options = Vec::new();
@@ -91,13 +90,9 @@ pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize, copies: Opti
             let bottleneck = bottleneck_us(&stage, costs, copies);
             (stage, bottleneck)
         };
-        let speedup = if bottleneck > 0.0 { one_worker / bottleneck } else { copies as f64 };
-        options.push(LayoutOption {
-            copies,
-            stage_workers,
-            predicted_speedup: speedup,
-            bottleneck_us_per_instance: bottleneck,
-        });
+        let option = layout_option(one_worker, bottleneck, copies, stage_workers);
+        let speedup = option.predicted_speedup;
+        options.push(option);
         if best.as_ref().is_none_or(|(b, _)| speedup > b * (1.0 + TIE)) {
             best = Some((speedup, Plan { copies, ..stage }));
         }
@@ -105,6 +100,40 @@ pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize, copies: Opti
     let (_, mut chosen) = best.ok_or(PlanError::Workers { workers })?;
     chosen.layouts = options;
     Ok(chosen)
+}
+
+/// What the cost model predicts for a given placement of one copy's `workers / copies`
+/// workers (the worker of every node index, as [`evaluate`] takes it) with `copies` copies
+/// of the graph: the layout's prediction, as [`plan_layout`] makes it for the plan's own
+/// placement. What `amprun --plan naive` or `round-robin` with `--copies` runs.
+pub fn evaluate_layout(
+    graph: &Verified,
+    costs: &Costs,
+    workers: usize,
+    copies: usize,
+    placement: &[usize],
+) -> Result<Plan, PlanError> {
+    let copies = copies.max(1);
+    if copies == 1 {
+        return evaluate(graph, costs, workers, placement);
+    }
+    let stage_workers = workers / copies;
+    let local = within_a_copy(costs);
+    let single = plan(graph, &local, 1)?;
+    let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
+    let stage = evaluate(graph, &local, stage_workers, placement)?;
+    let option = layout_option(one_worker, bottleneck_us(&stage, costs, copies), copies, stage_workers);
+    Ok(Plan { copies, layouts: vec![option], ..stage })
+}
+
+/// A copy's workers run in one process: its stages are planned without links.
+fn within_a_copy(costs: &Costs) -> Costs {
+    Costs { assumptions: costs.assumptions.within_a_copy(), ..costs.clone() }
+}
+
+fn layout_option(one_worker_us: f64, bottleneck_us: f64, copies: usize, stage_workers: usize) -> LayoutOption {
+    let speedup = if bottleneck_us > 0.0 { one_worker_us / bottleneck_us } else { copies as f64 };
+    LayoutOption { copies, stage_workers, predicted_speedup: speedup, bottleneck_us_per_instance: bottleneck_us }
 }
 
 /// The busiest worker's µs per instance of the run (or the latency bound) with `copies`

@@ -62,7 +62,7 @@ mod replicas;
 mod topology;
 
 pub use cost::{estimate, Assumptions, Costs, EdgeCost, NodeCost};
-pub use layout::{plan_layout, LayoutOption};
+pub use layout::{evaluate_layout, plan_layout, LayoutOption};
 pub use plan::{evaluate, plan, CostSummary, Plan, PlannedNode, Replica, MAX_REPLICAS, MAX_WORKERS};
 pub use profile::{Event, Profile, ProfileCounter, ProfileNode, Work, PROFILE_VERSION};
 

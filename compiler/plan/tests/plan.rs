@@ -2,8 +2,8 @@
 //! planner's invariants, and the checks on plans and profiles read from files.
 
 use amp_plan::{
-    estimate, evaluate, plan, plan_graph, plan_workers, Assumptions, Event, Plan, PlanError, Profile, ProfileCounter,
-    Work,
+    estimate, evaluate, evaluate_layout, plan, plan_graph, plan_workers, Assumptions, Event, Plan, PlanError, Profile,
+    ProfileCounter, Work,
 };
 use petgraph::visit::NodeIndexable;
 
@@ -372,6 +372,29 @@ fn layouts_weigh_copies_against_stages() {
     let over_slow = plan_workers(&chain, 4, &slow, None).unwrap();
     let speedup = |p: &Plan, k: usize| p.layouts.iter().find(|o| o.copies == k).unwrap().predicted_speedup;
     assert!(speedup(&over_slow, 4) < speedup(&split, 4), "{:?}", over_slow.layouts);
+}
+
+/// A placement given with copies of the graph (`amprun --plan round-robin --copies K`) is
+/// predicted as the planner predicts its own layouts: evaluating the plan's placement for
+/// each layout it weighed gives that layout's speedup, in one process and split over two
+/// (where its stages are planned without links), not the one-copy prediction.
+#[test]
+fn a_given_placement_with_copies_is_predicted_as_a_layout() {
+    let chain = graph(CHAIN);
+    let hosts = Assumptions { processes: 2, update_every: 256.0, ..Assumptions::default() };
+    for assumptions in [Assumptions::default(), hosts] {
+        let costs = estimate(&chain, &assumptions, None).unwrap();
+        let weighed = plan_workers(&chain, 4, &assumptions, None).unwrap().layouts;
+        for option in weighed.iter().filter(|o| o.copies > 1) {
+            let stage = amp_plan::plan_copies(&chain, 4, option.copies, &assumptions, None).unwrap();
+            let placement = stage.placement(&chain).unwrap();
+            let given = evaluate_layout(&chain, &costs, 4, option.copies, &placement).unwrap();
+            assert_eq!((given.copies, given.workers), (option.copies, option.stage_workers));
+            assert!(close(given.speedup(), option.predicted_speedup), "{:?} vs {option:?}", given.layouts);
+        }
+        let copies = weighed.iter().find(|o| o.copies == 4).unwrap();
+        assert!(copies.predicted_speedup > 1.5, "{copies:?}");
+    }
 }
 
 #[test]

@@ -201,8 +201,8 @@ impl Choice {
             executor.graph_placement().into_iter().take(nodes).map(|w| w.unwrap_or(0)).collect();
         let costs =
             amp_plan::estimate(graph, &self.assumptions, self.profile.as_ref()).map_err(|e| plan_failure(&e))?;
-        let stage = amp_plan::evaluate(graph, &costs, self.workers / self.copies, &placement);
-        self.plan = Some(Plan { copies: self.copies, ..stage.map_err(|e| plan_failure(&e))? });
+        let plan = amp_plan::evaluate_layout(graph, &costs, self.workers, self.copies, &placement);
+        self.plan = Some(plan.map_err(|e| plan_failure(&e))?);
         Ok(())
     }
 }
