@@ -200,6 +200,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     let bounded = setup.program.groups.iter().filter(|g| g.max_staleness.is_some());
     let mut joiners: Vec<usize> = bounded.flat_map(|g| g.ring.iter().skip(1)).copied().collect();
     joiners.retain(|&w| setup.peers.is_local(w));
+    joiners.sort_unstable();
     joiners.dedup();
     owners.sort_unstable();
     owners.dedup();

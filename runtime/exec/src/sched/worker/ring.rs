@@ -219,11 +219,16 @@ impl Worker<'_, '_> {
             }
         }
         if waits {
-            let message = format!("step {step} of the reduction of `{}` came before its first was joined", info.prefix);
-            self.setup.reports.send(super::Report::Failed(crate::error::ExecError::Cluster { message }));
-            return false;
+            return self
+                .out_of_step(format!("step {step} of the reduction of `{}` came before its first", info.prefix));
         }
         self.reduce_step(g, info, step, count, flush, values)
+    }
+
+    /// A step that came out of its order fails the run (false: the worker stops).
+    fn out_of_step(&self, message: String) -> bool {
+        self.setup.reports.send(super::Report::Failed(crate::error::ExecError::Cluster { message }));
+        false
     }
 
     /// Joins the reductions whose first step waits for the staleness bound, where the
@@ -268,8 +273,7 @@ impl Worker<'_, '_> {
         if received != step as usize {
             let message =
                 format!("step {step} of the reduction of `{}` came where step {received} was due", info.prefix);
-            self.setup.reports.send(super::Report::Failed(crate::error::ExecError::Cluster { message }));
-            return false;
+            return self.out_of_step(message);
         }
         let range = chunk(grad_len(&master), parts, received_part(self.position(info), received, parts));
         let mut from = values.iter();
