@@ -72,8 +72,7 @@ const TIE: f64 = 0.02;
 pub fn plan_layout(graph: &Verified, costs: &Costs, workers: usize, copies: Option<usize>) -> Result<Plan, PlanError> {
     let processes = costs.assumptions.processes.max(1);
     let local = within_a_copy(costs);
-    let single = plan(graph, &local, 1)?;
-    let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
+    let (single, one_worker) = one_worker(graph, &local)?;
     let mut options = Vec::new();
     let mut best: Option<(f64, Plan)> = None;
     let fits = |k: usize| {
@@ -119,8 +118,7 @@ pub fn evaluate_layout(
     }
     let stage_workers = workers / copies;
     let local = within_a_copy(costs);
-    let single = plan(graph, &local, 1)?;
-    let one_worker = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
+    let (_, one_worker) = one_worker(graph, &local)?;
     let stage = evaluate(graph, &local, stage_workers, placement)?;
     let option = layout_option(one_worker, bottleneck_us(&stage, costs, copies), copies, stage_workers);
     Ok(Plan { copies, layouts: vec![option], ..stage })
@@ -129,6 +127,13 @@ pub fn evaluate_layout(
 /// A copy's workers run in one process: its stages are planned without links.
 fn within_a_copy(costs: &Costs) -> Costs {
     Costs { assumptions: costs.assumptions.within_a_copy(), ..costs.clone() }
+}
+
+/// The plan of one worker and its µs per instance: what every layout's speedup is over.
+fn one_worker(graph: &Verified, local: &Costs) -> Result<(Plan, f64), PlanError> {
+    let single = plan(graph, local, 1)?;
+    let us = single.cost_model.as_ref().map_or(0.0, |c| c.bottleneck_us_per_instance);
+    Ok((single, us))
 }
 
 fn layout_option(one_worker_us: f64, bottleneck_us: f64, copies: usize, stage_workers: usize) -> LayoutOption {

@@ -38,7 +38,7 @@ fn in_two_processes<T: Send>(
     if let Some(frames) = cut_after {
         net.cut_after_frames(1, frames);
     }
-    let results = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let handles: Vec<_> = links
             .into_iter()
             .enumerate()
@@ -57,8 +57,7 @@ fn in_two_processes<T: Send>(
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("a process thread panicked")).collect()
-    });
-    results
+    })
 }
 
 /// `epochs` epochs of training, then the parameters gathered to process 0: the losses and

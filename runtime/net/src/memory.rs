@@ -7,8 +7,8 @@
 
 use crate::{Counters, Link, NetError, Transport};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -44,9 +44,8 @@ struct Shared {
     rng: Mutex<u64>,
     /// Frames sent so far, by every process.
     sent: AtomicU64,
-    /// The process to cut off once `sent` reaches `cut_at` (`u64::MAX`: never).
-    cut_at: AtomicU64,
-    cut_which: AtomicUsize,
+    /// The process to cut off once `sent` reaches this many frames.
+    cut_after: OnceLock<(usize, u64)>,
 }
 
 impl Shared {
@@ -98,8 +97,7 @@ impl MemoryNet {
             faults,
             rng: Mutex::new(faults.seed | 1),
             sent: AtomicU64::new(0),
-            cut_at: AtomicU64::new(u64::MAX),
-            cut_which: AtomicUsize::new(0),
+            cut_after: OnceLock::new(),
         });
         let links = (0..processes).map(|process| MemoryLink { shared: Arc::clone(&shared), process }).collect();
         (MemoryNet { shared }, links)
@@ -112,10 +110,9 @@ impl MemoryNet {
     }
 
     /// Process `process` is cut off (as by [`MemoryNet::cut`]) once the processes sent
-    /// `frames` frames in all.
+    /// `frames` frames in all. Set once per net: a second call is ignored.
     pub fn cut_after_frames(&self, process: usize, frames: u64) {
-        self.shared.cut_which.store(process, Ordering::Release);
-        self.shared.cut_at.store(frames, Ordering::Release);
+        let _ = self.shared.cut_after.set((process, frames));
     }
 }
 
@@ -191,9 +188,10 @@ impl Transport for MemoryTransport {
     }
 
     fn send(&mut self, peer: usize, frame: Vec<u8>) -> Result<(), NetError> {
-        let cut_at = self.shared.cut_at.load(Ordering::Acquire);
-        if peer != self.process && self.shared.sent.fetch_add(1, Ordering::AcqRel) + 1 == cut_at {
-            self.shared.cut(self.shared.cut_which.load(Ordering::Acquire));
+        if let Some(&(process, frames)) = self.shared.cut_after.get().filter(|_| peer != self.process) {
+            if self.shared.sent.fetch_add(1, Ordering::AcqRel) + 1 == frames {
+                self.shared.cut(process);
+            }
         }
         if peer == self.process || self.is_cut(peer) {
             return Ok(());

@@ -207,22 +207,23 @@ impl Worker<'_, '_> {
     pub(super) fn on_reduce(&mut self, g: usize, step: u32, count: u64, flush: bool, values: Vec<f32>) -> bool {
         let program = self.setup.program;
         let Some(info) = program.groups.get(g).filter(|i| !i.ring.is_empty()) else { return true };
-        let waits = self.remote.borrow().rings.waiting.contains_key(&g);
-        let joins = !waits && !self.remote.borrow().rings.active.contains_key(&g);
-        if joins && !flush {
-            let within = self.setup.shared.params.live(g).is_some_and(|mut m| self.within_bound(info, &mut m));
-            if !within {
-                self.remote.borrow_mut().rings.waiting.insert(g, Join { count, flush, values });
-                self.bound_deferred = true;
-                self.hold_admissions();
-                return true;
-            }
-        }
-        if waits {
+        if self.remote.borrow().rings.waiting.contains_key(&g) {
             return self
                 .out_of_step(format!("step {step} of the reduction of `{}` came before its first", info.prefix));
         }
+        let joins = !self.remote.borrow().rings.active.contains_key(&g);
+        if joins && !flush && !self.may_join(g, info) {
+            self.remote.borrow_mut().rings.waiting.insert(g, Join { count, flush, values });
+            self.bound_deferred = true;
+            self.hold_admissions();
+            return true;
+        }
         self.reduce_step(g, info, step, count, flush, values)
+    }
+
+    /// Whether this process's reads of master `g` allow its update (`Worker::within_bound`).
+    fn may_join(&self, g: usize, info: &GroupInfo) -> bool {
+        self.setup.shared.params.live(g).is_some_and(|mut master| self.within_bound(info, &mut master))
     }
 
     /// A step that came out of its order fails the run (false: the worker stops).
@@ -240,8 +241,7 @@ impl Worker<'_, '_> {
         let mut deferred = false;
         for g in waiting {
             let Some(info) = program.groups.get(g) else { continue };
-            let params = &self.setup.shared.params;
-            if !flush && !params.live(g).is_some_and(|mut m| self.within_bound(info, &mut m)) {
+            if !flush && !self.may_join(g, info) {
                 deferred = true;
                 continue;
             }
