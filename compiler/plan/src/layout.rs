@@ -8,15 +8,17 @@
 //! ```text
 //!   worker w of copy c:  (time_w − update_w) / k            its share of the instances
 //!                      + [c = 0] · (update_w + gather_w)     copy 0's owners update for all
-//!   gather_w = 2 · (k − 1) · elements_w / (update_every · copy rate)
+//!                      + [c > 0] · elements_w / (update_every · copy rate)
+//!   gather_w = (k − 1) · elements_w / (update_every · copy rate)
 //!   bottleneck = max(every worker's time, the latency bound / k)
 //! ```
 //!
 //! `time_w` is the `s`-worker plan's time of worker `w` (work and its cut edges),
 //! `update_w` the optimizer updates of the groups it owns, `elements_w` their parameter
-//! elements: before each update, each other copy's gradients are added into the owner's,
-//! and after it the new values are copied back (one pass each, at the rate of a plain SGD
-//! update). The latency bound (an instance's time in its nodes' steps over the instances in
+//! elements: before each update, each other copy's gradients are added into the owner's
+//! (one pass each, at the rate of a plain SGD update), and after it each other copy's
+//! worker copies the new values into its own (amp_exec's `take_values`), so copy 0's
+//! workers stay the busiest. The latency bound (an instance's time in its nodes' steps over the instances in
 //! flight, from a profile) shrinks with the copies: each copy holds `1/k` of the instances
 //! in flight, so its steps serve `1/k` as many together and last `1/k` as long (a step's
 //! length is what an instance waits in it); by Little's law each copy then starts an
@@ -150,9 +152,11 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
     let p = a.processes.max(1) as f64;
     let every = a.update_every.max(1.0);
     let rate = SGD_UPDATE_SPEEDUP * a.update_elements_per_us * every;
-    // Passes over a group's parameters per update by its owner in each process (gathers
-    // and values given back), and the share of them each process sends around the ring.
-    let (passes, ring_share) = if p > 1.0 { (2.0 * k / p, 2.0 * (p - 1.0) / p) } else { (2.0 * (k - 1.0), 0.0) };
+    // Passes over a group's parameters per update by its owner in each process: in one,
+    // the other copies' gradients gathered (each copy takes the values itself); over
+    // several, gathers and values given back. And the share of them each process sends
+    // around the ring.
+    let (passes, ring_share) = if p > 1.0 { (2.0 * k / p, 2.0 * (p - 1.0) / p) } else { (k - 1.0, 0.0) };
     let mut update = vec![0.0; stage.workers];
     let mut elements = vec![0.0; stage.workers];
     // `stage.nodes` lists the graph's nodes, `costs.nodes` is by index (holes included).

@@ -373,15 +373,24 @@ impl Plan {
             .map_or(self.predicted_speedup, |o| o.predicted_speedup)
     }
 
-    /// The layout in one line: `2 copies × 1 stage on 2 workers (predicted 1.93×)`.
+    /// The layout in one line: `2 copies × 1 stage on 2 workers (predicted 1.93×)`, or,
+    /// when the plan leaves a copy's workers without nodes, `1 copy × 1 stage on 2
+    /// workers, 1 idle (predicted 1.00×)`.
     pub fn summary(&self) -> String {
         let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         let speedup = self.speedup();
+        // The stages are a copy's workers that have nodes: the plan may leave some idle.
+        let mut used: Vec<usize> = self.nodes.iter().map(|n| n.worker).filter(|&w| w < self.workers).collect();
+        used.sort_unstable();
+        used.dedup();
+        let stages = if used.is_empty() { self.workers } else { used.len() };
+        let idle = self.copies * (self.workers - stages);
         format!(
-            "{} × {} on {} (predicted {speedup:.2}×)",
+            "{} × {} on {}{} (predicted {speedup:.2}×)",
             plural(self.copies, "copy", "copies"),
-            plural(self.workers, "stage", "stages"),
-            plural(self.copies * self.workers, "worker", "workers")
+            plural(stages, "stage", "stages"),
+            plural(self.copies * self.workers, "worker", "workers"),
+            if idle > 0 { format!(", {idle} idle") } else { String::new() }
         )
     }
 

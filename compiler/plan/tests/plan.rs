@@ -407,6 +407,22 @@ fn one_worker_plans_put_everything_on_worker_zero() {
     assert!(p.replicas.is_empty() && p.isolated.is_empty());
 }
 
+/// The one-line summary counts as stages the workers that have nodes, and names those
+/// left idle: a placement of everything on one of 4 workers is one stage, not four.
+#[test]
+fn the_summary_counts_the_stages_in_use() {
+    let g = graph(HEAVY_AROUND_LIGHT_LOOP);
+    let costs = estimate(&g, &Assumptions::default(), None).unwrap();
+    let bound = g.nodes.node_bound();
+    let one = evaluate(&g, &costs, 4, &vec![0; bound]).unwrap();
+    assert!(one.summary().starts_with("1 copy × 1 stage on 4 workers, 3 idle (predicted "), "{}", one.summary());
+    let spread: Vec<usize> = (0..bound).map(|i| i % 4).collect();
+    let four = evaluate(&g, &costs, 4, &spread).unwrap();
+    assert!(four.summary().starts_with("1 copy × 4 stages on 4 workers (predicted "), "{}", four.summary());
+    let copies = evaluate_layout(&g, &costs, 4, 2, &vec![0; bound]).unwrap();
+    assert!(copies.summary().starts_with("2 copies × 1 stage on 4 workers, 2 idle"), "{}", copies.summary());
+}
+
 #[test]
 fn a_cheap_loop_stays_on_one_worker() {
     let g = graph(HEAVY_AROUND_LIGHT_LOOP);

@@ -343,7 +343,9 @@
 //! one copy from its admission to its end; a copy that finishes an instance takes the next
 //! one, so a copy given large instances is not sent more. Each copy accumulates its own
 //! gradients, and before each update the owners of the parameter groups (on copy 0's
-//! workers) add the other copies' into theirs, update, and give every copy the new values:
+//! workers) add the other copies' into theirs and update; each other copy then takes the new
+//! values on its own worker, before its next step (without a staleness bound; under one, the
+//! owner gives them, so that no read is older than the bound checked):
 //! synchronous training with copies is minibatch SGD over all the copies' instances (to
 //! rounding: sums in another order), asynchronous training counts and bounds the staleness
 //! of every copy's reads as of one copy's. Split over processes (`--processes P`), each copy

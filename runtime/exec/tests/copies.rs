@@ -73,6 +73,32 @@ fn synchronous_training_with_copies_is_minibatch_sgd() {
 /// a copy's nodes are the graph's (its name says which); an instance's messages stay in
 /// its copy (the wiring's unit test in `load::copies`), so nothing crosses workers here
 /// but admissions, ends and the updates' gathers.
+/// A copy that serves no instance between two updates is more than one version behind
+/// when it next takes its masters' values: it takes them all, not only the rows of a table
+/// that the last update moved. With 4 copies, 2 instances in flight and an update after
+/// every 2, two copies sit out each update, and training is still minibatch SGD.
+#[test]
+fn copies_that_sit_out_updates_take_every_value() {
+    let optimizer = OptimConfig::sgd(0.1);
+    let graph = compile_example("list_reduce", &[("hidden", 6)]);
+    let lens: Vec<usize> = (0..14).map(|i| 1 + i % 6).collect();
+    let data = token_lists(&graph, &lens, 14, 2);
+    let expected = minibatch_sgd(&graph, &data, 2, optimizer, 2);
+    let config = ExecConfig {
+        workers: 4,
+        copies: 4,
+        max_active_keys: 2,
+        placement: Placement::RoundRobin,
+        ..ExecConfig::deterministic(2, optimizer)
+    };
+    let mut ex = executor(&graph, 1, config);
+    for _ in 0..2 {
+        ex.train_epoch(&data).unwrap();
+    }
+    let diff = max_rel_diff(ex.params(), &expected);
+    assert!(diff < 1e-5, "differs from minibatch SGD by {diff}");
+}
+
 #[test]
 fn every_copy_serves_instances_on_its_own_worker() {
     let graph = compile_example("list_reduce", &[("hidden", 16)]);

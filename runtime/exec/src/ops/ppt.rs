@@ -569,7 +569,7 @@ mod tests {
             let live = live_groups(&groups, &mut params, &mut grads, &mut optim.tensors, &mut [], &[], true);
             let shared = RunShared {
                 instances: Vec::new(),
-                params: ParamAccess::Live { groups: live.into_iter().map(Mutex::new).collect() },
+                params: ParamAccess::live_run(live),
                 mode: RunMode::Train,
                 routes: Default::default(),
                 dropout: None,
@@ -639,7 +639,7 @@ mod tests {
 
     /// Marks the group's values as changed, as an update does.
     fn bump_version(cx: &NodeCx) {
-        if let ParamAccess::Live { groups } = cx.params() {
+        if let ParamAccess::Live { groups, .. } = cx.params() {
             groups[0].lock().unwrap().version += 1;
         }
     }

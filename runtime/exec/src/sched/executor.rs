@@ -14,7 +14,6 @@ use crate::sched::controller::{self, AllReduce, Judgement, Observer, RunOutput};
 use crate::trace::{write_chrome_trace, write_merged_trace, TraceEvent};
 use amp_ir::verify::Verified;
 use amp_params::{OptimConfig, OptimState, ParamSet};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// What a training epoch did.
@@ -324,7 +323,7 @@ impl Executor {
             );
             let shared = RunShared {
                 instances: list,
-                params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
+                params: ParamAccess::live_run(groups),
                 mode: RunMode::Train,
                 routes: Routes::new(&self.program),
                 dropout,
@@ -562,7 +561,7 @@ impl Executor {
         );
         let shared = RunShared {
             instances: list,
-            params: ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect() },
+            params: ParamAccess::live_run(groups),
             mode: RunMode::Grad,
             routes: Routes::new(&self.program),
             dropout,

@@ -44,6 +44,7 @@
 
 mod courier;
 mod depths;
+mod fan_in;
 mod remote;
 mod ring;
 mod straggle;
@@ -64,6 +65,7 @@ use crate::trace::{TraceEvent, TraceKind};
 use amp_params::OptimConfig;
 use crossbeam_channel::Receiver;
 use depths::depths;
+use fan_in::sum_fan_in;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -182,6 +184,8 @@ struct Worker<'s, 'a> {
     /// Replicas and masters in other processes: the updates waiting for their gradients
     /// (see `worker::remote`).
     remote: RefCell<remote::Remote>,
+    /// Replicas here whose masters another worker updates (see `Worker::take_values`).
+    pulls: Vec<updates::Pull>,
 }
 
 /// Runs a worker until it is told to stop or fails; always ends with a `Stopped` report.
@@ -205,6 +209,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     owners.sort_unstable();
     owners.dedup();
     let remote = RefCell::new(remote::Remote::new(&setup));
+    let pulls = updates::pulls(&setup);
     let mut worker = Worker {
         setup,
         slots,
@@ -227,6 +232,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         owed_sleep: 0.0,
         acks: 0,
         remote,
+        pulls,
     };
     // Node work is caught per message (naming the node); this catches the rest (updates),
     // so that the controller always hears from every worker.
@@ -270,6 +276,7 @@ impl Worker<'_, '_> {
         }
         loop {
             if let Some(batch) = self.next_batch() {
+                self.take_values();
                 // Only a straggler's sleep reads the step's time (a clock read per step
                 // otherwise).
                 let step = self.setup.slow.is_some().then(Instant::now);
@@ -740,47 +747,6 @@ fn take_lane(queue: &mut VecDeque<Envelope>, dir: Dir, port: u16, limit: usize, 
         }
     }
     *queue = kept;
-}
-
-/// Adds a gradient of a port with `consumers` consumers to its sum under the node's
-/// fan-in key; the message with the whole sum once the last one arrived.
-fn sum_fan_in(slot: &mut Slot, node: &NodeInfo, port: u16, consumers: usize, msg: Msg) -> Option<Msg> {
-    let Msg { payload, state } = msg;
-    if consumers <= 1 {
-        return Some(Msg::new(payload, state));
-    }
-    let key = key_of(&node.fan_in_key, &state);
-    // The key moves into the map (no copy of it per message).
-    let mut entry = match slot.fan_in.entry((port, key)) {
-        std::collections::hash_map::Entry::Occupied(e) => e,
-        std::collections::hash_map::Entry::Vacant(e) => {
-            e.insert((payload, 1));
-            return None;
-        }
-    };
-    let (sum, count) = entry.get_mut();
-    *sum = add_payloads(std::mem::replace(sum, Payload::Unit), payload);
-    *count += 1;
-    if *count < consumers {
-        return None;
-    }
-    let (sum, _) = entry.remove();
-    Some(Msg::new(sum, state))
-}
-
-/// `acc + x` (a unit payload stays unit).
-fn add_payloads(acc: Payload, x: Payload) -> Payload {
-    match (acc, x) {
-        (mut sum @ Payload::F32(_), Payload::F32(x)) => {
-            // In place, unless another message shares the values or they are a piece of
-            // a batch (`values_mut` copies them then).
-            for (s, v) in sum.values_mut().iter_mut().zip(x.iter()) {
-                *s += v;
-            }
-            sum
-        }
-        (acc, _) => acc,
-    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

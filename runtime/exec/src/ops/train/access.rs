@@ -7,8 +7,9 @@ use super::*;
 pub(crate) enum ParamAccess<'a> {
     /// Read-only (evaluation and inference): no locks, no gradients.
     Frozen { params: &'a ParamSet, groups: &'a [GroupInfo] },
-    /// Training: one lock per group.
-    Live { groups: Vec<Mutex<LiveGroup<'a>>> },
+    /// Training: one lock per group, and per master group the version whose values its
+    /// replicas on other workers are to take ([`ParamAccess::publish`]).
+    Live { groups: Vec<Mutex<LiveGroup<'a>>>, published: Vec<AtomicU64> },
 }
 
 /// A group's tensors while an op uses them.
@@ -127,6 +128,32 @@ impl GroupView<'_, '_> {
 }
 
 impl<'a> ParamAccess<'a> {
+    /// Live groups for a training run, nothing published yet.
+    pub fn live_run(groups: Vec<LiveGroup<'a>>) -> ParamAccess<'a> {
+        let published = groups.iter().map(|_| AtomicU64::new(0)).collect();
+        ParamAccess::Live { groups: groups.into_iter().map(Mutex::new).collect(), published }
+    }
+
+    /// A master group's update at `version` is for its replicas on other workers to take:
+    /// each takes the values itself, on its own worker, before it next reads them
+    /// (`sched::worker`'s `take_values`), where the master's worker used to copy them
+    /// into every replica in turn after its update.
+    pub fn publish(&self, g: usize, version: u64) {
+        if let ParamAccess::Live { published, .. } = self {
+            if let Some(p) = published.get(g) {
+                p.fetch_max(version, Ordering::Release);
+            }
+        }
+    }
+
+    /// The version master group `g` last published (0: none in this run).
+    pub fn published(&self, g: usize) -> u64 {
+        match self {
+            ParamAccess::Live { published, .. } => published.get(g).map_or(0, |p| p.load(Ordering::Acquire)),
+            ParamAccess::Frozen { .. } => 0,
+        }
+    }
+
     /// Locks (when live) and returns group `g`'s tensors.
     pub fn group(&self, g: usize) -> GroupView<'_, 'a> {
         match self {
@@ -136,7 +163,7 @@ impl<'a> ParamAccess<'a> {
                 });
                 GroupView::Frozen(values)
             }
-            ParamAccess::Live { groups } => match groups.get(g) {
+            ParamAccess::Live { groups, .. } => match groups.get(g) {
                 Some(lock) => GroupView::Live(lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())),
                 None => GroupView::Frozen(Vec::new()),
             },
@@ -146,7 +173,7 @@ impl<'a> ParamAccess<'a> {
     /// Locks a live group for its owner's bookkeeping.
     pub fn live(&self, g: usize) -> Option<MutexGuard<'_, LiveGroup<'a>>> {
         match self {
-            ParamAccess::Live { groups } => {
+            ParamAccess::Live { groups, .. } => {
                 groups.get(g).map(|lock| lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
             }
             ParamAccess::Frozen { .. } => None,
@@ -156,7 +183,7 @@ impl<'a> ParamAccess<'a> {
     /// The live groups back, after the workers are gone.
     pub fn into_live_groups(self) -> Vec<LiveGroup<'a>> {
         match self {
-            ParamAccess::Live { groups } => {
+            ParamAccess::Live { groups, .. } => {
                 groups.into_iter().map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner())).collect()
             }
             ParamAccess::Frozen { .. } => Vec::new(),

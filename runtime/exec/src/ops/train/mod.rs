@@ -20,6 +20,7 @@ pub(crate) use crate::protocol::ReplicaGrads;
 use amp_params::optim::{clip_coefficient, global_norm, update_tensor};
 use amp_params::{OptimConfig, OptimizerKind, ParamSet, TensorState};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// One tensor of a live group.

@@ -141,7 +141,73 @@ impl Worker<'_, '_> {
     }
 }
 
+/// A replica in this process that its master's updater does not run: it takes its master's
+/// values on its own worker (`Worker::take_values`). Not for masters reduced over
+/// processes, whose updaters give their copies the values (`worker::ring`), nor under a
+/// staleness bound: a forward on the replica before it took the values would read a
+/// version older than the master's, after the bound's check let the update through.
+fn takes_values_itself(program: &Program, replica: usize) -> bool {
+    let groups = &program.groups;
+    let Some(info) = groups.get(replica) else { return false };
+    let Some(master) = info.master.and_then(|m| groups.get(m)) else { return false };
+    master.ring.is_empty() && master.max_staleness.is_none() && master.owner != info.owner
+}
+
+/// A replica on this worker that takes its master's values itself, and the master's
+/// version it last took them at.
+#[derive(Clone, Copy)]
+pub(super) struct Pull {
+    replica: usize,
+    master: usize,
+    taken: u64,
+}
+
+/// The replicas on worker `setup.id` that take their masters' values themselves.
+pub(super) fn pulls(setup: &WorkerSetup) -> Vec<Pull> {
+    let groups = &setup.program.groups;
+    (0..groups.len())
+        .filter(|&r| groups[r].owner == setup.id && takes_values_itself(setup.program, r))
+        .filter(|&r| setup.peers.is_local(groups[r].master.map_or(usize::MAX, |m| groups[m].owner)))
+        .filter_map(|r| Some(Pull { replica: r, master: groups[r].master?, taken: 0 }))
+        .collect()
+}
+
 impl Worker<'_, '_> {
+    /// Before a step: each replica here whose master published an update since this
+    /// replica last took values takes them (only the rows the update moved, when it moved
+    /// only rows and this is the version right after the replica's). In synchronous
+    /// training no message of the next window reaches this worker before the update
+    /// (its admissions follow the update), so no instance reads the old values.
+    pub(super) fn take_values(&mut self) {
+        for i in 0..self.pulls.len() {
+            let Pull { replica, master, taken } = self.pulls[i];
+            let published = self.setup.shared.params.published(master);
+            if published <= taken {
+                continue;
+            }
+            self.pulls[i].taken = published;
+            let start = self.setup.trace.then(Instant::now);
+            if let (true, Some(start)) = (self.take_from(master, replica), start) {
+                let node = self.setup.program.groups.get(replica).and_then(|g| g.nodes.first().copied());
+                self.record(node.unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
+            }
+        }
+    }
+
+    /// Gives `replica` the values of `master` unless it holds them already; whether it did.
+    fn take_from(&self, master: usize, replica: usize) -> bool {
+        let params = &self.setup.shared.params;
+        // The master's lock first, as its updater takes them.
+        let Some(master) = params.live(master) else { return false };
+        let Some(mut replica) = params.live(replica) else { return false };
+        if replica.staleness.base == master.version {
+            return false;
+        }
+        let next = self.setup.replica_sync == 1 && replica.staleness.base + 1 == master.version;
+        train::sync_values(&master, &mut replica, master.moved_rows.as_ref().filter(|_| next));
+        true
+    }
+
     /// Updates a master group: first gathers its replicas' gradients, then, after every
     /// `replica_sync`-th update (and at a flush), gives them its values. The master is
     /// locked throughout and each replica in turn (ops hold one group lock at a time).
@@ -166,10 +232,18 @@ impl Worker<'_, '_> {
         if updated && (flush || master.updates.is_multiple_of(self.setup.replica_sync)) {
             // Replicas synced after every update hold the values but for the rows it moved.
             let moved = master.moved_rows.as_ref().filter(|_| self.setup.replica_sync == 1);
+            let mut published = false;
             for r in self.local_replicas(info) {
-                if let Some(mut replica) = params.live(r) {
+                // A replica on another worker takes the values there (`take_values`), in
+                // parallel with this one's work; at the end of a run, here.
+                if !flush && takes_values_itself(self.setup.program, r) {
+                    published = true;
+                } else if let Some(mut replica) = params.live(r) {
                     train::sync_values(master, &mut replica, moved);
                 }
+            }
+            if published {
+                params.publish(g, master.version);
             }
             // After a flush the run ends: the replicas elsewhere get the values before the
             // next one (`Executor::share_replica_values`).
