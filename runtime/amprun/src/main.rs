@@ -336,8 +336,9 @@
 //! first chooses a layout: k copies of the whole graph, each placed over N/k workers, for
 //! the k dividing N that its cost model predicts fastest (with fewer copies on a tie within
 //! 2%; `amp_plan::plan_workers`, `compiler/plan/src/layout.rs`). amprun prints it at the start,
-//! `amprun: 2 copies × 1 stage on 2 workers (predicted 1.83×), plan`, the summary's placement
-//! line names the copies, and the metrics' plan object has `copies`. `--copies K` sets k (it
+//! `amprun: 2 copies × 1 stage on 2 workers (predicted 1.83×), plan` (with `, 1 idle` after
+//! the workers when the plan leaves some without nodes), the summary's placement line names
+//! the copies, and the metrics' plan object has `copies`. `--copies K` sets k (it
 //! must divide N; `--copies 1` keeps one copy spread over every worker), and the prediction
 //! printed is the cost model's for that layout (`amp_plan::plan_copies`). An instance runs on
 //! one copy from its admission to its end; a copy that finishes an instance takes the next

@@ -194,7 +194,7 @@ fn copies_on_the_command_line() {
     let mut args = train_args(&model, &data);
     args.extend(["-D", "hidden=16", "--workers", "2", "--copies", "1", "--metrics", "m.jsonl"]);
     let out = amprun_ok(dir, &args);
-    assert!(stderr(&out).contains("amprun: 1 copy × 2 stages on 2 workers"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("amprun: 1 copy × 1 stage on 2 workers, 1 idle"), "{}", stderr(&out));
     let metrics = json_lines(&std::fs::read_to_string(dir.join("m.jsonl")).unwrap());
     assert_eq!(metrics.iter().find(|m| m["split"] == "plan").unwrap()["copies"], 1);
     // Copies forced on: the prediction is the planner's for that layout, as the layout it
