@@ -153,6 +153,19 @@ fn takes_values_itself(program: &Program, replica: usize) -> bool {
     master.ring.is_empty() && master.max_staleness.is_none() && master.owner != info.owner
 }
 
+/// Gives `replica` its master's values unless it holds them already (whether it did):
+/// only the rows of a table that the master's last update moved, when that update made the
+/// version right after the replica's and replicas are synced after every update; all of
+/// them otherwise (a replica that sat out updates, or synced every few).
+fn catch_up(master: &LiveGroup, replica: &mut LiveGroup, sync_every: u64) -> bool {
+    if replica.staleness.base == master.version {
+        return false;
+    }
+    let next = sync_every == 1 && replica.staleness.base + 1 == master.version;
+    train::sync_values(master, replica, master.moved_rows.as_ref().filter(|_| next));
+    true
+}
+
 /// A replica on this worker that takes its master's values itself, and the master's
 /// version it last took them at.
 #[derive(Clone, Copy)]
@@ -200,16 +213,12 @@ impl Worker<'_, '_> {
         // The master's lock first, as its updater takes them.
         let Some(master) = params.live(master) else { return false };
         let Some(mut replica) = params.live(replica) else { return false };
-        if replica.staleness.base == master.version {
-            return false;
-        }
-        let next = self.setup.replica_sync == 1 && replica.staleness.base + 1 == master.version;
-        train::sync_values(&master, &mut replica, master.moved_rows.as_ref().filter(|_| next));
-        true
+        catch_up(&master, &mut replica, self.setup.replica_sync)
     }
 
     /// Updates a master group: first gathers its replicas' gradients, then, after every
-    /// `replica_sync`-th update (and at a flush), gives them its values. The master is
+    /// `replica_sync`-th update (and at a flush), gives them its values, or publishes them
+    /// for those that take them on their own workers (`take_values`). The master is
     /// locked throughout and each replica in turn (ops hold one group lock at a time).
     /// With replicas in other processes, the update first waits for their gradients
     /// (false: not updated yet; `worker::remote`), and the values go to them too.
@@ -230,8 +239,6 @@ impl Worker<'_, '_> {
         }
         let updated = master.update(&self.setup.optimizer);
         if updated && (flush || master.updates.is_multiple_of(self.setup.replica_sync)) {
-            // Replicas synced after every update hold the values but for the rows it moved.
-            let moved = master.moved_rows.as_ref().filter(|_| self.setup.replica_sync == 1);
             let mut published = false;
             for r in self.local_replicas(info) {
                 // A replica on another worker takes the values there (`take_values`), in
@@ -239,7 +246,7 @@ impl Worker<'_, '_> {
                 if !flush && takes_values_itself(self.setup.program, r) {
                     published = true;
                 } else if let Some(mut replica) = params.live(r) {
-                    train::sync_values(master, &mut replica, moved);
+                    catch_up(master, &mut replica, self.setup.replica_sync);
                 }
             }
             if published {
