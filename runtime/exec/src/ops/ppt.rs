@@ -481,7 +481,6 @@ mod tests {
     use crate::ops::{Emit, RunMode, RunShared};
     use amp_ir::{FieldId, Op, ParamInit};
     use amp_params::{OptimState, OptimizerKind, ParamSet, ParamSpec};
-    use std::sync::Mutex;
 
     /// A GEMM's result with padded rows (stride 4, width 3) becomes one payload per
     /// message of its rows, packed, sharing one buffer that the next Linear reads in
