@@ -136,8 +136,8 @@ impl<'a> ParamAccess<'a> {
 
     /// A master group's update at `version` is for its replicas on other workers to take:
     /// each takes the values itself, on its own worker, before it next reads them
-    /// (`sched::worker`'s `take_values`), where the master's worker used to copy them
-    /// into every replica in turn after its update.
+    /// (`sched::worker`'s `take_values`), in parallel, so that the master's worker does
+    /// not copy them into every replica in turn after its update.
     pub fn publish(&self, g: usize, version: u64) {
         if let ParamAccess::Live { published, .. } = self {
             if let Some(p) = published.get(g) {

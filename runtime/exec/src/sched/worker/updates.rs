@@ -178,11 +178,15 @@ pub(super) struct Pull {
 /// The replicas on worker `setup.id` that take their masters' values themselves.
 pub(super) fn pulls(setup: &WorkerSetup) -> Vec<Pull> {
     let groups = &setup.program.groups;
-    (0..groups.len())
-        .filter(|&r| groups[r].owner == setup.id && takes_values_itself(setup.program, r))
-        .filter(|&r| setup.peers.is_local(groups[r].master.map_or(usize::MAX, |m| groups[m].owner)))
-        .filter_map(|r| Some(Pull { replica: r, master: groups[r].master?, taken: 0 }))
-        .collect()
+    let ours = |r: usize, info: &GroupInfo, master: usize| {
+        // A master in another process gives its values over the bridge (`worker::remote`).
+        info.owner == setup.id && takes_values_itself(setup.program, r) && setup.peers.is_local(groups[master].owner)
+    };
+    let pull = |(r, info): (usize, &GroupInfo)| {
+        let master = info.master?;
+        ours(r, info, master).then_some(Pull { replica: r, master, taken: 0 })
+    };
+    groups.iter().enumerate().filter_map(pull).collect()
 }
 
 impl Worker<'_, '_> {
