@@ -15,11 +15,16 @@ pub enum PayloadTy {
 }
 
 impl PayloadTy {
-    /// Elements of the payload; of one row for a batch.
+    /// Elements of the payload; of one row for a batch. Saturates at `u64::MAX`: a type
+    /// read from an untrusted graph can have dimensions whose product overflows, which the
+    /// checks that compare it against a limit or another type then refuse.
     pub fn elements(&self) -> u64 {
         match self {
             PayloadTy::Unit => 0,
-            PayloadTy::F32(dims) | PayloadTy::Batch(dims) => dims.iter().product(),
+            PayloadTy::F32(dims) | PayloadTy::Batch(dims) if dims.contains(&0) => 0,
+            PayloadTy::F32(dims) | PayloadTy::Batch(dims) => {
+                dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).unwrap_or(u64::MAX)
+            }
         }
     }
 }

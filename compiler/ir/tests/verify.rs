@@ -1339,3 +1339,16 @@ fn dropout_needs_a_rate_below_one_and_declared_context() {
     rejects(&with(0.5, false, false), &["the dropout context", "reads"]);
     rejects(&with(0.5, true, true), &["`dropout`", "an f32 tensor"]);
 }
+
+/// A type's element count saturates where its dimensions' product overflows (a hostile
+/// graph's ports), so that the checks comparing it refuse the type instead of panicking;
+/// a zero dimension makes it empty whatever the others.
+#[test]
+fn element_counts_saturate_instead_of_overflowing() {
+    use amp_ir::PayloadTy;
+    assert_eq!(PayloadTy::F32(vec![3, 4]).elements(), 12);
+    assert_eq!(PayloadTy::Batch(vec![1 << 40, 1 << 40]).elements(), u64::MAX);
+    assert_eq!(PayloadTy::F32(vec![1 << 40, 1 << 40, 0]).elements(), 0);
+    assert_eq!(PayloadTy::F32(vec![]).elements(), 1);
+    assert_eq!(PayloadTy::Unit.elements(), 0);
+}
