@@ -292,6 +292,9 @@ impl Worker<'_, '_> {
                 continue;
             }
             if self.admitted.is_empty() {
+                if self.setup.inbox.is_empty() {
+                    self.hand_in_gradients();
+                }
                 let idle = Instant::now();
                 let received = self.setup.inbox.recv();
                 let waited = u64::try_from(idle.elapsed().as_nanos()).unwrap_or(u64::MAX);

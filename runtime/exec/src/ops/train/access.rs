@@ -180,6 +180,17 @@ impl<'a> ParamAccess<'a> {
         }
     }
 
+    /// Locks a live group when no one else holds it (None when someone does, or frozen):
+    /// for work that can wait for a better moment.
+    pub fn try_live(&self, g: usize) -> Option<MutexGuard<'_, LiveGroup<'a>>> {
+        let ParamAccess::Live { groups, .. } = self else { return None };
+        match groups.get(g)?.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// The live groups back, after the workers are gone.
     pub fn into_live_groups(self) -> Vec<LiveGroup<'a>> {
         match self {

@@ -166,13 +166,16 @@ fn catch_up(master: &LiveGroup, replica: &mut LiveGroup, sync_every: u64) -> boo
     true
 }
 
-/// A replica on this worker that takes its master's values itself, and the master's
-/// version it last took them at.
+/// A replica on this worker that takes its master's values itself and hands in its
+/// gradients when this worker runs out of work, and the master's versions it last did so at.
 #[derive(Clone, Copy)]
 pub(super) struct Pull {
     replica: usize,
     master: usize,
     taken: u64,
+    /// The master's version when this replica last handed in its gradients
+    /// (`Worker::hand_in_gradients`).
+    handed: Option<u64>,
 }
 
 /// The replicas on worker `setup.id` that take their masters' values themselves.
@@ -184,7 +187,7 @@ pub(super) fn pulls(setup: &WorkerSetup) -> Vec<Pull> {
     };
     let pull = |(r, info): (usize, &GroupInfo)| {
         let master = info.master?;
-        ours(r, info, master).then_some(Pull { replica: r, master, taken: 0 })
+        ours(r, info, master).then_some(Pull { replica: r, master, taken: 0, handed: None })
     };
     groups.iter().enumerate().filter_map(pull).collect()
 }
@@ -197,7 +200,7 @@ impl Worker<'_, '_> {
     /// (its admissions follow the update), so no instance reads the old values.
     pub(super) fn take_values(&mut self) {
         for i in 0..self.pulls.len() {
-            let Pull { replica, master, taken } = self.pulls[i];
+            let Pull { replica, master, taken, .. } = self.pulls[i];
             let published = self.setup.shared.params.published(master);
             if published <= taken {
                 continue;
@@ -205,6 +208,36 @@ impl Worker<'_, '_> {
             self.pulls[i].taken = published;
             let start = self.setup.trace.then(Instant::now);
             if let (true, Some(start)) = (self.take_from(master, replica), start) {
+                let node = self.setup.program.groups.get(replica).and_then(|g| g.nodes.first().copied());
+                self.record(node.unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
+            }
+        }
+    }
+
+    /// Before this worker waits for work: each replica here with gradients adds them into
+    /// its master's, on this worker, as the master's updater would at its next update
+    /// (`train::gather_grads`, with the replica's deferred weight-gradient products), so
+    /// that the updater gathers only what came since. At most once per master version,
+    /// and only when the master is free: a replica that hands in early takes a pass off
+    /// the updater's serial work; one that waited for the lock would only move it.
+    pub(super) fn hand_in_gradients(&mut self) {
+        for i in 0..self.pulls.len() {
+            let Pull { replica, master, handed, .. } = self.pulls[i];
+            let params = &self.setup.shared.params;
+            let start = self.setup.trace.then(Instant::now);
+            // The master's lock first, as its updater takes them.
+            let Some(mut master) = params.try_live(master) else { continue };
+            if handed == Some(master.version) {
+                continue;
+            }
+            let Some(mut group) = params.live(replica) else { continue };
+            if !group.touched {
+                continue;
+            }
+            self.pulls[i].handed = Some(master.version);
+            train::gather_grads(&mut master, &mut group);
+            drop((master, group));
+            if let Some(start) = start {
                 let node = self.setup.program.groups.get(replica).and_then(|g| g.nodes.first().copied());
                 self.record(node.unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
             }
