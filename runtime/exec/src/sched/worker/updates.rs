@@ -216,28 +216,31 @@ impl Worker<'_, '_> {
 
     /// Before this worker waits for work: each replica here with gradients adds them into
     /// its master's, on this worker, as the master's updater would at its next update
-    /// (`train::gather_grads`, with the replica's deferred weight-gradient products), so
-    /// that the updater gathers only what came since. At most once per master version,
-    /// and only when the master is free: a replica that hands in early takes a pass off
-    /// the updater's serial work; one that waited for the lock would only move it.
+    /// (`train::gather_grads`), so that the updater gathers only what came since. At most
+    /// once per master version, and only when the master is free: a replica that hands in
+    /// early takes a pass off the updater's serial work; one that waited for the lock would
+    /// only move it. The deferred weight-gradient products are settled first under the
+    /// replica's lock alone, so the master's forwards do not wait for that GEMM.
     pub(super) fn hand_in_gradients(&mut self) {
         for i in 0..self.pulls.len() {
             let Pull { replica, master, handed, .. } = self.pulls[i];
             let params = &self.setup.shared.params;
+            if params.try_live(master).is_none_or(|m| handed == Some(m.version)) {
+                continue;
+            }
             let start = self.setup.trace.then(Instant::now);
+            let touched = params.live(replica).is_some_and(|mut group| {
+                group.settle();
+                group.touched
+            });
             // The master's lock first, as its updater takes them.
-            let Some(mut master) = params.try_live(master) else { continue };
-            if handed == Some(master.version) {
-                continue;
+            if let (true, Some(mut master)) = (touched, params.try_live(master)) {
+                if let Some(mut group) = params.live(replica) {
+                    self.pulls[i].handed = Some(master.version);
+                    train::gather_grads(&mut master, &mut group);
+                }
             }
-            let Some(mut group) = params.live(replica) else { continue };
-            if !group.touched {
-                continue;
-            }
-            self.pulls[i].handed = Some(master.version);
-            train::gather_grads(&mut master, &mut group);
-            drop((master, group));
-            if let Some(start) = start {
+            if let (true, Some(start)) = (touched, start) {
                 let node = self.setup.program.groups.get(replica).and_then(|g| g.nodes.first().copied());
                 self.record(node.unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
             }
