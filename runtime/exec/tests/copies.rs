@@ -69,10 +69,6 @@ fn synchronous_training_with_copies_is_minibatch_sgd() {
     }
 }
 
-/// Each copy runs on its own worker, every copy serves forward and backward batches, and
-/// a copy's nodes are the graph's (its name says which); an instance's messages stay in
-/// its copy (the wiring's unit test in `load::copies`), so nothing crosses workers here
-/// but admissions, ends and the updates' gathers.
 /// A copy that serves no instance between two updates is more than one version behind
 /// when it next takes its masters' values: it takes them all, not only the rows of a table
 /// that the last update moved. With 4 copies, 2 instances in flight and an update after
@@ -99,6 +95,10 @@ fn copies_that_sit_out_updates_take_every_value() {
     assert!(diff < 1e-5, "differs from minibatch SGD by {diff}");
 }
 
+/// Each copy runs on its own worker, every copy serves forward and backward batches, and
+/// a copy's nodes are the graph's (its name says which); an instance's messages stay in
+/// its copy (the wiring's unit test in `load::copies`), so nothing crosses workers here
+/// but admissions, ends and the updates' gathers.
 #[test]
 fn every_copy_serves_instances_on_its_own_worker() {
     let graph = compile_example("list_reduce", &[("hidden", 16)]);

@@ -208,8 +208,7 @@ impl Worker<'_, '_> {
             self.pulls[i].taken = published;
             let start = self.setup.trace.then(Instant::now);
             if let (true, Some(start)) = (self.take_from(master, replica), start) {
-                let node = self.setup.program.groups.get(replica).and_then(|g| g.nodes.first().copied());
-                self.record(node.unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
+                self.record_replica_update(replica, start);
             }
         }
     }
@@ -241,10 +240,17 @@ impl Worker<'_, '_> {
                 }
             }
             if let (true, Some(start)) = (touched, start) {
-                let node = self.setup.program.groups.get(replica).and_then(|g| g.nodes.first().copied());
-                self.record(node.unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
+                self.record_replica_update(replica, start);
             }
         }
+    }
+
+    /// A replica's work on its own worker for its master's update (taking the values,
+    /// handing in gradients), begun at `start`: traced as an update, at the replica's
+    /// first node, so that `--profile` counts it in "updates".
+    fn record_replica_update(&mut self, replica: usize, start: Instant) {
+        let node = self.setup.program.groups.get(replica).and_then(|g| g.nodes.first().copied());
+        self.record(node.unwrap_or(0), TraceKind::Update, start, (0, 0), 0);
     }
 
     /// Gives `replica` the values of `master` unless it holds them already; whether it did.
