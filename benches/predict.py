@@ -10,6 +10,7 @@ it the measured throughput of the points this machine can run.
     python3 benches/predict.py --measure --repeat 4 # on a larger machine: every worker
                                                     # count up to its cores, 1 to 4 processes
     python3 benches/predict.py --no-measure --link-latency-us 500 --link-bandwidth-mbps 1000  # another link
+    python3 benches/predict.py --workers 1 2 --hosts 1 --in-flight 8   # m in flight, an update every m
 
 How: `amprun train --workers 1 --profile` (the settings of `end_to_end.py`: 16 instances
 in flight, asynchronous, an update every 8) measures each node's messages and times;
@@ -56,9 +57,9 @@ def predict(opts, model, args, profile, workers, hosts):
     """The planner's plan for `workers` workers on `hosts` hosts: (instances/s, plan)."""
     defines = [x for i, a in enumerate(args) if a == "-D" for x in ("-D", args[i + 1])]
     cmd = [opts.ampc, "compile", args[0], *defines, "--workers", str(workers), "--processes", str(hosts),
-           "--profile", profile, "--min-update-frequency", flag(COMMON, "--min-update-frequency", "1"),
-           "--optimizer", flag(COMMON, "--optimizer", "sgd"),
-           "--max-active-keys", flag(COMMON, "--max-active-keys", "1"), *link_flags(opts), "--emit", "plan"]
+           "--profile", profile, "--min-update-frequency", flag(opts.common, "--min-update-frequency", "1"),
+           "--optimizer", flag(opts.common, "--optimizer", "sgd"),
+           "--max-active-keys", flag(opts.common, "--max-active-keys", "1"), *link_flags(opts), "--emit", "plan"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
@@ -78,7 +79,7 @@ def train(opts, args, limit, tmp, extra):
         os.remove(metrics)
     if opts.repeat > 1:
         args, limit = repeated(args, tmp, opts.repeat), limit * opts.repeat
-    cmd = [opts.amprun, "train", *args, "--limit", str(limit), *COMMON, *extra, "--metrics", metrics]
+    cmd = [opts.amprun, "train", *args, "--limit", str(limit), *opts.common, *extra, "--metrics", metrics]
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -116,7 +117,14 @@ def main():
                         help="keep the profiles here, and reuse those already here (predictions for "
                              "another link from the same profiles)")
     parser.add_argument("--json", help="also write every prediction and measurement here")
+    parser.add_argument("--in-flight", type=int, metavar="M",
+                        help="M instances in flight and an update every M (default: 16 in flight, an update every 8)")
     opts = parser.parse_args()
+    opts.common = COMMON
+    if opts.in_flight:
+        m = str(opts.in_flight)
+        opts.common = [m if prev in ("--max-active-keys", "--min-update-frequency") else a
+                       for prev, a in zip([None, *COMMON], COMMON)]
     opts.amprun, opts.ampc = os.path.abspath(opts.amprun), os.path.abspath(opts.ampc)
     if opts.profiles:
         opts.profiles = os.path.abspath(opts.profiles)
@@ -142,7 +150,8 @@ def main():
         for model in opts.models:
             args, limit = CASES[model]
             args = [a.replace("{tmp}", tmp) for a in args]
-            profile = os.path.join(opts.profiles or tmp, f"{model}.profile.json")
+            name = f"{model}.m{opts.in_flight}" if opts.in_flight else model
+            profile = os.path.join(opts.profiles or tmp, f"{name}.profile.json")
             if not os.path.exists(profile):
                 train(opts, args, limit, tmp, ["--workers", "1", "--profile", profile])
             for hosts in opts.hosts:

@@ -188,8 +188,14 @@ fn a_profile_refines_the_plan_and_a_bad_one_is_refused() {
     let graph = amp_ir::text::parse(&String::from_utf8_lossy(&run.stdout)).unwrap();
     let mut counter = amp_plan::ProfileCounter::default();
     // Pretend the first layer is ten times as slow as the others together.
-    let event =
-        |node, dur_ns| amp_plan::Event { node, work: amp_plan::Work::Forward, dur_ns, messages: 1, instances: 1 };
+    let event = |node, dur_ns| amp_plan::Event {
+        node,
+        work: amp_plan::Work::Forward,
+        dur_ns,
+        messages: 1,
+        instances: 1,
+        rows: 1,
+    };
     counter.add(event(2, 500_000));
     counter.add(event(4, 10_000));
     counter.add_instances(1, 0.001);

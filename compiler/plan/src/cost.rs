@@ -57,6 +57,11 @@
 //! op time with measured ones; the fixed per-message cost stays (the trace times the op,
 //! not the routing around it).
 //!
+//! A profile also tells what part of a node's step does not shrink with its rows (fit
+//! through steps of different sizes; where all had one size, what the step took beyond the
+//! model's work for its messages): what copies of the graph pay again at each step they
+//! add (`NodeCost::forward_fixed_us`, `layout.rs`).
+//!
 //! A profile also tells how instances move: how many of them each step of a node serves
 //! at once, and how many were in flight. An instance spends, per instance, the steps it
 //! takes part in times their length at each node (`NodeCost::latency_us`), and waits a
@@ -302,6 +307,13 @@ pub struct NodeCost {
     /// µs an instance spends in the node's steps (each as long as all the messages it
     /// serves together take), per instance, from a profile; 0 without one.
     pub latency_us: f64,
+    /// µs of each forward and backward step that do not shrink with the rows it serves:
+    /// the measured step less the model's work for its messages (at least 0), from a
+    /// profile; 0 without one. Copies of the graph split the instances in flight, so each
+    /// step serves fewer rows and there are more steps (`layout.rs`): an MLP's Linear step
+    /// took about as long on 4 rows as on 8.
+    pub forward_fixed_us: f64,
+    pub backward_fixed_us: f64,
     /// Whether messages and times come from a profile.
     pub measured: bool,
     /// The parameter group it reads and trains (`linear`, `embedding`, `affine`): the
@@ -389,10 +401,14 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
         // chain member's messages are its producer's step (or, cut, the edge's cost).
         let message_us = if fused || topo.chained[i] { 0.0 } else { a.message_us };
         let rows_each = indexed_rows(&node.op, &node.inputs, flow.in_rows[i], out_rows) * a.row_us;
-        let per_message = |messages: f64, work: f64| {
-            let compute = if messages > 0.0 { fires * (work / rate + rows_each) / messages } else { 0.0 };
-            message_us + compute
+        let compute = |messages: f64, work: f64| {
+            if messages > 0.0 {
+                fires * (work / rate + rows_each) / messages
+            } else {
+                0.0
+            }
         };
+        let per_message = |messages: f64, work: f64| message_us + compute(messages, work);
         let mut cost = NodeCost {
             id: i as u32,
             name: if node.label.is_empty() {
@@ -418,6 +434,8 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             forward_joined: 0.0,
             backward_joined: 0.0,
             latency_us: 0.0,
+            forward_fixed_us: 0.0,
+            backward_fixed_us: 0.0,
             measured: false,
             group: node.op.param().map(str::to_string),
         };
@@ -445,6 +463,27 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             if !cost.latency_us.is_finite() {
                 cost.latency_us = 0.0;
             }
+            // The profile's line through the steps; where every step served as many
+            // instances, what the step took beyond the model's work for its messages (none
+            // for an op the model gives no work: its time is per message).
+            let fixed = |fit: Option<f64>, step_us: f64, events: f64, messages: f64, modelled: f64, work: f64| {
+                let work_us = compute(modelled, work);
+                let fixed = match fit {
+                    Some(fixed) => fixed,
+                    None if events > 0.0 && work_us > 0.0 => step_us - work_us * messages / events,
+                    None => 0.0,
+                };
+                if fixed.is_finite() {
+                    fixed.clamp(0.0, step_us)
+                } else {
+                    0.0
+                }
+            };
+            let (f, b) = (m.forward_per_instance, m.backward_per_instance);
+            cost.forward_fixed_us =
+                fixed(m.forward_fixed_us, m.forward_us, f, cost.arrivals, flow.forward[i], forward_work);
+            cost.backward_fixed_us =
+                fixed(m.backward_fixed_us, m.backward_us, b, cost.backward_arrivals, flow.backward[i], backward_work);
             cost.measured = true;
         }
         cost.load_us = (cost.forward_messages * cost.forward_us + cost.backward_messages * cost.backward_us).max(0.0)

@@ -6,7 +6,7 @@
 //! The prediction for `k × s`, per instance of the whole run (µs):
 //!
 //! ```text
-//!   worker w of copy c:  (time_w − update_w) / k            its share of the instances
+//!   worker w of copy c:  (time_w − update_w + steps_w) / k   its share of the instances
 //!                      + [c = 0] · (update_w + gather_w)     copy 0's owners update for all
 //!                      + [c > 0] · elements_w / (update_every · copy rate)
 //!   gather_w = (k − 1) · elements_w / (update_every · copy rate)
@@ -14,6 +14,11 @@
 //! ```
 //!
 //! `time_w` is the `s`-worker plan's time of worker `w` (work and its cut edges),
+//! `steps_w` what the steps that copies add cost its nodes: a step that served `J`
+//! instances together serves `J / k` in each copy (at least one), so a node takes
+//! `min(k, J)` times as many steps, and each pays again the part of a step that does not
+//! shrink with its rows (a profile's fit, `NodeCost::forward_fixed_us`; an MLP's Linear
+//! step took about as long on 4 rows as on 8),
 //! `update_w` the optimizer updates of the groups it owns, `elements_w` their parameter
 //! elements: before each update, each other copy's gradients are added into the owner's
 //! (one pass each, at the rate of a plain SGD update), and after it each other copy's
@@ -45,7 +50,7 @@
 //! each update for the ring's 2(P − 1) steps and the acknowledgement, each crossing the
 //! link and waking the receiving process's bridge and updater.
 
-use crate::cost::{Costs, SGD_UPDATE_SPEEDUP};
+use crate::cost::{Costs, NodeCost, SGD_UPDATE_SPEEDUP};
 use crate::plan::{evaluate, plan, Plan};
 use crate::PlanError;
 use amp_ir::verify::Verified;
@@ -159,12 +164,16 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
     let (passes, ring_share) = if p > 1.0 { (2.0 * k / p, 2.0 * (p - 1.0) / p) } else { (k - 1.0, 0.0) };
     let mut update = vec![0.0; stage.workers];
     let mut elements = vec![0.0; stage.workers];
+    let mut more_steps = vec![0.0; stage.workers];
     // `stage.nodes` lists the graph's nodes, `costs.nodes` is by index (holes included).
     for node in &stage.nodes {
         let Some(cost) = costs.nodes.get(node.id as usize).and_then(Option::as_ref) else { continue };
-        if let (Some(u), Some(e)) = (update.get_mut(node.worker), elements.get_mut(node.worker)) {
+        if let (Some(u), Some(e), Some(f)) =
+            (update.get_mut(node.worker), elements.get_mut(node.worker), more_steps.get_mut(node.worker))
+        {
             *u += cost.update_us;
             *e += cost.update_elements;
+            *f += extra_steps_us(cost, k);
         }
     }
     let busiest = model
@@ -173,8 +182,9 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
         .enumerate()
         .map(|(w, &time)| {
             let (u, e) = (update.get(w).copied().unwrap_or(0.0), elements.get(w).copied().unwrap_or(0.0));
+            let steps = more_steps.get(w).copied().unwrap_or(0.0);
             let ring = ring_share * e / (a.elements_per_us * every) + ring_share * p * a.link_message_us / every;
-            (time - u).max(0.0) / k + u + passes * e / rate + if e > 0.0 { ring } else { 0.0 }
+            ((time - u).max(0.0) + steps) / k + u + passes * e / rate + if e > 0.0 { ring } else { 0.0 }
         })
         .fold(0.0, f64::max);
     // Megabits per second are bits per µs.
@@ -182,4 +192,25 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
     let stall = if p > 1.0 { (2.0 * p - 1.0) * (a.link_latency_us + 2.0 * a.wake_us) / every } else { 0.0 };
     busiest.max(model.latency_us_per_instance / k).max(model.links_us.iter().copied().fold(0.0, f64::max)).max(link)
         + stall
+}
+
+/// The µs per instance of the run that `copies` copies add at one node, all copies
+/// together: each copy holds `1/k` of the instances in flight, so a step that served `J`
+/// of them together serves `J/k` (at least one), and the node takes up to `k` times as
+/// many steps, each paying its fixed part again (`NodeCost::forward_fixed_us`).
+fn extra_steps_us(cost: &NodeCost, copies: f64) -> f64 {
+    let more = |steps: f64, joined: f64, fixed: f64| {
+        if steps <= 0.0 || fixed <= 0.0 {
+            return 0.0;
+        }
+        let together = (joined / steps).max(1.0);
+        steps * fixed * (copies.min(together) - 1.0).max(0.0)
+    };
+    let extra = more(cost.forward_messages, cost.forward_joined, cost.forward_fixed_us)
+        + more(cost.backward_messages, cost.backward_joined, cost.backward_fixed_us);
+    if extra.is_finite() {
+        extra
+    } else {
+        0.0
+    }
 }

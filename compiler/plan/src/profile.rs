@@ -11,8 +11,14 @@
 //!             "forward_us": 5.7, "backward_us": 8.6,
 //!             "forward_messages_per_instance": 6.0, "backward_messages_per_instance": 6.0,
 //!             "forward_instances_per_instance": 0.5, "backward_instances_per_instance": 0.5,
-//!             "updates_per_instance": 0.06, "update_us": 8.5}, ...]}
+//!             "updates_per_instance": 0.06, "update_us": 8.5,
+//!             "forward_fixed_us": 1.2, "backward_fixed_us": 0.9}, ...]}
 //! ```
+//!
+//! `forward_fixed_us` and `backward_fixed_us` are the part of a step that does not grow with
+//! its rows: the intercept of the least-squares line through the steps' times against their
+//! rows, absent when the steps hardly differed in size. Copies of the graph pay it again at
+//! each step they add (`layout.rs`).
 //!
 //! Counts and times are the trace's: one event per piece of work a worker timed (the
 //! messages a node takes in one step, run at once or one by one, are one event: with
@@ -88,6 +94,14 @@ pub struct ProfileNode {
     pub updates_per_instance: f64,
     #[serde(default)]
     pub update_us: f64,
+    /// µs of a forward and of a backward step that do not grow with the rows it takes:
+    /// where the least-squares line through the steps' times against their rows meets
+    /// zero rows (between 0 and the mean step). Absent where the steps hardly differed in
+    /// rows (no line to fit) and in older profiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_fixed_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward_fixed_us: Option<f64>,
 }
 
 /// What work a trace event timed.
@@ -105,10 +119,41 @@ struct Tally {
     ns: u64,
     messages: u64,
     instances: u64,
+    /// Σ rows, Σ rows² and Σ rows × µs, for the line of a step's time against its rows.
+    rows: f64,
+    rows_sq: f64,
+    rows_us: f64,
+}
+
+impl Tally {
+    /// Mean µs of an event.
+    fn mean_us(&self) -> f64 {
+        if self.events == 0 {
+            0.0
+        } else {
+            self.ns as f64 / 1000.0 / self.events as f64
+        }
+    }
+
+    /// The intercept of the least-squares line of an event's µs against its rows, clamped
+    /// to `[0, mean]`; `None` when the events' rows hardly vary.
+    fn fixed_us(&self) -> Option<f64> {
+        let n = self.events as f64;
+        let (x, y) = (self.rows, self.ns as f64 / 1000.0);
+        // n² times the rows' variance: with less than a quarter of a row's, no slope.
+        let spread = n * self.rows_sq - x * x;
+        if self.events < 8 || spread.is_nan() || spread <= n * n * 0.25 {
+            return None;
+        }
+        let slope = (n * self.rows_us - x * y) / spread;
+        let fixed = ((y - slope * x) / n).clamp(0.0, self.mean_us());
+        fixed.is_finite().then_some(fixed)
+    }
 }
 
 /// One traced event of a [`ProfileCounter`]: `messages` of `instances` distinct
-/// instances handled in `dur_ns` nanoseconds (an update handles none).
+/// instances, `rows` rows in all, handled in `dur_ns` nanoseconds (an update handles
+/// none).
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
     pub node: u32,
@@ -116,6 +161,7 @@ pub struct Event {
     pub dur_ns: u64,
     pub messages: u64,
     pub instances: u64,
+    pub rows: u64,
 }
 
 /// Accumulates trace events into a [`Profile`].
@@ -134,6 +180,10 @@ impl ProfileCounter {
         tally.ns = tally.ns.saturating_add(e.dur_ns);
         tally.messages = tally.messages.saturating_add(e.messages);
         tally.instances = tally.instances.saturating_add(e.instances);
+        let rows = e.rows as f64;
+        tally.rows += rows;
+        tally.rows_sq += rows * rows;
+        tally.rows_us += rows * e.dur_ns as f64 / 1000.0;
     }
 
     /// `instances` more instances trained in `wall_s` seconds.
@@ -146,7 +196,6 @@ impl ProfileCounter {
     /// far, measured on `workers` workers with `in_flight` instances in flight.
     pub fn finish(&self, graph: &Graph, workers: usize, in_flight: u64) -> Profile {
         let per = |x: u64| if self.instances == 0 { 0.0 } else { x as f64 / self.instances as f64 };
-        let mean = |t: Tally| if t.events == 0 { 0.0 } else { t.ns as f64 / 1000.0 / t.events as f64 };
         let nodes = graph
             .nodes
             .node_indices()
@@ -163,14 +212,16 @@ impl ProfileCounter {
                     },
                     forward_per_instance: per(f.events),
                     backward_per_instance: per(b.events),
-                    forward_us: mean(f),
-                    backward_us: mean(b),
+                    forward_us: f.mean_us(),
+                    backward_us: b.mean_us(),
                     forward_messages_per_instance: per(f.messages),
                     backward_messages_per_instance: per(b.messages),
                     forward_instances_per_instance: per(f.instances),
                     backward_instances_per_instance: per(b.instances),
                     updates_per_instance: per(u.events),
-                    update_us: mean(u),
+                    update_us: u.mean_us(),
+                    forward_fixed_us: f.fixed_us(),
+                    backward_fixed_us: b.fixed_us(),
                 }
             })
             .collect();
@@ -235,6 +286,8 @@ impl Profile {
                 entry.backward_instances_per_instance,
                 entry.updates_per_instance,
                 entry.update_us,
+                entry.forward_fixed_us.unwrap_or(0.0),
+                entry.backward_fixed_us.unwrap_or(0.0),
             ];
             if numbers.iter().any(|x| !x.is_finite() || *x < 0.0 || *x > 1e12) {
                 return Err(mismatch(format!("node %{} has a negative or non-finite number", entry.id)));

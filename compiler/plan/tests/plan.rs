@@ -624,8 +624,8 @@ fn a_cut_edge_carries_the_messages_a_profile_counted_and_wakes_its_target_per_st
     let g = graph(LOOP);
     let mut counter = ProfileCounter::default();
     for _ in 0..10 {
-        counter.add(Event { node: 12, work: Work::Forward, dur_ns: 60_000, messages: 3, instances: 1 });
-        counter.add(Event { node: 12, work: Work::Backward, dur_ns: 120_000, messages: 3, instances: 1 });
+        counter.add(Event { node: 12, work: Work::Forward, dur_ns: 60_000, messages: 3, instances: 1, rows: 0 });
+        counter.add(Event { node: 12, work: Work::Backward, dur_ns: 120_000, messages: 3, instances: 1, rows: 0 });
     }
     counter.add_instances(10, 0.01);
     let profile = counter.finish(&g, 1, 1);
@@ -668,7 +668,7 @@ fn instances_that_move_together_keep_a_chain_on_one_worker() {
             for (node, forward, backward) in [(1, 1, 0), (2, 50, 100), (3, 1, 1), (4, 50, 100), (5, 1, 0)] {
                 for (work, us) in [(Work::Forward, forward), (Work::Backward, backward)] {
                     let (dur_ns, messages, instances) = (us * together * 1000, together, together);
-                    counter.add(Event { node, work, dur_ns, messages, instances });
+                    counter.add(Event { node, work, dur_ns, messages, instances, rows: 0 });
                 }
             }
         }
@@ -712,16 +712,70 @@ fn instances_that_move_together_keep_a_chain_on_one_worker() {
     assert!(old.predicted_speedup > 1.5, "{old:?}");
 }
 
+/// A step's time that does not shrink with its rows (a Linear's call on few rows) is paid
+/// again at every step that copies of the graph add: each of k copies holds 1/k of the
+/// instances in flight, so its steps serve fewer rows and there are more of them. The
+/// profile fits that part through steps of different sizes; the same mean times, all of
+/// them per row, predict copies faster.
+#[test]
+fn copies_pay_the_fixed_part_of_every_step_they_add() {
+    let g = graph(CHAIN);
+    let in_flight = 16;
+    // Steps of 4 and 12 instances (a row each) at every node; the layers' steps take
+    // `fixed` µs plus `per_row` a row, forward and backward alike.
+    let profile = |fixed: f64, per_row: f64, sizes: [u64; 2]| {
+        let mut counter = ProfileCounter::default();
+        for _ in 0..8 {
+            for size in sizes {
+                for node in 1..=5 {
+                    let us = if node == 2 || node == 4 { fixed + per_row * size as f64 } else { 0.5 * size as f64 };
+                    for work in [Work::Forward, Work::Backward] {
+                        let dur_ns = (us * 1000.0) as u64;
+                        counter.add(Event { node, work, dur_ns, messages: size, instances: size, rows: size });
+                    }
+                }
+            }
+        }
+        counter.add_instances(8 * sizes.iter().sum::<u64>(), 0.01);
+        counter.finish(&g, 1, in_flight)
+    };
+    let fixed = profile(20.0, 1.0, [4, 12]);
+    let layer = fixed.nodes.iter().find(|n| n.id == 2).unwrap();
+    let fit = layer.forward_fixed_us.unwrap();
+    assert!((fit - 20.0).abs() < 1e-3, "{fit}");
+    assert!(fixed.nodes.iter().find(|n| n.id == 3).unwrap().forward_fixed_us.unwrap() < 1e-3);
+    // The same mean step (28 µs for 8 rows), all of it per row.
+    let per_row = profile(0.0, 3.5, [4, 12]);
+    assert!(close(layer.forward_us, per_row.nodes.iter().find(|n| n.id == 2).unwrap().forward_us));
+    let a = Assumptions { update_every: 16.0, in_flight: 16.0, ..Assumptions::default() };
+    let read = |p: &Profile| Profile::from_json(&p.to_json().to_string()).unwrap();
+    let two_copies = |p: &Profile| amp_plan::plan_copies(&g, 2, 2, &a, Some(&read(p))).unwrap().layouts[0].clone();
+    let (with_fixed, without) = (two_copies(&fixed), two_copies(&per_row));
+    assert!(without.predicted_speedup > 1.5, "{without:?}");
+    assert!(with_fixed.predicted_speedup < without.predicted_speedup - 0.1, "{with_fixed:?} against {without:?}");
+    // Steps of 8 instances become two of 4: each layer's 20 µs once more per 8 instances,
+    // both ways, two layers, shared by the two copies' workers: 5 µs per instance.
+    let more = with_fixed.bottleneck_us_per_instance - without.bottleneck_us_per_instance;
+    assert!((more - 5.0).abs() < 0.01, "{more}");
+    // Steps of one size fit no line: the fixed part is what a step took beyond the model's
+    // work for its rows (a layer's 8 rows: 2 · 4 · 8 FLOPs each).
+    let even = profile(20.0, 1.0, [8, 8]);
+    assert!(even.nodes.iter().all(|n| n.forward_fixed_us.is_none()), "{even:?}");
+    let costs = estimate(&g, &a, Some(&read(&even))).unwrap();
+    let expected = 28.0 - 8.0 * 64.0 / a.flops_per_us;
+    assert!(close(node(&costs, 2).forward_fixed_us, expected), "{}", node(&costs, 2).forward_fixed_us);
+}
+
 #[test]
 fn a_profile_replaces_counts_and_times() {
     let g = graph(LOOP);
     let mut counter = ProfileCounter::default();
     // 10 instances of 3 iterations each: the cell ran 30 times forward at 20 µs.
     for _ in 0..30 {
-        counter.add(Event { node: 12, work: Work::Forward, dur_ns: 20_000, messages: 1, instances: 1 });
-        counter.add(Event { node: 12, work: Work::Backward, dur_ns: 40_000, messages: 1, instances: 1 });
+        counter.add(Event { node: 12, work: Work::Forward, dur_ns: 20_000, messages: 1, instances: 1, rows: 0 });
+        counter.add(Event { node: 12, work: Work::Backward, dur_ns: 40_000, messages: 1, instances: 1, rows: 0 });
     }
-    counter.add(Event { node: 12, work: Work::Update, dur_ns: 100_000, messages: 0, instances: 0 });
+    counter.add(Event { node: 12, work: Work::Update, dur_ns: 100_000, messages: 0, instances: 0, rows: 0 });
     counter.add_instances(10, 0.01);
     let profile = counter.finish(&g, 1, 1);
     assert_eq!(profile.nodes.len(), g.nodes.node_count());

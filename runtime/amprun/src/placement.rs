@@ -325,6 +325,7 @@ impl Measure {
                 dur_ns,
                 messages: u64::from(e.batch),
                 instances: u64::from(e.instances),
+                rows: u64::from(e.rows),
             };
             match self.fused.get(&e.node).filter(|m| !m.is_empty()) {
                 Some(members) => {
