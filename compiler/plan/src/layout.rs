@@ -6,8 +6,8 @@
 //! The prediction for `k × s`, per instance of the whole run (µs):
 //!
 //! ```text
-//!   worker w of copy c:  (time_w − update_w + steps_w) / k   its share of the instances
-//!                      + [c = 0] · (update_w + gather_w)     copy 0's owners update for all
+//!   worker w of copy c:  (time_w − update_w + steps_w) / k      its share of the instances
+//!                      + [c = 0] · (update_w + gather_w + ends_w) copy 0's owners update for all
 //!                      + [c > 0] · elements_w / (update_every · copy rate)
 //!   gather_w = (k − 1) · elements_w / (update_every · copy rate)
 //!   bottleneck = max(every worker's time, the latency bound / k)
@@ -18,7 +18,9 @@
 //! instances together serves `J / k` in each copy (at least one), so a node takes
 //! `min(k, J)` times as many steps, and each pays again the part of a step that does not
 //! shrink with its rows (a profile's fit, `NodeCost::forward_fixed_us`; an MLP's Linear
-//! step took about as long on 4 rows as on 8),
+//! step took about as long on 4 rows as on 8), `ends_w = (k − 1) / k · cross_us` on an
+//! owner (every instance that ends on another copy tells each owner with a message,
+//! `ToWorker::InstanceDone`),
 //! `update_w` the optimizer updates of the groups it owns, `elements_w` their parameter
 //! elements: before each update, each other copy's gradients are added into the owner's
 //! (one pass each, at the rate of a plain SGD update), and after it each other copy's
@@ -176,6 +178,9 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
             *f += extra_steps_us(cost, k);
         }
     }
+    // Each instance that ends on another copy in the owner's process tells each of copy 0's
+    // owners (`ToWorker::InstanceDone`): a crossing each, paid on the owner's side.
+    let ends = a.cross_us * (k / p - 1.0).max(0.0) / k;
     let busiest = model
         .workers_us
         .iter()
@@ -184,7 +189,8 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
             let (u, e) = (update.get(w).copied().unwrap_or(0.0), elements.get(w).copied().unwrap_or(0.0));
             let steps = more_steps.get(w).copied().unwrap_or(0.0);
             let ring = ring_share * e / (a.elements_per_us * every) + ring_share * p * a.link_message_us / every;
-            ((time - u).max(0.0) + steps) / k + u + passes * e / rate + if e > 0.0 { ring } else { 0.0 }
+            let owner = if e > 0.0 { ring + ends } else { 0.0 };
+            ((time - u).max(0.0) + steps) / k + u + passes * e / rate + owner
         })
         .fold(0.0, f64::max);
     // Megabits per second are bits per µs.

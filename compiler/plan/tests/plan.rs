@@ -331,7 +331,8 @@ fn plans_place_every_node_once_with_shares_summing_to_one() {
 /// predicted speedup; the plan returned is the best one's (fewer copies on a near tie),
 /// for its stages' workers, and comes back through JSON. Copies help where stages cannot:
 /// the chain's one heavy product keeps a second stage idle, so on 4 workers some copies
-/// are predicted faster than stages alone, and so they are split over processes.
+/// are predicted faster than stages alone, and so they are split over processes. Each
+/// instance's end on another copy costs the owner a message.
 #[test]
 fn layouts_weigh_copies_against_stages() {
     for text in ALL {
@@ -372,6 +373,13 @@ fn layouts_weigh_copies_against_stages() {
     let over_slow = plan_workers(&chain, 4, &slow, None).unwrap();
     let speedup = |p: &Plan, k: usize| p.layouts.iter().find(|o| o.copies == k).unwrap().predicted_speedup;
     assert!(speedup(&over_slow, 4) < speedup(&split, 4), "{:?}", over_slow.layouts);
+    // Each instance that ends on one of the other 3 copies tells the owner (a crossing):
+    // 3/4 of a crossing per instance more on the one owner's worker.
+    let four_copies = |a: &Assumptions| amp_plan::plan_copies(&chain, 4, 4, a, None).unwrap().layouts[0].clone();
+    let dear = Assumptions { cross_us: Assumptions::default().cross_us + 10.0, ..Assumptions::default() };
+    let more =
+        four_copies(&dear).bottleneck_us_per_instance - four_copies(&Assumptions::default()).bottleneck_us_per_instance;
+    assert!((more - 7.5).abs() < 1e-6, "{more}");
 }
 
 /// A placement given with copies of the graph (`amprun --plan round-robin --copies K`) is
