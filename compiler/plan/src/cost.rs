@@ -308,8 +308,9 @@ pub struct NodeCost {
     /// serves together take), per instance, from a profile; 0 without one.
     pub latency_us: f64,
     /// µs of each forward and backward step that do not shrink with the rows it serves:
-    /// the measured step less the model's work for its messages (at least 0), from a
-    /// profile; 0 without one. Copies of the graph split the instances in flight, so each
+    /// the profile's fit through steps of different sizes, or where they all had one size
+    /// the measured step less the model's work for its messages (at least 0); 0 without a
+    /// profile. Copies of the graph split the instances in flight, so each
     /// step serves fewer rows and there are more steps (`layout.rs`): an MLP's Linear step
     /// took about as long on 4 rows as on 8.
     pub forward_fixed_us: f64,
@@ -463,9 +464,9 @@ pub fn estimate(graph: &Graph, assumptions: &Assumptions, profile: Option<&Profi
             if !cost.latency_us.is_finite() {
                 cost.latency_us = 0.0;
             }
-            // The profile's line through the steps; where every step served as many
-            // instances, what the step took beyond the model's work for its messages (none
-            // for an op the model gives no work: its time is per message).
+            // The profile's line through the steps; where every step took as many rows, what
+            // the step took beyond the model's work for its messages (none for an op the
+            // model gives no work: its time is per message).
             let fixed = |fit: Option<f64>, step_us: f64, events: f64, messages: f64, modelled: f64, work: f64| {
                 let work_us = compute(modelled, work);
                 let fixed = match fit {
