@@ -40,6 +40,7 @@
 //!
 //! ```text
 //!   gather_w = 2 · (k / P) · elements_w / (update_every · copy rate)
+//!   ends_w   = (k / P − 1) / k · cross_us          the ends on the process's other copies
 //!   ring_w   = 2 · (P − 1) / P · elements_w / (update_every · elementwise rate)
 //!            + 2 · (P − 1) · link message cost / update_every
 //!   link     = 2 · (P − 1) / P · 4 · elements / update_every / link bandwidth
