@@ -21,10 +21,11 @@
 //! group of batches (a batched map's elementwise chain, `FusedGroup::batch`) a message's
 //! vectors hold any number of rows, all of them rows of the same kernel call, and a
 //! scalar input (a constant) is repeated for each of its key's rows (its gradient is the
-//! sum over them). There a part of an absorbed split is a column block of every row of
-//! its port ([`Block`]), which the kernel reads in place, strided (`amp_jit::Rows`), when
-//! the keys' rows of that port are one range of a buffer (one key, or the pieces of one
-//! batch in order), and gathered into a packed buffer otherwise. Training keeps the
+//! sum over them). In any group, a part of an absorbed split (a Tree-LSTM cell's gates,
+//! a GRU's) is a column block of every row of its port ([`Block`]), which the kernel reads
+//! in place, strided (`amp_jit::Rows`), when the keys' rows of that port are one range of
+//! a buffer (one key, or the pieces of one batch in order: a Linear's rows), and gathered
+//! into a packed buffer otherwise. Training keeps the
 //! port's payload, and the backward reads its blocks the same way. The port's gradient is
 //! the parts' gradients written at their columns, zeros in the columns of a part the
 //! group does not read, in one buffer for all keys of the call.
@@ -94,8 +95,8 @@ pub(crate) struct FusedOp {
     whole_input: Vec<Option<usize>>,
     /// Per kernel input, whether it is a scalar (one value per row).
     scalar_input: Vec<bool>,
-    /// Per kernel input of a group of batches, the columns of its port's rows it reads
-    /// when not all of them (a part of an absorbed split).
+    /// Per vector kernel input, the columns of its port's rows it reads when not all of
+    /// them (a part of an absorbed split).
     blocks: Vec<Option<Block>>,
     /// Per kernel input, the f32s per row of what [`FusedOp::kernel_inputs`] gives for
     /// it: the port's whole rows in a group of batches, the input's own otherwise.
@@ -132,14 +133,21 @@ impl FusedOp {
             .map(|((slice, &width), &scalar)| {
                 let stride = port_width(slice.port);
                 let partial = slice.offset != 0 || width != stride;
-                (group.batch && !scalar && partial).then_some(Block { offset: slice.offset, width, stride })
+                (!scalar && partial).then_some(Block { offset: slice.offset, width, stride })
             })
             .collect();
         let read_widths = group
             .slices
             .iter()
             .zip(&input_widths)
-            .map(|(slice, &width)| if group.batch { port_width(slice.port) } else { width })
+            .zip(&blocks)
+            .map(|((slice, &width), block)| {
+                if group.batch || block.is_some() {
+                    port_width(slice.port)
+                } else {
+                    width
+                }
+            })
             .collect();
         FusedOp {
             whole_input,
@@ -430,16 +438,25 @@ impl FusedOp {
     }
 
     /// One row of kernel inputs: each kernel input's slice of the joined port payloads;
-    /// in a group of batches all the port's rows (a [`Block`] takes its columns later).
+    /// for a [`Block`] the port's whole row, in a group of batches all the port's rows
+    /// (the block takes its columns later).
     fn kernel_inputs<'m>(&self, msgs: &'m [Msg]) -> Result<Vec<&'m [f32]>, OpError> {
         self.group
             .slices
             .iter()
             .zip(&self.input_widths)
-            .map(|(slice, &w)| {
+            .enumerate()
+            .map(|(i, (slice, &w))| {
                 let values = msgs.get(slice.port).map_or(&[][..], |m| m.payload.values());
                 if self.group.batch {
                     return Ok(values);
+                }
+                // A block of one row: the port's whole row, which must be all there is.
+                if let Some(width) = self.blocks.get(i).copied().flatten().map(|b| b.stride) {
+                    return match values.len() == width {
+                        true => Ok(values),
+                        false => Err(OpError::PayloadSize { expected: width, found: values.len() }),
+                    };
                 }
                 values
                     .get(slice.offset..slice.offset + w)
@@ -457,7 +474,7 @@ fn pieces(values: Vec<f32>, counts: &[usize], w: usize) -> Vec<Payload> {
 }
 
 /// The columns `[offset, offset + width)` of every row of a port whose rows are `stride`
-/// wide: a part of an absorbed split in a group of batches.
+/// wide: a part of an absorbed split.
 #[derive(Clone, Copy, Debug)]
 struct Block {
     offset: usize,
