@@ -11,6 +11,7 @@ it the measured throughput of the points this machine can run.
                                                     # count up to its cores, 1 to 4 processes
     python3 benches/predict.py --no-measure --link-latency-us 500 --link-bandwidth-mbps 1000  # another link
     python3 benches/predict.py --workers 1 2 --hosts 1 --in-flight 8   # m in flight, an update every m
+    python3 benches/predict.py --without-profile    # the plan amprun makes by default (no profile)
 
 How: `amprun train --workers 1 --profile` (the settings of `end_to_end.py`: 16 instances
 in flight, asynchronous, an update every 8) measures each node's messages and times;
@@ -57,7 +58,7 @@ def predict(opts, model, args, profile, workers, hosts):
     """The planner's plan for `workers` workers on `hosts` hosts: (instances/s, plan)."""
     defines = [x for i, a in enumerate(args) if a == "-D" for x in ("-D", args[i + 1])]
     cmd = [opts.ampc, "compile", args[0], *defines, "--workers", str(workers), "--processes", str(hosts),
-           "--profile", profile, "--min-update-frequency", flag(opts.common, "--min-update-frequency", "1"),
+           *(["--profile", profile] if profile else []), "--min-update-frequency", flag(opts.common, "--min-update-frequency", "1"),
            "--optimizer", flag(opts.common, "--optimizer", "sgd"),
            "--max-active-keys", flag(opts.common, "--max-active-keys", "1"), *link_flags(opts), "--emit", "plan"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -116,6 +117,8 @@ def main():
     parser.add_argument("--profiles", metavar="DIR",
                         help="keep the profiles here, and reuse those already here (predictions for "
                              "another link from the same profiles)")
+    parser.add_argument("--without-profile", action="store_true",
+                        help="plan from the cost model alone, as `amprun train --workers N` does by default")
     parser.add_argument("--json", help="also write every prediction and measurement here")
     parser.add_argument("--in-flight", type=int, metavar="M",
                         help="M instances in flight and an update every M (default: 16 in flight, an update every 8)")
@@ -140,7 +143,8 @@ def main():
                            if w <= cores and h <= min(w, MAX_PROCESSES)}
     else:
         measured_points = {(w, 1) for w in opts.workers if w <= 2}
-    print(f"PREDICTED training instances/s (amp-plan with a profile taken here, link "
+    source = "the cost model alone" if opts.without_profile else "a profile taken here"
+    print(f"PREDICTED training instances/s (amp-plan with {source}, link "
           f"{opts.link_latency_us:g} us one way, {opts.link_bandwidth_mbps:g} Mb/s); "
           f"in brackets MEASURED here ({cores} cores; hosts > 1 measured as processes over loopback)")
     print("| model | hosts | " + " | ".join(f"{w} worker{'s' if w > 1 else ''}" for w in opts.workers) + " |")
@@ -152,7 +156,9 @@ def main():
             args = [a.replace("{tmp}", tmp) for a in args]
             name = f"{model}.m{opts.in_flight}" if opts.in_flight else model
             profile = os.path.join(opts.profiles or tmp, f"{name}.profile.json")
-            if not os.path.exists(profile):
+            if opts.without_profile:
+                profile = None
+            elif not os.path.exists(profile):
                 train(opts, args, limit, tmp, ["--workers", "1", "--profile", profile])
             for hosts in opts.hosts:
                 cells = []

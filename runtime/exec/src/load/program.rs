@@ -301,6 +301,19 @@ impl Program {
 
     /// Whether every node (replicas included) runs on one worker, which then also owns
     /// every parameter group: a plan that keeps a model on one of several workers.
+    /// The one worker that owns every parameter group but replicas, and so hears of every
+    /// instance's end and applies every update: with every node on one worker, that
+    /// worker; with copies of the graph in one process, copy 0's owner. `None` when the
+    /// groups have several owners, or there are none on several workers.
+    pub fn sole_owner(&self) -> Option<usize> {
+        if self.on_one_worker() {
+            return Some(self.source_worker());
+        }
+        let mut owners = self.groups.iter().filter(|g| g.master.is_none()).map(|g| g.owner);
+        let first = owners.next()?;
+        owners.all(|o| o == first).then_some(first)
+    }
+
     pub fn on_one_worker(&self) -> bool {
         let mut workers = self.nodes.iter().flatten().map(|n| n.worker);
         let first = workers.next();

@@ -141,13 +141,7 @@ impl FusedOp {
             .iter()
             .zip(&input_widths)
             .zip(&blocks)
-            .map(|((slice, &width), block)| {
-                if group.batch || block.is_some() {
-                    port_width(slice.port)
-                } else {
-                    width
-                }
-            })
+            .map(|((slice, &width), block)| if group.batch || block.is_some() { port_width(slice.port) } else { width })
             .collect();
         FusedOp {
             whole_input,

@@ -46,9 +46,11 @@
 //!    each end below the limit admits one more, as without boundaries. So no instance runs
 //!    on parameters older than the last boundary's update: training is minibatch SGD
 //!    whatever the workers. The holder is the one thread that knows when the updates are
-//!    applied ([`Holder`]): with every node on one worker, that worker, right after its own
-//!    updates ([`Admission::open_held_window`]); across workers, the controller
-//!    ([`ControllerHold`]), which mirrors the groups' counts from the ends it reads, asks
+//!    applied ([`Holder`]): where one worker owns every group (every node on it, or copies
+//!    of the graph in one process), that worker, right after its own updates, once it
+//!    counted the end of every instance below the limit ([`Admission::open_held_window`]:
+//!    no other thread wakes at the boundary but the workers it admits to); otherwise the
+//!    controller ([`ControllerHold`]), which mirrors the groups' counts from the ends it reads, asks
 //!    the owners of the groups that reached their update to confirm it (a `Confirm` that
 //!    finds, ahead of it in each owner's inbox, the `InstanceDone` of every instance
 //!    before the boundary, since the worker that finished an instance told the owners
@@ -101,22 +103,24 @@ pub(crate) enum Boundaries {
 /// the updates owed there are applied.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Holder {
-    /// Every node on one worker (`Program::on_one_worker`): that worker owns every group
-    /// and applies the updates itself, then opens the window.
-    SourceWorker,
-    /// Nodes on several workers: the controller, once every owner confirmed.
+    /// One worker owns every group (`Program::sole_owner`: every node on it, or copies of
+    /// the graph in one process): it hears of every instance's end, applies the updates
+    /// itself, then opens the window, with no thread woken but the workers it admits to.
+    Owner(usize),
+    /// Groups owned by several workers, or a run over processes: the controller, once
+    /// every owner confirmed.
     Controller,
 }
 
 impl Boundaries {
     /// The boundaries of a run: held only in synchronous training; by the controller
     /// when the run is split over processes (the instances end on process 0, where it
-    /// runs).
+    /// runs) or its groups have several owners.
     pub fn of_run(synchronous_training: bool, program: &Program, across_processes: bool) -> Boundaries {
-        match (synchronous_training, program.on_one_worker() && !across_processes) {
+        match (synchronous_training, program.sole_owner().filter(|_| !across_processes)) {
             (false, _) => Boundaries::Free,
-            (true, true) => Boundaries::Held(Holder::SourceWorker),
-            (true, false) => Boundaries::Held(Holder::Controller),
+            (true, Some(owner)) => Boundaries::Held(Holder::Owner(owner)),
+            (true, None) => Boundaries::Held(Holder::Controller),
         }
     }
 }
@@ -200,22 +204,21 @@ impl Admission {
         (0..self.window).map_while(|_| self.take())
     }
 
-    /// The source's worker holding the boundaries ([`Holder::SourceWorker`]), after the
-    /// updates of what it counted so far: when every instance below the limit ended, the
-    /// next window, up to the next boundary of the groups it owns (`finished`: instances
-    /// ended and not yet added to those groups' counts). Nothing otherwise.
+    /// The worker holding the boundaries ([`Holder::Owner`]), after the updates of what
+    /// it counted so far: when every instance below the limit ended (`heard`: the ends it
+    /// counted, its own and those other workers told it of), the next window, up to the
+    /// next boundary of the groups it owns (`finished`: instances ended and not yet added
+    /// to those groups' counts). Nothing otherwise. Counting the ends it heard, not the
+    /// shared count, it opens no window before it counted (and so updated for) them all.
     pub fn open_held_window<'s>(
         &'s self,
         worker: usize,
         program: &Program,
         params: &ParamAccess,
-        finished: u64,
+        (finished, heard): (u64, usize),
     ) -> impl Iterator<Item = usize> + 's {
-        // Only the holder reads the counts (this runs after every batch of every worker).
-        let holds = self.boundaries == Boundaries::Held(Holder::SourceWorker) && program.source_worker() == worker;
-        // Only this worker ends instances, so the shared count is its own.
-        let ended = if holds { self.ended.load(Ordering::Acquire) } else { 0 };
-        let open = holds && ended >= self.limit();
+        let holds = self.boundaries == Boundaries::Held(Holder::Owner(worker));
+        let open = holds && heard >= self.limit();
         let room = if open {
             room(
                 owned_masters(program, worker)
@@ -224,7 +227,7 @@ impl Admission {
         } else {
             0
         };
-        open.then(|| self.open_window(ended, room)).into_iter().flatten()
+        open.then(|| self.open_window(heard, room)).into_iter().flatten()
     }
 
     /// Instance `instance` ended at a worker (its last credit came back there): the steps
@@ -607,7 +610,7 @@ mod tests {
             controller in any::<bool>(),
             picks in proptest::collection::vec(any::<prop::sample::Index>(), 0..200),
         ) {
-            let holder = if controller { Holder::Controller } else { Holder::SourceWorker };
+            let holder = if controller { Holder::Controller } else { Holder::Owner(0) };
             let admission = Admission::new(n, Boundaries::Held(holder), window);
             prop_assert_eq!(admission.first_window().count(), 0);
             // One group of the given interval, counted as the holder counts it.

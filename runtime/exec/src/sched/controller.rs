@@ -2,8 +2,8 @@
 //! outputs and the instances' ends, watches for stalls, and stops the workers at the end
 //! or at the first failure. The workers admit the instances (at most `max_active_keys` in
 //! flight) and tell the parameter owners of their ends themselves; in synchronous training
-//! across workers the controller holds each update boundary ([`ControllerHold`]). The
-//! protocol is `sched::admission`'s.
+//! with groups owned by several workers, or over processes, the controller holds each
+//! update boundary ([`ControllerHold`]). The protocol is `sched::admission`'s.
 
 use crate::cluster::{cluster_error, Cluster, Peers, ReplicaShape, ReportTo, RingShape, RunPort, RunSink};
 use crate::config::ExecConfig;
@@ -424,7 +424,7 @@ struct Controller<'r, 'o> {
 }
 
 impl Controller<'_, '_> {
-    /// Synchronous training across workers: opens the next window once every instance
+    /// Synchronous training held by the controller: opens the next window once every instance
     /// below the limit finished and every owner confirmed the update it owed there (the
     /// workers admit the rest of the window, one for each that finishes).
     fn open_window(&mut self) {

@@ -174,6 +174,9 @@ struct Worker<'s, 'a> {
     /// [`Worker::count_instance`]), and the controller's `Confirm`s to answer once the
     /// updates they owe are applied.
     finished: u64,
+    /// Instances whose end this worker counted for its groups, over the run: the holder of
+    /// synchronous boundaries opens a window once it counted every one below the limit.
+    heard: usize,
     /// A group this worker owns deferred an update for its staleness bound.
     bound_deferred: bool,
     /// This worker holds admissions for a deferred update (`Admission::hold`).
@@ -227,6 +230,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         joiners,
         processed: 0,
         finished: 0,
+        heard: 0,
         bound_deferred: false,
         holding: false,
         owed_sleep: 0.0,
@@ -272,8 +276,9 @@ impl Worker<'_, '_> {
                     }
                 }
             }
-            self.admit_held();
         }
+        // The holder of synchronous boundaries opens the first window.
+        self.admit_held();
         loop {
             if let Some(batch) = self.next_batch() {
                 self.take_values();

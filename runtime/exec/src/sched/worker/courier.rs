@@ -16,6 +16,7 @@ impl Courier for Worker<'_, '_> {
             if owner == self.setup.id {
                 // `count_instance`, on fields apart from `owners`.
                 self.finished += 1;
+                self.heard += 1;
                 self.remote.borrow_mut().ended(instance);
             } else {
                 self.setup.peers.send(owner, ToWorker::InstanceDone(instance));

@@ -17,6 +17,7 @@ impl Worker<'_, '_> {
     /// every owned group per instance, which adds up on a model with many groups).
     pub(super) fn count_instance(&mut self, instance: usize) {
         self.finished += 1;
+        self.heard += 1;
         self.remote.borrow_mut().ended(instance);
     }
 
@@ -57,17 +58,19 @@ impl Worker<'_, '_> {
         self.admit_held();
     }
 
-    /// Synchronous training on one worker, which then holds the boundaries: once every
-    /// instance below the limit finished and the groups that completed their interval
-    /// updated ([`Worker::update_due`] calls this after), the next window, queued for this
-    /// worker's source (see [`Admission::open_held_window`]).
+    /// Synchronous training with every group on this worker, which then holds the
+    /// boundaries: once every instance below the limit finished and the groups that
+    /// completed their interval updated ([`Worker::update_due`] calls this after), the
+    /// next window, each instance sent to its copy's source (see
+    /// [`Admission::open_held_window`]).
     pub(super) fn admit_held(&mut self) {
         let setup = &self.setup;
-        let window = setup.admission.open_held_window(setup.id, setup.program, &setup.shared.params, self.finished);
+        let counted = (self.finished, self.heard);
+        let window: Vec<usize> =
+            setup.admission.open_held_window(setup.id, setup.program, &setup.shared.params, counted).collect();
         for next in window {
-            // Held here only with every node on this worker: no copies.
-            let (_, env) = source_message(setup.program, setup.credits, next, None);
-            self.admitted.push(env);
+            let (to, env) = source_message(self.setup.program, self.setup.credits, next, None);
+            self.admit(to, env);
         }
     }
 
