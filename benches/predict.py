@@ -60,6 +60,7 @@ def predict(opts, model, args, profile, workers, hosts):
     cmd = [opts.ampc, "compile", args[0], *defines, "--workers", str(workers), "--processes", str(hosts),
            *(["--profile", profile] if profile else []), "--min-update-frequency", flag(opts.common, "--min-update-frequency", "1"),
            "--optimizer", flag(opts.common, "--optimizer", "sgd"),
+           *(["--async"] if "--async" in opts.common else []),
            "--max-active-keys", flag(opts.common, "--max-active-keys", "1"), *link_flags(opts), "--emit", "plan"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:

@@ -103,6 +103,10 @@ enum Command {
         /// only what instances used). amprun re-plans when it runs another setup.
         #[arg(long, value_enum, default_value = "sgd", requires = "workers")]
         optimizer: compile::Optimizer,
+        /// ...asynchronously (amprun's `--async`): copies of the graph do not wait for each
+        /// other at update boundaries.
+        #[arg(long = "async", requires = "workers")]
+        asynchronous: bool,
         /// ...with its instances in flight (amprun's `--max-active-keys`; default M, as
         /// amprun's), which hide the latency of a link between processes.
         #[arg(long, value_name = "K", requires = "workers",
@@ -222,6 +226,7 @@ fn main() -> ExitCode {
             workers,
             profile,
             min_update_frequency,
+            asynchronous,
             optimizer,
             max_active_keys,
             processes,
@@ -250,6 +255,7 @@ fn main() -> ExitCode {
                     amp_plan::Assumptions {
                         update_every: min_update_frequency as f64,
                         plain_sgd: optimizer == compile::Optimizer::Sgd,
+                        synchronous: !asynchronous,
                         in_flight: max_active_keys.unwrap_or(min_update_frequency) as f64,
                         processes: usize::from(processes),
                         link_latency_us: link_latency_us.unwrap_or(defaults.link_latency_us),

@@ -101,6 +101,10 @@ pub struct Assumptions {
     /// The optimizer is plain SGD without weight decay: updates skip the parameter groups
     /// and embedding rows no instance used (amprun sets it from `--optimizer`).
     pub plain_sgd: bool,
+    /// Synchronous training (amprun's default; `--async` is not): no instance starts past
+    /// an update boundary before the update, so copies of the graph wait for each other
+    /// there (`layout.rs`).
+    pub synchronous: bool,
     /// Fixed cost of handling one message at a node (queues, keys, caches), in µs.
     pub message_us: f64,
     /// Sustained FLOPs per µs of the dense products (`linear`).
@@ -168,6 +172,7 @@ impl Default for Assumptions {
             tree_nodes: 31.0,
             update_every: 1.0,
             plain_sgd: false,
+            synchronous: true,
             message_us: 0.4,
             flops_per_us: 50_000.0,
             elements_per_us: 2_000.0,

@@ -25,7 +25,10 @@
 //! elements: before each update, each other copy's gradients are added into the owner's
 //! (one pass each, at the rate of a plain SGD update), and after it each other copy's
 //! worker copies the new values into its own (amp_exec's `take_values`), so copy 0's
-//! workers stay the busiest. The latency bound (an instance's time in its nodes' steps over
+//! workers stay the busiest. Synchronous training (`Assumptions::synchronous`, amprun's
+//! default) adds `stall = 2 · wake_us / update_every` to the bottleneck with copies: at each
+//! boundary the owner waits, idle, for the last end on another copy, and the copies, idle,
+//! for the window the owner opens after its update, each a thread woken. The latency bound (an instance's time in its nodes' steps over
 //! the instances in flight, from a profile) shrinks with the copies: each copy holds `1/k`
 //! of the instances in flight, so its steps serve `1/k` as many together and last `1/k` as
 //! long (a step's length is what an instance waits in it); by Little's law each copy then
@@ -49,9 +52,9 @@
 //!
 //! `ring_w` (the chunks added and copied) joins each process's first copy's worker `w`;
 //! `link` (the bytes each process sends per instance) bounds the run like a worker; and
-//! `stall` is added to the bottleneck: synchronous training (amprun's default) waits at
-//! each update for the ring's 2(P − 1) steps and the acknowledgement, each crossing the
-//! link and waking the receiving process's bridge and updater.
+//! `stall` is added to the bottleneck in synchronous training, which waits at each update
+//! for the ring's 2(P − 1) steps and the acknowledgement, each crossing the link and waking
+//! the receiving process's bridge and updater (with P = 1, the two wake-ups above).
 
 use crate::cost::{Costs, NodeCost, SGD_UPDATE_SPEEDUP};
 use crate::plan::{evaluate, plan, Plan};
@@ -196,7 +199,8 @@ fn bottleneck_us(stage: &Plan, costs: &Costs, copies: usize) -> f64 {
         .fold(0.0, f64::max);
     // Megabits per second are bits per µs.
     let link = ring_share * 4.0 * elements.iter().sum::<f64>() * 8.0 / (every * a.link_bandwidth_mbps.max(1e-9));
-    let stall = if p > 1.0 { (2.0 * p - 1.0) * (a.link_latency_us + 2.0 * a.wake_us) / every } else { 0.0 };
+    let link_latency = if p > 1.0 { a.link_latency_us } else { 0.0 };
+    let stall = if a.synchronous && k > 1.0 { (2.0 * p - 1.0) * (link_latency + 2.0 * a.wake_us) / every } else { 0.0 };
     busiest.max(model.latency_us_per_instance / k).max(model.links_us.iter().copied().fold(0.0, f64::max)).max(link)
         + stall
 }

@@ -355,7 +355,8 @@ fn layouts_weigh_copies_against_stages() {
         }
     }
     let chain = graph(CHAIN);
-    let four = plan_workers(&chain, 4, &Assumptions::default(), None).unwrap();
+    let asynchronous = Assumptions { synchronous: false, ..Assumptions::default() };
+    let four = plan_workers(&chain, 4, &asynchronous, None).unwrap();
     let stages = four.layouts.iter().find(|o| o.copies == 1).unwrap().predicted_speedup;
     assert!(four.copies > 1 && four.speedup() > stages, "{:?}", four.layouts);
     // Split over two processes: stages over both, or copies in each (2 × 2, 4 × 1), never
@@ -390,7 +391,7 @@ fn layouts_weigh_copies_against_stages() {
 fn a_given_placement_with_copies_is_predicted_as_a_layout() {
     let chain = graph(CHAIN);
     let hosts = Assumptions { processes: 2, update_every: 256.0, ..Assumptions::default() };
-    for assumptions in [Assumptions::default(), hosts] {
+    for assumptions in [Assumptions { synchronous: false, ..Assumptions::default() }, hosts] {
         let costs = estimate(&chain, &assumptions, None).unwrap();
         let weighed = plan_workers(&chain, 4, &assumptions, None).unwrap().layouts;
         for option in weighed.iter().filter(|o| o.copies > 1) {
@@ -755,7 +756,7 @@ fn copies_pay_the_fixed_part_of_every_step_they_add() {
     // The same mean step (28 µs for 8 rows), all of it per row.
     let per_row = profile(0.0, 3.5, [4, 12]);
     assert!(close(layer.forward_us, per_row.nodes.iter().find(|n| n.id == 2).unwrap().forward_us));
-    let a = Assumptions { update_every: 16.0, in_flight: 16.0, ..Assumptions::default() };
+    let a = Assumptions { update_every: 16.0, in_flight: 16.0, synchronous: false, ..Assumptions::default() };
     let read = |p: &Profile| Profile::from_json(&p.to_json().to_string()).unwrap();
     let two_copies = |p: &Profile| amp_plan::plan_copies(&g, 2, 2, &a, Some(&read(p))).unwrap().layouts[0].clone();
     let (with_fixed, without) = (two_copies(&fixed), two_copies(&per_row));
@@ -772,6 +773,28 @@ fn copies_pay_the_fixed_part_of_every_step_they_add() {
     let costs = estimate(&g, &a, Some(&read(&even))).unwrap();
     let expected = 28.0 - 8.0 * 64.0 / a.flops_per_us;
     assert!(close(node(&costs, 2).forward_fixed_us, expected), "{}", node(&costs, 2).forward_fixed_us);
+}
+
+/// Synchronous training (amprun's default) holds every instance at an update boundary
+/// until the update: copies of the graph then wait for each other, the owner for the last
+/// end on another copy and the copies for the window it opens, a wake-up each per update.
+/// Asynchronous copies do not wait; with an update after every instance, synchronous
+/// copies cost more than they gain.
+#[test]
+fn synchronous_copies_wait_for_each_other_at_every_update() {
+    let chain = graph(CHAIN);
+    let every = |synchronous: bool, update_every: f64| Assumptions { synchronous, update_every, ..Default::default() };
+    let bottleneck = |a: &Assumptions, k: usize| {
+        amp_plan::plan_copies(&chain, k, k, a, None).unwrap().layouts[0].bottleneck_us_per_instance
+    };
+    let (waits, flows) = (every(true, 16.0), every(false, 16.0));
+    let stall = bottleneck(&waits, 2) - bottleneck(&flows, 2);
+    assert!(close(stall, 2.0 * waits.wake_us / 16.0), "{stall}");
+    // One copy waits for no other.
+    assert!(close(bottleneck(&waits, 1), bottleneck(&flows, 1)));
+    let after_each = plan_workers(&chain, 4, &every(true, 1.0), None).unwrap();
+    assert_eq!(after_each.copies, 1, "{:?}", after_each.layouts);
+    assert!(plan_workers(&chain, 4, &every(false, 1.0), None).unwrap().copies > 1);
 }
 
 #[test]

@@ -60,9 +60,10 @@ fn open<'a>(
 ) -> Result<Session<'a>, Failure> {
     let model = model::given_or_load(model_args, inputs.model)?;
     let graph = &model.graph;
-    // A forward pass never updates; the update period is the default's, so that a plan
-    // `ampc compile --workers N` stored for the default training setup is followed.
-    let assumptions = crate::placement::assumptions(crate::cli::DEFAULT_UPDATE_SIZE, None);
+    // A forward pass never updates; the update period is the default's (synchronous), so
+    // that a plan `ampc compile --workers N` stored for the default training setup is
+    // followed.
+    let assumptions = crate::placement::assumptions(crate::cli::DEFAULT_UPDATE_SIZE, None, true);
     let choice = crate::placement::choose(graph, model.plan.as_ref(), exec, &model_args.path, assumptions)?;
     let params = match inputs.params {
         Some(given) => setup::given_params(given, graph)?,

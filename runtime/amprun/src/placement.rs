@@ -45,10 +45,10 @@ pub struct Choice {
 }
 
 /// What the cost model assumes of a run that updates every `update_every` instances with
-/// `optimizer` (`None`: a run that never updates).
-pub fn assumptions(update_every: u64, optimizer: Option<&OptimConfig>) -> Assumptions {
+/// `optimizer` (`None`: a run that never updates), synchronously or not (`--async`).
+pub fn assumptions(update_every: u64, optimizer: Option<&OptimConfig>, synchronous: bool) -> Assumptions {
     let plain_sgd = optimizer.is_none_or(|o| o.kind == OptimizerKind::Sgd && o.weight_decay == 0.0);
-    Assumptions { update_every: update_every.max(1) as f64, plain_sgd, ..Assumptions::default() }
+    Assumptions { update_every: update_every.max(1) as f64, plain_sgd, synchronous, ..Assumptions::default() }
 }
 
 /// Chooses the placement for `graph` on `exec.workers` workers.
@@ -101,6 +101,7 @@ pub fn choose(
                 p.cost_model.as_ref().is_none_or(|c| {
                     c.assumptions.update_every == choice.assumptions.update_every
                         && c.assumptions.plain_sgd == choice.assumptions.plain_sgd
+                        && c.assumptions.synchronous == choice.assumptions.synchronous
                         && c.assumptions.worker_speed == choice.assumptions.worker_speed
                         && same_link(&c.assumptions, &choice.assumptions)
                 })

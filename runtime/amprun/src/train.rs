@@ -248,7 +248,7 @@ pub fn train(args: &TrainArgs, inputs: Inputs) -> Result<Trained, Failure> {
 /// The placement training with `args` follows: the stored plan or the planner's, for the
 /// run's workers, update size, optimizer and worker speeds.
 pub fn choose_placement(args: &TrainArgs, model: &model::Model) -> Result<Choice, Failure> {
-    let assumptions = placement::assumptions(args.update_size(), Some(&optimizer(args)?));
+    let assumptions = placement::assumptions(args.update_size(), Some(&optimizer(args)?), !args.asynchronous);
     let assumptions = staleness::with_speeds(assumptions, &args.exec.worker_speed, args.exec.workers())?;
     placement::choose(&model.graph, model.plan.as_ref(), &args.exec, &args.model.path, assumptions)
 }
