@@ -10,6 +10,7 @@ medians of alternating runs (a busy machine slows both alike).
     python3 benches/end_to_end.py placement  # 1 worker; 2 workers: plan, contiguous, round-robin
     python3 benches/end_to_end.py refined    # 2 workers: the model's plan vs one refined by a profile
     python3 benches/end_to_end.py copies --in-flight 25 --epochs 3  # 1 worker; 2: stages, copies, the plan's layout
+    python3 benches/end_to_end.py copies --defaults --epochs 2   # the same with amprun's own training setup
     python3 benches/end_to_end.py placement --workers 16   # on a 16-core machine: 1 vs 16 workers
     python3 benches/end_to_end.py replicas --models ggsnn tree_lstm mlp   # the plan with and without replicas
     python3 benches/end_to_end.py placement --cpus 0,1   # on a bigger machine: amprun on two of its cores
@@ -173,7 +174,8 @@ def throughput(model, extra, tmp, amprun=AMPRUN, common=COMMON, repeat=1, cpu=Fa
         os.remove(metrics)
     extra = with_replicas(model, extra)
     # One worker unless the setup says (amprun's default is every core).
-    workers = [] if "--workers" in extra else ["--workers", "1"]
+    given = any(a == "--workers" or a.startswith("--workers=") for a in extra)
+    workers = [] if given else ["--workers", "1"]
     cmd = [amprun, "train", *args, "--limit", str(limit), *common, *workers, *extra, "--metrics", metrics]
     if cpus:
         cmd = ["taskset", "-c", cpus, *cmd]
@@ -208,6 +210,9 @@ def main():
     parser.add_argument("--cpus", help="run amprun under `taskset -c CPUS` (e.g. 0,1)")
     parser.add_argument("--in-flight", type=int, default=None,
                         help="m: instances in flight and the update size (default: 16 in flight, an update every 8)")
+    parser.add_argument("--defaults", action="store_true",
+                        help="amprun's own training setup (synchronous, 16 in flight, an update every 16) "
+                             "instead of --async with an update every 8")
     parser.add_argument("--epochs", type=int, default=1,
                         help="epochs per run; the rate is the last epoch's (a longer run for small data sets)")
     opts = parser.parse_args()
@@ -221,6 +226,10 @@ def main():
               for name, extra in SETUPS[opts.setup]]
     common, repeat = (UNBATCHED_COMMON, UNBATCHED_REPEAT) if opts.setup == "unbatched" else (COMMON, 1)
     repeat = opts.repeat or repeat
+    if opts.defaults:
+        if opts.in_flight:
+            sys.exit("--defaults runs amprun's own 16 in flight: it cannot go with --in-flight")
+        common = common[:2]
     if opts.in_flight:
         m = str(opts.in_flight)
         common = [m if prev in ("--max-active-keys", "--min-update-frequency") else a
