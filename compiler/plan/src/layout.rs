@@ -26,12 +26,12 @@
 //! (one pass each, at the rate of a plain SGD update), and after it each other copy's
 //! worker copies the new values into its own (amp_exec's `take_values`), so copy 0's
 //! workers stay the busiest. Synchronous training (`Assumptions::synchronous`, amprun's
-//! default) adds `stall = 2 · wake_us / update_every` to the bottleneck with copies: at each
-//! boundary the owner waits, idle, for the last end on another copy, and the copies, idle,
-//! for the window the owner opens after its update, each a thread woken. The latency bound (an instance's time in its nodes' steps over
-//! the instances in flight, from a profile) shrinks with the copies: each copy holds `1/k`
-//! of the instances in flight, so its steps serve `1/k` as many together and last `1/k` as
-//! long (a step's length is what an instance waits in it); by Little's law each copy then
+//! default) adds `stall = 2 · wake_us / update_every` to the bottleneck with copies: at
+//! each boundary the owner waits, idle, for the last end on another copy, and the copies,
+//! idle, for the window the owner opens after its update, each a thread woken. The
+//! latency bound (an instance's time in its nodes' steps over the instances in flight,
+//! from a profile) shrinks with the copies: each copy holds `1/k` of the instances in
+//! flight, so its steps serve `1/k` as many together and last `1/k` as long (a step's length is what an instance waits in it); by Little's law each copy then
 //! starts an instance every `latency / in flight`, as the whole run did, and the `k` copies
 //! `k` times as often. The predicted speedup is the one-worker time over the bottleneck;
 //! the layout with the highest wins, the one with fewer copies on a tie within 2%.

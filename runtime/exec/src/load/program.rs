@@ -299,8 +299,6 @@ impl Program {
         self.node(index).and_then(|n| n.replica_of).unwrap_or(index)
     }
 
-    /// Whether every node (replicas included) runs on one worker, which then also owns
-    /// every parameter group: a plan that keeps a model on one of several workers.
     /// The one worker that owns every parameter group but replicas, and so hears of every
     /// instance's end and applies every update: with every node on one worker, that
     /// worker; with copies of the graph in one process, copy 0's owner. `None` when the
@@ -314,6 +312,8 @@ impl Program {
         owners.all(|o| o == first).then_some(first)
     }
 
+    /// Whether every node (replicas included) runs on one worker, which then also owns
+    /// every parameter group: a plan that keeps a model on one of several workers.
     pub fn on_one_worker(&self) -> bool {
         let mut workers = self.nodes.iter().flatten().map(|n| n.worker);
         let first = workers.next();

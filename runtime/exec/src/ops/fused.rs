@@ -25,10 +25,10 @@
 //! a GRU's) is a column block of every row of its port ([`Block`]), which the kernel reads
 //! in place, strided (`amp_jit::Rows`), when the keys' rows of that port are one range of
 //! a buffer (one key, or the pieces of one batch in order: a Linear's rows), and gathered
-//! into a packed buffer otherwise. Training keeps the
-//! port's payload, and the backward reads its blocks the same way. The port's gradient is
-//! the parts' gradients written at their columns, zeros in the columns of a part the
-//! group does not read, in one buffer for all keys of the call.
+//! into a packed buffer otherwise. Training keeps the port's payload, and the backward
+//! reads its blocks the same way. The port's gradient is the parts' gradients written at
+//! their columns, zeros in the columns of a part the group does not read, in one buffer
+//! for all keys of the call.
 
 use super::{Intake, Join, Keyed, NodeCx, NodeOp};
 use crate::error::OpError;

@@ -50,8 +50,8 @@
 //!    of the graph in one process), that worker, right after its own updates, once it
 //!    counted the end of every instance below the limit ([`Admission::open_held_window`]:
 //!    no other thread wakes at the boundary but the workers it admits to); otherwise the
-//!    controller ([`ControllerHold`]), which mirrors the groups' counts from the ends it reads, asks
-//!    the owners of the groups that reached their update to confirm it (a `Confirm` that
+//!    controller ([`ControllerHold`]), which mirrors the groups' counts from the ends it
+//!    reads, asks the owners of the groups that reached their update to confirm it (a `Confirm` that
 //!    finds, ahead of it in each owner's inbox, the `InstanceDone` of every instance
 //!    before the boundary, since the worker that finished an instance told the owners
 //!    before the controller), and opens the next window when all answered.
