@@ -31,9 +31,10 @@
 //! idle, for the window the owner opens after its update, each a thread woken. The
 //! latency bound (an instance's time in its nodes' steps over the instances in flight,
 //! from a profile) shrinks with the copies: each copy holds `1/k` of the instances in
-//! flight, so its steps serve `1/k` as many together and last `1/k` as long (a step's length is what an instance waits in it); by Little's law each copy then
-//! starts an instance every `latency / in flight`, as the whole run did, and the `k` copies
-//! `k` times as often. The predicted speedup is the one-worker time over the bottleneck;
+//! flight, so its steps serve `1/k` as many together and last `1/k` as long (a step's
+//! length is what an instance waits in it); by Little's law each copy then starts an
+//! instance every `latency / in flight`, as the whole run did, and the `k` copies `k` times
+//! as often. The predicted speedup is the one-worker time over the bottleneck;
 //! the layout with the highest wins, the one with fewer copies on a tie within 2%.
 //!
 //! Split over `P` processes, `k` is a multiple of `P` (each copy in one process) or 1
