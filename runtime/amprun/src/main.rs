@@ -368,7 +368,7 @@
 //! **Placement.** With `--workers N` the nodes of a copy go where the partition plan puts them
 //! (`--plan auto`, the default): the `.ampg` file's plan when it was made for N workers and
 //! this run's training setup
-//! (`ampc compile --workers N [--min-update-frequency M] [--optimizer sgd|momentum|adam]`,
+//! (`ampc compile --workers N [--min-update-frequency M] [--optimizer sgd|momentum|adam] [--async]`,
 //! whose defaults are amprun's), else a plan computed in-process by `amp-plan` (its cost
 //! model takes `--min-update-frequency` as the update period and, with `--optimizer sgd` and
 //! no weight decay, updates that touch only what instances used; `--plan-profile FILE`
