@@ -152,11 +152,19 @@ fn random_tree(rng: &mut ChaCha8Rng, leaves: i64) -> Value {
     }
 }
 
+fn norm(v: &[f32]) -> f64 {
+    v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt()
+}
+
 /// `||a - b|| / max(||a||, ||b||)`, 0 when both are 0.
 fn relative_error(a: &[f32], b: &[f32]) -> f64 {
+    relative_error_above(a, b, 0.0)
+}
+
+/// `||a - b|| / max(||a||, ||b||, floor)`, 0 when all three are 0.
+fn relative_error_above(a: &[f32], b: &[f32], floor: f64) -> f64 {
     let diff: f64 = a.iter().zip(b).map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2)).sum::<f64>().sqrt();
-    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let scale = norm(a).max(norm(b));
+    let scale = norm(a).max(norm(b)).max(floor);
     if scale == 0.0 {
         0.0
     } else {
@@ -191,9 +199,14 @@ fn assert_grads_match_with(name: &str, seed: u64, instances: usize, jit: bool, t
         let (loss, grads) = executor.grads(&inst).unwrap_or_else(|e| panic!("{name} #{i}: {e}\n{value:?}"));
         let loss_err = relative_error(&[loss], &[ref_loss]);
         assert!(loss_err <= tolerance, "{name} #{i}: loss {loss} vs reference {ref_loss}\n{value:?}");
+        // A gradient that all but vanished (module_network's `digit.weight` through four
+        // nested modules, 1e-9 beside others of 0.1 on seed 17868852224609428404) is the
+        // roundoff of terms as large as the others: it is measured against a 1e-5 share of
+        // the largest gradient, where its f32 digits end.
+        let largest = ref_grads.iter().map(|(_, g)| norm(g)).fold(0.0, f64::max);
         for (spec, expected) in ref_grads.iter() {
             let got = grads.get(&spec.name).expect("gradient");
-            let err = relative_error(got, expected);
+            let err = relative_error_above(got, expected, 1e-5 * largest);
             assert!(
                 err <= tolerance,
                 "{name} #{i}: gradient of `{}` differs by {err:e} (relative)\n{value:?}",
@@ -511,6 +524,15 @@ fn moe_matches_the_reference() {
 #[test]
 fn child_sum_tree_lstm_matches_the_reference() {
     assert_grads_match("child_sum_tree_lstm", 6, 12, 1e-5);
+}
+
+/// A gradient that all but vanished is compared where its f32 digits end, not past them:
+/// this seed's program runs four modules deep and `digit.weight`'s gradient comes out near
+/// 1e-9, the roundoff of terms of 0.1 (1.6% apart from the reference's, relative to itself).
+/// A random seed, so the random seeds' tolerance (below).
+#[test]
+fn a_vanished_gradient_is_compared_where_its_digits_end() {
+    assert_grads_match("module_network", 17868852224609428404, 1, 1e-4);
 }
 
 /// The N-ary Tree-LSTM of Tai et al. (2015), N = 10: each child position `l` has its own
