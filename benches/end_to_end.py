@@ -130,6 +130,16 @@ SETUPS = {
 }
 
 
+def with_values(args, values):
+    """`args` with the value after each flag named in `values` replaced by its value there."""
+    return [str(values[prev]) if prev in values else a for prev, a in zip([None, *args], args)]
+
+
+def in_flight(args, m):
+    """`args` with m instances in flight and an update every m."""
+    return with_values(args, {"--max-active-keys": m, "--min-update-frequency": m})
+
+
 def repeated(args, tmp, times):
     """`args` with its `--data` file replaced by one holding it `times` over (in `tmp`)."""
     args = list(args)
@@ -231,10 +241,8 @@ def main():
             sys.exit("--defaults runs amprun's own 16 in flight: it cannot go with --in-flight")
         common = common[:2]
     if opts.in_flight:
-        m = str(opts.in_flight)
-        common = [m if prev in ("--max-active-keys", "--min-update-frequency") else a
-                  for prev, a in zip([None, *common], common)]
-    common = [str(opts.epochs) if prev == "--epochs" else a for prev, a in zip([None, *common], common)]
+        common = in_flight(common, opts.in_flight)
+    common = with_values(common, {"--epochs": opts.epochs})
     names = [name for name, _ in setups]
     unit = "training instances per CPU second (whole command)" if opts.cpu else "training instances/s"
     print(f"{unit}, medians of {opts.runs} alternating runs: {' vs '.join(names)}")

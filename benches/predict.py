@@ -37,7 +37,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from end_to_end import AMPRUN, CASES, COMMON, ROOT, repeated  # noqa: E402
+from end_to_end import AMPRUN, CASES, COMMON, ROOT, in_flight, repeated  # noqa: E402
 
 AMPC = os.path.join(ROOT, "target", "release", "ampc")
 WORKERS = [1, 2, 4, 8, 16]
@@ -58,7 +58,8 @@ def predict(opts, model, args, profile, workers, hosts):
     """The planner's plan for `workers` workers on `hosts` hosts: (instances/s, plan)."""
     defines = [x for i, a in enumerate(args) if a == "-D" for x in ("-D", args[i + 1])]
     cmd = [opts.ampc, "compile", args[0], *defines, "--workers", str(workers), "--processes", str(hosts),
-           *(["--profile", profile] if profile else []), "--min-update-frequency", flag(opts.common, "--min-update-frequency", "1"),
+           *(["--profile", profile] if profile else []),
+           "--min-update-frequency", flag(opts.common, "--min-update-frequency", "1"),
            "--optimizer", flag(opts.common, "--optimizer", "sgd"),
            *(["--async"] if "--async" in opts.common else []),
            "--max-active-keys", flag(opts.common, "--max-active-keys", "1"), *link_flags(opts), "--emit", "plan"]
@@ -124,11 +125,7 @@ def main():
     parser.add_argument("--in-flight", type=int, metavar="M",
                         help="M instances in flight and an update every M (default: 16 in flight, an update every 8)")
     opts = parser.parse_args()
-    opts.common = COMMON
-    if opts.in_flight:
-        m = str(opts.in_flight)
-        opts.common = [m if prev in ("--max-active-keys", "--min-update-frequency") else a
-                       for prev, a in zip([None, *COMMON], COMMON)]
+    opts.common = in_flight(COMMON, opts.in_flight) if opts.in_flight else COMMON
     opts.amprun, opts.ampc = os.path.abspath(opts.amprun), os.path.abspath(opts.ampc)
     if opts.profiles:
         opts.profiles = os.path.abspath(opts.profiles)

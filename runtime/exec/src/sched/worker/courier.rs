@@ -12,12 +12,11 @@ impl Courier for Worker<'_, '_> {
         if self.setup.shared.mode != RunMode::Train {
             return;
         }
-        for &owner in &self.owners {
+        // By index: counting borrows the worker whole.
+        for i in 0..self.owners.len() {
+            let owner = self.owners[i];
             if owner == self.setup.id {
-                // `count_instance`, on fields apart from `owners`.
-                self.finished += 1;
-                self.heard += 1;
-                self.remote.borrow_mut().ended(instance);
+                self.count_instance(instance);
             } else {
                 self.setup.peers.send(owner, ToWorker::InstanceDone(instance));
             }
