@@ -70,6 +70,10 @@ impl ExecInstance for InstanceRef<'_> {
         Some(self.1)
     }
 
+    fn work(&self) -> usize {
+        self.0.work()
+    }
+
     fn ints_along(&self, prefix: &[ResolvedStep], rows: usize, suffix: &[ResolvedStep]) -> Option<Vec<i64>> {
         self.0.ints_along(prefix, rows, suffix)
     }

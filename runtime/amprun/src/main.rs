@@ -342,7 +342,10 @@
 //! must divide N; `--copies 1` keeps one copy spread over every worker), and the prediction
 //! printed is the cost model's for that layout (`amp_plan::plan_copies`). An instance runs on
 //! one copy from its admission to its end; a copy that finishes an instance takes the next
-//! one, so a copy given large instances is not sent more. Each copy accumulates its own
+//! one, so a copy given large instances is not sent more, and a window admitted at once
+//! (synchronous training's, after each update) is shared among the copies by the
+//! instances' sizes (their sequences' elements and trees' nodes): the largest first, each
+//! to the copy with the least so far. Each copy accumulates its own
 //! gradients, and before each update the owners of the parameter groups (on copy 0's
 //! workers) add the other copies' into theirs and update; each other copy then takes the new
 //! values on its own worker, before its next step (without a staleness bound; under one, the

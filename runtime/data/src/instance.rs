@@ -79,6 +79,8 @@ pub struct Instance {
     record: Value,
     trees: Vec<FlatTree>,
     columns: Vec<Column>,
+    /// Elements of its sequences and nodes of its trees: see [`Instance::size`].
+    size: usize,
 }
 
 /// The ints of one field of every record of a `[R]` field of the instance's record, in
@@ -157,7 +159,16 @@ impl Instance {
         let mut builder = Builder { schema, trees: Vec::new() };
         let record = builder.value(value, &root_ty, &mut String::new(), 0)?;
         let columns = columns(&schema.schema, &root_ty, &record);
-        Ok(Instance { schema: Arc::clone(schema), root_ty, record, trees: builder.trees, columns })
+        let size = builder.trees.iter().map(|t| t.nodes.len()).sum::<usize>() + elements(&record);
+        Ok(Instance { schema: Arc::clone(schema), root_ty, record, trees: builder.trees, columns, size })
+    }
+
+    /// How much there is of the instance, at least 1: the elements of its sequences and
+    /// the nodes of its trees, nested ones included. A model's work on an instance grows
+    /// with these (a list's steps, a tree's cells, a graph's messages), so the executor
+    /// balances copies of the graph by it.
+    pub fn size(&self) -> usize {
+        self.size.max(1)
     }
 
     /// The schema the instance was checked against.
@@ -543,6 +554,18 @@ impl FlatTree {
     /// The (first) node hanging from `site` of `node` (`$child[site]`), -1 if none.
     fn first_child(&self, node: usize, site: usize) -> Option<i64> {
         self.children.get(node.checked_mul(self.sites)?.checked_add(site)?).copied()
+    }
+}
+
+/// The elements of the sequences in `value`, nested ones included (a tree is counted
+/// by its nodes, not here: its place in the record holds its number).
+fn elements(value: &Value) -> usize {
+    match value {
+        Value::Seq(items) => items.len() + items.iter().map(elements).sum::<usize>(),
+        Value::Tuple(items) | Value::Record(items) | Value::Variant { fields: items, .. } => {
+            items.iter().map(elements).sum()
+        }
+        Value::Int(_) | Value::Bool(_) | Value::Tensor(_) => 0,
     }
 }
 

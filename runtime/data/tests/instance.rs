@@ -274,3 +274,21 @@ fn a_collection_field_that_is_not_a_sequence_is_named_in_the_error() {
     let err = Instance::new(&dependency_schema(), bad).expect_err("kids must be a sequence");
     assert!(err.to_string().contains("tree.kids[0].kids"), "{err}");
 }
+
+#[test]
+fn an_instance_is_as_large_as_its_sequences_and_trees() {
+    // What the executor balances copies of the graph by: a graph's nodes and edges, a
+    // tree's nodes, and at least 1 for data with neither.
+    let edge = |s, d| Value::Record(vec![Value::Int(s), Value::Int(d), Value::Int(0)]);
+    let graph = |nodes: usize, edges: Vec<Value>| {
+        let nodes = (0..nodes).map(|n| Value::Int(n as i64)).collect();
+        Instance::new(&common::graph_schema(), Value::Record(vec![Value::Seq(nodes), Value::Seq(edges), Value::Int(0)]))
+            .expect("a valid graph")
+    };
+    assert_eq!(graph(3, vec![edge(0, 1), edge(1, 2)]).size(), 5);
+    assert_eq!(graph(0, vec![]).size(), 1);
+    assert_eq!(sentence().size(), 5);
+    let pixels = Value::Tensor(Tensor::new(vec![64], vec![0.0; 64]).expect("64 values"));
+    let digit = Instance::new(&common::digit_schema(), Value::Record(vec![pixels, Value::Int(3)]));
+    assert_eq!(digit.expect("a valid digit").size(), 1);
+}

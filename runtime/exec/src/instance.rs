@@ -17,6 +17,13 @@ pub trait ExecInstance: InstanceData {
         None
     }
 
+    /// How much work the instance is beside the others of its run, at least 1 (1: all
+    /// alike): copies of the graph share a window's instances by it
+    /// (`sched::admission::balanced`).
+    fn work(&self) -> usize {
+        1
+    }
+
     /// The ints at `prefix`, `Index(r)`, `suffix` for each row `r` in `0..rows` (a row
     /// op's index at every row); `None` if any is missing. The row ops call it once per
     /// batch; an instance that walks the prefix once overrides it.
@@ -36,6 +43,10 @@ pub trait ExecInstance: InstanceData {
 impl ExecInstance for amp_data::Instance {
     fn f32_at(&self, path: &[ResolvedStep]) -> Option<&[f32]> {
         self.tensor_at(path).map(|t| t.data.as_slice())
+    }
+
+    fn work(&self) -> usize {
+        self.size()
     }
 
     fn ints_along(&self, prefix: &[ResolvedStep], rows: usize, suffix: &[ResolvedStep]) -> Option<Vec<i64>> {

@@ -124,6 +124,33 @@ fn every_copy_serves_instances_on_its_own_worker() {
     }
 }
 
+/// A synchronous window is shared among the copies by the instances' sizes, not by turns:
+/// with windows of lists of 9, 1, 8 and 2 tokens, copies by turns would take 17 and 3 tokens
+/// of each; shared by size, each takes 10, and the two workers' forward rows are even.
+#[test]
+fn copies_share_a_window_by_the_instances_sizes() {
+    let graph = compile_example("list_reduce", &[("hidden", 6)]);
+    let lens: Vec<usize> = [9, 1, 8, 2].repeat(6);
+    let data = token_lists(&graph, &lens, 10, 3);
+    let config = ExecConfig {
+        workers: 2,
+        copies: 2,
+        max_active_keys: 4,
+        placement: Placement::RoundRobin,
+        trace: true,
+        ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1))
+    };
+    let mut ex = executor(&graph, 1, config);
+    ex.train_epoch(&data).unwrap();
+    let trace = ex.take_trace();
+    let rows = |worker: u32| -> u64 {
+        let forward = trace.iter().filter(|e| e.worker == worker && e.kind == TraceKind::Forward);
+        forward.map(|e| u64::from(e.rows)).sum()
+    };
+    let (a, b) = (rows(0), rows(1));
+    assert!(a.max(b) * 10 <= a.min(b) * 11, "forward rows per worker: {a} and {b}");
+}
+
 /// Asynchronous training with copies learns the MLP in 48 epochs, and a staleness bound holds: no
 /// group applies a gradient more than K updates after the version its forward read.
 #[test]

@@ -281,6 +281,12 @@ impl Program {
         self.sources.len()
     }
 
+    /// The worker of copy `copy`'s source, which admits to that copy.
+    pub fn copy_worker(&self, copy: usize) -> usize {
+        let source = self.sources.get(copy).copied().unwrap_or(self.source());
+        self.node(source).map_or(0, |n| n.worker)
+    }
+
     /// The source an instance is admitted at, and its worker: with copies of the graph,
     /// that of the copy of worker `at`, which admits it (where an instance just ended),
     /// or without one, copy `instance mod copies` (see `crate::load::copies`).

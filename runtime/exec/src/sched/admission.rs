@@ -11,6 +11,9 @@
 //!    it starts; after that, the worker at which an instance ends admits the next one (one
 //!    for each that ends keeps the count in flight), so no other thread's timing decides
 //!    what a worker does, and one worker's runs are deterministic.
+//!    With copies of the graph, an instance admitted at an end goes to that worker's copy,
+//!    and a window admitted at once is shared among the copies by the instances' sizes
+//!    ([`balanced`]).
 //! 2. **Credits** ([`Credits`], [`CreditNetting`]). Every message in flight holds one
 //!    credit of its instance, so the count is zero exactly when nothing of the instance is
 //!    left: in training, when the source got the backward messages of all its consumers;
@@ -86,6 +89,7 @@
 use crate::load::program::{GroupInfo, Program};
 use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
 use crate::ops::train::ParamAccess;
+use crate::ExecInstance;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -354,6 +358,38 @@ pub(crate) fn source_message(
     let (node, worker) = program.copy_source(instance, at);
     let env = Envelope { node, port: 0, dir: Dir::Forward, msg };
     (worker, env)
+}
+
+/// A window's instances admitted at once, each with the worker that admits it to its copy
+/// of the graph (`None`: the one source, or copies by turns). With copies, the largest
+/// first ([`ExecInstance::work`]), each to the copy with the least work so far, ties to the
+/// lower copy (longest processing time first): a synchronous window ends when its last
+/// copy does, and by turns one copy could draw the long lists or trees while the other
+/// waits. In the instances' order, and the same for the same window (`--deterministic`).
+pub(crate) fn balanced(
+    program: &Program,
+    instances: &[&(dyn ExecInstance + Sync)],
+    window: impl IntoIterator<Item = usize>,
+) -> Vec<(usize, Option<usize>)> {
+    let copies = program.copies();
+    let window = window.into_iter();
+    if copies < 2 {
+        return window.map(|i| (i, None)).collect();
+    }
+    let work = |i: usize| instances.get(i).map_or(1, |x| x.work().max(1));
+    let mut largest: Vec<(usize, usize)> = window.map(|i| (work(i), i)).collect();
+    largest.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut load = vec![0usize; copies];
+    let mut out: Vec<(usize, Option<usize>)> = largest
+        .into_iter()
+        .map(|(work, i)| {
+            let copy = (0..copies).min_by_key(|&c| (load[c], c)).unwrap_or(0);
+            load[copy] += work;
+            (i, Some(program.copy_worker(copy)))
+        })
+        .collect();
+    out.sort_unstable_by_key(|&(i, _)| i);
+    out
 }
 
 /// The staleness bound (DSP; `ExecConfig::max_staleness`): a group at `version` may update

@@ -11,9 +11,10 @@ use crate::error::{ExecError, QueueReport};
 use crate::load::program::Program;
 use crate::message::UNSET;
 use crate::ops::{self, RunMode, RunShared};
-use crate::sched::admission::{source_message, Admission, Boundaries, ControllerHold, Credits};
+use crate::sched::admission::{balanced, source_message, Admission, Boundaries, ControllerHold, Credits};
 use crate::sched::worker::{run_worker, Report, ToWorker, WorkerGauges, WorkerSetup};
 use crate::trace::TraceEvent;
+use crate::ExecInstance;
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -243,6 +244,7 @@ pub(crate) fn run(
             config,
             cluster,
             mode: shared.mode,
+            instances: &shared.instances,
             peers: &peers,
             reports: &report_rx,
             results: &result_rx,
@@ -271,8 +273,8 @@ pub(crate) fn run(
         // Across processes the controller admits the first window when the source's
         // worker runs elsewhere (where it would admit it itself).
         if !peers.is_local(program.source_worker()) {
-            for instance in admission.first_window() {
-                control.admit(instance);
+            for (instance, at) in balanced(program, &shared.instances, admission.first_window()) {
+                control.admit(instance, at);
             }
         }
         let result = control.admit_all(n);
@@ -401,6 +403,8 @@ struct Controller<'r, 'o> {
     config: &'r ExecConfig,
     cluster: Option<&'r Cluster>,
     mode: RunMode,
+    /// The run's instances, whose work shares a window among copies of the graph.
+    instances: &'r [&'r (dyn ExecInstance + Sync)],
     peers: &'r Peers,
     reports: &'r Receiver<Report>,
     /// Losses and outputs (see `run`).
@@ -428,18 +432,19 @@ impl Controller<'_, '_> {
     /// below the limit finished and every owner confirmed the update it owed there (the
     /// workers admit the rest of the window, one for each that finishes).
     fn open_window(&mut self) {
-        let opened: Vec<usize> = self.hold.open(self.program, self.admission, self.done).collect();
+        let opened = balanced(self.program, self.instances, self.hold.open(self.program, self.admission, self.done));
         if opened.is_empty() {
             return;
         }
-        for instance in opened {
-            self.admit(instance);
+        for (instance, at) in opened {
+            self.admit(instance, at);
         }
         self.in_flight.catch_up(self.admission);
     }
 
-    fn admit(&self, instance: usize) {
-        let (worker, env) = source_message(self.program, self.credits, instance, None);
+    /// Admits `instance` to the copy of worker `at`'s graph (`None`: by turns).
+    fn admit(&self, instance: usize, at: Option<usize>) {
+        let (worker, env) = source_message(self.program, self.credits, instance, at);
         self.peers.send(worker, ToWorker::Work(env));
     }
 

@@ -268,8 +268,9 @@ impl Worker<'_, '_> {
     fn run(&mut self) {
         let program = self.setup.program;
         if program.source_worker() == self.setup.id {
-            for instance in self.setup.admission.first_window() {
-                match source_message(program, self.setup.credits, instance, None) {
+            let window = self.setup.admission.first_window();
+            for (instance, at) in admission::balanced(program, &self.setup.shared.instances, window) {
+                match source_message(program, self.setup.credits, instance, at) {
                     (to, env) if to == self.setup.id => self.enqueue(env),
                     (to, env) => {
                         self.setup.peers.send(to, ToWorker::Work(env));

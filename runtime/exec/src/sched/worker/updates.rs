@@ -66,10 +66,9 @@ impl Worker<'_, '_> {
     pub(super) fn admit_held(&mut self) {
         let setup = &self.setup;
         let counted = (self.finished, self.heard);
-        let window: Vec<usize> =
-            setup.admission.open_held_window(setup.id, setup.program, &setup.shared.params, counted).collect();
-        for next in window {
-            let (to, env) = source_message(self.setup.program, self.setup.credits, next, None);
+        let window = setup.admission.open_held_window(setup.id, setup.program, &setup.shared.params, counted);
+        for (next, at) in admission::balanced(setup.program, &setup.shared.instances, window) {
+            let (to, env) = source_message(self.setup.program, self.setup.credits, next, at);
             self.admit(to, env);
         }
     }
