@@ -273,7 +273,7 @@ impl Program {
 
     /// The worker of copy 0's source node, which admits the first window.
     pub fn source_worker(&self) -> usize {
-        self.node(self.source()).map_or(0, |n| n.worker)
+        self.copy_worker(0)
     }
 
     /// Copies of the whole graph (`ExecConfig::copies`).
@@ -283,8 +283,13 @@ impl Program {
 
     /// The worker of copy `copy`'s source, which admits to that copy.
     pub fn copy_worker(&self, copy: usize) -> usize {
+        self.source_of(copy).1
+    }
+
+    /// Copy `copy`'s source node (copy 0's when there is no such copy) and its worker.
+    fn source_of(&self, copy: usize) -> (u32, usize) {
         let source = self.sources.get(copy).copied().unwrap_or(self.source());
-        self.node(source).map_or(0, |n| n.worker)
+        (source, self.node(source).map_or(0, |n| n.worker))
     }
 
     /// The source an instance is admitted at, and its worker: with copies of the graph,
@@ -296,8 +301,7 @@ impl Program {
             Some(worker) => amp_ir::placement::copy_of_worker(worker, self.stage_workers),
             None => instance % self.sources.len(),
         };
-        let source = self.sources.get(copy).copied().unwrap_or(self.source());
-        (source, self.node(source).map_or(0, |n| n.worker))
+        self.source_of(copy)
     }
 
     /// The graph node a node runs: a replica's or a copy's original, else itself.
