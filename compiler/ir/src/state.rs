@@ -121,7 +121,7 @@ pub trait InstanceData {
 }
 
 /// A data step with its index evaluated.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResolvedStep<'a> {
     Field(&'a str),
     Index(i64),
@@ -160,8 +160,8 @@ impl StateExpr {
         Some(match self {
             StateExpr::Field(f) => *state.get(f.0 as usize)?,
             StateExpr::Const(c) => *c,
-            StateExpr::Data(path) => data.int_at(&resolve_path(path, state, data)?)?,
-            StateExpr::Len(path) => data.len_at(&resolve_path(path, state, data)?)?,
+            StateExpr::Data(path) => with_resolved(path, state, data, |steps| data.int_at(steps))??,
+            StateExpr::Len(path) => with_resolved(path, state, data, |steps| data.len_at(steps))??,
             StateExpr::Not(e) => i64::from(e.eval(state, data)? == 0),
             StateExpr::Bin(op, a, b) => {
                 let (x, y) = (a.eval(state, data)?, b.eval(state, data)?);
@@ -246,14 +246,38 @@ fn path_failure(path: &[DataStep], state: &[i64], data: &dyn InstanceData, wants
 
 /// Evaluates the indices of a data path.
 pub fn resolve_path<'a>(path: &'a [DataStep], state: &[i64], data: &dyn InstanceData) -> Option<Vec<ResolvedStep<'a>>> {
-    path.iter()
-        .map(|step| match step {
-            DataStep::Field(name) => Some(ResolvedStep::Field(name)),
-            DataStep::Index(e) => Some(ResolvedStep::Index(e.eval(state, data)?)),
-            DataStep::Variant(v) => Some(ResolvedStep::Variant(*v)),
-        })
-        .collect()
+    path.iter().map(|step| resolve_step(step, state, data)).collect()
 }
+
+fn resolve_step<'a>(step: &'a DataStep, state: &[i64], data: &dyn InstanceData) -> Option<ResolvedStep<'a>> {
+    Some(match step {
+        DataStep::Field(name) => ResolvedStep::Field(name),
+        DataStep::Index(e) => ResolvedStep::Index(e.eval(state, data)?),
+        DataStep::Variant(v) => ResolvedStep::Variant(*v),
+    })
+}
+
+/// Calls `f` on `path` resolved (see [`resolve_path`]), on the stack for a path of up to
+/// [`SHORT_PATH`] steps: routing nodes evaluate a data path for every message, and a
+/// vector per evaluation was an allocation per message.
+fn with_resolved<R>(
+    path: &[DataStep],
+    state: &[i64],
+    data: &dyn InstanceData,
+    f: impl FnOnce(&[ResolvedStep]) -> R,
+) -> Option<R> {
+    if path.len() > SHORT_PATH {
+        return resolve_path(path, state, data).map(|steps| f(&steps));
+    }
+    let mut steps = [ResolvedStep::Index(0); SHORT_PATH];
+    for (slot, step) in steps.iter_mut().zip(path) {
+        *slot = resolve_step(step, state, data)?;
+    }
+    Some(f(&steps[..path.len()]))
+}
+
+/// The longest path [`with_resolved`] resolves on the stack.
+const SHORT_PATH: usize = 8;
 
 /// One step of a path into the instance's data, from the instance record.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
