@@ -74,6 +74,31 @@ fn tree_lstm_results_travel_through_one_chain_each() {
     }
 }
 
+/// A routing chain takes the gradients queued for it one after another in one worker step,
+/// whatever exits they come back through: Tree-LSTM's come back through its two call sites
+/// interleaved (left and right children), and with a step for each (one port per step),
+/// nearly every step of a chain's backward carried one message.
+#[test]
+fn a_chain_takes_its_queued_gradients_together_whatever_their_ports() {
+    let graph = compile_example("tree_lstm", &[("vocab", 30), ("embed", 10), ("hidden", 8)]);
+    let mut rng = Lcg(5);
+    let shapes: Vec<Shape> = (0..32).map(|i| Shape::random(2 + i % 9, &mut rng)).collect();
+    let trees = sentences(&graph, &shapes, 30, 4);
+    let config =
+        ExecConfig { max_active_keys: 16, trace: true, ..ExecConfig::deterministic(16, OptimConfig::sgd(0.1)) };
+    let mut ex = executor(&graph, 7, config);
+    ex.train_epoch(&trees).unwrap();
+    let chains: Vec<u32> = ex.chained_nodes().iter().map(|(index, _)| *index).collect();
+    let trace = ex.take_trace();
+    let steps: Vec<u32> = trace
+        .iter()
+        .filter(|e| e.kind == amp_exec::TraceKind::Backward && chains.contains(&e.node))
+        .map(|e| e.batch)
+        .collect();
+    let messages: u32 = steps.iter().sum();
+    assert!(messages >= 3 * steps.len() as u32, "{messages} gradients in {} steps of the chains", steps.len());
+}
+
 /// The planner's cost model charges a chain member's messages only when it is cut from its
 /// producer (`amp_plan`'s `topology.rs` mirrors the rules of `chain.rs`): on one worker,
 /// the nodes it takes for members are exactly those the executor chains after a root.

@@ -18,9 +18,10 @@
 //! taking the front of its node's queue. A node takes, with its front message, the
 //! messages right behind it of the same direction and port, up to `max_batch` (an op
 //! that batches, `linear` or a fused kernel, runs them as one; one that stacks, a row op
-//! of batched payloads, writes their results into one buffer (`Intake::Stacked`); any
-//! other one by one in the same step), and their later tickets find the queue emptier (a
-//! ticket for an empty queue is skipped); a node whose op batches (a fused kernel, a
+//! of batched payloads, writes their results into one buffer (`Intake::Stacked`)); any
+//! other takes those of the same direction on any port and runs them one by one in the
+//! same step (a routing chain's gradients come back through its exits interleaved); their
+//! later tickets find the queue emptier (a ticket for an empty queue is skipped); a node whose op batches (a fused kernel, a
 //! split of batches) takes them from anywhere in its queue, so that the gradients of its
 //! ports, which often arrive interleaved, each make one call. Nodes whose op waits for
 //! batches (`linear`, not the fused kernels) take no tickets: their messages wait on the
@@ -131,12 +132,21 @@ struct Slot {
     messages: u64,
 }
 
-/// Messages a node takes at once: one direction and port, in queue order.
+/// Messages a node takes at once: one direction, in queue order, and one port unless the
+/// node takes its messages one by one (`Intake::One`).
 struct Batch {
     node: u32,
     dir: Dir,
     port: u16,
     msgs: Vec<Msg>,
+    /// The port of each message, where they are not all on `port`; empty where they are.
+    ports: Vec<u16>,
+}
+
+impl Batch {
+    fn port_of(&self, i: usize) -> u16 {
+        self.ports.get(i).copied().unwrap_or(self.port)
+    }
 }
 
 struct Worker<'s, 'a> {
@@ -157,6 +167,8 @@ struct Worker<'s, 'a> {
     distinct: Vec<i64>,
     /// An empty vector for the next batch's messages (see [`Worker::dispatch`]).
     spare: Vec<Msg>,
+    /// The same, for a batch's ports.
+    spare_ports: Vec<u16>,
     /// The credits of the batch being handled (see `sched::admission`).
     credits: CreditNetting,
     /// Instances this worker admitted for its own source, queued when its queues run dry
@@ -224,6 +236,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         instances: Vec::new(),
         distinct: Vec::new(),
         spare: Vec::new(),
+        spare_ports: Vec::new(),
         credits: CreditNetting::default(),
         admitted: Vec::new(),
         owners,
@@ -384,22 +397,39 @@ impl Worker<'_, '_> {
             let Some(slot) = self.slots.get_mut(node as usize).and_then(Option::as_mut) else { continue };
             let Some(first) = slot.queue.pop_front() else { continue };
             let (dir, port) = (first.dir, first.port);
-            // The vector of the last lone message, emptied, when there is one.
+            // The vectors of the last batch run one by one, emptied, when there is one.
             let mut msgs = std::mem::take(&mut self.spare);
+            let mut ports = std::mem::take(&mut self.spare_ports);
             msgs.push(first.msg);
-            if matches!(slot.intake, Intake::Batches { .. }) {
+            match slot.intake {
                 // A kernel call over more rows: its lane from anywhere in the queue (a
                 // fused backward's two ports' gradients often arrive interleaved).
-                take_lane(&mut slot.queue, dir, port, limit, &mut msgs);
-            } else {
-                while msgs.len() < limit && slot.queue.front().is_some_and(|e| e.dir == dir && e.port == port) {
-                    if let Some(env) = slot.queue.pop_front() {
+                Intake::Batches { .. } => take_lane(&mut slot.queue, dir, port, limit, &mut msgs),
+                Intake::Stacked => {
+                    while msgs.len() < limit && slot.queue.front().is_some_and(|e| e.dir == dir && e.port == port) {
+                        if let Some(env) = slot.queue.pop_front() {
+                            msgs.push(env.msg);
+                        }
+                    }
+                }
+                // Whatever their ports: the gradients of a routing chain's exits arrive
+                // interleaved (a tree's left and right children), and with one port a step
+                // Tree-LSTM's chains took a worker step for nearly every gradient.
+                Intake::One => {
+                    while msgs.len() < limit && slot.queue.front().is_some_and(|e| e.dir == dir) {
+                        let Some(env) = slot.queue.pop_front() else { break };
+                        if env.port != port && ports.is_empty() {
+                            ports.resize(msgs.len(), port);
+                        }
+                        if !ports.is_empty() {
+                            ports.push(env.port);
+                        }
                         msgs.push(env.msg);
                     }
                 }
             }
             self.queued -= msgs.len();
-            return Some(Batch { node, dir, port, msgs });
+            return Some(Batch { node, dir, port, msgs, ports });
         }
         loop {
             let (node, dir, port, count) = self.agenda.choose()?;
@@ -416,7 +446,7 @@ impl Worker<'_, '_> {
             }
             self.agenda.taken(node, dir, port, msgs.len());
             self.queued -= msgs.len();
-            return Some(Batch { node, dir, port, msgs });
+            return Some(Batch { node, dir, port, msgs, ports: Vec::new() });
         }
     }
 
@@ -459,22 +489,27 @@ impl Worker<'_, '_> {
         let mut instances = std::mem::take(&mut self.instances);
         instances.clear();
         instances.extend(batch.msgs.iter().map(Msg::instance));
-        let ty = match batch.dir {
-            Dir::Forward => node.inputs.get(usize::from(batch.port)),
-            Dir::Backward => node.outputs.get(usize::from(batch.port)),
+        let ty = |port: u16| match batch.dir {
+            Dir::Forward => node.inputs.get(usize::from(port)),
+            Dir::Backward => node.outputs.get(usize::from(port)),
         };
         // The source's admission message arrives on a port it does not have.
         if !matches!(node.op, crate::load::program::ExecOp::Ir(amp_ir::Op::Source)) {
-            for msg in &batch.msgs {
-                let fits = ty.map_or(Err(OpError::Unsupported { op: "message on a missing port" }), |ty| {
-                    payload_fits(ty, &msg.payload)
-                });
+            for (i, msg) in batch.msgs.iter().enumerate() {
+                let fits = ty(batch.port_of(i))
+                    .map_or(Err(OpError::Unsupported { op: "message on a missing port" }), |ty| {
+                        payload_fits(ty, &msg.payload)
+                    });
                 fits.map_err(|e| ExecError::at_node(node, msg.instance(), e))?;
             }
         }
         let start = self.setup.trace.then(Instant::now);
         let (dir, count) = (batch.dir, batch.msgs.len());
-        let rows = if start.is_some() { rows_of(ty, &batch.msgs) } else { 0 };
+        let rows = if start.is_some() {
+            batch.msgs.iter().enumerate().map(|(i, msg)| rows_of(ty(batch.port_of(i)), msg)).sum()
+        } else {
+            0
+        };
         // A replica's service time steers the routing to its node (`load::replicas`).
         let served = self.setup.shared.routes.tracks(node.index).then(Instant::now);
         let result = self.dispatch(node, batch);
@@ -529,7 +564,7 @@ impl Worker<'_, '_> {
         let Some(slot) = self.slots.get_mut(node.index as usize).and_then(Option::as_mut) else {
             return Err((first, OpError::Unsupported { op: "message for a node of another worker" }));
         };
-        let Batch { dir, port, mut msgs, .. } = batch;
+        let Batch { dir, port, mut msgs, mut ports, .. } = batch;
         let seen = slot.messages..slot.messages + msgs.len() as u64;
         match fault {
             Some(Fault::PanicAt { node: target, after }) if target == node.index && seen.contains(&after) => {
@@ -541,39 +576,50 @@ impl Worker<'_, '_> {
             _ => {}
         }
         slot.messages = seen.end;
-        let consumers = node.consumers.get(usize::from(port)).map_or(0, Vec::len);
-        if dir == Dir::Backward && consumers >= 2 {
-            msgs = msgs.into_iter().filter_map(|msg| sum_fan_in(slot, node, port, consumers, msg)).collect();
+        // A prediction the loss does not use: its producers that reach a loss wait for a
+        // gradient from it, which is zero (the op itself runs as in evaluation).
+        let unused = node.forward_only && shared.mode.backward();
+        if unused && dir == Dir::Backward {
+            return Ok(());
         }
-        let mut cx = NodeCx::new(node, shared, &mut self.emitted);
-        if node.forward_only && shared.mode.backward() {
-            // A prediction the loss does not use: its producers that reach a loss wait for
-            // a gradient from it, which is zero (the op itself runs as in evaluation).
-            if dir == Dir::Backward {
-                return Ok(());
+        let program = self.setup.program;
+        let consumers = |port: u16| node.consumers.get(usize::from(port)).map_or(0, Vec::len);
+        let fans_in = |port: u16| dir == Dir::Backward && consumers(port) >= 2;
+        // What a message meets before the op: a fanned-out port's gradients are summed (only
+        // the message that completes its sum goes on), an unused prediction answers its
+        // producer with a zero gradient.
+        let before = |slot: &mut Slot, cx: &mut NodeCx, port: u16, msg: Msg| -> Option<Msg> {
+            let msg = if fans_in(port) { sum_fan_in(slot, node, port, consumers(port), msg)? } else { msg };
+            let answered = node.producers.get(usize::from(port)).and_then(|&(p, _)| program.node(p));
+            if unused && answered.is_some_and(|p| !p.forward_only) {
+                let zero = cx.zero_input_grad(usize::from(port), &msg.payload);
+                cx.backward(port, msg.clone().with_payload(zero));
             }
-            let answered = node.producers.get(usize::from(port)).and_then(|&(p, _)| self.setup.program.node(p));
-            if answered.is_some_and(|p| !p.forward_only) {
-                for msg in &msgs {
-                    let zero = cx.zero_input_grad(usize::from(port), &msg.payload);
-                    cx.backward(port, msg.clone().with_payload(zero));
-                }
-            }
-        }
-        let together = match slot.intake {
-            Intake::One => false,
-            Intake::Stacked => msgs.len() > 1,
-            Intake::Batches { .. } => true,
+            Some(msg)
         };
-        if together {
-            return match dir {
-                Dir::Forward => slot.op.forward_batch(&mut cx, port, msgs),
-                Dir::Backward => slot.op.backward_batch(&mut cx, port, msgs),
+        let mut cx = NodeCx::new(node, shared, &mut self.emitted);
+        let mixed = !ports.is_empty();
+        if !mixed {
+            if fans_in(port) || unused {
+                msgs = msgs.into_iter().filter_map(|msg| before(slot, &mut cx, port, msg)).collect();
             }
-            .map_err(|e| (first, e));
+            let together = match slot.intake {
+                Intake::One => false,
+                Intake::Stacked => msgs.len() > 1,
+                Intake::Batches { .. } => true,
+            };
+            if together {
+                return match dir {
+                    Dir::Forward => slot.op.forward_batch(&mut cx, port, msgs),
+                    Dir::Backward => slot.op.backward_batch(&mut cx, port, msgs),
+                }
+                .map_err(|e| (first, e));
+            }
         }
         let mut result = Ok(());
-        for msg in msgs.drain(..) {
+        for (i, msg) in msgs.drain(..).enumerate() {
+            let port = ports.get(i).copied().unwrap_or(port);
+            let Some(msg) = (if mixed { before(slot, &mut cx, port, msg) } else { Some(msg) }) else { continue };
             let instance = msg.instance();
             let done = match dir {
                 Dir::Forward => slot.op.forward(&mut cx, port, msg),
@@ -586,6 +632,8 @@ impl Worker<'_, '_> {
         }
         // Kept for the next batch, emptied: a vector each cost an allocation per message.
         self.spare = msgs;
+        ports.clear();
+        self.spare_ports = ports;
         result
     }
 
@@ -727,10 +775,10 @@ impl Worker<'_, '_> {
 
 /// The rows of a batch's messages on a port of type `ty`: a batched payload's
 /// (`f32[?, d]`: its values over a row's), one for any other message.
-fn rows_of(ty: Option<&amp_ir::PayloadTy>, msgs: &[Msg]) -> usize {
+fn rows_of(ty: Option<&amp_ir::PayloadTy>, msg: &Msg) -> usize {
     match ty.map(crate::ops::row_elements) {
-        Some((width, true)) => msgs.iter().map(|m| m.payload.values().len() / width.max(1)).sum(),
-        _ => msgs.len(),
+        Some((width, true)) => msg.payload.values().len() / width.max(1),
+        _ => 1,
     }
 }
 
