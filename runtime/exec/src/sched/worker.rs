@@ -43,6 +43,7 @@
 //! controller's thread to be scheduled, and what it does depends on nothing but its own
 //! order of work.
 
+mod batch;
 mod courier;
 mod depths;
 mod fan_in;
@@ -64,6 +65,7 @@ use crate::sched::admission::{self, owned_masters, source_message, Admission, Co
 use crate::sched::agenda::Agenda;
 use crate::trace::{TraceEvent, TraceKind};
 use amp_params::OptimConfig;
+use batch::{rows_of, take_lane, Batch};
 use crossbeam_channel::Receiver;
 use depths::depths;
 use fan_in::sum_fan_in;
@@ -130,23 +132,6 @@ struct Slot {
     queue: VecDeque<Envelope>,
     fan_in: KeyMap<(u16, Key), (Payload, usize)>,
     messages: u64,
-}
-
-/// Messages a node takes at once: one direction, in queue order, and one port unless the
-/// node takes its messages one by one (`Intake::One`).
-struct Batch {
-    node: u32,
-    dir: Dir,
-    port: u16,
-    msgs: Vec<Msg>,
-    /// The port of each message, where they are not all on `port`; empty where they are.
-    ports: Vec<u16>,
-}
-
-impl Batch {
-    fn port_of(&self, i: usize) -> u16 {
-        self.ports.get(i).copied().unwrap_or(self.port)
-    }
 }
 
 struct Worker<'s, 'a> {
@@ -396,40 +381,11 @@ impl Worker<'_, '_> {
         while let Some(node) = self.tickets.pop_front() {
             let Some(slot) = self.slots.get_mut(node as usize).and_then(Option::as_mut) else { continue };
             let Some(first) = slot.queue.pop_front() else { continue };
-            let (dir, port) = (first.dir, first.port);
             // The vectors of the last batch run one by one, emptied, when there is one.
-            let mut msgs = std::mem::take(&mut self.spare);
-            let mut ports = std::mem::take(&mut self.spare_ports);
-            msgs.push(first.msg);
-            match slot.intake {
-                // A kernel call over more rows: its lane from anywhere in the queue (a
-                // fused backward's two ports' gradients often arrive interleaved).
-                Intake::Batches { .. } => take_lane(&mut slot.queue, dir, port, limit, &mut msgs),
-                Intake::Stacked => {
-                    while msgs.len() < limit && slot.queue.front().is_some_and(|e| e.dir == dir && e.port == port) {
-                        if let Some(env) = slot.queue.pop_front() {
-                            msgs.push(env.msg);
-                        }
-                    }
-                }
-                // Whatever their ports: the gradients of a routing chain's exits arrive
-                // interleaved (a tree's left and right children), and with one port a step
-                // Tree-LSTM's chains took a worker step for nearly every gradient.
-                Intake::One => {
-                    while msgs.len() < limit && slot.queue.front().is_some_and(|e| e.dir == dir) {
-                        let Some(env) = slot.queue.pop_front() else { break };
-                        if env.port != port && ports.is_empty() {
-                            ports.resize(msgs.len(), port);
-                        }
-                        if !ports.is_empty() {
-                            ports.push(env.port);
-                        }
-                        msgs.push(env.msg);
-                    }
-                }
-            }
-            self.queued -= msgs.len();
-            return Some(Batch { node, dir, port, msgs, ports });
+            let (msgs, ports) = (std::mem::take(&mut self.spare), std::mem::take(&mut self.spare_ports));
+            let batch = Batch::behind((node, first), &mut slot.queue, slot.intake, limit, msgs, ports);
+            self.queued -= batch.msgs.len();
+            return Some(batch);
         }
         loop {
             let (node, dir, port, count) = self.agenda.choose()?;
@@ -771,39 +727,6 @@ impl Worker<'_, '_> {
             self.setup.results.send(Report::Trace(std::mem::take(&mut self.events)));
         }
     }
-}
-
-/// The rows of a batch's messages on a port of type `ty`: a batched payload's
-/// (`f32[?, d]`: its values over a row's), one for any other message.
-fn rows_of(ty: Option<&amp_ir::PayloadTy>, msg: &Msg) -> usize {
-    match ty.map(crate::ops::row_elements) {
-        Some((width, true)) => msg.payload.values().len() / width.max(1),
-        _ => 1,
-    }
-}
-
-/// Moves up to `limit` messages of direction `dir` on `port` from `queue` to `msgs`, in
-/// queue order, keeping the others in theirs.
-fn take_lane(queue: &mut VecDeque<Envelope>, dir: Dir, port: u16, limit: usize, msgs: &mut Vec<Msg>) {
-    let in_lane = |e: &Envelope| e.dir == dir && e.port == port;
-    // Mostly the lane is the whole queue, or its front.
-    while msgs.len() < limit && queue.front().is_some_and(in_lane) {
-        if let Some(env) = queue.pop_front() {
-            msgs.push(env.msg);
-        }
-    }
-    if msgs.len() >= limit || !queue.iter().any(in_lane) {
-        return;
-    }
-    let mut kept = VecDeque::with_capacity(queue.len());
-    for env in queue.drain(..) {
-        if msgs.len() < limit && in_lane(&env) {
-            msgs.push(env.msg);
-        } else {
-            kept.push_back(env);
-        }
-    }
-    *queue = kept;
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
