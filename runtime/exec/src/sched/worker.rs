@@ -21,9 +21,10 @@
 //! of batched payloads, writes their results into one buffer (`Intake::Stacked`)); any
 //! other takes those of the same direction on any port and runs them one by one in the
 //! same step (a routing chain's gradients come back through its exits interleaved); their
-//! later tickets find the queue emptier (a ticket for an empty queue is skipped); a node whose op batches (a fused kernel, a
-//! split of batches) takes them from anywhere in its queue, so that the gradients of its
-//! ports, which often arrive interleaved, each make one call. Nodes whose op waits for
+//! later tickets find the queue emptier (a ticket for an empty queue is skipped); a node
+//! whose op batches (a fused kernel, a split of batches) takes them from anywhere in its
+//! queue, so that the gradients of its ports, which often arrive interleaved, each make
+//! one call (`worker/batch.rs`). Nodes whose op waits for
 //! batches (`linear`, not the fused kernels) take no tickets: their messages wait on the
 //! [`Agenda`], served only when no other work is queued: the other nodes first carry
 //! every instance as far as it goes, so that a Linear node then finds the messages of
