@@ -87,7 +87,7 @@
 //!    always owed).
 
 use crate::load::program::{GroupInfo, Program};
-use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
+use crate::message::{Dir, Envelope, KeyMap, Msg, Payload, UNSET};
 use crate::ops::train::ParamAccess;
 use crate::ExecInstance;
 use std::collections::VecDeque;
@@ -490,14 +490,20 @@ impl Credits {
 /// for itself less those of the batch it consumed.
 #[derive(Default)]
 pub(crate) struct CreditNetting {
+    /// Net change per instance, in the order the instances were first noted.
     deltas: Vec<(usize, i64)>,
+    /// Where each instance's entry is in `deltas`: a batch of 64 instances notes a credit
+    /// per message, and searching the list for each was a quadratic share of a step.
+    at: KeyMap<usize, usize>,
 }
 
 impl CreditNetting {
     /// Notes `delta` credits of `instance` (+1 per message queued here, -1 per message of
     /// the batch).
     pub fn add(&mut self, instance: usize, delta: i64) {
-        match self.deltas.iter_mut().rev().find(|(j, _)| *j == instance) {
+        let next = self.deltas.len();
+        let at = *self.at.entry(instance).or_insert(next);
+        match self.deltas.get_mut(at) {
             Some((_, d)) => *d += delta,
             None => self.deltas.push((instance, delta)),
         }
@@ -507,6 +513,7 @@ impl CreditNetting {
     /// that adding first and releasing after would not), and calls `ended` for each
     /// instance whose last credit this gave back.
     pub fn settle(&mut self, credits: &Credits, mut ended: impl FnMut(usize)) {
+        self.at.clear();
         for (i, delta) in self.deltas.drain(..) {
             let Some(count) = credits.counts.get(i) else { continue };
             let change = u32::try_from(delta.unsigned_abs()).unwrap_or(u32::MAX);
@@ -895,6 +902,45 @@ mod tests {
                 let live = local + remote;
                 prop_assert_eq!(credits.counts[0].load(Ordering::Acquire) as usize, live);
                 prop_assert_eq!(ends, usize::from(live == 0));
+            }
+        }
+    }
+
+    proptest! {
+        /// A batch holds messages of several instances, interleaved: each instance's
+        /// count is its messages still queued after the settlement, and the instances
+        /// whose count reached zero end in the order the batch first noted them.
+        #[test]
+        fn interleaved_instances_net_apart(
+            steps in proptest::collection::vec(proptest::collection::vec((0usize..5, -1i64..3), 0..40), 1..20),
+        ) {
+            let credits = Credits::new(5);
+            let mut live = [1i64; 5];
+            for i in 0..5 {
+                credits.start(i);
+            }
+            let mut netting = CreditNetting::default();
+            for step in steps {
+                let mut noted = Vec::new();
+                for (i, delta) in step {
+                    // A message consumed must have been queued.
+                    let delta = if live[i] == 0 { 0 } else { delta };
+                    if delta == 0 {
+                        continue;
+                    }
+                    live[i] += delta;
+                    netting.add(i, delta);
+                    if !noted.contains(&i) {
+                        noted.push(i);
+                    }
+                }
+                let mut ended = Vec::new();
+                netting.settle(&credits, |i| ended.push(i));
+                let expected: Vec<usize> = noted.into_iter().filter(|&i| live[i] == 0).collect();
+                prop_assert_eq!(ended, expected);
+                for (i, &n) in live.iter().enumerate() {
+                    prop_assert_eq!(i64::from(credits.counts[i].load(Ordering::Acquire)), n);
+                }
             }
         }
     }
