@@ -87,7 +87,7 @@
 //!    always owed).
 
 use crate::load::program::{GroupInfo, Program};
-use crate::message::{Dir, Envelope, KeyMap, Msg, Payload, UNSET};
+use crate::message::{Dir, Envelope, Msg, Payload, UNSET};
 use crate::ops::train::ParamAccess;
 use crate::ExecInstance;
 use std::collections::VecDeque;
@@ -487,34 +487,52 @@ impl Credits {
 }
 
 /// One worker's credits of the batch it is handling: per instance, the messages it queued
-/// for itself less those of the batch it consumed.
+/// for itself less those of the batch it consumed. The default nets no instance's credits
+/// (a placeholder while a worker settles).
 #[derive(Default)]
 pub(crate) struct CreditNetting {
-    /// Net change per instance, in the order the instances were first noted.
-    deltas: Vec<(usize, i64)>,
-    /// Where each instance's entry is in `deltas`: a batch of 64 instances notes a credit
-    /// per message, and searching the list for each was a quadratic share of a step.
-    at: KeyMap<usize, usize>,
+    /// Net change per instance, by instance ([`CreditNetting::UNNOTED`] where none is
+    /// noted): a step notes a credit per message, and finding an instance's entry among
+    /// the step's 64 by search or hashing was a visible share of the step. Grown on
+    /// demand, up to the run's instances.
+    deltas: Vec<i64>,
+    /// The instances noted since the last settlement, in the order first noted.
+    noted: Vec<usize>,
+    /// The run's instances ([`Credits`]'); others have no credits to net.
+    instances: usize,
 }
 
 impl CreditNetting {
+    const UNNOTED: i64 = i64::MIN;
+
+    pub fn new(credits: &Credits) -> CreditNetting {
+        CreditNetting { deltas: Vec::new(), noted: Vec::new(), instances: credits.counts.len() }
+    }
+
     /// Notes `delta` credits of `instance` (+1 per message queued here, -1 per message of
     /// the batch).
     pub fn add(&mut self, instance: usize, delta: i64) {
-        let next = self.deltas.len();
-        let at = *self.at.entry(instance).or_insert(next);
-        match self.deltas.get_mut(at) {
-            Some((_, d)) => *d += delta,
-            None => self.deltas.push((instance, delta)),
+        if instance >= self.deltas.len() {
+            if instance >= self.instances {
+                return;
+            }
+            let len = (instance + 1).max(2 * self.deltas.len()).min(self.instances);
+            self.deltas.resize(len, Self::UNNOTED);
         }
+        let d = &mut self.deltas[instance];
+        if *d == Self::UNNOTED {
+            *d = 0;
+            self.noted.push(instance);
+        }
+        *d += delta;
     }
 
     /// Applies each instance's net change at once (so its count passes through no value
     /// that adding first and releasing after would not), and calls `ended` for each
     /// instance whose last credit this gave back.
     pub fn settle(&mut self, credits: &Credits, mut ended: impl FnMut(usize)) {
-        self.at.clear();
-        for (i, delta) in self.deltas.drain(..) {
+        for i in self.noted.drain(..) {
+            let delta = std::mem::replace(&mut self.deltas[i], Self::UNNOTED);
             let Some(count) = credits.counts.get(i) else { continue };
             let change = u32::try_from(delta.unsigned_abs()).unwrap_or(u32::MAX);
             if delta > 0 {
@@ -871,7 +889,7 @@ mod tests {
         ) {
             let credits = Credits::new(1);
             credits.start(0);
-            let mut netting = CreditNetting::default();
+            let mut netting = CreditNetting::new(&credits);
             // Messages queued here, and sent away (in flight on the other worker).
             let (mut local, mut remote) = (1usize, 0usize);
             let mut ends = 0;
@@ -919,7 +937,7 @@ mod tests {
             for i in 0..5 {
                 credits.start(i);
             }
-            let mut netting = CreditNetting::default();
+            let mut netting = CreditNetting::new(&credits);
             for step in steps {
                 let mut noted = Vec::new();
                 for (i, delta) in step {
@@ -953,7 +971,7 @@ mod tests {
         let credits = Credits::across_processes(2);
         assert!(credits.arrive(1, 0), "the first message engages the process");
         assert!(!credits.arrive(1, 2), "an engaged process gives the credit back at once");
-        let mut netting = CreditNetting::default();
+        let mut netting = CreditNetting::new(&credits);
         netting.add(1, -2);
         let mut ended = Vec::new();
         netting.settle(&credits, |i| ended.push(i));
@@ -982,7 +1000,7 @@ mod tests {
         // The count returned to zero and a message re-engaged the process before the old
         // parent was popped: which one the report's credit will go to is not settled.
         assert!(credits.arrive(2, 0));
-        let mut netting = CreditNetting::default();
+        let mut netting = CreditNetting::new(&credits);
         netting.add(2, -1);
         netting.settle(&credits, |_| {});
         assert!(credits.arrive(2, 0));

@@ -210,6 +210,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
     owners.sort_unstable();
     owners.dedup();
     let remote = RefCell::new(remote::Remote::new(&setup));
+    let credits = CreditNetting::new(setup.credits);
     let pulls = updates::pulls(&setup);
     let mut worker = Worker {
         setup,
@@ -223,7 +224,7 @@ pub(crate) fn run_worker(setup: WorkerSetup, ops: Vec<(u32, Box<dyn NodeOp>)>) {
         distinct: Vec::new(),
         spare: Vec::new(),
         spare_ports: Vec::new(),
-        credits: CreditNetting::default(),
+        credits,
         admitted: Vec::new(),
         owners,
         joiners,
