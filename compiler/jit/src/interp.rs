@@ -132,13 +132,14 @@ impl<'a, T> Rows<'a, T> {
 /// Checks a call's buffers against the spec: the right number of each; each packed buffer
 /// exactly the length `rows` rows need (`rows × n` for vector ports, `rows` for scalar
 /// ports); each strided one a vector input with a stride of at least `n`, long enough for
-/// the last row's `n` values and no longer than `rows` strides.
+/// the last row's `n` values and no longer than `rows` strides. `outputs` is `None` where
+/// the call makes its output buffers itself, to size.
 pub(crate) fn check_call<T>(
     spec: &KernelSpec,
     pass: Pass,
     rows: usize,
     inputs: &[Rows<'_, T>],
-    outputs: &[&mut [T]],
+    outputs: Option<&[&mut [T]]>,
 ) -> Result<(), KernelError> {
     let n = spec.n();
     let vector_len = rows.checked_mul(n).ok_or(KernelError::RowsOverflow { rows, n })?;
@@ -157,10 +158,14 @@ pub(crate) fn check_call<T>(
     if inputs.len() != input_count {
         return Err(KernelError::BufferCount { role: BufferRole::Inputs, expected: input_count, found: inputs.len() });
     }
-    if outputs.len() != output_count {
-        let found = outputs.len();
-        return Err(KernelError::BufferCount { role: BufferRole::Outputs, expected: output_count, found });
-    }
+    let outputs = match outputs {
+        Some(outputs) if outputs.len() != output_count => {
+            let found = outputs.len();
+            return Err(KernelError::BufferCount { role: BufferRole::Outputs, expected: output_count, found });
+        }
+        Some(outputs) => outputs,
+        None => &[],
+    };
     let input_widths = spec.inputs().iter().copied().chain(spec.output_widths());
     for (port, (buffer, width)) in inputs.iter().zip(input_widths).enumerate() {
         let found = buffer.values.len();
@@ -219,7 +224,7 @@ pub fn interpret_rows<T: Arith>(
     inputs: &[Rows<'_, T>],
     outputs: &mut [&mut [T]],
 ) -> Result<(), KernelError> {
-    check_call(spec, pass, rows, inputs, outputs)?;
+    check_call(spec, pass, rows, inputs, Some(outputs))?;
     let n = spec.n();
     let packed: Vec<std::borrow::Cow<[T]>> = inputs
         .iter()

@@ -127,18 +127,49 @@ impl Kernel {
         outputs: &mut [&mut [f32]],
         saved: Option<&mut [f32]>,
     ) -> Result<(), KernelError> {
-        check_call(&self.spec, Pass::Forward, rows, inputs, outputs)?;
+        check_call(&self.spec, Pass::Forward, rows, inputs, Some(outputs))?;
+        if let Some(saved) = &saved {
+            self.check_saved(rows, saved.len())?;
+        }
+        let saving = saved.is_some();
+        let mut ports: Vec<*mut f32> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        ports.extend(saved.map(|s| s.as_mut_ptr()));
+        self.enter_forward(rows, inputs, Outputs::Held(ports), saving).map(drop)
+    }
+
+    /// [`Kernel::forward`] into buffers of its own: the outputs, and the saved values
+    /// (empty unless `save`). They are not zeroed first: the generated code stores every
+    /// element of every output (`run`), which the callers would otherwise pay twice for.
+    pub fn forward_new(
+        &self,
+        rows: usize,
+        inputs: &[Rows<'_>],
+        save: bool,
+    ) -> Result<(Vec<Vec<f32>>, Vec<f32>), KernelError> {
+        check_call(&self.spec, Pass::Forward, rows, inputs, None)?;
+        let mut buffers = self.new_buffers(rows, self.spec.output_widths())?;
+        if save {
+            let len = rows.checked_mul(self.saved_per_row);
+            let len = len.ok_or(KernelError::RowsOverflow { rows, n: self.saved_per_row })?;
+            buffers.push((Vec::with_capacity(len), len));
+        }
+        let mut outputs = self.enter_forward(rows, inputs, Outputs::New(buffers), save)?;
+        let saved = if save { outputs.pop().unwrap_or_default() } else { Vec::new() };
+        Ok((outputs, saved))
+    }
+
+    /// The forward on checked buffers: the outputs, then the saved buffer when `saving`.
+    fn enter_forward(
+        &self,
+        rows: usize,
+        inputs: &[Rows<'_>],
+        outputs: Outputs,
+        saving: bool,
+    ) -> Result<Vec<Vec<f32>>, KernelError> {
         let strides = self.strides(inputs)?;
         let starts: Vec<&[f32]> = inputs.iter().map(Rows::values).collect();
-        match saved {
-            None => enter(self.forward, rows, &starts, &strides, outputs),
-            Some(saved) => {
-                self.check_saved(rows, saved.len())?;
-                let mut buffers: Vec<&mut [f32]> = outputs.iter_mut().map(|b| &mut **b).collect();
-                buffers.push(saved);
-                enter(self.forward_saving, rows, &starts, &strides, &mut buffers)
-            }
-        }
+        let code = if saving { self.forward_saving } else { self.forward };
+        run(code, rows, &starts, &strides, outputs)
     }
 
     /// The backward of [`Kernel::run`] on input-side buffers (the kernel's inputs, then
@@ -151,17 +182,57 @@ impl Kernel {
         saved: Option<&[f32]>,
         outputs: &mut [&mut [f32]],
     ) -> Result<(), KernelError> {
-        check_call(&self.spec, Pass::Backward, rows, inputs, outputs)?;
+        check_call(&self.spec, Pass::Backward, rows, inputs, Some(outputs))?;
+        let ports: Vec<*mut f32> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        self.enter_backward(rows, inputs, saved, Outputs::Held(ports)).map(drop)
+    }
+
+    /// [`Kernel::backward`] into gradient buffers of its own, not zeroed first (see
+    /// [`Kernel::forward_new`]).
+    pub fn backward_new(
+        &self,
+        rows: usize,
+        inputs: &[Rows<'_>],
+        saved: Option<&[f32]>,
+    ) -> Result<Vec<Vec<f32>>, KernelError> {
+        check_call(&self.spec, Pass::Backward, rows, inputs, None)?;
+        let grads = self.new_buffers(rows, self.spec.inputs().iter().copied())?;
+        self.enter_backward(rows, inputs, saved, Outputs::New(grads))
+    }
+
+    fn enter_backward(
+        &self,
+        rows: usize,
+        inputs: &[Rows<'_>],
+        saved: Option<&[f32]>,
+        outputs: Outputs,
+    ) -> Result<Vec<Vec<f32>>, KernelError> {
         let strides = self.strides(inputs)?;
         let mut starts: Vec<&[f32]> = inputs.iter().map(Rows::values).collect();
         match saved {
-            None => enter(self.backward, rows, &starts, &strides, outputs),
+            None => run(self.backward, rows, &starts, &strides, outputs),
             Some(saved) => {
                 self.check_saved(rows, saved.len())?;
                 starts.push(saved);
-                enter(self.backward_saved, rows, &starts, &strides, outputs)
+                run(self.backward_saved, rows, &starts, &strides, outputs)
             }
         }
+    }
+
+    /// Empty buffers with room for `rows` rows of each width, with the length each gets.
+    fn new_buffers(
+        &self,
+        rows: usize,
+        widths: impl Iterator<Item = Width>,
+    ) -> Result<Vec<(Vec<f32>, usize)>, KernelError> {
+        let n = self.spec.n();
+        let vector = rows.checked_mul(n).ok_or(KernelError::RowsOverflow { rows, n })?;
+        Ok(widths
+            .map(|w| {
+                let len = if w == Width::Vector { vector } else { rows };
+                (Vec::with_capacity(len), len)
+            })
+            .collect())
     }
 
     /// The row strides in bytes of checked input-side buffers (the port widths after the
@@ -217,7 +288,8 @@ fn packed<'a>(inputs: &[&'a [f32]]) -> Vec<Rows<'a>> {
     inputs.iter().map(|b| Rows::packed(b)).collect()
 }
 
-/// The only call into generated code, and the only `unsafe` in this crate.
+/// The only call into generated code; with `run`'s marking of new buffers as written, the
+/// only `unsafe` in this crate.
 ///
 /// What the call needs, and where each part is established:
 /// - `code` is the address of a finalized function that [`KernelCache::kernel`] compiled
@@ -236,8 +308,9 @@ fn packed<'a>(inputs: &[&'a [f32]]) -> Vec<Rows<'a>> {
 ///   input-side port, in bytes: checked by the callers, the methods of [`Kernel`], by
 ///   `check_call` (a stride of at least `n`, the last row's `n` values inside the
 ///   buffer), `Kernel::strides` and `Kernel::check_saved`, before anything runs. Inputs
-///   are borrowed shared and outputs exclusively for the whole call, so no output
-///   aliases another buffer.
+///   are borrowed shared for the whole call, and each output port points into a buffer
+///   held exclusively for it (borrowed `&mut` by the caller, or the room of a new vector,
+///   see `run`), so no output aliases another buffer.
 ///
 /// Callers therefore guarantee nothing beyond the types: a wrong buffer is an error.
 #[allow(unsafe_code)]
@@ -246,7 +319,7 @@ fn enter(
     rows: usize,
     inputs: &[&[f32]],
     strides: &[i64],
-    outputs: &mut [&mut [f32]],
+    outputs: &[*mut f32],
 ) -> Result<(), KernelError> {
     let rows = i64::try_from(rows).map_err(|_| KernelError::RowsOverflow { rows, n: 0 })?;
     let total = inputs.len() + outputs.len();
@@ -262,9 +335,7 @@ fn enter(
     for (slot, buffer) in ports.iter_mut().zip(inputs) {
         *slot = buffer.as_ptr().cast_mut();
     }
-    for (slot, buffer) in ports[inputs.len()..].iter_mut().zip(outputs.iter_mut()) {
-        *slot = buffer.as_mut_ptr();
-    }
+    ports[inputs.len()..].copy_from_slice(outputs);
     // SAFETY: see above: `code` is a live function of this signature compiled from the
     // kernel's spec for its pass, `ports` holds valid buffers for it, long enough for
     // `rows` rows at the `strides` given.
@@ -273,6 +344,45 @@ fn enter(
         function(ports.as_ptr(), strides.as_ptr(), rows);
     }
     Ok(())
+}
+
+/// Where the outputs of a call go (the ports after the input-side ones, in order).
+enum Outputs {
+    /// Buffers the caller holds exclusively borrowed for the call, checked long enough.
+    Held(Vec<*mut f32>),
+    /// New buffers (`Kernel::new_buffers`), each with room for its length, uninitialised.
+    New(Vec<(Vec<f32>, usize)>),
+}
+
+/// Calls generated code (`enter`) with `outputs` as its output ports: new buffers come
+/// back holding what the call wrote (none for held ones).
+#[allow(unsafe_code)]
+fn run(
+    code: CodeAddress,
+    rows: usize,
+    inputs: &[&[f32]],
+    strides: &[i64],
+    outputs: Outputs,
+) -> Result<Vec<Vec<f32>>, KernelError> {
+    match outputs {
+        Outputs::Held(ports) => enter(code, rows, inputs, strides, &ports).map(|()| Vec::new()),
+        Outputs::New(mut buffers) => {
+            let ports: Vec<*mut f32> = buffers
+                .iter_mut()
+                .map(|(values, len)| values.spare_capacity_mut()[..*len].as_mut_ptr().cast())
+                .collect();
+            enter(code, rows, inputs, strides, &ports)?;
+            let written = buffers.into_iter().map(|(mut values, len)| {
+                // SAFETY: `len` is within the capacity (the room the port pointed to), and
+                // the call stored every element of every port: `rows × n` f32s of a vector
+                // output, `rows` of a scalar one, `rows × k × n` of a saved buffer
+                // (`codegen`'s module documentation), which is `len`.
+                unsafe { values.set_len(len) };
+                values
+            });
+            Ok(written.collect())
+        }
+    }
 }
 
 /// How many kernels a cache compiled and how many requests it answered from memory.

@@ -16,8 +16,9 @@
 //!
 //! Invariants: a kernel never reads or writes outside the buffers it is given, whatever
 //! the graph (the addresses the code computes depend only on `n`, `rows`, the port widths
-//! and the strides of strided inputs ([`Rows`]), all checked at the call); building a
-//! kernel never panics on any graph.
+//! and the strides of strided inputs ([`Rows`]), all checked at the call); it stores every
+//! element of every output, so [`Kernel::forward_new`] and [`Kernel::backward_new`] hand
+//! it uninitialised buffers; building a kernel never panics on any graph.
 //!
 //! # Running a graph's groups (what an executor does)
 //!

@@ -1,7 +1,8 @@
 //! Strided inputs: a vector input read as a column block of wider rows, in place, computes
 //! bit for bit what the same call on a packed copy computes, in every function (plain,
-//! saving, from saved; JIT and interpreter), reads nothing outside its block, and a stride
-//! or length that does not fit is an error before any code runs.
+//! saving, from saved, into new uninitialised buffers; JIT and interpreter), reads nothing
+//! outside its block, and a stride or length that does not fit is an error before any code
+//! runs.
 
 use crate::common::{compile, output_lens, random_call, run_kernel, single_op_kernel};
 use crate::differential::spec_strategy;
@@ -72,10 +73,16 @@ fn strided_call(
     results.push(interpreted);
     if pass == Pass::Forward {
         let mut saving = fresh();
-        let mut saved = vec![0.0; rows * kernel.saved_per_row()];
+        // NaN where nothing is stored: a saved value left unwritten would show as a NaN
+        // here and differ from `forward_new`'s (whose buffers are not initialised).
+        let mut saved = vec![f32::NAN; rows * kernel.saved_per_row()];
         let mut outs: Vec<&mut [f32]> = saving.iter_mut().map(Vec::as_mut_slice).collect();
         kernel.forward(rows, &views, &mut outs, Some(&mut saved)).expect("a well-formed strided call");
+        let (new, new_saved) = kernel.forward_new(rows, &views, true).expect("a well-formed strided call");
+        assert_eq!(bits(&[new_saved]), bits(&[saved.clone()]), "forward_new's saved values");
         results.push(saving);
+        results.push(new);
+        results.push(kernel.forward_new(rows, &views, false).expect("a well-formed strided call").0);
     } else {
         // The saved values of a packed saving forward, read by a strided backward.
         let inputs: Vec<&[f32]> = buffers[..spec.inputs().len()].iter().map(Vec::as_slice).collect();
@@ -88,6 +95,8 @@ fn strided_call(
         let mut outs: Vec<&mut [f32]> = from_saved.iter_mut().map(Vec::as_mut_slice).collect();
         kernel.backward(rows, &views, Some(&saved), &mut outs).expect("a well-formed strided call");
         results.push(from_saved);
+        results.push(kernel.backward_new(rows, &views, Some(&saved)).expect("a well-formed strided call"));
+        results.push(kernel.backward_new(rows, &views, None).expect("a well-formed strided call"));
     }
     results
 }
@@ -104,6 +113,8 @@ fn check(kernel: &Kernel, rows: usize, seed: u64, extra: usize) -> Result<(), Te
             prop_assert_eq!(&bits(&results[0]), &packed, "{:?}, JIT", pass);
             prop_assert_eq!(&bits(&results[1]), &interpreted, "{:?}, interpreter", pass);
             prop_assert_eq!(&bits(&results[2]), &packed, "{:?}, saving pair", pass);
+            prop_assert_eq!(&bits(&results[3]), &packed, "{:?}, new buffers (saving pair)", pass);
+            prop_assert_eq!(&bits(&results[4]), &packed, "{:?}, new buffers", pass);
         }
     }
     Ok(())
@@ -152,6 +163,12 @@ fn strides_that_do_not_fit_are_errors() {
     assert_eq!(bits(&[y.clone()]), bits(&run_kernel(&kernel, Pass::Forward, 3, &[vec![0.5; 18]])));
     assert!(matches!(forward(usize::MAX, Rows::strided(&x, 10), &mut y), Err(KernelError::RowsOverflow { .. })));
     assert_eq!(forward(0, Rows::strided(&[], 10), &mut []), Ok(()));
+    // Into new buffers: the same checks, before anything is allocated for `rows`.
+    assert_eq!(kernel.forward_new(3, &[Rows::strided(&x[..25], 10)], true), err(25).map(|()| Default::default()));
+    let huge = kernel.backward_new(usize::MAX / 2, &[Rows::packed(&x), Rows::packed(&x)], None);
+    assert!(matches!(huge, Err(KernelError::RowsOverflow { .. } | KernelError::BufferLength { .. })), "{huge:?}");
+    let (new, saved) = kernel.forward_new(3, &[Rows::strided(&x, 10)], false).expect("a well-formed call");
+    assert_eq!((bits(&new), saved.len()), (bits(&[y.clone()]), 0));
     // A scalar port is always packed.
     let mut b = SpecBuilder::new(4);
     let v = b.input(Width::Vector);

@@ -168,32 +168,24 @@ impl FusedOp {
         (0..buffers).map(|b| self.buffer(b, (args, in_place), counts)).collect()
     }
 
-    /// One kernel call on `rows` rows of `inputs` (see [`FusedOp::stack`]); returns the
-    /// `widths.len()` outputs, each `rows × width` values.
-    fn call(
-        &self,
-        pass: Pass,
-        inputs: &[Buffer],
-        rows: usize,
-        widths: &[usize],
-        saved: SavedValues,
-    ) -> Result<Vec<Vec<f32>>, OpError> {
+    /// One kernel call on `rows` rows of `inputs` (see [`FusedOp::stack`]); returns its
+    /// outputs (forward) or input gradients (backward), each `rows × width` values.
+    fn call(&self, pass: Pass, inputs: &[Buffer], rows: usize, saved: SavedValues) -> Result<Vec<Vec<f32>>, OpError> {
         let inputs: Vec<Rows> = inputs.iter().map(Buffer::rows).collect();
-        let mut outputs: Vec<Vec<f32>> = widths.iter().map(|w| vec![0.0; w * rows]).collect();
-        let mut views: Vec<&mut [f32]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
+        // New output buffers, not zeroed: the kernel writes every value.
         let kernel = &self.group.kernel;
         let done = match (pass, saved) {
             (Pass::Forward, SavedValues::Write(values)) => {
-                values.clear();
-                values.resize(rows * kernel.saved_per_row(), 0.0);
-                kernel.forward(rows, &inputs, &mut views, Some(values))
+                kernel.forward_new(rows, &inputs, true).map(|(out, kept)| {
+                    *values = kept;
+                    out
+                })
             }
-            (Pass::Forward, _) => kernel.forward(rows, &inputs, &mut views, None),
-            (Pass::Backward, SavedValues::Read(values)) => kernel.backward(rows, &inputs, Some(values), &mut views),
-            (Pass::Backward, _) => kernel.backward(rows, &inputs, None, &mut views),
+            (Pass::Forward, _) => kernel.forward_new(rows, &inputs, false).map(|(out, _)| out),
+            (Pass::Backward, SavedValues::Read(values)) => kernel.backward_new(rows, &inputs, Some(values)),
+            (Pass::Backward, _) => kernel.backward_new(rows, &inputs, None),
         };
-        done.map_err(|e| OpError::Kernel { message: e.to_string() })?;
-        Ok(outputs)
+        done.map_err(|e| OpError::Kernel { message: e.to_string() })
     }
 
     /// Buffer `b` of a call (see [`FusedOp::stack`]): borrowed where one key's values or
@@ -267,7 +259,7 @@ impl FusedOp {
         let saving = if cx.training() && per_row > 0 { SavedValues::Write(&mut kept) } else { SavedValues::None };
         let inputs = self.stack((&args, &in_place), &counts)?;
         let rows = counts.iter().sum();
-        let outputs = self.call(Pass::Forward, &inputs, rows, &self.output_widths, saving)?;
+        let outputs = self.call(Pass::Forward, &inputs, rows, saving)?;
         drop(inputs);
         let mut outputs: Vec<std::vec::IntoIter<Payload>> = outputs
             .into_iter()
@@ -340,7 +332,7 @@ impl FusedOp {
         let from_saved = all_saved.as_deref().map_or(SavedValues::None, SavedValues::Read);
         let stacked = self.stack((&rows, &in_place), &counts)?;
         let total = counts.iter().sum();
-        let mut grads = self.call(Pass::Backward, &stacked, total, &self.input_widths, from_saved)?;
+        let mut grads = self.call(Pass::Backward, &stacked, total, from_saved)?;
         drop((stacked, all_saved));
         let group = &self.group;
         // Per port, one piece per key: a port read whole by one vector kernel input gets
