@@ -19,7 +19,6 @@ use crate::ops::kernels;
 pub(crate) use crate::protocol::ReplicaGrads;
 use amp_params::optim::{clip_coefficient, global_norm, update_tensor};
 use amp_params::{OptimConfig, OptimizerKind, ParamSet, TensorState};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 

@@ -131,7 +131,7 @@ pub(crate) fn set_replica_values(replica: &mut LiveGroup, values: &[&[f32]], bas
 /// Takes what a replica accumulated (clearing it), as [`gather_grads`] would hand it to
 /// its master.
 pub(crate) fn take_replica_grads(replica: &mut LiveGroup) -> ReplicaGrads {
-    let mut applied: Vec<(usize, u64)> = std::mem::take(&mut replica.staleness.applied).into_iter().collect();
+    let mut applied: Vec<(usize, u64)> = replica.staleness.applied.drain().collect();
     // In instance order: the same bytes for the same accumulators.
     applied.sort_unstable();
     if !replica.touched {

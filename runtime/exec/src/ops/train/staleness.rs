@@ -1,7 +1,7 @@
 //! The staleness of a group's gradients: the versions the instances in flight read, and
 //! how many updates late each gradient is applied (invariant 21).
 
-use super::*;
+use crate::message::KeyMap;
 
 /// The staleness of a group's gradients: for each instance, the number of updates of the
 /// group between the version its forward messages read (the oldest, when they read
@@ -16,11 +16,13 @@ pub(crate) struct Staleness {
     /// version of the last sync for a replica.
     pub base: u64,
     /// Instances that read the group and whose gradients did not all come back: the
-    /// instance, the oldest version it read, and its reads still owed a gradient.
-    pub(super) reads: HashMap<usize, Read>,
+    /// instance, the oldest version it read, and its reads still owed a gradient. (Fx
+    /// hashing, as `KeyMap`: every read and gradient message looks its instance up, and
+    /// std's SipHash was a visible share of an MLP step; nothing here depends on order.)
+    pub(super) reads: KeyMap<usize, Read>,
     /// Instances whose gradients are in the accumulators, with the oldest version they
     /// read: measured at the next update.
-    pub(super) applied: HashMap<usize, u64>,
+    pub(super) applied: KeyMap<usize, u64>,
     pub stats: StalenessStats,
     /// The most staleness of the gradients the last update applied (`None`: none measured).
     pub last: Option<u64>,
@@ -100,7 +102,7 @@ impl Staleness {
 
     /// A replica's gradients moved to its master: their versions go with them.
     pub(super) fn hand_over(&mut self, master: &mut Staleness) {
-        for (instance, version) in std::mem::take(&mut self.applied) {
+        for (instance, version) in self.applied.drain() {
             master.note_applied(instance, version);
         }
     }
@@ -108,7 +110,8 @@ impl Staleness {
     /// The gradients in the accumulators are applied to version `version`.
     pub(super) fn measure(&mut self, version: u64) {
         self.last = None;
-        for (_, read) in std::mem::take(&mut self.applied) {
+        // Drained, not taken: the map keeps its room for the next update's instances.
+        for (_, read) in self.applied.drain() {
             let staleness = version.saturating_sub(read);
             self.stats.add(staleness);
             self.last = Some(self.last.map_or(staleness, |m| m.max(staleness)));
