@@ -17,9 +17,8 @@
 //! owed).
 
 use crate::load::program::{NodeInfo, Program};
-use crate::message::{key_of, Key};
+use crate::message::{key_of, Key, KeyMap};
 use amp_ir::FieldId;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -39,7 +38,7 @@ const SERVICE_WEIGHT: f64 = 0.125;
 
 /// Per `(node, key)`, the replicas that served a forward message and the backward
 /// messages each still awaits.
-type Chosen = HashMap<(u32, Key), Vec<(u32, usize)>>;
+type Chosen = KeyMap<(u32, Key), Vec<(u32, usize)>>;
 
 /// Where the messages of replicated nodes go, during one run.
 #[derive(Default)]
@@ -79,7 +78,7 @@ impl Routes {
             turn: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             routed: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             service: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            chosen: Mutex::new(HashMap::new()),
+            chosen: Mutex::new(KeyMap::default()),
         }
     }
 
