@@ -214,7 +214,11 @@ impl NodeOp for LinearOp {
                 return Err(OpError::PayloadSize { expected: r * self.out, found: grad.payload.values().len() });
             }
         }
-        let x = stack(xs.iter());
+        // In pieces: the deferred products copy them once (a contiguous run is one piece).
+        let x: Vec<&[f32]> = match Payload::contiguous(xs.iter()) {
+            Some(all) => vec![all],
+            None => xs.iter().map(Payload::values).collect(),
+        };
         let dy = stack(grads.iter().map(|g| &g.payload));
         let total: usize = rows.iter().sum();
         let (dx, stride) = {

@@ -2,6 +2,7 @@
 //! behind their locks (training), one group at a time.
 
 use super::*;
+use std::borrow::Cow;
 
 /// How ops reach parameters in a run.
 pub(crate) enum ParamAccess<'a> {
@@ -89,12 +90,13 @@ impl GroupView<'_, '_> {
     }
 
     /// The parameter gradients of a linear group (`W: [out, inp]`, `b: [out]`) over a batch
-    /// of rows `dy: [rows, out]` with their inputs `x: [rows, inp]`: adds the column sums of
+    /// of rows `dy: [rows, out]` with their inputs `x: [rows, inp]` (in pieces of whole rows,
+    /// in order, as the op's messages brought them): adds the column sums of
     /// `dy` to the bias gradient and `dy^T x` to the weight gradient, that one deferred (see
     /// [`DeferredProducts`]). The op computes `dx` itself, on its copy of `W` laid out for
     /// the GEMM. Training only: false on frozen parameters (a run's, or a frozen group's)
     /// or a group that is not a linear layer's.
-    pub fn linear_grads(&mut self, dy: &[f32], x: &[f32], inp: usize, out: usize) -> bool {
+    pub fn linear_grads(&mut self, dy: &[f32], x: &[&[f32]], inp: usize, out: usize) -> bool {
         let GroupView::Live(g) = self else { return false };
         if g.frozen {
             return false;
@@ -109,17 +111,24 @@ impl GroupView<'_, '_> {
             g.deferred.out = out;
         }
         let d = &mut g.deferred;
-        if d.x.is_empty() && x.len().checked_div(inp).is_some_and(|rows| rows >= d.limit) {
-            // A batch that alone is what a settle adds: added now, read in place, the
-            // same product on the same rows as copying them and settling at once.
+        let x_len: usize = x.iter().map(|piece| piece.len()).sum();
+        if d.x.is_empty() && x_len.checked_div(inp).is_some_and(|rows| rows >= d.limit) {
+            // A batch that alone is what a settle adds: added now, read in place (stacked
+            // only if it came in pieces), the same product on the same rows as copying
+            // them and settling at once.
+            let x = match x {
+                [x] => Cow::Borrowed(*x),
+                pieces => Cow::Owned(pieces.concat()),
+            };
             if let Some(w) = g.tensors.first_mut() {
-                kernels::linear_weight_grad(dy, x, w.grad, inp, out);
+                kernels::linear_weight_grad(dy, &x, w.grad, inp, out);
                 g.accumulated = true;
             }
             return true;
         }
         d.dy.extend_from_slice(dy);
-        d.x.extend_from_slice(x);
+        // The pieces straight into the deferred rows: stacking them first was a copy more.
+        x.iter().for_each(|piece| d.x.extend_from_slice(piece));
         if d.rows() >= d.limit {
             g.settle();
         }

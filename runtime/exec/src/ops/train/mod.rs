@@ -491,7 +491,7 @@ mod tests {
         {
             let group = Mutex::new(linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 0, false));
             for (i, (dy, x)) in batches.iter().enumerate() {
-                assert!(GroupView::Live(group.lock().unwrap()).linear_grads(dy, x, inp, out));
+                assert!(GroupView::Live(group.lock().unwrap()).linear_grads(dy, &[x], inp, out));
                 let mut g = group.lock().unwrap();
                 kernels::linear_weight_grad(dy, x, &mut expected_dw, inp, out);
                 kernels::linear_bias_grad(dy, &mut expected_db);
@@ -522,7 +522,7 @@ mod tests {
             let (mut dw, mut db) = (vec![0.0; out * inp], vec![0.0; out]);
             let mut states = two_states();
             let group = Mutex::new(linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 3, accumulated));
-            assert!(GroupView::Live(group.lock().unwrap()).linear_grads(&dy, &x, inp, out));
+            assert!(GroupView::Live(group.lock().unwrap()).linear_grads(&dy, &[&x], inp, out));
             let mut group = group.into_inner().unwrap();
             assert!(group.update(&OptimConfig::sgd(0.5)));
             assert!(group.deferred.x.is_empty() && !group.accumulated && group.version == 1);
@@ -584,7 +584,7 @@ mod tests {
         let mut group = linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 0, false);
         group.frozen = true;
         let lock = Mutex::new(group);
-        assert!(!GroupView::Live(lock.lock().unwrap()).linear_grads(&[1.0, 2.0], &[1.0, 1.0, 1.0], 3, 2));
+        assert!(!GroupView::Live(lock.lock().unwrap()).linear_grads(&[1.0, 2.0], &[&[1.0, 1.0, 1.0]], 3, 2));
         assert!(GroupView::Live(lock.lock().unwrap()).row_grad(0, 3).is_none());
         let mut group = lock.into_inner().unwrap();
         group.pending = 4;
