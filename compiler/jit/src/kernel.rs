@@ -149,8 +149,7 @@ impl Kernel {
         check_call(&self.spec, Pass::Forward, rows, inputs, None)?;
         let mut buffers = self.new_buffers(rows, self.spec.output_widths())?;
         if save {
-            let len = rows.checked_mul(self.saved_per_row);
-            let len = len.ok_or(KernelError::RowsOverflow { rows, n: self.saved_per_row })?;
+            let len = self.saved_len(rows)?;
             buffers.push((Vec::with_capacity(len), len));
         }
         let mut outputs = self.enter_forward(rows, inputs, Outputs::New(buffers), save)?;
@@ -225,14 +224,12 @@ impl Kernel {
         rows: usize,
         widths: impl Iterator<Item = Width>,
     ) -> Result<Vec<(Vec<f32>, usize)>, KernelError> {
-        let n = self.spec.n();
-        let vector = rows.checked_mul(n).ok_or(KernelError::RowsOverflow { rows, n })?;
-        Ok(widths
+        widths
             .map(|w| {
-                let len = if w == Width::Vector { vector } else { rows };
-                (Vec::with_capacity(len), len)
+                let len = self.spec.buffer_len(w, rows).ok_or(KernelError::RowsOverflow { rows, n: self.spec.n() })?;
+                Ok((Vec::with_capacity(len), len))
             })
-            .collect())
+            .collect()
     }
 
     /// The row strides in bytes of checked input-side buffers (the port widths after the
@@ -251,9 +248,13 @@ impl Kernel {
             .collect()
     }
 
+    /// f32s the saved values of `rows` rows take.
+    fn saved_len(&self, rows: usize) -> Result<usize, KernelError> {
+        rows.checked_mul(self.saved_per_row).ok_or(KernelError::RowsOverflow { rows, n: self.saved_per_row })
+    }
+
     fn check_saved(&self, rows: usize, found: usize) -> Result<(), KernelError> {
-        let expected =
-            rows.checked_mul(self.saved_per_row).ok_or(KernelError::RowsOverflow { rows, n: self.saved_per_row })?;
+        let expected = self.saved_len(rows)?;
         if found != expected {
             return Err(KernelError::BufferLength { role: BufferRole::Saved, port: 0, expected, found });
         }
