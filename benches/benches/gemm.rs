@@ -436,12 +436,13 @@ mod amp {
         }
     }
 
-    /// On the padded `W` (when `in` needs padding), then the rows taken out.
+    /// On the padded `W` (when `in` needs padding), then the rows taken out; into a new
+    /// buffer, as the op's.
     pub fn input_grad(o: &mut Operands) {
         if o.ld_in == o.inp {
-            kernels::linear_input_grad_into(&o.dy, &o.w, &mut o.dx, o.inp, o.out);
+            o.dx = kernels::linear_input_grad(&o.dy, &o.w, o.inp, o.out);
         } else {
-            kernels::linear_input_grad_into(&o.dy, &o.amp_w, &mut o.dx_padded, o.ld_in, o.out);
+            o.dx_padded = kernels::linear_input_grad(&o.dy, &o.amp_w, o.ld_in, o.out);
             super::unpad(&o.dx_padded, o.ld_in, &mut o.dx, o.inp);
         }
     }

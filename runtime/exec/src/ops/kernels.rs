@@ -5,7 +5,7 @@
 mod matmul;
 mod skinny;
 
-use matmul::{matmul, Mat};
+use matmul::{matmul, matmul_new, Mat};
 pub use skinny::{add_outer_rows, rows_times_w, rows_times_wt};
 
 /// `a · b` with eight partial sums (so the loop vectorizes without reassociation flags).
@@ -80,13 +80,19 @@ fn add_rows_times_wt(x: &[f32], w: &[f32], y: &mut [f32], inp: usize, out: usize
     }
 }
 
-/// `rows` rows of `ld` values: the bias `b`, then zeros; each value written once.
+/// `rows` rows of `ld` values: the bias `b`, then zeros; each value written once. The
+/// first row is written, then the rows so far copied after themselves, doubling: a copy
+/// per row cost more in calls than in bytes on narrow layers (GGSNN's 32 columns).
 fn bias_rows(b: &[f32], rows: usize, ld: usize) -> Vec<f32> {
     assert!(b.len() <= ld, "linear: the bias is longer than the rows ({ld})");
-    let mut y = Vec::with_capacity(rows * ld);
-    for _ in 0..rows {
+    let total = rows * ld;
+    let mut y = Vec::with_capacity(total);
+    if rows > 0 {
         y.extend_from_slice(b);
-        y.resize(y.len() + ld - b.len(), 0.0);
+        y.resize(ld, 0.0);
+    }
+    while y.len() < total {
+        y.extend_from_within(..y.len().min(total - y.len()));
     }
     y
 }
@@ -130,7 +136,7 @@ pub fn linear_forward_t(x: &[f32], wt: &[f32], b: &[f32], inp: usize, ld: usize)
 }
 
 /// Copies the row-major `rows × cols` matrix `a` into `ap` with its rows `padded(cols)`
-/// apart, zeros between them (for [`linear_input_grad_into`] on a padded `W`); returns
+/// apart, zeros between them (for [`linear_input_grad`] on a padded `W`); returns
 /// that row stride.
 pub fn pad_rows(a: &[f32], rows: usize, cols: usize, ap: &mut Vec<f32>) -> usize {
     assert_eq!(a.len(), rows * cols, "pad_rows: the length is not {rows}×{cols}");
@@ -299,12 +305,12 @@ pub fn linear_forward(x: &[f32], w: &[f32], b: &[f32], inp: usize, out: usize) -
     y
 }
 
-/// The input gradient of a linear layer: `dx = dy W` for `dy: [rows, out]`, into
-/// `dx: [rows, inp]` (overwritten). `W` may be a padded copy (see [`pad_rows`]): with
-/// `inp` its row stride, `dx` gets the padding's zero columns.
-pub fn linear_input_grad_into(dy: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usize) {
+/// The input gradient of a linear layer: `dx = dy W: [rows, inp]` for `dy: [rows, out]`,
+/// in a new buffer written once. `W` may be a padded copy (see [`pad_rows`]): with `inp`
+/// its row stride, `dx` gets the padding's zero columns.
+pub fn linear_input_grad(dy: &[f32], w: &[f32], inp: usize, out: usize) -> Vec<f32> {
     let rows = dy.len().checked_div(out).unwrap_or(0);
-    matmul(dx, Mat::row_major(dy, rows, out), Mat::row_major(w, out, inp), false);
+    matmul_new(Mat::row_major(dy, rows, out), Mat::row_major(w, out, inp))
 }
 
 /// The weight gradient of a linear layer: adds `dy^T x` to `dw: [out, inp]`; the rows of
@@ -352,9 +358,7 @@ pub fn linear_backward(
     inp: usize,
     out: usize,
 ) -> Vec<f32> {
-    let rows = dy.len().checked_div(out).unwrap_or(0);
-    let mut dx = vec![0.0; rows * inp];
-    linear_input_grad_into(dy, w, &mut dx, inp, out);
+    let dx = linear_input_grad(dy, w, inp, out);
     linear_weight_grad(dy, x, dw, inp, out);
     linear_bias_grad(dy, db);
     dx
@@ -363,6 +367,17 @@ pub fn linear_backward(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bias_rows_repeat_the_bias_then_zeros() {
+        let b = [1.0, 2.0, 3.0];
+        for rows in [0, 1, 2, 3, 5, 8, 13] {
+            for ld in [3, 4, 16] {
+                let row: Vec<f32> = b.iter().copied().chain(std::iter::repeat_n(0.0, ld - 3)).collect();
+                assert_eq!(bias_rows(&b, rows, ld), row.repeat(rows), "{rows} rows of {ld}");
+            }
+        }
+    }
 
     /// Deterministic values in [-1, 1).
     fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -432,8 +447,7 @@ mod tests {
                     dx.push(exact((0..out).map(|o| f(dy[r * out + o]) * f(w[o * inp + i]))));
                 }
             }
-            let mut found = vec![f32::NAN; rows * inp];
-            linear_input_grad_into(&dy, &w, &mut found, inp, out);
+            let found = linear_input_grad(&dy, &w, inp, out);
             assert_sums(&found, &dx, &format!("input gradient {what}"));
             // The weight gradient accumulates onto what is there.
             let start = values(out * inp, 5);
@@ -502,8 +516,7 @@ mod tests {
             let ldi = pad_rows(&w, out, inp, &mut wp);
             assert!(wp.iter().all(|v| !v.is_nan()));
             assert!(ldi >= inp && ldi.is_multiple_of(PANEL) && ldi < inp + PANEL);
-            let mut dx = vec![f32::NAN; rows * ldi];
-            linear_input_grad_into(&dy, &wp, &mut dx, ldi, out);
+            let dx = linear_input_grad(&dy, &wp, ldi, out);
             let mut expected = Vec::new();
             for r in 0..rows {
                 for i in 0..ldi {

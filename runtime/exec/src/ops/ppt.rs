@@ -235,12 +235,13 @@ impl NodeOp for LinearOp {
                 } else {
                     (w, inp)
                 };
-                let mut dx = vec![0.0; total * ld];
-                if skinny {
+                let dx = if skinny {
+                    let mut dx = vec![0.0; total * ld];
                     kernels::rows_times_w(&dy, w, &mut dx, inp, out);
+                    dx
                 } else {
-                    kernels::linear_input_grad_into(&dy, w, &mut dx, ld, out);
-                }
+                    kernels::linear_input_grad(&dy, w, ld, out)
+                };
                 (dx, ld)
             };
             view.linear_grads(&dy, &x, self.inp, self.out);

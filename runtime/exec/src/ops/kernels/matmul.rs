@@ -49,13 +49,11 @@ impl<'a> Mat<'a> {
 /// When the shapes disagree or a view reaches past its slice: a caller's bug (the ops
 /// check payload sizes against the port types first), which the worker reports as a
 /// panic of the node.
-// The one `unsafe` of this crate: the call into gemm, audited below (SAFETY).
+// The `unsafe` of this crate is its one door to gemm (`product`), audited there (SAFETY).
 #[allow(unsafe_code)]
 pub(crate) fn matmul(dst: &mut [f32], lhs: Mat, rhs: Mat, accumulate: bool) {
-    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    assert_eq!(rhs.rows, k, "matmul: inner dimensions {k} and {} differ", rhs.rows);
+    let (m, k, n) = check(lhs, rhs);
     assert_eq!(Some(dst.len()), m.checked_mul(n), "matmul: the destination is not {m}×{n}");
-    assert!(lhs.in_bounds() && rhs.in_bounds(), "matmul: an operand view reaches past its slice");
     if m == 0 || n == 0 {
         return;
     }
@@ -65,6 +63,51 @@ pub(crate) fn matmul(dst: &mut [f32], lhs: Mat, rhs: Mat, accumulate: bool) {
         }
         return;
     }
+    // SAFETY: `dst` holds the m×n elements, a unique borrow; shapes checked, none empty.
+    unsafe { product(dst.as_mut_ptr(), lhs, rhs, accumulate) }
+}
+
+/// `lhs · rhs` in a new row-major buffer that the GEMM writes once: no zeros written
+/// first for it to overwrite (a backward's input gradient, the size of its batch).
+///
+/// # Panics
+/// As [`matmul`]'s; also when the product's size overflows.
+#[allow(unsafe_code)]
+pub(crate) fn matmul_new(lhs: Mat, rhs: Mat) -> Vec<f32> {
+    let (m, k, n) = check(lhs, rhs);
+    let len = m.checked_mul(n).expect("matmul: the product's size overflows");
+    if len == 0 || k == 0 {
+        return vec![0.0; len];
+    }
+    let mut dst = Vec::with_capacity(len);
+    // SAFETY: the room of `dst` holds m×n elements and is no other slice's; shapes
+    // checked, none empty. Not accumulating, the product stores every one of the m×n
+    // elements (its column ranges cover `0..n` in every row) without reading any, so the
+    // vector then holds `len` initialised values.
+    unsafe {
+        product(dst.spare_capacity_mut().as_mut_ptr().cast(), lhs, rhs, false);
+        dst.set_len(len);
+    }
+    dst
+}
+
+/// Checks that the operands' shapes agree and that their views lie inside their slices;
+/// `(m, k, n)`.
+fn check(lhs: Mat, rhs: Mat) -> (usize, usize, usize) {
+    assert_eq!(rhs.rows, lhs.cols, "matmul: inner dimensions {} and {} differ", lhs.cols, rhs.rows);
+    assert!(lhs.in_bounds() && rhs.in_bounds(), "matmul: an operand view reaches past its slice");
+    (lhs.rows, lhs.cols, rhs.cols)
+}
+
+/// `dst = lhs · rhs`, or `+=` with `accumulate`, through the GEMM crate.
+///
+/// # Safety
+/// `dst` points to room for `lhs.rows × rhs.cols` f32 (row-major), initialised where
+/// `accumulate` reads it, that nothing else reads or writes meanwhile; the operands passed
+/// [`check`], and none of m, k, n is 0.
+#[allow(unsafe_code)]
+unsafe fn product(dst: *mut f32, lhs: Mat, rhs: Mat, accumulate: bool) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     // The crate computes a row-major product as its transpose, with our columns as its
     // rows, and copies ("packs") the whole of `rhs` at every call unless their count is a
     // multiple of its 16 lanes: Tree-LSTM's 750 and 450 outputs made it pack the weight for
@@ -76,12 +119,13 @@ pub(crate) fn matmul(dst: &mut [f32], lhs: Mat, rhs: Mat, accumulate: bool) {
         if cols == 0 {
             continue;
         }
-        // SAFETY: `dst` holds exactly m×n elements, row-major (row stride n, column stride
-        // 1), and columns `first..first + cols` of it start `first` elements in; `in_bounds`
-        // checked that every element (r, c) of `lhs` (m×k) and `rhs` (k×n) lies inside its
-        // slice, so column `first` of `rhs` starts `first * col_stride` elements in and no
-        // pointer offset leaves an allocation; all strides fit in isize because they index
-        // slices. `dst` is a unique borrow, so it aliases neither operand.
+        // SAFETY: `dst` has room for exactly m×n elements, row-major (row stride n, column
+        // stride 1), and columns `first..first + cols` of it start `first` elements in;
+        // `in_bounds` checked that every element (r, c) of `lhs` (m×k) and `rhs` (k×n) lies
+        // inside its slice, so column `first` of `rhs` starts `first * col_stride` elements
+        // in and no pointer offset leaves an allocation; all strides fit in isize because
+        // they index slices. Nothing else touches `dst` (the caller's contract), so it
+        // aliases neither operand.
         // `Parallelism::None` runs on this thread only; with `read_dst` false the crate
         // writes `dst` without reading it (alpha is ignored).
         unsafe {
@@ -89,7 +133,7 @@ pub(crate) fn matmul(dst: &mut [f32], lhs: Mat, rhs: Mat, accumulate: bool) {
                 m,
                 cols,
                 k,
-                dst.as_mut_ptr().add(first),
+                dst.add(first),
                 1,
                 n as isize,
                 accumulate,
@@ -146,6 +190,10 @@ mod tests {
                 for (x, y) in dst.iter().zip(&expected) {
                     assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{m}×{k}×{n}: {x} vs {y}");
                 }
+                // Into a new buffer: the same calls, so the same bits, every element written.
+                let new = matmul_new(lhs, rhs);
+                assert_eq!(new.len(), m * n);
+                assert!(new.iter().zip(&dst).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}×{k}×{n} new");
                 matmul(&mut dst, lhs, rhs, true);
                 for (x, y) in dst.iter().zip(&expected) {
                     assert!((x - 2.0 * y).abs() <= 1e-5 * (1.0 + y.abs()), "{m}×{k}×{n} accumulated");
@@ -163,6 +211,14 @@ mod tests {
         assert_eq!(dst, vec![0.0; 4]);
         let mut none: Vec<f32> = Vec::new();
         matmul(&mut none, Mat::row_major(&[], 0, 3), Mat::row_major(&[1.0; 6], 3, 2), false);
+        assert_eq!(matmul_new(Mat::row_major(&[], 2, 0), Mat::row_major(&[], 0, 2)), vec![0.0; 4]);
+        assert!(matmul_new(Mat::row_major(&[], 0, 3), Mat::row_major(&[1.0; 6], 3, 2)).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "reaches past")]
+    fn a_new_product_of_a_view_past_its_slice_is_refused() {
+        matmul_new(Mat::row_major(&[1.0; 3], 2, 2), Mat::row_major(&[1.0; 4], 2, 2));
     }
 
     #[test]
