@@ -172,6 +172,27 @@ impl LiveGroup<'_> {
         d.x.clear();
     }
 
+    /// Moves the deferred weight-gradient rows of `replica` (a copy of this linear group) to
+    /// the end of this group's, to be added with them in one product, at the update when
+    /// nothing else is in the weight's accumulator ([`LiveGroup::update_from_deferred`]).
+    /// False, nothing moved, where the replica has none or their shapes differ. Rows past
+    /// this group's limit settle its own first, as the op's batches would.
+    pub(super) fn take_deferred(&mut self, replica: &mut LiveGroup) -> bool {
+        let r = &mut replica.deferred;
+        let d = &self.deferred;
+        if r.x.is_empty() || (!d.x.is_empty() && (d.inp, d.out) != (r.inp, r.out)) {
+            return false;
+        }
+        if d.rows() + r.rows() > d.limit {
+            self.settle();
+        }
+        let d = &mut self.deferred;
+        (d.inp, d.out) = (r.inp, r.out);
+        d.dy.append(&mut r.dy);
+        d.x.append(&mut r.x);
+        true
+    }
+
     /// Plain SGD on a linear group whose weight gradient is all in the deferred products:
     /// `W -= lr/n · dyᵀx` as one GEMM into the weight, `b` as usual. Materialising the
     /// gradient first, then reading it back and clearing it, made three passes over a
@@ -360,9 +381,10 @@ mod tests {
 
     /// A replica's gradients moved across processes (`take_replica_grads` on its side,
     /// `add_replica_grads` on its master's) leave both groups as `gather_grads` in memory
-    /// does: the master's accumulators bit for bit (the replica's deferred products
-    /// settled first), its flags, row log and read versions; the replica emptied. With
-    /// the replica's rows known (an Embedding's) and not (dense), and untouched.
+    /// does: the master's accumulators (to f32 rounding: in memory the replica's deferred
+    /// rows join the master's, across processes they are settled first), its flags, row
+    /// log and read versions; the replica emptied. With the replica's rows known (an
+    /// Embedding's) and not (dense), and untouched.
     #[test]
     fn a_replicas_gradients_moved_between_processes_equal_a_gather_in_memory() {
         let (inp, out) = (3, 2);
@@ -377,7 +399,8 @@ mod tests {
                 let (mut rdw, mut rdb) = (values(6, 5), values(2, 6));
                 let (mut states, mut replica_states) = (two_states(), two_states());
                 let mut master = linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 2, true);
-                let mut replica = linear_group([&mut rw, &mut rb], [&mut rdw, &mut rdb], &mut replica_states, 0, false);
+                // Its accumulators hold gradients (settled earlier), besides its deferred rows.
+                let mut replica = linear_group([&mut rw, &mut rb], [&mut rdw, &mut rdb], &mut replica_states, 0, true);
                 master.rows = Some(RowLog { width: 3, rows: vec![1] });
                 if case < 2 {
                     replica.touched = true;
@@ -403,7 +426,10 @@ mod tests {
                 drop((master, replica));
                 (dw, db, rdw, rdb, flags, rows, applied, replica_rows, left)
             };
-            let (memory, moved) = (run(false), run(true));
+            let (mut memory, moved) = (run(false), run(true));
+            let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs()));
+            assert!(close(&memory.0, &moved.0), "case {case}: {:?} vs {:?}", memory.0, moved.0);
+            memory.0.clone_from(&moved.0);
             assert_eq!(memory, moved, "case {case}");
             assert_eq!(moved.6, vec![(5, 0)], "case {case}: the read's version travels");
             if case < 2 {
@@ -411,6 +437,50 @@ mod tests {
                 assert_ne!(moved.0, values(6, 3), "case {case}: the master took the gradients");
             }
         }
+    }
+
+    /// Plain SGD over two copies of a linear group whose weight gradients are all in their
+    /// deferred rows (the usual state between updates): the gather moves the replica's rows
+    /// to the master's, leaves the weight's accumulators alone, and the update adds every
+    /// row to the weight in one product; the values equal, to f32 rounding, settling each
+    /// copy's rows and summing the accumulators first.
+    #[test]
+    fn a_replicas_deferred_rows_join_the_masters_update() {
+        let (inp, out) = (3, 2);
+        let values = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n).map(|i| ((i * 31 + seed * 13) % 23) as f32 / 11.0 - 1.0).collect()
+        };
+        let config = OptimConfig::sgd(0.5);
+        let run = |settled_first: bool| {
+            let (mut w, mut b, mut rw, mut rb) = (values(6, 1), values(2, 2), values(6, 1), values(2, 2));
+            let (mut dw, mut db, mut rdw, mut rdb) = (vec![0.0; 6], values(2, 3), vec![0.0; 6], values(2, 4));
+            let (mut states, mut replica_states) = (two_states(), two_states());
+            let mut master = linear_group([&mut w, &mut b], [&mut dw, &mut db], &mut states, 4, false);
+            let mut replica = linear_group([&mut rw, &mut rb], [&mut rdw, &mut rdb], &mut replica_states, 0, false);
+            for (group, seed) in [(&mut master, 5), (&mut replica, 7)] {
+                group.touched = true;
+                (group.deferred.inp, group.deferred.out) = (inp, out);
+                group.deferred.dy = values(2 * out, seed);
+                group.deferred.x = values(2 * inp, seed + 1);
+            }
+            if settled_first {
+                master.settle();
+                replica.settle();
+            }
+            gather_grads(&mut master, &mut replica);
+            let state = (master.accumulated, master.deferred.rows(), replica.deferred.rows(), replica.accumulated);
+            assert!(master.update(&config));
+            drop((master, replica));
+            (w, b, rdw, rdb, state)
+        };
+        let (joined, settled) = (run(false), run(true));
+        assert_eq!(joined.4, (false, 4, 0, false), "the rows joined the master's, no accumulator touched");
+        assert_eq!(settled.4, (true, 0, 0, false));
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs()));
+        assert!(close(&joined.0, &settled.0), "{:?} vs {:?}", joined.0, settled.0);
+        assert_ne!(joined.0, values(6, 1), "the weight moved");
+        assert_eq!((&joined.1, &joined.2, &joined.3), (&settled.1, &settled.2, &settled.3));
+        assert!(joined.3.iter().all(|&g| g == 0.0), "the replica's bias gradient was taken");
     }
 
     /// An Embedding's replica sends the rows its gradients reached, each once and in

@@ -43,12 +43,20 @@ pub(crate) fn fold_replica_grads(groups: &[GroupInfo], stores: &[ReplicaStore], 
     }
 }
 
-/// Adds a replica's accumulated gradients into the master's and clears them.
+/// Adds a replica's accumulated gradients into the master's and clears them. A linear
+/// replica's deferred weight-gradient rows move to the master's instead (`take_deferred`):
+/// when neither group's weight accumulator holds anything else, the master's update adds
+/// every copy's rows to the weight in one product, where settling each copy's and summing
+/// the accumulators made several passes over a weight-sized buffer per copy and update
+/// (the same sum, in another order: equal to f32 rounding).
 pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
     replica.staleness.hand_over(&mut master.staleness);
     if !replica.touched {
         return;
     }
+    // Whether the replica's weight gradient is all in the rows moved: its accumulator
+    // holds nothing then (`LiveGroup::accumulated`) and is passed over.
+    let rows_only = master.take_deferred(replica) && !replica.accumulated;
     replica.settle();
     match (&mut replica.rows, replica.tensors.as_mut_slice(), master.tensors.as_mut_slice()) {
         // A table's rows: the others' gradients are zero (a copy of an Embedding reaches
@@ -68,7 +76,8 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
             }
         }
         _ => {
-            for (m, r) in master.tensors.iter_mut().zip(replica.tensors.iter_mut()) {
+            let skip = usize::from(rows_only);
+            for (m, r) in master.tensors.iter_mut().zip(replica.tensors.iter_mut()).skip(skip) {
                 for (g, x) in m.grad.iter_mut().zip(r.grad.iter_mut()) {
                     *g += *x;
                     *x = 0.0;
@@ -77,7 +86,7 @@ pub(crate) fn gather_grads(master: &mut LiveGroup, replica: &mut LiveGroup) {
         }
     }
     master.touched = true;
-    master.accumulated = true;
+    master.accumulated |= !rows_only;
     replica.touched = false;
     replica.accumulated = false;
     // The master's row log covers the replica's rows too, or neither is known.
