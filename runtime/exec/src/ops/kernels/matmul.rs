@@ -1,8 +1,9 @@
 //! The one door to the GEMM crate (`gemm` 0.19 with its AVX-512 `x86-v4` kernels, chosen
 //! over `matrixmultiply` 0.3 and the former hand loops by `cargo bench -p amp-benches
-//! --bench gemm`). Its entry point takes raw pointers and strides; [`matmul`] takes
-//! slices with shapes, checks that every element it names lies inside its slice, and is
-//! the only place of the executor that calls it, single-threaded (a worker is one thread).
+//! --bench gemm`). Its entry point takes raw pointers and strides; [`matmul`] (into a
+//! slice) and [`matmul_new`] (into a new vector, written once) take shapes, check that
+//! every element they name lies inside its slice, and are the only places of the executor
+//! that call it (through `product`), single-threaded (a worker is one thread).
 
 use super::PANEL;
 use gemm::{gemm, Parallelism};

@@ -355,6 +355,11 @@ mod tests {
         (0..2).map(|_| TensorState { step: 0, m: Vec::new(), v: Vec::new() }).collect()
     }
 
+    /// Whether `a` equals `b` to f32 rounding (the same sums in another order).
+    fn close(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs()))
+    }
+
     /// A linear group (`[w, b]`) with `pending` instances counted and nothing deferred.
     fn linear_group<'a>(
         [w, b]: [&'a mut [f32]; 2],
@@ -427,7 +432,6 @@ mod tests {
                 (dw, db, rdw, rdb, flags, rows, applied, replica_rows, left)
             };
             let (mut memory, moved) = (run(false), run(true));
-            let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs()));
             assert!(close(&memory.0, &moved.0), "case {case}: {:?} vs {:?}", memory.0, moved.0);
             memory.0.clone_from(&moved.0);
             assert_eq!(memory, moved, "case {case}");
@@ -476,7 +480,6 @@ mod tests {
         let (joined, settled) = (run(false), run(true));
         assert_eq!(joined.4, (false, 4, 0, false), "the rows joined the master's, no accumulator touched");
         assert_eq!(settled.4, (true, 0, 0, false));
-        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs()));
         assert!(close(&joined.0, &settled.0), "{:?} vs {:?}", joined.0, settled.0);
         assert_ne!(joined.0, values(6, 1), "the weight moved");
         assert_eq!((&joined.1, &joined.2, &joined.3), (&settled.1, &settled.2, &settled.3));
