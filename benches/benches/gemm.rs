@@ -35,7 +35,9 @@
 //! ahead of use.
 //!
 //! Run: `cargo bench -p amp-benches --bench gemm` (add `-- quick` for shorter medians,
-//! `-- memory` for the table from memory alone).
+//! `-- memory` for the table from memory alone). `-- shapes M,IN,OUT ...` times only the
+//! executor's kernels at the shapes given, one line per product (`amp forward|input|weight
+//! M IN OUT GFLOPS`), for `benches/pytorch/gemm.py`, which puts `torch.mm` beside them.
 // Bench code: a failed unwrap is a failed run. It calls the gemm crate directly to compare
 // it with the executor's kernels; each call states its SAFETY like runtime/exec's matmul.
 #![allow(clippy::unwrap_used, unsafe_code)]
@@ -64,6 +66,24 @@ const EXTRA: [(usize, usize, usize, &str); 5] = [
     (64, 128, 128, "128→128"),
     (256, 128, 128, "128→128"),
 ];
+
+/// `-- shapes M,IN,OUT ...`: the executor's kernels alone at each shape (see the module
+/// doc), machine-readable. A shape that does not parse is a failed run.
+fn shapes_only(budget: Duration, shapes: &[String]) {
+    for shape in shapes.iter().filter(|s| s.contains(',')) {
+        let dims: Vec<usize> = shape.split(',').map(|d| d.parse().unwrap()).collect();
+        let [m, inp, out] = dims[..] else { panic!("a shape is M,IN,OUT, not {shape}") };
+        let flops = 2.0 * (m * inp * out) as f64;
+        for (product, name) in
+            [(Product::Forward, "forward"), (Product::InputGrad, "input"), (Product::WeightGrad, "weight")]
+        {
+            let (_, kernel) = *kernels_of(product).last().unwrap();
+            let mut operands = Operands::new(m, inp, out);
+            let time = median(budget, || kernel(black_box(&mut operands)));
+            println!("amp {name} {m} {inp} {out} {:.2}", flops / time.as_secs_f64() / 1e9);
+        }
+    }
+}
 
 /// The weights the table "from memory" cycles through: 512 of 256 → 256 (128 MiB, past
 /// the caches of the reference machine), as a 64-expert MoE's weights come in training.
@@ -545,6 +565,11 @@ fn main() {
     let budget = Duration::from_millis(if quick { 20 } else { 120 });
     if std::env::args().any(|a| a == "memory") {
         from_memory(budget);
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "shapes") {
+        shapes_only(budget, &args[at + 1..]);
         return;
     }
     let peak = std::env::var("AMP_PEAK_GFLOPS").ok().and_then(|p| p.parse().ok()).unwrap_or(PEAK_GFLOPS);
