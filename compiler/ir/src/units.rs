@@ -24,10 +24,16 @@
 //! every node on one worker and charges a member's messages where a placement cuts it
 //! from its producer.
 //!
-//! Both work on any graph without panicking; only a verified one gets the executor's
-//! guarantees.
+//! **Linear epilogues** ([`linear_epilogues`]). A `linear` whose output's only consumer is
+//! an elementwise `unary` (a `relu` after a layer) that no fusion group holds, on the same
+//! worker, runs that function on its own output in the same step: the activation's node
+//! leaves the table, its messages are the linear's. As with chains, the caller says where
+//! nodes run and which may take part (the executor: no replicas).
+//!
+//! All three work on any graph without panicking; only a verified one gets the
+//! executor's guarantees.
 
-use crate::{FieldId, Graph, Op, PayloadTy};
+use crate::{FieldId, Graph, Op, PayloadTy, UnaryFn};
 use petgraph::visit::EdgeRef;
 use petgraph::Direction::{Incoming, Outgoing};
 use std::collections::{BTreeMap, HashSet};
@@ -284,6 +290,74 @@ fn grow(nodes: &[Option<ChainNode>], root: u32, kept_out: &mut Vec<u32>) -> Opti
     Some(Chain { members, next, parent, exits })
 }
 
+/// What a node may be in a linear epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpilogueRole {
+    /// A `linear`, which may take an epilogue.
+    Linear,
+    /// An elementwise `unary` that no fusion group holds, which may be one.
+    Activation(UnaryFn),
+    Other,
+}
+
+/// One node as the epilogue rule sees it; the table is indexed by node index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpilogueNode {
+    pub role: EpilogueRole,
+    pub worker: usize,
+    /// Per output port, the `(node, input port)` of every consumer edge.
+    pub consumers: Vec<Vec<(u32, u16)>>,
+}
+
+/// A linear and the activation it runs on its output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Epilogue {
+    pub linear: u32,
+    pub activation: u32,
+    pub f: UnaryFn,
+}
+
+/// The role of an IR op: the planner's view, with no replicas and nothing fused but by the
+/// graph's `fusion` marks.
+pub fn epilogue_role(op: &Op, fusion: Option<u32>) -> EpilogueRole {
+    match op {
+        Op::Linear { .. } => EpilogueRole::Linear,
+        Op::Unary(f) if fusion.is_none() && f.is_elementwise() => EpilogueRole::Activation(*f),
+        _ => EpilogueRole::Other,
+    }
+}
+
+/// The epilogue table of `graph` with node `i` on `worker(i)`.
+pub fn epilogue_nodes(graph: &Graph, worker: impl Fn(u32) -> usize) -> Vec<Option<EpilogueNode>> {
+    chain_nodes(graph, &worker)
+        .into_iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let node = graph.nodes.node_weight(petgraph::graph::NodeIndex::new(i))?;
+            let role = epilogue_role(&node.op, node.fusion);
+            n.map(|n| EpilogueNode { role, worker: n.worker, consumers: n.consumers })
+        })
+        .collect()
+}
+
+/// Every linear of the table whose one output port has one consumer edge, into port 0 of
+/// an activation on its worker: that activation runs as the linear's epilogue.
+pub fn linear_epilogues(nodes: &[Option<EpilogueNode>]) -> Vec<Epilogue> {
+    let node = |i: u32| nodes.get(i as usize).and_then(Option::as_ref);
+    (0..nodes.len() as u32)
+        .filter_map(|linear| {
+            let l = node(linear).filter(|l| l.role == EpilogueRole::Linear)?;
+            let [only] = l.consumers.as_slice() else { return None };
+            let &[(activation, 0)] = only.as_slice() else { return None };
+            let a = node(activation).filter(|a| a.worker == l.worker && activation != linear)?;
+            match a.role {
+                EpilogueRole::Activation(f) => Some(Epilogue { linear, activation, f }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,5 +499,40 @@ mod tests {
     fn a_rootless_cycle_stays_as_it_is() {
         let nodes = vec![chain_node(&[(1, 0)], &[&[(1, 0)]], true), chain_node(&[(0, 0)], &[&[(0, 0)]], true)];
         assert!(routing_chains(&nodes).is_empty());
+    }
+
+    /// `a` feeds only a relu, which takes it as its epilogue; `b` feeds a tanh and a sink
+    /// (two consumers); `c`'s sigmoid is in a fusion group.
+    fn activations() -> Graph {
+        let text = r#"amp.graph @Epilogues {
+  state %inst: instance
+  param a.weight: f32[4, 4] uniform(4)
+  param a.bias: f32[4] uniform(4)
+  param b.weight: f32[4, 4] uniform(4)
+  param b.bias: f32[4] uniform(4)
+  param c.weight: f32[4, 4] uniform(4)
+  param c.bias: f32[4] uniform(4)
+  %0 = source() -> unit writes(%inst) "instances"
+  %1 = read $.x (%0#0: unit) -> f32[4] "read"
+  %2 = linear @a (%1#0: f32[4]) -> f32[4] key(%inst) "a"
+  %3 = unary relu (%2#0: f32[4]) -> f32[4] key(%inst) "relu"
+  %4 = linear @b (%3#0: f32[4]) -> f32[4] key(%inst) "b"
+  %5 = unary tanh (%4#0: f32[4]) -> f32[4] key(%inst) "tanh"
+  %6 = sink "b" (%4#0: f32[4]) -> () "b"
+  %7 = linear @c (%5#0: f32[4]) -> f32[4] key(%inst) "c"
+  %8 = unary sigmoid (%7#0: f32[4]) -> f32[4] key(%inst) "sigmoid" fusion(0)
+  %9 = sink "out" (%8#0: f32[4]) -> () "out"
+}
+"#;
+        crate::text::parse(text).expect("the test graph parses")
+    }
+
+    #[test]
+    fn a_linear_takes_the_activation_that_alone_reads_it_on_its_worker() {
+        let graph = activations();
+        let found = linear_epilogues(&epilogue_nodes(&graph, |_| 0));
+        assert_eq!(found, [Epilogue { linear: 2, activation: 3, f: UnaryFn::Relu }]);
+        let apart = linear_epilogues(&epilogue_nodes(&graph, |i| usize::from(i == 3)));
+        assert!(apart.is_empty(), "a worker's border keeps them apart: {apart:?}");
     }
 }

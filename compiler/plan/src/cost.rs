@@ -272,8 +272,8 @@ pub struct NodeCost {
     /// The representative of the node's unit: its own id, or a fused group's first node
     /// (the executor runs the group as one node).
     pub unit: u32,
-    /// Joins its producer's routing chain when the two share a worker (`topology.rs`): its
-    /// messages are then its producer's worker steps.
+    /// Runs in its producer's step when the two share a worker (a routing chain's member,
+    /// a linear's epilogue: `topology.rs`): its messages are then its producer's steps.
     pub chained: bool,
     /// Forward messages handled per instance.
     pub forward_messages: f64,

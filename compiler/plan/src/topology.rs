@@ -48,8 +48,8 @@ pub(crate) struct Topology {
     pub cyclic: Vec<bool>,
     /// The representative of every node's unit (itself unless it belongs to a fused group).
     pub unit_of: Vec<usize>,
-    /// Whether the node joins its producer's routing chain when the two share a worker
-    /// (see [`chain_members`]).
+    /// Whether the node runs in its producer's step when the two share a worker (a routing
+    /// chain's member, a linear's epilogue: see [`chain_members`]).
     pub chained: Vec<bool>,
 }
 
@@ -154,17 +154,19 @@ fn fused_units(graph: &Graph, topo: &Topology) -> Vec<usize> {
     unit_of
 }
 
-/// Whether each node joins its producer's routing chain when the two share a worker: the
+/// Whether each node runs in its producer's step when the two share a worker: the
 /// members, other than the roots, of the chains `amp_ir::units::routing_chains` finds
-/// with every node on one worker. A placement that puts a member elsewhere than its
-/// producer cuts the chain there (and the cost model charges that edge).
+/// with every node on one worker, and the activations `amp_ir::units::linear_epilogues`
+/// finds there. A placement that puts one elsewhere than its producer cuts it off there
+/// (and the cost model charges that edge).
 fn chain_members(graph: &Graph, topo: &Topology) -> Vec<bool> {
     let mut chained = vec![false; topo.bound];
-    for chain in units::routing_chains(&units::chain_nodes(graph, |_| 0)) {
-        for &m in chain.members.iter().skip(1) {
-            if let Some(slot) = chained.get_mut(m as usize) {
-                *slot = true;
-            }
+    let chains = units::routing_chains(&units::chain_nodes(graph, |_| 0));
+    let members = chains.iter().flat_map(|chain| chain.members.iter().skip(1).copied());
+    let epilogues = units::linear_epilogues(&units::epilogue_nodes(graph, |_| 0));
+    for m in members.chain(epilogues.iter().map(|e| e.activation)) {
+        if let Some(slot) = chained.get_mut(m as usize) {
+            *slot = true;
         }
     }
     chained

@@ -276,6 +276,10 @@ pub struct ExecArgs {
     /// chain of them as one node (to compare; results are the same).
     #[arg(long)]
     pub no_chains: bool,
+    /// Run an activation that alone reads a Linear's output as a node of its own instead
+    /// of inside the Linear's step (to compare; results are the same).
+    #[arg(long)]
+    pub no_epilogues: bool,
     /// Run a Linear or Embedding node (a label or `%index`) as R copies on consecutive
     /// workers, each message going to the copy expected to finish it first: `--replicate cell=2`.
     #[arg(long, value_name = "NODE=R", value_parser = parse_replicas)]

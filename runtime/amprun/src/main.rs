@@ -14,8 +14,8 @@
 //!        [--tensorboard DIR] [--report run.html] [--trace t.json] [--skip-bad-data] [--limit N] [-D k=v] [--model NAME]
 //!        [--plan auto|naive|round-robin] [--plan-profile p.json] [--plan-replicas] [--profile p.json]
 //!        [--report-utilization] [--max-batch N] [--no-deferred-grads] [--no-jit]
-//!        [--no-chains] [--per-element-maps] [--keep-best best.safetensors] [--patience N]
-//!        [--replicate NODE=R ...] [--replica-sync N]
+//!        [--no-chains] [--no-epilogues] [--per-element-maps] [--keep-best best.safetensors]
+//!        [--patience N] [--replicate NODE=R ...] [--replica-sync N]
 //!        [--lr-schedule constant|step|cosine] [--warmup N] [--step-size N] [--gamma X]
 //!        [--min-lr X] [--init-embedding NAME=vectors.txt ...] [--freeze NAME ...]
 //!        [--max-staleness K|NODE=K ...] [--staleness-schedule uniform|layerwise]
@@ -421,7 +421,9 @@
 //! compiled when the graph was loaded (`amp-jit`); `--no-jit` runs its nodes one by one
 //! instead (same results to rounding, to compare speed). Each chain of routing nodes
 //! (`phi`, `cond`, `switch`, `isu` passing messages to one another) runs as one node;
-//! `--no-chains` runs them one by one (same results). A `map` whose body is row-wise runs
+//! `--no-chains` runs them one by one (same results). An elementwise activation that alone
+//! reads a Linear's output (`relu(l1(x))`) runs inside the Linear's step; `--no-epilogues`
+//! runs it as a node of its own (same results). A `map` whose body is row-wise runs
 //! as one message per collection (docs/IR.md, Batched maps); `--per-element-maps` compiles
 //! an `.amp` model with every `map` one message per element instead (same results to
 //! rounding, to compare speed). Linear nodes and fused kernels

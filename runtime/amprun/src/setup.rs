@@ -25,6 +25,7 @@ pub fn exec_config(args: &ExecArgs, optimizer: OptimConfig, in_flight: u64) -> E
         defer_weight_grads: !args.no_deferred_grads,
         jit: !args.no_jit,
         chain_routes: !args.no_chains,
+        linear_epilogues: !args.no_epilogues,
         replicas: args.replicate.iter().map(|(node, r)| (node.clone(), usize::try_from(*r).unwrap_or(1))).collect(),
         replica_sync: args.replica_sync,
         slow_workers: args.slow_worker.clone(),

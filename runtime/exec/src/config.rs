@@ -131,6 +131,10 @@ pub struct ExecConfig {
     /// to one another) as one node, a worker step per message instead of one per node
     /// (see the `chain` module). False runs them node by node (`amprun --no-chains`).
     pub chain_routes: bool,
+    /// Run an elementwise activation that alone reads a Linear's output on its worker
+    /// inside the Linear's step (see the `epilogue` module). False runs it as its own node
+    /// (`amprun --no-epilogues`); the results are the same bits.
+    pub linear_epilogues: bool,
     /// Replicas (see the `replicas` module): each Linear or Embedding node a selector
     /// names runs as this many copies on consecutive workers, messages going to the least
     /// loaded. 1 is no replica.
@@ -196,6 +200,7 @@ impl Default for ExecConfig {
             defer_weight_grads: true,
             jit: true,
             chain_routes: true,
+            linear_epilogues: true,
             replicas: Vec::new(),
             copies: 1,
             replica_sync: 1,

@@ -1,8 +1,11 @@
-//! Chains of routing nodes (`ExecConfig::chain_routes`): connected `phi`, `cond`,
-//! `switch` and `isu` nodes run as one node. Training and inference equal node by node
-//! to 1e-5 on list-reduce, Tree-LSTM, GGSNN and the MoE, at 1 and 2 workers (the chains
-//! stop at a worker's border) with several instances in flight; the chains really form,
-//! and leave nothing held at the end of a run (the executor checks every run).
+//! Nodes that run in one worker step. Chains of routing nodes (`ExecConfig::chain_routes`):
+//! connected `phi`, `cond`, `switch` and `isu` nodes run as one node. Linear epilogues
+//! (`ExecConfig::linear_epilogues`): an activation that alone reads a linear's output runs
+//! in the linear's step. Training and inference equal node by node to 1e-5 on list-reduce,
+//! Tree-LSTM, GGSNN and the MoE (and the MLP, for epilogues), at 1 and 2 workers (both stop
+//! at a worker's border) with several instances in flight; they really form, the planner
+//! predicts the same ones, and they leave nothing held at the end of a run (the executor
+//! checks every run).
 
 mod common;
 
@@ -109,9 +112,65 @@ fn the_planner_knows_the_chains_the_executor_forms() {
         let mut formed: Vec<u32> =
             ex.chained_nodes().into_iter().flat_map(|(_, members)| members.into_iter().skip(1)).collect();
         formed.sort_unstable();
+        let activations = ex.epilogue_nodes().into_iter().flat_map(|(_, members)| members.into_iter().skip(1));
+        formed.extend(activations);
+        formed.sort_unstable();
         let costs = amp_plan::estimate(&graph, &amp_plan::Assumptions::default(), None).unwrap();
         let predicted: Vec<u32> = costs.nodes.iter().flatten().filter(|n| n.chained).map(|n| n.id).collect();
         assert!(!formed.is_empty(), "{name}: no chain");
         assert_eq!(predicted, formed, "{name}");
+    }
+}
+
+/// `a`'s relu and `c`'s tanh run in their linears' steps; the relu's output fans out to `b`
+/// and the concat, whose gradients it sums before its linear's backward.
+const FANNED: &str = "record R { x: f32[4], label: int }
+model Fanned(h: int = 6) {
+    param a = Linear(4, h);
+    param b = Linear(h, h);
+    param c = Linear(2 * h, 3);
+    fn forward(r: R) -> f32[3] { let u = relu(a(r.x)); tanh(c(concat(b(u), u))) }
+    fn loss(r: R) -> f32 { cross_entropy(forward(r), r.label) }
+}";
+
+#[test]
+fn epilogues_train_and_infer_like_node_by_node() {
+    let mut all = models();
+    let mlp = compile_example("mlp", &[("hidden", 12)]);
+    let images = digits(&mlp, 24, 3);
+    all.push(("mlp", mlp, images));
+    let fanned = compile_source("fanned", FANNED, &[]);
+    let rows: Vec<Instance> = (0..20)
+        .map(|i| {
+            let x: Vec<f32> = (0..4).map(|k| ((i * 5 + k * 3) % 7) as f32 / 3.0 - 1.0).collect();
+            let x = amp_data::Value::Tensor(amp_data::Tensor::new(vec![4], x).unwrap());
+            instance(&fanned, amp_data::Value::Record(vec![x, amp_data::Value::Int((i % 3) as i64)]))
+        })
+        .collect();
+    all.push(("fanned", fanned, rows));
+    for (name, graph, data) in all {
+        for (workers, placement) in [(1, Placement::Contiguous), (2, Placement::RoundRobin)] {
+            let config = |linear_epilogues| ExecConfig {
+                workers,
+                placement: placement.clone(),
+                max_active_keys: 8,
+                linear_epilogues,
+                ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1))
+            };
+            let mut plain = executor(&graph, 7, config(false));
+            let mut fused = executor(&graph, 7, config(true));
+            assert!(plain.epilogue_nodes().is_empty(), "{name}: epilogues while turned off");
+            if workers == 1 {
+                let formed = !fused.epilogue_nodes().is_empty();
+                assert_eq!(formed, ["list_reduce", "moe", "mlp", "fanned"].contains(&name), "{name}");
+            }
+            for epoch in 0..2 {
+                train_alike(&format!("{name}, {workers} workers, epoch {epoch}"), &mut plain, &mut fused, &data);
+            }
+            let (a, b) = (plain.infer(&data).unwrap(), fused.infer(&data).unwrap());
+            for (x, y) in b.iter().flatten().zip(a.iter().flatten()) {
+                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}: output {x} vs {y}");
+            }
+        }
     }
 }

@@ -175,6 +175,7 @@ mod tests {
             replicas: Vec::new(),
             replica_of: None,
             forward_only: false,
+            epilogue: None,
         })
     }
 

@@ -238,5 +238,6 @@ fn apply(nodes: &mut Vec<Option<NodeInfo>>, group: FusionGroup, plan: GroupPlan,
         replicas: Vec::new(),
         replica_of: None,
         forward_only: false,
+        epilogue: None,
     }));
 }

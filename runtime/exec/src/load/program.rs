@@ -128,6 +128,15 @@ pub(crate) struct NodeInfo {
     /// None of the graph nodes it runs reaches a loss (`Graph::reaches_loss`): a
     /// prediction training does not need, run forward only (`sched::worker`'s dispatch).
     pub forward_only: bool,
+    /// A linear's epilogue: the activation it runs on its own output (`crate::load::epilogue`).
+    pub epilogue: Option<Activation>,
+}
+
+/// An elementwise activation a linear runs on its output, and the graph node it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Activation {
+    pub node: u32,
+    pub f: amp_ir::UnaryFn,
 }
 
 /// The tensors a Ppt prefix names (`cell` → `cell.weight`, `cell.bias`), who updates them
@@ -232,6 +241,7 @@ impl Program {
                 replicas: Vec::new(),
                 replica_of: None,
                 forward_only: false,
+                epilogue: None,
             });
         }
         // The verifier guarantees exactly one source.
@@ -240,6 +250,9 @@ impl Program {
         place(&mut nodes, graph, config, stage_workers)?;
         if config.jit {
             crate::load::fuse::fuse(&mut nodes, graph);
+        }
+        if config.linear_epilogues {
+            crate::load::epilogue::absorb(&mut nodes);
         }
         if config.chain_routes {
             crate::load::chain::compose(&mut nodes);
@@ -350,7 +363,7 @@ fn mark_forward_only(nodes: &mut [Option<NodeInfo>], reaches_loss: &[bool]) {
         let members = match &node.op {
             ExecOp::Fused(group) => group.members.clone(),
             ExecOp::Chain(spec) => spec.member_indices(),
-            ExecOp::Ir(_) => vec![node.index],
+            ExecOp::Ir(_) => vec![node.index].into_iter().chain(node.epilogue.map(|e| e.node)).collect(),
         };
         node.forward_only = !members.iter().any(|&m| reaches_loss.get(m as usize).copied().unwrap_or(true));
     }

@@ -5,6 +5,8 @@
 use super::{Intake, Keyed, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
+use amp_ir::vocab::UnaryKernel;
+use amp_ir::UnaryFn;
 use crate::message::{Msg, Payload};
 use crate::ops::kernels;
 use crate::ops::train::ParamAccess;
@@ -93,13 +95,16 @@ impl Layout {
     }
 }
 
-/// `y = x W^T + b` over the last dimension; caches `x` under the key for the backward.
-/// Batches: the rows of several messages go through one GEMM.
+/// `y = x W^T + b` over the last dimension, then its epilogue's activation `f` when it has
+/// one (`crate::load::epilogue`); caches `x` under the key for the backward, with the
+/// activation's input and output. Batches: the rows of several messages go through one
+/// GEMM.
 pub(crate) struct LinearOp {
     group: usize,
     inp: usize,
     out: usize,
-    cache: Keyed<Payload>,
+    epilogue: Option<UnaryFn>,
+    cache: Keyed<Saved>,
     /// `W^T: [inp, padded(out)]` for the forward of several rows
     /// (`kernels::linear_forward_t`).
     weight_t: Layout,
@@ -126,6 +131,7 @@ impl LinearOp {
             group,
             inp,
             out,
+            epilogue: node.epilogue.map(|e| e.f),
             cache: Keyed::new(),
             weight_t: Layout::default(),
             weight_p: Layout::default(),
@@ -156,18 +162,89 @@ fn stack<'p>(payloads: impl Iterator<Item = &'p Payload> + Clone) -> Cow<'p, [f3
 /// Splits `values`, rows `stride` apart, into consecutive payloads of `rows[i]` rows of
 /// `width` values (the first `width` of each row), which share the one buffer: the next
 /// node that takes them together reads them in place.
-fn unstack(mut values: Vec<f32>, rows: &[usize], width: usize, stride: usize) -> Vec<Payload> {
-    let total: usize = rows.iter().sum();
+fn unstack(values: Vec<f32>, rows: &[usize], width: usize, stride: usize) -> Vec<Payload> {
+    let lens: Vec<usize> = rows.iter().map(|&r| r * width).collect();
+    Payload::pieces(pack(values, rows.iter().sum(), width, stride), &lens)
+}
+
+/// The first `width` values of each of `total` rows `stride` apart, moved together.
+fn pack(mut values: Vec<f32>, total: usize, width: usize, stride: usize) -> Vec<f32> {
     if stride != width {
-        // Packed in place: row `r` moves left onto values whose rows were moved already.
+        // In place: row `r` moves left onto values whose rows were moved already.
         for r in 1..total {
             values.copy_within(r * stride..r * stride + width, r * width);
         }
     }
     values.truncate(total * width);
-    let lens: Vec<usize> = rows.iter().map(|&r| r * width).collect();
-    Payload::pieces(values, &lens)
+    values
 }
+
+/// What a linear keeps for a message's backward: its input, and with an epilogue the
+/// activation's input and output.
+struct Saved {
+    x: Payload,
+    activation: Option<(Payload, Payload)>,
+}
+
+/// An elementwise function over values in place (the vocabulary's scalar function, as the
+/// `unary` op computes it).
+struct Activate<'a>(&'a mut [f32]);
+
+impl UnaryKernel for Activate<'_> {
+    type Output = ();
+    fn run(self, forward: impl Fn(f32) -> f32 + Copy, _: impl Fn(f32, f32, f32) -> f32 + Copy) {
+        self.0.iter_mut().for_each(|v| *v = forward(*v));
+    }
+}
+
+/// An elementwise function's input gradient from its input, output and `dy`, appended to
+/// a buffer (the scalar gradient the `unary` op computes).
+struct ActivationGrad<'a>(&'a [f32], &'a [f32], &'a [f32], &'a mut Vec<f32>);
+
+impl UnaryKernel for ActivationGrad<'_> {
+    type Output = ();
+    fn run(self, _: impl Fn(f32) -> f32 + Copy, backward: impl Fn(f32, f32, f32) -> f32 + Copy) {
+        let ActivationGrad(x, y, dy, out) = self;
+        out.extend(x.iter().zip(y).zip(dy).map(|((&x, &y), &g)| backward(x, y, g)));
+    }
+}
+
+impl LinearOp {
+    /// The forward's results, `z` packed (`total` rows `stride` apart), as the messages'
+    /// payloads (`rows[i]` rows each) and, with an epilogue and a backward to come, each
+    /// message's activation input and output to keep.
+    fn outputs(&self, z: Vec<f32>, rows: &[usize], stride: usize, keep: bool) -> OutputPieces {
+        let Some(f) = self.epilogue else { return (unstack(z, rows, self.out, stride), Vec::new()) };
+        let lens: Vec<usize> = rows.iter().map(|&r| r * self.out).collect();
+        let mut z = pack(z, rows.iter().sum(), self.out, stride);
+        if !keep {
+            f.with_scalar(Activate(&mut z));
+            return (Payload::pieces(z, &lens), Vec::new());
+        }
+        let mut y = z.clone();
+        f.with_scalar(Activate(&mut y));
+        let y = Payload::pieces(y, &lens);
+        let kept = Payload::pieces(z, &lens).into_iter().zip(y.iter().cloned()).collect();
+        (y, kept)
+    }
+
+    /// The gradients `dy` of the messages' outputs as one matrix: through the epilogue's
+    /// activation first when there is one (its input and output kept in `saved`).
+    fn output_grads<'g>(&self, grads: &'g [Msg], saved: &[Saved]) -> Result<Cow<'g, [f32]>, OpError> {
+        let Some(f) = self.epilogue else { return Ok(stack(grads.iter().map(|g| &g.payload))) };
+        let mut dz = Vec::with_capacity(grads.iter().map(|g| g.payload.values().len()).sum());
+        for (grad, kept) in grads.iter().zip(saved) {
+            let Some((z, y)) = &kept.activation else {
+                return Err(OpError::Unsupported { op: "a linear's epilogue without its saved values (internal)" });
+            };
+            f.with_scalar(ActivationGrad(z.values(), y.values(), grad.payload.values(), &mut dz));
+        }
+        Ok(Cow::Owned(dz))
+    }
+}
+
+/// Each message's output payload, and what an epilogue keeps of it for the backward.
+type OutputPieces = (Vec<Payload>, Vec<(Payload, Payload)>);
 
 impl NodeOp for LinearOp {
     fn intake(&self) -> Intake {
@@ -194,9 +271,12 @@ impl NodeOp for LinearOp {
                 (kernels::linear_forward_t(&x, wt, b, inp, ld), ld)
             }
         };
-        for (msg, y) in msgs.into_iter().zip(unstack(y, &rows, self.out, stride)) {
+        let (ys, mut kept) = self.outputs(y, &rows, stride, cx.training());
+        let mut kept = kept.drain(..);
+        for (msg, y) in msgs.into_iter().zip(ys) {
             if cx.training() {
-                self.cache.put(cx.key(&msg.state), msg.payload.clone())?;
+                let saved = Saved { x: msg.payload.clone(), activation: kept.next() };
+                self.cache.put(cx.key(&msg.state), saved)?;
             }
             cx.forward(0, msg.with_payload(y));
         }
@@ -207,7 +287,8 @@ impl NodeOp for LinearOp {
     /// behind the input: zeros go back), under one lock of the group, which adds the
     /// weight gradient later, over many batches (`GroupView::linear_grads`).
     fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
-        let xs = grads.iter().map(|g| self.cache.take(&cx.key(&g.state))).collect::<Result<Vec<Payload>, _>>()?;
+        let saved = grads.iter().map(|g| self.cache.take(&cx.key(&g.state))).collect::<Result<Vec<Saved>, _>>()?;
+        let xs: Vec<&Payload> = saved.iter().map(|s| &s.x).collect();
         let rows = self.rows_of(xs.iter().map(|x| x.values().len()));
         for (grad, &r) in grads.iter().zip(&rows) {
             if grad.payload.values().len() != r * self.out {
@@ -215,11 +296,11 @@ impl NodeOp for LinearOp {
             }
         }
         // In pieces: the deferred products copy them once (a contiguous run is one piece).
-        let x: Vec<&[f32]> = match Payload::contiguous(xs.iter()) {
+        let x: Vec<&[f32]> = match Payload::contiguous(xs.iter().copied()) {
             Some(all) => vec![all],
-            None => xs.iter().map(Payload::values).collect(),
+            None => xs.iter().map(|x| x.values()).collect(),
         };
-        let dy = stack(grads.iter().map(|g| &g.payload));
+        let dy = self.output_grads(&grads, &saved)?;
         let total: usize = rows.iter().sum();
         let (dx, stride) = {
             let mut view = cx.params().group(self.group);
@@ -528,6 +609,7 @@ mod tests {
             replicas: Vec::new(),
             replica_of: None,
             forward_only: false,
+            epilogue: None,
         }
     }
 
@@ -553,7 +635,11 @@ mod tests {
     /// Runs `f` on a fresh linear op with live parameters; returns what it emitted, the
     /// op's held entries and the accumulated gradients.
     fn run(f: impl FnOnce(&mut LinearOp, &mut NodeCx)) -> (Vec<Emit>, usize, ParamSet) {
-        let node = node();
+        run_on(node(), f)
+    }
+
+    /// [`run`] on the linear `node`.
+    fn run_on(node: NodeInfo, f: impl FnOnce(&mut LinearOp, &mut NodeCx)) -> (Vec<Emit>, usize, ParamSet) {
         let mut params = params();
         let mut grads = params.zeros_like();
         let mut optim = OptimState::new(&OptimizerKind::Sgd, params.specs());
@@ -698,6 +784,45 @@ mod tests {
         });
         assert_eq!(payloads(&one), payloads(&alone));
         assert_eq!(g1, g2);
+    }
+
+    /// A linear with an epilogue emits, and sends back, what the linear and then the
+    /// `unary` op compute, bit for bit, batch by batch; it holds nothing after.
+    #[test]
+    fn an_epilogue_computes_what_the_unary_op_after_the_linear_does() {
+        let msgs: Vec<Msg> = (0..40).map(|i| msg(i, i)).collect();
+        let back: Vec<Msg> = msgs.iter().rev().map(grad).collect();
+        let cuts = [0, 1, 9, 40];
+        let batches = |all: &[Msg]| -> Vec<Vec<Msg>> { cuts.windows(2).map(|w| all[w[0]..w[1]].to_vec()).collect() };
+        for f in [UnaryFn::Relu, UnaryFn::Tanh, UnaryFn::Sigmoid, UnaryFn::Gelu] {
+            // The linear alone, the unary op's forward and backward computed from its outputs.
+            let mut ys = Vec::new();
+            let (plain, _, plain_grads) = run(|op, cx| {
+                batches(&msgs).into_iter().for_each(|b| op.forward_batch(cx, 0, b).unwrap());
+                let zs: Vec<Vec<f32>> = payloads(cx.out).into_iter().map(|(_, z)| z).collect();
+                ys = zs.iter().map(|z| f.forward_elements(z).unwrap()).collect();
+                let through: Vec<Msg> = back
+                    .iter()
+                    .map(|g| {
+                        let i = g.state[0] as usize;
+                        g.sibling(Payload::from_vec(f.backward_elements(&zs[i], &ys[i], g.payload.values()).unwrap()))
+                    })
+                    .collect();
+                batches(&through).into_iter().for_each(|b| op.backward_batch(cx, 0, b).unwrap());
+            });
+            let mut with = node();
+            with.epilogue = Some(crate::load::program::Activation { node: 2, f });
+            let (fused, held, fused_grads) = run_on(with, |op, cx| {
+                batches(&msgs).into_iter().for_each(|b| op.forward_batch(cx, 0, b).unwrap());
+                batches(&back).into_iter().for_each(|b| op.backward_batch(cx, 0, b).unwrap());
+            });
+            let (fused, plain) = (payloads(&fused), payloads(&plain));
+            let forward: Vec<Vec<f32>> = fused[..40].iter().map(|(_, y)| y.clone()).collect();
+            assert_eq!(forward, ys, "{f:?}: the activation's outputs");
+            assert_eq!(fused[40..], plain[40..], "{f:?}: the input gradients");
+            assert_eq!(fused_grads, plain_grads, "{f:?}: the parameter gradients");
+            assert_eq!(held, 0);
+        }
     }
 
     #[test]

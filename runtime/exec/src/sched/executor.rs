@@ -213,10 +213,12 @@ impl Executor {
     }
 
     /// The worker of every graph node: [`Executor::placement`] with the nodes a fused
-    /// kernel or a routing chain runs (holes of the placement) on that node's worker.
+    /// kernel, a routing chain or a linear's epilogue runs (holes of the placement) on
+    /// that node's worker.
     pub fn graph_placement(&self) -> Vec<Option<usize>> {
         let mut placement = self.placement();
-        for (composed, members) in self.fused_nodes().into_iter().chain(self.chained_nodes()) {
+        let composed = self.fused_nodes().into_iter().chain(self.chained_nodes()).chain(self.epilogue_nodes());
+        for (composed, members) in composed {
             let worker = placement.get(composed as usize).copied().flatten();
             for m in members {
                 if let Some(slot) = placement.get_mut(m as usize) {
@@ -243,6 +245,13 @@ impl Executor {
             crate::load::program::ExecOp::Chain(spec) => Some(spec.member_indices()),
             _ => None,
         })
+    }
+
+    /// The linears with an epilogue (`ExecConfig::linear_epilogues`): per linear, its index
+    /// and the graph nodes it runs, itself and the activation.
+    pub fn epilogue_nodes(&self) -> Vec<(u32, Vec<u32>)> {
+        let nodes = self.program.nodes.iter().flatten();
+        nodes.filter_map(|n| n.epilogue.map(|e| (n.index, vec![n.index, e.node]))).collect()
     }
 
     /// Per node whose op `members` gives graph nodes for: its index and those nodes.
