@@ -215,9 +215,14 @@ fn linear_flops_are_two_in_out_forward_and_twice_that_backward() {
         x.message_us * 2.0 + (8.0 * 4.0 * 4.0) / x.flops_per_us + (8.0 * 4.0 + 8.0) / x.update_elements_per_us;
     assert!(close(a.load_us, expected), "{} vs {expected}", a.load_us);
     // A cut edge carries the payload and the state, both ways.
-    let edge = costs.edges.iter().find(|e| e.from == 2 && e.to == 3).expect("the edge a → relu");
+    let edge = costs.edges.iter().find(|e| e.from == 3 && e.to == 4).expect("the edge relu → b");
     assert_eq!(edge.bytes, 8.0 * 4.0 + 8.0);
     assert!(close(edge.cut_us, 2.0 * (x.cross_us + edge.bytes / x.bytes_per_us) + 2.0 * x.hop_us));
+    // The relu is a's epilogue: cut from a, it also pays its own messages' steps.
+    assert!(relu.chained);
+    let edge = costs.edges.iter().find(|e| e.from == 2 && e.to == 3).expect("the edge a → relu");
+    let own = x.message_us * (relu.forward_messages + relu.backward_messages) / 2.0;
+    assert!(close(edge.cut_us, 2.0 * (x.cross_us + edge.bytes / x.bytes_per_us) + 2.0 * x.hop_us + own));
 }
 
 /// A chain member handles its messages in its producer's worker step: no per-message cost
@@ -402,7 +407,7 @@ fn a_given_placement_with_copies_is_predicted_as_a_layout() {
             assert!(close(given.speedup(), option.predicted_speedup), "{:?} vs {option:?}", given.layouts);
         }
         let copies = weighed.iter().find(|o| o.copies == 4).unwrap();
-        assert!(copies.predicted_speedup > 1.5, "{copies:?}");
+        assert!(copies.predicted_speedup > 1.3, "{copies:?}");
     }
 }
 

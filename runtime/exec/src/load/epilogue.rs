@@ -7,7 +7,7 @@
 //! Which pairs qualify is `amp_ir::units::linear_epilogues`'s decision (the planner's cost
 //! model follows the same one), made here on the program's table with each node's worker,
 //! after fusion (an activation a fused kernel runs is not one) and before replicas. The
-//! linear keeps its index, inputs and key; it takes the activation's outputs, consumers
+//! linear keeps its index, label, inputs and key; it takes the activation's outputs, consumers
 //! and fan-in key, and the activation leaves the table. It computes what the two nodes
 //! compute, with the vocabulary's scalar functions, bit for bit.
 
@@ -33,14 +33,15 @@ pub(crate) fn absorb(nodes: &mut [Option<NodeInfo>]) -> usize {
     for e in &epilogues {
         let Some(activation) = nodes.get_mut(e.activation as usize).and_then(Option::take) else { continue };
         for &(consumer, port) in activation.consumers.iter().flatten() {
-            if let Some(slot) =
-                nodes.get_mut(consumer as usize).and_then(Option::as_mut).and_then(|n| n.producers.get_mut(usize::from(port)))
+            if let Some(slot) = nodes
+                .get_mut(consumer as usize)
+                .and_then(Option::as_mut)
+                .and_then(|n| n.producers.get_mut(usize::from(port)))
             {
                 *slot = (e.linear, 0);
             }
         }
         if let Some(linear) = nodes.get_mut(e.linear as usize).and_then(Option::as_mut) {
-            linear.label = format!("{} {}", linear.label, activation.label);
             linear.outputs = activation.outputs;
             linear.consumers = activation.consumers;
             linear.fan_in_key = activation.fan_in_key;
@@ -97,7 +98,7 @@ mod tests {
         let l = nodes[1].as_ref().unwrap();
         assert_eq!(l.epilogue, Some(Activation { node: 2, f: UnaryFn::Relu }));
         assert_eq!((l.consumers.clone(), l.fan_in_key.clone()), (vec![vec![(3, 0), (4, 0)]], vec![FieldId(2)]));
-        assert_eq!(l.label, "n1 n2");
+        assert_eq!(l.label, "n1", "the linear keeps its label: selectors name it");
         assert!(nodes[3..].iter().all(|n| n.as_ref().unwrap().producers == [(1, 0)]));
 
         replicated[1].as_mut().unwrap().replicas = vec![1, 5];

@@ -5,11 +5,11 @@
 use super::{Intake, Keyed, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
-use amp_ir::vocab::UnaryKernel;
-use amp_ir::UnaryFn;
 use crate::message::{Msg, Payload};
 use crate::ops::kernels;
 use crate::ops::train::ParamAccess;
+use amp_ir::vocab::UnaryKernel;
+use amp_ir::UnaryFn;
 use amp_ir::{PayloadTy, StateExpr};
 use std::borrow::Cow;
 
