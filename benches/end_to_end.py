@@ -5,6 +5,7 @@ medians of alternating runs (a busy machine slows both alike).
 
     cargo build --release -p amprun
     python3 benches/end_to_end.py jit        # JIT on vs --no-jit
+    python3 benches/end_to_end.py epilogues --models mlp list_reduce moe   # --no-epilogues vs on
     python3 benches/end_to_end.py batching   # --max-batch 64 vs 1
     python3 benches/end_to_end.py unbatched --models moe --runs 6   # nothing batched, --max-batch 1, 64
     python3 benches/end_to_end.py placement  # 1 worker; 2 workers: plan, contiguous, round-robin
@@ -96,6 +97,7 @@ UNBATCHED_REPEAT = 10
 
 SETUPS = {
     "jit": (("--no-jit", ["--no-jit"]), ("jit", [])),
+    "epilogues": (("--no-epilogues", ["--no-epilogues"]), ("epilogues", [])),
     "batching": (("max-batch 1", ["--max-batch", "1"]), ("max-batch 64", ["--max-batch", "64"])),
     "unbatched": (
         ("nothing batched", ["--max-batch", "1", "--no-deferred-grads"]),

@@ -197,7 +197,8 @@ fn a_worker_panic_ends_the_run_naming_node_and_worker() {
     let out = amprun(dir, &["train", &example("mlp.amp"), "-D", "hidden=4", "--data", &data, "--fault", "panic:3:2"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("worker 0 panicked in node %3"), "{err}");
+    // %3 is l1's relu, which runs in l1's step (its epilogue): the node that panics is l1's.
+    assert!(err.contains("worker 0 panicked in node %2 `l1`: injected fault at node %3"), "{err}");
     assert!(!err.contains("stack backtrace"), "one line, not a backtrace: {err}");
 }
 

@@ -356,15 +356,22 @@ impl Program {
     }
 }
 
-/// Marks the nodes none of whose graph nodes (a fused group's or a chain's members, else
-/// the node itself) reaches a loss.
-fn mark_forward_only(nodes: &mut [Option<NodeInfo>], reaches_loss: &[bool]) {
-    for node in nodes.iter_mut().flatten() {
-        let members = match &node.op {
+impl NodeInfo {
+    /// The graph nodes it runs: a fused group's or a chain's members, else itself and its
+    /// epilogue's activation.
+    pub fn graph_nodes(&self) -> Vec<u32> {
+        match &self.op {
             ExecOp::Fused(group) => group.members.clone(),
             ExecOp::Chain(spec) => spec.member_indices(),
-            ExecOp::Ir(_) => vec![node.index].into_iter().chain(node.epilogue.map(|e| e.node)).collect(),
-        };
+            ExecOp::Ir(_) => std::iter::once(self.index).chain(self.epilogue.map(|e| e.node)).collect(),
+        }
+    }
+}
+
+/// Marks the nodes none of whose graph nodes reaches a loss.
+fn mark_forward_only(nodes: &mut [Option<NodeInfo>], reaches_loss: &[bool]) {
+    for node in nodes.iter_mut().flatten() {
+        let members = node.graph_nodes();
         node.forward_only = !members.iter().any(|&m| reaches_loss.get(m as usize).copied().unwrap_or(true));
     }
 }

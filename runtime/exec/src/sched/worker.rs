@@ -525,10 +525,15 @@ impl Worker<'_, '_> {
         let Batch { dir, port, mut msgs, mut ports, .. } = batch;
         let seen = slot.messages..slot.messages + msgs.len() as u64;
         match fault {
-            Some(Fault::PanicAt { node: target, after }) if target == node.index && seen.contains(&after) => {
+            // At the node that runs the graph node (a fused group, a chain, an epilogue).
+            Some(Fault::PanicAt { node: target, after })
+                if node.graph_nodes().contains(&target) && seen.contains(&after) =>
+            {
                 panic!("injected fault at node %{target}");
             }
-            Some(Fault::DelayAt { node: target, after, delay }) if target == node.index && seen.contains(&after) => {
+            Some(Fault::DelayAt { node: target, after, delay })
+                if node.graph_nodes().contains(&target) && seen.contains(&after) =>
+            {
                 std::thread::sleep(delay);
             }
             _ => {}
