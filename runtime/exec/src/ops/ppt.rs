@@ -271,8 +271,8 @@ impl NodeOp for LinearOp {
                 (kernels::linear_forward_t(&x, wt, b, inp, ld), ld)
             }
         };
-        let (ys, mut kept) = self.outputs(y, &rows, stride, cx.training());
-        let mut kept = kept.drain(..);
+        let (ys, kept) = self.outputs(y, &rows, stride, cx.training());
+        let mut kept = kept.into_iter();
         for (msg, y) in msgs.into_iter().zip(ys) {
             if cx.training() {
                 let saved = Saved { x: msg.payload.clone(), activation: kept.next() };
