@@ -1,13 +1,37 @@
 //! Non-parameterized payload transforms: elementwise `unary` functions (and the row-wise
 //! softmaxes) and `binary` arithmetic with scalar broadcast, which joins its two inputs.
 
-use super::{Join, Keyed, NodeCx, NodeOp};
+use super::{Intake, Join, Keyed, NodeCx, NodeOp, Stacked};
 use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
 use crate::ops::kernels;
-use amp_ir::vocab::BinaryKernel;
+use amp_ir::vocab::{BinaryKernel, UnaryKernel};
 use amp_ir::{BinaryFn, PayloadTy, UnaryFn};
+
+/// An elementwise function's values of `x`, appended to a buffer: the vocabulary's scalar
+/// function, as every op that applies one computes it.
+pub(crate) struct MapInto<'a>(pub &'a [f32], pub &'a mut Vec<f32>);
+
+impl UnaryKernel for MapInto<'_> {
+    type Output = ();
+    fn run(self, forward: impl Fn(f32) -> f32 + Copy, _: impl Fn(f32, f32, f32) -> f32 + Copy) {
+        let MapInto(x, out) = self;
+        out.extend(x.iter().map(|&v| forward(v)));
+    }
+}
+
+/// An elementwise function's input gradients from its input, output and `dy`, appended
+/// to a buffer (the vocabulary's scalar gradient).
+pub(crate) struct GradInto<'a>(pub &'a [f32], pub &'a [f32], pub &'a [f32], pub &'a mut Vec<f32>);
+
+impl UnaryKernel for GradInto<'_> {
+    type Output = ();
+    fn run(self, _: impl Fn(f32) -> f32 + Copy, backward: impl Fn(f32, f32, f32) -> f32 + Copy) {
+        let GradInto(x, y, dy, out) = self;
+        out.extend(x.iter().zip(y).zip(dy).map(|((&x, &y), &g)| backward(x, y, g)));
+    }
+}
 
 /// `f(x)`, caching input and output (shared, not copied) for the backward.
 pub(crate) struct UnaryOp {
@@ -71,22 +95,48 @@ impl UnaryOp {
 }
 
 impl NodeOp for UnaryOp {
-    fn forward(&mut self, cx: &mut NodeCx, _port: u16, msg: Msg) -> Result<(), OpError> {
-        let y = Payload::from_vec(self.apply(msg.payload.values()));
-        if cx.training() {
-            self.cache.put(cx.key(&msg.state), (msg.payload.clone(), y.clone()))?;
+    /// The messages standing together are mapped into one buffer, which the next node
+    /// (a Linear's batch, most often) reads in place, and their gradients into another.
+    fn intake(&self) -> Intake {
+        Intake::Stacked
+    }
+
+    fn forward_batch(&mut self, cx: &mut NodeCx, _port: u16, msgs: Vec<Msg>) -> Result<(), OpError> {
+        let mut ys = Stacked::with_capacity(msgs.iter().map(|m| m.payload.values().len()).sum());
+        for msg in &msgs {
+            let x = msg.payload.values();
+            ys.push(|out| {
+                if self.f.with_scalar(MapInto(x, out)).is_none() {
+                    out.extend(self.apply(x));
+                }
+            });
         }
-        cx.forward(0, msg.with_payload(y));
+        for (msg, y) in msgs.into_iter().zip(ys.payloads()) {
+            if cx.training() {
+                self.cache.put(cx.key(&msg.state), (msg.payload.clone(), y.clone()))?;
+            }
+            cx.forward(0, msg.with_payload(y));
+        }
         Ok(())
     }
 
-    fn backward(&mut self, cx: &mut NodeCx, _port: u16, grad: Msg) -> Result<(), OpError> {
-        let (x, y) = self.cache.take(&cx.key(&grad.state))?;
-        if x.values().len() != grad.payload.values().len() {
-            return Err(OpError::PayloadSize { expected: x.values().len(), found: grad.payload.values().len() });
+    fn backward_batch(&mut self, cx: &mut NodeCx, _port: u16, grads: Vec<Msg>) -> Result<(), OpError> {
+        let saved = grads.iter().map(|g| self.cache.take(&cx.key(&g.state))).collect::<Result<Vec<_>, _>>()?;
+        let mut dxs = Stacked::with_capacity(grads.iter().map(|g| g.payload.values().len()).sum());
+        for (grad, (x, y)) in grads.iter().zip(&saved) {
+            if x.values().len() != grad.payload.values().len() {
+                return Err(OpError::PayloadSize { expected: x.values().len(), found: grad.payload.values().len() });
+            }
+            let (x, y, dy) = (x.values(), y.values(), grad.payload.values());
+            dxs.push(|out| {
+                if self.f.with_scalar(GradInto(x, y, dy, out)).is_none() {
+                    out.extend(self.gradient(x, y, dy));
+                }
+            });
         }
-        let dx = self.gradient(x.values(), y.values(), grad.payload.values());
-        cx.backward(0, grad.with_payload(Payload::from_vec(dx)));
+        for (grad, dx) in grads.into_iter().zip(dxs.payloads()) {
+            cx.backward(0, grad.with_payload(dx));
+        }
         Ok(())
     }
 

@@ -7,8 +7,8 @@ use crate::error::OpError;
 use crate::load::program::NodeInfo;
 use crate::message::{Msg, Payload};
 use crate::ops::kernels;
+use crate::ops::nppt::{GradInto, MapInto};
 use crate::ops::train::ParamAccess;
-use amp_ir::vocab::UnaryKernel;
 use amp_ir::UnaryFn;
 use amp_ir::{PayloadTy, StateExpr};
 use std::borrow::Cow;
@@ -186,29 +186,6 @@ struct Saved {
     activation: Option<(Payload, Payload)>,
 }
 
-/// An elementwise function over values in place (the vocabulary's scalar function, as the
-/// `unary` op computes it).
-struct Activate<'a>(&'a mut [f32]);
-
-impl UnaryKernel for Activate<'_> {
-    type Output = ();
-    fn run(self, forward: impl Fn(f32) -> f32 + Copy, _: impl Fn(f32, f32, f32) -> f32 + Copy) {
-        self.0.iter_mut().for_each(|v| *v = forward(*v));
-    }
-}
-
-/// An elementwise function's input gradient from its input, output and `dy`, appended to
-/// a buffer (the scalar gradient the `unary` op computes).
-struct ActivationGrad<'a>(&'a [f32], &'a [f32], &'a [f32], &'a mut Vec<f32>);
-
-impl UnaryKernel for ActivationGrad<'_> {
-    type Output = ();
-    fn run(self, _: impl Fn(f32) -> f32 + Copy, backward: impl Fn(f32, f32, f32) -> f32 + Copy) {
-        let ActivationGrad(x, y, dy, out) = self;
-        out.extend(x.iter().zip(y).zip(dy).map(|((&x, &y), &g)| backward(x, y, g)));
-    }
-}
-
 impl LinearOp {
     /// The forward's results, `z` packed (`total` rows `stride` apart), as the messages'
     /// payloads (`rows[i]` rows each) and, with an epilogue and a backward to come, each
@@ -216,14 +193,13 @@ impl LinearOp {
     fn outputs(&self, z: Vec<f32>, rows: &[usize], stride: usize, keep: bool) -> OutputPieces {
         let Some(f) = self.epilogue else { return (unstack(z, rows, self.out, stride), Vec::new()) };
         let lens: Vec<usize> = rows.iter().map(|&r| r * self.out).collect();
-        let mut z = pack(z, rows.iter().sum(), self.out, stride);
-        if !keep {
-            f.with_scalar(Activate(&mut z));
-            return (Payload::pieces(z, &lens), Vec::new());
-        }
-        let mut y = z.clone();
-        f.with_scalar(Activate(&mut y));
+        let z = pack(z, rows.iter().sum(), self.out, stride);
+        let mut y = Vec::with_capacity(z.len());
+        f.with_scalar(MapInto(&z, &mut y));
         let y = Payload::pieces(y, &lens);
+        if !keep {
+            return (y, Vec::new());
+        }
         let kept = Payload::pieces(z, &lens).into_iter().zip(y.iter().cloned()).collect();
         (y, kept)
     }
@@ -237,7 +213,7 @@ impl LinearOp {
             let Some((z, y)) = &kept.activation else {
                 return Err(OpError::Unsupported { op: "a linear's epilogue without its saved values (internal)" });
             };
-            f.with_scalar(ActivationGrad(z.values(), y.values(), grad.payload.values(), &mut dz));
+            f.with_scalar(GradInto(z.values(), y.values(), grad.payload.values(), &mut dz));
         }
         Ok(Cow::Owned(dz))
     }
