@@ -1,8 +1,8 @@
 //! Linear epilogues at load (`ExecConfig::linear_epilogues`): an elementwise activation
 //! that alone reads a linear's output, on its worker (`relu(l1(x))`), runs inside the
-//! linear's step (`ops::ppt::LinearOp`): the activation's own step cost a worker step per
-//! message each way, an output buffer and a cache entry per message, and handed the next
-//! node one buffer per message where the linear's batch was one buffer.
+//! linear's step (`ops::ppt::LinearOp`): as a node of its own it costs a worker step each
+//! way (the messages queued, routed and credited again), a cache entry per message and a
+//! buffer per batch each way.
 //!
 //! Which pairs qualify is `amp_ir::units::linear_epilogues`'s decision (the planner's cost
 //! model follows the same one), made here on the program's table with each node's worker,

@@ -34,8 +34,8 @@
 //! to the next such node in the same order stays one buffer, without a copy per node.
 //! The row ops of batched payloads between them do the same through [`Stacked`] where
 //! a Linear reads what they write (a split of batches both ways, `partition_rows` and
-//! `scatter_sum` forward, `merge_rows` backward): their [`Intake::Stacked`] has the worker
-//! hand them the messages it takes together.
+//! `scatter_sum` forward, `merge_rows` backward), and so does a `unary` both ways: their
+//! [`Intake::Stacked`] has the worker hand them the messages it takes together.
 
 mod chain;
 mod data;
