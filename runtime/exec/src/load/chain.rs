@@ -102,35 +102,14 @@ fn apply(nodes: &mut [Option<NodeInfo>], spec: ChainSpec) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amp_ir::{FieldId, Op, PayloadTy, StateExpr};
+    use amp_ir::{FieldId, Op, StateExpr};
 
     fn isu() -> Op {
         Op::Isu { field: FieldId(1), value: StateExpr::Const(1), inverse: Some(StateExpr::Const(0)) }
     }
 
-    /// Node `index` running `op`, fed by `producers`, feeding `consumers` (per port).
     fn node(index: u32, op: Op, producers: &[(u32, u16)], consumers: &[&[(u32, u16)]]) -> Option<NodeInfo> {
-        let ty = PayloadTy::F32(vec![2]);
-        Some(NodeInfo {
-            index,
-            op: ExecOp::Ir(op),
-            label: format!("n{index}"),
-            inputs: vec![ty.clone(); producers.len()],
-            outputs: vec![ty; consumers.len()],
-            key: vec![FieldId(0)],
-            fan_in_key: vec![FieldId(0)],
-            consumers: consumers.iter().map(|c| c.to_vec()).collect(),
-            producers: producers.to_vec(),
-            grad_inputs: Vec::new(),
-            source: String::new(),
-            group: None,
-            trip_limit: None,
-            worker: 0,
-            replicas: Vec::new(),
-            replica_of: None,
-            forward_only: false,
-            epilogue: None,
-        })
+        Some(NodeInfo::for_test(index, op, producers, consumers))
     }
 
     fn members(nodes: &[Option<NodeInfo>], index: u32) -> Vec<u32> {

@@ -54,30 +54,12 @@ pub(crate) fn absorb(nodes: &mut [Option<NodeInfo>]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amp_ir::{FieldId, Op, PayloadTy, UnaryFn};
+    use amp_ir::{FieldId, Op, UnaryFn};
 
+    /// `NodeInfo::for_test` with one output port and its own fan-in key.
     fn node(index: u32, op: Op, producers: &[(u32, u16)], consumers: &[(u32, u16)]) -> Option<NodeInfo> {
-        let ty = PayloadTy::F32(vec![2]);
-        Some(NodeInfo {
-            index,
-            op: ExecOp::Ir(op),
-            label: format!("n{index}"),
-            inputs: vec![ty.clone(); producers.len()],
-            outputs: vec![ty],
-            key: vec![FieldId(0)],
-            fan_in_key: vec![FieldId(index as u16)],
-            consumers: vec![consumers.to_vec()],
-            producers: producers.to_vec(),
-            grad_inputs: Vec::new(),
-            source: String::new(),
-            group: None,
-            trip_limit: None,
-            worker: 0,
-            replicas: Vec::new(),
-            replica_of: None,
-            forward_only: false,
-            epilogue: None,
-        })
+        let node = NodeInfo::for_test(index, op, producers, &[consumers]);
+        Some(NodeInfo { fan_in_key: vec![FieldId(index as u16)], ..node })
     }
 
     /// %0 → linear %1 → relu %2 → sinks %3 and %4: the relu's consumers read the linear,

@@ -368,6 +368,35 @@ impl NodeInfo {
     }
 }
 
+#[cfg(test)]
+impl NodeInfo {
+    /// Node `index` running `op` on worker 0 with `f32[2]` ports, fed by `producers`,
+    /// feeding `consumers` (per output port), keyed by field 0: for the load passes' tests.
+    pub fn for_test(index: u32, op: Op, producers: &[(u32, u16)], consumers: &[&[(u32, u16)]]) -> NodeInfo {
+        let ty = PayloadTy::F32(vec![2]);
+        NodeInfo {
+            index,
+            op: ExecOp::Ir(op),
+            label: format!("n{index}"),
+            inputs: vec![ty.clone(); producers.len()],
+            outputs: vec![ty; consumers.len()],
+            key: vec![FieldId(0)],
+            fan_in_key: vec![FieldId(0)],
+            consumers: consumers.iter().map(|c| c.to_vec()).collect(),
+            producers: producers.to_vec(),
+            grad_inputs: Vec::new(),
+            source: String::new(),
+            group: None,
+            trip_limit: None,
+            worker: 0,
+            replicas: Vec::new(),
+            replica_of: None,
+            forward_only: false,
+            epilogue: None,
+        }
+    }
+}
+
 /// Marks the nodes none of whose graph nodes reaches a loss.
 fn mark_forward_only(nodes: &mut [Option<NodeInfo>], reaches_loss: &[bool]) {
     for node in nodes.iter_mut().flatten() {
