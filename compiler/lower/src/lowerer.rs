@@ -57,6 +57,11 @@ pub(crate) struct Lowerer<'p> {
     param_index: HashMap<String, usize>,
     /// The node ranges of the arms of the branch being merged (`losses::merge_losses`).
     arm_ranges: Vec<(usize, usize)>,
+    /// Nodes lowered and then made unnecessary (a loop's control that a data value's
+    /// messages stand in for, `loops.rs`), removed once the whole graph is lowered: a
+    /// node removed earlier would free its index for the next one, and the constructs
+    /// find their nodes by index ranges.
+    retired: Vec<NodeIndex>,
     /// The ports the forward function's result was sunk from.
     forward_ports: Vec<(NodeIndex, u16)>,
     /// Traversals already lowered, by function, tree, context and control: a second call
@@ -166,6 +171,7 @@ impl<'p> Lowerer<'p> {
             forward_sunk: false,
             param_index,
             arm_ranges: Vec::new(),
+            retired: Vec::new(),
             forward_ports: Vec::new(),
             traversals: HashMap::new(),
             rows: None,
@@ -215,8 +221,16 @@ impl<'p> Lowerer<'p> {
                 }
             }
         }
+        self.finish()
+    }
+
+    /// The lowered graph, without the retired nodes; or the diagnostics.
+    fn finish(mut self) -> Result<Graph, Vec<Diagnostic>> {
         if !self.diags.is_empty() {
             return Err(self.diags);
+        }
+        for n in std::mem::take(&mut self.retired) {
+            self.graph.nodes.remove_node(n);
         }
         Ok(self.graph)
     }

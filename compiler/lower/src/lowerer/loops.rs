@@ -4,10 +4,12 @@
 //! `phi 2` (entry, back edge) per circulating value, `cond` (true: body, false: exit),
 //! `isu t := t + 1` on the back edge, `isu t := -1` on exit (inverse: the count the loop
 //! ended at, when the data tells it; else the value comes back from the cache).
-//! Circulating values: every tensor the body reads or assigns, and the control. An int
-//! variable the body assigns becomes a state field, set on entry, updated on the back edge
-//! (all at once, through temporary fields, when several change, so that updates reading
-//! each other see the old values), and cleared on exit.
+//! Circulating values: every tensor the body reads or assigns, and the control, unless the
+//! body only triggers reads, constants and lookups with it (then the first circulating
+//! value's messages do, `Lowerer::trigger_from_data`). An int variable the body assigns
+//! becomes a state field, set on entry, updated on the back edge (all at once, through
+//! temporary fields, when several change, so that updates reading each other see the old
+//! values), and cleared on exit.
 
 use super::{Lowerer, Unsupported, R};
 use crate::value::{LossVal, Port, Term, TermKind, Value};
@@ -15,6 +17,7 @@ use amp_diagnostics::Span;
 use amp_ir::{DataStep, FieldId, FieldRole, IntOp, Op, StateExpr};
 use amp_sema::{Block, Expr, LocalId, Pattern, Ty};
 use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::EdgeRef;
 use std::collections::BTreeSet;
 
 /// A `for` loop's elements: the data path of the sequence and the element type.
@@ -89,14 +92,19 @@ impl Lowerer<'_> {
 
         let mut ports: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
         ports.push(self.ctrl.clone());
-        // Entry: the counter and the int variables get their first values.
+        // Entry: the counter and the int variables get their first values. The nodes the
+        // control's loop adds are kept aside: a control the body uses only as a trigger
+        // does not loop on its own (see `Lowerer::trigger_from_data`).
+        let mut control_nodes = Vec::new();
         let mut entries = Vec::with_capacity(ports.len());
         for p in &ports {
+            let first = self.node_bound();
             let mut port = self.isu(p.clone(), t, init.clone(), Some(StateExpr::Const(-1)), "loop entry", span);
             for v in &ints {
                 port = self.isu(port, v.field, v.init.clone(), Some(StateExpr::Const(-1)), "loop entry", span);
             }
             entries.push(port);
+            control_nodes = (first..self.node_bound()).collect();
         }
         // Inside the loop, the int variables are their fields.
         let outer_ints: Vec<(LocalId, Option<Value>)> = ints.iter().map(|v| (v.local, self.local(v.local))).collect();
@@ -116,6 +124,7 @@ impl Lowerer<'_> {
         let mut body_in = Vec::new();
         let mut exits = Vec::new();
         for entry in entries {
+            let first = self.node_bound();
             let ty = entry.ty.clone();
             self.context.push(t);
             let phi = self.raw_node(Op::Phi { arms: 2 }, vec![ty.clone(); 2], vec![ty.clone()], "loop", span);
@@ -137,7 +146,13 @@ impl Lowerer<'_> {
             phis.push(phi);
             body_in.push(Self::out(cond, 0, ty));
             exits.push(exit);
+            if phis.len() == ports.len() {
+                control_nodes.extend(first..self.node_bound());
+            }
         }
+        // The first carried value's port in the body and after the loop, which can stand
+        // in for the control.
+        let data_ports = (ports.len() > 1).then(|| (body_in[0].clone(), exits[0].clone()));
 
         // The body, in the loop's context.
         self.context.push(t);
@@ -149,6 +164,7 @@ impl Lowerer<'_> {
             }
         }
         self.ctrl = inside.next().ok_or(Unsupported)?;
+        let body_ctrl = self.ctrl.clone();
         if let Loop::For(pattern, _) = kind {
             let element = match elem {
                 Some((mut path, ty)) => {
@@ -186,7 +202,16 @@ impl Lowerer<'_> {
             after_losses.push((id, total));
         }
         let mut ends: Vec<Port> = carried.iter().filter_map(|id| self.local(*id)).flat_map(|v| v.ports()).collect();
-        ends.push(self.ctrl.clone());
+        let triggered = match &data_ports {
+            Some((data, _)) if self.ctrl == body_ctrl => self.trigger_from_data(&body_ctrl, data, &control_nodes, span),
+            _ => false,
+        };
+        if triggered {
+            phis.pop();
+            exits.pop();
+        } else {
+            ends.push(self.ctrl.clone());
+        }
         if ends.len() != phis.len() {
             return Err(self.unsupported(span, "a loop whose carried values change structure (internal)"));
         }
@@ -242,7 +267,13 @@ impl Lowerer<'_> {
                 self.set_local(*id, out);
             }
         }
-        self.ctrl = after.next().ok_or(Unsupported)?;
+        self.ctrl = match (triggered, data_ports) {
+            (true, Some((_, exit))) => {
+                let ty = vec![amp_ir::PayloadTy::Unit];
+                Self::out(self.node(Op::Forget, &[exit], ty, "loop trigger", span), 0, amp_ir::PayloadTy::Unit)
+            }
+            _ => after.next().ok_or(Unsupported)?,
+        };
         for (id, total) in after_losses {
             self.set_local(id, Value::Loss(total));
         }
@@ -252,6 +283,37 @@ impl Lowerer<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Where the body used the loop's control `ctrl` (its `cond`'s body port, unchanged at
+    /// the body's end) only to trigger nodes that read nothing of it (reads, constants,
+    /// Embedding lookups), those nodes take `data`'s messages with their payload dropped
+    /// (a `forget`) instead, and the control's own loop (`control_nodes`: its entry,
+    /// `phi`, `cond` and exit) is retired: each iteration's messages of the control went
+    /// through a `phi`, a `cond` and an `isu` of their own only to start those nodes.
+    /// Whether it did so.
+    fn trigger_from_data(&mut self, ctrl: &Port, data: &Port, control_nodes: &[usize], span: Span) -> bool {
+        let uses: Vec<(petgraph::stable_graph::EdgeIndex, NodeIndex, u16)> = self
+            .graph
+            .nodes
+            .edges_directed(ctrl.node, petgraph::Direction::Outgoing)
+            .filter(|e| e.weight().from_port == ctrl.port)
+            .map(|e| (e.id(), e.target(), e.weight().to_port))
+            .collect();
+        let trigger = |op: &Op| matches!(op, Op::Read { .. } | Op::Const { .. } | Op::Embedding { .. });
+        if !uses.iter().all(|&(_, node, _)| trigger(&self.graph.nodes[node].op)) {
+            return false;
+        }
+        if !uses.is_empty() {
+            let unit = amp_ir::PayloadTy::Unit;
+            let forget = self.node(Op::Forget, std::slice::from_ref(data), vec![unit.clone()], "loop trigger", span);
+            for &(edge, node, port) in &uses {
+                self.graph.nodes.remove_edge(edge);
+                self.connect(&Self::out(forget, 0, unit.clone()), node, port);
+            }
+        }
+        self.retired.extend(control_nodes.iter().map(|&n| NodeIndex::new(n)));
+        true
     }
 
     /// `isu field := value` on `port`.

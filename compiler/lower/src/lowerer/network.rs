@@ -62,10 +62,7 @@ impl<'p> Lowerer<'p> {
 
     pub(crate) fn run_network(mut self, rollout: &Rollout<'_>) -> Result<Graph, Vec<Diagnostic>> {
         let _ = self.rollout(rollout);
-        if !self.diags.is_empty() {
-            return Err(self.diags);
-        }
-        Ok(self.graph)
+        self.finish()
     }
 
     fn rollout(&mut self, r: &Rollout<'_>) -> R<()> {
