@@ -6,7 +6,7 @@
 //! ended at, when the data tells it; else the value comes back from the cache).
 //! Circulating values: every tensor the body reads or assigns, and the control, unless the
 //! body only triggers reads, constants and lookups with it (then the first circulating
-//! value's messages do, `Lowerer::trigger_from_data`). An int variable the body assigns
+//! tensor's messages do, `Lowerer::trigger_from_data`). An int variable the body assigns
 //! becomes a state field, set on entry, updated on the back edge (all at once, through
 //! temporary fields, when several change, so that updates reading each other see the old
 //! values), and cleared on exit.
@@ -150,9 +150,13 @@ impl Lowerer<'_> {
                 control_nodes.extend(first..self.node_bound());
             }
         }
-        // The first carried value's port in the body and after the loop, which can stand
-        // in for the control.
-        let data_ports = (ports.len() > 1).then(|| (body_in[0].clone(), exits[0].clone()));
+        // The first carried tensor's port in the body and after the loop, which can stand
+        // in for the control: a batch's would cost its `forget` a cache of its rows and its
+        // zero gradient a batch.
+        let data_ports = ports[..ports.len() - 1]
+            .iter()
+            .position(|p| matches!(p.ty, amp_ir::PayloadTy::F32(_)))
+            .map(|k| (body_in[k].clone(), exits[k].clone()));
 
         // The body, in the loop's context.
         self.context.push(t);
