@@ -217,12 +217,10 @@ impl Executor {
     /// that node's worker.
     pub fn graph_placement(&self) -> Vec<Option<usize>> {
         let mut placement = self.placement();
-        let composed = self.fused_nodes().into_iter().chain(self.chained_nodes()).chain(self.epilogue_nodes());
-        for (composed, members) in composed {
-            let worker = placement.get(composed as usize).copied().flatten();
-            for m in members {
+        for node in self.program.nodes.iter().flatten() {
+            for m in node.graph_nodes() {
                 if let Some(slot) = placement.get_mut(m as usize) {
-                    *slot = slot.or(worker);
+                    *slot = slot.or(Some(node.worker));
                 }
             }
         }
