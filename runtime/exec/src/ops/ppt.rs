@@ -567,25 +567,15 @@ mod tests {
     const OUT: usize = 5;
 
     fn node() -> NodeInfo {
+        let linear = NodeInfo::for_test(1, Op::Linear { param: "l".into() }, &[(0, 0)], &[&[(2, 0)]]);
         NodeInfo {
-            index: 1,
-            op: crate::load::program::ExecOp::Ir(Op::Linear { param: "l".into() }),
             label: "l".into(),
             inputs: vec![PayloadTy::F32(vec![INP as u64])],
             outputs: vec![PayloadTy::F32(vec![OUT as u64])],
             key: vec![FieldId(0), FieldId(1)],
             fan_in_key: vec![FieldId(0), FieldId(1)],
-            consumers: vec![vec![(2, 0)]],
-            producers: vec![(0, 0)],
-            grad_inputs: Vec::new(),
-            source: String::new(),
             group: Some(0),
-            trip_limit: None,
-            worker: 0,
-            replicas: Vec::new(),
-            replica_of: None,
-            forward_only: false,
-            epilogue: None,
+            ..linear
         }
     }
 
