@@ -10,7 +10,7 @@
 mod common;
 
 use amp_data::Instance;
-use amp_exec::{ExecConfig, Placement};
+use amp_exec::{ExecConfig, Executor, Placement};
 use amp_ir::verify::Verified;
 use amp_params::OptimConfig;
 use common::*;
@@ -34,27 +34,46 @@ fn models() -> Vec<(&'static str, Verified, Vec<Instance>)> {
 #[test]
 fn chains_train_and_infer_like_node_by_node() {
     for (name, graph, data) in models() {
-        for (workers, placement) in [(1, Placement::Contiguous), (2, Placement::RoundRobin)] {
-            let config = |chain_routes| ExecConfig {
-                workers,
-                placement: placement.clone(),
-                max_active_keys: 8,
-                chain_routes,
-                ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1))
-            };
-            let mut plain = executor(&graph, 7, config(false));
-            let mut chained = executor(&graph, 7, config(true));
+        let with = |config: &mut ExecConfig, on| config.chain_routes = on;
+        off_and_on_alike(name, &graph, &data, with, |plain, chained, workers| {
             assert!(plain.chained_nodes().is_empty(), "{name}: chains while turned off");
             if workers == 1 {
                 assert!(!chained.chained_nodes().is_empty(), "{name}: no chain formed");
             }
-            for epoch in 0..2 {
-                train_alike(&format!("{name}, {workers} workers, epoch {epoch}"), &mut plain, &mut chained, &data);
-            }
-            let (a, b) = (plain.infer(&data).unwrap(), chained.infer(&data).unwrap());
-            for (x, y) in b.iter().flatten().zip(a.iter().flatten()) {
-                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}: output {x} vs {y}");
-            }
+        });
+    }
+}
+
+/// Trains two epochs and infers with a feature off and on (`with` sets it in the config),
+/// at 1 worker and at 2 (round-robin), asserting both agree to 1e-5; `formed` checks what
+/// the feature made of the program first.
+fn off_and_on_alike(
+    name: &str,
+    graph: &Verified,
+    data: &[Instance],
+    with: impl Fn(&mut ExecConfig, bool),
+    formed: impl Fn(&Executor, &Executor, usize),
+) {
+    for (workers, placement) in [(1, Placement::Contiguous), (2, Placement::RoundRobin)] {
+        let config = |on| {
+            let mut config = ExecConfig {
+                workers,
+                placement: placement.clone(),
+                max_active_keys: 8,
+                ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1))
+            };
+            with(&mut config, on);
+            config
+        };
+        let mut off = executor(graph, 7, config(false));
+        let mut on = executor(graph, 7, config(true));
+        formed(&off, &on, workers);
+        for epoch in 0..2 {
+            train_alike(&format!("{name}, {workers} workers, epoch {epoch}"), &mut off, &mut on, data);
+        }
+        let (a, b) = (off.infer(data).expect("infers off"), on.infer(data).expect("infers on"));
+        for (x, y) in b.iter().flatten().zip(a.iter().flatten()) {
+            assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}: output {x} vs {y}");
         }
     }
 }
@@ -149,28 +168,13 @@ fn epilogues_train_and_infer_like_node_by_node() {
         .collect();
     all.push(("fanned", fanned, rows));
     for (name, graph, data) in all {
-        for (workers, placement) in [(1, Placement::Contiguous), (2, Placement::RoundRobin)] {
-            let config = |linear_epilogues| ExecConfig {
-                workers,
-                placement: placement.clone(),
-                max_active_keys: 8,
-                linear_epilogues,
-                ..ExecConfig::deterministic(4, OptimConfig::sgd(0.1))
-            };
-            let mut plain = executor(&graph, 7, config(false));
-            let mut fused = executor(&graph, 7, config(true));
+        let with = |config: &mut ExecConfig, on| config.linear_epilogues = on;
+        off_and_on_alike(name, &graph, &data, with, |plain, fused, workers| {
             assert!(plain.epilogue_nodes().is_empty(), "{name}: epilogues while turned off");
             if workers == 1 {
                 let formed = !fused.epilogue_nodes().is_empty();
                 assert_eq!(formed, ["list_reduce", "moe", "mlp", "fanned"].contains(&name), "{name}");
             }
-            for epoch in 0..2 {
-                train_alike(&format!("{name}, {workers} workers, epoch {epoch}"), &mut plain, &mut fused, &data);
-            }
-            let (a, b) = (plain.infer(&data).unwrap(), fused.infer(&data).unwrap());
-            for (x, y) in b.iter().flatten().zip(a.iter().flatten()) {
-                assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{name}: output {x} vs {y}");
-            }
-        }
+        });
     }
 }

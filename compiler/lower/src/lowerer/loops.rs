@@ -97,14 +97,16 @@ impl Lowerer<'_> {
         // does not loop on its own (see `Lowerer::trigger_from_data`).
         let mut control_nodes = Vec::new();
         let mut entries = Vec::with_capacity(ports.len());
-        for p in &ports {
+        for (k, p) in ports.iter().enumerate() {
             let first = self.node_bound();
             let mut port = self.isu(p.clone(), t, init.clone(), Some(StateExpr::Const(-1)), "loop entry", span);
             for v in &ints {
                 port = self.isu(port, v.field, v.init.clone(), Some(StateExpr::Const(-1)), "loop entry", span);
             }
             entries.push(port);
-            control_nodes = (first..self.node_bound()).collect();
+            if k + 1 == ports.len() {
+                control_nodes.extend(first..self.node_bound());
+            }
         }
         // Inside the loop, the int variables are their fields.
         let outer_ints: Vec<(LocalId, Option<Value>)> = ints.iter().map(|v| (v.local, self.local(v.local))).collect();

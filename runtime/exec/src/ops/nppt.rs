@@ -61,8 +61,9 @@ impl UnaryOp {
         match self.f {
             UnaryFn::Softmax => amp_ir::vocab::softmax_rows(x, self.row(x.len())),
             UnaryFn::LogSoftmax => amp_ir::vocab::log_softmax_rows(x, self.row(x.len())),
-            // Every other function: the vocabulary's scalar or row function.
-            f => f.forward_elements(x).or_else(|| f.forward_rows(x, self.row(x.len()))).unwrap_or_default(),
+            // Every other row-wise function: the vocabulary's row function (elementwise ones
+            // go through `MapInto`).
+            f => f.forward_rows(x, self.row(x.len())).unwrap_or_default(),
         }
     }
 
@@ -86,10 +87,8 @@ impl UnaryOp {
                 }
                 dx
             }
-            f => f
-                .backward_elements(x, y, dy)
-                .or_else(|| f.backward_rows(x, y, dy, self.row(x.len())))
-                .unwrap_or_default(),
+            // Elementwise functions go through `GradInto`.
+            f => f.backward_rows(x, y, dy, self.row(x.len())).unwrap_or_default(),
         }
     }
 }
